@@ -1,0 +1,960 @@
+#!/usr/bin/env python3
+"""Import the shared reference runs into trainest's runs schema (specs/README.md).
+
+Reads  <reference>/runs-megatron-public.yaml   (73 records)
+       <reference>/runs-vendors-public.yaml    (661 records)
+       <reference>/model-shapes.yaml           (architectures of models the runs only name)
+       <reference>/hardware.yaml               (catalog ids, to validate hardware names)
+writes specs/runs/<source-slug>.yaml, one file per source, each {source: ..., runs: [...]}.
+
+Every reference record is written exactly once (records trainest cannot express yet are kept with
+``expressible: false`` and a ``reason``). Everything the importer assumes is written into the
+record's ``notes``; nothing is special-cased by record id: rules are keyed on the source and on the
+record's own fields.
+
+Usage:  python tools/import_runs.py [--reference DIR] [--out DIR] [--check]
+Dependencies: Python >= 3.11 standard library + PyYAML.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from collections import OrderedDict, defaultdict
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_REFERENCE = REPO.parent / "shared" / "reference"
+DEFAULT_OUT = REPO / "specs" / "runs"
+HARDWARE_DIR = REPO / "specs" / "hardware"
+
+# Hardware variants that are not in the shared catalog; their files live in specs/hardware/ and
+# were written alongside this importer.
+VARIANT_HARDWARE = {"h100-96gb-500w"}
+
+RUN_KEYS = ("id", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
+            "parallel", "micro_batch", "global_batch", "recompute", "measured", "expressible", "reason",
+            "confidence", "notes")
+MODEL_KEYS = ("name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp",
+              "tied_embeddings")
+PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel")
+MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula",
+                 "device_hours", "tokens")
+
+# ---------------------------------------------------------------------------------------------
+# Per-source conventions. Keyed by the output slug; rules below look these up, never record ids.
+# ---------------------------------------------------------------------------------------------
+SOURCES = OrderedDict([
+    ("narayanan2021", dict(
+        title="Narayanan et al. 2021, 'Efficient Large-Scale Language Model Training on GPU Clusters "
+              "Using Megatron-LM' (SC21, arXiv:2104.04473), Tables 1-2 and Section 5.1",
+        flops_formula="narayanan-eq3", zero_default=0, precision_default="fp16",
+        recompute_null=("full", "paper FLOP accounting (Eq. 3) includes the recompute forward pass"),
+        sp_rule="record")),
+    ("korthikanti2022", dict(
+        title="Korthikanti et al. 2022, 'Reducing Activation Recomputation in Large Transformer Models' "
+              "(arXiv:2205.05198, MLSys 2023), Tables 3/5, Section 6.3, abstract",
+        flops_formula="korthikanti-eq7", zero_default=0, precision_default="bf16",
+        recompute_null=("none", "not stated"), sp_rule="record")),
+    ("megatron-lm-readme", dict(
+        title="NVIDIA/Megatron-LM README.md performance tables (images/cases_april2021.png = Narayanan "
+              "2021 Table 1; images/model_table.png + strong_scaling.png, Megatron-Core r0.8, H100, 2024)",
+        flops_formula="megatron-core", zero_default=0, precision_default="bf16",
+        recompute_null=("none", "recompute not stated in the README; Megatron-Core default is none"),
+        sp_rule="megatron")),
+    ("nemo-2407", dict(
+        title="NVIDIA/NeMo docs/source/performance/performance_summary.md, NeMo 24.07 container, "
+              "DGX-H100, FP8",
+        flops_formula="megatron-core", zero_default=1, precision_default="fp8",
+        recompute_null=("none", "not stated; NeMo performance recipes run without activation "
+                                "recompute unless stated"),
+        sp_rule="megatron")),
+    ("nemo-long-sequence", dict(
+        title="NVIDIA/NeMo docs/source/performance/performance_long_sequence.md (Llama 2 7B on DGX-H100, "
+              "NeMo 24.03.01; Llama 3 8B on DGX-B200, NeMo 25.04.rc2), FP8",
+        flops_formula="megatron-core", zero_default=1, precision_default="fp8",
+        recompute_null=("none", "not stated; NeMo performance recipes run without activation "
+                                "recompute unless stated"),
+        sp_rule="megatron")),
+    ("megatron-bridge", dict(
+        title="NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md and performance-summary-archive.md "
+              "(commit 067f987df0), NeMo containers 25.09-26.08",
+        flops_formula="megatron-core-causal", zero_default=1, precision_default=None,
+        recompute_null=("none", "not stated; Megatron-Bridge performance recipes run without "
+                                "activation recompute unless stated"),
+        sp_rule="megatron")),
+    ("llm-foundry", dict(
+        title="mosaicml/llm-foundry scripts/train/benchmarking/README.md (commit 8c8dd48f72), MPT "
+              "throughput tables",
+        flops_formula="llm-foundry", zero_default=0, precision_default=None,
+        recompute_null=("none", "activation_checkpointing not set"), sp_rule="none")),
+    ("maxtext", dict(
+        title="google/maxtext README.md and MaxText/configs/{v4,v5e,v5p,a3}/README.md (commit e64f6813e0)",
+        flops_formula="maxtext", zero_default=3, precision_default="bf16",
+        recompute_null=("none", "remat_policy not stated"), sp_rule="none")),
+    ("torchtitan", dict(
+        title="pytorch/torchtitan benchmarks/*.md (commit b5bcd76c66): Llama 3.1 on H100 96GB HBM2e "
+              "(2024-12, 2025-06 async TP) and on H200 (Trainy/WhiteFiber, 2025-06)",
+        flops_formula=None, zero_default=3, precision_default="bf16",
+        recompute_null=("none", "activation checkpointing not stated"), sp_rule="torchtitan")),
+    ("olmo-core", dict(
+        title="allenai/OLMo-core README.md throughput tables (Sep 2024 and Mar 2025)",
+        flops_formula=None, zero_default=3, precision_default="bf16",
+        recompute_null=("none", "activation checkpointing not stated"), sp_rule="none")),
+    ("mlx", dict(
+        title="ml-explore/mlx-examples lora/README.md (commit 7ddca42f4d)",
+        flops_formula=None, zero_default=0, precision_default="fp16",
+        recompute_null=("none", "not stated"), sp_rule="none")),
+    ("dgx-spark", dict(
+        title="NVIDIA Technical Blog, 'How NVIDIA DGX Spark's Performance Enables Intensive AI Tasks' "
+              "(fine-tuning table)",
+        flops_formula=None, zero_default=0, precision_default="bf16",
+        recompute_null=("none", "not stated"), sp_rule="none")),
+])
+
+
+def source_slug(source: str) -> str:
+    s = source.lower()
+    if "megatron-lm" in s and "readme" in s:
+        return "megatron-lm-readme"
+    if "narayanan" in s:
+        return "narayanan2021"
+    if "korthikanti" in s:
+        return "korthikanti2022"
+    if "performance_long_sequence" in s:
+        return "nemo-long-sequence"
+    if "megatron-bridge" in s:
+        return "megatron-bridge"
+    if "nvidia/nemo" in s and "performance_summary" in s:
+        return "nemo-2407"
+    if "llm-foundry" in s:
+        return "llm-foundry"
+    if "maxtext" in s:
+        return "maxtext"
+    if "torchtitan" in s:
+        return "torchtitan"
+    if "olmo-core" in s:
+        return "olmo-core"
+    if "mlx-examples" in s:
+        return "mlx"
+    if "dgx spark" in s:
+        return "dgx-spark"
+    raise ValueError(f"no source slug for {source!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading: both reference formats -> one flat dict per record
+# ---------------------------------------------------------------------------------------------
+
+def _num(x):
+    """Leading integer of a model-shapes value such as '50257 (GPT2BPETokenizer); padded ...'."""
+    if x is None:
+        return None
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, (int, float)):
+        return int(x)
+    m = re.match(r"\s*(\d+)", str(x))
+    return int(m.group(1)) if m else None
+
+
+def read_megatron(rec: dict) -> dict:
+    p, hw, ms = rec["parallelism"], rec["hardware"], rec["measured"]
+    return dict(
+        id=rec["id"], file="runs-megatron-public.yaml", source=rec["source"],
+        source_detail=rec.get("source_detail"), source_url=None, training_type=None,
+        model_name=rec["model_name"], architecture=rec.get("architecture"),
+        params_total=(rec["params_b"] * 1e9 if rec.get("params_b") else None),
+        layers=rec["layers"], hidden=rec["hidden"], ffn_hidden=rec["ffn_hidden"],
+        heads=rec["attention_heads"], kv_heads=rec["kv_heads"], seq_len=rec["seq_len"],
+        vocab=rec["vocab"], global_batch=rec["global_batch_size"], micro_batch=rec["micro_batch_size"],
+        precision=rec["precision"], hardware=hw["gpu"], memory_gb=hw.get("gpu_memory_gb"),
+        devices=hw["gpu_count"], devices_per_node=hw.get("gpus_per_node"),
+        tp=p["tp"], pp=p["pp"], dp=p["dp"], cp=p["cp"], ep=p["ep"], vp=p["vp"],
+        sequence_parallel=p["sequence_parallel"], zero=p["zero_or_dist_optimizer"], fsdp=p["fsdp"],
+        activation_checkpointing=None, recompute=rec["recompute"],
+        step_time_s=ms["iteration_time_s"], tokens_per_s_total=ms["tokens_per_s"],
+        tokens_per_s_per_device=ms["tokens_per_s_per_gpu"], tflops_per_device=ms["tflops_per_gpu"],
+        mfu_pct=ms["mfu_pct"], hfu_pct=ms["hfu_pct"], device_hours=None,
+        derived_outcomes=rec.get("derived_outcomes") or {}, derived_fields=rec.get("derived_fields") or [],
+        confidence=None, notes=rec.get("notes"),
+    )
+
+
+def read_vendor(rec: dict) -> dict:
+    p, o = rec["parallelism"], rec["outcomes"]
+    return dict(
+        id=rec["id"], file="runs-vendors-public.yaml", source=rec["source"], source_detail=None,
+        source_url=rec.get("source_url"), training_type=rec.get("training_type"),
+        model_name=rec["model"], architecture=None, params_total=rec.get("params_total"),
+        layers=rec["layers"], hidden=rec["hidden"], ffn_hidden=rec["ffn_hidden"], heads=rec["heads"],
+        kv_heads=rec["kv_heads"], seq_len=rec["seq_len"], vocab=rec["vocab"],
+        global_batch=rec["global_batch_seqs"], micro_batch=rec["micro_batch_size"],
+        precision=rec["precision"], hardware=rec["hardware"], memory_gb=rec.get("accelerator_memory_gb"),
+        devices=rec["accelerator_count"], devices_per_node=None,
+        tp=p["tp"], pp=p["pp"], dp=p["dp"], cp=p["cp"], ep=p["ep"], vp=p["vp"],
+        sequence_parallel=None, zero=p["zero_stage"], fsdp=p["fsdp"],
+        activation_checkpointing=p["activation_checkpointing"], recompute=None,
+        step_time_s=o["step_time_s"], tokens_per_s_total=o["tokens_per_s_total"],
+        tokens_per_s_per_device=o["tokens_per_s_per_accel"], tflops_per_device=o["tflops_per_accel"],
+        mfu_pct=o["mfu_pct"], hfu_pct=o["hfu_pct"], device_hours=o["accelerator_hours"],
+        derived_outcomes={}, derived_fields=rec.get("derived_fields") or [],
+        confidence=rec.get("confidence"), notes=rec.get("notes"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Model shapes
+# ---------------------------------------------------------------------------------------------
+
+def _norm_name(name: str) -> str:
+    name = re.sub(r"\(.*?\)", "", name)      # drop parenthetical qualifiers
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+class Shapes:
+    def __init__(self, data: dict):
+        self.data = {k: v for k, v in data.items() if not k.startswith("_")}
+        self.keys = {_norm_name(k): k for k in self.data}
+
+    def lookup(self, model_name: str):
+        """model-shapes key for a record's model name: exact normalized match, else the longest key
+        that is a prefix of the record's normalized name (e.g. 'DeepSeek-V3 671B-A37B (MoE, MLA)' ->
+        'DeepSeek-V3 671B')."""
+        n = _norm_name(model_name)
+        if n in self.keys:
+            return self.keys[n]
+        best = None
+        for kn, k in self.keys.items():
+            if n.startswith(kn) and (best is None or len(kn) > len(_norm_name(best))):
+                best = k
+        return best
+
+    def get(self, key):
+        return self.data[key]
+
+
+def mlp_from_text(text: str | None):
+    """(mlp kind, note) from an architecture / mlp_type description."""
+    if not text:
+        return None, None
+    t = text.lower()
+    if "squared relu" in t or "relu2" in t or "squared-relu" in t:
+        return "gelu", ("squared-ReLU MLP without gating (2 weight matrices) imported as mlp 'gelu': "
+                        "same FLOPs and parameter count")
+    if "swiglu" in t or "silu" in t:
+        return "swiglu", None
+    if "gelu" in t or "non-gated" in t:
+        return "gelu", None
+    if "gated" in t:
+        return "swiglu", None
+    return None, None
+
+
+def mlp_from_name(name: str):
+    t = name.lower()
+    if "nemotron" in t:
+        return "gelu", ("Nemotron uses a squared-ReLU MLP without gating (2 weight matrices): imported "
+                        "as mlp 'gelu' (same FLOPs and parameter count)")
+    for k in ("llama", "mistral", "qwen", "olmo", "deepseek", "kimi", "maxtext"):
+        if k in t:
+            return "swiglu", None
+    for k in ("gpt", "mpt"):
+        if k in t:
+            return "gelu", None
+    return None, None
+
+
+# ---------------------------------------------------------------------------------------------
+# Field mappings
+# ---------------------------------------------------------------------------------------------
+
+def map_hardware(text: str | None):
+    """(catalog id or None, note or None)."""
+    if not text:
+        return None, None
+    t = text.lower()
+    if "h100" in t and "96gb" in t.replace(" ", "") and "hbm2e" in t:
+        return "h100-96gb-500w", None
+    if "dgx spark" in t or "gb10" in t:
+        return "dgx-spark", None
+    if "gb300" in t:
+        return "gb300", None
+    if "gb200" in t:
+        return "gb200", None
+    if "b300" in t:
+        return "b300", None
+    if "b200" in t:
+        return "b200", None
+    if "h200" in t:
+        return "h200-sxm", None
+    if "h100" in t:
+        note = None
+        if "sxm" not in t and "dgx" not in t and "a3" not in t:
+            note = f"hardware '{text}' mapped to h100-sxm (SXM5 80GB assumed; the source does not say)"
+        return "h100-sxm", note
+    if "a100" in t and "40gb" in t.replace(" ", ""):
+        return "a100-40gb-sxm", None
+    if "a100" in t:
+        return "a100-80gb-sxm", None
+    if "tpu v5p" in t:
+        return "tpu-v5p", None
+    if "tpu v5e" in t:
+        return "tpu-v5e", None
+    if "tpu v4" in t:
+        return "tpu-v4", None
+    if "m2 ultra" in t:
+        return "apple-m2-ultra", None
+    return None, None
+
+
+def devices_per_node_from_text(text: str | None):
+    if not text:
+        return None
+    t = text.lower()
+    m = re.search(r"(\d+)\s*(?:gpus)?\s*/\s*(?:node|vm)", t) or re.search(r"(\d+) gpus/vm", t)
+    if m:
+        return int(m.group(1))
+    if re.search(r"\bdgx[- ]?(h100|b200|b300|a100)\b", t) or "selene" in t or "grand teton" in t:
+        return 8
+    return None
+
+
+def map_precision(text, source_default):
+    """(precision, notes[])."""
+    notes = []
+    if text is None:
+        return None, notes
+    t = str(text).lower()
+    if "nvfp4" in t or re.search(r"\bfp4\b", t):
+        return "fp4", notes
+    if "4-bit" in t:
+        notes.append(f"precision '{text}': 4-bit quantized base weights with 16-bit compute; imported as bf16")
+        return "bf16", notes
+    if "fp8" in t or "float8" in t:
+        if "inferred" in t:
+            notes.append("precision FP8 inferred by the transcriber: release 25.09 tables have no precision "
+                         "column (footnote on quantization granularities implies FP8 recipes)")
+        if "mx" in t:
+            notes.append(f"precision '{text}' (MXFP8, block-scaled) imported as fp8")
+        elif "cs" in t.replace("-", " ").split() or "fp8-cs" in t:
+            notes.append(f"precision '{text}' (FP8 current scaling) imported as fp8")
+        elif "bf16" in t or "float8" in t:
+            notes.append(f"precision '{text}': float8 GEMMs for the linear layers, attention and the rest "
+                         f"in bf16; imported as fp8")
+        return "fp8", notes
+    if "bf16" in t or "bfloat16" in t:
+        return "bf16", notes
+    if "fp16" in t or "float16" in t:
+        return "fp16", notes
+    if "16-bit" in t:
+        notes.append(f"precision '{text}': 16-bit mixed precision imported as {source_default} "
+                     f"(fp16 and bf16 have the same A100 peak, 312 TFLOP/s)")
+        return source_default, notes
+    if "fp32" in t:
+        return "fp32", notes
+    if "not stated" in t:
+        return None, notes
+    return None, notes
+
+
+def map_recompute(rec, source_cfg):
+    """(recompute, note or None)."""
+    ac = rec["activation_checkpointing"]
+    rc = rec["recompute"]
+    if ac is True:
+        return "full", None
+    if ac is False:
+        return "none", None
+    text = ac if isinstance(ac, str) else rc
+    if text is None:
+        kind, why = source_cfg["recompute_null"]
+        return kind, f"recompute '{kind}' assumed: {why}"
+    t = str(text).lower()
+    if t.startswith("remat_policy="):
+        pol = t.split("=", 1)[1]
+        if pol == "full":
+            return "full", None
+        return "selective", (f"MaxText remat_policy={pol} imported as 'selective' (saves some activations, "
+                             f"recomputes the rest; not Megatron's exact selective recompute)")
+    if t.startswith("full"):
+        return "full", None
+    if "selective" in t:
+        note = None
+        if "per-op" in t or source_cfg is SOURCES["torchtitan"]:
+            note = f"recompute '{text}' (torchtitan per-op selective activation checkpointing) imported as selective"
+        return "selective", note
+    if t in ("none", "false"):
+        return "none", None
+    raise ValueError(f"unknown recompute {text!r}")
+
+
+def map_zero(rec, source_cfg):
+    """(zero stage, note or None)."""
+    z, fsdp = rec["zero"], rec["fsdp"]
+    if isinstance(z, int):
+        return z, None
+    if isinstance(z, str):
+        zl = z.lower()
+        if "stage 3" in zl:
+            return 3, None
+        if "distributed optimizer" in zl:
+            return 1, f"zero 1: '{z}' (Megatron distributed optimizer = ZeRO-1-style optimizer-state sharding)"
+    if isinstance(fsdp, str):
+        fl = fsdp.lower()
+        if fl.startswith("none"):
+            pass
+        elif "shard_grad_op" in fl:
+            return 2, "FSDP SHARD_GRAD_OP imported as zero 2"
+        elif "hsdp" in fl:
+            return 3, (f"'{fsdp}': hybrid sharding (shard within a group, replicate across groups) imported "
+                       f"as zero 3 over all data-parallel ranks (schema has no HSDP)")
+        elif "ici_fsdp" in fl and ("dcn" in fl or "slice" in fl):
+            return 3, (f"MaxText '{fsdp}': FSDP inside each slice, data parallel across slices over DCN; "
+                       f"imported as zero 3 over all data-parallel ranks (schema has no hybrid sharding)")
+        elif "megatron fsdp" in fl:
+            return 3, "Megatron FSDP imported as zero 3"
+        elif "full_shard" in fl or "fsdp" in fl:
+            return 3, None
+    d = source_cfg["zero_default"]
+    if d == 1:
+        return 1, ("zero 1 assumed: Megatron/NeMo performance recipes use the distributed optimizer by "
+                   "default (not stated in the record)")
+    return d, None
+
+
+def layers_per_stage_vpp(layers, pp):
+    """Smallest interleaving factor >= 2 that divides the layers of a pipeline stage."""
+    if not layers or not pp or pp <= 1 or layers % pp:
+        return None
+    per_stage = layers // pp
+    for v in range(2, per_stage + 1):
+        if per_stage % v == 0:
+            return v
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Import
+# ---------------------------------------------------------------------------------------------
+
+class Importer:
+    def __init__(self, reference: Path):
+        self.reference = reference
+        self.meg = [read_megatron(r) for r in yaml.safe_load((reference / "runs-megatron-public.yaml").read_text())]
+        self.ven = [read_vendor(r) for r in yaml.safe_load((reference / "runs-vendors-public.yaml").read_text())]
+        self.shapes = Shapes(yaml.safe_load((reference / "model-shapes.yaml").read_text()))
+        self.catalog = set(yaml.safe_load((reference / "hardware.yaml").read_text()).keys())
+        self.catalog |= VARIANT_HARDWARE
+        self.records = self.meg + self.ven
+        for r in self.records:
+            r["slug"] = source_slug(r["source"])
+        self._link_duplicates()
+        self.by_slug = defaultdict(list)
+        for r in self.records:
+            self.by_slug[r["slug"]].append(r)
+
+    # -- duplicates: the vendor file re-transcribes some Megatron/NeMo tables -------------------
+    @staticmethod
+    def _primary_value(r):
+        for k in ("tflops_per_device", "tokens_per_s_per_device", "step_time_s", "mfu_pct"):
+            if r[k] is not None:
+                return (k, r[k])
+        return None
+
+    def _link_duplicates(self):
+        for r in self.records:
+            r["dup"] = None
+        index = defaultdict(list)
+        for r in self.meg:
+            index[(r["seq_len"], r["global_batch"], self._primary_value(r))].append(r)
+        for r in self.ven:
+            if r["slug"] not in ("narayanan2021", "megatron-lm-readme", "nemo-2407", "nemo-long-sequence"):
+                continue
+            cands = index.get((r["seq_len"], r["global_batch"], self._primary_value(r)), [])
+            cands = [c for c in cands if c["slug"] == r["slug"] or
+                     {c["slug"], r["slug"]} == {"narayanan2021", "megatron-lm-readme"}]
+            if len(cands) == 1 and cands[0]["dup"] is None:
+                r["dup"], cands[0]["dup"] = cands[0], r
+
+    # -- one record ------------------------------------------------------------------------------
+    def convert(self, r: dict) -> dict:
+        cfg = SOURCES[r["slug"]]
+        notes: list[str] = []       # import assumptions
+        reasons: list[str] = []     # why not expressible
+        dup = r["dup"]
+        confidence = r["confidence"]
+
+        # ---- model -------------------------------------------------------------------------
+        shape_key = self.shapes.lookup(r["model_name"])
+        shape = self.shapes.get(shape_key) if shape_key else None
+        fields = {}
+        filled = []
+        for key, skey in (("layers", "num_layers"), ("hidden", "hidden_size"), ("ffn_hidden", "ffn_hidden_size"),
+                          ("heads", "num_attention_heads"), ("kv_heads", "num_kv_heads"), ("vocab", "vocab_size")):
+            val = r[key]
+            if val is None and shape is not None and _num(shape.get(skey)) is not None:
+                val = _num(shape.get(skey))
+                filled.append(f"{key}={val}")
+            elif val is not None and shape is not None and _num(shape.get(skey)) not in (None, val) \
+                    and not (shape.get("moe") and key == "ffn_hidden"):
+                notes.append(f"{key}: record says {val}, model-shapes.yaml '{shape_key}' says "
+                             f"{_num(shape.get(skey))}; kept the record's value")
+            fields[key] = val
+        if filled:
+            notes.append(f"shape resolved through model-shapes.yaml '{shape_key}': " + ", ".join(filled))
+        if dup is not None:
+            dfill = []
+            for key in ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab"):
+                if fields[key] is None and dup[key] is not None:
+                    fields[key] = dup[key]
+                    dfill.append(f"{key}={dup[key]}")
+            if dfill:
+                notes.append(f"filled from the duplicate transcription {dup['id']} ({dup['file']}): "
+                             + ", ".join(dfill))
+        name = r["model_name"]
+        mlp, mlp_note = None, None
+        if shape is not None:
+            mlp, mlp_note = mlp_from_text(shape.get("mlp_type"))
+        if mlp is None:
+            mlp, mlp_note = mlp_from_text(r["architecture"])
+        if mlp is None:
+            mlp, mlp_note = mlp_from_name(name)
+        if mlp_note:
+            notes.append(mlp_note)
+        if fields["ffn_hidden"] is None and mlp == "gelu" and fields["hidden"] and re.search(r"gpt", name.lower()):
+            fields["ffn_hidden"] = 4 * fields["hidden"]
+            notes.append("ffn_hidden not given: 4*hidden assumed (GPT default)")
+        if fields["kv_heads"] is None and fields["heads"] is not None and shape is None:
+            fields["kv_heads"] = fields["heads"]
+            notes.append("kv_heads not given: = heads assumed (multi-head attention)")
+        tied = None
+        if shape is not None and shape.get("tied_embeddings") is not None:
+            tied = bool(shape["tied_embeddings"])
+        elif r["architecture"] and "tied" in r["architecture"].lower():
+            tied = True
+        elif re.search(r"\b(gpt|mpt)", name.lower()):
+            tied = True
+            notes.append("tied_embeddings true assumed (Megatron GPT / MPT share input and output embeddings)")
+        elif mlp == "swiglu" and fields["layers"] is not None:
+            tied = False
+        model = OrderedDict(name=name, layers=fields["layers"], hidden=fields["hidden"],
+                            ffn_hidden=fields["ffn_hidden"], heads=fields["heads"], kv_heads=fields["kv_heads"],
+                            vocab=fields["vocab"], mlp=mlp, tied_embeddings=tied)
+
+        # architecture features trainest cannot express yet
+        if shape is not None:
+            if shape.get("moe"):
+                moe = shape["moe"]
+                reasons.append(f"MoE ({moe.get('num_routed_experts')} routed experts, top-{moe.get('experts_per_token')})")
+            if shape.get("mla"):
+                reasons.append("MLA / compressed attention")
+            if shape.get("hybrid"):
+                reasons.append("hybrid Mamba-2/attention layers")
+        if r["ep"] and r["ep"] > 1 and not any(x.startswith("MoE") for x in reasons):
+            reasons.append(f"expert parallelism ep={r['ep']}")
+        if re.search(r"\bmoe\b", name.lower()) and not any(x.startswith("MoE") for x in reasons):
+            reasons.append("MoE")
+        head_dim = None
+        if shape is not None and _num(shape.get("head_dim")):
+            head_dim = _num(shape.get("head_dim"))
+        elif r["notes"]:
+            m = re.search(r"head_dim (?:default )?(\d+)", r["notes"])
+            if m:
+                head_dim = int(m.group(1))
+        if head_dim and fields["heads"] and fields["hidden"] and head_dim * fields["heads"] != fields["hidden"] \
+                and not reasons:
+            reasons.append(f"attention width heads*head_dim = {fields['heads']}*{head_dim} = "
+                           f"{fields['heads'] * head_dim} != hidden {fields['hidden']} (the model schema has no "
+                           f"head_dim)")
+        missing = [k for k in ("layers", "hidden", "ffn_hidden", "heads", "vocab") if fields[k] is None]
+        if missing:
+            reasons.append("missing shape (" + ", ".join(missing) + ")")
+        tt = (r["training_type"] or "").lower()
+        if "lora" in tt:
+            reasons.append("LoRA/QLoRA fine-tuning (frozen base weights)" if "qlora" in tt
+                           else "LoRA fine-tuning (frozen base weights)")
+        if "sft" in tt or "full fine-tune" in tt:
+            notes.append(f"training type '{r['training_type']}': full-parameter fine-tuning, same compute as "
+                         "pre-training" + ("; packed sequences make attention cheaper than a full "
+                                           "causal mask over seq_len" if "packed" in tt else ""))
+
+        # ---- hardware ------------------------------------------------------------------------
+        hardware, hnote = map_hardware(r["hardware"])
+        if hnote:
+            notes.append(hnote)
+        if hardware is None:
+            reasons.append(f"unknown hardware '{r['hardware']}' (not in the catalog)")
+        elif hardware not in self.catalog:
+            raise ValueError(f"{r['id']}: hardware {hardware} not in catalog")
+
+        # ---- precision -----------------------------------------------------------------------
+        precision, pnotes = map_precision(r["precision"], cfg["precision_default"] or "bf16")
+        notes.extend(pnotes)
+        if precision is None and dup is not None:
+            dcfg = SOURCES[dup["slug"]]
+            precision, _ = map_precision(dup["precision"], dcfg["precision_default"] or "bf16")
+            if precision:
+                notes.append(f"precision not stated in this transcription; {precision} from {dup['id']}")
+        if precision is None:
+            precision = cfg["precision_default"]
+            if r["slug"] == "megatron-lm-readme" and "april2021" not in r["source"]:
+                notes.append("precision not stated: bf16 assumed (published MFU matches the dense BF16 peak "
+                             "989 TFLOP/s)")
+            elif precision:
+                notes.append(f"precision not stated: {precision} assumed")
+
+        # ---- parallelism ---------------------------------------------------------------------
+        tp, pp, cp = r["tp"], r["pp"], r["cp"]
+        vp_raw = r["vp"]
+        micro = r["micro_batch"]
+        if dup is not None:
+            for key in ("tp", "pp"):
+                if r[key] is None and dup[key] is not None:
+                    if key == "tp":
+                        tp = dup["tp"]
+                    else:
+                        pp = dup["pp"]
+                    notes.append(f"{key}={dup[key]} from the duplicate transcription {dup['id']}")
+            if vp_raw is None and dup["vp"] is not None:
+                vp_raw = dup["vp"]
+            if micro is None and dup["micro_batch"] is not None:
+                micro = dup["micro_batch"]
+                notes.append(f"micro_batch={micro} from the duplicate transcription {dup['id']}")
+        devices = r["devices"]
+        borrowed = None
+        if tp is None and pp is None and r["dp"] is None and r["fsdp"] is None and r["zero"] is None \
+                and devices and devices > 8 and fields["layers"]:
+            # model-parallel layout not published: borrow it from a record of the same source with the
+            # same model (layers, hidden, seq_len)
+            ref = None
+            for o in self.by_slug_all(r["slug"]):
+                if o is r or o["tp"] is None or o["pp"] is None or o["zero"] not in (None,) and \
+                        "distributed optimizer" not in str(o["zero"]) or o["fsdp"] is not None:
+                    continue
+                if (o["layers"], o["hidden"], o["seq_len"]) == (fields["layers"], fields["hidden"], r["seq_len"]):
+                    ref = o
+                    break
+            if ref is not None:
+                tp = ref["tp"]
+                pp = None
+                for cand in range(ref["pp"], 0, -1):
+                    if fields["layers"] % cand == 0 and devices % (tp * cand) == 0:
+                        pp = cand
+                        break
+                notes.append(f"parallel layout not published: tp={tp} taken from {ref['id']} (same model), "
+                             f"pp={pp} = largest divisor of the layer count <= its pp={ref['pp']} that divides "
+                             f"the device count; dp = devices/(tp*pp)")
+                borrowed = ref
+                confidence = "low"
+        tp = tp or 1
+        pp = pp or 1
+        cp = cp or 1
+        dp = r["dp"]
+        prod_ok = dp is not None and tp * pp * cp * dp == devices
+        if dp is not None and devices is not None and not prod_ok and r["tp"] is not None:
+            notes.append(f"device-count conflict: source lists {devices} devices but tp*pp*cp*dp = "
+                         f"{tp * pp * cp * dp}; used the self-consistent {tp * pp * cp * dp} (reference README: "
+                         f"'NeMo B200 long-sequence GPU counts use the self-consistent earlier doc version')")
+            devices = tp * pp * cp * dp
+            if confidence == "high":
+                confidence = "medium"
+        elif devices is not None:
+            if dp is None or not prod_ok:
+                if dp is not None and not prod_ok:
+                    notes.append(f"record dp={dp} is the data-parallel degree across slices/VMs; dp = "
+                                 f"devices/(tp*pp*cp) = {devices // (tp * pp * cp)} (all data-parallel ranks)")
+                dp = devices // (tp * pp * cp) if devices % (tp * pp * cp) == 0 else None
+        if devices is None:
+            reasons.append("device count not stated")
+
+        # virtual pipeline
+        vpp = 1
+        vp_note = None
+        if isinstance(vp_raw, int):
+            vpp = vp_raw
+        elif isinstance(vp_raw, str) and "interleaved" in vp_raw.lower():
+            if pp > 1:
+                v = layers_per_stage_vpp(fields["layers"], pp)
+                vpp = v or 1
+                vp_note = (f"interleaved pipeline schedule, chunks per stage not stated: vpp={vpp} assumed "
+                           f"(smallest factor >= 2 dividing the {fields['layers'] // pp} layers per stage)")
+        elif r["notes"] and "interleaved 1f1b" in r["notes"].lower() and pp > 1:
+            vpp = 2
+            vp_note = "interleaved 1F1B schedule, stages per rank not stated: vpp=2 assumed"
+        elif vp_raw is None and pp > 1 and r["slug"] in ("narayanan2021", "korthikanti2022",
+                                                         "megatron-lm-readme", "nemo-long-sequence"):
+            vp_note = "virtual pipeline size not stated: vpp=1 (non-interleaved) assumed"
+        if vp_note:
+            notes.append(vp_note)
+
+        # sequence parallelism
+        sp = r["sequence_parallel"]
+        if sp is None and dup is not None and isinstance(dup["sequence_parallel"], bool):
+            sp = dup["sequence_parallel"]
+        if sp is None:
+            rule = cfg["sp_rule"]
+            if tp > 1 and rule == "megatron":
+                sp = True
+                notes.append("sequence_parallel true assumed: Megatron/NeMo/Megatron-Bridge recipes enable "
+                             "sequence parallelism with tp > 1 (not stated in the record)")
+            elif tp > 1 and rule == "torchtitan":
+                sp = True
+                notes.append("sequence_parallel true: torchtitan's tensor-parallel plan shards norms/dropout "
+                             "along the sequence (sequence parallelism)")
+            elif tp > 1 and rule == "none":
+                sp = False
+                notes.append("sequence_parallel false: MaxText shards activations with GSPMD; Megatron-style "
+                             "sequence parallelism not applicable")
+            else:
+                sp = False
+
+        zsrc = r
+        if r["zero"] is None and r["fsdp"] is None:
+            zsrc = dup if dup is not None else (borrowed or r)
+        zero, znote = map_zero(zsrc, SOURCES[zsrc["slug"]])
+        if znote:
+            notes.append(znote)
+
+        # ---- batch ---------------------------------------------------------------------------
+        gbs = r["global_batch"]
+        if r["slug"] == "torchtitan" and micro is not None and pp > 1:
+            local = micro
+            micro = max(1, local // pp)
+            notes.append(f"record micro_batch_size {local} is torchtitan's per-data-parallel-rank local "
+                         f"batch; with pipeline parallelism torchtitan splits it into pp={pp} microbatches "
+                         f"by default: micro_batch={micro} assumed")
+            if gbs is None and dp:
+                gbs = local * dp
+                notes.append(f"global batch not stated: local batch {local} x dp {dp} = {gbs} sequences "
+                             f"(no gradient accumulation assumed)")
+        if micro is None and fields["layers"] is not None and devices:
+            micro = 1
+            notes.append("micro_batch not reported: 1 assumed")
+        if gbs is None and micro is not None and dp and r["slug"] == "torchtitan":
+            gbs = micro * dp
+            notes.append(f"global batch not stated: micro_batch (local batch) {micro} x dp {dp} = {gbs} "
+                         f"sequences (no gradient accumulation assumed)")
+        seq_len = r["seq_len"]
+        if seq_len is None and r["notes"]:
+            m = re.search(r"default max_target_length at snapshot is (\d+)", r["notes"])
+            if m:
+                seq_len = int(m.group(1))
+                notes.append(f"seq_len not set in the benchmark script: MaxText base.yml default {seq_len} assumed")
+        if seq_len is None:
+            reasons.append("sequence length not stated")
+
+        # ---- recompute -----------------------------------------------------------------------
+        recompute, rnote = map_recompute(r, cfg)
+        if rnote:
+            notes.append(rnote)
+
+        # ---- measured ------------------------------------------------------------------------
+        measured = OrderedDict()
+        tps_dev = r["tokens_per_s_per_device"]
+        if r["step_time_s"] is not None:
+            measured["step_time_s"] = r["step_time_s"]
+        elif tps_dev is not None and devices:
+            measured["tokens_per_s"] = round(tps_dev * devices, 3)
+            if r["tokens_per_s_total"] is None or abs(r["tokens_per_s_total"] - tps_dev * devices) > 1:
+                notes.append(f"tokens_per_s = {tps_dev} tokens/s per device (as published) x {devices} devices")
+        elif r["tokens_per_s_total"] is not None:
+            measured["tokens_per_s"] = r["tokens_per_s_total"]
+        elif r["tflops_per_device"] is not None:
+            formula = cfg["flops_formula"]
+            if r["slug"] == "megatron-lm-readme" and "april2021" in r["source"]:
+                formula = "narayanan-eq3"
+            measured["tflops_per_device"] = r["tflops_per_device"]
+            measured["flops_formula"] = formula
+        elif r["mfu_pct"] is not None and cfg["flops_formula"]:
+            formula = cfg["flops_formula"]
+            measured["mfu"] = round(r["mfu_pct"] / 100.0, 6)
+            measured["flops_formula"] = formula
+        elif r["device_hours"] is not None:
+            measured["device_hours"] = r["device_hours"]
+        if not measured:
+            if tps_dev is not None:
+                notes.append(f"published {tps_dev} tokens/s per device; no total (device count not stated)")
+            else:
+                reasons.append("no measured throughput metric")
+
+        # physical plausibility: implied 6N FLOP/s per device must not exceed the dense peak
+        if "tokens_per_s" in measured and not reasons and devices:
+            from_peak = self.peak_tflops(hardware, precision)
+            if from_peak:
+                n = 6.0 * _matmul_params(model)
+                implied = n * measured["tokens_per_s"] / devices / 1e12
+                if implied > from_peak:
+                    reasons.append(f"published tokens/s implies {implied:.0f} TFLOP/s per device at 6N FLOPs "
+                                   f"per token, above the {hardware} dense {precision} peak {from_peak:g}: "
+                                   f"the metric does not count plain training tokens")
+
+        # ---- notes ---------------------------------------------------------------------------
+        if dup is not None:
+            notes.append(f"same measurement as {dup['id']} ({dup['file']}); count it once when aggregating")
+        out_notes = []
+        if r["notes"]:
+            out_notes.append("Source notes: " + r["notes"].strip())
+        if r["source_detail"]:
+            out_notes.append("Transcription: " + r["source_detail"].strip())
+        if r["training_type"]:
+            out_notes.append(f"Training type: {r['training_type']}.")
+        if r["derived_fields"]:
+            out_notes.append("Transcriber-derived fields: " + "; ".join(map(str, r["derived_fields"])) + ".")
+        if r["derived_outcomes"]:
+            out_notes.append("Reference derived_outcomes (not source-printed): " + "; ".join(
+                f"{k}={v}" for k, v in r["derived_outcomes"].items()) + ".")
+        extra = []
+        if r["tflops_per_device"] is not None and "tflops_per_device" not in measured:
+            extra.append(f"{r['tflops_per_device']} TFLOP/s per device"
+                         + (f" (FLOP convention: {cfg['flops_formula']})" if cfg["flops_formula"] else ""))
+        if r["mfu_pct"] is not None and "mfu" not in measured:
+            extra.append(f"MFU {r['mfu_pct']}%")
+        if r["hfu_pct"] is not None:
+            extra.append(f"HFU {r['hfu_pct']}%")
+        if extra:
+            out_notes.append("Also published: " + ", ".join(extra) + ".")
+        if r["source_url"]:
+            out_notes.append(f"URL: {r['source_url']}")
+        if notes:
+            out_notes.append("Import assumptions: " + " ".join(f"({i}) {n}." if not n.endswith(".") else
+                                                               f"({i}) {n}" for i, n in enumerate(notes, 1)))
+
+        if confidence is None:
+            detail = " ".join(str(x) for x in (r["source_detail"] or "", *r["derived_fields"])).lower()
+            confidence = "medium" if ("re-associated" in detail or "tp/pp split" in detail or
+                                      "assumed identical" in detail or "gpu_count" in detail) else "high"
+
+        run = OrderedDict()
+        run["id"] = r["id"]
+        run["source"] = r["source"]
+        run["model"] = model
+        run["seq_len"] = seq_len
+        run["hardware"] = hardware
+        run["devices"] = devices
+        dpn = r["devices_per_node"] or devices_per_node_from_text(r["hardware"])
+        if dpn and devices:
+            run["devices_per_node"] = min(dpn, devices)
+        run["precision"] = precision
+        run["parallel"] = OrderedDict(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero, sequence_parallel=bool(sp))
+        run["micro_batch"] = micro
+        run["global_batch"] = gbs
+        run["recompute"] = recompute
+        run["measured"] = measured
+        run["expressible"] = not reasons
+        run["reason"] = "; ".join(reasons) if reasons else None
+        run["confidence"] = confidence
+        run["notes"] = " ".join(out_notes)
+        return run
+
+    def by_slug_all(self, slug):
+        return [x for x in self.records if x["slug"] == slug]
+
+    _hw_cache = None
+
+    def peak_tflops(self, hardware, precision):
+        if Importer._hw_cache is None:
+            Importer._hw_cache = yaml.safe_load((self.reference / "hardware.yaml").read_text())
+        hw = Importer._hw_cache.get(hardware)
+        if not hw or not precision:
+            return None
+        return hw["throughput_dense"].get(f"{precision}_tflops")
+
+    def run(self):
+        out = OrderedDict((slug, []) for slug in SOURCES)
+        for r in self.records:
+            out[r["slug"]].append(self.convert(r))
+        return out
+
+
+def _matmul_params(model):
+    from_conv = _conventions()
+    return from_conv.matmul_params(layers=model["layers"], hidden=model["hidden"], ffn_hidden=model["ffn_hidden"],
+                                   heads=model["heads"], kv_heads=model["kv_heads"], vocab=model["vocab"],
+                                   mlp=model["mlp"] or "swiglu")
+
+
+def _conventions():
+    sys.path.insert(0, str(REPO))
+    from trainest import conventions  # noqa: E402
+    return conventions
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------------------------
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _repr_odict(dumper, data):
+    return dumper.represent_mapping("tag:yaml.org,2002:map", data.items())
+
+
+_Dumper.add_representer(OrderedDict, _repr_odict)
+
+HEADER = """\
+# Measured runs imported from /work/shared/reference by tools/import_runs.py -- do not edit by hand;
+# change the importer and re-run it. Schema: specs/README.md (runs/SOURCE.yaml).
+# measured.mfu is a fraction (0.421 = 42.1 %) of the dense peak of the run's precision;
+# measured.tokens_per_s is the total over all devices. `notes` carries the source's caveats and
+# every assumption the importer made ("Import assumptions: ...").
+"""
+
+
+def write(out_dir: Path, result) -> dict:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    counts = {}
+    for slug, runs in result.items():
+        doc = OrderedDict(source=SOURCES[slug]["title"], runs=runs)
+        text = HEADER + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=110, allow_unicode=True,
+                                  default_flow_style=False)
+        (out_dir / f"{slug}.yaml").write_text(text)
+        counts[slug] = runs
+    return counts
+
+
+def summary(result) -> str:
+    lines = []
+    total = 0
+    for slug, runs in result.items():
+        total += len(runs)
+        ok = sum(1 for r in runs if r["expressible"])
+        kinds = sorted({k for r in runs for k in r["measured"] if k != "flops_formula"})
+        lines.append(f"{slug:20s} {len(runs):4d} runs, {ok:4d} expressible, measured: {', '.join(kinds)}")
+        why = defaultdict(int)
+        for r in runs:
+            if not r["expressible"]:
+                why[re.sub(r"\(.*?\)", "", r["reason"]).split(";")[0].strip()] += 1
+        for k, n in sorted(why.items(), key=lambda x: -x[1]):
+            lines.append(f"{'':24s}{n:4d} not expressible: {k}")
+    lines.append(f"total {total}")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE)
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--check", action="store_true", help="convert and summarize, write nothing")
+    args = ap.parse_args(argv)
+    imp = Importer(args.reference)
+    result = imp.run()
+    n = sum(len(v) for v in result.values())
+    if n != len(imp.records):
+        raise SystemExit(f"lost records: {n} != {len(imp.records)}")
+    for runs in result.values():
+        for run in runs:
+            assert set(run) <= set(RUN_KEYS), run["id"]
+    if not args.check:
+        write(args.out, result)
+    print(summary(result))
+
+
+if __name__ == "__main__":
+    main()

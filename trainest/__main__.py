@@ -1,0 +1,3 @@
+from trainest.cli import main
+
+main()

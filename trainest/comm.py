@@ -1,0 +1,86 @@
+"""Collective costs on the network tiers (ring algorithms; Patarasuk & Yuan 2009; NCCL docs;
+scaling-book "Collectives").
+
+For n ranks, S bytes per rank and a per-rank bus bandwidth W (per direction):
+reduce-scatter and all-gather move (n−1)/n·S, all-reduce twice that. A group that fits in the
+scale-up domain runs at the scale-up bandwidth. A group that spans domains is limited by the NICs:
+with k of its ranks inside each domain, the k NICs work in parallel (rail-optimised clusters), so
+the bus bandwidth is min(W_up·η_up, k·W_out·η_out) (hierarchical/multi-ring NCCL).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainest import xp
+from trainest.catalog import Hardware
+
+PCIE_FALLBACK_BYTES_PER_S = 25e9   # devices in one node with no scale-up fabric talk over PCIe 4 x16
+PCIE_FALLBACK_LATENCY_S = 10e-6
+NO_NETWORK_BYTES_PER_S = 1e9       # a group that would need a network the hardware does not list
+
+
+@dataclass(frozen=True)
+class Tiers:
+    """Achievable per-device bandwidths [B/s] and latencies [s] of the two tiers."""
+
+    up_bytes_per_s: float
+    up_latency_s: float
+    domain: int                 # ranks per scale-up domain
+    out_bytes_per_s: float
+    out_latency_s: float
+
+
+def tiers_of(hardware: Hardware, devices_per_node: int) -> Tiers:
+    """The tiers with their achievable fractions applied (η_up, η_out from the hardware data)."""
+    eff = hardware.efficiency
+    if hardware.scale_up_bytes_per_s:
+        up, up_lat, domain = hardware.scale_up_bytes_per_s * eff.scale_up, hardware.scale_up_latency_s, \
+            hardware.scale_up_domain
+    else:
+        up, up_lat, domain = PCIE_FALLBACK_BYTES_PER_S * eff.scale_up, PCIE_FALLBACK_LATENCY_S, devices_per_node
+    out = hardware.scale_out_bytes_per_s * eff.scale_out if hardware.scale_out_bytes_per_s else NO_NETWORK_BYTES_PER_S
+    return Tiers(up_bytes_per_s=up, up_latency_s=up_lat, domain=max(domain, 1), out_bytes_per_s=out,
+                 out_latency_s=hardware.scale_out_latency_s)
+
+
+def ranks_per_domain(size, stride, domain: int):
+    """k: how many ranks of a group (size n, rank stride) share one scale-up domain (≥ 1, ≤ n)."""
+    return xp.maximum(1.0, xp.minimum(size, domain / stride))
+
+
+def bus_bandwidth_bytes_per_s(size, stride, tiers: Tiers):
+    """Per-rank bus bandwidth of a group: scale-up inside a domain, else NIC-limited (see module doc)."""
+    k = ranks_per_domain(size, stride, tiers.domain)
+    inside = size * stride <= tiers.domain
+    return xp.where(inside, tiers.up_bytes_per_s, xp.minimum(tiers.up_bytes_per_s, k * tiers.out_bytes_per_s))
+
+
+def step_latency_s(size, stride, tiers: Tiers):
+    """Latency of one pass of a collective over the group: (k−1)·α_up + log2(n/k)·α_out (tree across domains)."""
+    k = ranks_per_domain(size, stride, tiers.domain)
+    return (k - 1.0) * tiers.up_latency_s + xp.log2(xp.maximum(size / k, 1.0)) * tiers.out_latency_s
+
+
+def reduce_scatter_s(size_bytes, size, stride, tiers: Tiers):
+    """(n−1)/n · S/W + latency [s]; S is the full (unsharded) buffer per rank [B]. 0 for n = 1."""
+    bw = bus_bandwidth_bytes_per_s(size, stride, tiers)
+    return (size - 1.0) / size * size_bytes / bw + step_latency_s(size, stride, tiers) * xp.mask(size > 1)
+
+
+def all_gather_s(size_bytes, size, stride, tiers: Tiers):
+    """Same cost as reduce-scatter: (n−1)/n · S/W + latency [s]; S is the gathered buffer [B]."""
+    return reduce_scatter_s(size_bytes, size, stride, tiers)
+
+
+def all_reduce_s(size_bytes, size, stride, tiers: Tiers):
+    """Ring all-reduce = reduce-scatter + all-gather: 2(n−1)/n · S/W + 2·latency [s]."""
+    return 2.0 * reduce_scatter_s(size_bytes, size, stride, tiers)
+
+
+def send_recv_s(size_bytes, stride, tiers: Tiers):
+    """Point-to-point transfer to the rank `stride` away: S/W + α on the tier that link uses [s]."""
+    inside = stride < tiers.domain
+    bw = xp.where(inside, tiers.up_bytes_per_s, xp.minimum(tiers.up_bytes_per_s, tiers.out_bytes_per_s))
+    lat = xp.where(inside, tiers.up_latency_s, tiers.out_latency_s)
+    return size_bytes / bw + lat

@@ -1,0 +1,169 @@
+"""The top-level estimate: Scenario -> Estimate (frozen result dataclasses; JSON is built from them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainest import training
+from trainest.memory import memory_per_device
+from trainest.scenario import RECOMPUTE_CODE, Scenario
+from trainest.step import step_terms
+
+SCHEMA_VERSION = "1.0"
+TERMS = ("compute", "memory", "communication", "bubble", "overhead")
+
+
+@dataclass(frozen=True)
+class StepResult:
+    time_s: float
+    compute_s: float
+    memory_s: float
+    communication_s: float
+    bubble_s: float
+    overhead_s: float
+    bottleneck: str                 # the largest of compute | memory | communication | bubble | overhead
+    shares: dict[str, float]        # each term / time_s
+    communication_detail_s: dict[str, float]   # tp, cp, pp, dp (exposed) [s per step]
+    optimizer_s: float
+    micro_batch_s: float
+    overlap_policy: str
+
+
+@dataclass(frozen=True)
+class ThroughputResult:
+    tokens_per_s: float
+    tokens_per_s_per_device: float
+    model_tflops_per_device: float
+    hardware_tflops_per_device: float
+    mfu: float
+    hfu: float
+    model_flops_per_step: float
+    peak_tflops_per_device: float
+
+
+@dataclass(frozen=True)
+class MemoryResult:
+    per_device_bytes: float
+    capacity_bytes: float
+    fits: bool
+    headroom_bytes: float
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    overhead_bytes: float
+
+
+@dataclass(frozen=True)
+class TrainingResult:
+    tokens: float
+    steps: int
+    time_s: float
+    time_days: float
+    device_hours: float
+    energy_kwh: float | None
+    cost_usd: float | None
+    price_usd_per_hour: float | None
+    pue: float
+
+
+@dataclass(frozen=True)
+class Estimate:
+    scenario: Scenario
+    step: StepResult
+    throughput: ThroughputResult
+    memory: MemoryResult
+    training: TrainingResult
+
+
+OVERLAP_POLICY = ("TP and PP communication exposed; CP ring overlapped with attention; DP gradient "
+                  "reduction overlapped with the last micro-batch's backward except one layer; ZeRO-3 "
+                  "gathers prefetched behind compute except one layer")
+
+
+def layout_kwargs(s: Scenario) -> dict:
+    """The numeric layout of a scenario, as step_terms/memory_per_device take it."""
+    p = s.parallel
+    return dict(tp=float(p.tp), pp=float(p.pp), dp=float(p.dp), cp=float(p.cp), vpp=float(p.vpp),
+                micro_batch=float(s.micro_batch), zero=float(p.zero), sp=1.0 if p.sequence_parallel else 0.0,
+                recompute=float(RECOMPUTE_CODE[s.recompute]))
+
+
+def estimate(s: Scenario) -> Estimate:
+    """Estimate one scenario: step breakdown, throughput, memory and whole-run totals."""
+    lay = layout_kwargs(s)
+    terms = step_terms(s.model, s.hardware, s.precision, s.attention, seq_len=float(s.seq_len),
+                       global_batch=float(s.global_batch), devices_per_node=s.devices_per_node, **lay)
+    mem = memory_per_device(s.model, s.precision, seq_len=float(s.seq_len), micro_batch=lay["micro_batch"],
+                            micro_batches=float(s.micro_batches), tp=lay["tp"], pp=lay["pp"], dp=lay["dp"],
+                            cp=lay["cp"], vpp=lay["vpp"], zero=lay["zero"], sp=lay["sp"],
+                            recompute=lay["recompute"], attention=s.attention)
+    t = float(terms.time_s)
+    parts = {k: float(getattr(terms, f"{k}_s")) for k in TERMS}
+    bottleneck = max(parts, key=parts.get)
+    step = StepResult(time_s=t, **{f"{k}_s": v for k, v in parts.items()}, bottleneck=bottleneck,
+                      shares={k: v / t for k, v in parts.items()},
+                      communication_detail_s={"tp": float(terms.tp_comm_s), "cp": float(terms.cp_comm_s),
+                                              "pp": float(terms.pp_comm_s), "dp": float(terms.dp_comm_s)},
+                      optimizer_s=float(terms.optimizer_s), micro_batch_s=float(terms.micro_batch_s),
+                      overlap_policy=OVERLAP_POLICY)
+    peak = s.hardware.peak(s.precision)
+    tokens_per_s = s.tokens_per_step / t
+    model_tflops = float(terms.model_flops) / t / s.devices / 1e12
+    hw_tflops = float(terms.hardware_flops) / t / s.devices / 1e12
+    throughput = ThroughputResult(
+        tokens_per_s=tokens_per_s, tokens_per_s_per_device=tokens_per_s / s.devices,
+        model_tflops_per_device=model_tflops, hardware_tflops_per_device=hw_tflops,
+        mfu=model_tflops * 1e12 / peak, hfu=hw_tflops * 1e12 / peak,
+        model_flops_per_step=float(terms.model_flops), peak_tflops_per_device=peak / 1e12)
+    total = float(mem.total_bytes)
+    memory = MemoryResult(per_device_bytes=total, capacity_bytes=s.hardware.memory_bytes,
+                          fits=total <= s.hardware.memory_bytes, headroom_bytes=s.hardware.memory_bytes - total,
+                          weights_bytes=float(mem.weights_bytes), gradients_bytes=float(mem.gradients_bytes),
+                          optimizer_bytes=float(mem.optimizer_bytes), activations_bytes=float(mem.activations_bytes),
+                          overhead_bytes=float(mem.overhead_bytes))
+    steps = training.steps_for_tokens(s.tokens, s.tokens_per_step)
+    run_s = steps * t
+    dev_h = training.device_hours(run_s, s.devices)
+    train = TrainingResult(tokens=s.tokens, steps=steps, time_s=run_s, time_days=run_s / 86400.0,
+                           device_hours=dev_h,
+                           energy_kwh=training.energy_kwh(run_s, s.devices, s.hardware.power_w, s.pue),
+                           cost_usd=training.cost_usd(dev_h, s.price_usd_per_hour),
+                           price_usd_per_hour=s.price_usd_per_hour, pue=s.pue)
+    return Estimate(scenario=s, step=step, throughput=throughput, memory=memory, training=train)
+
+
+def fit_suggestions(s: Scenario, e: Estimate) -> str:
+    """A one-line 'does not fit' warning naming single changes that would make it fit."""
+    from dataclasses import replace
+
+    from trainest.units import GiB
+
+    p = s.parallel
+    tries: list[tuple[str, Scenario]] = []
+    if s.recompute != "full":
+        tries.append(("--recompute full", replace(s, recompute="full")))
+    for z in range(p.zero + 1, 4):
+        tries.append((f"--zero {z}", replace(s, parallel=replace(p, zero=z))))
+    if p.tp > 1 and not p.sequence_parallel:
+        tries.append(("--sequence-parallel", replace(s, parallel=replace(p, sequence_parallel=True))))
+    if s.micro_batch > 1:
+        tries.append(("--micro-batch 1", replace(s, micro_batch=1, global_batch=s.global_batch)))
+    for knob in ("tp", "pp"):
+        k = getattr(p, knob) * 2
+        if p.dp % 2 == 0 and ((knob == "tp" and s.model.heads % k == 0) or (knob == "pp" and s.model.layers % k == 0)):
+            new = replace(p, **{knob: k}, dp=p.dp // 2)
+            if s.global_batch % (new.dp * s.micro_batch) == 0:
+                tries.append((f"--{knob} {k}", replace(s, parallel=new)))
+    fixes = []
+    for label, alt in tries:
+        try:
+            if estimate(alt).memory.fits:
+                fixes.append(label)
+        except Exception:  # noqa: BLE001 - an alternative that is itself invalid is simply not suggested
+            continue
+    need = e.memory.per_device_bytes / GiB
+    have = e.memory.capacity_bytes / GiB
+    hint = ("; would fit with: " + ", ".join(fixes)) if fixes else \
+        "; no single change fits: combine sharding (--zero 3, --tp, --pp) with --recompute full, or use more devices"
+    return f"does not fit: needs {need:.1f} GiB per device, {s.hardware.name} has {have:.1f} GiB{hint}"

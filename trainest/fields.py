@@ -1,0 +1,130 @@
+"""One mechanism to read untrusted mappings (YAML files, CLI options) into typed values.
+
+Every reader names where the value came from (`file: key`), checks the type and range, and
+raises `SpecError` with the value and what is allowed. Unknown keys are errors, with a
+"did you mean" when a known key is close.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainest.errors import SpecError, did_you_mean
+
+MAX_REASONABLE = 1e18  # sizes above this (layers, hidden, devices...) are rejected as absurd
+
+
+def load_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
+    """Read a YAML file with `yaml.safe_load` and require a mapping at its top level."""
+    if not path.exists():
+        raise SpecError(f"{what} file {str(path)!r} does not exist")
+    if path.is_dir():
+        raise SpecError(f"{what} file {str(path)!r} is a directory, not a YAML file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"{what} file {str(path)!r} is not UTF-8 text (binary file?)") from None
+    except OSError as exc:
+        raise SpecError(f"{what} file {str(path)!r} cannot be read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise SpecError(f"{what} file {str(path)!r} is not valid YAML{where}: {problem}") from None
+    if data is None:
+        raise SpecError(f"{what} file {str(path)!r} is empty")
+    if not isinstance(data, dict):
+        raise SpecError(f"{what} file {str(path)!r} must hold a mapping (key: value), not a {type(data).__name__}")
+    return data
+
+
+def check_keys(data: Any, where: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict:
+    """Require `data` to be a mapping with all `required` keys and no keys outside required+optional."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: expected a mapping (key: value), got {type(data).__name__} {data!r}")
+    allowed = set(required) | set(optional)
+    for key in data:
+        if not isinstance(key, str):
+            raise SpecError(f"{where}: key {key!r} is not a string")
+        if key not in allowed:
+            raise SpecError(f"{where}: unknown key {key!r}{did_you_mean(key, allowed)}; allowed: {', '.join(sorted(allowed))}")
+    for key in required:
+        if key not in data or data[key] is None:
+            raise SpecError(f"{where}: missing required key {key!r}")
+    return data
+
+
+def number(value: Any, where: str, *, minimum: float = 0.0, allow_zero: bool = False,
+           maximum: float = MAX_REASONABLE, allow_none: bool = False) -> float | None:
+    """A finite real number > minimum (>= when allow_zero) and <= maximum."""
+    if value is None:
+        if allow_none:
+            return None
+        raise SpecError(f"{where}: a number is required")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(f"{where}: {value!r} is not a number")
+    x = float(value)
+    if not math.isfinite(x):
+        raise SpecError(f"{where}: {value!r} must be a finite number")
+    if x < minimum or (x == minimum and not allow_zero):
+        rel = ">=" if allow_zero else ">"
+        raise SpecError(f"{where}: {value!r} must be {rel} {minimum:g}")
+    if x > maximum:
+        raise SpecError(f"{where}: {value!r} is absurdly large (at most {maximum:g})")
+    return x
+
+
+def fraction(value: Any, where: str, *, allow_none: bool = False) -> float | None:
+    """A number in (0, 1]."""
+    x = number(value, where, allow_none=allow_none)
+    if x is not None and x > 1.0:
+        raise SpecError(f"{where}: {value!r} must be a fraction in (0, 1]")
+    return x
+
+
+def integer(value: Any, where: str, *, minimum: int = 1, maximum: int = 10**12, allow_none: bool = False) -> int | None:
+    """A whole number in [minimum, maximum]; 4.0 is accepted, 4.5 is not."""
+    if value is None:
+        if allow_none:
+            return None
+        raise SpecError(f"{where}: a whole number is required")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(f"{where}: {value!r} is not a whole number")
+    if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
+        raise SpecError(f"{where}: {value!r} is not a whole number")
+    n = int(value)
+    if n < minimum:
+        raise SpecError(f"{where}: {value!r} must be at least {minimum}")
+    if n > maximum:
+        raise SpecError(f"{where}: {value!r} is absurdly large (at most {maximum})")
+    return n
+
+
+def choice(value: Any, where: str, allowed: tuple[str, ...]) -> str:
+    """A string from `allowed` (case-insensitive)."""
+    text = str(value).strip().lower() if value is not None else ""
+    if text not in allowed:
+        raise SpecError(f"{where}: {value!r} is not allowed{did_you_mean(text, allowed)}; allowed: {', '.join(allowed)}")
+    return text
+
+
+def boolean(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise SpecError(f"{where}: {value!r} must be true or false")
+
+
+def text(value: Any, where: str, *, allow_none: bool = False) -> str | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "; ".join(value)
+    raise SpecError(f"{where}: {value!r} must be text")

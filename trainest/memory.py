@@ -1,0 +1,118 @@
+"""Memory per device: weights, gradients, optimizer state, activations and overhead.
+
+Sources: Rajbhandari et al. 2020 (ZeRO: 2+2+12 bytes per parameter for mixed-precision Adam, and
+what each stage shards); Korthikanti et al. 2022 §4 (activations per layer, sequence parallelism,
+selective and full recomputation, the 1F1B/interleaved in-flight factor). All functions accept
+floats or numpy arrays for the layout arguments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainest import xp
+from trainest.catalog import Model
+from trainest.units import GiB
+
+MASTER_WEIGHT_BYTES = 4.0        # FP32 master copy of each parameter (mixed precision)
+ADAM_MOMENT_BYTES = 8.0          # FP32 first and second moments
+MAIN_GRAD_BYTES = 4.0            # FP32 gradient accumulation buffer (Megatron main_grad, FSDP reduce dtype)
+DROPOUT_MASK_BYTES = 1.0         # one byte per element
+LOGITS_BYTES = 4.0               # FP32 logits (and their gradient) for the cross-entropy
+FRAMEWORK_OVERHEAD_BYTES = 2.0 * GiB   # CUDA context, NCCL and cuBLAS workspaces, allocator reserve
+FRAGMENTATION_FRACTION = 0.05    # allocator fragmentation, as a fraction of everything else
+
+
+def weight_bytes_per_param(precision: str) -> float:
+    """Bytes of the working weights: 4 for FP32/TF32 training, 2 otherwise (FP8/FP4 recipes keep
+    16-bit weights and cast per GEMM)."""
+    return 4.0 if precision in ("fp32", "tf32") else 2.0
+
+
+def optimizer_bytes_per_param(precision: str) -> float:
+    """Adam state: FP32 master + two moments (12 B); pure FP32 training needs no master copy (8 B)."""
+    return ADAM_MOMENT_BYTES + (0.0 if precision in ("fp32", "tf32") else MASTER_WEIGHT_BYTES)
+
+
+def stage_params(model: Model, pp):
+    """Parameters on the heaviest pipeline stage: L/p layers plus one embedding-sized matrix
+    (first stage: input embedding; last stage: output layer), or all embeddings when p = 1."""
+    embed_one = model.vocab * model.hidden
+    embeds = xp.where(pp > 1, embed_one, model.embedding_params)
+    return model.layers / pp * model.params_per_layer + embeds
+
+
+def activation_bytes_per_layer(model: Model, *, micro_batch, seq_len, tp, cp, sp, recompute, attention: str):
+    """Activations one layer keeps for backward, for one micro-batch [B] (16-bit activations).
+
+    Korthikanti et al. 2022 eq. 1–2 generalised to GQA and gated MLPs (e = 2 bytes, T = b·s/c):
+      replicated (÷t only with sequence parallelism): (4e + 2)·T·h   (two norms, two inputs, two masks)
+      tensor-parallel part ÷t: e·T·(2h + 2g·d_h + k·f) with k = 2 (GeLU) or 3 (SwiGLU)
+      attention scores (standard attention, no recompute): (2e+1)·b·(a/t)·(s/c)·s
+    For h = a·d_h = g·d_h, f = 4h this is sbh(10 + 24/t + 5as/(ht)), the paper's eq. 2.
+    Full recompute keeps only the layer input e·T·h (÷t with sequence parallelism).
+    recompute is 0 (none), 1 (selective) or 2 (full); sp is 0/1.
+    """
+    e = 2.0
+    h, f = model.hidden, model.ffn_hidden
+    tokens = micro_batch * seq_len / cp
+    sp_div = xp.where(sp > 0, tp, 1.0)
+    replicated = (4.0 * e + 2.0 * DROPOUT_MASK_BYTES) * tokens * h / sp_div
+    split = e * tokens * (2.0 * h + 2.0 * model.kv_heads * model.head_dim + model.mlp_matrices * f) / tp
+    scores = 0.0
+    if attention == "standard":
+        scores = (2.0 * e + DROPOUT_MASK_BYTES) * micro_batch * (model.heads / tp) * (seq_len / cp) * seq_len
+        scores = scores * xp.mask(recompute == 0)
+    stored = replicated + split + scores
+    full_input = e * tokens * h / sp_div
+    return xp.where(recompute == 2, full_input, stored), stored
+
+
+def in_flight_micro_batches(pp, vpp, micro_batches):
+    """Micro-batches whose activations the first stage holds under 1F1B: min(m, p), times the
+    interleaving factor 1 + (p−1)/(p·v) when v > 1 (Korthikanti et al. 2022 §4.2.3)."""
+    interleave = xp.where(vpp > 1, 1.0 + (pp - 1.0) / (pp * vpp), 1.0)
+    return xp.minimum(micro_batches, pp) * interleave
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes per device (the heaviest pipeline stage)."""
+
+    weights_bytes: object
+    gradients_bytes: object
+    optimizer_bytes: object
+    activations_bytes: object
+    overhead_bytes: object
+    total_bytes: object
+
+
+def memory_per_device(model: Model, precision: str, *, seq_len, micro_batch, micro_batches,
+                      tp, pp, dp, cp, vpp, zero, sp, recompute, attention: str) -> MemoryBreakdown:
+    """Weights, gradients and optimizer state of the heaviest stage, sharded per ZeRO stage, plus
+    activations of the in-flight micro-batches and the framework overhead [B]."""
+    params_local = stage_params(model, pp) / tp
+    shard3 = xp.where(zero >= 3, dp, 1.0)
+    shard2 = xp.where(zero >= 2, dp, 1.0)
+    shard1 = xp.where(zero >= 1, dp, 1.0)
+    w_bytes = weight_bytes_per_param(precision)
+    weights = params_local * w_bytes / shard3
+    # ZeRO-3 gathers the weights of the layer being computed and prefetches the next one.
+    weights = weights + xp.mask(zero >= 3) * 2.0 * model.params_per_layer / tp * w_bytes
+    grads = params_local * MAIN_GRAD_BYTES / shard2
+    optim = params_local * optimizer_bytes_per_param(precision) / shard1
+
+    per_layer, per_layer_stored = activation_bytes_per_layer(
+        model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, sp=sp, recompute=recompute,
+        attention=attention)
+    layers_per_stage = model.layers / pp
+    working = xp.mask(recompute == 2) * per_layer_stored          # one layer re-materialised in backward
+    first_stage = per_layer * layers_per_stage * in_flight_micro_batches(pp, vpp, micro_batches) + working
+    logits = 2.0 * LOGITS_BYTES * micro_batch * seq_len / cp * model.vocab / tp
+    last_stage = per_layer * layers_per_stage + working + logits
+    activations = xp.where(pp > 1, xp.maximum(first_stage, last_stage), first_stage + logits)
+
+    subtotal = weights + grads + optim + activations
+    overhead = FRAMEWORK_OVERHEAD_BYTES + FRAGMENTATION_FRACTION * subtotal
+    return MemoryBreakdown(weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=optim,
+                           activations_bytes=activations, overhead_bytes=overhead, total_bytes=subtotal + overhead)

@@ -1,0 +1,254 @@
+"""What the user asked: the `Scenario`, built and validated once from a mapping (CLI or YAML).
+
+`scenario_from_mapping` is the only way a Scenario is made from user data; it fills documented
+defaults, records which values were derived (so reports can show them), and checks every
+divisibility rule with a message that says what would be allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainest import fields as F
+from trainest.catalog import PRECISIONS, Hardware, Model, load_hardware, load_model, model_from_mapping, with_shape
+from trainest.errors import SpecError
+from trainest.units import parse_count
+
+RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
+ATTENTION = ("flash", "standard")
+
+DEFAULT_MODEL = "llama3-8b"
+DEFAULT_HARDWARE = "h100-sxm"
+DEFAULT_DEVICES = 8
+DEFAULT_PRECISION = "bf16"
+DEFAULT_TOKENS_PER_PARAM = 20.0     # Hoffmann et al. 2022 (Chinchilla): ~20 training tokens per parameter
+DEFAULT_PUE = 1.2                   # typical modern data-centre power usage effectiveness
+
+# `trainest estimate` with no scenario options at all: an everyday case that fits, Llama 3 8B on one
+# 8-GPU H100 node with FSDP and a 0.5M-token batch (torchtitan's Llama 3 8B recipe uses FSDP on 8 GPUs).
+BUILTIN_DEFAULT = {"model": DEFAULT_MODEL, "hardware": DEFAULT_HARDWARE, "devices": DEFAULT_DEVICES,
+                   "parallel": {"zero": 3}, "micro_batch": 1, "global_batch": 64, "recompute": "selective"}
+
+SCENARIO_KEYS = ("model", "seq_len", "hardware", "devices", "devices_per_node", "precision", "parallel",
+                 "micro_batch", "global_batch", "recompute", "attention", "tokens", "price_per_hour", "pue")
+RUN_ONLY_KEYS = ("id", "source", "measured", "expressible", "reason", "confidence", "notes")
+PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "fsdp", "sequence_parallel")
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """The parallel layout. N = tp·pp·cp·dp devices."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    vpp: int = 1                 # virtual (interleaved) stages per pipeline rank
+    zero: int = 0                # 0 none, 1 optimizer state, 2 + gradients, 3 + weights (FSDP)
+    sequence_parallel: bool = False
+
+    @property
+    def devices(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A fully resolved training scenario (all defaults filled in)."""
+
+    model: Model
+    hardware: Hardware
+    seq_len: int
+    devices: int
+    devices_per_node: int
+    precision: str
+    parallel: Parallel
+    micro_batch: int
+    global_batch: int
+    recompute: str
+    attention: str
+    tokens: float
+    price_usd_per_hour: float | None
+    pue: float
+    derived: tuple[str, ...] = field(default=())   # names of values filled by defaults
+
+    @property
+    def micro_batches(self) -> int:
+        """m: micro-batches per step per pipeline = global batch / (dp · micro-batch)."""
+        return self.global_batch // (self.parallel.dp * self.micro_batch)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.seq_len
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def _divisor_hint(n: int) -> str:
+    divs = _divisors(n) if n <= 100_000 else []
+    return "; try " + ", ".join(str(k) for k in divs[:16]) + (" ..." if len(divs) > 16 else "") if divs else ""
+
+
+def _model_from(value: Any, where: str) -> Model:
+    if isinstance(value, dict):
+        return model_from_mapping(value, f"{where}.model")
+    if isinstance(value, str) and value.strip():
+        return load_model(value)
+    raise SpecError(f"{where}.model: {value!r} must be a preset name, a path, or a mapping of the shape")
+
+
+def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
+                          shape: dict[str, Any] | None = None, builtin_default: bool = False) -> Scenario:
+    """Validate a scenario mapping (schema in specs/README.md), fill defaults, check divisibility.
+
+    `shape` holds CLI shape overrides (layers, hidden, ...) applied on top of the model.
+    `builtin_default` starts from BUILTIN_DEFAULT (the no-argument scenario), marking its values derived.
+    """
+    F.check_keys(data, where, (), SCENARIO_KEYS + RUN_ONLY_KEYS)
+    derived: list[str] = []
+    if builtin_default:
+        base = dict(BUILTIN_DEFAULT)
+        derived.extend(k for k in base if k != "parallel")
+        derived.extend(f"parallel.{k}" for k in base["parallel"])
+        data = {**base, **{k: v for k, v in data.items() if v is not None}}
+
+    def default(key: str, value: Any) -> Any:
+        if data.get(key) is None and key not in derived:
+            derived.append(key)
+            return value
+        return data[key]
+
+    model = _model_from(default("model", DEFAULT_MODEL), where)
+    if shape:
+        model = with_shape(model, **shape)
+    hardware_value = default("hardware", DEFAULT_HARDWARE)
+    if isinstance(hardware_value, dict):
+        from trainest.catalog import hardware_from_mapping
+        hardware: Hardware = hardware_from_mapping(hardware_value, f"{where}.hardware")
+    else:
+        hardware = load_hardware(F.text(hardware_value, f"{where}.hardware"))
+
+    seq_len = F.integer(default("seq_len", model.seq_len), f"{where}.seq_len", maximum=10**8)
+    precision = F.choice(default("precision", DEFAULT_PRECISION), f"{where}.precision", PRECISIONS)
+    hardware.peak(precision)  # raises with the list of supported precisions
+
+    par = data.get("parallel") or {}
+    F.check_keys(par, f"{where}.parallel", (), PARALLEL_KEYS)
+    tp = F.integer(par.get("tp", 1), f"{where}.parallel.tp", maximum=10**6)
+    pp = F.integer(par.get("pp", 1), f"{where}.parallel.pp", maximum=10**6)
+    cp = F.integer(par.get("cp", 1), f"{where}.parallel.cp", maximum=10**6)
+    vpp = F.integer(par.get("vpp", 1), f"{where}.parallel.vpp", maximum=10**6)
+    zero = F.integer(par.get("zero", 0), f"{where}.parallel.zero", minimum=0, maximum=3)
+    if par.get("fsdp") is not None and F.boolean(par["fsdp"], f"{where}.parallel.fsdp"):
+        if par.get("zero") not in (None, 3):
+            raise SpecError(f"{where}.parallel: fsdp means zero=3, but zero={par['zero']} was given")
+        zero = 3
+    for key in ("tp", "pp", "cp", "vpp", "zero", "sequence_parallel"):
+        if par.get(key) is None and f"parallel.{key}" not in derived:
+            derived.append(f"parallel.{key}")
+    sp = F.boolean(par.get("sequence_parallel", False), f"{where}.parallel.sequence_parallel")
+
+    model_parallel = tp * pp * cp
+    devices_given = data.get("devices")
+    if devices_given is None and par.get("dp") is not None:
+        devices = model_parallel * F.integer(par["dp"], f"{where}.parallel.dp")
+        derived.append("devices")
+    else:
+        devices = F.integer(default("devices", DEFAULT_DEVICES), f"{where}.devices", maximum=10**7)
+    if par.get("dp") is None:
+        if devices % model_parallel:
+            raise SpecError(f"{where}: devices={devices} is not divisible by tp·pp·cp = {tp}·{pp}·{cp} = {model_parallel}")
+        dp = devices // model_parallel
+        derived.append("parallel.dp")
+    else:
+        dp = F.integer(par["dp"], f"{where}.parallel.dp", maximum=10**7)
+        if dp * model_parallel != devices:
+            raise SpecError(f"{where}: tp·pp·cp·dp = {tp}·{pp}·{cp}·{dp} = {dp * model_parallel} does not equal "
+                            f"devices={devices}")
+    devices_per_node = F.integer(default("devices_per_node", hardware.devices_per_node),
+                                 f"{where}.devices_per_node", maximum=10**6)
+
+    if model.heads % tp:
+        raise SpecError(f"{where}: tp={tp} does not divide heads={model.heads}{_divisor_hint(model.heads)}")
+    if model.layers % pp:
+        raise SpecError(f"{where}: pp={pp} does not divide layers={model.layers}{_divisor_hint(model.layers)}")
+    if vpp > 1 and pp == 1:
+        raise SpecError(f"{where}: vpp={vpp} needs pipeline parallelism (pp > 1)")
+    if (model.layers // pp) % vpp:
+        raise SpecError(f"{where}: vpp={vpp} does not divide layers per stage = {model.layers}/{pp} = "
+                        f"{model.layers // pp}{_divisor_hint(model.layers // pp)}")
+    if seq_len % cp:
+        raise SpecError(f"{where}: cp={cp} does not divide seq_len={seq_len}{_divisor_hint(seq_len)}")
+
+    micro_batch = F.integer(default("micro_batch", 1), f"{where}.micro_batch", maximum=10**7)
+    global_batch = F.integer(default("global_batch", dp * micro_batch), f"{where}.global_batch", maximum=10**9)
+    if global_batch % (dp * micro_batch):
+        raise SpecError(f"{where}: global_batch={global_batch} is not divisible by dp·micro_batch = {dp}·{micro_batch}"
+                        f" = {dp * micro_batch}; use a multiple of {dp * micro_batch}")
+    recompute = F.choice(default("recompute", "none"), f"{where}.recompute", RECOMPUTE)
+    attention = F.choice(default("attention", "flash"), f"{where}.attention", ATTENTION)
+
+    tokens_value = data.get("tokens")
+    if tokens_value is None:
+        tokens = DEFAULT_TOKENS_PER_PARAM * model.params
+        derived.append("tokens")
+    else:
+        tokens = parse_count(tokens_value, f"{where}.tokens")
+        if tokens > 1e18:
+            raise SpecError(f"{where}.tokens: {tokens_value!r} is absurdly large (at most 1e18)")
+    price = data.get("price_per_hour")
+    if price is None:
+        price_usd = hardware.price_usd_per_hour
+        derived.append("price_per_hour")
+    else:
+        price_usd = F.number(price, f"{where}.price_per_hour", allow_zero=True, maximum=1e6)
+    pue = F.number(default("pue", DEFAULT_PUE), f"{where}.pue", minimum=1.0, allow_zero=True, maximum=10.0)
+
+    return Scenario(
+        model=model, hardware=hardware, seq_len=seq_len, devices=devices, devices_per_node=devices_per_node,
+        precision=precision, parallel=Parallel(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero, sequence_parallel=sp),
+        micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
+        tokens=tokens, price_usd_per_hour=price_usd, pue=pue, derived=tuple(derived),
+    )
+
+
+def load_scenario_file(path: str) -> dict[str, Any]:
+    """Read a scenario YAML (a mapping of scenario keys); validation happens in scenario_from_mapping."""
+    return F.load_yaml_mapping(Path(path), "scenario")
+
+
+def scenario_mapping(s: Scenario) -> dict[str, Any]:
+    """The resolved scenario as a plain mapping (the `inputs` echo in JSON; loadable again)."""
+    m = s.model
+    return {
+        "model": {"name": m.name, "layers": m.layers, "hidden": m.hidden, "ffn_hidden": m.ffn_hidden,
+                  "heads": m.heads, "kv_heads": m.kv_heads, "vocab": m.vocab, "mlp": m.mlp,
+                  "tied_embeddings": m.tied_embeddings, "params": m.params},
+        "seq_len": s.seq_len,
+        "hardware": s.hardware.name,
+        "devices": s.devices,
+        "devices_per_node": s.devices_per_node,
+        "precision": s.precision,
+        "parallel": {"tp": s.parallel.tp, "pp": s.parallel.pp, "dp": s.parallel.dp, "cp": s.parallel.cp,
+                     "vpp": s.parallel.vpp, "zero": s.parallel.zero,
+                     "sequence_parallel": s.parallel.sequence_parallel},
+        "micro_batch": s.micro_batch,
+        "global_batch": s.global_batch,
+        "micro_batches": s.micro_batches,
+        "recompute": s.recompute,
+        "attention": s.attention,
+        "tokens": s.tokens,
+        "price_per_hour": s.price_usd_per_hour,
+        "pue": s.pue,
+        "derived": list(s.derived),
+    }
+
+
+def is_finite_positive(x: float) -> bool:
+    return math.isfinite(x) and x > 0

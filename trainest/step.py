@@ -1,0 +1,229 @@
+"""One training step: the operations of every layer timed on the roofline, the collectives on
+their tiers, the 1F1B pipeline schedule with its bubble, and the overlap rules made explicit.
+
+`step_terms` is written once and runs on floats (one estimate) or numpy arrays (the plan search):
+the layout arguments (tp, pp, dp, cp, vpp, micro_batch, zero, sp, recompute) may be arrays.
+Formulas: docs/model.md; sources: Narayanan et al. 2021 (schedule, eq. 3), Korthikanti et al. 2022
+(recompute, sequence parallelism), Rajbhandari et al. 2020 (ZeRO traffic), Dao 2023 (FlashAttention-2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainest import xp
+from trainest.catalog import Hardware, Model
+from trainest.comm import Tiers, all_gather_s, all_reduce_s, reduce_scatter_s, send_recv_s, tiers_of
+from trainest.compute import OpTime, fused_time, gemm_time, streaming_time
+from trainest.memory import MAIN_GRAD_BYTES, weight_bytes_per_param
+
+ACTIVATION_BYTES = 2.0             # 16-bit activations between kernels
+GEMM_INPUT_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
+CAUSAL_FRACTION = 0.5              # causal flash attention computes about half of the s×s scores
+FLASH_BACKWARD_FLOP_RATIO = 2.5    # FlashAttention-2 backward: 5 matmuls vs 2 in forward (Dao 2023)
+FLASH_BACKWARD_EFFICIENCY = 0.85   # backward reaches ~0.85 of forward's FLOP/s (Dao 2023, Fig. 5-6)
+H_WIDE_BYTES_PER_ELEMENT = 15 * ACTIVATION_BYTES   # norms, residual adds, dropout on h-wide tensors, fwd
+F_WIDE_PASSES = {"gelu": 2.0, "swiglu": 3.0}       # reads+writes of f-wide tensors by the activation, fwd
+SOFTMAX_BYTES_PER_SCORE = 9.0      # standard attention: scale/mask/softmax/dropout over s×s, fwd
+CROSS_ENTROPY_PASSES = 4.0         # FP32 logits: softmax read/write forward and backward
+BACKWARD_TRAFFIC_RATIO = 2.0       # element-wise backward moves about twice the forward bytes
+LOW_PRECISION_CAST_PASSES = 3.0    # FP8/FP4: read 16-bit input, write the low-precision copy (+ scale)
+OPTIMIZER_BYTES_PER_PARAM = 34.0   # Adam: r/w FP32 master, m, v (24) + read grad (4) + norm (4) + write weights (2)
+
+
+@dataclass(frozen=True)
+class StepTerms:
+    """Per-step times [s] (floats or arrays). time_s = compute_s + memory_s + communication_s
+    + bubble_s + overhead_s (conservation)."""
+
+    time_s: object
+    compute_s: object
+    memory_s: object
+    communication_s: object
+    bubble_s: object
+    overhead_s: object
+    tp_comm_s: object
+    cp_comm_s: object
+    pp_comm_s: object
+    dp_comm_s: object
+    optimizer_s: object
+    micro_batch_s: object        # one micro-batch, forward + backward, on the heaviest stage
+    model_flops: object          # per step, all devices (fwd + bwd, no recompute)
+    hardware_flops: object       # per step, all devices, including recomputation
+
+
+def _sum(times: list[OpTime]) -> tuple[object, object]:
+    compute = 0.0
+    memory = 0.0
+    for t in times:
+        compute = compute + t.compute_bound_s
+        memory = memory + t.memory_bound_s
+    return compute, memory
+
+
+def layer_flops_forward(model: Model, tokens, seq_len, causal_fraction: float = 1.0):
+    """Forward FLOPs of one layer for `tokens` tokens of length-`seq_len` sequences, whole layer:
+    2·T·h·(a + 2g)·d_h + 4·T·s·a·d_h·causal + 2·T·a·d_h·h + 2·k·T·h·f (DESIGN.md; Narayanan 2021 §5.1;
+    with a·d_h = h and g = a this is 24·T·h² + 4·T·s·h for GeLU, f = 4h)."""
+    h, f = model.hidden, model.ffn_hidden
+    q_width = model.heads * model.head_dim
+    qkv = 2.0 * tokens * h * (q_width + 2.0 * model.kv_heads * model.head_dim)
+    attn = 4.0 * tokens * seq_len * q_width * causal_fraction
+    return qkv + attn + 2.0 * tokens * q_width * h + 2.0 * model.mlp_matrices * tokens * h * f
+
+
+def model_flops_per_step(model: Model, seq_len, global_batch, causal: bool = True):
+    """3 × forward FLOPs of all layers plus the logits GEMM, for B·s tokens (no recompute) [FLOP]."""
+    tokens = global_batch * seq_len
+    frac = CAUSAL_FRACTION if causal else 1.0
+    fwd = model.layers * layer_flops_forward(model, tokens, seq_len, frac) + 2.0 * tokens * model.hidden * model.vocab
+    return 3.0 * fwd
+
+
+def step_terms(model: Model, hardware: Hardware, precision: str, attention: str, *, seq_len, global_batch,
+               devices_per_node: int, tp, pp, dp, cp, vpp, micro_batch, zero, sp, recompute) -> StepTerms:
+    """Compose one training step (see module docstring and docs/model.md §Step)."""
+    eff = hardware.efficiency
+    tiers: Tiers = tiers_of(hardware, devices_per_node)
+    peak = hardware.peak(precision)
+    gemm_peak_fraction = eff.gemm * (eff.low_precision_gemm if precision in ("fp8", "fp4") else 1.0)
+    mem_bw = hardware.memory_bytes_per_s * eff.memory
+    attn_flops_per_s = hardware.peak_16bit_flops_per_s * eff.attention
+    e = ACTIVATION_BYTES
+    in_b = GEMM_INPUT_BYTES[precision]
+    h, f, s = model.hidden, model.ffn_hidden, seq_len
+    heads_local = model.heads / tp
+    kv_local = model.kv_heads * model.head_dim / tp
+    tokens = micro_batch * s / cp                       # T: tokens of one micro-batch on this device
+    m = global_batch / (dp * micro_batch)               # micro-batches per step
+    full = xp.mask(recompute == 2)
+    selective = xp.mask(recompute == 1)
+    sp_div = xp.where(sp > 0, tp, 1.0)
+
+    def gemm(mm, nn, kk) -> OpTime:
+        return gemm_time(mm, nn, kk, peak_flops_per_s=peak, peak_fraction=gemm_peak_fraction,
+                         half_dim=eff.gemm_half_dim, input_bytes=in_b, output_bytes=e, memory_bytes_per_s=mem_bw)
+
+    # ---- forward of one layer, one micro-batch, on one device
+    q_width = model.heads * model.head_dim              # a·d_h (= h for most models)
+    linear = [gemm(tokens, (q_width + 2.0 * model.kv_heads * model.head_dim) / tp, h),   # QKV
+              gemm(tokens, h, q_width / tp),                                     # output projection
+              gemm(tokens, (model.mlp_matrices - 1.0) * f / tp, h),              # MLP up (and gate)
+              gemm(tokens, h, f / tp)]                                           # MLP down
+    score_elements = micro_batch * heads_local * (s / cp) * s
+    if attention == "flash":
+        attn_flops = 4.0 * score_elements * model.head_dim * CAUSAL_FRACTION
+        attn_bytes = e * tokens * (2.0 * q_width / tp + 2.0 * kv_local)         # read Q, K, V, write O
+        attn_fwd = fused_time(attn_flops, attn_bytes, attn_flops_per_s, mem_bw)
+        attn_bwd = fused_time(FLASH_BACKWARD_FLOP_RATIO * attn_flops, 2.0 * attn_bytes,
+                              attn_flops_per_s * FLASH_BACKWARD_EFFICIENCY, mem_bw)
+        attn_fwd_parts = [attn_fwd]
+        attn_bwd_parts = [attn_bwd]
+    else:
+        batch_heads = micro_batch * heads_local
+        scores = gemm(s / cp, s, model.head_dim)
+        context = gemm(s / cp, model.head_dim, s)
+        scale = batch_heads
+        attn_fwd_parts = [OpTime(scores.compute_s * scale, scores.memory_s * scale),
+                          OpTime(context.compute_s * scale, context.memory_s * scale),
+                          streaming_time(SOFTMAX_BYTES_PER_SCORE * score_elements, mem_bw)]
+        attn_bwd_parts = [OpTime(2.0 * p.compute_s, 2.0 * p.memory_s) for p in attn_fwd_parts]
+    elementwise_bytes = (H_WIDE_BYTES_PER_ELEMENT * tokens * h / sp_div
+                         + F_WIDE_PASSES[model.mlp] * e * tokens * f / tp)
+    if precision in ("fp8", "fp4"):
+        elementwise_bytes = elementwise_bytes + LOW_PRECISION_CAST_PASSES * tokens * (3.0 * h / sp_div + f / tp)
+    elementwise = streaming_time(elementwise_bytes, mem_bw)
+
+    fwd_ops = linear + attn_fwd_parts + [elementwise]
+    bwd_ops = ([OpTime(2.0 * o.compute_s, 2.0 * o.memory_s) for o in linear] + attn_bwd_parts
+               + [OpTime(elementwise.compute_s, BACKWARD_TRAFFIC_RATIO * elementwise.memory_s)])
+    fwd_c, fwd_m = _sum(fwd_ops)
+    bwd_c, bwd_m = _sum(bwd_ops)
+    attn_c, attn_m = _sum(attn_fwd_parts)
+    # recomputation: full re-runs the forward; selective re-runs the attention core
+    re_c = full * fwd_c + selective * attn_c
+    re_m = full * fwd_m + selective * attn_m
+    layer_c = fwd_c + bwd_c + re_c
+    layer_m = fwd_m + bwd_m + re_m
+    layer_overhead = eff.layer_overhead_s * (2.0 + full)
+
+    # ---- tensor parallelism: 2 all-reduces (or RS+AG with SP) of T·h forward, 2 backward, 2 more
+    # when the forward is recomputed; exposed (no overlap).
+    tp_one = all_reduce_s(e * tokens * h, tp, 1.0, tiers)
+    tp_layer = tp_one * (4.0 + 2.0 * full)
+    # ---- context parallelism: K,V chunks around the ring, (c−1) steps forward, twice in backward,
+    # overlapped with the attention computation.
+    kv_chunk = 2.0 * e * tokens * kv_local
+    cp_fwd = (cp - 1.0) * send_recv_s(kv_chunk, tp, tiers) * xp.mask(cp > 1)
+    cp_layer = (xp.maximum(cp_fwd - attn_c - attn_m, 0.0) * (1.0 + full + selective)
+                + xp.maximum(2.0 * cp_fwd - _sum(attn_bwd_parts)[0] - _sum(attn_bwd_parts)[1], 0.0))
+
+    # ---- logits on the last stage: GEMM forward and backward + cross entropy
+    logits = gemm(tokens, model.vocab / tp, h)
+    ce = streaming_time(CROSS_ENTROPY_PASSES * 4.0 * tokens * model.vocab / tp, mem_bw)
+    logits_c = 3.0 * logits.compute_bound_s
+    logits_m = 3.0 * logits.memory_bound_s + ce.memory_s
+
+    # ---- one micro-batch on a stage
+    layers_per_stage = model.layers / pp
+    stage_c = layers_per_stage * layer_c
+    stage_m = layers_per_stage * layer_m
+    stage_o = layers_per_stage * layer_overhead
+    stage_tp = layers_per_stage * tp_layer
+    stage_cp = layers_per_stage * cp_layer
+    # pipeline: each of the v chunks sends activations forward and gradients backward
+    pp_stride = tp * cp * dp
+    p2p_bytes = e * tokens * h / tp                    # scatter/gather optimisation (Narayanan 2021 §4.1)
+    stage_pp = 2.0 * vpp * send_recv_s(p2p_bytes, pp_stride, tiers) * xp.mask(pp > 1)
+
+    # ---- ZeRO-3 / FSDP: all-gather weights forward and backward, reduce-scatter gradients, every
+    # micro-batch; prefetched behind compute except one layer's worth.
+    w_bytes = weight_bytes_per_param(precision)
+    from trainest.memory import stage_params
+    params_local = stage_params(model, pp) / tp
+    dp_stride = tp * cp
+    z3 = xp.mask(zero >= 3)
+    z3_comm = z3 * (2.0 * all_gather_s(params_local * w_bytes, dp, dp_stride, tiers)
+                    + reduce_scatter_s(params_local * MAIN_GRAD_BYTES, dp, dp_stride, tiers))
+    stage_work = stage_c + stage_m + stage_o
+    z3_exposed = xp.maximum(z3_comm - stage_work, z3_comm / layers_per_stage) * z3
+
+    mb_avg_c, mb_avg_m = stage_c, stage_m
+    mb_comm = stage_tp + stage_cp + stage_pp + z3_exposed
+    mb_avg = mb_avg_c + mb_avg_m + stage_o + mb_comm
+    mb_max_c = mb_avg_c + logits_c
+    mb_max_m = mb_avg_m + logits_m
+    mb_max = mb_max_c + mb_max_m + stage_o + mb_comm
+
+    bubble = (pp - 1.0) / vpp * mb_avg
+
+    # ---- data parallelism (ZeRO 0–2): gradient all-reduce, or reduce-scatter + all-gather of the
+    # weights (ZeRO-1/2, distributed optimizer); overlapped with the last micro-batch's backward,
+    # except the last bucket (one layer's worth).
+    zero12 = xp.mask((zero >= 1) * (zero <= 2))
+    z0 = xp.mask(zero == 0)
+    dp_comm = (z0 * all_reduce_s(params_local * MAIN_GRAD_BYTES, dp, dp_stride, tiers)
+               + zero12 * (reduce_scatter_s(params_local * MAIN_GRAD_BYTES, dp, dp_stride, tiers)
+                           + all_gather_s(params_local * w_bytes, dp, dp_stride, tiers)))
+    backward_window = layers_per_stage * (bwd_c + bwd_m)
+    dp_exposed = xp.maximum(dp_comm - backward_window, dp_comm / layers_per_stage) * (1.0 - z3)
+
+    # ---- optimizer: memory-bound Adam over the local (ZeRO-sharded) parameters
+    opt_params = params_local / xp.where(zero >= 1, dp, 1.0)
+    optimizer = opt_params * OPTIMIZER_BYTES_PER_PARAM / mem_bw
+
+    compute_s = m * mb_max_c
+    memory_s = m * mb_max_m + optimizer
+    overhead_s = m * stage_o
+    communication_s = m * mb_comm + dp_exposed
+    time_s = compute_s + memory_s + overhead_s + communication_s + bubble
+
+    mflops = model_flops_per_step(model, s, global_batch)
+    tokens_step = global_batch * s
+    hw_extra = tokens_step * model.layers * (
+        full * layer_flops_forward(model, 1.0, s, CAUSAL_FRACTION)
+        + selective * 4.0 * s * model.heads * model.head_dim * CAUSAL_FRACTION)
+    return StepTerms(time_s=time_s, compute_s=compute_s, memory_s=memory_s, communication_s=communication_s,
+                     bubble_s=bubble, overhead_s=overhead_s, tp_comm_s=m * stage_tp, cp_comm_s=m * stage_cp,
+                     pp_comm_s=m * stage_pp, dp_comm_s=dp_exposed + m * z3_exposed, optimizer_s=optimizer,
+                     micro_batch_s=mb_max, model_flops=mflops, hardware_flops=mflops + hw_extra)

@@ -1,0 +1,90 @@
+"""Named unit constants and parsers for human-friendly numbers (`7B`, `1.5T`, `80GiB`, `30d`).
+
+Inside trainest every quantity is SI (seconds, bytes, FLOPs, bytes/s); the constants here are the
+only place where human units are converted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from trainest.errors import SpecError
+
+KILO = 1e3
+MEGA = 1e6
+GIGA = 1e9
+TERA = 1e12
+PETA = 1e15
+
+KB = 1e3
+MB = 1e6
+GB = 1e9
+TB = 1e12
+KiB = 2**10
+MiB = 2**20
+GiB = 2**30
+TiB = 2**40
+
+BITS_PER_BYTE = 8
+MICROSECOND = 1e-6
+SECONDS_PER_HOUR = 3600.0
+SECONDS_PER_DAY = 86400.0
+JOULES_PER_KWH = 3.6e6
+
+_COUNT_SUFFIX = {"": 1.0, "K": KILO, "M": MEGA, "B": GIGA, "G": GIGA, "T": TERA, "P": PETA}
+_BYTES_SUFFIX = {
+    "": 1.0, "B": 1.0,
+    "KB": KB, "MB": MB, "GB": GB, "TB": TB,
+    "KIB": KiB, "MIB": MiB, "GIB": GiB, "TIB": TiB,
+}
+_DURATION_SUFFIX = {"S": 1.0, "M": 60.0, "MIN": 60.0, "H": 3600.0, "D": SECONDS_PER_DAY,
+                    "W": 7 * SECONDS_PER_DAY}
+_NUMBER = r"([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
+
+
+def _finite_positive(number: float, text: str, what: str) -> float:
+    if not math.isfinite(number) or number <= 0:
+        raise SpecError(f"{what} {text!r} must be a finite number greater than 0")
+    return number
+
+
+def parse_count(text: str | int | float, what: str = "count") -> float:
+    """Parse a count such as `300B`, `1.5T`, `7e9` or `2000000` into a float.
+
+    Suffixes are decimal: K=1e3, M=1e6, B (or G)=1e9, T=1e12, P=1e15.
+    """
+    if isinstance(text, bool):
+        raise SpecError(f"{what} {text!r} is not a number; use e.g. 300B, 1.5T or 2e12")
+    if isinstance(text, (int, float)):
+        return _finite_positive(float(text), str(text), what)
+    match = re.fullmatch(_NUMBER + r"\s*([A-Za-z]?)", str(text).strip())
+    if not match or match.group(2).upper() not in _COUNT_SUFFIX:
+        raise SpecError(f"{what} {text!r} is not a number; use e.g. 300B, 1.5T or 2e12")
+    return _finite_positive(float(match.group(1)) * _COUNT_SUFFIX[match.group(2).upper()], str(text), what)
+
+
+def parse_bytes(text: str | int | float, what: str = "size") -> float:
+    """Parse a size such as `80GiB`, `80GB` or `8.5e10` into bytes (GB = 1e9, GiB = 2**30)."""
+    if isinstance(text, bool):
+        raise SpecError(f"{what} {text!r} is not a size; use e.g. 80GB or 80GiB")
+    if isinstance(text, (int, float)):
+        return _finite_positive(float(text), str(text), what)
+    match = re.fullmatch(_NUMBER + r"\s*([A-Za-z]*)", str(text).strip())
+    if not match or match.group(2).upper() not in _BYTES_SUFFIX:
+        raise SpecError(f"{what} {text!r} is not a size; use e.g. 80GB or 80GiB")
+    return _finite_positive(float(match.group(1)) * _BYTES_SUFFIX[match.group(2).upper()], str(text), what)
+
+
+def parse_duration_s(text: str | int | float, what: str = "duration") -> float:
+    """Parse a duration such as `30d`, `12h`, `2w` or `3600` (seconds) into seconds."""
+    if isinstance(text, bool):
+        raise SpecError(f"{what} {text!r} is not a duration; use e.g. 30d, 12h or 3600")
+    if isinstance(text, (int, float)):
+        return _finite_positive(float(text), str(text), what)
+    match = re.fullmatch(_NUMBER + r"\s*([A-Za-z]*)", str(text).strip())
+    suffix = match.group(2).upper() if match else None
+    if not match or (suffix and suffix not in _DURATION_SUFFIX):
+        raise SpecError(f"{what} {text!r} is not a duration; use e.g. 30d, 12h, 2w or 3600 (seconds)")
+    factor = _DURATION_SUFFIX[suffix] if suffix else 1.0
+    return _finite_positive(float(match.group(1)) * factor, str(text), what)

@@ -1,0 +1,57 @@
+"""Scalar-or-array arithmetic helpers: the model's formulas run on plain floats (one estimate,
+no numpy import) and on numpy arrays (the plan search evaluates every layout at once).
+
+Conditions in model code are written as these helpers or as arithmetic masks, never as `if`.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def _scalar(*xs: object) -> bool:
+    return all(isinstance(x, (int, float)) for x in xs)
+
+
+def maximum(a, b):
+    if _scalar(a, b):
+        return a if a >= b else b
+    import numpy as np
+    return np.maximum(a, b)
+
+
+def minimum(a, b):
+    if _scalar(a, b):
+        return a if a <= b else b
+    import numpy as np
+    return np.minimum(a, b)
+
+
+def where(condition, a, b):
+    """`a` where condition holds, else `b` (both are evaluated)."""
+    if _scalar(condition):
+        return a if condition else b
+    import numpy as np
+    return np.where(condition, a, b)
+
+
+def log2(x):
+    if _scalar(x):
+        return math.log2(x)
+    import numpy as np
+    return np.log2(x)
+
+
+def ceil(x):
+    if _scalar(x):
+        return float(math.ceil(x))
+    import numpy as np
+    return np.ceil(x)
+
+
+def mask(condition):
+    """1.0 where condition holds, else 0.0."""
+    if _scalar(condition):
+        return 1.0 if condition else 0.0
+    import numpy as np
+    return np.asarray(condition, dtype=float)
