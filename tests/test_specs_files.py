@@ -34,12 +34,14 @@ SYSTEM_KEYS = (
 )
 EFFICIENCY_FRACTIONS = ("gemm", "attention", "memory", "scale_up", "scale_out")
 EFFICIENCY_KEYS = EFFICIENCY_FRACTIONS + ("gemm_half_dim", "fitted", "method")
+# written by `trainest calibrate` / tools/fit_defaults.py (see trainest/catalog.py EFFICIENCY_OPTIONAL)
+EFFICIENCY_OPTIONAL = ("low_precision_gemm", "layer_overhead_us", "fit_runs", "fit_mape_pct")
 
 MODEL_REQUIRED = (
     "name", "display_name", "source", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp",
     "seq_len", "tied_embeddings",
 )
-MODEL_OPTIONAL = ("aliases", "notes")
+MODEL_OPTIONAL = ("aliases", "notes", "head_dim")
 MODEL_MLPS = ("gelu", "swiglu")
 MODEL_INTS = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len")
 
@@ -139,7 +141,7 @@ def test_hardware_file(path: Path):
         assert sysd["scale_out_latency_us"] is not None, f"{w}: scale-out bandwidth without a latency"
 
     eff = d["efficiency"]
-    _check_keys(eff, f"{w}: efficiency", EFFICIENCY_KEYS)
+    _check_keys(eff, f"{w}: efficiency", EFFICIENCY_KEYS, EFFICIENCY_OPTIONAL)
     for k in EFFICIENCY_FRACTIONS:
         _positive(eff[k], f"{w}: efficiency.{k}")
         assert eff[k] <= 1, f"{w}: efficiency.{k} = {eff[k]} must be a fraction in (0, 1]"

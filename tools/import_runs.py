@@ -19,7 +19,6 @@ Dependencies: Python >= 3.11 standard library + PyYAML.
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import sys
 from collections import OrderedDict, defaultdict
@@ -30,7 +29,6 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_REFERENCE = REPO.parent / "shared" / "reference"
 DEFAULT_OUT = REPO / "specs" / "runs"
-HARDWARE_DIR = REPO / "specs" / "hardware"
 
 # Hardware variants that are not in the shared catalog; their files live in specs/hardware/ and
 # were written alongside this importer.
@@ -38,10 +36,10 @@ VARIANT_HARDWARE = {"h100-96gb-500w"}
 
 RUN_KEYS = ("id", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
             "parallel", "micro_batch", "global_batch", "recompute", "measured", "expressible", "reason",
-            "confidence", "notes")
+            "confidence", "notes", "duplicate_of")
 MODEL_KEYS = ("name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp",
               "tied_embeddings")
-PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel")
+PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap")
 MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula",
                  "device_hours", "tokens")
 
@@ -454,9 +452,6 @@ class Importer:
         for r in self.records:
             r["slug"] = source_slug(r["source"])
         self._link_duplicates()
-        self.by_slug = defaultdict(list)
-        for r in self.records:
-            self.by_slug[r["slug"]].append(r)
 
     # -- duplicates: the vendor file re-transcribes some Megatron/NeMo tables -------------------
     @staticmethod
@@ -491,6 +486,8 @@ class Importer:
 
         # ---- model -------------------------------------------------------------------------
         shape_key = self.shapes.lookup(r["model_name"])
+        if shape_key is None and dup is not None:
+            shape_key = self.shapes.lookup(dup["model_name"])
         shape = self.shapes.get(shape_key) if shape_key else None
         fields = {}
         filled = []
@@ -567,10 +564,12 @@ class Importer:
             if m:
                 head_dim = int(m.group(1))
         if head_dim and fields["heads"] and fields["hidden"] and head_dim * fields["heads"] != fields["hidden"] \
-                and not reasons:
-            reasons.append(f"attention width heads*head_dim = {fields['heads']}*{head_dim} = "
-                           f"{fields['heads'] * head_dim} != hidden {fields['hidden']} (the model schema has no "
-                           f"head_dim)")
+                and not (shape is not None and shape.get("mla")):
+            # attention width a*d != h (MaxText keeps head_dim 128): carried as the optional model key
+            # head_dim, which trainest/catalog.py model_from_mapping accepts
+            model["head_dim"] = head_dim
+            notes.append(f"head_dim {head_dim} kept (attention width heads*head_dim = {fields['heads']}*{head_dim} = "
+                         f"{fields['heads'] * head_dim} != hidden {fields['hidden']})")
         missing = [k for k in ("layers", "hidden", "ffn_hidden", "heads", "vocab") if fields[k] is None]
         if missing:
             reasons.append("missing shape (" + ", ".join(missing) + ")")
@@ -632,10 +631,11 @@ class Importer:
             # model-parallel layout not published: borrow it from a record of the same source with the
             # same model (layers, hidden, seq_len)
             ref = None
-            for o in self.by_slug_all(r["slug"]):
-                if o is r or o["tp"] is None or o["pp"] is None or o["zero"] not in (None,) and \
-                        "distributed optimizer" not in str(o["zero"]) or o["fsdp"] is not None:
+            for o in self.records:
+                if o is r or o["slug"] != r["slug"] or o["tp"] is None or o["pp"] is None:
                     continue
+                if o["fsdp"] is not None or (o["zero"] is not None and "distributed optimizer" not in str(o["zero"])):
+                    continue  # a ZeRO-3 / FSDP layout is not a model-parallel layout to borrow
                 if (o["layers"], o["hidden"], o["seq_len"]) == (fields["layers"], fields["hidden"], r["seq_len"]):
                     ref = o
                     break
@@ -748,6 +748,26 @@ class Importer:
         if seq_len is None:
             reasons.append("sequence length not stated")
 
+        # ---- layouts trainest's scenario loader cannot express --------------------------------
+        if fields["layers"] and fields["heads"] and devices and not missing:
+            bad = []
+            if fields["layers"] % pp:
+                bad.append(f"uneven pipeline split: pp={pp} does not divide layers={fields['layers']} (the framework "
+                           f"balances stages unevenly, e.g. Megatron counts the embedding and loss as pipeline layers)")
+            elif (fields["layers"] // pp) % vpp:
+                bad.append(f"vpp={vpp} does not divide the {fields['layers'] // pp} layers per pipeline stage")
+            if vpp > 1 and pp == 1:
+                bad.append(f"vpp={vpp} without pipeline parallelism")
+            if fields["heads"] % tp:
+                bad.append(f"tp={tp} does not divide heads={fields['heads']}")
+            if seq_len and seq_len % cp:
+                bad.append(f"cp={cp} does not divide seq_len={seq_len}")
+            if dp and micro and gbs and gbs % (dp * micro):
+                bad.append(f"global_batch={gbs} is not a multiple of dp*micro_batch={dp * micro}")
+            if dp is None or tp * pp * cp * dp != devices:
+                bad.append(f"tp*pp*cp*dp does not equal devices={devices}")
+            reasons.extend(bad)
+
         # ---- recompute -----------------------------------------------------------------------
         recompute, rnote = map_recompute(r, cfg)
         if rnote:
@@ -825,9 +845,12 @@ class Importer:
                                                                f"({i}) {n}" for i, n in enumerate(notes, 1)))
 
         if confidence is None:
-            detail = " ".join(str(x) for x in (r["source_detail"] or "", *r["derived_fields"])).lower()
-            confidence = "medium" if ("re-associated" in detail or "tp/pp split" in detail or
-                                      "assumed identical" in detail or "gpu_count" in detail) else "high"
+            # the Megatron-file records carry no confidence: medium when the transcriber had to infer a
+            # table layout, a parallel split, a batch layout or a device count; high otherwise
+            detail = (r["source_detail"] or "").lower()
+            derived = " ".join(map(str, r["derived_fields"])).lower()
+            confidence = "medium" if ("re-associated" in detail or "tp/pp split" in derived or
+                                      "assumed identical" in derived or "gpu_count" in derived) else "high"
 
         run = OrderedDict()
         run["id"] = r["id"]
@@ -841,6 +864,10 @@ class Importer:
             run["devices_per_node"] = min(dpn, devices)
         run["precision"] = precision
         run["parallel"] = OrderedDict(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero, sequence_parallel=bool(sp))
+        # The source states that TP communication is overlapped with compute ("fine-grained DP/TP/PP
+        # comm overlap", Megatron-LM README 2024): an input of the run, not a correction.
+        if tp > 1 and re.search(r"TP/PP comm overlap|tp[-_ ]comm[-_ ]overlap", r["notes"] or "", re.I):
+            run["parallel"]["tp_overlap"] = True
         run["micro_batch"] = micro
         run["global_batch"] = gbs
         run["recompute"] = recompute
@@ -849,10 +876,10 @@ class Importer:
         run["reason"] = "; ".join(reasons) if reasons else None
         run["confidence"] = confidence
         run["notes"] = " ".join(out_notes)
+        if dup is not None and r in self.ven:
+            # the vendors-file transcription repeats a measurement of the Megatron file: aggregate once
+            run["duplicate_of"] = dup["id"]
         return run
-
-    def by_slug_all(self, slug):
-        return [x for x in self.records if x["slug"] == slug]
 
     _hw_cache = None
 

@@ -1,3 +1,3 @@
-from trainest.cli import main
+from trainest.entry import main
 
 main()

@@ -99,6 +99,12 @@ SYSTEM_KEYS = ("devices_per_node", "scale_up_name", "scale_up_gb_per_s", "scale_
                "scale_out_gbit_per_s", "scale_out_latency_us")
 
 
+def _given(data: dict, key: str, default: object) -> object:
+    """data[key], or `default` when the key is absent or null (a given 0 stays 0 and is then validated)."""
+    value = data.get(key)
+    return default if value is None else value
+
+
 def _efficiency_from(data: dict, where: str) -> Efficiency:
     F.check_keys(data, where, EFFICIENCY_KEYS, EFFICIENCY_OPTIONAL)
     return Efficiency(
@@ -129,7 +135,7 @@ def hardware_from_mapping(data: dict, where: str) -> Hardware:
     up = F.number(sys_.get("scale_up_gb_per_s"), f"{where}.system.scale_up_gb_per_s", allow_none=True)
     out = F.number(sys_.get("scale_out_gbit_per_s"), f"{where}.system.scale_out_gbit_per_s", allow_none=True)
     devices_per_node = F.integer(sys_["devices_per_node"], f"{where}.system.devices_per_node")
-    domain = F.integer(sys_.get("scale_up_domain") or 1, f"{where}.system.scale_up_domain")
+    domain = F.integer(_given(sys_, "scale_up_domain", 1), f"{where}.system.scale_up_domain")
     return Hardware(
         name=F.text(data["name"], f"{where}.name"),
         display_name=F.text(data.get("display_name") or data["name"], f"{where}.display_name"),
@@ -142,10 +148,10 @@ def hardware_from_mapping(data: dict, where: str) -> Hardware:
         devices_per_node=devices_per_node,
         scale_up_bytes_per_s=up * GB if up else None,
         scale_up_domain=domain if up else 1,
-        scale_up_latency_s=F.number(sys_.get("scale_up_latency_us") or DEFAULT_SCALE_UP_LATENCY_US, f"{where}.system.scale_up_latency_us",
+        scale_up_latency_s=F.number(_given(sys_, "scale_up_latency_us", DEFAULT_SCALE_UP_LATENCY_US), f"{where}.system.scale_up_latency_us",
                                     allow_zero=True) * MICROSECOND,
         scale_out_bytes_per_s=out * GB / BITS_PER_BYTE if out else None,
-        scale_out_latency_s=F.number(sys_.get("scale_out_latency_us") or DEFAULT_SCALE_OUT_LATENCY_US, f"{where}.system.scale_out_latency_us",
+        scale_out_latency_s=F.number(_given(sys_, "scale_out_latency_us", DEFAULT_SCALE_OUT_LATENCY_US), f"{where}.system.scale_out_latency_us",
                                      allow_zero=True) * MICROSECOND,
         efficiency=_efficiency_from(data["efficiency"], f"{where}.efficiency"),
         source=F.text(data["source"], f"{where}.source"),
@@ -202,7 +208,7 @@ def model_from_mapping(data: dict, where: str, *, default_seq_len: int = 2048) -
     """Validate one model mapping (schema in specs/README.md)."""
     F.check_keys(data, where, MODEL_REQUIRED, MODEL_OPTIONAL)
     heads = F.integer(data["heads"], f"{where}.heads")
-    kv_heads = F.integer(data.get("kv_heads") or heads, f"{where}.kv_heads")
+    kv_heads = F.integer(_given(data, "kv_heads", heads), f"{where}.kv_heads")
     hidden = F.integer(data["hidden"], f"{where}.hidden", maximum=10**7)
     if data.get("head_dim") is None and hidden % heads:
         raise SpecError(f"{where}: hidden={hidden} is not divisible by heads={heads} (give head_dim if intended)")
@@ -217,17 +223,91 @@ def model_from_mapping(data: dict, where: str, *, default_seq_len: int = 2048) -
         kv_heads=kv_heads,
         vocab=F.integer(data["vocab"], f"{where}.vocab", maximum=10**8),
         mlp=F.choice(data.get("mlp", "gelu"), f"{where}.mlp", MLP_KINDS),
-        seq_len=F.integer(data.get("seq_len") or default_seq_len, f"{where}.seq_len", maximum=10**8),
+        seq_len=F.integer(_given(data, "seq_len", default_seq_len), f"{where}.seq_len", maximum=10**8),
         tied_embeddings=F.boolean(data.get("tied_embeddings", False), f"{where}.tied_embeddings"),
         source=F.text(data.get("source") or "user-defined", f"{where}.source"),
-        head_dim=F.integer(data.get("head_dim") or hidden // heads, f"{where}.head_dim", maximum=10**6),
+        head_dim=F.integer(_given(data, "head_dim", hidden // heads), f"{where}.head_dim", maximum=10**6),
     )
 
 
 # ------------------------------------------------------------------------------------------ lookups
 
 def _looks_like_path(value: str) -> bool:
-    return value.endswith((".yaml", ".yml")) or "/" in value or Path(value).is_file()
+    if value.endswith((".yaml", ".yml")) or "/" in value:
+        return True
+    try:
+        return Path(value).is_file()
+    except OSError:   # a name too long for the file system is not a file
+        return False
+
+
+# ------------------------------------------------------------------ bundled catalog: JSON read cache
+# The YAML files in specs/ are the source of truth. specs/_catalog.json holds, for each bundled
+# hardware and model file, its exact text and the mapping yaml.safe_load made of it, so that an
+# estimate with bundled specs never imports or runs the YAML parser (start-up time). An entry is used
+# only when the file's current text equals the recorded text: an edited or new file is read as YAML,
+# so a stale cache can cost time but never change a result. Rebuild it with
+# `python tools/build_catalog_cache.py`; tests/test_startup.py fails while it is out of date.
+
+CATALOG_CACHE_NAME = "_catalog.json"
+CATALOG_CACHE_FORMAT = 1
+CATALOG_KINDS = ("hardware", "models")
+
+
+@functools.cache
+def _catalog_cache() -> dict[str, dict]:
+    """"kind/file.yaml" -> {"text": ..., "data": ...}; empty when the cache is missing or unreadable."""
+    import json
+    try:
+        doc = json.loads((specs_dir() / CATALOG_CACHE_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict) or doc.get("format") != CATALOG_CACHE_FORMAT or not isinstance(doc.get("files"), dict):
+        return {}
+    return doc["files"]
+
+
+def _read_spec(path: Path, what: str) -> dict:
+    """The mapping in a spec file: from the JSON cache when `path` is a bundled file whose text is
+    exactly the text the cache entry was made from, else via `fields.load_yaml_mapping`."""
+    if path.parent.parent == specs_dir():
+        entry = _catalog_cache().get(f"{path.parent.name}/{path.name}")
+        if isinstance(entry, dict) and isinstance(entry.get("data"), dict):
+            try:
+                current = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                current = None
+            if current == entry.get("text"):
+                import copy
+                return copy.deepcopy(entry["data"])
+    return F.load_yaml_mapping(path, what)
+
+
+def build_catalog_cache() -> dict:
+    """The cache document for the current specs/ files (what `tools/build_catalog_cache.py` writes).
+    A file that does not load, or whose mapping does not survive a JSON round trip unchanged (dates,
+    non-string keys), is left out and so is always read as YAML."""
+    import json
+    files: dict[str, dict] = {}
+    for kind in CATALOG_KINDS:
+        for path in sorted((specs_dir() / kind).glob("*.yaml")):
+            try:
+                text = path.read_text(encoding="utf-8")
+                data = F.load_yaml_mapping(path, kind)
+                encoded = json.dumps(data, allow_nan=False)   # keeps key order
+            except (SpecError, OSError, UnicodeDecodeError, TypeError, ValueError):
+                continue
+            if json.loads(encoded) == data:
+                files[f"{kind}/{path.name}"] = {"text": text, "data": data}
+    return {"format": CATALOG_CACHE_FORMAT, "files": files}
+
+
+def catalog_cache_text(doc: dict) -> str:
+    """The cache document as file text: deterministic, one line per spec file."""
+    import json
+    lines = [json.dumps(name) + ": " + json.dumps({"text": entry["text"], "data": entry["data"]}, ensure_ascii=False)
+             for name, entry in sorted(doc["files"].items())]
+    return ('{"format": ' + json.dumps(doc["format"]) + ', "files": {\n' + ",\n".join(lines) + "\n}}\n")
 
 
 @functools.cache
@@ -244,7 +324,7 @@ def _model_aliases() -> dict[str, Path]:
     """alias -> file, read from the presets' `aliases` lists (only when a name is not a file stem)."""
     aliases: dict[str, Path] = {}
     for name, path in _catalog_files("models").items():
-        for alias in F.load_yaml_mapping(path, "model").get("aliases") or []:
+        for alias in _read_spec(path, "model").get("aliases") or []:
             aliases.setdefault(str(alias).lower(), path)
     return aliases
 
@@ -259,7 +339,7 @@ def model_names() -> list[str]:
 
 @functools.cache
 def _load_hardware_path(path: str) -> Hardware:
-    return hardware_from_mapping(F.load_yaml_mapping(Path(path), "hardware"), path)
+    return hardware_from_mapping(_read_spec(Path(path), "hardware"), path)
 
 
 def load_hardware(value: str) -> Hardware:
@@ -271,13 +351,13 @@ def load_hardware(value: str) -> Hardware:
         return _load_hardware_path(str(files[key]))
     if _looks_like_path(value):
         return _load_hardware_path(value)
-    raise SpecError(f"unknown hardware {value!r}{did_you_mean(key, files)}; run `trainest list hardware` "
+    raise SpecError(f"unknown hardware {F.show(value)}{did_you_mean(key, files)}; run `trainest list hardware` "
                     f"for the catalog, or give a path to a hardware YAML file")
 
 
 @functools.cache
 def _load_model_path(path: str) -> Model:
-    return model_from_mapping(F.load_yaml_mapping(Path(path), "model"), path)
+    return model_from_mapping(_read_spec(Path(path), "model"), path)
 
 
 def load_model(value: str) -> Model:
@@ -291,7 +371,7 @@ def load_model(value: str) -> Model:
         return _load_model_path(value)
     if key in _model_aliases():
         return _load_model_path(str(_model_aliases()[key]))
-    raise SpecError(f"unknown model {value!r}{did_you_mean(key, set(files) | set(_model_aliases()))}; run `trainest list models` "
+    raise SpecError(f"unknown model {F.show(value)}{did_you_mean(key, set(files) | set(_model_aliases()))}; run `trainest list models` "
                     f"for the presets, or give a path to a model YAML file")
 
 

@@ -56,26 +56,38 @@ def bus_bandwidth_bytes_per_s(size, stride, tiers: Tiers):
     return xp.where(inside, tiers.up_bytes_per_s, xp.minimum(tiers.up_bytes_per_s, k * tiers.out_bytes_per_s))
 
 
-def step_latency_s(size, stride, tiers: Tiers):
-    """Latency of one pass of a collective over the group: (k−1)·α_up + log2(n/k)·α_out (tree across domains)."""
+def ring_latency_s(size, stride, tiers: Tiers):
+    """Latency of one ring pass over the group: (n−1)·α, with α of the slowest link in the ring
+    (α_out once the ring leaves the scale-up domain). NCCL runs reduce-scatter and all-gather as
+    rings only, so this term grows linearly with n [s]."""
+    inside = size * stride <= tiers.domain
+    return (size - 1.0) * xp.where(inside, tiers.up_latency_s, tiers.out_latency_s)
+
+
+def tree_latency_s(size, stride, tiers: Tiers):
+    """Latency of a tree pass: (k−1)·α_up inside a domain + log2(n/k)·α_out across domains (NCCL's
+    double binary tree for all-reduce at scale) [s]."""
     k = ranks_per_domain(size, stride, tiers.domain)
     return (k - 1.0) * tiers.up_latency_s + xp.log2(xp.maximum(size / k, 1.0)) * tiers.out_latency_s
 
 
 def reduce_scatter_s(size_bytes, size, stride, tiers: Tiers):
-    """(n−1)/n · S/W + latency [s]; S is the full (unsharded) buffer per rank [B]. 0 for n = 1."""
+    """(n−1)/n · S/W + (n−1)·α [s]; S is the full (unsharded) buffer per rank [B]. 0 for n = 1."""
     bw = bus_bandwidth_bytes_per_s(size, stride, tiers)
-    return (size - 1.0) / size * size_bytes / bw + step_latency_s(size, stride, tiers) * xp.mask(size > 1)
+    return (size - 1.0) / size * size_bytes / bw + ring_latency_s(size, stride, tiers)
 
 
 def all_gather_s(size_bytes, size, stride, tiers: Tiers):
-    """Same cost as reduce-scatter: (n−1)/n · S/W + latency [s]; S is the gathered buffer [B]."""
+    """Same cost as reduce-scatter: (n−1)/n · S/W + (n−1)·α [s]; S is the gathered buffer [B]."""
     return reduce_scatter_s(size_bytes, size, stride, tiers)
 
 
 def all_reduce_s(size_bytes, size, stride, tiers: Tiers):
-    """Ring all-reduce = reduce-scatter + all-gather: 2(n−1)/n · S/W + 2·latency [s]."""
-    return 2.0 * reduce_scatter_s(size_bytes, size, stride, tiers)
+    """2(n−1)/n · S/W + 2·min(ring, tree) latency [s]: the bandwidth of reduce-scatter + all-gather,
+    with NCCL choosing the tree when latency dominates."""
+    bw = bus_bandwidth_bytes_per_s(size, stride, tiers)
+    latency = xp.minimum(ring_latency_s(size, stride, tiers), tree_latency_s(size, stride, tiers))
+    return 2.0 * ((size - 1.0) / size * size_bytes / bw + latency * xp.mask(size > 1))
 
 
 def send_recv_s(size_bytes, stride, tiers: Tiers):

@@ -7,7 +7,9 @@ The CLI turns it into `Error: ...` on stderr and exit code 1.
 
 from __future__ import annotations
 
-import difflib
+from typing import Any
+
+MAX_SHOWN_CHARS = 60     # a bad value is quoted in an error message up to this length
 
 
 class SpecError(ValueError):
@@ -16,7 +18,17 @@ class SpecError(ValueError):
 
 def did_you_mean(value: str, choices: list[str] | tuple[str, ...] | set[str]) -> str:
     """Return ' (did you mean X?)' for the closest choice, or '' when none is close."""
+    import difflib  # only on the error path (start-up time)
     close = difflib.get_close_matches(str(value), sorted(choices), n=3, cutoff=0.5)
     if not close:
         return ""
     return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"
+
+
+def show(value: Any, limit: int = MAX_SHOWN_CHARS) -> str:
+    """repr(value), cut to `limit` characters so an error stays one short line (repr escapes newlines)."""
+    try:
+        shown = repr(value)
+    except (ValueError, RecursionError):   # ints over 4300 digits; absurdly deep nesting
+        shown = f"<{type(value).__name__} too large to show>"
+    return shown if len(shown) <= limit else shown[:limit - 3] + "..."

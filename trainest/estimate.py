@@ -76,7 +76,7 @@ class Estimate:
     training: TrainingResult
 
 
-OVERLAP_POLICY = ("TP and PP communication exposed; CP ring overlapped with attention; DP gradient "
+OVERLAP_POLICY = ("TP communication exposed (or pipelined with GEMMs with tp_overlap); PP communication exposed; CP ring overlapped with attention; DP gradient "
                   "reduction overlapped with the last micro-batch's backward except one layer; ZeRO-3 "
                   "gathers prefetched behind compute except one layer")
 
@@ -86,7 +86,7 @@ def layout_kwargs(s: Scenario) -> dict:
     p = s.parallel
     return dict(tp=float(p.tp), pp=float(p.pp), dp=float(p.dp), cp=float(p.cp), vpp=float(p.vpp),
                 micro_batch=float(s.micro_batch), zero=float(p.zero), sp=1.0 if p.sequence_parallel else 0.0,
-                recompute=float(RECOMPUTE_CODE[s.recompute]))
+                recompute=float(RECOMPUTE_CODE[s.recompute]), tp_overlap=1.0 if p.tp_overlap else 0.0)
 
 
 def estimate(s: Scenario) -> Estimate:

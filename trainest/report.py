@@ -84,7 +84,8 @@ def fmt_money(x: float | None) -> str:
 def _console(stderr: bool = False):
     from rich.console import Console
     no_color = bool(os.environ.get("NO_COLOR"))
-    return Console(stderr=stderr, no_color=no_color, highlight=False,
+    # NO_COLOR (no-color.org): no ANSI escapes at all; rich's no_color alone still emits bold/italic.
+    return Console(stderr=stderr, no_color=no_color, color_system=None if no_color else "auto", highlight=False,
                    soft_wrap=False, width=None if sys.stdout.isatty() else 110)
 
 

@@ -35,8 +35,8 @@ BUILTIN_DEFAULT = {"model": DEFAULT_MODEL, "hardware": DEFAULT_HARDWARE, "device
 
 SCENARIO_KEYS = ("model", "seq_len", "hardware", "devices", "devices_per_node", "precision", "parallel",
                  "micro_batch", "global_batch", "recompute", "attention", "tokens", "price_per_hour", "pue")
-RUN_ONLY_KEYS = ("id", "source", "measured", "expressible", "reason", "confidence", "notes")
-PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "fsdp", "sequence_parallel")
+RUN_ONLY_KEYS = ("id", "source", "measured", "expressible", "reason", "confidence", "notes", "duplicate_of")
+PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "fsdp", "sequence_parallel", "tp_overlap")
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ class Parallel:
     vpp: int = 1                 # virtual (interleaved) stages per pipeline rank
     zero: int = 0                # 0 none, 1 optimizer state, 2 + gradients, 3 + weights (FSDP)
     sequence_parallel: bool = False
+    tp_overlap: bool = False     # TP collectives pipelined with GEMMs (Megatron --tp-comm-overlap)
 
     @property
     def devices(self) -> int:
@@ -100,7 +101,7 @@ def _model_from(value: Any, where: str) -> Model:
         return model_from_mapping(value, f"{where}.model")
     if isinstance(value, str) and value.strip():
         return load_model(value)
-    raise SpecError(f"{where}.model: {value!r} must be a preset name, a path, or a mapping of the shape")
+    raise SpecError(f"{where}.model: {F.show(value)} must be a preset name, a path, or a mapping of the shape")
 
 
 def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
@@ -138,7 +139,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     precision = F.choice(default("precision", DEFAULT_PRECISION), f"{where}.precision", PRECISIONS)
     hardware.peak(precision)  # raises with the list of supported precisions
 
-    par = data.get("parallel") or {}
+    par = {} if data.get("parallel") is None else data["parallel"]
     F.check_keys(par, f"{where}.parallel", (), PARALLEL_KEYS)
     tp = F.integer(par.get("tp", 1), f"{where}.parallel.tp", maximum=10**6)
     pp = F.integer(par.get("pp", 1), f"{where}.parallel.pp", maximum=10**6)
@@ -153,6 +154,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
         if par.get(key) is None and f"parallel.{key}" not in derived:
             derived.append(f"parallel.{key}")
     sp = F.boolean(par.get("sequence_parallel", False), f"{where}.parallel.sequence_parallel")
+    tp_overlap = F.boolean(par.get("tp_overlap", False), f"{where}.parallel.tp_overlap")
 
     model_parallel = tp * pp * cp
     devices_given = data.get("devices")
@@ -163,14 +165,15 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
         devices = F.integer(default("devices", DEFAULT_DEVICES), f"{where}.devices", maximum=10**7)
     if par.get("dp") is None:
         if devices % model_parallel:
-            raise SpecError(f"{where}: devices={devices} is not divisible by tp·pp·cp = {tp}·{pp}·{cp} = {model_parallel}")
+            raise SpecError(f"{where}: devices={devices} is not divisible by tp·pp·cp = {tp}·{pp}·{cp} = {model_parallel}"
+                            f"; tp·pp·cp must divide {devices}{_divisor_hint(devices)}")
         dp = devices // model_parallel
         derived.append("parallel.dp")
     else:
         dp = F.integer(par["dp"], f"{where}.parallel.dp", maximum=10**7)
         if dp * model_parallel != devices:
             raise SpecError(f"{where}: tp·pp·cp·dp = {tp}·{pp}·{cp}·{dp} = {dp * model_parallel} does not equal "
-                            f"devices={devices}")
+                            f"devices={devices}; omit dp to derive it")
     devices_per_node = F.integer(default("devices_per_node", hardware.devices_per_node),
                                  f"{where}.devices_per_node", maximum=10**6)
 
@@ -201,7 +204,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     else:
         tokens = parse_count(tokens_value, f"{where}.tokens")
         if tokens > 1e18:
-            raise SpecError(f"{where}.tokens: {tokens_value!r} is absurdly large (at most 1e18)")
+            raise SpecError(f"{where}.tokens: {F.show(tokens_value)} is absurdly large (at most 1e18)")
     price = data.get("price_per_hour")
     if price is None:
         price_usd = hardware.price_usd_per_hour
@@ -212,7 +215,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
 
     return Scenario(
         model=model, hardware=hardware, seq_len=seq_len, devices=devices, devices_per_node=devices_per_node,
-        precision=precision, parallel=Parallel(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero, sequence_parallel=sp),
+        precision=precision, parallel=Parallel(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero, sequence_parallel=sp,
+                          tp_overlap=tp_overlap),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
         tokens=tokens, price_usd_per_hour=price_usd, pue=pue, derived=tuple(derived),
     )
@@ -237,7 +241,7 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
         "precision": s.precision,
         "parallel": {"tp": s.parallel.tp, "pp": s.parallel.pp, "dp": s.parallel.dp, "cp": s.parallel.cp,
                      "vpp": s.parallel.vpp, "zero": s.parallel.zero,
-                     "sequence_parallel": s.parallel.sequence_parallel},
+                     "sequence_parallel": s.parallel.sequence_parallel, "tp_overlap": s.parallel.tp_overlap},
         "micro_batch": s.micro_batch,
         "global_batch": s.global_batch,
         "micro_batches": s.micro_batches,

@@ -15,7 +15,7 @@ from trainest import xp
 from trainest.catalog import Hardware, Model
 from trainest.comm import Tiers, all_gather_s, all_reduce_s, reduce_scatter_s, send_recv_s, tiers_of
 from trainest.compute import OpTime, fused_time, gemm_time, streaming_time
-from trainest.memory import MAIN_GRAD_BYTES, weight_bytes_per_param
+from trainest.memory import MAIN_GRAD_BYTES, stage_params, weight_bytes_per_param
 
 ACTIVATION_BYTES = 2.0             # 16-bit activations between kernels
 GEMM_INPUT_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
@@ -28,6 +28,7 @@ SOFTMAX_BYTES_PER_SCORE = 9.0      # standard attention: scale/mask/softmax/drop
 CROSS_ENTROPY_PASSES = 4.0         # FP32 logits: softmax read/write forward and backward
 BACKWARD_TRAFFIC_RATIO = 2.0       # element-wise backward moves about twice the forward bytes
 LOW_PRECISION_CAST_PASSES = 3.0    # FP8/FP4: read 16-bit input, write the low-precision copy (+ scale)
+TP_OVERLAP_RESIDUAL = 0.15         # share of overlapped TP traffic still exposed (first/last chunk, SM contention)
 OPTIMIZER_BYTES_PER_PARAM = 34.0   # Adam: r/w FP32 master, m, v (24) + read grad (4) + norm (4) + write weights (2)
 
 
@@ -81,7 +82,8 @@ def model_flops_per_step(model: Model, seq_len, global_batch, causal: bool = Tru
 
 
 def step_terms(model: Model, hardware: Hardware, precision: str, attention: str, *, seq_len, global_batch,
-               devices_per_node: int, tp, pp, dp, cp, vpp, micro_batch, zero, sp, recompute) -> StepTerms:
+               devices_per_node: int, tp, pp, dp, cp, vpp, micro_batch, zero, sp, recompute,
+               tp_overlap=0.0) -> StepTerms:
     """Compose one training step (see module docstring and docs/model.md §Step)."""
     eff = hardware.efficiency
     tiers: Tiers = tiers_of(hardware, devices_per_node)
@@ -150,7 +152,12 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     # ---- tensor parallelism: 2 all-reduces (or RS+AG with SP) of T·h forward, 2 backward, 2 more
     # when the forward is recomputed; exposed (no overlap).
     tp_one = all_reduce_s(e * tokens * h, tp, 1.0, tiers)
-    tp_layer = tp_one * (4.0 + 2.0 * full)
+    tp_total = tp_one * (4.0 + 2.0 * full)
+    # with tp_overlap (Megatron --tp-comm-overlap, userbuffers) the collectives are split into chunks
+    # pipelined with the neighbouring GEMMs: only what exceeds the GEMM time, plus a residual, shows.
+    linear_time = sum(o.time_s for o in linear) * (3.0 + full)
+    tp_hidden = xp.maximum(tp_total - linear_time, 0.0) + TP_OVERLAP_RESIDUAL * tp_total
+    tp_layer = xp.where(tp_overlap > 0, tp_hidden, tp_total)
     # ---- context parallelism: K,V chunks around the ring, (c−1) steps forward, twice in backward,
     # overlapped with the attention computation.
     kv_chunk = 2.0 * e * tokens * kv_local
@@ -176,17 +183,22 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     p2p_bytes = e * tokens * h / tp                    # scatter/gather optimisation (Narayanan 2021 §4.1)
     stage_pp = 2.0 * vpp * send_recv_s(p2p_bytes, pp_stride, tiers) * xp.mask(pp > 1)
 
-    # ---- ZeRO-3 / FSDP: all-gather weights forward and backward, reduce-scatter gradients, every
-    # micro-batch; prefetched behind compute except one layer's worth.
+    # ---- ZeRO-3 / FSDP: for every layer of every micro-batch, all-gather its weights forward and
+    # backward and reduce-scatter its gradients (3 ring collectives per layer, so the ring latency
+    # counts per layer); prefetched behind compute except one layer's worth.
     w_bytes = weight_bytes_per_param(precision)
-    from trainest.memory import stage_params
     params_local = stage_params(model, pp) / tp
+    layer_params_local = model.params_per_layer / tp
     dp_stride = tp * cp
     z3 = xp.mask(zero >= 3)
-    z3_comm = z3 * (2.0 * all_gather_s(params_local * w_bytes, dp, dp_stride, tiers)
-                    + reduce_scatter_s(params_local * MAIN_GRAD_BYTES, dp, dp_stride, tiers))
+    z3_layer = (2.0 * all_gather_s(layer_params_local * w_bytes, dp, dp_stride, tiers)
+                + reduce_scatter_s(layer_params_local * MAIN_GRAD_BYTES, dp, dp_stride, tiers))
+    embed_local = (params_local - layers_per_stage * layer_params_local)
+    z3_comm = z3 * (layers_per_stage * z3_layer
+                    + 2.0 * all_gather_s(embed_local * w_bytes, dp, dp_stride, tiers)
+                    + reduce_scatter_s(embed_local * MAIN_GRAD_BYTES, dp, dp_stride, tiers))
     stage_work = stage_c + stage_m + stage_o
-    z3_exposed = xp.maximum(z3_comm - stage_work, z3_comm / layers_per_stage) * z3
+    z3_exposed = xp.maximum(z3_comm - stage_work, z3_layer) * z3
 
     mb_avg_c, mb_avg_m = stage_c, stage_m
     mb_comm = stage_tp + stage_cp + stage_pp + z3_exposed

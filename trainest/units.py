@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 
-from trainest.errors import SpecError
+from trainest.errors import SpecError, show
 
 KILO = 1e3
 MEGA = 1e6
@@ -43,10 +43,19 @@ _DURATION_SUFFIX = {"S": 1.0, "M": 60.0, "MIN": 60.0, "H": 3600.0, "D": SECONDS_
 _NUMBER = r"([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
 
 
-def _finite_positive(number: float, text: str, what: str) -> float:
+def _finite_positive(number: float, text: object, what: str) -> float:
     if not math.isfinite(number) or number <= 0:
-        raise SpecError(f"{what} {text!r} must be a finite number greater than 0")
+        raise SpecError(f"{what} {show(text)} must be a finite number greater than 0")
     return number
+
+
+def _from_number(value: int | float, what: str) -> float:
+    """A YAML/CLI number as a float; an int too large for a float is rejected, not an OverflowError."""
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    return _finite_positive(number, value, what)
 
 
 def parse_count(text: str | int | float, what: str = "count") -> float:
@@ -54,37 +63,37 @@ def parse_count(text: str | int | float, what: str = "count") -> float:
 
     Suffixes are decimal: K=1e3, M=1e6, B (or G)=1e9, T=1e12, P=1e15.
     """
-    if isinstance(text, bool):
-        raise SpecError(f"{what} {text!r} is not a number; use e.g. 300B, 1.5T or 2e12")
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+        raise SpecError(f"{what} {show(text)} is not a number; use e.g. 300B, 1.5T or 2e12")
     if isinstance(text, (int, float)):
-        return _finite_positive(float(text), str(text), what)
-    match = re.fullmatch(_NUMBER + r"\s*([A-Za-z]?)", str(text).strip())
+        return _from_number(text, what)
+    match = re.fullmatch(_NUMBER + r"\s*([A-Za-z]?)", text.strip())
     if not match or match.group(2).upper() not in _COUNT_SUFFIX:
-        raise SpecError(f"{what} {text!r} is not a number; use e.g. 300B, 1.5T or 2e12")
-    return _finite_positive(float(match.group(1)) * _COUNT_SUFFIX[match.group(2).upper()], str(text), what)
+        raise SpecError(f"{what} {show(text)} is not a number; use e.g. 300B, 1.5T or 2e12")
+    return _finite_positive(float(match.group(1)) * _COUNT_SUFFIX[match.group(2).upper()], text, what)
 
 
 def parse_bytes(text: str | int | float, what: str = "size") -> float:
     """Parse a size such as `80GiB`, `80GB` or `8.5e10` into bytes (GB = 1e9, GiB = 2**30)."""
-    if isinstance(text, bool):
-        raise SpecError(f"{what} {text!r} is not a size; use e.g. 80GB or 80GiB")
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+        raise SpecError(f"{what} {show(text)} is not a size; use e.g. 80GB or 80GiB")
     if isinstance(text, (int, float)):
-        return _finite_positive(float(text), str(text), what)
-    match = re.fullmatch(_NUMBER + r"\s*([A-Za-z]*)", str(text).strip())
+        return _from_number(text, what)
+    match = re.fullmatch(_NUMBER + r"\s*([A-Za-z]*)", text.strip())
     if not match or match.group(2).upper() not in _BYTES_SUFFIX:
-        raise SpecError(f"{what} {text!r} is not a size; use e.g. 80GB or 80GiB")
-    return _finite_positive(float(match.group(1)) * _BYTES_SUFFIX[match.group(2).upper()], str(text), what)
+        raise SpecError(f"{what} {show(text)} is not a size; use e.g. 80GB or 80GiB")
+    return _finite_positive(float(match.group(1)) * _BYTES_SUFFIX[match.group(2).upper()], text, what)
 
 
 def parse_duration_s(text: str | int | float, what: str = "duration") -> float:
     """Parse a duration such as `30d`, `12h`, `2w` or `3600` (seconds) into seconds."""
-    if isinstance(text, bool):
-        raise SpecError(f"{what} {text!r} is not a duration; use e.g. 30d, 12h or 3600")
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+        raise SpecError(f"{what} {show(text)} is not a duration; use e.g. 30d, 12h or 3600")
     if isinstance(text, (int, float)):
-        return _finite_positive(float(text), str(text), what)
-    match = re.fullmatch(_NUMBER + r"\s*([A-Za-z]*)", str(text).strip())
+        return _from_number(text, what)
+    match = re.fullmatch(_NUMBER + r"\s*([A-Za-z]*)", text.strip())
     suffix = match.group(2).upper() if match else None
     if not match or (suffix and suffix not in _DURATION_SUFFIX):
-        raise SpecError(f"{what} {text!r} is not a duration; use e.g. 30d, 12h, 2w or 3600 (seconds)")
+        raise SpecError(f"{what} {show(text)} is not a duration; use e.g. 30d, 12h, 2w or 3600 (seconds)")
     factor = _DURATION_SUFFIX[suffix] if suffix else 1.0
-    return _finite_positive(float(match.group(1)) * factor, str(text), what)
+    return _finite_positive(float(match.group(1)) * factor, text, what)

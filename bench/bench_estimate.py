@@ -1,0 +1,125 @@
+"""Wall time of a single `trainest estimate` run from the shell (issue 2: at most 0.15 s for --json).
+
+Runs the installed console script as a subprocess, N times per case, the cases interleaved so that
+machine noise hits them alike, and prints median / min / max wall time and the median CPU time
+(user + system) of each, with the bare interpreter (`python -c pass`) for reference:
+
+    json         trainest estimate --json                     (the budgeted case)
+    korthikanti  trainest estimate ... GPT-3 175B on 64 A100s, Korthikanti et al. 2022 Table 5 --json
+    table        trainest estimate                            (rich tables; needs rich)
+    typer        TRAINEST_NO_FAST_PATH=1 trainest estimate --json   (the same, through typer)
+    bare         python -c pass
+
+Exits 1 when the median of `json` exceeds the budget (unless --report-only), 2 when a case fails.
+The subprocesses run with bytecode caching allowed (PYTHONDONTWRITEBYTECODE removed), as an
+installed package has its .pyc files; pass --no-bytecode to measure without them.
+
+    python bench/bench_estimate.py [-n 15] [--budget 0.15] [--report-only] [--no-bytecode]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BUDGET_S = 0.15
+
+KORTHIKANTI_175B = [  # Korthikanti et al. 2022, Table 5, GPT-3 175B, sequence parallel + selective recompute
+    "--model", "gpt3-175b", "--hardware", "a100-80gb-sxm", "--gpus", "64", "--tp", "8", "--pp", "8", "--vpp", "3",
+    "--sequence-parallel", "--micro-batch", "1", "--global-batch", "64", "--seq-len", "2048",
+    "--recompute", "selective",
+]
+
+
+def console_script() -> str:
+    """The `trainest` script next to this interpreter, else the one on PATH."""
+    here = Path(sys.executable).parent / "trainest"
+    found = str(here) if here.exists() else shutil.which("trainest")
+    if not found:
+        sys.exit("bench_estimate: no `trainest` console script found (pip install -e .)")
+    return found
+
+
+def cases(script: str) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """name -> (command, extra environment)."""
+    return {
+        "json": ([script, "estimate", "--json"], {}),
+        "korthikanti": ([script, "estimate", *KORTHIKANTI_175B, "--json"], {}),
+        "table": ([script, "estimate"], {}),
+        "typer": ([script, "estimate", "--json"], {"TRAINEST_NO_FAST_PATH": "1"}),
+        "bare": ([sys.executable, "-c", "pass"], {}),
+    }
+
+
+def run_once(cmd: list[str], env: dict[str, str], capture: bool = False) -> tuple[float, float, subprocess.CompletedProcess]:
+    """(wall seconds, CPU seconds of the child, completed process)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, proc
+
+
+def check(name: str, proc: subprocess.CompletedProcess) -> None:
+    """A case must succeed, and a --json case must print one JSON object."""
+    if proc.returncode != 0:
+        sys.exit(f"bench_estimate: case {name} exited {proc.returncode}: {proc.stderr.strip()[:400]}")
+    if name in ("json", "korthikanti", "typer"):
+        json.loads(proc.stdout)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-n", "--runs", type=int, default=15, help="runs per case (default 15)")
+    ap.add_argument("--budget", type=float, default=BUDGET_S, help="budget for the median of `json` [s]")
+    ap.add_argument("--report-only", action="store_true", help="never fail on the budget")
+    ap.add_argument("--no-bytecode", action="store_true", help="keep PYTHONDONTWRITEBYTECODE (no .pyc caches)")
+    ap.add_argument("--only", nargs="*", help="run only these cases")
+    args = ap.parse_args()
+
+    env = dict(os.environ)
+    if not args.no_bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    table = {k: v for k, v in cases(console_script()).items() if not args.only or k in args.only}
+    for name, (cmd, extra) in table.items():          # warm-up: file cache, .pyc files; checks output
+        check(name, run_once(cmd, {**env, **extra}, capture=True)[2])
+    walls: dict[str, list[float]] = {k: [] for k in table}
+    cpus: dict[str, list[float]] = {k: [] for k in table}
+    for _ in range(args.runs):
+        for name, (cmd, extra) in table.items():
+            wall, cpu, proc = run_once(cmd, {**env, **extra})
+            if proc.returncode != 0:
+                sys.exit(f"bench_estimate: case {name} exited {proc.returncode}: {proc.stderr.strip()[:400]}")
+            walls[name].append(wall)
+            cpus[name].append(cpu)
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"{args.runs} runs per case, {os.cpu_count()} CPUs, load average {load:.2f}, "
+          f"bytecode caches {'off' if args.no_bytecode else 'on'}")
+    print(f"{'case':<12} {'median':>9} {'min':>9} {'max':>9} {'cpu med':>9}   [ms]")
+    for name in table:
+        w = walls[name]
+        print(f"{name:<12} {statistics.median(w) * 1e3:9.1f} {min(w) * 1e3:9.1f} {max(w) * 1e3:9.1f} "
+              f"{statistics.median(cpus[name]) * 1e3:9.1f}")
+    if "json" not in walls:
+        return 0
+    median = statistics.median(walls["json"])
+    ok = median <= args.budget
+    print(f"budget: median of `trainest estimate --json` {median * 1e3:.1f} ms "
+          f"{'<=' if ok else '>'} {args.budget * 1e3:.0f} ms: {'ok' if ok else 'OVER'}")
+    return 0 if ok or args.report_only else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Benchmark `trainest plan`: wall time of the whole command (interpreter start-up included) and
+the search's own plans per second, for the two targets of issue 4.
+
+    python bench/bench_plan.py [--repeat 5]
+
+Runs the CLI as a subprocess (`python -m trainest plan ... --json`), so the wall time is what a user
+waits for; plans/s and the plan counts come from the JSON `search` block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+CASES = {
+    "GPT-3 175B, 1,024 x A100 80GB, B=1536, s=2048": [
+        "--model", "gpt3-175b", "--hardware", "a100-80gb-sxm", "--devices", "1024", "--global-batch", "1536",
+        "--seq-len", "2048"],
+    "Megatron 530B, 2,240 x A100 80GB, B=2240, s=2048": [
+        "--model", "megatron-530b", "--hardware", "a100-80gb-sxm", "--devices", "2240", "--global-batch", "2240",
+        "--seq-len", "2048"],
+}
+TARGET_WALL_S = 2.0
+
+
+def run_once(args: list[str]) -> tuple[float, dict]:
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "trainest", "plan", *args, "--json"], capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise SystemExit(f"trainest plan failed ({out.returncode}): {out.stderr.strip()}")
+    return wall, json.loads(out.stdout)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5, help="runs per case (median and best are reported)")
+    opts = ap.parse_args()
+    failed = False
+    for name, args in CASES.items():
+        walls, searches, doc = [], [], {}
+        for _ in range(opts.repeat):
+            wall, doc = run_once(args)
+            walls.append(wall)
+            searches.append(doc["search"]["seconds"])
+        s = doc["search"]
+        best = doc["plans"][0]
+        p = best["parallel"]
+        ok = statistics.median(walls) <= TARGET_WALL_S
+        failed |= not ok
+        print(f"{name}")
+        print(f"  plans evaluated {s['evaluated']:,} (feasible {s['feasible']:,}; rejected "
+              + ", ".join(f"{k} {v:,}" for k, v in s["rejected"].items()) + ")")
+        print(f"  wall time incl. start-up: median {statistics.median(walls):.2f} s, best {min(walls):.2f} s "
+              f"(target <= {TARGET_WALL_S:g} s: {'met' if ok else 'MISSED'})")
+        print(f"  search only: median {statistics.median(searches):.3f} s = "
+              f"{s['evaluated'] / statistics.median(searches):,.0f} plans/s")
+        print(f"  best plan: tp={p['tp']} pp={p['pp']} cp={p['cp']} dp={p['dp']} vpp={p['vpp']} zero={p['zero']} "
+              f"sp={p['sequence_parallel']} b={best['micro_batch']} recompute={best['recompute']}: "
+              f"step {best['step']['time_s']:.3f} s, MFU {best['throughput']['mfu']:.1%}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""The accuracy gate: trainest against the bundled published runs (docs/validation.md).
+
+Issue 3's targets, not yet all met (see the xfail tests below and docs/validation.md):
+  * MAPE ≤ 10 % over all expressible runs, with at least 400 expressible runs;
+  * MAPE ≤ 5 % on the Korthikanti et al. 2022 and Narayanan et al. 2021 A100 tables.
+
+MAPE_GATE_PCT is the current bundled MAPE rounded up by about one point, so that a regression of the
+model, the shipped efficiencies or the runs fails here. Lower it when the model improves (re-run
+`python tools/fit_defaults.py` and read the summary line); never raise it to make a change pass.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from trainest.validate import mape_pct, validate_runs
+
+MAPE_GATE_PCT = 12.0              # current: 10.8 % over 475 runs (tools/fit_defaults.py, shipped efficiencies)
+TARGET_MAPE_PCT = 10.0            # issue 3
+TARGET_MIN_RUNS = 400             # issue 3: expressible runs
+TARGET_PAPER_TABLES_PCT = 5.0     # issue 3: Korthikanti 2022 and Narayanan 2021 A100 tables
+PAPER_SOURCES = ("korthikanti2022", "narayanan2021")
+
+
+@pytest.fixture(scope="module")
+def report():
+    return validate_runs()
+
+
+def test_bundled_mape_does_not_regress(report):
+    assert report.summary.mape_pct <= MAPE_GATE_PCT, (
+        f"bundled validation MAPE {report.summary.mape_pct:.2f} % > gate {MAPE_GATE_PCT} %")
+
+
+def test_at_least_400_runs_expressible(report):
+    assert report.summary.runs >= TARGET_MIN_RUNS
+
+
+def test_every_skipped_run_has_a_reason(report):
+    assert all(n.reason.strip() for n in report.not_expressible)
+
+
+@pytest.mark.xfail(reason="issue 3 target (≤ 10 % overall) not met yet; see docs/validation.md", strict=False)
+def test_target_overall_mape(report):
+    assert report.summary.mape_pct <= TARGET_MAPE_PCT
+
+
+@pytest.mark.xfail(reason="issue 3 target (≤ 5 % on the Korthikanti/Narayanan A100 tables) not met yet: "
+                          "Narayanan Table 2 ZeRO-3 rows are off by up to 4x", strict=False)
+def test_target_paper_tables(report):
+    paper = [r for r in report.runs if r.source in PAPER_SOURCES and r.hardware.startswith("a100")]
+    assert paper and mape_pct(paper) <= TARGET_PAPER_TABLES_PCT

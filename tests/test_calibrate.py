@@ -1,0 +1,153 @@
+"""trainest.calibrate and `trainest calibrate`: recovering a known efficiency, writing a loadable profile."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from trainest.calibrate import (HUBER_DELTA, fit_efficiency, huber, predicted_step_times_s,
+                                replace_efficiency_block)
+from trainest.catalog import hardware_from_mapping, load_hardware, with_efficiency
+from trainest.cli import app
+from trainest.errors import SpecError
+from trainest.estimate import estimate
+from trainest.scenario import scenario_from_mapping
+from trainest.validate import load_runs
+
+TRUTH = dict(gemm=0.62, attention=0.42, memory=0.66, scale_up=0.58, scale_out=0.55)
+START = dict(gemm=0.75, attention=0.5, memory=0.8, scale_up=0.75, scale_out=0.7)
+
+
+def model(h: int, layers: int, heads: int, ffn: int | None = None) -> dict:
+    return {"name": f"m{h}", "layers": layers, "hidden": h, "ffn_hidden": ffn or 4 * h, "heads": heads,
+            "kv_heads": heads, "vocab": 32000, "mlp": "gelu"}
+
+
+# Layouts chosen so that each efficiency moves some step time: big GEMMs (gemm), long sequences
+# (attention), a narrow model with a big batch (memory), TP inside a node (scale_up), PP and FSDP across
+# nodes (scale_out).
+LAYOUTS = [
+    dict(model=model(4096, 8, 32), seq_len=2048, devices=8, parallel={"tp": 8}, micro_batch=1, global_batch=16),
+    dict(model=model(4096, 8, 32), seq_len=2048, devices=8, parallel={"zero": 1}, micro_batch=1, global_batch=16),
+    dict(model=model(2048, 8, 16), seq_len=16384, devices=8, parallel={"zero": 1}, micro_batch=1, global_batch=8),
+    dict(model=model(1024, 8, 8, 1024), seq_len=4096, devices=8, parallel={}, micro_batch=8, global_batch=64),
+    dict(model=model(8192, 16, 64), seq_len=2048, devices=32, parallel={"tp": 8, "pp": 4}, micro_batch=1,
+         global_batch=32),
+    dict(model=model(4096, 8, 32), seq_len=2048, devices=64, parallel={"zero": 3}, micro_batch=1, global_batch=64),
+    dict(model=model(4096, 8, 32), seq_len=8192, devices=8, parallel={"tp": 4, "sequence_parallel": True},
+         micro_batch=1, global_batch=8),
+    dict(model=model(8192, 8, 64), seq_len=4096, devices=16, parallel={"tp": 16}, micro_batch=1, global_batch=8),
+    dict(model=model(6144, 8, 48), seq_len=2048, devices=128, parallel={"zero": 3}, micro_batch=1, global_batch=128),
+]
+
+
+@pytest.fixture(scope="module")
+def synthetic_runs(tmp_path_factory) -> str:
+    """A runs file whose 'measured' step times are trainest's own predictions under TRUTH."""
+    truth = with_efficiency(load_hardware("h100-sxm"), **TRUTH)
+    runs = []
+    for i, lay in enumerate(LAYOUTS):
+        s = scenario_from_mapping({**lay, "hardware": "h100-sxm"}, "synthetic")
+        runs.append({"id": f"synthetic-{i}", **lay, "hardware": "h100-sxm",
+                     "measured": {"step_time_s": estimate(replace(s, hardware=truth)).step.time_s}})
+    path = tmp_path_factory.mktemp("runs") / "synthetic.yaml"
+    path.write_text(yaml.safe_dump({"source": "synthetic", "runs": runs}, sort_keys=False))
+    return str(path)
+
+
+def test_recovers_a_known_efficiency(synthetic_runs):
+    cases = load_runs([synthetic_runs]).cases
+    start = with_efficiency(load_hardware("h100-sxm"), **START)
+    result = fit_efficiency(cases, start, names=tuple(TRUTH))
+    assert result.mape_before_pct > 5.0
+    assert result.mape_after_pct < 0.5
+    for p in result.parameters:
+        assert p.constrained
+        assert p.value == pytest.approx(TRUTH[p.name], rel=0.02), p.name
+    # the returned hardware carries the values, so the runs reproduce
+    e = result.hardware.efficiency
+    assert (e.gemm, e.scale_out) == (pytest.approx(result.parameters[0].value), pytest.approx(result.parameters[4].value))
+
+
+def test_fit_respects_bounds(synthetic_runs):
+    """Measurements 3x slower than any physical efficiency allows: values stop at the lower bound."""
+    cases = [replace(c, measurement=replace(c.measurement, value=c.measurement.value * 20.0))
+             for c in load_runs([synthetic_runs]).cases]
+    result = fit_efficiency(cases, with_efficiency(load_hardware("h100-sxm"), **START), names=tuple(TRUTH))
+    for p in result.parameters:
+        assert 0.2 <= p.value <= 1.0
+
+
+def test_unconstrained_parameter_stays_at_its_start(synthetic_runs):
+    """Single-node runs say nothing about scale_out: it must stay where it started."""
+    cases = [c for c in load_runs([synthetic_runs]).cases if c.scenario.devices <= 8]
+    result = fit_efficiency(cases, with_efficiency(load_hardware("h100-sxm"), **START), names=tuple(TRUTH))
+    scale_out = next(p for p in result.parameters if p.name == "scale_out")
+    assert not scale_out.constrained and scale_out.value == pytest.approx(START["scale_out"])
+
+
+def test_array_prediction_equals_estimate(synthetic_runs):
+    """The fast path used by the fit is exactly estimate()'s step time."""
+    for case in load_runs([synthetic_runs]).cases:
+        assert float(predicted_step_times_s(case, case.scenario.hardware, {})) == \
+            pytest.approx(estimate(case.scenario).step.time_s, rel=1e-12)
+
+
+def test_huber_is_quadratic_then_linear():
+    assert float(huber(0.1)) == pytest.approx(0.005)
+    assert float(huber(1.0)) == pytest.approx(HUBER_DELTA * (1.0 - HUBER_DELTA / 2))
+
+
+def test_replace_efficiency_block_keeps_everything_else():
+    text = Path(load_hardware("a100-80gb-sxm").path).read_text()
+    new = replace_efficiency_block(text, {"gemm": 0.5, "gemm_half_dim": 64, "attention": 0.3, "memory": 0.6,
+                                          "scale_up": 0.7, "scale_out": 0.6, "fitted": True, "method": "test"})
+    old_doc, new_doc = yaml.safe_load(text), yaml.safe_load(new)
+    assert new_doc["efficiency"]["gemm"] == 0.5
+    assert {k: v for k, v in old_doc.items() if k != "efficiency"} == \
+        {k: v for k, v in new_doc.items() if k != "efficiency"}
+    assert new.splitlines()[:5] == text.splitlines()[:5]     # header comments kept
+    hardware_from_mapping(new_doc, "test")
+
+
+runner = CliRunner()
+
+
+def test_cli_writes_a_profile_that_estimate_accepts(synthetic_runs, tmp_path):
+    out = tmp_path / "profile.yaml"
+    res = runner.invoke(app, ["calibrate", "--runs", synthetic_runs, "-o", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["mape_after_pct"] <= doc["mape_before_pct"]
+    eff = yaml.safe_load(out.read_text())["efficiency"]
+    assert eff["fitted"] is True and eff["fit_runs"] == len(LAYOUTS)
+    assert eff["method"].startswith("trainest calibrate on synthetic.yaml, 9 runs, ")
+    res = runner.invoke(app, ["estimate", "--hardware", str(out), "--model", "llama3-8b", "--devices", "8", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["inputs"]["hardware"] == "h100-sxm"
+    assert load_hardware(str(out)).efficiency.gemm == pytest.approx(eff["gemm"])
+
+
+def test_cli_several_hardware_needs_a_choice(synthetic_runs, tmp_path):
+    runs = yaml.safe_load(Path(synthetic_runs).read_text())
+    runs["runs"][0]["hardware"] = "a100-80gb-sxm"
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_text(yaml.safe_dump(runs))
+    res = runner.invoke(app, ["calibrate", "--runs", str(mixed), "-o", str(tmp_path / "p.yaml")])
+    assert res.exit_code == 1 and res.stdout == ""
+    assert "a100-80gb-sxm" in res.stderr and "h100-sxm" in res.stderr and "--hardware" in res.stderr
+    res = runner.invoke(app, ["calibrate", "--runs", str(mixed), "-H", "a100-80gb-sxm", "-o", str(tmp_path / "p.yaml"),
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["runs"] == 1
+    assert runner.invoke(app, ["calibrate", "--runs", str(mixed)]).exit_code == 2   # -o is required
+
+
+def test_no_runs_is_an_error():
+    with pytest.raises(SpecError, match="no expressible runs"):
+        fit_efficiency([])

@@ -1,0 +1,238 @@
+"""The command line as a contract: streams (results on stdout only, warnings and errors on stderr),
+exit codes (0 ok, 1 bad input, 2 usage, 3 CI gate), --quiet, NO_COLOR / non-terminal plain text, the
+CI gates --max-days / --max-cost / --require-fit, documented options, and real console-script runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from trainest.cli import app
+
+RUNNER = CliRunner()
+ANSI = "\x1b["
+SCRIPT = shutil.which("trainest", path=str(Path(sys.executable).parent)) or shutil.which("trainest")
+NO_PRICE_HARDWARE = "a100-80gb-pcie"     # price_usd_per_hour: null in specs/hardware
+
+
+def invoke(*args: str, env: dict | None = None):
+    result = RUNNER.invoke(app, list(args), env=env)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    return result
+
+
+def estimate_json(*args: str) -> dict:
+    result = invoke("estimate", *args, "--json")
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+# ------------------------------------------------------------------------------------- documentation
+
+def test_every_command_and_option_is_documented():
+    import typer.main
+    group = typer.main.get_command(app)
+    assert set(group.commands) >= {"estimate", "list"}
+    for name, command in group.commands.items():
+        assert (command.help or "").strip(), f"command {name} has no help"
+        for param in command.params:
+            if param.param_type_name == "option":
+                assert (param.help or "").strip(), f"{name} {param.opts} has no help"
+    result = invoke("estimate", "--help")
+    assert result.exit_code == 0
+    for flag in ("--max-days", "--max-cost", "--require-fit", "--json", "--quiet", "--config"):
+        assert flag in result.stdout
+
+
+# ---------------------------------------------------------------------------------------- streams
+
+def test_json_goes_to_stdout_alone():
+    result = invoke("estimate", "--json")
+    assert result.exit_code == 0
+    doc = json.loads(result.stdout)           # the whole of stdout is one JSON document
+    assert doc["step"]["time_s"] > 0
+    assert result.stderr == ""                # the default scenario fits and has a price: nothing to warn
+
+
+def test_warnings_go_to_stderr_and_quiet_silences_them():
+    result = invoke("estimate", "--hardware", NO_PRICE_HARDWARE, "--json")
+    assert result.exit_code == 0
+    doc = json.loads(result.stdout)
+    assert doc["training"]["cost_usd"] is None
+    assert any("price" in w for w in doc["warnings"]), "the JSON records the warning too"
+    assert result.stderr.startswith("Warning: ") and "price" in result.stderr
+    quiet = invoke("estimate", "--hardware", NO_PRICE_HARDWARE, "--json", "--quiet")
+    assert quiet.exit_code == 0 and quiet.stderr == ""
+    assert json.loads(quiet.stdout) == doc, "--quiet changes stderr only"
+
+
+def test_table_output_has_no_ansi_when_not_a_terminal():
+    result = invoke("estimate", "--hardware", NO_PRICE_HARDWARE)
+    assert result.exit_code == 0
+    assert "Step" in result.stdout and "Memory per device" in result.stdout
+    assert ANSI not in result.stdout and ANSI not in result.stderr
+    assert "Warning" not in result.stdout, "warnings never go to stdout"
+
+
+def _run_in_pty(args: list[str], env: dict) -> bytes:
+    """Run the console script with stdout on a pseudo-terminal (a real terminal to rich)."""
+    pty = pytest.importorskip("pty")
+    main_fd, child_fd = pty.openpty()
+    try:
+        subprocess.run([SCRIPT, *args], stdout=child_fd, stderr=subprocess.DEVNULL, env=env, timeout=60, check=True)
+    finally:
+        os.close(child_fd)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main_fd, 1 << 16)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(main_fd)
+    return out
+
+
+@pytest.mark.skipif(SCRIPT is None or os.name != "posix", reason="needs the console script and a POSIX pty")
+def test_no_color_gives_plain_text_even_on_a_terminal():
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "TERM")}
+    env["TERM"] = "xterm-256color"
+    styled = _run_in_pty(["estimate"], env)
+    assert ANSI.encode() in styled, "on a terminal the tables are styled (so the next check can fail)"
+    plain = _run_in_pty(["estimate"], {**env, "NO_COLOR": "1"})
+    assert b"Step" in plain
+    assert ANSI.encode() not in plain
+
+
+# ------------------------------------------------------------------------------------------ CI gates
+
+@pytest.fixture(scope="module")
+def baseline() -> dict:
+    return estimate_json()
+
+
+def test_gates_pass_when_within_limits(baseline):
+    days, cost = baseline["training"]["time_days"], baseline["training"]["cost_usd"]
+    result = invoke("estimate", "--max-days", f"{days * 2}", "--max-cost", f"{cost * 2}", "--require-fit", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert "Gate failed" not in result.stderr
+
+
+def test_gate_at_exactly_the_limit_passes(baseline):
+    days = baseline["training"]["time_days"]
+    result = invoke("estimate", "--max-days", repr(days), "--json")
+    assert result.exit_code == 0, result.stderr
+
+
+def test_max_days_gate(baseline):
+    days = baseline["training"]["time_days"]
+    result = invoke("estimate", "--max-days", f"{days / 2}", "--json")
+    assert result.exit_code == 3
+    assert json.loads(result.stdout) == baseline, "results still go to stdout"
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Gate failed:") and "--max-days" in lines[0]
+    assert f"{days:.2f} days" in lines[0]
+
+
+def test_max_cost_gate(baseline):
+    cost = baseline["training"]["cost_usd"]
+    result = invoke("estimate", "--max-cost", f"{cost / 2}")
+    assert result.exit_code == 3
+    assert "Whole run" in result.stdout
+    assert "--max-cost" in result.stderr and "--max-days" not in result.stderr
+
+
+def test_every_broken_gate_is_named(baseline):
+    days, cost = baseline["training"]["time_days"], baseline["training"]["cost_usd"]
+    result = invoke("estimate", "--model", "gpt3-175b", "--max-days", f"{days / 2}", "--max-cost", f"{cost / 2}",
+                    "--require-fit", "--json", "--quiet")
+    assert result.exit_code == 3
+    gates = [line for line in result.stderr.splitlines() if line.startswith("Gate failed:")]
+    assert len(gates) == 3
+    assert [g for g in gates if "--max-days" in g] and [g for g in gates if "--max-cost" in g]
+    assert [g for g in gates if "--require-fit" in g]
+    assert "Warning" not in result.stderr, "--quiet silences warnings but never the gates"
+
+
+def test_require_fit_gate():
+    fits = invoke("estimate", "--require-fit", "--json")
+    assert fits.exit_code == 0 and json.loads(fits.stdout)["memory"]["fits"] is True
+    big = invoke("estimate", "--model", "llama3-70b", "--devices", "8", "--require-fit", "--json")
+    assert big.exit_code == 3
+    doc = json.loads(big.stdout)
+    assert doc["memory"]["fits"] is False
+    assert "--require-fit" in big.stderr and "GiB" in big.stderr
+
+
+def test_max_cost_without_price_fails_the_gate():
+    result = invoke("estimate", "--hardware", NO_PRICE_HARDWARE, "--max-cost", "1e12", "--quiet")
+    assert result.exit_code == 3
+    assert "--max-cost" in result.stderr and "price" in result.stderr
+    priced = invoke("estimate", "--hardware", NO_PRICE_HARDWARE, "--price-per-hour", "1", "--max-cost", "1e12")
+    assert priced.exit_code == 0, priced.stderr
+
+
+def test_a_gate_never_hides_bad_input():
+    """Bad input is exit 1 even when a gate is given (errors are checked before gates)."""
+    result = invoke("estimate", "--tp", "3", "--max-days", "1", "--require-fit")
+    assert result.exit_code == 1 and result.stdout == ""
+
+
+# --------------------------------------------------------------------------- the real console script
+
+def _script(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    full_env.update(env or {})
+    return subprocess.run([SCRIPT, *args], capture_output=True, text=True, timeout=120, env=full_env)
+
+
+pytestmark_script = pytest.mark.skipif(SCRIPT is None, reason="console script `trainest` not installed")
+
+
+@pytestmark_script
+def test_script_success_json():
+    proc = _script("estimate", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["schema_version"]
+    assert proc.stderr == ""
+
+
+@pytestmark_script
+@pytest.mark.parametrize("env", [{}, {"TRAINEST_NO_FAST_PATH": "1"}], ids=["fast-path", "typer"])
+def test_script_exit_codes(env):
+    bad = _script("estimate", "--tp", "3", env=env)
+    assert bad.returncode == 1 and bad.stdout == ""
+    assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("Error: ") and "Traceback" not in bad.stderr
+    usage = _script("estimate", "--no-such-option", env=env)
+    assert usage.returncode == 2 and usage.stdout == "" and "Traceback" not in usage.stderr
+    gate = _script("estimate", "--model", "llama3-70b", "--require-fit", "--json", "--quiet", env=env)
+    assert gate.returncode == 3
+    assert json.loads(gate.stdout)["memory"]["fits"] is False
+    assert gate.stderr.startswith("Gate failed:")
+
+
+@pytestmark_script
+def test_script_bad_file_and_plain_output(tmp_path):
+    path = tmp_path / "evil.yaml"
+    path.write_text("model: !!python/object/apply:os.system ['echo pwned']\n", encoding="utf-8")
+    proc = _script("estimate", "--config", str(path))
+    assert proc.returncode == 1 and proc.stdout == "" and "pwned" not in proc.stderr
+    assert "evil.yaml" in proc.stderr and proc.stderr.count("\n") == 1
+    table = _script("estimate", env={"NO_COLOR": "1"})
+    assert table.returncode == 0 and ANSI not in table.stdout and "Step" in table.stdout
+
+
+def test_python_dash_m():
+    proc = subprocess.run([sys.executable, "-m", "trainest", "estimate", "--json", "--quiet"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["step"]["time_s"] > 0

@@ -1,0 +1,157 @@
+"""trainest.comm: ring collectives on the scale-up and scale-out tiers (limit cases by name)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from trainest import comm
+from trainest.catalog import load_hardware
+from trainest.comm import (Tiers, all_gather_s, all_reduce_s, bus_bandwidth_bytes_per_s, ranks_per_domain,
+                           reduce_scatter_s, ring_latency_s, send_recv_s, tiers_of, tree_latency_s)
+
+UP = 300e9        # [B/s] per device, per direction (NVLink-class)
+OUT = 50e9        # [B/s] per device (a 400 Gb/s NIC)
+DOMAIN = 8
+S = 1e9           # [B]
+
+
+def tiers(up=UP, out=OUT, up_lat=0.0, out_lat=0.0, domain=DOMAIN) -> Tiers:
+    return Tiers(up_bytes_per_s=up, up_latency_s=up_lat, domain=domain, out_bytes_per_s=out, out_latency_s=out_lat)
+
+
+# ----------------------------------------------------------------------------------- limit cases
+
+@pytest.mark.parametrize("collective", [reduce_scatter_s, all_gather_s, all_reduce_s])
+def test_one_rank_costs_nothing(collective):
+    assert collective(S, 1.0, 1.0, tiers(up_lat=5e-6, out_lat=5e-6)) == 0.0
+
+
+def test_huge_bandwidth_and_no_latency_cost_about_nothing():
+    t = tiers(up=1e30, out=1e30)
+    assert all_reduce_s(S, 64.0, 8.0, t) < 1e-18
+
+
+def test_huge_bandwidth_leaves_only_latency():
+    t = tiers(up=1e30, out=1e30, up_lat=3e-6, out_lat=8e-6)
+    assert reduce_scatter_s(S, 8.0, 1.0, t) == pytest.approx(7 * 3e-6)
+    assert all_reduce_s(S, 8.0, 1.0, t) == pytest.approx(2 * 7 * 3e-6)   # ring and tree agree inside a domain
+
+
+def test_all_reduce_costs_twice_a_reduce_scatter():
+    """Bandwidth term: ring all-reduce = reduce-scatter + all-gather (no latency)."""
+    t = tiers()
+    for n, stride in ((2, 1), (8, 1), (16, 1), (4, 8), (64, 8)):
+        assert all_reduce_s(S, n, stride, t) == pytest.approx(2 * reduce_scatter_s(S, n, stride, t))
+
+
+def test_all_reduce_latency_never_exceeds_two_ring_passes():
+    """With latency, all-reduce may take the tree (log n) instead of the ring (n − 1): never slower."""
+    t = tiers(up_lat=3e-6, out_lat=8e-6)
+    for n, stride in ((2, 1), (8, 1), (16, 1), (64, 8), (1024, 8)):
+        assert all_reduce_s(S, n, stride, t) <= 2 * reduce_scatter_s(S, n, stride, t) * (1 + 1e-12)
+    small = tiers(up_lat=3e-6, out_lat=8e-6)
+    n, stride = 1024.0, 8.0    # latency-bound: the tree wins
+    assert all_reduce_s(1.0, n, stride, small) == pytest.approx(
+        2 * ((n - 1) / n / OUT + tree_latency_s(n, stride, small)))
+
+
+def test_all_gather_costs_the_same_as_reduce_scatter():
+    t = tiers(up_lat=3e-6, out_lat=8e-6)
+    assert all_gather_s(S, 16.0, 1.0, t) == reduce_scatter_s(S, 16.0, 1.0, t)
+
+
+def test_ring_reduce_scatter_moves_n_minus_one_over_n_of_the_buffer():
+    for n in (2, 4, 8):
+        assert reduce_scatter_s(S, n, 1.0, tiers()) == pytest.approx((n - 1) / n * S / UP)
+
+
+def test_per_byte_cost_grows_with_group_size_towards_two_s_over_w():
+    costs = [all_reduce_s(S, n, 1.0, tiers()) for n in (2, 4, 8)]
+    assert costs == sorted(costs)
+    assert costs[-1] < 2 * S / UP
+
+
+# ----------------------------------------------------------------------------------------- tiers
+
+def test_group_inside_the_scale_up_domain_uses_scale_up_bandwidth():
+    assert bus_bandwidth_bytes_per_s(8.0, 1.0, tiers()) == UP          # tp = 8 in an 8-GPU node
+    assert bus_bandwidth_bytes_per_s(4.0, 2.0, tiers()) == UP          # stride 2, spans 8 ranks
+
+
+def test_group_with_one_rank_per_domain_is_limited_by_one_nic():
+    # data parallelism across nodes with tp = 8: one rank of the group per node
+    assert ranks_per_domain(16.0, 8.0, DOMAIN) == 1.0
+    assert bus_bandwidth_bytes_per_s(16.0, 8.0, tiers()) == OUT
+
+
+def test_group_spanning_domains_is_nic_limited_with_k_nics_in_parallel():
+    # 16 consecutive ranks: k = 8 per domain, their 8 NICs carry the inter-node traffic together
+    assert ranks_per_domain(16.0, 1.0, DOMAIN) == 8.0
+    assert bus_bandwidth_bytes_per_s(16.0, 1.0, tiers()) == min(UP, 8 * OUT)
+    # stride 2: k = 4
+    assert bus_bandwidth_bytes_per_s(16.0, 2.0, tiers()) == min(UP, 4 * OUT)
+    # when k NICs out-run the scale-up links, the scale-up links bind
+    assert bus_bandwidth_bytes_per_s(16.0, 1.0, tiers(out=100e9)) == UP
+
+
+def test_spanning_group_is_never_faster_than_the_same_group_inside_a_domain():
+    inside = reduce_scatter_s(S, 8.0, 1.0, tiers())
+    spanning = reduce_scatter_s(S, 8.0, 1.0, tiers(domain=4))
+    assert spanning > inside
+
+
+def test_ring_latency_is_n_minus_one_hops_of_the_slowest_link():
+    t = tiers(up_lat=3e-6, out_lat=8e-6)
+    assert ring_latency_s(8.0, 1.0, t) == pytest.approx(7 * 3e-6)      # inside one domain
+    assert ring_latency_s(64.0, 1.0, t) == pytest.approx(63 * 8e-6)    # leaves the domain: α_out
+    assert ring_latency_s(1.0, 1.0, t) == 0.0
+
+
+def test_tree_latency_is_ring_inside_and_log_across_domains():
+    t = tiers(up_lat=3e-6, out_lat=8e-6)
+    assert tree_latency_s(8.0, 1.0, t) == pytest.approx(7 * 3e-6)                       # k = n = 8
+    assert tree_latency_s(64.0, 1.0, t) == pytest.approx(7 * 3e-6 + math.log2(8) * 8e-6)  # k = 8, 8 domains
+    assert tree_latency_s(16.0, 8.0, t) == pytest.approx(math.log2(16) * 8e-6)           # k = 1
+
+
+def test_reduce_scatter_adds_one_ring_latency_pass():
+    t = tiers(up_lat=3e-6, out_lat=8e-6)
+    assert reduce_scatter_s(S, 8.0, 1.0, t) == pytest.approx(7 / 8 * S / UP + 7 * 3e-6)
+
+
+def test_send_recv_inside_and_across_domains():
+    t = tiers(up_lat=3e-6, out_lat=8e-6)
+    assert send_recv_s(S, 1.0, t) == pytest.approx(S / UP + 3e-6)
+    assert send_recv_s(S, 8.0, t) == pytest.approx(S / OUT + 8e-6)     # next node: one NIC
+
+
+# ----------------------------------------------------------------------------- from hardware data
+
+def test_tiers_of_applies_the_achievable_fractions():
+    hw = load_hardware("a100-80gb-sxm")
+    t = tiers_of(hw, hw.devices_per_node)
+    assert t.up_bytes_per_s == pytest.approx(hw.scale_up_bytes_per_s * hw.efficiency.scale_up)
+    assert t.out_bytes_per_s == pytest.approx(hw.scale_out_bytes_per_s * hw.efficiency.scale_out)
+    assert t.domain == hw.scale_up_domain
+    assert t.up_latency_s == hw.scale_up_latency_s
+
+
+def test_no_scale_up_fabric_falls_back_to_pcie_and_no_network_to_the_placeholder():
+    hw = load_hardware("rtx-4090")
+    assert hw.scale_up_bytes_per_s is None and hw.scale_out_bytes_per_s is None
+    t = tiers_of(hw, 4)
+    assert t.up_bytes_per_s == pytest.approx(comm.PCIE_FALLBACK_BYTES_PER_S * hw.efficiency.scale_up)
+    assert t.domain == 4                       # the node is the domain
+    assert t.out_bytes_per_s == comm.NO_NETWORK_BYTES_PER_S
+
+
+def test_arrays_give_the_same_answer_as_floats():
+    t = tiers(up_lat=3e-6, out_lat=8e-6)
+    sizes = np.array([1.0, 2.0, 8.0, 16.0, 64.0])
+    strides = np.array([1.0, 1.0, 1.0, 8.0, 2.0])
+    got = all_reduce_s(S, sizes, strides, t)
+    for i in range(len(sizes)):
+        assert got[i] == pytest.approx(all_reduce_s(S, float(sizes[i]), float(strides[i]), t))

@@ -1,0 +1,254 @@
+"""specs/runs/*.yaml (written by tools/import_runs.py) against the shared reference runs and the
+runs schema of specs/README.md, plus the FLOP conventions of trainest/conventions.py against the
+numbers the sources published.
+
+Tests that need the shared reference (../shared/reference, or $TRAINEST_REFERENCE) skip without it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from trainest.conventions import FLOPS_FORMULAS  # noqa: E402
+
+RUNS_DIR = REPO / "specs" / "runs"
+HARDWARE_DIR = REPO / "specs" / "hardware"
+REFERENCE = Path(os.environ.get("TRAINEST_REFERENCE", REPO.parent / "shared" / "reference"))
+MEGATRON_REF = REFERENCE / "runs-megatron-public.yaml"
+VENDORS_REF = REFERENCE / "runs-vendors-public.yaml"
+needs_reference = pytest.mark.skipif(not (MEGATRON_REF.exists() and VENDORS_REF.exists()),
+                                     reason="shared reference runs not present")
+
+# --- schema: specs/README.md, runs/SOURCE.yaml ------------------------------------------------------
+FILE_KEYS = {"source", "runs"}
+RUN_KEYS = {"id", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision", "parallel",
+            "micro_batch", "global_batch", "recompute", "measured", "expressible", "reason", "confidence", "notes",
+            "duplicate_of"}
+RUN_REQUIRED = {"id", "source", "model", "seq_len", "hardware", "devices", "precision", "parallel", "micro_batch",
+                "global_batch", "recompute", "measured", "expressible", "reason"}
+# model mapping keys of the README, plus head_dim: the optional key trainest/catalog.py model_from_mapping
+# accepts for models whose attention width heads*head_dim differs from hidden (MaxText synthetic models)
+MODEL_KEYS = {"name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp", "tied_embeddings"}
+MODEL_EXTRA_KEYS = {"head_dim"}
+PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap"}
+MEASURED_KEYS = {"step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens"}
+PRECISIONS = {"bf16", "fp16", "fp8", "fp4", "fp32", "tf32"}
+RECOMPUTE = {"none", "selective", "full"}
+CONFIDENCE = {"high", "medium", "low"}
+
+
+def _load(path: Path):
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+RUN_FILES = sorted(RUNS_DIR.glob("*.yaml"))
+RUNS = [(p.name, run) for p in RUN_FILES for run in (_load(p).get("runs") or [])]
+BY_ID = {run["id"]: run for _, run in RUNS}
+
+
+def _reference_records() -> list[dict]:
+    return list(_load(MEGATRON_REF)) + list(_load(VENDORS_REF))
+
+
+def _shape(run: dict) -> dict:
+    m = run["model"]
+    return dict(layers=m["layers"], hidden=m["hidden"], ffn_hidden=m["ffn_hidden"], heads=m["heads"],
+                kv_heads=m["kv_heads"], vocab=m["vocab"], mlp=m["mlp"], seq_len=run["seq_len"])
+
+
+# --- (a) every reference record appears exactly once ----------------------------------------------------
+def test_run_files_exist():
+    assert RUN_FILES, f"no run files in {RUNS_DIR}; run python tools/import_runs.py"
+
+
+@needs_reference
+def test_every_reference_record_appears_exactly_once():
+    ref_ids = [r["id"] for r in _reference_records()]
+    assert len(ref_ids) == len(set(ref_ids)) == 734
+    counts = Counter(run["id"] for _, run in RUNS)
+    duplicated = sorted(i for i, n in counts.items() if n > 1)
+    assert not duplicated, f"ids written more than once: {duplicated[:10]}"
+    missing = sorted(set(ref_ids) - set(counts))
+    assert not missing, f"reference records missing from specs/runs: {missing[:10]} ({len(missing)} in all)"
+    extra = sorted(set(counts) - set(ref_ids))
+    assert not extra, f"runs that are not reference records: {extra[:10]}"
+
+
+# --- (b) every runs record has only schema keys (and sane values) ----------------------------------------
+@pytest.mark.parametrize("path", RUN_FILES, ids=lambda p: p.stem)
+def test_run_file_keys(path: Path):
+    data = _load(path)
+    assert set(data) == FILE_KEYS, f"{path.name}: top-level keys {sorted(data)}"
+    assert isinstance(data["source"], str) and data["source"].strip()
+    assert isinstance(data["runs"], list) and data["runs"]
+    for run in data["runs"]:
+        w = f"{path.name}:{run.get('id')}"
+        assert set(run) <= RUN_KEYS, f"{w}: unknown keys {sorted(set(run) - RUN_KEYS)}"
+        assert RUN_REQUIRED <= set(run), f"{w}: missing keys {sorted(RUN_REQUIRED - set(run))}"
+        model = run["model"]
+        assert isinstance(model, dict), f"{w}: model must be a mapping"
+        assert set(model) <= MODEL_KEYS | MODEL_EXTRA_KEYS, f"{w}: model keys {sorted(set(model) - MODEL_KEYS)}"
+        assert MODEL_KEYS <= set(model), f"{w}: model lacks {sorted(MODEL_KEYS - set(model))}"
+        assert PARALLEL_KEYS - {"tp_overlap"} <= set(run["parallel"]) <= PARALLEL_KEYS, \
+            f"{w}: parallel keys {sorted(run['parallel'])}"
+        assert set(run["measured"]) <= MEASURED_KEYS, f"{w}: measured keys {sorted(run['measured'])}"
+        assert isinstance(run["expressible"], bool)
+        assert (run["reason"] is None) == run["expressible"], f"{w}: reason must be given iff not expressible"
+        assert run.get("confidence") in CONFIDENCE, f"{w}: confidence {run.get('confidence')!r}"
+        assert isinstance(run["source"], str) and run["source"].strip(), f"{w}: source"
+        assert isinstance(run.get("notes"), str), f"{w}: notes"
+        assert run["recompute"] in RECOMPUTE, f"{w}: recompute {run['recompute']!r}"
+        if run["precision"] is not None or run["expressible"]:
+            assert run["precision"] in PRECISIONS, f"{w}: precision {run['precision']!r}"
+        if "flops_formula" in run["measured"]:
+            assert run["measured"]["flops_formula"] in FLOPS_FORMULAS, f"{w}: unknown flops_formula"
+            assert {"tflops_per_device", "mfu"} & set(run["measured"]), f"{w}: flops_formula without a FLOP metric"
+        if {"tflops_per_device", "mfu"} & set(run["measured"]):
+            assert "flops_formula" in run["measured"], f"{w}: a FLOP metric needs its flops_formula"
+        if "mfu" in run["measured"]:
+            assert 0 < run["measured"]["mfu"] < 1, f"{w}: mfu is a fraction"
+        if run["expressible"]:
+            _check_expressible(run, w)
+
+
+def _check_expressible(run: dict, w: str) -> None:
+    m, par = run["model"], run["parallel"]
+    for k in ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab"):
+        assert isinstance(m[k], int) and m[k] > 0, f"{w}: model.{k} = {m[k]!r}"
+    assert m["mlp"] in ("gelu", "swiglu") and isinstance(m["tied_embeddings"], bool), w
+    assert (HARDWARE_DIR / f"{run['hardware']}.yaml").exists(), f"{w}: no specs/hardware/{run['hardware']}.yaml"
+    for k in ("tp", "pp", "dp", "cp", "vpp"):
+        assert isinstance(par[k], int) and par[k] >= 1, f"{w}: parallel.{k} = {par[k]!r}"
+    assert par["zero"] in (0, 1, 2, 3) and isinstance(par["sequence_parallel"], bool), w
+    assert par["tp"] * par["pp"] * par["cp"] * par["dp"] == run["devices"], f"{w}: tp*pp*cp*dp != devices"
+    assert m["layers"] % par["pp"] == 0 and (m["layers"] // par["pp"]) % par["vpp"] == 0, f"{w}: pipeline split"
+    assert run["global_batch"] % (par["dp"] * run["micro_batch"]) == 0, f"{w}: global batch"
+    primary = {"step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "device_hours"} & set(run["measured"])
+    assert len(primary) == 1, f"{w}: exactly one measured metric expected, got {sorted(primary)}"
+    for v in run["measured"].values():
+        assert isinstance(v, str) or v > 0, f"{w}: measured value {v!r}"
+
+
+def test_expressible_runs_load_as_scenarios():
+    """Every expressible run is a valid scenario for trainest's own loader."""
+    scenario = pytest.importorskip("trainest.scenario")
+    failures = []
+    for _, run in RUNS:
+        if run["expressible"]:
+            try:
+                scenario.scenario_from_mapping(run, run["id"])
+            except Exception as exc:  # noqa: BLE001 - collect all
+                failures.append(f"{run['id']}: {exc}")
+    assert not failures, "\n".join(failures[:20])
+
+
+# --- (c) Narayanan 2021: Eq. 3 turns the published TFLOP/s back into the iteration time -----------------
+@needs_reference
+def test_narayanan_eq3_reproduces_derived_iteration_times():
+    eq3 = FLOPS_FORMULAS["narayanan-eq3"]
+    checked = 0
+    for ref in _load(MEGATRON_REF):
+        if not ref["id"].startswith("narayanan2021"):
+            continue
+        derived = (ref.get("derived_outcomes") or {}).get("iteration_time_s")
+        assert derived, f"{ref['id']}: reference has no derived iteration time"
+        run = BY_ID[ref["id"]]
+        assert run["measured"]["flops_formula"] == "narayanan-eq3"
+        flops = eq3(**_shape(run), global_batch=run["global_batch"])
+        t = flops / (run["devices"] * run["measured"]["tflops_per_device"] * 1e12)
+        assert t == pytest.approx(derived, rel=0.01), f"{ref['id']}: {t:.2f} s vs reference {derived} s"
+        checked += 1
+    assert checked == 23
+
+
+# --- (d) Korthikanti 2022 Table 5, GPT-3 175B ----------------------------------------------------------
+def test_korthikanti_table5_gpt3_175b():
+    full = BY_ID["korthikanti2022_table5_175B_full_recompute"]
+    sel = BY_ID["korthikanti2022_table5_175B_sp_selective"]
+    assert full["measured"] == {"step_time_s": 18.13}
+    assert sel["measured"] == {"step_time_s": 13.75}
+    assert full["recompute"] == "full" and full["parallel"]["sequence_parallel"] is False
+    assert sel["recompute"] == "selective" and sel["parallel"]["sequence_parallel"] is True
+    for run in (full, sel):
+        assert run["expressible"] and run["devices"] == 64 and run["global_batch"] == 64
+        assert (run["parallel"]["tp"], run["parallel"]["pp"], run["parallel"]["dp"]) == (8, 8, 1)
+        assert (run["model"]["layers"], run["model"]["hidden"]) == (96, 12288)
+
+
+# --- the conventions reproduce what the sources published ----------------------------------------------
+@needs_reference
+def test_korthikanti_eq7_reproduces_published_mfu():
+    eq7 = FLOPS_FORMULAS["korthikanti-eq7"]
+    for ref in _load(MEGATRON_REF):
+        if not ref["id"].startswith("korthikanti2022_table5") or ref["measured"]["mfu_pct"] is None:
+            continue
+        run = BY_ID[ref["id"]]
+        flops = eq7(**_shape(run), global_batch=run["global_batch"])
+        mfu = flops / (run["measured"]["step_time_s"] * run["devices"] * 312e12) * 100
+        assert mfu == pytest.approx(ref["measured"]["mfu_pct"], abs=0.5), ref["id"]
+
+
+def _tflops_from_tokens(run: dict, formula: str) -> float:
+    per_token = FLOPS_FORMULAS[formula](**_shape(run), global_batch=1) / run["seq_len"]
+    return per_token * run["measured"]["tokens_per_s"] / run["devices"] / 1e12
+
+
+@needs_reference
+@pytest.mark.parametrize("prefix, formula, rel", [
+    ("nemo2407-pre-", "megatron-core", 0.01),          # NeMo 24.07: full (non-causal) attention
+    # Megatron-Bridge 25.09+: causal attention discounted. Most rows agree to 0.2 %; the 26.04.01 table's
+    # tokens/s and TFLOP/s columns disagree with each other by up to 2.3 % in a few rows.
+    ("mbridge-", "megatron-core-causal", 0.025),
+    ("llmfoundry-", "llm-foundry", 0.01),
+])
+def test_formulas_reproduce_published_tflops(prefix, formula, rel):
+    checked = 0
+    for ref in _load(VENDORS_REF):
+        run = BY_ID[ref["id"]]
+        if not ref["id"].startswith(prefix) or not run["expressible"] or "tokens_per_s" not in run["measured"]:
+            continue
+        if "fine-tuning" in (ref.get("training_type") or ""):
+            continue  # packed-sequence SFT counts attention per packed sample
+        tf = _tflops_from_tokens(run, formula)
+        assert tf == pytest.approx(ref["outcomes"]["tflops_per_accel"], rel=rel), f"{ref['id']}: {tf:.1f}"
+        checked += 1
+    assert checked >= 9
+
+
+def test_formula_names():
+    assert {"narayanan-eq3", "korthikanti-eq7", "megatron-core", "megatron-core-causal", "llm-foundry", "maxtext",
+            "6n"} <= set(FLOPS_FORMULAS)
+    shape = dict(layers=96, hidden=12288, ffn_hidden=4 * 12288, heads=96, kv_heads=96, vocab=51200, mlp="gelu",
+                 seq_len=2048, global_batch=1536)
+    # Eq. 3 adds the recompute forward pass of the transformer layers (one more forward, 24 B s l h^2 (1 + s/6h))
+    # to Eq. 7; the logit layer is not recomputed. Megatron-Core reduces to Eq. 7 for a GPT block (MHA, 4h GeLU).
+    eq3, eq7, mc = (FLOPS_FORMULAS[k](**shape) for k in ("narayanan-eq3", "korthikanti-eq7", "megatron-core"))
+    B, s, l, h = shape["global_batch"], shape["seq_len"], shape["layers"], shape["hidden"]
+    assert eq3 - eq7 == pytest.approx(24 * B * s * l * h * h * (1 + s / (6 * h)), rel=1e-12)
+    assert mc == pytest.approx(eq7, rel=1e-9)
+    causal = FLOPS_FORMULAS["megatron-core-causal"](**shape)
+    assert causal < mc
+    assert FLOPS_FORMULAS["6n"](**shape) < mc
+
+
+# --- the files are what the importer writes ----------------------------------------------------------------
+@needs_reference
+def test_run_files_are_in_sync_with_the_importer(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "import_runs.py"), "--reference", str(REFERENCE),
+                           "--out", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    fresh = {p.name: _load(p) for p in tmp_path.glob("*.yaml")}
+    current = {p.name: _load(p) for p in RUN_FILES}
+    assert fresh.keys() == current.keys()
+    stale = [name for name in fresh if fresh[name] != current[name]]
+    assert not stale, f"specs/runs out of date ({stale}); run python tools/import_runs.py"

@@ -1,0 +1,187 @@
+"""The JSON contract: every command's --json output validates against its JSON Schema in docs/schema/,
+every key it prints is documented there, and `schema_version` is trainest.estimate.SCHEMA_VERSION."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+from typer.testing import CliRunner
+
+from trainest.cli import app
+from trainest.estimate import SCHEMA_VERSION
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "docs" / "schema"
+RUNNER = CliRunner()
+
+
+@functools.cache
+def schema(name: str) -> dict:
+    doc = json.loads((SCHEMA_DIR / f"{name}.schema.json").read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(doc)
+    return doc
+
+
+def run_json(*args: str) -> dict:
+    result = RUNNER.invoke(app, [*args, "--json"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exit_code in (0, 3), result.stderr
+    text = result.stdout
+    doc = json.loads(text)
+    assert json.loads(json.dumps(doc, allow_nan=False)) == doc
+    return doc
+
+
+def undocumented_keys(doc, sch: dict, path: str = "$") -> list[str]:
+    """Keys in `doc` that the schema does not name (objects with only additionalProperties accept any key)."""
+    found = []
+    if isinstance(doc, dict) and sch.get("type") in ("object", None):
+        props = sch.get("properties", {})
+        extra = sch.get("additionalProperties")
+        for key, value in doc.items():
+            if key in props:
+                found += undocumented_keys(value, props[key], f"{path}.{key}")
+            elif isinstance(extra, dict):
+                found += undocumented_keys(value, extra, f"{path}.{key}")
+            else:
+                found.append(f"{path}.{key}")
+    elif isinstance(doc, list) and isinstance(sch.get("items"), dict):
+        for i, item in enumerate(doc[:50]):
+            found += undocumented_keys(item, sch["items"], f"{path}[{i}]")
+    return found
+
+
+def check(doc: dict, name: str) -> None:
+    sch = schema(name)
+    jsonschema.validate(doc, sch, cls=jsonschema.Draft202012Validator)
+    assert doc["schema_version"] == SCHEMA_VERSION
+    assert not undocumented_keys(doc, sch), f"keys missing from docs/schema/{name}.schema.json"
+
+
+ESTIMATE_CASES = {
+    "default": (),
+    "no-price-no-fit": ("--hardware", "a100-80gb-pcie", "--model", "llama3-70b"),
+    "pipeline-interleaved": ("--model", "gpt3-13b", "--devices", "32", "--tp", "4", "--pp", "4", "--vpp", "5",
+                             "--sequence-parallel", "--micro-batch", "1", "--global-batch", "64"),
+    "fp8-full-recompute": ("--precision", "fp8", "--recompute", "full", "--zero", "2", "--global-batch", "32"),
+    "standard-attention-cp": ("--attention", "standard", "--cp", "2", "--seq-len", "4096"),
+    "tpu": ("--hardware", "tpu-v5p", "--model", "gpt3-1.3b", "--devices", "16"),
+    "gate-broken": ("--max-days", "1e-9", "--require-fit", "--model", "gpt3-175b"),
+}
+
+
+@pytest.mark.parametrize("args", ESTIMATE_CASES.values(), ids=ESTIMATE_CASES.keys())
+def test_estimate_json_matches_schema(args):
+    check(run_json("estimate", *args), "estimate")
+
+
+def test_estimate_json_from_a_config_file(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("model: {layers: 4, hidden: 256, ffn_hidden: 1024, heads: 4, vocab: 1000}\ndevices: 2\n"
+                    "hardware: l4\nprecision: fp16\n", encoding="utf-8")
+    check(run_json("estimate", "--config", str(path)), "estimate")
+
+
+def test_inputs_echo_loads_again(tmp_path):
+    """`inputs` is a loadable scenario: feeding it back (minus the derived/computed keys) gives the same step."""
+    import yaml
+    first = run_json("estimate", "--tp", "2", "--pp", "2", "--global-batch", "16")
+    inputs = {k: v for k, v in first["inputs"].items() if k not in ("derived", "micro_batches")}
+    inputs["model"] = {k: v for k, v in inputs["model"].items() if k != "params"}
+    inputs["parallel"] = {k: v for k, v in inputs["parallel"].items() if k != "tp_overlap" or v}
+    path = tmp_path / "again.yaml"
+    path.write_text(yaml.safe_dump(inputs), encoding="utf-8")
+    again = run_json("estimate", "--config", str(path))
+    assert again["step"] == first["step"]
+    assert again["memory"] == first["memory"]
+
+
+@pytest.mark.parametrize("what", ["hardware", "models"])
+def test_list_json_matches_schema(what):
+    doc = run_json("list", what)
+    check(doc, "list")
+    assert len(doc[what]) > 5
+
+
+def _has_json(command: str) -> bool:
+    result = RUNNER.invoke(app, [command, "--help"])
+    return result.exit_code == 0 and "--json" in result.stdout
+
+
+def test_plan_json_matches_schema():
+    if not _has_json("plan"):
+        pytest.skip("plan has no --json yet")
+    doc = run_json("plan", "--model", "gpt3-125m", "--devices", "8", "--global-batch", "32")
+    check(doc, "plan")
+    assert doc["plans"], "a small model on 8 GPUs has feasible plans"
+
+
+def test_validate_json_matches_schema():
+    if not _has_json("validate"):
+        pytest.skip("validate has no --json yet")
+    doc = run_json("validate", "--source", "korthikanti2022")
+    check(doc, "validate")
+    assert doc["runs"]
+
+
+def test_calibrate_json_matches_schema(tmp_path):
+    if not _has_json("calibrate"):
+        pytest.skip("calibrate has no --json yet")
+    runs = Path(__file__).resolve().parent.parent / "specs" / "runs" / "korthikanti2022.yaml"
+    out = tmp_path / "fitted.yaml"
+    doc = run_json("calibrate", "--runs", str(runs), "--output", str(out))
+    check(doc, "calibrate")
+    assert out.is_file()
+
+
+def test_every_command_with_json_has_a_schema():
+    import typer.main
+    for name in typer.main.get_command(app).commands:
+        if _has_json(name):
+            assert (SCHEMA_DIR / f"{name}.schema.json").is_file(), f"{name} --json has no schema in docs/schema/"
+
+
+# --------------------------------------------------------------------- the schemas are not vacuous
+
+@pytest.fixture(scope="module")
+def estimate_doc() -> dict:
+    return run_json("estimate")
+
+
+@pytest.mark.parametrize("path,value", [
+    (("schema_version",), "2.0"),
+    (("step", "time_s"), -1.0),
+    (("step", "time_s"), None),
+    (("step", "bottleneck"), "disk"),
+    (("step", "shares", "compute"), 1.5),
+    (("throughput", "mfu"), 1.2),
+    (("memory", "fits"), "yes"),
+    (("inputs", "parallel", "zero"), 4),
+    (("inputs", "precision"), "int8"),
+    (("training", "steps"), 0.5),
+    (("warnings",), "none"),
+], ids=lambda x: ".".join(x) if isinstance(x, tuple) else repr(x))
+def test_schema_rejects_wrong_documents(estimate_doc, path, value):
+    doc = copy.deepcopy(estimate_doc)
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, schema("estimate"), cls=jsonschema.Draft202012Validator)
+
+
+def test_schema_requires_every_section(estimate_doc):
+    for key in estimate_doc:
+        doc = {k: v for k, v in estimate_doc.items() if k != key}
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(doc, schema("estimate"), cls=jsonschema.Draft202012Validator)
+
+
+def test_changelog_describes_this_schema_version():
+    changelog = (SCHEMA_DIR.parent.parent / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert f"schema {SCHEMA_VERSION}" in changelog.lower() or f"schema_version {SCHEMA_VERSION}" in changelog

@@ -1,0 +1,193 @@
+"""trainest.memory: weights, gradients, optimizer state per ZeRO stage; activations after Korthikanti
+et al. 2022 (eq. 1-2 and §4), reproduced exactly for the paper's GPT block."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trainest import memory
+from trainest.catalog import model_from_mapping
+from trainest.memory import (activation_bytes_per_layer, in_flight_micro_batches, memory_per_device,
+                             optimizer_bytes_per_param, stage_params, weight_bytes_per_param)
+
+# A tiny GPT block: g = a, f = 4h, GeLU (the paper's shape).
+GPT = model_from_mapping({"name": "tiny-gpt", "layers": 4, "hidden": 64, "ffn_hidden": 256, "heads": 4,
+                          "vocab": 100}, "test")
+S, B = 128.0, 2.0
+
+
+def act(model=GPT, *, b=B, s=S, t=1.0, c=1.0, sp=0.0, recompute=0.0, attention="standard"):
+    kept, _stored = activation_bytes_per_layer(model, micro_batch=b, seq_len=s, tp=t, cp=c, sp=sp,
+                                               recompute=recompute, attention=attention)
+    return kept
+
+
+def mem(model=GPT, precision="bf16", **layout):
+    kw = dict(seq_len=S, micro_batch=1.0, micro_batches=8.0, tp=1.0, pp=1.0, dp=1.0, cp=1.0, vpp=1.0, zero=0.0,
+              sp=0.0, recompute=0.0, attention="flash")
+    kw.update(layout)
+    return memory_per_device(model, precision, **kw)
+
+
+# ------------------------------------------------------------------------------ activations (eq. 1-2)
+
+def test_korthikanti_eq1_no_parallelism_no_recompute_standard_attention():
+    """sbh(34 + 5as/h) bytes per layer."""
+    h, a = GPT.hidden, GPT.heads
+    assert act() == pytest.approx(S * B * h * (34 + 5 * a * S / h), rel=1e-12)
+
+
+@pytest.mark.parametrize("t", [1.0, 2.0, 4.0])
+def test_korthikanti_eq2_tensor_parallel(t):
+    """sbh(10 + 24/t + 5as/(ht)): norms, inputs and masks stay replicated without SP."""
+    h, a = GPT.hidden, GPT.heads
+    assert act(t=t) == pytest.approx(S * B * h * (10 + 24 / t + 5 * a * S / (h * t)), rel=1e-12)
+
+
+@pytest.mark.parametrize("t", [2.0, 4.0])
+def test_sequence_parallel_divides_everything_by_t(t):
+    """Korthikanti §4.2.2: sbh/t·(34 + 5as/h)."""
+    h, a = GPT.hidden, GPT.heads
+    assert act(t=t, sp=1.0) == pytest.approx(S * B * h / t * (34 + 5 * a * S / h), rel=1e-12)
+
+
+def test_selective_recompute_drops_the_score_term():
+    """Korthikanti §5 with SP: sbh·34/t."""
+    h = GPT.hidden
+    assert act(t=4.0, sp=1.0, recompute=1.0) == pytest.approx(S * B * h * 34 / 4, rel=1e-12)
+
+
+def test_flash_attention_stores_what_selective_recompute_stores():
+    assert act(attention="flash") == pytest.approx(act(recompute=1.0))
+    assert act(attention="flash") < act()
+
+
+def test_full_recompute_stores_the_layer_input_2sbh():
+    h = GPT.hidden
+    assert act(recompute=2.0) == pytest.approx(2 * S * B * h)
+    assert act(t=4.0, recompute=2.0) == pytest.approx(2 * S * B * h)            # replicated without SP
+    assert act(t=4.0, sp=1.0, recompute=2.0) == pytest.approx(2 * S * B * h / 4)
+
+
+def test_full_recompute_also_returns_what_one_layer_stores_while_it_is_recomputed():
+    kept, stored = activation_bytes_per_layer(GPT, micro_batch=B, seq_len=S, tp=1.0, cp=1.0, sp=0.0,
+                                              recompute=2.0, attention="flash")
+    assert kept == pytest.approx(2 * S * B * GPT.hidden)
+    assert stored == pytest.approx(act(attention="flash"))
+
+
+def test_context_parallel_divides_the_tokens():
+    assert act(c=2.0) == pytest.approx(act() / 2)
+
+
+def test_gqa_stores_smaller_k_and_v():
+    """Generalised eq.: the TP part is e·T·(2h + 2g·d_h + k·f); with g = a/4 K and V shrink 4×."""
+    gqa = model_from_mapping({"layers": 4, "hidden": 64, "ffn_hidden": 256, "heads": 4, "kv_heads": 1,
+                              "vocab": 100}, "test")
+    d_h = GPT.hidden // GPT.heads
+    saved = 2.0 * S * B * 2 * (GPT.kv_heads - gqa.kv_heads) * d_h
+    assert act() - act(gqa) == pytest.approx(saved)
+
+
+def test_swiglu_stores_one_more_f_wide_tensor():
+    swi = model_from_mapping({"layers": 4, "hidden": 64, "ffn_hidden": 256, "heads": 4, "vocab": 100,
+                              "mlp": "swiglu"}, "test")
+    assert act(swi) - act() == pytest.approx(2.0 * S * B * GPT.ffn_hidden)
+
+
+# --------------------------------------------------------------------------------------- in flight
+
+def test_in_flight_is_p_micro_batches_on_the_first_stage():
+    assert in_flight_micro_batches(4.0, 1.0, 16.0) == 4.0
+    assert in_flight_micro_batches(1.0, 1.0, 16.0) == 1.0          # gradient accumulation: one at a time
+    assert in_flight_micro_batches(8.0, 1.0, 2.0) == 2.0           # m < p: only m exist
+
+
+def test_interleaving_adds_one_plus_p_minus_one_over_pv():
+    assert in_flight_micro_batches(8.0, 3.0, 64.0) == pytest.approx(8 * (1 + 7 / 24))
+
+
+# ----------------------------------------------------------------------- weights, grads, optimizer
+
+def test_bytes_per_parameter_of_mixed_precision_adam():
+    assert weight_bytes_per_param("bf16") == 2.0
+    assert weight_bytes_per_param("fp8") == 2.0            # FP8 recipes keep 16-bit weights
+    assert weight_bytes_per_param("fp32") == 4.0
+    assert optimizer_bytes_per_param("bf16") == 12.0       # FP32 master + m + v
+    assert optimizer_bytes_per_param("fp32") == 8.0        # no separate master copy
+
+
+def test_stage_params_one_stage_holds_the_whole_model():
+    assert stage_params(GPT, 1.0) == pytest.approx(GPT.params)
+
+
+def test_stage_params_pipeline_stage_holds_its_layers_and_one_embedding():
+    assert stage_params(GPT, 2.0) == pytest.approx(2 * GPT.params_per_layer + GPT.vocab * GPT.hidden)
+
+
+@pytest.mark.parametrize("zero, w, g, o", [
+    (0, 2.0, 4.0, 12.0),          # replicated: 2 + 4 + 12 = 18 B/param (Megatron, FP32 main grads)
+    (1, 2.0, 4.0, 12.0 / 4),      # optimizer state sharded over d
+    (2, 2.0, 4.0 / 4, 12.0 / 4),  # + gradients
+    (3, 2.0 / 4, 4.0 / 4, 12.0 / 4),  # + weights
+])
+def test_zero_stages_shard_what_they_should(zero, w, g, o):
+    P = GPT.params
+    m = mem(dp=4.0, zero=float(zero))
+    gathered = 2.0 * GPT.params_per_layer * 2.0 if zero == 3 else 0.0   # ZeRO-3: current + prefetched layer
+    assert m.weights_bytes == pytest.approx(P * w + gathered)
+    assert m.gradients_bytes == pytest.approx(P * g)
+    assert m.optimizer_bytes == pytest.approx(P * o)
+
+
+def test_zero_without_data_parallelism_shards_nothing():
+    assert mem(zero=1.0).optimizer_bytes == mem(zero=0.0).optimizer_bytes
+
+
+def test_tensor_and_pipeline_parallelism_divide_the_parameters():
+    base = mem()
+    assert mem(tp=2.0).optimizer_bytes == pytest.approx(base.optimizer_bytes / 2)
+    assert mem(pp=2.0).optimizer_bytes == pytest.approx(
+        base.optimizer_bytes * stage_params(GPT, 2.0) / GPT.params)
+
+
+def test_overhead_is_a_constant_plus_fragmentation_and_the_total_adds_up():
+    m = mem()
+    subtotal = m.weights_bytes + m.gradients_bytes + m.optimizer_bytes + m.activations_bytes
+    assert m.overhead_bytes == pytest.approx(memory.FRAMEWORK_OVERHEAD_BYTES + memory.FRAGMENTATION_FRACTION * subtotal)
+    assert m.total_bytes == pytest.approx(subtotal + m.overhead_bytes)
+
+
+def test_activations_without_pipeline_are_one_micro_batch_plus_logits():
+    m = mem(attention="standard")
+    layer = act(b=1.0)
+    logits = 2 * memory.LOGITS_BYTES * S * GPT.vocab
+    assert m.activations_bytes == pytest.approx(GPT.layers * layer + logits)
+
+
+def test_full_recompute_keeps_one_layer_fully_materialised():
+    m = mem(recompute=2.0)
+    logits = 2 * memory.LOGITS_BYTES * S * GPT.vocab
+    assert m.activations_bytes == pytest.approx(
+        GPT.layers * act(b=1.0, recompute=2.0) + act(b=1.0, attention="flash") + logits)
+
+
+def test_more_parallelism_never_raises_memory_per_device():
+    base = mem(dp=1.0).total_bytes
+    for layout in ({"tp": 2.0}, {"tp": 4.0, "sp": 1.0}, {"pp": 2.0}, {"dp": 8.0, "zero": 3.0}, {"cp": 2.0}):
+        assert mem(**layout).total_bytes <= base
+
+
+def test_recompute_never_raises_memory():
+    none, sel, full = (mem(recompute=r, attention="standard").total_bytes for r in (0.0, 1.0, 2.0))
+    assert full < sel < none
+
+
+def test_arrays_give_the_same_answer_as_floats():
+    tps = np.array([1.0, 2.0, 4.0])
+    zeros = np.array([0.0, 1.0, 3.0])
+    arr = mem(tp=tps, zero=zeros, dp=np.array([4.0, 4.0, 4.0]), sp=np.array([0.0, 1.0, 1.0]))
+    for i in range(3):
+        one = mem(tp=float(tps[i]), zero=float(zeros[i]), dp=4.0, sp=[0.0, 1.0, 1.0][i])
+        assert arr.total_bytes[i] == pytest.approx(one.total_bytes)

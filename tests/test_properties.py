@@ -1,0 +1,241 @@
+"""Property-based tests (hypothesis) over the whole space of valid scenarios: presets and random shapes,
+every catalog hardware with each precision it has, and valid parallel layouts.
+
+1. Outputs are sane: every number finite, non-negative where it must be, shares/MFU/HFU in [0, 1], the
+   step at least the compute-bound time of the model FLOPs at peak, the breakdown adds up to the step
+   (and the memory parts to the total), and the JSON round-trips with allow_nan=False.
+2. Physics: more bandwidth or a higher peak never makes a step slower; more data-parallel devices at the
+   same global batch never raise per-device FLOPs; FP8 never slower than BF16; full recompute never keeps
+   more activations than none; ZeRO stage k+1 never needs more memory than stage k.
+
+Examples per test are set in EXAMPLES (the whole file runs in about 20 s on two cores); hypothesis runs
+derandomized so a failure (and a strict xfail) is reproducible.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from trainest import catalog
+from trainest.estimate import estimate
+from trainest.report import estimate_dict
+from trainest.scenario import scenario_from_mapping
+
+EXAMPLES = {"sane": 1500, "physics": 250}
+REL = 1e-9     # floating-point slack for "never slower / never more"
+
+HARDWARE = catalog.hardware_names()
+PRESETS = catalog.model_names()
+
+
+def _settings(kind: str):
+    return settings(max_examples=EXAMPLES[kind], deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+def _divisors(n: int, cap: int) -> list[int]:
+    return [k for k in range(1, min(n, cap) + 1) if n % k == 0]
+
+
+@st.composite
+def model_mappings(draw) -> dict | str:
+    """A preset name, or a random dense-transformer shape that passes validation."""
+    if draw(st.booleans()):
+        return draw(st.sampled_from(PRESETS))
+    heads = draw(st.sampled_from([1, 2, 4, 8, 12, 16, 32, 64, 96]))
+    head_dim = draw(st.sampled_from([32, 64, 80, 128]))
+    return {"name": "random", "layers": draw(st.integers(1, 128)), "hidden": heads * head_dim,
+            "ffn_hidden": draw(st.integers(1, 16)) * heads * head_dim // 2 + 1,
+            "heads": heads, "kv_heads": draw(st.sampled_from(_divisors(heads, heads))),
+            "vocab": draw(st.integers(256, 256_000)), "mlp": draw(st.sampled_from(["gelu", "swiglu"])),
+            "tied_embeddings": draw(st.booleans())}
+
+
+@st.composite
+def scenario_mappings(draw, *, dp_min: int = 1) -> dict:
+    """A valid scenario mapping: every layout divides what it must."""
+    model_value = draw(model_mappings())
+    model = catalog.load_model(model_value) if isinstance(model_value, str) else \
+        catalog.model_from_mapping(model_value, "strategy")
+    hw_name = draw(st.sampled_from(HARDWARE))
+    hw = catalog.load_hardware(hw_name)
+    precision = draw(st.sampled_from(sorted(hw.peak_flops_per_s)))
+    seq_len = draw(st.sampled_from([128, 512, 1024, 2048, 4096, 8192, 32768]))
+    tp = draw(st.sampled_from(_divisors(model.heads, 16)))
+    pp = draw(st.sampled_from(_divisors(model.layers, 16)))
+    vpp = draw(st.sampled_from(_divisors(model.layers // pp, 8))) if pp > 1 else 1
+    cp = draw(st.sampled_from([1, 2, 4]))
+    dp = draw(st.integers(dp_min, 64))
+    micro_batch = draw(st.integers(1, 8))
+    micro_batches = draw(st.integers(1, 16))
+    return {"model": model_value, "hardware": hw_name, "precision": precision, "seq_len": seq_len,
+            "devices": tp * pp * cp * dp,
+            "parallel": {"tp": tp, "pp": pp, "cp": cp, "dp": dp, "vpp": vpp, "zero": draw(st.integers(0, 3)),
+                         "sequence_parallel": draw(st.booleans()) if tp > 1 else False},
+            "micro_batch": micro_batch, "global_batch": dp * micro_batch * micro_batches,
+            "recompute": draw(st.sampled_from(["none", "selective", "full"])),
+            "attention": draw(st.sampled_from(["flash", "standard"])),
+            "tokens": draw(st.sampled_from([None, 1e9, 3e11, 1.5e13])),
+            "price_per_hour": draw(st.sampled_from([None, 0.0, 2.5]))}
+
+
+def _scenario(mapping: dict):
+    return scenario_from_mapping({k: v for k, v in mapping.items() if v is not None}, "property")
+
+
+def _numbers(obj, path="e"):
+    """(path, value) of every number inside a result dataclass tree."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            if f.name != "scenario":
+                yield from _numbers(getattr(obj, f.name), f"{path}.{f.name}")
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _numbers(v, f"{path}.{k}")
+    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        yield path, obj
+
+
+# ------------------------------------------------------------------------------ 1. outputs are sane
+
+@_settings("sane")
+@given(scenario_mappings())
+def test_outputs_finite_bounded_and_conserved(mapping):
+    s = _scenario(mapping)
+    e = estimate(s)
+    for path, value in _numbers(e):
+        assert math.isfinite(value), f"{path} = {value}"
+        if path != "e.memory.headroom_bytes":
+            assert value >= 0, f"{path} = {value}"
+    st_ = e.step
+    for k, share in st_.shares.items():
+        assert 0.0 <= share <= 1.0 + REL, (k, share)
+    assert 0.0 <= e.throughput.mfu <= 1.0 and 0.0 <= e.throughput.hfu <= 1.0
+    assert e.throughput.hfu >= e.throughput.mfu * (1 - REL)
+    # conservation: the breakdown adds up to the step, the parts to the memory total
+    parts = st_.compute_s + st_.memory_s + st_.communication_s + st_.bubble_s + st_.overhead_s
+    assert parts == pytest.approx(st_.time_s, rel=1e-9)
+    assert sum(st_.shares.values()) == pytest.approx(1.0, rel=1e-9)
+    assert max(st_.shares, key=st_.shares.get) == st_.bottleneck or \
+        st_.shares[st_.bottleneck] == pytest.approx(max(st_.shares.values()))
+    m = e.memory
+    assert (m.weights_bytes + m.gradients_bytes + m.optimizer_bytes + m.activations_bytes
+            + m.overhead_bytes) == pytest.approx(m.per_device_bytes, rel=1e-9)
+    assert m.fits == (m.per_device_bytes <= m.capacity_bytes)
+    # lower bound: the model FLOPs cannot run faster than all devices at their dense peak
+    peak = s.hardware.peak(s.precision)
+    assert st_.time_s >= e.throughput.model_flops_per_step / (s.devices * peak) * (1 - REL)
+    # whole run
+    t = e.training
+    assert t.steps * s.tokens_per_step >= t.tokens * (1 - REL)
+    assert t.time_s == pytest.approx(t.steps * st_.time_s, rel=1e-9)
+    if t.cost_usd is not None:
+        assert t.cost_usd == pytest.approx(t.device_hours * s.price_usd_per_hour, rel=1e-9)
+    # JSON: never NaN/inf, and it round-trips
+    doc = estimate_dict(e)
+    text = json.dumps(doc, allow_nan=False)
+    assert json.loads(text) == doc
+
+
+# --------------------------------------------------------------------------------------- 2. physics
+
+def _time(s, hardware=None, **changes) -> float:
+    if hardware is not None:
+        changes["hardware"] = hardware
+    return estimate(dataclasses.replace(s, **changes)).step.time_s
+
+
+def _scaled(hw, factor: float, *fields: str):
+    return dataclasses.replace(hw, **{f: getattr(hw, f) * factor for f in fields if getattr(hw, f) is not None})
+
+
+@_settings("physics")
+@given(scenario_mappings(), st.sampled_from(["memory_bytes_per_s", "scale_up_bytes_per_s", "scale_out_bytes_per_s"]),
+       st.floats(1.01, 100.0))
+def test_more_bandwidth_never_slower(mapping, field, factor):
+    s = _scenario(mapping)
+    assume(getattr(s.hardware, field) is not None)
+    before = _time(s)
+    after = _time(s, _scaled(s.hardware, factor, field))
+    assert after <= before * (1 + REL), (field, factor, before, after)
+
+
+@_settings("physics")
+@given(scenario_mappings(), st.sampled_from(["scale_up", "scale_out", "memory"]), st.floats(0.05, 1.0))
+def test_higher_achievable_bandwidth_fraction_never_slower(mapping, field, fraction):
+    """The same through the efficiency fields (catalog.with_efficiency)."""
+    s = _scenario(mapping)
+    current = getattr(s.hardware.efficiency, field)
+    lower, higher = sorted((current, fraction))
+    assume(higher > lower * 1.001)
+    slow = _time(s, catalog.with_efficiency(s.hardware, **{field: lower}))
+    fast = _time(s, catalog.with_efficiency(s.hardware, **{field: higher}))
+    assert fast <= slow * (1 + REL), (field, lower, higher, slow, fast)
+
+
+@_settings("physics")
+@given(scenario_mappings(), st.floats(1.01, 100.0))
+def test_higher_peak_never_slower(mapping, factor):
+    s = _scenario(mapping)
+    faster = dataclasses.replace(s.hardware, peak_flops_per_s={p: v * factor for p, v in
+                                                               s.hardware.peak_flops_per_s.items()})
+    assert _time(s, faster) <= _time(s) * (1 + REL)
+
+
+@_settings("physics")
+@given(scenario_mappings(), st.floats(0.05, 1.0))
+def test_higher_gemm_efficiency_never_slower(mapping, gemm):
+    s = _scenario(mapping)
+    lower, higher = sorted((s.hardware.efficiency.gemm, gemm))
+    assume(higher > lower * 1.001)
+    assert _time(s, catalog.with_efficiency(s.hardware, gemm=higher)) <= \
+        _time(s, catalog.with_efficiency(s.hardware, gemm=lower)) * (1 + REL)
+
+
+@_settings("physics")
+@given(scenario_mappings(), st.sampled_from([2, 4]))
+def test_more_data_parallel_devices_never_raise_per_device_flops(mapping, k):
+    """Same global batch and micro-batch, k times the data-parallel degree (and devices)."""
+    s = _scenario(mapping)
+    p = s.parallel
+    assume(s.micro_batches % k == 0)
+    wider = dataclasses.replace(s, devices=s.devices * k, parallel=dataclasses.replace(p, dp=p.dp * k))
+    a, b = estimate(s), estimate(wider)
+    assert b.step.compute_s <= a.step.compute_s * (1 + REL)
+    assert b.throughput.hardware_tflops_per_device * b.step.time_s <= \
+        a.throughput.hardware_tflops_per_device * a.step.time_s * (1 + REL)
+
+
+FP8_HARDWARE = [n for n in HARDWARE if {"fp8", "bf16"} <= set(catalog.load_hardware(n).peak_flops_per_s)]
+
+
+@_settings("physics")
+@given(scenario_mappings(), st.sampled_from(FP8_HARDWARE))
+def test_fp8_never_slower_than_bf16(mapping, hw_name):
+    s = _scenario({**mapping, "hardware": hw_name, "precision": "bf16"})
+    assert _time(s, precision="fp8") <= _time(s) * (1 + REL)
+
+
+@_settings("physics")
+@given(scenario_mappings())
+def test_full_recompute_never_keeps_more_activations_than_none(mapping):
+    s = _scenario(mapping)
+    full = estimate(dataclasses.replace(s, recompute="full")).memory
+    none = estimate(dataclasses.replace(s, recompute="none")).memory
+    assert full.activations_bytes <= none.activations_bytes * (1 + REL)
+
+
+@_settings("physics")
+@given(scenario_mappings(), st.integers(0, 2))
+def test_higher_zero_stage_never_needs_more_memory(mapping, stage):
+    s = _scenario(mapping)
+    lower = estimate(dataclasses.replace(s, parallel=dataclasses.replace(s.parallel, zero=stage))).memory
+    higher = estimate(dataclasses.replace(s, parallel=dataclasses.replace(s.parallel, zero=stage + 1))).memory
+    assert higher.per_device_bytes <= lower.per_device_bytes * (1 + REL), \
+        (stage, s.parallel.dp, s.model.layers, lower.per_device_bytes, higher.per_device_bytes)

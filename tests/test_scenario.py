@@ -1,0 +1,119 @@
+"""trainest.scenario: defaults, the `derived` record, and every divisibility rule with its message."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainest.errors import SpecError
+from trainest.scenario import DEFAULT_PUE, DEFAULT_TOKENS_PER_PARAM, scenario_from_mapping
+
+
+def make(**data):
+    return scenario_from_mapping(data, "test")
+
+
+# ------------------------------------------------------------------------------------------ defaults
+
+def test_dp_is_derived_from_the_devices():
+    s = make(model="gpt3-13b", hardware="a100-80gb-sxm", devices=64, parallel={"tp": 8, "pp": 2})
+    assert s.parallel.dp == 4
+    assert s.parallel.devices == s.devices == 64
+    assert "parallel.dp" in s.derived
+
+
+def test_devices_are_derived_from_dp():
+    s = make(model="gpt3-13b", parallel={"tp": 2, "dp": 3})
+    assert s.devices == 6
+    assert "devices" in s.derived and "parallel.dp" not in s.derived
+
+
+def test_global_batch_defaults_to_dp_times_micro_batch():
+    s = make(model="gpt3-1.3b", devices=16, micro_batch=2)
+    assert s.global_batch == 16 * 2
+    assert s.micro_batches == 1
+    assert "global_batch" in s.derived and "micro_batch" not in s.derived
+
+
+def test_micro_batches_and_tokens_per_step():
+    s = make(model="gpt3-1.3b", devices=16, parallel={"pp": 2}, micro_batch=2, global_batch=64, seq_len=1024)
+    assert s.micro_batches == 64 // (8 * 2)
+    assert s.tokens_per_step == 64 * 1024
+
+
+def test_given_values_are_not_marked_derived():
+    s = make(model="gpt3-1.3b", hardware="h100-sxm", devices=8, precision="bf16", global_batch=8, recompute="full",
+             pue=1.3, tokens="1B", parallel={"tp": 1, "zero": 1})
+    for key in ("model", "hardware", "devices", "precision", "global_batch", "recompute", "pue", "tokens",
+                "parallel.tp", "parallel.zero"):
+        assert key not in s.derived
+    for key in ("seq_len", "micro_batch", "attention", "parallel.pp", "parallel.dp"):
+        assert key in s.derived
+
+
+def test_documented_defaults():
+    s = make(model="gpt3-1.3b")
+    assert s.devices == 8 and s.precision == "bf16" and s.recompute == "none" and s.attention == "flash"
+    assert s.seq_len == s.model.seq_len
+    assert s.tokens == pytest.approx(DEFAULT_TOKENS_PER_PARAM * s.model.params)
+    assert s.pue == DEFAULT_PUE
+    assert s.price_usd_per_hour == s.hardware.price_usd_per_hour
+
+
+def test_tokens_accept_human_counts():
+    assert make(model="gpt3-1.3b", tokens="300B").tokens == 300e9
+
+
+def test_fsdp_means_zero_3():
+    assert make(model="gpt3-1.3b", parallel={"fsdp": True}).parallel.zero == 3
+
+
+def test_run_only_keys_are_accepted_and_ignored():
+    s = make(model="gpt3-1.3b", id="x", source="paper", measured={"step_s": 1.0}, notes="n")
+    assert s.model.name == "gpt3-1.3b"
+
+
+def test_model_given_as_a_mapping():
+    s = make(model={"layers": 2, "hidden": 64, "ffn_hidden": 256, "heads": 4, "vocab": 100}, devices=1)
+    assert s.model.layers == 2
+
+
+def test_builtin_default_marks_everything_derived():
+    s = scenario_from_mapping({}, builtin_default=True)
+    assert s.parallel.zero == 3
+    assert {"model", "hardware", "devices", "parallel.zero"} <= set(s.derived)
+
+
+# ------------------------------------------------------------------------------------------- errors
+
+@pytest.mark.parametrize("data, message", [
+    ({"devices": 12, "parallel": {"tp": 8}}, r"devices=12 is not divisible by tp·pp·cp"),
+    ({"devices": 16, "parallel": {"tp": 8, "dp": 4}}, r"does not equal devices=16"),
+    ({"devices": 24, "parallel": {"tp": 3}}, r"tp=3 does not divide heads=16; try 1, 2, 4, 8, 16"),
+    ({"devices": 5, "parallel": {"pp": 5}}, r"pp=5 does not divide layers=24"),
+    ({"devices": 8, "parallel": {"vpp": 2}}, r"vpp=2 needs pipeline parallelism"),
+    ({"devices": 8, "parallel": {"pp": 8, "vpp": 2}}, r"vpp=2 does not divide layers per stage"),
+    ({"devices": 9, "seq_len": 1000, "parallel": {"cp": 3}}, r"cp=3 does not divide seq_len=1000"),
+    ({"devices": 8, "global_batch": 12, "micro_batch": 1}, r"global_batch=12 is not divisible by dp·micro_batch"),
+    ({"devices": 8, "parallel": {"fsdp": True, "zero": 1}}, r"fsdp means zero=3"),
+    ({"devices": 8, "parallel": {"zero": 4}}, r"zero"),
+    ({"devices": 8, "recompute": "some"}, r"recompute"),
+    ({"devices": 8, "pue": 0.5}, r"pue"),
+    ({"devices": 8, "tokens": "lots"}, r"tokens 'lots' is not a number"),
+    ({"devices": 8, "gpus": 8}, r"unknown key 'gpus'"),
+    ({"devices": 8, "parallel": {"tpp": 2}}, r"unknown key 'tpp'"),
+])
+def test_invalid_scenarios_raise_one_clear_error(data, message):
+    with pytest.raises(SpecError, match=message):
+        make(model="gpt3-1.3b", **data)
+
+
+def test_precision_the_hardware_lacks_lists_what_it_has():
+    with pytest.raises(SpecError, match=r"no fp8 peak; it supports: .*bf16"):
+        make(model="gpt3-1.3b", hardware="a100-80gb-sxm", precision="fp8")
+
+
+def test_unknown_model_and_hardware_are_spec_errors():
+    with pytest.raises(SpecError, match="unknown model"):
+        make(model="gpt-99")
+    with pytest.raises(SpecError, match="unknown hardware"):
+        make(model="gpt3-1.3b", hardware="h1000")

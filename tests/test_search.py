@@ -1,0 +1,231 @@
+"""trainest.search and `trainest plan`: exhaustive, vectorized, and consistent with `estimate`."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from trainest import search as S
+from trainest.cli import app
+from trainest.errors import SpecError
+from trainest.estimate import estimate
+from trainest.scenario import RECOMPUTE, scenario_from_mapping
+
+runner = CliRunner()
+
+
+def job(**kw):
+    return S.job_scenario({"model": "gpt3-1.3b", "hardware": "a100-80gb-sxm", "global_batch": 64, **kw})
+
+
+def run_cli(*args):
+    return runner.invoke(app, list(args))
+
+
+# ------------------------------------------------------------------------------- choices it makes
+
+def test_small_model_on_one_node_is_pure_data_parallel():
+    """A 125M model fits whole on every device: splitting it only adds communication."""
+    r = S.search(S.job_scenario({"model": "gpt3-125m", "hardware": "h100-sxm", "global_batch": 64}), 8)
+    p = r.plans[0].scenario.parallel
+    assert (p.tp, p.pp, p.cp, p.dp) == (1, 1, 1, 8)
+    assert r.plans[0].memory.fits
+
+
+def test_model_that_needs_sharding_shards_weights():
+    """Llama 3 70B: 140 GB of 16-bit weights alone exceed an 80 GB H100, so the weights must be split."""
+    base = S.job_scenario({"model": "llama3-70b", "hardware": "h100-sxm", "global_batch": 64})
+    unsharded = S.SearchSpace(tp=(1,), pp=(1,), zero=(0, 1, 2))
+    with pytest.raises(SpecError, match="does not fit"):
+        S.search(base, 32, unsharded)
+    p = S.search(base, 32).plans[0].scenario.parallel
+    assert p.zero == 3 or p.tp * p.pp > 1
+
+
+def test_restricting_the_space_never_finds_a_faster_plan():
+    base = job()
+    best = S.search(base, 16).plans[0].step.time_s
+    for space in (S.SearchSpace(zero=(0,)), S.SearchSpace(recompute=("full",)), S.SearchSpace(max_tp=2),
+                  S.SearchSpace(pp=(1, 2))):
+        assert S.search(base, 16, space).plans[0].step.time_s >= best
+
+
+def test_plans_are_ranked_and_runner_ups_are_the_best_with_another_value():
+    base = job()
+    r = S.search(base, 16, top=10)
+    times = [e.step.time_s for e in r.plans]
+    assert times == sorted(times)
+    winner = S.plan_knobs(r.plans[0].scenario)
+    for knob, ru in r.runner_up_by_knob.items():
+        if ru is None:
+            continue
+        value = S.plan_knobs(ru.estimate.scenario)[knob]
+        assert value != winner[knob]
+        assert ru.score_ratio >= 1.0
+        others = tuple(v for v in r.space[knob] if v != winner[knob]) if knob in r.space else None
+        if knob in ("tp", "pp", "cp", "zero", "recompute"):   # (sp=on alone keeps t = 1 plans, as off)
+            restricted = S.search(base, 16, S.SearchSpace(**{knob: others}))
+            assert restricted.plans[0].step.time_s == pytest.approx(ru.estimate.step.time_s, rel=1e-12)
+
+
+def test_objectives_agree_at_a_fixed_device_count():
+    """Cost and energy are step time times constants when N is fixed, so the same plan wins."""
+    base = job()
+    winners = {o: S.plan_knobs(S.search(base, 16, objective=o).plans[0].scenario) for o in S.OBJECTIVES}
+    assert winners["time"] == winners["cost"] == winners["energy"]
+
+
+# ------------------------------------------------------------------------------- exhaustive, counted
+
+def test_every_combination_is_enumerated_and_tallies_add_up():
+    """Count the space by brute force over the Cartesian product and compare."""
+    base = S.job_scenario({"model": "gpt3-125m", "hardware": "a100-80gb-sxm", "global_batch": 32, "seq_len": 64})
+    n = 16
+    m = base.model
+    divs = lambda k: [d for d in range(1, k + 1) if k % d == 0]  # noqa: E731
+    complete, structural = 0, 0
+    for tp, pp, cp in itertools.product([d for d in divs(m.heads) if d <= 8], divs(m.layers), divs(64)):
+        if n % (tp * pp * cp) or 32 % (n // (tp * pp * cp)):
+            structural += 1
+            continue
+        dp = n // (tp * pp * cp)
+        vpps = divs(m.layers // pp) if pp > 1 else [1]
+        for vpp, mb, zero, rec, sp in itertools.product(vpps, divs(32 // dp), range(4), range(3), (0, 1)):
+            complete += not (sp and tp == 1)
+    g = S.enumerate_plans(base, n, S.SearchSpace())
+    assert g.size == complete
+    assert sum(g.structural_rejects.values()) == structural
+    r = S.search(base, n)
+    assert r.stats.evaluated == complete + structural
+    assert r.stats.evaluated == r.stats.feasible + sum(r.stats.rejected.values())
+    assert r.stats.rejected["out_of_memory"] + r.stats.feasible == complete
+
+
+def test_vectorized_evaluation_equals_estimate_plan_by_plan():
+    """A random sample of plans (fitting or not), each rebuilt through scenario_from_mapping."""
+    base = S.job_scenario({"model": "llama3-8b", "hardware": "h100-sxm", "global_batch": 128, "seq_len": 4096})
+    n = 64
+    g = S.enumerate_plans(base, n, S.SearchSpace())
+    ev = S.evaluate_grid(base, g)
+    rng = np.random.default_rng(7)
+    fit_idx = np.flatnonzero(ev.fits)
+    sample = np.concatenate([rng.choice(fit_idx, 25, replace=False), rng.choice(g.size, 15, replace=False)])
+    for i in sample:
+        s = scenario_from_mapping({
+            "model": "llama3-8b", "hardware": "h100-sxm", "global_batch": 128, "seq_len": 4096, "devices": n,
+            "parallel": {"tp": int(g.tp[i]), "pp": int(g.pp[i]), "cp": int(g.cp[i]), "vpp": int(g.vpp[i]),
+                         "zero": int(g.zero[i]), "sequence_parallel": bool(g.sp[i])},
+            "micro_batch": int(g.micro_batch[i]), "recompute": RECOMPUTE[int(g.recompute[i])]})
+        e = estimate(s)
+        assert ev.memory_bytes[i] == pytest.approx(e.memory.per_device_bytes, rel=1e-9)
+        assert bool(ev.fits[i]) == e.memory.fits
+        if ev.fits[i]:
+            assert ev.time_s[i] == pytest.approx(e.step.time_s, rel=1e-9)
+
+
+# ------------------------------------------------------------------------------- the CLI
+
+JOB_ARGS = ["--model", "gpt3-1.3b", "--hardware", "a100-80gb-sxm", "--global-batch", "64", "--seq-len", "2048"]
+
+
+def test_plan_json_matches_estimate_cli_for_the_top_plans():
+    res = run_cli("plan", *JOB_ARGS, "--devices", "16", "--top", "3", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    s = doc["search"]
+    assert s["evaluated"] == s["feasible"] + sum(s["rejected"].values())
+    assert s["plans_per_s"] > 0
+    plans = doc["plans"] + [p for p in doc["runner_up_by_knob"].values() if p is not None]
+    for plan in plans[:5]:
+        est = run_cli("estimate", *JOB_ARGS, *plan["estimate_args"], "--json")
+        assert est.exit_code == 0, est.output
+        e = json.loads(est.stdout)
+        for part in ("step", "memory", "throughput", "training"):
+            assert set(plan[part]) == set(e[part])
+            for key, value in e[part].items():
+                if isinstance(value, float):
+                    assert plan[part][key] == pytest.approx(value, rel=1e-12), (part, key)
+                else:
+                    assert plan[part][key] == value, (part, key)
+        assert plan["parallel"] == e["inputs"]["parallel"]
+
+
+def test_plan_table_output_and_allow_options():
+    res = run_cli("plan", *JOB_ARGS, "--devices", "16", "--allow", "zero=0,1", "--allow", "recompute=full",
+                  "--max-tp", "2")
+    assert res.exit_code == 0, res.output
+    assert "plans/s" in res.stdout and "Runner-up" in res.stdout
+    doc = json.loads(run_cli("plan", *JOB_ARGS, "--devices", "16", "--allow", "zero=0,1", "--allow",
+                             "recompute=full", "--max-tp", "2", "--json").stdout)
+    for p in doc["plans"]:
+        assert p["parallel"]["zero"] in (0, 1) and p["recompute"] == "full" and p["parallel"]["tp"] <= 2
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--model", "gpt3-125m", "--devices", "7", "--global-batch", "8"], "no layout of 7 devices"),
+    (["--model", "gpt3-175b", "--hardware", "a100-80gb-sxm", "--devices", "1", "--global-batch", "8"], "does not fit"),
+    (["--model", "gpt3-125m", "--devices", "8"], "global batch"),
+    (["--model", "gpt3-125m", "--devices", "8", "--global-batch", "8", "--allow", "zero=5"], "zero"),
+    (["--model", "gpt3-125m", "--devices", "8..64", "--global-batch", "64"], "--deadline or --budget"),
+])
+def test_bad_input_is_one_line_on_stderr_and_exit_1(args, needle):
+    res = run_cli("plan", *args)
+    assert res.exit_code == 1
+    assert res.stdout == ""
+    assert res.stderr.count("\n") == 1 and res.stderr.startswith("Error: ") and needle in res.stderr
+
+
+def test_deadline_picks_the_smallest_device_count_that_meets_it():
+    base = S.job_scenario({"model": "gpt3-1.3b", "hardware": "a100-80gb-sxm", "global_batch": 256, "tokens": "26B"})
+    counts = S.device_counts(8, 256, "pow2", base.devices_per_node)
+    assert counts == [8, 16, 32, 64, 128, 256]
+    one_day = 86400.0
+    ds = S.smallest_devices(base, counts, deadline_s=one_day)
+    assert ds.result.plans[0].training.time_s <= one_day
+    for t in ds.trials[:-1]:
+        assert not t.meets and (t.time_s is None or t.time_s > one_day)
+    # a deadline met by the smallest count returns it; an impossible one is an error
+    assert S.smallest_devices(base, counts, deadline_s=1e9).devices == 8
+    with pytest.raises(SpecError, match="no device count"):
+        S.smallest_devices(base, counts, deadline_s=1.0)
+    res = run_cli("plan", "--model", "gpt3-1.3b", "--hardware", "a100-80gb-sxm", "--global-batch", "256",
+                  "--tokens", "26B", "--devices", "8..256", "--deadline", "1d", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["devices_search"]["chosen"] == ds.devices
+
+
+def test_device_counts_in_node_multiples():
+    assert S.device_counts(20, 50, "node", 8) == [24, 32, 40, 48]
+    assert S.parse_devices("256..8192") == (256, 8192)
+    with pytest.raises(SpecError):
+        S.parse_devices("64..8")
+
+
+def test_cli_start_up_does_not_import_numpy_or_rich():
+    code = "import sys, trainest.cli; sys.exit(int('numpy' in sys.modules or 'rich' in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_no_non_finite_numbers_in_a_search():
+    r = S.search(job(), 16)
+    assert r.stats.rejected["non_finite"] == 0
+    assert all(math.isfinite(e.step.time_s) for e in r.plans)
+
+
+def test_top_plan_through_the_installed_console_entry_gives_the_same_step():
+    """The real entry point (`python -m trainest`, which may take a fast path without typer)."""
+    doc = json.loads(run_cli("plan", *JOB_ARGS, "--devices", "16", "--top", "1", "--json").stdout)
+    best = doc["plans"][0]
+    out = subprocess.run([sys.executable, "-m", "trainest", "estimate", *JOB_ARGS, *best["estimate_args"], "--json"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    e = json.loads(out.stdout)
+    assert e["step"]["time_s"] == pytest.approx(best["step"]["time_s"], rel=1e-12)
+    assert e["memory"]["per_device_bytes"] == pytest.approx(best["memory"]["per_device_bytes"], rel=1e-12)

@@ -1,0 +1,262 @@
+"""Start-up of a single `trainest estimate` (issue 2): what it imports, and that its typer-free fast path
+(trainest.entry + trainest.options) behaves exactly like the typer command built from the same table.
+
+Structural checks only (which modules load, what each path prints and returns); the timing itself is
+measured by bench/bench_estimate.py, not asserted here (the machine is shared and noisy).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainest import catalog, entry, options
+from trainest import fields as F
+from trainest.options import ESTIMATE_OPTIONS, parse_estimate_argv
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Never imported by `trainest estimate --json` with bundled specs (the design's guarantee).
+HEAVY = ("typer", "click", "pydantic", "rich", "numpy", "yaml", "difflib")
+
+KORTHIKANTI_175B = ["--model", "gpt3-175b", "--hardware", "a100-80gb-sxm", "--gpus", "64", "--tp", "8", "--pp", "8",
+                    "--vpp", "3", "--sequence-parallel", "--micro-batch", "1", "--global-batch", "64",
+                    "--seq-len", "2048", "--recompute", "selective"]
+
+
+def imported_modules(*args: str, env: dict | None = None) -> tuple[set[str], subprocess.CompletedProcess]:
+    """Top-level package names imported by `python -X importtime -m trainest ARGS`, and the process."""
+    full_env = dict(os.environ)
+    full_env.pop(entry.NO_FAST_PATH_ENV, None)
+    full_env.update(env or {})
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "trainest", *args], capture_output=True,
+                          text=True, timeout=120, env=full_env, cwd=REPO)
+    names = set()
+    for line in proc.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            names.add(line.rsplit("|", 1)[1].strip().split(".")[0])
+    return names, proc
+
+
+# ------------------------------------------------------------------------------------------ imports
+
+@pytest.mark.parametrize("args", [["estimate", "--json"], ["estimate", *KORTHIKANTI_175B, "--json"]],
+                         ids=["default", "korthikanti-175b"])
+def test_single_json_estimate_imports_nothing_heavy(args):
+    names, proc = imported_modules(*args)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["step"]["time_s"] > 0
+    assert {"trainest", "json", "dataclasses"} <= names, "importtime output not understood"
+    assert not names & set(HEAVY), f"imported on the single-estimate path: {sorted(names & set(HEAVY))}"
+
+
+def test_table_output_needs_rich_only():
+    names, proc = imported_modules("estimate", env={"NO_COLOR": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "rich" in names and "Step" in proc.stdout
+    assert not names & {"typer", "click", "pydantic", "numpy", "yaml"}
+
+
+def test_user_yaml_goes_through_yaml_and_other_commands_through_typer(tmp_path):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("model: llama3-8b\ndevices: 16\nparallel: {tp: 2}\n", encoding="utf-8")
+    names, proc = imported_modules("estimate", "--config", str(scenario), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "yaml" in names and "typer" not in names
+    assert json.loads(proc.stdout)["inputs"]["parallel"]["tp"] == 2
+    names, proc = imported_modules("estimate", "--help")
+    assert proc.returncode == 0 and "typer" in names and "--gpus" in proc.stdout
+    names, proc = imported_modules("estimate", "--json", env={entry.NO_FAST_PATH_ENV: "1"})
+    assert proc.returncode == 0 and "typer" in names
+
+
+def test_console_script_is_the_light_entry_point():
+    from importlib.metadata import entry_points
+    scripts = [ep for ep in entry_points(group="console_scripts") if ep.name == "trainest"]
+    assert scripts, "trainest is not installed (pip install -e .)"
+    assert scripts[0].value == "trainest.entry:main", "reinstall: pip install -e ."
+
+
+# ----------------------------------------------------------------------------- fast reader vs typer
+
+def test_option_table_is_the_typer_command():
+    """The typer command's options are exactly the table's (so the fast reader knows every flag)."""
+    import typer.main
+
+    from trainest.cli import app
+    command = typer.main.get_command(app).commands["estimate"]
+    typer_flags = {}
+    for p in command.params:
+        if p.name == "help":
+            continue
+        for flag in [*p.opts, *p.secondary_opts]:
+            typer_flags[flag] = p.name
+    table_flags = {flag: o.name for flag, (o, _) in options._flag_table(ESTIMATE_OPTIONS).items()}
+    assert typer_flags == table_flags
+
+
+def test_choice_tuples_match_the_library():
+    from trainest import scenario
+    assert options.PRECISION_CHOICES == catalog.PRECISIONS
+    assert options.MLP_CHOICES == catalog.MLP_KINDS
+    assert options.RECOMPUTE_CHOICES == scenario.RECOMPUTE
+    assert options.ATTENTION_CHOICES == scenario.ATTENTION
+
+
+@pytest.mark.parametrize("args", [
+    ["--help"], ["-h"], ["--bogus"], ["--tp"], ["--tp", "x"], ["--tp", "-1"], ["--tp", "+2"], ["--tp", "2.0"],
+    ["--tp", "\u0663"], ["--devices", "1.5"], ["--pue", "1e"], ["--pue", "nan"], ["--pue", "inf"], ["--pue", ".5"],
+    ["--pue", "1_0"], ["--precision", "bf17"], ["--precision", "BF16"], ["extra"], ["--", "--json"], ["-n8"],
+    ["-qn", "8"], ["--json=1"], ["--json=true"], ["--sequence-parallel=1"], ["--model", "--json"], ["--model"],
+    ["--gpu", "8"], ["--model", "-x.yaml"],
+])
+def test_fast_reader_declines_what_it_cannot_read_like_typer(args):
+    assert parse_estimate_argv(args) is None
+
+
+def test_fast_reader_values():
+    v = parse_estimate_argv(["--gpus", "64", "-b", "2", "--global-batch=128", "--precision", "fp8", "--pue", "1.25",
+                             "--max-cost", "1e6", "--sequence-parallel", "--tp", "2", "--tp", "8", "-q", "--json",
+                             "--model=", "--tokens", "300B"])
+    assert v["devices"] == 64 and v["micro_batch"] == 2 and v["global_batch"] == 128 and v["tp"] == 8
+    assert v["precision"] == "fp8" and v["pue"] == 1.25 and v["max_cost"] == 1e6 and v["tokens"] == "300B"
+    assert v["sequence_parallel"] is True and v["quiet"] is True and v["json_out"] is True and v["model"] == ""
+    assert v["hardware"] is None and v["fsdp"] is False and set(v) == {o.name for o in ESTIMATE_OPTIONS}
+    assert parse_estimate_argv(["--sequence-parallel", "--no-sequence-parallel"])["sequence_parallel"] is False
+
+
+def run_entry(args: list[str], capsys, monkeypatch, fast: bool) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `trainest ARGS` through trainest.entry.main, in process."""
+    if fast:
+        monkeypatch.delenv(entry.NO_FAST_PATH_ENV, raising=False)
+    else:
+        monkeypatch.setenv(entry.NO_FAST_PATH_ENV, "1")
+    monkeypatch.setenv("NO_COLOR", "1")
+    capsys.readouterr()
+    try:
+        entry.main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+SCENARIO_YAML = "model: llama3-8b\nhardware: h100-sxm\ndevices: 16\nparallel: {tp: 2, zero: 1}\nglobal_batch: 64\n"
+BOTH_PATHS = [
+    ["--json"],
+    [],
+    ["--json", "--quiet"],
+    [*KORTHIKANTI_175B, "--json"],
+    KORTHIKANTI_175B,
+    ["--gpus", "16", "--tp", "2", "--json"],
+    ["--devices=16", "--tp=2", "--json"],
+    ["-n", "16", "-b", "2", "-B", "64", "--json"],
+    ["--precision", "fp8", "--json"],
+    ["--precision", "fp4", "--json"],                       # h100 has no fp4 peak: exit 1
+    ["--tp", "3"],                                          # does not divide the devices: exit 1
+    ["--model", "llama3-70b", "--require-fit", "--json", "--quiet"],   # CI gate: exit 3
+    ["--model", "llama3-70b", "--json"],                    # does not fit: warning
+    ["--max-days", "0.001", "--json"],
+    ["--max-cost", "0", "--json"],
+    ["--max-cost", "1000", "--json"],
+    ["--hardware", "a100-80gb-pcie", "--json"],             # no catalog price
+    ["--pue", "1.5", "--price-per-hour", "2.5", "--tokens", "300B", "--json"],
+    ["--tokens", "lots", "--json"],
+    ["--tp", "2", "--sequence-parallel", "--no-sequence-parallel", "--json"],
+    ["--tp", "2", "--tp", "4", "--json"],
+    ["--layers", "4", "--hidden", "512", "--heads", "8", "--ffn-hidden", "2048", "--vocab", "1000", "--mlp", "gelu",
+     "--json"],
+    ["--recompute", "full", "--attention", "standard", "--fsdp", "--json"],
+    ["--fsdp", "--zero", "1"],
+    ["--model", "lama3-8b"],                                # did you mean
+    ["--hardware", "specs/hardware/h100-sxm.yaml", "--json"],
+    ["--model", "specs/models/llama3-8b.yaml", "--seq-len", "4096", "--json"],
+    ["--config", "{scenario}", "--json"],
+    ["--config", "{scenario}", "--devices", "32", "--json"],
+    ["--config", "does-not-exist.yaml"],
+]
+DECLINED = [["--tp", "x"], ["--bogus"], ["--precision", "bf17"], ["--json=1"], ["extra"]]   # typer answers on both
+
+
+@pytest.mark.parametrize("args", BOTH_PATHS + DECLINED, ids=lambda a: " ".join(a)[:60] or "(none)")
+def test_fast_path_and_typer_path_agree(args, capsys, monkeypatch, tmp_path):
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(SCENARIO_YAML, encoding="utf-8")
+    args = [a.replace("{scenario}", str(scenario)) for a in args]
+    assert (parse_estimate_argv(args) is None) == (args in DECLINED)   # the fast path is really taken
+    monkeypatch.chdir(REPO)
+    fast = run_entry(["estimate", *args], capsys, monkeypatch, fast=True)
+    slow = run_entry(["estimate", *args], capsys, monkeypatch, fast=False)
+    assert fast == slow
+    assert "Traceback" not in fast[2]
+
+
+# ------------------------------------------------------------------------------ bundled catalog cache
+
+def test_catalog_cache_is_up_to_date():
+    committed = (catalog.specs_dir() / catalog.CATALOG_CACHE_NAME)
+    assert committed.exists(), "specs/_catalog.json is missing: run python tools/build_catalog_cache.py"
+    fresh = catalog.catalog_cache_text(catalog.build_catalog_cache())
+    assert committed.read_text(encoding="utf-8") == fresh, \
+        "specs/_catalog.json is out of date with specs/*.yaml: run python tools/build_catalog_cache.py"
+
+
+def test_catalog_cache_gives_what_yaml_gives():
+    """Same mappings, same key order, for every bundled file (key order shows in list and JSON output)."""
+    for kind in catalog.CATALOG_KINDS:
+        for path in sorted((catalog.specs_dir() / kind).glob("*.yaml")):
+            from_cache = catalog._read_spec(path, kind)
+            assert json.dumps(from_cache) == json.dumps(F.load_yaml_mapping(path, kind)), path.name
+
+
+@pytest.fixture
+def specs_copy(tmp_path, monkeypatch):
+    """A copy of the bundled specs (with its cache) that catalog reads instead of the real ones."""
+    import shutil
+    root = tmp_path / "specs"
+    for kind in catalog.CATALOG_KINDS:
+        shutil.copytree(catalog.specs_dir() / kind, root / kind)
+    shutil.copy(catalog.specs_dir() / catalog.CATALOG_CACHE_NAME, root / catalog.CATALOG_CACHE_NAME)
+    monkeypatch.setattr(catalog, "specs_dir", lambda: root)
+    caches = (catalog._catalog_cache, catalog._catalog_files, catalog._model_aliases, catalog._load_hardware_path,
+              catalog._load_model_path)
+    for c in caches:
+        c.cache_clear()
+    yield root
+    for c in caches:
+        c.cache_clear()
+
+
+def test_unchanged_bundled_file_is_read_without_yaml(specs_copy, monkeypatch):
+    def no_yaml(path, what):
+        raise AssertionError(f"YAML parsed for unchanged bundled file {path}")
+    monkeypatch.setattr(F, "load_yaml_mapping", no_yaml)
+    hw = catalog.load_hardware("h100-sxm")
+    assert hw.memory_bytes == 80e9 and catalog.load_model("llama3-8b").layers == 32
+
+
+def test_edited_bundled_file_is_never_read_stale(specs_copy):
+    path = specs_copy / "hardware" / "h100-sxm.yaml"
+    path.write_text(path.read_text(encoding="utf-8").replace("capacity_gb: 80", "capacity_gb: 96"), encoding="utf-8")
+    assert catalog.load_hardware("h100-sxm").memory_bytes == 96e9
+
+
+def test_missing_or_corrupt_cache_falls_back_to_yaml(specs_copy):
+    (specs_copy / catalog.CATALOG_CACHE_NAME).write_text("{not json", encoding="utf-8")
+    assert catalog.load_hardware("h100-sxm").memory_bytes == 80e9
+    catalog._catalog_cache.cache_clear()
+    (specs_copy / catalog.CATALOG_CACHE_NAME).unlink()
+    assert catalog.load_model("llama3-8b").layers == 32
+
+
+def test_new_bundled_file_is_found_without_a_cache_entry(specs_copy):
+    text = (specs_copy / "hardware" / "h100-sxm.yaml").read_text(encoding="utf-8")
+    (specs_copy / "hardware" / "h100-test.yaml").write_text(text.replace("name: h100-sxm", "name: h100-test"),
+                                                           encoding="utf-8")
+    assert catalog.load_hardware("h100-test").name == "h100-test"

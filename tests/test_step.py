@@ -1,0 +1,267 @@
+"""trainest.step: the composition of one training step (limit cases by name, conservation, the
+pipeline bubble, the FLOP counts against their closed forms)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from trainest.catalog import load_hardware, load_model, model_from_mapping, with_efficiency
+from trainest.comm import all_gather_s, all_reduce_s, reduce_scatter_s, tiers_of
+from trainest.memory import MAIN_GRAD_BYTES, stage_params
+from trainest.step import (ACTIVATION_BYTES, CAUSAL_FRACTION, layer_flops_forward, model_flops_per_step,
+                           step_terms)
+
+A100 = load_hardware("a100-80gb-sxm")
+GPT3_13B = load_model("gpt3-13b")
+# A small GPT block (g = a, f = 4h) with a tiny vocabulary, so the logits barely count.
+SMALL = model_from_mapping({"name": "small", "layers": 8, "hidden": 1024, "ffn_hidden": 4096, "heads": 16,
+                            "vocab": 8}, "test")
+
+
+def ideal(hw=A100, *, compute=False):
+    """The hardware with an infinitely fast network and memory (and, with compute=True, infinitely
+    fast compute too), no launch overhead and a flat GEMM efficiency."""
+    hw = dataclasses.replace(hw, memory_bytes_per_s=1e30, scale_up_bytes_per_s=1e30, scale_out_bytes_per_s=1e30,
+                             scale_up_latency_s=0.0, scale_out_latency_s=0.0)
+    if compute:
+        hw = dataclasses.replace(hw, peak_flops_per_s={k: 1e30 for k in hw.peak_flops_per_s},
+                                 memory_bytes_per_s=hw.memory_bytes_per_s)
+    return with_efficiency(hw, gemm_half_dim=0.0, layer_overhead_s=0.0, attention=hw.efficiency.gemm)
+
+
+def terms(model=SMALL, hw=A100, precision="bf16", attention="flash", *, seq_len=2048.0, global_batch=32.0, **layout):
+    lay = dict(tp=1.0, pp=1.0, dp=1.0, cp=1.0, vpp=1.0, micro_batch=1.0, zero=0.0, sp=0.0, recompute=0.0)
+    lay.update({k: float(v) if not isinstance(v, np.ndarray) else v for k, v in layout.items()})
+    return step_terms(model, hw, precision, attention, seq_len=seq_len, global_batch=global_batch,
+                      devices_per_node=hw.devices_per_node, **lay)
+
+
+# --------------------------------------------------------------------------------------- FLOP counts
+
+def test_layer_forward_flops_of_a_gpt_block():
+    """24·T·h² + 4·T·s·h for g = a, f = 4h, GeLU (non-causal)."""
+    h, s, T = SMALL.hidden, 2048.0, 4096.0
+    assert layer_flops_forward(SMALL, T, s) == pytest.approx(24 * T * h**2 + 4 * T * s * h)
+    assert layer_flops_forward(SMALL, T, s, 0.5) == pytest.approx(24 * T * h**2 + 2 * T * s * h)
+
+
+def test_model_flops_match_korthikanti_eq7_with_full_attention():
+    """72·B·s·L·h²·(1 + s/(6h) + V/(12hL)) (Korthikanti et al. 2022 eq. 7, non-causal)."""
+    m, B, s = load_model("gpt3-175b"), 1536.0, 2048.0
+    L, h, V = m.layers, m.hidden, m.vocab
+    closed = 72 * B * s * L * h**2 * (1 + s / (6 * h) + V / (12 * h * L))
+    assert model_flops_per_step(m, s, B, causal=False) == pytest.approx(closed, rel=1e-12)
+
+
+def test_model_flops_causal_convention_halves_the_score_term():
+    """The code's default (causal) count: 72·B·s·L·h²·(1 + s/(12h) + V/(12hL))."""
+    m, B, s = load_model("gpt3-175b"), 1536.0, 2048.0
+    L, h, V = m.layers, m.hidden, m.vocab
+    causal = model_flops_per_step(m, s, B)
+    assert causal == pytest.approx(72 * B * s * L * h**2 * (1 + s / (12 * h) + V / (12 * h * L)), rel=1e-12)
+    full = model_flops_per_step(m, s, B, causal=False)
+    assert full - causal == pytest.approx(3 * L * 4 * B * s * s * h * (1 - CAUSAL_FRACTION), rel=1e-12)
+
+
+def test_model_flops_are_about_six_n_per_token_for_short_sequences():
+    """6·P·tokens (Kaplan et al. 2020) when s ≪ h and norms are negligible."""
+    m = load_model("gpt3-175b")
+    ratio = model_flops_per_step(m, 128.0, 1.0) / (6 * m.params * 128.0)
+    assert ratio == pytest.approx(1.0, abs=0.01)
+
+
+def test_hardware_flops_add_the_recomputed_forward():
+    """Full recompute: 96·B·s·L·h²·(1 + s/(12h) + V/(16hL)) (Narayanan et al. 2021 eq. 3, causal count)."""
+    m = GPT3_13B
+    B, s = 32.0, 2048.0
+    L, h, V = m.layers, m.hidden, m.vocab
+    none = terms(m, global_batch=B, tp=8)
+    full = terms(m, global_batch=B, tp=8, recompute=2)
+    selective = terms(m, global_batch=B, tp=8, recompute=1)
+    assert none.hardware_flops == none.model_flops
+    assert full.hardware_flops == pytest.approx(96 * B * s * L * h**2 * (1 + s / (12 * h) + V / (16 * h * L)),
+                                                rel=1e-12)
+    assert selective.hardware_flops - selective.model_flops == pytest.approx(2 * B * s * s * h * L, rel=1e-12)
+    assert full.model_flops == none.model_flops == selective.model_flops
+
+
+# -------------------------------------------------------------------------------------- conservation
+
+@pytest.mark.parametrize("layout", [
+    {}, {"tp": 8, "sp": 1}, {"tp": 4, "pp": 2, "dp": 2, "vpp": 2}, {"dp": 8, "zero": 3}, {"dp": 8, "zero": 1},
+    {"cp": 2, "tp": 2, "dp": 2, "recompute": 2}, {"pp": 4, "recompute": 1},
+])
+def test_step_terms_sum_to_the_step_time(layout):
+    t = terms(GPT3_13B, global_batch=64.0, **layout)
+    parts = t.compute_s + t.memory_s + t.communication_s + t.bubble_s + t.overhead_s
+    assert t.time_s == pytest.approx(parts, rel=1e-12)
+    detail = t.tp_comm_s + t.cp_comm_s + t.pp_comm_s + t.dp_comm_s
+    assert t.communication_s == pytest.approx(detail, rel=1e-12)
+    assert min(t.compute_s, t.memory_s, t.communication_s, t.bubble_s, t.overhead_s) >= 0.0
+
+
+# --------------------------------------------------------------------------------------- limit cases
+
+def test_no_parallelism_means_no_communication_and_no_bubble():
+    t = terms(GPT3_13B)
+    assert t.communication_s == 0.0
+    assert t.bubble_s == 0.0
+
+
+def test_dp_1_gives_zero_dp_traffic():
+    for zero in (0, 1, 2, 3):
+        assert terms(GPT3_13B, tp=8, zero=zero).dp_comm_s == 0.0
+
+
+def test_tp_1_gives_zero_tp_traffic_and_pp_1_zero_pp_traffic():
+    t = terms(GPT3_13B, dp=8)
+    assert t.tp_comm_s == 0.0 and t.pp_comm_s == 0.0 and t.cp_comm_s == 0.0
+
+
+def test_huge_bandwidth_gives_about_zero_communication_time():
+    t = terms(GPT3_13B, ideal(), tp=4, pp=2, dp=4, cp=2, vpp=2, global_batch=64.0)
+    assert t.communication_s < 1e-12 * t.time_s
+    z3 = terms(GPT3_13B, ideal(), dp=8, zero=3)
+    assert z3.communication_s < 1e-12 * z3.time_s
+
+
+def test_compute_bound_step_equals_flops_over_achievable_flops():
+    """On an ideal network and memory, with a flat GEMM efficiency η: step = FLOPs/(C·η) on one device.
+    Standard attention computes the full s×s scores, so the non-causal count applies."""
+    hw = ideal()
+    B, s = 8.0, 1024.0
+    t = terms(GPT3_13B, hw, attention="standard", seq_len=s, global_batch=B)
+    achievable = hw.peak("bf16") * hw.efficiency.gemm
+    assert t.time_s == pytest.approx(model_flops_per_step(GPT3_13B, s, B, causal=False) / achievable, rel=1e-9)
+    assert t.compute_s == pytest.approx(t.time_s, rel=1e-9)
+
+
+def test_full_recompute_costs_one_more_forward_of_the_layers():
+    hw = ideal()
+    B, s = 8.0, 1024.0
+    none = terms(GPT3_13B, hw, attention="standard", seq_len=s, global_batch=B)
+    full = terms(GPT3_13B, hw, attention="standard", seq_len=s, global_batch=B, recompute=2)
+    extra = GPT3_13B.layers * layer_flops_forward(GPT3_13B, B * s, s)
+    assert full.time_s - none.time_s == pytest.approx(extra / (hw.peak("bf16") * hw.efficiency.gemm), rel=1e-9)
+
+
+@pytest.mark.parametrize("knob", ["tp", "dp"])
+def test_ideal_scaling_halves_the_time_per_device(knob):
+    hw = ideal()
+    one = terms(GPT3_13B, hw, attention="standard", global_batch=16.0)
+    two = terms(GPT3_13B, hw, attention="standard", global_batch=16.0, **{knob: 2})
+    assert two.time_s == pytest.approx(one.time_s / 2, rel=1e-9)
+
+
+@pytest.mark.parametrize("knob, values", [("tp", (1, 2, 4, 8)), ("dp", (1, 2, 4, 8)), ("pp", (1, 2, 4, 8)),
+                                          ("cp", (1, 2, 4, 8))])
+def test_more_devices_never_raise_per_device_work(knob, values):
+    """At a fixed global batch, splitting the model or the batch further never adds compute per device."""
+    compute = [terms(GPT3_13B, global_batch=64.0, **{knob: v}).compute_s for v in values]
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(compute, compute[1:]))
+    assert compute[-1] < compute[0]
+
+
+# -------------------------------------------------------------------------------- pipeline schedule
+
+def test_bubble_fraction_is_p_minus_one_over_v_m():
+    """1F1B: bubble = (p−1)·t_mb; interleaved with v chunks: (p−1)/v·t_mb (Narayanan et al. 2021 §2.2)."""
+    p, B = 4, 32.0
+    for v in (1, 2):
+        t = terms(SMALL, ideal(), pp=p, vpp=v, global_batch=B)
+        m = B
+        assert t.bubble_s / (m * t.micro_batch_s) == pytest.approx((p - 1) / (v * m), rel=2e-3)
+
+
+def test_interleaving_divides_the_bubble_by_v():
+    one = terms(SMALL, ideal(), pp=4, vpp=1)
+    two = terms(SMALL, ideal(), pp=4, vpp=2)
+    assert two.bubble_s == pytest.approx(one.bubble_s / 2, rel=1e-12)
+    real1, real2 = terms(GPT3_13B, pp=4, vpp=1), terms(GPT3_13B, pp=4, vpp=2)
+    assert real2.bubble_s < real1.bubble_s
+    assert real2.pp_comm_s == pytest.approx(2 * real1.pp_comm_s)    # v chunks: v times the transfers
+
+
+def test_bubble_does_not_grow_with_the_number_of_micro_batches():
+    few, many = terms(GPT3_13B, pp=4, global_batch=16.0), terms(GPT3_13B, pp=4, global_batch=64.0)
+    assert many.bubble_s == pytest.approx(few.bubble_s)
+    assert many.bubble_s / many.time_s < few.bubble_s / few.time_s
+
+
+# ----------------------------------------------------------------------------------- collectives
+
+def test_tp_traffic_is_four_all_reduces_per_layer_and_six_with_full_recompute():
+    m, B, t_ = GPT3_13B, 32.0, 8.0
+    tiers = tiers_of(A100, A100.devices_per_node)
+    one = all_reduce_s(ACTIVATION_BYTES * 2048.0 * m.hidden, t_, 1.0, tiers)
+    none = terms(m, tp=t_, global_batch=B)
+    assert none.tp_comm_s == pytest.approx(B * m.layers * 4 * one, rel=1e-12)
+    assert terms(m, tp=t_, global_batch=B, recompute=2).tp_comm_s == pytest.approx(1.5 * none.tp_comm_s)
+    assert terms(m, tp=t_, global_batch=B, recompute=1).tp_comm_s == pytest.approx(none.tp_comm_s)
+    assert terms(m, tp=t_, global_batch=B, sp=1).tp_comm_s == pytest.approx(none.tp_comm_s)   # RS + AG = AR
+
+
+def test_dp_traffic_when_nothing_hides_it():
+    """Infinitely fast compute: the whole gradient reduction is exposed. ZeRO 0: all-reduce of FP32
+    gradients; ZeRO 1/2: reduce-scatter of gradients + all-gather of 16-bit weights."""
+    hw = ideal(A100, compute=True)
+    hw = dataclasses.replace(hw, memory_bytes_per_s=1e30, scale_up_bytes_per_s=A100.scale_up_bytes_per_s,
+                             scale_out_bytes_per_s=A100.scale_out_bytes_per_s,
+                             scale_up_latency_s=A100.scale_up_latency_s, scale_out_latency_s=A100.scale_out_latency_s)
+    tiers = tiers_of(hw, hw.devices_per_node)
+    m, d, t_ = GPT3_13B, 16.0, 8.0
+    P = stage_params(m, 1.0) / t_
+    z0 = terms(m, hw, tp=t_, dp=d, global_batch=16.0)
+    assert z0.dp_comm_s == pytest.approx(all_reduce_s(P * MAIN_GRAD_BYTES, d, t_, tiers), rel=1e-9)
+    z1 = terms(m, hw, tp=t_, dp=d, zero=1, global_batch=16.0)
+    expected = reduce_scatter_s(P * MAIN_GRAD_BYTES, d, t_, tiers) + all_gather_s(P * 2.0, d, t_, tiers)
+    assert z1.dp_comm_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_dp_reduction_hides_behind_backward_except_one_layer():
+    m, d = load_model("gpt3-1.3b"), 8.0
+    tiers = tiers_of(A100, A100.devices_per_node)
+    t = terms(m, dp=d, micro_batch=4, global_batch=32.0 * 4)
+    full = all_reduce_s(stage_params(m, 1.0) * MAIN_GRAD_BYTES, d, 1.0, tiers)
+    assert t.dp_comm_s == pytest.approx(full / m.layers, rel=1e-9)
+
+
+def test_zero3_exposes_more_traffic_than_zero1():
+    """ZeRO-3 gathers the weights twice and reduce-scatters the gradients every micro-batch."""
+    z1 = terms(GPT3_13B, dp=8, zero=1, global_batch=64.0)
+    z3 = terms(GPT3_13B, dp=8, zero=3, global_batch=64.0)
+    assert z3.dp_comm_s > z1.dp_comm_s > 0.0
+
+
+@pytest.mark.xfail(strict=True, reason="step.py: with tp_overlap the residual TP_OVERLAP_RESIDUAL·tp_total is "
+                   "added on top of max(tp_total − linear_time, 0), so overlap can expose more than no overlap")
+def test_tp_overlap_never_exposes_more_than_no_overlap():
+    narrow = model_from_mapping({"layers": 8, "hidden": 512, "ffn_hidden": 2048, "heads": 16, "vocab": 1000}, "test")
+    base = dict(global_batch=16.0, tp=8, sp=1)
+    for tp in (8, 16):    # inside one node and across two
+        base["tp"] = tp
+        assert terms(narrow, **base, tp_overlap=1).tp_comm_s <= terms(narrow, **base).tp_comm_s
+
+
+def test_tp_overlap_hides_traffic_behind_large_gemms():
+    base = dict(global_batch=16.0, tp=8, sp=1)
+    assert terms(GPT3_13B, **base, tp_overlap=1).tp_comm_s < terms(GPT3_13B, **base).tp_comm_s
+
+
+# ------------------------------------------------------------------------------------------- arrays
+
+def test_arrays_give_the_same_answer_as_floats():
+    tp = np.array([1.0, 2.0, 4.0, 8.0])
+    pp = np.array([8.0, 4.0, 2.0, 1.0])
+    dp = np.array([1.0, 1.0, 1.0, 1.0])
+    zero = np.array([0.0, 1.0, 3.0, 0.0])
+    rec = np.array([0.0, 1.0, 2.0, 1.0])
+    arr = terms(GPT3_13B, global_batch=64.0, tp=tp, pp=pp, dp=dp, zero=zero, recompute=rec)
+    for i in range(len(tp)):
+        one = terms(GPT3_13B, global_batch=64.0, tp=tp[i], pp=pp[i], dp=dp[i], zero=zero[i], recompute=rec[i])
+        assert arr.time_s[i] == pytest.approx(one.time_s, rel=1e-12)
+        assert arr.bubble_s[i] == pytest.approx(one.bubble_s, rel=1e-12)
+        assert arr.hardware_flops[i] == pytest.approx(one.hardware_flops, rel=1e-12)

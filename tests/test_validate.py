@@ -1,0 +1,186 @@
+"""trainest.validate and `trainest validate`: schema checks, metric conversions, counts, CLI contract."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from trainest.cli import app
+from trainest.errors import SpecError
+from trainest.estimate import estimate
+from trainest.scenario import scenario_from_mapping
+from trainest.validate import load_runs, metric_from_step_time_s, step_time_s_from_metric, validate_runs
+
+MODEL = {"name": "tiny", "layers": 4, "hidden": 1024, "ffn_hidden": 4096, "heads": 16, "kv_heads": 16,
+         "vocab": 32000, "mlp": "gelu"}
+BASE = {"model": MODEL, "seq_len": 2048, "hardware": "h100-sxm", "devices": 8, "precision": "bf16",
+        "parallel": {"tp": 2, "pp": 1}, "micro_batch": 2, "global_batch": 64, "recompute": "none"}
+
+
+def run(run_id: str, measured: dict | None, **changes) -> dict:
+    return {"id": run_id, **BASE, **changes, "measured": measured}
+
+
+def write_runs(tmp_path, runs: list[dict], name: str = "tiny.yaml", **top) -> str:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({"source": "unit test", "runs": runs, **top}, sort_keys=False))
+    return str(path)
+
+
+def scenario_of(rec: dict):
+    return scenario_from_mapping({k: v for k, v in rec.items() if k != "measured"}, "test")
+
+
+@pytest.fixture()
+def runs_file(tmp_path):
+    runs = [
+        run("steps", {"step_time_s": 0.5}),
+        run("toks", {"tokens_per_s": 250000.0}),
+        run("tflops", {"tflops_per_device": 300.0, "flops_formula": "korthikanti-eq7"}),
+        run("mfu", {"mfu": 0.4, "flops_formula": "megatron-core"}),
+        run("hours", {"device_hours": 100.0, "tokens": 1e9}),
+        {"id": "moe", "source": "x", "expressible": False, "reason": "MoE (8 experts)", "measured": None},
+        run("badpp", {"step_time_s": 1.0}, parallel={"tp": 1, "pp": 8}),   # pp=8 does not divide 4 layers
+    ]
+    return write_runs(tmp_path, runs), runs
+
+
+def by_id(report):
+    return {r.id: r for r in report.runs}
+
+
+def test_tokens_per_s_run_compares_tokens_per_s(runs_file):
+    path, runs = runs_file
+    r = by_id(validate_runs([path]))["toks"]
+    e = estimate(scenario_of(runs[1]))
+    assert r.metric == "tokens_per_s" and r.measured == 250000.0
+    assert r.predicted == pytest.approx(e.throughput.tokens_per_s, rel=1e-12)
+    assert r.error_pct == pytest.approx((r.predicted - 250000.0) / 250000.0 * 100, rel=1e-12)
+
+
+def test_step_time_run_compares_seconds(runs_file):
+    path, runs = runs_file
+    r = by_id(validate_runs([path]))["steps"]
+    assert r.metric == "step_time_s"
+    assert r.predicted == pytest.approx(estimate(scenario_of(runs[0])).step.time_s, rel=1e-12)
+
+
+def test_tflops_run_uses_the_sources_formula(runs_file):
+    path, runs = runs_file
+    r = by_id(validate_runs([path]))["tflops"]
+    e = estimate(scenario_of(runs[2]))
+    # Korthikanti eq. 7 written out here: 72·B·s·L·h²·(1 + s/(6h) + V/(12·h·L))
+    B, s, L, h, V = 64, 2048, 4, 1024, 32000
+    flops = 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * h * L))
+    assert r.predicted == pytest.approx(flops / (e.step.time_s * 8) / 1e12, rel=1e-12)
+    # not trainest's own model-FLOP count (which is a different convention)
+    assert r.predicted != pytest.approx(e.throughput.model_tflops_per_device, rel=1e-6)
+
+
+def test_mfu_and_device_hours_conversions(runs_file):
+    path, runs = runs_file
+    report = by_id(validate_runs([path]))
+    t_mfu = estimate(scenario_of(runs[3])).step.time_s
+    from trainest.conventions import FLOPS_FORMULAS
+    flops = FLOPS_FORMULAS["megatron-core"](layers=4, hidden=1024, ffn_hidden=4096, heads=16, kv_heads=16,
+                                            vocab=32000, mlp="gelu", seq_len=2048, global_batch=64)
+    assert report["mfu"].predicted == pytest.approx(flops / (t_mfu * 8 * 989e12), rel=1e-9)
+    t = estimate(scenario_of(runs[4])).step.time_s
+    steps = 1e9 / (64 * 2048)
+    assert report["hours"].predicted == pytest.approx(steps * t * 8 / 3600, rel=1e-12)
+
+
+def test_metric_round_trip_to_step_time(runs_file):
+    path, _ = runs_file
+    for case in load_runs([path]).cases:
+        assert step_time_s_from_metric(case, metric_from_step_time_s(case, 0.731)) == pytest.approx(0.731, rel=1e-12)
+
+
+def test_not_expressible_and_invalid_scenarios_are_counted_with_reasons(runs_file):
+    path, _ = runs_file
+    report = validate_runs([path])
+    assert report.summary.runs == 5
+    reasons = {n.id: n.reason for n in report.not_expressible}
+    assert reasons["moe"] == "MoE (8 experts)"
+    assert "pp=8 does not divide layers=4" in reasons["badpp"]
+    assert report.summary.not_expressible == 2
+    assert report.by_source["tiny"].not_expressible == 2
+
+
+def test_summary_statistics(runs_file):
+    path, _ = runs_file
+    report = validate_runs([path])
+    ape = sorted(abs(r.error_pct) for r in report.runs)
+    assert report.summary.mape_pct == pytest.approx(sum(ape) / len(ape))
+    assert report.summary.median_ape_pct == pytest.approx(ape[2])
+    assert report.summary.max_ape_pct == pytest.approx(ape[-1])
+    assert report.by_hardware["h100-sxm"].runs == 5
+
+
+@pytest.mark.parametrize("where,bad,key", [
+    ("record", {"colour": "red"}, "colour"),
+    ("measured", {"step_time_s": 1.0, "step_time": 1.0}, "step_time"),
+    ("top", {"sources": "x"}, "sources"),
+])
+def test_unknown_keys_are_errors_naming_the_key(tmp_path, where, bad, key):
+    if where == "record":
+        path = write_runs(tmp_path, [{**run("a", {"step_time_s": 1.0}), **bad}])
+    elif where == "measured":
+        path = write_runs(tmp_path, [run("a", bad)])
+    else:
+        path = write_runs(tmp_path, [run("a", {"step_time_s": 1.0})], **bad)
+    with pytest.raises(SpecError, match=repr(key)) as err:
+        validate_runs([path])
+    assert "tiny.yaml" in str(err.value)
+
+
+def test_bad_measurements_are_errors(tmp_path):
+    for measured, text in (({"tflops_per_device": 100.0}, "needs flops_formula"),
+                           ({"tflops_per_device": 100.0, "flops_formula": "7n"}, "flops_formula"),
+                           ({"mfu": 42.0, "flops_formula": "6n"}, "fraction"),
+                           ({}, "no measured value")):
+        with pytest.raises(SpecError, match=text):
+            validate_runs([write_runs(tmp_path, [run("a", measured)])])
+    with pytest.raises(SpecError, match="duplicate id"):
+        validate_runs([write_runs(tmp_path, [run("a", {"step_time_s": 1.0}), run("a", {"step_time_s": 2.0})])])
+
+
+def test_filters(runs_file, tmp_path):
+    path, _ = runs_file
+    other = write_runs(tmp_path, [run("a100run", {"step_time_s": 1.0}, hardware="a100-80gb-sxm")], name="other.yaml")
+    assert [r.id for r in validate_runs([path, other], hardware="a100-80gb-sxm").runs] == ["a100run"]
+    assert validate_runs([path, other], source="OTHER").summary.runs == 1
+
+
+runner = CliRunner()
+
+
+def test_cli_json_parses(runs_file):
+    path, _ = runs_file
+    res = runner.invoke(app, ["validate", "--runs", path, "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["schema_version"] == "1.0"
+    assert doc["summary"]["runs"] == 5 and doc["summary"]["not_expressible"] == 2
+    assert {"id", "source", "hardware", "metric", "measured", "predicted", "error_pct"} <= set(doc["runs"][0])
+    assert {n["id"] for n in doc["not_expressible"]} == {"moe", "badpp"}
+
+
+def test_cli_table_and_markdown(runs_file):
+    path, _ = runs_file
+    res = runner.invoke(app, ["validate", "--runs", path])
+    assert res.exit_code == 0 and "toks" in res.stdout
+    res = runner.invoke(app, ["validate", "--runs", path, "--markdown"])
+    assert res.exit_code == 0 and "| source | runs | MAPE %" in res.stdout
+
+
+def test_cli_errors(tmp_path):
+    bad = write_runs(tmp_path, [{**run("a", {"step_time_s": 1.0}), "colour": 1}])
+    res = runner.invoke(app, ["validate", "--runs", bad])
+    assert res.exit_code == 1 and res.stdout == "" and res.stderr.startswith("Error: ") and "'colour'" in res.stderr
+    res = runner.invoke(app, ["validate", "--runs", str(tmp_path / "missing.yaml")])
+    assert res.exit_code == 1 and "does not exist" in res.stderr
+    assert runner.invoke(app, ["validate", "--no-such-option"]).exit_code == 2

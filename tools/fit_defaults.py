@@ -1,0 +1,282 @@
+"""Fit the SHIPPED efficiency defaults on part of the public runs, report on the rest, write the docs.
+
+    python tools/fit_defaults.py            # refit specs/hardware/*.yaml efficiency blocks, rewrite docs/validation.md
+    python tools/fit_defaults.py --check    # fit and report only: write nothing
+
+Split: every expressible bundled run goes to the FIT set when crc32(id) mod 100 < FIT_PERCENT (60),
+else to the HOLDOUT set. crc32 of the id is stable across machines, Python versions and file order,
+and a run keeps its side when other runs are added. Per hardware:
+
+  * at least MIN_FIT_RUNS fit runs: start from the importer's PRIOR (tools/import_hardware.py, by
+    hardware kind, plus the catalog defaults for low_precision_gemm and layer_overhead_us) and fit with
+    `trainest.calibrate.fit_efficiency` (the `trainest calibrate` method) on the fit runs only; write
+    ONLY the `efficiency:` block of specs/hardware/<name>.yaml (fitted: true), every other line unchanged;
+  * fewer: the hardware keeps its prior (a stale fitted block is put back to the prior).
+
+Starting from the prior every time makes the result independent of what the files held before, so
+re-running without changes reproduces the same files. Then the catalog JSON cache is rebuilt and
+docs/validation.md regenerated: method, split, fit and holdout errors per hardware and overall, the
+tables by source and hardware, error by feature, the worst runs, every run, not-expressible counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import zlib
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+from trainest import catalog  # noqa: E402
+from trainest.calibrate import (PRIOR_WEIGHT, efficiency_block, fit_efficiency,  # noqa: E402
+                                replace_efficiency_block)
+from trainest.units import MICROSECOND  # noqa: E402
+from trainest.validate import (RunResult, build_report, compare, load_runs, mape_pct,  # noqa: E402
+                               markdown, reasons_markdown, runs_markdown, summary_markdown)
+
+FIT_PERCENT = 60          # share of each hardware's runs used for fitting (by crc32 of the id)
+MIN_FIT_RUNS = 8          # fewer fit runs than this: keep the prior
+WORST_RUNS = 15
+DOC = ROOT / "docs" / "validation.md"
+COMMAND = "python tools/fit_defaults.py"
+
+
+def in_fit_set(run_id: str) -> bool:
+    """The deterministic split: crc32(id) mod 100 < FIT_PERCENT."""
+    return zlib.crc32(run_id.encode("utf-8")) % 100 < FIT_PERCENT
+
+
+def prior_hardware(hw: catalog.Hardware) -> catalog.Hardware:
+    """`hw` with the importer's prior efficiency for its kind (not fitted)."""
+    import import_hardware as ih
+
+    prior = ih.EFFICIENCY_PRIOR_ACCELERATOR if hw.kind in ih.ACCELERATOR_PRIOR_KINDS else ih.EFFICIENCY_PRIOR_OTHER
+    return catalog.with_efficiency(hw, **{k: float(v) for k, v in prior.items()},
+                                   low_precision_gemm=catalog.DEFAULT_LOW_PRECISION_GEMM,
+                                   layer_overhead_s=catalog.DEFAULT_LAYER_OVERHEAD_US * MICROSECOND,
+                                   fitted=False, method=ih.EFFICIENCY_METHOD)
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{x:.1f}"
+
+
+def feature_groups(results: list[RunResult]) -> dict[str, dict[str, list[RunResult]]]:
+    """Runs grouped by the features the model treats differently (for the 'where it errs' tables)."""
+    def size(r: RunResult) -> str:
+        return "< 3B" if r.params_b < 3 else "3–20B" if r.params_b < 20 else "20–100B" if r.params_b < 100 else "≥ 100B"
+
+    def layout(r: RunResult) -> str:
+        kinds = [k for k, on in (("TP", r.tp > 1), ("PP", r.pp > 1), ("CP", r.cp > 1),
+                                 ("FSDP/ZeRO-3", r.zero == 3), ("ZeRO-1/2", r.zero in (1, 2))) if on]
+        return "+".join(kinds) if kinds else "DP only"
+
+    keys = {
+        "recompute": lambda r: r.recompute,
+        "precision": lambda r: r.precision,
+        "model size": size,
+        "parallel layout": layout,
+        "metric": lambda r: r.metric + (f" ({r.flops_formula})" if r.flops_formula else ""),
+        "predicted bottleneck": lambda r: r.bottleneck,
+        "fits in memory (model)": lambda r: "yes" if r.fits else "no",
+    }
+    out: dict[str, dict[str, list[RunResult]]] = {}
+    for title, fn in keys.items():
+        groups: dict[str, list[RunResult]] = {}
+        for r in results:
+            groups.setdefault(fn(r), []).append(r)
+        out[title] = dict(sorted(groups.items()))
+    return out
+
+
+def features_markdown(results: list[RunResult]) -> str:
+    parts = []
+    for title, groups in feature_groups(results).items():
+        lines = [f"| {title} | runs | MAPE % | median APE % | mean error % |", "|---|---:|---:|---:|---:|"]
+        for k, rs in groups.items():
+            ape = [abs(r.error_pct) for r in rs]
+            lines.append(f"| {k} | {len(rs)} | {statistics.fmean(ape):.1f} | {statistics.median(ape):.1f} | "
+                         f"{statistics.fmean(r.error_pct for r in rs):+.1f} |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def worst_markdown(results: list[RunResult], n: int) -> str:
+    worst = sorted(results, key=lambda r: -abs(r.error_pct))[:n]
+    return runs_markdown(worst, extra=lambda r: f"{r.params_b:.1f}B, s={r.seq_len}, N={r.devices}, b={r.micro_batch}, "
+                                               f"B={r.global_batch}, {r.bottleneck}, source {r.source}",
+                         extra_title="features (params, seq, devices, micro/global batch, bottleneck, source)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--check", action="store_true", help="fit and report, but write no file")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+
+    loaded = load_runs()
+    by_hw: dict[str, list] = {}
+    for c in loaded.cases:
+        by_hw.setdefault(c.scenario.hardware.name, []).append(c)
+
+    final_hw: dict[str, catalog.Hardware] = {}
+    prior_hw: dict[str, catalog.Hardware] = {}
+    rows = []              # per hardware: name, n fit, n holdout, status, prior fit, fitted fit, prior hold, fitted hold
+    fitted_results: list[RunResult] = []
+    prior_results: list[RunResult] = []
+    split: dict[str, bool] = {}
+    for name in sorted(by_hw):
+        cases = by_hw[name]
+        hw = cases[0].scenario.hardware
+        prior = prior_hardware(hw)
+        prior_hw[name] = prior
+        fit_cases = [c for c in cases if in_fit_set(c.id)]
+        for c in cases:
+            split[c.id] = in_fit_set(c.id)
+        path = Path(hw.path)
+        if len(fit_cases) >= MIN_FIT_RUNS:
+            result = fit_efficiency(fit_cases, prior)
+            method = (f"{COMMAND}: the `trainest calibrate` fit on {result.runs} fit runs of the bundled specs/runs "
+                      f"(crc32(id) mod 100 < {FIT_PERCENT}); holdout runs in docs/validation.md")
+            block = efficiency_block(result.hardware, method=method, fit_runs=result.runs,
+                                     fit_mape_pct=result.mape_after_pct)
+            new_hw = replace(result.hardware, efficiency=replace(result.hardware.efficiency, fitted=True, method=method))
+            status = "fitted"
+            params = ", ".join(
+                f"{p.name.replace('layer_overhead_s', 'layer_overhead_us')}="
+                f"{p.value / MICROSECOND if p.name == 'layer_overhead_s' else p.value:.3g}"
+                + ("" if p.constrained else " (no run sensitive: prior kept)") for p in result.parameters)
+        else:
+            block = efficiency_block(prior, method=prior.efficiency.method, fit_runs=None, fit_mape_pct=None,
+                                     fitted=False)
+            new_hw = prior
+            status = f"prior kept (only {len(fit_cases)} fit runs < {MIN_FIT_RUNS})"
+            params = "–"
+        final_hw[name] = new_hw
+        if not args.check and path.is_file():
+            old_text = path.read_text(encoding="utf-8")
+            new_text = old_text if (status != "fitted" and not hw.efficiency.fitted) else \
+                replace_efficiency_block(old_text, block, str(path))
+            if new_text != old_text:
+                path.write_text(new_text, encoding="utf-8")
+        res_prior = [compare(c, prior) for c in cases]
+        res_fit = [compare(c, new_hw) for c in cases]
+        prior_results += res_prior
+        fitted_results += res_fit
+        fit_ids = {c.id for c in fit_cases}
+        rows.append((name, len(fit_cases), len(cases) - len(fit_cases), status, params,
+                     mape_pct(r for r in res_prior if r.id in fit_ids), mape_pct(r for r in res_fit if r.id in fit_ids),
+                     mape_pct(r for r in res_prior if r.id not in fit_ids),
+                     mape_pct(r for r in res_fit if r.id not in fit_ids)))
+        print(f"{name:16s} fit {len(fit_cases):3d} holdout {len(cases) - len(fit_cases):3d}  {status}", file=sys.stderr)
+
+    if not args.check:
+        target = catalog.specs_dir() / catalog.CATALOG_CACHE_NAME
+        text = catalog.catalog_cache_text(catalog.build_catalog_cache())
+        if not target.exists() or target.read_text(encoding="utf-8") != text:
+            target.write_text(text, encoding="utf-8")
+
+    report = build_report(fitted_results, loaded.not_expressible)
+    fit_all = [r for r in fitted_results if split[r.id]]
+    hold_all = [r for r in fitted_results if not split[r.id]]
+    prior_fit = [r for r in prior_results if split[r.id]]
+    prior_hold = [r for r in prior_results if not split[r.id]]
+    overall = (len(fit_all), len(hold_all), mape_pct(prior_fit), mape_pct(fit_all), mape_pct(prior_hold),
+               mape_pct(hold_all))
+    doc = render_doc(report, rows, overall, fitted_results)
+    if not args.check:
+        DOC.parent.mkdir(parents=True, exist_ok=True)
+        DOC.write_text(doc, encoding="utf-8")
+    print(f"overall: fit {overall[0]} runs MAPE {_pct(overall[2])} -> {_pct(overall[3])} %; holdout {overall[1]} runs "
+          f"MAPE {_pct(overall[4])} -> {_pct(overall[5])} %; all {report.summary.runs} runs "
+          f"{_pct(report.summary.mape_pct)} %; {time.perf_counter() - t0:.1f} s"
+          + ("" if args.check else f"; wrote {DOC.relative_to(ROOT)}"), file=sys.stderr)
+    return 0
+
+
+def render_doc(report, rows, overall, results: list[RunResult]) -> str:
+    s = report.summary
+    split_lines = ["| hardware | fit runs | holdout runs | status | fitted values | fit MAPE % (prior → fitted) | "
+                   "holdout MAPE % (prior → fitted) |", "|---|---:|---:|---|---|---:|---:|"]
+    for name, nf, nh, status, params, pf, ff, ph, fh in rows:
+        split_lines.append(f"| {name} | {nf} | {nh} | {status} | {params} | {_pct(pf)} → {_pct(ff)} | "
+                           f"{_pct(ph)} → {_pct(fh)} |")
+    nf, nh, pf, ff, ph, fh = overall
+    split_lines.append(f"| **all** | {nf} | {nh} | | | {_pct(pf)} → {_pct(ff)} | {_pct(ph)} → {_pct(fh)} |")
+    return f"""# Validation: trainest against published training runs
+
+_Generated by `{COMMAND}` — do not edit by hand; re-run it after changing the model or the runs.
+It takes well under two minutes. `trainest validate --markdown` prints the same tables for the
+shipped defaults (without the fit/holdout columns)._
+
+## What is compared
+
+Every record of `specs/runs/*.yaml` (imported from the shared reference by `tools/import_runs.py`)
+that trainest can express is predicted with `trainest.estimate.estimate()` and compared with what
+the source measured, in the source's own metric and unit (`trainest/validate.py`):
+
+- **step time** [s] when the source gives it; else **tokens/s** (all devices);
+- else the source's **TFLOP/s per device** or **MFU**, reproduced with that source's own FLOP
+  formula (`trainest/conventions.py`): predicted = F_source / (predicted step time · N) (MFU also
+  divides by the dense peak of the run's precision), so a FLOP-counting convention never
+  masquerades as a speed difference;
+- else **device-hours** for the stated tokens.
+
+Error = (predicted − measured) / measured; MAPE is the mean of |error|, "mean error" the signed
+mean (positive: trainest predicts a larger value of that metric). Records marked
+`expressible: false` (MoE, MLA, hybrid layers, LoRA, missing shapes...) and records whose scenario
+does not validate are counted with their reason, never dropped silently.
+
+## How the shipped efficiencies were obtained
+
+The achievable efficiencies in `specs/hardware/<name>.yaml` (`efficiency:` block: gemm, attention,
+memory, scale_up, scale_out, low_precision_gemm, layer_overhead_us) are fitted by the method of
+`trainest calibrate` (`trainest/calibrate.py`): least squares on ln(predicted / measured) step
+time — every metric is converted to an equivalent measured step time — plus a weak pull
+(λ = {PRIOR_WEIGHT:g}) towards the importer's prior, by a projected Levenberg–Marquardt with
+bounds 0.2 ≤ fraction ≤ 1 and 0 ≤ overhead ≤ 500 µs. `low_precision_gemm` is fitted only when the
+runs include FP8/FP4, `layer_overhead_us` only when they include a model under 3 B parameters; a
+parameter no run is sensitive to stays at its prior.
+
+**Split.** Per hardware, a run is in the FIT set when `crc32(id) mod 100 < {FIT_PERCENT}` (about
+{FIT_PERCENT} %), else in the HOLDOUT set: deterministic, independent of file order, and a run keeps its
+side when runs are added. Hardware with fewer than {MIN_FIT_RUNS} fit runs keep their prior. The holdout
+errors are the honest accuracy figure; the fit errors show how much the fit absorbed.
+
+## Fit and holdout errors
+
+{chr(10).join(split_lines)}
+
+Where a fitted value sits on a bound (0.2 or 1.0), the efficiency is compensating for a missing or
+mis-sized term of the step model rather than measuring the hardware; see "Where the model errs".
+
+## Summary with the shipped (fitted) efficiencies
+
+{markdown(report).split(chr(10) + "### Per run")[0].strip()}
+
+## Where the model errs (all compared runs, shipped efficiencies)
+
+{features_markdown(results)}
+
+### The {WORST_RUNS} worst runs
+
+{worst_markdown(results, WORST_RUNS)}
+
+## Per run
+
+{runs_markdown(report.runs)}
+
+## Not expressible, by reason
+
+{reasons_markdown(report.not_expressible)}
+"""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

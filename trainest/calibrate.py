@@ -1,0 +1,285 @@
+"""Fit one hardware's achievable efficiencies to measured runs (`trainest calibrate`).
+
+Method (docs/validation.md §Calibration). Parameters θ: the efficiency fractions gemm, attention,
+memory, scale_up, scale_out; plus low_precision_gemm when a run uses FP8/FP4 and layer_overhead
+when a run's model is small (< SMALL_MODEL_PARAMS). Each parameter is scaled by its starting value,
+x_j = θ_j / θ0_j, and the fit minimises
+
+    J(x) = (1/n) Σ_i ρ(ln(t_pred,i(x) / t_meas,i)) + λ Σ_j (x_j − 1)²
+
+with ρ the Huber loss (r²/2 for |r| ≤ δ = HUBER_DELTA, linear beyond), so that a few runs the
+model cannot represent (errors of 2x and more) do not drag every parameter towards them. t_meas,i is
+the measured metric converted to an equivalent step time (`validate.step_time_s_from_metric`: every
+metric is t or a constant over t) and λ = PRIOR_WEIGHT is
+a weak pull towards the starting values, so that a parameter the runs do not constrain (no multi-node
+run: scale_out) stays where it was instead of drifting. The minimiser is a projected
+Levenberg–Marquardt: forward-difference Jacobian, damped normal equations, steps clipped to the bounds
+(fractions in [MIN_FRACTION, 1]; overhead in [0, MAX_LAYER_OVERHEAD_S]). numpy only.
+
+For speed, one call of `step.step_terms` evaluates a run at all Jacobian points at once: the
+efficiency fields are numpy arrays (the model's formulas accept arrays). At scalar inputs this is
+exactly `estimate(scenario).step.time_s` (tested).
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+from trainest.catalog import DEFAULT_LAYER_OVERHEAD_US, Hardware, hardware_from_mapping, with_efficiency
+from trainest.errors import SpecError
+from trainest.units import MICROSECOND
+from trainest.validate import Case, RunResult, mape_pct, result_for, step_time_s_from_metric
+
+MIN_FRACTION = 0.2                 # lowest physical efficiency fraction allowed by the fit
+MAX_FRACTION = 1.0
+MAX_LAYER_OVERHEAD_S = 500e-6      # 0.5 ms per layer pass: far above any launch/sync overhead seen
+SMALL_MODEL_PARAMS = 3e9           # below this, fixed per-layer overhead is a visible part of the step
+PRIOR_WEIGHT = 1e-4                # λ: weak pull to the starting values (in units of squared log error)
+HUBER_DELTA = 0.2                  # |ln(pred/meas)| beyond which a run's pull grows linearly, not quadratically
+FD_STEP = 1e-3                     # forward-difference step in scaled units x
+MAX_ITERATIONS = 40
+TOLERANCE = 1e-5                   # stop when the objective improves by less than this (relative)
+BASE_PARAMETERS = ("gemm", "attention", "memory", "scale_up", "scale_out")
+# parameter -> (lower, upper) bounds in the Efficiency dataclass's units (fractions; seconds)
+BOUNDS = {name: (MIN_FRACTION, MAX_FRACTION) for name in BASE_PARAMETERS + ("low_precision_gemm",)}
+BOUNDS["layer_overhead_s"] = (0.0, MAX_LAYER_OVERHEAD_S)
+
+
+@dataclass(frozen=True)
+class FittedParameter:
+    name: str
+    start: float
+    value: float
+    constrained: bool               # False: no run is sensitive to it, it stayed at its start value
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    hardware: Hardware              # the input hardware with the fitted efficiency
+    parameters: tuple[FittedParameter, ...]
+    runs: int
+    mape_before_pct: float
+    mape_after_pct: float
+    before: tuple[RunResult, ...]
+    after: tuple[RunResult, ...]
+    iterations: int
+
+
+def huber(r):
+    """Huber loss of log residuals r: r²/2 inside ±δ, δ·(|r| − δ/2) outside (δ = HUBER_DELTA)."""
+    import numpy as np
+
+    a = np.abs(r)
+    return np.where(a <= HUBER_DELTA, 0.5 * r * r, HUBER_DELTA * (a - 0.5 * HUBER_DELTA))
+
+
+def parameters_for(cases: Sequence[Case]) -> tuple[str, ...]:
+    """The parameters the runs can inform: the base five, FP8 GEMM efficiency when a run uses FP8/FP4,
+    and the per-layer overhead when a run's model has fewer than SMALL_MODEL_PARAMS parameters."""
+    names = list(BASE_PARAMETERS)
+    if any(c.scenario.precision in ("fp8", "fp4") for c in cases):
+        names.append("low_precision_gemm")
+    if any(c.scenario.model.params < SMALL_MODEL_PARAMS for c in cases):
+        names.append("layer_overhead_s")
+    return tuple(names)
+
+
+def predicted_step_times_s(case: Case, hardware: Hardware, values: dict[str, Any]):
+    """Predicted step time [s] of `case` on `hardware` with efficiency fields replaced by `values`
+    (floats, or numpy arrays to evaluate several parameter sets in one pass)."""
+    from trainest.estimate import layout_kwargs
+    from trainest.step import step_terms
+
+    s = case.scenario
+    hw = with_efficiency(hardware, **values)
+    return step_terms(s.model, hw, s.precision, s.attention, seq_len=float(s.seq_len),
+                      global_batch=float(s.global_batch), devices_per_node=s.devices_per_node,
+                      **layout_kwargs(s)).time_s
+
+
+def _log_residuals(cases, measured_s, hardware, names, scale, x):
+    """ln(t_pred/t_meas) for every case (rows) at every parameter set (rows of x, shape (m, k))."""
+    import numpy as np
+
+    x = np.atleast_2d(x)
+    values = {n: scale[j] * x[:, j] for j, n in enumerate(names)}
+    out = np.empty((len(cases), x.shape[0]))
+    for i, c in enumerate(cases):
+        out[i] = np.broadcast_to(np.asarray(predicted_step_times_s(c, hardware, values), dtype=float), (x.shape[0],))
+    return np.log(out / measured_s[:, None])
+
+
+def fit_efficiency(cases: Sequence[Case], hardware: Hardware | None = None,
+                   names: Sequence[str] | None = None) -> CalibrationResult:
+    """Fit the efficiency of `hardware` (default: the runs' own) to `cases` (see module docstring)."""
+    import numpy as np
+
+    if not cases:
+        raise SpecError("calibrate: no expressible runs to fit")
+    hardware = hardware or cases[0].scenario.hardware
+    cases = [replace(c, scenario=replace(c.scenario, hardware=hardware)) for c in cases]
+    names = tuple(names or parameters_for(cases))
+    eff = hardware.efficiency
+    start = np.array([getattr(eff, n) for n in names], dtype=float)
+    scale = start.copy()
+    for j, n in enumerate(names):     # a zero overhead cannot be a scale: use the catalog default instead
+        if scale[j] <= 0:
+            scale[j] = DEFAULT_LAYER_OVERHEAD_US * MICROSECOND
+    lo = np.array([BOUNDS[n][0] for n in names]) / scale
+    hi = np.array([BOUNDS[n][1] for n in names]) / scale
+    x0 = np.clip(start / scale, lo, hi)
+    n, k = len(cases), len(names)
+    measured_s = np.array([step_time_s_from_metric(c) for c in cases])
+
+    def objective(r_cases, x):
+        return float(np.mean(huber(r_cases)) + PRIOR_WEIGHT * np.sum((x - x0) ** 2))
+
+    x = x0.copy()
+    r = _log_residuals(cases, measured_s, hardware, names, scale, x)[:, 0]
+    cost = objective(r, x)
+    damping = 1e-2
+    iterations = 0
+    for iterations in range(1, MAX_ITERATIONS + 1):
+        # forward differences, stepping inwards at an upper bound
+        h = np.where(x + FD_STEP <= hi, FD_STEP, -FD_STEP)
+        points = np.vstack([x] + [x + np.eye(k)[j] * h[j] for j in range(k)])
+        res = _log_residuals(cases, measured_s, hardware, names, scale, points)
+        r = res[:, 0]
+        jac = (res[:, 1:] - r[:, None]) / h[None, :]
+        # stacked least squares: rows (1/√n)·r_i and √λ·(x_j − x0_j)
+        # Gauss-Newton model of the Huber loss (IRLS weights w = ψ(r)/r: 1 inside ±δ, δ/|r| outside)
+        w = np.minimum(1.0, HUBER_DELTA / np.maximum(np.abs(r), 1e-300))
+        a = jac.T @ (w[:, None] * jac) / n + PRIOR_WEIGHT * np.eye(k)
+        g = jac.T @ (w * r) / n + PRIOR_WEIGHT * (x - x0)
+        # active set: a parameter on a bound whose gradient pushes it outwards is held there
+        held = ((x <= lo + 1e-12) & (g > 0)) | ((x >= hi - 1e-12) & (g < 0))
+        free = ~held
+        if not free.any():
+            break
+        improved = False
+        while damping < 1e10:
+            step = np.zeros(k)
+            af = a[np.ix_(free, free)]
+            step[free] = np.linalg.solve(af + damping * np.diag(np.diag(af)), -g[free])
+            x_new = np.clip(x + step, lo, hi)
+            r_new = _log_residuals(cases, measured_s, hardware, names, scale, x_new)[:, 0]
+            cost_new = objective(r_new, x_new)
+            if cost_new < cost:
+                improved = True
+                gain = (cost - cost_new) / max(cost, 1e-300)
+                x, r, cost = x_new, r_new, cost_new
+                damping = max(damping / 3.0, 1e-9)
+                break
+            damping *= 4.0
+        if not improved or gain < TOLERANCE:
+            break
+
+    # a parameter is constrained by the data when some run's step time moves with it
+    res = _log_residuals(cases, measured_s, hardware, names, scale, np.vstack([x] + [x + np.eye(k)[j] * np.where(
+        x[j] + FD_STEP <= hi[j], FD_STEP, -FD_STEP) for j in range(k)]))
+    sensitivity = np.max(np.abs(res[:, 1:] - res[:, :1]), axis=0) / FD_STEP
+    fitted = {nm: float(x[j] * scale[j]) for j, nm in enumerate(names)}
+    new_hw = with_efficiency(hardware, **fitted)
+    before = tuple(result_for(c, float(predicted_step_times_s(c, hardware, {}))) for c in cases)
+    after = tuple(result_for(replace(c, scenario=replace(c.scenario, hardware=new_hw)),
+                             float(predicted_step_times_s(c, new_hw, {}))) for c in cases)
+    params = tuple(FittedParameter(nm, float(start[j]), fitted[nm], bool(sensitivity[j] > 1e-6))
+                   for j, nm in enumerate(names))
+    return CalibrationResult(hardware=new_hw, parameters=params, runs=n, mape_before_pct=mape_pct(before),
+                             mape_after_pct=mape_pct(after), before=before, after=after, iterations=iterations)
+
+
+# -------------------------------------------------------------------------------- writing a profile
+
+def _round(x: float, digits: int = 4) -> float | int:
+    """`x` to `digits` significant digits; a whole number is written without `.0`."""
+    y = float(f"{x:.{digits}g}")
+    return int(y) if y.is_integer() else y
+
+
+def efficiency_block(hardware: Hardware, *, method: str, fit_runs: int | None, fit_mape_pct: float | None,
+                     fitted: bool = True) -> dict[str, Any]:
+    """The `efficiency:` mapping of a hardware YAML (human units: overhead in microseconds)."""
+    e = hardware.efficiency
+    block: dict[str, Any] = {"gemm": _round(e.gemm), "gemm_half_dim": _round(e.gemm_half_dim),
+                             "attention": _round(e.attention), "memory": _round(e.memory),
+                             "scale_up": _round(e.scale_up), "scale_out": _round(e.scale_out),
+                             "low_precision_gemm": _round(e.low_precision_gemm),
+                             "layer_overhead_us": _round(e.layer_overhead_s / MICROSECOND),
+                             "fitted": fitted, "method": method}
+    if fit_runs is not None:
+        block["fit_runs"] = fit_runs
+    if fit_mape_pct is not None:
+        block["fit_mape_pct"] = round(fit_mape_pct, 2)
+    return block
+
+
+def replace_efficiency_block(text: str, block: dict[str, Any], where: str = "hardware file") -> str:
+    """`text` (a hardware YAML) with its top-level `efficiency:` block replaced by `block`; every
+    other line is kept byte for byte."""
+    import yaml
+
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, ln in enumerate(lines) if re.match(r"efficiency:\s*(#.*)?$", ln.rstrip("\n"))), None)
+    if start is None:
+        raise SpecError(f"{where}: no top-level 'efficiency:' block to replace")
+    end = start + 1
+    while end < len(lines):
+        ln = lines[end]
+        if ln.strip() and not ln[0].isspace():
+            break
+        end += 1
+    while end > start + 1 and not lines[end - 1].strip():   # keep blank lines that precede the next key
+        end -= 1
+    new = yaml.safe_dump({"efficiency": block}, sort_keys=False, width=120, allow_unicode=True,
+                         default_flow_style=False)
+    return "".join(lines[:start]) + new + "".join(lines[end:])
+
+
+def profile_text(hardware: Hardware, result: CalibrationResult, runs_label: str, date: str | None = None) -> str:
+    """The original hardware file's text with the fitted efficiency block; checked to load again."""
+    import yaml
+
+    path = Path(hardware.path)
+    if not path.is_file():
+        raise SpecError(f"calibrate: cannot read the hardware file {hardware.path!r} to copy it")
+    day = date or datetime.date.today().isoformat()
+    method = f"trainest calibrate on {runs_label}, {result.runs} runs, {day}"
+    text = replace_efficiency_block(path.read_text(encoding="utf-8"),
+                                    efficiency_block(result.hardware, method=method, fit_runs=result.runs,
+                                                     fit_mape_pct=result.mape_after_pct), str(path))
+    hardware_from_mapping(yaml.safe_load(text), "calibrated profile")   # must load back
+    return text
+
+
+def hardware_names_of(cases: Sequence[Case]) -> list[str]:
+    return sorted({c.scenario.hardware.name for c in cases})
+
+
+def calibrate_runs(paths: Sequence[str], hardware: str | None = None) -> tuple[Hardware, CalibrationResult]:
+    """Load runs files, pick one hardware (by name or a hardware YAML path), fit it.
+
+    Returns (the starting hardware, the result). Several hardware names without `hardware`: SpecError."""
+    from trainest.catalog import load_hardware
+    from trainest.validate import load_runs
+
+    loaded = load_runs(paths)
+    cases = list(loaded.cases)
+    if hardware is not None:
+        hw = load_hardware(hardware)
+        cases = [c for c in cases if c.scenario.hardware.name == hw.name]
+        if not cases:
+            raise SpecError(f"--hardware {hardware!r}: no expressible run in {', '.join(paths)} uses {hw.name!r}; "
+                            f"runs use: {', '.join(hardware_names_of(loaded.cases)) or 'none'}")
+    else:
+        names = hardware_names_of(cases)
+        if not names:
+            raise SpecError(f"no expressible runs in {', '.join(paths)} ({len(loaded.not_expressible)} not expressible)")
+        if len(names) > 1:
+            raise SpecError(f"the runs use several hardware ({', '.join(names)}); choose one with --hardware")
+        hw = cases[0].scenario.hardware
+    return hw, fit_efficiency(cases, hw)

@@ -1,0 +1,168 @@
+"""`trainest validate` and `trainest calibrate`: accuracy against published runs, and fitting it.
+
+Parse options, call trainest.validate / trainest.calibrate, render. rich and numpy are imported
+inside the functions (start-up stays fast).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+PROGRESS_AFTER_S = 1.0   # draw a progress bar only when validation is on course to take longer than this
+
+RunsOpt = Annotated[Optional[list[str]], typer.Option(
+    "--runs", help="Runs YAML file (repeatable); default: the bundled specs/runs/*.yaml.", show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+
+
+def _fail(message: str) -> None:
+    print(f"Error: {message}", file=sys.stderr)
+    raise typer.Exit(1)
+
+
+class _LazyProgress:
+    """A rich progress bar on stderr, started only once the work is projected to exceed PROGRESS_AFTER_S."""
+
+    def __init__(self, what: str, enabled: bool) -> None:
+        self.what, self.enabled, self.t0 = what, enabled, time.perf_counter()
+        self.bar = None
+        self.task = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled or done <= 0:
+            return
+        if self.bar is None:
+            elapsed = time.perf_counter() - self.t0
+            if done >= total or elapsed * total / done < PROGRESS_AFTER_S:
+                return
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress
+            from trainest.report import _console
+            self.bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                                console=_console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(self.what, total=total)
+        self.bar.update(self.task, completed=done, total=total)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _summary_table(title: str, groups: dict, key_title: str):
+    from rich.table import Table
+
+    from trainest.validate import Summary
+
+    def pct(x: float | None) -> str:
+        return "–" if x is None else f"{x:.1f}"
+
+    t = Table(title=title, title_justify="left")
+    for col in (key_title, "runs", "MAPE %", "median %", "max %", "mean error %", "not expressible"):
+        t.add_column(col, justify="left" if col == key_title else "right")
+    for k, s in groups.items():
+        s: Summary
+        t.add_row(k, str(s.runs), pct(s.mape_pct), pct(s.median_ape_pct), pct(s.max_ape_pct),
+                  pct(s.mean_error_pct), str(s.not_expressible))
+    return t
+
+
+def validate(
+    runs: RunsOpt = None,
+    source: Annotated[Optional[str], typer.Option("--source", help="Only runs whose source (file name or citation) contains this text.")] = None,
+    hardware: Annotated[Optional[str], typer.Option("--hardware", "-H", help="Only runs on this hardware (catalog name).")] = None,
+    json_out: JsonOpt = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print the markdown tables used in docs/validation.md.")] = False,
+) -> None:
+    """Compare trainest's predictions with published training runs: error per run, by source, by hardware."""
+    from trainest.errors import SpecError
+    from trainest.validate import markdown as report_markdown, report_dict, validate_runs
+
+    if json_out and markdown:
+        _fail("--json and --markdown are exclusive; choose one")
+    progress = _LazyProgress("validating", enabled=not json_out and not markdown and sys.stderr.isatty())
+    try:
+        result = validate_runs(runs or None, source=source, hardware=hardware, progress=progress)
+    except SpecError as exc:
+        progress.close()
+        _fail(str(exc))
+        return
+    progress.close()
+    if not result.runs and not result.not_expressible:
+        _fail("no run matches" + (f" --source {source!r}" if source else "") + (f" --hardware {hardware!r}" if hardware else ""))
+    if json_out:
+        from trainest.report import dumps
+        print(dumps(report_dict(result)))
+        return
+    if markdown:
+        print(report_markdown(result), end="")
+        return
+    from rich.table import Table
+
+    from trainest.report import _console
+    from trainest.validate import fmt_value, metric_label
+    con = _console()
+    t = Table(title=f"Runs ({len(result.runs)} compared)", title_justify="left")
+    for col in ("id", "hardware", "metric", "measured", "predicted", "error %"):
+        t.add_column(col, justify="right" if col in ("measured", "predicted", "error %") else "left")
+    for r in result.runs:
+        t.add_row(r.id, r.hardware, metric_label(r), fmt_value(r.measured, r.unit), fmt_value(r.predicted, r.unit),
+                  f"{r.error_pct:+.1f}")
+    con.print(t)
+    con.print(_summary_table("By source", result.by_source, "source"))
+    con.print(_summary_table("By hardware", result.by_hardware, "hardware"))
+    s = result.summary
+    mape = "–" if s.mape_pct is None else f"{s.mape_pct:.1f} %"
+    med = "–" if s.median_ape_pct is None else f"{s.median_ape_pct:.1f} %"
+    con.print(f"{s.runs} runs compared: MAPE {mape}, median {med}; {s.not_expressible} not expressible "
+              f"(`--json` lists them with their reasons)")
+
+
+def calibrate(
+    runs: Annotated[list[str], typer.Option("--runs", help="Runs YAML file with measured runs (repeatable).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the calibrated hardware YAML.")],
+    hardware: Annotated[Optional[str], typer.Option("--hardware", "-H", help="Hardware to fit (catalog name or YAML path); required when the runs use several.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Fit one hardware's efficiency fields to measured runs and write a hardware profile YAML."""
+    from trainest.calibrate import calibrate_runs, profile_text
+    from trainest.errors import SpecError
+
+    try:
+        if output.is_dir():
+            raise SpecError(f"--output {str(output)!r} is a directory; give a file name such as profile.yaml")
+        start_hw, result = calibrate_runs(runs, hardware)
+        text = profile_text(start_hw, result, ", ".join(Path(r).name for r in runs))
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise SpecError(f"--output {str(output)!r} cannot be written: {exc.strerror}") from None
+    except SpecError as exc:
+        _fail(str(exc))
+        return
+    params = [{"name": p.name, "start": p.start, "value": p.value, "constrained": p.constrained}
+              for p in result.parameters]
+    if json_out:
+        from trainest.report import dumps
+        print(dumps({"schema_version": "1.0", "hardware": start_hw.name, "runs": result.runs,
+                     "mape_before_pct": result.mape_before_pct, "mape_after_pct": result.mape_after_pct,
+                     "iterations": result.iterations, "parameters": params, "output": str(output)}))
+        return
+    from rich.table import Table
+
+    from trainest.report import _console
+    from trainest.units import MICROSECOND
+    con = _console()
+    t = Table(title=f"Calibrated {start_hw.name} on {result.runs} runs", title_justify="left")
+    for col in ("parameter", "before", "after", "constrained by the runs"):
+        t.add_column(col, justify="left" if col == "parameter" else "right")
+    for p in result.parameters:
+        scale, label = (1 / MICROSECOND, "layer_overhead_us") if p.name == "layer_overhead_s" else (1.0, p.name)
+        t.add_row(label, f"{p.start * scale:.4g}", f"{p.value * scale:.4g}", "yes" if p.constrained else "no (kept)")
+    con.print(t)
+    con.print(f"MAPE before {result.mape_before_pct:.1f} %, after {result.mape_after_pct:.1f} % "
+              f"({result.iterations} iterations); wrote {output}")

@@ -1,0 +1,66 @@
+"""The `trainest` console script and `python -m trainest`.
+
+A single `trainest estimate ...` whose options `trainest.options.parse_estimate_argv` fully understands
+runs without importing typer (start-up is most of a single estimate's wall time). Every other command
+line (another command, --help, an unknown or malformed option) goes to the typer app in
+`trainest.cli`, so usage errors and help are typer's own. Set TRAINEST_NO_FAST_PATH=1 to send
+everything to typer (the tests compare both paths).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+NO_FAST_PATH_ENV = "TRAINEST_NO_FAST_PATH"
+
+
+def fast_path_enabled() -> bool:
+    return os.environ.get(NO_FAST_PATH_ENV, "") in ("", "0")
+
+
+class _QuietFlush:
+    """Stream proxy whose flush ignores a closed pipe (`trainest estimate --json | head -1`), as click does."""
+
+    def __init__(self, wrapped) -> None:
+        self.wrapped = wrapped
+
+    def flush(self) -> None:
+        try:
+            self.wrapped.flush()
+        except BrokenPipeError:
+            pass
+
+    def __getattr__(self, name: str):
+        return getattr(self.wrapped, name)
+
+
+def _run_fast(values: dict) -> int:
+    """Exit code of the estimate; a closed stdout pipe exits 1 and Ctrl-C exits 130, as under typer."""
+    from trainest.options import run_estimate
+    try:
+        code = run_estimate(values)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        sys.stdout = _QuietFlush(sys.stdout)
+        sys.stderr = _QuietFlush(sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: the fast path for a plain `estimate`, else the typer app."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["estimate"] and fast_path_enabled():
+        from trainest.options import parse_estimate_argv
+        values = parse_estimate_argv(args[1:])
+        if values is not None:
+            sys.exit(_run_fast(values))
+    from trainest.cli import app
+    app(args=args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,557 @@
+"""The plan search: every parallel layout of one training job on N devices, evaluated at once.
+
+A job is everything but the layout (model, hardware, sequence length, precision, global batch B,
+token budget, price). A plan adds the layout: tensor t, pipeline p, context c and data d parallel
+sizes (N = t·p·c·d), virtual stages v, micro-batch b, ZeRO stage, recomputation and sequence
+parallelism. The search enumerates the whole space, builds flat numpy arrays of the knobs and calls
+`memory_per_device` and `step_terms` on them (the same functions `estimate()` calls with floats),
+so a plan's numbers here are the numbers `trainest estimate` prints for it.
+
+Counting (the search summary): candidates are enumerated as nested choices, t → p → c (then d =
+N/(t·p·c)) → v → b → ZeRO → recompute → SP. A (t, p, c) whose product does not divide N, or whose d
+does not divide B, has no valid completion and is counted once as rejected ("devices_indivisible",
+"batch_indivisible"); every complete plan is counted once and is either feasible or rejected
+("out_of_memory", or "non_finite" should the model produce no number). So
+evaluated = feasible + Σ rejected. Values outside the space the user allowed are not counted.
+
+Ranking: objective "time" ranks by step time (the job's step count is fixed, so also by time to
+train); "cost" by steps·t_step·N·price; "energy" by steps·t_step·N·P·PUE (rated power). Device price
+and power do not depend on the layout in this model, so at a fixed N the three rank plans identically
+and differ only in the `objective_value` reported. Ties are broken by the lower memory per device, then
+the lower ZeRO stage and recomputation.
+
+Device counts (`smallest_devices`, `--deadline`/`--budget`): candidate counts are tried smallest first,
+each with its own exhaustive search; the first whose best plan meets every constraint is returned.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import numpy as np
+
+from trainest import training
+from trainest.comm import tiers_of
+from trainest.errors import SpecError
+from trainest.estimate import Estimate, estimate
+from trainest.memory import memory_per_device
+from trainest.scenario import RECOMPUTE, RECOMPUTE_CODE, Parallel, Scenario, scenario_from_mapping
+from trainest.step import step_terms
+from trainest.units import parse_count
+
+KNOBS = ("tp", "pp", "cp", "vpp", "micro_batch", "zero", "recompute", "sequence_parallel")
+OBJECTIVES = ("time", "cost", "energy")
+DEVICE_COUNT_MODES = ("pow2", "node")
+REJECT_REASONS = ("out_of_memory", "devices_indivisible", "batch_indivisible", "non_finite")
+ZERO_STAGES = (0, 1, 2, 3)
+CHUNK_PLANS = 16384        # plans per vectorized call: 16k-element arrays stay in cache (~3x faster than one call)
+MAX_DEVICE_COUNTS = 4096   # a device range may hold at most this many candidate counts
+ALLOW_KEYS = {"tp": "tp", "pp": "pp", "cp": "cp", "vpp": "vpp", "micro_batch": "micro_batch", "mb": "micro_batch",
+              "zero": "zero", "recompute": "recompute", "sp": "sequence_parallel",
+              "sequence_parallel": "sequence_parallel"}
+JOB_KEYS = ("model", "seq_len", "hardware", "devices_per_node", "precision", "global_batch", "attention", "tokens",
+            "price_per_hour", "pue")
+
+Progress = Callable[[int, int], None]   # (done, total) in plans (or device counts)
+
+
+# ------------------------------------------------------------------------------------ the space
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Which values each knob may take. `None` = every valid value (a divisor of the relevant size);
+    a tuple restricts to those values (`--allow`); `max_*` caps a knob (`--max-tp`...)."""
+
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    cp: tuple[int, ...] | None = None
+    vpp: tuple[int, ...] | None = None
+    micro_batch: tuple[int, ...] | None = None
+    zero: tuple[int, ...] = ZERO_STAGES
+    recompute: tuple[str, ...] = RECOMPUTE
+    sequence_parallel: tuple[bool, ...] = (False, True)
+    max_tp: int | None = None          # None: the scale-up domain (no cap when `tp` lists values)
+    max_pp: int | None = None
+    max_cp: int | None = None
+    max_vpp: int | None = None
+    max_micro_batch: int | None = None
+
+
+def _int_list(text: str, where: str, *, minimum: int = 1, maximum: int = 10**7) -> tuple[int, ...]:
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or not minimum <= int(part) <= maximum:
+            raise SpecError(f"{where}: {part!r} is not an integer in {minimum}..{maximum}")
+        values.append(int(part))
+    return tuple(sorted(set(values)))
+
+
+def space_from_options(allow: list[str] | None = None, **maxima: int | None) -> SearchSpace:
+    """Build a SearchSpace from `--allow KNOB=V1,V2` strings and `max_tp=...` style caps.
+
+    KNOB is tp, pp, cp, vpp, micro_batch (mb), zero, recompute (none|selective|full) or sp
+    (sequence_parallel: on|off)."""
+    values: dict[str, tuple] = {}
+    for item in allow or []:
+        key, sep, rest = item.partition("=")
+        key = key.strip().lower().replace("-", "_")
+        where = f"--allow {item!r}"
+        if not sep or key not in ALLOW_KEYS or not rest.strip():
+            raise SpecError(f"{where}: use KNOB=V1,V2 with KNOB one of {', '.join(sorted(set(ALLOW_KEYS)))}")
+        knob = ALLOW_KEYS[key]
+        if knob == "recompute":
+            got = tuple(dict.fromkeys(v.strip().lower() for v in rest.split(",")))
+            bad = [v for v in got if v not in RECOMPUTE]
+            if bad:
+                raise SpecError(f"{where}: recompute {bad[0]!r} is not one of {', '.join(RECOMPUTE)}")
+            values[knob] = tuple(r for r in RECOMPUTE if r in got)
+        elif knob == "sequence_parallel":
+            words = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}
+            got_sp = [words.get(v.strip().lower()) for v in rest.split(",")]
+            if None in got_sp:
+                raise SpecError(f"{where}: sp takes on and/or off")
+            values[knob] = tuple(sorted(set(got_sp)))
+        elif knob == "zero":
+            values[knob] = _int_list(rest, where, minimum=0, maximum=3)
+        else:
+            values[knob] = _int_list(rest, where)
+    for name, cap in maxima.items():
+        if cap is not None and cap < 1:
+            raise SpecError(f"--{name.replace('_', '-')} {cap} must be at least 1")
+    return SearchSpace(**values, **{k: v for k, v in maxima.items()})
+
+
+def _divisors(n: int) -> list[int]:
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return sorted(set(small + [n // k for k in small]))
+
+
+def _choose(divisors: list[int], allowed: tuple[int, ...] | None, cap: int | None) -> list[int]:
+    return [d for d in divisors if (allowed is None or d in allowed) and (cap is None or d <= cap)]
+
+
+def max_tp_default(base: Scenario) -> int:
+    """Tensor parallelism stays inside the scale-up domain unless the user says otherwise: its
+    per-layer all-reduces are exposed, and across the network they dominate (Narayanan 2021 §3.3)."""
+    return tiers_of(base.hardware, base.devices_per_node).domain
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Flat arrays of every complete plan (float64, one entry per plan) and the structural
+    rejections met while enumerating (see the module docstring for how they are counted)."""
+
+    tp: np.ndarray
+    pp: np.ndarray
+    cp: np.ndarray
+    dp: np.ndarray
+    vpp: np.ndarray
+    micro_batch: np.ndarray
+    zero: np.ndarray
+    sp: np.ndarray
+    recompute: np.ndarray
+    structural_rejects: dict[str, int]
+    values: dict[str, list]            # the values each knob was allowed to take
+
+    @property
+    def size(self) -> int:
+        return int(self.tp.size)
+
+    def take(self, sel) -> dict[str, np.ndarray]:
+        return {k: getattr(self, k)[sel] for k in ("tp", "pp", "cp", "dp", "vpp", "micro_batch", "zero", "sp",
+                                                     "recompute")}
+
+
+def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
+    """Every plan of `devices` devices for the job `base` within `space` (no heuristic pruning)."""
+    m = base.model
+    B = base.global_batch
+    # explicitly allowed tp values are taken as given; otherwise tp stays inside the scale-up domain
+    cap_tp = space.max_tp if space.max_tp is not None else (None if space.tp is not None else max_tp_default(base))
+    tps = _choose(_divisors(m.heads), space.tp, cap_tp)
+    pps = _choose(_divisors(m.layers), space.pp, space.max_pp)
+    cps = _choose(_divisors(base.seq_len), space.cp, space.max_cp)
+    zeros = list(space.zero)
+    recs = [float(RECOMPUTE_CODE[r]) for r in space.recompute]
+    sps = [1.0 if s else 0.0 for s in space.sequence_parallel]
+    rejects = {r: 0 for r in REJECT_REASONS}
+    rows: list[tuple[int, int, int, int, int, int]] = []
+    for t in tps:
+        for p in pps:
+            for c in cps:
+                if devices % (t * p * c):
+                    rejects["devices_indivisible"] += 1
+                    continue
+                d = devices // (t * p * c)
+                if B % d:
+                    rejects["batch_indivisible"] += 1
+                    continue
+                vs = _choose(_divisors(m.layers // p), space.vpp, space.max_vpp) if p > 1 else \
+                    ([1] if space.vpp is None or 1 in space.vpp else [])
+                bs = _choose(_divisors(B // d), space.micro_batch, space.max_micro_batch)
+                rows.extend((t, p, c, d, v, b) for v in vs for b in bs)
+    lay = np.array(rows, dtype=float).reshape(-1, 6)
+    combo = np.array([(z, r, s) for z in zeros for r in recs for s in sps], dtype=float).reshape(-1, 3)
+    n_lay, n_combo = lay.shape[0], combo.shape[0]
+    full_lay = np.repeat(lay, n_combo, axis=0)
+    full_combo = np.tile(combo, (n_lay, 1))
+    # sequence parallelism splits along the TP group: with t = 1 "on" is the same plan as "off"
+    keep = ~((full_lay[:, 0] == 1.0) & (full_combo[:, 2] == 1.0))
+    if not (0.0 in sps):       # only "on" allowed: t = 1 plans have no SP to turn on; keep them as "off"
+        full_combo[full_lay[:, 0] == 1.0, 2] = 0.0
+        keep[:] = True
+    full_lay, full_combo = full_lay[keep], full_combo[keep]
+    values = {"tp": tps, "pp": pps, "cp": cps, "zero": zeros, "recompute": list(space.recompute),
+              "sequence_parallel": list(space.sequence_parallel)}
+    return Grid(tp=full_lay[:, 0], pp=full_lay[:, 1], cp=full_lay[:, 2], dp=full_lay[:, 3], vpp=full_lay[:, 4],
+                micro_batch=full_lay[:, 5], zero=full_combo[:, 0], recompute=full_combo[:, 1], sp=full_combo[:, 2],
+                structural_rejects=rejects, values=values)
+
+
+# ------------------------------------------------------------------------------------ evaluation
+
+@dataclass(frozen=True)
+class GridEval:
+    """Per-plan results (arrays aligned with the Grid): NaN step time where a plan does not fit."""
+
+    time_s: np.ndarray
+    memory_bytes: np.ndarray
+    fits: np.ndarray
+
+
+def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> GridEval:
+    """Memory of every plan, then the step time of those that fit, in cache-sized chunks of one
+    vectorized call each to `memory_per_device` and `step_terms` (the model's own functions)."""
+    n = g.size
+    mem = np.empty(n)
+    time_s = np.full(n, np.nan)
+    seq = float(base.seq_len)
+    B = float(base.global_batch)
+    capacity = base.hardware.memory_bytes
+    done = 0
+    for start in range(0, n, CHUNK_PLANS):
+        sl = slice(start, min(start + CHUNK_PLANS, n))
+        k = g.take(sl)
+        mb = memory_per_device(base.model, base.precision, seq_len=seq, micro_batch=k["micro_batch"],
+                               micro_batches=B / (k["dp"] * k["micro_batch"]), tp=k["tp"], pp=k["pp"], dp=k["dp"],
+                               cp=k["cp"], vpp=k["vpp"], zero=k["zero"], sp=k["sp"], recompute=k["recompute"],
+                               attention=base.attention)
+        mem[sl] = mb.total_bytes
+        fit = np.flatnonzero(mem[sl] <= capacity)
+        if fit.size:
+            f = {key: v[fit] for key, v in k.items()}
+            st = step_terms(base.model, base.hardware, base.precision, base.attention, seq_len=seq, global_batch=B,
+                            devices_per_node=base.devices_per_node, **f)
+            time_s[start + fit] = st.time_s
+        done = sl.stop
+        if progress is not None:
+            progress(done, n)
+    fits = (mem <= capacity) & np.isfinite(time_s)
+    return GridEval(time_s=time_s, memory_bytes=mem, fits=fits)
+
+
+# ------------------------------------------------------------------------------------ the job
+
+def job_scenario(mapping: dict, where: str = "options") -> Scenario:
+    """Validate the job (a scenario mapping without a layout; `global_batch` required) once, as a
+    one-device scenario; plans replace its device count and layout (`plan_scenario`)."""
+    if mapping.get("global_batch") is None:
+        raise SpecError(f"{where}: the plan search needs the global batch (--global-batch, in sequences)")
+    job = {k: v for k, v in mapping.items() if k in JOB_KEYS}
+    return scenario_from_mapping({**job, "devices": 1, "parallel": {}, "micro_batch": 1, "recompute": "none"}, where)
+
+
+def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vpp: int, micro_batch: int, zero: int,
+                  sequence_parallel: bool, recompute: str) -> Scenario:
+    """The scenario of one plan: the job with this device count and layout (dp = N/(t·p·c))."""
+    dp = devices // (tp * pp * cp)
+    derived = tuple(x for x in base.derived
+                    if not x.startswith("parallel.") and x not in ("micro_batch", "recompute", "devices"))
+    return replace(base, devices=devices, micro_batch=micro_batch, recompute=recompute, derived=derived,
+                   parallel=Parallel(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero,
+                                     sequence_parallel=sequence_parallel))
+
+
+def plan_knobs(s: Scenario) -> dict:
+    """The knob values of a plan's scenario (keys: KNOBS)."""
+    p = s.parallel
+    return {"tp": p.tp, "pp": p.pp, "cp": p.cp, "vpp": p.vpp, "micro_batch": s.micro_batch, "zero": p.zero,
+            "recompute": s.recompute, "sequence_parallel": p.sequence_parallel}
+
+
+def objective_scale(base: Scenario, devices: int, objective: str) -> float:
+    """Objective per second of step time: 1 (time), N·price/3600·steps (cost [USD]),
+    N·P·PUE/3.6e6·steps (energy [kWh]); raises when the price or power is unknown."""
+    steps = training.steps_for_tokens(base.tokens, base.tokens_per_step)
+    if objective == "time":
+        return 1.0
+    if objective == "cost":
+        if base.price_usd_per_hour is None:
+            raise SpecError(f"--objective cost needs a price: {base.hardware.name} has none in the catalog; "
+                            f"give --price-per-hour")
+        return training.cost_usd(training.device_hours(steps, devices), base.price_usd_per_hour)
+    if objective == "energy":
+        energy = training.energy_kwh(steps, devices, base.hardware.power_w, base.pue)
+        if energy is None:
+            raise SpecError(f"--objective energy needs the device power: {base.hardware.name} has none in the catalog")
+        return energy
+    raise SpecError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
+
+
+# ------------------------------------------------------------------------------------ the search
+
+@dataclass(frozen=True)
+class SearchStats:
+    evaluated: int
+    feasible: int
+    rejected: dict[str, int]
+    seconds: float
+
+    @property
+    def plans_per_s(self) -> float:
+        return self.evaluated / self.seconds if self.seconds > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class RunnerUp:
+    """The best plan whose value of `knob` differs from the winner's."""
+
+    knob: str
+    estimate: Estimate
+    score_ratio: float           # its objective / the winner's (≥ 1)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    base: Scenario
+    devices: int
+    objective: str
+    stats: SearchStats
+    plans: tuple[Estimate, ...]                    # the top K, best first
+    scores: tuple[float, ...]                      # objective value of each
+    runner_up_by_knob: dict[str, RunnerUp | None]  # knob -> runner-up (None: no other value fits)
+    space: dict[str, list]
+
+
+def _estimate_at(base: Scenario, devices: int, g: Grid, i: int) -> Estimate:
+    s = plan_scenario(base, devices, tp=int(g.tp[i]), pp=int(g.pp[i]), cp=int(g.cp[i]), vpp=int(g.vpp[i]),
+                      micro_batch=int(g.micro_batch[i]), zero=int(g.zero[i]), sequence_parallel=bool(g.sp[i]),
+                      recompute=RECOMPUTE[int(g.recompute[i])])
+    return estimate(s)
+
+
+def no_layout_message(base: Scenario, devices: int, g: Grid) -> str:
+    r = g.structural_rejects
+    return (f"no layout of {devices} devices for {base.model.name}: tp·pp·cp (tp from {g.values['tp']}, "
+            f"pp dividing layers={base.model.layers}, cp dividing seq_len={base.seq_len}) must divide devices and "
+            f"the resulting dp must divide global_batch={base.global_batch} "
+            f"({r['devices_indivisible']} indivisible by devices, {r['batch_indivisible']} by the batch)")
+
+
+def search(base: Scenario, devices: int, space: SearchSpace = SearchSpace(), *, objective: str = "time",
+           top: int = 5, progress: Progress | None = None) -> SearchResult:
+    """Evaluate every plan of `devices` devices and return the best `top` and the per-knob runner-ups.
+
+    Raises SpecError when no layout exists or none fits in device memory."""
+    if devices < 1:
+        raise SpecError(f"devices={devices} must be at least 1")
+    if top < 1:
+        raise SpecError(f"--top {top} must be at least 1")
+    scale = objective_scale(base, devices, objective)
+    t0 = time.perf_counter()
+    g = enumerate_plans(base, devices, space)
+    if g.size == 0:
+        raise SpecError(no_layout_message(base, devices, g))
+    ev = evaluate_grid(base, g, progress)
+    rejected = dict(g.structural_rejects)
+    rejected["out_of_memory"] = int(np.count_nonzero(ev.memory_bytes > base.hardware.memory_bytes))
+    rejected["non_finite"] = int(g.size - np.count_nonzero(ev.fits) - rejected["out_of_memory"])
+    feasible = int(np.count_nonzero(ev.fits))
+    evaluated = feasible + sum(rejected.values())
+    if feasible == 0:
+        need = float(np.nanmin(ev.memory_bytes))
+        raise SpecError(f"{base.model.name} does not fit on {devices} x {base.hardware.name} in any of {g.size:,} "
+                        f"plans: the smallest needs {need / 2**30:.1f} GiB per device, the device has "
+                        f"{base.hardware.memory_bytes / 2**30:.1f} GiB; use more devices, a smaller global batch or "
+                        f"sequence, or allow more sharding")
+    idx = np.flatnonzero(ev.fits)
+    score = ev.time_s[idx] * scale
+    order = idx[np.lexsort((g.recompute[idx], g.zero[idx], ev.memory_bytes[idx], score))]
+    best = order[: top]
+    plans = tuple(_estimate_at(base, devices, g, int(i)) for i in best)
+    best_score = float(ev.time_s[order[0]] * scale)
+    knob_arrays = {"tp": g.tp, "pp": g.pp, "cp": g.cp, "vpp": g.vpp, "micro_batch": g.micro_batch, "zero": g.zero,
+                   "recompute": g.recompute, "sequence_parallel": g.sp}
+    runner: dict[str, RunnerUp | None] = {}
+    for knob in KNOBS:
+        arr = knob_arrays[knob][order]
+        differs = np.flatnonzero(arr != arr[0])
+        if differs.size == 0:
+            runner[knob] = None
+            continue
+        j = int(order[differs[0]])
+        runner[knob] = RunnerUp(knob=knob, estimate=_estimate_at(base, devices, g, j),
+                                score_ratio=float(ev.time_s[j] * scale) / best_score)
+    stats = SearchStats(evaluated=evaluated, feasible=feasible, rejected=rejected, seconds=time.perf_counter() - t0)
+    return SearchResult(base=base, devices=devices, objective=objective, stats=stats, plans=plans,
+                        scores=tuple(float(ev.time_s[i] * scale) for i in best), runner_up_by_knob=runner,
+                        space=g.values)
+
+
+# ------------------------------------------------------------------------------------ device counts
+
+def parse_devices(text: str) -> tuple[int, int]:
+    """`1024` -> (1024, 1024); `256..8192` -> (256, 8192). Counts may use K (1K = 1000)."""
+    lo_text, sep, hi_text = str(text).strip().partition("..")
+    bounds = []
+    for part in ((lo_text, hi_text) if sep else (lo_text,)):
+        value = parse_count(part.strip(), f"--devices {text!r}")
+        if value != int(value) or value > 10**7:
+            raise SpecError(f"--devices {text!r}: {part.strip()!r} must be a whole number of devices up to 10,000,000")
+        bounds.append(int(value))
+    lo, hi = bounds[0], bounds[-1]
+    if lo > hi:
+        raise SpecError(f"--devices {text!r}: the range is empty ({lo} > {hi})")
+    return lo, hi
+
+
+def device_counts(lo: int, hi: int, mode: str, devices_per_node: int) -> list[int]:
+    """Candidate device counts in [lo, hi]: powers of two ("pow2") or multiples of the node size ("node")."""
+    if lo == hi:
+        return [lo]
+    if mode == "pow2":
+        counts = [2**k for k in range(0, hi.bit_length() + 1) if lo <= 2**k <= hi]
+        what = "power of two"
+    elif mode == "node":
+        first = -(-lo // devices_per_node) * devices_per_node
+        counts = list(range(first, hi + 1, devices_per_node)) if first <= hi else []
+        what = f"multiple of the node size {devices_per_node}"
+    else:
+        raise SpecError(f"--device-counts {mode!r} is not one of {', '.join(DEVICE_COUNT_MODES)}")
+    if not counts:
+        raise SpecError(f"--devices {lo}..{hi}: no {what} in that range")
+    if len(counts) > MAX_DEVICE_COUNTS:
+        raise SpecError(f"--devices {lo}..{hi}: {len(counts)} candidate counts (at most {MAX_DEVICE_COUNTS}); "
+                        f"narrow the range or use --device-counts pow2")
+    return counts
+
+
+@dataclass(frozen=True)
+class DeviceTrial:
+    devices: int
+    meets: bool
+    time_s: float | None           # whole-run time of the best plan (None: no plan fits)
+    cost_usd: float | None
+    note: str                      # why it does not meet (or "")
+
+
+@dataclass(frozen=True)
+class DeviceSearch:
+    deadline_s: float | None
+    budget_usd: float | None
+    trials: tuple[DeviceTrial, ...]
+    result: SearchResult           # the plan search at the chosen count
+
+    @property
+    def devices(self) -> int:
+        return self.result.devices
+
+
+def smallest_devices(base: Scenario, counts: list[int], space: SearchSpace = SearchSpace(), *,
+                     deadline_s: float | None = None, budget_usd: float | None = None, objective: str = "time",
+                     top: int = 5, progress: Progress | None = None) -> DeviceSearch:
+    """The smallest count in `counts` whose best plan trains the job's tokens within `deadline_s`
+    and for at most `budget_usd` (each search exhaustive; counts tried in increasing order)."""
+    if deadline_s is None and budget_usd is None:
+        raise SpecError("a device range needs --deadline or --budget (which count is good enough?)")
+    if budget_usd is not None and base.price_usd_per_hour is None:
+        raise SpecError(f"--budget needs a price: {base.hardware.name} has none in the catalog; give --price-per-hour")
+    trials: list[DeviceTrial] = []
+    counts = sorted(counts)
+    for i, n in enumerate(counts):
+        try:
+            res = search(base, n, space, objective=objective, top=top)
+        except SpecError as exc:
+            trials.append(DeviceTrial(devices=n, meets=False, time_s=None, cost_usd=None, note=str(exc)))
+        else:
+            tr = res.plans[0].training
+            late = deadline_s is not None and tr.time_s > deadline_s
+            dear = budget_usd is not None and (tr.cost_usd or 0.0) > budget_usd
+            note = "; ".join(x for x in (f"takes {tr.time_days:.2f} days" if late else "",
+                                         f"costs ${tr.cost_usd:,.0f}" if dear else "") if x)
+            trials.append(DeviceTrial(devices=n, meets=not (late or dear), time_s=tr.time_s, cost_usd=tr.cost_usd,
+                                      note=note))
+            if not (late or dear):
+                if progress is not None:
+                    progress(len(counts), len(counts))
+                return DeviceSearch(deadline_s=deadline_s, budget_usd=budget_usd, trials=tuple(trials), result=res)
+        if progress is not None:
+            progress(i + 1, len(counts))
+    from trainest.report import fmt_seconds, fmt_si
+    want = " and ".join(x for x in (f"within {fmt_seconds(deadline_s)}" if deadline_s is not None else "",
+                                    f"for at most ${budget_usd:,.0f}" if budget_usd is not None else "") if x)
+    ok = [t for t in trials if t.time_s is not None]
+    if ok:
+        fastest = min(ok, key=lambda t: t.time_s)
+        best = (f"; the fastest, {fastest.devices} devices, takes {fmt_seconds(fastest.time_s)}"
+                + (f" and costs ${fastest.cost_usd:,.0f}" if fastest.cost_usd is not None else ""))
+    else:
+        best = "; no plan fits at any of them"
+    raise SpecError(f"no device count in {counts[0]}..{counts[-1]} ({len(counts)} tried) trains "
+                    f"{fmt_si(base.tokens)} tokens {want}{best}")
+
+
+# ------------------------------------------------------------------------------------ JSON
+
+def estimate_args(e: Estimate) -> list[str]:
+    """The `trainest estimate` options that select this plan's device count and layout."""
+    s, p = e.scenario, e.scenario.parallel
+    return ["--devices", str(s.devices), "--tp", str(p.tp), "--pp", str(p.pp), "--cp", str(p.cp), "--vpp", str(p.vpp),
+            "--zero", str(p.zero), "--sequence-parallel" if p.sequence_parallel else "--no-sequence-parallel",
+            "--micro-batch", str(s.micro_batch), "--global-batch", str(s.global_batch), "--recompute", s.recompute]
+
+
+def plan_dict(e: Estimate) -> dict:
+    """One plan as JSON: its layout, and step/memory/throughput/training exactly as
+    `trainest estimate --json` reports them (built by the same report function)."""
+    from trainest.report import estimate_dict
+    full = estimate_dict(e)
+    inputs = full["inputs"]
+    return {"devices": inputs["devices"], "parallel": inputs["parallel"], "micro_batch": inputs["micro_batch"],
+            "micro_batches": inputs["micro_batches"], "recompute": inputs["recompute"], "step": full["step"],
+            "memory": full["memory"], "throughput": full["throughput"], "training": full["training"],
+            "estimate_args": estimate_args(e)}
+
+
+def search_dict(r: SearchResult, devices_search: DeviceSearch | None = None) -> dict:
+    """The `trainest plan --json` document."""
+    from trainest.estimate import SCHEMA_VERSION
+    from trainest.report import _clean
+    from trainest.scenario import scenario_mapping
+    job = scenario_mapping(r.base)
+    for key in ("devices", "parallel", "micro_batch", "micro_batches", "recompute", "derived"):
+        job.pop(key, None)
+    st = r.stats
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "job": {**job, "devices": r.devices},
+        "search": {"evaluated": st.evaluated, "feasible": st.feasible, "seconds": st.seconds,
+                   "plans_per_s": st.plans_per_s, "rejected": dict(st.rejected), "objective": r.objective,
+                   "space": r.space},
+        "plans": [{**plan_dict(e), "objective_value": v} for e, v in zip(r.plans, r.scores)],
+        "runner_up_by_knob": {
+            k: None if ru is None else {"value": plan_knobs(ru.estimate.scenario)[k], "objective_ratio": ru.score_ratio,
+                                        **plan_dict(ru.estimate)}
+            for k, ru in r.runner_up_by_knob.items()},
+    }
+    if devices_search is not None:
+        ds = devices_search
+        doc["devices_search"] = {
+            "deadline_s": ds.deadline_s, "budget_usd": ds.budget_usd, "chosen": ds.devices,
+            "tried": [{"devices": t.devices, "meets": t.meets, "time_s": t.time_s, "cost_usd": t.cost_usd,
+                       "note": t.note} for t in ds.trials]}
+    return _clean(doc)

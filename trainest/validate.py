@@ -1,0 +1,442 @@
+"""Accuracy against published runs: load runs files, predict each run, compare like with like.
+
+A runs file (`specs/runs/*.yaml`, schema in specs/README.md) holds measured training runs. Each
+expressible record is a scenario mapping; `measured` holds ONE of these metrics, compared in its own
+unit (the first one present, in this order):
+
+    step_time_s                         seconds per optimizer step
+    tokens_per_s                        tokens per second, all devices together
+    tflops_per_device + flops_formula   the source's TFLOP/s per device, reproduced with the source's
+                                        own FLOP count F (trainest.conventions.FLOPS_FORMULAS)
+    mfu + flops_formula                 the source's MFU (fraction of the dense peak of the run's precision)
+    device_hours + tokens               device-hours to train `tokens` tokens
+
+Every metric is a monotonic function of the step time t, so one pair of functions converts both ways
+(`metric_from_step_time_s`, `step_time_s_from_metric`): prediction = metric(t_predicted) and, for
+calibration, the measured value is turned into an equivalent measured step time.
+
+Records with `expressible: false` keep their `reason`; a record whose scenario does not validate
+(SpecError, e.g. pp does not divide layers) is counted as not expressible with that message. Nothing
+is dropped silently. This module builds results only; the CLI renders them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from trainest import fields as F
+from trainest.catalog import Hardware, specs_dir
+from trainest.conventions import FLOPS_FORMULAS
+from trainest.errors import SpecError
+from trainest.scenario import RUN_ONLY_KEYS, SCENARIO_KEYS, Scenario, scenario_from_mapping
+from trainest.units import TERA
+
+SCHEMA_VERSION = "1.0"
+SECONDS_PER_HOUR = 3600.0
+RUNS_FILE_KEYS = ("source", "runs")
+MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens")
+CONFIDENCE = ("high", "medium", "low")
+
+# metric -> (label, unit); the order is the order of preference when a record has several.
+METRICS: dict[str, tuple[str, str]] = {
+    "step_time_s": ("step time", "s"),
+    "tokens_per_s": ("tokens/s", "tokens/s"),
+    "tflops_per_device": ("TFLOP/s per device", "TFLOP/s"),
+    "mfu": ("MFU", "fraction"),
+    "device_hours": ("device-hours", "h"),
+}
+
+
+# ------------------------------------------------------------------------------------------- loading
+
+@dataclass(frozen=True)
+class Measurement:
+    """What a source measured for one run, in the source's own terms."""
+
+    metric: str                     # a key of METRICS
+    value: float                    # in METRICS[metric]'s unit
+    flops_formula: str | None       # FLOPS_FORMULAS key, for tflops_per_device and mfu
+    tokens: float | None            # training tokens, for device_hours
+
+
+@dataclass(frozen=True)
+class Case:
+    """One expressible run: the scenario trainest predicts and what was measured."""
+
+    id: str
+    source: str                     # group key: the runs file's stem (e.g. `korthikanti2022`)
+    citation: str                   # the record's own `source` text
+    scenario: Scenario
+    measurement: Measurement
+    confidence: str | None
+
+
+@dataclass(frozen=True)
+class NotExpressible:
+    id: str
+    source: str
+    hardware: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class LoadedRuns:
+    cases: tuple[Case, ...]
+    not_expressible: tuple[NotExpressible, ...]
+
+
+def bundled_runs_files() -> list[Path]:
+    """The runs files shipped in specs/runs/, sorted by name."""
+    return sorted((specs_dir() / "runs").glob("*.yaml"))
+
+
+def measurement_from_mapping(data: Any, where: str) -> Measurement:
+    """Validate a `measured` mapping and pick its metric (the first of METRICS present)."""
+    F.check_keys(data, where, (), MEASURED_KEYS)
+    present = [m for m in METRICS if data.get(m) is not None]
+    if not present:
+        raise SpecError(f"{where}: no measured value; give one of {', '.join(METRICS)}")
+    metric = present[0]
+    value = F.number(data[metric], f"{where}.{metric}")
+    formula = None
+    if metric in ("tflops_per_device", "mfu"):
+        if data.get("flops_formula") is None:
+            raise SpecError(f"{where}: {metric} needs flops_formula (one of {', '.join(FLOPS_FORMULAS)})")
+        formula = F.choice(data["flops_formula"], f"{where}.flops_formula", tuple(FLOPS_FORMULAS))
+    if metric == "mfu" and value > 1.0:
+        raise SpecError(f"{where}.mfu: {value!r} must be a fraction in (0, 1] (0.42 = 42 %)")
+    tokens = None
+    if metric == "device_hours":
+        tokens = F.number(data.get("tokens"), f"{where}.tokens")
+    return Measurement(metric=metric, value=value, flops_formula=formula, tokens=tokens)
+
+
+def _matches(text: str | None, pattern: str | None) -> bool:
+    return pattern is None or (text is not None and pattern.lower() in str(text).lower())
+
+
+def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None = None,
+              hardware: str | None = None) -> LoadedRuns:
+    """Read and check runs files; build a Scenario for every expressible record.
+
+    `source` keeps records whose file stem, file-level or record `source` contains it (case-insensitive);
+    `hardware` keeps records whose hardware name equals it. Schema errors (unknown keys, a bad
+    `measured`, duplicate ids) raise SpecError; a scenario that does not validate is not expressible.
+    """
+    files = [Path(p) for p in paths] if paths else bundled_runs_files()
+    if not files:
+        raise SpecError(f"no runs files found in {specs_dir() / 'runs'}")
+    hw_filter = hardware.strip().lower() if hardware else None
+    cases: list[Case] = []
+    skipped: list[NotExpressible] = []
+    seen: dict[str, str] = {}
+    for path in files:
+        doc = F.load_yaml_mapping(path, "runs")
+        F.check_keys(doc, str(path), RUNS_FILE_KEYS)
+        file_source = F.text(doc["source"], f"{path}: source")
+        if not isinstance(doc["runs"], list):
+            raise SpecError(f"{path}: runs: expected a list of run records, got {type(doc['runs']).__name__}")
+        group = path.stem
+        for i, rec in enumerate(doc["runs"]):
+            where = f"{path}: runs[{i}]"
+            F.check_keys(rec, where, ("id",), SCENARIO_KEYS + RUN_ONLY_KEYS)
+            run_id = F.text(rec["id"], f"{where}.id")
+            where = f"{path}: run {run_id!r}"
+            if run_id in seen:
+                raise SpecError(f"{where}: duplicate id (also in {seen[run_id]})")
+            seen[run_id] = str(path)
+            expressible = F.boolean(rec.get("expressible", True), f"{where}.expressible")
+            citation = F.text(rec.get("source") or file_source, f"{where}.source")
+            confidence = None if rec.get("confidence") is None else \
+                F.choice(rec["confidence"], f"{where}.confidence", CONFIDENCE)
+            hw_raw = rec.get("hardware")
+            hw_name = str(hw_raw).strip().lower() if isinstance(hw_raw, str) else "?"
+            if source is not None and not (_matches(group, source) or _matches(file_source, source)
+                                           or _matches(citation, source)):
+                continue
+            if hw_filter is not None and hw_name != hw_filter:
+                continue
+            if not expressible:
+                reason = F.text(rec.get("reason") or "no reason given", f"{where}.reason")
+                skipped.append(NotExpressible(run_id, group, hw_name, reason))
+                continue
+            if rec.get("measured") is None:
+                raise SpecError(f"{where}: missing required key 'measured' (an expressible run needs a measurement)")
+            measurement = measurement_from_mapping(rec["measured"], f"{where}.measured")
+            try:
+                scenario = scenario_from_mapping(rec, where)
+            except SpecError as exc:
+                skipped.append(NotExpressible(run_id, group, hw_name, f"does not validate: {exc}"))
+                continue
+            cases.append(Case(run_id, group, citation, scenario, measurement, confidence))
+    return LoadedRuns(tuple(cases), tuple(skipped))
+
+
+# ----------------------------------------------------------------------------------- metric algebra
+
+def source_flops_per_step(case: Case) -> float:
+    """F: FLOPs of one step under the source's own convention (FLOPS_FORMULAS[flops_formula]) [FLOP]."""
+    m, s = case.scenario.model, case.scenario
+    fn = FLOPS_FORMULAS[case.measurement.flops_formula]
+    kwargs: dict[str, Any] = dict(layers=m.layers, hidden=m.hidden, ffn_hidden=m.ffn_hidden, heads=m.heads,
+                                  kv_heads=m.kv_heads, vocab=m.vocab, mlp=m.mlp, seq_len=s.seq_len,
+                                  global_batch=s.global_batch)
+    accepted = inspect.signature(fn).parameters
+    if "head_dim" in accepted:
+        kwargs["head_dim"] = m.head_dim
+    if "tied_embeddings" in accepted:
+        kwargs["tied_embeddings"] = m.tied_embeddings
+    return float(fn(**kwargs))
+
+
+def metric_from_step_time_s(case: Case, step_s: float) -> float:
+    """The case's metric for a step time t [s], with N devices, B·s tokens per step, C the dense peak:
+
+    step_time_s = t;  tokens_per_s = B·s / t;  tflops_per_device = F / (t·N) / 10¹²;
+    mfu = F / (t·N·C);  device_hours = tokens / (B·s) · t · N / 3600.
+    """
+    s, meas = case.scenario, case.measurement
+    if meas.metric == "step_time_s":
+        return step_s
+    if meas.metric == "tokens_per_s":
+        return s.tokens_per_step / step_s
+    if meas.metric == "tflops_per_device":
+        return source_flops_per_step(case) / (step_s * s.devices) / TERA
+    if meas.metric == "mfu":
+        return source_flops_per_step(case) / (step_s * s.devices * s.hardware.peak(s.precision))
+    return meas.tokens / s.tokens_per_step * step_s * s.devices / SECONDS_PER_HOUR
+
+
+def step_time_s_from_metric(case: Case, value: float | None = None) -> float:
+    """The inverse of `metric_from_step_time_s`: the step time [s] that gives `value` (default: the
+    measured value). Every metric is t or a constant over t, so the inverse is closed-form."""
+    value = case.measurement.value if value is None else value
+    at_one_second = metric_from_step_time_s(case, 1.0)
+    if case.measurement.metric in ("step_time_s", "device_hours"):
+        return value / at_one_second           # metric = k·t
+    return at_one_second / value               # metric = k/t
+
+
+# ---------------------------------------------------------------------------------------- comparing
+
+@dataclass(frozen=True)
+class RunResult:
+    """One run compared: `measured` and `predicted` are the same metric in the same unit."""
+
+    id: str
+    source: str
+    hardware: str
+    metric: str
+    unit: str
+    measured: float
+    predicted: float
+    error_pct: float                # (predicted − measured) / measured · 100
+    step_ratio: float               # predicted / measured-equivalent step time (> 1: model too slow)
+    measured_step_s: float
+    predicted_step_s: float
+    flops_formula: str | None
+    bottleneck: str
+    fits: bool
+    params_b: float
+    devices: int
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    vpp: int
+    zero: int
+    sequence_parallel: bool
+    recompute: str
+    precision: str
+    seq_len: int
+    micro_batch: int
+    global_batch: int
+    confidence: str | None
+    citation: str
+
+
+def compare(case: Case, hardware: Hardware | None = None) -> RunResult:
+    """Predict `case` with `estimate()` (on `hardware` if given) and compare with the measurement."""
+    from trainest.estimate import estimate
+
+    s = case.scenario if hardware is None else replace(case.scenario, hardware=hardware)
+    e = estimate(s)
+    return result_for(replace(case, scenario=s), e.step.time_s, e.step.bottleneck, e.memory.fits)
+
+
+def result_for(case: Case, predicted_step_s: float, bottleneck: str = "?", fits: bool = True) -> RunResult:
+    """A RunResult from a predicted step time [s]."""
+    s, meas, p = case.scenario, case.measurement, case.scenario.parallel
+    predicted = metric_from_step_time_s(case, predicted_step_s)
+    measured_step_s = step_time_s_from_metric(case)
+    return RunResult(
+        id=case.id, source=case.source, hardware=s.hardware.name, metric=meas.metric, unit=METRICS[meas.metric][1],
+        measured=meas.value, predicted=predicted, error_pct=(predicted - meas.value) / meas.value * 100.0,
+        step_ratio=predicted_step_s / measured_step_s, measured_step_s=measured_step_s,
+        predicted_step_s=predicted_step_s, flops_formula=meas.flops_formula, bottleneck=bottleneck, fits=fits,
+        params_b=s.model.params / 1e9, devices=s.devices, tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, vpp=p.vpp,
+        zero=p.zero, sequence_parallel=p.sequence_parallel, recompute=s.recompute, precision=s.precision,
+        seq_len=s.seq_len, micro_batch=s.micro_batch, global_batch=s.global_batch, confidence=case.confidence,
+        citation=case.citation)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Absolute percentage errors of a group of runs (None when the group has no expressible run)."""
+
+    runs: int
+    mape_pct: float | None          # mean |error|
+    median_ape_pct: float | None
+    max_ape_pct: float | None
+    mean_error_pct: float | None    # signed mean: > 0 means predictions are high on average
+    not_expressible: int
+
+
+def summarize(results: Iterable[RunResult], not_expressible: int = 0) -> Summary:
+    errors = [r.error_pct for r in results]
+    if not errors:
+        return Summary(0, None, None, None, None, not_expressible)
+    ape = [abs(x) for x in errors]
+    return Summary(len(errors), statistics.fmean(ape), statistics.median(ape), max(ape), statistics.fmean(errors),
+                   not_expressible)
+
+
+def mape_pct(results: Iterable[RunResult]) -> float | None:
+    return summarize(results).mape_pct
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    summary: Summary
+    by_source: dict[str, Summary]
+    by_hardware: dict[str, Summary]
+    runs: tuple[RunResult, ...]
+    not_expressible: tuple[NotExpressible, ...]
+
+
+def grouped(results: Iterable[RunResult], skipped: Iterable[NotExpressible], key: str) -> dict[str, Summary]:
+    """Summary per value of `key` (`source` or `hardware`), sorted by that value."""
+    res: dict[str, list[RunResult]] = {}
+    nx: dict[str, int] = {}
+    for r in results:
+        res.setdefault(getattr(r, key), []).append(r)
+    for n in skipped:
+        nx[getattr(n, key)] = nx.get(getattr(n, key), 0) + 1
+    return {k: summarize(res.get(k, []), nx.get(k, 0)) for k in sorted(set(res) | set(nx))}
+
+
+def build_report(results: Iterable[RunResult], skipped: Iterable[NotExpressible]) -> ValidationReport:
+    results, skipped = tuple(results), tuple(skipped)
+    return ValidationReport(summary=summarize(results, len(skipped)), by_source=grouped(results, skipped, "source"),
+                            by_hardware=grouped(results, skipped, "hardware"), runs=results, not_expressible=skipped)
+
+
+def validate_runs(paths: Iterable[str | Path] | None = None, source: str | None = None, hardware: str | None = None,
+                  *, progress: Callable[[int, int], None] | None = None) -> ValidationReport:
+    """Load runs (the bundled ones by default), predict each expressible one, compare, summarize.
+
+    `progress(done, total)` is called after each run (the CLI draws a progress bar with it)."""
+    loaded = load_runs(paths, source=source, hardware=hardware)
+    results: list[RunResult] = []
+    skipped = list(loaded.not_expressible)
+    for i, case in enumerate(loaded.cases):
+        try:
+            results.append(compare(case))
+        except SpecError as exc:
+            skipped.append(NotExpressible(case.id, case.source, case.scenario.hardware.name,
+                                          f"cannot be estimated: {exc}"))
+        if progress is not None:
+            progress(i + 1, len(loaded.cases))
+    return build_report(results, skipped)
+
+
+# --------------------------------------------------------------------------------------- renderings
+
+def summary_dict(s: Summary) -> dict[str, Any]:
+    return {"runs": s.runs, "mape_pct": s.mape_pct, "median_ape_pct": s.median_ape_pct, "max_ape_pct": s.max_ape_pct,
+            "mean_error_pct": s.mean_error_pct, "not_expressible": s.not_expressible}
+
+
+def report_dict(report: ValidationReport) -> dict[str, Any]:
+    """The `--json` document, built from the result dataclasses."""
+    from dataclasses import asdict
+
+    return {"schema_version": SCHEMA_VERSION, "summary": summary_dict(report.summary),
+            "by_source": {k: summary_dict(v) for k, v in report.by_source.items()},
+            "by_hardware": {k: summary_dict(v) for k, v in report.by_hardware.items()},
+            "runs": [asdict(r) for r in report.runs],
+            "not_expressible": [{"id": n.id, "source": n.source, "hardware": n.hardware, "reason": n.reason}
+                                for n in report.not_expressible]}
+
+
+def fmt_value(value: float, unit: str) -> str:
+    """A measured or predicted value for a table: 4 significant digits, MFU as a percentage."""
+    if unit == "fraction":
+        return f"{value * 100:.1f} %"
+    return f"{value:.4g}"
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{x:.1f}"
+
+
+def metric_label(r: RunResult) -> str:
+    label = METRICS[r.metric][0]
+    return f"{label} ({r.flops_formula})" if r.flops_formula else label
+
+
+def summary_markdown(groups: dict[str, Summary], title: str) -> str:
+    lines = [f"| {title} | runs | MAPE % | median APE % | max APE % | mean error % | not expressible |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for k, s in groups.items():
+        lines.append(f"| {k} | {s.runs} | {_pct(s.mape_pct)} | {_pct(s.median_ape_pct)} | {_pct(s.max_ape_pct)} | "
+                     f"{_pct(s.mean_error_pct)} | {s.not_expressible} |")
+    return "\n".join(lines)
+
+
+def runs_markdown(runs: Iterable[RunResult], extra: Callable[[RunResult], str] | None = None,
+                  extra_title: str = "") -> str:
+    head = "| id | hardware | metric | measured | predicted | error % | layout (tp/pp/dp/cp, zero) | recompute | precision |"
+    sep = "|---|---|---|---:|---:|---:|---|---|---|"
+    if extra:
+        head += f" {extra_title} |"
+        sep += "---|"
+    lines = [head, sep]
+    for r in runs:
+        row = (f"| {r.id} | {r.hardware} | {metric_label(r)} | {fmt_value(r.measured, r.unit)} | "
+               f"{fmt_value(r.predicted, r.unit)} | {r.error_pct:+.1f} | {r.tp}/{r.pp}/{r.dp}/{r.cp}, z{r.zero} | "
+               f"{r.recompute} | {r.precision} |")
+        if extra:
+            row += f" {extra(r)} |"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def reasons_markdown(skipped: Iterable[NotExpressible]) -> str:
+    """Not-expressible counts by reason (the reason's first clause, so similar reasons group)."""
+    counts: dict[str, int] = {}
+    for n in skipped:
+        head = n.reason.split(":")[0] if n.reason.startswith(("does not validate", "cannot be estimated")) \
+            else n.reason.split(";")[0].split(" (")[0]
+        counts[head] = counts.get(head, 0) + 1
+    lines = ["| reason (first clause) | runs |", "|---|---:|"]
+    for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        lines.append(f"| {k.replace('|', '/')} | {v} |")
+    return "\n".join(lines)
+
+
+def markdown(report: ValidationReport) -> str:
+    """The markdown tables of `trainest validate --markdown` (used in docs/validation.md)."""
+    s = report.summary
+    return "\n\n".join([
+        f"**{s.runs} runs compared; MAPE {_pct(s.mape_pct)} %, median {_pct(s.median_ape_pct)} %, "
+        f"max {_pct(s.max_ape_pct)} %; {s.not_expressible} not expressible.**",
+        "### By source\n\n" + summary_markdown(report.by_source, "source"),
+        "### By hardware\n\n" + summary_markdown(report.by_hardware, "hardware"),
+        "### Per run\n\n" + runs_markdown(report.runs),
+        "### Not expressible, by reason\n\n" + reasons_markdown(report.not_expressible),
+    ]) + "\n"
