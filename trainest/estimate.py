@@ -86,7 +86,8 @@ def layout_kwargs(s: Scenario) -> dict:
     p = s.parallel
     return dict(tp=float(p.tp), pp=float(p.pp), dp=float(p.dp), cp=float(p.cp), vpp=float(p.vpp),
                 micro_batch=float(s.micro_batch), zero=float(p.zero), sp=1.0 if p.sequence_parallel else 0.0,
-                recompute=float(RECOMPUTE_CODE[s.recompute]), tp_overlap=1.0 if p.tp_overlap else 0.0)
+                recompute=float(RECOMPUTE_CODE[s.recompute]), tp_overlap=1.0 if p.tp_overlap else 0.0,
+                dp_shard=float(p.shard))
 
 
 def estimate(s: Scenario) -> Estimate:
@@ -97,7 +98,7 @@ def estimate(s: Scenario) -> Estimate:
     mem = memory_per_device(s.model, s.precision, seq_len=float(s.seq_len), micro_batch=lay["micro_batch"],
                             micro_batches=float(s.micro_batches), tp=lay["tp"], pp=lay["pp"], dp=lay["dp"],
                             cp=lay["cp"], vpp=lay["vpp"], zero=lay["zero"], sp=lay["sp"],
-                            recompute=lay["recompute"], attention=s.attention)
+                            recompute=lay["recompute"], attention=s.attention, dp_shard=lay["dp_shard"])
     t = float(terms.time_s)
     parts = {k: float(getattr(terms, f"{k}_s")) for k in TERMS}
     bottleneck = max(parts, key=parts.get)

@@ -88,17 +88,19 @@ class MemoryBreakdown:
 
 
 def memory_per_device(model: Model, precision: str, *, seq_len, micro_batch, micro_batches,
-                      tp, pp, dp, cp, vpp, zero, sp, recompute, attention: str) -> MemoryBreakdown:
+                      tp, pp, dp, cp, vpp, zero, sp, recompute, attention: str, dp_shard=None) -> MemoryBreakdown:
     """Weights, gradients and optimizer state of the heaviest stage, sharded per ZeRO stage, plus
     activations of the in-flight micro-batches and the framework overhead [B]."""
     params_local = stage_params(model, pp) / tp
-    shard3 = xp.where(zero >= 3, dp, 1.0)
-    shard2 = xp.where(zero >= 2, dp, 1.0)
-    shard1 = xp.where(zero >= 1, dp, 1.0)
+    shard = dp if dp_shard is None else dp_shard    # ZeRO shards over dp_shard ranks (HSDP: a sub-group)
+    shard3 = xp.where(zero >= 3, shard, 1.0)
+    shard2 = xp.where(zero >= 2, shard, 1.0)
+    shard1 = xp.where(zero >= 1, shard, 1.0)
     w_bytes = weight_bytes_per_param(precision)
     weights = params_local * w_bytes / shard3
-    # ZeRO-3 gathers the weights of the layer being computed and prefetches the next one.
-    weights = weights + xp.mask(zero >= 3) * 2.0 * model.params_per_layer / tp * w_bytes
+    # ZeRO-3 gathers the weights of the layer being computed and prefetches the next one (with d = 1
+    # nothing is sharded, so nothing is gathered: no buffers).
+    weights = weights + xp.mask((zero >= 3) * (dp > 1)) * 2.0 * model.params_per_layer / tp * w_bytes
     grads = params_local * MAIN_GRAD_BYTES / shard2
     optim = params_local * optimizer_bytes_per_param(precision) / shard1
 

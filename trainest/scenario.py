@@ -36,7 +36,7 @@ BUILTIN_DEFAULT = {"model": DEFAULT_MODEL, "hardware": DEFAULT_HARDWARE, "device
 SCENARIO_KEYS = ("model", "seq_len", "hardware", "devices", "devices_per_node", "precision", "parallel",
                  "micro_batch", "global_batch", "recompute", "attention", "tokens", "price_per_hour", "pue")
 RUN_ONLY_KEYS = ("id", "source", "measured", "expressible", "reason", "confidence", "notes", "duplicate_of")
-PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "fsdp", "sequence_parallel", "tp_overlap")
+PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "fsdp", "sequence_parallel", "tp_overlap", "dp_shard")
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,12 @@ class Parallel:
     zero: int = 0                # 0 none, 1 optimizer state, 2 + gradients, 3 + weights (FSDP)
     sequence_parallel: bool = False
     tp_overlap: bool = False     # TP collectives pipelined with GEMMs (Megatron --tp-comm-overlap)
+    dp_shard: int = 0            # ZeRO shard group size (hybrid sharding, HSDP); 0 means all of dp
+
+    @property
+    def shard(self) -> int:
+        """Ranks the ZeRO state is sharded over: dp_shard, or dp when not hybrid."""
+        return self.dp_shard or self.dp
 
     @property
     def devices(self) -> int:
@@ -174,6 +180,11 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
         if dp * model_parallel != devices:
             raise SpecError(f"{where}: tp·pp·cp·dp = {tp}·{pp}·{cp}·{dp} = {dp * model_parallel} does not equal "
                             f"devices={devices}; omit dp to derive it")
+    dp_shard = F.integer(par.get("dp_shard") or dp, f"{where}.parallel.dp_shard", maximum=10**7)
+    if dp % dp_shard:
+        raise SpecError(f"{where}: dp_shard={dp_shard} does not divide dp={dp}{_divisor_hint(dp)}")
+    if dp_shard != dp and zero == 0:
+        raise SpecError(f"{where}: dp_shard={dp_shard} (hybrid sharding) needs zero >= 1; with zero=0 nothing is sharded")
     devices_per_node = F.integer(default("devices_per_node", hardware.devices_per_node),
                                  f"{where}.devices_per_node", maximum=10**6)
 
@@ -216,7 +227,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     return Scenario(
         model=model, hardware=hardware, seq_len=seq_len, devices=devices, devices_per_node=devices_per_node,
         precision=precision, parallel=Parallel(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero, sequence_parallel=sp,
-                          tp_overlap=tp_overlap),
+                          tp_overlap=tp_overlap, dp_shard=0 if dp_shard == dp else dp_shard),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
         tokens=tokens, price_usd_per_hour=price_usd, pue=pue, derived=tuple(derived),
     )
@@ -241,7 +252,8 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
         "precision": s.precision,
         "parallel": {"tp": s.parallel.tp, "pp": s.parallel.pp, "dp": s.parallel.dp, "cp": s.parallel.cp,
                      "vpp": s.parallel.vpp, "zero": s.parallel.zero,
-                     "sequence_parallel": s.parallel.sequence_parallel, "tp_overlap": s.parallel.tp_overlap},
+                     "sequence_parallel": s.parallel.sequence_parallel, "tp_overlap": s.parallel.tp_overlap,
+                     "dp_shard": s.parallel.shard},
         "micro_batch": s.micro_batch,
         "global_batch": s.global_batch,
         "micro_batches": s.micro_batches,

@@ -179,7 +179,7 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     recs = [float(RECOMPUTE_CODE[r]) for r in space.recompute]
     sps = [1.0 if s else 0.0 for s in space.sequence_parallel]
     rejects = {r: 0 for r in REJECT_REASONS}
-    rows: list[tuple[int, int, int, int, int, int]] = []
+    blocks: list[np.ndarray] = []
     for t in tps:
         for p in pps:
             for c in cps:
@@ -193,23 +193,29 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
                 vs = _choose(_divisors(m.layers // p), space.vpp, space.max_vpp) if p > 1 else \
                     ([1] if space.vpp is None or 1 in space.vpp else [])
                 bs = _choose(_divisors(B // d), space.micro_batch, space.max_micro_batch)
-                rows.extend((t, p, c, d, v, b) for v in vs for b in bs)
-    lay = np.array(rows, dtype=float).reshape(-1, 6)
+                if not vs or not bs:
+                    continue
+                block = np.empty((len(vs) * len(bs), 6))
+                block[:, :4] = (t, p, c, d)
+                block[:, 4] = np.repeat(vs, len(bs))
+                block[:, 5] = np.tile(bs, len(vs))
+                blocks.append(block)
+    lay = np.concatenate(blocks) if blocks else np.empty((0, 6))
     combo = np.array([(z, r, s) for z in zeros for r in recs for s in sps], dtype=float).reshape(-1, 3)
     n_lay, n_combo = lay.shape[0], combo.shape[0]
-    full_lay = np.repeat(lay, n_combo, axis=0)
-    full_combo = np.tile(combo, (n_lay, 1))
-    # sequence parallelism splits along the TP group: with t = 1 "on" is the same plan as "off"
-    keep = ~((full_lay[:, 0] == 1.0) & (full_combo[:, 2] == 1.0))
-    if not (0.0 in sps):       # only "on" allowed: t = 1 plans have no SP to turn on; keep them as "off"
-        full_combo[full_lay[:, 0] == 1.0, 2] = 0.0
-        keep[:] = True
-    full_lay, full_combo = full_lay[keep], full_combo[keep]
+    # every layout row crossed with every (ZeRO, recompute, SP) combination, as contiguous 1-D columns
+    cols = [np.repeat(np.ascontiguousarray(lay[:, j]), n_combo) for j in range(6)]
+    cols += [np.tile(combo[:, j], n_lay) for j in range(3)]
+    tp1 = cols[0] == 1.0
+    if 0.0 in sps:             # sequence parallelism splits along the TP group: at t = 1 "on" = "off"
+        keep = ~(tp1 & (cols[8] == 1.0))
+        cols = [c[keep] for c in cols]
+    else:                      # only "on" allowed: t = 1 plans have no SP to turn on; keep them as "off"
+        cols[8][tp1] = 0.0
     values = {"tp": tps, "pp": pps, "cp": cps, "zero": zeros, "recompute": list(space.recompute),
               "sequence_parallel": list(space.sequence_parallel)}
-    return Grid(tp=full_lay[:, 0], pp=full_lay[:, 1], cp=full_lay[:, 2], dp=full_lay[:, 3], vpp=full_lay[:, 4],
-                micro_batch=full_lay[:, 5], zero=full_combo[:, 0], recompute=full_combo[:, 1], sp=full_combo[:, 2],
-                structural_rejects=rejects, values=values)
+    return Grid(tp=cols[0], pp=cols[1], cp=cols[2], dp=cols[3], vpp=cols[4], micro_batch=cols[5], zero=cols[6],
+                recompute=cols[7], sp=cols[8], structural_rejects=rejects, values=values)
 
 
 # ------------------------------------------------------------------------------------ evaluation
@@ -224,32 +230,32 @@ class GridEval:
 
 
 def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> GridEval:
-    """Memory of every plan, then the step time of those that fit, in cache-sized chunks of one
-    vectorized call each to `memory_per_device` and `step_terms` (the model's own functions)."""
+    """Memory of every plan, then the step time of those that fit, each in cache-sized chunks of one
+    vectorized call to `memory_per_device` / `step_terms` (the model's own functions)."""
     n = g.size
     mem = np.empty(n)
     time_s = np.full(n, np.nan)
     seq = float(base.seq_len)
     B = float(base.global_batch)
     capacity = base.hardware.memory_bytes
-    done = 0
     for start in range(0, n, CHUNK_PLANS):
         sl = slice(start, min(start + CHUNK_PLANS, n))
         k = g.take(sl)
-        mb = memory_per_device(base.model, base.precision, seq_len=seq, micro_batch=k["micro_batch"],
-                               micro_batches=B / (k["dp"] * k["micro_batch"]), tp=k["tp"], pp=k["pp"], dp=k["dp"],
-                               cp=k["cp"], vpp=k["vpp"], zero=k["zero"], sp=k["sp"], recompute=k["recompute"],
-                               attention=base.attention)
-        mem[sl] = mb.total_bytes
-        fit = np.flatnonzero(mem[sl] <= capacity)
-        if fit.size:
-            f = {key: v[fit] for key, v in k.items()}
-            st = step_terms(base.model, base.hardware, base.precision, base.attention, seq_len=seq, global_batch=B,
-                            devices_per_node=base.devices_per_node, **f)
-            time_s[start + fit] = st.time_s
-        done = sl.stop
+        mem[sl] = memory_per_device(base.model, base.precision, seq_len=seq, micro_batch=k["micro_batch"],
+                                    micro_batches=B / (k["dp"] * k["micro_batch"]), tp=k["tp"], pp=k["pp"],
+                                    dp=k["dp"], cp=k["cp"], vpp=k["vpp"], zero=k["zero"], sp=k["sp"],
+                                    recompute=k["recompute"], attention=base.attention).total_bytes
+    fit = np.flatnonzero(mem <= capacity)
+    work = n + fit.size                      # progress counts memory and step evaluations alike
+    if progress is not None:
+        progress(n, work)
+    for start in range(0, fit.size, CHUNK_PLANS):
+        idx = fit[start:start + CHUNK_PLANS]
+        st = step_terms(base.model, base.hardware, base.precision, base.attention, seq_len=seq, global_batch=B,
+                        devices_per_node=base.devices_per_node, **g.take(idx))
+        time_s[idx] = st.time_s
         if progress is not None:
-            progress(done, n)
+            progress(n + start + idx.size, work)
     fits = (mem <= capacity) & np.isfinite(time_s)
     return GridEval(time_s=time_s, memory_bytes=mem, fits=fits)
 

@@ -83,14 +83,20 @@ def model_flops_per_step(model: Model, seq_len, global_batch, causal: bool = Tru
 
 def step_terms(model: Model, hardware: Hardware, precision: str, attention: str, *, seq_len, global_batch,
                devices_per_node: int, tp, pp, dp, cp, vpp, micro_batch, zero, sp, recompute,
-               tp_overlap=0.0) -> StepTerms:
+               tp_overlap=0.0, dp_shard=None) -> StepTerms:
     """Compose one training step (see module docstring and docs/model.md §Step)."""
     eff = hardware.efficiency
     tiers: Tiers = tiers_of(hardware, devices_per_node)
+    # ZeRO shards over dp_shard ranks (= dp, or a sub-group for hybrid sharding, HSDP); the
+    # dp/dp_shard replicas then all-reduce the sharded gradients once per step.
+    shard = dp if dp_shard is None else dp_shard
+    replicas = dp / shard
     peak = hardware.peak(precision)
     gemm_peak_fraction = eff.gemm * (eff.low_precision_gemm if precision in ("fp8", "fp4") else 1.0)
     mem_bw = hardware.memory_bytes_per_s * eff.memory
-    attn_flops_per_s = hardware.peak_16bit_flops_per_s * eff.attention
+    # attention runs in 16 bit (FP8/FP4 recipes keep it there), or at the run's own peak when that is lower
+    # (an FP32/TF32 run): never faster than the run's precision allows, so MFU stays <= 1.
+    attn_flops_per_s = min(hardware.peak_16bit_flops_per_s, peak) * eff.attention
     e = ACTIVATION_BYTES
     in_b = GEMM_INPUT_BYTES[precision]
     h, f, s = model.hidden, model.ffn_hidden, seq_len
@@ -191,12 +197,12 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     layer_params_local = model.params_per_layer / tp
     dp_stride = tp * cp
     z3 = xp.mask(zero >= 3)
-    z3_layer = (2.0 * all_gather_s(layer_params_local * w_bytes, dp, dp_stride, tiers)
-                + reduce_scatter_s(layer_params_local * MAIN_GRAD_BYTES, dp, dp_stride, tiers))
+    z3_layer = (2.0 * all_gather_s(layer_params_local * w_bytes, shard, dp_stride, tiers)
+                + reduce_scatter_s(layer_params_local * MAIN_GRAD_BYTES, shard, dp_stride, tiers))
     embed_local = (params_local - layers_per_stage * layer_params_local)
     z3_comm = z3 * (layers_per_stage * z3_layer
-                    + 2.0 * all_gather_s(embed_local * w_bytes, dp, dp_stride, tiers)
-                    + reduce_scatter_s(embed_local * MAIN_GRAD_BYTES, dp, dp_stride, tiers))
+                    + 2.0 * all_gather_s(embed_local * w_bytes, shard, dp_stride, tiers)
+                    + reduce_scatter_s(embed_local * MAIN_GRAD_BYTES, shard, dp_stride, tiers))
     stage_work = stage_c + stage_m + stage_o
     z3_exposed = xp.maximum(z3_comm - stage_work, z3_layer) * z3
 
@@ -215,13 +221,17 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     zero12 = xp.mask((zero >= 1) * (zero <= 2))
     z0 = xp.mask(zero == 0)
     dp_comm = (z0 * all_reduce_s(params_local * MAIN_GRAD_BYTES, dp, dp_stride, tiers)
-               + zero12 * (reduce_scatter_s(params_local * MAIN_GRAD_BYTES, dp, dp_stride, tiers)
-                           + all_gather_s(params_local * w_bytes, dp, dp_stride, tiers)))
+               + zero12 * (reduce_scatter_s(params_local * MAIN_GRAD_BYTES, shard, dp_stride, tiers)
+                           + all_gather_s(params_local * w_bytes, shard, dp_stride, tiers)))
+    # hybrid sharding: the replicas all-reduce their gradient shard (stride: one shard group)
+    replica_comm = (1.0 - z0) * all_reduce_s(params_local / shard * MAIN_GRAD_BYTES, replicas,
+                                             dp_stride * shard, tiers)
     backward_window = layers_per_stage * (bwd_c + bwd_m)
-    dp_exposed = xp.maximum(dp_comm - backward_window, dp_comm / layers_per_stage) * (1.0 - z3)
+    dp_exposed = xp.maximum(dp_comm * (1.0 - z3) + replica_comm - backward_window,
+                            (dp_comm * (1.0 - z3) + replica_comm) / layers_per_stage)
 
     # ---- optimizer: memory-bound Adam over the local (ZeRO-sharded) parameters
-    opt_params = params_local / xp.where(zero >= 1, dp, 1.0)
+    opt_params = params_local / xp.where(zero >= 1, shard, 1.0)
     optimizer = opt_params * OPTIMIZER_BYTES_PER_PARAM / mem_bw
 
     compute_s = m * mb_max_c
