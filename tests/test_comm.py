@@ -124,8 +124,15 @@ def test_reduce_scatter_adds_one_ring_latency_pass():
 
 def test_send_recv_inside_and_across_domains():
     t = tiers(up_lat=3e-6, out_lat=8e-6)
-    assert send_recv_s(S, 1.0, t) == pytest.approx(S / UP + 3e-6)
-    assert send_recv_s(S, 8.0, t) == pytest.approx(S / OUT + 8e-6)     # next node: one NIC
+    assert send_recv_s(S, 2.0, 1.0, t) == pytest.approx(S / UP + 3e-6)
+    assert send_recv_s(S, 8.0, 1.0, t) == pytest.approx(S / UP + 3e-6)   # the whole group in one domain
+    assert send_recv_s(S, 2.0, 8.0, t) == pytest.approx(S / OUT + 8e-6)  # next node: one NIC
+
+
+def test_send_recv_group_spanning_domains_uses_the_slowest_link():
+    """t=2, p=8 on 8-device domains: stride 2 < 8, but the stage boundary 6 -> 8 crosses nodes."""
+    t = tiers(up_lat=3e-6, out_lat=8e-6)
+    assert send_recv_s(S, 8.0, 2.0, t) == pytest.approx(S / OUT + 8e-6)
 
 
 # ----------------------------------------------------------------------------- from hardware data

@@ -40,7 +40,8 @@ RUN_REQUIRED = {"id", "source", "model", "seq_len", "hardware", "devices", "prec
 # accepts for models whose attention width heads*head_dim differs from hidden (MaxText synthetic models)
 MODEL_KEYS = {"name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp", "tied_embeddings"}
 MODEL_EXTRA_KEYS = {"head_dim"}
-PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard"}
+PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard",
+                 "pipeline_split"}
 MEASURED_KEYS = {"step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens"}
 PRECISIONS = {"bf16", "fp16", "fp8", "fp4", "fp32", "tf32"}
 RECOMPUTE = {"none", "selective", "full"}
@@ -99,7 +100,7 @@ def test_run_file_keys(path: Path):
         assert isinstance(model, dict), f"{w}: model must be a mapping"
         assert set(model) <= MODEL_KEYS | MODEL_EXTRA_KEYS, f"{w}: model keys {sorted(set(model) - MODEL_KEYS)}"
         assert MODEL_KEYS <= set(model), f"{w}: model lacks {sorted(MODEL_KEYS - set(model))}"
-        assert PARALLEL_KEYS - {"tp_overlap", "dp_shard"} <= set(run["parallel"]) <= PARALLEL_KEYS, \
+        assert PARALLEL_KEYS - {"tp_overlap", "dp_shard", "pipeline_split"} <= set(run["parallel"]) <= PARALLEL_KEYS, \
             f"{w}: parallel keys {sorted(run['parallel'])}"
         assert set(run["measured"]) <= MEASURED_KEYS, f"{w}: measured keys {sorted(run['measured'])}"
         assert isinstance(run["expressible"], bool)
@@ -131,7 +132,10 @@ def _check_expressible(run: dict, w: str) -> None:
         assert isinstance(par[k], int) and par[k] >= 1, f"{w}: parallel.{k} = {par[k]!r}"
     assert par["zero"] in (0, 1, 2, 3) and isinstance(par["sequence_parallel"], bool), w
     assert par["tp"] * par["pp"] * par["cp"] * par["dp"] == run["devices"], f"{w}: tp*pp*cp*dp != devices"
-    assert m["layers"] % par["pp"] == 0 and (m["layers"] // par["pp"]) % par["vpp"] == 0, f"{w}: pipeline split"
+    if par.get("pipeline_split", "even") == "even":
+        assert m["layers"] % par["pp"] == 0 and (m["layers"] // par["pp"]) % par["vpp"] == 0, f"{w}: pipeline split"
+    else:
+        assert par["pipeline_split"] == "balanced" and m["layers"] + 2 >= par["pp"] * par["vpp"], w
     assert run["global_batch"] % (par["dp"] * run["micro_batch"]) == 0, f"{w}: global batch"
     primary = {"step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "device_hours"} & set(run["measured"])
     assert len(primary) == 1, f"{w}: exactly one measured metric expected, got {sorted(primary)}"

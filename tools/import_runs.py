@@ -39,7 +39,8 @@ RUN_KEYS = ("id", "source", "model", "seq_len", "hardware", "devices", "devices_
             "confidence", "notes", "duplicate_of")
 MODEL_KEYS = ("name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp",
               "tied_embeddings")
-PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard")
+PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard",
+                 "pipeline_split")
 MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula",
                  "device_hours", "tokens")
 
@@ -769,11 +770,15 @@ class Importer:
             reasons.append("sequence length not stated")
 
         # ---- layouts trainest's scenario loader cannot express --------------------------------
+        pipeline_split = None
         if fields["layers"] and fields["heads"] and devices and not missing:
             bad = []
-            if fields["layers"] % pp:
-                bad.append(f"uneven pipeline split: pp={pp} does not divide layers={fields['layers']} (the framework "
-                           f"balances stages unevenly, e.g. Megatron counts the embedding and loss as pipeline layers)")
+            if fields["layers"] % pp or (fields["layers"] // pp) % vpp:
+                # the frameworks balance such stages unevenly (Megatron counts the embedding and the
+                # loss as pipeline layers): trainest's `balanced` split models exactly that
+                pipeline_split = "balanced"
+                notes.append(f"pp={pp}, vpp={vpp} do not divide layers={fields['layers']}: imported with "
+                             f"pipeline_split balanced (embedding and loss count as one layer each)")
             elif (fields["layers"] // pp) % vpp:
                 bad.append(f"vpp={vpp} does not divide the {fields['layers'] // pp} layers per pipeline stage")
             if vpp > 1 and pp == 1:
@@ -884,6 +889,8 @@ class Importer:
             run["devices_per_node"] = min(dpn, devices)
         run["precision"] = precision
         run["parallel"] = OrderedDict(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero, sequence_parallel=bool(sp))
+        if pipeline_split:
+            run["parallel"]["pipeline_split"] = pipeline_split
         shard = hybrid_shard_size(zsrc["fsdp"], dp) if zero and dp else None
         if shard:
             run["parallel"]["dp_shard"] = shard

@@ -90,9 +90,10 @@ def all_reduce_s(size_bytes, size, stride, tiers: Tiers):
     return 2.0 * ((size - 1.0) / size * size_bytes / bw + latency * xp.mask(size > 1))
 
 
-def send_recv_s(size_bytes, stride, tiers: Tiers):
-    """Point-to-point transfer to the rank `stride` away: S/W + α on the tier that link uses [s]."""
-    inside = stride < tiers.domain
+def send_recv_s(size_bytes, size, stride, tiers: Tiers):
+    """Point-to-point transfer between neighbours of a group (n ranks, `stride` apart): S/W + α on
+    the slowest link of the group, scale-up only when the whole group lies in one domain [s]."""
+    inside = size * stride <= tiers.domain
     bw = xp.where(inside, tiers.up_bytes_per_s, xp.minimum(tiers.up_bytes_per_s, tiers.out_bytes_per_s))
     lat = xp.where(inside, tiers.up_latency_s, tiers.out_latency_s)
     return size_bytes / bw + lat

@@ -94,11 +94,13 @@ def estimate(s: Scenario) -> Estimate:
     """Estimate one scenario: step breakdown, throughput, memory and whole-run totals."""
     lay = layout_kwargs(s)
     terms = step_terms(s.model, s.hardware, s.precision, s.attention, seq_len=float(s.seq_len),
-                       global_batch=float(s.global_batch), devices_per_node=s.devices_per_node, **lay)
+                       global_batch=float(s.global_batch), devices_per_node=s.devices_per_node,
+                       pipeline_split=s.parallel.pipeline_split, **lay)
     mem = memory_per_device(s.model, s.precision, seq_len=float(s.seq_len), micro_batch=lay["micro_batch"],
                             micro_batches=float(s.micro_batches), tp=lay["tp"], pp=lay["pp"], dp=lay["dp"],
                             cp=lay["cp"], vpp=lay["vpp"], zero=lay["zero"], sp=lay["sp"],
-                            recompute=lay["recompute"], attention=s.attention, dp_shard=lay["dp_shard"])
+                            recompute=lay["recompute"], attention=s.attention, dp_shard=lay["dp_shard"],
+                            pipeline_split=s.parallel.pipeline_split)
     t = float(terms.time_s)
     parts = {k: float(getattr(terms, f"{k}_s")) for k in TERMS}
     bottleneck = max(parts, key=parts.get)

@@ -79,7 +79,10 @@ def number(value: Any, where: str, *, minimum: float = 0.0, allow_zero: bool = F
         raise SpecError(f"{where}: a number is required")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SpecError(f"{where}: {show(value)} is not a number")
-    x = float(value)
+    try:
+        x = float(value)
+    except OverflowError:   # an int beyond the float range
+        raise SpecError(f"{where}: {show(value)} is absurdly large (at most {maximum:g})") from None
     if not math.isfinite(x):
         raise SpecError(f"{where}: {show(value)} must be a finite number")
     if x < minimum or (x == minimum and not allow_zero):
@@ -134,7 +137,10 @@ def text(value: Any, where: str, *, allow_none: bool = False) -> str | None:
     if value is None and allow_none:
         return None
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        return str(value)
+        try:
+            return str(value)
+        except ValueError:   # an int over Python's 4300-digit conversion limit
+            raise SpecError(f"{where}: {show(value)} must be text") from None
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return "; ".join(value)
     raise SpecError(f"{where}: {show(value)} must be text")

@@ -1,7 +1,7 @@
 """Memory per device: weights, gradients, optimizer state, activations and overhead.
 
-Sources: Rajbhandari et al. 2020 (ZeRO: 2+2+12 bytes per parameter for mixed-precision Adam, and
-what each stage shards); Korthikanti et al. 2022 §4 (activations per layer, sequence parallelism,
+Sources: Rajbhandari et al. 2020 (ZeRO: what each stage shards; 2 B weights + 12 B Adam state per
+parameter; trainest keeps Megatron's 4-byte FP32 gradient buffer, so 2+4+12 = 18 B unsharded); Korthikanti et al. 2022 §4 (activations per layer, sequence parallelism,
 selective and full recomputation, the 1F1B/interleaved in-flight factor). All functions accept
 floats or numpy arrays for the layout arguments.
 """
@@ -34,12 +34,33 @@ def optimizer_bytes_per_param(precision: str) -> float:
     return ADAM_MOMENT_BYTES + (0.0 if precision in ("fp32", "tf32") else MASTER_WEIGHT_BYTES)
 
 
-def stage_params(model: Model, pp):
-    """Parameters on the heaviest pipeline stage: L/p layers plus one embedding-sized matrix
-    (first stage: input embedding; last stage: output layer), or all embeddings when p = 1."""
+PIPELINE_SPLITS = ("even", "balanced")
+
+
+def stage_layers(model: Model, pp, vpp=1.0, split: str = "even"):
+    """(layers on the heaviest stage, layers on the last stage).
+
+    even: L/p each (L must divide by p·v). balanced (Megatron's account-for-embedding-and-loss
+    split): the embedding and the loss count as one layer each, a stage holds
+    u = ceil((L+2)/(p·v))·v units, the first and last stages one layer less than u.
+    """
+    if split == "even":
+        return model.layers / pp, model.layers / pp
+    units = xp.ceil((model.layers + 2.0) / (pp * vpp)) * vpp
+    heavy = xp.where(pp > 1, units, float(model.layers))
+    return heavy, xp.where(pp > 1, units - 1.0, float(model.layers))
+
+
+def stage_params(model: Model, pp, vpp=1.0, split: str = "even"):
+    """Parameters on the heaviest pipeline stage: its layers plus one embedding-sized matrix
+    (first stage: input embedding; last stage: output layer), or all embeddings when p = 1.
+    With the balanced split the first stage trades one layer for the embedding."""
     embed_one = model.vocab * model.hidden
-    embeds = xp.where(pp > 1, embed_one, model.embedding_params)
-    return model.layers / pp * model.params_per_layer + embeds
+    heavy, last = stage_layers(model, pp, vpp, split)
+    if split == "even":
+        return heavy * model.params_per_layer + xp.where(pp > 1, embed_one, model.embedding_params)
+    with_embed = last * model.params_per_layer + xp.where(pp > 1, embed_one, model.embedding_params)
+    return xp.maximum(heavy * model.params_per_layer, with_embed)
 
 
 def activation_bytes_per_layer(model: Model, *, micro_batch, seq_len, tp, cp, sp, recompute, attention: str):
@@ -47,7 +68,8 @@ def activation_bytes_per_layer(model: Model, *, micro_batch, seq_len, tp, cp, sp
 
     Korthikanti et al. 2022 eq. 1–2 generalised to GQA and gated MLPs (e = 2 bytes, T = b·s/c):
       replicated (÷t only with sequence parallelism): (4e + 2)·T·h   (two norms, two inputs, two masks)
-      tensor-parallel part ÷t: e·T·(2h + 2g·d_h + k·f) with k = 2 (GeLU) or 3 (SwiGLU)
+      tensor-parallel part ÷t: e·T·(2a·d_h + 2·max(g, t)·d_h + k·f) with k = 2 (GeLU) or 3 (SwiGLU)
+        (Q and the attention output, K and V, the MLP's k f-wide tensors; KV heads replicated if g < t)
       attention scores (standard attention, no recompute): (2e+1)·b·(a/t)·(s/c)·s
     For h = a·d_h = g·d_h, f = 4h this is sbh(10 + 24/t + 5as/(ht)), the paper's eq. 2.
     Full recompute keeps only the layer input e·T·h (÷t with sequence parallelism).
@@ -58,14 +80,19 @@ def activation_bytes_per_layer(model: Model, *, micro_batch, seq_len, tp, cp, sp
     tokens = micro_batch * seq_len / cp
     sp_div = xp.where(sp > 0, tp, 1.0)
     replicated = (4.0 * e + 2.0 * DROPOUT_MASK_BYTES) * tokens * h / sp_div
-    split = e * tokens * (2.0 * h + 2.0 * model.kv_heads * model.head_dim + model.mlp_matrices * f) / tp
+    q_width = model.heads * model.head_dim
+    kv_width = 2.0 * xp.maximum(model.kv_heads, tp) * model.head_dim     # KV heads replicated when g < t
+    split = e * tokens * (2.0 * q_width + kv_width + model.mlp_matrices * f) / tp
     scores = 0.0
+    scores_all = 0.0
     if attention == "standard":
-        scores = (2.0 * e + DROPOUT_MASK_BYTES) * micro_batch * (model.heads / tp) * (seq_len / cp) * seq_len
-        scores = scores * xp.mask(recompute == 0)
+        scores_all = (2.0 * e + DROPOUT_MASK_BYTES) * micro_batch * (model.heads / tp) * (seq_len / cp) * seq_len
+        scores = scores_all * xp.mask(recompute == 0)
     stored = replicated + split + scores
     full_input = e * tokens * h / sp_div
-    return xp.where(recompute == 2, full_input, stored), stored
+    # the layer being recomputed during backward re-materialises everything, scores included
+    rematerialised = replicated + split + scores_all
+    return xp.where(recompute == 2, full_input, stored), rematerialised
 
 
 def in_flight_micro_batches(pp, vpp, micro_batches):
@@ -88,30 +115,33 @@ class MemoryBreakdown:
 
 
 def memory_per_device(model: Model, precision: str, *, seq_len, micro_batch, micro_batches,
-                      tp, pp, dp, cp, vpp, zero, sp, recompute, attention: str, dp_shard=None) -> MemoryBreakdown:
+                      tp, pp, dp, cp, vpp, zero, sp, recompute, attention: str, dp_shard=None,
+                      pipeline_split: str = "even") -> MemoryBreakdown:
     """Weights, gradients and optimizer state of the heaviest stage, sharded per ZeRO stage, plus
     activations of the in-flight micro-batches and the framework overhead [B]."""
-    params_local = stage_params(model, pp) / tp
-    shard = dp if dp_shard is None else dp_shard    # ZeRO shards over dp_shard ranks (HSDP: a sub-group)
+    params_local = stage_params(model, pp, vpp, pipeline_split) / tp
+    # ZeRO shards over dp_shard ranks (HSDP: a sub-group) times the context-parallel ranks, which
+    # hold the same weights (Megatron's DP×CP group)
+    shard = (dp if dp_shard is None else dp_shard) * cp
     shard3 = xp.where(zero >= 3, shard, 1.0)
     shard2 = xp.where(zero >= 2, shard, 1.0)
     shard1 = xp.where(zero >= 1, shard, 1.0)
     w_bytes = weight_bytes_per_param(precision)
     weights = params_local * w_bytes / shard3
-    # ZeRO-3 gathers the weights of the layer being computed and prefetches the next one (with d = 1
-    # nothing is sharded, so nothing is gathered: no buffers).
-    weights = weights + xp.mask((zero >= 3) * (dp > 1)) * 2.0 * model.params_per_layer / tp * w_bytes
+    # ZeRO-3 gathers the weights of the layer being computed and prefetches the next one (over a
+    # single shard rank nothing is sharded, so nothing is gathered: no buffers).
+    weights = weights + xp.mask((zero >= 3) * (shard > 1)) * 2.0 * model.params_per_layer / tp * w_bytes
     grads = params_local * MAIN_GRAD_BYTES / shard2
     optim = params_local * optimizer_bytes_per_param(precision) / shard1
 
     per_layer, per_layer_stored = activation_bytes_per_layer(
         model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, sp=sp, recompute=recompute,
         attention=attention)
-    layers_per_stage = model.layers / pp
+    layers_per_stage, last_layers = stage_layers(model, pp, vpp, pipeline_split)
     working = xp.mask(recompute == 2) * per_layer_stored          # one layer re-materialised in backward
     first_stage = per_layer * layers_per_stage * in_flight_micro_batches(pp, vpp, micro_batches) + working
     logits = 2.0 * LOGITS_BYTES * micro_batch * seq_len / cp * model.vocab / tp
-    last_stage = per_layer * layers_per_stage + working + logits
+    last_stage = per_layer * last_layers + working + logits
     activations = xp.where(pp > 1, xp.maximum(first_stage, last_stage), first_stage + logits)
 
     subtotal = weights + grads + optim + activations

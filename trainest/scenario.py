@@ -15,6 +15,7 @@ from typing import Any
 from trainest import fields as F
 from trainest.catalog import PRECISIONS, Hardware, Model, load_hardware, load_model, model_from_mapping, with_shape
 from trainest.errors import SpecError
+from trainest.memory import PIPELINE_SPLITS
 from trainest.units import parse_count
 
 RECOMPUTE = ("none", "selective", "full")
@@ -36,7 +37,8 @@ BUILTIN_DEFAULT = {"model": DEFAULT_MODEL, "hardware": DEFAULT_HARDWARE, "device
 SCENARIO_KEYS = ("model", "seq_len", "hardware", "devices", "devices_per_node", "precision", "parallel",
                  "micro_batch", "global_batch", "recompute", "attention", "tokens", "price_per_hour", "pue")
 RUN_ONLY_KEYS = ("id", "source", "measured", "expressible", "reason", "confidence", "notes", "duplicate_of")
-PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "fsdp", "sequence_parallel", "tp_overlap", "dp_shard")
+PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "fsdp", "sequence_parallel", "tp_overlap", "dp_shard",
+                 "pipeline_split")
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class Parallel:
     sequence_parallel: bool = False
     tp_overlap: bool = False     # TP collectives pipelined with GEMMs (Megatron --tp-comm-overlap)
     dp_shard: int = 0            # ZeRO shard group size (hybrid sharding, HSDP); 0 means all of dp
+    pipeline_split: str = "even"  # even (L divides by p·v) | balanced (embedding and loss count as layers)
 
     @property
     def shard(self) -> int:
@@ -190,13 +193,17 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
 
     if model.heads % tp:
         raise SpecError(f"{where}: tp={tp} does not divide heads={model.heads}{_divisor_hint(model.heads)}")
-    if model.layers % pp:
-        raise SpecError(f"{where}: pp={pp} does not divide layers={model.layers}{_divisor_hint(model.layers)}")
+    split = F.choice(par.get("pipeline_split", "even"), f"{where}.parallel.pipeline_split", PIPELINE_SPLITS)
     if vpp > 1 and pp == 1:
         raise SpecError(f"{where}: vpp={vpp} needs pipeline parallelism (pp > 1)")
-    if (model.layers // pp) % vpp:
+    if split == "even" and model.layers % pp:
+        raise SpecError(f"{where}: pp={pp} does not divide layers={model.layers}{_divisor_hint(model.layers)}"
+                        f"; or use parallel.pipeline_split: balanced (uneven stages)")
+    if split == "even" and (model.layers // pp) % vpp:
         raise SpecError(f"{where}: vpp={vpp} does not divide layers per stage = {model.layers}/{pp} = "
                         f"{model.layers // pp}{_divisor_hint(model.layers // pp)}")
+    if pp * vpp > model.layers + 2:
+        raise SpecError(f"{where}: pp·vpp = {pp * vpp} pipeline chunks exceed layers={model.layers}")
     if seq_len % cp:
         raise SpecError(f"{where}: cp={cp} does not divide seq_len={seq_len}{_divisor_hint(seq_len)}")
 
@@ -227,7 +234,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     return Scenario(
         model=model, hardware=hardware, seq_len=seq_len, devices=devices, devices_per_node=devices_per_node,
         precision=precision, parallel=Parallel(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero, sequence_parallel=sp,
-                          tp_overlap=tp_overlap, dp_shard=0 if dp_shard == dp else dp_shard),
+                          tp_overlap=tp_overlap, dp_shard=0 if dp_shard == dp else dp_shard,
+                          pipeline_split=split),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
         tokens=tokens, price_usd_per_hour=price_usd, pue=pue, derived=tuple(derived),
     )
@@ -253,7 +261,7 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
         "parallel": {"tp": s.parallel.tp, "pp": s.parallel.pp, "dp": s.parallel.dp, "cp": s.parallel.cp,
                      "vpp": s.parallel.vpp, "zero": s.parallel.zero,
                      "sequence_parallel": s.parallel.sequence_parallel, "tp_overlap": s.parallel.tp_overlap,
-                     "dp_shard": s.parallel.shard},
+                     "dp_shard": s.parallel.shard, "pipeline_split": s.parallel.pipeline_split},
         "micro_batch": s.micro_batch,
         "global_batch": s.global_batch,
         "micro_batches": s.micro_batches,

@@ -15,7 +15,7 @@ from trainest import xp
 from trainest.catalog import Hardware, Model
 from trainest.comm import Tiers, all_gather_s, all_reduce_s, reduce_scatter_s, send_recv_s, tiers_of
 from trainest.compute import OpTime, fused_time, gemm_time, streaming_time
-from trainest.memory import MAIN_GRAD_BYTES, stage_params, weight_bytes_per_param
+from trainest.memory import MAIN_GRAD_BYTES, stage_layers, stage_params, weight_bytes_per_param
 
 ACTIVATION_BYTES = 2.0             # 16-bit activations between kernels
 GEMM_INPUT_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
@@ -83,7 +83,7 @@ def model_flops_per_step(model: Model, seq_len, global_batch, causal: bool = Tru
 
 def step_terms(model: Model, hardware: Hardware, precision: str, attention: str, *, seq_len, global_batch,
                devices_per_node: int, tp, pp, dp, cp, vpp, micro_batch, zero, sp, recompute,
-               tp_overlap=0.0, dp_shard=None) -> StepTerms:
+               tp_overlap=0.0, dp_shard=None, pipeline_split: str = "even") -> StepTerms:
     """Compose one training step (see module docstring and docs/model.md §Step)."""
     eff = hardware.efficiency
     tiers: Tiers = tiers_of(hardware, devices_per_node)
@@ -101,7 +101,8 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     in_b = GEMM_INPUT_BYTES[precision]
     h, f, s = model.hidden, model.ffn_hidden, seq_len
     heads_local = model.heads / tp
-    kv_local = model.kv_heads * model.head_dim / tp
+    # KV heads per TP rank; with g < t Megatron replicates them, so each rank keeps at least one
+    kv_local = xp.maximum(model.kv_heads, tp) * model.head_dim / tp
     tokens = micro_batch * s / cp                       # T: tokens of one micro-batch on this device
     m = global_batch / (dp * micro_batch)               # micro-batches per step
     full = xp.mask(recompute == 2)
@@ -114,7 +115,7 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
 
     # ---- forward of one layer, one micro-batch, on one device
     q_width = model.heads * model.head_dim              # a·d_h (= h for most models)
-    linear = [gemm(tokens, (q_width + 2.0 * model.kv_heads * model.head_dim) / tp, h),   # QKV
+    linear = [gemm(tokens, q_width / tp + 2.0 * kv_local, h),                  # QKV
               gemm(tokens, h, q_width / tp),                                     # output projection
               gemm(tokens, (model.mlp_matrices - 1.0) * f / tp, h),              # MLP up (and gate)
               gemm(tokens, h, f / tp)]                                           # MLP down
@@ -162,12 +163,12 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     # with tp_overlap (Megatron --tp-comm-overlap, userbuffers) the collectives are split into chunks
     # pipelined with the neighbouring GEMMs: only what exceeds the GEMM time, plus a residual, shows.
     linear_time = sum(o.time_s for o in linear) * (3.0 + full)
-    tp_hidden = xp.maximum(tp_total - linear_time, 0.0) + TP_OVERLAP_RESIDUAL * tp_total
+    tp_hidden = xp.maximum(tp_total - linear_time, TP_OVERLAP_RESIDUAL * tp_total)
     tp_layer = xp.where(tp_overlap > 0, tp_hidden, tp_total)
     # ---- context parallelism: K,V chunks around the ring, (c−1) steps forward, twice in backward,
     # overlapped with the attention computation.
     kv_chunk = 2.0 * e * tokens * kv_local
-    cp_fwd = (cp - 1.0) * send_recv_s(kv_chunk, tp, tiers) * xp.mask(cp > 1)
+    cp_fwd = (cp - 1.0) * send_recv_s(kv_chunk, cp, tp, tiers) * xp.mask(cp > 1)
     cp_layer = (xp.maximum(cp_fwd - attn_c - attn_m, 0.0) * (1.0 + full + selective)
                 + xp.maximum(2.0 * cp_fwd - _sum(attn_bwd_parts)[0] - _sum(attn_bwd_parts)[1], 0.0))
 
@@ -177,8 +178,13 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     logits_c = 3.0 * logits.compute_bound_s
     logits_m = 3.0 * logits.memory_bound_s + ce.memory_s
 
-    # ---- one micro-batch on a stage
-    layers_per_stage = model.layers / pp
+    # ---- one micro-batch on a stage. With an even split every stage holds L/p layers and the last
+    # also the logits; with the balanced split the embedding and the loss count as one layer each,
+    # so the heaviest stage holds ceil((L+2)/(p·v))·v layers and the last one layer less + logits.
+    heavy_layers, last_layers = stage_layers(model, pp, vpp, pipeline_split)
+    per_layer_total = layer_c + layer_m + layer_overhead + tp_layer + cp_layer
+    last_is_max = xp.mask(last_layers * per_layer_total + logits_c + logits_m >= heavy_layers * per_layer_total)
+    layers_per_stage = xp.where(last_is_max > 0, last_layers, heavy_layers)
     stage_c = layers_per_stage * layer_c
     stage_m = layers_per_stage * layer_m
     stage_o = layers_per_stage * layer_overhead
@@ -187,51 +193,55 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     # pipeline: each of the v chunks sends activations forward and gradients backward
     pp_stride = tp * cp * dp
     p2p_bytes = e * tokens * h / tp                    # scatter/gather optimisation (Narayanan 2021 §4.1)
-    stage_pp = 2.0 * vpp * send_recv_s(p2p_bytes, pp_stride, tiers) * xp.mask(pp > 1)
+    stage_pp = 2.0 * vpp * send_recv_s(p2p_bytes, pp, pp_stride, tiers) * xp.mask(pp > 1)
 
     # ---- ZeRO-3 / FSDP: for every layer of every micro-batch, all-gather its weights forward and
     # backward and reduce-scatter its gradients (3 ring collectives per layer, so the ring latency
     # counts per layer); prefetched behind compute except one layer's worth.
     w_bytes = weight_bytes_per_param(precision)
-    params_local = stage_params(model, pp) / tp
+    params_local = stage_params(model, pp, vpp, pipeline_split) / tp
     layer_params_local = model.params_per_layer / tp
-    dp_stride = tp * cp
+    # weights are replicated over the c context-parallel ranks too: gradients are reduced, and ZeRO
+    # state sharded, over the d·c ranks with the same tensor rank (Megatron's DP×CP group), stride t
+    dp_stride = tp
+    grad_group = dp * cp
+    shard_group = shard * cp
     z3 = xp.mask(zero >= 3)
-    z3_layer = (2.0 * all_gather_s(layer_params_local * w_bytes, shard, dp_stride, tiers)
-                + reduce_scatter_s(layer_params_local * MAIN_GRAD_BYTES, shard, dp_stride, tiers))
+    z3_layer = (2.0 * all_gather_s(layer_params_local * w_bytes, shard_group, dp_stride, tiers)
+                + reduce_scatter_s(layer_params_local * MAIN_GRAD_BYTES, shard_group, dp_stride, tiers))
     embed_local = (params_local - layers_per_stage * layer_params_local)
     z3_comm = z3 * (layers_per_stage * z3_layer
-                    + 2.0 * all_gather_s(embed_local * w_bytes, shard, dp_stride, tiers)
-                    + reduce_scatter_s(embed_local * MAIN_GRAD_BYTES, shard, dp_stride, tiers))
+                    + 2.0 * all_gather_s(embed_local * w_bytes, shard_group, dp_stride, tiers)
+                    + reduce_scatter_s(embed_local * MAIN_GRAD_BYTES, shard_group, dp_stride, tiers))
     stage_work = stage_c + stage_m + stage_o
     z3_exposed = xp.maximum(z3_comm - stage_work, z3_layer) * z3
 
-    mb_avg_c, mb_avg_m = stage_c, stage_m
     mb_comm = stage_tp + stage_cp + stage_pp + z3_exposed
-    mb_avg = mb_avg_c + mb_avg_m + stage_o + mb_comm
-    mb_max_c = mb_avg_c + logits_c
-    mb_max_m = mb_avg_m + logits_m
+    mb_max_c = stage_c + last_is_max * logits_c
+    mb_max_m = stage_m + last_is_max * logits_m
     mb_max = mb_max_c + mb_max_m + stage_o + mb_comm
+    # fill and drain: (p−1)/v times a typical stage's micro-batch (layers only, no logits)
+    mb_typical = heavy_layers * per_layer_total + stage_pp + z3_exposed
 
-    bubble = (pp - 1.0) / vpp * mb_avg
+    bubble = (pp - 1.0) / vpp * mb_typical
 
     # ---- data parallelism (ZeRO 0–2): gradient all-reduce, or reduce-scatter + all-gather of the
     # weights (ZeRO-1/2, distributed optimizer); overlapped with the last micro-batch's backward,
     # except the last bucket (one layer's worth).
     zero12 = xp.mask((zero >= 1) * (zero <= 2))
     z0 = xp.mask(zero == 0)
-    dp_comm = (z0 * all_reduce_s(params_local * MAIN_GRAD_BYTES, dp, dp_stride, tiers)
-               + zero12 * (reduce_scatter_s(params_local * MAIN_GRAD_BYTES, shard, dp_stride, tiers)
-                           + all_gather_s(params_local * w_bytes, shard, dp_stride, tiers)))
+    dp_comm = (z0 * all_reduce_s(params_local * MAIN_GRAD_BYTES, grad_group, dp_stride, tiers)
+               + zero12 * (reduce_scatter_s(params_local * MAIN_GRAD_BYTES, shard_group, dp_stride, tiers)
+                           + all_gather_s(params_local * w_bytes, shard_group, dp_stride, tiers)))
     # hybrid sharding: the replicas all-reduce their gradient shard (stride: one shard group)
-    replica_comm = (1.0 - z0) * all_reduce_s(params_local / shard * MAIN_GRAD_BYTES, replicas,
-                                             dp_stride * shard, tiers)
+    replica_comm = (1.0 - z0) * all_reduce_s(params_local / shard_group * MAIN_GRAD_BYTES, replicas,
+                                             dp_stride * shard_group, tiers)
     backward_window = layers_per_stage * (bwd_c + bwd_m)
     dp_exposed = xp.maximum(dp_comm * (1.0 - z3) + replica_comm - backward_window,
                             (dp_comm * (1.0 - z3) + replica_comm) / layers_per_stage)
 
     # ---- optimizer: memory-bound Adam over the local (ZeRO-sharded) parameters
-    opt_params = params_local / xp.where(zero >= 1, shard, 1.0)
+    opt_params = params_local / xp.where(zero >= 1, shard_group, 1.0)
     optimizer = opt_params * OPTIMIZER_BYTES_PER_PARAM / mem_bw
 
     compute_s = m * mb_max_c
@@ -242,9 +252,13 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
 
     mflops = model_flops_per_step(model, s, global_batch)
     tokens_step = global_batch * s
+    attn_fwd_per_token = 4.0 * s * model.heads * model.head_dim * CAUSAL_FRACTION
     hw_extra = tokens_step * model.layers * (
         full * layer_flops_forward(model, 1.0, s, CAUSAL_FRACTION)
-        + selective * 4.0 * s * model.heads * model.head_dim * CAUSAL_FRACTION)
+        + selective * attn_fwd_per_token)
+    if attention == "standard":
+        # materialised scores compute the masked half too: forward, backward and any recomputation
+        hw_extra = hw_extra + tokens_step * model.layers * attn_fwd_per_token * (3.0 + full + selective)
     return StepTerms(time_s=time_s, compute_s=compute_s, memory_s=memory_s, communication_s=communication_s,
                      bubble_s=bubble, overhead_s=overhead_s, tp_comm_s=m * stage_tp, cp_comm_s=m * stage_cp,
                      pp_comm_s=m * stage_pp, dp_comm_s=dp_exposed + m * z3_exposed, optimizer_s=optimizer,

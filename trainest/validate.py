@@ -87,6 +87,7 @@ class NotExpressible:
 class LoadedRuns:
     cases: tuple[Case, ...]
     not_expressible: tuple[NotExpressible, ...]
+    duplicates: tuple[str, ...] = ()     # ids of repeated transcriptions (`duplicate_of`), counted once
 
 
 def bundled_runs_files() -> list[Path]:
@@ -134,6 +135,7 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
     cases: list[Case] = []
     skipped: list[NotExpressible] = []
     seen: dict[str, str] = {}
+    duplicates: list[str] = []
     for path in files:
         doc = F.load_yaml_mapping(path, "runs")
         F.check_keys(doc, str(path), RUNS_FILE_KEYS)
@@ -160,6 +162,10 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
                 continue
             if hw_filter is not None and hw_name != hw_filter:
                 continue
+            if rec.get("duplicate_of") is not None:
+                # the same measurement transcribed twice: the other record is compared, this one is not
+                duplicates.append(run_id)
+                continue
             if not expressible:
                 reason = F.text(rec.get("reason") or "no reason given", f"{where}.reason")
                 skipped.append(NotExpressible(run_id, group, hw_name, reason))
@@ -173,7 +179,7 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
                 skipped.append(NotExpressible(run_id, group, hw_name, f"does not validate: {exc}"))
                 continue
             cases.append(Case(run_id, group, citation, scenario, measurement, confidence))
-    return LoadedRuns(tuple(cases), tuple(skipped))
+    return LoadedRuns(tuple(cases), tuple(skipped), tuple(duplicates))
 
 
 # ----------------------------------------------------------------------------------- metric algebra
@@ -316,6 +322,7 @@ class ValidationReport:
     by_hardware: dict[str, Summary]
     runs: tuple[RunResult, ...]
     not_expressible: tuple[NotExpressible, ...]
+    duplicates: tuple[str, ...] = ()
 
 
 def grouped(results: Iterable[RunResult], skipped: Iterable[NotExpressible], key: str) -> dict[str, Summary]:
@@ -329,10 +336,12 @@ def grouped(results: Iterable[RunResult], skipped: Iterable[NotExpressible], key
     return {k: summarize(res.get(k, []), nx.get(k, 0)) for k in sorted(set(res) | set(nx))}
 
 
-def build_report(results: Iterable[RunResult], skipped: Iterable[NotExpressible]) -> ValidationReport:
+def build_report(results: Iterable[RunResult], skipped: Iterable[NotExpressible],
+                 duplicates: Iterable[str] = ()) -> ValidationReport:
     results, skipped = tuple(results), tuple(skipped)
     return ValidationReport(summary=summarize(results, len(skipped)), by_source=grouped(results, skipped, "source"),
-                            by_hardware=grouped(results, skipped, "hardware"), runs=results, not_expressible=skipped)
+                            by_hardware=grouped(results, skipped, "hardware"), runs=results, not_expressible=skipped,
+                            duplicates=tuple(duplicates))
 
 
 def validate_runs(paths: Iterable[str | Path] | None = None, source: str | None = None, hardware: str | None = None,
@@ -351,7 +360,7 @@ def validate_runs(paths: Iterable[str | Path] | None = None, source: str | None 
                                           f"cannot be estimated: {exc}"))
         if progress is not None:
             progress(i + 1, len(loaded.cases))
-    return build_report(results, skipped)
+    return build_report(results, skipped, loaded.duplicates)
 
 
 # --------------------------------------------------------------------------------------- renderings
@@ -369,6 +378,7 @@ def report_dict(report: ValidationReport) -> dict[str, Any]:
             "by_source": {k: summary_dict(v) for k, v in report.by_source.items()},
             "by_hardware": {k: summary_dict(v) for k, v in report.by_hardware.items()},
             "runs": [asdict(r) for r in report.runs],
+            "duplicates_skipped": list(report.duplicates),
             "not_expressible": [{"id": n.id, "source": n.source, "hardware": n.hardware, "reason": n.reason}
                                 for n in report.not_expressible]}
 
