@@ -201,7 +201,6 @@ def test_more_bandwidth_never_slower(mapping, field, factor):
     _check_more_bandwidth(mapping, field, factor)
 
 
-@pytest.mark.xfail(strict=True, reason=OVERLAP_REASON)
 @_settings("physics")
 @example(mapping=CE_BANDWIDTH, field="memory_bytes_per_s", factor=2.0)
 @given(scenario_mappings(), st.sampled_from(BANDWIDTH_FIELDS), st.floats(1.01, 100.0))
@@ -236,7 +235,6 @@ def test_higher_peak_never_slower(mapping, factor):
     _check_higher_peak(mapping, factor)
 
 
-@pytest.mark.xfail(strict=True, reason=OVERLAP_REASON)
 @_settings("physics")
 @example(mapping=CE_PEAK, factor=2.0)
 @given(scenario_mappings(), st.floats(1.01, 100.0))
@@ -319,10 +317,6 @@ def test_full_recompute_never_keeps_more_activations_than_none(mapping):
     _check_recompute(mapping)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "model: with one layer per stage and one micro-batch in flight, full recompute counts the checkpointed "
-    "layer input AND the re-materialised layer (which already holds that input), so it keeps 2·b·s·h bytes "
-    "more than no recompute (memory.py `working`); counter-example CE_RECOMPUTE"))
 @_settings("physics")
 @example(mapping=CE_RECOMPUTE)
 @given(scenario_mappings())

@@ -138,7 +138,8 @@ def memory_per_device(model: Model, precision: str, *, seq_len, micro_batch, mic
         model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, sp=sp, recompute=recompute,
         attention=attention)
     layers_per_stage, last_layers = stage_layers(model, pp, vpp, pipeline_split)
-    working = xp.mask(recompute == 2) * per_layer_stored          # one layer re-materialised in backward
+    # one layer re-materialised during backward; its checkpointed input is already counted
+    working = xp.mask(recompute == 2) * (per_layer_stored - per_layer)
     first_stage = per_layer * layers_per_stage * in_flight_micro_batches(pp, vpp, micro_batches) + working
     logits = 2.0 * LOGITS_BYTES * micro_batch * seq_len / cp * model.vocab / tp
     last_stage = per_layer * last_layers + working + logits

@@ -169,8 +169,13 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     # overlapped with the attention computation.
     kv_chunk = 2.0 * e * tokens * kv_local
     cp_fwd = (cp - 1.0) * send_recv_s(kv_chunk, cp, tp, tiers) * xp.mask(cp > 1)
-    cp_layer = (xp.maximum(cp_fwd - attn_c - attn_m, 0.0) * (1.0 + full + selective)
-                + xp.maximum(2.0 * cp_fwd - _sum(attn_bwd_parts)[0] - _sum(attn_bwd_parts)[1], 0.0))
+    attn_fwd_s = attn_c + attn_m
+    attn_bwd_s = sum(_sum(attn_bwd_parts))
+    cp_layer = (xp.maximum(cp_fwd - attn_fwd_s, 0.0) * (1.0 + full + selective)
+                + xp.maximum(2.0 * cp_fwd - attn_bwd_s, 0.0))
+    # attention time already spent hiding the CP ring: no other traffic can hide behind it
+    cp_hiding_fwd = xp.minimum(cp_fwd, attn_fwd_s) * (1.0 + full + selective)
+    cp_hiding_bwd = xp.minimum(2.0 * cp_fwd, attn_bwd_s)
 
     # ---- logits on the last stage: GEMM forward and backward + cross entropy
     logits = gemm(tokens, model.vocab / tp, h)
@@ -213,7 +218,8 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     z3_comm = z3 * (layers_per_stage * z3_layer
                     + 2.0 * all_gather_s(embed_local * w_bytes, shard_group, dp_stride, tiers)
                     + reduce_scatter_s(embed_local * MAIN_GRAD_BYTES, shard_group, dp_stride, tiers))
-    stage_work = stage_c + stage_m + stage_o
+    # the window for the ZeRO-3 traffic: the stage's work, less the attention time that hides CP
+    stage_work = stage_c + stage_m + stage_o - layers_per_stage * (cp_hiding_fwd + cp_hiding_bwd)
     z3_exposed = xp.maximum(z3_comm - stage_work, z3_layer) * z3
 
     mb_comm = stage_tp + stage_cp + stage_pp + z3_exposed
@@ -236,7 +242,10 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     # hybrid sharding: the replicas all-reduce their gradient shard (stride: one shard group)
     replica_comm = (1.0 - z0) * all_reduce_s(params_local / shard_group * MAIN_GRAD_BYTES, replicas,
                                              dp_stride * shard_group, tiers)
-    backward_window = layers_per_stage * (bwd_c + bwd_m)
+    # the window: the last micro-batch's backward, less what hides CP and the backward ZeRO-3
+    # traffic (the backward all-gather and the reduce-scatter: 2 of its 3 collectives per layer)
+    backward_window = xp.maximum(layers_per_stage * (bwd_c + bwd_m - cp_hiding_bwd)
+                                 - z3 * xp.minimum(z3_comm, stage_work) * (2.0 / 3.0), 0.0)
     dp_exposed = xp.maximum(dp_comm * (1.0 - z3) + replica_comm - backward_window,
                             (dp_comm * (1.0 - z3) + replica_comm) / layers_per_stage)
 
