@@ -1,9 +1,11 @@
 """The accuracy gate: trainest against the bundled published runs (docs/validation.md).
 
 Issue 3's targets (docs/validation.md):
-  * MAPE ≤ 10 % over all expressible runs, with at least 400 expressible runs (met: 9.5 % over 520);
-  * MAPE ≤ 5 % on the Korthikanti et al. 2022 and Narayanan et al. 2021 A100 tables (NOT met: 22.9 %
-    over 45 runs, driven by Narayanan Table 2's ZeRO-3 rows; xfail below).
+  * MAPE ≤ 10 % over all expressible runs, with at least 400 expressible runs (met: 8.6 % over 460
+    distinct measurements; 60 repeated transcriptions are counted once);
+  * MAPE ≤ 5 % on the Korthikanti et al. 2022 and Narayanan et al. 2021 A100 tables (NOT met: 33.9 %
+    over 33 runs; 4.8 % over the 27 that are not Narayanan Table 2's DeepSpeed ZeRO-3 rows, which
+    trainest predicts 1.4-4.4x too fast; xfail below).
 
 MAPE_GATE_PCT is the current bundled MAPE rounded up by about one point, so that a regression of the
 model, the shipped efficiencies or the runs fails here. Lower it when the model improves (re-run
@@ -16,7 +18,7 @@ import pytest
 
 from trainest.validate import mape_pct, validate_runs
 
-MAPE_GATE_PCT = 10.5              # current: 9.5 % over 520 runs (tools/fit_defaults.py, shipped efficiencies)
+MAPE_GATE_PCT = 9.5               # current: 8.6 % over 460 runs (tools/fit_defaults.py, shipped efficiencies)
 TARGET_MAPE_PCT = 10.0            # issue 3
 TARGET_MIN_RUNS = 400             # issue 3: expressible runs
 TARGET_PAPER_TABLES_PCT = 5.0     # issue 3: Korthikanti 2022 and Narayanan 2021 A100 tables
@@ -46,7 +48,8 @@ def test_target_overall_mape(report):
 
 
 @pytest.mark.xfail(reason="issue 3 target (≤ 5 % on the Korthikanti/Narayanan A100 tables) not met yet: "
-                          "Narayanan Table 2 ZeRO-3 rows are predicted 50-80 % too fast", strict=False)
+                          "Narayanan Table 2's six DeepSpeed ZeRO-3 rows are predicted 1.4-4.4x too fast (their measured step time "
+                          "does not fall as GPUs are added); the other 27 rows are at 4.8 %", strict=False)
 def test_target_paper_tables(report):
     paper = [r for r in report.runs if r.source in PAPER_SOURCES and r.hardware.startswith("a100")]
     assert paper and mape_pct(paper) <= TARGET_PAPER_TABLES_PCT

@@ -234,7 +234,7 @@ BAD_SCENARIOS = [
     ("recompute-typo", _mutated(GOOD_SCENARIO, ("recompute",), "ful"), ("did you mean 'full'",)),
     ("recompute-bool", _mutated(GOOD_SCENARIO, ("recompute",), True), ("recompute", "True")),
     ("precision-list", _mutated(GOOD_SCENARIO, ("precision",), ["bf16"]), ("precision",)),
-    ("attention-unknown", _mutated(GOOD_SCENARIO, ("attention",), "sparse"), ("attention", "flash, standard")),
+    ("attention-unknown", _mutated(GOOD_SCENARIO, ("attention",), "sparse"), ("attention", "flash, flash2, standard")),
     ("model-list", _mutated(GOOD_SCENARIO, ("model",), ["llama3-8b"]), ("model", "preset name")),
     ("model-number", _mutated(GOOD_SCENARIO, ("model",), 8), ("model",)),
     ("model-mapping-missing-key", _mutated(GOOD_SCENARIO, ("model",), {"layers": 2, "hidden": 64, "heads": 4}),

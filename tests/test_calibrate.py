@@ -61,9 +61,10 @@ def synthetic_runs(tmp_path_factory) -> str:
 
 
 def test_recovers_a_known_efficiency(synthetic_runs):
+    """Noise-free synthetic runs and no prior pull: the fit finds the true values."""
     cases = load_runs([synthetic_runs]).cases
     start = with_efficiency(load_hardware("h100-sxm"), **START)
-    result = fit_efficiency(cases, start, names=tuple(TRUTH))
+    result = fit_efficiency(cases, start, names=tuple(TRUTH), prior_weight=0.0)
     assert result.mape_before_pct > 5.0
     assert result.mape_after_pct < 0.5
     for p in result.parameters:
@@ -72,6 +73,16 @@ def test_recovers_a_known_efficiency(synthetic_runs):
     # the returned hardware carries the values, so the runs reproduce
     e = result.hardware.efficiency
     assert (e.gemm, e.scale_out) == (pytest.approx(result.parameters[0].value), pytest.approx(result.parameters[4].value))
+
+
+def test_default_prior_pulls_only_mildly(synthetic_runs):
+    """With the default prior weight the fit still moves most of the way from the start to the truth."""
+    cases = load_runs([synthetic_runs]).cases
+    start = with_efficiency(load_hardware("h100-sxm"), **START)
+    result = fit_efficiency(cases, start, names=tuple(TRUTH))
+    assert result.mape_after_pct < 0.25 * result.mape_before_pct
+    for p in result.parameters:
+        assert abs(p.value - TRUTH[p.name]) <= 0.5 * abs(START[p.name] - TRUTH[p.name]) + 1e-9, p.name
 
 
 def test_fit_respects_bounds(synthetic_runs):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from trainest import catalog, entry, options
+from trainest import catalog, entry, memory, options
 from trainest import fields as F
 from trainest.options import ESTIMATE_OPTIONS, parse_estimate_argv
 
@@ -106,6 +106,7 @@ def test_choice_tuples_match_the_library():
     assert options.MLP_CHOICES == catalog.MLP_KINDS
     assert options.RECOMPUTE_CHOICES == scenario.RECOMPUTE
     assert options.ATTENTION_CHOICES == scenario.ATTENTION
+    assert options.PIPELINE_SPLIT_CHOICES == memory.PIPELINE_SPLITS
 
 
 @pytest.mark.parametrize("args", [

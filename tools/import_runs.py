@@ -35,7 +35,7 @@ DEFAULT_OUT = REPO / "specs" / "runs"
 VARIANT_HARDWARE = {"h100-96gb-500w"}
 
 RUN_KEYS = ("id", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
-            "parallel", "micro_batch", "global_batch", "recompute", "measured", "expressible", "reason",
+            "parallel", "micro_batch", "global_batch", "recompute", "attention", "measured", "expressible", "reason",
             "confidence", "notes", "duplicate_of")
 MODEL_KEYS = ("name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp",
               "tied_embeddings")
@@ -43,6 +43,26 @@ PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp
                  "pipeline_split")
 MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula",
                  "device_hours", "tokens")
+
+# The attention kernel each source's framework ran (the `attention` scenario key; default flash, the
+# best fused kernel of the hardware: cuDNN/FlashAttention-3 class on Hopper and later).
+ATTENTION_BY_SOURCE = {
+    "narayanan2021": ("standard", "Megatron-LM of 2021 predates FlashAttention: materialised scores with "
+                                  "the fused scale-mask-softmax kernel"),
+    "korthikanti2022": ("standard", "Megatron-LM of 2022 materialises the attention scores (the 5as/h "
+                                    "activation term the paper's selective recompute removes)"),
+    "llm-foundry": ("flash2", "llm-foundry benchmark configs use attn_impl=flash (the flash-attn "
+                              "FlashAttention-2 package), not a Hopper-specific kernel"),
+    "torchtitan": ("flash2", "torchtitan uses PyTorch SDPA, whose flash backend is FlashAttention-2"),
+}
+
+
+def attention_kernel(slug: str, hardware: str | None) -> tuple[str | None, str | None]:
+    """(attention kernel, note) for a source; the Megatron-LM README's 2021 A100 rows are Narayanan's."""
+    if slug == "megatron-lm-readme" and hardware and hardware.startswith("a100"):
+        return ATTENTION_BY_SOURCE["narayanan2021"]
+    return ATTENTION_BY_SOURCE.get(slug, (None, None))
+
 
 # ---------------------------------------------------------------------------------------------
 # Per-source conventions. Keyed by the output slug; rules below look these up, never record ids.
@@ -841,6 +861,9 @@ class Importer:
         # ---- notes ---------------------------------------------------------------------------
         if dup is not None:
             notes.append(f"same measurement as {dup['id']} ({dup['file']}); count it once when aggregating")
+        kernel, knote = attention_kernel(r["slug"], hardware)
+        if kernel:
+            notes.append(f"attention kernel {kernel}: {knote}")
         out_notes = []
         if r["notes"]:
             out_notes.append("Source notes: " + r["notes"].strip())
@@ -901,6 +924,8 @@ class Importer:
         run["micro_batch"] = micro
         run["global_batch"] = gbs
         run["recompute"] = recompute
+        if kernel:
+            run["attention"] = kernel
         run["measured"] = measured
         run["expressible"] = not reasons
         run["reason"] = "; ".join(reasons) if reasons else None

@@ -34,19 +34,31 @@ from trainest.errors import SpecError
 from trainest.units import MICROSECOND
 from trainest.validate import Case, RunResult, mape_pct, result_for, step_time_s_from_metric
 
-MIN_FRACTION = 0.2                 # lowest physical efficiency fraction allowed by the fit
+MIN_FRACTION = 0.2                 # lowest efficiency fraction any parameter may take
 MAX_FRACTION = 1.0
 MAX_LAYER_OVERHEAD_S = 500e-6      # 0.5 ms per layer pass: far above any launch/sync overhead seen
 SMALL_MODEL_PARAMS = 3e9           # below this, fixed per-layer overhead is a visible part of the step
-PRIOR_WEIGHT = 1e-4                # λ: weak pull to the starting values (in units of squared log error)
+PRIOR_WEIGHT = 3e-3                # λ: pull to the starting values (in units of squared log error)
 HUBER_DELTA = 0.2                  # |ln(pred/meas)| beyond which a run's pull grows linearly, not quadratically
 FD_STEP = 1e-3                     # forward-difference step in scaled units x
 MAX_ITERATIONS = 40
 TOLERANCE = 1e-5                   # stop when the objective improves by less than this (relative)
 BASE_PARAMETERS = ("gemm", "attention", "memory", "scale_up", "scale_out")
-# parameter -> (lower, upper) bounds in the Efficiency dataclass's units (fractions; seconds)
-BOUNDS = {name: (MIN_FRACTION, MAX_FRACTION) for name in BASE_PARAMETERS + ("low_precision_gemm",)}
-BOUNDS["layer_overhead_s"] = (0.0, MAX_LAYER_OVERHEAD_S)
+# parameter -> (lower, upper) bounds in the Efficiency dataclass's units (fractions; seconds). They
+# keep the fit physical, so that a term the model misses is not silently absorbed by an absurd value:
+#   gemm 0.45-0.92: large dense GEMMs reach 0.6-0.9 of dense peak (cuBLAS on A100/H100; this project's
+#     H200 measurement 790/989 = 0.80; TPU MaxText MFUs above 0.7 need ≥ 0.8);
+#   attention 0.2-0.95: the long-sequence, wide-head limit of fused attention (times the length and
+#     head-width factors of step.py, ~0.75 at s = 8k, d_h = 128); FA2 reaches 0.6-0.7 of peak forward;
+#   memory 0.5-0.95: streaming kernels reach 0.8-0.9 of HBM bandwidth (H200 copy 4.3/4.8 TB/s);
+#   scale_up 0.4-0.95, scale_out 0.3-0.95: NCCL bus bandwidth 0.7-0.9 of link rate at large messages;
+#   low_precision_gemm 0.6-1.0: FP8 GEMMs reach 0.6-0.9 of their (2x) peak relative to BF16's fraction;
+#   flash2_attention 0.3-1.0: FlashAttention-2 relative to the best kernel (1 on Ampere; FA3 is
+#     1.5-2x faster than FA2 on H100, Shah et al. 2024).
+BOUNDS = {"gemm": (0.45, 0.92), "attention": (MIN_FRACTION, 0.95), "memory": (0.5, 0.95),
+          "scale_up": (0.4, 0.95), "scale_out": (0.3, 0.95), "low_precision_gemm": (0.6, MAX_FRACTION),
+          "flash2_attention": (0.3, MAX_FRACTION),
+          "layer_overhead_s": (0.0, MAX_LAYER_OVERHEAD_S)}
 
 
 @dataclass(frozen=True)
@@ -83,6 +95,8 @@ def parameters_for(cases: Sequence[Case]) -> tuple[str, ...]:
     names = list(BASE_PARAMETERS)
     if any(c.scenario.precision in ("fp8", "fp4") for c in cases):
         names.append("low_precision_gemm")
+    if any(c.scenario.attention == "flash2" for c in cases) and any(c.scenario.attention == "flash" for c in cases):
+        names.append("flash2_attention")     # only separable from `attention` when both kernels appear
     if any(c.scenario.model.params < SMALL_MODEL_PARAMS for c in cases):
         names.append("layer_overhead_s")
     return tuple(names)
@@ -114,8 +128,9 @@ def _log_residuals(cases, measured_s, hardware, names, scale, x):
 
 
 def fit_efficiency(cases: Sequence[Case], hardware: Hardware | None = None,
-                   names: Sequence[str] | None = None) -> CalibrationResult:
-    """Fit the efficiency of `hardware` (default: the runs' own) to `cases` (see module docstring)."""
+                   names: Sequence[str] | None = None, prior_weight: float = PRIOR_WEIGHT) -> CalibrationResult:
+    """Fit the efficiency of `hardware` (default: the runs' own) to `cases` (see module docstring).
+    `prior_weight` is λ; 0 fits the runs alone."""
     import numpy as np
 
     if not cases:
@@ -136,7 +151,7 @@ def fit_efficiency(cases: Sequence[Case], hardware: Hardware | None = None,
     measured_s = np.array([step_time_s_from_metric(c) for c in cases])
 
     def objective(r_cases, x):
-        return float(np.mean(huber(r_cases)) + PRIOR_WEIGHT * np.sum((x - x0) ** 2))
+        return float(np.mean(huber(r_cases)) + prior_weight * np.sum((x - x0) ** 2))
 
     x = x0.copy()
     r = _log_residuals(cases, measured_s, hardware, names, scale, x)[:, 0]
@@ -153,8 +168,8 @@ def fit_efficiency(cases: Sequence[Case], hardware: Hardware | None = None,
         # stacked least squares: rows (1/√n)·r_i and √λ·(x_j − x0_j)
         # Gauss-Newton model of the Huber loss (IRLS weights w = ψ(r)/r: 1 inside ±δ, δ/|r| outside)
         w = np.minimum(1.0, HUBER_DELTA / np.maximum(np.abs(r), 1e-300))
-        a = jac.T @ (w[:, None] * jac) / n + PRIOR_WEIGHT * np.eye(k)
-        g = jac.T @ (w * r) / n + PRIOR_WEIGHT * (x - x0)
+        a = jac.T @ (w[:, None] * jac) / n + prior_weight * np.eye(k)
+        g = jac.T @ (w * r) / n + prior_weight * (x - x0)
         # active set: a parameter on a bound whose gradient pushes it outwards is held there
         held = ((x <= lo + 1e-12) & (g > 0)) | ((x >= hi - 1e-12) & (g < 0))
         free = ~held
@@ -209,6 +224,7 @@ def efficiency_block(hardware: Hardware, *, method: str, fit_runs: int | None, f
                              "attention": _round(e.attention), "memory": _round(e.memory),
                              "scale_up": _round(e.scale_up), "scale_out": _round(e.scale_out),
                              "low_precision_gemm": _round(e.low_precision_gemm),
+                             "flash2_attention": _round(e.flash2_attention),
                              "layer_overhead_us": _round(e.layer_overhead_s / MICROSECOND),
                              "fitted": fitted, "method": method}
     if fit_runs is not None:

@@ -38,7 +38,9 @@ Precision = _choice_enum("precision")
 Recompute = _choice_enum("recompute")
 Mlp = _choice_enum("mlp")
 Attention = _choice_enum("attention")
-_CHOICE_ENUMS = {"precision": Precision, "recompute": Recompute, "mlp": Mlp, "attention": Attention}
+PipelineSplit = _choice_enum("pipeline_split")
+_CHOICE_ENUMS = {"precision": Precision, "recompute": Recompute, "mlp": Mlp, "attention": Attention,
+                 "pipeline_split": PipelineSplit}
 _VALUE_TYPES = {"int": int, "float": float, "str": str}
 
 

@@ -29,7 +29,8 @@ EXIT_GATE = 3
 PRECISION_CHOICES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 MLP_CHOICES = ("gelu", "swiglu")
 RECOMPUTE_CHOICES = ("none", "selective", "full")
-ATTENTION_CHOICES = ("flash", "standard")
+ATTENTION_CHOICES = ("flash", "flash2", "standard")
+PIPELINE_SPLIT_CHOICES = ("even", "balanced")
 
 
 @dataclass(frozen=True)
@@ -80,10 +81,16 @@ ESTIMATE_OPTIONS: tuple[Opt, ...] = (
     Opt("fsdp", ("--fsdp",), "flag", "Fully sharded data parallel (= --zero 3)."),
     Opt("sequence_parallel", ("--sequence-parallel/--no-sequence-parallel",), "switch",
         "Megatron sequence parallelism.", "off"),
+    Opt("tp_overlap", ("--tp-overlap/--no-tp-overlap",), "switch",
+        "Pipeline TP collectives with the GEMMs (Megatron --tp-comm-overlap).", "off"),
+    Opt("dp_shard", ("--dp-shard",), "int", "Hybrid sharding: ZeRO shard group size (divides dp).", "dp"),
+    Opt("pipeline_split", ("--pipeline-split",), "choice",
+        "even (layers divide p·v) or balanced (embedding and loss count as layers).", "even",
+        PIPELINE_SPLIT_CHOICES, "PipelineSplit"),
     Opt("micro_batch", ("--micro-batch", "-b"), "int", "Micro-batch b, in sequences.", "1"),
     Opt("global_batch", ("--global-batch", "-B"), "int", "Global batch B, in sequences.", "dp × micro-batch"),
     Opt("recompute", ("--recompute",), "choice", "Activation recomputation.", "none", RECOMPUTE_CHOICES, "Recompute"),
-    Opt("attention", ("--attention",), "choice", "flash (fused, causal) or standard (materialised scores).", "flash",
+    Opt("attention", ("--attention",), "choice", "flash (best fused kernel: FA3/cuDNN on Hopper+), flash2 (FlashAttention-2) or standard (materialised scores).", "flash",
         ATTENTION_CHOICES, "Attention"),
     Opt("tokens", ("--tokens",), "str", "Training tokens, e.g. 300B or 1.5T.", "20 per parameter"),
     Opt("price_per_hour", ("--price-per-hour",), "float", "USD per device-hour.", "catalog price"),
@@ -196,7 +203,8 @@ def scenario_mapping_from_options(config: str | None, **options: Any) -> tuple[d
     base = load_scenario_file(config) if config else {}
     shape = {k: options.pop(k) for k in ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp")}
     shape = {k: _plain(v) for k, v in shape.items() if v is not None}
-    parallel = {k: options.pop(k) for k in ("tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel")}
+    parallel = {k: options.pop(k) for k in ("tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel",
+                                            "tp_overlap", "dp_shard", "pipeline_split")}
     if options.pop("fsdp", None):
         parallel["fsdp"] = True
     flat = {k: _plain(v) for k, v in options.items()}

@@ -20,7 +20,7 @@ from trainest.units import parse_count
 
 RECOMPUTE = ("none", "selective", "full")
 RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
-ATTENTION = ("flash", "standard")
+ATTENTION = ("flash", "flash2", "standard")
 
 DEFAULT_MODEL = "llama3-8b"
 DEFAULT_HARDWARE = "h100-sxm"

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from trainest import xp
 from trainest.catalog import Hardware, Model
 from trainest.comm import Tiers, all_gather_s, all_reduce_s, reduce_scatter_s, send_recv_s, tiers_of
-from trainest.compute import OpTime, fused_time, gemm_time, streaming_time
+from trainest.compute import OpTime, dimension_factor, fused_time, gemm_time, streaming_time
 from trainest.memory import MAIN_GRAD_BYTES, stage_layers, stage_params, weight_bytes_per_param
 
 ACTIVATION_BYTES = 2.0             # 16-bit activations between kernels
 GEMM_INPUT_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
+ATTENTION_HALF_SEQ = 512.0         # sequence length at which fused attention's length factor is 1/2
+ATTENTION_HALF_HEAD_DIM = 32.0     # head dimension at which its head-width factor is 1/2
 CAUSAL_FRACTION = 0.5              # causal flash attention computes about half of the s×s scores
 FLASH_BACKWARD_FLOP_RATIO = 2.5    # FlashAttention-2 backward: 5 matmuls vs 2 in forward (Dao 2023)
 FLASH_BACKWARD_EFFICIENCY = 0.85   # backward reaches ~0.85 of forward's FLOP/s (Dao 2023, Fig. 5-6)
@@ -96,7 +98,14 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     mem_bw = hardware.memory_bytes_per_s * eff.memory
     # attention runs in 16 bit (FP8/FP4 recipes keep it there), or at the run's own peak when that is lower
     # (an FP32/TF32 run): never faster than the run's precision allows, so MFU stays <= 1.
-    attn_flops_per_s = min(hardware.peak_16bit_flops_per_s, peak) * eff.attention
+    # fused attention: the limit fraction η_attn, lowered for short (per-rank) sequences and narrow
+    # heads, where fewer and smaller tiles keep the units less busy (FlashAttention-2 benchmarks,
+    # Dao 2023 Fig. 4-6: causal forward at d_h = 128 reaches 0.32, 0.45, 0.54, 0.59, 0.61 of A100 peak
+    # at s = 0.5k, 1k, 2k, 4k, 8k: s/(s + 512); d_h = 64 runs ~0.85x of d_h = 128: d_h/(d_h + 32))
+    attn_flops_per_s = (min(hardware.peak_16bit_flops_per_s, peak) * eff.attention
+                        * dimension_factor(seq_len / cp, ATTENTION_HALF_SEQ)
+                        * dimension_factor(model.head_dim, ATTENTION_HALF_HEAD_DIM)
+                        * (eff.flash2_attention if attention == "flash2" else 1.0))
     e = ACTIVATION_BYTES
     in_b = GEMM_INPUT_BYTES[precision]
     h, f, s = model.hidden, model.ffn_hidden, seq_len
@@ -120,7 +129,7 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
               gemm(tokens, (model.mlp_matrices - 1.0) * f / tp, h),              # MLP up (and gate)
               gemm(tokens, h, f / tp)]                                           # MLP down
     score_elements = micro_batch * heads_local * (s / cp) * s
-    if attention == "flash":
+    if attention in ("flash", "flash2"):
         attn_flops = 4.0 * score_elements * model.head_dim * CAUSAL_FRACTION
         attn_bytes = e * tokens * (2.0 * q_width / tp + 2.0 * kv_local)         # read Q, K, V, write O
         attn_fwd = fused_time(attn_flops, attn_bytes, attn_flops_per_s, mem_bw)
