@@ -219,3 +219,24 @@ def test_hybrid_sharding_shards_over_the_shard_group_only():
     assert hsdp.optimizer_bytes == pytest.approx(P * 12.0 / 2)
     assert full.optimizer_bytes == pytest.approx(P * 12.0 / 8)
     assert mem(dp=8.0, zero=3.0, dp_shard=8.0).total_bytes == pytest.approx(full.total_bytes)
+
+
+def test_kv_activations_are_replicated_when_fewer_kv_heads_than_tp_ranks():
+    """g < t: every TP rank keeps one KV head (Megatron replicates them), so K and V per rank are
+    max(g, t)·d_h/t wide: g = 1 stores what g = t stores, and more than g·d_h/t would give."""
+    shape = {"layers": 4, "hidden": 64, "ffn_hidden": 256, "heads": 4, "vocab": 100}
+    mqa = model_from_mapping({**shape, "kv_heads": 1}, "test")
+    g4 = model_from_mapping({**shape, "kv_heads": 4}, "test")
+    assert act(mqa, t=4.0) == pytest.approx(act(g4, t=4.0))
+    d_h = 16.0
+    unreplicated = act(g4, t=4.0) - 2.0 * S * B * 2 * (4 - 1) * d_h / 4.0
+    assert act(mqa, t=4.0) > unreplicated
+
+
+def test_context_parallel_ranks_share_the_zero_shards():
+    """Weights are replicated over the c CP ranks, so ZeRO shards over d·c ranks."""
+    P = GPT.params
+    assert mem(dp=2.0, cp=2.0, zero=1.0).optimizer_bytes == pytest.approx(P * 12.0 / 4)
+    assert mem(dp=2.0, cp=2.0, zero=3.0).weights_bytes == pytest.approx(mem(dp=4.0, zero=3.0).weights_bytes)
+    assert mem(dp=1.0, cp=4.0, zero=2.0).gradients_bytes == pytest.approx(P * 4.0 / 4)
+

@@ -287,3 +287,115 @@ def test_hybrid_sharding_adds_a_replica_all_reduce_when_nothing_hides_it():
     expected = (reduce_scatter_s(P * MAIN_GRAD_BYTES, 8.0, 1.0, tiers) + all_gather_s(P * 2.0, 8.0, 1.0, tiers)
                 + all_reduce_s(P / 8 * MAIN_GRAD_BYTES, 2.0, 8.0, tiers))
     assert t.dp_comm_s == pytest.approx(expected, rel=1e-9)
+
+
+# ------------------------------------------------------------------ ZeRO-2, attention kernels, KV, CP
+
+def test_zero2_with_gradient_accumulation_reduces_every_micro_batch():
+    """ZeRO-2 keeps only a gradient shard, so every micro-batch's gradients are reduce-scattered
+    (DeepSpeed ZeRO-2): more DP traffic than ZeRO-1 when m > 1, the same when m = 1."""
+    one_mb = dict(dp=8, global_batch=8.0)                  # m = 1
+    many = dict(dp=8, global_batch=64.0)                   # m = 8
+    assert terms(GPT3_13B, zero=2, **one_mb).dp_comm_s == pytest.approx(terms(GPT3_13B, zero=1, **one_mb).dp_comm_s)
+    assert terms(GPT3_13B, zero=2, **many).dp_comm_s > terms(GPT3_13B, zero=1, **many).dp_comm_s
+
+
+def test_flash2_is_slower_than_the_best_kernel_by_its_relative_factor():
+    """flash2 runs attention at flash2_attention × the rate of `flash`; at 1 the two are the same."""
+    slow = with_efficiency(A100, flash2_attention=0.5)
+    assert terms(GPT3_13B, slow, "bf16", "flash2").time_s > terms(GPT3_13B, slow, "bf16", "flash").time_s
+    same = with_efficiency(A100, flash2_attention=1.0)
+    assert terms(GPT3_13B, same, "bf16", "flash2").time_s == pytest.approx(
+        terms(GPT3_13B, same, "bf16", "flash").time_s, rel=1e-12)
+
+
+def _attention_flops_per_s(seq_len, cp=1.0, model=SMALL):
+    """Achieved FLOP/s of fused attention (forward + backward) on a hardware whose only finite
+    resource is attention: the step time with a finite attention rate minus that with an infinite one."""
+    hw = ideal()
+    fast = terms(model, with_efficiency(hw, attention=1e30), seq_len=seq_len, global_batch=8.0, cp=cp).time_s
+    real = terms(model, hw, seq_len=seq_len, global_batch=8.0, cp=cp).time_s
+    flops_fwd = 4.0 * 8.0 * seq_len * seq_len * model.heads * model.head_dim * CAUSAL_FRACTION * model.layers / cp
+    from trainest.step import FLASH_BACKWARD_EFFICIENCY, FLASH_BACKWARD_FLOP_RATIO
+    # forward at rate r, backward 2.5× the FLOPs at 0.85·r: time = F/r·(1 + 2.5/0.85)
+    return flops_fwd * (1.0 + FLASH_BACKWARD_FLOP_RATIO / FLASH_BACKWARD_EFFICIENCY) / (real - fast)
+
+
+def test_fused_attention_rate_rises_with_the_per_rank_sequence_length():
+    """η_a · s/(s + ATTENTION_HALF_SEQ) · d_h/(d_h + ATTENTION_HALF_HEAD_DIM), s the per-rank length s/c
+    (FlashAttention-2 benchmark curves, Dao 2023)."""
+    from trainest.step import ATTENTION_HALF_HEAD_DIM, ATTENTION_HALF_SEQ
+    hw = ideal()
+    rates = [_attention_flops_per_s(s) for s in (512.0, 1024.0, 4096.0)]
+    assert rates[0] < rates[1] < rates[2]
+    d_h = SMALL.head_dim
+    expected = (hw.peak("bf16") * hw.efficiency.attention * 4096.0 / (4096.0 + ATTENTION_HALF_SEQ)
+                * d_h / (d_h + ATTENTION_HALF_HEAD_DIM))
+    assert rates[2] == pytest.approx(expected, rel=1e-6)
+    # context parallelism shortens the sequence each rank's kernel sees
+    assert _attention_flops_per_s(4096.0, cp=2.0) == pytest.approx(_attention_flops_per_s(2048.0), rel=1e-6)
+
+
+def test_standard_attention_hardware_flops_count_the_masked_half():
+    """Materialised scores compute all s×s: HFU counts 3·L·B·s·(2·s·a·d_h) more than MFU (no recompute)."""
+    m, B, s = SMALL, 8.0, 2048.0
+    std = terms(m, attention="standard", seq_len=s, global_batch=B)
+    masked = 3.0 * m.layers * B * s * 4.0 * s * m.heads * m.head_dim * (1.0 - CAUSAL_FRACTION)
+    assert std.hardware_flops - std.model_flops == pytest.approx(masked, rel=1e-12)
+    assert terms(m, seq_len=s, global_batch=B).hardware_flops == terms(m, seq_len=s, global_batch=B).model_flops
+
+
+def test_kv_heads_are_replicated_when_fewer_than_tp_ranks():
+    """With g < t each TP rank keeps one KV head (Megatron replicates them): the GEMMs and attention
+    of g = 1 cost what g = t costs."""
+    shape = {"layers": 8, "hidden": 4096, "ffn_hidden": 16384, "heads": 32, "vocab": 8}
+    mqa = model_from_mapping({**shape, "kv_heads": 1}, "test")
+    g8 = model_from_mapping({**shape, "kv_heads": 8}, "test")
+    g32 = model_from_mapping({**shape, "kv_heads": 32}, "test")
+    a = terms(mqa, tp=8, global_batch=8.0)
+    b = terms(g8, tp=8, global_batch=8.0)
+    assert a.compute_s == pytest.approx(b.compute_s, rel=1e-12)
+    assert terms(g32, tp=8, global_batch=8.0).compute_s > b.compute_s
+
+
+def test_context_parallel_ranks_join_the_gradient_reduction():
+    """Weights are replicated over the c CP ranks: gradients are reduced over the d·c ranks (stride t),
+    so d = 4, c = 2 moves what d = 8, c = 1 moves when nothing hides it."""
+    hw = dataclasses.replace(ideal(A100, compute=True), scale_up_bytes_per_s=A100.scale_up_bytes_per_s,
+                             scale_out_bytes_per_s=A100.scale_out_bytes_per_s,
+                             scale_up_latency_s=A100.scale_up_latency_s, scale_out_latency_s=A100.scale_out_latency_s)
+    for zero in (0, 1):
+        dc = terms(GPT3_13B, hw, tp=2, dp=4, cp=2, zero=zero, global_batch=16.0)
+        d = terms(GPT3_13B, hw, tp=2, dp=8, cp=1, zero=zero, global_batch=16.0)
+        assert dc.dp_comm_s == pytest.approx(d.dp_comm_s, rel=1e-12)
+        assert dc.dp_comm_s > terms(GPT3_13B, hw, tp=2, dp=4, cp=1, zero=zero, global_batch=16.0).dp_comm_s
+
+
+def test_tp_overlap_exposes_at_least_the_residual():
+    """exposed = max(tp_total − GEMM time, TP_OVERLAP_RESIDUAL·tp_total), never above tp_total."""
+    from trainest.step import TP_OVERLAP_RESIDUAL
+    base = dict(global_batch=16.0, tp=8, sp=1)
+    plain = terms(GPT3_13B, **base).tp_comm_s
+    over = terms(GPT3_13B, **base, tp_overlap=1).tp_comm_s
+    assert TP_OVERLAP_RESIDUAL * plain * (1 - 1e-12) <= over <= plain
+
+
+def test_balanced_split_with_one_stage_is_the_even_split():
+    """p = 1: the balanced split has nothing to balance; the step is the even split's."""
+    from trainest.step import step_terms as st
+    kw = dict(seq_len=2048.0, global_batch=16.0, devices_per_node=8, tp=2.0, pp=1.0, dp=2.0, cp=1.0, vpp=1.0,
+              micro_batch=1.0, zero=1.0, sp=0.0, recompute=0.0)
+    even = st(GPT3_13B, A100, "bf16", "flash", **kw)
+    bal = st(GPT3_13B, A100, "bf16", "flash", **kw, pipeline_split="balanced")
+    assert bal.time_s == pytest.approx(even.time_s, rel=1e-12)
+
+
+def test_balanced_split_heaviest_stage_holds_ceil_l_plus_2_over_p_layers():
+    """L = 40, p = 4: even split 10 layers per stage (the last also runs the logits); balanced
+    ceil(42/4) = 11 on the middle stages and 10 + logits on the last, so never faster."""
+    kw = dict(seq_len=2048.0, global_batch=16.0, devices_per_node=8, tp=1.0, pp=4.0, dp=1.0, cp=1.0, vpp=1.0,
+              micro_batch=1.0, zero=0.0, sp=0.0, recompute=0.0)
+    even = step_terms(GPT3_13B, A100, "bf16", "flash", **kw)
+    bal = step_terms(GPT3_13B, A100, "bf16", "flash", **kw, pipeline_split="balanced")
+    assert GPT3_13B.layers == 40
+    assert bal.time_s > even.time_s

@@ -205,7 +205,7 @@ class Model:
 
 MODEL_REQUIRED = ("layers", "hidden", "ffn_hidden", "heads", "vocab")
 MODEL_OPTIONAL = ("name", "display_name", "source", "kv_heads", "mlp", "seq_len", "tied_embeddings", "aliases", "notes",
-                  "params_b", "head_dim")
+                  "params_b", "head_dim", "params")
 
 
 def model_from_mapping(data: dict, where: str, *, default_seq_len: int = 2048) -> Model:

@@ -37,6 +37,9 @@ BUILTIN_DEFAULT = {"model": DEFAULT_MODEL, "hardware": DEFAULT_HARDWARE, "device
 SCENARIO_KEYS = ("model", "seq_len", "hardware", "devices", "devices_per_node", "precision", "parallel",
                  "micro_batch", "global_batch", "recompute", "attention", "tokens", "price_per_hour", "pue")
 RUN_ONLY_KEYS = ("id", "source", "measured", "expressible", "reason", "confidence", "notes", "duplicate_of")
+# informational keys of the `inputs` echo in `estimate --json`, accepted so that it loads again:
+# `derived` is ignored; `micro_batches` must agree with global_batch / (dp · micro_batch)
+ECHO_KEYS = ("derived", "micro_batches")
 PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "fsdp", "sequence_parallel", "tp_overlap", "dp_shard",
                  "pipeline_split")
 
@@ -120,7 +123,9 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     `shape` holds CLI shape overrides (layers, hidden, ...) applied on top of the model.
     `builtin_default` starts from BUILTIN_DEFAULT (the no-argument scenario), marking its values derived.
     """
-    F.check_keys(data, where, (), SCENARIO_KEYS + RUN_ONLY_KEYS)
+    F.check_keys(data, where, (), SCENARIO_KEYS + RUN_ONLY_KEYS + ECHO_KEYS)
+    echoed_micro_batches = data.get("micro_batches")
+    data = {k: v for k, v in data.items() if k not in ECHO_KEYS}
     derived: list[str] = []
     if builtin_default:
         base = dict(BUILTIN_DEFAULT)
@@ -212,6 +217,10 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     if global_batch % (dp * micro_batch):
         raise SpecError(f"{where}: global_batch={global_batch} is not divisible by dp·micro_batch = {dp}·{micro_batch}"
                         f" = {dp * micro_batch}; use a multiple of {dp * micro_batch}")
+    if echoed_micro_batches is not None and \
+            F.integer(echoed_micro_batches, f"{where}.micro_batches") != global_batch // (dp * micro_batch):
+        raise SpecError(f"{where}.micro_batches: {echoed_micro_batches!r} is derived and must equal global_batch / "
+                        f"(dp · micro_batch) = {global_batch // (dp * micro_batch)}; remove it")
     recompute = F.choice(default("recompute", "none"), f"{where}.recompute", RECOMPUTE)
     attention = F.choice(default("attention", "flash"), f"{where}.attention", ATTENTION)
 

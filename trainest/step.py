@@ -257,6 +257,12 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
                                  - z3 * xp.minimum(z3_comm, stage_work) * (2.0 / 3.0), 0.0)
     dp_exposed = xp.maximum(dp_comm * (1.0 - z3) + replica_comm - backward_window,
                             (dp_comm * (1.0 - z3) + replica_comm) / layers_per_stage)
+    # ZeRO-2 keeps only a gradient shard, so with gradient accumulation every micro-batch's gradients
+    # are reduce-scattered during its backward (DeepSpeed ZeRO-2), not just the last one's
+    z2_rs = reduce_scatter_s(params_local * MAIN_GRAD_BYTES, shard_group, dp_stride, tiers)
+    z2_exposed = (xp.mask(zero == 2) * (m - 1.0)
+                  * xp.maximum(z2_rs - backward_window, z2_rs / layers_per_stage))
+    dp_exposed = dp_exposed + z2_exposed
 
     # ---- optimizer: memory-bound Adam over the local (ZeRO-sharded) parameters
     opt_params = params_local / xp.where(zero >= 1, shard_group, 1.0)

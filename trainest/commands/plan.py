@@ -13,7 +13,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 Precision = Enum("Precision", {p: p for p in ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")}, type=str)
-Attention = Enum("Attention", {a: a for a in ("flash", "standard")}, type=str)
+Attention = Enum("Attention", {a: a for a in ("flash", "flash2", "standard")}, type=str)
 
 
 class Objective(str, Enum):
@@ -82,7 +82,7 @@ def plan(
     devices_per_node: Annotated[Optional[int], typer.Option(
         "--devices-per-node", help="Devices per node / host.", show_default="hardware's")] = None,
     attention: Annotated[Optional[Attention], typer.Option(
-        "--attention", help="flash (fused, causal) or standard.", show_default="flash")] = None,
+        "--attention", help="flash (best fused kernel), flash2 (FlashAttention-2) or standard (materialised scores).", show_default="flash")] = None,
     tokens: Annotated[Optional[str], typer.Option(
         "--tokens", help="Training tokens, e.g. 300B or 1.5T.", show_default="20 per parameter")] = None,
     price_per_hour: Annotated[Optional[float], typer.Option(

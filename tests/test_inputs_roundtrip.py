@@ -1,0 +1,51 @@
+"""The `inputs` echo of `trainest estimate --json` is itself a valid scenario: feeding it back with
+--config reproduces the estimate (the CHANGELOG's promise for schema 1.0)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from trainest.cli import app
+
+CASES = [
+    [],
+    ["--model", "gpt3-175b", "--hardware", "a100-80gb-sxm", "--devices", "64", "--tp", "8", "--pp", "8",
+     "--vpp", "3", "--global-batch", "64", "--recompute", "selective", "--sequence-parallel"],
+    ["--model", "llama3.1-405b", "--hardware", "h100-sxm", "--devices", "1024", "--tp", "8", "--pp", "8",
+     "--vpp", "4", "--pipeline-split", "balanced", "--tp-overlap", "--zero", "1", "--dp-shard", "8",
+     "--global-batch", "512", "--attention", "flash2"],
+    ["--model", "llama3-8b", "--layers", "20", "--hardware", "h200-sxm", "--devices", "16", "--cp", "2", "--fsdp",
+     "--seq-len", "16384", "--global-batch", "16", "--precision", "fp8"],
+]
+
+
+@pytest.mark.parametrize("args", CASES, ids=["default", "korthikanti", "405b-balanced-hsdp", "shape-override-cp"])
+def test_inputs_echo_loads_again_and_reproduces_the_estimate(args, tmp_path):
+    runner = CliRunner()
+    first = runner.invoke(app, ["estimate", *args, "--json"])
+    assert first.exit_code == 0, first.stderr
+    doc = json.loads(first.stdout)
+    path = tmp_path / "inputs.yaml"
+    path.write_text(yaml.safe_dump(doc["inputs"]))
+    again = runner.invoke(app, ["estimate", "--config", str(path), "--json"])
+    assert again.exit_code == 0, again.stderr
+    doc2 = json.loads(again.stdout)
+    assert doc2["step"] == doc["step"]
+    assert doc2["memory"] == doc["memory"]
+    assert doc2["inputs"]["parallel"] == doc["inputs"]["parallel"]
+
+
+def test_a_stale_micro_batches_echo_is_an_error(tmp_path):
+    runner = CliRunner()
+    doc = json.loads(runner.invoke(app, ["estimate", "--json"]).stdout)
+    doc["inputs"]["global_batch"] = doc["inputs"]["global_batch"] * 2
+    path = tmp_path / "inputs.yaml"
+    path.write_text(yaml.safe_dump(doc["inputs"]))
+    result = runner.invoke(app, ["estimate", "--config", str(path), "--json"])
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert "micro_batches" in result.stderr and "remove it" in result.stderr
