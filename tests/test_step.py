@@ -399,3 +399,15 @@ def test_balanced_split_heaviest_stage_holds_ceil_l_plus_2_over_p_layers():
     bal = step_terms(GPT3_13B, A100, "bf16", "flash", **kw, pipeline_split="balanced")
     assert GPT3_13B.layers == 40
     assert bal.time_s > even.time_s
+
+
+def test_zero3_pays_three_ring_latencies_per_layer_per_micro_batch():
+    """ZeRO-3: all-gather forward, all-gather backward, reduce-scatter per layer (and the embeddings
+    once), every micro-batch; with no bandwidth limit and no compute to hide behind, only the
+    (n−1)·α ring latencies remain."""
+    hw = dataclasses.replace(ideal(A100, compute=True), scale_up_latency_s=3e-6, scale_out_latency_s=8e-6)
+    d, B = 8.0, 32.0
+    t = terms(GPT3_13B, hw, dp=d, zero=3, global_batch=B)
+    m = B / d
+    ring = (d - 1) * 3e-6                                  # inside one 8-GPU domain
+    assert t.dp_comm_s == pytest.approx(m * (3 * GPT3_13B.layers + 3) * ring, rel=1e-6)
