@@ -41,7 +41,18 @@ from trainest.validate import (RunResult, build_report, compare, load_runs, mape
                                markdown, reasons_markdown, runs_markdown, summary_markdown)
 
 FIT_PERCENT = 60          # share of each hardware's runs used for fitting (by crc32 of the id)
-MIN_FIT_RUNS = 8          # fewer fit runs than this: keep the prior
+MIN_FIT_RUNS = 8          # fewer fit runs than this: inherit from a sibling, else keep the prior
+# Accelerators built on the same compute die as a fitted one, in the same kind of system: too few runs
+# of their own to fit, they inherit the sibling's fitted efficiencies (fractions of their OWN peaks and
+# bandwidths), which transfers what the runs taught about the die and its software.
+SIBLINGS = {
+    "h200-sxm": "h100-sxm",        # GH100 with HBM3e
+    "h800-sxm": "h100-sxm",        # GH100 with a narrower NVLink
+    "h100-pcie": "h100-sxm",       # GH100, PCIe card
+    "gh200": "h100-sxm",           # GH100 + Grace
+    "a100-80gb-pcie": "a100-80gb-sxm",  # GA100, PCIe card
+    "b300": "b200",                # Blackwell (Ultra), HGX 8-GPU
+}
 WORST_RUNS = 15
 DOC = ROOT / "docs" / "validation.md"
 COMMAND = "python tools/fit_defaults.py"
@@ -114,6 +125,15 @@ def worst_markdown(results: list[RunResult], n: int) -> str:
                          extra_title="features (params, seq, devices, micro/global batch, bottleneck, source)")
 
 
+def inherited(hw: catalog.Hardware, sibling: catalog.Hardware) -> tuple[catalog.Hardware, dict]:
+    """`hw` with `sibling`'s fitted efficiency fractions, and the YAML block that says so."""
+    e = sibling.efficiency
+    method = (f"{COMMAND}: inherited from {sibling.name} (same compute die; fitted there on "
+              f"{sibling.efficiency.method.split(' on ')[-1] if ' on ' in sibling.efficiency.method else 'its runs'})")
+    new_hw = replace(hw, efficiency=replace(e, method=method))
+    return new_hw, efficiency_block(new_hw, method=method, fit_runs=None, fit_mape_pct=None, fitted=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="fit and report, but write no file")
@@ -152,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{p.name.replace('layer_overhead_s', 'layer_overhead_us')}="
                 f"{p.value / MICROSECOND if p.name == 'layer_overhead_s' else p.value:.3g}"
                 + ("" if p.constrained else " (no run sensitive: prior kept)") for p in result.parameters)
+        elif SIBLINGS.get(name) in final_hw and final_hw[SIBLINGS[name]].efficiency.fitted:
+            new_hw, block = inherited(hw, final_hw[SIBLINGS[name]])
+            status = f"inherited from {SIBLINGS[name]} (only {len(fit_cases)} fit runs < {MIN_FIT_RUNS})"
+            params = "–"
         else:
             block = efficiency_block(prior, method=prior.efficiency.method, fit_runs=None, fit_mape_pct=None,
                                      fitted=False)
@@ -161,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         final_hw[name] = new_hw
         if not args.check and path.is_file():
             old_text = path.read_text(encoding="utf-8")
-            new_text = old_text if (status != "fitted" and not hw.efficiency.fitted) else \
+            new_text = old_text if (status.startswith("prior") and not hw.efficiency.fitted) else \
                 replace_efficiency_block(old_text, block, str(path))
             if new_text != old_text:
                 path.write_text(new_text, encoding="utf-8")
@@ -175,6 +199,21 @@ def main(argv: list[str] | None = None) -> int:
                      mape_pct(r for r in res_prior if r.id not in fit_ids),
                      mape_pct(r for r in res_fit if r.id not in fit_ids)))
         print(f"{name:16s} fit {len(fit_cases):3d} holdout {len(cases) - len(fit_cases):3d}  {status}", file=sys.stderr)
+
+    # siblings without any expressible run inherit too
+    for name, sibling in SIBLINGS.items():
+        if name in by_hw or sibling not in final_hw or not final_hw[sibling].efficiency.fitted:
+            continue
+        hw = catalog.load_hardware(name)
+        _, block = inherited(hw, final_hw[sibling])
+        path = Path(hw.path)
+        if not args.check and path.is_file():
+            old_text = path.read_text(encoding="utf-8")
+            new_text = replace_efficiency_block(old_text, block, str(path))
+            if new_text != old_text:
+                path.write_text(new_text, encoding="utf-8")
+        rows.append((name, 0, 0, f"inherited from {sibling} (no expressible run)", "–", None, None, None, None))
+        print(f"{name:16s} no runs            inherited from {sibling}", file=sys.stderr)
 
     if not args.check:
         target = catalog.specs_dir() / catalog.CATALOG_CACHE_NAME
@@ -253,8 +292,13 @@ errors are the honest accuracy figure; the fit errors show how much the fit abso
 
 {chr(10).join(split_lines)}
 
-Where a fitted value sits on a bound (0.2 or 1.0), the efficiency is compensating for a missing or
-mis-sized term of the step model rather than measuring the hardware; see "Where the model errs".
+The fit minimises a Huber loss of log step-time ratios plus a pull (λ = `calibrate.PRIOR_WEIGHT`)
+towards the priors, inside physical bounds per parameter (`calibrate.BOUNDS`: gemm 0.45–0.92,
+attention 0.2–0.95, memory 0.5–0.95, scale_up 0.4–0.95, scale_out 0.3–0.95, low_precision_gemm
+0.6–1, flash2_attention 0.3–1). Where a fitted value sits on a bound (for example memory = 0.5 on
+GB200 and the torchtitan H100s, gemm = 0.92 on GB300 and TPU v5p), the efficiency is compensating for
+a missing or mis-sized term of the step model rather than measuring the hardware; see "Where the
+model errs".
 
 ## Summary with the shipped (fitted) efficiencies
 
