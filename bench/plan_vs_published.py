@@ -28,7 +28,7 @@ from trainest import search as S  # noqa: E402
 from trainest.errors import SpecError  # noqa: E402
 from trainest.estimate import Estimate, estimate  # noqa: E402
 from trainest.fields import load_yaml_mapping  # noqa: E402
-from trainest.scenario import RECOMPUTE_CODE, Scenario, scenario_from_mapping  # noqa: E402
+from trainest.scenario import Scenario, scenario_from_mapping  # noqa: E402
 
 RUN_FILES = ("narayanan2021", "korthikanti2022", "megatron-bridge", "nemo-2407")
 OUT = REPO / "docs" / "plan-vs-published.md"

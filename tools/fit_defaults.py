@@ -38,7 +38,7 @@ from trainest.calibrate import (PRIOR_WEIGHT, efficiency_block, fit_efficiency, 
                                 replace_efficiency_block)
 from trainest.units import MICROSECOND  # noqa: E402
 from trainest.validate import (RunResult, build_report, compare, load_runs, mape_pct,  # noqa: E402
-                               markdown, reasons_markdown, runs_markdown, summary_markdown)
+                               markdown, reasons_markdown, runs_markdown)
 
 FIT_PERCENT = 60          # share of each hardware's runs used for fitting (by crc32 of the id)
 MIN_FIT_RUNS = 8          # fewer fit runs than this: inherit from a sibling, else keep the prior
@@ -240,7 +240,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def render_doc(report, rows, overall, results: list[RunResult]) -> str:
-    s = report.summary
     split_lines = ["| hardware | fit runs | holdout runs | status | fitted values | fit MAPE % (prior → fitted) | "
                    "holdout MAPE % (prior → fitted) |", "|---|---:|---:|---|---|---:|---:|"]
     for name, nf, nh, status, params, pf, ff, ph, fh in rows:

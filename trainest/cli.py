@@ -14,10 +14,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from trainest.errors import SpecError
-from trainest.options import (  # noqa: F401 - EXIT_GATE, _merge, scenario_mapping_from_options: re-exported
-    ESTIMATE_HELP, ESTIMATE_OPTIONS, EXIT_BAD_INPUT, EXIT_GATE, Opt, _merge, run_estimate,
-    scenario_mapping_from_options,
-)
+from trainest.options import ESTIMATE_HELP, ESTIMATE_OPTIONS, EXIT_BAD_INPUT, Opt, run_estimate
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Estimate LLM training step time, memory, bottleneck and cost, analytically, in milliseconds.")

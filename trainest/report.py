@@ -176,3 +176,37 @@ def print_estimate(e: Estimate) -> None:
 def warn(message: str) -> None:
     """A warning line on stderr (plain text; never on stdout)."""
     print(f"Warning: {message}", file=sys.stderr)
+
+
+PROGRESS_AFTER_S = 1.0   # draw a progress bar only for work on course to take longer than this
+
+
+class LazyProgress:
+    """A rich progress bar on stderr, started only once the work is projected to exceed
+    PROGRESS_AFTER_S; call it with (done, total), then close() it."""
+
+    def __init__(self, what: str, enabled: bool = True) -> None:
+        import time
+
+        self._clock = time.perf_counter
+        self.what, self.enabled, self.t0 = what, enabled, time.perf_counter()
+        self.bar = None
+        self.task = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled or done <= 0:
+            return
+        if self.bar is None:
+            elapsed = self._clock() - self.t0
+            if done >= total or elapsed * total / done < PROGRESS_AFTER_S:
+                return
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+            self.bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                                TimeRemainingColumn(), console=_console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(self.what, total=total)
+        self.bar.update(self.task, completed=done, total=total)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()

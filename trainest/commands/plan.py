@@ -6,7 +6,6 @@ Parses options, calls trainest.search, renders. numpy and rich are imported insi
 from __future__ import annotations
 
 import sys
-import time
 from enum import Enum
 from typing import Annotated, Any, Optional
 
@@ -27,41 +26,11 @@ class DeviceCounts(str, Enum):
     node = "node"
 
 
-PROGRESS_AFTER_S = 1.0   # show a progress bar once a search is expected to take longer than this
 
 
 def _fail(message: str) -> None:
     print(f"Error: {message}", file=sys.stderr)
     raise typer.Exit(1)
-
-
-class _Progress:
-    """A rich progress bar on stderr, started only when the work is projected to exceed PROGRESS_AFTER_S."""
-
-    def __init__(self, what: str, enabled: bool) -> None:
-        self.what, self.enabled = what, enabled
-        self.t0 = time.perf_counter()
-        self.bar = None
-        self.task = None
-
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled or done <= 0:
-            return
-        elapsed = time.perf_counter() - self.t0
-        if self.bar is None:
-            if done >= total or elapsed * total / done < PROGRESS_AFTER_S:
-                return
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-            from trainest.report import _console
-            self.bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                                TimeRemainingColumn(), console=_console(stderr=True), transient=True)
-            self.bar.start()
-            self.task = self.bar.add_task(self.what, total=total)
-        self.bar.update(self.task, completed=done, total=total)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
 
 def plan(
@@ -148,8 +117,9 @@ def plan(
         lo, hi = S.parse_devices(devices)
         deadline_s = parse_duration_s(deadline, "--deadline") if deadline is not None else None
         budget_usd = parse_count(budget, "--budget") if budget is not None else None
-        progress = _Progress("searching plans" if lo == hi else "trying device counts",
-                             enabled=not quiet and not json_out)
+        from trainest.report import LazyProgress
+        progress = LazyProgress("searching plans" if lo == hi else "trying device counts",
+                                enabled=not quiet and not json_out)
         try:
             if deadline_s is None and budget_usd is None:
                 if lo != hi:

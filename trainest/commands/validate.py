@@ -7,13 +7,11 @@ inside the functions (start-up stays fast).
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-PROGRESS_AFTER_S = 1.0   # draw a progress bar only when validation is on course to take longer than this
 
 RunsOpt = Annotated[Optional[list[str]], typer.Option(
     "--runs", help="Runs YAML file (repeatable); default: the bundled specs/runs/*.yaml.", show_default=False)]
@@ -23,34 +21,6 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on 
 def _fail(message: str) -> None:
     print(f"Error: {message}", file=sys.stderr)
     raise typer.Exit(1)
-
-
-class _LazyProgress:
-    """A rich progress bar on stderr, started only once the work is projected to exceed PROGRESS_AFTER_S."""
-
-    def __init__(self, what: str, enabled: bool) -> None:
-        self.what, self.enabled, self.t0 = what, enabled, time.perf_counter()
-        self.bar = None
-        self.task = None
-
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled or done <= 0:
-            return
-        if self.bar is None:
-            elapsed = time.perf_counter() - self.t0
-            if done >= total or elapsed * total / done < PROGRESS_AFTER_S:
-                return
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress
-            from trainest.report import _console
-            self.bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                                console=_console(stderr=True), transient=True)
-            self.bar.start()
-            self.task = self.bar.add_task(self.what, total=total)
-        self.bar.update(self.task, completed=done, total=total)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
 
 def _summary_table(title: str, groups: dict, key_title: str):
@@ -84,7 +54,8 @@ def validate(
 
     if json_out and markdown:
         _fail("--json and --markdown are exclusive; choose one")
-    progress = _LazyProgress("validating", enabled=not json_out and not markdown and sys.stderr.isatty())
+    from trainest.report import LazyProgress
+    progress = LazyProgress("validating", enabled=not json_out and not markdown and sys.stderr.isatty())
     try:
         result = validate_runs(runs or None, source=source, hardware=hardware, progress=progress)
     except SpecError as exc:
