@@ -89,6 +89,11 @@ def _console(stderr: bool = False):
                    soft_wrap=False, width=None if sys.stdout.isatty() else 110)
 
 
+def _batch_default(s) -> str:
+    """How a defaulted global batch was derived (dp × micro-batch, or the built-in default scenario)."""
+    return " (default dp×micro-batch)" if s.global_batch == s.parallel.dp * s.micro_batch else " (default)"
+
+
 def print_estimate(e: Estimate) -> None:
     """Rich tables: scenario, step breakdown, throughput, memory, whole run."""
     from rich.table import Table
@@ -114,7 +119,7 @@ def print_estimate(e: Estimate) -> None:
               f"vpp={p.vpp} zero={p.zero} sequence-parallel={'on' if p.sequence_parallel else 'off'}")
     t.add_row("parallel", layout)
     t.add_row("batch", f"micro-batch {s.micro_batch}{' (default)' if 'micro_batch' in derived else ''}, global "
-                       f"{s.global_batch} sequences{' (default dp×micro-batch)' if 'global_batch' in derived else ''}"
+                       f"{s.global_batch} sequences{_batch_default(s) if 'global_batch' in derived else ''}"
                        f" = {s.tokens_per_step:,} tokens, {s.micro_batches} micro-batches per step")
     t.add_row("recompute", mark("recompute", s.recompute) + f", attention {s.attention}")
     con.print(t)
@@ -150,7 +155,7 @@ def print_estimate(e: Estimate) -> None:
 
     me = e.memory
     t = Table(title=f"Memory per device: {fmt_gib(me.per_device_bytes)} of {fmt_gib(me.capacity_bytes)} "
-                    f"({'fits' if me.fits else 'DOES NOT FIT'})", title_justify="left")
+                    f"({'fits' if me.fits else 'DOES NOT FIT'})", title_justify="left", min_width=62)
     t.add_column("part")
     t.add_column("size", justify="right")
     for k in ("weights", "gradients", "optimizer", "activations", "overhead"):
