@@ -59,7 +59,39 @@ def main(argv: list[str] | None = None) -> None:
         if values is not None:
             sys.exit(_run_fast(values))
     from trainest.cli import app
-    app(args=args)
+    sys.exit(_run_typer(app, args))
+
+
+def _usage_error_types() -> tuple[type, type]:
+    """(UsageError, Abort) of the parser typer uses, found through typer's public exception classes
+    (typer vendors its own click in recent releases, older ones use click)."""
+    import typer
+
+    usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+    return usage_error, typer.Abort
+
+
+def _run_typer(app, args: list[str]) -> int:
+    """Run the typer app; a usage error becomes one `Error: ...` line on stderr with exit code 2."""
+    usage_error, abort = _usage_error_types()
+    try:
+        result = app(args=args, standalone_mode=False)
+    except usage_error as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            return exc.exit_code            # the parser has printed the help already
+        ctx = getattr(exc, "ctx", None)
+        hint = f"see '{ctx.command_path} --help'" if ctx is not None else "see 'trainest --help'"
+        message = " ".join(exc.format_message().split())
+        print(f"Error: {message} ({hint})", file=sys.stderr)
+        return exc.exit_code
+    except abort:
+        print("Error: aborted", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":
