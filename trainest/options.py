@@ -235,8 +235,8 @@ def run_estimate(values: dict[str, Any]) -> int:
         scenario = scenario_from_mapping(mapping, f"scenario {config!r}" if config else "options", shape=shape,
                                          builtin_default=builtin)
         for name, value in (("--max-days", max_days), ("--max-cost", max_cost)):
-            if value is not None and not value > 0:
-                raise SpecError(f"{name} {value!r} must be a number greater than 0")
+            if value is not None and not 0 < value < float("inf"):
+                raise SpecError(f"{name} {value!r} must be a finite number greater than 0")
         result = estimate_scenario(scenario)
         warnings: list[str] = []
         if not result.memory.fits:
