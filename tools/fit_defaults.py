@@ -134,6 +134,20 @@ def inherited(hw: catalog.Hardware, sibling: catalog.Hardware) -> tuple[catalog.
     return new_hw, efficiency_block(new_hw, method=method, fit_runs=None, fit_mape_pct=None, fitted=True)
 
 
+def plan_summary() -> str:
+    """The summary of docs/plan-vs-published.md (written by `python bench/plan_vs_published.py`)."""
+    path = ROOT / "docs" / "plan-vs-published.md"
+    if not path.is_file():
+        return "Not generated yet: run `python bench/plan_vs_published.py`."
+    text = path.read_text(encoding="utf-8")
+    summary = text.split("## Summary", 1)[-1].split("\n|", 1)[0].strip() if "## Summary" in text else ""
+    summary = summary.split("\nLayout notation", 1)[0].strip()
+    return ("For the expert-tuned public layouts (Narayanan 2021, Korthikanti 2022, NeMo 24.07, Megatron-Bridge), "
+            "`trainest plan` searched the same job; both layouts are predicted by the same model. The full table, "
+            "with every job's published and chosen layout, is in [plan-vs-published.md](plan-vs-published.md) "
+            "(regenerate with `python bench/plan_vs_published.py`).\n\n" + summary)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="fit and report, but write no file")
@@ -310,6 +324,10 @@ model errs".
 ### The {WORST_RUNS} worst runs
 
 {worst_markdown(results, WORST_RUNS)}
+
+## The plans trainest picks vs the published layouts
+
+{plan_summary()}
 
 ## Per run
 
