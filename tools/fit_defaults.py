@@ -134,6 +134,27 @@ def inherited(hw: catalog.Hardware, sibling: catalog.Hardware) -> tuple[catalog.
     return new_hw, efficiency_block(new_hw, method=method, fit_runs=None, fit_mape_pct=None, fitted=True)
 
 
+def memory_markdown(results: list[RunResult]) -> str:
+    """Predicted memory per device against the peak memory the source published (where it did)."""
+    rows = [r for r in results if r.measured_memory_bytes]
+    if not rows:
+        return "No bundled run publishes its peak memory."
+    gib = 2.0 ** 30
+    errors = [(r.predicted_memory_bytes - r.measured_memory_bytes) / r.measured_memory_bytes * 100.0 for r in rows]
+    lines = [f"{len(rows)} runs publish their peak device memory (torchtitan's tables: the PyTorch allocator's peak, "
+             f"which includes its cache and is capped by the device). Mean absolute error "
+             f"{statistics.fmean(abs(e) for e in errors):.1f} %, signed mean {statistics.fmean(errors):+.1f} %. "
+             "trainest's recompute modes follow Megatron (selective = attention core only), while torchtitan's "
+             "selective AC is an op-level policy that also drops element-wise activations, so trainest "
+             "over-estimates those rows; under full recompute it under-estimates, missing the re-materialised "
+             "layer's transient buffers and allocator caching. Treat `fits` near the capacity as uncertain.",
+             "", "| run | recompute | zero | measured GiB | predicted GiB | error % |", "|---|---|---:|---:|---:|---:|"]
+    for r, e in zip(rows, errors):
+        lines.append(f"| {r.id} | {r.recompute} | {r.zero} | {r.measured_memory_bytes / gib:.1f} | "
+                     f"{r.predicted_memory_bytes / gib:.1f} | {e:+.1f} |")
+    return "\n".join(lines)
+
+
 def plan_summary() -> str:
     """The summary of docs/plan-vs-published.md (written by `python bench/plan_vs_published.py`)."""
     path = ROOT / "docs" / "plan-vs-published.md"
@@ -324,6 +345,10 @@ model errs".
 ### The {WORST_RUNS} worst runs
 
 {worst_markdown(results, WORST_RUNS)}
+
+## Memory per device vs published peak memory
+
+{memory_markdown(results)}
 
 ## The plans trainest picks vs the published layouts
 

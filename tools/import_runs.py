@@ -41,7 +41,7 @@ MODEL_KEYS = ("name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vo
               "tied_embeddings")
 PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard",
                  "pipeline_split")
-MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula",
+MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "peak_memory_gib",
                  "device_hours", "tokens")
 
 # The attention kernel each source's framework ran (the `attention` scenario key; default flash, the
@@ -841,6 +841,11 @@ class Importer:
             measured["flops_formula"] = formula
         elif r["device_hours"] is not None:
             measured["device_hours"] = r["device_hours"]
+        # a published peak device memory (torchtitan's tables have a column for it) is kept beside the
+        # throughput metric: `trainest validate` compares the memory model with it
+        peak = re.search(r"Peak memory ([0-9.]+) ?GiB", r["notes"] or "")
+        if measured and peak:
+            measured["peak_memory_gib"] = float(peak.group(1))
         if not measured:
             if tps_dev is not None:
                 notes.append(f"published {tps_dev} tokens/s per device; no total (device count not stated)")

@@ -33,12 +33,13 @@ from trainest.catalog import Hardware, specs_dir
 from trainest.conventions import FLOPS_FORMULAS
 from trainest.errors import SpecError
 from trainest.scenario import RUN_ONLY_KEYS, SCENARIO_KEYS, Scenario, scenario_from_mapping
-from trainest.units import TERA
+from trainest.units import GiB, TERA
 
 SCHEMA_VERSION = "1.0"
 SECONDS_PER_HOUR = 3600.0
 RUNS_FILE_KEYS = ("source", "runs")
-MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens")
+MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens",
+                 "peak_memory_gib")
 CONFIDENCE = ("high", "medium", "low")
 
 # metric -> (label, unit); the order is the order of preference when a record has several.
@@ -61,6 +62,7 @@ class Measurement:
     value: float                    # in METRICS[metric]'s unit
     flops_formula: str | None       # FLOPS_FORMULAS key, for tflops_per_device and mfu
     tokens: float | None            # training tokens, for device_hours
+    peak_memory_bytes: float | None = None   # published peak device memory, when the source gives it
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,9 @@ def measurement_from_mapping(data: Any, where: str) -> Measurement:
     tokens = None
     if metric == "device_hours":
         tokens = F.number(data.get("tokens"), f"{where}.tokens")
-    return Measurement(metric=metric, value=value, flops_formula=formula, tokens=tokens)
+    peak = F.number(data.get("peak_memory_gib"), f"{where}.peak_memory_gib", allow_none=True)
+    return Measurement(metric=metric, value=value, flops_formula=formula, tokens=tokens,
+                       peak_memory_bytes=None if peak is None else peak * GiB)
 
 
 def _matches(text: str | None, pattern: str | None) -> bool:
@@ -263,6 +267,8 @@ class RunResult:
     global_batch: int
     confidence: str | None
     citation: str
+    measured_memory_bytes: float | None = None    # published peak memory per device, if any
+    predicted_memory_bytes: float | None = None   # trainest's memory per device for the same run
 
 
 def compare(case: Case, hardware: Hardware | None = None) -> RunResult:
@@ -271,7 +277,9 @@ def compare(case: Case, hardware: Hardware | None = None) -> RunResult:
 
     s = case.scenario if hardware is None else replace(case.scenario, hardware=hardware)
     e = estimate(s)
-    return result_for(replace(case, scenario=s), e.step.time_s, e.step.bottleneck, e.memory.fits)
+    return replace(result_for(replace(case, scenario=s), e.step.time_s, e.step.bottleneck, e.memory.fits),
+                   measured_memory_bytes=case.measurement.peak_memory_bytes,
+                   predicted_memory_bytes=e.memory.per_device_bytes)
 
 
 def result_for(case: Case, predicted_step_s: float, bottleneck: str = "?", fits: bool = True) -> RunResult:
