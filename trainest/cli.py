@@ -9,10 +9,11 @@ from __future__ import annotations
 import inspect
 import sys
 from enum import Enum
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
+from trainest.commands._options import option_annotation
 from trainest.errors import SpecError
 from trainest.options import ESTIMATE_HELP, ESTIMATE_OPTIONS, EXIT_BAD_INPUT, Opt, run_estimate
 
@@ -22,48 +23,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 # The `estimate` command is declared once, in trainest.options.ESTIMATE_OPTIONS; its typer signature is
 # generated from that table here, and the same table drives the typer-free fast path (trainest.entry).
 
-_OPTION = {o.name: o for o in ESTIMATE_OPTIONS}
-
-
-def _choice_enum(option_name: str) -> type[Enum]:
-    """The str Enum typer needs for a choice option of the table (values = the option's choices)."""
-    o = _OPTION[option_name]
-    return Enum(o.enum, {c: c for c in o.choices}, type=str, module=__name__)
-
-
-Precision = _choice_enum("precision")
-Recompute = _choice_enum("recompute")
-Mlp = _choice_enum("mlp")
-Attention = _choice_enum("attention")
-PipelineSplit = _choice_enum("pipeline_split")
-_CHOICE_ENUMS = {"precision": Precision, "recompute": Recompute, "mlp": Mlp, "attention": Attention,
-                 "pipeline_split": PipelineSplit}
-_VALUE_TYPES = {"int": int, "float": float, "str": str}
-
-
-def option_annotation(o: Opt) -> Any:
-    """`Annotated[type, typer.Option(...)]` for one option of the table."""
-    extra = {} if o.show_default is None else {"show_default": o.show_default}
-    if o.kind == "flag":
-        return Annotated[bool, typer.Option(*o.flags, help=o.help, **extra)]
-    value_type = {"switch": bool, "choice": _CHOICE_ENUMS.get(o.name)}.get(o.kind) or _VALUE_TYPES[o.kind]
-    return Annotated[Optional[value_type], typer.Option(*o.flags, help=o.help, **extra)]
-
-
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
     """One line on stderr, nothing on stdout, non-zero exit."""
     print(f"Error: {message}", file=sys.stderr)
     raise typer.Exit(code)
-
-
-# Options shared by every command that takes a scenario (estimate, plan).
-ModelOpt = option_annotation(_OPTION["model"])
-HardwareOpt = option_annotation(_OPTION["hardware"])
-SeqOpt = option_annotation(_OPTION["seq_len"])
-PrecisionOpt = option_annotation(_OPTION["precision"])
-ConfigOpt = option_annotation(_OPTION["config"])
-JsonOpt = option_annotation(_OPTION["json_out"])
-QuietOpt = option_annotation(_OPTION["quiet"])
 
 
 def _typer_command(options: tuple[Opt, ...], help_text: str, body: Any) -> Any:
@@ -84,6 +47,9 @@ def _typer_command(options: tuple[Opt, ...], help_text: str, body: Any) -> Any:
 
 
 estimate = app.command("estimate")(_typer_command(ESTIMATE_OPTIONS, ESTIMATE_HELP, run_estimate))
+
+
+JsonOpt = option_annotation("json_out")
 
 
 class Listable(str, Enum):
@@ -140,9 +106,10 @@ def list_cmd(what: Annotated[Listable, typer.Argument(help="hardware or models")
     report._console().print(table)
 
 
-from trainest.commands.plan import plan  # noqa: E402 - after the shared definitions above
-app.command()(plan)
+from trainest.commands.plan import plan  # noqa: E402 - registered after estimate and list, in help order
 from trainest.commands.validate import calibrate, validate  # noqa: E402
+
+app.command()(plan)
 app.command()(validate)
 app.command()(calibrate)
 

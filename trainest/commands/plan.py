@@ -11,8 +11,22 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-Precision = Enum("Precision", {p: p for p in ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")}, type=str)
-Attention = Enum("Attention", {a: a for a in ("flash", "flash2", "standard")}, type=str)
+from trainest.commands._options import option_annotation
+
+# options shared with `trainest estimate`: declared once, in trainest.options.ESTIMATE_OPTIONS
+ModelOpt = option_annotation("model")
+HardwareOpt = option_annotation("hardware")
+PrecisionOpt = option_annotation("precision")
+SeqLenOpt = option_annotation("seq_len")
+DevicesPerNodeOpt = option_annotation("devices_per_node")
+AttentionOpt = option_annotation("attention")
+TokensOpt = option_annotation("tokens")
+PricePerHourOpt = option_annotation("price_per_hour")
+PueOpt = option_annotation("pue")
+JsonOpt = option_annotation("json_out")
+ConfigOpt = option_annotation(
+    "config", help="Scenario YAML for the job (its parallel layout, micro-batch and recompute are ignored); "
+                   "options override it.")
 
 
 class Objective(str, Enum):
@@ -34,34 +48,22 @@ def _fail(message: str) -> None:
 
 
 def plan(
-    model: Annotated[Optional[str], typer.Option(
-        "--model", "-m", help="Model preset name or YAML path.", show_default="llama3-8b")] = None,
-    hardware: Annotated[Optional[str], typer.Option(
-        "--hardware", "-H", help="Hardware catalog name or YAML path.", show_default="h100-sxm")] = None,
+    model: ModelOpt = None,
+    hardware: HardwareOpt = None,
     devices: Annotated[Optional[str], typer.Option(
         "--devices", "--gpus", "-n",
         help="Device count N, or a range such as 256..8192 with --deadline/--budget.",
         show_default="8")] = None,
     global_batch: Annotated[Optional[int], typer.Option(
         "--global-batch", "-B", help="Global batch B, in sequences (required).")] = None,
-    precision: Annotated[Optional[Precision], typer.Option(
-        "--precision", help="GEMM precision (FP32 master weights and Adam state).", show_default="bf16")] = None,
-    seq_len: Annotated[Optional[int], typer.Option(
-        "--seq-len", help="Sequence length, in tokens.", show_default="model's")] = None,
-    devices_per_node: Annotated[Optional[int], typer.Option(
-        "--devices-per-node", help="Devices per node / host.", show_default="hardware's")] = None,
-    attention: Annotated[Optional[Attention], typer.Option(
-        "--attention", help="flash (best fused kernel), flash2 (FlashAttention-2) or standard (materialised scores).", show_default="flash")] = None,
-    tokens: Annotated[Optional[str], typer.Option(
-        "--tokens", help="Training tokens, e.g. 300B or 1.5T.", show_default="20 per parameter")] = None,
-    price_per_hour: Annotated[Optional[float], typer.Option(
-        "--price-per-hour", help="USD per device-hour.", show_default="catalog price")] = None,
-    pue: Annotated[Optional[float], typer.Option(
-        "--pue", help="Data-centre power usage effectiveness.", show_default="1.2")] = None,
-    config: Annotated[Optional[str], typer.Option(
-        "--config", "-c",
-        help="Scenario YAML for the job (its parallel layout, micro-batch and recompute are ignored); "
-             "options override it.")] = None,
+    precision: PrecisionOpt = None,
+    seq_len: SeqLenOpt = None,
+    devices_per_node: DevicesPerNodeOpt = None,
+    attention: AttentionOpt = None,
+    tokens: TokensOpt = None,
+    price_per_hour: PricePerHourOpt = None,
+    pue: PueOpt = None,
+    config: ConfigOpt = None,
     top: Annotated[int, typer.Option(
         "--top", "-k", help="How many plans to show.")] = 5,
     objective: Annotated[Objective, typer.Option(
@@ -91,8 +93,7 @@ def plan(
     device_counts: Annotated[DeviceCounts, typer.Option(
         "--device-counts",
         help="Counts tried in a --devices range: powers of two, or multiples of the node size.")] = DeviceCounts.pow2,
-    json_out: Annotated[bool, typer.Option(
-        "--json", help="Print one JSON object on stdout.")] = False,
+    json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option(
         "--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:

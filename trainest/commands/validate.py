@@ -12,10 +12,12 @@ from typing import Annotated, Optional
 
 import typer
 
+from trainest.commands._options import option_annotation
+
 
 RunsOpt = Annotated[Optional[list[str]], typer.Option(
     "--runs", help="Runs YAML file (repeatable); default: the bundled specs/runs/*.yaml.", show_default=False)]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+JsonOpt = option_annotation("json_out")
 
 
 def _fail(message: str) -> None:
