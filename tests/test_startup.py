@@ -150,6 +150,9 @@ def run_entry(args: list[str], capsys, monkeypatch, fast: bool) -> tuple[int, st
 
 SCENARIO_YAML = "model: llama3-8b\nhardware: h100-sxm\ndevices: 16\nparallel: {tp: 2, zero: 1}\nglobal_batch: 64\n"
 BOTH_PATHS = [
+    ["--model", "llama3.1-405b", "--gpus", "1024", "--tp", "8", "--pp", "8", "--vpp", "4", "--pipeline-split",
+     "balanced", "--tp-overlap", "--zero", "1", "--dp-shard", "8", "--global-batch", "512", "--json"],
+    ["--attention", "flash2", "--no-tp-overlap", "--json"],
     ["--json"],
     [],
     ["--json", "--quiet"],
