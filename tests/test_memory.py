@@ -240,3 +240,13 @@ def test_context_parallel_ranks_share_the_zero_shards():
     assert mem(dp=2.0, cp=2.0, zero=3.0).weights_bytes == pytest.approx(mem(dp=4.0, zero=3.0).weights_bytes)
     assert mem(dp=1.0, cp=4.0, zero=2.0).gradients_bytes == pytest.approx(P * 4.0 / 4)
 
+
+
+def test_fp8_keeps_gemm_inputs_as_one_byte_copies():
+    """GeLU, f = 4h, g = a, t = 1, no SP: 16 bit keeps 34·T·h; FP8 keeps 8 + 19 = 27·T·h."""
+    kw = dict(micro_batch=1.0, seq_len=float(S), tp=1.0, cp=1.0, sp=0.0, recompute=0.0, attention="flash")
+    bf16, _ = activation_bytes_per_layer(GPT, precision="bf16", **kw)
+    fp8, _ = activation_bytes_per_layer(GPT, precision="fp8", **kw)
+    th = S * GPT.hidden
+    assert bf16 == pytest.approx(34 * th)
+    assert fp8 == pytest.approx(27 * th)

@@ -63,7 +63,12 @@ def stage_params(model: Model, pp, vpp=1.0, split: str = "even"):
     return xp.maximum(heavy * model.params_per_layer, with_embed)
 
 
-def activation_bytes_per_layer(model: Model, *, micro_batch, seq_len, tp, cp, sp, recompute, attention: str):
+FP8_SAVED_INPUT_BYTES = 1.0      # FP8/FP4 recipes (Transformer Engine) keep the GEMM inputs saved for
+                                 # the backward pass as their FP8 copies, not in 16 bit
+
+
+def activation_bytes_per_layer(model: Model, *, micro_batch, seq_len, tp, cp, sp, recompute, attention: str,
+                               precision: str = "bf16"):
     """Activations one layer keeps for backward, for one micro-batch [B] (16-bit activations).
 
     Korthikanti et al. 2022 eq. 1–2 generalised to GQA and gated MLPs (e = 2 bytes, T = b·s/c):
@@ -73,16 +78,21 @@ def activation_bytes_per_layer(model: Model, *, micro_batch, seq_len, tp, cp, sp
       attention scores (standard attention, no recompute): (2e+1)·b·(a/t)·(s/c)·s
     For h = a·d_h = g·d_h, f = 4h this is sbh(10 + 24/t + 5as/(ht)), the paper's eq. 2.
     Full recompute keeps only the layer input e·T·h (÷t with sequence parallelism).
+    With FP8/FP4 GEMMs the four GEMM inputs (the two norm outputs, the attention output, the MLP's
+    down-projection input) are kept as 1-byte FP8 copies (FP8_SAVED_INPUT_BYTES), the rest in 16 bit.
     recompute is 0 (none), 1 (selective) or 2 (full); sp is 0/1.
     """
     e = 2.0
+    g8 = FP8_SAVED_INPUT_BYTES if precision in ("fp8", "fp4") else e      # bytes of a saved GEMM input
     h, f = model.hidden, model.ffn_hidden
     tokens = micro_batch * seq_len / cp
     sp_div = xp.where(sp > 0, tp, 1.0)
-    replicated = (4.0 * e + 2.0 * DROPOUT_MASK_BYTES) * tokens * h / sp_div
+    # two norm inputs (16 bit), two norm outputs = QKV and MLP-up inputs, two dropout masks
+    replicated = (2.0 * e + 2.0 * g8 + 2.0 * DROPOUT_MASK_BYTES) * tokens * h / sp_div
     q_width = model.heads * model.head_dim
     kv_width = 2.0 * xp.maximum(model.kv_heads, tp) * model.head_dim     # KV heads replicated when g < t
-    split = e * tokens * (2.0 * q_width + kv_width + model.mlp_matrices * f) / tp
+    # Q, K, V and the MLP-up outputs in 16 bit; the attention output and the MLP-down input as GEMM inputs
+    split = tokens * (e * (q_width + kv_width + (model.mlp_matrices - 1.0) * f) + g8 * (q_width + f)) / tp
     scores = 0.0
     scores_all = 0.0
     if attention == "standard":
@@ -136,7 +146,7 @@ def memory_per_device(model: Model, precision: str, *, seq_len, micro_batch, mic
 
     per_layer, per_layer_stored = activation_bytes_per_layer(
         model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, sp=sp, recompute=recompute,
-        attention=attention)
+        attention=attention, precision=precision)
     layers_per_stage, last_layers = stage_layers(model, pp, vpp, pipeline_split)
     # one layer re-materialised during backward; its checkpointed input is already counted
     working = xp.mask(recompute == 2) * (per_layer_stored - per_layer)
