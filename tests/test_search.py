@@ -229,3 +229,18 @@ def test_top_plan_through_the_installed_console_entry_gives_the_same_step():
     e = json.loads(out.stdout)
     assert e["step"]["time_s"] == pytest.approx(best["step"]["time_s"], rel=1e-12)
     assert e["memory"]["per_device_bytes"] == pytest.approx(best["memory"]["per_device_bytes"], rel=1e-12)
+
+
+def test_tp_overlap_applies_to_every_plan_and_reproduces_with_estimate():
+    """--tp-overlap is a framework capability: every plan gets it, its estimate_args carry it, the
+    step times agree with `trainest estimate`, and hiding TP traffic never makes the best plan slower."""
+    args = ("--model", "gpt3-13b", "--hardware", "h100-sxm", "--global-batch", "256", "--devices", "64")
+    plain = json.loads(run_cli("plan", *args, "--top", "1", "--json").stdout)["plans"][0]
+    over_res = run_cli("plan", *args, "--top", "1", "--tp-overlap", "--json")
+    assert over_res.exit_code == 0, over_res.output
+    over = json.loads(over_res.stdout)["plans"][0]
+    assert over["parallel"]["tp_overlap"] is True and "--tp-overlap" in over["estimate_args"]
+    assert over["step"]["time_s"] <= plain["step"]["time_s"] * (1 + 1e-12)
+    est = json.loads(run_cli("estimate", "--model", "gpt3-13b", "--hardware", "h100-sxm", *over["estimate_args"],
+                             "--json").stdout)
+    assert est["step"]["time_s"] == pytest.approx(over["step"]["time_s"], rel=1e-12)

@@ -54,6 +54,7 @@ ALLOW_KEYS = {"tp": "tp", "pp": "pp", "cp": "cp", "vpp": "vpp", "micro_batch": "
               "sequence_parallel": "sequence_parallel"}
 JOB_KEYS = ("model", "seq_len", "hardware", "devices_per_node", "precision", "global_batch", "attention", "tokens",
             "price_per_hour", "pue")
+JOB_PARALLEL_KEYS = ("tp_overlap",)
 
 Progress = Callable[[int, int], None]   # (done, total) in plans (or device counts)
 
@@ -252,7 +253,8 @@ def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> 
     for start in range(0, fit.size, CHUNK_PLANS):
         idx = fit[start:start + CHUNK_PLANS]
         st = step_terms(base.model, base.hardware, base.precision, base.attention, seq_len=seq, global_batch=B,
-                        devices_per_node=base.devices_per_node, **g.take(idx))
+                        devices_per_node=base.devices_per_node, tp_overlap=1.0 if base.parallel.tp_overlap else 0.0,
+                        **g.take(idx))
         time_s[idx] = st.time_s
         if progress is not None:
             progress(n + start + idx.size, work)
@@ -268,7 +270,10 @@ def job_scenario(mapping: dict, where: str = "options") -> Scenario:
     if mapping.get("global_batch") is None:
         raise SpecError(f"{where}: the plan search needs the global batch (--global-batch, in sequences)")
     job = {k: v for k, v in mapping.items() if k in JOB_KEYS}
-    return scenario_from_mapping({**job, "devices": 1, "parallel": {}, "micro_batch": 1, "recompute": "none"}, where)
+    # of the layout, only framework capabilities that hold for every plan carry over (tp_overlap)
+    parallel = {k: v for k, v in (mapping.get("parallel") or {}).items() if k in JOB_PARALLEL_KEYS}
+    return scenario_from_mapping({**job, "devices": 1, "parallel": parallel, "micro_batch": 1, "recompute": "none"},
+                                 where)
 
 
 def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vpp: int, micro_batch: int, zero: int,
@@ -279,7 +284,7 @@ def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vp
                     if not x.startswith("parallel.") and x not in ("micro_batch", "recompute", "devices"))
     return replace(base, devices=devices, micro_batch=micro_batch, recompute=recompute, derived=derived,
                    parallel=Parallel(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero,
-                                     sequence_parallel=sequence_parallel))
+                                     sequence_parallel=sequence_parallel, tp_overlap=base.parallel.tp_overlap))
 
 
 def plan_knobs(s: Scenario) -> dict:
@@ -518,7 +523,8 @@ def estimate_args(e: Estimate) -> list[str]:
     s, p = e.scenario, e.scenario.parallel
     return ["--devices", str(s.devices), "--tp", str(p.tp), "--pp", str(p.pp), "--cp", str(p.cp), "--vpp", str(p.vpp),
             "--zero", str(p.zero), "--sequence-parallel" if p.sequence_parallel else "--no-sequence-parallel",
-            "--micro-batch", str(s.micro_batch), "--global-batch", str(s.global_batch), "--recompute", s.recompute]
+            "--micro-batch", str(s.micro_batch), "--global-batch", str(s.global_batch), "--recompute", s.recompute,
+            *(["--tp-overlap"] if p.tp_overlap else [])]
 
 
 def plan_dict(e: Estimate) -> dict:

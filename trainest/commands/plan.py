@@ -24,6 +24,8 @@ TokensOpt = option_annotation("tokens")
 PricePerHourOpt = option_annotation("price_per_hour")
 PueOpt = option_annotation("pue")
 JsonOpt = option_annotation("json_out")
+TpOverlapOpt = option_annotation(
+    "tp_overlap", help="Every plan pipelines its TP collectives with the GEMMs (Megatron --tp-comm-overlap).")
 ConfigOpt = option_annotation(
     "config", help="Scenario YAML for the job (its parallel layout, micro-batch and recompute are ignored); "
                    "options override it.")
@@ -64,6 +66,7 @@ def plan(
     price_per_hour: PricePerHourOpt = None,
     pue: PueOpt = None,
     config: ConfigOpt = None,
+    tp_overlap: TpOverlapOpt = None,
     top: Annotated[int, typer.Option(
         "--top", "-k", help="How many plans to show.")] = 5,
     objective: Annotated[Objective, typer.Option(
@@ -110,6 +113,8 @@ def plan(
                    "price_per_hour": price_per_hour, "pue": pue}
         given = {k: (v.value if isinstance(v, Enum) else v) for k, v in options.items() if v is not None}
         mapping = {**base_map, **given}
+        if tp_overlap is not None:
+            mapping["parallel"] = {**(mapping.get("parallel") or {}), "tp_overlap": tp_overlap}
         if devices is None:
             devices = str(base_map.get("devices") or 8)
         base = S.job_scenario(mapping, f"scenario {config!r}" if config else "options")
