@@ -91,12 +91,15 @@ def test_every_combination_is_enumerated_and_tallies_add_up():
     m = base.model
     divs = lambda k: [d for d in range(1, k + 1) if k % d == 0]  # noqa: E731
     complete, structural = 0, 0
-    for tp, pp, cp in itertools.product([d for d in divs(m.heads) if d <= 8], divs(m.layers), divs(64)):
+    # pipeline sizes: divisors of L (even split) and those only the balanced split allows (p | L + 2)
+    pps = divs(m.layers) + [p for p in divs(m.layers + 2) if p not in divs(m.layers) and p <= m.layers]
+    for tp, pp, cp in itertools.product([d for d in divs(m.heads) if d <= 8], pps, divs(64)):
         if n % (tp * pp * cp) or 32 % (n // (tp * pp * cp)):
             structural += 1
             continue
         dp = n // (tp * pp * cp)
-        vpps = divs(m.layers // pp) if pp > 1 else [1]
+        units = m.layers // pp if m.layers % pp == 0 else (m.layers + 2) // pp
+        vpps = divs(units) if pp > 1 else [1]
         for vpp, mb, zero, rec, sp in itertools.product(vpps, divs(32 // dp), range(4), range(3), (0, 1)):
             complete += not (sp and tp == 1)
     g = S.enumerate_plans(base, n, S.SearchSpace())
@@ -169,7 +172,7 @@ def test_plan_table_output_and_allow_options():
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--model", "gpt3-125m", "--devices", "7", "--global-batch", "8"], "no layout of 7 devices"),
+    (["--model", "gpt3-125m", "--devices", "11", "--global-batch", "8"], "no layout of 11 devices"),
     (["--model", "gpt3-175b", "--hardware", "a100-80gb-sxm", "--devices", "1", "--global-batch", "8"], "does not fit"),
     (["--model", "gpt3-125m", "--devices", "8"], "global batch"),
     (["--model", "gpt3-125m", "--devices", "8", "--global-batch", "8", "--allow", "zero=5"], "zero"),
@@ -244,3 +247,19 @@ def test_tp_overlap_applies_to_every_plan_and_reproduces_with_estimate():
     est = json.loads(run_cli("estimate", "--model", "gpt3-13b", "--hardware", "h100-sxm", *over["estimate_args"],
                              "--json").stdout)
     assert est["step"]["time_s"] == pytest.approx(over["step"]["time_s"], rel=1e-12)
+
+
+def test_balanced_pipeline_split_is_searched_and_matches_estimate():
+    """126 layers: p = 8 or 16 only exist with the balanced split ((126 + 2) / p layers per stage);
+    those plans are enumerated, and each evaluates exactly as `estimate` does."""
+    base = S.job_scenario({"model": "llama3.1-405b", "hardware": "h100-sxm", "global_batch": 256})
+    g = S.enumerate_plans(base, 512, S.SearchSpace(pp=(8, 16), tp=(8,), zero=(1,), recompute=("none",),
+                                                   sequence_parallel=(True,)))
+    assert g.size > 0 and set(np.unique(g.balanced)) == {1.0}
+    ev = S.evaluate_grid(base, g)
+    for i in range(0, g.size, max(1, g.size // 7)):
+        e = S._estimate_at(base, 512, g, i)
+        assert e.scenario.parallel.pipeline_split == "balanced"
+        assert e.memory.per_device_bytes == pytest.approx(ev.memory_bytes[i], rel=1e-12)
+        if ev.fits[i]:
+            assert e.step.time_s == pytest.approx(ev.time_s[i], rel=1e-12)

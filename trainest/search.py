@@ -155,6 +155,7 @@ class Grid:
     zero: np.ndarray
     sp: np.ndarray
     recompute: np.ndarray
+    balanced: np.ndarray               # 1.0: the balanced pipeline split (L does not divide by p·v)
     structural_rejects: dict[str, int]
     values: dict[str, list]            # the values each knob was allowed to take
 
@@ -174,7 +175,11 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     # explicitly allowed tp values are taken as given; otherwise tp stays inside the scale-up domain
     cap_tp = space.max_tp if space.max_tp is not None else (None if space.tp is not None else max_tp_default(base))
     tps = _choose(_divisors(m.heads), space.tp, cap_tp)
-    pps = _choose(_divisors(m.layers), space.pp, space.max_pp)
+    # pipeline sizes: divisors of L (even split), and the sizes that only Megatron's balanced split
+    # (embedding and loss counted as layers: p·v divides L + 2) makes possible
+    even_pps = _divisors(m.layers)
+    balanced_pps = [p for p in _divisors(m.layers + 2) if p not in even_pps and p <= m.layers]
+    pps = _choose(sorted(even_pps + balanced_pps), space.pp, space.max_pp)
     cps = _choose(_divisors(base.seq_len), space.cp, space.max_cp)
     zeros = list(space.zero)
     recs = [float(RECOMPUTE_CODE[r]) for r in space.recompute]
@@ -191,22 +196,26 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
                 if B % d:
                     rejects["batch_indivisible"] += 1
                     continue
-                vs = _choose(_divisors(m.layers // p), space.vpp, space.max_vpp) if p > 1 else \
+                balanced = m.layers % p != 0
+                units = (m.layers + 2) // p if balanced else m.layers // p
+                vs = _choose(_divisors(units), space.vpp, space.max_vpp) if p > 1 else \
                     ([1] if space.vpp is None or 1 in space.vpp else [])
                 bs = _choose(_divisors(B // d), space.micro_batch, space.max_micro_batch)
                 if not vs or not bs:
                     continue
-                block = np.empty((len(vs) * len(bs), 6))
+                block = np.empty((len(vs) * len(bs), 7))
                 block[:, :4] = (t, p, c, d)
                 block[:, 4] = np.repeat(vs, len(bs))
                 block[:, 5] = np.tile(bs, len(vs))
+                block[:, 6] = 1.0 if balanced else 0.0
                 blocks.append(block)
-    lay = np.concatenate(blocks) if blocks else np.empty((0, 6))
+    lay = np.concatenate(blocks) if blocks else np.empty((0, 7))
     combo = np.array([(z, r, s) for z in zeros for r in recs for s in sps], dtype=float).reshape(-1, 3)
     n_lay, n_combo = lay.shape[0], combo.shape[0]
     # every layout row crossed with every (ZeRO, recompute, SP) combination, as contiguous 1-D columns
     cols = [np.repeat(np.ascontiguousarray(lay[:, j]), n_combo) for j in range(6)]
     cols += [np.tile(combo[:, j], n_lay) for j in range(3)]
+    cols.append(np.repeat(np.ascontiguousarray(lay[:, 6]), n_combo))
     tp1 = cols[0] == 1.0
     if 0.0 in sps:             # sequence parallelism splits along the TP group: at t = 1 "on" = "off"
         keep = ~(tp1 & (cols[8] == 1.0))
@@ -216,7 +225,7 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     values = {"tp": tps, "pp": pps, "cp": cps, "zero": zeros, "recompute": list(space.recompute),
               "sequence_parallel": list(space.sequence_parallel)}
     return Grid(tp=cols[0], pp=cols[1], cp=cols[2], dp=cols[3], vpp=cols[4], micro_batch=cols[5], zero=cols[6],
-                recompute=cols[7], sp=cols[8], structural_rejects=rejects, values=values)
+                recompute=cols[7], sp=cols[8], balanced=cols[9], structural_rejects=rejects, values=values)
 
 
 # ------------------------------------------------------------------------------------ evaluation
@@ -232,33 +241,42 @@ class GridEval:
 
 def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> GridEval:
     """Memory of every plan, then the step time of those that fit, each in cache-sized chunks of one
-    vectorized call to `memory_per_device` / `step_terms` (the model's own functions)."""
+    vectorized call to `memory_per_device` / `step_terms` (the model's own functions); plans with the
+    even and the balanced pipeline split go in separate calls (the split is not an array argument)."""
     n = g.size
     mem = np.empty(n)
     time_s = np.full(n, np.nan)
     seq = float(base.seq_len)
     B = float(base.global_batch)
     capacity = base.hardware.memory_bytes
-    for start in range(0, n, CHUNK_PLANS):
-        sl = slice(start, min(start + CHUNK_PLANS, n))
-        k = g.take(sl)
-        mem[sl] = memory_per_device(base.model, base.precision, seq_len=seq, micro_batch=k["micro_batch"],
-                                    micro_batches=B / (k["dp"] * k["micro_batch"]), tp=k["tp"], pp=k["pp"],
-                                    dp=k["dp"], cp=k["cp"], vpp=k["vpp"], zero=k["zero"], sp=k["sp"],
-                                    recompute=k["recompute"], attention=base.attention).total_bytes
-    fit = np.flatnonzero(mem <= capacity)
-    work = n + fit.size                      # progress counts memory and step evaluations alike
+    groups = [(split, np.flatnonzero(g.balanced == flag)) for split, flag in (("even", 0.0), ("balanced", 1.0))]
+    for split, rows in groups:
+        for start in range(0, rows.size, CHUNK_PLANS):
+            idx = rows[start:start + CHUNK_PLANS]
+            k = g.take(idx)
+            mem[idx] = memory_per_device(base.model, base.precision, seq_len=seq, micro_batch=k["micro_batch"],
+                                         micro_batches=B / (k["dp"] * k["micro_batch"]), tp=k["tp"], pp=k["pp"],
+                                         dp=k["dp"], cp=k["cp"], vpp=k["vpp"], zero=k["zero"], sp=k["sp"],
+                                         recompute=k["recompute"], attention=base.attention,
+                                         pipeline_split=split).total_bytes
+    fits_memory = mem <= capacity
+    work = n + int(fits_memory.sum())        # progress counts memory and step evaluations alike
+    done = n
     if progress is not None:
-        progress(n, work)
-    for start in range(0, fit.size, CHUNK_PLANS):
-        idx = fit[start:start + CHUNK_PLANS]
-        st = step_terms(base.model, base.hardware, base.precision, base.attention, seq_len=seq, global_batch=B,
-                        devices_per_node=base.devices_per_node, tp_overlap=1.0 if base.parallel.tp_overlap else 0.0,
-                        **g.take(idx))
-        time_s[idx] = st.time_s
-        if progress is not None:
-            progress(n + start + idx.size, work)
-    fits = (mem <= capacity) & np.isfinite(time_s)
+        progress(done, work)
+    tp_overlap = 1.0 if base.parallel.tp_overlap else 0.0
+    for split, rows in groups:
+        fit = rows[fits_memory[rows]]
+        for start in range(0, fit.size, CHUNK_PLANS):
+            idx = fit[start:start + CHUNK_PLANS]
+            st = step_terms(base.model, base.hardware, base.precision, base.attention, seq_len=seq, global_batch=B,
+                            devices_per_node=base.devices_per_node, tp_overlap=tp_overlap, pipeline_split=split,
+                            **g.take(idx))
+            time_s[idx] = st.time_s
+            done += idx.size
+            if progress is not None:
+                progress(done, work)
+    fits = fits_memory & np.isfinite(time_s)
     return GridEval(time_s=time_s, memory_bytes=mem, fits=fits)
 
 
@@ -277,14 +295,15 @@ def job_scenario(mapping: dict, where: str = "options") -> Scenario:
 
 
 def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vpp: int, micro_batch: int, zero: int,
-                  sequence_parallel: bool, recompute: str) -> Scenario:
+                  sequence_parallel: bool, recompute: str, pipeline_split: str = "even") -> Scenario:
     """The scenario of one plan: the job with this device count and layout (dp = N/(t·p·c))."""
     dp = devices // (tp * pp * cp)
     derived = tuple(x for x in base.derived
                     if not x.startswith("parallel.") and x not in ("micro_batch", "recompute", "devices"))
     return replace(base, devices=devices, micro_batch=micro_batch, recompute=recompute, derived=derived,
                    parallel=Parallel(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero,
-                                     sequence_parallel=sequence_parallel, tp_overlap=base.parallel.tp_overlap))
+                                     sequence_parallel=sequence_parallel, tp_overlap=base.parallel.tp_overlap,
+                                     pipeline_split=pipeline_split))
 
 
 def plan_knobs(s: Scenario) -> dict:
@@ -351,7 +370,8 @@ class SearchResult:
 def _estimate_at(base: Scenario, devices: int, g: Grid, i: int) -> Estimate:
     s = plan_scenario(base, devices, tp=int(g.tp[i]), pp=int(g.pp[i]), cp=int(g.cp[i]), vpp=int(g.vpp[i]),
                       micro_batch=int(g.micro_batch[i]), zero=int(g.zero[i]), sequence_parallel=bool(g.sp[i]),
-                      recompute=RECOMPUTE[int(g.recompute[i])])
+                      recompute=RECOMPUTE[int(g.recompute[i])],
+                      pipeline_split="balanced" if g.balanced[i] else "even")
     return estimate(s)
 
 
@@ -524,7 +544,8 @@ def estimate_args(e: Estimate) -> list[str]:
     return ["--devices", str(s.devices), "--tp", str(p.tp), "--pp", str(p.pp), "--cp", str(p.cp), "--vpp", str(p.vpp),
             "--zero", str(p.zero), "--sequence-parallel" if p.sequence_parallel else "--no-sequence-parallel",
             "--micro-batch", str(s.micro_batch), "--global-batch", str(s.global_batch), "--recompute", s.recompute,
-            *(["--tp-overlap"] if p.tp_overlap else [])]
+            *(["--tp-overlap"] if p.tp_overlap else []),
+            *(["--pipeline-split", "balanced"] if p.pipeline_split == "balanced" else [])]
 
 
 def plan_dict(e: Estimate) -> dict:

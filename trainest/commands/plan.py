@@ -165,7 +165,8 @@ def _job_args(model, hardware, precision, seq_len, devices_per_node, attention, 
 def _layout(e) -> str:
     """tp, pp, cp, dp, virtual stages, micro-batch, ZeRO stage, sequence parallelism, compactly."""
     s, p = e.scenario, e.scenario.parallel
-    return (f"t{p.tp} p{p.pp} c{p.cp} d{p.dp}" + (f" v{p.vpp}" if p.pp > 1 else "") + f" b{s.micro_batch} z{p.zero}"
+    return (f"t{p.tp} p{p.pp}" + ("(bal)" if p.pipeline_split == "balanced" else "") + f" c{p.cp} d{p.dp}"
+            + (f" v{p.vpp}" if p.pp > 1 else "") + f" b{s.micro_batch} z{p.zero}"
             + (" sp" if p.sequence_parallel else ""))
 
 
@@ -197,7 +198,7 @@ def _print(r, ds, job_args: str) -> None:
 
     t = Table(title=f"Top {len(r.plans)} plans (step breakdown in seconds)", title_justify="left", box=box.SIMPLE_HEAD,
               pad_edge=False, collapse_padding=True)
-    t.caption = ("plan: t tensor, p pipeline, c context, d data parallel, v virtual stages, b micro-batch, z ZeRO, "
+    t.caption = ("plan: t tensor, p pipeline ((bal): balanced split, embedding and loss count as layers), c context, d data parallel, v virtual stages, b micro-batch, z ZeRO, "
                  "sp sequence parallel; step = compute + mem(ory-bound) + comm + bubble + overhead \\[s]; "
                  "GiB per device; days and cost to train the tokens")
     t.caption_justify = "left"
