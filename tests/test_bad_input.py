@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import call_entry
 import yaml
 from typer.testing import CliRunner
 
@@ -47,15 +48,7 @@ def invoke(args: list[str], env: dict | None = None) -> tuple[int, str, str]:
 
 def invoke_entry(args: list[str], capsys) -> tuple[int, str, str]:
     """The console script's own entry point, in process (it may bypass typer for `estimate`)."""
-    entry = pytest.importorskip("trainest.entry")
-    capsys.readouterr()
-    try:
-        entry.main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return call_entry(args, capsys)
 
 
 # ---------------------------------------------------------------- CLI options (argv after `estimate`)

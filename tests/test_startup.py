@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import call_entry
 
 from trainest import catalog, entry, memory, options
 from trainest import fields as F
@@ -138,14 +139,7 @@ def run_entry(args: list[str], capsys, monkeypatch, fast: bool) -> tuple[int, st
     else:
         monkeypatch.setenv(entry.NO_FAST_PATH_ENV, "1")
     monkeypatch.setenv("NO_COLOR", "1")
-    capsys.readouterr()
-    try:
-        entry.main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return call_entry(args, capsys)
 
 
 SCENARIO_YAML = "model: llama3-8b\nhardware: h100-sxm\ndevices: 16\nparallel: {tp: 2, zero: 1}\nglobal_batch: 64\n"
