@@ -47,11 +47,40 @@ def load_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
         raise SpecError(f"{what} file {name} holds a number too long to read") from None
     except RecursionError:   # PyYAML composes nested collections recursively
         raise SpecError(f"{what} file {name} is nested too deeply") from None
+    if nesting_depth(data) > MAX_NESTING:
+        raise SpecError(f"{what} file {name} is nested too deeply (more than {MAX_NESTING} levels)")
     if data is None:
         raise SpecError(f"{what} file {name} is empty")
     if not isinstance(data, dict):
         raise SpecError(f"{what} file {name} must hold a mapping (key: value), not a {type(data).__name__}")
     return data
+
+
+MAX_NESTING = 32   # no trainest file nests deeper than 4 levels; the limit does not depend on the YAML library
+
+
+def nesting_depth(data: Any) -> int:
+    """Levels of nested lists/mappings in `data` (a scalar is 0), computed without recursion; a
+    container met again (a recursive YAML alias) is not descended twice, so cycles stay finite and
+    are left to the key and type checks."""
+    deepest, stack, seen = 0, [(data, 0)], set()
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+        if isinstance(item, dict):
+            children = list(item.values())
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+        if deepest > MAX_NESTING:
+            return deepest
+        stack.extend((c, depth + 1) for c in children)
+    return deepest
 
 
 def check_keys(data: Any, where: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict:
