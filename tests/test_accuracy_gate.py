@@ -1,14 +1,14 @@
 """The accuracy gate: trainest against the bundled published runs (docs/validation.md).
 
 Issue 3's targets (docs/validation.md):
-  * MAPE ≤ 10 % over all expressible runs, with at least 400 expressible runs (met: 8.5 % over 460
-    distinct measurements; 60 repeated transcriptions are counted once);
-  * MAPE ≤ 5 % on the Korthikanti et al. 2022 and Narayanan et al. 2021 A100 tables (NOT met: 33.9 %
-    over 33 runs; 4.8 % over the 27 that are not Narayanan Table 2's DeepSpeed ZeRO-3 rows, which
-    trainest predicts 1.4-4.4x too fast; xfail below).
+  * MAPE ≤ 10 % over all expressible runs, with at least 400 expressible runs (met: 6.5 % over 460
+    distinct measurements, holdout 6.5 %; 60 repeated transcriptions are counted once);
+  * MAPE ≤ 5 % on the Korthikanti et al. 2022 and Narayanan et al. 2021 A100 tables (NOT met: 5.4 %
+    over 33 runs; 3.7 % over the 27 that are not Narayanan Table 2's DeepSpeed ZeRO-3 rows, 13.3 % on
+    those six; xfail below).
 
-MAPE_GATE_PCT is the current bundled MAPE rounded up by about one point, so that a regression of the
-model, the shipped efficiencies or the runs fails here. Lower it when the model improves (re-run
+MAPE_GATE_PCT and PAPER_GATE_PCT are the current figures rounded up by about one point, so that a
+regression of the model, the shipped efficiencies or the runs fails here. Lower it when the model improves (re-run
 `python tools/fit_defaults.py` and read the summary line); never raise it to make a change pass.
 """
 
@@ -18,7 +18,8 @@ import pytest
 
 from trainest.validate import mape_pct, validate_runs
 
-MAPE_GATE_PCT = 9.5               # current: 8.5 % over 460 runs (tools/fit_defaults.py, shipped efficiencies)
+MAPE_GATE_PCT = 7.5               # current: 6.5 % over 460 runs (tools/fit_defaults.py, shipped efficiencies)
+PAPER_GATE_PCT = 6.5              # current: 5.4 % over the 33 paper-table runs
 TARGET_MAPE_PCT = 10.0            # issue 3
 TARGET_MIN_RUNS = 400             # issue 3: expressible runs
 TARGET_PAPER_TABLES_PCT = 5.0     # issue 3: Korthikanti 2022 and Narayanan 2021 A100 tables
@@ -47,9 +48,18 @@ def test_target_overall_mape(report):
     assert report.summary.mape_pct <= TARGET_MAPE_PCT
 
 
-@pytest.mark.xfail(reason="issue 3 target (≤ 5 % on the Korthikanti/Narayanan A100 tables) not met yet: "
-                          "Narayanan Table 2's six DeepSpeed ZeRO-3 rows are predicted 1.4-4.4x too fast (their measured step time "
-                          "does not fall as GPUs are added); the other 27 rows are at 4.8 %", strict=False)
+def _paper_runs(report):
+    return [r for r in report.runs if r.source in PAPER_SOURCES and r.hardware.startswith("a100")]
+
+
+def test_paper_tables_do_not_regress(report):
+    paper = _paper_runs(report)
+    assert len(paper) == 33 and mape_pct(paper) <= PAPER_GATE_PCT
+
+
+@pytest.mark.xfail(reason="issue 3 target (≤ 5 % on the Korthikanti/Narayanan A100 tables) not met yet: 5.4 %. "
+                          "Narayanan Table 2's DeepSpeed ZeRO-3 rows at micro-batch 4 are compute-bound at ~141 TFLOP/s "
+                          "per GPU, ~20 % below trainest's compute; the other 27 rows are at 3.7 %", strict=False)
 def test_target_paper_tables(report):
-    paper = [r for r in report.runs if r.source in PAPER_SOURCES and r.hardware.startswith("a100")]
+    paper = _paper_runs(report)
     assert paper and mape_pct(paper) <= TARGET_PAPER_TABLES_PCT

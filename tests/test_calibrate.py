@@ -162,3 +162,16 @@ def test_cli_several_hardware_needs_a_choice(synthetic_runs, tmp_path):
 def test_no_runs_is_an_error():
     with pytest.raises(SpecError, match="no expressible runs"):
         fit_efficiency([])
+
+
+def test_fit_path_passes_every_scenario_input():
+    """Regression: the fit's prediction once dropped the pipeline split (and would drop any scenario
+    input not in the numeric layout). On the bundled runs that use the balanced split or flat DP
+    collectives, it must equal estimate()'s step time."""
+    cases = [c for c in load_runs().cases
+             if c.scenario.parallel.pipeline_split != "even" or c.scenario.parallel.dp_collectives != "hierarchical"]
+    assert {c.scenario.parallel.pipeline_split for c in cases} >= {"balanced"}
+    assert {c.scenario.parallel.dp_collectives for c in cases} >= {"flat"}
+    for case in cases:
+        assert float(predicted_step_times_s(case, case.scenario.hardware, {})) == \
+            pytest.approx(estimate(case.scenario).step.time_s, rel=1e-12), case.id

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -162,3 +163,16 @@ def test_arrays_give_the_same_answer_as_floats():
     got = all_reduce_s(S, sizes, strides, t)
     for i in range(len(sizes)):
         assert got[i] == pytest.approx(all_reduce_s(S, float(sizes[i]), float(strides[i]), t))
+
+
+def test_flat_rings_use_one_nic_per_rank_across_domains():
+    """Flat rings (aggregate_nics false): a group spanning domains gets one NIC per rank, k = 1,
+    whatever its stride; a group inside one domain still runs on the scale-up links."""
+    flat = dataclasses.replace(tiers(), aggregate_nics=False)
+    assert bus_bandwidth_bytes_per_s(16.0, 1.0, flat) == OUT
+    assert bus_bandwidth_bytes_per_s(16.0, 2.0, flat) == OUT
+    assert bus_bandwidth_bytes_per_s(8.0, 1.0, flat) == UP
+    # never faster than the hierarchical rings, and the same where k = 1 anyway
+    for n, stride in ((16.0, 1.0), (64.0, 2.0), (16.0, 8.0), (4.0, 1.0)):
+        assert reduce_scatter_s(S, n, stride, flat) >= reduce_scatter_s(S, n, stride, tiers())
+    assert all_reduce_s(S, 16.0, 8.0, flat) == all_reduce_s(S, 16.0, 8.0, tiers())

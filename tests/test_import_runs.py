@@ -42,7 +42,7 @@ RUN_REQUIRED = {"id", "source", "model", "seq_len", "hardware", "devices", "prec
 MODEL_KEYS = {"name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp", "tied_embeddings"}
 MODEL_EXTRA_KEYS = {"head_dim"}
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard",
-                 "pipeline_split"}
+                 "pipeline_split", "dp_collectives"}
 MEASURED_KEYS = {"step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens",
                  "peak_memory_gib"}
 PRECISIONS = {"bf16", "fp16", "fp8", "fp4", "fp32", "tf32"}
@@ -102,7 +102,7 @@ def test_run_file_keys(path: Path):
         assert isinstance(model, dict), f"{w}: model must be a mapping"
         assert set(model) <= MODEL_KEYS | MODEL_EXTRA_KEYS, f"{w}: model keys {sorted(set(model) - MODEL_KEYS)}"
         assert MODEL_KEYS <= set(model), f"{w}: model lacks {sorted(MODEL_KEYS - set(model))}"
-        assert PARALLEL_KEYS - {"tp_overlap", "dp_shard", "pipeline_split"} <= set(run["parallel"]) <= PARALLEL_KEYS, \
+        assert PARALLEL_KEYS - {"tp_overlap", "dp_shard", "pipeline_split", "dp_collectives"} <= set(run["parallel"]) <= PARALLEL_KEYS, \
             f"{w}: parallel keys {sorted(run['parallel'])}"
         assert set(run["measured"]) <= MEASURED_KEYS, f"{w}: measured keys {sorted(run['measured'])}"
         assert isinstance(run["expressible"], bool)

@@ -263,3 +263,20 @@ def test_balanced_pipeline_split_is_searched_and_matches_estimate():
         assert e.memory.per_device_bytes == pytest.approx(ev.memory_bytes[i], rel=1e-12)
         if ev.fits[i]:
             assert e.step.time_s == pytest.approx(ev.time_s[i], rel=1e-12)
+
+
+def test_flat_dp_collectives_apply_to_every_plan_and_reproduce_with_estimate():
+    """--dp-collectives flat describes the user's framework: every plan gets it, its estimate_args
+    carry it, and its step time agrees with `trainest estimate`; one NIC per rank is never faster."""
+    args = ("--model", "gpt3-13b", "--hardware", "a100-80gb-sxm", "--global-batch", "512", "--devices", "256",
+            "--allow", "zero=3", "--allow", "tp=1")
+    plain = json.loads(run_cli("plan", *args, "--top", "1", "--json").stdout)["plans"][0]
+    res = run_cli("plan", *args, "--top", "1", "--dp-collectives", "flat", "--json")
+    assert res.exit_code == 0, res.output
+    flat = json.loads(res.stdout)["plans"][0]
+    assert flat["parallel"]["dp_collectives"] == "flat"
+    assert flat["estimate_args"][-2:] == ["--dp-collectives", "flat"]
+    assert flat["step"]["time_s"] >= plain["step"]["time_s"] * (1 - 1e-12)
+    est = json.loads(run_cli("estimate", "--model", "gpt3-13b", "--hardware", "a100-80gb-sxm",
+                             *flat["estimate_args"], "--json").stdout)
+    assert est["step"]["time_s"] == pytest.approx(flat["step"]["time_s"], rel=1e-12)

@@ -411,3 +411,36 @@ def test_zero3_pays_three_ring_latencies_per_layer_per_micro_batch():
     m = B / d
     ring = (d - 1) * 3e-6                                  # inside one 8-GPU domain
     assert t.dp_comm_s == pytest.approx(m * (3 * GPT3_13B.layers + 3) * ring, rel=1e-6)
+
+
+def _flat_vs_hier(model, hw, **kw):
+    lay = dict(seq_len=2048.0, global_batch=64.0, devices_per_node=8, tp=1.0, pp=1.0, dp=64.0, cp=1.0, vpp=1.0,
+               micro_batch=1.0, zero=3.0, sp=0.0, recompute=2.0)
+    lay.update(kw)
+    return tuple(step_terms(model, hw, "bf16", "flash", **lay, dp_collectives=c)
+                 for c in ("flat", "hierarchical"))
+
+
+def test_flat_dp_collectives_are_never_faster_and_change_only_dp_traffic():
+    for kw in (dict(), dict(zero=0.0), dict(zero=1.0), dict(zero=2.0, global_batch=256.0),
+               dict(tp=8.0, dp=8.0, global_batch=8.0), dict(dp=8.0, global_batch=8.0)):
+        flat, hier = _flat_vs_hier(GPT3_13B, A100, **kw)
+        assert flat.time_s >= hier.time_s * (1 - 1e-12), kw
+        assert flat.compute_s == hier.compute_s and flat.tp_comm_s == hier.tp_comm_s, kw
+    # a DP group inside one node (dp 8, 8 per node) and one with one rank per node (tp 8) see no change
+    for kw in (dict(dp=8.0, global_batch=8.0), dict(tp=8.0, dp=8.0, global_batch=8.0)):
+        flat, hier = _flat_vs_hier(GPT3_13B, A100, **kw)
+        assert flat.time_s == pytest.approx(hier.time_s, rel=1e-12), kw
+
+
+def test_flat_zero3_is_bound_by_one_nic_per_device():
+    """Pure ZeRO-3 over many nodes with no compute to hide behind and no latency: the step is the
+    per-device traffic (all-gather 2x 16-bit weights, reduce-scatter FP32 gradients: 8 B per
+    parameter, times (n-1)/n) over ONE NIC."""
+    from trainest.comm import tiers_of
+    hw = dataclasses.replace(ideal(A100, compute=True), scale_out_bytes_per_s=25e9, scale_up_bytes_per_s=300e9)
+    flat, hier = _flat_vs_hier(GPT3_13B, hw, dp=512.0, global_batch=512.0)
+    w_out = tiers_of(hw, 8).out_bytes_per_s
+    traffic_s = 8.0 * GPT3_13B.params * 511 / 512 / w_out
+    assert flat.dp_comm_s == pytest.approx(traffic_s, rel=1e-3)
+    assert hier.dp_comm_s < flat.dp_comm_s / 4      # eight NICs per node with hierarchical rings

@@ -40,6 +40,7 @@ RUN_KEYS = ("id", "source", "model", "seq_len", "hardware", "devices", "devices_
 MODEL_KEYS = ("name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp",
               "tied_embeddings")
 PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard",
+                 "dp_collectives",
                  "pipeline_split")
 MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "peak_memory_gib",
                  "device_hours", "tokens")
@@ -760,6 +761,17 @@ class Importer:
         zero, znote = map_zero(zsrc, SOURCES[zsrc["slug"]])
         if znote:
             notes.append(znote)
+        # DeepSpeed's ZeRO-3 of 2021 gathered and reduced over flat rings, one NIC per GPU (the
+        # dp_collectives input; docs/model.md §Collectives). The evidence is the DeepSpeed rows of
+        # Narayanan et al. 2021 Table 2 themselves (step time constant in the GPU count at a fixed batch,
+        # i.e. bandwidth-bound at about one 200 Gb/s NIC per GPU), so those rows are not an independent
+        # test of this setting. A duplicate takes it from the record it repeats.
+        implementation = " ".join(str(x["zero"] or "") for x in (r, dup) if x is not None)
+        dp_collectives = "flat" if zero == 3 and re.search(r"deepspeed", implementation, re.I) else None
+        if dp_collectives:
+            notes.append("dp_collectives flat: DeepSpeed ZeRO-3 (2021) gathered and reduce-scattered over flat "
+                         "rings, one NIC per GPU; inferred from Narayanan et al. 2021 Table 2's constant step "
+                         "time across GPU counts (not an independent source)")
 
         # ---- batch ---------------------------------------------------------------------------
         gbs = r["global_batch"]
@@ -926,6 +938,8 @@ class Importer:
         # comm overlap", Megatron-LM README 2024): an input of the run, not a correction.
         if tp > 1 and re.search(r"TP/PP comm overlap|tp[-_ ]comm[-_ ]overlap", r["notes"] or "", re.I):
             run["parallel"]["tp_overlap"] = True
+        if dp_collectives:
+            run["parallel"]["dp_collectives"] = dp_collectives
         run["micro_batch"] = micro
         run["global_batch"] = gbs
         run["recompute"] = recompute

@@ -105,14 +105,9 @@ def parameters_for(cases: Sequence[Case]) -> tuple[str, ...]:
 def predicted_step_times_s(case: Case, hardware: Hardware, values: dict[str, Any]):
     """Predicted step time [s] of `case` on `hardware` with efficiency fields replaced by `values`
     (floats, or numpy arrays to evaluate several parameter sets in one pass)."""
-    from trainest.estimate import layout_kwargs
-    from trainest.step import step_terms
+    from trainest.estimate import scenario_step_terms
 
-    s = case.scenario
-    hw = with_efficiency(hardware, **values)
-    return step_terms(s.model, hw, s.precision, s.attention, seq_len=float(s.seq_len),
-                      global_batch=float(s.global_batch), devices_per_node=s.devices_per_node,
-                      **layout_kwargs(s)).time_s
+    return scenario_step_terms(case.scenario, with_efficiency(hardware, **values)).time_s
 
 
 def _log_residuals(cases, measured_s, hardware, names, scale, x):

@@ -5,7 +5,8 @@ For n ranks, S bytes per rank and a per-rank bus bandwidth W (per direction):
 reduce-scatter and all-gather move (n−1)/n·S, all-reduce twice that. A group that fits in the
 scale-up domain runs at the scale-up bandwidth. A group that spans domains is limited by the NICs:
 with k of its ranks inside each domain, the k NICs work in parallel (rail-optimised clusters), so
-the bus bandwidth is min(W_up·η_up, k·W_out·η_out) (hierarchical/multi-ring NCCL).
+the bus bandwidth is min(W_up·η_up, k·W_out·η_out) (hierarchical/multi-ring NCCL). A flat ring
+(`aggregate_nics` false) leaves every domain through one rank's NIC, so k = 1: W = min(W_up, W_out).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from trainest.catalog import Hardware
 PCIE_FALLBACK_BYTES_PER_S = 25e9   # devices in one node with no scale-up fabric talk over PCIe 4 x16
 PCIE_FALLBACK_LATENCY_S = 10e-6
 NO_NETWORK_BYTES_PER_S = 1e9       # a group that would need a network the hardware does not list
+DP_COLLECTIVES = ("hierarchical", "flat")   # how the data-parallel group's rings use the NICs
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,7 @@ class Tiers:
     domain: int                 # ranks per scale-up domain
     out_bytes_per_s: float
     out_latency_s: float
+    aggregate_nics: bool = True     # False: flat rings, one NIC per rank (k = 1 in the bus bandwidth)
 
 
 def tiers_of(hardware: Hardware, devices_per_node: int) -> Tiers:
@@ -51,7 +54,7 @@ def ranks_per_domain(size, stride, domain: int):
 
 def bus_bandwidth_bytes_per_s(size, stride, tiers: Tiers):
     """Per-rank bus bandwidth of a group: scale-up inside a domain, else NIC-limited (see module doc)."""
-    k = ranks_per_domain(size, stride, tiers.domain)
+    k = ranks_per_domain(size, stride, tiers.domain) if tiers.aggregate_nics else 1.0
     inside = size * stride <= tiers.domain
     return xp.where(inside, tiers.up_bytes_per_s, xp.minimum(tiers.up_bytes_per_s, k * tiers.out_bytes_per_s))
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from trainest import training
 from trainest.memory import memory_per_device
 from trainest.scenario import RECOMPUTE_CODE, Scenario
-from trainest.step import step_terms
+from trainest.catalog import Hardware
+from trainest.step import StepTerms, step_terms
 
 SCHEMA_VERSION = "1.0"
 TERMS = ("compute", "memory", "communication", "bubble", "overhead")
@@ -90,12 +91,19 @@ def layout_kwargs(s: Scenario) -> dict:
                 dp_shard=float(p.shard))
 
 
+def scenario_step_terms(s: Scenario, hardware: Hardware | None = None) -> StepTerms:
+    """`step_terms` of a scenario (on `hardware` instead of its own, e.g. with trial efficiencies):
+    the one place that passes every scenario input to the step model (estimate and calibrate)."""
+    return step_terms(s.model, hardware or s.hardware, s.precision, s.attention, seq_len=float(s.seq_len),
+                      global_batch=float(s.global_batch), devices_per_node=s.devices_per_node,
+                      pipeline_split=s.parallel.pipeline_split, dp_collectives=s.parallel.dp_collectives,
+                      **layout_kwargs(s))
+
+
 def estimate(s: Scenario) -> Estimate:
     """Estimate one scenario: step breakdown, throughput, memory and whole-run totals."""
     lay = layout_kwargs(s)
-    terms = step_terms(s.model, s.hardware, s.precision, s.attention, seq_len=float(s.seq_len),
-                       global_batch=float(s.global_batch), devices_per_node=s.devices_per_node,
-                       pipeline_split=s.parallel.pipeline_split, **lay)
+    terms = scenario_step_terms(s)
     mem = memory_per_device(s.model, s.precision, seq_len=float(s.seq_len), micro_batch=lay["micro_batch"],
                             micro_batches=float(s.micro_batches), tp=lay["tp"], pp=lay["pp"], dp=lay["dp"],
                             cp=lay["cp"], vpp=lay["vpp"], zero=lay["zero"], sp=lay["sp"],

@@ -31,6 +31,7 @@ MLP_CHOICES = ("gelu", "swiglu")
 RECOMPUTE_CHOICES = ("none", "selective", "full")
 ATTENTION_CHOICES = ("flash", "flash2", "standard")
 PIPELINE_SPLIT_CHOICES = ("even", "balanced")
+DP_COLLECTIVES_CHOICES = ("hierarchical", "flat")
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,9 @@ ESTIMATE_OPTIONS: tuple[Opt, ...] = (
     Opt("pipeline_split", ("--pipeline-split",), "choice",
         "even (layers divide p·v) or balanced (embedding and loss count as layers).", "even",
         PIPELINE_SPLIT_CHOICES, "PipelineSplit"),
+    Opt("dp_collectives", ("--dp-collectives",), "choice",
+        "Data-parallel/ZeRO rings: hierarchical (every NIC of a node) or flat (one NIC per device, e.g. "
+        "DeepSpeed ZeRO-3 of 2021).", "hierarchical", DP_COLLECTIVES_CHOICES, "DpCollectives"),
     Opt("micro_batch", ("--micro-batch", "-b"), "int", "Micro-batch b, in sequences.", "1"),
     Opt("global_batch", ("--global-batch", "-B"), "int", "Global batch B, in sequences.", "dp × micro-batch"),
     Opt("recompute", ("--recompute",), "choice", "Activation recomputation.", "none", RECOMPUTE_CHOICES, "Recompute"),
@@ -204,7 +208,7 @@ def scenario_mapping_from_options(config: str | None, **options: Any) -> tuple[d
     shape = {k: options.pop(k) for k in ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp")}
     shape = {k: _plain(v) for k, v in shape.items() if v is not None}
     parallel = {k: options.pop(k) for k in ("tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel",
-                                            "tp_overlap", "dp_shard", "pipeline_split")}
+                                            "tp_overlap", "dp_shard", "pipeline_split", "dp_collectives")}
     if options.pop("fsdp", None):
         parallel["fsdp"] = True
     flat = {k: _plain(v) for k, v in options.items()}

@@ -117,6 +117,12 @@ def print_estimate(e: Estimate) -> None:
     t.add_row("precision", mark("precision", f"{s.precision} GEMMs, FP32 master weights and Adam state"))
     layout = (f"tp={p.tp} pp={p.pp} dp={p.dp}{' (derived)' if 'parallel.dp' in derived else ''} cp={p.cp} "
               f"vpp={p.vpp} zero={p.zero} sequence-parallel={'on' if p.sequence_parallel else 'off'}")
+    # the framework settings, shown where they differ from the defaults
+    extras = [text for text, shown in (("tp-overlap=on", p.tp_overlap), (f"dp-shard={p.dp_shard}", p.dp_shard),
+                                       (f"pipeline-split={p.pipeline_split}", p.pipeline_split != "even"),
+                                       (f"dp-collectives={p.dp_collectives}", p.dp_collectives != "hierarchical"))
+              if shown]
+    layout = " ".join([layout, *extras])
     t.add_row("parallel", layout)
     t.add_row("batch", f"micro-batch {s.micro_batch}{' (default)' if 'micro_batch' in derived else ''}, global "
                        f"{s.global_batch} sequences{_batch_default(s) if 'global_batch' in derived else ''}"

@@ -15,6 +15,7 @@ from typing import Any
 from trainest import fields as F
 from trainest.catalog import PRECISIONS, Hardware, Model, load_hardware, load_model, model_from_mapping, with_shape
 from trainest.errors import SpecError
+from trainest.comm import DP_COLLECTIVES
 from trainest.memory import PIPELINE_SPLITS
 from trainest.units import parse_count
 
@@ -41,7 +42,7 @@ RUN_ONLY_KEYS = ("id", "source", "measured", "expressible", "reason", "confidenc
 # `derived` is ignored; `micro_batches` must agree with global_batch / (dp · micro_batch)
 ECHO_KEYS = ("derived", "micro_batches")
 PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "fsdp", "sequence_parallel", "tp_overlap", "dp_shard",
-                 "pipeline_split")
+                 "pipeline_split", "dp_collectives")
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class Parallel:
     tp_overlap: bool = False     # TP collectives pipelined with GEMMs (Megatron --tp-comm-overlap)
     dp_shard: int = 0            # ZeRO shard group size (hybrid sharding, HSDP); 0 means all of dp
     pipeline_split: str = "even"  # even (L divides by p·v) | balanced (embedding and loss count as layers)
+    dp_collectives: str = "hierarchical"  # DP rings over every NIC of a node | flat: one NIC per rank
 
     @property
     def shard(self) -> int:
@@ -199,6 +201,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     if model.heads % tp:
         raise SpecError(f"{where}: tp={tp} does not divide heads={model.heads}{_divisor_hint(model.heads)}")
     split = F.choice(par.get("pipeline_split", "even"), f"{where}.parallel.pipeline_split", PIPELINE_SPLITS)
+    dp_collectives = F.choice(par.get("dp_collectives", "hierarchical"), f"{where}.parallel.dp_collectives",
+                              DP_COLLECTIVES)
     if vpp > 1 and pp == 1:
         raise SpecError(f"{where}: vpp={vpp} needs pipeline parallelism (pp > 1)")
     if split == "even" and model.layers % pp:
@@ -244,7 +248,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
         model=model, hardware=hardware, seq_len=seq_len, devices=devices, devices_per_node=devices_per_node,
         precision=precision, parallel=Parallel(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero, sequence_parallel=sp,
                           tp_overlap=tp_overlap, dp_shard=0 if dp_shard == dp else dp_shard,
-                          pipeline_split=split),
+                          pipeline_split=split, dp_collectives=dp_collectives),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
         tokens=tokens, price_usd_per_hour=price_usd, pue=pue, derived=tuple(derived),
     )
@@ -270,7 +274,8 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
         "parallel": {"tp": s.parallel.tp, "pp": s.parallel.pp, "dp": s.parallel.dp, "cp": s.parallel.cp,
                      "vpp": s.parallel.vpp, "zero": s.parallel.zero,
                      "sequence_parallel": s.parallel.sequence_parallel, "tp_overlap": s.parallel.tp_overlap,
-                     "dp_shard": s.parallel.shard, "pipeline_split": s.parallel.pipeline_split},
+                     "dp_shard": s.parallel.shard, "pipeline_split": s.parallel.pipeline_split,
+                     "dp_collectives": s.parallel.dp_collectives},
         "micro_batch": s.micro_batch,
         "global_batch": s.global_batch,
         "micro_batches": s.micro_batches,

@@ -54,7 +54,7 @@ ALLOW_KEYS = {"tp": "tp", "pp": "pp", "cp": "cp", "vpp": "vpp", "micro_batch": "
               "sequence_parallel": "sequence_parallel"}
 JOB_KEYS = ("model", "seq_len", "hardware", "devices_per_node", "precision", "global_batch", "attention", "tokens",
             "price_per_hour", "pue")
-JOB_PARALLEL_KEYS = ("tp_overlap",)
+JOB_PARALLEL_KEYS = ("tp_overlap", "dp_collectives")
 
 Progress = Callable[[int, int], None]   # (done, total) in plans (or device counts)
 
@@ -271,6 +271,7 @@ def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> 
             idx = fit[start:start + CHUNK_PLANS]
             st = step_terms(base.model, base.hardware, base.precision, base.attention, seq_len=seq, global_batch=B,
                             devices_per_node=base.devices_per_node, tp_overlap=tp_overlap, pipeline_split=split,
+                            dp_collectives=base.parallel.dp_collectives,
                             **g.take(idx))
             time_s[idx] = st.time_s
             done += idx.size
@@ -288,7 +289,8 @@ def job_scenario(mapping: dict, where: str = "options") -> Scenario:
     if mapping.get("global_batch") is None:
         raise SpecError(f"{where}: the plan search needs the global batch (--global-batch, in sequences)")
     job = {k: v for k, v in mapping.items() if k in JOB_KEYS}
-    # of the layout, only framework capabilities that hold for every plan carry over (tp_overlap)
+    # of the layout, only framework capabilities that hold for every plan carry over (tp_overlap,
+    # dp_collectives)
     parallel = {k: v for k, v in (mapping.get("parallel") or {}).items() if k in JOB_PARALLEL_KEYS}
     return scenario_from_mapping({**job, "devices": 1, "parallel": parallel, "micro_batch": 1, "recompute": "none"},
                                  where)
@@ -303,7 +305,7 @@ def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vp
     return replace(base, devices=devices, micro_batch=micro_batch, recompute=recompute, derived=derived,
                    parallel=Parallel(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero,
                                      sequence_parallel=sequence_parallel, tp_overlap=base.parallel.tp_overlap,
-                                     pipeline_split=pipeline_split))
+                                     pipeline_split=pipeline_split, dp_collectives=base.parallel.dp_collectives))
 
 
 def plan_knobs(s: Scenario) -> dict:
@@ -545,7 +547,8 @@ def estimate_args(e: Estimate) -> list[str]:
             "--zero", str(p.zero), "--sequence-parallel" if p.sequence_parallel else "--no-sequence-parallel",
             "--micro-batch", str(s.micro_batch), "--global-batch", str(s.global_batch), "--recompute", s.recompute,
             *(["--tp-overlap"] if p.tp_overlap else []),
-            *(["--pipeline-split", "balanced"] if p.pipeline_split == "balanced" else [])]
+            *(["--pipeline-split", "balanced"] if p.pipeline_split == "balanced" else []),
+            *(["--dp-collectives", p.dp_collectives] if p.dp_collectives != "hierarchical" else [])]
 
 
 def plan_dict(e: Estimate) -> dict:

@@ -9,7 +9,7 @@ Formulas: docs/model.md; sources: Narayanan et al. 2021 (schedule, eq. 3), Korth
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainest import xp
 from trainest.catalog import Hardware, Model
@@ -85,10 +85,14 @@ def model_flops_per_step(model: Model, seq_len, global_batch, causal: bool = Tru
 
 def step_terms(model: Model, hardware: Hardware, precision: str, attention: str, *, seq_len, global_batch,
                devices_per_node: int, tp, pp, dp, cp, vpp, micro_batch, zero, sp, recompute,
-               tp_overlap=0.0, dp_shard=None, pipeline_split: str = "even") -> StepTerms:
+               tp_overlap=0.0, dp_shard=None, pipeline_split: str = "even",
+               dp_collectives: str = "hierarchical") -> StepTerms:
     """Compose one training step (see module docstring and docs/model.md §Step)."""
     eff = hardware.efficiency
     tiers: Tiers = tiers_of(hardware, devices_per_node)
+    # the data-parallel group's collectives (gradient reduction, ZeRO gathers): hierarchical rings
+    # use every NIC of a node; flat rings one NIC per rank (docs/model.md §Collectives)
+    dp_tiers = tiers if dp_collectives == "hierarchical" else replace(tiers, aggregate_nics=False)
     # ZeRO shards over dp_shard ranks (= dp, or a sub-group for hybrid sharding, HSDP); the
     # dp/dp_shard replicas then all-reduce the sharded gradients once per step.
     shard = dp if dp_shard is None else dp_shard
@@ -221,12 +225,12 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     grad_group = dp * cp
     shard_group = shard * cp
     z3 = xp.mask(zero >= 3)
-    z3_layer = (2.0 * all_gather_s(layer_params_local * w_bytes, shard_group, dp_stride, tiers)
-                + reduce_scatter_s(layer_params_local * MAIN_GRAD_BYTES, shard_group, dp_stride, tiers))
+    z3_layer = (2.0 * all_gather_s(layer_params_local * w_bytes, shard_group, dp_stride, dp_tiers)
+                + reduce_scatter_s(layer_params_local * MAIN_GRAD_BYTES, shard_group, dp_stride, dp_tiers))
     embed_local = (params_local - layers_per_stage * layer_params_local)
     z3_comm = z3 * (layers_per_stage * z3_layer
-                    + 2.0 * all_gather_s(embed_local * w_bytes, shard_group, dp_stride, tiers)
-                    + reduce_scatter_s(embed_local * MAIN_GRAD_BYTES, shard_group, dp_stride, tiers))
+                    + 2.0 * all_gather_s(embed_local * w_bytes, shard_group, dp_stride, dp_tiers)
+                    + reduce_scatter_s(embed_local * MAIN_GRAD_BYTES, shard_group, dp_stride, dp_tiers))
     # the window for the ZeRO-3 traffic: the stage's work, less the attention time that hides CP
     stage_work = stage_c + stage_m + stage_o - layers_per_stage * (cp_hiding_fwd + cp_hiding_bwd)
     z3_exposed = xp.maximum(z3_comm - stage_work, z3_layer) * z3
@@ -245,12 +249,12 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     # except the last bucket (one layer's worth).
     zero12 = xp.mask((zero >= 1) * (zero <= 2))
     z0 = xp.mask(zero == 0)
-    dp_comm = (z0 * all_reduce_s(params_local * MAIN_GRAD_BYTES, grad_group, dp_stride, tiers)
-               + zero12 * (reduce_scatter_s(params_local * MAIN_GRAD_BYTES, shard_group, dp_stride, tiers)
-                           + all_gather_s(params_local * w_bytes, shard_group, dp_stride, tiers)))
+    dp_comm = (z0 * all_reduce_s(params_local * MAIN_GRAD_BYTES, grad_group, dp_stride, dp_tiers)
+               + zero12 * (reduce_scatter_s(params_local * MAIN_GRAD_BYTES, shard_group, dp_stride, dp_tiers)
+                           + all_gather_s(params_local * w_bytes, shard_group, dp_stride, dp_tiers)))
     # hybrid sharding: the replicas all-reduce their gradient shard (stride: one shard group)
     replica_comm = (1.0 - z0) * all_reduce_s(params_local / shard_group * MAIN_GRAD_BYTES, replicas,
-                                             dp_stride * shard_group, tiers)
+                                             dp_stride * shard_group, dp_tiers)
     # the window: the last micro-batch's backward, less what hides CP and the backward ZeRO-3
     # traffic (the backward all-gather and the reduce-scatter: 2 of its 3 collectives per layer)
     backward_window = xp.maximum(layers_per_stage * (bwd_c + bwd_m - cp_hiding_bwd)
@@ -259,7 +263,7 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
                             (dp_comm * (1.0 - z3) + replica_comm) / layers_per_stage)
     # ZeRO-2 keeps only a gradient shard, so with gradient accumulation every micro-batch's gradients
     # are reduce-scattered during its backward (DeepSpeed ZeRO-2), not just the last one's
-    z2_rs = reduce_scatter_s(params_local * MAIN_GRAD_BYTES, shard_group, dp_stride, tiers)
+    z2_rs = reduce_scatter_s(params_local * MAIN_GRAD_BYTES, shard_group, dp_stride, dp_tiers)
     z2_exposed = (xp.mask(zero == 2) * (m - 1.0)
                   * xp.maximum(z2_rs - backward_window, z2_rs / layers_per_stage))
     dp_exposed = dp_exposed + z2_exposed

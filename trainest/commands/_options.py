@@ -25,8 +25,9 @@ Recompute = _choice_enum("recompute")
 Mlp = _choice_enum("mlp")
 Attention = _choice_enum("attention")
 PipelineSplit = _choice_enum("pipeline_split")
+DpCollectives = _choice_enum("dp_collectives")
 _CHOICE_ENUMS = {"precision": Precision, "recompute": Recompute, "mlp": Mlp, "attention": Attention,
-                 "pipeline_split": PipelineSplit}
+                 "pipeline_split": PipelineSplit, "dp_collectives": DpCollectives}
 _VALUE_TYPES = {"int": int, "float": float, "str": str}
 
 

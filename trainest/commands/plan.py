@@ -26,6 +26,9 @@ PueOpt = option_annotation("pue")
 JsonOpt = option_annotation("json_out")
 TpOverlapOpt = option_annotation(
     "tp_overlap", help="Every plan pipelines its TP collectives with the GEMMs (Megatron --tp-comm-overlap).")
+DpCollectivesOpt = option_annotation(
+    "dp_collectives", help="How every plan's data-parallel/ZeRO rings use the NICs: hierarchical (every NIC of a "
+                           "node) or flat (one NIC per device, e.g. DeepSpeed ZeRO-3 of 2021).")
 ConfigOpt = option_annotation(
     "config", help="Scenario YAML for the job (its parallel layout, micro-batch and recompute are ignored); "
                    "options override it.")
@@ -67,6 +70,7 @@ def plan(
     pue: PueOpt = None,
     config: ConfigOpt = None,
     tp_overlap: TpOverlapOpt = None,
+    dp_collectives: DpCollectivesOpt = None,
     top: Annotated[int, typer.Option(
         "--top", "-k", help="How many plans to show.")] = 5,
     objective: Annotated[Objective, typer.Option(
@@ -115,6 +119,8 @@ def plan(
         mapping = {**base_map, **given}
         if tp_overlap is not None:
             mapping["parallel"] = {**(mapping.get("parallel") or {}), "tp_overlap": tp_overlap}
+        if dp_collectives is not None:
+            mapping["parallel"] = {**(mapping.get("parallel") or {}), "dp_collectives": dp_collectives.value}
         if devices is None:
             devices = str(base_map.get("devices") or 8)
         base = S.job_scenario(mapping, f"scenario {config!r}" if config else "options")
