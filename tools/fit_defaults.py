@@ -70,6 +70,7 @@ def prior_hardware(hw: catalog.Hardware) -> catalog.Hardware:
     prior = ih.EFFICIENCY_PRIOR_ACCELERATOR if hw.kind in ih.ACCELERATOR_PRIOR_KINDS else ih.EFFICIENCY_PRIOR_OTHER
     return catalog.with_efficiency(hw, **{k: float(v) for k, v in prior.items()},
                                    low_precision_gemm=catalog.DEFAULT_LOW_PRECISION_GEMM,
+                                   flash2_attention=catalog.DEFAULT_FLASH2_ATTENTION,
                                    layer_overhead_s=catalog.DEFAULT_LAYER_OVERHEAD_US * MICROSECOND,
                                    fitted=False, method=ih.EFFICIENCY_METHOD)
 

@@ -52,6 +52,7 @@ class Efficiency:
 EFFICIENCY_KEYS = ("gemm", "gemm_half_dim", "attention", "memory", "scale_up", "scale_out")
 EFFICIENCY_OPTIONAL = ("low_precision_gemm", "flash2_attention", "layer_overhead_us", "fitted", "method", "fit_runs", "fit_mape_pct")
 DEFAULT_LOW_PRECISION_GEMM = 0.85   # FP8 GEMMs reach a lower fraction of their (2x) peak than BF16
+DEFAULT_FLASH2_ATTENTION = 1.0     # FlashAttention-2 relative to `attention`: the same unless fitted
 DEFAULT_LAYER_OVERHEAD_US = 30.0    # launch and sync overhead per transformer layer per pass
 DEFAULT_SCALE_UP_LATENCY_US = 3.0   # used when a hardware file gives no latency (NVLink-class)
 DEFAULT_SCALE_OUT_LATENCY_US = 8.0  # InfiniBand/RoCE-class
@@ -119,7 +120,7 @@ def _efficiency_from(data: dict, where: str) -> Efficiency:
         scale_out=F.fraction(data["scale_out"], f"{where}.scale_out"),
         low_precision_gemm=F.fraction(data.get("low_precision_gemm", DEFAULT_LOW_PRECISION_GEMM),
                                       f"{where}.low_precision_gemm"),
-        flash2_attention=F.fraction(data.get("flash2_attention", 1.0), f"{where}.flash2_attention"),
+        flash2_attention=F.fraction(data.get("flash2_attention", DEFAULT_FLASH2_ATTENTION), f"{where}.flash2_attention"),
         layer_overhead_s=F.number(data.get("layer_overhead_us", DEFAULT_LAYER_OVERHEAD_US),
                                   f"{where}.layer_overhead_us", allow_zero=True) * MICROSECOND,
         fitted=F.boolean(data.get("fitted", False), f"{where}.fitted"),
