@@ -2,7 +2,7 @@
 
 Issue 3's targets (docs/validation.md):
   * MAPE ≤ 10 % over all expressible runs, with at least 400 expressible runs (met: 6.3 % over 460
-    distinct measurements, holdout 6.4 %; 60 repeated transcriptions are counted once);
+    distinct measurements, holdout 6.2 %; 60 repeated transcriptions are counted once);
   * MAPE ≤ 5 % on the Korthikanti et al. 2022 and Narayanan et al. 2021 A100 tables (NOT met: 5.4 %
     over 33 runs; 3.7 % over the 27 that are not Narayanan Table 2's DeepSpeed ZeRO-3 rows, 13.3 % on
     those six; xfail below).

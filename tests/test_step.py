@@ -229,6 +229,26 @@ def test_dp_reduction_hides_behind_backward_except_one_layer():
     assert t.dp_comm_s == pytest.approx(full / m.layers, rel=1e-9)
 
 
+def test_zero1_weight_gather_hides_behind_the_forward_except_one_layer():
+    """ZeRO-1: the gradient reduce-scatter hides behind the last micro-batch's backward and the
+    all-gather of the updated weights behind the first one's forward; with enough work in both,
+    one layer's worth of each remains."""
+    m, d = load_model("gpt3-1.3b"), 8.0
+    tiers = tiers_of(A100, A100.devices_per_node)
+    t = terms(m, dp=d, zero=1, micro_batch=4, global_batch=32.0 * 4)
+    p = stage_params(m, 1.0)
+    rs = reduce_scatter_s(p * MAIN_GRAD_BYTES, d, 1.0, tiers)
+    ag = all_gather_s(p * 2.0, d, 1.0, tiers)
+    assert t.dp_comm_s == pytest.approx((rs + ag) / m.layers, rel=1e-9)
+    # with a slow network neither window is big enough: all of both transfers beyond the windows show,
+    # and the gather never shows more than it costs
+    slow = dataclasses.replace(A100, scale_up_bytes_per_s=1e9)
+    ts = terms(m, slow, dp=d, zero=1, micro_batch=1, global_batch=8.0)
+    tiers_slow = tiers_of(slow, slow.devices_per_node)
+    total = (reduce_scatter_s(p * MAIN_GRAD_BYTES, d, 1.0, tiers_slow) + all_gather_s(p * 2.0, d, 1.0, tiers_slow))
+    assert total * 0.5 < ts.dp_comm_s < total
+
+
 def test_zero3_exposes_more_traffic_than_zero1():
     """ZeRO-3 gathers the weights twice and reduce-scatters the gradients every micro-batch."""
     z1 = terms(GPT3_13B, dp=8, zero=1, global_batch=64.0)

@@ -244,26 +244,32 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
 
     bubble = (pp - 1.0) / vpp * mb_typical
 
-    # ---- data parallelism (ZeRO 0–2): gradient all-reduce, or reduce-scatter + all-gather of the
-    # weights (ZeRO-1/2, distributed optimizer); overlapped with the last micro-batch's backward,
-    # except the last bucket (one layer's worth).
+    # ---- data parallelism (ZeRO 0–2): the gradient all-reduce (ZeRO-0), or the reduce-scatter of the
+    # gradients (ZeRO-1/2, distributed optimizer), overlapped with the last micro-batch's backward
+    # except the last bucket (one layer's worth); ZeRO-1/2's all-gather of the updated weights is
+    # bucketed into the next step's forward (Megatron --overlap-param-gather, FSDP SHARD_GRAD_OP),
+    # hidden behind the first micro-batch's forward except the first bucket.
     zero12 = xp.mask((zero >= 1) * (zero <= 2))
     z0 = xp.mask(zero == 0)
-    dp_comm = (z0 * all_reduce_s(params_local * MAIN_GRAD_BYTES, grad_group, dp_stride, dp_tiers)
-               + zero12 * (reduce_scatter_s(params_local * MAIN_GRAD_BYTES, shard_group, dp_stride, dp_tiers)
-                           + all_gather_s(params_local * w_bytes, shard_group, dp_stride, dp_tiers)))
+    grad_comm = (z0 * all_reduce_s(params_local * MAIN_GRAD_BYTES, grad_group, dp_stride, dp_tiers)
+                 + zero12 * reduce_scatter_s(params_local * MAIN_GRAD_BYTES, shard_group, dp_stride, dp_tiers))
+    gather_comm = zero12 * all_gather_s(params_local * w_bytes, shard_group, dp_stride, dp_tiers)
     # hybrid sharding: the replicas all-reduce their gradient shard (stride: one shard group)
     replica_comm = (1.0 - z0) * all_reduce_s(params_local / shard_group * MAIN_GRAD_BYTES, replicas,
                                              dp_stride * shard_group, dp_tiers)
-    # the window: the last micro-batch's backward, less what hides CP and the backward ZeRO-3
-    # traffic (the backward all-gather and the reduce-scatter: 2 of its 3 collectives per layer)
+    # the windows: the last micro-batch's backward and the first one's forward, less what hides CP
+    # and ZeRO-3's traffic (the backward all-gather and the reduce-scatter: 2 of its 3 collectives
+    # per layer in the backward, the forward all-gather in the forward)
     backward_window = xp.maximum(layers_per_stage * (bwd_c + bwd_m - cp_hiding_bwd)
                                  - z3 * xp.minimum(z3_comm, stage_work) * (2.0 / 3.0), 0.0)
-    dp_exposed = xp.maximum(dp_comm * (1.0 - z3) + replica_comm - backward_window,
-                            (dp_comm * (1.0 - z3) + replica_comm) / layers_per_stage)
+    forward_window = xp.maximum(layers_per_stage * (fwd_c + fwd_m - cp_hiding_fwd / (1.0 + full + selective))
+                                - z3 * xp.minimum(z3_comm, stage_work) * (1.0 / 3.0), 0.0)
+    reduce_total = grad_comm * (1.0 - z3) + replica_comm
+    dp_exposed = (xp.maximum(reduce_total - backward_window, reduce_total / layers_per_stage)
+                  + xp.maximum(gather_comm - forward_window, gather_comm / layers_per_stage))
     # ZeRO-2 keeps only a gradient shard, so with gradient accumulation every micro-batch's gradients
     # are reduce-scattered during its backward (DeepSpeed ZeRO-2), not just the last one's
-    z2_rs = reduce_scatter_s(params_local * MAIN_GRAD_BYTES, shard_group, dp_stride, dp_tiers)
+    z2_rs = zero12 * reduce_scatter_s(params_local * MAIN_GRAD_BYTES, shard_group, dp_stride, dp_tiers)
     z2_exposed = (xp.mask(zero == 2) * (m - 1.0)
                   * xp.maximum(z2_rs - backward_window, z2_rs / layers_per_stage))
     dp_exposed = dp_exposed + z2_exposed
