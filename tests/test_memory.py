@@ -250,3 +250,10 @@ def test_fp8_keeps_gemm_inputs_as_one_byte_copies():
     th = S * GPT.hidden
     assert bf16 == pytest.approx(34 * th)
     assert fp8 == pytest.approx(27 * th)
+
+
+def test_fp16_training_keeps_half_size_gradients():
+    """Loss-scaled FP16 keeps and reduces FP16 gradients; BF16/FP8 mixed precision FP32 ones."""
+    from trainest.memory import grad_bytes_per_param
+    assert grad_bytes_per_param("fp16") == 2.0
+    assert grad_bytes_per_param("bf16") == grad_bytes_per_param("fp8") == grad_bytes_per_param("fp32") == 4.0

@@ -377,7 +377,8 @@ def map_precision(text, source_default):
         return "fp16", notes
     if "16-bit" in t:
         notes.append(f"precision '{text}': 16-bit mixed precision imported as {source_default} "
-                     f"(fp16 and bf16 have the same A100 peak, 312 TFLOP/s)")
+                     f"(fp16 and bf16 have the same A100 peak, 312 TFLOP/s; with fp16 the gradients are "
+                     f"kept and reduced in 16 bits, with bf16 in 32)")
         return source_default, notes
     if "fp32" in t:
         return "fp32", notes

@@ -17,6 +17,7 @@ from trainest.units import GiB
 MASTER_WEIGHT_BYTES = 4.0        # FP32 master copy of each parameter (mixed precision)
 ADAM_MOMENT_BYTES = 8.0          # FP32 first and second moments
 MAIN_GRAD_BYTES = 4.0            # FP32 gradient accumulation buffer (Megatron main_grad, FSDP reduce dtype)
+FP16_GRAD_BYTES = 2.0            # loss-scaled FP16 training keeps and reduces FP16 gradients
 DROPOUT_MASK_BYTES = 1.0         # one byte per element
 LOGITS_BYTES = 4.0               # FP32 logits (and their gradient) for the cross-entropy
 FRAMEWORK_OVERHEAD_BYTES = 2.0 * GiB   # CUDA context, NCCL and cuBLAS workspaces, allocator reserve
@@ -27,6 +28,15 @@ def weight_bytes_per_param(precision: str) -> float:
     """Bytes of the working weights: 4 for FP32/TF32 training, 2 otherwise (FP8/FP4 recipes keep
     16-bit weights and cast per GEMM)."""
     return 4.0 if precision in ("fp32", "tf32") else 2.0
+
+
+def grad_bytes_per_param(precision: str) -> float:
+    """Bytes per parameter of the gradient buffer, which is also what the data-parallel reduction
+    moves: FP32 (4) for BF16/FP8/FP4 mixed precision (Megatron forces FP32 gradient accumulation and
+    reduction with BF16; FSDP's default reduce dtype) and FP32 training; FP16 (2) for loss-scaled FP16
+    mixed precision, whose gradients stay FP16 (Megatron-LM without --accumulate-allreduce-grads-in-fp32,
+    DeepSpeed's FP16 ZeRO)."""
+    return FP16_GRAD_BYTES if precision == "fp16" else MAIN_GRAD_BYTES
 
 
 def optimizer_bytes_per_param(precision: str) -> float:
@@ -141,7 +151,7 @@ def memory_per_device(model: Model, precision: str, *, seq_len, micro_batch, mic
     # ZeRO-3 gathers the weights of the layer being computed and prefetches the next one (over a
     # single shard rank nothing is sharded, so nothing is gathered: no buffers).
     weights = weights + xp.mask((zero >= 3) * (shard > 1)) * 2.0 * model.params_per_layer / tp * w_bytes
-    grads = params_local * MAIN_GRAD_BYTES / shard2
+    grads = params_local * grad_bytes_per_param(precision) / shard2
     optim = params_local * optimizer_bytes_per_param(precision) / shard1
 
     per_layer, per_layer_stored = activation_bytes_per_layer(

@@ -15,7 +15,7 @@ from trainest import xp
 from trainest.catalog import Hardware, Model
 from trainest.comm import Tiers, all_gather_s, all_reduce_s, reduce_scatter_s, send_recv_s, tiers_of
 from trainest.compute import OpTime, dimension_factor, fused_time, gemm_time, streaming_time
-from trainest.memory import MAIN_GRAD_BYTES, stage_layers, stage_params, weight_bytes_per_param
+from trainest.memory import grad_bytes_per_param, stage_layers, stage_params, weight_bytes_per_param
 
 ACTIVATION_BYTES = 2.0             # 16-bit activations between kernels
 GEMM_INPUT_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
@@ -217,6 +217,7 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     # backward and reduce-scatter its gradients (3 ring collectives per layer, so the ring latency
     # counts per layer); prefetched behind compute except one layer's worth.
     w_bytes = weight_bytes_per_param(precision)
+    g_bytes = grad_bytes_per_param(precision)      # gradients reduced per parameter (FP32, or FP16)
     params_local = stage_params(model, pp, vpp, pipeline_split) / tp
     layer_params_local = model.params_per_layer / tp
     # weights are replicated over the c context-parallel ranks too: gradients are reduced, and ZeRO
@@ -226,11 +227,11 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     shard_group = shard * cp
     z3 = xp.mask(zero >= 3)
     z3_layer = (2.0 * all_gather_s(layer_params_local * w_bytes, shard_group, dp_stride, dp_tiers)
-                + reduce_scatter_s(layer_params_local * MAIN_GRAD_BYTES, shard_group, dp_stride, dp_tiers))
+                + reduce_scatter_s(layer_params_local * g_bytes, shard_group, dp_stride, dp_tiers))
     embed_local = (params_local - layers_per_stage * layer_params_local)
     z3_comm = z3 * (layers_per_stage * z3_layer
                     + 2.0 * all_gather_s(embed_local * w_bytes, shard_group, dp_stride, dp_tiers)
-                    + reduce_scatter_s(embed_local * MAIN_GRAD_BYTES, shard_group, dp_stride, dp_tiers))
+                    + reduce_scatter_s(embed_local * g_bytes, shard_group, dp_stride, dp_tiers))
     # the window for the ZeRO-3 traffic: the stage's work, less the attention time that hides CP
     stage_work = stage_c + stage_m + stage_o - layers_per_stage * (cp_hiding_fwd + cp_hiding_bwd)
     z3_exposed = xp.maximum(z3_comm - stage_work, z3_layer) * z3
@@ -251,11 +252,11 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     # hidden behind the first micro-batch's forward except the first bucket.
     zero12 = xp.mask((zero >= 1) * (zero <= 2))
     z0 = xp.mask(zero == 0)
-    grad_comm = (z0 * all_reduce_s(params_local * MAIN_GRAD_BYTES, grad_group, dp_stride, dp_tiers)
-                 + zero12 * reduce_scatter_s(params_local * MAIN_GRAD_BYTES, shard_group, dp_stride, dp_tiers))
+    grad_comm = (z0 * all_reduce_s(params_local * g_bytes, grad_group, dp_stride, dp_tiers)
+                 + zero12 * reduce_scatter_s(params_local * g_bytes, shard_group, dp_stride, dp_tiers))
     gather_comm = zero12 * all_gather_s(params_local * w_bytes, shard_group, dp_stride, dp_tiers)
     # hybrid sharding: the replicas all-reduce their gradient shard (stride: one shard group)
-    replica_comm = (1.0 - z0) * all_reduce_s(params_local / shard_group * MAIN_GRAD_BYTES, replicas,
+    replica_comm = (1.0 - z0) * all_reduce_s(params_local / shard_group * g_bytes, replicas,
                                              dp_stride * shard_group, dp_tiers)
     # the windows: the last micro-batch's backward and the first one's forward, less what hides CP
     # and ZeRO-3's traffic (the backward all-gather and the reduce-scatter: 2 of its 3 collectives
@@ -269,7 +270,7 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
                   + xp.maximum(gather_comm - forward_window, gather_comm / layers_per_stage))
     # ZeRO-2 keeps only a gradient shard, so with gradient accumulation every micro-batch's gradients
     # are reduce-scattered during its backward (DeepSpeed ZeRO-2), not just the last one's
-    z2_rs = zero12 * reduce_scatter_s(params_local * MAIN_GRAD_BYTES, shard_group, dp_stride, dp_tiers)
+    z2_rs = zero12 * reduce_scatter_s(params_local * g_bytes, shard_group, dp_stride, dp_tiers)
     z2_exposed = (xp.mask(zero == 2) * (m - 1.0)
                   * xp.maximum(z2_rs - backward_window, z2_rs / layers_per_stage))
     dp_exposed = dp_exposed + z2_exposed
