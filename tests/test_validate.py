@@ -169,6 +169,17 @@ def test_cli_json_parses(runs_file):
     assert {n["id"] for n in doc["not_expressible"]} == {"moe", "badpp"}
 
 
+def test_cli_runs_takes_several_files_after_one_flag(runs_file, tmp_path):
+    """`--runs A B` (the issue's `--runs FILE ...`) equals `--runs A --runs B`."""
+    path, _ = runs_file
+    other = write_runs(tmp_path, [run("a100run", {"step_time_s": 1.0}, hardware="a100-80gb-sxm")], name="other.yaml")
+    one = runner.invoke(app, ["validate", "--runs", path, other, "--json"])
+    two = runner.invoke(app, ["validate", "--runs", path, "--runs", other, "--json"])
+    assert one.exit_code == two.exit_code == 0, one.output
+    assert json.loads(one.stdout)["summary"] == json.loads(two.stdout)["summary"]
+    assert json.loads(one.stdout)["summary"]["runs"] == 6
+
+
 def test_cli_table_and_markdown(runs_file):
     path, _ = runs_file
     res = runner.invoke(app, ["validate", "--runs", path])

@@ -17,6 +17,9 @@ from trainest.commands._options import option_annotation
 
 RunsOpt = Annotated[Optional[list[str]], typer.Option(
     "--runs", help="Runs YAML file (repeatable); default: the bundled specs/runs/*.yaml.", show_default=False)]
+# `--runs a.yaml b.yaml` (the issue's `--runs FILE ...`): files after the first are positional
+MoreRunsArg = Annotated[Optional[list[str]], typer.Argument(
+    help="More runs YAML files (so that `--runs a.yaml b.yaml` works).", show_default=False, metavar="[FILE]...")]
 JsonOpt = option_annotation("json_out")
 
 
@@ -44,6 +47,7 @@ def _summary_table(title: str, groups: dict, key_title: str):
 
 
 def validate(
+    more_runs: MoreRunsArg = None,
     runs: RunsOpt = None,
     source: Annotated[Optional[str], typer.Option("--source", help="Only runs whose source (file name or citation) contains this text.")] = None,
     hardware: Annotated[Optional[str], typer.Option("--hardware", "-H", help="Only runs on this hardware (catalog name).")] = None,
@@ -59,7 +63,8 @@ def validate(
     from trainest.report import LazyProgress
     progress = LazyProgress("validating", enabled=not json_out and not markdown and sys.stderr.isatty())
     try:
-        result = validate_runs(runs or None, source=source, hardware=hardware, progress=progress)
+        files = [*(runs or []), *(more_runs or [])]
+        result = validate_runs(files or None, source=source, hardware=hardware, progress=progress)
     except SpecError as exc:
         progress.close()
         _fail(str(exc))
@@ -98,6 +103,7 @@ def validate(
 def calibrate(
     runs: Annotated[list[str], typer.Option("--runs", help="Runs YAML file with measured runs (repeatable).")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the calibrated hardware YAML.")],
+    more_runs: MoreRunsArg = None,
     hardware: Annotated[Optional[str], typer.Option("--hardware", "-H", help="Hardware to fit (catalog name or YAML path); required when the runs use several.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -105,6 +111,7 @@ def calibrate(
     from trainest.calibrate import calibrate_runs, profile_text
     from trainest.errors import SpecError
 
+    runs = [*runs, *(more_runs or [])]
     try:
         if output.is_dir():
             raise SpecError(f"--output {str(output)!r} is a directory; give a file name such as profile.yaml")
