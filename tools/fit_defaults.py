@@ -369,7 +369,9 @@ gathers and reduce-scatters; docs/model.md §3.2). That input was inferred from 
 an independent test of it; no efficiency was fitted for it. With the default hierarchical rings
 they were predicted 1.4–4.4× too fast. At micro-batch 4 (384 and 640 GPUs) they are still predicted
 ~20 % too fast: the measured step is compute-bound at ~141 TFLOP/s per GPU, slower than trainest's
-compute for the same GEMMs, and nothing in the published inputs accounts for it.
+compute for the same GEMMs, and nothing in the published inputs accounts for it. These six rows are
+also the only A100 runs whose step time depends strongly on the NIC bandwidth, so they set the A100's
+fitted `scale_out` (fit without them: ≈ 0.71, near the 0.70 prior; with them ≈ 0.63).
 
 ## Summary with the shipped (fitted) efficiencies
 
