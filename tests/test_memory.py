@@ -130,7 +130,7 @@ def test_stage_params_pipeline_stage_holds_its_layers_and_one_embedding():
     (0, 2.0, 4.0, 12.0),          # replicated: 2 + 4 + 12 = 18 B/param (Megatron, FP32 main grads)
     (1, 2.0, 4.0, 12.0 / 4),      # optimizer state sharded over d
     (2, 2.0, 4.0 / 4, 12.0 / 4),  # + gradients
-    (3, 2.0 / 4, 4.0 / 4, 12.0 / 4),  # + weights
+    (3, 0.0, 4.0 / 4, 12.0 / 4),  # + weights: the FP32 master shard is the parameter (FSDP), no 16-bit shard
 ])
 def test_zero_stages_shard_what_they_should(zero, w, g, o):
     P = GPT.params
@@ -257,3 +257,19 @@ def test_fp16_training_keeps_half_size_gradients():
     from trainest.memory import grad_bytes_per_param
     assert grad_bytes_per_param("fp16") == 2.0
     assert grad_bytes_per_param("bf16") == grad_bytes_per_param("fp8") == grad_bytes_per_param("fp32") == 4.0
+
+
+def test_zero3_sharded_state_is_16_bytes_per_parameter():
+    """ZeRO-3 over d ranks: BF16 (FSDP: FP32 master shard + FP32 gradient shard + Adam moments) and
+    FP16 (DeepSpeed: 16-bit shard + 16-bit gradients + FP32 master and moments) both keep 16 bytes
+    per parameter, sharded, besides the two gathered layers."""
+    from trainest.catalog import load_model
+    from trainest.memory import memory_per_device, stage_params
+    m = load_model("gpt3-13b")
+    d = 64.0
+    for precision in ("bf16", "fp16"):
+        mem = memory_per_device(m, precision, seq_len=2048.0, micro_batch=1.0, micro_batches=1.0, tp=1.0, pp=1.0,
+                                dp=d, cp=1.0, vpp=1.0, zero=3.0, sp=0.0, recompute=2.0, attention="flash")
+        gathered = 2.0 * m.params_per_layer * 2.0
+        state = float(mem.weights_bytes + mem.gradients_bytes + mem.optimizer_bytes) - gathered
+        assert state == pytest.approx(16.0 * stage_params(m, 1.0) / d, rel=1e-9), precision
