@@ -309,6 +309,20 @@ def test_hybrid_sharding_adds_a_replica_all_reduce_when_nothing_hides_it():
     assert t.dp_comm_s == pytest.approx(expected, rel=1e-9)
 
 
+def test_hybrid_sharding_replica_all_reduce_is_never_hidden():
+    """With plenty of compute to hide behind, the shard group's traffic hides (one layer's worth
+    remains) but the replicas' all-reduce over the slow tier stays exposed in full."""
+    tiers = tiers_of(A100, A100.devices_per_node)
+    P = stage_params(GPT3_13B, 1.0)
+    kw = dict(seq_len=2048.0, global_batch=64.0, devices_per_node=8, tp=1.0, pp=1.0, dp=16.0, cp=1.0, vpp=1.0,
+              micro_batch=4.0, zero=1.0, sp=0.0, recompute=0.0)
+    hsdp = step_terms(GPT3_13B, A100, "bf16", "flash", **kw, dp_shard=8.0)
+    replica = all_reduce_s(P / 8 * MAIN_GRAD_BYTES, 2.0, 8.0, tiers)
+    one_layer = (reduce_scatter_s(P * MAIN_GRAD_BYTES, 8.0, 1.0, tiers) + all_gather_s(P * 2.0, 8.0, 1.0, tiers)) \
+        / GPT3_13B.layers
+    assert hsdp.dp_comm_s == pytest.approx(replica + one_layer, rel=1e-9)
+
+
 # ------------------------------------------------------------------ ZeRO-2, attention kernels, KV, CP
 
 def test_zero2_with_gradient_accumulation_reduces_every_micro_batch():

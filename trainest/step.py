@@ -265,8 +265,11 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
                                  - z3 * xp.minimum(z3_comm, stage_work) * (2.0 / 3.0), 0.0)
     forward_window = xp.maximum(layers_per_stage * (fwd_c + fwd_m - cp_hiding_fwd / (1.0 + full + selective))
                                 - z3 * xp.minimum(z3_comm, stage_work) * (1.0 / 3.0), 0.0)
-    reduce_total = grad_comm * (1.0 - z3) + replica_comm
-    dp_exposed = (xp.maximum(reduce_total - backward_window, reduce_total / layers_per_stage)
+    # the HSDP replicas' all-reduce crosses the slow tier once per step after the shard group's
+    # reduce-scatter: not hidden (docs/model.md §4.4: MaxText multi-slice runs slow down with the
+    # number of slices as an exposed reduction predicts)
+    reduce_total = grad_comm * (1.0 - z3)
+    dp_exposed = (replica_comm + xp.maximum(reduce_total - backward_window, reduce_total / layers_per_stage)
                   + xp.maximum(gather_comm - forward_window, gather_comm / layers_per_stage))
     # ZeRO-2 keeps only a gradient shard, so with gradient accumulation every micro-batch's gradients
     # are reduce-scattered during its backward (DeepSpeed ZeRO-2), not just the last one's
