@@ -730,6 +730,14 @@ class Importer:
                 vpp = v or 1
                 vp_note = (f"interleaved pipeline schedule, chunks per stage not stated: vpp={vpp} assumed "
                            f"(smallest factor >= 2 dividing the {fields['layers'] // pp} layers per stage)")
+        elif pp > 1 and re.search(r"DP/TP/PP comm overlap|\(--tp-comm-overlap\) and PP", r["notes"] or ""):
+            # Megatron-Core overlaps pipeline send/recv only in the interleaved schedule (its
+            # non-interleaved schedule rejects overlap_p2p_comm), so stated PP overlap implies v >= 2
+            v = layers_per_stage_vpp(fields["layers"], pp)
+            vpp = v or 1
+            vp_note = (f"the source states PP communication overlap, which Megatron-Core supports only with "
+                       f"the interleaved schedule; chunks per stage not stated: vpp={vpp} assumed (smallest "
+                       f"factor >= 2 dividing the {fields['layers'] // pp} layers per stage)")
         elif r["notes"] and "interleaved 1f1b" in r["notes"].lower() and pp > 1:
             vpp = 2
             vp_note = "interleaved 1F1B schedule, stages per rank not stated: vpp=2 assumed"
