@@ -77,9 +77,11 @@ class Estimate:
     training: TrainingResult
 
 
-OVERLAP_POLICY = ("TP communication exposed (or pipelined with GEMMs with tp_overlap); PP communication exposed; CP ring overlapped with attention; DP gradient "
-                  "reduction overlapped with the last micro-batch's backward except one layer; ZeRO-3 "
-                  "gathers prefetched behind compute except one layer")
+OVERLAP_POLICY = ("TP communication exposed (or pipelined with GEMMs with tp_overlap); PP communication exposed; "
+                  "CP ring overlapped with attention; DP gradient reduction overlapped with the last micro-batch's "
+                  "backward except one layer; ZeRO-1/2 weight all-gather overlapped with the first micro-batch's "
+                  "forward except one layer; HSDP replica all-reduce exposed; ZeRO-3 gathers prefetched behind "
+                  "compute except one layer")
 
 
 def layout_kwargs(s: Scenario) -> dict:
