@@ -20,14 +20,8 @@ def _choice_enum(option_name: str) -> type[Enum]:
     return Enum(o.enum, {c: c for c in o.choices}, type=str, module=__name__)
 
 
-Precision = _choice_enum("precision")
-Recompute = _choice_enum("recompute")
-Mlp = _choice_enum("mlp")
-Attention = _choice_enum("attention")
-PipelineSplit = _choice_enum("pipeline_split")
-DpCollectives = _choice_enum("dp_collectives")
-_CHOICE_ENUMS = {"precision": Precision, "recompute": Recompute, "mlp": Mlp, "attention": Attention,
-                 "pipeline_split": PipelineSplit, "dp_collectives": DpCollectives}
+# one Enum per choice option of the table (a new choice option needs nothing here)
+_CHOICE_ENUMS = {o.name: _choice_enum(o.name) for o in ESTIMATE_OPTIONS if o.kind == "choice"}
 _VALUE_TYPES = {"int": int, "float": float, "str": str}
 
 
