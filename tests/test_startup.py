@@ -108,6 +108,8 @@ def test_choice_tuples_match_the_library():
     assert options.RECOMPUTE_CHOICES == scenario.RECOMPUTE
     assert options.ATTENTION_CHOICES == scenario.ATTENTION
     assert options.PIPELINE_SPLIT_CHOICES == memory.PIPELINE_SPLITS
+    from trainest import comm
+    assert options.DP_COLLECTIVES_CHOICES == comm.DP_COLLECTIVES
 
 
 @pytest.mark.parametrize("args", [
