@@ -273,7 +273,7 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
                   + xp.maximum(gather_comm - forward_window, gather_comm / layers_per_stage))
     # ZeRO-2 keeps only a gradient shard, so with gradient accumulation every micro-batch's gradients
     # are reduce-scattered during its backward (DeepSpeed ZeRO-2), not just the last one's
-    z2_rs = zero12 * reduce_scatter_s(params_local * g_bytes, shard_group, dp_stride, dp_tiers)
+    z2_rs = reduce_scatter_s(params_local * g_bytes, shard_group, dp_stride, dp_tiers)
     z2_exposed = (xp.mask(zero == 2) * (m - 1.0)
                   * xp.maximum(z2_rs - backward_window, z2_rs / layers_per_stage))
     dp_exposed = dp_exposed + z2_exposed
