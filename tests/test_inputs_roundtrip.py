@@ -20,10 +20,14 @@ CASES = [
      "--global-batch", "512", "--attention", "flash2"],
     ["--model", "llama3-8b", "--layers", "20", "--hardware", "h200-sxm", "--devices", "16", "--cp", "2", "--fsdp",
      "--seq-len", "16384", "--global-batch", "16", "--precision", "fp8"],
+    ["--model", "gpt3-175b", "--hardware", "a100-80gb-sxm", "--devices", "384", "--zero", "3", "--micro-batch", "4",
+     "--global-batch", "1536", "--recompute", "full", "--attention", "standard", "--precision", "fp16",
+     "--dp-collectives", "flat"],
 ]
 
 
-@pytest.mark.parametrize("args", CASES, ids=["default", "korthikanti", "405b-balanced-hsdp", "shape-override-cp"])
+@pytest.mark.parametrize("args", CASES, ids=["default", "korthikanti", "405b-balanced-hsdp", "shape-override-cp",
+                                             "deepspeed-flat"])
 def test_inputs_echo_loads_again_and_reproduces_the_estimate(args, tmp_path):
     runner = CliRunner()
     first = runner.invoke(app, ["estimate", *args, "--json"])
