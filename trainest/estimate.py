@@ -77,6 +77,10 @@ class Estimate:
     training: TrainingResult
 
 
+# A layout predicted over capacity by at most this fraction is reported as possibly fitting: of the 460
+# published runs (which all ran), 57 are predicted 0-10 % over capacity, 140 up to 20 % over.
+TIGHT_FIT_FRACTION = 0.10
+
 OVERLAP_POLICY = ("TP communication exposed (or pipelined with GEMMs with tp_overlap); PP communication exposed; "
                   "CP ring overlapped with attention; DP gradient reduction overlapped with the last micro-batch's "
                   "backward except one layer; ZeRO-1/2 weight all-gather overlapped with the first micro-batch's "
@@ -179,4 +183,7 @@ def fit_suggestions(s: Scenario, e: Estimate) -> str:
     have = e.memory.capacity_bytes / GiB
     hint = ("; would fit with: " + ", ".join(fixes)) if fixes else \
         "; no single change fits: combine sharding (--zero 3, --tp, --pp) with --recompute full, or use more devices"
-    return f"does not fit: needs {need:.1f} GiB per device, {s.hardware.name} has {have:.1f} GiB{hint}"
+    over = need / have - 1.0
+    margin = (f" (over by {100 * over:.0f} %, within the memory model's error on published runs: it may fit; "
+              f"docs/validation.md)") if over <= TIGHT_FIT_FRACTION else ""
+    return f"does not fit: needs {need:.1f} GiB per device, {s.hardware.name} has {have:.1f} GiB{margin}{hint}"
