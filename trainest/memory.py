@@ -151,9 +151,8 @@ def memory_per_device(model: Model, precision: str, *, seq_len, micro_batch, mic
     # master copy, cast to 16 bit only when gathered, so no separate 16-bit shard is kept; with FP16
     # gradients (DeepSpeed FP16 ZeRO-3) a 16-bit shard is kept. Either way 16 bytes per parameter
     # (Rajbhandari et al. 2020 §5: 2 + 2 + K with K = 12; FSDP: 4 + 4 + 8).
-    fp32_master_is_shard = xp.mask((zero >= 3) * (shard > 1)) * (1.0 if (
-        grad_bytes_per_param(precision) == MAIN_GRAD_BYTES and precision not in ("fp32", "tf32")) else 0.0)
-    weights = params_local * w_bytes / shard3 * (1.0 - fp32_master_is_shard)
+    no_16bit_shard = xp.mask((zero >= 3) * (shard > 1)) * (1.0 if precision in ("bf16", "fp8", "fp4") else 0.0)
+    weights = params_local * w_bytes / shard3 * (1.0 - no_16bit_shard)
     # ZeRO-3 gathers the weights of the layer being computed and prefetches the next one (over a
     # single shard rank nothing is sharded, so nothing is gathered: no buffers).
     weights = weights + xp.mask((zero >= 3) * (shard > 1)) * 2.0 * model.params_per_layer / tp * w_bytes
