@@ -35,7 +35,8 @@ SYSTEM_KEYS = (
 EFFICIENCY_FRACTIONS = ("gemm", "attention", "memory", "scale_up", "scale_out")
 EFFICIENCY_KEYS = EFFICIENCY_FRACTIONS + ("gemm_half_dim", "fitted", "method")
 # written by `trainest calibrate` / tools/fit_defaults.py (see trainest/catalog.py EFFICIENCY_OPTIONAL)
-EFFICIENCY_OPTIONAL = ("low_precision_gemm", "flash2_attention", "layer_overhead_us", "fit_runs", "fit_mape_pct")
+EFFICIENCY_OPTIONAL = ("low_precision_gemm", "flash2_attention", "layer_overhead_us", "overlap_contention", "fit_runs",
+                       "fit_mape_pct")
 
 MODEL_REQUIRED = (
     "name", "display_name", "source", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp",

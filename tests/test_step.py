@@ -221,12 +221,42 @@ def test_dp_traffic_when_nothing_hides_it():
     assert z1.dp_comm_s == pytest.approx(expected, rel=1e-9)
 
 
+NO_CONTENTION = with_efficiency(A100, overlap_contention=0.0)
+
+
 def test_dp_reduction_hides_behind_backward_except_one_layer():
     m, d = load_model("gpt3-1.3b"), 8.0
     tiers = tiers_of(A100, A100.devices_per_node)
-    t = terms(m, dp=d, micro_batch=4, global_batch=32.0 * 4)
+    t = terms(m, NO_CONTENTION, dp=d, micro_batch=4, global_batch=32.0 * 4)
     full = all_reduce_s(stage_params(m, 1.0) * MAIN_GRAD_BYTES, d, 1.0, tiers)
     assert t.dp_comm_s == pytest.approx(full / m.layers, rel=1e-9)
+
+
+def test_hidden_traffic_costs_its_contention_share():
+    """A fully hidden collective still slows the computation hiding it by κ × its time (NCCL kernels
+    on the SMs), or shows its last bucket, whichever is more; κ = 0 on hardware whose collectives run
+    off the compute cores (TPU ICI DMA)."""
+    m, d = load_model("gpt3-1.3b"), 8.0
+    tiers = tiers_of(A100, A100.devices_per_node)
+    full = all_reduce_s(stage_params(m, 1.0) * MAIN_GRAD_BYTES, d, 1.0, tiers)
+    kappa = A100.efficiency.overlap_contention
+    assert kappa == pytest.approx(0.15)
+    t = terms(m, dp=d, micro_batch=4, global_batch=32.0 * 4)
+    assert t.dp_comm_s == pytest.approx(max(full / m.layers, kappa * full), rel=1e-9)
+    more = terms(m, with_efficiency(A100, overlap_contention=0.3), dp=d, micro_batch=4, global_batch=32.0 * 4)
+    assert more.time_s > t.time_s > terms(m, NO_CONTENTION, dp=d, micro_batch=4, global_batch=32.0 * 4).time_s
+    assert load_hardware("tpu-v5p").efficiency.overlap_contention == 0.0
+
+
+def test_contention_never_slows_a_communication_bound_step():
+    """When the traffic exceeds its window the step waits for the network anyway: the contention
+    slows only the computation that was hidden behind it, so the exposed time is the excess."""
+    m = load_model("gpt3-13b")
+    slow = dataclasses.replace(A100, scale_up_bytes_per_s=2e9, scale_out_bytes_per_s=2e9)
+    base = terms(m, with_efficiency(slow, overlap_contention=0.0), dp=64.0, zero=3, global_batch=64.0)
+    with_k = terms(m, slow, dp=64.0, zero=3, global_batch=64.0)
+    assert base.communication_s > base.compute_s       # communication-bound
+    assert with_k.time_s == pytest.approx(base.time_s, rel=1e-12)
 
 
 def test_zero1_weight_gather_hides_behind_the_forward_except_one_layer():
@@ -235,7 +265,7 @@ def test_zero1_weight_gather_hides_behind_the_forward_except_one_layer():
     one layer's worth of each remains."""
     m, d = load_model("gpt3-1.3b"), 8.0
     tiers = tiers_of(A100, A100.devices_per_node)
-    t = terms(m, dp=d, zero=1, micro_batch=4, global_batch=32.0 * 4)
+    t = terms(m, NO_CONTENTION, dp=d, zero=1, micro_batch=4, global_batch=32.0 * 4)
     p = stage_params(m, 1.0)
     rs = reduce_scatter_s(p * MAIN_GRAD_BYTES, d, 1.0, tiers)
     ag = all_gather_s(p * 2.0, d, 1.0, tiers)
@@ -316,7 +346,7 @@ def test_hybrid_sharding_replica_all_reduce_is_never_hidden():
     P = stage_params(GPT3_13B, 1.0)
     kw = dict(seq_len=2048.0, global_batch=64.0, devices_per_node=8, tp=1.0, pp=1.0, dp=16.0, cp=1.0, vpp=1.0,
               micro_batch=4.0, zero=1.0, sp=0.0, recompute=0.0)
-    hsdp = step_terms(GPT3_13B, A100, "bf16", "flash", **kw, dp_shard=8.0)
+    hsdp = step_terms(GPT3_13B, NO_CONTENTION, "bf16", "flash", **kw, dp_shard=8.0)
     replica = all_reduce_s(P / 8 * MAIN_GRAD_BYTES, 2.0, 8.0, tiers)
     one_layer = (reduce_scatter_s(P * MAIN_GRAD_BYTES, 8.0, 1.0, tiers) + all_gather_s(P * 2.0, 8.0, 1.0, tiers)) \
         / GPT3_13B.layers

@@ -78,6 +78,7 @@ def prior_hardware(hw: catalog.Hardware) -> catalog.Hardware:
                                    low_precision_gemm=catalog.DEFAULT_LOW_PRECISION_GEMM,
                                    flash2_attention=catalog.DEFAULT_FLASH2_ATTENTION,
                                    layer_overhead_s=catalog.DEFAULT_LAYER_OVERHEAD_US * MICROSECOND,
+                                   overlap_contention=catalog.default_overlap_contention(hw.kind),
                                    fitted=False, method=ih.EFFICIENCY_METHOD)
 
 

@@ -221,6 +221,7 @@ def efficiency_block(hardware: Hardware, *, method: str, fit_runs: int | None, f
                              "low_precision_gemm": _round(e.low_precision_gemm),
                              "flash2_attention": _round(e.flash2_attention),
                              "layer_overhead_us": _round(e.layer_overhead_s / MICROSECOND),
+                             "overlap_contention": _round(e.overlap_contention),
                              "fitted": fitted, "method": method}
     if fit_runs is not None:
         block["fit_runs"] = fit_runs

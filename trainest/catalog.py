@@ -45,15 +45,24 @@ class Efficiency:
     low_precision_gemm: float   # FP8/FP4 GEMM efficiency relative to `gemm` (casts, scaling)
     flash2_attention: float     # FlashAttention-2 relative to `attention` (the best fused kernel)
     layer_overhead_s: float     # fixed time per layer pass (kernel launches, sync) [s]
+    overlap_contention: float   # share of an overlapped collective's time added to the work hiding it
     fitted: bool
     method: str
 
 
 EFFICIENCY_KEYS = ("gemm", "gemm_half_dim", "attention", "memory", "scale_up", "scale_out")
-EFFICIENCY_OPTIONAL = ("low_precision_gemm", "flash2_attention", "layer_overhead_us", "fitted", "method", "fit_runs", "fit_mape_pct")
+EFFICIENCY_OPTIONAL = ("low_precision_gemm", "flash2_attention", "layer_overhead_us", "overlap_contention", "fitted",
+                       "method", "fit_runs", "fit_mape_pct")
 DEFAULT_LOW_PRECISION_GEMM = 0.85   # FP8 GEMMs reach a lower fraction of their (2x) peak than BF16
 DEFAULT_FLASH2_ATTENTION = 1.0     # FlashAttention-2 relative to `attention`: the same unless fitted
 DEFAULT_LAYER_OVERHEAD_US = 30.0    # launch and sync overhead per transformer layer per pass
+# Collective/compute contention by hardware kind: while a collective runs behind computation, the
+# computation slows by this share of the collective's time. GPUs run NCCL/RCCL collectives as kernels
+# on their SMs/CUs (one thread block per channel, and they stream through HBM): ~10–25 % of an A100's
+# 108 or an H100's 132 SMs at the usual 16–32 channels; 0.15 is the same share trainest already
+# leaves exposed of pipelined TP traffic. TPUs (ICI DMA), Gaudi (on-chip RoCE engines) and Trainium
+# (collective engines) move collective data off the compute cores: 0. docs/model.md §4.7.
+DEFAULT_OVERLAP_CONTENTION = {"gpu": 0.15, "cpu-gpu": 0.15}
 DEFAULT_SCALE_UP_LATENCY_US = 3.0   # used when a hardware file gives no latency (NVLink-class)
 DEFAULT_SCALE_OUT_LATENCY_US = 8.0  # InfiniBand/RoCE-class
 
@@ -109,7 +118,12 @@ def _given(data: dict, key: str, default: object) -> object:
     return default if value is None else value
 
 
-def _efficiency_from(data: dict, where: str) -> Efficiency:
+def default_overlap_contention(kind: str) -> float:
+    """The overlap contention of a hardware kind when its file gives none (DEFAULT_OVERLAP_CONTENTION)."""
+    return DEFAULT_OVERLAP_CONTENTION.get(kind, 0.0)
+
+
+def _efficiency_from(data: dict, where: str, kind: str) -> Efficiency:
     F.check_keys(data, where, EFFICIENCY_KEYS, EFFICIENCY_OPTIONAL)
     return Efficiency(
         gemm=F.fraction(data["gemm"], f"{where}.gemm"),
@@ -123,6 +137,8 @@ def _efficiency_from(data: dict, where: str) -> Efficiency:
         flash2_attention=F.fraction(data.get("flash2_attention", DEFAULT_FLASH2_ATTENTION), f"{where}.flash2_attention"),
         layer_overhead_s=F.number(data.get("layer_overhead_us", DEFAULT_LAYER_OVERHEAD_US),
                                   f"{where}.layer_overhead_us", allow_zero=True) * MICROSECOND,
+        overlap_contention=F.number(_given(data, "overlap_contention", default_overlap_contention(kind)),
+                                    f"{where}.overlap_contention", allow_zero=True, maximum=1.0),
         fitted=F.boolean(data.get("fitted", False), f"{where}.fitted"),
         method=F.text(data.get("method", ""), f"{where}.method") or "",
     )
@@ -141,10 +157,11 @@ def hardware_from_mapping(data: dict, where: str) -> Hardware:
     out = F.number(sys_.get("scale_out_gbit_per_s"), f"{where}.system.scale_out_gbit_per_s", allow_none=True)
     devices_per_node = F.integer(sys_["devices_per_node"], f"{where}.system.devices_per_node")
     domain = F.integer(_given(sys_, "scale_up_domain", 1), f"{where}.system.scale_up_domain")
+    kind = F.text(data.get("kind") or "gpu", f"{where}.kind")
     return Hardware(
         name=F.text(data["name"], f"{where}.name"),
         display_name=F.text(data.get("display_name") or data["name"], f"{where}.display_name"),
-        kind=F.text(data.get("kind") or "gpu", f"{where}.kind"),
+        kind=kind,
         peak_flops_per_s=peaks,
         memory_bytes=F.number(mem["capacity_gb"], f"{where}.memory.capacity_gb") * GB,
         memory_bytes_per_s=F.number(mem["bandwidth_gb_per_s"], f"{where}.memory.bandwidth_gb_per_s") * GB,
@@ -158,7 +175,7 @@ def hardware_from_mapping(data: dict, where: str) -> Hardware:
         scale_out_bytes_per_s=out * GB / BITS_PER_BYTE if out else None,
         scale_out_latency_s=F.number(_given(sys_, "scale_out_latency_us", DEFAULT_SCALE_OUT_LATENCY_US), f"{where}.system.scale_out_latency_us",
                                      allow_zero=True) * MICROSECOND,
-        efficiency=_efficiency_from(data["efficiency"], f"{where}.efficiency"),
+        efficiency=_efficiency_from(data["efficiency"], f"{where}.efficiency", kind),
         source=F.text(data["source"], f"{where}.source"),
         path=where,
     )

@@ -85,7 +85,8 @@ OVERLAP_POLICY = ("TP communication exposed (or pipelined with GEMMs with tp_ove
                   "CP ring overlapped with attention; DP gradient reduction overlapped with the last micro-batch's "
                   "backward except one layer; ZeRO-1/2 weight all-gather overlapped with the first micro-batch's "
                   "forward except one layer; HSDP replica all-reduce exposed; ZeRO-3 gathers prefetched behind "
-                  "compute except one layer")
+                  "compute except one layer; hidden DP/ZeRO traffic slows the computation hiding it by the "
+                  "hardware's overlap_contention share of its time")
 
 
 def layout_kwargs(s: Scenario) -> dict:

@@ -64,6 +64,13 @@ def _sum(times: list[OpTime]) -> tuple[object, object]:
     return compute, memory
 
 
+def _overlapped_exposed_s(comm_s, window_s, last_bucket_s, contention):
+    """The time a collective overlapped with computation adds to the step: what exceeds its window, at
+    least the last bucket (nothing left to hide it), and at least the slowdown it causes while hidden,
+    `contention` × the hidden part (its kernels share the SMs and HBM with the computation)."""
+    return xp.maximum(xp.maximum(comm_s - window_s, last_bucket_s), contention * xp.minimum(comm_s, window_s))
+
+
 def layer_flops_forward(model: Model, tokens, seq_len, causal_fraction: float = 1.0):
     """Forward FLOPs of one layer for `tokens` tokens of length-`seq_len` sequences, whole layer:
     2·T·h·(a + 2g)·d_h + 4·T·s·a·d_h·causal + 2·T·a·d_h·h + 2·k·T·h·f (DESIGN.md; Narayanan 2021 §5.1;
@@ -234,7 +241,8 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
                     + reduce_scatter_s(embed_local * g_bytes, shard_group, dp_stride, dp_tiers))
     # the window for the ZeRO-3 traffic: the stage's work, less the attention time that hides CP
     stage_work = stage_c + stage_m + stage_o - layers_per_stage * (cp_hiding_fwd + cp_hiding_bwd)
-    z3_exposed = xp.maximum(z3_comm - stage_work, z3_layer) * z3
+    kappa = eff.overlap_contention
+    z3_exposed = _overlapped_exposed_s(z3_comm, stage_work, z3_layer, kappa) * z3
 
     mb_comm = stage_tp + stage_cp + stage_pp + z3_exposed
     mb_max_c = stage_c + last_is_max * logits_c
@@ -269,13 +277,14 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     # reduce-scatter: not hidden (docs/model.md §4.4: MaxText multi-slice runs slow down with the
     # number of slices as an exposed reduction predicts)
     reduce_total = grad_comm * (1.0 - z3)
-    dp_exposed = (replica_comm + xp.maximum(reduce_total - backward_window, reduce_total / layers_per_stage)
-                  + xp.maximum(gather_comm - forward_window, gather_comm / layers_per_stage))
+    dp_exposed = (replica_comm
+                  + _overlapped_exposed_s(reduce_total, backward_window, reduce_total / layers_per_stage, kappa)
+                  + _overlapped_exposed_s(gather_comm, forward_window, gather_comm / layers_per_stage, kappa))
     # ZeRO-2 keeps only a gradient shard, so with gradient accumulation every micro-batch's gradients
     # are reduce-scattered during its backward (DeepSpeed ZeRO-2), not just the last one's
     z2_rs = reduce_scatter_s(params_local * g_bytes, shard_group, dp_stride, dp_tiers)
     z2_exposed = (xp.mask(zero == 2) * (m - 1.0)
-                  * xp.maximum(z2_rs - backward_window, z2_rs / layers_per_stage))
+                  * _overlapped_exposed_s(z2_rs, backward_window, z2_rs / layers_per_stage, kappa))
     dp_exposed = dp_exposed + z2_exposed
 
     # ---- optimizer: memory-bound Adam over the local (ZeRO-sharded) parameters
