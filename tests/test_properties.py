@@ -126,6 +126,8 @@ def test_outputs_finite_bounded_and_conserved(mapping):
     parts = st_.compute_s + st_.memory_s + st_.communication_s + st_.bubble_s + st_.overhead_s
     assert parts == pytest.approx(st_.time_s, rel=1e-9)
     assert sum(st_.shares.values()) == pytest.approx(1.0, rel=1e-9)
+    # the overlap policy's two bounds: nothing overlapped is never faster than the estimate
+    assert st_.no_overlap_time_s >= st_.time_s * (1 - 1e-12)
     assert max(st_.shares, key=st_.shares.get) == st_.bottleneck or \
         st_.shares[st_.bottleneck] == pytest.approx(max(st_.shares.values()))
     m = e.memory

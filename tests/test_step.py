@@ -109,6 +109,25 @@ def test_no_parallelism_means_no_communication_and_no_bubble():
     t = terms(GPT3_13B)
     assert t.communication_s == 0.0
     assert t.bubble_s == 0.0
+    assert t.no_overlap_time_s == pytest.approx(t.time_s, rel=1e-12)   # nothing to overlap
+
+
+def test_no_overlap_bound_exposes_every_collective_in_full():
+    """ZeRO-3 on 8 GPUs with plenty of compute: the estimate hides all but a share of the gathers; the
+    no-overlap bound adds all of them (3 collectives per layer per micro-batch) and the full TP traffic."""
+    m, B = GPT3_13B, 64.0
+    free = terms(m, with_efficiency(A100, overlap_contention=0.0), global_batch=B)
+    z3 = terms(m, dp=8.0, zero=3, global_batch=B)
+    assert z3.no_overlap_time_s > z3.time_s
+    tiers = tiers_of(A100, A100.devices_per_node)
+    P = stage_params(m, 1.0)
+    per_mb = 2 * all_gather_s(P * 2.0, 8.0, 1.0, tiers) + reduce_scatter_s(P * MAIN_GRAD_BYTES, 8.0, 1.0, tiers)
+    mb = B / 8.0
+    # compute per device is 1/8 of the single-device step's; the gathers add per micro-batch (ring
+    # latency per layer makes the per-layer sum a little larger than the whole-model collectives)
+    assert z3.no_overlap_time_s - free.time_s / 8.0 == pytest.approx(mb * per_mb, rel=0.05)
+    tp = terms(m, tp=8.0, global_batch=B)
+    assert tp.no_overlap_time_s == pytest.approx(tp.time_s, rel=1e-12)    # TP is exposed either way
 
 
 def test_dp_1_gives_zero_dp_traffic():

@@ -38,7 +38,7 @@ from trainest.calibrate import (PRIOR_WEIGHT, efficiency_block, fit_efficiency, 
                                 replace_efficiency_block)
 from trainest.units import MICROSECOND  # noqa: E402
 from trainest.validate import (RunResult, build_report, compare, load_runs, mape_pct,  # noqa: E402
-                               markdown, reasons_markdown, runs_markdown)
+                               markdown, overlap_bounds, reasons_markdown, runs_markdown)
 
 FIT_PERCENT = 60          # share of each hardware's runs used for fitting (by crc32 of the id)
 MIN_FIT_RUNS = 8          # fewer fit runs than this: inherit from a sibling, else keep the prior
@@ -306,6 +306,19 @@ def targets_markdown(results: list[RunResult], split: dict[str, bool], flat_ids:
     return "\n".join(lines) + "\n\n" + same_configuration_markdown(paper)
 
 
+def bounds_markdown(results: list[RunResult]) -> str:
+    """Per source: how many measured steps fall below, inside and above the overlap policy's bounds."""
+    by: dict[str, list[RunResult]] = {}
+    for r in results:
+        by.setdefault(r.source, []).append(r)
+    lines = ["| source | runs | faster than the overlapped estimate | inside the bounds | slower than no overlap |",
+             "|---|---:|---:|---:|---:|"]
+    for name, rs in [*sorted(by.items()), ("all", results)]:
+        c = overlap_bounds(rs)
+        lines.append(f"| {name} | {len(rs)} | {c['faster']} | {c['inside']} | {c['slower']} |")
+    return "\n".join(lines)
+
+
 def same_configuration_markdown(results: list[RunResult]) -> str:
     """Runs of different sources with the same model, t, p, micro-batches per pipeline and recompute:
     how far apart the sources' own measurements are (the floor for any single model)."""
@@ -412,6 +425,16 @@ key anything on the source or the software release.
 ## Summary with the shipped (fitted) efficiencies
 
 {markdown(report).split(chr(10) + "### Per run")[0].strip()}
+
+## The measured step against the overlap bounds
+
+Every estimate also gives the step with nothing overlapped (`step.no_overlap_time_s`: every
+collective exposed in full, docs/model.md §4.8). The overlapped estimate is the central prediction
+(the efficiencies are fitted with its overlap policy, so about half the runs are measured faster);
+the no-overlap one is a pessimistic bound; a run measured slower than it is slow for reasons other
+than overlap (compute or memory efficiency, or a term the model lacks).
+
+{bounds_markdown(results)}
 
 ## Where the model errs (all compared runs, shipped efficiencies)
 

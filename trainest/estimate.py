@@ -27,6 +27,7 @@ class StepResult:
     communication_detail_s: dict[str, float]   # tp, cp, pp, dp (exposed) [s per step]
     optimizer_s: float
     micro_batch_s: float
+    no_overlap_time_s: float        # the step with every collective exposed (upper bound of the overlap policy)
     overlap_policy: str
 
 
@@ -124,7 +125,7 @@ def estimate(s: Scenario) -> Estimate:
                       communication_detail_s={"tp": float(terms.tp_comm_s), "cp": float(terms.cp_comm_s),
                                               "pp": float(terms.pp_comm_s), "dp": float(terms.dp_comm_s)},
                       optimizer_s=float(terms.optimizer_s), micro_batch_s=float(terms.micro_batch_s),
-                      overlap_policy=OVERLAP_POLICY)
+                      no_overlap_time_s=float(terms.no_overlap_time_s), overlap_policy=OVERLAP_POLICY)
     peak = s.hardware.peak(s.precision)
     tokens_per_s = s.tokens_per_step / t
     model_tflops = float(terms.model_flops) / t / s.devices / 1e12

@@ -16,6 +16,8 @@ from trainest.estimate import SCHEMA_VERSION, Estimate
 from trainest.scenario import scenario_mapping
 from trainest.units import GiB
 
+NO_OVERLAP_SHOWN_ABOVE = 0.005     # show the no-overlap bound when it exceeds the step by more than this
+
 
 def _clean(value: Any) -> Any:
     """Make a value JSON-safe: NaN/inf never reach the output (they become null)."""
@@ -131,7 +133,10 @@ def print_estimate(e: Estimate) -> None:
     con.print(t)
 
     st = e.step
-    t = Table(title=f"Step: {fmt_seconds(st.time_s)}  (bottleneck: {st.bottleneck})", title_justify="left")
+    # the overlap policy's upper bound, shown when overlap hides anything that matters (≥ 0.5 %)
+    bound = (f"; {fmt_seconds(st.no_overlap_time_s)} with no overlap"
+             if st.no_overlap_time_s > st.time_s * (1.0 + NO_OVERLAP_SHOWN_ABOVE) else "")
+    t = Table(title=f"Step: {fmt_seconds(st.time_s)}  (bottleneck: {st.bottleneck}{bound})", title_justify="left")
     t.add_column("term")
     t.add_column("time", justify="right")
     t.add_column("share", justify="right")

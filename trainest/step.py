@@ -51,6 +51,7 @@ class StepTerms:
     dp_comm_s: object
     optimizer_s: object
     micro_batch_s: object        # one micro-batch, forward + backward, on the heaviest stage
+    no_overlap_time_s: object    # the same step with every collective exposed in full (upper bound)
     model_flops: object          # per step, all devices (fwd + bwd, no recompute)
     hardware_flops: object       # per step, all devices, including recomputation
 
@@ -297,6 +298,16 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     communication_s = m * mb_comm + dp_exposed
     time_s = compute_s + memory_s + overhead_s + communication_s + bubble
 
+    # ---- the upper bound: nothing overlapped (every collective in full, no contention), the bubble
+    # of the longer micro-batch with it (DESIGN: report both bounds of the overlap policy)
+    cp_total = cp_fwd * (1.0 + full + selective) + 2.0 * cp_fwd
+    serial_layer_comm = tp_total + cp_total
+    serial_mb_comm = layers_per_stage * serial_layer_comm + stage_pp + z3_comm
+    serial_typical = heavy_layers * (layer_c + layer_m + layer_overhead + serial_layer_comm) + stage_pp + z3_comm
+    serial_dp = replica_comm + reduce_total + gather_comm + xp.mask(zero == 2) * (m - 1.0) * z2_rs
+    no_overlap_time_s = (m * (mb_max_c + mb_max_m + stage_o + serial_mb_comm) + optimizer + serial_dp
+                         + (pp - 1.0) / vpp * serial_typical)
+
     mflops = model_flops_per_step(model, s, global_batch)
     tokens_step = global_batch * s
     attn_fwd_per_token = 4.0 * s * model.heads * model.head_dim * CAUSAL_FRACTION
@@ -309,4 +320,4 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     return StepTerms(time_s=time_s, compute_s=compute_s, memory_s=memory_s, communication_s=communication_s,
                      bubble_s=bubble, overhead_s=overhead_s, tp_comm_s=m * stage_tp, cp_comm_s=m * stage_cp,
                      pp_comm_s=m * stage_pp, dp_comm_s=dp_exposed + m * z3_exposed, optimizer_s=optimizer,
-                     micro_batch_s=mb_max, model_flops=mflops, hardware_flops=mflops + hw_extra)
+                     micro_batch_s=mb_max, no_overlap_time_s=no_overlap_time_s, model_flops=mflops, hardware_flops=mflops + hw_extra)

@@ -269,6 +269,7 @@ class RunResult:
     citation: str
     measured_memory_bytes: float | None = None    # published peak memory per device, if any
     predicted_memory_bytes: float | None = None   # trainest's memory per device for the same run
+    predicted_no_overlap_step_s: float | None = None   # the step with every collective exposed (upper bound)
 
 
 def compare(case: Case, hardware: Hardware | None = None) -> RunResult:
@@ -279,7 +280,8 @@ def compare(case: Case, hardware: Hardware | None = None) -> RunResult:
     e = estimate(s)
     return replace(result_for(replace(case, scenario=s), e.step.time_s, e.step.bottleneck, e.memory.fits),
                    measured_memory_bytes=case.measurement.peak_memory_bytes,
-                   predicted_memory_bytes=e.memory.per_device_bytes)
+                   predicted_memory_bytes=e.memory.per_device_bytes,
+                   predicted_no_overlap_step_s=e.step.no_overlap_time_s)
 
 
 def result_for(case: Case, predicted_step_s: float, bottleneck: str = "?", fits: bool = True) -> RunResult:
@@ -372,6 +374,19 @@ def validate_runs(paths: Iterable[str | Path] | None = None, source: str | None 
 
 
 # --------------------------------------------------------------------------------------- renderings
+
+def overlap_bounds(results: Iterable[RunResult]) -> dict[str, int]:
+    """Where each measured step falls against the overlap policy's two bounds: below the overlapped
+    prediction (`faster`), between it and the no-overlap bound (`inside`), above that (`slower`)."""
+    counts = {"faster": 0, "inside": 0, "slower": 0}
+    for r in results:
+        if r.predicted_no_overlap_step_s is None:
+            continue
+        key = ("faster" if r.measured_step_s < r.predicted_step_s
+               else "inside" if r.measured_step_s <= r.predicted_no_overlap_step_s else "slower")
+        counts[key] += 1
+    return counts
+
 
 def summary_dict(s: Summary) -> dict[str, Any]:
     return {"runs": s.runs, "mape_pct": s.mape_pct, "median_ape_pct": s.median_ape_pct, "max_ape_pct": s.max_ape_pct,
