@@ -209,6 +209,7 @@ BAD_SCENARIOS = [
     ("unknown-parallel-key", _mutated(GOOD_SCENARIO, ("parallel", "tensor"), 2), ("parallel", "unknown key 'tensor'")),
     ("dp-collectives-unknown", _mutated(GOOD_SCENARIO, ("parallel", "dp_collectives"), "tree"),
      ("parallel.dp_collectives", "'tree'", "hierarchical", "flat")),
+    ("kernels-unknown", _mutated(GOOD_SCENARIO, ("kernels",), "compiled"), ("kernels", "'compiled'", "fused", "eager")),
     ("parallel-not-mapping", _mutated(GOOD_SCENARIO, ("parallel",), 4), ("parallel", "expected a mapping")),
     ("parallel-false", _mutated(GOOD_SCENARIO, ("parallel",), False), ("parallel", "expected a mapping")),
     ("parallel-list", _mutated(GOOD_SCENARIO, ("parallel",), [2, 1]), ("parallel", "expected a mapping")),

@@ -32,7 +32,8 @@ needs_reference = pytest.mark.skipif(not (MEGATRON_REF.exists() and VENDORS_REF.
 # --- schema: specs/README.md, runs/SOURCE.yaml ------------------------------------------------------
 FILE_KEYS = {"source", "runs"}
 RUN_KEYS = {"id", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision", "parallel",
-            "micro_batch", "global_batch", "recompute", "attention", "measured", "expressible", "reason", "confidence",
+            "micro_batch", "global_batch", "recompute", "attention", "kernels", "measured", "expressible", "reason",
+            "confidence",
             "notes",
             "duplicate_of"}
 RUN_REQUIRED = {"id", "source", "model", "seq_len", "hardware", "devices", "precision", "parallel", "micro_batch",

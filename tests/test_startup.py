@@ -107,6 +107,7 @@ def test_choice_tuples_match_the_library():
     assert options.MLP_CHOICES == catalog.MLP_KINDS
     assert options.RECOMPUTE_CHOICES == scenario.RECOMPUTE
     assert options.ATTENTION_CHOICES == scenario.ATTENTION
+    assert options.KERNELS_CHOICES == scenario.KERNELS
     assert options.PIPELINE_SPLIT_CHOICES == memory.PIPELINE_SPLITS
     from trainest import comm
     assert options.DP_COLLECTIVES_CHOICES == comm.DP_COLLECTIVES

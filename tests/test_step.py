@@ -11,7 +11,8 @@ import pytest
 from trainest.catalog import load_hardware, load_model, model_from_mapping, with_efficiency
 from trainest.comm import all_gather_s, all_reduce_s, reduce_scatter_s, tiers_of
 from trainest.memory import MAIN_GRAD_BYTES, stage_params
-from trainest.step import (ACTIVATION_BYTES, CAUSAL_FRACTION, layer_flops_forward, model_flops_per_step,
+from trainest.step import (ACTIVATION_BYTES, CAUSAL_FRACTION, EAGER_EXTRA_F_WIDE_PASSES,
+                           EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT, layer_flops_forward, model_flops_per_step,
                            step_terms)
 
 A100 = load_hardware("a100-80gb-sxm")
@@ -527,3 +528,25 @@ def test_flat_zero3_is_bound_by_one_nic_per_device():
     traffic_s = 8.0 * GPT3_13B.params * 511 / 512 / w_out
     assert flat.dp_comm_s == pytest.approx(traffic_s, rel=1e-3)
     assert hier.dp_comm_s < flat.dp_comm_s / 4      # eight NICs per node with hierarchical rings
+
+
+# ------------------------------------------------------------------ eager (unfused) element-wise kernels
+
+def test_eager_kernels_add_only_element_wise_traffic():
+    """Eager PyTorch moves the extra bytes of its unfused norms and SwiGLU forward, twice that backward,
+    once more when the forward is recomputed; compute and communication are unchanged."""
+    m = load_model("llama3-8b")
+    hw = A100
+    mem_bw = hw.memory_bytes_per_s * hw.efficiency.memory
+    B, s = 8.0, 2048.0
+    for recompute, passes in ((0, 3.0), (2, 4.0)):
+        kw = dict(seq_len=s, global_batch=B, devices_per_node=8, tp=1.0, pp=1.0, dp=1.0, cp=1.0, vpp=1.0,
+                  micro_batch=1.0, zero=0.0, sp=0.0, recompute=float(recompute))
+        fused = step_terms(m, hw, "bf16", "flash", **kw)
+        eager = step_terms(m, hw, "bf16", "flash", **kw, kernels="eager")
+        extra_fwd = (EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT * s * m.hidden
+                     + EAGER_EXTRA_F_WIDE_PASSES["swiglu"] * ACTIVATION_BYTES * s * m.ffn_hidden) / mem_bw
+        assert eager.memory_s - fused.memory_s == pytest.approx(B * m.layers * passes * extra_fwd, rel=1e-9)
+        assert eager.compute_s == fused.compute_s
+        assert eager.communication_s == fused.communication_s
+    assert EAGER_EXTRA_F_WIDE_PASSES["gelu"] == 0.0     # GeLU is one kernel either way

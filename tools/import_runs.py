@@ -35,7 +35,7 @@ DEFAULT_OUT = REPO / "specs" / "runs"
 VARIANT_HARDWARE = {"h100-96gb-500w"}
 
 RUN_KEYS = ("id", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
-            "parallel", "micro_batch", "global_batch", "recompute", "attention", "measured", "expressible", "reason",
+            "parallel", "micro_batch", "global_batch", "recompute", "attention", "kernels", "measured", "expressible", "reason",
             "confidence", "notes", "duplicate_of")
 MODEL_KEYS = ("name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp",
               "tied_embeddings")
@@ -124,7 +124,7 @@ SOURCES = OrderedDict([
         # "async TP" rows are NOT imported as tp_overlap: trainest's tp_overlap is Transformer Engine's
         # userbuffers overlap (15 % of the TP traffic left exposed); torchtitan's async-TP tables
         # measure 4-16 % over vanilla TP, far less than that model hides. Noted on each such run.
-        tp_overlap_rule="none")),
+        tp_overlap_rule="none", kernels_rule="torchtitan")),
     ("olmo-core", dict(
         title="allenai/OLMo-core README.md throughput tables (Sep 2024 and Mar 2025)",
         flops_formula=None, zero_default=3, precision_default="bf16",
@@ -805,6 +805,17 @@ class Importer:
                          "rings, one NIC per GPU; inferred from Narayanan et al. 2021 Table 2's constant step "
                          "time across GPU counts (not an independent source)")
 
+        # Element-wise kernels: a torchtitan record that lists its techniques without torch.compile
+        # (and without Float8, which torchtitan runs compiled) ran eager PyTorch; every other record is
+        # taken as fused (Megatron/TE fused kernels, torch.compile, XLA fusion).
+        kernels = None
+        technique = re.search(r"Technique:\s*(.*?)\.(?:\s+[A-Z]|\s*$)", r["notes"] or "")
+        if cfg.get("kernels_rule") == "torchtitan" and technique and precision not in ("fp8", "fp4") \
+                and not re.search(r"compile|float8", technique.group(1), re.I):
+            kernels = "eager"
+            notes.append(f"kernels eager: the technique list '{technique.group(1).strip()}' has no torch.compile "
+                         f"(torchtitan's own tables give the same run with torch.compile)")
+
         # ---- batch ---------------------------------------------------------------------------
         gbs = r["global_batch"]
         if r["slug"] == "torchtitan" and micro is not None and pp > 1:
@@ -975,6 +986,8 @@ class Importer:
         run["recompute"] = recompute
         if kernel:
             run["attention"] = kernel
+        if kernels:
+            run["kernels"] = kernels
         run["measured"] = measured
         run["expressible"] = not reasons
         run["reason"] = "; ".join(reasons) if reasons else None

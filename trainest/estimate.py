@@ -105,7 +105,7 @@ def scenario_step_terms(s: Scenario, hardware: Hardware | None = None) -> StepTe
     return step_terms(s.model, hardware or s.hardware, s.precision, s.attention, seq_len=float(s.seq_len),
                       global_batch=float(s.global_batch), devices_per_node=s.devices_per_node,
                       pipeline_split=s.parallel.pipeline_split, dp_collectives=s.parallel.dp_collectives,
-                      **layout_kwargs(s))
+                      kernels=s.kernels, **layout_kwargs(s))
 
 
 def estimate(s: Scenario) -> Estimate:

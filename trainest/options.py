@@ -25,11 +25,12 @@ EXIT_BAD_INPUT = 1
 EXIT_GATE = 3
 
 # Choices of the enumerated options (the same tuples as catalog.PRECISIONS, catalog.MLP_KINDS,
-# scenario.RECOMPUTE and scenario.ATTENTION; tests/test_startup.py checks that they agree).
+# scenario.RECOMPUTE, scenario.ATTENTION and scenario.KERNELS; tests/test_startup.py checks that they agree).
 PRECISION_CHOICES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 MLP_CHOICES = ("gelu", "swiglu")
 RECOMPUTE_CHOICES = ("none", "selective", "full")
 ATTENTION_CHOICES = ("flash", "flash2", "standard")
+KERNELS_CHOICES = ("fused", "eager")
 PIPELINE_SPLIT_CHOICES = ("even", "balanced")
 DP_COLLECTIVES_CHOICES = ("hierarchical", "flat")
 
@@ -96,6 +97,9 @@ ESTIMATE_OPTIONS: tuple[Opt, ...] = (
     Opt("recompute", ("--recompute",), "choice", "Activation recomputation.", "none", RECOMPUTE_CHOICES, "Recompute"),
     Opt("attention", ("--attention",), "choice", "flash (best fused kernel: FA3/cuDNN on Hopper+), flash2 (FlashAttention-2) or standard (materialised scores).", "flash",
         ATTENTION_CHOICES, "Attention"),
+    Opt("kernels", ("--kernels",), "choice", "Element-wise kernels: fused (Megatron/Transformer Engine, torch.compile, "
+        "XLA) or eager (PyTorch without torch.compile: one kernel per operator, FP32 norms).", "fused",
+        KERNELS_CHOICES, "Kernels"),
     Opt("tokens", ("--tokens",), "str", "Training tokens, e.g. 300B or 1.5T.", "20 per parameter"),
     Opt("price_per_hour", ("--price-per-hour",), "float", "USD per device-hour.", "catalog price"),
     Opt("pue", ("--pue",), "float", "Data-centre power usage effectiveness.", "1.2"),

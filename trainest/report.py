@@ -129,7 +129,8 @@ def print_estimate(e: Estimate) -> None:
     t.add_row("batch", f"micro-batch {s.micro_batch}{' (default)' if 'micro_batch' in derived else ''}, global "
                        f"{s.global_batch} sequences{_batch_default(s) if 'global_batch' in derived else ''}"
                        f" = {s.tokens_per_step:,} tokens, {s.micro_batches} micro-batches per step")
-    t.add_row("recompute", mark("recompute", s.recompute) + f", attention {s.attention}")
+    t.add_row("recompute", mark("recompute", s.recompute) + f", attention {s.attention}"
+              + (f", kernels {s.kernels}" if s.kernels != "fused" else ""))
     con.print(t)
 
     st = e.step

@@ -22,6 +22,8 @@ from trainest.units import parse_count
 RECOMPUTE = ("none", "selective", "full")
 RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
 ATTENTION = ("flash", "flash2", "standard")
+# element-wise kernels: fused (Megatron/TE, torch.compile, XLA) | eager (PyTorch without compile)
+KERNELS = ("fused", "eager")
 
 DEFAULT_MODEL = "llama3-8b"
 DEFAULT_HARDWARE = "h100-sxm"
@@ -36,7 +38,7 @@ BUILTIN_DEFAULT = {"model": DEFAULT_MODEL, "hardware": DEFAULT_HARDWARE, "device
                    "parallel": {"zero": 3}, "micro_batch": 1, "global_batch": 64, "recompute": "selective"}
 
 SCENARIO_KEYS = ("model", "seq_len", "hardware", "devices", "devices_per_node", "precision", "parallel",
-                 "micro_batch", "global_batch", "recompute", "attention", "tokens", "price_per_hour", "pue")
+                 "micro_batch", "global_batch", "recompute", "attention", "kernels", "tokens", "price_per_hour", "pue")
 RUN_ONLY_KEYS = ("id", "source", "measured", "expressible", "reason", "confidence", "notes", "duplicate_of")
 # informational keys of the `inputs` echo in `estimate --json`, accepted so that it loads again:
 # `derived` is ignored; `micro_batches` must agree with global_batch / (dp · micro_batch)
@@ -89,6 +91,7 @@ class Scenario:
     tokens: float
     price_usd_per_hour: float | None
     pue: float
+    kernels: str = "fused"          # element-wise kernels: fused | eager (docs/model.md §2.5)
     derived: tuple[str, ...] = field(default=())   # names of values filled by defaults
 
     @property
@@ -227,6 +230,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                         f"(dp · micro_batch) = {global_batch // (dp * micro_batch)}; remove it")
     recompute = F.choice(default("recompute", "none"), f"{where}.recompute", RECOMPUTE)
     attention = F.choice(default("attention", "flash"), f"{where}.attention", ATTENTION)
+    kernels = F.choice(default("kernels", "fused"), f"{where}.kernels", KERNELS)
 
     tokens_value = data.get("tokens")
     if tokens_value is None:
@@ -250,7 +254,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                           tp_overlap=tp_overlap, dp_shard=0 if dp_shard == dp else dp_shard,
                           pipeline_split=split, dp_collectives=dp_collectives),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
-        tokens=tokens, price_usd_per_hour=price_usd, pue=pue, derived=tuple(derived),
+        tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, derived=tuple(derived),
     )
 
 
@@ -281,6 +285,7 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
         "micro_batches": s.micro_batches,
         "recompute": s.recompute,
         "attention": s.attention,
+        "kernels": s.kernels,
         "tokens": s.tokens,
         "price_per_hour": s.price_usd_per_hour,
         "pue": s.pue,

@@ -52,8 +52,8 @@ MAX_DEVICE_COUNTS = 4096   # a device range may hold at most this many candidate
 ALLOW_KEYS = {"tp": "tp", "pp": "pp", "cp": "cp", "vpp": "vpp", "micro_batch": "micro_batch", "mb": "micro_batch",
               "zero": "zero", "recompute": "recompute", "sp": "sequence_parallel",
               "sequence_parallel": "sequence_parallel"}
-JOB_KEYS = ("model", "seq_len", "hardware", "devices_per_node", "precision", "global_batch", "attention", "tokens",
-            "price_per_hour", "pue")
+JOB_KEYS = ("model", "seq_len", "hardware", "devices_per_node", "precision", "global_batch", "attention", "kernels",
+            "tokens", "price_per_hour", "pue")
 JOB_PARALLEL_KEYS = ("tp_overlap", "dp_collectives")
 
 Progress = Callable[[int, int], None]   # (done, total) in plans (or device counts)
@@ -271,7 +271,7 @@ def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> 
             idx = fit[start:start + CHUNK_PLANS]
             st = step_terms(base.model, base.hardware, base.precision, base.attention, seq_len=seq, global_batch=B,
                             devices_per_node=base.devices_per_node, tp_overlap=tp_overlap, pipeline_split=split,
-                            dp_collectives=base.parallel.dp_collectives,
+                            dp_collectives=base.parallel.dp_collectives, kernels=base.kernels,
                             **g.take(idx))
             time_s[idx] = st.time_s
             done += idx.size

@@ -26,6 +26,11 @@ FLASH_BACKWARD_FLOP_RATIO = 2.5    # FlashAttention-2 backward: 5 matmuls vs 2 i
 FLASH_BACKWARD_EFFICIENCY = 0.85   # backward reaches ~0.85 of forward's FLOP/s (Dao 2023, Fig. 5-6)
 H_WIDE_BYTES_PER_ELEMENT = 15 * ACTIVATION_BYTES   # norms, residual adds, dropout on h-wide tensors, fwd
 F_WIDE_PASSES = {"gelu": 2.0, "swiglu": 3.0}       # reads+writes of f-wide tensors by the activation, fwd
+# eager PyTorch (no torch.compile): one kernel per operator. Each of the 2 norms computes in FP32 through
+# ~7 kernels (cast, square, mean, rsqrt-scale, cast back, weight) moving ~18 h-wide 16-bit tensors'
+# worth instead of 2 (read, write); SwiGLU runs silu and the product separately (5 passes, not 3).
+EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT = 2 * (18 - 2) * ACTIVATION_BYTES
+EAGER_EXTRA_F_WIDE_PASSES = {"gelu": 0.0, "swiglu": 2.0}
 SOFTMAX_BYTES_PER_SCORE = 9.0      # standard attention: scale/mask/softmax/dropout over s×s, fwd
 CROSS_ENTROPY_PASSES = 4.0         # FP32 logits: softmax read/write forward and backward
 BACKWARD_TRAFFIC_RATIO = 2.0       # element-wise backward moves about twice the forward bytes
@@ -94,7 +99,7 @@ def model_flops_per_step(model: Model, seq_len, global_batch, causal: bool = Tru
 def step_terms(model: Model, hardware: Hardware, precision: str, attention: str, *, seq_len, global_batch,
                devices_per_node: int, tp, pp, dp, cp, vpp, micro_batch, zero, sp, recompute,
                tp_overlap=0.0, dp_shard=None, pipeline_split: str = "even",
-               dp_collectives: str = "hierarchical") -> StepTerms:
+               dp_collectives: str = "hierarchical", kernels: str = "fused") -> StepTerms:
     """Compose one training step (see module docstring and docs/model.md §Step)."""
     eff = hardware.efficiency
     tiers: Tiers = tiers_of(hardware, devices_per_node)
@@ -158,8 +163,9 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
                           OpTime(context.compute_s * scale, context.memory_s * scale),
                           streaming_time(SOFTMAX_BYTES_PER_SCORE * score_elements, mem_bw)]
         attn_bwd_parts = [OpTime(2.0 * p.compute_s, 2.0 * p.memory_s) for p in attn_fwd_parts]
-    elementwise_bytes = (H_WIDE_BYTES_PER_ELEMENT * tokens * h / sp_div
-                         + F_WIDE_PASSES[model.mlp] * e * tokens * f / tp)
+    eager = 1.0 if kernels == "eager" else 0.0
+    elementwise_bytes = ((H_WIDE_BYTES_PER_ELEMENT + eager * EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT) * tokens * h / sp_div
+                         + (F_WIDE_PASSES[model.mlp] + eager * EAGER_EXTRA_F_WIDE_PASSES[model.mlp]) * e * tokens * f / tp)
     if precision in ("fp8", "fp4"):
         elementwise_bytes = elementwise_bytes + LOW_PRECISION_CAST_PASSES * tokens * (3.0 * h / sp_div + f / tp)
     elementwise = streaming_time(elementwise_bytes, mem_bw)

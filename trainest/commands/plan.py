@@ -20,6 +20,7 @@ PrecisionOpt = option_annotation("precision")
 SeqLenOpt = option_annotation("seq_len")
 DevicesPerNodeOpt = option_annotation("devices_per_node")
 AttentionOpt = option_annotation("attention")
+KernelsOpt = option_annotation("kernels")
 TokensOpt = option_annotation("tokens")
 PricePerHourOpt = option_annotation("price_per_hour")
 PueOpt = option_annotation("pue")
@@ -65,6 +66,7 @@ def plan(
     seq_len: SeqLenOpt = None,
     devices_per_node: DevicesPerNodeOpt = None,
     attention: AttentionOpt = None,
+    kernels: KernelsOpt = None,
     tokens: TokensOpt = None,
     price_per_hour: PricePerHourOpt = None,
     pue: PueOpt = None,
@@ -113,8 +115,8 @@ def plan(
         from trainest.units import parse_count, parse_duration_s
         base_map: dict[str, Any] = load_scenario_file(config) if config else {}
         options = {"model": model, "hardware": hardware, "global_batch": global_batch, "precision": precision,
-                   "seq_len": seq_len, "devices_per_node": devices_per_node, "attention": attention, "tokens": tokens,
-                   "price_per_hour": price_per_hour, "pue": pue}
+                   "seq_len": seq_len, "devices_per_node": devices_per_node, "attention": attention, "kernels": kernels,
+                   "tokens": tokens, "price_per_hour": price_per_hour, "pue": pue}
         given = {k: (v.value if isinstance(v, Enum) else v) for k, v in options.items() if v is not None}
         mapping = {**base_map, **given}
         if tp_overlap is not None:
@@ -152,17 +154,18 @@ def plan(
         from trainest.report import dumps
         print(dumps(S.search_dict(result, dsearch)))
         return
-    job_args = _job_args(model, hardware, precision, seq_len, devices_per_node, attention, tokens, price_per_hour,
-                         pue, config)
+    job_args = _job_args(model, hardware, precision, seq_len, devices_per_node, attention, kernels, tokens,
+                         price_per_hour, pue, config)
     _print(result, dsearch, job_args)
 
 
-def _job_args(model, hardware, precision, seq_len, devices_per_node, attention, tokens, price, pue, config) -> str:
+def _job_args(model, hardware, precision, seq_len, devices_per_node, attention, kernels, tokens, price, pue,
+              config) -> str:
     """The job's own options, to rebuild the winner with `trainest estimate`."""
     parts = []
     for flag, value in (("--config", config), ("--model", model), ("--hardware", hardware), ("--precision", precision),
                         ("--seq-len", seq_len), ("--devices-per-node", devices_per_node), ("--attention", attention),
-                        ("--tokens", tokens), ("--price-per-hour", price), ("--pue", pue)):
+                        ("--kernels", kernels), ("--tokens", tokens), ("--price-per-hour", price), ("--pue", pue)):
         if value is not None:
             parts += [flag, str(value.value if isinstance(value, Enum) else value)]
     return " ".join(parts)
