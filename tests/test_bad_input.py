@@ -227,7 +227,7 @@ BAD_SCENARIOS = [
     ("sp-string", _mutated(GOOD_SCENARIO, ("parallel", "sequence_parallel"), "yes"),
      ("sequence_parallel", "true or false")),
     ("recompute-unknown", _mutated(GOOD_SCENARIO, ("recompute",), "partial"), ("recompute", "'partial'",
-                                                                              "none, selective, full")),
+                                                                              "none, selective, full, op")),
     ("recompute-typo", _mutated(GOOD_SCENARIO, ("recompute",), "ful"), ("did you mean 'full'",)),
     ("recompute-bool", _mutated(GOOD_SCENARIO, ("recompute",), True), ("recompute", "True")),
     ("precision-list", _mutated(GOOD_SCENARIO, ("precision",), ["bf16"]), ("precision",)),

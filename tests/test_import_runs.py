@@ -47,7 +47,7 @@ PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp
 MEASURED_KEYS = {"step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens",
                  "peak_memory_gib"}
 PRECISIONS = {"bf16", "fp16", "fp8", "fp4", "fp32", "tf32"}
-RECOMPUTE = {"none", "selective", "full"}
+RECOMPUTE = {"none", "selective", "full", "op"}
 CONFIDENCE = {"high", "medium", "low"}
 
 

@@ -273,3 +273,22 @@ def test_zero3_sharded_state_is_16_bytes_per_parameter():
         gathered = 2.0 * m.params_per_layer * 2.0
         state = float(mem.weights_bytes + mem.gradients_bytes + mem.optimizer_bytes) - gathered
         assert state == pytest.approx(16.0 * stage_params(m, 1.0) / d, rel=1e-9), precision
+
+
+def test_op_recompute_keeps_the_input_and_the_saved_matmul_outputs():
+    """torchtitan's per-op policy: the layer input, Q and V, the attention output and the first MLP
+    matmul's output (GeLU); SwiGLU also keeps the down projection's h-wide output."""
+    h, f = GPT.hidden, GPT.ffn_hidden
+    d = GPT.head_dim
+    gelu = act(recompute=3.0, attention="flash")
+    assert gelu == pytest.approx(2 * S * B * (h + 2 * GPT.heads * d + GPT.kv_heads * d + f))
+    assert act(recompute=2.0, attention="flash") < gelu < act(recompute=0.0, attention="flash")
+    swiglu = model_from_mapping({"layers": 4, "hidden": 1024, "ffn_hidden": 2816, "heads": 16, "kv_heads": 4,
+                                 "vocab": 1000, "mlp": "swiglu"}, "test")
+    kept = act(swiglu, recompute=3.0, attention="flash")
+    assert kept == pytest.approx(2 * S * B * (1024 + 2 * 1024 + 4 * 64 + 2816 + 1024))
+
+
+def test_op_recompute_sits_between_full_and_none_in_memory():
+    none, op, full = (mem(recompute=r, attention="flash").total_bytes for r in (0.0, 3.0, 2.0))
+    assert full < op < none

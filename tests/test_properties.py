@@ -83,7 +83,7 @@ def scenario_mappings(draw, *, single_overlap: bool = False, big_gemms: bool = F
             "parallel": {"tp": tp, "pp": pp, "cp": cp, "dp": dp, "vpp": vpp, "zero": draw(st.integers(0, 2 if single_overlap else 3)),
                          "sequence_parallel": draw(st.booleans()) if tp > 1 else False},
             "micro_batch": micro_batch, "global_batch": dp * micro_batch * micro_batches,
-            "recompute": draw(st.sampled_from(["none", "selective", "full"])),
+            "recompute": draw(st.sampled_from(["none", "selective", "full", "op"])),
             "attention": draw(st.sampled_from(["flash", "standard"])),
             "tokens": draw(st.sampled_from([None, 1e9, 3e11, 1.5e13])),
             "price_per_hour": draw(st.sampled_from([None, 0.0, 2.5]))}

@@ -550,3 +550,24 @@ def test_eager_kernels_add_only_element_wise_traffic():
         assert eager.compute_s == fused.compute_s
         assert eager.communication_s == fused.communication_s
     assert EAGER_EXTRA_F_WIDE_PASSES["gelu"] == 0.0     # GeLU is one kernel either way
+
+
+def test_op_recompute_reruns_k_o_and_one_mlp_matmul_and_the_element_wise_ops():
+    """torchtitan per-op checkpointing: the hardware FLOPs add the forward of K, the output projection
+    and one f-wide matmul; the time lies between selective (attention core) and full recompute for a
+    model whose attention is a small part of the layer."""
+    m = load_model("llama3-8b")
+    B, s = 8.0, 2048.0
+    kw = dict(seq_len=s, global_batch=B, devices_per_node=8, tp=1.0, pp=1.0, dp=1.0, cp=1.0, vpp=1.0,
+              micro_batch=1.0, zero=0.0, sp=0.0)
+    none, sel, full, op = (step_terms(m, A100, "bf16", "flash", **kw, recompute=r) for r in (0.0, 1.0, 2.0, 3.0))
+    h, f = m.hidden, m.ffn_hidden
+    extra = B * s * m.layers * 2.0 * (h * m.kv_heads * m.head_dim + m.heads * m.head_dim * h + h * f)
+    assert op.hardware_flops - none.hardware_flops == pytest.approx(extra, rel=1e-12)
+    assert op.model_flops == none.model_flops
+    assert sel.time_s < op.time_s < full.time_s
+    assert none.tp_comm_s == op.tp_comm_s == 0.0
+    tp = {**kw, "tp": 8.0, "sp": 1.0}
+    base = step_terms(m, A100, "bf16", "flash", **tp, recompute=0.0)
+    with_op = step_terms(m, A100, "bf16", "flash", **tp, recompute=3.0)
+    assert with_op.tp_comm_s == pytest.approx(base.tp_comm_s * 5.0 / 4.0, rel=1e-12)   # the re-gathers

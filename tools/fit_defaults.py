@@ -152,10 +152,11 @@ def memory_markdown(results: list[RunResult]) -> str:
     lines = [f"{len(rows)} runs publish their peak device memory (torchtitan's tables: the PyTorch allocator's peak, "
              f"which includes its cache and is capped by the device). Mean absolute error "
              f"{statistics.fmean(abs(e) for e in errors):.1f} %, signed mean {statistics.fmean(errors):+.1f} %. "
-             "trainest's recompute modes follow Megatron (selective = attention core only), while torchtitan's "
-             "selective AC is an op-level policy that also drops element-wise activations, so trainest "
-             "over-estimates those rows; under full recompute it under-estimates, missing the re-materialised "
-             "layer's transient buffers and allocator caching. Treat `fits` near the capacity as uncertain.",
+             "torchtitan's selective AC rows are imported as `recompute: op` (its per-op policy; docs/model.md "
+             "§7.3). trainest counts what the model needs, not what the allocator caches, so it under-estimates "
+             "an allocator peak; most under full recompute with pipeline parallelism, where the re-materialised "
+             "layer's transient buffers and the schedule's communication buffers are missing. Treat `fits` near "
+             "the capacity as uncertain.",
              "", "| run | recompute | zero | measured GiB | predicted GiB | error % |", "|---|---|---:|---:|---:|---:|"]
     for r, e in zip(rows, errors):
         lines.append(f"| {r.id} | {r.recompute} | {r.zero} | {r.measured_memory_bytes / gib:.1f} | "

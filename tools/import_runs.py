@@ -409,10 +409,12 @@ def map_recompute(rec, source_cfg):
     if t.startswith("full"):
         return "full", None
     if "selective" in t:
-        note = None
         if "per-op" in t or source_cfg is SOURCES["torchtitan"]:
-            note = f"recompute '{text}' (torchtitan per-op selective activation checkpointing) imported as selective"
-        return "selective", note
+            return "op", (f"recompute '{text}' imported as op: torchtitan's selective activation checkpointing "
+                          f"(selective_ac_option 'op' in its llama3 configs) saves every compute op's output except "
+                          f"every second matmul, so it recomputes those matmuls and the element-wise ops and keeps "
+                          f"attention, unlike Megatron's selective recompute")
+        return "selective", None
     if t in ("none", "false"):
         return "none", None
     raise ValueError(f"unknown recompute {text!r}")

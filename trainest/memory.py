@@ -90,7 +90,11 @@ def activation_bytes_per_layer(model: Model, *, micro_batch, seq_len, tp, cp, sp
     Full recompute keeps only the layer input e·T·h (÷t with sequence parallelism).
     With FP8/FP4 GEMMs the four GEMM inputs (the two norm outputs, the attention output, the MLP's
     down-projection input) are kept as 1-byte FP8 copies (FP8_SAVED_INPUT_BYTES), the rest in 16 bit.
-    recompute is 0 (none), 1 (selective) or 2 (full); sp is 0/1.
+    Op (torchtitan's per-op policy) keeps the layer input and the outputs it saves: Q and V, the
+    attention output, the first MLP matmul's f-wide output, and with SwiGLU the down projection's
+    h-wide output (its input is recomputed): e·T·(h/(t if SP) + (2a·d_h + max(g, t)·d_h + f)/t
+    [+ h for SwiGLU]).
+    recompute is 0 (none), 1 (selective), 2 (full) or 3 (op); sp is 0/1.
     """
     e = 2.0
     g8 = FP8_SAVED_INPUT_BYTES if precision in ("fp8", "fp4") else e      # bytes of a saved GEMM input
@@ -110,9 +114,12 @@ def activation_bytes_per_layer(model: Model, *, micro_batch, seq_len, tp, cp, sp
         scores = scores_all * xp.mask(recompute == 0)
     stored = replicated + split + scores
     full_input = e * tokens * h / sp_div
+    op_saved = full_input + e * tokens * ((2.0 * q_width + kv_width / 2.0 + f) / tp
+                                          + (h if model.mlp == "swiglu" else 0.0))
     # the layer being recomputed during backward re-materialises everything, scores included
     rematerialised = replicated + split + scores_all
-    return xp.where(recompute == 2, full_input, stored), rematerialised
+    kept = xp.where(recompute == 2, full_input, xp.where(recompute == 3, op_saved, stored))
+    return kept, rematerialised
 
 
 def in_flight_micro_batches(pp, vpp, micro_batches):
@@ -163,8 +170,8 @@ def memory_per_device(model: Model, precision: str, *, seq_len, micro_batch, mic
         model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, sp=sp, recompute=recompute,
         attention=attention, precision=precision)
     layers_per_stage, last_layers = stage_layers(model, pp, vpp, pipeline_split)
-    # one layer re-materialised during backward; its checkpointed input is already counted
-    working = xp.mask(recompute == 2) * (per_layer_stored - per_layer)
+    # one layer re-materialised during backward (full or op); what it kept is already counted
+    working = xp.mask(recompute >= 2) * xp.maximum(per_layer_stored - per_layer, 0.0)
     first_stage = per_layer * layers_per_stage * in_flight_micro_batches(pp, vpp, micro_batches) + working
     logits = 2.0 * LOGITS_BYTES * micro_batch * seq_len / cp * model.vocab / tp
     last_stage = per_layer * last_layers + working + logits

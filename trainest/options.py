@@ -28,7 +28,7 @@ EXIT_GATE = 3
 # scenario.RECOMPUTE, scenario.ATTENTION and scenario.KERNELS; tests/test_startup.py checks that they agree).
 PRECISION_CHOICES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 MLP_CHOICES = ("gelu", "swiglu")
-RECOMPUTE_CHOICES = ("none", "selective", "full")
+RECOMPUTE_CHOICES = ("none", "selective", "full", "op")
 ATTENTION_CHOICES = ("flash", "flash2", "standard")
 KERNELS_CHOICES = ("fused", "eager")
 PIPELINE_SPLIT_CHOICES = ("even", "balanced")
@@ -94,7 +94,9 @@ ESTIMATE_OPTIONS: tuple[Opt, ...] = (
         "DeepSpeed ZeRO-3 of 2021).", "hierarchical", DP_COLLECTIVES_CHOICES, "DpCollectives"),
     Opt("micro_batch", ("--micro-batch", "-b"), "int", "Micro-batch b, in sequences.", "1"),
     Opt("global_batch", ("--global-batch", "-B"), "int", "Global batch B, in sequences.", "dp × micro-batch"),
-    Opt("recompute", ("--recompute",), "choice", "Activation recomputation.", "none", RECOMPUTE_CHOICES, "Recompute"),
+    Opt("recompute", ("--recompute",), "choice", "Activation recomputation: selective = Megatron's (attention core); "
+        "op = torchtitan's per-op selective checkpointing (every second matmul and the element-wise ops).", "none",
+        RECOMPUTE_CHOICES, "Recompute"),
     Opt("attention", ("--attention",), "choice", "flash (best fused kernel: FA3/cuDNN on Hopper+), flash2 (FlashAttention-2) or standard (materialised scores).", "flash",
         ATTENTION_CHOICES, "Attention"),
     Opt("kernels", ("--kernels",), "choice", "Element-wise kernels: fused (Megatron/Transformer Engine, torch.compile, "

@@ -19,8 +19,10 @@ from trainest.comm import DP_COLLECTIVES
 from trainest.memory import PIPELINE_SPLITS
 from trainest.units import parse_count
 
-RECOMPUTE = ("none", "selective", "full")
-RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
+# selective: Megatron's (the attention core); op: torchtitan's per-op selective checkpointing (every
+# second matmul and the element-wise ops recomputed, attention saved). Ordered by code.
+RECOMPUTE = ("none", "selective", "full", "op")
+RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2, "op": 3}
 ATTENTION = ("flash", "flash2", "standard")
 # element-wise kernels: fused (Megatron/TE, torch.compile, XLA) | eager (PyTorch without compile)
 KERNELS = ("fused", "eager")

@@ -49,6 +49,8 @@ REJECT_REASONS = ("out_of_memory", "devices_indivisible", "batch_indivisible", "
 ZERO_STAGES = (0, 1, 2, 3)
 CHUNK_PLANS = 16384        # plans per vectorized call: 16k-element arrays stay in cache (~3x faster than one call)
 MAX_DEVICE_COUNTS = 4096   # a device range may hold at most this many candidate counts
+# recompute modes searched by default: those of every framework (torchtitan's `op` only when allowed)
+SEARCH_RECOMPUTE = ("none", "selective", "full")
 ALLOW_KEYS = {"tp": "tp", "pp": "pp", "cp": "cp", "vpp": "vpp", "micro_batch": "micro_batch", "mb": "micro_batch",
               "zero": "zero", "recompute": "recompute", "sp": "sequence_parallel",
               "sequence_parallel": "sequence_parallel"}
@@ -72,7 +74,7 @@ class SearchSpace:
     vpp: tuple[int, ...] | None = None
     micro_batch: tuple[int, ...] | None = None
     zero: tuple[int, ...] = ZERO_STAGES
-    recompute: tuple[str, ...] = RECOMPUTE
+    recompute: tuple[str, ...] = SEARCH_RECOMPUTE
     sequence_parallel: tuple[bool, ...] = (False, True)
     max_tp: int | None = None          # None: the scale-up domain (no cap when `tp` lists values)
     max_pp: int | None = None
@@ -94,7 +96,7 @@ def _int_list(text: str, where: str, *, minimum: int = 1, maximum: int = 10**7) 
 def space_from_options(allow: list[str] | None = None, **maxima: int | None) -> SearchSpace:
     """Build a SearchSpace from `--allow KNOB=V1,V2` strings and `max_tp=...` style caps.
 
-    KNOB is tp, pp, cp, vpp, micro_batch (mb), zero, recompute (none|selective|full) or sp
+    KNOB is tp, pp, cp, vpp, micro_batch (mb), zero, recompute (none|selective|full|op) or sp
     (sequence_parallel: on|off)."""
     values: dict[str, tuple] = {}
     for item in allow or []:

@@ -133,6 +133,7 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     m = global_batch / (dp * micro_batch)               # micro-batches per step
     full = xp.mask(recompute == 2)
     selective = xp.mask(recompute == 1)
+    op = xp.mask(recompute == 3)          # torchtitan per-op selective checkpointing
     sp_div = xp.where(sp > 0, tp, 1.0)
 
     def gemm(mm, nn, kk) -> OpTime:
@@ -176,17 +177,23 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     fwd_c, fwd_m = _sum(fwd_ops)
     bwd_c, bwd_m = _sum(bwd_ops)
     attn_c, attn_m = _sum(attn_fwd_parts)
-    # recomputation: full re-runs the forward; selective re-runs the attention core
-    re_c = full * fwd_c + selective * attn_c
-    re_m = full * fwd_m + selective * attn_m
+    # recomputation: full re-runs the forward; selective re-runs the attention core; op (torchtitan's
+    # policy: save every compute op's output except every second matmul) re-runs the 2nd, 4th and 6th
+    # matmuls of the block (K, the output projection, and SwiGLU's up or GeLU's down projection) and
+    # the element-wise ops, and keeps attention
+    op_c, op_m = _sum([gemm(tokens, kv_local, h), linear[1],
+                       gemm(tokens, f / tp, h) if model.mlp == "swiglu" else linear[3], elementwise])
+    re_c = full * fwd_c + selective * attn_c + op * op_c
+    re_m = full * fwd_m + selective * attn_m + op * op_m
     layer_c = fwd_c + bwd_c + re_c
     layer_m = fwd_m + bwd_m + re_m
-    layer_overhead = eff.layer_overhead_s * (2.0 + full)
+    layer_overhead = eff.layer_overhead_s * (2.0 + full + op)
 
     # ---- tensor parallelism: 2 all-reduces (or RS+AG with SP) of T·h forward, 2 backward, 2 more
-    # when the forward is recomputed; exposed (no overlap).
+    # when the forward is recomputed (op: the 2 all-gathers feeding the recomputed matmuls, 1 all-reduce's
+    # worth; the reduce-scatters' outputs are saved); exposed (no overlap).
     tp_one = all_reduce_s(e * tokens * h, tp, 1.0, tiers)
-    tp_total = tp_one * (4.0 + 2.0 * full)
+    tp_total = tp_one * (4.0 + 2.0 * full + op)
     # with tp_overlap (Megatron --tp-comm-overlap, userbuffers) the collectives are split into chunks
     # pipelined with the neighbouring GEMMs: only what exceeds the GEMM time, plus a residual, shows.
     linear_time = sum(o.time_s for o in linear) * (3.0 + full)
@@ -317,9 +324,10 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     mflops = model_flops_per_step(model, s, global_batch)
     tokens_step = global_batch * s
     attn_fwd_per_token = 4.0 * s * model.heads * model.head_dim * CAUSAL_FRACTION
+    op_params = h * model.kv_heads * model.head_dim + q_width * h + h * f     # the recomputed matmuls
     hw_extra = tokens_step * model.layers * (
         full * layer_flops_forward(model, 1.0, s, CAUSAL_FRACTION)
-        + selective * attn_fwd_per_token)
+        + selective * attn_fwd_per_token + op * 2.0 * op_params)
     if attention == "standard":
         # materialised scores compute the masked half too: forward, backward and any recomputation
         hw_extra = hw_extra + tokens_step * model.layers * attn_fwd_per_token * (3.0 + full + selective)
