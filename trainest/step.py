@@ -165,8 +165,9 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
                           streaming_time(SOFTMAX_BYTES_PER_SCORE * score_elements, mem_bw)]
         attn_bwd_parts = [OpTime(2.0 * p.compute_s, 2.0 * p.memory_s) for p in attn_fwd_parts]
     eager = 1.0 if kernels == "eager" else 0.0
-    elementwise_bytes = ((H_WIDE_BYTES_PER_ELEMENT + eager * EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT) * tokens * h / sp_div
-                         + (F_WIDE_PASSES[model.mlp] + eager * EAGER_EXTRA_F_WIDE_PASSES[model.mlp]) * e * tokens * f / tp)
+    h_wide_bytes = H_WIDE_BYTES_PER_ELEMENT + eager * EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT
+    f_wide_passes = F_WIDE_PASSES[model.mlp] + eager * EAGER_EXTRA_F_WIDE_PASSES[model.mlp]
+    elementwise_bytes = h_wide_bytes * tokens * h / sp_div + f_wide_passes * e * tokens * f / tp
     if precision in ("fp8", "fp4"):
         elementwise_bytes = elementwise_bytes + LOW_PRECISION_CAST_PASSES * tokens * (3.0 * h / sp_div + f / tp)
     elementwise = streaming_time(elementwise_bytes, mem_bw)
