@@ -14,6 +14,9 @@ What it measures, each with full provenance (date, device name, PyTorch and CUDA
    autocast with FP32 master weights, fused AdamW; `--steps` steps each, the first `--warmup` discarded,
    the mean of the rest reported.
 
+The model runs eager (no torch.compile), so its records say `kernels: eager` (docs/model.md §2.5; its
+native LayerNorm kernel moves fewer bytes than the RMSNorm that constant counts, so expect the eager
+estimate to lean slow by a little on these GeLU/LayerNorm models).
 The runs are written in the runs schema of specs/README.md (`trainest validate --runs FILE` compares
 them; `trainest calibrate --runs FILE` fits the GPU's efficiencies to them). Only PyTorch is needed
 (not a dependency of trainest: this script runs where a GPU and PyTorch are).
@@ -214,7 +217,7 @@ def run_record(cfg: GptConfig, step_s: float, hardware: str, provenance: str, mi
         "seq_len": cfg.seq_len, "hardware": hardware, "devices": 1, "devices_per_node": 1, "precision": "bf16",
         "parallel": {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "vpp": 1, "zero": 0, "sequence_parallel": False},
         "micro_batch": cfg.micro_batch, "global_batch": cfg.micro_batch, "recompute": cfg.recompute,
-        "attention": "flash2", "measured": {"step_time_s": round(step_s, 6)}, "expressible": True,
+        "attention": "flash2", "kernels": "eager", "measured": {"step_time_s": round(step_s, 6)}, "expressible": True,
         "confidence": "high",
         "notes": (f"PyTorch eager, bf16 autocast, FP32 master weights, fused AdamW, causal SDPA (FlashAttention-2 "
                   f"class backend), tied embeddings, learned positions, one device, no gradient accumulation. "
