@@ -380,7 +380,8 @@ time — every metric is converted to an equivalent measured step time — plus 
 (λ = {PRIOR_WEIGHT:g}) towards the importer's prior, by a projected Levenberg–Marquardt with
 bounds 0.2 ≤ fraction ≤ 1 and 0 ≤ overhead ≤ 500 µs. `low_precision_gemm` is fitted only when the
 runs include FP8/FP4, `layer_overhead_us` only when they include a model under 3 B parameters; a
-parameter no run is sensitive to stays at its prior.
+parameter no run is sensitive to stays at its prior. `overlap_contention` (docs/model.md §4.7) is not
+fitted: it is set by hardware kind (0.15 on GPUs, 0 on TPUs) before the fit.
 
 **Split.** Per hardware, a run is in the FIT set when `crc32(id) mod 100 < {FIT_PERCENT}` (about
 {FIT_PERCENT} %), else in the HOLDOUT set: deterministic, independent of file order, and a run keeps its
