@@ -375,10 +375,10 @@ does not validate are counted with their reason, never dropped silently.
 
 The achievable efficiencies in `specs/hardware/<name>.yaml` (`efficiency:` block: gemm, attention,
 memory, scale_up, scale_out, low_precision_gemm, layer_overhead_us) are fitted by the method of
-`trainest calibrate` (`trainest/calibrate.py`): least squares on ln(predicted / measured) step
-time — every metric is converted to an equivalent measured step time — plus a weak pull
-(λ = {PRIOR_WEIGHT:g}) towards the importer's prior, by a projected Levenberg–Marquardt with
-bounds 0.2 ≤ fraction ≤ 1 and 0 ≤ overhead ≤ 500 µs. `low_precision_gemm` is fitted only when the
+`trainest calibrate` (`trainest/calibrate.py`): a robust (Huber) least-squares fit of ln(predicted /
+measured) step time — every metric is converted to an equivalent measured step time — plus a weak
+pull (λ = {PRIOR_WEIGHT:g}) towards the importer's prior, by a projected Levenberg–Marquardt inside
+per-parameter physical bounds (listed under the table below). `low_precision_gemm` is fitted only when the
 runs include FP8/FP4, `layer_overhead_us` only when they include a model under 3 B parameters; a
 parameter no run is sensitive to stays at its prior. `overlap_contention` (docs/model.md §4.7) is not
 fitted: it is set by hardware kind (0.15 on GPUs, 0 on TPUs) before the fit.
