@@ -40,7 +40,8 @@ RUN_REQUIRED = {"id", "source", "model", "seq_len", "hardware", "devices", "prec
                 "global_batch", "recompute", "measured", "expressible", "reason"}
 # model mapping keys of the README, plus head_dim: the optional key trainest/catalog.py model_from_mapping
 # accepts for models whose attention width heads*head_dim differs from hidden (MaxText synthetic models)
-MODEL_KEYS = {"name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp", "tied_embeddings"}
+MODEL_KEYS = {"name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp", "tied_embeddings",
+              "dropout"}
 MODEL_EXTRA_KEYS = {"head_dim"}
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard",
                  "pipeline_split", "dp_collectives"}

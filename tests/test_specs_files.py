@@ -40,7 +40,7 @@ EFFICIENCY_OPTIONAL = ("low_precision_gemm", "flash2_attention", "layer_overhead
 
 MODEL_REQUIRED = (
     "name", "display_name", "source", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp",
-    "seq_len", "tied_embeddings",
+    "seq_len", "tied_embeddings", "dropout",
 )
 MODEL_OPTIONAL = ("aliases", "notes", "head_dim")
 MODEL_MLPS = ("gelu", "swiglu")
@@ -176,6 +176,7 @@ def test_model_file(path: Path):
     assert d["heads"] % d["kv_heads"] == 0, f"{w}: heads {d['heads']} is not divisible by kv_heads {d['kv_heads']}"
     assert d["mlp"] in MODEL_MLPS, f"{w}: mlp {d['mlp']!r} not in {MODEL_MLPS}"
     assert isinstance(d["tied_embeddings"], bool), f"{w}: tied_embeddings must be true or false"
+    assert isinstance(d["dropout"], bool), f"{w}: dropout must be true or false"
     if "aliases" in d:
         assert isinstance(d["aliases"], list) and d["aliases"], f"{w}: aliases must be a non-empty list"
         for i, a in enumerate(d["aliases"]):

@@ -571,3 +571,22 @@ def test_op_recompute_reruns_k_o_and_one_mlp_matmul_and_the_element_wise_ops():
     base = step_terms(m, A100, "bf16", "flash", **tp, recompute=0.0)
     with_op = step_terms(m, A100, "bf16", "flash", **tp, recompute=3.0)
     assert with_op.tp_comm_s == pytest.approx(base.tp_comm_s * 5.0 / 4.0, rel=1e-12)   # the re-gathers
+
+
+def test_a_model_trained_without_dropout_moves_fewer_element_wise_bytes():
+    """No mask writes in the two bias-dropout-adds (2 B per h-wide element forward) and, with
+    materialised scores, no dropout over them (5 B per score); forward, backward and nothing else."""
+    from dataclasses import replace as with_fields
+    from trainest.step import NO_DROPOUT_H_WIDE_SAVING, NO_DROPOUT_SOFTMAX_SAVING
+    m = GPT3_13B
+    plain = with_fields(m, dropout=False)
+    B, s = 4.0, 2048.0
+    kw = dict(seq_len=s, global_batch=B, devices_per_node=8, tp=1.0, pp=1.0, dp=1.0, cp=1.0, vpp=1.0,
+              micro_batch=1.0, zero=0.0, sp=0.0, recompute=0.0)
+    mem_bw = A100.memory_bytes_per_s * A100.efficiency.memory
+    for attention, per_score in (("flash", 0.0), ("standard", NO_DROPOUT_SOFTMAX_SAVING)):
+        with_d = step_terms(m, A100, "bf16", attention, **kw)
+        without = step_terms(plain, A100, "bf16", attention, **kw)
+        fwd = (NO_DROPOUT_H_WIDE_SAVING * s * m.hidden + per_score * m.heads * s * s) / mem_bw
+        assert with_d.memory_s - without.memory_s == pytest.approx(B * m.layers * 3.0 * fwd, rel=1e-9)
+        assert with_d.compute_s == without.compute_s

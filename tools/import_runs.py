@@ -38,7 +38,7 @@ RUN_KEYS = ("id", "source", "model", "seq_len", "hardware", "devices", "devices_
             "parallel", "micro_batch", "global_batch", "recompute", "attention", "kernels", "measured", "expressible", "reason",
             "confidence", "notes", "duplicate_of")
 MODEL_KEYS = ("name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp",
-              "tied_embeddings")
+              "tied_embeddings", "dropout")
 PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard",
                  "dp_collectives",
                  "pipeline_split")
@@ -588,9 +588,14 @@ class Importer:
             notes.append("tied_embeddings true assumed (Megatron GPT / MPT share input and output embeddings)")
         elif mlp == "swiglu" and fields["layers"] is not None:
             tied = False
+        # dropout: Megatron's GPT recipes (Megatron-LM and NeMo GPT-3 configs) keep the 0.1 hidden and
+        # attention dropout of GPT-3; the Llama-family, MPT, Nemotron and MaxText recipes train without it
+        dropout = bool(mlp == "gelu" and re.search(r"\bgpt", name.lower()))
+        notes.append("dropout true assumed (Megatron GPT recipes: hidden and attention dropout 0.1)" if dropout else
+                     "dropout false assumed (this model family's recipes train without dropout)")
         model = OrderedDict(name=name, layers=fields["layers"], hidden=fields["hidden"],
                             ffn_hidden=fields["ffn_hidden"], heads=fields["heads"], kv_heads=fields["kv_heads"],
-                            vocab=fields["vocab"], mlp=mlp, tied_embeddings=tied)
+                            vocab=fields["vocab"], mlp=mlp, tied_embeddings=tied, dropout=dropout)
 
         # architecture features trainest cannot express yet
         if shape is not None:

@@ -199,6 +199,7 @@ class Model:
     tied_embeddings: bool
     source: str
     head_dim: int               # d_h; usually h/a (MaxText synthetic models use 128 regardless)
+    dropout: bool = True        # trained with dropout (masks stored, extra traffic); modern LLMs: false
 
     @property
     def mlp_matrices(self) -> int:
@@ -223,7 +224,7 @@ class Model:
 
 MODEL_REQUIRED = ("layers", "hidden", "ffn_hidden", "heads", "vocab")
 MODEL_OPTIONAL = ("name", "display_name", "source", "kv_heads", "mlp", "seq_len", "tied_embeddings", "aliases", "notes",
-                  "params_b", "head_dim", "params")
+                  "params_b", "head_dim", "params", "dropout")
 
 
 def model_from_mapping(data: dict, where: str, *, default_seq_len: int = 2048) -> Model:
@@ -249,6 +250,8 @@ def model_from_mapping(data: dict, where: str, *, default_seq_len: int = 2048) -
         tied_embeddings=F.boolean(data.get("tied_embeddings", False), f"{where}.tied_embeddings"),
         source=F.text(data.get("source") or "user-defined", f"{where}.source"),
         head_dim=F.integer(_given(data, "head_dim", hidden // heads), f"{where}.head_dim", maximum=10**6),
+        # absent: counted (the conservative choice, and Korthikanti et al.'s formulas); the presets say
+        dropout=F.boolean(_given(data, "dropout", True), f"{where}.dropout"),
     )
 
 
@@ -405,7 +408,7 @@ def with_shape(model: Model, **overrides: object) -> Model:
     if not changed:
         return model
     data = {f: getattr(model, f) for f in ("name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab",
-                                           "mlp", "seq_len", "tied_embeddings", "source", "head_dim")}
+                                           "mlp", "seq_len", "tied_embeddings", "source", "head_dim", "dropout")}
     if ("hidden" in changed or "heads" in changed) and model.head_dim == model.hidden // model.heads:
         data["head_dim"] = None
     if "heads" in changed and "kv_heads" not in changed and model.kv_heads == model.heads:

@@ -102,7 +102,8 @@ def activation_bytes_per_layer(model: Model, *, micro_batch, seq_len, tp, cp, sp
     tokens = micro_batch * seq_len / cp
     sp_div = xp.where(sp > 0, tp, 1.0)
     # two norm inputs (16 bit), two norm outputs = QKV and MLP-up inputs, two dropout masks
-    replicated = (2.0 * e + 2.0 * g8 + 2.0 * DROPOUT_MASK_BYTES) * tokens * h / sp_div
+    mask = DROPOUT_MASK_BYTES if model.dropout else 0.0
+    replicated = (2.0 * e + 2.0 * g8 + 2.0 * mask) * tokens * h / sp_div
     q_width = model.heads * model.head_dim
     kv_width = 2.0 * xp.maximum(model.kv_heads, tp) * model.head_dim     # KV heads replicated when g < t
     # Q, K, V and the MLP-up outputs in 16 bit; the attention output and the MLP-down input as GEMM inputs
@@ -110,7 +111,9 @@ def activation_bytes_per_layer(model: Model, *, micro_batch, seq_len, tp, cp, sp
     scores = 0.0
     scores_all = 0.0
     if attention == "standard":
-        scores_all = (2.0 * e + DROPOUT_MASK_BYTES) * micro_batch * (model.heads / tp) * (seq_len / cp) * seq_len
+        # softmax output, and with dropout its dropped-out copy and mask
+        scores_all = ((e + e + mask) if model.dropout else e) * micro_batch * (model.heads / tp) * (seq_len / cp) \
+            * seq_len
         scores = scores_all * xp.mask(recompute == 0)
     stored = replicated + split + scores
     full_input = e * tokens * h / sp_div

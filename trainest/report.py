@@ -112,7 +112,8 @@ def print_estimate(e: Estimate) -> None:
     t.add_column("value")
     m = s.model
     t.add_row("model", mark("model", f"{m.name}: {m.params / 1e9:.2f} B params, L={m.layers} h={m.hidden} "
-                                     f"f={m.ffn_hidden} a={m.heads} g={m.kv_heads} V={m.vocab} {m.mlp}"))
+                                     f"f={m.ffn_hidden} a={m.heads} g={m.kv_heads} V={m.vocab} {m.mlp}"
+                                     f"{', dropout' if m.dropout else ''}"))
     t.add_row("sequence", mark("seq_len", f"{s.seq_len} tokens"))
     t.add_row("hardware", mark("hardware", f"{s.hardware.name} ({s.hardware.display_name}), {s.devices} devices, "
                                            f"{s.devices_per_node} per node"))

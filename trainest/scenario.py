@@ -271,7 +271,7 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
     return {
         "model": {"name": m.name, "layers": m.layers, "hidden": m.hidden, "ffn_hidden": m.ffn_hidden,
                   "heads": m.heads, "kv_heads": m.kv_heads, "vocab": m.vocab, "mlp": m.mlp,
-                  "tied_embeddings": m.tied_embeddings, "params": m.params},
+                  "tied_embeddings": m.tied_embeddings, "dropout": m.dropout, "params": m.params},
         "seq_len": s.seq_len,
         "hardware": s.hardware.name,
         "devices": s.devices,

@@ -32,6 +32,10 @@ F_WIDE_PASSES = {"gelu": 2.0, "swiglu": 3.0}       # reads+writes of f-wide tens
 EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT = 2 * (18 - 2) * ACTIVATION_BYTES
 EAGER_EXTRA_F_WIDE_PASSES = {"gelu": 0.0, "swiglu": 2.0}
 SOFTMAX_BYTES_PER_SCORE = 9.0      # standard attention: scale/mask/softmax/dropout over s×s, fwd
+# without dropout: the two bias-dropout-adds write no 1-byte mask, and the s×s dropout (read 2, write 2
+# and a 1-byte mask) does not run
+NO_DROPOUT_H_WIDE_SAVING = 2.0 * 1.0
+NO_DROPOUT_SOFTMAX_SAVING = 5.0
 CROSS_ENTROPY_PASSES = 4.0         # FP32 logits: softmax read/write forward and backward
 BACKWARD_TRAFFIC_RATIO = 2.0       # element-wise backward moves about twice the forward bytes
 LOW_PRECISION_CAST_PASSES = 3.0    # FP8/FP4: read 16-bit input, write the low-precision copy (+ scale)
@@ -134,6 +138,7 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
     full = xp.mask(recompute == 2)
     selective = xp.mask(recompute == 1)
     op = xp.mask(recompute == 3)          # torchtitan per-op selective checkpointing
+    no_dropout = 0.0 if model.dropout else 1.0
     sp_div = xp.where(sp > 0, tp, 1.0)
 
     def gemm(mm, nn, kk) -> OpTime:
@@ -162,10 +167,12 @@ def step_terms(model: Model, hardware: Hardware, precision: str, attention: str,
         scale = batch_heads
         attn_fwd_parts = [OpTime(scores.compute_s * scale, scores.memory_s * scale),
                           OpTime(context.compute_s * scale, context.memory_s * scale),
-                          streaming_time(SOFTMAX_BYTES_PER_SCORE * score_elements, mem_bw)]
+                          streaming_time((SOFTMAX_BYTES_PER_SCORE - no_dropout * NO_DROPOUT_SOFTMAX_SAVING)
+                                         * score_elements, mem_bw)]
         attn_bwd_parts = [OpTime(2.0 * p.compute_s, 2.0 * p.memory_s) for p in attn_fwd_parts]
     eager = 1.0 if kernels == "eager" else 0.0
-    h_wide_bytes = H_WIDE_BYTES_PER_ELEMENT + eager * EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT
+    h_wide_bytes = (H_WIDE_BYTES_PER_ELEMENT - no_dropout * NO_DROPOUT_H_WIDE_SAVING
+                    + eager * EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT)
     f_wide_passes = F_WIDE_PASSES[model.mlp] + eager * EAGER_EXTRA_F_WIDE_PASSES[model.mlp]
     elementwise_bytes = h_wide_bytes * tokens * h / sp_div + f_wide_passes * e * tokens * f / tp
     if precision in ("fp8", "fp4"):
