@@ -56,7 +56,7 @@ def model_mappings(draw) -> dict | str:
             "ffn_hidden": draw(st.integers(1, 16)) * heads * head_dim // 2 + 1,
             "heads": heads, "kv_heads": draw(st.sampled_from(_divisors(heads, heads))),
             "vocab": draw(st.integers(256, 256_000)), "mlp": draw(st.sampled_from(["gelu", "swiglu"])),
-            "tied_embeddings": draw(st.booleans())}
+            "tied_embeddings": draw(st.booleans()), "dropout": draw(st.booleans())}
 
 
 @st.composite
@@ -85,6 +85,7 @@ def scenario_mappings(draw, *, single_overlap: bool = False, big_gemms: bool = F
             "micro_batch": micro_batch, "global_batch": dp * micro_batch * micro_batches,
             "recompute": draw(st.sampled_from(["none", "selective", "full", "op"])),
             "attention": draw(st.sampled_from(["flash", "standard"])),
+            "kernels": draw(st.sampled_from(["fused", "eager"])),
             "tokens": draw(st.sampled_from([None, 1e9, 3e11, 1.5e13])),
             "price_per_hour": draw(st.sampled_from([None, 0.0, 2.5]))}
 
@@ -360,3 +361,19 @@ def test_zero_3_never_needs_more_memory_than_zero_2(mapping):
 def test_zero_3_never_needs_more_memory_than_zero_2_any_layout(mapping):
     s = _scenario(mapping)
     assert _memory_at_stage(s, 3) <= _memory_at_stage(s, 2) * (1 + REL)
+
+
+@_settings("physics")
+@given(scenario_mappings())
+def test_eager_kernels_never_faster_and_dropout_never_free(mapping):
+    """Unfused element-wise kernels only add traffic; training without dropout only removes some (time
+    and memory); neither changes the FLOPs."""
+    fused = estimate(_scenario({**mapping, "kernels": "fused"}))
+    eager = estimate(_scenario({**mapping, "kernels": "eager"}))
+    assert eager.step.time_s >= fused.step.time_s * (1 - REL)
+    assert eager.throughput.model_flops_per_step == fused.throughput.model_flops_per_step
+    s = _scenario(mapping)
+    with_d = estimate(dataclasses.replace(s, model=dataclasses.replace(s.model, dropout=True)))
+    without = estimate(dataclasses.replace(s, model=dataclasses.replace(s.model, dropout=False)))
+    assert without.step.time_s <= with_d.step.time_s * (1 + REL)
+    assert without.memory.per_device_bytes <= with_d.memory.per_device_bytes * (1 + REL)
