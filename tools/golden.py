@@ -1,0 +1,116 @@
+"""Golden outputs: the `--json` documents of estimate, plan, validate and calibrate on a fixed set of
+cases, recorded once and compared number by number (relative 1e-12) after a change that must not
+move any number (a refactor). A change that moves numbers on purpose re-records the goldens in the
+same commit and says which cases moved and why.
+
+    python tools/golden.py record     # write tests/golden/*.json from the current code
+    python tools/golden.py check      # compare the current code with tests/golden/ (exit 1 on a change)
+
+The cases (tests/golden/cases.yaml) are command lines; scenario files they use live beside them.
+Volatile fields (search seconds, plans per second) are dropped before recording.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = ROOT / "tests" / "golden"
+VOLATILE = {"seconds", "plans_per_s"}
+REL_TOL = 1e-12
+
+
+def run_cli(argv: list[str]) -> tuple[int, str]:
+    """(exit code, stdout) of `trainest ARGV`, in process."""
+    from trainest.entry import main
+    out = io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            main(argv)
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return code, out.getvalue()
+
+
+def strip_volatile(doc: Any) -> Any:
+    if isinstance(doc, dict):
+        return {k: strip_volatile(v) for k, v in doc.items() if k not in VOLATILE}
+    if isinstance(doc, list):
+        return [strip_volatile(v) for v in doc]
+    return doc
+
+
+def load_cases() -> list[dict]:
+    return yaml.safe_load((GOLDEN / "cases.yaml").read_text())["cases"]
+
+
+def argv_of(case: dict) -> list[str]:
+    return [a.replace("{golden}", str(GOLDEN)) for a in case["argv"]]
+
+
+def output_of(case: dict) -> Any:
+    code, out = run_cli(argv_of(case))
+    return {"exit_code": code, "json": strip_volatile(json.loads(out)) if out.strip() else None}
+
+
+def differences(want: Any, got: Any, path: str = "") -> list[str]:
+    """Every place where `got` differs from `want` (numbers beyond REL_TOL, anything else exactly)."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        out = []
+        for k in sorted(set(want) | set(got)):
+            if k not in got:
+                out.append(f"{path}.{k}: missing")
+            elif k not in want:
+                out.append(f"{path}.{k}: new")
+            else:
+                out += differences(want[k], got[k], f"{path}.{k}")
+        return out
+    if isinstance(want, list) and isinstance(got, list):
+        if len(want) != len(got):
+            return [f"{path}: {len(want)} items -> {len(got)}"]
+        return [d for i, (a, b) in enumerate(zip(want, got)) for d in differences(a, b, f"{path}[{i}]")]
+    numbers = (int, float)
+    if isinstance(want, numbers) and isinstance(got, numbers) and not isinstance(want, bool) \
+            and not isinstance(got, bool):
+        if want == got or (math.isfinite(want) and math.isclose(want, got, rel_tol=REL_TOL, abs_tol=1e-300)):
+            return []
+        return [f"{path}: {want!r} -> {got!r}"]
+    return [] if want == got else [f"{path}: {want!r} -> {got!r}"]
+
+
+def record() -> None:
+    for case in load_cases():
+        doc = output_of(case)
+        (GOLDEN / f"{case['name']}.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        print(f"recorded {case['name']} (exit {doc['exit_code']})")
+
+
+def check(names: list[str] | None = None) -> int:
+    bad = 0
+    for case in load_cases():
+        if names and case["name"] not in names:
+            continue
+        want = json.loads((GOLDEN / f"{case['name']}.json").read_text())
+        diffs = differences(want, output_of(case))
+        if diffs:
+            bad += 1
+            print(f"{case['name']}: {len(diffs)} differences, e.g. " + "; ".join(diffs[:5]))
+    print("goldens: " + ("all match" if not bad else f"{bad} cases differ"))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    what = sys.argv[1] if len(sys.argv) > 1 else "check"
+    if what == "record":
+        record()
+    else:
+        sys.exit(check(sys.argv[2:]))
