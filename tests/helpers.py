@@ -5,7 +5,7 @@ from __future__ import annotations
 
 def call_entry(args: list[str], capsys) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of the console script's entry point `trainest ARGS`, in process."""
-    from trainest import entry
+    from trainest.cli import main as entry
 
     capsys.readouterr()
     try:
@@ -15,3 +15,43 @@ def call_entry(args: list[str], capsys) -> tuple[int, str, str]:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+# ----------------------------------------------------------------- the model called with keyword knobs
+
+def job_and_layout(model, hw=None, precision="bf16", attention="flash", *, seq_len=2048.0, global_batch=None,
+                   devices_per_node=None, kernels="fused", pipeline_split="even", dp_collectives="hierarchical",
+                   micro_batches=None, tp=1.0, pp=1.0, dp=1.0, cp=1.0, vpp=1.0, micro_batch=1.0, zero=0.0, sp=0.0,
+                   recompute=0.0, tp_overlap=0.0, dp_shard=None):
+    """(Job, Layout) from keyword knobs (floats or arrays); the global batch may be given as
+    micro-batches per step instead (B = m·d·b)."""
+    from trainest.catalog import load_hardware
+    from trainest.layout import Job, Layout
+    hw = hw or load_hardware("h100-sxm")
+    if global_batch is None:
+        global_batch = (1.0 if micro_batches is None else micro_batches) * dp * micro_batch
+    job = Job(model=model, hardware=hw, precision=precision, attention=attention, kernels=kernels,
+              seq_len=seq_len, global_batch=global_batch,
+              devices_per_node=devices_per_node or hw.devices_per_node)
+    layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, micro_batch=micro_batch, zero=zero, sp=sp,
+                    recompute=recompute, tp_overlap=tp_overlap, dp_shard=dp_shard, pipeline_split=pipeline_split,
+                    dp_collectives=dp_collectives)
+    return job, layout
+
+
+def step_of(model, hw, precision="bf16", attention="flash", **knobs):
+    """`step_terms` of keyword knobs (see job_and_layout)."""
+    from trainest.step import step_terms
+    return step_terms(*job_and_layout(model, hw, precision, attention, **knobs))
+
+
+def memory_of(model, precision="bf16", **knobs):
+    """`memory_per_device` of keyword knobs (see job_and_layout)."""
+    from trainest.memory import memory_per_device
+    return memory_per_device(*job_and_layout(model, None, precision, knobs.pop("attention", "flash"), **knobs))
+
+
+def activations_of(model, *, precision="bf16", attention="flash", **knobs):
+    """`activation_bytes_per_layer` (kept, re-materialised) of keyword knobs."""
+    from trainest.memory import activation_bytes_per_layer
+    return activation_bytes_per_layer(*job_and_layout(model, None, precision, attention, **knobs))

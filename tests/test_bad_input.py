@@ -3,7 +3,7 @@ path, and the bundled specs. Every case must give exit code 1 (2 for a usage err
 exactly one `Error: ...` line on stderr naming the key/value/file, no traceback and nothing on stdout.
 
 Each case runs through the typer app (CliRunner, stdout and stderr kept apart) and through the console
-script's entry point `trainest.entry.main` (which may parse `estimate` options itself, without typer).
+script's entry point `trainest.cli.main.main` (which may parse `estimate` options itself, without typer).
 """
 
 from __future__ import annotations

@@ -243,7 +243,8 @@ def test_does_not_fit_warning_says_it_may_fit_only_when_marginal():
     high on published runs); further over: no such hedge. `fits` is false either way."""
     from dataclasses import replace as dc_replace
 
-    from trainest.estimate import TIGHT_FIT_FRACTION, estimate, fit_suggestions
+    from trainest.advice import fit_suggestions
+    from trainest.estimate import TIGHT_FIT_FRACTION, estimate
     from trainest.scenario import scenario_from_mapping
     s = scenario_from_mapping({"model": "llama3-8b", "devices": 8, "parallel": {"zero": 3}, "seq_len": 8192,
                                "micro_batch": 1, "global_batch": 8, "recompute": "none"}, "test")

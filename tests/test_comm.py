@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from trainest import comm
+from trainest.step import collectives as comm
 from trainest.catalog import load_hardware
-from trainest.comm import (Tiers, all_gather_s, all_reduce_s, bus_bandwidth_bytes_per_s, ranks_per_domain,
+from trainest.step.collectives import (Tiers, all_gather_s, all_reduce_s, bus_bandwidth_bytes_per_s, ranks_per_domain,
                            reduce_scatter_s, ring_latency_s, send_recv_s, tiers_of, tree_latency_s)
 
 UP = 300e9        # [B/s] per device, per direction (NVLink-class)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainest.compute import (OpTime, dimension_factor, fused_time, gemm_bytes, gemm_efficiency, gemm_flops,
+from trainest.step.roofline import (OpTime, dimension_factor, fused_time, gemm_bytes, gemm_efficiency, gemm_flops,
                               gemm_time, streaming_time)
 
 PEAK = 989e12          # [FLOP/s] H100/H200 dense BF16

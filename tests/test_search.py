@@ -16,7 +16,8 @@ from trainest import search as S
 from trainest.cli import app
 from trainest.errors import SpecError
 from trainest.estimate import estimate
-from trainest.scenario import RECOMPUTE, scenario_from_mapping
+from trainest.scenario import scenario_from_mapping
+from trainest.search import RECOMPUTE_NAMES
 
 runner = CliRunner()
 
@@ -125,7 +126,7 @@ def test_vectorized_evaluation_equals_estimate_plan_by_plan():
             "model": "llama3-8b", "hardware": "h100-sxm", "global_batch": 128, "seq_len": 4096, "devices": n,
             "parallel": {"tp": int(g.tp[i]), "pp": int(g.pp[i]), "cp": int(g.cp[i]), "vpp": int(g.vpp[i]),
                          "zero": int(g.zero[i]), "sequence_parallel": bool(g.sp[i])},
-            "micro_batch": int(g.micro_batch[i]), "recompute": RECOMPUTE[int(g.recompute[i])]})
+            "micro_batch": int(g.micro_batch[i]), "recompute": RECOMPUTE_NAMES[int(g.recompute[i])]})
         e = estimate(s)
         assert ev.memory_bytes[i] == pytest.approx(e.memory.per_device_bytes, rel=1e-9)
         assert bool(ev.fits[i]) == e.memory.fits

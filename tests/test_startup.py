@@ -1,5 +1,5 @@
 """Start-up of a single `trainest estimate` (issue 2): what it imports, and that its typer-free fast path
-(trainest.entry + trainest.options) behaves exactly like the typer command built from the same table.
+(trainest.cli.main + trainest.cli.argv) behaves exactly like the typer command built from the same table.
 
 Structural checks only (which modules load, what each path prints and returns); the timing itself is
 measured by bench/bench_estimate.py, not asserted here (the machine is shared and noisy).
@@ -16,9 +16,12 @@ from pathlib import Path
 import pytest
 from helpers import call_entry
 
-from trainest import catalog, entry, memory, options
+from trainest import catalog, choices
+from trainest.cli import argv as options
+from trainest.cli import main as entry
 from trainest import fields as F
-from trainest.options import ESTIMATE_OPTIONS, parse_estimate_argv
+from trainest.cli.argv import parse_estimate_argv
+from trainest.knobs import ESTIMATE_OPTIONS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -80,7 +83,7 @@ def test_console_script_is_the_light_entry_point():
     from importlib.metadata import entry_points
     scripts = [ep for ep in entry_points(group="console_scripts") if ep.name == "trainest"]
     assert scripts, "trainest is not installed (pip install -e .)"
-    assert scripts[0].value == "trainest.entry:main", "reinstall: pip install -e ."
+    assert scripts[0].value == "trainest.cli.main:main", "reinstall: pip install -e ."
 
 
 # ----------------------------------------------------------------------------- fast reader vs typer
@@ -101,16 +104,15 @@ def test_option_table_is_the_typer_command():
     assert typer_flags == table_flags
 
 
-def test_choice_tuples_match_the_library():
+def test_choice_options_take_their_vocabulary_from_trainest_choices():
+    """Each choice option of the table offers exactly its vocabulary's words, and the library's
+    checks use the same words (one definition: trainest.choices)."""
     from trainest import scenario
-    assert options.PRECISION_CHOICES == catalog.PRECISIONS
-    assert options.MLP_CHOICES == catalog.MLP_KINDS
-    assert options.RECOMPUTE_CHOICES == scenario.RECOMPUTE
-    assert options.ATTENTION_CHOICES == scenario.ATTENTION
-    assert options.KERNELS_CHOICES == scenario.KERNELS
-    assert options.PIPELINE_SPLIT_CHOICES == memory.PIPELINE_SPLITS
-    from trainest import comm
-    assert options.DP_COLLECTIVES_CHOICES == comm.DP_COLLECTIVES
+    by_name = {o.name: o for o in ESTIMATE_OPTIONS}
+    assert by_name["precision"].choice_values == catalog.PRECISIONS == choices.Precision.values()
+    assert by_name["mlp"].choice_values == catalog.MLP_KINDS
+    assert by_name["recompute"].choice_values == choices.Recompute.values() == tuple(choices.RECOMPUTE_CODES)
+    assert "recompute" in scenario.SCENARIO_KEYS and "parallel" in scenario.SCENARIO_KEYS
 
 
 @pytest.mark.parametrize("args", [
@@ -136,7 +138,7 @@ def test_fast_reader_values():
 
 
 def run_entry(args: list[str], capsys, monkeypatch, fast: bool) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of `trainest ARGS` through trainest.entry.main, in process."""
+    """(exit code, stdout, stderr) of `trainest ARGS` through trainest.cli.main.main, in process."""
     if fast:
         monkeypatch.delenv(entry.NO_FAST_PATH_ENV, raising=False)
     else:

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from trainest.catalog import load_hardware, load_model, model_from_mapping, with_efficiency
-from trainest.comm import all_gather_s, all_reduce_s, reduce_scatter_s, tiers_of
+from trainest.step.collectives import all_gather_s, all_reduce_s, reduce_scatter_s, tiers_of
+from helpers import step_of
+from trainest.layout import ACTIVATION_BYTES
 from trainest.memory import MAIN_GRAD_BYTES, stage_params
-from trainest.step import (ACTIVATION_BYTES, CAUSAL_FRACTION, EAGER_EXTRA_F_WIDE_PASSES,
-                           EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT, layer_flops_forward, model_flops_per_step,
-                           step_terms)
+from trainest.step.flops import CAUSAL_FRACTION, layer_flops_forward, model_flops_per_step
+from trainest.step.layer import EAGER_EXTRA_F_WIDE_PASSES, EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT
 
 A100 = load_hardware("a100-80gb-sxm")
 GPT3_13B = load_model("gpt3-13b")
@@ -36,8 +37,8 @@ def ideal(hw=A100, *, compute=False):
 def terms(model=SMALL, hw=A100, precision="bf16", attention="flash", *, seq_len=2048.0, global_batch=32.0, **layout):
     lay = dict(tp=1.0, pp=1.0, dp=1.0, cp=1.0, vpp=1.0, micro_batch=1.0, zero=0.0, sp=0.0, recompute=0.0)
     lay.update({k: float(v) if not isinstance(v, np.ndarray) else v for k, v in layout.items()})
-    return step_terms(model, hw, precision, attention, seq_len=seq_len, global_batch=global_batch,
-                      devices_per_node=hw.devices_per_node, **lay)
+    return step_of(model, hw, precision, attention, seq_len=seq_len, global_batch=global_batch,
+                   devices_per_node=hw.devices_per_node, **lay)
 
 
 # --------------------------------------------------------------------------------------- FLOP counts
@@ -338,7 +339,7 @@ def test_arrays_give_the_same_answer_as_floats():
 def test_hybrid_sharding_with_one_group_is_plain_zero():
     for zero in (1, 3):
         plain = terms(GPT3_13B, dp=8, zero=zero, global_batch=64.0)
-        same = step_terms(GPT3_13B, A100, "bf16", "flash", seq_len=2048.0, global_batch=64.0, devices_per_node=8,
+        same = step_of(GPT3_13B, A100, "bf16", "flash", seq_len=2048.0, global_batch=64.0, devices_per_node=8,
                           tp=1.0, pp=1.0, dp=8.0, cp=1.0, vpp=1.0, micro_batch=1.0, zero=float(zero), sp=0.0,
                           recompute=0.0, dp_shard=8.0)
         assert same.time_s == pytest.approx(plain.time_s, rel=1e-12)
@@ -353,7 +354,7 @@ def test_hybrid_sharding_adds_a_replica_all_reduce_when_nothing_hides_it():
     P = stage_params(GPT3_13B, 1.0)
     kw = dict(seq_len=2048.0, global_batch=16.0, devices_per_node=8, tp=1.0, pp=1.0, dp=16.0, cp=1.0, vpp=1.0,
               micro_batch=1.0, zero=1.0, sp=0.0, recompute=0.0)
-    t = step_terms(GPT3_13B, hw, "bf16", "flash", **kw, dp_shard=8.0)
+    t = step_of(GPT3_13B, hw, "bf16", "flash", **kw, dp_shard=8.0)
     expected = (reduce_scatter_s(P * MAIN_GRAD_BYTES, 8.0, 1.0, tiers) + all_gather_s(P * 2.0, 8.0, 1.0, tiers)
                 + all_reduce_s(P / 8 * MAIN_GRAD_BYTES, 2.0, 8.0, tiers))
     assert t.dp_comm_s == pytest.approx(expected, rel=1e-9)
@@ -366,7 +367,7 @@ def test_hybrid_sharding_replica_all_reduce_is_never_hidden():
     P = stage_params(GPT3_13B, 1.0)
     kw = dict(seq_len=2048.0, global_batch=64.0, devices_per_node=8, tp=1.0, pp=1.0, dp=16.0, cp=1.0, vpp=1.0,
               micro_batch=4.0, zero=1.0, sp=0.0, recompute=0.0)
-    hsdp = step_terms(GPT3_13B, NO_CONTENTION, "bf16", "flash", **kw, dp_shard=8.0)
+    hsdp = step_of(GPT3_13B, NO_CONTENTION, "bf16", "flash", **kw, dp_shard=8.0)
     replica = all_reduce_s(P / 8 * MAIN_GRAD_BYTES, 2.0, 8.0, tiers)
     one_layer = (reduce_scatter_s(P * MAIN_GRAD_BYTES, 8.0, 1.0, tiers) + all_gather_s(P * 2.0, 8.0, 1.0, tiers)) \
         / GPT3_13B.layers
@@ -400,7 +401,7 @@ def _attention_flops_per_s(seq_len, cp=1.0, model=SMALL):
     fast = terms(model, with_efficiency(hw, attention=1e30), seq_len=seq_len, global_batch=8.0, cp=cp).time_s
     real = terms(model, hw, seq_len=seq_len, global_batch=8.0, cp=cp).time_s
     flops_fwd = 4.0 * 8.0 * seq_len * seq_len * model.heads * model.head_dim * CAUSAL_FRACTION * model.layers / cp
-    from trainest.step import FLASH_BACKWARD_EFFICIENCY, FLASH_BACKWARD_FLOP_RATIO
+    from trainest.step.layer import FLASH_BACKWARD_EFFICIENCY, FLASH_BACKWARD_FLOP_RATIO
     # forward at rate r, backward 2.5× the FLOPs at 0.85·r: time = F/r·(1 + 2.5/0.85)
     return flops_fwd * (1.0 + FLASH_BACKWARD_FLOP_RATIO / FLASH_BACKWARD_EFFICIENCY) / (real - fast)
 
@@ -408,7 +409,7 @@ def _attention_flops_per_s(seq_len, cp=1.0, model=SMALL):
 def test_fused_attention_rate_rises_with_the_per_rank_sequence_length():
     """η_a · s/(s + ATTENTION_HALF_SEQ) · d_h/(d_h + ATTENTION_HALF_HEAD_DIM), s the per-rank length s/c
     (FlashAttention-2 benchmark curves, Dao 2023)."""
-    from trainest.step import ATTENTION_HALF_HEAD_DIM, ATTENTION_HALF_SEQ
+    from trainest.step.layer import ATTENTION_HALF_HEAD_DIM, ATTENTION_HALF_SEQ
     hw = ideal()
     rates = [_attention_flops_per_s(s) for s in (512.0, 1024.0, 4096.0)]
     assert rates[0] < rates[1] < rates[2]
@@ -457,7 +458,7 @@ def test_context_parallel_ranks_join_the_gradient_reduction():
 
 def test_tp_overlap_exposes_at_least_the_residual():
     """exposed = max(tp_total − GEMM time, TP_OVERLAP_RESIDUAL·tp_total), never above tp_total."""
-    from trainest.step import TP_OVERLAP_RESIDUAL
+    from trainest.step.traffic import TP_OVERLAP_RESIDUAL
     base = dict(global_batch=16.0, tp=8, sp=1)
     plain = terms(GPT3_13B, **base).tp_comm_s
     over = terms(GPT3_13B, **base, tp_overlap=1).tp_comm_s
@@ -466,7 +467,7 @@ def test_tp_overlap_exposes_at_least_the_residual():
 
 def test_balanced_split_with_one_stage_is_the_even_split():
     """p = 1: the balanced split has nothing to balance; the step is the even split's."""
-    from trainest.step import step_terms as st
+    from helpers import step_of as st
     kw = dict(seq_len=2048.0, global_batch=16.0, devices_per_node=8, tp=2.0, pp=1.0, dp=2.0, cp=1.0, vpp=1.0,
               micro_batch=1.0, zero=1.0, sp=0.0, recompute=0.0)
     even = st(GPT3_13B, A100, "bf16", "flash", **kw)
@@ -479,8 +480,8 @@ def test_balanced_split_heaviest_stage_holds_ceil_l_plus_2_over_p_layers():
     ceil(42/4) = 11 on the middle stages and 10 + logits on the last, so never faster."""
     kw = dict(seq_len=2048.0, global_batch=16.0, devices_per_node=8, tp=1.0, pp=4.0, dp=1.0, cp=1.0, vpp=1.0,
               micro_batch=1.0, zero=0.0, sp=0.0, recompute=0.0)
-    even = step_terms(GPT3_13B, A100, "bf16", "flash", **kw)
-    bal = step_terms(GPT3_13B, A100, "bf16", "flash", **kw, pipeline_split="balanced")
+    even = step_of(GPT3_13B, A100, "bf16", "flash", **kw)
+    bal = step_of(GPT3_13B, A100, "bf16", "flash", **kw, pipeline_split="balanced")
     assert GPT3_13B.layers == 40
     assert bal.time_s > even.time_s
 
@@ -501,7 +502,7 @@ def _flat_vs_hier(model, hw, **kw):
     lay = dict(seq_len=2048.0, global_batch=64.0, devices_per_node=8, tp=1.0, pp=1.0, dp=64.0, cp=1.0, vpp=1.0,
                micro_batch=1.0, zero=3.0, sp=0.0, recompute=2.0)
     lay.update(kw)
-    return tuple(step_terms(model, hw, "bf16", "flash", **lay, dp_collectives=c)
+    return tuple(step_of(model, hw, "bf16", "flash", **lay, dp_collectives=c)
                  for c in ("flat", "hierarchical"))
 
 
@@ -521,7 +522,7 @@ def test_flat_zero3_is_bound_by_one_nic_per_device():
     """Pure ZeRO-3 over many nodes with no compute to hide behind and no latency: the step is the
     per-device traffic (all-gather 2x 16-bit weights, reduce-scatter FP32 gradients: 8 B per
     parameter, times (n-1)/n) over ONE NIC."""
-    from trainest.comm import tiers_of
+    from trainest.step.collectives import tiers_of
     hw = dataclasses.replace(ideal(A100, compute=True), scale_out_bytes_per_s=25e9, scale_up_bytes_per_s=300e9)
     flat, hier = _flat_vs_hier(GPT3_13B, hw, dp=512.0, global_batch=512.0)
     w_out = tiers_of(hw, 8).out_bytes_per_s
@@ -542,8 +543,8 @@ def test_eager_kernels_add_only_element_wise_traffic():
     for recompute, passes in ((0, 3.0), (2, 4.0)):
         kw = dict(seq_len=s, global_batch=B, devices_per_node=8, tp=1.0, pp=1.0, dp=1.0, cp=1.0, vpp=1.0,
                   micro_batch=1.0, zero=0.0, sp=0.0, recompute=float(recompute))
-        fused = step_terms(m, hw, "bf16", "flash", **kw)
-        eager = step_terms(m, hw, "bf16", "flash", **kw, kernels="eager")
+        fused = step_of(m, hw, "bf16", "flash", **kw)
+        eager = step_of(m, hw, "bf16", "flash", **kw, kernels="eager")
         extra_fwd = (EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT * s * m.hidden
                      + EAGER_EXTRA_F_WIDE_PASSES["swiglu"] * ACTIVATION_BYTES * s * m.ffn_hidden) / mem_bw
         assert eager.memory_s - fused.memory_s == pytest.approx(B * m.layers * passes * extra_fwd, rel=1e-9)
@@ -560,7 +561,7 @@ def test_op_recompute_reruns_k_o_and_one_mlp_matmul_and_the_element_wise_ops():
     B, s = 8.0, 2048.0
     kw = dict(seq_len=s, global_batch=B, devices_per_node=8, tp=1.0, pp=1.0, dp=1.0, cp=1.0, vpp=1.0,
               micro_batch=1.0, zero=0.0, sp=0.0)
-    none, sel, full, op = (step_terms(m, A100, "bf16", "flash", **kw, recompute=r) for r in (0.0, 1.0, 2.0, 3.0))
+    none, sel, full, op = (step_of(m, A100, "bf16", "flash", **kw, recompute=r) for r in (0.0, 1.0, 2.0, 3.0))
     h, f = m.hidden, m.ffn_hidden
     extra = B * s * m.layers * 2.0 * (h * m.kv_heads * m.head_dim + m.heads * m.head_dim * h + h * f)
     assert op.hardware_flops - none.hardware_flops == pytest.approx(extra, rel=1e-12)
@@ -568,8 +569,8 @@ def test_op_recompute_reruns_k_o_and_one_mlp_matmul_and_the_element_wise_ops():
     assert sel.time_s < op.time_s < full.time_s
     assert none.tp_comm_s == op.tp_comm_s == 0.0
     tp = {**kw, "tp": 8.0, "sp": 1.0}
-    base = step_terms(m, A100, "bf16", "flash", **tp, recompute=0.0)
-    with_op = step_terms(m, A100, "bf16", "flash", **tp, recompute=3.0)
+    base = step_of(m, A100, "bf16", "flash", **tp, recompute=0.0)
+    with_op = step_of(m, A100, "bf16", "flash", **tp, recompute=3.0)
     assert with_op.tp_comm_s == pytest.approx(base.tp_comm_s * 5.0 / 4.0, rel=1e-12)   # the re-gathers
 
 
@@ -577,7 +578,7 @@ def test_a_model_trained_without_dropout_moves_fewer_element_wise_bytes():
     """No mask writes in the two bias-dropout-adds (2 B per h-wide element forward) and, with
     materialised scores, no dropout over them (5 B per score); forward, backward and nothing else."""
     from dataclasses import replace as with_fields
-    from trainest.step import NO_DROPOUT_H_WIDE_SAVING, NO_DROPOUT_SOFTMAX_SAVING
+    from trainest.step.layer import NO_DROPOUT_H_WIDE_SAVING, NO_DROPOUT_SOFTMAX_SAVING
     m = GPT3_13B
     plain = with_fields(m, dropout=False)
     B, s = 4.0, 2048.0
@@ -585,8 +586,8 @@ def test_a_model_trained_without_dropout_moves_fewer_element_wise_bytes():
               micro_batch=1.0, zero=0.0, sp=0.0, recompute=0.0)
     mem_bw = A100.memory_bytes_per_s * A100.efficiency.memory
     for attention, per_score in (("flash", 0.0), ("standard", NO_DROPOUT_SOFTMAX_SAVING)):
-        with_d = step_terms(m, A100, "bf16", attention, **kw)
-        without = step_terms(plain, A100, "bf16", attention, **kw)
+        with_d = step_of(m, A100, "bf16", attention, **kw)
+        without = step_of(plain, A100, "bf16", attention, **kw)
         fwd = (NO_DROPOUT_H_WIDE_SAVING * s * m.hidden + per_score * m.heads * s * s) / mem_bw
         assert with_d.memory_s - without.memory_s == pytest.approx(B * m.layers * 3.0 * fwd, rel=1e-9)
         assert with_d.compute_s == without.compute_s

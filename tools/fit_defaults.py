@@ -37,8 +37,8 @@ from trainest import catalog  # noqa: E402
 from trainest.calibrate import (PRIOR_WEIGHT, efficiency_block, fit_efficiency,  # noqa: E402
                                 replace_efficiency_block)
 from trainest.units import MICROSECOND  # noqa: E402
-from trainest.validate import (RunResult, build_report, compare, load_runs, mape_pct,  # noqa: E402
-                               markdown, overlap_bounds, reasons_markdown, runs_markdown)
+from trainest.report.validate import markdown, reasons_markdown, runs_markdown  # noqa: E402
+from trainest.validate import RunResult, build_report, compare, load_runs, mape_pct, overlap_bounds  # noqa: E402
 
 FIT_PERCENT = 60          # share of each hardware's runs used for fitting (by crc32 of the id)
 MIN_FIT_RUNS = 8          # fewer fit runs than this: inherit from a sibling, else keep the prior

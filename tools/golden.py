@@ -30,7 +30,7 @@ REL_TOL = 1e-12
 
 def run_cli(argv: list[str]) -> tuple[int, str]:
     """(exit code, stdout) of `trainest ARGV`, in process."""
-    from trainest.entry import main
+    from trainest.cli.main import main
     out = io.StringIO()
     code = 0
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):

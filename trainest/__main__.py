@@ -1,3 +1,3 @@
-from trainest.entry import main
+from trainest.cli.main import main
 
 main()

@@ -105,9 +105,11 @@ def parameters_for(cases: Sequence[Case]) -> tuple[str, ...]:
 def predicted_step_times_s(case: Case, hardware: Hardware, values: dict[str, Any]):
     """Predicted step time [s] of `case` on `hardware` with efficiency fields replaced by `values`
     (floats, or numpy arrays to evaluate several parameter sets in one pass)."""
-    from trainest.estimate import scenario_step_terms
+    from trainest.layout import job_of, layout_of
+    from trainest.step import step_terms
 
-    return scenario_step_terms(case.scenario, with_efficiency(hardware, **values)).time_s
+    s = case.scenario
+    return step_terms(job_of(s, with_efficiency(hardware, **values)), layout_of(s)).time_s
 
 
 def _log_residuals(cases, measured_s, hardware, names, scale, x):

@@ -13,11 +13,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trainest import fields as F
+from trainest.choices import Mlp, Precision
 from trainest.errors import SpecError, did_you_mean
 from trainest.units import BITS_PER_BYTE, GB, MICROSECOND, TERA
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
-MLP_KINDS = ("gelu", "swiglu")
+PRECISIONS = Precision.values()
+MLP_KINDS = Mlp.values()
 
 
 @functools.cache

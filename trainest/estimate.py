@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainest import training
+from trainest.layout import job_of, layout_of
 from trainest.memory import memory_per_device
-from trainest.scenario import RECOMPUTE_CODE, Scenario
-from trainest.catalog import Hardware
-from trainest.step import StepTerms, step_terms
+from trainest.scenario import Scenario
+from trainest.step import step_terms
 
-SCHEMA_VERSION = "1.0"
+from trainest.schema import SCHEMA_VERSION  # noqa: F401 - re-exported
 TERMS = ("compute", "memory", "communication", "bubble", "overhead")
 
 
@@ -90,33 +90,11 @@ OVERLAP_POLICY = ("TP communication exposed (or pipelined with GEMMs with tp_ove
                   "hardware's overlap_contention share of its time")
 
 
-def layout_kwargs(s: Scenario) -> dict:
-    """The numeric layout of a scenario, as step_terms/memory_per_device take it."""
-    p = s.parallel
-    return dict(tp=float(p.tp), pp=float(p.pp), dp=float(p.dp), cp=float(p.cp), vpp=float(p.vpp),
-                micro_batch=float(s.micro_batch), zero=float(p.zero), sp=1.0 if p.sequence_parallel else 0.0,
-                recompute=float(RECOMPUTE_CODE[s.recompute]), tp_overlap=1.0 if p.tp_overlap else 0.0,
-                dp_shard=float(p.shard))
-
-
-def scenario_step_terms(s: Scenario, hardware: Hardware | None = None) -> StepTerms:
-    """`step_terms` of a scenario (on `hardware` instead of its own, e.g. with trial efficiencies):
-    the one place that passes every scenario input to the step model (estimate and calibrate)."""
-    return step_terms(s.model, hardware or s.hardware, s.precision, s.attention, seq_len=float(s.seq_len),
-                      global_batch=float(s.global_batch), devices_per_node=s.devices_per_node,
-                      pipeline_split=s.parallel.pipeline_split, dp_collectives=s.parallel.dp_collectives,
-                      kernels=s.kernels, **layout_kwargs(s))
-
-
 def estimate(s: Scenario) -> Estimate:
     """Estimate one scenario: step breakdown, throughput, memory and whole-run totals."""
-    lay = layout_kwargs(s)
-    terms = scenario_step_terms(s)
-    mem = memory_per_device(s.model, s.precision, seq_len=float(s.seq_len), micro_batch=lay["micro_batch"],
-                            micro_batches=float(s.micro_batches), tp=lay["tp"], pp=lay["pp"], dp=lay["dp"],
-                            cp=lay["cp"], vpp=lay["vpp"], zero=lay["zero"], sp=lay["sp"],
-                            recompute=lay["recompute"], attention=s.attention, dp_shard=lay["dp_shard"],
-                            pipeline_split=s.parallel.pipeline_split)
+    job, layout = job_of(s), layout_of(s)
+    terms = step_terms(job, layout)
+    mem = memory_per_device(job, layout)
     t = float(terms.time_s)
     parts = {k: float(getattr(terms, f"{k}_s")) for k in TERMS}
     bottleneck = max(parts, key=parts.get)
@@ -150,42 +128,3 @@ def estimate(s: Scenario) -> Estimate:
                            cost_usd=training.cost_usd(dev_h, s.price_usd_per_hour),
                            price_usd_per_hour=s.price_usd_per_hour, pue=s.pue)
     return Estimate(scenario=s, step=step, throughput=throughput, memory=memory, training=train)
-
-
-def fit_suggestions(s: Scenario, e: Estimate) -> str:
-    """A one-line 'does not fit' warning naming single changes that would make it fit."""
-    from dataclasses import replace
-
-    from trainest.units import GiB
-
-    p = s.parallel
-    tries: list[tuple[str, Scenario]] = []
-    if s.recompute != "full":
-        tries.append(("--recompute full", replace(s, recompute="full")))
-    for z in range(p.zero + 1, 4):
-        tries.append((f"--zero {z}", replace(s, parallel=replace(p, zero=z))))
-    if p.tp > 1 and not p.sequence_parallel:
-        tries.append(("--sequence-parallel", replace(s, parallel=replace(p, sequence_parallel=True))))
-    if s.micro_batch > 1:
-        tries.append(("--micro-batch 1", replace(s, micro_batch=1, global_batch=s.global_batch)))
-    for knob in ("tp", "pp"):
-        k = getattr(p, knob) * 2
-        if p.dp % 2 == 0 and ((knob == "tp" and s.model.heads % k == 0) or (knob == "pp" and s.model.layers % k == 0)):
-            new = replace(p, **{knob: k}, dp=p.dp // 2)
-            if s.global_batch % (new.dp * s.micro_batch) == 0:
-                tries.append((f"--{knob} {k}", replace(s, parallel=new)))
-    fixes = []
-    for label, alt in tries:
-        try:
-            if estimate(alt).memory.fits:
-                fixes.append(label)
-        except Exception:  # noqa: BLE001 - an alternative that is itself invalid is simply not suggested
-            continue
-    need = e.memory.per_device_bytes / GiB
-    have = e.memory.capacity_bytes / GiB
-    hint = ("; would fit with: " + ", ".join(fixes)) if fixes else \
-        "; no single change fits: combine sharding (--zero 3, --tp, --pp) with --recompute full, or use more devices"
-    over = need / have - 1.0
-    margin = (f" (over by {100 * over:.0f} %, within the memory model's error on published runs: it may fit; "
-              f"docs/validation.md)") if over <= TIGHT_FIT_FRACTION else ""
-    return f"does not fit: needs {need:.1f} GiB per device, {s.hardware.name} has {have:.1f} GiB{margin}{hint}"

@@ -11,75 +11,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainest import xp
-from trainest.catalog import Model
+from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.precision import (ADAM_MOMENT_BYTES, FP16_GRAD_BYTES, MAIN_GRAD_BYTES, MASTER_WEIGHT_BYTES,
+                                grad_bytes_per_param, optimizer_bytes_per_param, weight_bytes_per_param)
+from trainest.step.schedule import stage_layers, stage_params
 from trainest.units import GiB
 
-MASTER_WEIGHT_BYTES = 4.0        # FP32 master copy of each parameter (mixed precision)
-ADAM_MOMENT_BYTES = 8.0          # FP32 first and second moments
-MAIN_GRAD_BYTES = 4.0            # FP32 gradient accumulation buffer (Megatron main_grad, FSDP reduce dtype)
-FP16_GRAD_BYTES = 2.0            # loss-scaled FP16 training keeps and reduces FP16 gradients
+__all__ = ["ADAM_MOMENT_BYTES", "FP16_GRAD_BYTES", "MAIN_GRAD_BYTES", "MASTER_WEIGHT_BYTES", "MemoryBreakdown",
+           "activation_bytes", "activation_bytes_per_layer", "grad_bytes_per_param", "in_flight_micro_batches",
+           "memory_per_device", "optimizer_bytes_per_param", "sharded_state_bytes", "stage_layers", "stage_params",
+           "weight_bytes_per_param"]
+
 DROPOUT_MASK_BYTES = 1.0         # one byte per element
 LOGITS_BYTES = 4.0               # FP32 logits (and their gradient) for the cross-entropy
 FRAMEWORK_OVERHEAD_BYTES = 2.0 * GiB   # CUDA context, NCCL and cuBLAS workspaces, allocator reserve
 FRAGMENTATION_FRACTION = 0.05    # allocator fragmentation, as a fraction of everything else
 
 
-def weight_bytes_per_param(precision: str) -> float:
-    """Bytes of the working weights: 4 for FP32/TF32 training, 2 otherwise (FP8/FP4 recipes keep
-    16-bit weights and cast per GEMM)."""
-    return 4.0 if precision in ("fp32", "tf32") else 2.0
-
-
-def grad_bytes_per_param(precision: str) -> float:
-    """Bytes per parameter of the gradient buffer, which is also what the data-parallel reduction
-    moves: FP32 (4) for BF16/FP8/FP4 mixed precision (Megatron forces FP32 gradient accumulation and
-    reduction with BF16; FSDP's default reduce dtype) and FP32 training; FP16 (2) for loss-scaled FP16
-    mixed precision, whose gradients stay FP16 (Megatron-LM without --accumulate-allreduce-grads-in-fp32,
-    DeepSpeed's FP16 ZeRO)."""
-    return FP16_GRAD_BYTES if precision == "fp16" else MAIN_GRAD_BYTES
-
-
-def optimizer_bytes_per_param(precision: str) -> float:
-    """Adam state: FP32 master + two moments (12 B); pure FP32 training needs no master copy (8 B)."""
-    return ADAM_MOMENT_BYTES + (0.0 if precision in ("fp32", "tf32") else MASTER_WEIGHT_BYTES)
-
-
-PIPELINE_SPLITS = ("even", "balanced")
-
-
-def stage_layers(model: Model, pp, vpp=1.0, split: str = "even"):
-    """(layers on the heaviest stage, layers on the last stage).
-
-    even: L/p each (L must divide by p·v). balanced (Megatron's account-for-embedding-and-loss
-    split): the embedding and the loss count as one layer each, a stage holds
-    u = ceil((L+2)/(p·v))·v units, the first and last stages one layer less than u.
-    """
-    if split == "even":
-        return model.layers / pp, model.layers / pp
-    units = xp.ceil((model.layers + 2.0) / (pp * vpp)) * vpp
-    heavy = xp.where(pp > 1, units, float(model.layers))
-    return heavy, xp.where(pp > 1, units - 1.0, float(model.layers))
-
-
-def stage_params(model: Model, pp, vpp=1.0, split: str = "even"):
-    """Parameters on the heaviest pipeline stage: its layers plus one embedding-sized matrix
-    (first stage: input embedding; last stage: output layer), or all embeddings when p = 1.
-    With the balanced split the first stage trades one layer for the embedding."""
-    embed_one = model.vocab * model.hidden
-    heavy, last = stage_layers(model, pp, vpp, split)
-    if split == "even":
-        return heavy * model.params_per_layer + xp.where(pp > 1, embed_one, model.embedding_params)
-    with_embed = last * model.params_per_layer + xp.where(pp > 1, embed_one, model.embedding_params)
-    return xp.maximum(heavy * model.params_per_layer, with_embed)
-
-
 FP8_SAVED_INPUT_BYTES = 1.0      # FP8/FP4 recipes (Transformer Engine) keep the GEMM inputs saved for
                                  # the backward pass as their FP8 copies, not in 16 bit
 
 
-def activation_bytes_per_layer(model: Model, *, micro_batch, seq_len, tp, cp, sp, recompute, attention: str,
-                               precision: str = "bf16"):
-    """Activations one layer keeps for backward, for one micro-batch [B] (16-bit activations).
+def activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]:
+    """(kept, re-materialised): activations one layer keeps for backward for one micro-batch, and
+    what it holds while it is recomputed during its backward [B] (16-bit activations).
 
     Korthikanti et al. 2022 eq. 1–2 generalised to GQA and gated MLPs (e = 2 bytes, T = b·s/c):
       replicated (÷t only with sequence parallelism): (4e + 2)·T·h   (two norms, two inputs, two masks)
@@ -94,13 +49,13 @@ def activation_bytes_per_layer(model: Model, *, micro_batch, seq_len, tp, cp, sp
     attention output, the first MLP matmul's f-wide output, and with SwiGLU the down projection's
     h-wide output (its input is recomputed): e·T·(h/(t if SP) + (2a·d_h + max(g, t)·d_h + f)/t
     [+ h for SwiGLU]).
-    recompute is 0 (none), 1 (selective), 2 (full) or 3 (op); sp is 0/1.
     """
-    e = 2.0
-    g8 = FP8_SAVED_INPUT_BYTES if precision in ("fp8", "fp4") else e      # bytes of a saved GEMM input
+    model, tp, cp, seq_len, micro_batch = job.model, layout.tp, layout.cp, job.seq_len, layout.micro_batch
+    e = ACTIVATION_BYTES
+    g8 = FP8_SAVED_INPUT_BYTES if job.low_precision else e      # bytes of a saved GEMM input
     h, f = model.hidden, model.ffn_hidden
-    tokens = micro_batch * seq_len / cp
-    sp_div = xp.where(sp > 0, tp, 1.0)
+    tokens = layout.tokens(job)
+    sp_div = layout.sp_div
     # two norm inputs (16 bit), two norm outputs = QKV and MLP-up inputs, two dropout masks
     mask = DROPOUT_MASK_BYTES if model.dropout else 0.0
     replicated = (2.0 * e + 2.0 * g8 + 2.0 * mask) * tokens * h / sp_div
@@ -110,22 +65,22 @@ def activation_bytes_per_layer(model: Model, *, micro_batch, seq_len, tp, cp, sp
     split = tokens * (e * (q_width + kv_width + (model.mlp_matrices - 1.0) * f) + g8 * (q_width + f)) / tp
     scores = 0.0
     scores_all = 0.0
-    if attention == "standard":
+    if job.attention == "standard":
         # softmax output, and with dropout its dropped-out copy and mask
         scores_all = ((e + e + mask) if model.dropout else e) * micro_batch * (model.heads / tp) * (seq_len / cp) \
             * seq_len
-        scores = scores_all * xp.mask(recompute == 0)
+        scores = scores_all * layout.no_recompute
     stored = replicated + split + scores
     full_input = e * tokens * h / sp_div
     op_saved = full_input + e * tokens * ((2.0 * q_width + kv_width / 2.0 + f) / tp
                                           + (h if model.mlp == "swiglu" else 0.0))
     # the layer being recomputed during backward re-materialises everything, scores included
     rematerialised = replicated + split + scores_all
-    kept = xp.where(recompute == 2, full_input, xp.where(recompute == 3, op_saved, stored))
+    kept = xp.where(layout.full > 0, full_input, xp.where(layout.op > 0, op_saved, stored))
     return kept, rematerialised
 
 
-def in_flight_micro_batches(pp, vpp, micro_batches):
+def in_flight_micro_batches(pp: Num, vpp: Num, micro_batches: Num) -> Num:
     """Micro-batches whose activations the first stage holds under 1F1B: min(m, p), times the
     interleaving factor 1 + (p−1)/(p·v) when v > 1 (Korthikanti et al. 2022 §4.2.3)."""
     interleave = xp.where(vpp > 1, 1.0 + (pp - 1.0) / (pp * vpp), 1.0)
@@ -136,50 +91,56 @@ def in_flight_micro_batches(pp, vpp, micro_batches):
 class MemoryBreakdown:
     """Bytes per device (the heaviest pipeline stage)."""
 
-    weights_bytes: object
-    gradients_bytes: object
-    optimizer_bytes: object
-    activations_bytes: object
-    overhead_bytes: object
-    total_bytes: object
+    weights_bytes: Num
+    gradients_bytes: Num
+    optimizer_bytes: Num
+    activations_bytes: Num
+    overhead_bytes: Num
+    total_bytes: Num
 
 
-def memory_per_device(model: Model, precision: str, *, seq_len, micro_batch, micro_batches,
-                      tp, pp, dp, cp, vpp, zero, sp, recompute, attention: str, dp_shard=None,
-                      pipeline_split: str = "even") -> MemoryBreakdown:
+def sharded_state_bytes(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
+    """(weights, gradients, optimizer state) of the heaviest stage per device [B], sharded per ZeRO
+    stage over d_shard·c ranks (the context-parallel ranks hold the same weights: Megatron's DP×CP
+    group). ZeRO-3 with FP32 gradients (PyTorch FSDP, JAX/MaxText) keeps the FP32 master as the
+    sharded parameters, cast to 16 bit only when gathered, so no 16-bit shard; with FP16 gradients
+    (DeepSpeed FP16 ZeRO-3) a 16-bit shard is kept: 16 B per parameter either way (Rajbhandari et
+    al. 2020 §5: 2 + 2 + K with K = 12; FSDP: 4 + 4 + 8). ZeRO-3 also holds the gathered weights of
+    the layer being computed and of the prefetched next one (none over a single shard rank)."""
+    model, precision = job.model, job.precision
+    params_local = stage_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.tp
+    shard = layout.shard * layout.cp
+    zero = layout.zero
+    sharded3 = xp.mask((zero >= 3) * (shard > 1))
+    w_bytes = weight_bytes_per_param(precision)
+    no_16bit_shard = sharded3 * (1.0 if precision in ("bf16", "fp8", "fp4") else 0.0)
+    weights = params_local * w_bytes / xp.where(zero >= 3, shard, 1.0) * (1.0 - no_16bit_shard)
+    weights = weights + sharded3 * 2.0 * model.params_per_layer / layout.tp * w_bytes
+    grads = params_local * grad_bytes_per_param(precision) / xp.where(zero >= 2, shard, 1.0)
+    optim = params_local * optimizer_bytes_per_param(precision) / xp.where(zero >= 1, shard, 1.0)
+    return weights, grads, optim
+
+
+def activation_bytes(job: Job, layout: Layout) -> Num:
+    """Activations of the heaviest stage per device [B]: the first stage's layers times the in-flight
+    micro-batches, the last stage's layers with the FP32 logits and their gradient, and one layer
+    re-materialised during its backward under full or op recompute (docs/model.md §7.4)."""
+    model = job.model
+    per_layer, per_layer_stored = activation_bytes_per_layer(job, layout)
+    layers_per_stage, last_layers = stage_layers(model, layout.pp, layout.vpp, layout.pipeline_split)
+    working = layout.rematerialises_layer * xp.maximum(per_layer_stored - per_layer, 0.0)
+    first_stage = per_layer * layers_per_stage * in_flight_micro_batches(layout.pp, layout.vpp,
+                                                                         layout.micro_batches(job)) + working
+    logits = 2.0 * LOGITS_BYTES * layout.micro_batch * job.seq_len / layout.cp * model.vocab / layout.tp
+    last_stage = per_layer * last_layers + working + logits
+    return xp.where(layout.pp > 1, xp.maximum(first_stage, last_stage), first_stage + logits)
+
+
+def memory_per_device(job: Job, layout: Layout) -> MemoryBreakdown:
     """Weights, gradients and optimizer state of the heaviest stage, sharded per ZeRO stage, plus
     activations of the in-flight micro-batches and the framework overhead [B]."""
-    params_local = stage_params(model, pp, vpp, pipeline_split) / tp
-    # ZeRO shards over dp_shard ranks (HSDP: a sub-group) times the context-parallel ranks, which
-    # hold the same weights (Megatron's DP×CP group)
-    shard = (dp if dp_shard is None else dp_shard) * cp
-    shard3 = xp.where(zero >= 3, shard, 1.0)
-    shard2 = xp.where(zero >= 2, shard, 1.0)
-    shard1 = xp.where(zero >= 1, shard, 1.0)
-    w_bytes = weight_bytes_per_param(precision)
-    # ZeRO-3 with FP32 gradients (PyTorch FSDP, JAX/MaxText): the sharded parameters are the FP32
-    # master copy, cast to 16 bit only when gathered, so no separate 16-bit shard is kept; with FP16
-    # gradients (DeepSpeed FP16 ZeRO-3) a 16-bit shard is kept. Either way 16 bytes per parameter
-    # (Rajbhandari et al. 2020 §5: 2 + 2 + K with K = 12; FSDP: 4 + 4 + 8).
-    no_16bit_shard = xp.mask((zero >= 3) * (shard > 1)) * (1.0 if precision in ("bf16", "fp8", "fp4") else 0.0)
-    weights = params_local * w_bytes / shard3 * (1.0 - no_16bit_shard)
-    # ZeRO-3 gathers the weights of the layer being computed and prefetches the next one (over a
-    # single shard rank nothing is sharded, so nothing is gathered: no buffers).
-    weights = weights + xp.mask((zero >= 3) * (shard > 1)) * 2.0 * model.params_per_layer / tp * w_bytes
-    grads = params_local * grad_bytes_per_param(precision) / shard2
-    optim = params_local * optimizer_bytes_per_param(precision) / shard1
-
-    per_layer, per_layer_stored = activation_bytes_per_layer(
-        model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, sp=sp, recompute=recompute,
-        attention=attention, precision=precision)
-    layers_per_stage, last_layers = stage_layers(model, pp, vpp, pipeline_split)
-    # one layer re-materialised during backward (full or op); what it kept is already counted
-    working = xp.mask(recompute >= 2) * xp.maximum(per_layer_stored - per_layer, 0.0)
-    first_stage = per_layer * layers_per_stage * in_flight_micro_batches(pp, vpp, micro_batches) + working
-    logits = 2.0 * LOGITS_BYTES * micro_batch * seq_len / cp * model.vocab / tp
-    last_stage = per_layer * last_layers + working + logits
-    activations = xp.where(pp > 1, xp.maximum(first_stage, last_stage), first_stage + logits)
-
+    weights, grads, optim = sharded_state_bytes(job, layout)
+    activations = activation_bytes(job, layout)
     subtotal = weights + grads + optim + activations
     overhead = FRAMEWORK_OVERHEAD_BYTES + FRAGMENTATION_FRACTION * subtotal
     return MemoryBreakdown(weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=optim,

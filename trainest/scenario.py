@@ -13,19 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from trainest import fields as F
-from trainest.catalog import PRECISIONS, Hardware, Model, load_hardware, load_model, model_from_mapping, with_shape
+from trainest.catalog import Hardware, Model, load_hardware, load_model, model_from_mapping, with_shape
+from trainest.choices import Attention, DpCollectives, Kernels, PipelineSplit, Precision, Recompute
 from trainest.errors import SpecError
-from trainest.comm import DP_COLLECTIVES
-from trainest.memory import PIPELINE_SPLITS
+from trainest.knobs import KNOBS, PARALLEL, PARALLEL_KEYS, SCENARIO
 from trainest.units import parse_count
-
-# selective: Megatron's (the attention core); op: torchtitan's per-op selective checkpointing (every
-# second matmul and the element-wise ops recomputed, attention saved). Ordered by code.
-RECOMPUTE = ("none", "selective", "full", "op")
-RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2, "op": 3}
-ATTENTION = ("flash", "flash2", "standard")
-# element-wise kernels: fused (Megatron/TE, torch.compile, XLA) | eager (PyTorch without compile)
-KERNELS = ("fused", "eager")
 
 DEFAULT_MODEL = "llama3-8b"
 DEFAULT_HARDWARE = "h100-sxm"
@@ -39,14 +31,12 @@ DEFAULT_PUE = 1.2                   # typical modern data-centre power usage eff
 BUILTIN_DEFAULT = {"model": DEFAULT_MODEL, "hardware": DEFAULT_HARDWARE, "devices": DEFAULT_DEVICES,
                    "parallel": {"zero": 3}, "micro_batch": 1, "global_batch": 64, "recompute": "selective"}
 
-SCENARIO_KEYS = ("model", "seq_len", "hardware", "devices", "devices_per_node", "precision", "parallel",
-                 "micro_batch", "global_batch", "recompute", "attention", "kernels", "tokens", "price_per_hour", "pue")
+# the keys of a scenario mapping: the scenario knobs (trainest.knobs), the model and the layout
+SCENARIO_KEYS = ("model", *(k.yaml_key for k in KNOBS if k.group == SCENARIO and k.name != "model"), PARALLEL)
 RUN_ONLY_KEYS = ("id", "source", "measured", "expressible", "reason", "confidence", "notes", "duplicate_of")
 # informational keys of the `inputs` echo in `estimate --json`, accepted so that it loads again:
 # `derived` is ignored; `micro_batches` must agree with global_batch / (dp · micro_batch)
 ECHO_KEYS = ("derived", "micro_batches")
-PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "fsdp", "sequence_parallel", "tp_overlap", "dp_shard",
-                 "pipeline_split", "dp_collectives")
 
 
 @dataclass(frozen=True)
@@ -157,7 +147,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
         hardware = load_hardware(F.text(hardware_value, f"{where}.hardware"))
 
     seq_len = F.integer(default("seq_len", model.seq_len), f"{where}.seq_len", maximum=10**8)
-    precision = F.choice(default("precision", DEFAULT_PRECISION), f"{where}.precision", PRECISIONS)
+    precision = F.choice(default("precision", DEFAULT_PRECISION), f"{where}.precision", Precision.values())
     hardware.peak(precision)  # raises with the list of supported precisions
 
     par = {} if data.get("parallel") is None else data["parallel"]
@@ -205,9 +195,10 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
 
     if model.heads % tp:
         raise SpecError(f"{where}: tp={tp} does not divide heads={model.heads}{_divisor_hint(model.heads)}")
-    split = F.choice(par.get("pipeline_split", "even"), f"{where}.parallel.pipeline_split", PIPELINE_SPLITS)
+    split = F.choice(par.get("pipeline_split", "even"), f"{where}.parallel.pipeline_split",
+                     PipelineSplit.values())
     dp_collectives = F.choice(par.get("dp_collectives", "hierarchical"), f"{where}.parallel.dp_collectives",
-                              DP_COLLECTIVES)
+                              DpCollectives.values())
     if vpp > 1 and pp == 1:
         raise SpecError(f"{where}: vpp={vpp} needs pipeline parallelism (pp > 1)")
     if split == "even" and model.layers % pp:
@@ -230,9 +221,9 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
             F.integer(echoed_micro_batches, f"{where}.micro_batches") != global_batch // (dp * micro_batch):
         raise SpecError(f"{where}.micro_batches: {echoed_micro_batches!r} is derived and must equal global_batch / "
                         f"(dp · micro_batch) = {global_batch // (dp * micro_batch)}; remove it")
-    recompute = F.choice(default("recompute", "none"), f"{where}.recompute", RECOMPUTE)
-    attention = F.choice(default("attention", "flash"), f"{where}.attention", ATTENTION)
-    kernels = F.choice(default("kernels", "fused"), f"{where}.kernels", KERNELS)
+    recompute = F.choice(default("recompute", "none"), f"{where}.recompute", Recompute.values())
+    attention = F.choice(default("attention", "flash"), f"{where}.attention", Attention.values())
+    kernels = F.choice(default("kernels", "fused"), f"{where}.kernels", Kernels.values())
 
     tokens_value = data.get("tokens")
     if tokens_value is None:

@@ -34,29 +34,30 @@ from typing import Callable
 import numpy as np
 
 from trainest import training
-from trainest.comm import tiers_of
+from trainest.choices import RECOMPUTE_CODES, DeviceCounts, Objective, Recompute
 from trainest.errors import SpecError
 from trainest.estimate import Estimate, estimate
+from trainest.knobs import ALLOW_NAMES, JOB_KEYS, JOB_PARALLEL_KEYS, SEARCHED
+from trainest.layout import Layout, job_of
 from trainest.memory import memory_per_device
-from trainest.scenario import RECOMPUTE, RECOMPUTE_CODE, Parallel, Scenario, scenario_from_mapping
+from trainest.scenario import Parallel, Scenario, scenario_from_mapping
 from trainest.step import step_terms
-from trainest.units import parse_count
+from trainest.step.collectives import tiers_of
+from trainest.units import fmt_seconds, fmt_si, parse_count
 
-KNOBS = ("tp", "pp", "cp", "vpp", "micro_batch", "zero", "recompute", "sequence_parallel")
-OBJECTIVES = ("time", "cost", "energy")
-DEVICE_COUNT_MODES = ("pow2", "node")
+RECOMPUTE = Recompute.values()
+RECOMPUTE_NAMES = {code: name for name, code in RECOMPUTE_CODES.items()}
+
+KNOBS = SEARCHED          # the knobs every plan sets (trainest.knobs), in the runner-up table's order
+OBJECTIVES = Objective.values()
+DEVICE_COUNT_MODES = DeviceCounts.values()
 REJECT_REASONS = ("out_of_memory", "devices_indivisible", "batch_indivisible", "non_finite")
 ZERO_STAGES = (0, 1, 2, 3)
 CHUNK_PLANS = 16384        # plans per vectorized call: 16k-element arrays stay in cache (~3x faster than one call)
 MAX_DEVICE_COUNTS = 4096   # a device range may hold at most this many candidate counts
 # recompute modes searched by default: those of every framework (torchtitan's `op` only when allowed)
 SEARCH_RECOMPUTE = ("none", "selective", "full")
-ALLOW_KEYS = {"tp": "tp", "pp": "pp", "cp": "cp", "vpp": "vpp", "micro_batch": "micro_batch", "mb": "micro_batch",
-              "zero": "zero", "recompute": "recompute", "sp": "sequence_parallel",
-              "sequence_parallel": "sequence_parallel"}
-JOB_KEYS = ("model", "seq_len", "hardware", "devices_per_node", "precision", "global_batch", "attention", "kernels",
-            "tokens", "price_per_hour", "pue")
-JOB_PARALLEL_KEYS = ("tp_overlap", "dp_collectives")
+ALLOW_KEYS = ALLOW_NAMES
 
 Progress = Callable[[int, int], None]   # (done, total) in plans (or device counts)
 
@@ -165,9 +166,12 @@ class Grid:
     def size(self) -> int:
         return int(self.tp.size)
 
-    def take(self, sel) -> dict[str, np.ndarray]:
-        return {k: getattr(self, k)[sel] for k in ("tp", "pp", "cp", "dp", "vpp", "micro_batch", "zero", "sp",
-                                                     "recompute")}
+    def layout(self, sel: np.ndarray, *, pipeline_split: str, tp_overlap: float, dp_collectives: str) -> Layout:
+        """The Layout (arrays) of the plans `sel`."""
+        return Layout(tp=self.tp[sel], pp=self.pp[sel], dp=self.dp[sel], cp=self.cp[sel], vpp=self.vpp[sel],
+                      micro_batch=self.micro_batch[sel], zero=self.zero[sel], sp=self.sp[sel],
+                      recompute=self.recompute[sel], tp_overlap=tp_overlap, pipeline_split=pipeline_split,
+                      dp_collectives=dp_collectives)
 
 
 def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
@@ -184,7 +188,7 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     pps = _choose(sorted(even_pps + balanced_pps), space.pp, space.max_pp)
     cps = _choose(_divisors(base.seq_len), space.cp, space.max_cp)
     zeros = list(space.zero)
-    recs = [float(RECOMPUTE_CODE[r]) for r in space.recompute]
+    recs = [float(RECOMPUTE_CODES[r]) for r in space.recompute]
     sps = [1.0 if s else 0.0 for s in space.sequence_parallel]
     rejects = {r: 0 for r in REJECT_REASONS}
     blocks: list[np.ndarray] = []
@@ -248,34 +252,28 @@ def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> 
     n = g.size
     mem = np.empty(n)
     time_s = np.full(n, np.nan)
-    seq = float(base.seq_len)
-    B = float(base.global_batch)
+    job = job_of(base)
     capacity = base.hardware.memory_bytes
+    tp_overlap = 1.0 if base.parallel.tp_overlap else 0.0
     groups = [(split, np.flatnonzero(g.balanced == flag)) for split, flag in (("even", 0.0), ("balanced", 1.0))]
+
+    def layout(idx: np.ndarray, split: str) -> Layout:
+        return g.layout(idx, pipeline_split=split, tp_overlap=tp_overlap, dp_collectives=base.parallel.dp_collectives)
+
     for split, rows in groups:
         for start in range(0, rows.size, CHUNK_PLANS):
             idx = rows[start:start + CHUNK_PLANS]
-            k = g.take(idx)
-            mem[idx] = memory_per_device(base.model, base.precision, seq_len=seq, micro_batch=k["micro_batch"],
-                                         micro_batches=B / (k["dp"] * k["micro_batch"]), tp=k["tp"], pp=k["pp"],
-                                         dp=k["dp"], cp=k["cp"], vpp=k["vpp"], zero=k["zero"], sp=k["sp"],
-                                         recompute=k["recompute"], attention=base.attention,
-                                         pipeline_split=split).total_bytes
+            mem[idx] = memory_per_device(job, layout(idx, split)).total_bytes
     fits_memory = mem <= capacity
     work = n + int(fits_memory.sum())        # progress counts memory and step evaluations alike
     done = n
     if progress is not None:
         progress(done, work)
-    tp_overlap = 1.0 if base.parallel.tp_overlap else 0.0
     for split, rows in groups:
         fit = rows[fits_memory[rows]]
         for start in range(0, fit.size, CHUNK_PLANS):
             idx = fit[start:start + CHUNK_PLANS]
-            st = step_terms(base.model, base.hardware, base.precision, base.attention, seq_len=seq, global_batch=B,
-                            devices_per_node=base.devices_per_node, tp_overlap=tp_overlap, pipeline_split=split,
-                            dp_collectives=base.parallel.dp_collectives, kernels=base.kernels,
-                            **g.take(idx))
-            time_s[idx] = st.time_s
+            time_s[idx] = step_terms(job, layout(idx, split)).time_s
             done += idx.size
             if progress is not None:
                 progress(done, work)
@@ -374,7 +372,7 @@ class SearchResult:
 def _estimate_at(base: Scenario, devices: int, g: Grid, i: int) -> Estimate:
     s = plan_scenario(base, devices, tp=int(g.tp[i]), pp=int(g.pp[i]), cp=int(g.cp[i]), vpp=int(g.vpp[i]),
                       micro_batch=int(g.micro_batch[i]), zero=int(g.zero[i]), sequence_parallel=bool(g.sp[i]),
-                      recompute=RECOMPUTE[int(g.recompute[i])],
+                      recompute=RECOMPUTE_NAMES[int(g.recompute[i])],
                       pipeline_split="balanced" if g.balanced[i] else "even")
     return estimate(s)
 
@@ -526,7 +524,6 @@ def smallest_devices(base: Scenario, counts: list[int], space: SearchSpace = Sea
                 return DeviceSearch(deadline_s=deadline_s, budget_usd=budget_usd, trials=tuple(trials), result=res)
         if progress is not None:
             progress(i + 1, len(counts))
-    from trainest.report import fmt_seconds, fmt_si
     want = " and ".join(x for x in (f"within {fmt_seconds(deadline_s)}" if deadline_s is not None else "",
                                     f"for at most ${budget_usd:,.0f}" if budget_usd is not None else "") if x)
     ok = [t for t in trials if t.time_s is not None]
@@ -538,58 +535,3 @@ def smallest_devices(base: Scenario, counts: list[int], space: SearchSpace = Sea
         best = "; no plan fits at any of them"
     raise SpecError(f"no device count in {counts[0]}..{counts[-1]} ({len(counts)} tried) trains "
                     f"{fmt_si(base.tokens)} tokens {want}{best}")
-
-
-# ------------------------------------------------------------------------------------ JSON
-
-def estimate_args(e: Estimate) -> list[str]:
-    """The `trainest estimate` options that select this plan's device count and layout."""
-    s, p = e.scenario, e.scenario.parallel
-    return ["--devices", str(s.devices), "--tp", str(p.tp), "--pp", str(p.pp), "--cp", str(p.cp), "--vpp", str(p.vpp),
-            "--zero", str(p.zero), "--sequence-parallel" if p.sequence_parallel else "--no-sequence-parallel",
-            "--micro-batch", str(s.micro_batch), "--global-batch", str(s.global_batch), "--recompute", s.recompute,
-            *(["--tp-overlap"] if p.tp_overlap else []),
-            *(["--pipeline-split", "balanced"] if p.pipeline_split == "balanced" else []),
-            *(["--dp-collectives", p.dp_collectives] if p.dp_collectives != "hierarchical" else [])]
-
-
-def plan_dict(e: Estimate) -> dict:
-    """One plan as JSON: its layout, and step/memory/throughput/training exactly as
-    `trainest estimate --json` reports them (built by the same report function)."""
-    from trainest.report import estimate_dict
-    full = estimate_dict(e)
-    inputs = full["inputs"]
-    return {"devices": inputs["devices"], "parallel": inputs["parallel"], "micro_batch": inputs["micro_batch"],
-            "micro_batches": inputs["micro_batches"], "recompute": inputs["recompute"], "step": full["step"],
-            "memory": full["memory"], "throughput": full["throughput"], "training": full["training"],
-            "estimate_args": estimate_args(e)}
-
-
-def search_dict(r: SearchResult, devices_search: DeviceSearch | None = None) -> dict:
-    """The `trainest plan --json` document."""
-    from trainest.estimate import SCHEMA_VERSION
-    from trainest.report import _clean
-    from trainest.scenario import scenario_mapping
-    job = scenario_mapping(r.base)
-    for key in ("devices", "parallel", "micro_batch", "micro_batches", "recompute", "derived"):
-        job.pop(key, None)
-    st = r.stats
-    doc = {
-        "schema_version": SCHEMA_VERSION,
-        "job": {**job, "devices": r.devices},
-        "search": {"evaluated": st.evaluated, "feasible": st.feasible, "seconds": st.seconds,
-                   "plans_per_s": st.plans_per_s, "rejected": dict(st.rejected), "objective": r.objective,
-                   "space": r.space},
-        "plans": [{**plan_dict(e), "objective_value": v} for e, v in zip(r.plans, r.scores)],
-        "runner_up_by_knob": {
-            k: None if ru is None else {"value": plan_knobs(ru.estimate.scenario)[k], "objective_ratio": ru.score_ratio,
-                                        **plan_dict(ru.estimate)}
-            for k, ru in r.runner_up_by_knob.items()},
-    }
-    if devices_search is not None:
-        ds = devices_search
-        doc["devices_search"] = {
-            "deadline_s": ds.deadline_s, "budget_usd": ds.budget_usd, "chosen": ds.devices,
-            "tried": [{"devices": t.devices, "meets": t.meets, "time_s": t.time_s, "cost_usd": t.cost_usd,
-                       "note": t.note} for t in ds.trials]}
-    return _clean(doc)

@@ -97,3 +97,38 @@ def parse_duration_s(text: str | int | float, what: str = "duration") -> float:
         raise SpecError(f"{what} {show(text)} is not a duration; use e.g. 30d, 12h, 2w or 3600 (seconds)")
     factor = _DURATION_SUFFIX[suffix] if suffix else 1.0
     return _finite_positive(float(match.group(1)) * factor, text, what)
+
+
+# ------------------------------------------------------------------ formatting for people (decimal SI, GiB)
+
+def fmt_seconds(s: float | None) -> str:
+    if s is None:
+        return "n/a"
+    if s >= 2 * 86400:
+        return f"{s / 86400:.1f} days"
+    if s >= 2 * 3600:
+        return f"{s / 3600:.1f} h"
+    if s >= 120:
+        return f"{s / 60:.1f} min"
+    if s >= 1:
+        return f"{s:.3f} s"
+    return f"{s * 1e3:.2f} ms"
+
+
+def fmt_si(x: float | None, unit: str = "") -> str:
+    """Decimal prefixes (FLOP/s, tokens/s, bandwidth)."""
+    if x is None:
+        return "n/a"
+    for factor, prefix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= factor:
+            return f"{x / factor:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}".strip()
+
+
+def fmt_gib(b: float) -> str:
+    """Memory capacity in GiB (binary), labelled."""
+    return f"{b / GiB:.1f} GiB"
+
+
+def fmt_money(x: float | None) -> str:
+    return "n/a (no price: use --price-per-hour)" if x is None else f"${x:,.0f}"

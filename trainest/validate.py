@@ -35,7 +35,7 @@ from trainest.errors import SpecError
 from trainest.scenario import RUN_ONLY_KEYS, SCENARIO_KEYS, Scenario, scenario_from_mapping
 from trainest.units import GiB, TERA
 
-SCHEMA_VERSION = "1.0"
+from trainest.schema import SCHEMA_VERSION  # noqa: F401 - re-exported
 SECONDS_PER_HOUR = 3600.0
 RUNS_FILE_KEYS = ("source", "runs")
 MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens",
@@ -373,7 +373,7 @@ def validate_runs(paths: Iterable[str | Path] | None = None, source: str | None 
     return build_report(results, skipped, loaded.duplicates)
 
 
-# --------------------------------------------------------------------------------------- renderings
+# --------------------------------------------------------------------------------------- the two bounds
 
 def overlap_bounds(results: Iterable[RunResult]) -> dict[str, int]:
     """Where each measured step falls against the overlap policy's two bounds: below the overlapped
@@ -386,90 +386,3 @@ def overlap_bounds(results: Iterable[RunResult]) -> dict[str, int]:
                else "inside" if r.measured_step_s <= r.predicted_no_overlap_step_s else "slower")
         counts[key] += 1
     return counts
-
-
-def summary_dict(s: Summary) -> dict[str, Any]:
-    return {"runs": s.runs, "mape_pct": s.mape_pct, "median_ape_pct": s.median_ape_pct, "max_ape_pct": s.max_ape_pct,
-            "mean_error_pct": s.mean_error_pct, "not_expressible": s.not_expressible}
-
-
-def report_dict(report: ValidationReport) -> dict[str, Any]:
-    """The `--json` document, built from the result dataclasses."""
-    from dataclasses import asdict
-
-    return {"schema_version": SCHEMA_VERSION, "summary": summary_dict(report.summary),
-            "by_source": {k: summary_dict(v) for k, v in report.by_source.items()},
-            "by_hardware": {k: summary_dict(v) for k, v in report.by_hardware.items()},
-            "runs": [asdict(r) for r in report.runs],
-            "duplicates_skipped": list(report.duplicates),
-            "not_expressible": [{"id": n.id, "source": n.source, "hardware": n.hardware, "reason": n.reason}
-                                for n in report.not_expressible]}
-
-
-def fmt_value(value: float, unit: str) -> str:
-    """A measured or predicted value for a table: 4 significant digits, MFU as a percentage."""
-    if unit == "fraction":
-        return f"{value * 100:.1f} %"
-    return f"{value:.4g}"
-
-
-def _pct(x: float | None) -> str:
-    return "–" if x is None else f"{x:.1f}"
-
-
-def metric_label(r: RunResult) -> str:
-    label = METRICS[r.metric][0]
-    return f"{label} ({r.flops_formula})" if r.flops_formula else label
-
-
-def summary_markdown(groups: dict[str, Summary], title: str) -> str:
-    lines = [f"| {title} | runs | MAPE % | median APE % | max APE % | mean error % | not expressible |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
-    for k, s in groups.items():
-        lines.append(f"| {k} | {s.runs} | {_pct(s.mape_pct)} | {_pct(s.median_ape_pct)} | {_pct(s.max_ape_pct)} | "
-                     f"{_pct(s.mean_error_pct)} | {s.not_expressible} |")
-    return "\n".join(lines)
-
-
-def runs_markdown(runs: Iterable[RunResult], extra: Callable[[RunResult], str] | None = None,
-                  extra_title: str = "") -> str:
-    head = "| id | hardware | metric | measured | predicted | error % | layout (tp/pp/dp/cp, zero) | recompute | precision |"
-    sep = "|---|---|---|---:|---:|---:|---|---|---|"
-    if extra:
-        head += f" {extra_title} |"
-        sep += "---|"
-    lines = [head, sep]
-    for r in runs:
-        row = (f"| {r.id} | {r.hardware} | {metric_label(r)} | {fmt_value(r.measured, r.unit)} | "
-               f"{fmt_value(r.predicted, r.unit)} | {r.error_pct:+.1f} | {r.tp}/{r.pp}/{r.dp}/{r.cp}, z{r.zero} | "
-               f"{r.recompute} | {r.precision} |")
-        if extra:
-            row += f" {extra(r)} |"
-        lines.append(row)
-    return "\n".join(lines)
-
-
-def reasons_markdown(skipped: Iterable[NotExpressible]) -> str:
-    """Not-expressible counts by reason (the reason's first clause, so similar reasons group)."""
-    counts: dict[str, int] = {}
-    for n in skipped:
-        head = n.reason.split(":")[0] if n.reason.startswith(("does not validate", "cannot be estimated")) \
-            else n.reason.split(";")[0].split(" (")[0]
-        counts[head] = counts.get(head, 0) + 1
-    lines = ["| reason (first clause) | runs |", "|---|---:|"]
-    for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        lines.append(f"| {k.replace('|', '/')} | {v} |")
-    return "\n".join(lines)
-
-
-def markdown(report: ValidationReport) -> str:
-    """The markdown tables of `trainest validate --markdown` (used in docs/validation.md)."""
-    s = report.summary
-    return "\n\n".join([
-        f"**{s.runs} runs compared; MAPE {_pct(s.mape_pct)} %, median {_pct(s.median_ape_pct)} %, "
-        f"max {_pct(s.max_ape_pct)} %; {s.not_expressible} not expressible.**",
-        "### By source\n\n" + summary_markdown(report.by_source, "source"),
-        "### By hardware\n\n" + summary_markdown(report.by_hardware, "hardware"),
-        "### Per run\n\n" + runs_markdown(report.runs),
-        "### Not expressible, by reason\n\n" + reasons_markdown(report.not_expressible),
-    ]) + "\n"

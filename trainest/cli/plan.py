@@ -1,19 +1,21 @@
 """`trainest plan`: the fastest parallel layout that fits, found by evaluating every one.
 
-Parses options, calls trainest.search, renders. numpy and rich are imported inside the function.
+Parses options, calls trainest.search, hands the result to trainest.report.plan. numpy and rich are
+imported inside the function.
 """
 
 from __future__ import annotations
 
-import sys
-from enum import Enum
 from typing import Annotated, Any, Optional
 
 import typer
 
-from trainest.commands._options import option_annotation
+from trainest.choices import DeviceCounts, Objective
+from trainest.cli.common import fail
+from trainest.cli.options import option_annotation
+from trainest.knobs import JOB_KEYS, given_args
 
-# options shared with `trainest estimate`: declared once, in trainest.options.ESTIMATE_OPTIONS
+# options shared with `trainest estimate`: declared once, in trainest.knobs
 ModelOpt = option_annotation("model")
 HardwareOpt = option_annotation("hardware")
 PrecisionOpt = option_annotation("precision")
@@ -33,24 +35,6 @@ DpCollectivesOpt = option_annotation(
 ConfigOpt = option_annotation(
     "config", help="Scenario YAML for the job (its parallel layout, micro-batch and recompute are ignored); "
                    "options override it.")
-
-
-class Objective(str, Enum):
-    time = "time"
-    cost = "cost"
-    energy = "energy"
-
-
-class DeviceCounts(str, Enum):
-    pow2 = "pow2"
-    node = "node"
-
-
-
-
-def _fail(message: str) -> None:
-    print(f"Error: {message}", file=sys.stderr)
-    raise typer.Exit(1)
 
 
 def plan(
@@ -76,7 +60,7 @@ def plan(
     top: Annotated[int, typer.Option(
         "--top", "-k", help="How many plans to show.")] = 5,
     objective: Annotated[Objective, typer.Option(
-        "--objective", help="Rank by step time, cost or energy of the whole run.")] = Objective.time,
+        "--objective", help="Rank by step time, cost or energy of the whole run.")] = Objective.TIME,
     max_tp: Annotated[Optional[int], typer.Option(
         "--max-tp", help="Largest tensor-parallel size.", show_default="scale-up domain")] = None,
     max_pp: Annotated[Optional[int], typer.Option(
@@ -101,7 +85,7 @@ def plan(
              "USD, e.g. 2e6.")] = None,
     device_counts: Annotated[DeviceCounts, typer.Option(
         "--device-counts",
-        help="Counts tried in a --devices range: powers of two, or multiples of the node size.")] = DeviceCounts.pow2,
+        help="Counts tried in a --devices range: powers of two, or multiples of the node size.")] = DeviceCounts.POW2,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option(
         "--quiet", "-q", help="No progress bar.")] = False,
@@ -109,15 +93,15 @@ def plan(
     """Search every parallel layout (tp, pp, cp, dp, virtual stages, micro-batch, ZeRO, recompute,
     sequence parallelism) and show the fastest that fit, with the runner-up for each knob."""
     from trainest.errors import SpecError
+    options = {"model": model, "hardware": hardware, "global_batch": global_batch, "precision": precision,
+               "seq_len": seq_len, "devices_per_node": devices_per_node, "attention": attention, "kernels": kernels,
+               "tokens": tokens, "price_per_hour": price_per_hour, "pue": pue}
     try:
         from trainest import search as S
         from trainest.scenario import load_scenario_file
         from trainest.units import parse_count, parse_duration_s
         base_map: dict[str, Any] = load_scenario_file(config) if config else {}
-        options = {"model": model, "hardware": hardware, "global_batch": global_batch, "precision": precision,
-                   "seq_len": seq_len, "devices_per_node": devices_per_node, "attention": attention, "kernels": kernels,
-                   "tokens": tokens, "price_per_hour": price_per_hour, "pue": pue}
-        given = {k: (v.value if isinstance(v, Enum) else v) for k, v in options.items() if v is not None}
+        given = {k: (v.value if hasattr(v, "value") else v) for k, v in options.items() if v is not None}
         mapping = {**base_map, **given}
         if tp_overlap is not None:
             mapping["parallel"] = {**(mapping.get("parallel") or {}), "tp_overlap": tp_overlap}
@@ -148,15 +132,14 @@ def plan(
         finally:
             progress.close()
     except SpecError as exc:
-        _fail(str(exc))
-        return
+        fail(str(exc))
+    from trainest.report.plan import print_plan, search_dict
     if json_out:
         from trainest.report import dumps
-        print(dumps(S.search_dict(result, dsearch)))
+        print(dumps(search_dict(result, dsearch)))
         return
-    job_args = _job_args(model, hardware, precision, seq_len, devices_per_node, attention, kernels, tokens,
-                         price_per_hour, pue, config)
-    _print(result, dsearch, job_args)
+    job_args = given_args({"config": config}, ("config",)) + given_args(options, JOB_KEYS)
+    print_plan(result, dsearch, " ".join(job_args))
 
 
 def _job_args(model, hardware, precision, seq_len, devices_per_node, attention, kernels, tokens, price, pue,
@@ -169,84 +152,3 @@ def _job_args(model, hardware, precision, seq_len, devices_per_node, attention, 
         if value is not None:
             parts += [flag, str(value.value if isinstance(value, Enum) else value)]
     return " ".join(parts)
-
-
-def _layout(e) -> str:
-    """tp, pp, cp, dp, virtual stages, micro-batch, ZeRO stage, sequence parallelism, compactly."""
-    s, p = e.scenario, e.scenario.parallel
-    return (f"t{p.tp} p{p.pp}" + ("(bal)" if p.pipeline_split == "balanced" else "") + f" c{p.cp} d{p.dp}"
-            + (f" v{p.vpp}" if p.pp > 1 else "") + f" b{s.micro_batch} z{p.zero}"
-            + (" sp" if p.sequence_parallel else ""))
-
-
-def _print(r, ds, job_args: str) -> None:
-    from rich import box
-    from rich.table import Table
-
-    from trainest import search as S
-    from trainest.report import _console, fmt_money, fmt_seconds, fmt_si
-    from trainest.units import GiB
-    con = _console()
-    b = r.base
-    st = r.stats
-    if ds is not None:
-        t = Table(title="Device counts tried (smallest first)", title_justify="left", box=box.SIMPLE_HEAD)
-        for col in ("devices", "best time to train", "cost", "meets"):
-            t.add_column(col, justify="right" if col != "meets" else "left")
-        for tr in ds.trials:
-            t.add_row(f"{tr.devices:,}", "no plan fits" if tr.time_s is None else f"{tr.time_s / 86400:.1f} days",
-                      "n/a" if tr.cost_usd is None else fmt_money(tr.cost_usd),
-                      "yes" if tr.meets else f"no{': ' + tr.note if tr.note and tr.time_s is not None else ''}")
-        con.print(t)
-    con.print(f"[bold]{b.model.name}[/bold] ({b.model.params / 1e9:.1f} B params) on {r.devices:,} x "
-              f"{b.hardware.name}, "
-              f"global batch {b.global_batch} x {b.seq_len} tokens, {b.precision}, {fmt_si(b.tokens)} tokens to train")
-    rej = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in st.rejected.items() if v)
-    con.print(f"Searched {st.evaluated:,} plans in {st.seconds:.2f} s ({fmt_si(st.plans_per_s)} plans/s): "
-              f"{st.feasible:,} feasible; rejected: {rej or 'none'}. Ranked by {r.objective}.")
-
-    t = Table(title=f"Top {len(r.plans)} plans (step breakdown in seconds)", title_justify="left", box=box.SIMPLE_HEAD,
-              pad_edge=False, collapse_padding=True)
-    t.caption = ("plan: t tensor, p pipeline ((bal): balanced split, embedding and loss count as layers), c context, d data parallel, v virtual stages, b micro-batch, z ZeRO, "
-                 "sp sequence parallel; step = compute + mem(ory-bound) + comm + bubble + overhead \\[s]; "
-                 "GiB per device; days and cost to train the tokens")
-    t.caption_justify = "left"
-    for col in ("#", "plan", "recomp", "step", "compute", "mem", "comm", "bubble", "MFU", "GiB", "days", "cost"):
-        t.add_column(col, justify="left" if col in ("plan", "recomp") else "right", no_wrap=True)
-    for i, e in enumerate(r.plans, 1):
-        t.add_row(*_row(str(i), e, fmt_si), style="bold" if i == 1 else "")
-    con.print(t)
-
-    w = r.plans[0]
-    wk = S.plan_knobs(w.scenario)
-    t = Table(title="Runner-up that differs in each knob (what the winner's choice is worth)", title_justify="left",
-              box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    for col in ("knob", "winner", "runner-up", "its plan", "recomp", "step", "slower by", "GiB/dev"):
-        t.add_column(col, justify="right" if col in ("step", "slower by", "GiB/dev") else "left",
-                     no_wrap=col == "its plan")
-    for knob, ru in r.runner_up_by_knob.items():
-        if ru is None:
-            t.add_row(knob, _show(wk[knob]), "-", "no other value fits or is allowed", "", "", "", "")
-            continue
-        e = ru.estimate
-        rk = S.plan_knobs(e.scenario)
-        t.add_row(knob, _show(wk[knob]), _show(rk[knob]), _layout(e), e.scenario.recompute, fmt_seconds(e.step.time_s),
-                  f"{ru.score_ratio - 1:+.1%}", f"{e.memory.per_device_bytes / GiB:.1f}")
-    con.print(t)
-    con.print("Reproduce the winner: [dim]trainest estimate " + (job_args + " " if job_args else "")
-              + " ".join(S.estimate_args(w)) + "[/dim]")
-
-
-def _show(v) -> str:
-    if isinstance(v, bool):
-        return "on" if v else "off"
-    return str(v)
-
-
-def _row(rank: str, e, fmt_si) -> list[str]:
-    from trainest.units import GiB
-    st = e.step
-    return [rank, _layout(e), e.scenario.recompute, *(f"{x:.4g}" for x in (st.time_s, st.compute_s, st.memory_s,
-                                                                            st.communication_s, st.bubble_s)),
-            f"{e.throughput.mfu:.1%}", f"{e.memory.per_device_bytes / GiB:.1f}", f"{e.training.time_days:.1f}",
-            "n/a" if e.training.cost_usd is None else "$" + fmt_si(e.training.cost_usd).replace(" ", "")]

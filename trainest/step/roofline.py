@@ -10,27 +10,40 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainest import xp
+from trainest.layout import Num
 
 
 @dataclass(frozen=True)
 class OpTime:
     """One operation's two roofline bounds [s]; `time_s` is the larger."""
 
-    compute_s: object    # float or array
-    memory_s: object
+    compute_s: Num
+    memory_s: Num
 
     @property
-    def time_s(self):
+    def time_s(self) -> Num:
+        """max(compute, memory) [s]."""
         return xp.maximum(self.compute_s, self.memory_s)
 
     @property
-    def compute_bound_s(self):
-        """The op's time where it is compute-bound, else 0."""
+    def compute_bound_s(self) -> Num:
+        """The op's time where it is compute-bound, else 0 [s]."""
         return xp.where(self.compute_s >= self.memory_s, self.time_s, 0.0)
 
     @property
-    def memory_bound_s(self):
+    def memory_bound_s(self) -> Num:
+        """The op's time where it is memory-bound, else 0 [s]."""
         return self.time_s - self.compute_bound_s
+
+
+def bound_sums(times: list[OpTime]) -> tuple[Num, Num]:
+    """(seconds of the compute-bound ops, seconds of the memory-bound ops) of a list of operations."""
+    compute: Num = 0.0
+    memory: Num = 0.0
+    for t in times:
+        compute = compute + t.compute_bound_s
+        memory = memory + t.memory_bound_s
+    return compute, memory
 
 
 def dimension_factor(dim, half_dim: float):

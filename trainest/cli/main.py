@@ -1,9 +1,9 @@
 """The `trainest` console script and `python -m trainest`.
 
-A single `trainest estimate ...` whose options `trainest.options.parse_estimate_argv` fully understands
-runs without importing typer (start-up is most of a single estimate's wall time). Every other command
-line (another command, --help, an unknown or malformed option) goes to the typer app in
-`trainest.cli`, so usage errors and help are typer's own. Set TRAINEST_NO_FAST_PATH=1 to send
+A single `trainest estimate ...` whose options `trainest.cli.argv.parse_estimate_argv` fully
+understands runs without importing typer (start-up is most of a single estimate's wall time). Every
+other command line (another command, --help, an unknown or malformed option) goes to the typer app in
+`trainest.cli.app`, so usage errors and help are typer's own. Set TRAINEST_NO_FAST_PATH=1 to send
 everything to typer (the tests compare both paths).
 """
 
@@ -37,7 +37,7 @@ class _QuietFlush:
 
 def _run_fast(values: dict) -> int:
     """Exit code of the estimate; a closed stdout pipe exits 1 and Ctrl-C exits 130, as under typer."""
-    from trainest.options import run_estimate
+    from trainest.cli.estimate import run_estimate
     try:
         code = run_estimate(values)
         sys.stdout.flush()
@@ -54,11 +54,11 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: the fast path for a plain `estimate`, else the typer app."""
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] == ["estimate"] and fast_path_enabled():
-        from trainest.options import parse_estimate_argv
+        from trainest.cli.argv import parse_estimate_argv
         values = parse_estimate_argv(args[1:])
         if values is not None:
             sys.exit(_run_fast(values))
-    from trainest.cli import app
+    from trainest.cli.application import app
     sys.exit(_run_typer(app, args))
 
 

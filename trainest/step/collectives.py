@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 from trainest import xp
 from trainest.catalog import Hardware
+from trainest.layout import Num
 
 PCIE_FALLBACK_BYTES_PER_S = 25e9   # devices in one node with no scale-up fabric talk over PCIe 4 x16
 PCIE_FALLBACK_LATENCY_S = 10e-6
 NO_NETWORK_BYTES_PER_S = 1e9       # a group that would need a network the hardware does not list
-DP_COLLECTIVES = ("hierarchical", "flat")   # how the data-parallel group's rings use the NICs
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""typer parameter annotations generated from the option table (trainest.options), shared by the
+"""typer parameter annotations generated from the knob table (trainest.knobs), shared by the
 commands, so an option that several commands take (--model, --hardware, --precision, --json...) is
 declared once. Imports typer: only for the command modules, never for the fast estimate path."""
 
@@ -9,15 +9,17 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from trainest.options import ESTIMATE_OPTIONS, Opt
+from trainest.knobs import BY_NAME, ESTIMATE_OPTIONS, Knob
 
-OPTION = {o.name: o for o in ESTIMATE_OPTIONS}
+OPTION = BY_NAME
 
 
 def _choice_enum(option_name: str) -> type[Enum]:
-    """The str Enum typer needs for a choice option of the table (values = the option's choices)."""
-    o = OPTION[option_name]
-    return Enum(o.enum, {c: c for c in o.choices}, type=str, module=__name__)
+    """The Enum typer shows for a choice option: the knob's own vocabulary (trainest.choices)."""
+    choices = OPTION[option_name].choices
+    if choices is None:
+        raise TypeError(f"knob {option_name!r} is a choice without a vocabulary")
+    return choices
 
 
 # one Enum per choice option of the table (a new choice option needs nothing here)
@@ -25,7 +27,7 @@ _CHOICE_ENUMS = {o.name: _choice_enum(o.name) for o in ESTIMATE_OPTIONS if o.kin
 _VALUE_TYPES = {"int": int, "float": float, "str": str}
 
 
-def option_annotation(o: Opt | str, **changes: Any) -> Any:
+def option_annotation(o: Knob | str, **changes: Any) -> Any:
     """`Annotated[type, typer.Option(...)]` for one option of the table (by object or name);
     `changes` replace fields of the option (e.g. a command-specific help text)."""
     if isinstance(o, str):

@@ -1,0 +1,109 @@
+"""`trainest estimate`: options -> Scenario -> estimate() -> tables or JSON, and the CI gates.
+
+`run_estimate` is the command's body; both the typer command (cli/application.py) and the typer-free fast
+path (cli/main.py) call it with option values keyed by knob name. It imports nothing heavy at
+module level: it is on the start-up path of every `trainest estimate`.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from trainest.cli.common import EXIT_BAD_INPUT, EXIT_GATE, EXIT_OK, error_line
+
+HELP = "Estimate one training scenario: step time and its breakdown, throughput, memory, whole run."
+
+
+def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`base` updated with the non-None values of `overrides`, recursing into nested mappings."""
+    out = dict(base)
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if isinstance(value, dict):
+            inner = out.get(key) if isinstance(out.get(key), dict) else {}
+            merged = merge(inner, value)
+            if merged:
+                out[key] = merged
+        else:
+            out[key] = value
+    return out
+
+
+def scenario_mapping_from_options(config: str | None, values: dict[str, Any]) -> tuple[dict, dict, bool]:
+    """(scenario mapping, shape overrides, use the built-in default) from a config file and CLI
+    option values (CLI wins). With no scenario option at all, the built-in default scenario is used."""
+    from trainest.knobs import mapping_from_values
+    from trainest.scenario import load_scenario_file
+    base = load_scenario_file(config) if config else {}
+    given, shape = mapping_from_values(values)
+    builtin = not config and not given and not shape
+    mapping = merge(base, given)
+    if shape and isinstance(mapping.get("model"), dict):
+        mapping["model"] = merge(mapping["model"], shape)
+        shape = {}
+    return mapping, shape, builtin
+
+
+def _gates(values: dict[str, Any], result: Any) -> list[str]:
+    """The CI gates the result breaks (--max-days, --max-cost, --require-fit)."""
+    max_days, max_cost = values.get("max_days"), values.get("max_cost")
+    broken = []
+    if max_days is not None and result.training.time_days > max_days:
+        broken.append(f"training takes {result.training.time_days:.2f} days > --max-days {max_days:g}")
+    if max_cost is not None:
+        if result.training.cost_usd is None:
+            broken.append("--max-cost given but no price is known; give --price-per-hour")
+        elif result.training.cost_usd > max_cost:
+            broken.append(f"training costs ${result.training.cost_usd:,.0f} > --max-cost ${max_cost:,.0f}")
+    if values.get("require_fit") and not result.memory.fits:
+        broken.append(f"needs {result.memory.per_device_bytes / 2**30:.1f} GiB per device > "
+                      f"{result.memory.capacity_bytes / 2**30:.1f} GiB (--require-fit)")
+    return broken
+
+
+def _estimate(values: dict[str, Any]) -> tuple[Any, list[str]]:
+    """(Estimate, warnings) of the option values; raises SpecError on bad input."""
+    from trainest.advice import fit_suggestions
+    from trainest.errors import SpecError
+    from trainest.estimate import estimate
+    from trainest.scenario import scenario_from_mapping
+    config = values.get("config")
+    mapping, shape, builtin = scenario_mapping_from_options(config, values)
+    scenario = scenario_from_mapping(mapping, f"scenario {config!r}" if config else "options", shape=shape,
+                                     builtin_default=builtin)
+    for name, value in (("--max-days", values.get("max_days")), ("--max-cost", values.get("max_cost"))):
+        if value is not None and not 0 < value < float("inf"):
+            raise SpecError(f"{name} {value!r} must be a finite number greater than 0")
+    result = estimate(scenario)
+    warnings: list[str] = []
+    if not result.memory.fits:
+        warnings.append(fit_suggestions(scenario, result))
+    if result.training.cost_usd is None:
+        warnings.append(f"no price for {scenario.hardware.name}: cost not computed; give --price-per-hour")
+    return result, warnings
+
+
+def run_estimate(values: dict[str, Any]) -> int:
+    """Run `trainest estimate` for parsed option values (keys: the knob names); print the result
+    (JSON or tables) and warnings; return the exit code (0, 1 bad input, 3 a CI gate broken)."""
+    from trainest.errors import SpecError
+    try:
+        result, warnings = _estimate(values)
+    except SpecError as exc:
+        error_line(str(exc))
+        return EXIT_BAD_INPUT
+    from trainest import report
+    from trainest.report.estimate import estimate_dict, print_estimate
+    if values.get("json_out"):
+        print(report.dumps(estimate_dict(result, warnings)))
+    else:
+        print_estimate(result)
+    if not values.get("quiet"):
+        for w in warnings:
+            report.warn(w)
+    broken = _gates(values, result)
+    for b in broken:
+        print(f"Gate failed: {b}", file=sys.stderr)
+    return EXIT_GATE if broken else EXIT_OK

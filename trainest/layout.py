@@ -1,0 +1,157 @@
+"""What the step model is called with: the `Job` (everything but the parallel layout, never an
+array) and the `Layout` (the knobs a plan search varies; each numeric knob may be a numpy array, so
+one call evaluates every plan at once).
+
+`estimate`, `plan` and `calibrate` all call `step_terms(job, layout)` and
+`memory_per_device(job, layout)`; they differ only in how they build the two (`job_of`,
+`layout_of` from a Scenario; the plan grid builds a Layout of arrays). The vocabularies' masks
+(full recompute, ZeRO-3, ...) are Layout properties, so a mode's code is compared in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
+
+from trainest import xp
+from trainest.catalog import Hardware, Model
+from trainest.choices import FULL_PRECISIONS, LOW_PRECISIONS, RECOMPUTE_CODES
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from trainest.scenario import Scenario
+
+Num = Union[float, "np.ndarray"]     # a knob's value: one float, or one per plan
+
+ACTIVATION_BYTES = 2.0             # 16-bit activations between kernels
+GEMM_INPUT_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One training job without its layout: the model, the hardware and what the step computes."""
+
+    model: Model
+    hardware: Hardware
+    precision: str              # Precision
+    attention: str              # Attention
+    kernels: str                # Kernels
+    seq_len: float              # s [tokens]
+    global_batch: float         # B [sequences]
+    devices_per_node: int
+
+    @property
+    def low_precision(self) -> bool:
+        """FP8/FP4 GEMMs (cast per GEMM, 16-bit weights kept)."""
+        return self.precision in LOW_PRECISIONS
+
+    @property
+    def full_precision(self) -> bool:
+        """FP32/TF32 training: 32-bit weights, no master copy."""
+        return self.precision in FULL_PRECISIONS
+
+    @property
+    def gemm_input_bytes(self) -> float:
+        """Bytes per GEMM input element at the run's precision [B]."""
+        return GEMM_INPUT_BYTES[self.precision]
+
+    @property
+    def tokens_per_step(self) -> float:
+        """B·s [tokens]."""
+        return self.global_batch * self.seq_len
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The parallel layout and batch split; numeric knobs are floats or equal-length arrays.
+    N = tp·pp·cp·dp devices. `recompute` carries Recompute codes (choices.RECOMPUTE_CODES)."""
+
+    tp: Num
+    pp: Num
+    dp: Num
+    cp: Num
+    vpp: Num                    # virtual (interleaved) stages per pipeline rank
+    micro_batch: Num            # b [sequences]
+    zero: Num                   # ZeRO stage 0-3
+    sp: Num                     # sequence parallelism, 0/1
+    recompute: Num              # Recompute code
+    tp_overlap: Num = 0.0       # TP collectives pipelined with the GEMMs, 0/1
+    dp_shard: Num | None = None   # ZeRO shard group (HSDP); None: all of dp
+    pipeline_split: str = "even"           # PipelineSplit (not an array: the search calls once per split)
+    dp_collectives: str = "hierarchical"   # DpCollectives (not an array)
+
+    @property
+    def shard(self) -> Num:
+        """Ranks the ZeRO state is sharded over (without cp): dp_shard, or dp."""
+        return self.dp if self.dp_shard is None else self.dp_shard
+
+    def micro_batches(self, job: Job) -> Num:
+        """m = B / (d·b): micro-batches per step per pipeline."""
+        return job.global_batch / (self.dp * self.micro_batch)
+
+    def tokens(self, job: Job) -> Num:
+        """T = b·s/c: tokens of one micro-batch on one device."""
+        return self.micro_batch * job.seq_len / self.cp
+
+    # ---- recompute masks (1.0 where the mode holds, else 0.0)
+    @property
+    def no_recompute(self) -> Num:
+        return xp.mask(self.recompute == RECOMPUTE_CODES["none"])
+
+    @property
+    def selective(self) -> Num:
+        return xp.mask(self.recompute == RECOMPUTE_CODES["selective"])
+
+    @property
+    def full(self) -> Num:
+        return xp.mask(self.recompute == RECOMPUTE_CODES["full"])
+
+    @property
+    def op(self) -> Num:
+        """torchtitan's per-op selective checkpointing."""
+        return xp.mask(self.recompute == RECOMPUTE_CODES["op"])
+
+    @property
+    def rematerialises_layer(self) -> Num:
+        """Full or op: a whole layer's activations are rebuilt during its backward."""
+        return self.full + self.op
+
+    # ---- ZeRO masks
+    @property
+    def z0(self) -> Num:
+        return xp.mask(self.zero == 0)
+
+    @property
+    def zero12(self) -> Num:
+        """ZeRO-1 or -2 (sharded optimizer state, gradients reduce-scattered)."""
+        return xp.mask((self.zero >= 1) * (self.zero <= 2))
+
+    @property
+    def z2(self) -> Num:
+        return xp.mask(self.zero == 2)
+
+    @property
+    def z3(self) -> Num:
+        """ZeRO-3 / FSDP (weights sharded too)."""
+        return xp.mask(self.zero >= 3)
+
+    @property
+    def sp_div(self) -> Num:
+        """What sequence parallelism divides the replicated activations by: t with SP, else 1."""
+        return xp.where(self.sp > 0, self.tp, 1.0)
+
+
+def job_of(s: Scenario, hardware: Hardware | None = None) -> Job:
+    """The job of a scenario (on `hardware` instead of its own, e.g. with trial efficiencies)."""
+    return Job(model=s.model, hardware=hardware or s.hardware, precision=s.precision, attention=s.attention, kernels=s.kernels,
+               seq_len=float(s.seq_len), global_batch=float(s.global_batch), devices_per_node=s.devices_per_node)
+
+
+def layout_of(s: Scenario) -> Layout:
+    """The layout of a scenario, as floats."""
+    p = s.parallel
+    return Layout(tp=float(p.tp), pp=float(p.pp), dp=float(p.dp), cp=float(p.cp), vpp=float(p.vpp),
+                  micro_batch=float(s.micro_batch), zero=float(p.zero), sp=1.0 if p.sequence_parallel else 0.0,
+                  recompute=float(RECOMPUTE_CODES[s.recompute]), tp_overlap=1.0 if p.tp_overlap else 0.0,
+                  dp_shard=float(p.shard), pipeline_split=p.pipeline_split, dp_collectives=p.dp_collectives)

@@ -1,0 +1,32 @@
+"""Mixed-precision bookkeeping: bytes per parameter of the working weights, the gradients and the
+Adam state at each GEMM precision. Sources: Rajbhandari et al. 2020 (ZeRO: 2 B weights + 12 B Adam
+state); Megatron-LM's FP32 main gradients; Micikevicius et al. 2018 (loss-scaled FP16)."""
+
+from __future__ import annotations
+
+from trainest.choices import FULL_PRECISIONS
+
+MASTER_WEIGHT_BYTES = 4.0        # FP32 master copy of each parameter (mixed precision)
+ADAM_MOMENT_BYTES = 8.0          # FP32 first and second moments
+MAIN_GRAD_BYTES = 4.0            # FP32 gradient accumulation buffer (Megatron main_grad, FSDP reduce dtype)
+FP16_GRAD_BYTES = 2.0            # loss-scaled FP16 training keeps and reduces FP16 gradients
+
+
+def weight_bytes_per_param(precision: str) -> float:
+    """Bytes of the working weights: 4 for FP32/TF32 training, 2 otherwise (FP8/FP4 recipes keep
+    16-bit weights and cast per GEMM) [B]."""
+    return 4.0 if precision in FULL_PRECISIONS else 2.0
+
+
+def grad_bytes_per_param(precision: str) -> float:
+    """Bytes per parameter of the gradient buffer, which is also what the data-parallel reduction
+    moves [B]: FP32 (4) for BF16/FP8/FP4 mixed precision (Megatron forces FP32 gradient accumulation
+    and reduction with BF16; FSDP's default reduce dtype) and FP32 training; FP16 (2) for
+    loss-scaled FP16 mixed precision, whose gradients stay FP16 (Megatron-LM without
+    --accumulate-allreduce-grads-in-fp32, DeepSpeed's FP16 ZeRO)."""
+    return FP16_GRAD_BYTES if precision == "fp16" else MAIN_GRAD_BYTES
+
+
+def optimizer_bytes_per_param(precision: str) -> float:
+    """Adam state: FP32 master + two moments (12 B); pure FP32 training needs no master copy (8 B)."""
+    return ADAM_MOMENT_BYTES + (0.0 if precision in FULL_PRECISIONS else MASTER_WEIGHT_BYTES)

@@ -1,0 +1,81 @@
+"""The report layer: every table, markdown and JSON document trainest prints is built here, from the
+result dataclasses. One module per command; this one holds what they share (JSON hygiene, the
+consoles, warnings, the progress bar). rich is imported only inside the table functions, so
+`--json` never pays for it."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from typing import Any
+
+from trainest.units import fmt_gib, fmt_money, fmt_seconds, fmt_si
+
+__all__ = ["LazyProgress", "clean", "console", "dumps", "fmt_gib", "fmt_money", "fmt_seconds", "fmt_si", "warn"]
+
+
+def clean(value: Any) -> Any:
+    """Make a value JSON-safe: NaN/inf never reach the output (they become null)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    return value
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    """One JSON document, indented, never NaN."""
+    return json.dumps(doc, indent=2, allow_nan=False)
+
+
+def console(stderr: bool = False):
+    """A rich console on stdout (results) or stderr (messages); NO_COLOR honoured; piped output is
+    110 columns wide."""
+    from rich.console import Console
+    no_color = bool(os.environ.get("NO_COLOR"))
+    # NO_COLOR (no-color.org): no ANSI escapes at all; rich's no_color alone still emits bold/italic.
+    return Console(stderr=stderr, no_color=no_color, color_system=None if no_color else "auto", highlight=False,
+                   soft_wrap=False, width=None if sys.stdout.isatty() else 110)
+
+
+def warn(message: str) -> None:
+    """A warning line on stderr (plain text; never on stdout)."""
+    print(f"Warning: {message}", file=sys.stderr)
+
+
+PROGRESS_AFTER_S = 1.0   # draw a progress bar only for work on course to take longer than this
+
+
+class LazyProgress:
+    """A rich progress bar on stderr, started only once the work is projected to exceed
+    PROGRESS_AFTER_S; call it with (done, total), then close() it."""
+
+    def __init__(self, what: str, enabled: bool = True) -> None:
+        import time
+
+        self._clock = time.perf_counter
+        self.what, self.enabled, self.t0 = what, enabled, time.perf_counter()
+        self.bar = None
+        self.task = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled or done <= 0:
+            return
+        if self.bar is None:
+            elapsed = self._clock() - self.t0
+            if done >= total or elapsed * total / done < PROGRESS_AFTER_S:
+                return
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+            self.bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                                TimeRemainingColumn(), console=console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(self.what, total=total)
+        self.bar.update(self.task, completed=done, total=total)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()

@@ -1,0 +1,139 @@
+"""`trainest plan`: its JSON document, its tables, and the command line that reproduces a plan."""
+
+from __future__ import annotations
+
+from trainest.estimate import Estimate
+from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si
+from trainest.report.estimate import estimate_dict
+from trainest.scenario import scenario_mapping
+from trainest.schema import SCHEMA_VERSION
+from trainest.search import DeviceSearch, SearchResult, plan_knobs
+from trainest.units import GiB
+
+
+def estimate_args(e: Estimate) -> list[str]:
+    """The `trainest estimate` options that select this plan's device count and layout."""
+    s, p = e.scenario, e.scenario.parallel
+    return ["--devices", str(s.devices), "--tp", str(p.tp), "--pp", str(p.pp), "--cp", str(p.cp), "--vpp", str(p.vpp),
+            "--zero", str(p.zero), "--sequence-parallel" if p.sequence_parallel else "--no-sequence-parallel",
+            "--micro-batch", str(s.micro_batch), "--global-batch", str(s.global_batch), "--recompute", s.recompute,
+            *(["--tp-overlap"] if p.tp_overlap else []),
+            *(["--pipeline-split", "balanced"] if p.pipeline_split == "balanced" else []),
+            *(["--dp-collectives", p.dp_collectives] if p.dp_collectives != "hierarchical" else [])]
+
+
+def plan_dict(e: Estimate) -> dict:
+    """One plan as JSON: its layout, and step/memory/throughput/training exactly as
+    `trainest estimate --json` reports them (built by the same report function)."""
+    full = estimate_dict(e)
+    inputs = full["inputs"]
+    return {"devices": inputs["devices"], "parallel": inputs["parallel"], "micro_batch": inputs["micro_batch"],
+            "micro_batches": inputs["micro_batches"], "recompute": inputs["recompute"], "step": full["step"],
+            "memory": full["memory"], "throughput": full["throughput"], "training": full["training"],
+            "estimate_args": estimate_args(e)}
+
+
+def search_dict(r: SearchResult, devices_search: DeviceSearch | None = None) -> dict:
+    """The `trainest plan --json` document."""
+    job = scenario_mapping(r.base)
+    for key in ("devices", "parallel", "micro_batch", "micro_batches", "recompute", "derived"):
+        job.pop(key, None)
+    st = r.stats
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "job": {**job, "devices": r.devices},
+        "search": {"evaluated": st.evaluated, "feasible": st.feasible, "seconds": st.seconds,
+                   "plans_per_s": st.plans_per_s, "rejected": dict(st.rejected), "objective": r.objective,
+                   "space": r.space},
+        "plans": [{**plan_dict(e), "objective_value": v} for e, v in zip(r.plans, r.scores)],
+        "runner_up_by_knob": {
+            k: None if ru is None else {"value": plan_knobs(ru.estimate.scenario)[k], "objective_ratio": ru.score_ratio,
+                                        **plan_dict(ru.estimate)}
+            for k, ru in r.runner_up_by_knob.items()},
+    }
+    if devices_search is not None:
+        ds = devices_search
+        doc["devices_search"] = {
+            "deadline_s": ds.deadline_s, "budget_usd": ds.budget_usd, "chosen": ds.devices,
+            "tried": [{"devices": t.devices, "meets": t.meets, "time_s": t.time_s, "cost_usd": t.cost_usd,
+                       "note": t.note} for t in ds.trials]}
+    return clean(doc)
+
+
+def _layout(e) -> str:
+    """tp, pp, cp, dp, virtual stages, micro-batch, ZeRO stage, sequence parallelism, compactly."""
+    s, p = e.scenario, e.scenario.parallel
+    return (f"t{p.tp} p{p.pp}" + ("(bal)" if p.pipeline_split == "balanced" else "") + f" c{p.cp} d{p.dp}"
+            + (f" v{p.vpp}" if p.pp > 1 else "") + f" b{s.micro_batch} z{p.zero}"
+            + (" sp" if p.sequence_parallel else ""))
+
+
+def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
+    """The plan tables on stdout: device counts tried, the search, the top plans, the runner-ups and
+    the command that reproduces the winner."""
+    from rich import box
+    from rich.table import Table
+
+    con = console()
+    b = r.base
+    st = r.stats
+    if ds is not None:
+        t = Table(title="Device counts tried (smallest first)", title_justify="left", box=box.SIMPLE_HEAD)
+        for col in ("devices", "best time to train", "cost", "meets"):
+            t.add_column(col, justify="right" if col != "meets" else "left")
+        for tr in ds.trials:
+            t.add_row(f"{tr.devices:,}", "no plan fits" if tr.time_s is None else f"{tr.time_s / 86400:.1f} days",
+                      "n/a" if tr.cost_usd is None else fmt_money(tr.cost_usd),
+                      "yes" if tr.meets else f"no{': ' + tr.note if tr.note and tr.time_s is not None else ''}")
+        con.print(t)
+    con.print(f"[bold]{b.model.name}[/bold] ({b.model.params / 1e9:.1f} B params) on {r.devices:,} x "
+              f"{b.hardware.name}, "
+              f"global batch {b.global_batch} x {b.seq_len} tokens, {b.precision}, {fmt_si(b.tokens)} tokens to train")
+    rej = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in st.rejected.items() if v)
+    con.print(f"Searched {st.evaluated:,} plans in {st.seconds:.2f} s ({fmt_si(st.plans_per_s)} plans/s): "
+              f"{st.feasible:,} feasible; rejected: {rej or 'none'}. Ranked by {r.objective}.")
+
+    t = Table(title=f"Top {len(r.plans)} plans (step breakdown in seconds)", title_justify="left", box=box.SIMPLE_HEAD,
+              pad_edge=False, collapse_padding=True)
+    t.caption = ("plan: t tensor, p pipeline ((bal): balanced split, embedding and loss count as layers), c context, d data parallel, v virtual stages, b micro-batch, z ZeRO, "
+                 "sp sequence parallel; step = compute + mem(ory-bound) + comm + bubble + overhead \\[s]; "
+                 "GiB per device; days and cost to train the tokens")
+    t.caption_justify = "left"
+    for col in ("#", "plan", "recomp", "step", "compute", "mem", "comm", "bubble", "MFU", "GiB", "days", "cost"):
+        t.add_column(col, justify="left" if col in ("plan", "recomp") else "right", no_wrap=True)
+    for i, e in enumerate(r.plans, 1):
+        t.add_row(*_row(str(i), e, fmt_si), style="bold" if i == 1 else "")
+    con.print(t)
+
+    w = r.plans[0]
+    wk = plan_knobs(w.scenario)
+    t = Table(title="Runner-up that differs in each knob (what the winner's choice is worth)", title_justify="left",
+              box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for col in ("knob", "winner", "runner-up", "its plan", "recomp", "step", "slower by", "GiB/dev"):
+        t.add_column(col, justify="right" if col in ("step", "slower by", "GiB/dev") else "left",
+                     no_wrap=col == "its plan")
+    for knob, ru in r.runner_up_by_knob.items():
+        if ru is None:
+            t.add_row(knob, _show(wk[knob]), "-", "no other value fits or is allowed", "", "", "", "")
+            continue
+        e = ru.estimate
+        rk = plan_knobs(e.scenario)
+        t.add_row(knob, _show(wk[knob]), _show(rk[knob]), _layout(e), e.scenario.recompute, fmt_seconds(e.step.time_s),
+                  f"{ru.score_ratio - 1:+.1%}", f"{e.memory.per_device_bytes / GiB:.1f}")
+    con.print(t)
+    con.print("Reproduce the winner: [dim]trainest estimate " + (job_args + " " if job_args else "")
+              + " ".join(estimate_args(w)) + "[/dim]")
+
+
+def _show(v) -> str:
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    return str(v)
+
+
+def _row(rank: str, e: Estimate, fmt_si) -> list[str]:
+    st = e.step
+    return [rank, _layout(e), e.scenario.recompute, *(f"{x:.4g}" for x in (st.time_s, st.compute_s, st.memory_s,
+                                                                            st.communication_s, st.bubble_s)),
+            f"{e.throughput.mfu:.1%}", f"{e.memory.per_device_bytes / GiB:.1f}", f"{e.training.time_days:.1f}",
+            "n/a" if e.training.cost_usd is None else "$" + fmt_si(e.training.cost_usd).replace(" ", "")]

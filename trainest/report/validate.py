@@ -1,0 +1,132 @@
+"""`trainest validate`: its JSON document, its markdown (docs/validation.md) and its tables."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any, Callable, Iterable
+
+from trainest.report import console
+from trainest.schema import SCHEMA_VERSION
+from trainest.validate import METRICS, NotExpressible, RunResult, Summary, ValidationReport
+
+
+def summary_dict(s: Summary) -> dict[str, Any]:
+    return {"runs": s.runs, "mape_pct": s.mape_pct, "median_ape_pct": s.median_ape_pct, "max_ape_pct": s.max_ape_pct,
+            "mean_error_pct": s.mean_error_pct, "not_expressible": s.not_expressible}
+
+
+def report_dict(report: ValidationReport) -> dict[str, Any]:
+    """The `--json` document, built from the result dataclasses."""
+    from dataclasses import asdict
+
+    return {"schema_version": SCHEMA_VERSION, "summary": summary_dict(report.summary),
+            "by_source": {k: summary_dict(v) for k, v in report.by_source.items()},
+            "by_hardware": {k: summary_dict(v) for k, v in report.by_hardware.items()},
+            "runs": [asdict(r) for r in report.runs],
+            "duplicates_skipped": list(report.duplicates),
+            "not_expressible": [{"id": n.id, "source": n.source, "hardware": n.hardware, "reason": n.reason}
+                                for n in report.not_expressible]}
+
+
+def fmt_value(value: float, unit: str) -> str:
+    """A measured or predicted value for a table: 4 significant digits, MFU as a percentage."""
+    if unit == "fraction":
+        return f"{value * 100:.1f} %"
+    return f"{value:.4g}"
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{x:.1f}"
+
+
+def metric_label(r: RunResult) -> str:
+    label = METRICS[r.metric][0]
+    return f"{label} ({r.flops_formula})" if r.flops_formula else label
+
+
+def summary_markdown(groups: dict[str, Summary], title: str) -> str:
+    lines = [f"| {title} | runs | MAPE % | median APE % | max APE % | mean error % | not expressible |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for k, s in groups.items():
+        lines.append(f"| {k} | {s.runs} | {_pct(s.mape_pct)} | {_pct(s.median_ape_pct)} | {_pct(s.max_ape_pct)} | "
+                     f"{_pct(s.mean_error_pct)} | {s.not_expressible} |")
+    return "\n".join(lines)
+
+
+def runs_markdown(runs: Iterable[RunResult], extra: Callable[[RunResult], str] | None = None,
+                  extra_title: str = "") -> str:
+    head = "| id | hardware | metric | measured | predicted | error % | layout (tp/pp/dp/cp, zero) | recompute | precision |"
+    sep = "|---|---|---|---:|---:|---:|---|---|---|"
+    if extra:
+        head += f" {extra_title} |"
+        sep += "---|"
+    lines = [head, sep]
+    for r in runs:
+        row = (f"| {r.id} | {r.hardware} | {metric_label(r)} | {fmt_value(r.measured, r.unit)} | "
+               f"{fmt_value(r.predicted, r.unit)} | {r.error_pct:+.1f} | {r.tp}/{r.pp}/{r.dp}/{r.cp}, z{r.zero} | "
+               f"{r.recompute} | {r.precision} |")
+        if extra:
+            row += f" {extra(r)} |"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def reasons_markdown(skipped: Iterable[NotExpressible]) -> str:
+    """Not-expressible counts by reason (the reason's first clause, so similar reasons group)."""
+    counts: dict[str, int] = {}
+    for n in skipped:
+        head = n.reason.split(":")[0] if n.reason.startswith(("does not validate", "cannot be estimated")) \
+            else n.reason.split(";")[0].split(" (")[0]
+        counts[head] = counts.get(head, 0) + 1
+    lines = ["| reason (first clause) | runs |", "|---|---:|"]
+    for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        lines.append(f"| {k.replace('|', '/')} | {v} |")
+    return "\n".join(lines)
+
+
+def markdown(report: ValidationReport) -> str:
+    """The markdown tables of `trainest validate --markdown` (used in docs/validation.md)."""
+    s = report.summary
+    return "\n\n".join([
+        f"**{s.runs} runs compared; MAPE {_pct(s.mape_pct)} %, median {_pct(s.median_ape_pct)} %, "
+        f"max {_pct(s.max_ape_pct)} %; {s.not_expressible} not expressible.**",
+        "### By source\n\n" + summary_markdown(report.by_source, "source"),
+        "### By hardware\n\n" + summary_markdown(report.by_hardware, "hardware"),
+        "### Per run\n\n" + runs_markdown(report.runs),
+        "### Not expressible, by reason\n\n" + reasons_markdown(report.not_expressible),
+    ]) + "\n"
+
+
+def summary_table(title: str, groups: dict[str, Summary], key_title: str):
+    """One summary per group (source, hardware, ...): runs, MAPE, median, max, mean error."""
+    from rich.table import Table
+    pct = _pct
+
+    t = Table(title=title, title_justify="left")
+    for col in (key_title, "runs", "MAPE %", "median %", "max %", "mean error %", "not expressible"):
+        t.add_column(col, justify="left" if col == key_title else "right")
+    for k, s in groups.items():
+        t.add_row(k, str(s.runs), pct(s.mape_pct), pct(s.median_ape_pct), pct(s.max_ape_pct),
+                  pct(s.mean_error_pct), str(s.not_expressible))
+    return t
+
+
+def print_validate(result: ValidationReport) -> None:
+    """The per-run table and the summaries by source and by hardware, on stdout."""
+    from rich.table import Table
+
+    con = console()
+    t = Table(title=f"Runs ({len(result.runs)} compared)", title_justify="left")
+    for col in ("id", "hardware", "metric", "measured", "predicted", "error %"):
+        t.add_column(col, justify="right" if col in ("measured", "predicted", "error %") else "left")
+    for r in result.runs:
+        t.add_row(r.id, r.hardware, metric_label(r), fmt_value(r.measured, r.unit), fmt_value(r.predicted, r.unit),
+                  f"{r.error_pct:+.1f}")
+    con.print(t)
+    con.print(summary_table("By source", result.by_source, "source"))
+    con.print(summary_table("By hardware", result.by_hardware, "hardware"))
+    s = result.summary
+    mape = "–" if s.mape_pct is None else f"{s.mape_pct:.1f} %"
+    med = "–" if s.median_ape_pct is None else f"{s.median_ape_pct:.1f} %"
+    con.print(f"{s.runs} runs compared: MAPE {mape}, median {med}; {s.not_expressible} not expressible "
+              f"(`--json` lists them with their reasons)")

@@ -1,0 +1,49 @@
+"""Overlap (docs/model.md §4.6–4.8): which computation hides which collective, what shows, the
+slowdown hidden traffic causes (contention κ), and the upper bound with nothing overlapped."""
+
+from __future__ import annotations
+
+from trainest import xp
+from trainest.layout import Layout, Num
+from trainest.step.layer import LayerPass
+from trainest.step.traffic import CpRing, DpTraffic
+
+
+def overlapped_exposed_s(comm_s: Num, window_s: Num, last_bucket_s: Num, contention: Num) -> Num:
+    """The time a collective overlapped with computation adds to the step [s]: what exceeds its
+    window, at least the last bucket (nothing left to hide it), and at least κ × the hidden part
+    (its kernels share the SMs and HBM with the computation):
+    max(comm − window, last bucket, κ·min(comm, window))."""
+    return xp.maximum(xp.maximum(comm_s - window_s, last_bucket_s), contention * xp.minimum(comm_s, window_s))
+
+
+def dp_windows_s(layout: Layout, lp: LayerPass, cp: CpRing, stage_layers: Num, z3_comm_s: Num,
+                 stage_work_s: Num) -> tuple[Num, Num]:
+    """(backward window, forward window) [s]: the last micro-batch's backward and the first one's
+    forward on the stage, less the attention time that hides the CP ring and the computation
+    already hiding ZeRO-3's traffic (2 of its 3 collectives per layer in the backward, 1 forward)."""
+    z3_hidden = layout.z3 * xp.minimum(z3_comm_s, stage_work_s)
+    backward = xp.maximum(stage_layers * (lp.bwd_c + lp.bwd_m - cp.hiding_bwd_s) - z3_hidden * (2.0 / 3.0), 0.0)
+    forward = xp.maximum(stage_layers * (lp.fwd_c + lp.fwd_m - cp.hiding_fwd_s / (1.0 + layout.full + layout.selective))
+                         - z3_hidden * (1.0 / 3.0), 0.0)
+    return backward, forward
+
+
+def dp_exposed_s(layout: Layout, dp: DpTraffic, windows: tuple[Num, Num], stage_layers: Num, contention: Num,
+                 micro_batches: Num) -> Num:
+    """Exposed data-parallel time per step [s]: the HSDP replica all-reduce in full (it crosses the
+    slow tier once per step, after the shard group's reduce-scatter); the gradient reduction behind
+    the last backward and the ZeRO-1/2 gather behind the first forward, each but one layer's bucket;
+    ZeRO-2's reduce-scatter of every other micro-batch behind its own backward."""
+    backward, forward = windows
+    exposed = (dp.replica_s
+               + overlapped_exposed_s(dp.reduce_s, backward, dp.reduce_s / stage_layers, contention)
+               + overlapped_exposed_s(dp.gather_s, forward, dp.gather_s / stage_layers, contention))
+    z2 = layout.z2 * (micro_batches - 1.0) * overlapped_exposed_s(dp.zero2_rs_s, backward,
+                                                                 dp.zero2_rs_s / stage_layers, contention)
+    return exposed + z2
+
+
+def serial_dp_s(layout: Layout, dp: DpTraffic, micro_batches: Num) -> Num:
+    """Every data-parallel collective of the step in full (the no-overlap bound) [s]."""
+    return dp.replica_s + dp.reduce_s + dp.gather_s + layout.z2 * (micro_batches - 1.0) * dp.zero2_rs_s

@@ -1,0 +1,102 @@
+"""The traffic of each kind of parallelism, one function per formula (docs/model.md §4.1–4.5):
+tensor parallelism, the context-parallel ring, pipeline point-to-point, ZeRO-3/FSDP gathers, and the
+data-parallel gradient reduction (ZeRO 0–2, hybrid sharding). Each returns seconds on the tiers.
+Sources: Narayanan et al. 2021 (TP, PP scatter/gather), Korthikanti et al. 2022 (SP), Liu et al.
+2023 (ring attention), Rajbhandari et al. 2020 (ZeRO), Zhao et al. 2023 (FSDP, HSDP).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainest import xp
+from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.precision import grad_bytes_per_param, weight_bytes_per_param
+from trainest.step.collectives import Tiers, all_gather_s, all_reduce_s, reduce_scatter_s, send_recv_s
+from trainest.step.layer import LayerPass, LocalShape
+
+TP_OVERLAP_RESIDUAL = 0.15         # share of overlapped TP traffic still exposed (first/last chunk, SM contention)
+
+
+def tp_layer_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers, linear_s: Num) -> tuple[Num, Num]:
+    """(all, exposed) TP seconds of one layer pass: 2 all-reduces (or RS+AG with SP) of T·h forward,
+    2 backward, 2 more when the forward is recomputed (op: 1, the all-gathers feeding the recomputed
+    matmuls). With tp_overlap (Megatron --tp-comm-overlap) only what exceeds the GEMM time shows, at
+    least TP_OVERLAP_RESIDUAL of it."""
+    one = all_reduce_s(ACTIVATION_BYTES * x.tokens * job.model.hidden, layout.tp, 1.0, tiers)
+    total = one * (4.0 + 2.0 * layout.full + layout.op)
+    hidden = xp.maximum(total - linear_s, TP_OVERLAP_RESIDUAL * total)
+    return total, xp.where(layout.tp_overlap > 0, hidden, total)
+
+
+@dataclass(frozen=True)
+class CpRing:
+    """Ring attention of one layer pass [s]: the forward ring, what shows, what hides it."""
+
+    forward_s: Num              # (c−1) K,V chunk steps of one forward
+    exposed_s: Num              # what the attention cannot hide (forward passes and the backward)
+    hiding_fwd_s: Num           # attention time spent hiding it, forward passes
+    hiding_bwd_s: Num           # the same in the backward
+    total_s: Num                # every ring step, nothing hidden
+
+
+def cp_ring(layout: Layout, x: LocalShape, tiers: Tiers, lp: LayerPass) -> CpRing:
+    """K,V chunks of 2·e·T·(g·d_h/t) bytes go around the c ranks (stride t): (c−1) steps forward,
+    twice that backward, overlapped with the attention computation; the forward runs again under
+    full and selective recompute."""
+    chunk = 2.0 * ACTIVATION_BYTES * x.tokens * x.kv_local
+    fwd = (layout.cp - 1.0) * send_recv_s(chunk, layout.cp, layout.tp, tiers) * xp.mask(layout.cp > 1)
+    passes = 1.0 + layout.full + layout.selective
+    return CpRing(forward_s=fwd,
+                  exposed_s=xp.maximum(fwd - lp.attn_fwd_s, 0.0) * passes + xp.maximum(2.0 * fwd - lp.attn_bwd_s, 0.0),
+                  hiding_fwd_s=xp.minimum(fwd, lp.attn_fwd_s) * passes,
+                  hiding_bwd_s=xp.minimum(2.0 * fwd, lp.attn_bwd_s), total_s=fwd * passes + 2.0 * fwd)
+
+
+def pp_p2p_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers) -> Num:
+    """Each of the v chunks sends its activations forward and its gradients backward: 2·v
+    transfers of e·T·h/t bytes (scatter/gather, Narayanan 2021 §4.1) to the neighbour stage,
+    stride t·c·d [s per micro-batch]."""
+    size = ACTIVATION_BYTES * x.tokens * job.model.hidden / layout.tp
+    stride = layout.tp * layout.cp * layout.dp
+    return 2.0 * layout.vpp * send_recv_s(size, layout.pp, stride, tiers) * xp.mask(layout.pp > 1)
+
+
+def zero3_s(job: Job, layout: Layout, tiers: Tiers, stage_layers: Num, params_local: Num) -> tuple[Num, Num]:
+    """(one layer, the whole stage) of ZeRO-3/FSDP traffic per micro-batch [s]: every layer's weights
+    all-gathered forward and backward and its gradients reduce-scattered over the d_shard·c ranks
+    with the same tensor rank (stride t), plus the embedding's; 0 without ZeRO-3."""
+    w, g = weight_bytes_per_param(job.precision), grad_bytes_per_param(job.precision)
+    group = layout.shard * layout.cp
+    layer_params = job.model.params_per_layer / layout.tp
+    layer = 2.0 * all_gather_s(layer_params * w, group, layout.tp, tiers) \
+        + reduce_scatter_s(layer_params * g, group, layout.tp, tiers)
+    embed = params_local - stage_layers * layer_params
+    total = layout.z3 * (stage_layers * layer + 2.0 * all_gather_s(embed * w, group, layout.tp, tiers)
+                         + reduce_scatter_s(embed * g, group, layout.tp, tiers))
+    return layer, total
+
+
+@dataclass(frozen=True)
+class DpTraffic:
+    """Data-parallel collectives of one step [s], before overlap."""
+
+    reduce_s: Num               # ZeRO-0 gradient all-reduce, or ZeRO-1/2 reduce-scatter (0 under ZeRO-3)
+    gather_s: Num               # ZeRO-1/2 all-gather of the updated weights
+    replica_s: Num              # HSDP: the replicas' all-reduce of the gradient shard
+    zero2_rs_s: Num             # one micro-batch's reduce-scatter (ZeRO-2 reduces every micro-batch)
+
+
+def dp_traffic(job: Job, layout: Layout, tiers: Tiers, params_local: Num) -> DpTraffic:
+    """Gradients are reduced over the d·c ranks with the same tensor rank (stride t); ZeRO state is
+    sharded over d_shard·c; the d/d_shard replicas all-reduce their shard (stride d_shard·c·t)."""
+    w, g = weight_bytes_per_param(job.precision), grad_bytes_per_param(job.precision)
+    grad_group, shard_group = layout.dp * layout.cp, layout.shard * layout.cp
+    z0, zero12 = layout.z0, layout.zero12
+    reduce = (z0 * all_reduce_s(params_local * g, grad_group, layout.tp, tiers)
+              + zero12 * reduce_scatter_s(params_local * g, shard_group, layout.tp, tiers))
+    replica = (1.0 - z0) * all_reduce_s(params_local / shard_group * g, layout.dp / layout.shard,
+                                        layout.tp * shard_group, tiers)
+    return DpTraffic(reduce_s=reduce * (1.0 - layout.z3),
+                     gather_s=zero12 * all_gather_s(params_local * w, shard_group, layout.tp, tiers),
+                     replica_s=replica, zero2_rs_s=reduce_scatter_s(params_local * g, shard_group, layout.tp, tiers))
