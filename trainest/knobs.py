@@ -15,11 +15,11 @@ Standard library only: this module is on the start-up path of every `trainest es
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from trainest.choices import (Attention, Choice, DpCollectives, Kernels, Mlp, PipelineSplit, Precision,
-                              Recompute)
+from trainest.choices import (Attention, Choice, DeviceCounts, DpCollectives, Kernels, Mlp, Objective, PipelineSplit,
+                              Precision, Recompute)
 
 # groups: where a knob's value lives in a scenario mapping
 SHAPE = "shape"          # model.<key>: overrides of the model's shape
@@ -49,9 +49,12 @@ class Knob:
     key: str = ""
     searched: bool = False
     job: bool = False
+    value: Any = None           # the default a command fills in itself (None: "not given")
 
     @property
     def default(self) -> Any:
+        if self.value is not None:
+            return self.value
         return False if self.kind == "flag" else None
 
     @property
@@ -131,6 +134,46 @@ COMMAND_KNOBS: tuple[Knob, ...] = (
 
 ESTIMATE_OPTIONS: tuple[Knob, ...] = KNOBS + COMMAND_KNOBS
 BY_NAME: dict[str, Knob] = {k.name: k for k in ESTIMATE_OPTIONS}
+
+# `trainest plan`: the job knobs (set for every plan), then what steers the search
+_PLAN_HELP = {
+    "devices": "Device count N, or a range such as 256..8192 with --deadline/--budget.",
+    "global_batch": "Global batch B, in sequences (required).",
+    "tp_overlap": "Every plan pipelines its TP collectives with the GEMMs (Megatron --tp-comm-overlap).",
+    "dp_collectives": "How every plan's data-parallel/ZeRO rings use the NICs: hierarchical (every NIC of a node) "
+                      "or flat (one NIC per device, e.g. DeepSpeed ZeRO-3 of 2021).",
+    "config": "Scenario YAML for the job (its parallel layout, micro-batch and recompute are ignored); "
+              "options override it.",
+}
+PLAN_OPTIONS: tuple[Knob, ...] = (
+    BY_NAME["model"], BY_NAME["hardware"],
+    replace(BY_NAME["devices"], kind="str", help=_PLAN_HELP["devices"]),
+    replace(BY_NAME["global_batch"], help=_PLAN_HELP["global_batch"], show_default=None),
+    *(BY_NAME[n] for n in ("precision", "seq_len", "devices_per_node", "attention", "kernels", "tokens",
+                           "price_per_hour", "pue")),
+    replace(BY_NAME["config"], help=_PLAN_HELP["config"]),
+    replace(BY_NAME["tp_overlap"], help=_PLAN_HELP["tp_overlap"]),
+    replace(BY_NAME["dp_collectives"], help=_PLAN_HELP["dp_collectives"]),
+    K("top", ("--top", "-k"), "int", "How many plans to show.", group=COMMAND, value=5),
+    K("objective", ("--objective",), "choice", "Rank by step time, cost or energy of the whole run.", "time",
+      Objective, group=COMMAND, value=Objective.TIME),
+    K("max_tp", ("--max-tp",), "int", "Largest tensor-parallel size.", "scale-up domain", group=COMMAND),
+    K("max_pp", ("--max-pp",), "int", "Largest pipeline-parallel size.", "no limit", group=COMMAND),
+    K("max_cp", ("--max-cp",), "int", "Largest context-parallel size.", "no limit", group=COMMAND),
+    K("max_vpp", ("--max-vpp",), "int", "Most virtual stages per pipeline rank.", "no limit", group=COMMAND),
+    K("max_micro_batch", ("--max-micro-batch",), "int", "Largest micro-batch, in sequences.", "no limit",
+      group=COMMAND),
+    K("allow", ("--allow",), "list", "Restrict a knob, e.g. zero=0,1,3 recompute=selective,full sp=on tp=4,8 pp=1,2 "
+      "cp=1 vpp=1 mb=1,2 (repeatable).", group=COMMAND),
+    K("deadline", ("--deadline",), "str", "Find the fewest devices (over the --devices range) that train the tokens "
+      "within this time, e.g. 30d.", group=COMMAND),
+    K("budget", ("--budget",), "str", "Find the fewest devices (over the --devices range) that train the tokens "
+      "for at most this many USD, e.g. 2e6.", group=COMMAND),
+    K("device_counts", ("--device-counts",), "choice", "Counts tried in a --devices range: powers of two, or "
+      "multiples of the node size.", "pow2", DeviceCounts, group=COMMAND, value=DeviceCounts.POW2),
+    BY_NAME["json_out"],
+    replace(BY_NAME["quiet"], help="No progress bar."),
+)
 
 SHAPE_KEYS = tuple(k.yaml_key for k in KNOBS if k.group == SHAPE)
 PARALLEL_KEYS = tuple(k.yaml_key for k in KNOBS if k.group == PARALLEL)

@@ -113,6 +113,132 @@ def _model_from(value: Any, where: str) -> Model:
     raise SpecError(f"{where}.model: {F.show(value)} must be a preset name, a path, or a mapping of the shape")
 
 
+class _Reader:
+    """Reads a scenario mapping's values, recording which ones were filled by a default."""
+
+    def __init__(self, data: dict[str, Any], where: str, derived: list[str]) -> None:
+        self.data, self.where, self.derived = data, where, derived
+
+    def default(self, key: str, value: Any) -> Any:
+        """data[key], or `value` (recorded as derived) when absent."""
+        if self.data.get(key) is None and key not in self.derived:
+            self.derived.append(key)
+            return value
+        return self.data[key]
+
+    def derive(self, key: str) -> None:
+        if key not in self.derived:
+            self.derived.append(key)
+
+
+def _hardware_from(value: Any, where: str) -> Hardware:
+    if isinstance(value, dict):
+        from trainest.catalog import hardware_from_mapping
+        return hardware_from_mapping(value, f"{where}.hardware")
+    return load_hardware(F.text(value, f"{where}.hardware"))
+
+
+def _parallel_sizes(par: dict[str, Any], r: _Reader) -> dict[str, Any]:
+    """tp, pp, cp, vpp, zero (fsdp = zero 3), sequence_parallel and tp_overlap of `parallel`."""
+    w = f"{r.where}.parallel"
+    sizes: dict[str, Any] = {k: F.integer(par.get(k, 1), f"{w}.{k}", maximum=10**6) for k in ("tp", "pp", "cp", "vpp")}
+    sizes["zero"] = F.integer(par.get("zero", 0), f"{w}.zero", minimum=0, maximum=3)
+    if par.get("fsdp") is not None and F.boolean(par["fsdp"], f"{w}.fsdp"):
+        if par.get("zero") not in (None, 3):
+            raise SpecError(f"{w}: fsdp means zero=3, but zero={par['zero']} was given")
+        sizes["zero"] = 3
+    for key in ("tp", "pp", "cp", "vpp", "zero", "sequence_parallel"):
+        if par.get(key) is None:
+            r.derive(f"parallel.{key}")
+    sizes["sequence_parallel"] = F.boolean(par.get("sequence_parallel", False), f"{w}.sequence_parallel")
+    sizes["tp_overlap"] = F.boolean(par.get("tp_overlap", False), f"{w}.tp_overlap")
+    return sizes
+
+
+def _devices_and_dp(par: dict[str, Any], sizes: dict[str, Any], r: _Reader) -> tuple[int, int]:
+    """(devices N, data-parallel size d) with N = t·p·c·d: either may be derived from the other."""
+    tp, pp, cp, where = sizes["tp"], sizes["pp"], sizes["cp"], r.where
+    model_parallel = tp * pp * cp
+    if r.data.get("devices") is None and par.get("dp") is not None:
+        devices = model_parallel * F.integer(par["dp"], f"{where}.parallel.dp")
+        r.derived.append("devices")
+    else:
+        devices = F.integer(r.default("devices", DEFAULT_DEVICES), f"{where}.devices", maximum=10**7)
+    if par.get("dp") is None:
+        if devices % model_parallel:
+            raise SpecError(f"{where}: devices={devices} is not divisible by tp·pp·cp = {tp}·{pp}·{cp} = {model_parallel}"
+                            f"; tp·pp·cp must divide {devices}{_divisor_hint(devices)}")
+        r.derived.append("parallel.dp")
+        return devices, devices // model_parallel
+    dp = F.integer(par["dp"], f"{where}.parallel.dp", maximum=10**7)
+    if dp * model_parallel != devices:
+        raise SpecError(f"{where}: tp·pp·cp·dp = {tp}·{pp}·{cp}·{dp} = {dp * model_parallel} does not equal "
+                        f"devices={devices}; omit dp to derive it")
+    return devices, dp
+
+
+def _dp_shard(par: dict[str, Any], dp: int, zero: int, where: str) -> int:
+    dp_shard = F.integer(par.get("dp_shard") or dp, f"{where}.parallel.dp_shard", maximum=10**7)
+    if dp % dp_shard:
+        raise SpecError(f"{where}: dp_shard={dp_shard} does not divide dp={dp}{_divisor_hint(dp)}")
+    if dp_shard != dp and zero == 0:
+        raise SpecError(f"{where}: dp_shard={dp_shard} (hybrid sharding) needs zero >= 1; with zero=0 nothing is sharded")
+    return dp_shard
+
+
+def _check_layout(model: Model, seq_len: int, sizes: dict[str, Any], split: str, where: str) -> None:
+    """The divisibility rules of the layout (heads by t, layers by p·v, the sequence by c)."""
+    tp, pp, vpp, cp = sizes["tp"], sizes["pp"], sizes["vpp"], sizes["cp"]
+    if model.heads % tp:
+        raise SpecError(f"{where}: tp={tp} does not divide heads={model.heads}{_divisor_hint(model.heads)}")
+    if vpp > 1 and pp == 1:
+        raise SpecError(f"{where}: vpp={vpp} needs pipeline parallelism (pp > 1)")
+    if split == "even" and model.layers % pp:
+        raise SpecError(f"{where}: pp={pp} does not divide layers={model.layers}{_divisor_hint(model.layers)}"
+                        f"; or use parallel.pipeline_split: balanced (uneven stages)")
+    if split == "even" and (model.layers // pp) % vpp:
+        raise SpecError(f"{where}: vpp={vpp} does not divide layers per stage = {model.layers}/{pp} = "
+                        f"{model.layers // pp}{_divisor_hint(model.layers // pp)}")
+    if pp * vpp > model.layers + 2:
+        raise SpecError(f"{where}: pp·vpp = {pp * vpp} pipeline chunks exceed layers={model.layers}")
+    if seq_len % cp:
+        raise SpecError(f"{where}: cp={cp} does not divide seq_len={seq_len}{_divisor_hint(seq_len)}")
+
+
+def _batch(r: _Reader, dp: int, echoed_micro_batches: Any) -> tuple[int, int]:
+    """(micro-batch b, global batch B); B must divide by d·b (the echoed micro_batches must agree)."""
+    where = r.where
+    micro_batch = F.integer(r.default("micro_batch", 1), f"{where}.micro_batch", maximum=10**7)
+    global_batch = F.integer(r.default("global_batch", dp * micro_batch), f"{where}.global_batch", maximum=10**9)
+    if global_batch % (dp * micro_batch):
+        raise SpecError(f"{where}: global_batch={global_batch} is not divisible by dp·micro_batch = {dp}·{micro_batch}"
+                        f" = {dp * micro_batch}; use a multiple of {dp * micro_batch}")
+    if echoed_micro_batches is not None and \
+            F.integer(echoed_micro_batches, f"{where}.micro_batches") != global_batch // (dp * micro_batch):
+        raise SpecError(f"{where}.micro_batches: {echoed_micro_batches!r} is derived and must equal global_batch / "
+                        f"(dp · micro_batch) = {global_batch // (dp * micro_batch)}; remove it")
+    return micro_batch, global_batch
+
+
+def _run_costs(r: _Reader, model: Model, hardware: Hardware) -> tuple[float, float | None, float]:
+    """(tokens to train, USD per device-hour, PUE)."""
+    where, data = r.where, r.data
+    if data.get("tokens") is None:
+        tokens = DEFAULT_TOKENS_PER_PARAM * model.params
+        r.derived.append("tokens")
+    else:
+        tokens = parse_count(data["tokens"], f"{where}.tokens")
+        if tokens > 1e18:
+            raise SpecError(f"{where}.tokens: {F.show(data['tokens'])} is absurdly large (at most 1e18)")
+    if data.get("price_per_hour") is None:
+        price_usd = hardware.price_usd_per_hour
+        r.derived.append("price_per_hour")
+    else:
+        price_usd = F.number(data["price_per_hour"], f"{where}.price_per_hour", allow_zero=True, maximum=1e6)
+    pue = F.number(r.default("pue", DEFAULT_PUE), f"{where}.pue", minimum=1.0, allow_zero=True, maximum=10.0)
+    return tokens, price_usd, pue
+
+
 def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                           shape: dict[str, Any] | None = None, builtin_default: bool = False) -> Scenario:
     """Validate a scenario mapping (schema in specs/README.md), fill defaults, check divisibility.
@@ -129,123 +255,34 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
         derived.extend(k for k in base if k != "parallel")
         derived.extend(f"parallel.{k}" for k in base["parallel"])
         data = {**base, **{k: v for k, v in data.items() if v is not None}}
-
-    def default(key: str, value: Any) -> Any:
-        if data.get(key) is None and key not in derived:
-            derived.append(key)
-            return value
-        return data[key]
-
-    model = _model_from(default("model", DEFAULT_MODEL), where)
+    r = _Reader(data, where, derived)
+    model = _model_from(r.default("model", DEFAULT_MODEL), where)
     if shape:
         model = with_shape(model, **shape)
-    hardware_value = default("hardware", DEFAULT_HARDWARE)
-    if isinstance(hardware_value, dict):
-        from trainest.catalog import hardware_from_mapping
-        hardware: Hardware = hardware_from_mapping(hardware_value, f"{where}.hardware")
-    else:
-        hardware = load_hardware(F.text(hardware_value, f"{where}.hardware"))
-
-    seq_len = F.integer(default("seq_len", model.seq_len), f"{where}.seq_len", maximum=10**8)
-    precision = F.choice(default("precision", DEFAULT_PRECISION), f"{where}.precision", Precision.values())
+    hardware = _hardware_from(r.default("hardware", DEFAULT_HARDWARE), where)
+    seq_len = F.integer(r.default("seq_len", model.seq_len), f"{where}.seq_len", maximum=10**8)
+    precision = F.choice(r.default("precision", DEFAULT_PRECISION), f"{where}.precision", Precision.values())
     hardware.peak(precision)  # raises with the list of supported precisions
-
     par = {} if data.get("parallel") is None else data["parallel"]
     F.check_keys(par, f"{where}.parallel", (), PARALLEL_KEYS)
-    tp = F.integer(par.get("tp", 1), f"{where}.parallel.tp", maximum=10**6)
-    pp = F.integer(par.get("pp", 1), f"{where}.parallel.pp", maximum=10**6)
-    cp = F.integer(par.get("cp", 1), f"{where}.parallel.cp", maximum=10**6)
-    vpp = F.integer(par.get("vpp", 1), f"{where}.parallel.vpp", maximum=10**6)
-    zero = F.integer(par.get("zero", 0), f"{where}.parallel.zero", minimum=0, maximum=3)
-    if par.get("fsdp") is not None and F.boolean(par["fsdp"], f"{where}.parallel.fsdp"):
-        if par.get("zero") not in (None, 3):
-            raise SpecError(f"{where}.parallel: fsdp means zero=3, but zero={par['zero']} was given")
-        zero = 3
-    for key in ("tp", "pp", "cp", "vpp", "zero", "sequence_parallel"):
-        if par.get(key) is None and f"parallel.{key}" not in derived:
-            derived.append(f"parallel.{key}")
-    sp = F.boolean(par.get("sequence_parallel", False), f"{where}.parallel.sequence_parallel")
-    tp_overlap = F.boolean(par.get("tp_overlap", False), f"{where}.parallel.tp_overlap")
-
-    model_parallel = tp * pp * cp
-    devices_given = data.get("devices")
-    if devices_given is None and par.get("dp") is not None:
-        devices = model_parallel * F.integer(par["dp"], f"{where}.parallel.dp")
-        derived.append("devices")
-    else:
-        devices = F.integer(default("devices", DEFAULT_DEVICES), f"{where}.devices", maximum=10**7)
-    if par.get("dp") is None:
-        if devices % model_parallel:
-            raise SpecError(f"{where}: devices={devices} is not divisible by tp·pp·cp = {tp}·{pp}·{cp} = {model_parallel}"
-                            f"; tp·pp·cp must divide {devices}{_divisor_hint(devices)}")
-        dp = devices // model_parallel
-        derived.append("parallel.dp")
-    else:
-        dp = F.integer(par["dp"], f"{where}.parallel.dp", maximum=10**7)
-        if dp * model_parallel != devices:
-            raise SpecError(f"{where}: tp·pp·cp·dp = {tp}·{pp}·{cp}·{dp} = {dp * model_parallel} does not equal "
-                            f"devices={devices}; omit dp to derive it")
-    dp_shard = F.integer(par.get("dp_shard") or dp, f"{where}.parallel.dp_shard", maximum=10**7)
-    if dp % dp_shard:
-        raise SpecError(f"{where}: dp_shard={dp_shard} does not divide dp={dp}{_divisor_hint(dp)}")
-    if dp_shard != dp and zero == 0:
-        raise SpecError(f"{where}: dp_shard={dp_shard} (hybrid sharding) needs zero >= 1; with zero=0 nothing is sharded")
-    devices_per_node = F.integer(default("devices_per_node", hardware.devices_per_node),
+    sizes = _parallel_sizes(par, r)
+    devices, dp = _devices_and_dp(par, sizes, r)
+    dp_shard = _dp_shard(par, dp, sizes["zero"], where)
+    devices_per_node = F.integer(r.default("devices_per_node", hardware.devices_per_node),
                                  f"{where}.devices_per_node", maximum=10**6)
-
-    if model.heads % tp:
-        raise SpecError(f"{where}: tp={tp} does not divide heads={model.heads}{_divisor_hint(model.heads)}")
-    split = F.choice(par.get("pipeline_split", "even"), f"{where}.parallel.pipeline_split",
-                     PipelineSplit.values())
+    split = F.choice(par.get("pipeline_split", "even"), f"{where}.parallel.pipeline_split", PipelineSplit.values())
     dp_collectives = F.choice(par.get("dp_collectives", "hierarchical"), f"{where}.parallel.dp_collectives",
                               DpCollectives.values())
-    if vpp > 1 and pp == 1:
-        raise SpecError(f"{where}: vpp={vpp} needs pipeline parallelism (pp > 1)")
-    if split == "even" and model.layers % pp:
-        raise SpecError(f"{where}: pp={pp} does not divide layers={model.layers}{_divisor_hint(model.layers)}"
-                        f"; or use parallel.pipeline_split: balanced (uneven stages)")
-    if split == "even" and (model.layers // pp) % vpp:
-        raise SpecError(f"{where}: vpp={vpp} does not divide layers per stage = {model.layers}/{pp} = "
-                        f"{model.layers // pp}{_divisor_hint(model.layers // pp)}")
-    if pp * vpp > model.layers + 2:
-        raise SpecError(f"{where}: pp·vpp = {pp * vpp} pipeline chunks exceed layers={model.layers}")
-    if seq_len % cp:
-        raise SpecError(f"{where}: cp={cp} does not divide seq_len={seq_len}{_divisor_hint(seq_len)}")
-
-    micro_batch = F.integer(default("micro_batch", 1), f"{where}.micro_batch", maximum=10**7)
-    global_batch = F.integer(default("global_batch", dp * micro_batch), f"{where}.global_batch", maximum=10**9)
-    if global_batch % (dp * micro_batch):
-        raise SpecError(f"{where}: global_batch={global_batch} is not divisible by dp·micro_batch = {dp}·{micro_batch}"
-                        f" = {dp * micro_batch}; use a multiple of {dp * micro_batch}")
-    if echoed_micro_batches is not None and \
-            F.integer(echoed_micro_batches, f"{where}.micro_batches") != global_batch // (dp * micro_batch):
-        raise SpecError(f"{where}.micro_batches: {echoed_micro_batches!r} is derived and must equal global_batch / "
-                        f"(dp · micro_batch) = {global_batch // (dp * micro_batch)}; remove it")
-    recompute = F.choice(default("recompute", "none"), f"{where}.recompute", Recompute.values())
-    attention = F.choice(default("attention", "flash"), f"{where}.attention", Attention.values())
-    kernels = F.choice(default("kernels", "fused"), f"{where}.kernels", Kernels.values())
-
-    tokens_value = data.get("tokens")
-    if tokens_value is None:
-        tokens = DEFAULT_TOKENS_PER_PARAM * model.params
-        derived.append("tokens")
-    else:
-        tokens = parse_count(tokens_value, f"{where}.tokens")
-        if tokens > 1e18:
-            raise SpecError(f"{where}.tokens: {F.show(tokens_value)} is absurdly large (at most 1e18)")
-    price = data.get("price_per_hour")
-    if price is None:
-        price_usd = hardware.price_usd_per_hour
-        derived.append("price_per_hour")
-    else:
-        price_usd = F.number(price, f"{where}.price_per_hour", allow_zero=True, maximum=1e6)
-    pue = F.number(default("pue", DEFAULT_PUE), f"{where}.pue", minimum=1.0, allow_zero=True, maximum=10.0)
-
+    _check_layout(model, seq_len, sizes, split, where)
+    micro_batch, global_batch = _batch(r, dp, echoed_micro_batches)
+    recompute = F.choice(r.default("recompute", "none"), f"{where}.recompute", Recompute.values())
+    attention = F.choice(r.default("attention", "flash"), f"{where}.attention", Attention.values())
+    kernels = F.choice(r.default("kernels", "fused"), f"{where}.kernels", Kernels.values())
+    tokens, price_usd, pue = _run_costs(r, model, hardware)
     return Scenario(
         model=model, hardware=hardware, seq_len=seq_len, devices=devices, devices_per_node=devices_per_node,
-        precision=precision, parallel=Parallel(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero, sequence_parallel=sp,
-                          tp_overlap=tp_overlap, dp_shard=0 if dp_shard == dp else dp_shard,
-                          pipeline_split=split, dp_collectives=dp_collectives),
+        precision=precision, parallel=Parallel(**sizes, dp=dp, dp_shard=0 if dp_shard == dp else dp_shard,
+                                               pipeline_split=split, dp_collectives=dp_collectives),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
         tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, derived=tuple(derived),
     )

@@ -4,8 +4,9 @@ declared once. Imports typer: only for the command modules, never for the fast e
 
 from __future__ import annotations
 
+import inspect
 from enum import Enum
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import typer
 
@@ -14,16 +15,6 @@ from trainest.knobs import BY_NAME, ESTIMATE_OPTIONS, Knob
 OPTION = BY_NAME
 
 
-def _choice_enum(option_name: str) -> type[Enum]:
-    """The Enum typer shows for a choice option: the knob's own vocabulary (trainest.choices)."""
-    choices = OPTION[option_name].choices
-    if choices is None:
-        raise TypeError(f"knob {option_name!r} is a choice without a vocabulary")
-    return choices
-
-
-# one Enum per choice option of the table (a new choice option needs nothing here)
-_CHOICE_ENUMS = {o.name: _choice_enum(o.name) for o in ESTIMATE_OPTIONS if o.kind == "choice"}
 _VALUE_TYPES = {"int": int, "float": float, "str": str}
 
 
@@ -38,5 +29,25 @@ def option_annotation(o: Knob | str, **changes: Any) -> Any:
     extra = {} if o.show_default is None else {"show_default": o.show_default}
     if o.kind == "flag":
         return Annotated[bool, typer.Option(*o.flags, help=o.help, **extra)]
-    value_type = {"switch": bool, "choice": _CHOICE_ENUMS.get(o.name)}.get(o.kind) or _VALUE_TYPES[o.kind]
+    if o.kind == "list":
+        return Annotated[Optional[list[str]], typer.Option(*o.flags, help=o.help, **extra)]
+    value_type = {"switch": bool, "choice": o.choices}.get(o.kind) or _VALUE_TYPES[o.kind]
     return Annotated[Optional[value_type], typer.Option(*o.flags, help=o.help, **extra)]
+
+
+def typer_command(options: tuple[Knob, ...], help_text: str, body: Callable[[dict[str, Any]], int],
+                  name: str) -> Callable[..., None]:
+    """A function typer can register: keyword parameters generated from `options` (the knob
+    table); it calls `body(values)` and exits with its code."""
+    def command(**values: Any) -> None:
+        code = body(values)
+        if code:
+            raise typer.Exit(code)
+
+    params = [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default,
+                                annotation=option_annotation(o)) for o in options]
+    command.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
+    command.__doc__ = help_text
+    command.__name__ = command.__qualname__ = name
+    return command
