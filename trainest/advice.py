@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from trainest.estimate import TIGHT_FIT_FRACTION, Estimate, estimate
 from trainest.errors import SpecError
+from trainest.estimate import TIGHT_FIT_FRACTION, Estimate, estimate
 from trainest.scenario import Scenario
 from trainest.units import GiB
 

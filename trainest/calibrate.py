@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import datetime
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from trainest.catalog import DEFAULT_LAYER_OVERHEAD_US, Hardware, hardware_from_mapping, with_efficiency
 from trainest.errors import SpecError
@@ -74,8 +75,8 @@ class CalibrationResult:
     hardware: Hardware              # the input hardware with the fitted efficiency
     parameters: tuple[FittedParameter, ...]
     runs: int
-    mape_before_pct: float
-    mape_after_pct: float
+    mape_before_pct: float | None   # None: no run compared
+    mape_after_pct: float | None
     before: tuple[RunResult, ...]
     after: tuple[RunResult, ...]
     iterations: int
@@ -138,7 +139,7 @@ def fit_efficiency(cases: Sequence[Case], hardware: Hardware | None = None,
     eff = hardware.efficiency
     start = np.array([getattr(eff, n) for n in names], dtype=float)
     scale = start.copy()
-    for j, n in enumerate(names):     # a zero overhead cannot be a scale: use the catalog default instead
+    for j, _name in enumerate(names):     # a zero overhead cannot be a scale: use the catalog default instead
         if scale[j] <= 0:
             scale[j] = DEFAULT_LAYER_OVERHEAD_US * MICROSECOND
     lo = np.array([BOUNDS[n][0] for n in names]) / scale
@@ -155,7 +156,7 @@ def fit_efficiency(cases: Sequence[Case], hardware: Hardware | None = None,
     cost = objective(r, x)
     damping = 1e-2
     iterations = 0
-    for iterations in range(1, MAX_ITERATIONS + 1):
+    for iterations in range(1, MAX_ITERATIONS + 1):  # noqa: B007 - reported after the loop
         # forward differences, stepping inwards at an upper bound
         h = np.where(x + FD_STEP <= hi, FD_STEP, -FD_STEP)
         points = np.vstack([x] + [x + np.eye(k)[j] * h[j] for j in range(k)])
@@ -292,7 +293,8 @@ def calibrate_runs(paths: Sequence[str], hardware: str | None = None) -> tuple[H
     else:
         names = hardware_names_of(cases)
         if not names:
-            raise SpecError(f"no expressible runs in {', '.join(paths)} ({len(loaded.not_expressible)} not expressible)")
+            raise SpecError(f"no expressible runs in {', '.join(paths)} "
+                            f"({len(loaded.not_expressible)} not expressible)")
         if len(names) > 1:
             raise SpecError(f"the runs use several hardware ({', '.join(names)}); choose one with --hardware")
         hw = cases[0].scenario.hardware

@@ -11,6 +11,7 @@ import functools
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from trainest import fields as F
 from trainest.choices import Mlp, Precision
@@ -135,7 +136,8 @@ def _efficiency_from(data: dict, where: str, kind: str) -> Efficiency:
         scale_out=F.fraction(data["scale_out"], f"{where}.scale_out"),
         low_precision_gemm=F.fraction(data.get("low_precision_gemm", DEFAULT_LOW_PRECISION_GEMM),
                                       f"{where}.low_precision_gemm"),
-        flash2_attention=F.fraction(data.get("flash2_attention", DEFAULT_FLASH2_ATTENTION), f"{where}.flash2_attention"),
+        flash2_attention=F.fraction(data.get("flash2_attention", DEFAULT_FLASH2_ATTENTION),
+                                    f"{where}.flash2_attention"),
         layer_overhead_s=F.number(data.get("layer_overhead_us", DEFAULT_LAYER_OVERHEAD_US),
                                   f"{where}.layer_overhead_us", allow_zero=True) * MICROSECOND,
         overlap_contention=F.number(_given(data, "overlap_contention", default_overlap_contention(kind)),
@@ -171,10 +173,12 @@ def hardware_from_mapping(data: dict, where: str) -> Hardware:
         devices_per_node=devices_per_node,
         scale_up_bytes_per_s=up * GB if up else None,
         scale_up_domain=domain if up else 1,
-        scale_up_latency_s=F.number(_given(sys_, "scale_up_latency_us", DEFAULT_SCALE_UP_LATENCY_US), f"{where}.system.scale_up_latency_us",
+        scale_up_latency_s=F.number(_given(sys_, "scale_up_latency_us", DEFAULT_SCALE_UP_LATENCY_US),
+                                    f"{where}.system.scale_up_latency_us",
                                     allow_zero=True) * MICROSECOND,
         scale_out_bytes_per_s=out * GB / BITS_PER_BYTE if out else None,
-        scale_out_latency_s=F.number(_given(sys_, "scale_out_latency_us", DEFAULT_SCALE_OUT_LATENCY_US), f"{where}.system.scale_out_latency_us",
+        scale_out_latency_s=F.number(_given(sys_, "scale_out_latency_us", DEFAULT_SCALE_OUT_LATENCY_US),
+                                     f"{where}.system.scale_out_latency_us",
                                      allow_zero=True) * MICROSECOND,
         efficiency=_efficiency_from(data["efficiency"], f"{where}.efficiency", kind),
         source=F.text(data["source"], f"{where}.source"),
@@ -351,7 +355,7 @@ def _catalog_files(kind: str) -> dict[str, Path]:
 def _model_aliases() -> dict[str, Path]:
     """alias -> file, read from the presets' `aliases` lists (only when a name is not a file stem)."""
     aliases: dict[str, Path] = {}
-    for name, path in _catalog_files("models").items():
+    for path in _catalog_files("models").values():
         for alias in _read_spec(path, "model").get("aliases") or []:
             aliases.setdefault(str(alias).lower(), path)
     return aliases
@@ -399,7 +403,8 @@ def load_model(value: str) -> Model:
         return _load_model_path(value)
     if key in _model_aliases():
         return _load_model_path(str(_model_aliases()[key]))
-    raise SpecError(f"unknown model {F.show(value)}{did_you_mean(key, set(files) | set(_model_aliases()))}; run `trainest list models` "
+    hint = did_you_mean(key, set(files) | set(_model_aliases()))
+    raise SpecError(f"unknown model {F.show(value)}{hint}; run `trainest list models` "
                     f"for the presets, or give a path to a model YAML file")
 
 
@@ -419,6 +424,7 @@ def with_shape(model: Model, **overrides: object) -> Model:
     return model_from_mapping(data, "model options")
 
 
-def with_efficiency(hardware: Hardware, **values: float) -> Hardware:
-    """A copy of `hardware` with some efficiency fields replaced (used by calibration)."""
+def with_efficiency(hardware: Hardware, **values: Any) -> Hardware:
+    """A copy of `hardware` with some efficiency fields replaced (floats, or arrays of trial values
+    in calibration)."""
     return replace(hardware, efficiency=replace(hardware.efficiency, **values))

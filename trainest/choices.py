@@ -3,14 +3,11 @@ command line may name. Standard library only (on the start-up path of every comm
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class Choice(str, Enum):
+class Choice(StrEnum):
     """A named choice; its value is the word users write."""
-
-    def __str__(self) -> str:
-        return self.value
 
     @classmethod
     def values(cls) -> tuple[str, ...]:

@@ -22,7 +22,7 @@ Pure Python on purpose (no numpy): these are small closed forms used by tests an
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = [
     "narayanan_eq3",

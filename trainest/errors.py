@@ -7,6 +7,7 @@ The CLI turns it into `Error: ...` on stderr and exit code 1.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 MAX_SHOWN_CHARS = 60     # a bad value is quoted in an error message up to this length
@@ -16,7 +17,7 @@ class SpecError(ValueError):
     """Bad input: a value, file or combination that trainest cannot use."""
 
 
-def did_you_mean(value: str, choices: list[str] | tuple[str, ...] | set[str]) -> str:
+def did_you_mean(value: str, choices: Iterable[str]) -> str:
     """Return ' (did you mean X?)' for the closest choice, or '' when none is close."""
     import difflib  # only on the error path (start-up time)
     close = difflib.get_close_matches(str(value), sorted(choices), n=3, cutoff=0.5)

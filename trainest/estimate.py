@@ -8,9 +8,9 @@ from trainest import training
 from trainest.layout import job_of, layout_of
 from trainest.memory import memory_per_device
 from trainest.scenario import Scenario
+from trainest.schema import SCHEMA_VERSION  # noqa: F401 - re-exported
 from trainest.step import step_terms
 
-from trainest.schema import SCHEMA_VERSION  # noqa: F401 - re-exported
 TERMS = ("compute", "memory", "communication", "bubble", "overhead")
 
 
@@ -97,7 +97,7 @@ def estimate(s: Scenario) -> Estimate:
     mem = memory_per_device(job, layout)
     t = float(terms.time_s)
     parts = {k: float(getattr(terms, f"{k}_s")) for k in TERMS}
-    bottleneck = max(parts, key=parts.get)
+    bottleneck = max(parts, key=lambda k: parts[k])
     step = StepResult(time_s=t, **{f"{k}_s": v for k, v in parts.items()}, bottleneck=bottleneck,
                       shares={k: v / t for k, v in parts.items()},
                       communication_detail_s={"tp": float(terms.tp_comm_s), "cp": float(terms.cp_comm_s),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from trainest.errors import SpecError, did_you_mean, show
 
@@ -92,13 +92,20 @@ def check_keys(data: Any, where: str, required: tuple[str, ...], optional: tuple
         if not isinstance(key, str):
             raise SpecError(f"{where}: key {show(key)} is not a string")
         if key not in allowed:
-            raise SpecError(f"{where}: unknown key {show(key)}{did_you_mean(key, allowed)}; allowed: {', '.join(sorted(allowed))}")
+            raise SpecError(f"{where}: unknown key {show(key)}{did_you_mean(key, allowed)}; "
+                            f"allowed: {', '.join(sorted(allowed))}")
     for key in required:
         if key not in data or data[key] is None:
             raise SpecError(f"{where}: missing required key {show(key)}")
     return data
 
 
+@overload
+def number(value: Any, where: str, *, minimum: float = ..., allow_zero: bool = ..., maximum: float = ...,
+           allow_none: Literal[False] = ...) -> float: ...
+@overload
+def number(value: Any, where: str, *, minimum: float = ..., allow_zero: bool = ..., maximum: float = ...,
+           allow_none: bool) -> float | None: ...
 def number(value: Any, where: str, *, minimum: float = 0.0, allow_zero: bool = False,
            maximum: float = MAX_REASONABLE, allow_none: bool = False) -> float | None:
     """A finite real number > minimum (>= when allow_zero) and <= maximum."""
@@ -122,6 +129,10 @@ def number(value: Any, where: str, *, minimum: float = 0.0, allow_zero: bool = F
     return x
 
 
+@overload
+def fraction(value: Any, where: str, *, allow_none: Literal[False] = ...) -> float: ...
+@overload
+def fraction(value: Any, where: str, *, allow_none: bool) -> float | None: ...
 def fraction(value: Any, where: str, *, allow_none: bool = False) -> float | None:
     """A number in (0, 1]."""
     x = number(value, where, allow_none=allow_none)
@@ -130,7 +141,13 @@ def fraction(value: Any, where: str, *, allow_none: bool = False) -> float | Non
     return x
 
 
-def integer(value: Any, where: str, *, minimum: int = 1, maximum: int = 10**12, allow_none: bool = False) -> int | None:
+@overload
+def integer(value: Any, where: str, *, minimum: int = ..., maximum: int = ...,
+            allow_none: Literal[False] = ...) -> int: ...
+@overload
+def integer(value: Any, where: str, *, minimum: int = ..., maximum: int = ..., allow_none: bool) -> int | None: ...
+def integer(value: Any, where: str, *, minimum: int = 1, maximum: int = 10**12,
+            allow_none: bool = False) -> int | None:
     """A whole number in [minimum, maximum]; 4.0 is accepted, 4.5 is not."""
     if value is None:
         if allow_none:
@@ -152,7 +169,8 @@ def choice(value: Any, where: str, allowed: tuple[str, ...]) -> str:
     """A string from `allowed` (case-insensitive)."""
     text = value.strip().lower() if isinstance(value, str) else ""
     if text not in allowed:
-        raise SpecError(f"{where}: {show(value)} is not allowed{did_you_mean(text, allowed)}; allowed: {', '.join(allowed)}")
+        raise SpecError(f"{where}: {show(value)} is not allowed{did_you_mean(text, allowed)}; "
+                        f"allowed: {', '.join(allowed)}")
     return text
 
 
@@ -162,6 +180,10 @@ def boolean(value: Any, where: str) -> bool:
     raise SpecError(f"{where}: {show(value)} must be true or false")
 
 
+@overload
+def text(value: Any, where: str, *, allow_none: Literal[False] = ...) -> str: ...
+@overload
+def text(value: Any, where: str, *, allow_none: bool) -> str | None: ...
 def text(value: Any, where: str, *, allow_none: bool = False) -> str | None:
     if value is None and allow_none:
         return None

@@ -18,8 +18,18 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from trainest.choices import (Attention, Choice, DeviceCounts, DpCollectives, Kernels, Mlp, Objective, PipelineSplit,
-                              Precision, Recompute)
+from trainest.choices import (
+    Attention,
+    Choice,
+    DeviceCounts,
+    DpCollectives,
+    Kernels,
+    Mlp,
+    Objective,
+    PipelineSplit,
+    Precision,
+    Recompute,
+)
 
 # groups: where a knob's value lives in a scenario mapping
 SHAPE = "shape"          # model.<key>: overrides of the model's shape

@@ -144,7 +144,8 @@ class Layout:
 
 def job_of(s: Scenario, hardware: Hardware | None = None) -> Job:
     """The job of a scenario (on `hardware` instead of its own, e.g. with trial efficiencies)."""
-    return Job(model=s.model, hardware=hardware or s.hardware, precision=s.precision, attention=s.attention, kernels=s.kernels,
+    return Job(model=s.model, hardware=hardware or s.hardware, precision=s.precision, attention=s.attention,
+               kernels=s.kernels,
                seq_len=float(s.seq_len), global_batch=float(s.global_batch), devices_per_node=s.devices_per_node)
 
 

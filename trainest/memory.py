@@ -1,7 +1,8 @@
 """Memory per device: weights, gradients, optimizer state, activations and overhead.
 
 Sources: Rajbhandari et al. 2020 (ZeRO: what each stage shards; 2 B weights + 12 B Adam state per
-parameter; trainest keeps Megatron's 4-byte FP32 gradient buffer, so 2+4+12 = 18 B unsharded); Korthikanti et al. 2022 §4 (activations per layer, sequence parallelism,
+parameter; trainest keeps Megatron's 4-byte FP32 gradient buffer, so 2+4+12 = 18 B unsharded);
+Korthikanti et al. 2022 §4 (activations per layer, sequence parallelism,
 selective and full recomputation, the 1F1B/interleaved in-flight factor). All functions accept
 floats or numpy arrays for the layout arguments.
 """
@@ -12,8 +13,15 @@ from dataclasses import dataclass
 
 from trainest import xp
 from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
-from trainest.precision import (ADAM_MOMENT_BYTES, FP16_GRAD_BYTES, MAIN_GRAD_BYTES, MASTER_WEIGHT_BYTES,
-                                grad_bytes_per_param, optimizer_bytes_per_param, weight_bytes_per_param)
+from trainest.precision import (
+    ADAM_MOMENT_BYTES,
+    FP16_GRAD_BYTES,
+    MAIN_GRAD_BYTES,
+    MASTER_WEIGHT_BYTES,
+    grad_bytes_per_param,
+    optimizer_bytes_per_param,
+    weight_bytes_per_param,
+)
 from trainest.step.schedule import stage_layers, stage_params
 from trainest.units import GiB
 
@@ -63,8 +71,8 @@ def activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]:
     kv_width = 2.0 * xp.maximum(model.kv_heads, tp) * model.head_dim     # KV heads replicated when g < t
     # Q, K, V and the MLP-up outputs in 16 bit; the attention output and the MLP-down input as GEMM inputs
     split = tokens * (e * (q_width + kv_width + (model.mlp_matrices - 1.0) * f) + g8 * (q_width + f)) / tp
-    scores = 0.0
-    scores_all = 0.0
+    scores: Num = 0.0
+    scores_all: Num = 0.0
     if job.attention == "standard":
         # softmax output, and with dropout its dropped-out copy and mask
         scores_all = ((e + e + mask) if model.dropout else e) * micro_batch * (model.heads / tp) * (seq_len / cp) \

@@ -166,7 +166,8 @@ def _devices_and_dp(par: dict[str, Any], sizes: dict[str, Any], r: _Reader) -> t
         devices = F.integer(r.default("devices", DEFAULT_DEVICES), f"{where}.devices", maximum=10**7)
     if par.get("dp") is None:
         if devices % model_parallel:
-            raise SpecError(f"{where}: devices={devices} is not divisible by tp·pp·cp = {tp}·{pp}·{cp} = {model_parallel}"
+            raise SpecError(f"{where}: devices={devices} is not divisible by tp·pp·cp = {tp}·{pp}·{cp} = "
+                            f"{model_parallel}"
                             f"; tp·pp·cp must divide {devices}{_divisor_hint(devices)}")
         r.derived.append("parallel.dp")
         return devices, devices // model_parallel
@@ -182,7 +183,8 @@ def _dp_shard(par: dict[str, Any], dp: int, zero: int, where: str) -> int:
     if dp % dp_shard:
         raise SpecError(f"{where}: dp_shard={dp_shard} does not divide dp={dp}{_divisor_hint(dp)}")
     if dp_shard != dp and zero == 0:
-        raise SpecError(f"{where}: dp_shard={dp_shard} (hybrid sharding) needs zero >= 1; with zero=0 nothing is sharded")
+        raise SpecError(f"{where}: dp_shard={dp_shard} (hybrid sharding) needs zero >= 1; "
+                        f"with zero=0 nothing is sharded")
     return dp_shard
 
 
@@ -251,7 +253,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     data = {k: v for k, v in data.items() if k not in ECHO_KEYS}
     derived: list[str] = []
     if builtin_default:
-        base = dict(BUILTIN_DEFAULT)
+        base: dict[str, Any] = dict(BUILTIN_DEFAULT)
         derived.extend(k for k in base if k != "parallel")
         derived.extend(f"parallel.{k}" for k in base["parallel"])
         data = {**base, **{k: v for k, v in data.items() if v is not None}}

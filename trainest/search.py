@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Any
 
 import numpy as np
 
@@ -99,7 +100,7 @@ def space_from_options(allow: list[str] | None = None, **maxima: int | None) -> 
 
     KNOB is tp, pp, cp, vpp, micro_batch (mb), zero, recompute (none|selective|full|op) or sp
     (sequence_parallel: on|off)."""
-    values: dict[str, tuple] = {}
+    values: dict[str, Any] = {}
     for item in allow or []:
         key, sep, rest = item.partition("=")
         key = key.strip().lower().replace("-", "_")
@@ -126,7 +127,8 @@ def space_from_options(allow: list[str] | None = None, **maxima: int | None) -> 
     for name, cap in maxima.items():
         if cap is not None and cap < 1:
             raise SpecError(f"--{name.replace('_', '-')} {cap} must be at least 1")
-    return SearchSpace(**values, **{k: v for k, v in maxima.items()})
+    options: dict[str, Any] = {**values, **maxima}
+    return SearchSpace(**options)
 
 
 def _divisors(n: int) -> list[int]:
@@ -228,7 +230,7 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
         cols = [c[keep] for c in cols]
     else:                      # only "on" allowed: t = 1 plans have no SP to turn on; keep them as "off"
         cols[8][tp1] = 0.0
-    values = {"tp": tps, "pp": pps, "cp": cps, "zero": zeros, "recompute": list(space.recompute),
+    values: dict[str, list[Any]] = {"tp": tps, "pp": pps, "cp": cps, "zero": zeros, "recompute": list(space.recompute),
               "sequence_parallel": list(space.sequence_parallel)}
     return Grid(tp=cols[0], pp=cols[1], cp=cols[2], dp=cols[3], vpp=cols[4], micro_batch=cols[5], zero=cols[6],
                 recompute=cols[7], sp=cols[8], balanced=cols[9], structural_rejects=rejects, values=values)
@@ -325,7 +327,7 @@ def objective_scale(base: Scenario, devices: int, objective: str) -> float:
         if base.price_usd_per_hour is None:
             raise SpecError(f"--objective cost needs a price: {base.hardware.name} has none in the catalog; "
                             f"give --price-per-hour")
-        return training.cost_usd(training.device_hours(steps, devices), base.price_usd_per_hour)
+        return training.device_hours(steps, devices) * base.price_usd_per_hour
     if objective == "energy":
         energy = training.energy_kwh(steps, devices, base.hardware.power_w, base.pue)
         if energy is None:
@@ -528,7 +530,7 @@ def smallest_devices(base: Scenario, counts: list[int], space: SearchSpace = Sea
                                     f"for at most ${budget_usd:,.0f}" if budget_usd is not None else "") if x)
     ok = [t for t in trials if t.time_s is not None]
     if ok:
-        fastest = min(ok, key=lambda t: t.time_s)
+        fastest = min(ok, key=lambda t: t.time_s if t.time_s is not None else math.inf)
         best = (f"; the fastest, {fastest.devices} devices, takes {fmt_seconds(fastest.time_s)}"
                 + (f" and costs ${fastest.cost_usd:,.0f}" if fastest.cost_usd is not None else ""))
     else:

@@ -24,18 +24,19 @@ from __future__ import annotations
 
 import inspect
 import statistics
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from trainest import fields as F
 from trainest.catalog import Hardware, specs_dir
 from trainest.conventions import FLOPS_FORMULAS
 from trainest.errors import SpecError
 from trainest.scenario import RUN_ONLY_KEYS, SCENARIO_KEYS, Scenario, scenario_from_mapping
-from trainest.units import GiB, TERA
-
 from trainest.schema import SCHEMA_VERSION  # noqa: F401 - re-exported
+from trainest.units import TERA, GiB
+
 SECONDS_PER_HOUR = 3600.0
 RUNS_FILE_KEYS = ("source", "runs")
 MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens",
@@ -191,6 +192,8 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
 def source_flops_per_step(case: Case) -> float:
     """F: FLOPs of one step under the source's own convention (FLOPS_FORMULAS[flops_formula]) [FLOP]."""
     m, s = case.scenario.model, case.scenario
+    if case.measurement.flops_formula is None:
+        raise SpecError(f"run {case.id!r}: its metric needs a flops_formula")
     fn = FLOPS_FORMULAS[case.measurement.flops_formula]
     kwargs: dict[str, Any] = dict(layers=m.layers, hidden=m.hidden, ffn_hidden=m.ffn_hidden, heads=m.heads,
                                   kv_heads=m.kv_heads, vocab=m.vocab, mlp=m.mlp, seq_len=s.seq_len,
@@ -218,6 +221,8 @@ def metric_from_step_time_s(case: Case, step_s: float) -> float:
         return source_flops_per_step(case) / (step_s * s.devices) / TERA
     if meas.metric == "mfu":
         return source_flops_per_step(case) / (step_s * s.devices * s.hardware.peak(s.precision))
+    if meas.tokens is None:
+        raise SpecError(f"run {case.id!r}: device_hours needs the tokens trained")
     return meas.tokens / s.tokens_per_step * step_s * s.devices / SECONDS_PER_HOUR
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import typer
 
 from trainest.cli import calibrate, listing, plan, validate
-from trainest.cli.estimate import HELP as ESTIMATE_HELP, run_estimate
+from trainest.cli.estimate import HELP as ESTIMATE_HELP
+from trainest.cli.estimate import run_estimate
 from trainest.cli.options import typer_command
 from trainest.knobs import ESTIMATE_OPTIONS, PLAN_OPTIONS
 

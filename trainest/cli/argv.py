@@ -11,6 +11,7 @@ from typing import Any
 
 from trainest.knobs import ESTIMATE_OPTIONS, Knob
 
+
 def _flag_table(options: tuple[Knob, ...]) -> dict[str, tuple[Knob, Any]]:
     """flag -> (option, value for flags and switches / None for options that take a value)."""
     table: dict[str, tuple[Knob, Any]] = {}

@@ -6,23 +6,23 @@ Parses options, calls trainest.calibrate, hands the result to trainest.report.ca
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from trainest.cli.common import fail
-from trainest.cli.options import option_annotation
+from trainest.cli.options import JsonFlag
 from trainest.cli.validate import MoreRunsArg
-
-JsonOpt = option_annotation("json_out")
 
 
 def calibrate(
     runs: Annotated[list[str], typer.Option("--runs", help="Runs YAML file with measured runs (repeatable).")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the calibrated hardware YAML.")],
     more_runs: MoreRunsArg = None,
-    hardware: Annotated[Optional[str], typer.Option("--hardware", "-H", help="Hardware to fit (catalog name or YAML path); required when the runs use several.")] = None,
-    json_out: JsonOpt = False,
+    hardware: Annotated[str | None, typer.Option(
+        "--hardware", "-H",
+        help="Hardware to fit (catalog name or YAML path); required when the runs use several.")] = None,
+    json_out: JsonFlag = False,
 ) -> None:
     """Fit one hardware's efficiency fields to measured runs and write a hardware profile YAML."""
     from trainest.calibrate import calibrate_runs, profile_text

@@ -22,8 +22,8 @@ def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
         if value is None:
             continue
         if isinstance(value, dict):
-            inner = out.get(key) if isinstance(out.get(key), dict) else {}
-            merged = merge(inner, value)
+            current = out.get(key)
+            merged = merge(current if isinstance(current, dict) else {}, value)
             if merged:
                 out[key] = merged
         else:

@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated
 
 import typer
 
 from trainest.cli.common import fail
-from trainest.cli.options import option_annotation
-
-JsonOpt = option_annotation("json_out")
+from trainest.cli.options import JsonFlag
 
 
-class Listable(str, Enum):
+class Listable(StrEnum):
     hardware = "hardware"
     models = "models"
 
 
 def list_command(what: Annotated[Listable, typer.Argument(help="hardware or models")],
-                 json_out: JsonOpt = False) -> None:
+                 json_out: JsonFlag = False) -> None:
     """List the bundled hardware catalog or model presets."""
     from trainest.errors import SpecError
     from trainest.report import dumps

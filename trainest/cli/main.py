@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 NO_FAST_PATH_ENV = "TRAINEST_NO_FAST_PATH"
 
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(_run_typer(app, args))
 
 
-def _usage_error_types() -> tuple[type, type]:
+def _usage_error_types() -> tuple[type[Exception], type[Exception]]:
     """(UsageError, Abort) of the parser typer uses, found through typer's public exception classes
     (typer vendors its own click in recent releases, older ones use click)."""
     import typer
@@ -76,7 +77,8 @@ def _run_typer(app, args: list[str]) -> int:
     usage_error, abort = _usage_error_types()
     try:
         result = app(args=args, standalone_mode=False)
-    except usage_error as exc:
+    except usage_error as error:
+        exc: Any = error
         if type(exc).__name__ == "NoArgsIsHelpError":
             return exc.exit_code            # the parser has printed the help already
         ctx = getattr(exc, "ctx", None)

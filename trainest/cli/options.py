@@ -5,12 +5,12 @@ declared once. Imports typer: only for the command modules, never for the fast e
 from __future__ import annotations
 
 import inspect
-from enum import Enum
-from typing import Annotated, Any, Callable, Optional
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
-from trainest.knobs import BY_NAME, ESTIMATE_OPTIONS, Knob
+from trainest.knobs import BY_NAME, Knob
 
 OPTION = BY_NAME
 
@@ -26,13 +26,20 @@ def option_annotation(o: Knob | str, **changes: Any) -> Any:
     if changes:
         from dataclasses import replace
         o = replace(o, **changes)
-    extra = {} if o.show_default is None else {"show_default": o.show_default}
+    # show_default True (typer's own default) shows the actual default; a text describes a derived one
+    shown: bool | str = True if o.show_default is None else o.show_default
+    first, *more = o.flags
+    option = typer.Option(first, *more, help=o.help, show_default=shown)
     if o.kind == "flag":
-        return Annotated[bool, typer.Option(*o.flags, help=o.help, **extra)]
+        return Annotated[bool, option]
     if o.kind == "list":
-        return Annotated[Optional[list[str]], typer.Option(*o.flags, help=o.help, **extra)]
-    value_type = {"switch": bool, "choice": o.choices}.get(o.kind) or _VALUE_TYPES[o.kind]
-    return Annotated[Optional[value_type], typer.Option(*o.flags, help=o.help, **extra)]
+        return Annotated[list[str] | None, option]
+    value_type: Any = {"switch": bool, "choice": o.choices}.get(o.kind) or _VALUE_TYPES[o.kind]
+    return Annotated[value_type | None, option]
+
+
+# `--json`, as a type every command's signature can use
+JsonFlag = Annotated[bool, typer.Option("--json", help=BY_NAME["json_out"].help)]
 
 
 def typer_command(options: tuple[Knob, ...], help_text: str, body: Callable[[dict[str, Any]], int],

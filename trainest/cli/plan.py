@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainest.cli.common import EXIT_BAD_INPUT, EXIT_OK, error_line
-from trainest.knobs import JOB_KEYS, given_args
+from trainest.knobs import JOB_KEYS, LAYOUT_ARGS, given_args
 
 HELP = ("Search every parallel layout (tp, pp, cp, dp, virtual stages, micro-batch, ZeRO, recompute, "
         "sequence parallelism) and show the fastest that fit, with the runner-up for each knob.")
@@ -77,6 +77,6 @@ def run_plan(values: dict[str, Any]) -> int:
         from trainest.report import dumps
         print(dumps(search_dict(result, dsearch)))
         return EXIT_OK
-    job_args = given_args(values, ("config",)) + given_args(values, JOB_KEYS)
+    job_args = given_args(values, ("config",)) + given_args(values, tuple(k for k in JOB_KEYS if k not in LAYOUT_ARGS))
     print_plan(result, dsearch, " ".join(job_args))
     return EXIT_OK

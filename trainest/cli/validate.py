@@ -7,34 +7,35 @@ numpy are imported inside the function (start-up stays fast).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from trainest.cli.common import fail
-from trainest.cli.options import option_annotation
+from trainest.cli.options import JsonFlag
 
-
-RunsOpt = Annotated[Optional[list[str]], typer.Option(
+RunsOpt = Annotated[list[str] | None, typer.Option(
     "--runs", help="Runs YAML file (repeatable); default: the bundled specs/runs/*.yaml.", show_default=False)]
 # `--runs a.yaml b.yaml` (the issue's `--runs FILE ...`): files after the first are positional
-MoreRunsArg = Annotated[Optional[list[str]], typer.Argument(
+MoreRunsArg = Annotated[list[str] | None, typer.Argument(
     help="More runs YAML files (so that `--runs a.yaml b.yaml` works).", show_default=False, metavar="[FILE]...")]
-JsonOpt = option_annotation("json_out")
 
 
 def validate(
     more_runs: MoreRunsArg = None,
     runs: RunsOpt = None,
-    source: Annotated[Optional[str], typer.Option("--source", help="Only runs whose source (file name or citation) contains this text.")] = None,
-    hardware: Annotated[Optional[str], typer.Option("--hardware", "-H", help="Only runs on this hardware (catalog name).")] = None,
-    json_out: JsonOpt = False,
-    markdown: Annotated[bool, typer.Option("--markdown", help="Print the markdown tables used in docs/validation.md.")] = False,
+    source: Annotated[str | None, typer.Option(
+        "--source", help="Only runs whose source (file name or citation) contains this text.")] = None,
+    hardware: Annotated[str | None, typer.Option(
+        "--hardware", "-H", help="Only runs on this hardware (catalog name).")] = None,
+    json_out: JsonFlag = False,
+    markdown: Annotated[bool, typer.Option(
+        "--markdown", help="Print the markdown tables used in docs/validation.md.")] = False,
 ) -> None:
     """Compare trainest's predictions with published training runs: error per run, by source, by hardware."""
     from trainest.errors import SpecError
-    from trainest.report.validate import markdown as report_markdown, print_validate, report_dict
+    from trainest.report.validate import markdown as report_markdown
+    from trainest.report.validate import print_validate, report_dict
     from trainest.validate import validate_runs
 
     if json_out and markdown:
@@ -49,7 +50,8 @@ def validate(
         fail(str(exc))
     progress.close()
     if not result.runs and not result.not_expressible:
-        fail("no run matches" + (f" --source {source!r}" if source else "") + (f" --hardware {hardware!r}" if hardware else ""))
+        fail("no run matches" + (f" --source {source!r}" if source else "")
+             + (f" --hardware {hardware!r}" if hardware else ""))
     if json_out:
         from trainest.report import dumps
         print(dumps(report_dict(result)))

@@ -59,8 +59,8 @@ class LazyProgress:
 
         self._clock = time.perf_counter
         self.what, self.enabled, self.t0 = what, enabled, time.perf_counter()
-        self.bar = None
-        self.task = None
+        self.bar: Any = None
+        self.task: Any = None
 
     def __call__(self, done: int, total: int) -> None:
         if not self.enabled or done <= 0:

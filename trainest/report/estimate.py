@@ -94,8 +94,10 @@ def step_table(e: Estimate):
     bound = (f"; {fmt_seconds(st.no_overlap_time_s)} with no overlap"
              if st.no_overlap_time_s > st.time_s * (1.0 + NO_OVERLAP_SHOWN_ABOVE) else "")
     t = Table(title=f"Step: {fmt_seconds(st.time_s)}  (bottleneck: {st.bottleneck}{bound})", title_justify="left")
-    for col, justify in (("term", "left"), ("time", "right"), ("share", "right"), ("what it is", "left")):
-        t.add_column(col, justify=justify)
+    t.add_column("term")
+    t.add_column("time", justify="right")
+    t.add_column("share", justify="right")
+    t.add_column("what it is")
     values = {k: fmt_seconds(v) for k, v in st.communication_detail_s.items()}
     for k in ("compute", "memory", "communication", "bubble", "overhead"):
         about = TERM_ABOUT[k].format(**values, bubble=(p.pp - 1) / p.vpp)

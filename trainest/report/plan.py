@@ -45,7 +45,7 @@ def search_dict(r: SearchResult, devices_search: DeviceSearch | None = None) -> 
         "search": {"evaluated": st.evaluated, "feasible": st.feasible, "seconds": st.seconds,
                    "plans_per_s": st.plans_per_s, "rejected": dict(st.rejected), "objective": r.objective,
                    "space": r.space},
-        "plans": [{**plan_dict(e), "objective_value": v} for e, v in zip(r.plans, r.scores)],
+        "plans": [{**plan_dict(e), "objective_value": v} for e, v in zip(r.plans, r.scores, strict=True)],
         "runner_up_by_knob": {
             k: None if ru is None else {"value": plan_knobs(ru.estimate.scenario)[k], "objective_ratio": ru.score_ratio,
                                         **plan_dict(ru.estimate)}
@@ -95,7 +95,8 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
 
     t = Table(title=f"Top {len(r.plans)} plans (step breakdown in seconds)", title_justify="left", box=box.SIMPLE_HEAD,
               pad_edge=False, collapse_padding=True)
-    t.caption = ("plan: t tensor, p pipeline ((bal): balanced split, embedding and loss count as layers), c context, d data parallel, v virtual stages, b micro-batch, z ZeRO, "
+    t.caption = ("plan: t tensor, p pipeline ((bal): balanced split, embedding and loss count as layers), "
+                 "c context, d data parallel, v virtual stages, b micro-batch, z ZeRO, "
                  "sp sequence parallel; step = compute + mem(ory-bound) + comm + bubble + overhead \\[s]; "
                  "GiB per device; days and cost to train the tokens")
     t.caption_justify = "left"

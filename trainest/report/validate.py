@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from trainest.report import console
 from trainest.schema import SCHEMA_VERSION
@@ -17,7 +18,6 @@ def summary_dict(s: Summary) -> dict[str, Any]:
 
 def report_dict(report: ValidationReport) -> dict[str, Any]:
     """The `--json` document, built from the result dataclasses."""
-    from dataclasses import asdict
 
     return {"schema_version": SCHEMA_VERSION, "summary": summary_dict(report.summary),
             "by_source": {k: summary_dict(v) for k, v in report.by_source.items()},
@@ -55,7 +55,8 @@ def summary_markdown(groups: dict[str, Summary], title: str) -> str:
 
 def runs_markdown(runs: Iterable[RunResult], extra: Callable[[RunResult], str] | None = None,
                   extra_title: str = "") -> str:
-    head = "| id | hardware | metric | measured | predicted | error % | layout (tp/pp/dp/cp, zero) | recompute | precision |"
+    head = ("| id | hardware | metric | measured | predicted | error % | layout (tp/pp/dp/cp, zero) | recompute "
+            "| precision |")
     sep = "|---|---|---|---:|---:|---:|---|---|---|"
     if extra:
         head += f" {extra_title} |"

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from trainest import xp
 from trainest.catalog import Hardware
-from trainest.layout import Num
 
 PCIE_FALLBACK_BYTES_PER_S = 25e9   # devices in one node with no scale-up fabric talk over PCIe 4 x16
 PCIE_FALLBACK_LATENCY_S = 10e-6

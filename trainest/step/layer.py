@@ -90,6 +90,7 @@ class LocalShape:
 
 
 def local_shape(job: Job, layout: Layout) -> LocalShape:
+    """The layer's widths on one device (see LocalShape)."""
     m = job.model
     return LocalShape(tokens=layout.tokens(job), q_width=float(m.heads * m.head_dim), heads_local=m.heads / layout.tp,
                       kv_local=xp.maximum(m.kv_heads, layout.tp) * m.head_dim / layout.tp,
@@ -141,7 +142,8 @@ def elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
               + eager * EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT)
     f_wide_passes = F_WIDE_PASSES[m.mlp] + eager * EAGER_EXTRA_F_WIDE_PASSES[m.mlp]
     sp_div = layout.sp_div
-    total = h_wide * x.tokens * m.hidden / sp_div + f_wide_passes * ACTIVATION_BYTES * x.tokens * m.ffn_hidden / layout.tp
+    total = (h_wide * x.tokens * m.hidden / sp_div
+             + f_wide_passes * ACTIVATION_BYTES * x.tokens * m.ffn_hidden / layout.tp)
     if job.low_precision:
         total = total + LOW_PRECISION_CAST_PASSES * x.tokens * (3.0 * m.hidden / sp_div + m.ffn_hidden / layout.tp)
     return total

@@ -46,40 +46,40 @@ def bound_sums(times: list[OpTime]) -> tuple[Num, Num]:
     return compute, memory
 
 
-def dimension_factor(dim, half_dim: float):
+def dimension_factor(dim: Num, half_dim: Num) -> Num:
     """x / (x + x_½): 1/2 at x = x_½, → 1 for large x [dimensionless]."""
     return dim / (dim + half_dim)
 
 
-def gemm_efficiency(m, n, k, peak_fraction: float, half_dim: float):
+def gemm_efficiency(m: Num, n: Num, k: Num, peak_fraction: Num, half_dim: Num) -> Num:
     """η_c(m, n, k) = η_max · Π_{x∈m,n,k} x/(x + x_½) [fraction of dense peak]."""
     return (peak_fraction * dimension_factor(m, half_dim) * dimension_factor(n, half_dim)
             * dimension_factor(k, half_dim))
 
 
-def gemm_flops(m, n, k):
+def gemm_flops(m: Num, n: Num, k: Num) -> Num:
     """2·m·n·k [FLOP] for an (m×k)·(k×n) product."""
     return 2.0 * m * n * k
 
 
-def gemm_bytes(m, n, k, input_bytes: float, output_bytes: float):
+def gemm_bytes(m: Num, n: Num, k: Num, input_bytes: float, output_bytes: float) -> Num:
     """Bytes moved by a GEMM that reads both operands once and writes its output once [B]."""
     return (m * k + k * n) * input_bytes + m * n * output_bytes
 
 
-def gemm_time(m, n, k, *, peak_flops_per_s: float, peak_fraction: float, half_dim: float,
-              input_bytes: float, output_bytes: float, memory_bytes_per_s: float) -> OpTime:
+def gemm_time(m: Num, n: Num, k: Num, *, peak_flops_per_s: float, peak_fraction: Num, half_dim: Num,
+              input_bytes: float, output_bytes: float, memory_bytes_per_s: Num) -> OpTime:
     """A GEMM on the roofline. memory_bytes_per_s is the achievable HBM bandwidth [B/s]."""
     eff = gemm_efficiency(m, n, k, peak_fraction, half_dim)
     return OpTime(compute_s=gemm_flops(m, n, k) / (peak_flops_per_s * eff),
                   memory_s=gemm_bytes(m, n, k, input_bytes, output_bytes) / memory_bytes_per_s)
 
 
-def streaming_time(bytes_moved, memory_bytes_per_s: float) -> OpTime:
+def streaming_time(bytes_moved: Num, memory_bytes_per_s: Num) -> OpTime:
     """An element-wise (memory-bound) kernel: bytes / achievable bandwidth; no compute term."""
     return OpTime(compute_s=0.0 * bytes_moved, memory_s=bytes_moved / memory_bytes_per_s)
 
 
-def fused_time(flops, bytes_moved, flops_per_s: float, memory_bytes_per_s: float) -> OpTime:
+def fused_time(flops: Num, bytes_moved: Num, flops_per_s: Num, memory_bytes_per_s: Num) -> OpTime:
     """A fused kernel (e.g. flash attention) with its own achievable FLOP/s and bandwidth."""
     return OpTime(compute_s=flops / flops_per_s, memory_s=bytes_moved / memory_bytes_per_s)
