@@ -51,12 +51,15 @@ def validate(
     runs: RunsOpt = None,
     source: Annotated[Optional[str], typer.Option("--source", help="Only runs whose source (file name or citation) contains this text.")] = None,
     hardware: Annotated[Optional[str], typer.Option("--hardware", "-H", help="Only runs on this hardware (catalog name).")] = None,
+    run_set: Annotated[Optional[str], typer.Option(
+        "--set", help="Only the runs of this set (a runs file's `set:`; `public`: the published runs, "
+                      "the set of a file without one).", show_default=False)] = None,
     json_out: JsonOpt = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the markdown tables used in docs/validation.md.")] = False,
 ) -> None:
-    """Compare trainest's predictions with published training runs: error per run, by source, by hardware."""
+    """Compare trainest's predictions with measured training runs: error per run, by set, by source, by hardware."""
     from trainest.errors import SpecError
-    from trainest.validate import markdown as report_markdown, report_dict, validate_runs
+    from trainest.validate import markdown as report_markdown, report_dict, run_sets, validate_runs
 
     if json_out and markdown:
         _fail("--json and --markdown are exclusive; choose one")
@@ -64,14 +67,16 @@ def validate(
     progress = LazyProgress("validating", enabled=not json_out and not markdown and sys.stderr.isatty())
     try:
         files = [*(runs or []), *(more_runs or [])]
-        result = validate_runs(files or None, source=source, hardware=hardware, progress=progress)
+        result = validate_runs(files or None, source=source, hardware=hardware, run_set=run_set, progress=progress)
+        known_sets = run_sets(files or None) if run_set and not result.runs and not result.not_expressible else []
     except SpecError as exc:
         progress.close()
         _fail(str(exc))
         return
     progress.close()
     if not result.runs and not result.not_expressible:
-        _fail("no run matches" + (f" --source {source!r}" if source else "") + (f" --hardware {hardware!r}" if hardware else ""))
+        _fail("no run matches" + (f" --source {source!r}" if source else "") + (f" --hardware {hardware!r}" if hardware else "")
+              + (f" --set {run_set!r} (the runs files have the sets: {', '.join(known_sets)})" if run_set else ""))
     if json_out:
         from trainest.report import dumps
         print(dumps(report_dict(result)))
@@ -91,6 +96,7 @@ def validate(
         t.add_row(r.id, r.hardware, metric_label(r), fmt_value(r.measured, r.unit), fmt_value(r.predicted, r.unit),
                   f"{r.error_pct:+.1f}")
     con.print(t)
+    con.print(_summary_table("By set", result.by_set, "set"))
     con.print(_summary_table("By source", result.by_source, "source"))
     con.print(_summary_table("By hardware", result.by_hardware, "hardware"))
     s = result.summary
