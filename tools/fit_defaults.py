@@ -3,7 +3,10 @@
     python tools/fit_defaults.py            # refit specs/hardware/*.yaml efficiency blocks, rewrite docs/validation.md
     python tools/fit_defaults.py --check    # fit and report only: write nothing
 
-Split: every expressible bundled run goes to the FIT set when crc32(id) mod 100 < FIT_PERCENT (60),
+Only the public runs are fitted and scored (runs files without a `set:`, or `set: public`); other sets
+(the vTrain single-node rows, `set: vtrain-single-node`) are left out.
+
+Split: every expressible public run goes to the FIT set when crc32(id) mod 100 < FIT_PERCENT (60),
 else to the HOLDOUT set. crc32 of the id is stable across machines, Python versions and file order,
 and a run keeps its side when other runs are added. Per hardware:
 
@@ -37,7 +40,7 @@ from trainest import catalog  # noqa: E402
 from trainest.calibrate import (PRIOR_WEIGHT, efficiency_block, fit_efficiency,  # noqa: E402
                                 replace_efficiency_block)
 from trainest.units import MICROSECOND  # noqa: E402
-from trainest.validate import (RunResult, build_report, compare, load_runs, mape_pct,  # noqa: E402
+from trainest.validate import (PUBLIC_SET, RunResult, build_report, compare, load_runs, mape_pct,  # noqa: E402
                                markdown, overlap_bounds, reasons_markdown, runs_markdown)
 
 FIT_PERCENT = 60          # share of each hardware's runs used for fitting (by crc32 of the id)
@@ -184,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
 
-    loaded = load_runs()
+    loaded = load_runs(run_set=PUBLIC_SET)
     by_hw: dict[str, list] = {}
     for c in loaded.cases:
         by_hw.setdefault(c.scenario.hardware.name, []).append(c)
