@@ -195,3 +195,48 @@ def test_cli_errors(tmp_path):
     res = runner.invoke(app, ["validate", "--runs", str(tmp_path / "missing.yaml")])
     assert res.exit_code == 1 and "does not exist" in res.stderr
     assert runner.invoke(app, ["validate", "--no-such-option"]).exit_code == 2
+
+
+# --- run sets: a runs file's `set:` (absent: public) ----------------------------------------------------
+
+def test_a_files_set_reaches_every_case_and_result_and_groups_the_report(tmp_path):
+    public = write_runs(tmp_path, [run("p", {"step_time_s": 0.5}),
+                                   {"id": "px", "source": "x", "expressible": False, "reason": "MoE"}], name="pub.yaml")
+    other = write_runs(tmp_path, [run("o1", {"step_time_s": 0.5}), run("o2", {"step_time_s": 0.7})], name="lab.yaml",
+                       set="lab-node")
+    assert {c.id: c.run_set for c in load_runs([public, other]).cases} == {"p": "public", "o1": "lab-node",
+                                                                          "o2": "lab-node"}
+    report = validate_runs([public, other])
+    assert {r.id: r.run_set for r in report.runs} == {"p": "public", "o1": "lab-node", "o2": "lab-node"}
+    assert {n.id: n.run_set for n in report.not_expressible} == {"px": "public"}
+    assert list(report.by_set) == ["lab-node", "public"]
+    assert report.by_set["lab-node"].runs == 2 and report.by_set["lab-node"].not_expressible == 0
+    assert report.by_set["public"].runs == 1 and report.by_set["public"].not_expressible == 1
+    only = validate_runs([public, other], run_set="lab-node")
+    assert [r.id for r in only.runs] == ["o1", "o2"] and not only.not_expressible
+    assert only.summary == report.by_set["lab-node"]
+    assert [r.id for r in validate_runs([public, other], run_set="public").runs] == ["p"]
+
+
+@pytest.mark.parametrize("bad", ["Public", "two words", "", 3])
+def test_a_bad_set_name_is_an_error_naming_the_file(tmp_path, bad):
+    path = write_runs(tmp_path, [run("a", {"step_time_s": 1.0})], set=bad)
+    with pytest.raises(SpecError, match="set") as err:
+        load_runs([path])
+    assert "tiny.yaml" in str(err.value)
+
+
+def test_cli_set_filter_json_by_set_and_unknown_set(tmp_path):
+    public = write_runs(tmp_path, [run("p", {"step_time_s": 0.5})], name="pub.yaml")
+    other = write_runs(tmp_path, [run("o", {"step_time_s": 0.5})], name="lab.yaml", set="lab-node")
+    res = runner.invoke(app, ["validate", "--runs", public, other, "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert set(doc["by_set"]) == {"public", "lab-node"} and {r["run_set"] for r in doc["runs"]} == {"public", "lab-node"}
+    res = runner.invoke(app, ["validate", "--runs", public, other, "--set", "lab-node", "--json"])
+    assert res.exit_code == 0 and [r["id"] for r in json.loads(res.stdout)["runs"]] == ["o"]
+    res = runner.invoke(app, ["validate", "--runs", public, other, "--set", "nope"])
+    assert res.exit_code == 1 and res.stdout == ""
+    assert "--set 'nope'" in res.stderr and "lab-node, public" in res.stderr
+    res = runner.invoke(app, ["validate", "--runs", public, other, "--markdown"])
+    assert res.exit_code == 0 and "| set | runs |" in res.stdout

@@ -26,7 +26,7 @@ from fit_defaults import MIN_FIT_RUNS, SIBLINGS, in_fit_set, prior_hardware  # n
 
 from trainest import catalog  # noqa: E402
 from trainest.calibrate import fit_efficiency  # noqa: E402
-from trainest.validate import compare, load_runs, mape_pct  # noqa: E402
+from trainest.validate import PUBLIC_SET, compare, load_runs, mape_pct  # noqa: E402
 
 DOC = ROOT / "docs" / "cross-validation.md"
 COMMAND = "python tools/cross_validate.py"
@@ -51,7 +51,7 @@ def fitted_without(cases_by_hw: dict, hw_name: str, source: str) -> tuple[catalo
 
 def main() -> int:
     t0 = time.perf_counter()
-    loaded = load_runs()
+    loaded = load_runs(run_set=PUBLIC_SET)     # the public runs only (docs/validation.md: other sets apart)
     by_hw: dict[str, list] = {}
     for c in loaded.cases:
         by_hw.setdefault(c.scenario.hardware.name, []).append(c)

@@ -33,14 +33,15 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from trainest import __version__
 from trainest.catalog import PRECISIONS, Hardware, hardware_from_mapping
 from trainest.errors import SpecError, show
-from trainest.units import BITS_PER_BYTE, GB, GIGA, TERA, KiB, MiB, GiB, MICROSECOND
+from trainest.units import BITS_PER_BYTE, GB, GIGA, MICROSECOND, TERA, GiB, KiB, MiB
 
 # ---------------------------------------------------------------------------------- assumptions
 
@@ -319,7 +320,7 @@ def catalog_match(device_name: str) -> str | None:
 
 
 def now_iso() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
 
 
 # ----------------------------------------------------------------------------------- host facts
@@ -633,7 +634,7 @@ def _torch_gemm_timer(torch: Any, label: str) -> TimeBlock:
     def setup(n: int) -> Callable[[], Any]:
         gen = torch.Generator(device=device).manual_seed(0)
         if label == "fp8":
-            fp8 = getattr(torch, "float8_e4m3fn")
+            fp8 = torch.float8_e4m3fn
             if getattr(torch.version, "hip", None) and hasattr(torch, "float8_e4m3fnuz"):
                 fp8 = torch.float8_e4m3fnuz   # MI300-class FP8 format
             a = torch.randn(n, n, device=device, generator=gen).to(fp8)
@@ -933,7 +934,7 @@ def _gpu_parts(gpu: GpuProbe, base: Hardware | None) -> dict[str, Any]:
         raise SpecError("the GPU probe measured no copy bandwidth")
     measured = ["peak_tflops." + p for p in peaks] + ["memory.bandwidth_gb_per_s"]
     from_base, assumed = [], [f"system.devices_per_node = {gpu.device_count} (the GPUs PyTorch sees)"]
-    measured_16 = next((peaks[p] * TERA for p in ("bf16", "fp16", "tf32", "fp32") if p in peaks))
+    measured_16 = next(peaks[p] * TERA for p in ("bf16", "fp16", "tf32", "fp32") if p in peaks)
     system: dict[str, Any] = {"devices_per_node": gpu.device_count, "scale_up_gb_per_s": None,
                               "scale_out_gbit_per_s": None}
     eff: dict[str, Any] = {"gemm": 1.0, "gemm_half_dim": 0, "attention": 1.0, "memory": 1.0, "scale_up": 1.0,

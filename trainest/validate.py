@@ -15,6 +15,10 @@ Every metric is a monotonic function of the step time t, so one pair of function
 (`metric_from_step_time_s`, `step_time_s_from_metric`): prediction = metric(t_predicted) and, for
 calibration, the measured value is turned into an equivalent measured step time.
 
+A runs file may name the set its runs belong to (`set: NAME`; absent: `public`, the published
+vendor and paper runs). Every Case and RunResult carries it (`run_set`); reports summarize by set
+as well as by source and hardware, and the accuracy gates about published runs keep `public`.
+
 Records with `expressible: false` keep their `reason`; a record whose scenario does not validate
 (SpecError, e.g. pp does not divide layers) is counted as not expressible with that message. Nothing
 is dropped silently. This module builds results only; the CLI renders them.
@@ -32,13 +36,15 @@ from typing import Any
 from trainest import fields as F
 from trainest.catalog import Hardware, specs_dir
 from trainest.conventions import FLOPS_FORMULAS
-from trainest.errors import SpecError
+from trainest.errors import SpecError, show
 from trainest.scenario import RUN_ONLY_KEYS, SCENARIO_KEYS, Scenario, scenario_from_mapping
 from trainest.schema import SCHEMA_VERSION  # noqa: F401 - re-exported
 from trainest.units import TERA, GiB
 
 SECONDS_PER_HOUR = 3600.0
 RUNS_FILE_KEYS = ("source", "runs")
+RUNS_FILE_OPTIONAL_KEYS = ("set",)
+PUBLIC_SET = "public"               # the run set of a runs file without `set:` (published runs)
 MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens",
                  "peak_memory_gib")
 CONFIDENCE = ("high", "medium", "low")
@@ -76,6 +82,7 @@ class Case:
     scenario: Scenario
     measurement: Measurement
     confidence: str | None
+    run_set: str = PUBLIC_SET       # the runs file's `set` (public: published vendor and paper runs)
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,7 @@ class NotExpressible:
     source: str
     hardware: str
     reason: str
+    run_set: str = PUBLIC_SET
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,12 @@ class LoadedRuns:
 def bundled_runs_files() -> list[Path]:
     """The runs files shipped in specs/runs/, sorted by name."""
     return sorted((specs_dir() / "runs").glob("*.yaml"))
+
+
+def run_sets(paths: Iterable[str | Path] | None = None) -> list[str]:
+    """The run sets the runs files declare (the bundled files by default), sorted."""
+    files = [Path(p) for p in paths] if paths else bundled_runs_files()
+    return sorted({run_set_of(F.load_yaml_mapping(path, "runs"), path) for path in files})
 
 
 def measurement_from_mapping(data: Any, where: str) -> Measurement:
@@ -125,12 +139,25 @@ def _matches(text: str | None, pattern: str | None) -> bool:
     return pattern is None or (text is not None and pattern.lower() in str(text).lower())
 
 
+def run_set_of(doc: dict[str, Any], path: Path) -> str:
+    """The run set a runs file declares (`set:`, a lower-case name), `public` when absent."""
+    if doc.get("set") is None:
+        return PUBLIC_SET
+    name = doc["set"]
+    if not isinstance(name, str) or not name or name != name.lower() \
+            or not all(c.isascii() and (c.isalnum() or c in "-_.") for c in name):
+        raise SpecError(f"{path}: set: {show(name)} must be a lower-case name (letters, digits, '-', '_', '.'), "
+                        f"e.g. {PUBLIC_SET!r}")
+    return name
+
+
 def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None = None,
-              hardware: str | None = None) -> LoadedRuns:
+              hardware: str | None = None, run_set: str | None = None) -> LoadedRuns:
     """Read and check runs files; build a Scenario for every expressible record.
 
     `source` keeps records whose file stem, file-level or record `source` contains it (case-insensitive);
-    `hardware` keeps records whose hardware name equals it. Schema errors (unknown keys, a bad
+    `hardware` keeps records whose hardware name equals it; `run_set` keeps the files whose `set` equals
+    it (`public` for a file without one). Schema errors (unknown keys, a bad
     `measured`, duplicate ids) raise SpecError; a scenario that does not validate is not expressible.
     """
     files = [Path(p) for p in paths] if paths else bundled_runs_files()
@@ -143,11 +170,14 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
     duplicates: list[str] = []
     for path in files:
         doc = F.load_yaml_mapping(path, "runs")
-        F.check_keys(doc, str(path), RUNS_FILE_KEYS)
+        F.check_keys(doc, str(path), RUNS_FILE_KEYS, RUNS_FILE_OPTIONAL_KEYS)
         file_source = F.text(doc["source"], f"{path}: source")
+        file_set = run_set_of(doc, path)
         if not isinstance(doc["runs"], list):
             raise SpecError(f"{path}: runs: expected a list of run records, got {type(doc['runs']).__name__}")
         group = path.stem
+        if run_set is not None and file_set != run_set.strip().lower():
+            continue
         for i, rec in enumerate(doc["runs"]):
             where = f"{path}: runs[{i}]"
             F.check_keys(rec, where, ("id",), SCENARIO_KEYS + RUN_ONLY_KEYS)
@@ -173,7 +203,7 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
                 continue
             if not expressible:
                 reason = F.text(rec.get("reason") or "no reason given", f"{where}.reason")
-                skipped.append(NotExpressible(run_id, group, hw_name, reason))
+                skipped.append(NotExpressible(run_id, group, hw_name, reason, file_set))
                 continue
             if rec.get("measured") is None:
                 raise SpecError(f"{where}: missing required key 'measured' (an expressible run needs a measurement)")
@@ -181,9 +211,9 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
             try:
                 scenario = scenario_from_mapping(rec, where)
             except SpecError as exc:
-                skipped.append(NotExpressible(run_id, group, hw_name, f"does not validate: {exc}"))
+                skipped.append(NotExpressible(run_id, group, hw_name, f"does not validate: {exc}", file_set))
                 continue
-            cases.append(Case(run_id, group, citation, scenario, measurement, confidence))
+            cases.append(Case(run_id, group, citation, scenario, measurement, confidence, file_set))
     return LoadedRuns(tuple(cases), tuple(skipped), tuple(duplicates))
 
 
@@ -275,6 +305,7 @@ class RunResult:
     measured_memory_bytes: float | None = None    # published peak memory per device, if any
     predicted_memory_bytes: float | None = None   # trainest's memory per device for the same run
     predicted_no_overlap_step_s: float | None = None   # the step with every collective exposed (upper bound)
+    run_set: str = PUBLIC_SET                     # the runs file's `set` (public: published runs)
 
 
 def compare(case: Case, hardware: Hardware | None = None) -> RunResult:
@@ -302,7 +333,7 @@ def result_for(case: Case, predicted_step_s: float, bottleneck: str = "?", fits:
         params_b=s.model.params / 1e9, devices=s.devices, tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, vpp=p.vpp,
         zero=p.zero, sequence_parallel=p.sequence_parallel, recompute=s.recompute, precision=s.precision,
         seq_len=s.seq_len, micro_batch=s.micro_batch, global_batch=s.global_batch, confidence=case.confidence,
-        citation=case.citation)
+        citation=case.citation, run_set=case.run_set)
 
 
 @dataclass(frozen=True)
@@ -339,9 +370,14 @@ class ValidationReport:
     not_expressible: tuple[NotExpressible, ...]
     duplicates: tuple[str, ...] = ()
 
+    @property
+    def by_set(self) -> dict[str, Summary]:
+        """Summary per run set (`public`, `vtrain-single-node`, ...)."""
+        return grouped(self.runs, self.not_expressible, "run_set")
+
 
 def grouped(results: Iterable[RunResult], skipped: Iterable[NotExpressible], key: str) -> dict[str, Summary]:
-    """Summary per value of `key` (`source` or `hardware`), sorted by that value."""
+    """Summary per value of `key` (`source`, `hardware` or `run_set`), sorted by that value."""
     res: dict[str, list[RunResult]] = {}
     nx: dict[str, int] = {}
     for r in results:
@@ -360,11 +396,13 @@ def build_report(results: Iterable[RunResult], skipped: Iterable[NotExpressible]
 
 
 def validate_runs(paths: Iterable[str | Path] | None = None, source: str | None = None, hardware: str | None = None,
-                  *, progress: Callable[[int, int], None] | None = None) -> ValidationReport:
+                  *, run_set: str | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> ValidationReport:
     """Load runs (the bundled ones by default), predict each expressible one, compare, summarize.
 
+    `run_set` keeps one set of runs (`public`: the published runs the accuracy gates measure).
     `progress(done, total)` is called after each run (the CLI draws a progress bar with it)."""
-    loaded = load_runs(paths, source=source, hardware=hardware)
+    loaded = load_runs(paths, source=source, hardware=hardware, run_set=run_set)
     results: list[RunResult] = []
     skipped = list(loaded.not_expressible)
     for i, case in enumerate(loaded.cases):
@@ -372,7 +410,7 @@ def validate_runs(paths: Iterable[str | Path] | None = None, source: str | None 
             results.append(compare(case))
         except SpecError as exc:
             skipped.append(NotExpressible(case.id, case.source, case.scenario.hardware.name,
-                                          f"cannot be estimated: {exc}"))
+                                          f"cannot be estimated: {exc}", case.run_set))
         if progress is not None:
             progress(i + 1, len(loaded.cases))
     return build_report(results, skipped, loaded.duplicates)

@@ -28,15 +28,18 @@ def validate(
         "--source", help="Only runs whose source (file name or citation) contains this text.")] = None,
     hardware: Annotated[str | None, typer.Option(
         "--hardware", "-H", help="Only runs on this hardware (catalog name).")] = None,
+    run_set: Annotated[str | None, typer.Option(
+        "--set", help="Only the runs of this set (a runs file's `set:`; `public`: the published runs, "
+                      "the set of a file without one).", show_default=False)] = None,
     json_out: JsonFlag = False,
     markdown: Annotated[bool, typer.Option(
         "--markdown", help="Print the markdown tables used in docs/validation.md.")] = False,
 ) -> None:
-    """Compare trainest's predictions with published training runs: error per run, by source, by hardware."""
+    """Compare trainest's predictions with measured training runs: error per run, by set, by source, by hardware."""
     from trainest.errors import SpecError
     from trainest.report.validate import markdown as report_markdown
     from trainest.report.validate import print_validate, report_dict
-    from trainest.validate import validate_runs
+    from trainest.validate import run_sets, validate_runs
 
     if json_out and markdown:
         fail("--json and --markdown are exclusive; choose one")
@@ -44,14 +47,16 @@ def validate(
     progress = LazyProgress("validating", enabled=not json_out and not markdown and sys.stderr.isatty())
     try:
         files = [*(runs or []), *(more_runs or [])]
-        result = validate_runs(files or None, source=source, hardware=hardware, progress=progress)
+        result = validate_runs(files or None, source=source, hardware=hardware, run_set=run_set, progress=progress)
+        known_sets = run_sets(files or None) if run_set and not result.runs and not result.not_expressible else []
     except SpecError as exc:
         progress.close()
         fail(str(exc))
     progress.close()
     if not result.runs and not result.not_expressible:
         fail("no run matches" + (f" --source {source!r}" if source else "")
-             + (f" --hardware {hardware!r}" if hardware else ""))
+             + (f" --hardware {hardware!r}" if hardware else "")
+             + (f" --set {run_set!r} (the runs files have the sets: {', '.join(known_sets)})" if run_set else ""))
     if json_out:
         from trainest.report import dumps
         print(dumps(report_dict(result)))

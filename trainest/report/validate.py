@@ -22,10 +22,11 @@ def report_dict(report: ValidationReport) -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, "summary": summary_dict(report.summary),
             "by_source": {k: summary_dict(v) for k, v in report.by_source.items()},
             "by_hardware": {k: summary_dict(v) for k, v in report.by_hardware.items()},
+            "by_set": {k: summary_dict(v) for k, v in report.by_set.items()},
             "runs": [asdict(r) for r in report.runs],
             "duplicates_skipped": list(report.duplicates),
-            "not_expressible": [{"id": n.id, "source": n.source, "hardware": n.hardware, "reason": n.reason}
-                                for n in report.not_expressible]}
+            "not_expressible": [{"id": n.id, "source": n.source, "hardware": n.hardware, "reason": n.reason,
+                                 "run_set": n.run_set} for n in report.not_expressible]}
 
 
 def fmt_value(value: float, unit: str) -> str:
@@ -91,6 +92,7 @@ def markdown(report: ValidationReport) -> str:
     return "\n\n".join([
         f"**{s.runs} runs compared; MAPE {_pct(s.mape_pct)} %, median {_pct(s.median_ape_pct)} %, "
         f"max {_pct(s.max_ape_pct)} %; {s.not_expressible} not expressible.**",
+        "### By set\n\n" + summary_markdown(report.by_set, "set"),
         "### By source\n\n" + summary_markdown(report.by_source, "source"),
         "### By hardware\n\n" + summary_markdown(report.by_hardware, "hardware"),
         "### Per run\n\n" + runs_markdown(report.runs),
@@ -124,6 +126,7 @@ def print_validate(result: ValidationReport) -> None:
         t.add_row(r.id, r.hardware, metric_label(r), fmt_value(r.measured, r.unit), fmt_value(r.predicted, r.unit),
                   f"{r.error_pct:+.1f}")
     con.print(t)
+    con.print(summary_table("By set", result.by_set, "set"))
     con.print(summary_table("By source", result.by_source, "source"))
     con.print(summary_table("By hardware", result.by_hardware, "hardware"))
     s = result.summary
