@@ -147,6 +147,20 @@ def test_mutated_model_and_hardware_mappings(data):
     only_spec_error(catalog.hardware_from_mapping, hw, "fuzz hardware")
 
 
+MOE_MODEL = yaml.safe_load((REPO / "specs" / "models" / "deepseek-v3.yaml").read_text(encoding="utf-8"))
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_moe_and_mla_mappings(data):
+    """A key of DeepSeek-V3's model, moe or mla block set to junk: SpecError only."""
+    model = copy.deepcopy(MOE_MODEL)
+    section = data.draw(st.sampled_from(["moe", "mla", None]))
+    target = model if section is None else model[section]
+    target[data.draw(st.sampled_from(sorted(target) + ["junk"]))] = data.draw(NESTED)
+    only_spec_error(catalog.model_from_mapping, model, "fuzz moe model")
+
+
 # --------------------------------------------------------------------------------------- files
 
 YAMLISH = st.one_of(
