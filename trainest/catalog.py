@@ -682,6 +682,12 @@ def _load_model_path(path: str) -> Model:
     return model_from_mapping(_read_spec(Path(path), "model"), path)
 
 
+@functools.cache
+def _load_hf_config_path(path: str) -> Model:
+    from trainest import hf_config   # only here: a YAML or preset model never pays for it (start-up time)
+    return hf_config.load_hf_config(Path(path))
+
+
 # Models people ask for that trainest cannot express, and why (said instead of "unknown model").
 NOT_EXPRESSIBLE_MODELS = {
     **dict.fromkeys(("nemotron-3-nano", "nemotron-3-super", "nemotron-3-ultra", "nemotron-3.5-lightning"),
@@ -692,13 +698,33 @@ NOT_EXPRESSIBLE_MODELS = {
 }
 
 
+def _hf_config_file(value: str) -> Path | None:
+    """The config.json `value` names (a `.json` path, or a folder holding config.json), else None."""
+    if value.lower().endswith(".json"):
+        return Path(value)
+    try:
+        is_dir = Path(value).is_dir()
+    except OSError:   # a name too long for the file system is not a folder
+        return None
+    if not is_dir:
+        return None
+    if not (Path(value) / "config.json").is_file():
+        raise SpecError(f"model file {F.show(value, F.MAX_SHOWN_PATH_CHARS)} is a directory holding no config.json; "
+                        f"give a model YAML file, or a Hugging Face config.json or its folder")
+    return Path(value) / "config.json"
+
+
 def load_model(value: str) -> Model:
-    """A preset name (`llama3-8b`) or a path to a model YAML file."""
+    """A preset name (`llama3-8b`), a path to a model YAML file, or a Hugging Face `config.json` (or
+    the folder holding it; read offline by trainest/hf_config.py)."""
     value = str(value).strip()
     files = _catalog_files("models")
     key = value.lower()
     if key in files:
         return _load_model_path(str(files[key]))
+    hf = _hf_config_file(value)
+    if hf is not None:
+        return _load_hf_config_path(str(hf))
     if _looks_like_path(value):
         return _load_model_path(value)
     if key in _model_aliases():
@@ -706,7 +732,8 @@ def load_model(value: str) -> Model:
     if key in NOT_EXPRESSIBLE_MODELS:
         raise SpecError(f"model {F.show(value)} is not expressible in trainest: {NOT_EXPRESSIBLE_MODELS[key]}")
     raise SpecError(f"unknown model {F.show(value)}{did_you_mean(key, set(files) | set(_model_aliases()))}; run "
-                    f"`trainest list models` for the presets, or give a path to a model YAML file")
+                    f"`trainest list models` for the presets, or give a path to a model YAML file or a Hugging Face "
+                    f"config.json")
 
 
 # with_shape's names for the `moe:` keys it overrides (the CLI's --experts, --top-k, --expert-ffn-hidden,
