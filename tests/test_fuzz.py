@@ -147,6 +147,34 @@ def test_mutated_model_and_hardware_mappings(data):
     only_spec_error(catalog.hardware_from_mapping, hw, "fuzz hardware")
 
 
+MOE_MODEL = yaml.safe_load((REPO / "specs" / "models" / "deepseek-v3.yaml").read_text(encoding="utf-8"))
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_moe_and_mla_mappings(data):
+    """A key of DeepSeek-V3's model, moe or mla block set to junk: SpecError only."""
+    model = copy.deepcopy(MOE_MODEL)
+    section = data.draw(st.sampled_from(["moe", "mla", None]))
+    target = model if section is None else model[section]
+    target[data.draw(st.sampled_from(sorted(target) + ["junk"]))] = data.draw(NESTED)
+    only_spec_error(catalog.model_from_mapping, model, "fuzz moe model")
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_hf_configs(data):
+    """A key of a Hugging Face config.json set to junk: SpecError only."""
+    import json
+
+    from trainest.hf_config import model_from_hf_config
+    folder = data.draw(st.sampled_from(sorted(p.name for p in (REPO / "tests" / "hf_configs").iterdir() if p.is_dir())))
+    config = json.loads((REPO / "tests" / "hf_configs" / folder / "config.json").read_text(encoding="utf-8"))
+    target = config["text_config"] if "text_config" in config and data.draw(st.booleans()) else config
+    target[data.draw(st.sampled_from(sorted(target) + ["junk"]))] = data.draw(NESTED)
+    only_spec_error(model_from_hf_config, config, "fuzz config.json")
+
+
 # --------------------------------------------------------------------------------------- files
 
 YAMLISH = st.one_of(

@@ -32,7 +32,9 @@ REL = 1e-9     # floating-point slack for "never slower / never more"
 PHASES = [Phase.explicit, Phase.generate]   # no shrinking: keeps a failure (and a strict xfail) fast
 
 HARDWARE = catalog.hardware_names()
-PRESETS = catalog.model_names()
+# Presets with features the step model does not compute yet (mixture of experts, MLA) are left out:
+# their estimate would be a dense model's numbers (catalog.unmodelled_features).
+PRESETS = [n for n in catalog.model_names() if not catalog.unmodelled_features(catalog.load_model(n))]
 BIG_PRESETS = [n for n in PRESETS if catalog.load_model(n).hidden >= 4096]
 
 

@@ -42,9 +42,14 @@ MODEL_REQUIRED = (
     "name", "display_name", "source", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp",
     "seq_len", "tied_embeddings", "dropout",
 )
-MODEL_OPTIONAL = ("aliases", "notes", "head_dim")
+MODEL_OPTIONAL = ("aliases", "notes", "head_dim", "moe", "mla")
 MODEL_MLPS = ("gelu", "swiglu")
 MODEL_INTS = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len")
+MOE_REQUIRED = ("experts", "top_k", "expert_ffn_hidden")
+MOE_OPTIONAL = ("shared_experts", "shared_expert_ffn_hidden", "dense_layers", "layer_frequency", "capacity_factor",
+                "imbalance")
+MLA_REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+MLA_OPTIONAL = ("q_lora_rank",)
 
 
 def _files(folder: Path) -> list[Path]:
@@ -172,7 +177,10 @@ def test_model_file(path: Path):
     _text(d["source"], f"{w}: source")
     for k in MODEL_INTS:
         _positive_int(d[k], f"{w}: {k}")
-    assert d["hidden"] % d["heads"] == 0, f"{w}: hidden {d['hidden']} is not divisible by heads {d['heads']}"
+    if "head_dim" in d:
+        _positive_int(d["head_dim"], f"{w}: head_dim")
+    else:
+        assert d["hidden"] % d["heads"] == 0, f"{w}: hidden {d['hidden']} is not divisible by heads {d['heads']}"
     assert d["heads"] % d["kv_heads"] == 0, f"{w}: heads {d['heads']} is not divisible by kv_heads {d['kv_heads']}"
     assert d["mlp"] in MODEL_MLPS, f"{w}: mlp {d['mlp']!r} not in {MODEL_MLPS}"
     assert isinstance(d["tied_embeddings"], bool), f"{w}: tied_embeddings must be true or false"
@@ -183,6 +191,40 @@ def test_model_file(path: Path):
             _text(a, f"{w}: aliases[{i}]")
     if "notes" in d:
         _text(d["notes"], f"{w}: notes")
+    if "moe" in d:
+        _check_moe(d["moe"], d, w)
+    if "mla" in d:
+        _check_mla(d["mla"], d, w)
+
+
+def _check_moe(moe: dict, d: dict, w: str) -> None:
+    _check_keys(moe, f"{w}: moe", MOE_REQUIRED, MOE_OPTIONAL)
+    for k in ("experts", "top_k", "expert_ffn_hidden", "layer_frequency", "shared_expert_ffn_hidden"):
+        if k in moe:
+            _positive_int(moe[k], f"{w}: moe.{k}")
+    assert moe["top_k"] <= moe["experts"], f"{w}: moe.top_k {moe['top_k']} exceeds experts {moe['experts']}"
+    for k in ("shared_experts", "dense_layers"):
+        if k in moe:
+            assert isinstance(moe[k], int) and moe[k] >= 0, f"{w}: moe.{k} {moe[k]!r} must be a whole number >= 0"
+    assert moe.get("dense_layers", 0) < d["layers"], f"{w}: moe.dense_layers leaves no MoE layer"
+    if "shared_expert_ffn_hidden" in moe:
+        assert moe.get("shared_experts", 0) > 0, f"{w}: moe.shared_expert_ffn_hidden without shared_experts"
+    if "imbalance" in moe:
+        assert _is_number(moe["imbalance"]) and moe["imbalance"] >= 1, f"{w}: moe.imbalance must be >= 1"
+    _positive(moe.get("capacity_factor"), f"{w}: moe.capacity_factor", nullable=True)
+    _text(d.get("notes"), f"{w}: notes (a MoE preset says what trainest does not express)")
+
+
+def _check_mla(mla: dict, d: dict, w: str) -> None:
+    _check_keys(mla, f"{w}: mla", MLA_REQUIRED, MLA_OPTIONAL)
+    for k in MLA_REQUIRED:
+        _positive_int(mla[k], f"{w}: mla.{k}")
+    for k in ("kv_lora_rank", "q_lora_rank"):
+        if mla.get(k) is not None:
+            _positive_int(mla[k], f"{w}: mla.{k}")
+            assert mla[k] < d["hidden"], f"{w}: mla.{k} {mla[k]} is not below hidden {d['hidden']}"
+    assert d["kv_heads"] == d["heads"], f"{w}: an MLA model has as many KV heads as heads"
+    assert "head_dim" not in d, f"{w}: an MLA model's head_dim is derived (qk_nope_head_dim + qk_rope_head_dim)"
 
 
 def test_model_names_and_aliases_are_unique():

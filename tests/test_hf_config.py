@@ -1,0 +1,240 @@
+"""trainest.hf_config: a Hugging Face config.json read offline gives the same Model as the matching preset,
+and every config it cannot express is one clean SpecError saying why."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainest import catalog, hf_config
+from trainest.catalog import load_model
+from trainest.errors import SpecError
+from trainest.hf_config import HF_SEQ_LEN_CAP, model_from_hf_config
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIGS = Path(__file__).resolve().parent / "hf_configs"   # hand-written from the public config.json files
+
+
+def _config(name: str) -> dict:
+    return json.loads((CONFIGS / name / "config.json").read_text(encoding="utf-8"))
+
+
+def _write(tmp_path: Path, data, name: str = "config.json") -> str:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else json.dumps(data), encoding="utf-8")
+    return str(path)
+
+
+# ------------------------------------------------------------------------- configs equal the presets
+
+@pytest.mark.parametrize("folder, preset", [
+    ("Meta-Llama-3-8B", "llama3-8b"),
+    ("Mistral-7B-v0.1", "mistral-7b"),
+    ("Qwen3-8B", "qwen3-8b"),
+    ("Mixtral-8x7B-v0.1", "mixtral-8x7b"),
+    ("Qwen3-30B-A3B", "qwen3-30b-a3b"),
+    ("gpt-oss-120b", "gpt-oss-120b"),
+    ("DeepSeek-V3", "deepseek-v3"),
+    ("Kimi-K2-Instruct", "kimi-k2"),
+    ("Llama-4-Maverick-17B-128E", "llama4-maverick"),
+])
+def test_config_gives_the_preset_shape(folder, preset):
+    """Every field but name, source and the default sequence length (a chosen default) is the preset's."""
+    from_hf, want = load_model(str(CONFIGS / folder / "config.json")), load_model(preset)
+    assert dataclasses.replace(from_hf, name=want.name, source=want.source, seq_len=want.seq_len) == want
+    assert from_hf.params == want.params and from_hf.active_params == want.active_params
+    assert from_hf.name == folder and "config.json" in from_hf.source
+
+
+def test_a_folder_holding_config_json_loads_the_same():
+    assert load_model(str(CONFIGS / "Mixtral-8x7B-v0.1")) == load_model(str(CONFIGS / "Mixtral-8x7B-v0.1" / "config.json"))
+
+
+def test_seq_len_is_max_position_embeddings_capped():
+    assert load_model(str(CONFIGS / "Meta-Llama-3-8B")).seq_len == 8192               # 8192 positions
+    assert load_model(str(CONFIGS / "DeepSeek-V3")).seq_len == HF_SEQ_LEN_CAP == 8192  # 163840 positions
+    data = {**_config("Meta-Llama-3-8B"), "max_position_embeddings": 2048}
+    assert model_from_hf_config(data, "t").seq_len == 2048
+
+
+def test_dense_estimate_from_a_config_equals_the_presets():
+    from typer.testing import CliRunner
+
+    from trainest.cli import app
+    args = ["estimate", "--hardware", "h100-sxm", "--devices", "8", "--global-batch", "64", "--json"]
+    runner = CliRunner()
+    preset = runner.invoke(app, [*args, "--model", "llama3-8b"])
+    hf = runner.invoke(app, [*args, "--model", str(CONFIGS / "Meta-Llama-3-8B" / "config.json")])
+    assert preset.exit_code == hf.exit_code == 0, hf.stderr
+    a, b = json.loads(preset.stdout), json.loads(hf.stdout)
+    assert a["step"] == b["step"] and a["memory"] == b["memory"] and a["throughput"] == b["throughput"]
+
+
+# ------------------------------------------------------------------------------ other architectures
+
+def test_gemma_defaults_to_tied_embeddings_and_its_own_head_dim():
+    """Gemma 7B: config.json has no tie_word_embeddings (the class default, true, is not saved) and
+    head_dim 256 != hidden/heads = 192; 8.54B parameters (Gemma Team 2024, Table 1)."""
+    m = load_model(str(CONFIGS / "gemma-7b"))
+    assert m.tied_embeddings and m.head_dim == 256 and m.mlp == "swiglu" and m.moe is None
+    assert m.params / 1e9 == pytest.approx(8.54, rel=0.01)
+
+
+def test_gemma2_uses_hidden_activation():
+    m = load_model(str(CONFIGS / "gemma-2-9b"))
+    assert m.kv_heads == 8 and m.tied_embeddings
+    assert m.params / 1e9 == pytest.approx(9.24, rel=0.01)
+
+
+def test_multimodal_config_reads_its_text_config():
+    data = {"architectures": ["Gemma3ForConditionalGeneration"], "text_config": {
+        **{k: v for k, v in _config("gemma-7b").items() if k != "architectures"}}, "vision_config": {"hidden_size": 1152}}
+    assert model_from_hf_config(data, "t").params == load_model(str(CONFIGS / "gemma-7b")).params
+
+
+def test_qwen2_moe_shared_expert_and_leading_dense_layers():
+    data = {**_config("Qwen3-30B-A3B"), "architectures": ["Qwen2MoeForCausalLM"], "shared_expert_intermediate_size": 5632,
+            "mlp_only_layers": [0, 1]}
+    m = model_from_hf_config(data, "t")
+    assert (m.moe.shared_experts, m.moe.shared_expert_ffn_hidden, m.moe.dense_layers) == (1, 5632, 2)
+    assert m.moe_layers == 46 and m.dense_layers_count == 2
+
+
+def test_qwen_sparse_step_is_the_layer_frequency():
+    m = model_from_hf_config({**_config("Qwen3-30B-A3B"), "decoder_sparse_step": 2}, "t")
+    assert m.moe.layer_frequency == 2 and m.moe_layers == 24
+    assert [i for i in range(4) if m.is_moe_layer(i)] == [1, 3]   # Qwen: (i + 1) % step == 0
+
+
+def test_deepseek_v2_lite_without_query_compression():
+    data = {**_config("DeepSeek-V3"), "architectures": ["DeepseekV2ForCausalLM"], "q_lora_rank": None,
+            "num_hidden_layers": 27, "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16,
+            "first_k_dense_replace": 1, "n_routed_experts": 64, "num_experts_per_tok": 6, "n_shared_experts": 2,
+            "moe_intermediate_size": 1408, "intermediate_size": 10944, "vocab_size": 102400}
+    m = model_from_hf_config(data, "t")
+    assert m.mla.q_lora_rank is None and m.moe.shared_experts == 2
+    # DeepSeek-V2-Lite: 15.7B total, 2.4B active, which (like GPT-OSS's) leaves out the input embedding
+    assert m.params / 1e9 == pytest.approx(15.7, rel=0.02)
+    assert (m.active_params - m.vocab * m.hidden) / 1e9 == pytest.approx(2.4, rel=0.03)
+
+
+def test_dropout_is_read_from_the_dropout_keys():
+    assert not load_model(str(CONFIGS / "Meta-Llama-3-8B")).dropout
+    assert model_from_hf_config({**_config("Meta-Llama-3-8B"), "attention_dropout": 0.1}, "t").dropout
+
+
+# --------------------------------------------------------------------------------------- bad input
+
+def test_unknown_architecture_lists_the_supported_ones():
+    with pytest.raises(SpecError) as err:
+        model_from_hf_config({**_config("Meta-Llama-3-8B"), "architectures": ["FancyNewForCausalLM"]}, "c.json")
+    message = str(err.value)
+    assert "c.json.architectures" in message and "'FancyNewForCausalLM' is not supported" in message
+    for arch in ("LlamaForCausalLM", "MixtralForCausalLM", "DeepseekV3ForCausalLM", "GptOssForCausalLM",
+                 "Qwen3MoeForCausalLM", "Gemma2ForCausalLM"):
+        assert arch in message
+    assert "\n" not in message
+
+
+def test_hybrid_mamba_is_not_expressible_and_says_why():
+    with pytest.raises(SpecError, match=r"NemotronHForCausalLM is not expressible in trainest: hybrid Mamba"):
+        model_from_hf_config({"architectures": ["NemotronHForCausalLM"], "hidden_size": 2688}, "c.json")
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"architectures": None}, ("architectures", "must be a list")),
+    ({"architectures": "LlamaForCausalLM"}, ("architectures", "must be a list")),
+    ({"num_hidden_layers": None}, ("missing 'num_hidden_layers'", "LlamaForCausalLM")),
+    ({"hidden_size": 4096.5}, ("hidden_size", "not a whole number")),
+    ({"num_key_value_heads": 7}, ("not divisible by kv_heads",)),
+    ({"hidden_act": "swoosh"}, ("hidden_act", "'swoosh'", "allowed")),
+    ({"tie_word_embeddings": "no"}, ("tie_word_embeddings", "true or false")),
+    ({"attention_dropout": -1}, ("attention_dropout",)),
+])
+def test_bad_llama_config(change, words):
+    with pytest.raises(SpecError) as err:
+        model_from_hf_config({**_config("Meta-Llama-3-8B"), **change}, "c.json")
+    for w in words:
+        assert w in str(err.value)
+
+
+@pytest.mark.parametrize("folder, change, words", [
+    ("Mixtral-8x7B-v0.1", {"num_experts_per_tok": 9}, ("moe.top_k", "at most experts=8")),
+    ("DeepSeek-V3", {"moe_layer_freq": 2}, ("moe_layer_freq", "allowed: 1")),
+    ("DeepSeek-V3", {"kv_lora_rank": 8192}, ("kv_lora_rank", "less than hidden=7168")),
+    ("DeepSeek-V3", {"first_k_dense_replace": 61}, ("dense_layers", "less than layers=61")),
+    ("Qwen3-30B-A3B", {"mlp_only_layers": [3, 7]}, ("mlp_only_layers", "leading layers")),
+    ("Qwen3-30B-A3B", {"mlp_only_layers": [0], "decoder_sparse_step": 2}, ("not expressible",)),
+    ("Llama-4-Maverick-17B-128E", {"text_config": "x"}, ("text_config", "must be an object")),
+])
+def test_bad_moe_config(folder, change, words):
+    with pytest.raises(SpecError) as err:
+        model_from_hf_config({**_config(folder), **change}, "c.json")
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_llama4_moe_layers_must_be_the_interleaved_ones():
+    data = copy.deepcopy(_config("Llama-4-Maverick-17B-128E"))
+    data["text_config"]["moe_layers"] = list(range(1, 48, 2))
+    assert model_from_hf_config(data, "t").moe_layers == 24
+    data["text_config"]["moe_layers"] = [0, 5]
+    with pytest.raises(SpecError, match="moe_layers"):
+        model_from_hf_config(data, "t")
+
+
+@pytest.mark.parametrize("content, words", [
+    ("{not json", ("not valid JSON", "line 1")),
+    ("[1, 2]", ("must hold an object",)),
+    ('{"architectures": ["LlamaForCausalLM"], "hidden_size": ' + "9" * 5000 + "}", ("number too long",)),
+    (b"\x89PNG\r\n\x1a\n\xff\xfe", ("not UTF-8",)),
+])
+def test_bad_config_file(tmp_path, content, words):
+    path = tmp_path / "config.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(SpecError) as err:
+        load_model(str(path))
+    for w in (*words, "config.json"):
+        assert w in str(err.value)
+
+
+def test_missing_config_and_folder_without_one(tmp_path):
+    with pytest.raises(SpecError, match="does not exist"):
+        load_model(str(tmp_path / "nowhere" / "config.json"))
+    with pytest.raises(SpecError, match="is a directory holding no config.json"):
+        load_model(str(tmp_path))
+
+
+def test_cli_error_is_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from trainest.cli import app
+    path = _write(tmp_path, {"architectures": ["JambaForCausalLM"]})
+    result = CliRunner().invoke(app, ["estimate", "--model", path])
+    assert result.exit_code == 1 and result.stdout == ""
+    assert "not expressible" in result.stderr and "Traceback" not in result.stderr
+
+
+# ------------------------------------------------------------------------------------------ start-up
+
+def test_hf_config_is_imported_only_for_a_config_json(tmp_path):
+    """A preset estimate never imports trainest.hf_config; a config.json does (and still skips yaml)."""
+    def modules(*args: str) -> set[str]:
+        proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "trainest", *args], capture_output=True,
+                              text=True, timeout=120, cwd=REPO)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines()
+                if line.startswith("import time:") and "|" in line}
+    assert "trainest.hf_config" not in modules("estimate", "--model", "llama3-8b", "--json")
+    loaded = modules("estimate", "--model", str(CONFIGS / "Meta-Llama-3-8B"), "--json")
+    assert "trainest.hf_config" in loaded and "yaml" not in loaded
+
+
+def test_module_is_importable_without_the_cli():
+    assert hf_config.ARCHITECTURES and catalog.Model

@@ -1,0 +1,297 @@
+"""A Hugging Face `config.json`, read offline (no network, no `transformers`), as a trainest Model.
+
+Imported only when a config.json is loaded (`catalog.load_model`), so other start-ups never pay for it.
+Each supported `architectures` entry has a reader that maps the config's keys onto the model schema
+of specs/README.md; the mapping then goes through `catalog.model_from_mapping`, the same validation
+as a model YAML file.
+
+Keys read (HF -> trainest):
+    num_hidden_layers -> layers          hidden_size -> hidden            intermediate_size -> ffn_hidden
+    num_attention_heads -> heads         num_key_value_heads -> kv_heads (default: heads)
+    head_dim -> head_dim (default hidden/heads; MLA: qk_nope_head_dim + qk_rope_head_dim)
+    vocab_size -> vocab                  tie_word_embeddings -> tied_embeddings (default: the architecture's)
+    max_position_embeddings -> seq_len, capped at HF_SEQ_LEN_CAP
+    hidden_act / hidden_activation -> mlp: every supported architecture has a gated (3-matrix) MLP, which
+        trainest calls `swiglu` whatever the activation (SiLU, GeLU: the matmuls are the same)
+    attention_dropout, hidden_dropout... > 0 -> dropout
+    MoE: num_local_experts / num_experts / n_routed_experts -> moe.experts; num_experts_per_tok -> top_k;
+        moe_intermediate_size (else intermediate_size) -> expert_ffn_hidden; n_shared_experts or
+        shared_expert_intermediate_size -> shared_experts, shared_expert_ffn_hidden;
+        first_k_dense_replace or mlp_only_layers [0..d-1] -> dense_layers; decoder_sparse_step or
+        interleave_moe_layer_step -> layer_frequency
+    MLA: q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim -> mla.*
+
+Approximated (the config has it, trainest's model does not): sliding-window and chunked attention
+(Mistral, Gemma 2/3, GPT-OSS, Llama 4) count as full causal attention; biases (Qwen2 QKV, GPT-OSS),
+attention sinks, QK-norms and extra norms (Gemma 2/3 have four per layer) are not counted; logit
+soft-capping, embedding scaling and RoPE variants change no matmul; multi-token-prediction modules
+(DeepSeek-V3 num_nextn_predict_layers) are not counted; vision towers of multimodal configs
+(Llama 4, Gemma 3) are left out, only their text_config is read. Keys absent from a config are not
+filled with transformers' class defaults (except the ones named above): they are errors.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from trainest import catalog
+from trainest import fields as F
+from trainest.errors import SpecError, did_you_mean
+
+# Long-context positions are mostly reached by a later context-extension phase; pre-training runs at
+# 4K-8K tokens (Llama 3: 8192; DeepSeek-V3, Qwen3, Kimi K2: 4096). The default sequence length of a
+# config-derived model is max_position_embeddings, capped here (override it with --seq-len / seq_len).
+HF_SEQ_LEN_CAP = 8192
+# The activations a gated MLP of these architectures uses (the MLP has 3 matrices whichever it is).
+GATED_ACTIVATIONS = ("silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_new", "gelu_fast", "gelu_python",
+                     "quick_gelu", "relu")
+DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "dropout")
+MAX_CONFIG_BYTES = 16 * 2**20   # a config.json is a few kB; larger is not one
+
+_MISSING = object()
+
+
+class _Config:
+    """A config mapping with typed getters whose errors name the file and the HF key."""
+
+    def __init__(self, data: dict, where: str, architecture: str) -> None:
+        self.data, self.where, self.architecture = data, where, architecture
+
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def raw(self, key: str, default: Any = _MISSING) -> Any:
+        value = self.data.get(key)
+        if value is None:
+            if default is _MISSING:
+                raise SpecError(f"{self.where}: missing {key!r}, which {self.architecture} needs (trainest does not "
+                                f"fill in transformers' defaults; add the key from the model's configuration)")
+            return default
+        return value
+
+    def integer(self, key: str, default: Any = _MISSING, *, minimum: int = 1) -> Any:
+        """A whole number >= minimum; `default` (which may be None) when the key is absent or null."""
+        value = self.raw(key, default)
+        return None if value is None else F.integer(value, f"{self.where}.{key}", minimum=minimum)
+
+    def boolean(self, key: str, default: bool) -> bool:
+        return F.boolean(self.raw(key, default), f"{self.where}.{key}")
+
+
+# ----------------------------------------------------------------------------------------- readers
+
+def _dense(c: _Config, *, tied_default: bool = False, head_dim_required: bool = False) -> dict:
+    """The dense keys every supported architecture shares (Llama layout: gated MLP, GQA, RMSNorm)."""
+    heads = c.integer("num_attention_heads")
+    act = c.raw("hidden_activation", None) or c.raw("hidden_act", "silu")
+    if not isinstance(act, str) or act.lower() not in GATED_ACTIVATIONS:
+        raise SpecError(f"{c.where}.hidden_act: {F.show(act)} is not an activation trainest knows for "
+                        f"{c.architecture}{did_you_mean(str(act), GATED_ACTIVATIONS)}; "
+                        f"allowed: {', '.join(GATED_ACTIVATIONS)}")
+    max_positions = c.integer("max_position_embeddings", HF_SEQ_LEN_CAP)
+    dropout = any(F.number(c.raw(k, 0.0), f"{c.where}.{k}", allow_zero=True) > 0 for k in DROPOUT_KEYS)
+    mapping = {
+        "layers": c.integer("num_hidden_layers"),
+        "hidden": c.integer("hidden_size"),
+        "ffn_hidden": c.integer("intermediate_size"),
+        "heads": heads,
+        "kv_heads": c.integer("num_key_value_heads", heads),
+        "vocab": c.integer("vocab_size"),
+        "mlp": "swiglu",
+        "seq_len": min(max_positions, HF_SEQ_LEN_CAP),
+        "tied_embeddings": c.boolean("tie_word_embeddings", tied_default),
+        "dropout": dropout,
+    }
+    if c.has("head_dim") or head_dim_required:
+        mapping["head_dim"] = c.integer("head_dim")
+    return mapping
+
+
+def _llama(c: _Config) -> dict:
+    """Llama, Mistral, Qwen2, Qwen3 (dense): the common keys only."""
+    return _dense(c)
+
+
+def _gemma(c: _Config) -> dict:
+    """Gemma 1/2/3: tied embeddings by default; head_dim is not hidden/heads (Gemma 7B: 256, not 192)."""
+    return _dense(c, tied_default=True, head_dim_required=True)
+
+
+def _mixtral(c: _Config) -> dict:
+    """Mixtral: every layer MoE; each expert is an MLP of intermediate_size."""
+    mapping = _dense(c)
+    mapping["moe"] = {"experts": c.integer("num_local_experts"), "top_k": c.integer("num_experts_per_tok"),
+                      "expert_ffn_hidden": mapping["ffn_hidden"]}
+    return mapping
+
+
+def _gpt_oss(c: _Config) -> dict:
+    """GPT-OSS: every layer MoE (experts of intermediate_size); head_dim 64 != hidden/heads."""
+    return _mixtral(c)
+
+
+def _leading_dense(c: _Config, key: str, layers: int) -> int:
+    """d from a list of dense layer indices, which must be the leading layers 0..d-1."""
+    value = c.raw(key, [])
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise SpecError(f"{c.where}.{key}: {F.show(value)} must be a list of layer indices")
+    if sorted(value) != list(range(len(value))):
+        raise SpecError(f"{c.where}.{key}: {F.show(value)}: trainest expresses dense layers only as the leading "
+                        f"layers 0..d-1 of the {layers}")
+    return len(value)
+
+
+def _qwen_moe(c: _Config) -> dict:
+    """Qwen2-MoE / Qwen3-MoE: layer i is MoE when (i + 1) % decoder_sparse_step == 0 and i is not in
+    mlp_only_layers; Qwen2-MoE adds one shared expert of shared_expert_intermediate_size."""
+    mapping = _dense(c)
+    step = c.integer("decoder_sparse_step", 1)
+    dense = _leading_dense(c, "mlp_only_layers", mapping["layers"])
+    if dense and step > 1:
+        raise SpecError(f"{c.where}: mlp_only_layers together with decoder_sparse_step={step} is not expressible "
+                        f"(trainest's MoE layers follow the leading dense layers every layer_frequency layers)")
+    moe: dict = {"experts": c.integer("num_experts"), "top_k": c.integer("num_experts_per_tok"),
+                 "expert_ffn_hidden": c.integer("moe_intermediate_size"), "dense_layers": dense,
+                 "layer_frequency": step}
+    shared = c.integer("shared_expert_intermediate_size", 0, minimum=0)
+    if shared:
+        moe.update(shared_experts=1, shared_expert_ffn_hidden=shared)
+    mapping["moe"] = moe
+    return mapping
+
+
+def _deepseek(c: _Config) -> dict:
+    """DeepSeek-V2/V3 (and Kimi K2, which uses this architecture): MLA attention; the first
+    first_k_dense_replace layers dense (intermediate_size), then MoE layers of n_routed_experts of
+    moe_intermediate_size plus n_shared_experts of the same width. The config's head_dim (transformers
+    sets it to qk_rope_head_dim) is not the attention width and is ignored."""
+    mapping = _dense(c)
+    mapping.pop("head_dim", None)
+    frequency = c.integer("moe_layer_freq", 1)
+    if frequency != 1:
+        raise SpecError(f"{c.where}.moe_layer_freq: {frequency} is not expressible (DeepSeek's layer i is MoE when "
+                        f"i % moe_layer_freq == 0, trainest counts every k-th layer after the dense ones); allowed: 1")
+    width = c.integer("moe_intermediate_size")
+    moe: dict = {"experts": c.integer("n_routed_experts"), "top_k": c.integer("num_experts_per_tok"),
+                 "expert_ffn_hidden": width, "dense_layers": c.integer("first_k_dense_replace", 0, minimum=0)}
+    shared = c.integer("n_shared_experts", 0, minimum=0)
+    if shared:
+        moe.update(shared_experts=shared, shared_expert_ffn_hidden=width)
+    mapping["moe"] = moe
+    mapping["mla"] = {"q_lora_rank": c.integer("q_lora_rank", None), "kv_lora_rank": c.integer("kv_lora_rank"),
+                      "qk_nope_head_dim": c.integer("qk_nope_head_dim"),
+                      "qk_rope_head_dim": c.integer("qk_rope_head_dim"), "v_head_dim": c.integer("v_head_dim")}
+    return mapping
+
+
+def _llama4(c: _Config) -> dict:
+    """Llama 4 (text model): every interleave_moe_layer_step-th layer MoE with one shared expert, all
+    experts of intermediate_size; the other layers dense of intermediate_size_mlp."""
+    mapping = _dense(c)
+    width = mapping["ffn_hidden"]
+    mapping["ffn_hidden"] = c.integer("intermediate_size_mlp")
+    step = c.integer("interleave_moe_layer_step", 1)
+    layers = mapping["layers"]
+    if c.has("moe_layers"):
+        listed = c.raw("moe_layers")
+        if listed != list(range(step - 1, layers, step)):
+            raise SpecError(f"{c.where}.moe_layers: {F.show(listed)} is not every {step}-th layer; trainest expresses "
+                            f"only that layout")
+    mapping["moe"] = {"experts": c.integer("num_local_experts"), "top_k": c.integer("num_experts_per_tok"),
+                      "expert_ffn_hidden": width, "shared_experts": 1, "shared_expert_ffn_hidden": width,
+                      "layer_frequency": step}
+    return mapping
+
+
+Reader = Callable[[_Config], dict]
+# architecture -> (reader, read the nested text_config of a multimodal config)
+ARCHITECTURES: dict[str, tuple[Reader, bool]] = {
+    "LlamaForCausalLM": (_llama, False),
+    "MistralForCausalLM": (_llama, False),
+    "Qwen2ForCausalLM": (_llama, False),
+    "Qwen3ForCausalLM": (_llama, False),
+    "GemmaForCausalLM": (_gemma, False),
+    "Gemma2ForCausalLM": (_gemma, False),
+    "Gemma3ForCausalLM": (_gemma, False),
+    "Gemma3ForConditionalGeneration": (_gemma, True),
+    "MixtralForCausalLM": (_mixtral, False),
+    "Qwen2MoeForCausalLM": (_qwen_moe, False),
+    "Qwen3MoeForCausalLM": (_qwen_moe, False),
+    "DeepseekV2ForCausalLM": (_deepseek, False),
+    "DeepseekV3ForCausalLM": (_deepseek, False),
+    "GptOssForCausalLM": (_gpt_oss, False),
+    "Llama4ForCausalLM": (_llama4, False),
+    "Llama4ForConditionalGeneration": (_llama4, True),
+}
+NOT_EXPRESSIBLE = {
+    **dict.fromkeys(("NemotronHForCausalLM", "JambaForCausalLM", "FalconH1ForCausalLM", "Zamba2ForCausalLM"),
+                    "hybrid Mamba state-space / attention layers; trainest models transformer layers only"),
+    **dict.fromkeys(("MambaForCausalLM", "Mamba2ForCausalLM"), "state-space (Mamba) layers, no attention"),
+    "RecurrentGemmaForCausalLM": "recurrent (Griffin) layers; trainest models transformer layers only",
+}
+
+
+# ------------------------------------------------------------------------------------------ entry
+
+def model_from_hf_config(data: dict, where: str) -> catalog.Model:
+    """The Model of a parsed Hugging Face config.json; `where` names it in errors (and is its source)."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: a config.json must hold an object (key: value), not a {type(data).__name__}")
+    archs = data.get("architectures")
+    if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
+        raise SpecError(f"{where}.architectures: {F.show(archs)} must be a list naming the model class "
+                        f"(e.g. ['LlamaForCausalLM'])")
+    arch = archs[0]
+    if arch in NOT_EXPRESSIBLE:
+        raise SpecError(f"{where}.architectures: {arch} is not expressible in trainest: {NOT_EXPRESSIBLE[arch]}")
+    if arch not in ARCHITECTURES:
+        raise SpecError(f"{where}.architectures: {arch!r} is not supported{did_you_mean(arch, ARCHITECTURES)}; "
+                        f"supported: {', '.join(sorted(ARCHITECTURES))}")
+    reader, nested = ARCHITECTURES[arch]
+    config, config_where = data, where
+    if nested and "text_config" in data:
+        config, config_where = data["text_config"], f"{where}.text_config"
+        if not isinstance(config, dict):
+            raise SpecError(f"{config_where}: {F.show(config)} must be an object (key: value)")
+        if "tie_word_embeddings" not in config and "tie_word_embeddings" in data:
+            config = {**config, "tie_word_embeddings": data["tie_word_embeddings"]}
+    mapping = reader(_Config(config, config_where, arch))
+    name = data.get("_name_or_path")
+    mapping["name"] = name if isinstance(name, str) and name.strip() else _default_name(where)
+    mapping["source"] = f"Hugging Face config.json {where} ({arch})"
+    return catalog.model_from_mapping(mapping, where)
+
+
+def _default_name(where: str) -> str:
+    """The folder a config.json sits in (its model id, usually), else the file's stem."""
+    path = Path(where)
+    return path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+
+
+def load_hf_config(path: Path) -> catalog.Model:
+    """Read a config.json file and make its Model (errors name the file)."""
+    name = F.show(str(path), F.MAX_SHOWN_PATH_CHARS)
+    try:
+        if not path.exists():
+            raise SpecError(f"model file {name} does not exist")
+        if path.is_dir():
+            raise SpecError(f"model file {name} is a directory, not a config.json")
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise SpecError(f"model file {name} is too large for a config.json (over {MAX_CONFIG_BYTES // 2**20} MiB)")
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"model file {name} is not UTF-8 text (binary file?)") from None
+    except OSError as exc:   # e.g. a name too long for the file system
+        raise SpecError(f"model file {name} cannot be read: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"model file {name} is not valid JSON at line {exc.lineno}: {exc.msg}") from None
+    except ValueError:       # an integer literal over Python's 4300-digit conversion limit
+        raise SpecError(f"model file {name} holds a number too long to read") from None
+    except RecursionError:
+        raise SpecError(f"model file {name} is nested too deeply") from None
+    return model_from_hf_config(data, str(path))
