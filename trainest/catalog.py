@@ -280,8 +280,8 @@ class Hardware:
         link = self.intra_node
         need("intra_node.kind", link.kind)
         if link.kind not in (None, "none"):
-            for attr in ("bytes_per_s", "latency_s", "peer_to_peer") + (("pcie_gen", "pcie_lanes") if link.kind == "pcie"
-                                                                        else ()):
+            pcie = ("pcie_gen", "pcie_lanes") if link.kind == "pcie" else ()
+            for attr in ("bytes_per_s", "latency_s", "peer_to_peer") + pcie:
                 need(f"intra_node.{attr}", getattr(link, attr))
         need("scale_out_kind", self.scale_out_kind)
         if self.scale_out_kind not in (None, "none"):
