@@ -22,15 +22,16 @@ IMPORTER = REPO / "tools" / "import_hardware.py"
 # --- schema (specs/README.md) ------------------------------------------------------------------------------------
 HW_REQUIRED = (
     "name", "display_name", "vendor", "kind", "launch_year", "peak_tflops", "memory", "power_w",
-    "price_usd_per_hour", "system", "efficiency", "source",
+    "price_usd_per_hour", "system", "efficiency", "source", "execution_model", "compute", "host",
 )
-HW_OPTIONAL = ("price_source", "notes", "derived_fields")
+HW_OPTIONAL = ("price_source", "notes", "derived_fields", "unsupported_reason")
 HW_KINDS = ("gpu", "tpu", "asic", "wafer", "apple", "cpu-gpu")
 PEAK_KEYS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 MEMORY_KEYS = ("capacity_gb", "bandwidth_gb_per_s")
+MEMORY_FACT_KEYS = ("kind", "unified")     # bundled files carry them; os_reserve_gb exactly when unified
 SYSTEM_KEYS = (
     "devices_per_node", "scale_up_name", "scale_up_gb_per_s", "scale_up_domain", "scale_up_latency_us",
-    "scale_out_gbit_per_s", "scale_out_latency_us",
+    "scale_out_gbit_per_s", "scale_out_latency_us", "scale_out_kind", "scale_out_name", "intra_node",
 )
 EFFICIENCY_FRACTIONS = ("gemm", "attention", "memory", "scale_up", "scale_out")
 EFFICIENCY_KEYS = EFFICIENCY_FRACTIONS + ("gemm_half_dim", "fitted", "method")
@@ -121,9 +122,11 @@ def test_hardware_file(path: Path):
     assert any(peak.get(k) is not None for k in ("bf16", "fp16", "fp32")), f"{w}: needs a bf16, fp16 or fp32 peak"
 
     mem = d["memory"]
-    _check_keys(mem, f"{w}: memory", MEMORY_KEYS)
+    _check_keys(mem, f"{w}: memory", MEMORY_KEYS + MEMORY_FACT_KEYS, ("os_reserve_gb",))
     for k in MEMORY_KEYS:
         _positive(mem[k], f"{w}: memory.{k}")
+    assert isinstance(mem["unified"], bool), f"{w}: memory.unified must be true or false"
+    assert ("os_reserve_gb" in mem) == mem["unified"], f"{w}: memory.os_reserve_gb goes with (only) unified memory"
 
     _positive(d["power_w"], f"{w}: power_w", nullable=True)
     _positive(d["price_usd_per_hour"], f"{w}: price_usd_per_hour", nullable=True)

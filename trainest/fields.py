@@ -174,6 +174,25 @@ def choice(value: Any, where: str, allowed: tuple[str, ...]) -> str:
     return text
 
 
+def canonical_choice(value: Any, where: str, allowed: tuple[str, ...]) -> str:
+    """A string from `allowed`, matched case-insensitively and returned in its spelling in `allowed`
+    (`hbm3e` -> `HBM3e`)."""
+    by_lower = {a.lower(): a for a in allowed}
+    text = value.strip().lower() if isinstance(value, str) else ""
+    if text not in by_lower:
+        raise SpecError(f"{where}: {show(value)} is not allowed{did_you_mean(text, tuple(by_lower))}; "
+                        f"allowed: {', '.join(allowed)}")
+    return by_lower[text]
+
+
+def integer_choice(value: Any, where: str, allowed: tuple[int, ...]) -> int:
+    """A whole number from `allowed` (PCIe generations, lane counts)."""
+    n = integer(value, where, minimum=0)
+    if n not in allowed:
+        raise SpecError(f"{where}: {show(value)} is not allowed; allowed: {', '.join(str(a) for a in allowed)}")
+    return n
+
+
 def boolean(value: Any, where: str) -> bool:
     if isinstance(value, bool):
         return value

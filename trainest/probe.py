@@ -36,12 +36,15 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainest import __version__
 from trainest.catalog import PRECISIONS, Hardware, hardware_from_mapping
 from trainest.errors import SpecError, show
 from trainest.units import BITS_PER_BYTE, GB, GIGA, MICROSECOND, TERA, GiB, KiB, MiB
+
+if TYPE_CHECKING:   # imported lazily at run time (only the multi-threaded copy needs it)
+    from concurrent.futures import ThreadPoolExecutor
 
 # ---------------------------------------------------------------------------------- assumptions
 
@@ -410,6 +413,7 @@ def l3_cache_bytes() -> float | None:
 def core_counts() -> tuple[int | None, int | None]:
     """(logical cores, cores this process may run on)."""
     logical = os.cpu_count()
+    usable: int | None
     try:
         usable = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -501,13 +505,14 @@ def copy_buffer_bytes(l3_bytes: float | None, available_bytes: float | None) -> 
     return max(4 * KiB, int(size // (4 * KiB)) * 4 * KiB)
 
 
-def _numpy_copy_timer(np: Any, src: Any, dst: Any, threads: int) -> TimeBlock:
-    """time_block for np.copyto(dst, src), split into `threads` slices copied by a thread pool
-    (numpy releases the GIL while it copies); `size` is ignored (one buffer size)."""
+def _numpy_copy_timer(np: Any, src: Any, dst: Any, threads: int) -> tuple[TimeBlock, ThreadPoolExecutor | None]:
+    """(time_block, pool) for np.copyto(dst, src), split into `threads` slices copied by a thread pool
+    (numpy releases the GIL while it copies); `size` is ignored (one buffer size). The pool (None on
+    one thread) is the caller's to shut down."""
     if threads <= 1:
-        def time_block(_size: int, calls: int, stop_at: float) -> tuple[int, float]:
+        def time_block_one_thread(_size: int, calls: int, stop_at: float) -> tuple[int, float]:
             return _timed_calls(lambda: np.copyto(dst, src), calls, stop_at)
-        return time_block
+        return time_block_one_thread, None
 
     from concurrent.futures import ThreadPoolExecutor
     n = src.shape[0]
@@ -518,11 +523,10 @@ def _numpy_copy_timer(np: Any, src: Any, dst: Any, threads: int) -> TimeBlock:
         lo, hi = bound
         np.copyto(dst[lo:hi], src[lo:hi])
 
-    def time_block(_size: int, calls: int, stop_at: float) -> tuple[int, float]:
+    def time_block_threaded(_size: int, calls: int, stop_at: float) -> tuple[int, float]:
         return _timed_calls(lambda: list(pool.map(copy_slice, bounds)), calls, stop_at)
 
-    time_block.pool = pool   # type: ignore[attr-defined]  # shut down by the caller
-    return time_block
+    return time_block_threaded, pool
 
 
 def _numpy_copy_sweeps(np: Any, buffer: int, cores: int, budget_s: float) -> list[Sweep]:
@@ -536,11 +540,10 @@ def _numpy_copy_sweeps(np: Any, buffer: int, cores: int, budget_s: float) -> lis
     sweeps = []
     for i, threads in enumerate(options):
         left = budget_s - (time.perf_counter() - t0)
-        timer = _numpy_copy_timer(np, src, dst, threads)
+        timer, pool = _numpy_copy_timer(np, src, dst, threads)
         try:
             points = run_sweep([buffer], copy_bytes, timer, budget_s=max(0.0, left) / (len(options) - i))
         finally:
-            pool = getattr(timer, "pool", None)
             if pool is not None:
                 pool.shutdown()
         label = "copy-1-thread" if threads == 1 else f"copy-{threads}-threads"
@@ -593,14 +596,15 @@ def probe_cpu(budget_s: float = 20.0) -> CpuProbe:
     return CpuProbe(cpu_model=cpu_model_name(), logical_cores=logical, usable_cores=usable,
                     memory_bytes=host_memory_bytes(), l3_bytes=l3, numpy_version=np.__version__, blas=blas,
                     blas_threads=blas_threads, platform=platform.platform(), python_version=platform.python_version(),
-                    load_average=load, gemm=tuple(sweeps[lbl] for _, lbl in CPU_DTYPES), copy=tuple(copies), budget_s=budget_s,
-                    elapsed_s=time.perf_counter() - t_start, date=date)
+                    load_average=load, gemm=tuple(sweeps[lbl] for _, lbl in CPU_DTYPES), copy=tuple(copies),
+                    budget_s=budget_s, elapsed_s=time.perf_counter() - t_start, date=date)
 
 
 # ------------------------------------------------------------------------------ GPU measuring
 
 def gpu_unavailable_reason() -> str | None:
-    """Why `probe_gpu` returns None (PyTorch missing or broken, or no CUDA/ROCm device), or None when a GPU can be probed."""
+    """Why `probe_gpu` returns None (PyTorch missing or broken, or no CUDA/ROCm device), or None when a
+    GPU can be probed."""
     try:
         import torch
     except ImportError:
@@ -759,6 +763,8 @@ def probe_gpu(budget_s: float = 40.0) -> GpuProbe | None:
     launch = run_sweep([LAUNCH_FLOOR_CALLS], lambda kernels: float(kernels), _torch_launch_timer(torch),
                        budget_s=budget.take("launch"))
     fastest = best_point(launch)
+    if fastest is None:   # run_sweep's first size always yields a point, unless every block read 0 s
+        raise RuntimeError("the launch-floor loop timed no block (every block read 0 s on the clock)")
     floor = launch_floor_s(fastest.calls * fastest.size, fastest.seconds)
 
     peer, peer_access = None, None
@@ -811,21 +817,24 @@ def cpu_peaks(cpu: CpuProbe) -> tuple[dict[str, float], list[str]]:
     would run in, and numpy has no bfloat16 at all. fp64 is recorded but trainest has no fp64 peak.
     """
     fp32 = cpu.gemm_sweep("fp32")
-    if fp32 is None or fp32.best_rate_per_s is None:
+    fp32_best = None if fp32 is None else fp32.best
+    if fp32_best is None:
         raise SpecError("the CPU probe measured no fp32 GEMM rate; trainest needs at least one peak")
-    peaks = {"fp32": _tflops(fp32.best_rate_per_s)}
+    fp32_rate = fp32_best.rate_per_s
+    peaks = {"fp32": _tflops(fp32_rate)}
     notes = [f"peak_tflops.fp32 = the best sustained numpy float32 GEMM rate measured here "
-             f"({_gflops(fp32.best_rate_per_s)} GFLOP/s at n={fp32.best.size}; BLAS: {cpu.blas})."]
+             f"({_gflops(fp32_rate)} GFLOP/s at n={fp32_best.size}; BLAS: {cpu.blas})."]
     fp16 = cpu.gemm_sweep("fp16")
     if fp16 is not None and fp16.best_rate_per_s is not None:
         rate = fp16.best_rate_per_s
-        if rate >= FAST_16BIT_MIN_RATIO * fp32.best_rate_per_s:
+        if rate >= FAST_16BIT_MIN_RATIO * fp32_rate:
             peaks["fp16"] = _tflops(rate)
             notes.append(f"peak_tflops.fp16 = the measured numpy float16 GEMM rate ({_gflops(rate)} GFLOP/s"
                          f"{', emulated' if fp16.emulated else ''}), at least the fp32 rate.")
         else:
-            notes.append(f"fp16 left out: numpy's float16 GEMM is {'emulated (no BLAS)' if fp16.emulated else 'slow'}, "
-                         f"{_gflops(rate)} GFLOP/s = {rate / fp32.best_rate_per_s:.2g}x the fp32 rate; a CPU run "
+            how = "emulated (no BLAS)" if fp16.emulated else "slow"
+            notes.append(f"fp16 left out: numpy's float16 GEMM is {how}, "
+                         f"{_gflops(rate)} GFLOP/s = {rate / fp32_rate:.2g}x the fp32 rate; a CPU run "
                          f"computes in fp32, so estimate with --precision fp32.")
     notes.append("bf16 left out: numpy has no bfloat16 dtype, so no bf16 rate was measured; trainest's default "
                  "--precision bf16 therefore fails on this file: use --precision fp32.")
@@ -840,9 +849,10 @@ def gpu_peaks(gpu: GpuProbe) -> tuple[dict[str, float], list[str]]:
     """peak_tflops from the GPU's measured GEMM rates (best of each sweep), and notes on the ones not measured."""
     peaks, notes = {}, []
     for s in gpu.gemm:
-        if s.best_rate_per_s is not None and s.label in PRECISIONS:
-            peaks[s.label] = _tflops(s.best_rate_per_s)
-            notes.append(f"peak_tflops.{s.label} = measured {_tflops(s.best_rate_per_s)} TFLOP/s at n={s.best.size} "
+        best = s.best
+        if best is not None and s.label in PRECISIONS:
+            peaks[s.label] = _tflops(best.rate_per_s)
+            notes.append(f"peak_tflops.{s.label} = measured {_tflops(best.rate_per_s)} TFLOP/s at n={best.size} "
                          f"({s.note}).")
         else:
             notes.append(f"{s.label}: {s.note or 'not measured'}; left out.")
@@ -855,8 +865,11 @@ def gpu_peaks(gpu: GpuProbe) -> tuple[dict[str, float], list[str]]:
 def _provenance(cpu: CpuProbe | None, gpu: GpuProbe | None, base: Hardware | None, measured: list[str],
                 read: list[str], from_base: list[str], assumed: list[str]) -> dict[str, Any]:
     """The `extra.probe` block: when, with what, what was measured, taken from the catalog, assumed."""
+    probed = gpu if gpu is not None else cpu
+    if probed is None:   # hardware_mapping, the only caller, has already refused this
+        raise RuntimeError("_provenance needs a CPU or a GPU probe")
     record: dict[str, Any] = {
-        "date": (gpu or cpu).date,
+        "date": probed.date,
         "tool": f"trainest probe (trainest {__version__}, trainest/probe.py)",
         "trainest_version": __version__,
         "python": platform.python_version(),
@@ -869,7 +882,8 @@ def _provenance(cpu: CpuProbe | None, gpu: GpuProbe | None, base: Hardware | Non
     if cpu is not None:
         record["host"] = {
             "cpu_model": cpu.cpu_model, "logical_cores": cpu.logical_cores, "usable_cores": cpu.usable_cores,
-            "memory_gb": _gb(cpu.memory_bytes), "l3_mb": None if cpu.l3_bytes is None else round_sig(cpu.l3_bytes / MiB),
+            "memory_gb": _gb(cpu.memory_bytes),
+            "l3_mb": None if cpu.l3_bytes is None else round_sig(cpu.l3_bytes / MiB),
             "platform": cpu.platform, "numpy_version": cpu.numpy_version, "blas": cpu.blas,
             "blas_threads": cpu.blas_threads,
             "load_average_1min_at_start": None if cpu.load_average is None else round(cpu.load_average, 2),
@@ -901,9 +915,10 @@ def _cpu_parts(cpu: CpuProbe) -> dict[str, Any]:
         raise SpecError("the CPU probe measured no copy bandwidth")
     if cpu.memory_bytes is None:
         raise SpecError("host memory size unknown (no /proc/meminfo, no sysconf page count)")
-    best_copy = max((s for s in cpu.copy if s.best is not None), key=lambda s: s.best_rate_per_s)
-    notes.append(f"memory.bandwidth_gb_per_s = the best sustained np.copyto bandwidth measured here ({best_copy.label}, "
-                 f"{COPY_CONVENTION}); memory.capacity_gb = total host memory.")
+    measured_copies = [(s, best) for s in cpu.copy if (best := s.best) is not None]
+    best_copy, _ = max(measured_copies, key=lambda pair: pair[1].rate_per_s)
+    notes.append(f"memory.bandwidth_gb_per_s = the best sustained np.copyto bandwidth measured here "
+                 f"({best_copy.label}, {COPY_CONVENTION}); memory.capacity_gb = total host memory.")
     method = (f"trainest probe {cpu.date}: not fitted. peak_tflops and memory.bandwidth_gb_per_s ARE achievable rates "
               f"measured on this machine (best sustained numpy GEMM over a size sweep; np.copyto read+write), so "
               f"gemm = memory = 1.0. gemm_half_dim = 0: no size dependence assumed (the measured sweep is in "
@@ -968,13 +983,13 @@ def _gpu_parts(gpu: GpuProbe, base: Hardware | None) -> dict[str, Any]:
         measured.append("system.scale_up_gb_per_s (peer copy 0 -> 1, one direction)")
         assumed.append("scale-up latency: the catalog default")
     method = (f"trainest probe {gpu.date}: not fitted. peak_tflops and memory.bandwidth_gb_per_s ARE achievable rates "
-              f"measured on this GPU (best sustained GEMM over a size sweep; Tensor.copy_ read+write), so gemm = memory "
-              f"= 1.0" + ("; FP8 measured, so low_precision_gemm = 1.0" if "fp8" in peaks else "") + ". "
-              + (f"The rest from catalog entry {base.name}'s efficiency block (attention rescaled so its absolute rate "
-                 f"is unchanged)." if base is not None else
-                 "No catalog entry: gemm_half_dim = 0 (no size dependence), attention = 1.0 of the measured 16-bit rate "
-                 "(not measured; optimistic), scale_up/scale_out = 1.0, layer_overhead_us and overlap_contention: the "
-                 "catalog defaults."))
+              f"measured on this GPU (best sustained GEMM over a size sweep; Tensor.copy_ read+write), so gemm = "
+              f"memory = 1.0" + ("; FP8 measured, so low_precision_gemm = 1.0" if "fp8" in peaks else "") + ". "
+              + (f"The rest from catalog entry {base.name}'s efficiency block (attention rescaled so its absolute "
+                 f"rate is unchanged)." if base is not None else
+                 "No catalog entry: gemm_half_dim = 0 (no size dependence), attention = 1.0 of the measured 16-bit "
+                 "rate (not measured; optimistic), scale_up/scale_out = 1.0, layer_overhead_us and "
+                 "overlap_contention: the catalog defaults."))
     eff.update(fitted=False, method=method)
     notes.append(f"memory.bandwidth_gb_per_s = the best device-to-device copy measured here ({COPY_CONVENTION}); "
                  f"memory.capacity_gb = the device's total memory; kernel launch floor "
@@ -1002,16 +1017,19 @@ def hardware_mapping(cpu: CpuProbe | None, gpu: GpuProbe | None, *, base: Hardwa
     efficiency fields that are not rates. Provenance goes under `extra.probe`; `extra.probed: true`
     marks the file (the loader rejects unknown top-level keys and does not read `extra`).
     """
-    if cpu is None and gpu is None:
+    if gpu is not None:
+        parts = _gpu_parts(gpu, base)
+        date, what = gpu.date, "GPU 0: " + gpu.device_name
+    elif cpu is not None:
+        parts = _cpu_parts(cpu)
+        date, what = cpu.date, "CPU: " + cpu.cpu_model
+    else:
         raise SpecError("nothing was probed: give a CPU or a GPU probe")
-    parts = _gpu_parts(gpu, base) if gpu is not None else _cpu_parts(cpu)
-    date = (gpu or cpu).date
     from_base = list(parts["from_base"])
     power = base.power_w if base is not None else None
     price = base.price_usd_per_hour if base is not None else None
     if base is not None and gpu is None:
         from_base += ["power_w", "price_usd_per_hour"]
-    what = "GPU 0: " + gpu.device_name if gpu is not None else "CPU: " + cpu.cpu_model
     mapping: dict[str, Any] = {
         "name": name or ("probed-" + (base.name if base is not None else ("gpu" if gpu is not None else "cpu"))),
         "display_name": parts["display_name"],
@@ -1021,7 +1039,7 @@ def hardware_mapping(cpu: CpuProbe | None, gpu: GpuProbe | None, *, base: Hardwa
         "power_w": power,
         "price_usd_per_hour": price,
     }
-    if price is not None:
+    if base is not None and price is not None:
         mapping["price_source"] = f"catalog entry {base.name} (its price_source there)"
     mapping.update({
         "system": parts["system"],
@@ -1032,7 +1050,8 @@ def hardware_mapping(cpu: CpuProbe | None, gpu: GpuProbe | None, *, base: Hardwa
         "notes": parts["notes"],
         "derived_fields": [f"measured: {', '.join(parts['measured'])}"]
                           + ([f"read from the system: {', '.join(parts['read'])}"] if parts["read"] else [])
-                          + ([f"from catalog entry {base.name}: {', '.join(from_base)}"] if from_base else [])
+                          + ([f"from catalog entry {base.name}: {', '.join(from_base)}"]
+                             if base is not None and from_base else [])
                           + [f"assumed: {a}" for a in parts["assumed"]],
         "extra": {"probed": True,
                   "probe": _provenance(cpu, gpu, base, parts["measured"], parts["read"], from_base, parts["assumed"])},
@@ -1052,7 +1071,8 @@ def check_output_path(path: str | os.PathLike[str]) -> Path:
         raise SpecError(f"probe output {shown} must end in .yaml or .yml (so --hardware reads it as a file)")
     try:
         if p.is_dir():
-            raise SpecError(f"probe output {shown} is a directory; give a file name such as {show(str(p / 'probed.yaml'))}")
+            example = show(str(p / "probed.yaml"))
+            raise SpecError(f"probe output {shown} is a directory; give a file name such as {example}")
         parent = p.parent if str(p.parent) else Path(".")
         if not parent.exists():
             raise SpecError(f"cannot write probe output {shown}: folder {show(str(parent))} does not exist")
@@ -1097,7 +1117,8 @@ def write_hardware_yaml(mapping: dict[str, Any], path: str | os.PathLike[str]) -
 
 # ---------------------------------------------------------------------------------- the command
 
-def _summary(cpu: CpuProbe | None, gpu: GpuProbe | None, mapping: dict[str, Any], path: Path, elapsed_s: float) -> list[str]:
+def _summary(cpu: CpuProbe | None, gpu: GpuProbe | None, mapping: dict[str, Any], path: Path,
+             elapsed_s: float) -> list[str]:
     from trainest.report import fmt_gib, fmt_seconds, fmt_si
 
     lines = []
