@@ -241,7 +241,6 @@ def test_python_dash_m():
 def test_does_not_fit_warning_says_it_may_fit_only_when_marginal():
     """Over capacity by <= TIGHT_FIT_FRACTION: the warning says it may fit (the memory model leans
     high on published runs); further over: no such hedge. `fits` is false either way."""
-    from dataclasses import replace as dc_replace
 
     from trainest.advice import fit_suggestions
     from trainest.estimate import TIGHT_FIT_FRACTION, estimate
@@ -250,6 +249,6 @@ def test_does_not_fit_warning_says_it_may_fit_only_when_marginal():
                                "micro_batch": 1, "global_batch": 8, "recompute": "none"}, "test")
     e = estimate(s)
     for over, hedged in ((0.5 * TIGHT_FIT_FRACTION, True), (3.0 * TIGHT_FIT_FRACTION, False)):
-        mem = dc_replace(e.memory, capacity_bytes=e.memory.per_device_bytes / (1.0 + over), fits=False)
-        text = fit_suggestions(s, dc_replace(e, memory=mem))
+        mem = e.memory._replace(capacity_bytes=e.memory.per_device_bytes / (1.0 + over), fits=False)
+        text = fit_suggestions(s, e._replace(memory=mem))
         assert text.startswith("does not fit") and (("it may fit" in text) == hedged), text

@@ -168,7 +168,7 @@ def test_arrays_give_the_same_answer_as_floats():
 def test_flat_rings_use_one_nic_per_rank_across_domains():
     """Flat rings (aggregate_nics false): a group spanning domains gets one NIC per rank, k = 1,
     whatever its stride; a group inside one domain still runs on the scale-up links."""
-    flat = dataclasses.replace(tiers(), aggregate_nics=False)
+    flat = tiers()._replace(aggregate_nics=False)
     assert bus_bandwidth_bytes_per_s(16.0, 1.0, flat) == OUT
     assert bus_bandwidth_bytes_per_s(16.0, 2.0, flat) == OUT
     assert bus_bandwidth_bytes_per_s(8.0, 1.0, flat) == UP

@@ -98,10 +98,10 @@ def _scenario(mapping: dict):
 
 def _numbers(obj, path="e"):
     """(path, value) of every number inside a result dataclass tree."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for f in dataclasses.fields(obj):
-            if f.name != "scenario":
-                yield from _numbers(getattr(obj, f.name), f"{path}.{f.name}")
+    if hasattr(obj, "_fields"):         # the result records (NamedTuples)
+        for name in obj._fields:
+            if name != "scenario":
+                yield from _numbers(getattr(obj, name), f"{path}.{name}")
     elif isinstance(obj, dict):
         for k, v in obj.items():
             yield from _numbers(v, f"{path}.{k}")

@@ -109,9 +109,10 @@ def test_choice_options_take_their_vocabulary_from_trainest_choices():
     checks use the same words (one definition: trainest.choices)."""
     from trainest import scenario
     by_name = {o.name: o for o in ESTIMATE_OPTIONS}
-    assert by_name["precision"].choice_values == catalog.PRECISIONS == choices.Precision.values()
+    assert by_name["precision"].choice_values == catalog.PRECISIONS == choices.PRECISIONS
+    assert tuple(choices.enum("Precision")) == choices.PRECISIONS
     assert by_name["mlp"].choice_values == catalog.MLP_KINDS
-    assert by_name["recompute"].choice_values == choices.Recompute.values() == tuple(choices.RECOMPUTE_CODES)
+    assert by_name["recompute"].choice_values == choices.RECOMPUTES == tuple(choices.RECOMPUTE_CODES)
     assert "recompute" in scenario.SCENARIO_KEYS and "parallel" in scenario.SCENARIO_KEYS
 
 

@@ -11,15 +11,14 @@ import functools
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from trainest import fields as F
-from trainest.choices import Mlp, Precision
+from trainest.choices import MLPS, PRECISIONS
 from trainest.errors import SpecError, did_you_mean
 from trainest.units import BITS_PER_BYTE, GB, MICROSECOND, TERA, MiB
 
-PRECISIONS = Precision.values()
-MLP_KINDS = Mlp.values()
+MLP_KINDS = MLPS
 
 
 @functools.cache
@@ -106,8 +105,7 @@ def pcie_bytes_per_s(gen: int, lanes: int) -> float:
     return lanes * PCIE_GB_PER_S_PER_LANE[gen] * GB
 
 
-@dataclass(frozen=True)
-class IntraNodeLink:
+class IntraNodeLink(NamedTuple):
     """The path that joins every device of a node to every other: the scale-up fabric where it spans
     the node (NVSwitch, xGMI, ICI, NeuronLink, Gaudi RoCE), else the host's PCIe. NVLink bridges join
     pairs only, so they stay in `Hardware.scale_up_*` and this is their PCIe path."""
@@ -126,8 +124,7 @@ class IntraNodeLink:
         return self.peer_to_peer is False
 
 
-@dataclass(frozen=True)
-class HostLink:
+class HostLink(NamedTuple):
     """The link between a device and its host CPU (for CPU offload)."""
 
     kind: str | None = None             # HOST_LINK_KINDS; None = not given; "unified" = one memory, no link
@@ -143,8 +140,7 @@ class HostLink:
         return None if self.bytes_per_s is None else self.bytes_per_s / self.shared_by
 
 
-@dataclass(frozen=True)
-class Host:
+class Host(NamedTuple):
     """The CPU side of a typical node, per host (its CPUs and memory), shared by `devices` devices."""
 
     system: str = ""                          # the reference host the figures describe (DGX H100, Grace, ...)
@@ -174,8 +170,7 @@ class Host:
         return self._per_device(self.memory_bytes_per_s)
 
 
-@dataclass(frozen=True)
-class Compute:
+class Compute(NamedTuple):
     """Kernel-level facts (for a kernel-cost model): parallel units, GEMM tile, on-chip cache."""
 
     units: int | None = None                  # SMs, CUs, TensorCores, MMEs, NeuronCores, GPU cores, ...
@@ -554,8 +549,7 @@ def hardware_from_mapping(data: dict, where: str) -> Hardware:
 # K top-k, f_e expert MLP width, S shared experts, f_s shared-expert width, L_d dense and L_m MoE layers,
 # r_q / r_kv MLA query / key-value latent ranks, d_n / d_r / d_v MLA no-RoPE / RoPE / value head dims.
 
-@dataclass(frozen=True)
-class MoE:
+class MoE(NamedTuple):
     """The mixture-of-experts MLP of a model's MoE layers (its dense layers keep `Model.ffn_hidden`).
 
     Layout: the first `dense_layers` layers are dense; after them every `layer_frequency`-th layer is
@@ -580,8 +574,7 @@ class MoE:
         return self.expert_ffn_hidden if self.shared_expert_ffn_hidden is None else self.shared_expert_ffn_hidden
 
 
-@dataclass(frozen=True)
-class MLA:
+class MLA(NamedTuple):
     """Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434 §2.1; DeepSeek-V3; Kimi K2): queries
     and keys/values are projected through low-rank latents; each head's key is d_n latent-derived dims
     plus d_r RoPE dims shared by all heads. Every head has its own keys and values (no GQA)."""
@@ -937,13 +930,14 @@ def _looks_like_path(value: str) -> bool:
 # `python tools/build_catalog_cache.py`; tests/test_startup.py fails while it is out of date.
 
 CATALOG_CACHE_NAME = "_catalog.json"
-CATALOG_CACHE_FORMAT = 1
+CATALOG_CACHE_FORMAT = 2       # 2: entries keep the text's length and CRC-32, not the text
 CATALOG_KINDS = ("hardware", "models")
 
 
 @functools.cache
 def _catalog_cache() -> dict[str, dict]:
-    """"kind/file.yaml" -> {"text": ..., "data": ...}; empty when the cache is missing or unreadable."""
+    """"kind/file.yaml" -> {"chars": ..., "crc32": ..., "data": ...}; empty when the cache is missing or
+    unreadable."""
     import json
     try:
         doc = json.loads((specs_dir() / CATALOG_CACHE_NAME).read_text(encoding="utf-8"))
@@ -952,6 +946,12 @@ def _catalog_cache() -> dict[str, dict]:
     if not isinstance(doc, dict) or doc.get("format") != CATALOG_CACHE_FORMAT or not isinstance(doc.get("files"), dict):
         return {}
     return doc["files"]
+
+
+def _crc32(text: str) -> int:
+    """CRC-32 of a spec file's text: the cache entry is used only for exactly the text it was made from."""
+    import zlib
+    return zlib.crc32(text.encode("utf-8"))
 
 
 def _read_spec(path: Path, what: str) -> dict:
@@ -964,7 +964,7 @@ def _read_spec(path: Path, what: str) -> dict:
                 current = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError):
                 current = None
-            if current == entry.get("text"):
+            if current is not None and [len(current), _crc32(current)] == [entry.get("chars"), entry.get("crc32")]:
                 import copy
                 return copy.deepcopy(entry["data"])
     return F.load_yaml_mapping(path, what)
@@ -985,14 +985,14 @@ def build_catalog_cache() -> dict:
             except (SpecError, OSError, UnicodeDecodeError, TypeError, ValueError):
                 continue
             if json.loads(encoded) == data:
-                files[f"{kind}/{path.name}"] = {"text": text, "data": data}
+                files[f"{kind}/{path.name}"] = {"chars": len(text), "crc32": _crc32(text), "data": data}
     return {"format": CATALOG_CACHE_FORMAT, "files": files}
 
 
 def catalog_cache_text(doc: dict) -> str:
     """The cache document as file text: deterministic, one line per spec file."""
     import json
-    lines = [json.dumps(name) + ": " + json.dumps({"text": entry["text"], "data": entry["data"]}, ensure_ascii=False)
+    lines = [json.dumps(name) + ": " + json.dumps(entry, ensure_ascii=False)
              for name, entry in sorted(doc["files"].items())]
     return ('{"format": ' + json.dumps(doc["format"]) + ', "files": {\n' + ",\n".join(lines) + "\n}}\n")
 

@@ -15,21 +15,9 @@ Standard library only: this module is on the start-up path of every `trainest es
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
-from trainest.choices import (
-    Attention,
-    Choice,
-    DeviceCounts,
-    DpCollectives,
-    Kernels,
-    Mlp,
-    Objective,
-    PipelineSplit,
-    Precision,
-    Recompute,
-)
+from trainest.choices import VOCABULARIES
 
 # groups: where a knob's value lives in a scenario mapping
 SHAPE = "shape"          # model.<key>: overrides of the model's shape
@@ -38,11 +26,10 @@ PARALLEL = "parallel"    # parallel.<key>: the layout
 COMMAND = "command"      # options of a command only (config file, CI gates, output)
 
 
-@dataclass(frozen=True)
-class Knob:
+class Knob(NamedTuple):
     """One input.
 
-    kind: "int" | "float" | "str" | "choice" (one of `choices`) | "flag" (bool, default False) |
+    kind: "int" | "float" | "str" | "list" | "choice" (a word of the vocabulary `choices`) |
     "switch" (`--x/--no-x`, default None). Value options default to None ("not given").
     flags: the option names, long names first; a switch has one "--x/--no-x" entry.
     key: the YAML key within its group (default: the name).
@@ -54,7 +41,7 @@ class Knob:
     kind: str
     help: str
     show_default: str | None = None
-    choices: type[Choice] | None = None
+    choices: str = ""           # the name of a vocabulary (trainest.choices.VOCABULARIES)
     group: str = SCENARIO
     key: str = ""
     searched: bool = False
@@ -73,7 +60,7 @@ class Knob:
 
     @property
     def choice_values(self) -> tuple[str, ...]:
-        return self.choices.values() if self.choices is not None else ()
+        return VOCABULARIES[self.choices] if self.choices else ()
 
     @property
     def path(self) -> str:
@@ -89,7 +76,7 @@ KNOBS: tuple[Knob, ...] = (
     K("devices", ("--devices", "--gpus", "-n"), "int", "Number of devices N.", "8"),
     K("devices_per_node", ("--devices-per-node",), "int", "Devices per node / host.", "hardware's", job=True),
     K("precision", ("--precision",), "choice", "GEMM precision (FP32 master weights and Adam state).", "bf16",
-      Precision, job=True),
+      "Precision", job=True),
     K("seq_len", ("--seq-len",), "int", "Sequence length, in tokens.", "model's", job=True),
     K("layers", ("--layers",), "int", "Override: layers L.", group=SHAPE),
     K("hidden", ("--hidden",), "int", "Override: hidden size h.", group=SHAPE),
@@ -97,7 +84,7 @@ KNOBS: tuple[Knob, ...] = (
     K("heads", ("--heads",), "int", "Override: attention heads a.", group=SHAPE),
     K("kv_heads", ("--kv-heads",), "int", "Override: key/value heads g.", group=SHAPE),
     K("vocab", ("--vocab",), "int", "Override: vocabulary V.", group=SHAPE),
-    K("mlp", ("--mlp",), "choice", "Override: MLP kind.", None, Mlp, group=SHAPE),
+    K("mlp", ("--mlp",), "choice", "Override: MLP kind.", None, "Mlp", group=SHAPE),
     K("tp", ("--tp",), "int", "Tensor-parallel size t.", "1", group=PARALLEL, searched=True),
     K("pp", ("--pp",), "int", "Pipeline-parallel size p.", "1", group=PARALLEL, searched=True),
     K("dp", ("--dp",), "int", "Data-parallel size d.", "N/(t·p·c)", group=PARALLEL),
@@ -112,21 +99,21 @@ KNOBS: tuple[Knob, ...] = (
     K("dp_shard", ("--dp-shard",), "int", "Hybrid sharding: ZeRO shard group size (divides dp).", "dp",
       group=PARALLEL),
     K("pipeline_split", ("--pipeline-split",), "choice",
-      "even (layers divide p·v) or balanced (embedding and loss count as layers).", "even", PipelineSplit,
+      "even (layers divide p·v) or balanced (embedding and loss count as layers).", "even", "PipelineSplit",
       group=PARALLEL),
     K("dp_collectives", ("--dp-collectives",), "choice",
       "Data-parallel/ZeRO rings: hierarchical (every NIC of a node) or flat (one NIC per device, e.g. "
-      "DeepSpeed ZeRO-3 of 2021).", "hierarchical", DpCollectives, group=PARALLEL, job=True),
+      "DeepSpeed ZeRO-3 of 2021).", "hierarchical", "DpCollectives", group=PARALLEL, job=True),
     K("micro_batch", ("--micro-batch", "-b"), "int", "Micro-batch b, in sequences.", "1", searched=True),
     K("global_batch", ("--global-batch", "-B"), "int", "Global batch B, in sequences.", "dp × micro-batch",
       job=True),
     K("recompute", ("--recompute",), "choice", "Activation recomputation: selective = Megatron's (attention core); "
       "op = torchtitan's per-op selective checkpointing (every second matmul and the element-wise ops).", "none",
-      Recompute, searched=True),
+      "Recompute", searched=True),
     K("attention", ("--attention",), "choice", "flash (best fused kernel: FA3/cuDNN on Hopper+), flash2 "
-      "(FlashAttention-2) or standard (materialised scores).", "flash", Attention, job=True),
+      "(FlashAttention-2) or standard (materialised scores).", "flash", "Attention", job=True),
     K("kernels", ("--kernels",), "choice", "Element-wise kernels: fused (Megatron/Transformer Engine, torch.compile, "
-      "XLA) or eager (PyTorch without torch.compile: one kernel per operator, FP32 norms).", "fused", Kernels,
+      "XLA) or eager (PyTorch without torch.compile: one kernel per operator, FP32 norms).", "fused", "Kernels",
       job=True),
     K("tokens", ("--tokens",), "str", "Training tokens, e.g. 300B or 1.5T.", "20 per parameter", job=True),
     K("price_per_hour", ("--price-per-hour",), "float", "USD per device-hour.", "catalog price", job=True),
@@ -157,16 +144,16 @@ _PLAN_HELP = {
 }
 PLAN_OPTIONS: tuple[Knob, ...] = (
     BY_NAME["model"], BY_NAME["hardware"],
-    replace(BY_NAME["devices"], kind="str", help=_PLAN_HELP["devices"]),
-    replace(BY_NAME["global_batch"], help=_PLAN_HELP["global_batch"], show_default=None),
+    BY_NAME["devices"]._replace(kind="str", help=_PLAN_HELP["devices"]),
+    BY_NAME["global_batch"]._replace(help=_PLAN_HELP["global_batch"], show_default=None),
     *(BY_NAME[n] for n in ("precision", "seq_len", "devices_per_node", "attention", "kernels", "tokens",
                            "price_per_hour", "pue")),
-    replace(BY_NAME["config"], help=_PLAN_HELP["config"]),
-    replace(BY_NAME["tp_overlap"], help=_PLAN_HELP["tp_overlap"]),
-    replace(BY_NAME["dp_collectives"], help=_PLAN_HELP["dp_collectives"]),
+    BY_NAME["config"]._replace(help=_PLAN_HELP["config"]),
+    BY_NAME["tp_overlap"]._replace(help=_PLAN_HELP["tp_overlap"]),
+    BY_NAME["dp_collectives"]._replace(help=_PLAN_HELP["dp_collectives"]),
     K("top", ("--top", "-k"), "int", "How many plans to show.", group=COMMAND, value=5),
     K("objective", ("--objective",), "choice", "Rank by step time, cost or energy of the whole run.", "time",
-      Objective, group=COMMAND, value=Objective.TIME),
+      "Objective", group=COMMAND, value="time"),
     K("max_tp", ("--max-tp",), "int", "Largest tensor-parallel size.", "scale-up domain", group=COMMAND),
     K("max_pp", ("--max-pp",), "int", "Largest pipeline-parallel size.", "no limit", group=COMMAND),
     K("max_cp", ("--max-cp",), "int", "Largest context-parallel size.", "no limit", group=COMMAND),
@@ -180,9 +167,9 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
     K("budget", ("--budget",), "str", "Find the fewest devices (over the --devices range) that train the tokens "
       "for at most this many USD, e.g. 2e6.", group=COMMAND),
     K("device_counts", ("--device-counts",), "choice", "Counts tried in a --devices range: powers of two, or "
-      "multiples of the node size.", "pow2", DeviceCounts, group=COMMAND, value=DeviceCounts.POW2),
+      "multiples of the node size.", "pow2", "DeviceCounts", group=COMMAND, value="pow2"),
     BY_NAME["json_out"],
-    replace(BY_NAME["quiet"], help="No progress bar."),
+    BY_NAME["quiet"]._replace(help="No progress bar."),
 )
 
 SHAPE_KEYS = tuple(k.yaml_key for k in KNOBS if k.group == SHAPE)
@@ -197,7 +184,7 @@ ALLOW_NAMES = {**{k: k for k in SEARCHED}, "mb": "micro_batch", "sp": "sequence_
 
 def _plain(value: Any) -> Any:
     """A choice (typer passes Enum members) as its string value; anything else unchanged."""
-    return value.value if isinstance(value, Choice) or hasattr(value, "value") else value
+    return value.value if hasattr(value, "value") else value
 
 
 def mapping_from_values(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -9,7 +9,7 @@ floats or numpy arrays for the layout arguments.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from trainest import xp
 from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
@@ -95,8 +95,7 @@ def in_flight_micro_batches(pp: Num, vpp: Num, micro_batches: Num) -> Num:
     return xp.minimum(micro_batches, pp) * interleave
 
 
-@dataclass(frozen=True)
-class MemoryBreakdown:
+class MemoryBreakdown(NamedTuple):
     """Bytes per device (the heaviest pipeline stage)."""
 
     weights_bytes: Num

@@ -14,7 +14,7 @@ from typing import Any
 
 from trainest import fields as F
 from trainest.catalog import Hardware, Model, load_hardware, load_model, model_from_mapping, with_shape
-from trainest.choices import Attention, DpCollectives, Kernels, PipelineSplit, Precision, Recompute
+from trainest.choices import ATTENTIONS, DP_COLLECTIVES, KERNELS, PIPELINE_SPLITS, PRECISIONS, RECOMPUTES
 from trainest.errors import SpecError
 from trainest.knobs import KNOBS, PARALLEL, PARALLEL_KEYS, SCENARIO
 from trainest.units import parse_count
@@ -263,7 +263,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
         model = with_shape(model, **shape)
     hardware = _hardware_from(r.default("hardware", DEFAULT_HARDWARE), where)
     seq_len = F.integer(r.default("seq_len", model.seq_len), f"{where}.seq_len", maximum=10**8)
-    precision = F.choice(r.default("precision", DEFAULT_PRECISION), f"{where}.precision", Precision.values())
+    precision = F.choice(r.default("precision", DEFAULT_PRECISION), f"{where}.precision", PRECISIONS)
     hardware.peak(precision)  # raises with the list of supported precisions
     par = {} if data.get("parallel") is None else data["parallel"]
     F.check_keys(par, f"{where}.parallel", (), PARALLEL_KEYS)
@@ -272,14 +272,14 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     dp_shard = _dp_shard(par, dp, sizes["zero"], where)
     devices_per_node = F.integer(r.default("devices_per_node", hardware.devices_per_node),
                                  f"{where}.devices_per_node", maximum=10**6)
-    split = F.choice(par.get("pipeline_split", "even"), f"{where}.parallel.pipeline_split", PipelineSplit.values())
+    split = F.choice(par.get("pipeline_split", "even"), f"{where}.parallel.pipeline_split", PIPELINE_SPLITS)
     dp_collectives = F.choice(par.get("dp_collectives", "hierarchical"), f"{where}.parallel.dp_collectives",
-                              DpCollectives.values())
+                              DP_COLLECTIVES)
     _check_layout(model, seq_len, sizes, split, where)
     micro_batch, global_batch = _batch(r, dp, echoed_micro_batches)
-    recompute = F.choice(r.default("recompute", "none"), f"{where}.recompute", Recompute.values())
-    attention = F.choice(r.default("attention", "flash"), f"{where}.attention", Attention.values())
-    kernels = F.choice(r.default("kernels", "fused"), f"{where}.kernels", Kernels.values())
+    recompute = F.choice(r.default("recompute", "none"), f"{where}.recompute", RECOMPUTES)
+    attention = F.choice(r.default("attention", "flash"), f"{where}.attention", ATTENTIONS)
+    kernels = F.choice(r.default("kernels", "fused"), f"{where}.kernels", KERNELS)
     tokens, price_usd, pue = _run_costs(r, model, hardware)
     return Scenario(
         model=model, hardware=hardware, seq_len=seq_len, devices=devices, devices_per_node=devices_per_node,

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from trainest import training
-from trainest.choices import RECOMPUTE_CODES, DeviceCounts, Objective, Recompute
+from trainest.choices import DEVICE_COUNTS, OBJECTIVES, RECOMPUTE_CODES, RECOMPUTES
 from trainest.errors import SpecError
 from trainest.estimate import Estimate, estimate
 from trainest.knobs import ALLOW_NAMES, JOB_KEYS, JOB_PARALLEL_KEYS, SEARCHED
@@ -46,12 +46,11 @@ from trainest.step import step_terms
 from trainest.step.collectives import tiers_of
 from trainest.units import fmt_seconds, fmt_si, parse_count
 
-RECOMPUTE = Recompute.values()
+RECOMPUTE = RECOMPUTES
 RECOMPUTE_NAMES = {code: name for name, code in RECOMPUTE_CODES.items()}
 
 KNOBS = SEARCHED          # the knobs every plan sets (trainest.knobs), in the runner-up table's order
-OBJECTIVES = Objective.values()
-DEVICE_COUNT_MODES = DeviceCounts.values()
+DEVICE_COUNT_MODES = DEVICE_COUNTS
 REJECT_REASONS = ("out_of_memory", "devices_indivisible", "batch_indivisible", "non_finite")
 ZERO_STAGES = (0, 1, 2, 3)
 CHUNK_PLANS = 16384        # plans per vectorized call: 16k-element arrays stay in cache (~3x faster than one call)

@@ -33,12 +33,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from trainest import SCHEMA_VERSION  # noqa: F401 - re-exported
 from trainest import fields as F
 from trainest.catalog import Hardware, specs_dir
 from trainest.conventions import FLOPS_FORMULAS
 from trainest.errors import SpecError, show
 from trainest.scenario import RUN_ONLY_KEYS, SCENARIO_KEYS, Scenario, scenario_from_mapping
-from trainest.schema import SCHEMA_VERSION  # noqa: F401 - re-exported
 from trainest.units import TERA, GiB
 
 SECONDS_PER_HOUR = 3600.0

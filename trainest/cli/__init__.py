@@ -3,12 +3,31 @@ typer app that registers them (`application.py`), the typer-free fast path of a 
 (`main.py`, `argv.py`) and the shared option annotations (`options.py`). Commands only parse and
 render: they build inputs, call the library and hand the results to trainest.report.
 
-`from trainest.cli import app` imports typer; importing this package alone does not.
+What every command shares lives here: the exit codes and the one way to fail. `from trainest.cli
+import app` imports typer; importing this package alone does not.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import Any, NoReturn
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 1       # bad input or spec: one `Error: ...` line on stderr
+EXIT_USAGE = 2           # the parser's usage errors
+EXIT_GATE = 3            # a CI gate (--max-days, --max-cost, --require-fit) was broken
+
+
+def error_line(message: str) -> None:
+    """One `Error: ...` line on stderr."""
+    print(f"Error: {message}", file=sys.stderr)
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    """One line on stderr, nothing on stdout, non-zero exit."""
+    error_line(message)
+    import typer
+    raise typer.Exit(code)
 
 
 def __getattr__(name: str) -> Any:

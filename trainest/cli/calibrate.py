@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from trainest.cli.common import fail
+from trainest.cli import fail
 from trainest.cli.options import JsonFlag
 from trainest.cli.validate import MoreRunsArg
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from trainest.cli.common import EXIT_BAD_INPUT, EXIT_GATE, EXIT_OK, error_line
+from trainest.cli import EXIT_BAD_INPUT, EXIT_GATE, EXIT_OK, error_line
 
 HELP = "Estimate one training scenario: step time and its breakdown, throughput, memory, whole run."
 
@@ -65,7 +65,6 @@ def _gates(values: dict[str, Any], result: Any) -> list[str]:
 
 def _estimate(values: dict[str, Any]) -> tuple[Any, list[str]]:
     """(Estimate, warnings) of the option values; raises SpecError on bad input."""
-    from trainest.advice import fit_suggestions
     from trainest.errors import SpecError
     from trainest.estimate import estimate
     from trainest.scenario import scenario_from_mapping
@@ -79,6 +78,7 @@ def _estimate(values: dict[str, Any]) -> tuple[Any, list[str]]:
     result = estimate(scenario)
     warnings: list[str] = []
     if not result.memory.fits:
+        from trainest.advice import fit_suggestions
         warnings.append(fit_suggestions(scenario, result))
     if result.training.cost_usd is None:
         warnings.append(f"no price for {scenario.hardware.name}: cost not computed; give --price-per-hour")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from trainest.cli.common import fail
+from trainest.cli import fail
 from trainest.cli.options import JsonFlag
 
 

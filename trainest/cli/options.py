@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from trainest.choices import enum
 from trainest.knobs import BY_NAME, Knob
 
 OPTION = BY_NAME
@@ -24,8 +25,7 @@ def option_annotation(o: Knob | str, **changes: Any) -> Any:
     if isinstance(o, str):
         o = OPTION[o]
     if changes:
-        from dataclasses import replace
-        o = replace(o, **changes)
+        o = o._replace(**changes)
     # show_default True (typer's own default) shows the actual default; a text describes a derived one
     shown: bool | str = True if o.show_default is None else o.show_default
     first, *more = o.flags
@@ -34,7 +34,7 @@ def option_annotation(o: Knob | str, **changes: Any) -> Any:
         return Annotated[bool, option]
     if o.kind == "list":
         return Annotated[list[str] | None, option]
-    value_type: Any = {"switch": bool, "choice": o.choices}.get(o.kind) or _VALUE_TYPES[o.kind]
+    value_type: Any = bool if o.kind == "switch" else enum(o.choices) if o.kind == "choice" else _VALUE_TYPES[o.kind]
     return Annotated[value_type | None, option]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainest.cli.common import EXIT_BAD_INPUT, EXIT_OK, error_line
+from trainest.cli import EXIT_BAD_INPUT, EXIT_OK, error_line
 from trainest.knobs import JOB_KEYS, LAYOUT_ARGS, given_args
 
 HELP = ("Search every parallel layout (tp, pp, cp, dp, virtual stages, micro-batch, ZeRO, recompute, "

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from trainest.cli.common import fail
+from trainest.cli import fail
 from trainest.cli.options import JsonFlag
 
 RunsOpt = Annotated[list[str] | None, typer.Option(

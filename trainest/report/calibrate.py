@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trainest import SCHEMA_VERSION
 from trainest.calibrate import CalibrationResult
 from trainest.catalog import Hardware
 from trainest.report import console
-from trainest.schema import SCHEMA_VERSION
 from trainest.units import MICROSECOND
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainest import SCHEMA_VERSION
 from trainest.report import console, fmt_gib
-from trainest.schema import SCHEMA_VERSION
 
 
 def hardware_rows() -> list[dict[str, Any]]:

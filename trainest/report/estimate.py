@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
+from trainest import SCHEMA_VERSION
 from trainest.estimate import Estimate
 from trainest.report import clean, console, fmt_gib, fmt_money, fmt_seconds, fmt_si
 from trainest.scenario import Scenario, scenario_mapping
-from trainest.schema import SCHEMA_VERSION
 
 NO_OVERLAP_SHOWN_ABOVE = 0.005     # show the no-overlap bound when it exceeds the step by more than this
 TERM_ABOUT = {
@@ -25,10 +24,10 @@ def estimate_dict(e: Estimate, warnings: list[str] | None = None) -> dict[str, A
     doc = {
         "schema_version": SCHEMA_VERSION,
         "inputs": scenario_mapping(e.scenario),
-        "step": dataclasses.asdict(e.step),
-        "throughput": dataclasses.asdict(e.throughput),
-        "memory": dataclasses.asdict(e.memory),
-        "training": dataclasses.asdict(e.training),
+        "step": e.step._asdict(),
+        "throughput": e.throughput._asdict(),
+        "memory": e.memory._asdict(),
+        "training": e.training._asdict(),
         "warnings": list(warnings or []),
     }
     return clean(doc)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from trainest import SCHEMA_VERSION
 from trainest.estimate import Estimate
 from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si
 from trainest.report.estimate import estimate_dict
 from trainest.scenario import scenario_mapping
-from trainest.schema import SCHEMA_VERSION
 from trainest.search import DeviceSearch, SearchResult, plan_knobs
 from trainest.units import GiB
 

@@ -6,8 +6,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from typing import Any
 
+from trainest import SCHEMA_VERSION
 from trainest.report import console
-from trainest.schema import SCHEMA_VERSION
 from trainest.validate import METRICS, NotExpressible, RunResult, Summary, ValidationReport
 
 

@@ -11,7 +11,7 @@ the bus bandwidth is min(W_up·η_up, k·W_out·η_out) (hierarchical/multi-ring
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from trainest import xp
 from trainest.catalog import Hardware
@@ -21,8 +21,7 @@ PCIE_FALLBACK_LATENCY_S = 10e-6
 NO_NETWORK_BYTES_PER_S = 1e9       # a group that would need a network the hardware does not list
 
 
-@dataclass(frozen=True)
-class Tiers:
+class Tiers(NamedTuple):
     """Achievable per-device bandwidths [B/s] and latencies [s] of the two tiers."""
 
     up_bytes_per_s: float

@@ -5,7 +5,7 @@ numpy arrays (the plan search, calibration)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from trainest.layout import Job, Layout, Num
 from trainest.step.collectives import tiers_of
@@ -17,8 +17,7 @@ from trainest.step.schedule import bubble_s, slowest_stage, stage_params
 from trainest.step.traffic import cp_ring, dp_traffic, pp_p2p_s, tp_layer_s, zero3_s
 
 
-@dataclass(frozen=True)
-class StepTerms:
+class StepTerms(NamedTuple):
     """Per-step times [s] (floats or arrays). time_s = compute_s + memory_s + communication_s
     + bubble_s + overhead_s (conservation)."""
 
@@ -44,7 +43,7 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     model, eff = job.model, job.hardware.efficiency
     tiers = tiers_of(job.hardware, job.devices_per_node)
     # the data-parallel group's rings use every NIC of a node (hierarchical) or one per rank (flat)
-    dp_tiers = tiers if layout.dp_collectives == "hierarchical" else replace(tiers, aggregate_nics=False)
+    dp_tiers = tiers if layout.dp_collectives == "hierarchical" else tiers._replace(aggregate_nics=False)
     rates, shape = rates_of(job, layout), local_shape(job, layout)
     lp = layer_pass(job, layout, rates, shape)
     tp_total, tp_layer = tp_layer_s(job, layout, shape, tiers, lp.linear_s)

@@ -8,7 +8,7 @@ efficiency), Korthikanti et al. 2022 (selective and full recomputation).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from trainest import xp
 from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
@@ -37,8 +37,7 @@ BACKWARD_TRAFFIC_RATIO = 2.0       # element-wise backward moves about twice the
 LOW_PRECISION_CAST_PASSES = 3.0    # FP8/FP4: read 16-bit input, write the low-precision copy (+ scale)
 
 
-@dataclass(frozen=True)
-class Rates:
+class Rates(NamedTuple):
     """What one device achieves for this job and layout: GEMM peak and its fraction, HBM bandwidth,
     fused-attention FLOP/s (it depends on the per-rank sequence s/c)."""
 
@@ -77,8 +76,7 @@ def rates_of(job: Job, layout: Layout) -> Rates:
                  attention_flops_per_s=attention_flops_per_s(job, layout), gemm_input_bytes=job.gemm_input_bytes)
 
 
-@dataclass(frozen=True)
-class LocalShape:
+class LocalShape(NamedTuple):
     """The layer's widths on one device: T tokens of a micro-batch, the query width a·d_h, the KV
     width per TP rank (g < t replicates KV heads, so each rank keeps at least one)."""
 
@@ -149,8 +147,7 @@ def elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
     return total
 
 
-@dataclass(frozen=True)
-class LayerPass:
+class LayerPass(NamedTuple):
     """One layer, one micro-batch, one device: compute-bound and memory-bound seconds of the forward,
     the backward and the recomputation, and what the overlap rules need."""
 

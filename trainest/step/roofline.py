@@ -7,14 +7,13 @@ too few tiles to fill the streaming multiprocessors): each dimension x contribut
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from trainest import xp
 from trainest.layout import Num
 
 
-@dataclass(frozen=True)
-class OpTime:
+class OpTime(NamedTuple):
     """One operation's two roofline bounds [s]; `time_s` is the larger."""
 
     compute_s: Num

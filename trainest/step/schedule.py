@@ -5,7 +5,7 @@ account-for-embedding-and-loss split."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from trainest import xp
 from trainest.catalog import Model
@@ -38,8 +38,7 @@ def stage_params(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even") -> 
     return xp.maximum(heavy * model.params_per_layer, with_embed)
 
 
-@dataclass(frozen=True)
-class Stage:
+class Stage(NamedTuple):
     """The stage that sets the pace: its layer count, and whether it is the last (with the logits)."""
 
     layers: Num                 # layers on the slowest stage

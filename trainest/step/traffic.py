@@ -7,7 +7,7 @@ Sources: Narayanan et al. 2021 (TP, PP scatter/gather), Korthikanti et al. 2022 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from trainest import xp
 from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
@@ -29,8 +29,7 @@ def tp_layer_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers, linear_s: 
     return total, xp.where(layout.tp_overlap > 0, hidden, total)
 
 
-@dataclass(frozen=True)
-class CpRing:
+class CpRing(NamedTuple):
     """Ring attention of one layer pass [s]: the forward ring, what shows, what hides it."""
 
     forward_s: Num              # (c−1) K,V chunk steps of one forward
@@ -77,8 +76,7 @@ def zero3_s(job: Job, layout: Layout, tiers: Tiers, stage_layers: Num, params_lo
     return layer, total
 
 
-@dataclass(frozen=True)
-class DpTraffic:
+class DpTraffic(NamedTuple):
     """Data-parallel collectives of one step [s], before overlap."""
 
     reduce_s: Num               # ZeRO-0 gradient all-reduce, or ZeRO-1/2 reduce-scatter (0 under ZeRO-3)
