@@ -88,3 +88,24 @@ def test_no_stale_references():
     assert "DESIGN.md" not in MODEL_DOC
     assert "trainest/step.py" not in MODEL_DOC and "trainest/comm.py" not in MODEL_DOC
     assert "recompute code 0/1/2" not in MODEL_DOC
+
+
+def test_inputs_reference_is_generated_from_the_knob_table():
+    """docs/inputs.md is what `python tools/knobs_doc.py` writes from trainest/knobs.py."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("knobs_doc", ROOT / "tools" / "knobs_doc.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert (ROOT / "docs" / "inputs.md").read_text(encoding="utf-8") == module.document(), \
+        "docs/inputs.md is stale: run python tools/knobs_doc.py"
+
+
+def test_the_inputs_echo_has_a_knob_for_every_key():
+    """The JSON `inputs` echo (scenario_mapping) writes only keys of the knob table (and the model and
+    the derived list), so it loads again as a scenario."""
+    from trainest.knobs import KNOBS, PARALLEL, SCENARIO
+    from trainest.scenario import scenario_from_mapping, scenario_mapping
+    echo = scenario_mapping(scenario_from_mapping({"model": "llama3-8b", "devices": 8}, "test"))
+    top = {k.yaml_key for k in KNOBS if k.group == SCENARIO} | {"parallel", "derived", "micro_batches"}
+    assert set(echo) <= top, set(echo) - top
+    assert set(echo["parallel"]) <= {k.yaml_key for k in KNOBS if k.group == PARALLEL}
