@@ -36,7 +36,7 @@ FILE_KEYS = {"source", "runs"}
 FILE_OPTIONAL_KEYS = {"set"}                  # absent: the public runs
 VTRAIN_SET = "vtrain-single-node"
 RUN_KEYS = {"id", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision", "parallel",
-            "micro_batch", "global_batch", "recompute", "attention", "kernels", "measured", "expressible", "reason",
+            "micro_batch", "global_batch", "recompute", "attention", "framework", "kernels", "measured", "expressible", "reason",
             "confidence",
             "notes",
             "duplicate_of"}
@@ -47,7 +47,7 @@ RUN_REQUIRED = {"id", "source", "model", "seq_len", "hardware", "devices", "prec
 MODEL_KEYS = {"name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp", "tied_embeddings",
               "dropout"}
 MODEL_EXTRA_KEYS = {"head_dim"}
-PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard",
+PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard", "dp_overlap",
                  "pipeline_split", "dp_collectives"}
 MEASURED_KEYS = {"step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens",
                  "peak_memory_gib"}
@@ -111,7 +111,7 @@ def test_run_file_keys(path: Path):
         assert isinstance(model, dict), f"{w}: model must be a mapping"
         assert set(model) <= MODEL_KEYS | MODEL_EXTRA_KEYS, f"{w}: model keys {sorted(set(model) - MODEL_KEYS)}"
         assert MODEL_KEYS <= set(model), f"{w}: model lacks {sorted(MODEL_KEYS - set(model))}"
-        assert PARALLEL_KEYS - {"tp_overlap", "dp_shard", "pipeline_split", "dp_collectives"} <= set(run["parallel"]) <= PARALLEL_KEYS, \
+        assert PARALLEL_KEYS - {"tp_overlap", "dp_shard", "pipeline_split", "dp_collectives", "dp_overlap"} <= set(run["parallel"]) <= PARALLEL_KEYS, \
             f"{w}: parallel keys {sorted(run['parallel'])}"
         assert set(run["measured"]) <= MEASURED_KEYS, f"{w}: measured keys {sorted(run['measured'])}"
         assert isinstance(run["expressible"], bool)

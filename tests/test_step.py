@@ -31,7 +31,10 @@ def ideal(hw=A100, *, compute=False):
     if compute:
         hw = dataclasses.replace(hw, peak_flops_per_s={k: 1e30 for k in hw.peak_flops_per_s},
                                  memory_bytes_per_s=hw.memory_bytes_per_s)
-    return with_efficiency(hw, gemm_half_dim=0.0, layer_overhead_s=0.0, attention=hw.efficiency.gemm)
+    # no host dispatch, no kernel floors, no wave quantization: the roofline alone
+    hw = dataclasses.replace(hw, compute=hw.compute._replace(units=None))
+    return with_efficiency(hw, gemm_half_dim=0.0, layer_overhead_s=0.0, attention=hw.efficiency.gemm,
+                           host_per_kernel_s=0.0, kernel_floor_s=0.0)
 
 
 def terms(model=SMALL, hw=A100, precision="bf16", attention="flash", *, seq_len=2048.0, global_batch=32.0, **layout):

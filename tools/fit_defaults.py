@@ -66,6 +66,7 @@ SIBLINGS = {
     "gb300": "b300",                    # Blackwell Ultra GPU in the NVL72 system
 }
 WORST_RUNS = 15
+KERNEL_SET = "vtrain-single-node"   # measured small-kernel steps whose fit split joins their hardware's fit
 DOC = ROOT / "docs" / "validation.md"
 COMMAND = "python tools/fit_defaults.py"
 
@@ -194,6 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     by_hw: dict[str, list] = {}
     for c in loaded.cases:
         by_hw.setdefault(c.scenario.hardware.name, []).append(c)
+    # the measured small-kernel steps (vTrain's single-node rows, one A100 node) constrain what the public
+    # runs cannot: the host time per kernel and the small-GEMM shape factor. Their fit split joins the fit of
+    # their hardware; their holdout split is reported apart (docs/validation.md, vTrain section).
+    kernel_fit: dict[str, list] = {}
+    for c in load_runs(run_set=KERNEL_SET).cases:
+        if in_fit_set(c.id):
+            kernel_fit.setdefault(c.scenario.hardware.name, []).append(c)
 
     final_hw: dict[str, catalog.Hardware] = {}
     prior_hw: dict[str, catalog.Hardware] = {}
@@ -206,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         hw = cases[0].scenario.hardware
         prior = prior_hardware(hw)
         prior_hw[name] = prior
-        fit_cases = [c for c in cases if in_fit_set(c.id)]
+        fit_cases = [c for c in cases if in_fit_set(c.id)] + kernel_fit.get(name, [])
         for c in cases:
             split[c.id] = in_fit_set(c.id)
         path = Path(hw.path)
@@ -219,8 +227,8 @@ def main(argv: list[str] | None = None) -> int:
             new_hw = replace(result.hardware, efficiency=replace(result.hardware.efficiency, fitted=True, method=method))
             status = "fitted"
             params = ", ".join(
-                f"{p.name.replace('layer_overhead_s', 'layer_overhead_us')}="
-                f"{p.value / MICROSECOND if p.name == 'layer_overhead_s' else p.value:.3g}"
+                f"{p.name.replace('layer_overhead_s', 'layer_overhead_us').replace('host_per_kernel_s', 'host_us_per_kernel')}="
+                f"{p.value / MICROSECOND if p.name in ('layer_overhead_s', 'host_per_kernel_s') else p.value:.3g}"
                 + ("" if p.constrained else " (no run sensitive: prior kept)") for p in result.parameters)
         elif SIBLINGS.get(name) in final_hw and final_hw[SIBLINGS[name]].efficiency.fitted:
             new_hw, block = inherited(hw, final_hw[SIBLINGS[name]])
@@ -497,19 +505,23 @@ trained with Megatron-DeepSpeed on one 8-GPU A100 NVLink node under every tp/pp/
 8 GPUs and micro-batch 1–8: the single-node ground truth the vTrain simulator released (Bang et al.,
 MICRO 2024; `tools/import_runs.py` lists every import assumption in each run's notes). They are 72
 jobs (same model, device count and global batch), each measured under 2–26 layouts. These are not
-public vendor runs: the file says `set: vtrain-single-node`, and everything above (the fit of the
-shipped efficiencies, the holdout, the tables by source and hardware, `docs/cross-validation.md`) and
-the accuracy gates of `tests/test_accuracy_gate.py` keep the public set only. No gate holds these
-rows yet (issue 12 sets the targets: ≤ 8 % MAPE, every micro-batch and tp group's mean error within
-±5 %, the plan pick right in ≥ 80 % of the jobs at ≤ 2 % mean cost). `trainest validate --set
+public vendor runs: the file says `set: vtrain-single-node`; the tables by source and hardware above, the
+holdout of the public runs, `docs/cross-validation.md` and the gates of `tests/test_accuracy_gate.py` keep
+the public set only. Their FIT split (crc32(id) mod 100 < 60) joins the fit of `a100-80gb-sxm`, because they
+constrain what no public run does: the host time per kernel (`host_us_per_kernel`, 60.9 µs: Megatron-DeepSpeed
+launching every kernel from Python) and the small-GEMM shape factor; their holdout split is predicted, not
+fitted. Gates (`tests/test_vtrain_report.py`): all rows and the holdout split ≤ 8 % MAPE, every micro-batch
+and tp group's mean error within ±20 % (issue 12's target is ±5 %: tp 8 is at −19 %, see below), the plan
+pick's mean cost ≤ 5 % and right in ≥ 55 % of the jobs (target: 80 % at ≤ 2 %). `trainest validate --set
 vtrain-single-node` prints every run's error; `python tools/vtrain_report.py` prints these tables.
 
-vTrain's configs for these runs set no gradient bucketing: the data-parallel all-reduce runs after
-the backward, not overlapped. The scenario schema cannot say so yet (issue 12 adds a `framework`
-input), so trainest predicts it overlapped, as for every other run. That is not where most of the
-error is: the no-overlap bound below (every collective exposed) is still far too fast, and the error
-follows the kernel size (micro-batch and tp: the smaller the GEMMs per GPU, the faster trainest
-predicts the step against the measurement).
+The runs are imported with `framework: megatron-deepspeed` and `parallel.dp_overlap: false` (vTrain's configs
+set no gradient bucketing: the data-parallel all-reduce runs after the backward). What took them from 46.5 %
+to under 7 % (docs/model.md §2.2, §2.8): the host's time to launch each kernel (56 kernels per layer and
+micro-batch here; the small steps are host-bound), the kernels' device floors, tile and wave quantization
+of the small GEMMs over the A100's 108 SMs, and the exposed gradient reduction. What is left: tensor
+parallelism over all 8 GPUs is 19 % too fast at every micro-batch (40 runs); neither the NCCL latency model
+nor the host term explains it, and no parameter is added for it.
 
 {vtrain}
 

@@ -46,12 +46,13 @@ A100_UNSTATED_WHY = ("the entry of every A100 record that does not say 40GB; the
                      "source notes say: docs/validation.md, vTrain section")
 
 RUN_KEYS = ("id", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
-            "parallel", "micro_batch", "global_batch", "recompute", "attention", "kernels", "measured", "expressible", "reason",
+            "parallel", "micro_batch", "global_batch", "recompute", "attention", "framework", "kernels", "measured",
+            "expressible", "reason",
             "confidence", "notes", "duplicate_of")
 MODEL_KEYS = ("name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp",
               "tied_embeddings", "dropout")
 PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard",
-                 "dp_collectives",
+                 "dp_collectives", "dp_overlap",
                  "pipeline_split")
 MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "peak_memory_gib",
                  "device_hours", "tokens")
@@ -88,23 +89,27 @@ def attention_kernel(slug: str, hardware: str | None, stated: str | None = None)
 # ---------------------------------------------------------------------------------------------
 SOURCES = OrderedDict([
     ("narayanan2021", dict(
+        framework="megatron-core",
         title="Narayanan et al. 2021, 'Efficient Large-Scale Language Model Training on GPU Clusters "
               "Using Megatron-LM' (SC21, arXiv:2104.04473), Tables 1-2 and Section 5.1",
         flops_formula="narayanan-eq3", zero_default=0, precision_default="fp16",
         recompute_null=("full", "paper FLOP accounting (Eq. 3) includes the recompute forward pass"),
         sp_rule="record")),
     ("korthikanti2022", dict(
+        framework="megatron-core",
         title="Korthikanti et al. 2022, 'Reducing Activation Recomputation in Large Transformer Models' "
               "(arXiv:2205.05198, MLSys 2023), Tables 3/5, Section 6.3, abstract",
         flops_formula="korthikanti-eq7", zero_default=0, precision_default="bf16",
         recompute_null=("none", "not stated"), sp_rule="record")),
     ("megatron-lm-readme", dict(
+        framework="megatron-core",
         title="NVIDIA/Megatron-LM README.md performance tables (images/cases_april2021.png = Narayanan "
               "2021 Table 1; images/model_table.png + strong_scaling.png, Megatron-Core r0.8, H100, 2024)",
         flops_formula="megatron-core", zero_default=0, precision_default="bf16",
         recompute_null=("none", "recompute not stated in the README; Megatron-Core default is none"),
         sp_rule="megatron", tp_overlap_rule="stated")),
     ("nemo-2407", dict(
+        framework="nemo",
         title="NVIDIA/NeMo docs/source/performance/performance_summary.md, NeMo 24.07 container, "
               "DGX-H100, FP8",
         flops_formula="megatron-core", zero_default=1, precision_default="fp8",
@@ -112,6 +117,7 @@ SOURCES = OrderedDict([
                                 "recompute unless stated"),
         sp_rule="megatron", tp_overlap_rule="nemo")),
     ("nemo-long-sequence", dict(
+        framework="nemo",
         title="NVIDIA/NeMo docs/source/performance/performance_long_sequence.md (Llama 2 7B on DGX-H100, "
               "NeMo 24.03.01; Llama 3 8B on DGX-B200, NeMo 25.04.rc2), FP8",
         flops_formula="megatron-core", zero_default=1, precision_default="fp8",
@@ -119,6 +125,7 @@ SOURCES = OrderedDict([
                                 "recompute unless stated"),
         sp_rule="megatron", tp_overlap_rule="nemo")),
     ("megatron-bridge", dict(
+        framework="nemo",
         title="NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md and performance-summary-archive.md "
               "(commit 067f987df0), NeMo containers 25.09-26.08",
         flops_formula="megatron-core-causal", zero_default=1, precision_default=None,
@@ -126,15 +133,18 @@ SOURCES = OrderedDict([
                                 "activation recompute unless stated"),
         sp_rule="megatron", tp_overlap_rule="nemo")),
     ("llm-foundry", dict(
+        framework="llm-foundry",
         title="mosaicml/llm-foundry scripts/train/benchmarking/README.md (commit 8c8dd48f72), MPT "
               "throughput tables",
         flops_formula="llm-foundry", zero_default=0, precision_default=None,
         recompute_null=("none", "activation_checkpointing not set"), sp_rule="none")),
     ("maxtext", dict(
+        framework="maxtext",
         title="google/maxtext README.md and MaxText/configs/{v4,v5e,v5p,a3}/README.md (commit e64f6813e0)",
         flops_formula="maxtext", zero_default=3, precision_default="bf16",
         recompute_null=("none", "remat_policy not stated"), sp_rule="none")),
     ("torchtitan", dict(
+        framework="torchtitan",
         title="pytorch/torchtitan benchmarks/*.md (commit b5bcd76c66): Llama 3.1 on H100 96GB HBM2e "
               "(2024-12, 2025-06 async TP) and on H200 (Trainy/WhiteFiber, 2025-06)",
         flops_formula=None, zero_default=3, precision_default="bf16",
@@ -144,10 +154,12 @@ SOURCES = OrderedDict([
         # measure 4-16 % over vanilla TP, far less than that model hides. Noted on each such run.
         tp_overlap_rule="none", kernels_rule="torchtitan")),
     ("olmo-core", dict(
+        framework="olmo-core",
         title="allenai/OLMo-core README.md throughput tables (Sep 2024 and Mar 2025)",
         flops_formula=None, zero_default=3, precision_default="bf16",
         recompute_null=("none", "activation checkpointing not stated"), sp_rule="none")),
     ("mlx", dict(
+        framework="mlx",
         title="ml-explore/mlx-examples lora/README.md (commit 7ddca42f4d)",
         flops_formula=None, zero_default=0, precision_default="fp16",
         recompute_null=("none", "not stated"), sp_rule="none")),
@@ -911,18 +923,16 @@ class Importer:
             notes.append(f"kernels {kernels}: {cfg['framework']} runs Megatron's fused kernels (the source states "
                          f"the fused scaled masked softmax and FusedAdam; bias-GeLU fusion and the fused layer norm "
                          f"are Megatron defaults)")
-        if cfg.get("framework"):
-            notes.append(f"framework {cfg['framework']} (stated by the source; the scenario schema has no "
-                         f"framework input yet, issue 12)")
+        if cfg.get("framework") == "megatron-deepspeed":
+            notes.append(f"framework {cfg['framework']} (stated by the source)")
         if r.get("pipeline_schedule") is not None:
             notes.append(f"pipeline schedule '{r['pipeline_schedule']}' (stated) = trainest's non-interleaved "
                          f"1F1B with vpp={r['vp']}")
         if r.get("gradient_bucketing") is False:
             notes.append("gradient bucketing off (stated: parallelism.gradient_bucketing false, vTrain's "
                          "use_gradient_bucket false): the data-parallel gradient all-reduce runs after the "
-                         "backward, not overlapped with it; the scenario schema cannot say so yet, so trainest "
-                         "predicts it overlapped with the backward as for every other run")
-        if cfg.get("framework") and fields["vocab"] is not None:
+                         "backward, not overlapped with it (parallel.dp_overlap false)")
+        if cfg.get("framework") == "megatron-deepspeed" and fields["vocab"] is not None:
             padded = megatron_padded_vocab(GPT2_VOCAB, tp or 1)
             if fields["vocab"] != padded:
                 raise ValueError(f"{r['id']}: vocab {fields['vocab']} is not GPT-2's {GPT2_VOCAB} padded for tp={tp}")
@@ -1099,8 +1109,13 @@ class Importer:
         run["recompute"] = recompute
         if kernel:
             run["attention"] = kernel
-        if kernels:
-            run["kernels"] = kernels
+        if cfg.get("framework"):
+            run["framework"] = cfg["framework"]
+        # always explicit: a framework's default kernels (torchtitan: eager) must not stand in for a record
+        # that ran fused kernels (compiled, or Megatron/TE)
+        run["kernels"] = kernels or "fused"
+        if cfg.get("dp_overlap") is False:
+            run["parallel"]["dp_overlap"] = False
         run["measured"] = measured
         run["expressible"] = not reasons
         run["reason"] = "; ".join(reasons) if reasons else None

@@ -59,7 +59,12 @@ BASE_PARAMETERS = ("gemm", "attention", "memory", "scale_up", "scale_out")
 BOUNDS = {"gemm": (0.45, 0.92), "attention": (MIN_FRACTION, 0.95), "memory": (0.5, 0.95),
           "scale_up": (0.4, 0.95), "scale_out": (0.3, 0.95), "low_precision_gemm": (0.6, MAX_FRACTION),
           "flash2_attention": (0.3, MAX_FRACTION),
-          "layer_overhead_s": (0.0, MAX_LAYER_OVERHEAD_S)}
+          "layer_overhead_s": (0.0, MAX_LAYER_OVERHEAD_S),
+          # host time per kernel launched from Python: 5-200 µs (eager PyTorch dispatch is ~10-20 µs per
+          # operator; framework hooks, autograd Functions and checkpointing wrappers add to it)
+          "host_per_kernel_s": (5e-6, 200e-6),
+          # the GEMM shape factor's half dimension: 0-512 elements (on top of wave quantization)
+          "gemm_half_dim": (0.0, 512.0)}
 
 
 @dataclass(frozen=True)
@@ -92,14 +97,15 @@ def huber(r):
 
 def parameters_for(cases: Sequence[Case]) -> tuple[str, ...]:
     """The parameters the runs can inform: the base five, FP8 GEMM efficiency when a run uses FP8/FP4,
-    and the per-layer overhead when a run's model has fewer than SMALL_MODEL_PARAMS parameters."""
+    and, when a run's model has fewer than SMALL_MODEL_PARAMS parameters (its kernels are small), the
+    host time per kernel and the GEMM shape factor's half dimension."""
     names = list(BASE_PARAMETERS)
     if any(c.scenario.precision in ("fp8", "fp4") for c in cases):
         names.append("low_precision_gemm")
     if any(c.scenario.attention == "flash2" for c in cases) and any(c.scenario.attention == "flash" for c in cases):
         names.append("flash2_attention")     # only separable from `attention` when both kernels appear
     if any(c.scenario.model.params < SMALL_MODEL_PARAMS for c in cases):
-        names.append("layer_overhead_s")
+        names += ["host_per_kernel_s", "gemm_half_dim"]
     return tuple(names)
 
 
@@ -224,6 +230,8 @@ def efficiency_block(hardware: Hardware, *, method: str, fit_runs: int | None, f
                              "low_precision_gemm": _round(e.low_precision_gemm),
                              "flash2_attention": _round(e.flash2_attention),
                              "layer_overhead_us": _round(e.layer_overhead_s / MICROSECOND),
+                             "host_us_per_kernel": _round(e.host_per_kernel_s / MICROSECOND),
+                             "kernel_floor_us": _round(e.kernel_floor_s / MICROSECOND),
                              "overlap_contention": _round(e.overlap_contention),
                              "fitted": fitted, "method": method}
     if fit_runs is not None:

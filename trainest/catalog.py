@@ -49,14 +49,29 @@ class Efficiency:
     overlap_contention: float   # share of an overlapped collective's time added to the work hiding it
     fitted: bool
     method: str
+    host_per_kernel_s: float = 0.0   # host (CPU) time to dispatch one kernel from Python [s]
+    kernel_floor_s: float = 0.0      # the shortest a kernel takes on the device (launch, ramp, drain) [s]
 
 
 EFFICIENCY_KEYS = ("gemm", "gemm_half_dim", "attention", "memory", "scale_up", "scale_out")
 EFFICIENCY_OPTIONAL = ("low_precision_gemm", "flash2_attention", "layer_overhead_us", "overlap_contention", "fitted",
-                       "method", "fit_runs", "fit_mape_pct")
+                       "method", "fit_runs", "fit_mape_pct", "host_us_per_kernel", "kernel_floor_us")
 DEFAULT_LOW_PRECISION_GEMM = 0.85   # FP8 GEMMs reach a lower fraction of their (2x) peak than BF16
 DEFAULT_FLASH2_ATTENTION = 1.0     # FlashAttention-2 relative to `attention`: the same unless fitted
-DEFAULT_LAYER_OVERHEAD_US = 30.0    # launch and sync overhead per transformer layer per pass
+# a fixed time per layer pass [µs]; 0: the kernels' host dispatch and floors (docs/model.md §2.8) are
+# counted instead (before them, a fitted 30 µs stood in for both)
+DEFAULT_LAYER_OVERHEAD_US = 0.0
+# Host time per kernel launched from Python (PyTorch eager dispatch: op dispatch, autograd bookkeeping,
+# the CUDA launch call): ~10-20 µs per operator for eager PyTorch (PyTorch's own profiler overhead
+# notes; the CUDA Graphs post, NVIDIA 2019, measures ~µs-scale launch cost) and more under framework
+# hooks. The prior of a hardware entry without a fitted value; fitted on measured small-kernel runs
+# (docs/model.md §2.8, docs/validation.md).
+DEFAULT_HOST_US_PER_KERNEL = 20.0
+# The shortest time a kernel occupies the device: launch latency plus the ramp-up and drain of its
+# thread blocks, ~3-5 µs on A100/H100 for back-to-back small kernels (CUDA C++ Best Practices Guide,
+# "kernel launch overhead"; the H200 measurement in bench/gpu_ground_truth.py measures it where a GPU is
+# available). Not fitted.
+DEFAULT_KERNEL_FLOOR_US = {"gpu": 4.0, "cpu-gpu": 4.0}
 # Collective/compute contention by hardware kind: while a collective runs behind computation, the
 # computation slows by this share of the collective's time. GPUs run NCCL/RCCL collectives as kernels
 # on their SMs/CUs (one thread block per channel, and they stream through HBM): ~10–25 % of an A100's
@@ -344,6 +359,10 @@ def _efficiency_from(data: dict, where: str, kind: str) -> Efficiency:
                                     f"{where}.overlap_contention", allow_zero=True, maximum=1.0),
         fitted=F.boolean(data.get("fitted", False), f"{where}.fitted"),
         method=F.text(data.get("method", ""), f"{where}.method") or "",
+        host_per_kernel_s=F.number(_given(data, "host_us_per_kernel", DEFAULT_HOST_US_PER_KERNEL),
+                                   f"{where}.host_us_per_kernel", allow_zero=True, maximum=10_000.0) * MICROSECOND,
+        kernel_floor_s=F.number(_given(data, "kernel_floor_us", DEFAULT_KERNEL_FLOOR_US.get(kind, 0.0)),
+                                f"{where}.kernel_floor_us", allow_zero=True, maximum=10_000.0) * MICROSECOND,
     )
 
 

@@ -31,13 +31,16 @@ KERNELS = ("fused", "eager")
 PIPELINE_SPLITS = ("even", "balanced")
 # data-parallel/ZeRO rings: hierarchical (every NIC of a node) or flat (one NIC per rank)
 DP_COLLECTIVES = ("hierarchical", "flat")
+# the training framework (trainest/frameworks.py says what each does)
+FRAMEWORKS = ("megatron-core", "nemo", "megatron-deepspeed", "deepspeed", "torchtitan", "maxtext", "llm-foundry",
+              "olmo-core", "hf-accelerate", "mlx")
 OBJECTIVES = ("time", "cost", "energy")        # what `plan` minimises over the whole run
 DEVICE_COUNTS = ("pow2", "node")               # counts tried in a --devices range
 
 VOCABULARIES: dict[str, tuple[str, ...]] = {
     "Precision": PRECISIONS, "Mlp": MLPS, "Recompute": RECOMPUTES, "Attention": ATTENTIONS, "Kernels": KERNELS,
     "PipelineSplit": PIPELINE_SPLITS, "DpCollectives": DP_COLLECTIVES, "Objective": OBJECTIVES,
-    "DeviceCounts": DEVICE_COUNTS,
+    "DeviceCounts": DEVICE_COUNTS, "Framework": FRAMEWORKS,
 }
 
 

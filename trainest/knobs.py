@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from trainest.choices import VOCABULARIES
+from trainest.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
 
 # groups: where a knob's value lives in a scenario mapping
 SHAPE = "shape"          # model.<key>: overrides of the model's shape
@@ -96,6 +97,8 @@ KNOBS: tuple[Knob, ...] = (
       "Megatron sequence parallelism.", "off", group=PARALLEL, searched=True),
     K("tp_overlap", ("--tp-overlap/--no-tp-overlap",), "switch",
       "Pipeline TP collectives with the GEMMs (Megatron --tp-comm-overlap).", "off", group=PARALLEL, job=True),
+    K("dp_overlap", ("--dp-overlap/--no-dp-overlap",), "switch", "Overlap the data-parallel gradient reduction "
+      "with the backward (bucketing).", "the framework's", group=PARALLEL, job=True),
     K("dp_shard", ("--dp-shard",), "int", "Hybrid sharding: ZeRO shard group size (divides dp).", "dp",
       group=PARALLEL),
     K("pipeline_split", ("--pipeline-split",), "choice",
@@ -112,6 +115,9 @@ KNOBS: tuple[Knob, ...] = (
       "Recompute", searched=True),
     K("attention", ("--attention",), "choice", "flash (best fused kernel: FA3/cuDNN on Hopper+), flash2 "
       "(FlashAttention-2) or standard (materialised scores).", "flash", "Attention", job=True),
+    K("framework", ("--framework",), "choice", "Training framework: sets the kernels' host dispatch, the default "
+      "element-wise kernels and data-parallel overlap, and which pipeline schedules exist.", "megatron-core",
+      "Framework", job=True),
     K("kernels", ("--kernels",), "choice", "Element-wise kernels: fused (Megatron/Transformer Engine, torch.compile, "
       "XLA) or eager (PyTorch without torch.compile: one kernel per operator, FP32 norms).", "fused", "Kernels",
       job=True),
@@ -146,11 +152,12 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
     BY_NAME["model"], BY_NAME["hardware"],
     BY_NAME["devices"]._replace(kind="str", help=_PLAN_HELP["devices"]),
     BY_NAME["global_batch"]._replace(help=_PLAN_HELP["global_batch"], show_default=None),
-    *(BY_NAME[n] for n in ("precision", "seq_len", "devices_per_node", "attention", "kernels", "tokens",
+    *(BY_NAME[n] for n in ("precision", "seq_len", "devices_per_node", "attention", "framework", "kernels", "tokens",
                            "price_per_hour", "pue")),
     BY_NAME["config"]._replace(help=_PLAN_HELP["config"]),
     BY_NAME["tp_overlap"]._replace(help=_PLAN_HELP["tp_overlap"]),
     BY_NAME["dp_collectives"]._replace(help=_PLAN_HELP["dp_collectives"]),
+    BY_NAME["dp_overlap"],
     K("top", ("--top", "-k"), "int", "How many plans to show.", group=COMMAND, value=5),
     K("objective", ("--objective",), "choice", "Rank by step time, cost or energy of the whole run.", "time",
       "Objective", group=COMMAND, value="time"),
@@ -206,7 +213,7 @@ def mapping_from_values(values: dict[str, Any]) -> tuple[dict[str, Any], dict[st
 # the knobs that select a plan's layout, in the order `estimate_args` writes them; those in
 # LAYOUT_DEFAULTS are left out at that value (the command line's own default)
 LAYOUT_ARGS = ("devices", "tp", "pp", "cp", "vpp", "zero", "sequence_parallel", "micro_batch", "global_batch",
-               "recompute", "tp_overlap", "pipeline_split", "dp_collectives")
+               "recompute", "tp_overlap", "pipeline_split", "dp_collectives", "dp_overlap")
 LAYOUT_DEFAULTS = {"tp_overlap": False, "pipeline_split": "even", "dp_collectives": "hierarchical"}
 
 
@@ -230,6 +237,8 @@ def estimate_args(mapping: dict[str, Any]) -> list[str]:
         value = (parallel if k.group == PARALLEL else mapping).get(k.yaml_key)
         if value is None or (name in LAYOUT_DEFAULTS and value == LAYOUT_DEFAULTS[name]):
             continue
+        if name == "dp_overlap" and value == FRAMEWORKS[mapping.get("framework") or DEFAULT_FRAMEWORK].dp_overlap:
+            continue                  # the framework's own default
         out += option_args(k, value)
     return out
 

@@ -42,6 +42,7 @@ class Job(NamedTuple):
     seq_len: float              # s [tokens]
     global_batch: float         # B [sequences]
     devices_per_node: int
+    framework: str = "megatron-core"   # trainest/frameworks.py
 
     @property
     def low_precision(self) -> bool:
@@ -79,6 +80,7 @@ class Layout(NamedTuple):
     recompute: Num              # Recompute code
     tp_overlap: Num = 0.0       # TP collectives pipelined with the GEMMs, 0/1
     dp_shard: Num | None = None   # ZeRO shard group (HSDP); None: all of dp
+    dp_overlap: Num = 1.0       # the data-parallel gradient reduction overlapped with the backward, 0/1
     pipeline_split: str = "even"           # PipelineSplit (not an array: the search calls once per split)
     dp_collectives: str = "hierarchical"   # DpCollectives (not an array)
 
@@ -147,7 +149,8 @@ def job_of(s: Scenario, hardware: Hardware | None = None) -> Job:
     """The job of a scenario (on `hardware` instead of its own, e.g. with trial efficiencies)."""
     return Job(model=s.model, hardware=hardware or s.hardware, precision=s.precision, attention=s.attention,
                kernels=s.kernels,
-               seq_len=float(s.seq_len), global_batch=float(s.global_batch), devices_per_node=s.devices_per_node)
+               seq_len=float(s.seq_len), global_batch=float(s.global_batch), devices_per_node=s.devices_per_node,
+               framework=s.framework)
 
 
 def layout_of(s: Scenario) -> Layout:
@@ -156,4 +159,5 @@ def layout_of(s: Scenario) -> Layout:
     return Layout(tp=float(p.tp), pp=float(p.pp), dp=float(p.dp), cp=float(p.cp), vpp=float(p.vpp),
                   micro_batch=float(s.micro_batch), zero=float(p.zero), sp=1.0 if p.sequence_parallel else 0.0,
                   recompute=float(RECOMPUTE_CODES[s.recompute]), tp_overlap=1.0 if p.tp_overlap else 0.0,
-                  dp_shard=float(p.shard), pipeline_split=p.pipeline_split, dp_collectives=p.dp_collectives)
+                  dp_shard=float(p.shard), pipeline_split=p.pipeline_split, dp_collectives=p.dp_collectives,
+                  dp_overlap=1.0 if p.dp_overlap else 0.0)

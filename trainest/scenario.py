@@ -16,6 +16,7 @@ from trainest import fields as F
 from trainest.catalog import Hardware, Model, load_hardware, load_model, model_from_mapping, with_shape
 from trainest.choices import ATTENTIONS, DP_COLLECTIVES, KERNELS, PIPELINE_SPLITS, PRECISIONS, RECOMPUTES
 from trainest.errors import SpecError
+from trainest.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from trainest.knobs import KNOBS, PARALLEL, PARALLEL_KEYS, SCENARIO
 from trainest.units import parse_count
 
@@ -54,6 +55,7 @@ class Parallel:
     dp_shard: int = 0            # ZeRO shard group size (hybrid sharding, HSDP); 0 means all of dp
     pipeline_split: str = "even"  # even (L divides by p·v) | balanced (embedding and loss count as layers)
     dp_collectives: str = "hierarchical"  # DP rings over every NIC of a node | flat: one NIC per rank
+    dp_overlap: bool = True      # the gradient reduction overlapped with the backward (bucketing)
 
     @property
     def shard(self) -> int:
@@ -84,6 +86,7 @@ class Scenario:
     price_usd_per_hour: float | None
     pue: float
     kernels: str = "fused"          # element-wise kernels: fused | eager (docs/model.md §2.5)
+    framework: str = DEFAULT_FRAMEWORK   # trainest/frameworks.py
     derived: tuple[str, ...] = field(default=())   # names of values filled by defaults
 
     @property
@@ -279,14 +282,24 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     micro_batch, global_batch = _batch(r, dp, echoed_micro_batches)
     recompute = F.choice(r.default("recompute", "none"), f"{where}.recompute", RECOMPUTES)
     attention = F.choice(r.default("attention", "flash"), f"{where}.attention", ATTENTIONS)
-    kernels = F.choice(r.default("kernels", "fused"), f"{where}.kernels", KERNELS)
+    framework = F.choice(r.default("framework", DEFAULT_FRAMEWORK), f"{where}.framework", tuple(FRAMEWORKS))
+    fw = FRAMEWORKS[framework]
+    kernels = F.choice(r.default("kernels", fw.kernels), f"{where}.kernels", KERNELS)
+    if par.get("dp_overlap") is None:
+        r.derive("parallel.dp_overlap")
+    dp_overlap = F.boolean(par.get("dp_overlap", fw.dp_overlap), f"{where}.parallel.dp_overlap")
+    if sizes["vpp"] > 1 and not fw.interleaved:
+        raise SpecError(f"{where}: vpp={sizes['vpp']} needs the interleaved pipeline schedule, which {framework} "
+                        f"does not have; use vpp=1 or a framework that has it")
     tokens, price_usd, pue = _run_costs(r, model, hardware)
     return Scenario(
         model=model, hardware=hardware, seq_len=seq_len, devices=devices, devices_per_node=devices_per_node,
         precision=precision, parallel=Parallel(**sizes, dp=dp, dp_shard=0 if dp_shard == dp else dp_shard,
-                                               pipeline_split=split, dp_collectives=dp_collectives),
+                                               pipeline_split=split, dp_collectives=dp_collectives,
+                                               dp_overlap=dp_overlap),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
-        tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, derived=tuple(derived),
+        tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, framework=framework,
+        derived=tuple(derived),
     )
 
 
@@ -311,12 +324,13 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
                      "vpp": s.parallel.vpp, "zero": s.parallel.zero,
                      "sequence_parallel": s.parallel.sequence_parallel, "tp_overlap": s.parallel.tp_overlap,
                      "dp_shard": s.parallel.shard, "pipeline_split": s.parallel.pipeline_split,
-                     "dp_collectives": s.parallel.dp_collectives},
+                     "dp_collectives": s.parallel.dp_collectives, "dp_overlap": s.parallel.dp_overlap},
         "micro_batch": s.micro_batch,
         "global_batch": s.global_batch,
         "micro_batches": s.micro_batches,
         "recompute": s.recompute,
         "attention": s.attention,
+        "framework": s.framework,
         "kernels": s.kernels,
         "tokens": s.tokens,
         "price_per_hour": s.price_usd_per_hour,

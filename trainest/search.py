@@ -38,6 +38,7 @@ from trainest import training
 from trainest.choices import DEVICE_COUNTS, OBJECTIVES, RECOMPUTE_CODES, RECOMPUTES
 from trainest.errors import SpecError
 from trainest.estimate import Estimate, estimate
+from trainest.frameworks import FRAMEWORKS
 from trainest.knobs import ALLOW_NAMES, JOB_KEYS, JOB_PARALLEL_KEYS, SEARCHED
 from trainest.layout import Layout, job_of
 from trainest.memory import memory_per_device
@@ -167,18 +168,20 @@ class Grid:
     def size(self) -> int:
         return int(self.tp.size)
 
-    def layout(self, sel: np.ndarray, *, pipeline_split: str, tp_overlap: float, dp_collectives: str) -> Layout:
+    def layout(self, sel: np.ndarray, *, pipeline_split: str, tp_overlap: float, dp_collectives: str,
+               dp_overlap: float = 1.0) -> Layout:
         """The Layout (arrays) of the plans `sel`."""
         return Layout(tp=self.tp[sel], pp=self.pp[sel], dp=self.dp[sel], cp=self.cp[sel], vpp=self.vpp[sel],
                       micro_batch=self.micro_batch[sel], zero=self.zero[sel], sp=self.sp[sel],
                       recompute=self.recompute[sel], tp_overlap=tp_overlap, pipeline_split=pipeline_split,
-                      dp_collectives=dp_collectives)
+                      dp_collectives=dp_collectives, dp_overlap=dp_overlap)
 
 
 def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     """Every plan of `devices` devices for the job `base` within `space` (no heuristic pruning)."""
     m = base.model
     B = base.global_batch
+    interleaved = FRAMEWORKS[base.framework].interleaved
     # explicitly allowed tp values are taken as given; otherwise tp stays inside the scale-up domain
     cap_tp = space.max_tp if space.max_tp is not None else (None if space.tp is not None else max_tp_default(base))
     tps = _choose(_divisors(m.heads), space.tp, cap_tp)
@@ -205,7 +208,8 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
                     continue
                 balanced = m.layers % p != 0
                 units = (m.layers + 2) // p if balanced else m.layers // p
-                vs = _choose(_divisors(units), space.vpp, space.max_vpp) if p > 1 else \
+                # virtual stages only where the framework has the interleaved schedule
+                vs = _choose(_divisors(units) if interleaved else [1], space.vpp, space.max_vpp) if p > 1 else \
                     ([1] if space.vpp is None or 1 in space.vpp else [])
                 bs = _choose(_divisors(B // d), space.micro_batch, space.max_micro_batch)
                 if not vs or not bs:
@@ -259,7 +263,8 @@ def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> 
     groups = [(split, np.flatnonzero(g.balanced == flag)) for split, flag in (("even", 0.0), ("balanced", 1.0))]
 
     def layout(idx: np.ndarray, split: str) -> Layout:
-        return g.layout(idx, pipeline_split=split, tp_overlap=tp_overlap, dp_collectives=base.parallel.dp_collectives)
+        return g.layout(idx, pipeline_split=split, tp_overlap=tp_overlap, dp_collectives=base.parallel.dp_collectives,
+                        dp_overlap=1.0 if base.parallel.dp_overlap else 0.0)
 
     for split, rows in groups:
         for start in range(0, rows.size, CHUNK_PLANS):
@@ -306,7 +311,8 @@ def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vp
     return replace(base, devices=devices, micro_batch=micro_batch, recompute=recompute, derived=derived,
                    parallel=Parallel(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero,
                                      sequence_parallel=sequence_parallel, tp_overlap=base.parallel.tp_overlap,
-                                     pipeline_split=pipeline_split, dp_collectives=base.parallel.dp_collectives))
+                                     pipeline_split=pipeline_split, dp_collectives=base.parallel.dp_collectives,
+                                     dp_overlap=base.parallel.dp_overlap))
 
 
 def plan_knobs(s: Scenario) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from trainest import SCHEMA_VERSION
 from trainest.estimate import Estimate
+from trainest.knobs import estimate_args as knob_estimate_args
 from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si
 from trainest.report.estimate import estimate_dict
 from trainest.scenario import scenario_mapping
@@ -12,14 +13,9 @@ from trainest.units import GiB
 
 
 def estimate_args(e: Estimate) -> list[str]:
-    """The `trainest estimate` options that select this plan's device count and layout."""
-    s, p = e.scenario, e.scenario.parallel
-    return ["--devices", str(s.devices), "--tp", str(p.tp), "--pp", str(p.pp), "--cp", str(p.cp), "--vpp", str(p.vpp),
-            "--zero", str(p.zero), "--sequence-parallel" if p.sequence_parallel else "--no-sequence-parallel",
-            "--micro-batch", str(s.micro_batch), "--global-batch", str(s.global_batch), "--recompute", s.recompute,
-            *(["--tp-overlap"] if p.tp_overlap else []),
-            *(["--pipeline-split", "balanced"] if p.pipeline_split == "balanced" else []),
-            *(["--dp-collectives", p.dp_collectives] if p.dp_collectives != "hierarchical" else [])]
+    """The `trainest estimate` options that select this plan's device count and layout
+    (trainest.knobs.estimate_args of its inputs)."""
+    return knob_estimate_args(scenario_mapping(e.scenario))
 
 
 def plan_dict(e: Estimate) -> dict:

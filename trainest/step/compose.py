@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from trainest import xp
 from trainest.layout import Job, Layout, Num
 from trainest.step.collectives import tiers_of
 from trainest.step.flops import model_flops_per_step, recompute_flops_per_step
+from trainest.step.kernels import host_layer_s, host_pass_s
 from trainest.step.layer import layer_pass, local_shape, logits_bounds, rates_of
 from trainest.step.optimizer import optimizer_s
 from trainest.step.overlap import dp_exposed_s, dp_windows_s, overlapped_exposed_s, serial_dp_s
@@ -49,10 +51,14 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     tp_total, tp_layer = tp_layer_s(job, layout, shape, tiers, lp.linear_s)
     cp = cp_ring(layout, shape, tiers, lp)
     logits_c, logits_m = logits_bounds(job, layout, rates, shape)
-    layer_s = lp.compute_s + lp.memory_s + lp.overhead_s + tp_layer + cp.exposed_s
+    # a layer takes the longer of its device time and its host time (the device waits for launches)
+    device_layer_s = lp.compute_s + lp.memory_s + lp.overhead_s + lp.floor_s + tp_layer + cp.exposed_s
+    host_excess = xp.maximum(host_layer_s(job, layout) - device_layer_s, 0.0)
+    layer_overhead = lp.overhead_s + lp.floor_s + host_excess
+    layer_s = device_layer_s + host_excess
     stage = slowest_stage(model, layout, layer_s, logits_c + logits_m)
     n = stage.layers
-    stage_c, stage_m, stage_o = n * lp.compute_s, n * lp.memory_s, n * lp.overhead_s
+    stage_c, stage_m, stage_o = n * lp.compute_s, n * lp.memory_s, n * layer_overhead
     stage_pp = pp_p2p_s(job, layout, shape, tiers)
     params_local = stage_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.tp
     z3_layer, z3_comm = zero3_s(job, layout, dp_tiers, n, params_local)
@@ -65,7 +71,7 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     bubble = bubble_s(layout, stage.heavy_layers * layer_s + stage_pp + z3_exposed)
     m = layout.micro_batches(job)
     dp = dp_traffic(job, layout, dp_tiers, params_local)
-    windows = dp_windows_s(layout, lp, cp, n, z3_comm, stage_work)
+    windows = dp_windows_s(layout, lp, cp, n, z3_comm, stage_work, host_pass_s(job, layout))
     dp_exposed = dp_exposed_s(layout, dp, windows, n, eff.overlap_contention, m)
     optimizer = optimizer_s(layout, params_local, rates.memory_bytes_per_s)
     compute_s, memory_s, overhead_s = m * mb_c, m * mb_m + optimizer, m * stage_o
@@ -73,7 +79,7 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     # the upper bound: nothing overlapped (every collective in full, no contention), with the bubble
     # of the longer micro-batch
     serial_layer = tp_total + cp.total_s
-    serial_typical = stage.heavy_layers * (lp.compute_s + lp.memory_s + lp.overhead_s + serial_layer) \
+    serial_typical = stage.heavy_layers * (lp.compute_s + lp.memory_s + layer_overhead + serial_layer) \
         + stage_pp + z3_comm
     no_overlap = (m * (mb_c + mb_m + stage_o + n * serial_layer + stage_pp + z3_comm) + optimizer
                   + serial_dp_s(layout, dp, m) + bubble_s(layout, serial_typical))

@@ -13,7 +13,23 @@ from typing import NamedTuple
 from trainest import xp
 from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
 from trainest.step.flops import CAUSAL_FRACTION
-from trainest.step.roofline import OpTime, bound_sums, dimension_factor, fused_time, gemm_time, streaming_time
+from trainest.step.kernels import (
+    ELEMENTWISE_BACKWARD_RATIO,
+    GEMM_BACKWARD_KERNELS,
+    attention_kernels,
+    elementwise_kernels,
+    floor_excess_s,
+    ops_time_s,
+)
+from trainest.step.roofline import (
+    OpTime,
+    bound_sums,
+    dimension_factor,
+    fused_time,
+    gemm_time,
+    streaming_time,
+    wave_efficiency,
+)
 
 ATTENTION_HALF_SEQ = 512.0         # sequence length at which fused attention's length factor is 1/2
 ATTENTION_HALF_HEAD_DIM = 32.0     # head dimension at which its head-width factor is 1/2
@@ -47,12 +63,17 @@ class Rates(NamedTuple):
     memory_bytes_per_s: Num
     attention_flops_per_s: Num
     gemm_input_bytes: float
+    units: int | None = None            # compute units (SMs/CUs) the GEMM tiles spread over
+    tile: tuple[int, int] | None = None   # the output tile of one unit (t_m, t_n)
 
-    def gemm(self, m: Num, n: Num, k: Num) -> OpTime:
-        """An (m×k)·(k×n) GEMM at these rates, writing 16-bit activations."""
+    def gemm(self, m: Num, n: Num, k: Num, batch: Num = 1.0) -> OpTime:
+        """An (m×k)·(k×n) GEMM (one of `batch` alike in one kernel) at these rates, writing 16-bit
+        activations; its tiles spread over the device's units (wave_efficiency) where they are known."""
+        wave = 1.0 if self.units is None or self.tile is None else \
+            wave_efficiency(m, n, k, units=self.units, tile_m=self.tile[0], tile_n=self.tile[1], batch=batch)
         return gemm_time(m, n, k, peak_flops_per_s=self.peak_flops_per_s, peak_fraction=self.gemm_peak_fraction,
                          half_dim=self.gemm_half_dim, input_bytes=self.gemm_input_bytes,
-                         output_bytes=ACTIVATION_BYTES, memory_bytes_per_s=self.memory_bytes_per_s)
+                         output_bytes=ACTIVATION_BYTES, memory_bytes_per_s=self.memory_bytes_per_s, wave=wave)
 
 
 def attention_flops_per_s(job: Job, layout: Layout) -> Num:
@@ -73,7 +94,9 @@ def rates_of(job: Job, layout: Layout) -> Rates:
     return Rates(peak_flops_per_s=hw.peak(job.precision),
                  gemm_peak_fraction=eff.gemm * (eff.low_precision_gemm if job.low_precision else 1.0),
                  gemm_half_dim=eff.gemm_half_dim, memory_bytes_per_s=hw.memory_bytes_per_s * eff.memory,
-                 attention_flops_per_s=attention_flops_per_s(job, layout), gemm_input_bytes=job.gemm_input_bytes)
+                 attention_flops_per_s=attention_flops_per_s(job, layout), gemm_input_bytes=job.gemm_input_bytes,
+                 units=hw.compute_units,
+                 tile=None if hw.gemm_tile_m is None or hw.gemm_tile_n is None else (hw.gemm_tile_m, hw.gemm_tile_n))
 
 
 class LocalShape(NamedTuple):
@@ -119,8 +142,8 @@ def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[li
         return [fwd], [bwd]
     s_c = job.seq_len / layout.cp
     scale = layout.micro_batch * x.heads_local
-    scores = r.gemm(s_c, job.seq_len, m.head_dim)
-    context = r.gemm(s_c, m.head_dim, job.seq_len)
+    scores = r.gemm(s_c, job.seq_len, m.head_dim, batch=scale)
+    context = r.gemm(s_c, m.head_dim, job.seq_len, batch=scale)
     no_dropout = 0.0 if m.dropout else 1.0
     fwd_parts = [OpTime(scores.compute_s * scale, scores.memory_s * scale),
                  OpTime(context.compute_s * scale, context.memory_s * scale),
@@ -161,6 +184,7 @@ class LayerPass(NamedTuple):
     memory_s: Num               # the same, memory-bound
     overhead_s: Num             # fixed per-pass overhead (launches, sync)
     linear_s: Num               # the 4 GEMMs forward, backward and recomputed (TP overlap window)
+    floor_s: Num                # what the kernels' floors add over their roofline times (all passes)
 
 
 def recompute_bounds(job: Job, layout: Layout, r: Rates, x: LocalShape, linear: list[OpTime],
@@ -191,7 +215,29 @@ def layer_pass(job: Job, layout: Layout, r: Rates, x: LocalShape) -> LayerPass:
                      attn_bwd_s=sum(bound_sums(attn_bwd)), compute_s=fwd_c + bwd_c + re_c,
                      memory_s=fwd_m + bwd_m + re_m,
                      overhead_s=job.hardware.efficiency.layer_overhead_s * (2.0 + layout.full + layout.op),
-                     linear_s=sum(o.time_s for o in linear) * (3.0 + layout.full))
+                     linear_s=sum(o.time_s for o in linear) * (3.0 + layout.full),
+                     floor_s=layer_floor_s(job, layout, linear, (attn_fwd, attn_bwd), elementwise))
+
+
+def layer_floor_s(job: Job, layout: Layout, linear: list[OpTime], attention: tuple[list[OpTime], list[OpTime]],
+                  elementwise: OpTime) -> Num:
+    """What the kernels' floor (`efficiency.kernel_floor_us`) adds to one layer's passes [s]: each
+    GEMM (1 kernel forward, 2 backward at twice the time), the attention core and the element-wise
+    kernels (kernels.py counts) take at least their kernel count times the floor; recomputed kernels
+    again (full: the forward; selective: attention; op: 3 GEMMs and the element-wise kernels)."""
+    floor = job.hardware.efficiency.kernel_floor_s
+    attn_fwd_k, attn_bwd_k = attention_kernels(job)
+    ew_k = elementwise_kernels(job)
+    gemm_fwd: Num = 0.0
+    for o in linear:
+        gemm_fwd = gemm_fwd + floor_excess_s(o.time_s, 1.0, floor)
+    attn_fwd = floor_excess_s(ops_time_s(attention[0]), attn_fwd_k, floor)
+    ew_fwd = floor_excess_s(elementwise.time_s, ew_k, floor)
+    forward = gemm_fwd + attn_fwd + ew_fwd
+    backward = (GEMM_BACKWARD_KERNELS * gemm_fwd + floor_excess_s(ops_time_s(attention[1]), attn_bwd_k, floor)
+                + floor_excess_s(BACKWARD_TRAFFIC_RATIO * elementwise.time_s, ELEMENTWISE_BACKWARD_RATIO * ew_k, floor))
+    recompute = layout.full * forward + layout.selective * attn_fwd + layout.op * (0.75 * gemm_fwd + ew_fwd)
+    return forward + backward + recompute
 
 
 def logits_bounds(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[Num, Num]:

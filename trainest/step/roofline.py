@@ -56,6 +56,29 @@ def gemm_efficiency(m: Num, n: Num, k: Num, peak_fraction: Num, half_dim: Num) -
             * dimension_factor(k, half_dim))
 
 
+SPLIT_K = (1.0, 2.0, 4.0, 8.0)     # split-K factors a GEMM library may choose for short, wide problems
+MIN_K_PER_SPLIT = 256.0            # each split keeps at least this much of K (cuBLAS/CUTLASS split-K)
+
+
+def wave_efficiency(m: Num, n: Num, k: Num, *, units: float, tile_m: float, tile_n: float,
+                    batch: Num = 1.0) -> Num:
+    """Share of the device's compute units a GEMM keeps busy [fraction]: its output is cut into
+    ceil(m/t_m)·ceil(n/t_n)·batch tiles, one per unit at a time, so they run in ceil(tiles/U) waves
+    and the last wave is partly empty; edge tiles are partly filled (m·n over the padded area).
+    Split-K (s pieces of K, each ≥ MIN_K_PER_SPLIT) multiplies the tiles of a short, wide GEMM; the
+    best s is taken, as library heuristics do (NVIDIA, "Matrix Multiplication Background" user guide:
+    tile and wave quantization)."""
+    rows, cols = xp.ceil(m / tile_m), xp.ceil(n / tile_n)
+    fill = m * n / (rows * tile_m * cols * tile_n)
+    tiles = rows * cols * batch
+    best: Num = 0.0
+    for s in SPLIT_K:
+        waves = xp.ceil(tiles * s / units)
+        allowed = 1.0 if s == 1.0 else xp.mask(k >= s * MIN_K_PER_SPLIT)
+        best = xp.maximum(best, tiles * s / (waves * units) * allowed)
+    return fill * best
+
+
 def gemm_flops(m: Num, n: Num, k: Num) -> Num:
     """2·m·n·k [FLOP] for an (m×k)·(k×n) product."""
     return 2.0 * m * n * k
@@ -67,9 +90,10 @@ def gemm_bytes(m: Num, n: Num, k: Num, input_bytes: float, output_bytes: float) 
 
 
 def gemm_time(m: Num, n: Num, k: Num, *, peak_flops_per_s: float, peak_fraction: Num, half_dim: Num,
-              input_bytes: float, output_bytes: float, memory_bytes_per_s: Num) -> OpTime:
-    """A GEMM on the roofline. memory_bytes_per_s is the achievable HBM bandwidth [B/s]."""
-    eff = gemm_efficiency(m, n, k, peak_fraction, half_dim)
+              input_bytes: float, output_bytes: float, memory_bytes_per_s: Num, wave: Num = 1.0) -> OpTime:
+    """A GEMM on the roofline. memory_bytes_per_s is the achievable HBM bandwidth [B/s]; `wave` the
+    share of the units its tiles keep busy (wave_efficiency; 1 where the device's tiles are unknown)."""
+    eff = gemm_efficiency(m, n, k, peak_fraction, half_dim) * wave
     return OpTime(compute_s=gemm_flops(m, n, k) / (peak_flops_per_s * eff),
                   memory_s=gemm_bytes(m, n, k, input_bytes, output_bytes) / memory_bytes_per_s)
 

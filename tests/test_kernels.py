@@ -1,0 +1,128 @@
+"""Kernel-level costs (docs/model.md §2.2 wave quantization, §2.8 kernels and the host): limits,
+monotonicity and the framework input."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from helpers import call_entry, job_and_layout, step_of
+
+from trainest.catalog import load_hardware, model_from_mapping, with_efficiency
+from trainest.frameworks import FRAMEWORKS
+from trainest.step.kernels import host_layer_s, layer_kernels, pass_kernels
+from trainest.step.roofline import wave_efficiency
+
+A100 = load_hardware("a100-80gb-sxm")
+SMALL = model_from_mapping({"name": "small", "layers": 12, "hidden": 1024, "ffn_hidden": 4096, "heads": 16,
+                            "vocab": 50304, "tied_embeddings": True}, "test")
+
+
+# ------------------------------------------------------------------------------------ wave quantization
+
+def test_full_waves_of_whole_tiles_keep_every_unit_busy():
+    assert wave_efficiency(128 * 108, 128, 4096, units=108, tile_m=128, tile_n=128) == pytest.approx(1.0)
+
+
+def test_a_few_tiles_leave_units_idle_and_split_k_helps_only_with_a_long_k():
+    short = wave_efficiency(1024, 384, 128, units=108, tile_m=128, tile_n=128)      # 24 tiles, no split-K
+    long = wave_efficiency(1024, 384, 4096, units=108, tile_m=128, tile_n=128)      # split-K 4: 96 tiles
+    assert short == pytest.approx(24 / 108) and long == pytest.approx(96 / 108)
+
+
+def test_edge_tiles_are_partly_filled_and_batches_count_together():
+    assert wave_efficiency(64, 128, 512, units=1, tile_m=128, tile_n=128) == pytest.approx(0.5)
+    one = wave_efficiency(1024, 1024, 64, units=108, tile_m=128, tile_n=128)
+    batched = wave_efficiency(1024, 1024, 64, units=108, tile_m=128, tile_n=128, batch=27)
+    assert one == pytest.approx(64 / 108) and batched == pytest.approx(1.0)
+
+
+# ------------------------------------------------------------------------------------ host and floors
+
+def _kw(**layout):
+    return dict(seq_len=1024.0, global_batch=8.0, **layout)
+
+
+def test_kernel_counts_follow_the_recompute_mode():
+    job, none = job_and_layout(SMALL, A100, "fp16", "standard", **_kw(recompute=0.0))
+    _, full = job_and_layout(SMALL, A100, "fp16", "standard", **_kw(recompute=2.0))
+    forward, backward, recompute = pass_kernels(job, full)
+    assert recompute == forward and layer_kernels(job, full) == layer_kernels(job, none) + forward
+    assert backward > forward
+
+
+def test_without_host_time_or_floors_the_step_is_the_roofline():
+    bare = with_efficiency(A100, host_per_kernel_s=0.0, kernel_floor_s=0.0)
+    t = step_of(SMALL, bare, "fp16", "standard", **_kw(micro_batch=1.0))
+    assert t.overhead_s == pytest.approx(0.0, abs=1e-15)
+
+
+def test_a_slow_host_makes_the_step_host_bound():
+    slow = with_efficiency(A100, host_per_kernel_s=1e-3, kernel_floor_s=0.0)
+    t = step_of(SMALL, slow, "fp16", "standard", **_kw())
+    job, layout = job_and_layout(SMALL, slow, "fp16", "standard", **_kw())
+    micro_batches = 8.0
+    assert t.overhead_s > t.compute_s + t.memory_s
+    assert t.time_s >= micro_batches * SMALL.layers * float(host_layer_s(job, layout))
+
+
+@pytest.mark.parametrize("host_us", [0.0, 10.0, 60.0, 300.0])
+def test_more_host_time_per_kernel_is_never_faster(host_us):
+    a = step_of(SMALL, with_efficiency(A100, host_per_kernel_s=host_us * 1e-6), "fp16", "standard", **_kw(tp=2.0))
+    b = step_of(SMALL, with_efficiency(A100, host_per_kernel_s=(host_us + 5) * 1e-6), "fp16", "standard",
+                **_kw(tp=2.0))
+    assert b.time_s >= a.time_s
+
+
+def test_a_higher_kernel_floor_is_never_faster():
+    a = step_of(SMALL, with_efficiency(A100, kernel_floor_s=2e-6, host_per_kernel_s=0.0), "fp16", "standard",
+                **_kw(tp=8.0))
+    b = step_of(SMALL, with_efficiency(A100, kernel_floor_s=20e-6, host_per_kernel_s=0.0), "fp16", "standard",
+                **_kw(tp=8.0))
+    assert b.time_s > a.time_s
+
+
+def test_a_compiled_xla_step_has_no_host_time():
+    assert FRAMEWORKS["maxtext"].host_factor == 0.0
+    job, layout = job_and_layout(SMALL, A100, "bf16", "flash", **_kw(), framework="maxtext")
+    assert host_layer_s(job, layout) == 0.0
+
+
+def test_without_bucketing_the_gradient_reduction_is_exposed_in_full():
+    kw = _kw(dp=8.0, micro_batch=1.0)
+    overlapped = step_of(SMALL, A100, "fp16", "standard", **kw)
+    exposed = step_of(SMALL, A100, "fp16", "standard", **kw, dp_overlap=0.0)
+    assert exposed.dp_comm_s > overlapped.dp_comm_s
+    assert exposed.time_s > overlapped.time_s
+
+
+# ------------------------------------------------------------------------------------ the framework input
+
+def test_the_framework_is_an_input_echoed_in_the_json(capsys):
+    import json
+    code, out, err = call_entry(["estimate", "--framework", "megatron-deepspeed", "--model", "gpt3-125m",
+                                 "--devices", "8", "--global-batch", "64", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["inputs"]["framework"] == "megatron-deepspeed"
+    assert doc["inputs"]["parallel"]["dp_overlap"] is True
+
+
+def test_an_unknown_framework_lists_the_known_ones(capsys):
+    code, out, err = call_entry(["estimate", "--framework", "jax-magic"], capsys)
+    assert code == 2 or code == 1
+    assert out == "" and "megatron-core" in err and err.count("\n") == 1
+
+
+def test_a_framework_without_the_interleaved_schedule_refuses_virtual_stages(capsys):
+    code, out, err = call_entry(["estimate", "--framework", "megatron-deepspeed", "--model", "gpt3-1.3b",
+                                 "--devices", "8", "--pp", "4", "--vpp", "2", "--global-batch", "16"], capsys)
+    assert code == 1 and out == "" and "interleaved" in err and "megatron-deepspeed" in err
+
+
+def test_plan_does_not_search_virtual_stages_for_a_framework_without_them():
+    from trainest import search as S
+    base = S.job_scenario({"model": "gpt3-1.3b", "global_batch": 64, "framework": "megatron-deepspeed"})
+    g = S.enumerate_plans(base, 16, S.SearchSpace())
+    assert set(g.vpp.tolist()) == {1.0}
+    base = dataclasses.replace(base, framework="megatron-core")
+    assert max(S.enumerate_plans(base, 16, S.SearchSpace()).vpp) > 1

@@ -1,0 +1,69 @@
+"""The software stack as an input: what each training framework does that the step model needs
+(docs/model.md §2.8). Facts with their sources; standard library only (start-up path).
+
+A framework sets
+- `dispatch`: how kernels reach the GPU. `python`: every kernel is launched from Python through
+  PyTorch's dispatcher (eager PyTorch, Megatron, DeepSpeed, torchtitan, Composer; torch.compile
+  fuses kernels but still launches each from Python); `xla`: the step is one compiled program
+  (JAX/XLA, MaxText): no per-kernel host work. The host time per kernel of the `python` class is
+  the hardware's `efficiency.host_us_per_kernel` (a fitted system fact: its CPU runs the Python).
+- `kernels`: its element-wise kernels when the run does not say (fused | eager).
+- `dp_overlap`: whether it overlaps the data-parallel gradient reduction with the backward by
+  default (bucketing). A run can say otherwise (`parallel.dp_overlap`).
+- `interleaved`: whether it has the interleaved (virtual-stage) pipeline schedule.
+- `seen`: whether the bundled measured runs include it (docs/validation.md); an estimate for a
+  framework never seen is marked as such.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+DISPATCH_HOST_FACTOR = {"python": 1.0, "xla": 0.0}   # host time per kernel, relative to the python class
+
+
+class Framework(NamedTuple):
+    """What a training framework does (see the module docstring)."""
+
+    name: str
+    dispatch: str               # python | xla
+    kernels: str                # fused | eager: its default element-wise kernels
+    dp_overlap: bool            # gradient reduction overlapped with the backward by default
+    interleaved: bool           # has the interleaved pipeline schedule
+    seen: bool                  # bundled measured runs use it
+    source: str
+
+    @property
+    def host_factor(self) -> float:
+        """Host time per kernel relative to Python dispatch (1 for python, 0 for a compiled step)."""
+        return DISPATCH_HOST_FACTOR[self.dispatch]
+
+
+F = Framework
+FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
+    F("megatron-core", "python", "fused", True, True, True,
+      "Megatron-LM/Megatron-Core: fused kernels (apex/TE), --overlap-grad-reduce, interleaved 1F1B "
+      "(Narayanan et al. 2021; megatron/core/pipeline_parallel/schedules.py)"),
+    F("nemo", "python", "fused", True, True, True,
+      "NVIDIA NeMo 2 / Megatron-Bridge: Megatron-Core underneath (NeMo performance docs)"),
+    F("megatron-deepspeed", "python", "fused", True, False, True,
+      "microsoft/Megatron-DeepSpeed: Megatron's fused kernels under the DeepSpeed engine; its 1F1B "
+      "pipeline has no interleaved schedule (DeepSpeed PipelineEngine); gradient bucketing on by default"),
+    F("deepspeed", "python", "eager", True, False, False,
+      "DeepSpeed ZeRO on Hugging Face/PyTorch models: eager kernels, overlap_comm (DeepSpeed config docs)"),
+    F("torchtitan", "python", "eager", True, True, True,
+      "pytorch/torchtitan: FSDP2 (gradient reduce-scatter overlapped), eager unless torch.compile, "
+      "interleaved 1F1B among its pipeline schedules (torchtitan docs)"),
+    F("maxtext", "xla", "fused", True, False, True,
+      "google/maxtext: JAX/XLA, the step is one compiled program (XLA fuses element-wise ops; "
+      "collectives scheduled by the compiler)"),
+    F("llm-foundry", "python", "fused", True, False, True,
+      "mosaicml/llm-foundry (Composer): PyTorch FSDP, fused/flash kernels in its MPT models, no pipeline"),
+    F("olmo-core", "python", "fused", True, False, True,
+      "allenai/OLMo-core: PyTorch FSDP2/HSDP, torch.compile in its recipes"),
+    F("hf-accelerate", "python", "eager", True, False, False,
+      "Hugging Face Accelerate/Trainer (DDP/FSDP): eager transformers modules"),
+    F("mlx", "python", "eager", True, False, True,
+      "Apple MLX: lazy evaluation of eager operators on the unified-memory GPU"),
+)}
+DEFAULT_FRAMEWORK = "megatron-core"
