@@ -33,6 +33,9 @@ class StepResult(NamedTuple):
     micro_batch_s: float
     no_overlap_time_s: float        # the step with every collective exposed (upper bound of the overlap policy)
     overlap_policy: str
+    host_time_s: float              # the host's time to launch the slowest stage's kernels [s per step]
+    bound_by: str                   # device | host: what sets the pace of the layers
+    overhead_detail_s: dict[str, float]   # host_wait, kernel_floors, fixed (per layer pass) [s per step]
 
 
 class ThroughputResult(NamedTuple):
@@ -103,7 +106,11 @@ def estimate(s: Scenario) -> Estimate:
                       communication_detail_s={"tp": float(terms.tp_comm_s), "cp": float(terms.cp_comm_s),
                                               "pp": float(terms.pp_comm_s), "dp": float(terms.dp_comm_s)},
                       optimizer_s=float(terms.optimizer_s), micro_batch_s=float(terms.micro_batch_s),
-                      no_overlap_time_s=float(terms.no_overlap_time_s), overlap_policy=OVERLAP_POLICY)
+                      no_overlap_time_s=float(terms.no_overlap_time_s), overlap_policy=OVERLAP_POLICY,
+                      host_time_s=float(terms.host_s),
+                      bound_by="host" if float(terms.host_wait_s) > 0.0 else "device",
+                      overhead_detail_s={"host_wait": float(terms.host_wait_s), "kernel_floors": float(terms.floor_s),
+                                         "fixed": parts["overhead"] - float(terms.host_wait_s) - float(terms.floor_s)})
     peak = s.hardware.peak(s.precision)
     tokens_per_s = s.tokens_per_step / t
     model_tflops = float(terms.model_flops) / t / s.devices / 1e12

@@ -80,6 +80,10 @@ def _estimate(values: dict[str, Any]) -> tuple[Any, list[str]]:
     if not result.memory.fits:
         from trainest.advice import fit_suggestions
         warnings.append(fit_suggestions(scenario, result))
+    from trainest.frameworks import FRAMEWORKS
+    if not FRAMEWORKS[scenario.framework].seen:
+        warnings.append(f"framework {scenario.framework}: no bundled measured run uses it; its host dispatch and "
+                        f"defaults (trainest/frameworks.py) are not validated")
     if result.training.cost_usd is None:
         warnings.append(f"no price for {scenario.hardware.name}: cost not computed; give --price-per-hour")
     return result, warnings

@@ -15,7 +15,7 @@ TERM_ABOUT = {
     "memory": "memory-bound kernels (norms, activations, optimizer) at achievable HBM bandwidth",
     "communication": "exposed TP {tp} / CP {cp} / PP {pp} / DP {dp}",
     "bubble": "pipeline fill and drain, (p-1)/v = {bubble:.2f} micro-batch times",
-    "overhead": "kernel launch and synchronisation per layer",
+    "overhead": "waiting for the host to launch kernels {host_wait} / kernel floors {kernel_floors}",
 }
 
 
@@ -82,6 +82,8 @@ def scenario_table(s: Scenario):
                   f" = {s.tokens_per_step:,} tokens, {s.micro_batches} micro-batches per step"),
         ("recompute", mark("recompute", s.recompute) + f", attention {s.attention}"
          + (f", kernels {s.kernels}" if s.kernels != "fused" else "")),
+        ("framework", mark("framework", s.framework)
+         + ("" if s.parallel.dp_overlap else ", gradient reduction not overlapped")),
     ])
 
 
@@ -92,12 +94,14 @@ def step_table(e: Estimate):
     # the overlap policy's upper bound, shown when overlap hides anything that matters (≥ 0.5 %)
     bound = (f"; {fmt_seconds(st.no_overlap_time_s)} with no overlap"
              if st.no_overlap_time_s > st.time_s * (1.0 + NO_OVERLAP_SHOWN_ABOVE) else "")
-    t = Table(title=f"Step: {fmt_seconds(st.time_s)}  (bottleneck: {st.bottleneck}{bound})", title_justify="left")
+    host = ("; host-bound: the device waits for kernel launches" if st.bound_by == "host" else "")
+    t = Table(title=f"Step: {fmt_seconds(st.time_s)}  (bottleneck: {st.bottleneck}{bound}{host})",
+              title_justify="left")
     t.add_column("term")
     t.add_column("time", justify="right")
     t.add_column("share", justify="right")
     t.add_column("what it is")
-    values = {k: fmt_seconds(v) for k, v in st.communication_detail_s.items()}
+    values = {k: fmt_seconds(v) for k, v in {**st.communication_detail_s, **st.overhead_detail_s}.items()}
     for k in ("compute", "memory", "communication", "bubble", "overhead"):
         about = TERM_ABOUT[k].format(**values, bubble=(p.pp - 1) / p.vpp)
         t.add_row(k, fmt_seconds(getattr(st, f"{k}_s")), f"{st.shares[k]:.1%}", about,

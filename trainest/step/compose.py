@@ -38,6 +38,9 @@ class StepTerms(NamedTuple):
     no_overlap_time_s: Num       # the same step with every collective exposed in full (upper bound)
     model_flops: Num             # per step, all devices (fwd + bwd, no recompute)
     hardware_flops: Num          # per step, all devices, including recomputation
+    host_s: Num = 0.0            # the host's time to launch the slowest stage's layers (all micro-batches)
+    host_wait_s: Num = 0.0       # the part of overhead_s the device waits for the host (host-bound layers)
+    floor_s: Num = 0.0           # the part of overhead_s the kernels' floors add
 
 
 def step_terms(job: Job, layout: Layout) -> StepTerms:
@@ -53,7 +56,8 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     logits_c, logits_m = logits_bounds(job, layout, rates, shape)
     # a layer takes the longer of its device time and its host time (the device waits for launches)
     device_layer_s = lp.compute_s + lp.memory_s + lp.overhead_s + lp.floor_s + tp_layer + cp.exposed_s
-    host_excess = xp.maximum(host_layer_s(job, layout) - device_layer_s, 0.0)
+    host_layer = host_layer_s(job, layout)
+    host_excess = xp.maximum(host_layer - device_layer_s, 0.0)
     layer_overhead = lp.overhead_s + lp.floor_s + host_excess
     layer_s = device_layer_s + host_excess
     stage = slowest_stage(model, layout, layer_s, logits_c + logits_m)
@@ -89,4 +93,5 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
                      tp_comm_s=m * (n * tp_layer), cp_comm_s=m * (n * cp.exposed_s), pp_comm_s=m * stage_pp,
                      dp_comm_s=dp_exposed + m * z3_exposed, optimizer_s=optimizer,
                      micro_batch_s=mb_c + mb_m + stage_o + mb_comm, no_overlap_time_s=no_overlap,
-                     model_flops=mflops, hardware_flops=mflops + recompute_flops_per_step(job, layout))
+                     model_flops=mflops, hardware_flops=mflops + recompute_flops_per_step(job, layout),
+                     host_s=m * n * host_layer, host_wait_s=m * n * host_excess, floor_s=m * n * lp.floor_s)
