@@ -110,7 +110,8 @@ def estimate(s: Scenario) -> Estimate:
                       host_time_s=float(terms.host_s),
                       bound_by="host" if float(terms.host_wait_s) > 0.0 else "device",
                       overhead_detail_s={"host_wait": float(terms.host_wait_s), "kernel_floors": float(terms.floor_s),
-                                         "fixed": parts["overhead"] - float(terms.host_wait_s) - float(terms.floor_s)})
+                                         "fixed": max(parts["overhead"] - float(terms.host_wait_s) - float(terms.floor_s),
+                                                      0.0)})
     peak = s.hardware.peak(s.precision)
     tokens_per_s = s.tokens_per_step / t
     model_tflops = float(terms.model_flops) / t / s.devices / 1e12
