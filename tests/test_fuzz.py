@@ -167,7 +167,7 @@ def test_mutated_hf_configs(data):
     """A key of a Hugging Face config.json set to junk: SpecError only."""
     import json
 
-    from trainest.hf_config import model_from_hf_config
+    from trainest.catalog import model_from_hf_config
     folder = data.draw(st.sampled_from(sorted(p.name for p in (REPO / "tests" / "hf_configs").iterdir() if p.is_dir())))
     config = json.loads((REPO / "tests" / "hf_configs" / folder / "config.json").read_text(encoding="utf-8"))
     target = config["text_config"] if "text_config" in config and data.draw(st.booleans()) else config

@@ -15,7 +15,8 @@ import pytest
 from trainest import catalog, hf_config
 from trainest.catalog import load_model
 from trainest.errors import SpecError
-from trainest.hf_config import HF_SEQ_LEN_CAP, model_from_hf_config
+from trainest.catalog import model_from_hf_config
+from trainest.hf_config import HF_SEQ_LEN_CAP
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = Path(__file__).resolve().parent / "hf_configs"   # hand-written from the public config.json files

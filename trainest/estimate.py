@@ -14,7 +14,7 @@ from trainest import (
 from trainest.layout import job_of, layout_of
 from trainest.memory import memory_per_device
 from trainest.scenario import Scenario
-from trainest.step import step_terms
+from trainest.step import StepTerms, step_terms
 
 TERMS = ("compute", "memory", "communication", "bubble", "overhead")
 
@@ -93,6 +93,12 @@ OVERLAP_POLICY = ("TP communication exposed (or pipelined with GEMMs with tp_ove
                   "hardware's overlap_contention share of its time")
 
 
+def overhead_detail(overhead_s: float, terms: StepTerms) -> dict[str, float]:
+    """overhead_s split: waiting for the host, the kernels' floors, the fixed per-layer overhead [s]."""
+    host, floors = float(terms.host_wait_s), float(terms.floor_s)
+    return {"host_wait": host, "kernel_floors": floors, "fixed": max(overhead_s - host - floors, 0.0)}
+
+
 def estimate(s: Scenario) -> Estimate:
     """Estimate one scenario: step breakdown, throughput, memory and whole-run totals."""
     job, layout = job_of(s), layout_of(s)
@@ -109,9 +115,7 @@ def estimate(s: Scenario) -> Estimate:
                       no_overlap_time_s=float(terms.no_overlap_time_s), overlap_policy=OVERLAP_POLICY,
                       host_time_s=float(terms.host_s),
                       bound_by="host" if float(terms.host_wait_s) > 0.0 else "device",
-                      overhead_detail_s={"host_wait": float(terms.host_wait_s), "kernel_floors": float(terms.floor_s),
-                                         "fixed": max(parts["overhead"] - float(terms.host_wait_s) - float(terms.floor_s),
-                                                      0.0)})
+                      overhead_detail_s=overhead_detail(parts["overhead"], terms))
     peak = s.hardware.peak(s.precision)
     tokens_per_s = s.tokens_per_step / t
     model_tflops = float(terms.model_flops) / t / s.devices / 1e12

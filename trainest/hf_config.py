@@ -37,7 +37,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainest import catalog
 from trainest import fields as F
 from trainest.errors import SpecError, did_you_mean
 
@@ -236,8 +235,9 @@ NOT_EXPRESSIBLE = {
 
 # ------------------------------------------------------------------------------------------ entry
 
-def model_from_hf_config(data: dict, where: str) -> catalog.Model:
-    """The Model of a parsed Hugging Face config.json; `where` names it in errors (and is its source)."""
+def hf_model_mapping(data: dict, where: str) -> dict:
+    """The model mapping (specs/README.md schema) of a parsed Hugging Face config.json; `where` names it
+    in errors (and is its source). `catalog.model_from_hf_config` validates it into a Model."""
     if not isinstance(data, dict):
         raise SpecError(f"{where}: a config.json must hold an object (key: value), not a {type(data).__name__}")
     archs = data.get("architectures")
@@ -262,7 +262,7 @@ def model_from_hf_config(data: dict, where: str) -> catalog.Model:
     name = data.get("_name_or_path")
     mapping["name"] = name if isinstance(name, str) and name.strip() else _default_name(where)
     mapping["source"] = f"Hugging Face config.json {where} ({arch})"
-    return catalog.model_from_mapping(mapping, where)
+    return mapping
 
 
 def _default_name(where: str) -> str:
@@ -271,8 +271,8 @@ def _default_name(where: str) -> str:
     return path.parent.name if path.name == "config.json" and path.parent.name else path.stem
 
 
-def load_hf_config(path: Path) -> catalog.Model:
-    """Read a config.json file and make its Model (errors name the file)."""
+def read_hf_config(path: Path) -> dict:
+    """Read a config.json file and make its model mapping (errors name the file)."""
     name = F.show(str(path), F.MAX_SHOWN_PATH_CHARS)
     try:
         if not path.exists():
@@ -294,4 +294,4 @@ def load_hf_config(path: Path) -> catalog.Model:
         raise SpecError(f"model file {name} holds a number too long to read") from None
     except RecursionError:
         raise SpecError(f"model file {name} is nested too deeply") from None
-    return model_from_hf_config(data, str(path))
+    return hf_model_mapping(data, str(path))
