@@ -68,6 +68,8 @@ class TrainingResult(NamedTuple):
     cost_usd: float | None
     price_usd_per_hour: float | None
     pue: float
+    co2_kg: float | None            # energy_kwh × the grid's carbon intensity (None: the device power is unknown)
+    grid_gco2_per_kwh: float
 
 
 class Estimate(NamedTuple):
@@ -122,9 +124,10 @@ def estimate(s: Scenario) -> Estimate:
     steps = training.steps_for_tokens(s.tokens, s.tokens_per_step)
     run_s = steps * t
     dev_h = training.device_hours(run_s, s.devices)
+    energy = training.energy_kwh(run_s, s.devices, s.hardware.power_w, s.pue)
     train = TrainingResult(tokens=s.tokens, steps=steps, time_s=run_s, time_days=run_s / 86400.0,
-                           device_hours=dev_h,
-                           energy_kwh=training.energy_kwh(run_s, s.devices, s.hardware.power_w, s.pue),
+                           device_hours=dev_h, energy_kwh=energy,
                            cost_usd=training.cost_usd(dev_h, s.price_usd_per_hour),
-                           price_usd_per_hour=s.price_usd_per_hour, pue=s.pue)
+                           price_usd_per_hour=s.price_usd_per_hour, pue=s.pue,
+                           co2_kg=training.co2_kg(energy, s.grid_gco2_per_kwh), grid_gco2_per_kwh=s.grid_gco2_per_kwh)
     return Estimate(scenario=s, step=step, throughput=throughput, memory=memory, training=train)

@@ -118,6 +118,8 @@ KNOBS: tuple[Knob, ...] = (
     K("tokens", ("--tokens",), "str", "Training tokens, e.g. 300B or 1.5T.", "20 per parameter", job=True),
     K("price_per_hour", ("--price-per-hour",), "float", "USD per device-hour.", "catalog price", job=True),
     K("pue", ("--pue",), "float", "Data-centre power usage effectiveness.", "1.2", job=True),
+    K("grid_gco2_per_kwh", ("--grid-gco2-per-kwh",), "float", "Carbon intensity of the electricity, in gCO2 per kWh "
+      "(training.co2_kg).", "480: world average 2023 (Ember)", job=True),
 )
 
 COMMAND_KNOBS: tuple[Knob, ...] = (
@@ -147,7 +149,7 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
     BY_NAME["devices"]._replace(kind="str", help=_PLAN_HELP["devices"]),
     BY_NAME["global_batch"]._replace(help=_PLAN_HELP["global_batch"], show_default=None),
     *(BY_NAME[n] for n in ("precision", "seq_len", "devices_per_node", "attention", "kernels", "tokens",
-                           "price_per_hour", "pue")),
+                           "price_per_hour", "pue", "grid_gco2_per_kwh")),
     BY_NAME["config"]._replace(help=_PLAN_HELP["config"]),
     BY_NAME["tp_overlap"]._replace(help=_PLAN_HELP["tp_overlap"]),
     BY_NAME["dp_collectives"]._replace(help=_PLAN_HELP["dp_collectives"]),

@@ -6,7 +6,7 @@ from typing import Any
 
 from trainest import SCHEMA_VERSION
 from trainest.estimate import Estimate
-from trainest.report import clean, console, fmt_gib, fmt_money, fmt_seconds, fmt_si
+from trainest.report import clean, console, fmt_co2, fmt_gib, fmt_money, fmt_seconds, fmt_si
 from trainest.scenario import Scenario, scenario_mapping
 
 NO_OVERLAP_SHOWN_ABOVE = 0.005     # show the no-overlap bound when it exceeds the step by more than this
@@ -138,6 +138,9 @@ def run_table(e: Estimate):
         ("device-hours", f"{tr.device_hours:,.0f}"),
         ("energy", "n/a (device power unknown)" if tr.energy_kwh is None else
          f"{tr.energy_kwh:,.0f} kWh (rated power, PUE {tr.pue:g})"),
+        ("CO2", "n/a (device power unknown)" if tr.co2_kg is None else
+         f"{fmt_co2(tr.co2_kg)} at {tr.grid_gco2_per_kwh:g} gCO2/kWh"
+         + ("  (default: world average 2023)" if "grid_gco2_per_kwh" in derived else "")),
         ("cost", fmt_money(tr.cost_usd) + price + catalog_price),
     ])
 
