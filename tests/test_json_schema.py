@@ -185,3 +185,10 @@ def test_schema_requires_every_section(estimate_doc):
 def test_changelog_describes_this_schema_version():
     changelog = (SCHEMA_DIR.parent.parent / "CHANGELOG.md").read_text(encoding="utf-8")
     assert f"schema {SCHEMA_VERSION}" in changelog.lower() or f"schema_version {SCHEMA_VERSION}" in changelog
+
+
+def test_compare_json_matches_schema():
+    doc = run_json("compare", "--model", "gpt3-125m", "--hardware", "h100-sxm,a100-80gb-sxm,cerebras-wse-3",
+                   "--devices", "8", "--global-batch", "32")
+    check(doc, "compare")
+    assert [e["can_run"] for e in doc["compare"]] == [True, True, False]

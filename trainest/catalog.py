@@ -1040,6 +1040,9 @@ def load_hardware(value: str) -> Hardware:
         return _load_hardware_path(str(files[key]))
     if _looks_like_path(value):
         return _load_hardware_path(value)
+    if "," in value and all(part.strip().lower() in files for part in value.split(",")):
+        raise SpecError(f"hardware {F.show(value)} names several entries; an estimate or a plan takes one: compare "
+                        f"them with `trainest compare --hardware {value}`")
     raise SpecError(f"unknown hardware {F.show(value)}{did_you_mean(key, files)}; run `trainest list hardware` "
                     f"for the catalog, or give a path to a hardware YAML file")
 
