@@ -192,3 +192,13 @@ def test_compare_json_matches_schema():
                    "--devices", "8", "--global-batch", "32")
     check(doc, "compare")
     assert [e["can_run"] for e in doc["compare"]] == [True, True, False]
+
+
+@pytest.mark.parametrize("args", [("--devices", "8..32", "--zero", "3", "--global-batch", "64"),
+                                  ("--precision", "bf16,fp8", "--hardware", "b200", "--fsdp"),
+                                  ("--devices", "8,16", "--global-batch", "64", "--plan"),
+                                  ("--tp", "1,3", "--global-batch", "64")], ids=["devices", "precision", "plan", "bad"])
+def test_sweep_json_matches_schema(args):
+    doc = run_json("sweep", *args)
+    check(doc, "sweep")
+    assert doc["sweep"]

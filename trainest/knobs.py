@@ -201,6 +201,23 @@ COMPARE_OPTIONS: tuple[Knob, ...] = (
     BY_NAME["quiet"]._replace(help="No progress bar, no notes."),
 )
 
+# `trainest sweep`: estimate's inputs, of which the sweepable take a range or a list (trainest.sweep.SWEEPABLE)
+SWEEP_RANGES = ("devices", "global_batch", "seq_len", "micro_batch", "tp", "pp", "cp", "vpp", "zero", "precision",
+                "recompute", "attention", "kernels", "tokens")
+SWEEP_OPTIONS: tuple[Knob, ...] = (
+    *(k._replace(kind="str", help=k.help + " Sweep: a range a..b (doubling), a..b:step or a list a,b,c.")
+      if k.name in SWEEP_RANGES else k for k in KNOBS),
+    BY_NAME["config"],
+    K("plan", ("--plan",), "flag", "Each point is the best plan at that value (the plan search; a swept layout knob "
+      "is fixed, the others searched), not the estimate of the given layout.", group=COMMAND),
+    K("csv", ("--csv",), "flag", "Print the points as CSV on stdout (instead of the table and plot).", group=COMMAND),
+    K("png", ("--png",), "str", "Also write the plot as a PNG file (needs the plot extra: pip install "
+      "\"trainest[plot]\").", group=COMMAND),
+    K("svg", ("--svg",), "str", "Also write the plot as an SVG file (needs the plot extra).", group=COMMAND),
+    BY_NAME["json_out"],
+    BY_NAME["quiet"]._replace(help="No progress bar, no warnings."),
+)
+
 SHAPE_KEYS = tuple(k.yaml_key for k in KNOBS if k.group == SHAPE)
 PARALLEL_KEYS = tuple(k.yaml_key for k in KNOBS if k.group == PARALLEL)
 # the plan search: the knobs it varies (in the order of the runner-up table) and what `plan` keeps

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import typer
 
-from trainest.cli import calibrate, compare, listing, plan, validate
+from trainest.cli import calibrate, compare, listing, plan, sweep, validate
 from trainest.cli.estimate import HELP as ESTIMATE_HELP
 from trainest.cli.estimate import run_estimate
 from trainest.cli.options import typer_command
-from trainest.knobs import COMPARE_OPTIONS, ESTIMATE_OPTIONS, PLAN_OPTIONS
+from trainest.knobs import COMPARE_OPTIONS, ESTIMATE_OPTIONS, PLAN_OPTIONS, SWEEP_OPTIONS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Estimate LLM training step time, memory, bottleneck and cost, analytically, in milliseconds.")
@@ -22,5 +22,6 @@ app.command("estimate")(typer_command(ESTIMATE_OPTIONS, ESTIMATE_HELP, run_estim
 app.command("list")(listing.list_command)
 app.command("plan")(typer_command(PLAN_OPTIONS, plan.HELP, plan.run_plan, "plan"))
 app.command("compare")(typer_command(COMPARE_OPTIONS, compare.HELP, compare.run_compare, "compare"))
+app.command("sweep")(typer_command(SWEEP_OPTIONS, sweep.HELP, sweep.run_sweep, "sweep"))
 app.command("validate")(validate.validate)
 app.command("calibrate")(calibrate.calibrate)
