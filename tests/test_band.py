@@ -62,7 +62,7 @@ def test_lookup_falls_back_to_broader_groups_and_says_so():
     own = B.lookup(groups, hardware="a", family="fam", scale="node", arch="dense", calibrated=True)
     assert own.level == "hardware+scale" and own.runs == 25 and "fewer" not in own.note
     other = B.lookup(groups, hardware="b", family="fam", scale="node", arch="dense", calibrated=True)
-    assert other.level == "family+scale" and other.runs == 30 and "fewer than 20 runs of b" in other.note
+    assert other.level == "family+scale" and other.runs == 30 and "fewer than 20 validated runs of b" in other.note
 
 
 def test_lookup_without_any_run_of_the_architecture_says_so():

@@ -159,7 +159,8 @@ def lookup(groups: dict[str, dict[str, list[float]]], *, hardware: str, family: 
             continue
         low, high, cov, runs = entry
         words = _group_words(level, hardware, family, scale, arch)
-        why = [] if i == 0 else [f"fewer than {MIN_GROUP_RUNS} runs of {hardware} at this scale: from {words}"]
+        why = [] if i == 0 else [f"fewer than {MIN_GROUP_RUNS} validated runs of {hardware} at this scale: "
+                                 f"from {words}"]
         if not calibrated:
             why.append(f"{hardware} is not calibrated: the error of uncalibrated (prior) efficiencies")
         if unseen:

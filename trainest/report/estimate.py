@@ -34,6 +34,15 @@ def estimate_dict(e: Estimate, warnings: list[str] | None = None) -> dict[str, A
     return clean(doc)
 
 
+def probed_text(s: Scenario) -> str:
+    """`; probed on DATE by trainest probe (...)` for a hardware file the probe wrote, else empty."""
+    hw = s.hardware
+    if not hw.probed:
+        return ""
+    return (f"\n[italic]probed{' on ' + hw.probed_on if hw.probed_on else ''} by trainest probe: peaks and "
+            f"bandwidth measured on that machine, efficiencies not calibrated on training runs[/italic]")
+
+
 def _batch_default(s: Scenario) -> str:
     """How a defaulted global batch was derived (dp × micro-batch, or the built-in default scenario)."""
     return " (default dp×micro-batch)" if s.global_batch == s.parallel.dp * s.micro_batch else " (default)"
@@ -75,7 +84,7 @@ def scenario_table(s: Scenario):
                                 f"{', dropout' if m.dropout else ''}")),
         ("sequence", mark("seq_len", f"{s.seq_len} tokens")),
         ("hardware", mark("hardware", f"{s.hardware.name} ({s.hardware.display_name}), {s.devices} devices, "
-                                      f"{s.devices_per_node} per node")),
+                                      f"{s.devices_per_node} per node") + probed_text(s)),
         ("precision", mark("precision", f"{s.precision} GEMMs, FP32 master weights and Adam state")),
         ("parallel", layout_text(s)),
         ("batch", f"micro-batch {s.micro_batch}{' (default)' if 'micro_batch' in derived else ''}, global "
