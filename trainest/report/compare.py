@@ -6,9 +6,8 @@ from typing import Any
 
 from trainest import SCHEMA_VERSION
 from trainest.compare import Comparison, Entry, objective_value
-from trainest.estimate import Estimate
 from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si
-from trainest.report.estimate import estimate_dict
+from trainest.report.estimate import band_pct, band_source, estimate_dict
 from trainest.report.plan import _layout, estimate_args
 from trainest.scenario import scenario_mapping
 from trainest.units import GiB
@@ -44,24 +43,6 @@ def compare_dict(c: Comparison) -> dict[str, Any]:
     return clean({"schema_version": SCHEMA_VERSION, "job": job,
                   "devices": c.devices, "deadline_s": c.deadline_s, "budget_usd": c.budget_usd,
                   "objective": c.objective, "compare": [entry_dict(en, c.objective) for en in c.entries]})
-
-
-def band_pct(e: Estimate) -> str:
-    """The band as percentages of the estimate: `-8…+13 %`."""
-    b = e.band
-    if b.runs == 0 or b.low_ratio != b.low_ratio:
-        return "n/a"
-    return f"{(b.low_ratio - 1) * 100:+.0f}…{(b.high_ratio - 1) * 100:+.0f} %"
-
-
-def band_source(e: Estimate) -> str:
-    """Where the band comes from, briefly: `29 held-out runs: h100-sxm, 2 nodes to 256 devices, dense`."""
-    b = e.band
-    if b.runs == 0:
-        return "no band data"
-    what = "held-out runs" if b.pool == "holdout" else "runs, uncalibrated efficiencies"
-    widened = ", widened: no run of its family" if "no run of its family" in b.note else ""
-    return f"{b.runs} {what}: {b.group}{widened}"
 
 
 def _money(x: float) -> str:

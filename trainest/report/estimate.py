@@ -139,6 +139,24 @@ def band_line(e: Estimate) -> str:
             f"(expected to hold {b.coverage:.0%} of runs like this) from {b.note}")
 
 
+def band_pct(e: Estimate) -> str:
+    """The band as percentages of the estimate: `-8…+13 %`."""
+    b = e.band
+    if b.runs == 0 or b.low_ratio != b.low_ratio:
+        return "n/a"
+    return f"{(b.low_ratio - 1) * 100:+.0f}…{(b.high_ratio - 1) * 100:+.0f} %"
+
+
+def band_source(e: Estimate) -> str:
+    """Where the band comes from, briefly: `29 held-out runs: h100-sxm, 2 nodes to 256 devices, dense`."""
+    b = e.band
+    if b.runs == 0:
+        return "no band data"
+    what = "held-out runs" if b.pool == "holdout" else "runs, uncalibrated efficiencies"
+    widened = ", widened: no run of its family" if "no run of its family" in b.note else ""
+    return f"{b.runs} {what}: {b.group}{widened}"
+
+
 def throughput_table(e: Estimate):
     th = e.throughput
     return _key_value_table("Throughput", [

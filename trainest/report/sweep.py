@@ -14,7 +14,7 @@ from typing import Any
 from trainest import SCHEMA_VERSION
 from trainest.errors import SpecError
 from trainest.report import clean, console, fmt_seconds, fmt_si
-from trainest.report.estimate import estimate_dict
+from trainest.report.estimate import band_pct, estimate_dict
 from trainest.report.plan import _layout
 from trainest.sweep import SweepResult
 from trainest.units import GiB
@@ -144,7 +144,6 @@ def print_sweep(r: SweepResult) -> None:
 
 def _band(e: Any) -> str:
     """The band as percentages of the step (the same for the days and the cost)."""
-    from trainest.report.compare import band_pct
     return band_pct(e)
 
 
