@@ -78,15 +78,15 @@ def print_compare(c: Comparison) -> None:
     runnable = [en for en in c.entries if en.estimate is not None]
     t = Table(title=f"{len(runnable)} of {len(c.entries)} hardware entries, each at {_how(c)}; ranked by "
                     f"{c.objective}", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    t.caption = ("N devices; step and days to train the tokens; cost at catalog prices; band: the error band of "
+    caption = ("N devices; step and days to train the tokens; cost at catalog prices; band: the error band of "
                  "step, days and cost (measured/predicted of runs like this); MWh at rated power × PUE; t CO2 at "
                  "the grid intensity; MFU; GiB per device; * = not calibrated on measured runs (wider band)")
-    t.caption_justify = "left"
     for col in ("#", "hardware", "N", "step", "days", "cost", "band", "MWh", "t CO2", "MFU", "GiB", "bottleneck"):
         t.add_column(col, justify="left" if col in ("hardware", "bottleneck") else "right", no_wrap=True)
     for i, en in enumerate(runnable, 1):
         t.add_row(*_cells(i, en), style="bold" if i == 1 else "")
     con.print(t)
+    con.print(caption, style="dim")     # (as the table's caption, rich would size the columns by its text)
     p = Table(title="Plans and where each band comes from", title_justify="left", box=box.SIMPLE_HEAD,
               pad_edge=False)
     for col in ("hardware", "plan", "recompute", "band from"):
