@@ -67,6 +67,13 @@ def csv_text(r: SweepResult) -> str:
     return out.getvalue()
 
 
+def label(r: SweepResult, value: Any) -> str:
+    """A point's value as people read it (a token budget with a prefix: 1.5 T)."""
+    if r.knob == "tokens" and isinstance(value, (int, float)):
+        return fmt_si(value).replace(" ", "")
+    return str(value)
+
+
 def bar(fraction: float, width: int) -> str:
     """A bar of `fraction` (0..1) of `width` characters, in eighths of a character."""
     eighths = max(0, min(width * 8, round(fraction * width * 8)))
@@ -83,21 +90,21 @@ def terminal_plot(r: SweepResult) -> list[str]:
     rate = (lambda e: e.throughput.tokens_per_s_per_device) if devices else (lambda e: e.throughput.tokens_per_s)
     top = max(rate(p.estimate) for p in ok if p.estimate is not None)
     ideal = rate(ok[0].estimate) / top if devices and ok[0].estimate is not None else None
-    label = max(len(str(p.value)) for p in r.points + (type(r.points[0])(r.knob, None),))
+    width = max(len(r.knob), *(len(label(r, p.value)) for p in r.points))
     title = "tokens/s per device (┆ ideal)" if devices else "tokens/s"
     lines = (["┆ marks the ideal: the first point's tokens/s per device (linear scaling)"] if devices else []) + \
-        [f"{r.knob:>{label}}  {'step':>9}  {title:<{BAR_WIDTH + 9}}  {'MFU':<{MFU_WIDTH + 5}}"
+        [f"{r.knob:>{width}}  {'step':>9}  {title:<{BAR_WIDTH + 9}}  {'MFU':<{MFU_WIDTH + 5}}"
          + ("  scaling" if devices else "")]
     for p, eff in zip(r.points, r.scaling_efficiency(), strict=True):
         e = p.estimate
         if e is None:
-            lines.append(f"{str(p.value):>{label}}  {'—':>9}  does not run: {p.error[:70]}")
+            lines.append(f"{label(r, p.value):>{width}}  {'—':>9}  does not run: {p.error[:70]}")
             continue
         body = bar(rate(e) / top, BAR_WIDTH)
         if ideal is not None:
             at = min(BAR_WIDTH - 1, max(0, round(ideal * BAR_WIDTH) - 1))
             body = body[:at] + ("┆" if body[at] == " " else body[at]) + body[at + 1:]
-        lines.append(f"{str(p.value):>{label}}  {fmt_seconds(e.step.time_s):>9}  {body} {fmt_si(rate(e)):>8}  "
+        lines.append(f"{label(r, p.value):>{width}}  {fmt_seconds(e.step.time_s):>9}  {body} {fmt_si(rate(e)):>8}  "
                      f"{bar(e.throughput.mfu, MFU_WIDTH)} {e.throughput.mfu:>4.0%}"
                      + (f"  {eff:>6.0%}" if eff is not None else "")
                      + ("  (does not fit)" if not e.memory.fits else ""))
@@ -119,10 +126,10 @@ def print_sweep(r: SweepResult) -> None:
     for p, eff in zip(r.points, r.scaling_efficiency(), strict=True):
         e = p.estimate
         if e is None:
-            t.add_row(str(p.value), "—", "", f"does not run: {p.error[:60]}", *[""] * (len(cols) - 4))
+            t.add_row(label(r, p.value), "—", "", f"does not run: {p.error[:60]}", *[""] * (len(cols) - 4))
             continue
         st, th, tr = e.step, e.throughput, e.training
-        row = [str(p.value), fmt_seconds(st.time_s), _band(e), fmt_si(th.tokens_per_s),
+        row = [label(r, p.value), fmt_seconds(st.time_s), _band(e), fmt_si(th.tokens_per_s),
                fmt_si(th.tokens_per_s_per_device), f"{th.mfu:.1%}",
                f"{e.memory.per_device_bytes / GiB:.1f}" + ("" if e.memory.fits else " ✗"), f"{tr.time_days:,.1f}",
                "n/a" if tr.cost_usd is None else "$" + fmt_si(tr.cost_usd).replace(" ", ""), st.bottleneck]
@@ -135,7 +142,7 @@ def print_sweep(r: SweepResult) -> None:
             plans.add_column(col, justify="right" if col == r.knob else "left", no_wrap=True)
         for p in r.points:
             if p.estimate is not None:
-                plans.add_row(str(p.value), _layout(p.estimate), p.estimate.scenario.recompute)
+                plans.add_row(label(r, p.value), _layout(p.estimate), p.estimate.scenario.recompute)
         con.print(plans)
     con.print()
     for line in terminal_plot(r):
