@@ -68,6 +68,9 @@ def test_no_import_cycle():
     ("trainest.memory", "trainest.report"), ("trainest.search", "trainest.report"), ("trainest.search", "trainest.cli"),
     ("trainest.estimate", "trainest.report"), ("trainest.validate", "trainest.report"),
     ("trainest.report", "trainest.cli"), ("trainest.knobs", "trainest.scenario"),
+    ("trainest.band", "trainest.estimate"), ("trainest.band", "trainest.report"),
+    ("trainest.compare", "trainest.report"), ("trainest.compare", "trainest.cli"),
+    ("trainest.sweep", "trainest.report"), ("trainest.sweep", "trainest.cli"),
 ])
 def test_layers_import_downwards(low, high):
     """No module of `low` imports anything of `high`, even inside a function."""

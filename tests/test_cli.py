@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import call_entry
 from typer.testing import CliRunner
 
 from trainest.cli import app
@@ -252,3 +253,31 @@ def test_does_not_fit_warning_says_it_may_fit_only_when_marginal():
         mem = e.memory._replace(capacity_bytes=e.memory.per_device_bytes / (1.0 + over), fits=False)
         text = fit_suggestions(s, e._replace(memory=mem))
         assert text.startswith("does not fit") and (("it may fit" in text) == hedged), text
+
+
+def test_list_hardware_sorts_and_shows_what_a_buyer_compares(capsys):
+    code, out, err = call_entry(["list", "hardware", "--sort", "price", "--json"], capsys)
+    assert code == 0, err
+    rows = json.loads(out)["hardware"]
+    prices = [r["price_usd_per_hour"] for r in rows if r["price_usd_per_hour"] is not None]
+    assert prices == sorted(prices) and rows[-1]["price_usd_per_hour"] is None     # unknown prices last
+    h100 = next(r for r in rows if r["name"] == "h100-sxm")
+    assert h100["calibration"] == "fitted" and h100["price_date"] and h100["scale_up"]["domain"] == 8
+    assert h100["scale_out"]["bytes_per_s"] > 0 and h100["power_w"] == 700 and "nvidia.com" in h100["source"]
+    code, out, err = call_entry(["list", "hardware", "--sort", "bf16"], capsys)
+    assert code == 0 and out.index("gb200") < out.index("h100-sxm") < out.index("a100-40gb-sxm")
+    code, out, err = call_entry(["list", "hardware", "--sort", "speed"], capsys)
+    assert code == 1 and "--sort" in err
+
+
+def test_shell_completion(capsys):
+    code, out, err = call_entry(["completion", "zsh"], capsys)
+    assert code == 0 and out.startswith("#compdef trainest")
+    code, out, err = call_entry(["completion", "bash"], capsys)
+    assert code == 0 and "_TRAINEST_COMPLETE" in out
+    script = shutil.which("trainest", path=str(Path(sys.executable).parent)) or shutil.which("trainest")
+    if script is None:
+        pytest.skip("the trainest console script is not installed")
+    env = {**os.environ, "_TRAINEST_COMPLETE": "complete_bash", "COMP_WORDS": "trainest com", "COMP_CWORD": "1"}
+    proc = subprocess.run([script], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0 and "compare" in proc.stdout.split()

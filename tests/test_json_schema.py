@@ -185,3 +185,20 @@ def test_schema_requires_every_section(estimate_doc):
 def test_changelog_describes_this_schema_version():
     changelog = (SCHEMA_DIR.parent.parent / "CHANGELOG.md").read_text(encoding="utf-8")
     assert f"schema {SCHEMA_VERSION}" in changelog.lower() or f"schema_version {SCHEMA_VERSION}" in changelog
+
+
+def test_compare_json_matches_schema():
+    doc = run_json("compare", "--model", "gpt3-125m", "--hardware", "h100-sxm,a100-80gb-sxm,cerebras-wse-3",
+                   "--devices", "8", "--global-batch", "32")
+    check(doc, "compare")
+    assert [e["can_run"] for e in doc["compare"]] == [True, True, False]
+
+
+@pytest.mark.parametrize("args", [("--devices", "8..32", "--zero", "3", "--global-batch", "64"),
+                                  ("--precision", "bf16,fp8", "--hardware", "b200", "--fsdp"),
+                                  ("--devices", "8,16", "--global-batch", "64", "--plan"),
+                                  ("--tp", "1,3", "--global-batch", "64")], ids=["devices", "precision", "plan", "bad"])
+def test_sweep_json_matches_schema(args):
+    doc = run_json("sweep", *args)
+    check(doc, "sweep")
+    assert doc["sweep"]

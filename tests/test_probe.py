@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import yaml
@@ -443,3 +444,33 @@ def test_run_probe_writes_a_file_and_summarises_on_stderr(tmp_path, capsys, monk
 def test_run_probe_rejects_a_bad_budget(tmp_path, capsys):
     assert probe.run_probe(str(tmp_path / "x.yaml"), budget_s=-1) == 1
     assert capsys.readouterr().err.startswith("Error:")
+
+
+# ------------------------------------------------------------------------------------ the command
+
+def test_probe_command_writes_a_file_that_estimate_shows_as_probed(tmp_path, capsys):
+    out_path = tmp_path / "this-machine.yaml"
+    code, out, err = call_entry(["probe", "-o", str(out_path), "--budget", str(CPU_TEST_BUDGET_S)], capsys)
+    assert code == 0, err
+    assert out == "" and "wrote" in err          # results are the file; the summary is on stderr
+    hw = load_hardware(str(out_path))
+    assert hw.probed and hw.probed_on and not hw.efficiency.fitted
+    code, out, err = call_entry([*ESTIMATE[:-1], "--hardware", str(out_path), "--precision", "fp32"], capsys)
+    assert code == 0, err
+    assert "probed on" in out and "by trainest probe" in out
+    code, out, err = call_entry([*ESTIMATE, "--hardware", str(out_path), "--precision", "fp32"], capsys)
+    band = json.loads(out)["band"]
+    assert band["calibrated"] is False and "not calibrated" in band["note"]
+
+
+def test_probe_command_bad_output(tmp_path, capsys):
+    code, out, err = call_entry(["probe", "-o", str(tmp_path / "x.txt"), "--budget", "1"], capsys)
+    assert code == 1 and out == "" and err.startswith("Error:") and ".yaml" in err
+
+
+def test_catalog_entries_are_not_probed_and_extra_must_be_a_mapping():
+    assert not load_hardware("h100-sxm").probed
+    data = yaml.safe_load((Path(load_hardware("h100-sxm").path)).read_text(encoding="utf-8"))
+    with pytest.raises(SpecError, match="extra"):
+        hardware_from_mapping({**data, "extra": ["probed"]}, "test")
+    assert hardware_from_mapping({**data, "extra": {"probed": True}}, "test").probed

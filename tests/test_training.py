@@ -70,3 +70,20 @@ def test_more_tokens_never_shorten_the_run():
     long = estimate(_scenario(tokens="20B")).training
     assert long.steps >= 2 * short.steps - 1
     assert long.time_s > short.time_s and long.energy_kwh > short.energy_kwh
+
+
+def test_co2_is_energy_times_grid_intensity():
+    assert training.co2_kg(6.72, 480.0) == pytest.approx(3.2256)
+    assert training.co2_kg(100.0, 0.0) == 0.0          # a carbon-free grid
+    assert training.co2_kg(None, 480.0) is None        # no device power, no energy, no CO2
+
+
+def test_run_co2_uses_the_world_average_unless_given():
+    from trainest.scenario import DEFAULT_GRID_GCO2_PER_KWH
+    default = estimate(_scenario()).training
+    assert default.grid_gco2_per_kwh == DEFAULT_GRID_GCO2_PER_KWH
+    assert default.co2_kg == pytest.approx(default.energy_kwh * DEFAULT_GRID_GCO2_PER_KWH / 1000)
+    clean = estimate(_scenario(grid_gco2_per_kwh=20)).training
+    assert clean.co2_kg == pytest.approx(default.co2_kg * 20 / DEFAULT_GRID_GCO2_PER_KWH)
+    assert "grid_gco2_per_kwh" in _scenario().derived and "grid_gco2_per_kwh" not in \
+        _scenario(grid_gco2_per_kwh=20).derived

@@ -1,6 +1,7 @@
 """Fit the SHIPPED efficiency defaults on part of the public runs, report on the rest, write the docs.
 
-    python tools/fit_defaults.py            # refit specs/hardware/*.yaml efficiency blocks, rewrite docs/validation.md
+    python tools/fit_defaults.py            # refit specs/hardware/*.yaml efficiency blocks, the error bands
+                                            # (specs/bands.json, tools/fit_bands.py), rewrite docs/validation.md
     python tools/fit_defaults.py --check    # fit and report only: write nothing
 
 Only the public runs are fitted and scored (runs files without a `set:`, or `set: public`); other sets
@@ -171,6 +172,15 @@ def memory_markdown(results: list[RunResult]) -> str:
     return "\n".join(lines)
 
 
+def bands_markdown() -> str:
+    """The error-band section (tools/fit_bands.py), from the shipped specs/bands.json."""
+    import json
+
+    import fit_bands
+    path = catalog.specs_dir() / "bands.json"
+    return fit_bands.markdown(json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {})
+
+
 def plan_summary() -> str:
     """The summary of docs/plan-vs-published.md (written by `python bench/plan_vs_published.py`)."""
     path = ROOT / "docs" / "plan-vs-published.md"
@@ -279,6 +289,9 @@ def main(argv: list[str] | None = None) -> int:
         if not target.exists() or target.read_text(encoding="utf-8") != text:
             target.write_text(text, encoding="utf-8")
 
+    if not args.check:   # the error bands come from these efficiencies' residuals (a fresh process: no stale cache)
+        import subprocess
+        subprocess.run([sys.executable, str(ROOT / "tools" / "fit_bands.py")], check=True)
     report = build_report(fitted_results, loaded.not_expressible, loaded.duplicates)
     fit_all = [r for r in fitted_results if split[r.id]]
     hold_all = [r for r in fitted_results if not split[r.id]]
@@ -289,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     flat_ids = {c.id for c in loaded.cases if c.scenario.parallel.dp_collectives == "flat"}
     doc = render_doc(report, rows, overall, fitted_results, targets_markdown(fitted_results, split, flat_ids),
                      vtrain_markdown(final_hw))
+    doc = doc.replace("\n## The measured step against the overlap bounds",
+                      "\n## The error band of every estimate\n\n" + bands_markdown()
+                      + "\n\n## The measured step against the overlap bounds", 1)
     if not args.check:
         DOC.parent.mkdir(parents=True, exist_ok=True)
         DOC.write_text(doc, encoding="utf-8")

@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trainest.knobs import COMMAND_KNOBS, KNOBS, PLAN_OPTIONS, Knob  # noqa: E402
+from trainest.knobs import COMMAND_KNOBS, COMPARE_OPTIONS, KNOBS, PLAN_OPTIONS, SWEEP_OPTIONS, SWEEP_RANGES, Knob  # noqa: E402
 
 OUT = ROOT / "docs" / "inputs.md"
 
@@ -36,7 +36,7 @@ def _row(k: Knob, *, yaml: bool) -> str:
 def document() -> str:
     head = ["# Inputs", "",
             "Every input of `trainest estimate` (the command-line option and the scenario / runs YAML key it",
-            "sets) and of `trainest plan`, generated from the knob table in `trainest/knobs.py` by",
+            "sets) and of `trainest plan`, `compare` and `sweep`, generated from the knob table in `trainest/knobs.py` by",
             "`python tools/knobs_doc.py`; do not edit by hand. A value not given is derived and shown as",
             "`(default)` in the output.", "",
             "## Scenario (`estimate`, scenario and runs YAML)", "",
@@ -48,7 +48,19 @@ def document() -> str:
     plan = ["", "## `plan` only (its other options are the scenario's, above)", "",
             "| option | values | default | what it is | |", "|---|---|---|---|---|"]
     plan += [_row(k, yaml=False) for k in PLAN_OPTIONS if k.name not in shared]
-    return "\n".join(head + rows + cmd + plan) + "\n"
+    more = _command_section("compare", COMPARE_OPTIONS, shared, also=("hardware",))
+    more += _command_section("sweep", SWEEP_OPTIONS, shared)
+    more += ["", "`sweep` takes one of " + ", ".join(f"`--{n.replace('_', '-')}`" for n in SWEEP_RANGES)
+             + " as a range (`a..b` doubling, `a..b:step`) or a list (`a,b,c`); the others as above."]
+    return "\n".join(head + rows + cmd + plan + more) + "\n"
+
+
+def _command_section(name: str, options: tuple[Knob, ...], shared: set[str], also: tuple[str, ...] = ()) -> list[str]:
+    """The options of a command that are not the scenario's or estimate's (those read as above)."""
+    own = [k for k in options if k.name not in shared or k.name in also]
+    lines = ["", f"## `{name}` (its other options are the scenario's and plan's, above)",
+             "", "| option | values | default | what it is | |", "|---|---|---|---|---|"]
+    return lines + [_row(k, yaml=False) for k in own]
 
 
 if __name__ == "__main__":

@@ -228,6 +228,12 @@ class Hardware:
     scale_out_name: str = ""
     host: Host = Host()
     compute: Compute = Compute()
+    vendor: str = ""
+    launch_year: int | None = None
+    price_source: str = ""                     # where and when the price was read (its date, if any, in the text)
+    scale_up_name: str = ""                    # the scale-up fabric (NVLink via NVSwitch, ICI, xGMI, ...)
+    probed: bool = False                       # measured on a machine by `trainest probe` (extra.probed)
+    probed_on: str = ""                        # when (extra.probe.date), "" when not probed or not said
 
     def peak(self, precision: str) -> float:
         """Dense peak FLOP/s for `precision`, or a SpecError listing what the device has."""
@@ -235,6 +241,13 @@ class Hardware:
             have = ", ".join(p for p in PRECISIONS if p in self.peak_flops_per_s)
             raise SpecError(f"hardware {self.name!r} has no {precision} peak; it supports: {have}")
         return self.peak_flops_per_s[precision]
+
+    @property
+    def price_date(self) -> str | None:
+        """The first ISO date (YYYY-MM-DD) in `price_source`: when the price was read; None if none given."""
+        import re
+        match = re.search(r"\b(19|20)\d\d-\d\d-\d\d\b", self.price_source)
+        return match.group(0) if match else None
 
     @property
     def peak_16bit_flops_per_s(self) -> float:
@@ -316,7 +329,8 @@ class Hardware:
 
 HW_REQUIRED = ("name", "peak_tflops", "memory", "system", "efficiency", "source")
 HW_OPTIONAL = ("display_name", "vendor", "kind", "launch_year", "power_w", "price_usd_per_hour", "price_source",
-               "notes", "derived_fields", "on_chip_cache_mb", "extra",   # on_chip_cache_mb, extra: accepted, not read
+               "notes", "derived_fields", "on_chip_cache_mb", "extra",   # on_chip_cache_mb: accepted, not read;
+               # extra: free-form, of which only extra.probed and extra.probe.date are read
                "execution_model", "unsupported_reason", "compute", "host")
 MEMORY_REQUIRED = ("capacity_gb", "bandwidth_gb_per_s")
 MEMORY_OPTIONAL = ("type", "kind", "unified", "os_reserve_gb")    # "type" is free text, accepted, not read
@@ -504,6 +518,19 @@ def _execution_from(data: dict, where: str) -> tuple[str, str | None]:
     return model, reason or UNSUPPORTED_REASONS[model]
 
 
+def _probed_from(extra: object, where: str) -> tuple[bool, str]:
+    """(probed, date) from the free-form `extra` block: `extra.probed: true` marks a file that `trainest
+    probe` wrote, `extra.probe.date` says when."""
+    if extra is None:
+        return False, ""
+    if not isinstance(extra, dict):
+        raise SpecError(f"{where}.extra: expected a mapping, got {F.show(extra)}")
+    probed = F.boolean(_given(extra, "probed", False), f"{where}.extra.probed")
+    probe = extra.get("probe")
+    date = probe.get("date") if isinstance(probe, dict) else None
+    return probed, str(date) if probed and date is not None else ""
+
+
 def hardware_from_mapping(data: dict, where: str) -> Hardware:
     """Validate one hardware mapping (schema in specs/README.md) and convert it to SI."""
     F.check_keys(data, where, HW_REQUIRED, HW_OPTIONAL)
@@ -526,6 +553,7 @@ def hardware_from_mapping(data: dict, where: str) -> Hardware:
     domain = F.integer(_given(sys_, "scale_up_domain", 1), f"{where}.system.scale_up_domain")
     kind = F.text(data.get("kind") or "gpu", f"{where}.kind")
     execution_model, unsupported_reason = _execution_from(data, where)
+    probed, probed_on = _probed_from(data.get("extra"), where)
     return Hardware(
         name=F.text(data["name"], f"{where}.name"),
         display_name=F.text(data.get("display_name") or data["name"], f"{where}.display_name"),
@@ -559,6 +587,12 @@ def hardware_from_mapping(data: dict, where: str) -> Hardware:
         scale_out_name=F.text(sys_.get("scale_out_name") or "", f"{where}.system.scale_out_name") or "",
         host=Host() if data.get("host") is None else _host_from(data["host"], f"{where}.host", unified),
         compute=Compute() if data.get("compute") is None else _compute_from(data["compute"], f"{where}.compute"),
+        vendor=F.text(data.get("vendor") or "", f"{where}.vendor") or "",
+        launch_year=F.integer(data.get("launch_year"), f"{where}.launch_year", allow_none=True, maximum=3000),
+        price_source=F.text(data.get("price_source") or "", f"{where}.price_source") or "",
+        scale_up_name=F.text(sys_.get("scale_up_name") or "", f"{where}.system.scale_up_name") or "",
+        probed=probed,
+        probed_on=probed_on,
     )
 
 
@@ -1059,6 +1093,9 @@ def load_hardware(value: str) -> Hardware:
         return _load_hardware_path(str(files[key]))
     if _looks_like_path(value):
         return _load_hardware_path(value)
+    if "," in value and all(part.strip().lower() in files for part in value.split(",")):
+        raise SpecError(f"hardware {F.show(value)} names several entries; an estimate or a plan takes one: compare "
+                        f"them with `trainest compare --hardware {value}`")
     raise SpecError(f"unknown hardware {F.show(value)}{did_you_mean(key, files)}; run `trainest list hardware` "
                     f"for the catalog, or give a path to a hardware YAML file")
 

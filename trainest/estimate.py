@@ -11,6 +11,7 @@ from trainest import (
     SCHEMA_VERSION,  # noqa: F401 - re-exported
     training,
 )
+from trainest.band import Band, band_for
 from trainest.layout import job_of, layout_of
 from trainest.memory import memory_per_device
 from trainest.scenario import Scenario
@@ -36,6 +37,8 @@ class StepResult(NamedTuple):
     host_time_s: float              # the host's time to launch the slowest stage's kernels [s per step]
     bound_by: str                   # device | host: what sets the pace of the layers
     overhead_detail_s: dict[str, float]   # host_wait, kernel_floors, fixed (per layer pass) [s per step]
+    time_s_low: float               # the error band: time_s × the band's low / high measured/predicted ratio
+    time_s_high: float
 
 
 class ThroughputResult(NamedTuple):
@@ -71,6 +74,12 @@ class TrainingResult(NamedTuple):
     cost_usd: float | None
     price_usd_per_hour: float | None
     pue: float
+    co2_kg: float | None            # energy_kwh × the grid's carbon intensity (None: the device power is unknown)
+    grid_gco2_per_kwh: float
+    time_s_low: float               # the error band of the run's time and cost (Estimate.band)
+    time_s_high: float
+    cost_usd_low: float | None
+    cost_usd_high: float | None
 
 
 class Estimate(NamedTuple):
@@ -79,6 +88,7 @@ class Estimate(NamedTuple):
     throughput: ThroughputResult
     memory: MemoryResult
     training: TrainingResult
+    band: Band                      # measured/predicted step time of validated runs like this one (trainest.band)
 
 
 # A layout predicted over capacity by at most this fraction is reported as possibly fitting: of the 460
@@ -107,6 +117,7 @@ def estimate(s: Scenario) -> Estimate:
     t = float(terms.time_s)
     parts = {k: float(getattr(terms, f"{k}_s")) for k in TERMS}
     bottleneck = max(parts, key=lambda k: parts[k])
+    band = band_for(s.hardware, s.devices, s.devices_per_node, s.model.moe is not None)
     step = StepResult(time_s=t, **{f"{k}_s": v for k, v in parts.items()}, bottleneck=bottleneck,
                       shares={k: v / t for k, v in parts.items()},
                       communication_detail_s={"tp": float(terms.tp_comm_s), "cp": float(terms.cp_comm_s),
@@ -115,7 +126,8 @@ def estimate(s: Scenario) -> Estimate:
                       no_overlap_time_s=float(terms.no_overlap_time_s), overlap_policy=OVERLAP_POLICY,
                       host_time_s=float(terms.host_s),
                       bound_by="host" if float(terms.host_wait_s) > 0.0 else "device",
-                      overhead_detail_s=overhead_detail(parts["overhead"], terms))
+                      overhead_detail_s=overhead_detail(parts["overhead"], terms),
+                      time_s_low=t * band.low_ratio, time_s_high=t * band.high_ratio)
     peak = s.hardware.peak(s.precision)
     tokens_per_s = s.tokens_per_step / t
     model_tflops = float(terms.model_flops) / t / s.devices / 1e12
@@ -134,9 +146,13 @@ def estimate(s: Scenario) -> Estimate:
     steps = training.steps_for_tokens(s.tokens, s.tokens_per_step)
     run_s = steps * t
     dev_h = training.device_hours(run_s, s.devices)
+    energy = training.energy_kwh(run_s, s.devices, s.hardware.power_w, s.pue)
+    cost = training.cost_usd(dev_h, s.price_usd_per_hour)
     train = TrainingResult(tokens=s.tokens, steps=steps, time_s=run_s, time_days=run_s / 86400.0,
-                           device_hours=dev_h,
-                           energy_kwh=training.energy_kwh(run_s, s.devices, s.hardware.power_w, s.pue),
-                           cost_usd=training.cost_usd(dev_h, s.price_usd_per_hour),
-                           price_usd_per_hour=s.price_usd_per_hour, pue=s.pue)
-    return Estimate(scenario=s, step=step, throughput=throughput, memory=memory, training=train)
+                           device_hours=dev_h, energy_kwh=energy, cost_usd=cost,
+                           price_usd_per_hour=s.price_usd_per_hour, pue=s.pue,
+                           co2_kg=training.co2_kg(energy, s.grid_gco2_per_kwh), grid_gco2_per_kwh=s.grid_gco2_per_kwh,
+                           time_s_low=run_s * band.low_ratio, time_s_high=run_s * band.high_ratio,
+                           cost_usd_low=None if cost is None else cost * band.low_ratio,
+                           cost_usd_high=None if cost is None else cost * band.high_ratio)
+    return Estimate(scenario=s, step=step, throughput=throughput, memory=memory, training=train, band=band)

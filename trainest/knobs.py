@@ -124,6 +124,8 @@ KNOBS: tuple[Knob, ...] = (
     K("tokens", ("--tokens",), "str", "Training tokens, e.g. 300B or 1.5T.", "20 per parameter", job=True),
     K("price_per_hour", ("--price-per-hour",), "float", "USD per device-hour.", "catalog price", job=True),
     K("pue", ("--pue",), "float", "Data-centre power usage effectiveness.", "1.2", job=True),
+    K("grid_gco2_per_kwh", ("--grid-gco2-per-kwh",), "float", "Carbon intensity of the electricity, in gCO2 per kWh "
+      "(training.co2_kg).", "480: world average 2023 (Ember)", job=True),
 )
 
 COMMAND_KNOBS: tuple[Knob, ...] = (
@@ -149,11 +151,14 @@ _PLAN_HELP = {
               "options override it.",
 }
 PLAN_OPTIONS: tuple[Knob, ...] = (
-    BY_NAME["model"], BY_NAME["hardware"],
+    BY_NAME["model"],
+    # a list so that a second --hardware is an error pointing to `compare` (a plain option keeps the last)
+    BY_NAME["hardware"]._replace(kind="list", help="Hardware catalog name or YAML path (one; to compare several, "
+                                                   "use trainest compare)."),
     BY_NAME["devices"]._replace(kind="str", help=_PLAN_HELP["devices"]),
     BY_NAME["global_batch"]._replace(help=_PLAN_HELP["global_batch"], show_default=None),
     *(BY_NAME[n] for n in ("precision", "seq_len", "devices_per_node", "attention", "framework", "kernels", "tokens",
-                           "price_per_hour", "pue")),
+                           "price_per_hour", "pue", "grid_gco2_per_kwh")),
     BY_NAME["config"]._replace(help=_PLAN_HELP["config"]),
     BY_NAME["tp_overlap"]._replace(help=_PLAN_HELP["tp_overlap"]),
     BY_NAME["dp_collectives"]._replace(help=_PLAN_HELP["dp_collectives"]),
@@ -177,6 +182,47 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
       "multiples of the node size.", "pow2", "DeviceCounts", group=COMMAND, value="pow2"),
     BY_NAME["json_out"],
     BY_NAME["quiet"]._replace(help="No progress bar."),
+)
+
+# `trainest compare`: plan's job and search options, over several hardware entries
+_BY_PLAN = {k.name: k for k in PLAN_OPTIONS}
+COMPARE_OPTIONS: tuple[Knob, ...] = (
+    BY_NAME["model"],
+    K("hardware", ("--hardware", "-H"), "list", "Hardware to compare: catalog names or YAML paths, comma-separated "
+      "or repeated (e.g. h100-sxm,b200,mi300x,tpu-v5p).", group=COMMAND),
+    K("all_hardware", ("--all-hardware",), "flag", "Compare every entry of the catalog.", group=COMMAND),
+    _BY_PLAN["devices"]._replace(help="Device count N (every hardware at N), or a range such as 64..8192 with "
+                                      "--deadline (fewest devices in time) or --budget (fastest within it)."),
+    _BY_PLAN["global_batch"],
+    *(BY_NAME[n] for n in ("precision", "seq_len", "attention", "kernels", "tokens", "pue", "grid_gco2_per_kwh")),
+    _BY_PLAN["config"]._replace(help="Scenario YAML for the job (its hardware, layout, micro-batch and recompute are "
+                                     "ignored); options override it."),
+    _BY_PLAN["tp_overlap"], _BY_PLAN["dp_collectives"],
+    _BY_PLAN["objective"]._replace(help="Rank the hardware by the whole run's time, cost or energy."),
+    _BY_PLAN["deadline"]._replace(help="With a --devices range: each hardware at the fewest devices that train the "
+                                       "tokens within this time, e.g. 30d."),
+    _BY_PLAN["budget"]._replace(help="With a --devices range: each hardware at its fastest plan whose run costs at "
+                                     "most this many USD, e.g. 2e6."),
+    _BY_PLAN["device_counts"], _BY_PLAN["allow"],
+    BY_NAME["json_out"],
+    BY_NAME["quiet"]._replace(help="No progress bar, no notes."),
+)
+
+# `trainest sweep`: estimate's inputs, of which the sweepable take a range or a list (trainest.sweep.SWEEPABLE)
+SWEEP_RANGES = ("devices", "global_batch", "seq_len", "micro_batch", "tp", "pp", "cp", "vpp", "zero", "precision",
+                "recompute", "attention", "kernels", "tokens")
+SWEEP_OPTIONS: tuple[Knob, ...] = (
+    *(k._replace(kind="str", help=k.help + " Sweep: a range a..b (doubling), a..b:step or a list a,b,c.")
+      if k.name in SWEEP_RANGES else k for k in KNOBS),
+    BY_NAME["config"],
+    K("plan", ("--plan",), "flag", "Each point is the best plan at that value (the plan search; a swept layout knob "
+      "is fixed, the others searched), not the estimate of the given layout.", group=COMMAND),
+    K("csv", ("--csv",), "flag", "Print the points as CSV on stdout (instead of the table and plot).", group=COMMAND),
+    K("png", ("--png",), "str", "Also write the plot as a PNG file (needs the plot extra: pip install "
+      "\"trainest[plot]\").", group=COMMAND),
+    K("svg", ("--svg",), "str", "Also write the plot as an SVG file (needs the plot extra).", group=COMMAND),
+    BY_NAME["json_out"],
+    BY_NAME["quiet"]._replace(help="No progress bar, no warnings."),
 )
 
 SHAPE_KEYS = tuple(k.yaml_key for k in KNOBS if k.group == SHAPE)

@@ -26,6 +26,10 @@ DEFAULT_DEVICES = 8
 DEFAULT_PRECISION = "bf16"
 DEFAULT_TOKENS_PER_PARAM = 20.0     # Hoffmann et al. 2022 (Chinchilla): ~20 training tokens per parameter
 DEFAULT_PUE = 1.2                   # typical modern data-centre power usage effectiveness
+# Carbon intensity of the world's electricity generation in 2023: 480 gCO2/kWh (Ember, Global Electricity
+# Review 2024, world power-sector CO2 intensity; the IEA's figures for the same year are within a few per
+# cent). Direct (combustion) emissions of generation, not life-cycle; a region's grid can be 20-800.
+DEFAULT_GRID_GCO2_PER_KWH = 480.0
 
 # `trainest estimate` with no scenario options at all: an everyday case that fits, Llama 3 8B on one
 # 8-GPU H100 node with FSDP and a 0.5M-token batch (torchtitan's Llama 3 8B recipe uses FSDP on 8 GPUs).
@@ -87,6 +91,7 @@ class Scenario:
     pue: float
     kernels: str = "fused"          # element-wise kernels: fused | eager (docs/model.md §2.5)
     framework: str = DEFAULT_FRAMEWORK   # trainest/frameworks.py
+    grid_gco2_per_kwh: float = DEFAULT_GRID_GCO2_PER_KWH   # carbon intensity of the electricity [gCO2/kWh]
     derived: tuple[str, ...] = field(default=())   # names of values filled by defaults
 
     @property
@@ -225,8 +230,8 @@ def _batch(r: _Reader, dp: int, echoed_micro_batches: Any) -> tuple[int, int]:
     return micro_batch, global_batch
 
 
-def _run_costs(r: _Reader, model: Model, hardware: Hardware) -> tuple[float, float | None, float]:
-    """(tokens to train, USD per device-hour, PUE)."""
+def _run_costs(r: _Reader, model: Model, hardware: Hardware) -> tuple[float, float | None, float, float]:
+    """(tokens to train, USD per device-hour, PUE, grid carbon intensity [gCO2/kWh])."""
     where, data = r.where, r.data
     if data.get("tokens") is None:
         tokens = DEFAULT_TOKENS_PER_PARAM * model.params
@@ -241,7 +246,9 @@ def _run_costs(r: _Reader, model: Model, hardware: Hardware) -> tuple[float, flo
     else:
         price_usd = F.number(data["price_per_hour"], f"{where}.price_per_hour", allow_zero=True, maximum=1e6)
     pue = F.number(r.default("pue", DEFAULT_PUE), f"{where}.pue", minimum=1.0, allow_zero=True, maximum=10.0)
-    return tokens, price_usd, pue
+    grid = F.number(r.default("grid_gco2_per_kwh", DEFAULT_GRID_GCO2_PER_KWH), f"{where}.grid_gco2_per_kwh",
+                    allow_zero=True, maximum=5000.0)
+    return tokens, price_usd, pue, grid
 
 
 def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
@@ -291,7 +298,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     if sizes["vpp"] > 1 and not fw.interleaved:
         raise SpecError(f"{where}: vpp={sizes['vpp']} needs the interleaved pipeline schedule, which {framework} "
                         f"does not have; use vpp=1 or a framework that has it")
-    tokens, price_usd, pue = _run_costs(r, model, hardware)
+    tokens, price_usd, pue, grid = _run_costs(r, model, hardware)
     return Scenario(
         model=model, hardware=hardware, seq_len=seq_len, devices=devices, devices_per_node=devices_per_node,
         precision=precision, parallel=Parallel(**sizes, dp=dp, dp_shard=0 if dp_shard == dp else dp_shard,
@@ -299,6 +306,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                                                dp_overlap=dp_overlap),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
         tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, framework=framework,
+        grid_gco2_per_kwh=grid,
         derived=tuple(derived),
     )
 
@@ -335,6 +343,7 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
         "tokens": s.tokens,
         "price_per_hour": s.price_usd_per_hour,
         "pue": s.pue,
+        "grid_gco2_per_kwh": s.grid_gco2_per_kwh,
         "derived": list(s.derived),
     }
 

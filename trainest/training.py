@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from trainest.units import JOULES_PER_KWH, SECONDS_PER_HOUR
+from trainest.units import GRAMS_PER_KG, JOULES_PER_KWH, SECONDS_PER_HOUR
 
 
 def steps_for_tokens(tokens: float, tokens_per_step: float) -> int:
@@ -30,3 +30,11 @@ def cost_usd(device_hours_: float, price_usd_per_hour: float | None) -> float | 
     if price_usd_per_hour is None:
         return None
     return device_hours_ * price_usd_per_hour
+
+
+def co2_kg(energy_kwh_: float | None, grid_gco2_per_kwh: float) -> float | None:
+    """CO2 = E · I / 1000 [kg] for E [kWh] at the grid's carbon intensity I [gCO2/kWh] (the facility's
+    energy, PUE included); None when the energy is unknown."""
+    if energy_kwh_ is None:
+        return None
+    return energy_kwh_ * grid_gco2_per_kwh / GRAMS_PER_KG

@@ -31,6 +31,7 @@ MICROSECOND = 1e-6
 SECONDS_PER_HOUR = 3600.0
 SECONDS_PER_DAY = 86400.0
 JOULES_PER_KWH = 3.6e6
+GRAMS_PER_KG = 1000.0
 
 _COUNT_SUFFIX = {"": 1.0, "K": KILO, "M": MEGA, "B": GIGA, "G": GIGA, "T": TERA, "P": PETA}
 _BYTES_SUFFIX = {
@@ -132,3 +133,10 @@ def fmt_gib(b: float) -> str:
 
 def fmt_money(x: float | None) -> str:
     return "n/a (no price: use --price-per-hour)" if x is None else f"${x:,.0f}"
+
+
+def fmt_co2(kg: float | None) -> str:
+    """CO2 mass: tonnes (t) from one tonne up, else kg."""
+    if kg is None:
+        return "n/a"
+    return f"{kg / 1000:,.1f} t CO2" if kg >= 1000 else f"{kg:,.0f} kg CO2"

@@ -21,6 +21,19 @@ def _plain(value: Any) -> Any:
     return value.value if hasattr(value, "value") else value
 
 
+def one_hardware(given: Any) -> str | None:
+    """The single hardware of `plan --hardware` (a list: the option may be repeated), or a SpecError
+    pointing to `trainest compare` when several are given (repeated, or a comma list)."""
+    from trainest.errors import SpecError
+    if given is None or isinstance(given, str):
+        return given
+    names = [n.strip() for text in given for n in str(text).split(",") if n.strip()]
+    if len(names) > 1:
+        raise SpecError(f"plan searches one hardware, and --hardware names {len(names)} ({', '.join(names)}); "
+                        f"compare them with: trainest compare --hardware {','.join(names)} ...")
+    return names[0] if names else None
+
+
 def job_mapping(values: dict[str, Any]) -> dict[str, Any]:
     """The job's scenario mapping: the config file, overridden by the job options given."""
     from trainest.scenario import load_scenario_file
@@ -68,6 +81,7 @@ def run_plan(values: dict[str, Any]) -> int:
     """Run `trainest plan` for parsed option values; print JSON or tables; return the exit code."""
     from trainest.errors import SpecError
     try:
+        values = {**values, "hardware": one_hardware(values.get("hardware"))}
         result, dsearch = search_plans(values)
     except SpecError as exc:
         error_line(str(exc))

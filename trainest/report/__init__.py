@@ -11,9 +11,10 @@ import os
 import sys
 from typing import Any
 
-from trainest.units import fmt_gib, fmt_money, fmt_seconds, fmt_si
+from trainest.units import fmt_co2, fmt_gib, fmt_money, fmt_seconds, fmt_si
 
-__all__ = ["LazyProgress", "clean", "console", "dumps", "fmt_gib", "fmt_money", "fmt_seconds", "fmt_si", "warn"]
+__all__ = ["LazyProgress", "clean", "console", "dumps", "fmt_co2", "fmt_gib", "fmt_money", "fmt_seconds", "fmt_si",
+           "warn"]
 
 
 def clean(value: Any) -> Any:

@@ -5,19 +5,73 @@ from __future__ import annotations
 from typing import Any
 
 from trainest import SCHEMA_VERSION
-from trainest.report import console, fmt_gib
+from trainest.report import console
 
 
-def hardware_rows() -> list[dict[str, Any]]:
+def calibration(hw: Any) -> str:
+    """How the hardware's efficiencies were obtained: fitted, inherited from a sibling, probed, or prior."""
+    e = hw.efficiency
+    if e.fitted:
+        if "inherited from" in e.method:
+            return "inherited from " + e.method.split("inherited from ", 1)[1].split(" ", 1)[0]
+        return "fitted"
+    return "probed" if hw.probed else "prior"
+
+
+def hardware_row(name: str, hw: Any) -> dict[str, Any]:
+    """What a buyer compares, from the catalog entry (SI units; TFLOP/s for the peaks)."""
+    return {"name": name, "display_name": hw.display_name, "vendor": hw.vendor, "kind": hw.kind,
+            "launch_year": hw.launch_year,
+            "peak_tflops": {k: v / 1e12 for k, v in hw.peak_flops_per_s.items()},
+            "memory_bytes": hw.memory_bytes, "memory_bytes_per_s": hw.memory_bytes_per_s, "memory_kind": hw.memory_kind,
+            "devices_per_node": hw.devices_per_node,
+            "scale_up": {"name": hw.scale_up_name, "bytes_per_s": hw.scale_up_bytes_per_s,
+                         "domain": hw.scale_up_domain},
+            "scale_out": {"name": hw.scale_out_name, "kind": hw.scale_out_kind,
+                          "bytes_per_s": hw.scale_out_bytes_per_s},
+            "power_w": hw.power_w, "price_usd_per_hour": hw.price_usd_per_hour, "price_date": hw.price_date,
+            "price_source": hw.price_source or None,
+            "efficiency_fitted": hw.efficiency.fitted, "calibration": calibration(hw),
+            "modelled": hw.unsupported_reason is None, "unsupported_reason": hw.unsupported_reason,
+            "source": hw.source}
+
+
+def hardware_rows(sort: str = "name") -> list[dict[str, Any]]:
+    """Every catalog entry as a row (hardware_row), sorted by SORT_KEYS[sort]."""
     from trainest import catalog
-    rows = []
-    for name in catalog.hardware_names():
-        hw = catalog.load_hardware(name)
-        rows.append({"name": name, "display_name": hw.display_name,
-                     "peak_tflops": {k: v / 1e12 for k, v in hw.peak_flops_per_s.items()},
-                     "memory_bytes": hw.memory_bytes, "memory_bytes_per_s": hw.memory_bytes_per_s,
-                     "devices_per_node": hw.devices_per_node, "efficiency_fitted": hw.efficiency.fitted})
-    return rows
+    rows = [hardware_row(name, catalog.load_hardware(name)) for name in catalog.hardware_names()]
+    return sort_rows(rows, sort)
+
+
+def _bf16(r: dict[str, Any]) -> float | None:
+    p = r["peak_tflops"]
+    return next((p[k] for k in ("bf16", "fp16", "tf32", "fp32") if k in p), None)
+
+
+# --sort KEY: (what it sorts by, ascending); numbers sort largest first except the price; unknowns last
+SORT_KEYS: dict[str, tuple[Any, bool]] = {
+    "name": (lambda r: r["name"], True),
+    "vendor": (lambda r: (r["vendor"], r["name"]), True),
+    "year": (lambda r: r["launch_year"], False),
+    "bf16": (_bf16, False),
+    "fp8": (lambda r: r["peak_tflops"].get("fp8"), False),
+    "memory": (lambda r: r["memory_bytes"], False),
+    "bandwidth": (lambda r: r["memory_bytes_per_s"], False),
+    "scale-up": (lambda r: r["scale_up"]["bytes_per_s"], False),
+    "scale-out": (lambda r: r["scale_out"]["bytes_per_s"], False),
+    "power": (lambda r: r["power_w"], False),
+    "price": (lambda r: r["price_usd_per_hour"], True),
+    "tflops-per-dollar": (lambda r: None if not r["price_usd_per_hour"] or _bf16(r) is None
+                          else _bf16(r) / r["price_usd_per_hour"], False),
+}
+
+
+def sort_rows(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """Rows sorted by SORT_KEYS[key]; rows without a value last, by name."""
+    fn, ascending = SORT_KEYS[key]
+    known = [r for r in rows if fn(r) is not None]
+    unknown = sorted((r for r in rows if fn(r) is None), key=lambda r: r["name"])
+    return sorted(known, key=fn, reverse=not ascending) + unknown
 
 
 def model_rows() -> list[dict[str, Any]]:
@@ -36,21 +90,54 @@ def list_dict(what: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, what: rows}
 
 
+def _num(x: float | None, fmt: str = "{:,.0f}") -> str:
+    return "–" if x is None else fmt.format(x)
+
+
+def hardware_cells(r: dict[str, Any]) -> list[str]:
+    up, out = r["scale_up"], r["scale_out"]
+    cal = r["calibration"].replace("inherited from ", "as ")
+    return [r["name"] + ("" if r["modelled"] else " †"), _num(_bf16(r)), _num(r["peak_tflops"].get("fp8")),
+            _num(r["memory_bytes"] / 1e9), _num(r["memory_bytes_per_s"] / 1e12, "{:,.1f}"),
+            "–" if up["bytes_per_s"] is None else f"{up['bytes_per_s'] / 1e9:,.0f} ×{up['domain']}",
+            _num(None if out["bytes_per_s"] is None else out["bytes_per_s"] * 8 / 1e9),
+            _num(r["power_w"]), _num(r["price_usd_per_hour"], "{:.2f}"), r["price_date"] or "–",
+            cal]
+
+
+HARDWARE_COLUMNS = ("name", "bf16", "fp8", "GB", "TB/s", "scale-up", "out", "W", "$/h", "price date",
+                    "calibrated")
+
+
 def _cell(key: str, value: Any) -> str:
-    if key == "peak_tflops":
-        return " ".join(f"{p}:{x:g}" for p, x in value.items())
-    if key == "memory_bytes":
-        return fmt_gib(value)
     if key == "params":
         return f"{value / 1e9:.2f} B"
     return str(value)
 
 
 def print_list(what: str, rows: list[dict[str, Any]]) -> None:
+    from rich import box
     from rich.table import Table
+    if what == "hardware":
+        table = Table(title=f"hardware ({len(rows)})", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                      collapse_padding=True)
+        caption = ("dense peaks in TFLOP/s (bf16: the 16-bit peak, fp16 where there is no bf16); memory GB and "
+                         "TB/s; scale-up GB/s per device per direction × domain size; scale-out (out) Gb/s per device; "
+                         "rated W; on-demand USD per device-hour and the date it was read; calibrated: fitted on "
+                         "measured runs, as a sibling of the same die, or prior (uncalibrated: wider error "
+                         "band); † not modelled (execution model). Vendor, link names, price and hardware sources: "
+                         "--json.")
+        for col in HARDWARE_COLUMNS:
+            table.add_column(col, justify="left" if col in ("name", "calibrated", "price date")
+                             else "right", no_wrap=True)
+        for r in rows:
+            table.add_row(*hardware_cells(r))
+        con = console()
+        con.print(table)
+        con.print(caption, style="dim")    # (as a caption, rich would size the columns by its text)
+        return
     table = Table(title=f"{what} ({len(rows)})", title_justify="left")
-    keys = ["name", "display_name", "peak_tflops", "memory_bytes", "devices_per_node"] if what == "hardware" \
-        else ["name", "params", "layers", "hidden", "heads", "kv_heads", "mlp", "seq_len"]
+    keys = ["name", "params", "layers", "hidden", "heads", "kv_heads", "mlp", "seq_len"]
     for k in keys:
         table.add_column(k)
     for r in rows:

@@ -6,7 +6,7 @@ from typing import Any
 
 from trainest import SCHEMA_VERSION
 from trainest.estimate import Estimate
-from trainest.report import clean, console, fmt_gib, fmt_money, fmt_seconds, fmt_si
+from trainest.report import clean, console, fmt_co2, fmt_gib, fmt_money, fmt_seconds, fmt_si
 from trainest.scenario import Scenario, scenario_mapping
 
 NO_OVERLAP_SHOWN_ABOVE = 0.005     # show the no-overlap bound when it exceeds the step by more than this
@@ -28,9 +28,19 @@ def estimate_dict(e: Estimate, warnings: list[str] | None = None) -> dict[str, A
         "throughput": e.throughput._asdict(),
         "memory": e.memory._asdict(),
         "training": e.training._asdict(),
+        "band": e.band._asdict(),
         "warnings": list(warnings or []),
     }
     return clean(doc)
+
+
+def probed_text(s: Scenario) -> str:
+    """`; probed on DATE by trainest probe (...)` for a hardware file the probe wrote, else empty."""
+    hw = s.hardware
+    if not hw.probed:
+        return ""
+    return (f"\n[italic]probed{' on ' + hw.probed_on if hw.probed_on else ''} by trainest probe: peaks and "
+            f"bandwidth measured on that machine, efficiencies not calibrated on training runs[/italic]")
 
 
 def _batch_default(s: Scenario) -> str:
@@ -74,7 +84,7 @@ def scenario_table(s: Scenario):
                                 f"{', dropout' if m.dropout else ''}")),
         ("sequence", mark("seq_len", f"{s.seq_len} tokens")),
         ("hardware", mark("hardware", f"{s.hardware.name} ({s.hardware.display_name}), {s.devices} devices, "
-                                      f"{s.devices_per_node} per node")),
+                                      f"{s.devices_per_node} per node") + probed_text(s)),
         ("precision", mark("precision", f"{s.precision} GEMMs, FP32 master weights and Adam state")),
         ("parallel", layout_text(s)),
         ("batch", f"micro-batch {s.micro_batch}{' (default)' if 'micro_batch' in derived else ''}, global "
@@ -95,8 +105,8 @@ def step_table(e: Estimate):
     bound = (f"; {fmt_seconds(st.no_overlap_time_s)} with no overlap"
              if st.no_overlap_time_s > st.time_s * (1.0 + NO_OVERLAP_SHOWN_ABOVE) else "")
     host = ("; host-bound: the device waits for kernel launches" if st.bound_by == "host" else "")
-    t = Table(title=f"Step: {fmt_seconds(st.time_s)}  (bottleneck: {st.bottleneck}{bound}{host})",
-              title_justify="left")
+    t = Table(title=f"Step: {fmt_seconds(st.time_s)}{band_text(e, st.time_s_low, st.time_s_high)}, "
+                    f"bottleneck: {st.bottleneck}{bound}{host}", title_justify="left")
     t.add_column("term")
     t.add_column("time", justify="right")
     t.add_column("share", justify="right")
@@ -107,6 +117,47 @@ def step_table(e: Estimate):
         t.add_row(k, fmt_seconds(getattr(st, f"{k}_s")), f"{st.shares[k]:.1%}", about,
                   style="bold" if k == st.bottleneck else "")
     return t
+
+
+def seconds_range(low: float, high: float) -> str:
+    """`7.21–9.18 s`: both ends in the unit fmt_seconds picks for the high end."""
+    unit = fmt_seconds(high).split(" ", 1)[1]
+    scale = {"days": 86400.0, "h": 3600.0, "min": 60.0, "s": 1.0, "ms": 1e-3}[unit]
+    return f"{low / scale:.3g}–{high / scale:.3g} {unit}"
+
+
+def band_text(e: Estimate, low: float | None, high: float | None, fmt=seconds_range) -> str:
+    """` (80 % band 7.21–9.18 s)` beside a value (empty when there is no band)."""
+    if low is None or high is None or low != low or high != high:
+        return ""
+    return f" ({e.band.coverage:.0%} band {fmt(low, high)})"
+
+
+def band_line(e: Estimate) -> str:
+    """Where the band comes from, for the line under the tables."""
+    b = e.band
+    if b.runs == 0:
+        return f"Error band: {b.note}"
+    return (f"Error band: measured/predicted step time {b.low_ratio:.2f}–{b.high_ratio:.2f} "
+            f"(expected to hold {b.coverage:.0%} of runs like this) from {b.note}")
+
+
+def band_pct(e: Estimate) -> str:
+    """The band as percentages of the estimate: `-8…+13 %`."""
+    b = e.band
+    if b.runs == 0 or b.low_ratio != b.low_ratio:
+        return "n/a"
+    return f"{(b.low_ratio - 1) * 100:+.0f}…{(b.high_ratio - 1) * 100:+.0f} %"
+
+
+def band_source(e: Estimate) -> str:
+    """Where the band comes from, briefly: `29 held-out runs: h100-sxm, 2 nodes to 256 devices, dense`."""
+    b = e.band
+    if b.runs == 0:
+        return "no band data"
+    what = "held-out runs" if b.pool == "holdout" else "runs, uncalibrated efficiencies"
+    widened = ", widened: no run of its family" if "no run of its family" in b.note else ""
+    return f"{b.runs} {what}: {b.group}{widened}"
 
 
 def throughput_table(e: Estimate):
@@ -138,11 +189,17 @@ def run_table(e: Estimate):
     return _key_value_table("Whole run", [
         ("tokens", f"{fmt_si(tr.tokens)}" + ("  (default: 20 per parameter)" if "tokens" in derived else "")),
         ("steps", f"{tr.steps:,}"),
-        ("wall time", f"{tr.time_days:.2f} days"),
+        ("wall time", f"{tr.time_days:.2f} days"
+         + band_text(e, tr.time_s_low, tr.time_s_high, lambda lo, hi: f"{lo / 86400:.2f}–{hi / 86400:.2f} days")),
         ("device-hours", f"{tr.device_hours:,.0f}"),
         ("energy", "n/a (device power unknown)" if tr.energy_kwh is None else
          f"{tr.energy_kwh:,.0f} kWh (rated power, PUE {tr.pue:g})"),
-        ("cost", fmt_money(tr.cost_usd) + price + catalog_price),
+        ("CO2", "n/a (device power unknown)" if tr.co2_kg is None else
+         f"{fmt_co2(tr.co2_kg)} at {tr.grid_gco2_per_kwh:g} gCO2/kWh"
+         + ("  (default: world average 2023)" if "grid_gco2_per_kwh" in derived else "")),
+        ("cost", fmt_money(tr.cost_usd) + band_text(e, tr.cost_usd_low, tr.cost_usd_high,
+                                                     lambda lo, hi: f"{fmt_money(lo)}–{fmt_money(hi)}")
+         + price + catalog_price),
     ])
 
 
@@ -151,3 +208,4 @@ def print_estimate(e: Estimate) -> None:
     con = console()
     for table in (scenario_table(e.scenario), step_table(e), throughput_table(e), memory_table(e), run_table(e)):
         con.print(table)
+    con.print(band_line(e), style="dim")

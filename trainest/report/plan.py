@@ -6,7 +6,7 @@ from trainest import SCHEMA_VERSION
 from trainest.estimate import Estimate
 from trainest.knobs import estimate_args as knob_estimate_args
 from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si
-from trainest.report.estimate import estimate_dict
+from trainest.report.estimate import band_pct, band_source, estimate_dict
 from trainest.scenario import scenario_mapping
 from trainest.search import DeviceSearch, SearchResult, plan_knobs
 from trainest.units import GiB
@@ -26,7 +26,7 @@ def plan_dict(e: Estimate) -> dict:
     return {"devices": inputs["devices"], "parallel": inputs["parallel"], "micro_batch": inputs["micro_batch"],
             "micro_batches": inputs["micro_batches"], "recompute": inputs["recompute"], "step": full["step"],
             "memory": full["memory"], "throughput": full["throughput"], "training": full["training"],
-            "estimate_args": estimate_args(e)}
+            "band": full["band"], "estimate_args": estimate_args(e)}
 
 
 def search_dict(r: SearchResult, devices_search: DeviceSearch | None = None) -> dict:
@@ -118,6 +118,8 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
         t.add_row(knob, _show(wk[knob]), _show(rk[knob]), _layout(e), e.scenario.recompute, fmt_seconds(e.step.time_s),
                   f"{ru.score_ratio - 1:+.1%}", f"{e.memory.per_device_bytes / GiB:.1f}")
     con.print(t)
+    con.print(f"Error band of the winner: {band_pct(w)} on the step, days and cost ({band_source(w)})",
+              highlight=False)
     con.print("Reproduce the winner: [dim]trainest estimate " + (job_args + " " if job_args else "")
               + " ".join(estimate_args(w)) + "[/dim]")
 

@@ -1,0 +1,122 @@
+"""trainest.band: the error band of every estimate, and the claim it makes (tools/fit_bands.py).
+
+The coverage test: each held-out run is judged by the band built WITHOUT it (leave-one-out, the
+split-conformal check). With n runs and a claimed coverage p the count inside is binomial, so the
+measured share has a standard deviation sqrt(p(1-p)/n): 2.9 points for the 193 held-out runs, 1.8
+for the 460 prior runs. The test allows 2.5 of those (a false alarm about once in 80 runs of CI
+with fresh data; here the data are fixed, so it fails only when the model or the band moves).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainest import band as B
+from trainest.estimate import estimate
+from trainest.scenario import scenario_from_mapping
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+fit_bands = pytest.importorskip("fit_bands")
+
+
+@pytest.fixture(scope="module")
+def fresh() -> dict:
+    return fit_bands.document()
+
+
+def test_conformal_interval_order_statistics():
+    xs = [float(i) for i in range(1, 20)]          # n = 19: k_lo = 2, k_hi = 18
+    low, high, cov = B.conformal_interval(xs)
+    assert (low, high) == (2.0, 18.0) and cov == pytest.approx(16 / 20)
+    assert B.conformal_interval(xs[:8]) is None     # 80 % needs at least 9 runs
+    low, high, cov = B.conformal_interval(xs[:9])   # n = 9: the extremes, 8/10
+    assert (low, high, cov) == (1.0, 9.0, pytest.approx(0.8))
+
+
+def test_fewer_runs_claim_more_coverage_with_a_wider_band():
+    """A thin group is wider and says so: its expected coverage is above 80 %."""
+    many = [1.0 + 0.01 * ((i * 37) % 100 - 50) for i in range(200)]
+    few = many[:15]
+    lo_m, hi_m, cov_m = B.conformal_interval(many)
+    lo_f, hi_f, cov_f = B.conformal_interval(few)
+    assert cov_f > cov_m >= 0.8
+    assert hi_f - lo_f >= (hi_m - lo_m) * 0.9
+
+
+def test_scale_buckets():
+    assert B.scale_bucket(8, 8) == "node"
+    assert B.scale_bucket(16, 8) == "multi-node" and B.scale_bucket(256, 8) == "multi-node"
+    assert B.scale_bucket(257, 8) == "large"
+
+
+def _residuals(n: int, hardware: str, ratio: float) -> list[B.Residual]:
+    return [B.Residual(f"{hardware}-{i}", hardware, "fam", "node", "dense", ratio + 0.001 * i) for i in range(n)]
+
+
+def test_lookup_falls_back_to_broader_groups_and_says_so():
+    groups = {"holdout": B.build_groups(_residuals(25, "a", 1.0) + _residuals(5, "b", 1.2))}
+    own = B.lookup(groups, hardware="a", family="fam", scale="node", arch="dense", calibrated=True)
+    assert own.level == "hardware+scale" and own.runs == 25 and "fewer" not in own.note
+    other = B.lookup(groups, hardware="b", family="fam", scale="node", arch="dense", calibrated=True)
+    assert other.level == "family+scale" and other.runs == 30 and "fewer than 20 validated runs of b" in other.note
+
+
+def test_lookup_without_any_run_of_the_architecture_says_so():
+    groups = {"prior": B.build_groups(_residuals(25, "a", 1.0))}
+    b = B.lookup(groups, hardware="x", family="", scale="node", arch="moe", calibrated=False)
+    assert b.level == "none" and "no measured moe run" in b.note and b.low_ratio < b.high_ratio
+
+
+def test_every_estimate_carries_its_band():
+    e = estimate(scenario_from_mapping({"model": "llama3-8b", "hardware": "h100-sxm", "devices": 64,
+                                        "parallel": {"zero": 3}, "global_batch": 256}))
+    b = e.band
+    assert b.calibrated and b.pool == "holdout" and b.runs >= B.MIN_GROUP_RUNS
+    assert b.low_ratio < 1.0 < b.high_ratio and b.coverage >= B.COVERAGE
+    assert e.step.time_s_low == pytest.approx(e.step.time_s * b.low_ratio)
+    assert e.step.time_s_high == pytest.approx(e.step.time_s * b.high_ratio)
+    assert e.training.time_s_high == pytest.approx(e.training.time_s * b.high_ratio)
+    assert e.training.cost_usd_low == pytest.approx(e.training.cost_usd * b.low_ratio)
+
+
+def test_uncalibrated_hardware_gets_a_wider_band_and_says_so():
+    job = {"model": "llama3-8b", "devices": 64, "parallel": {"zero": 3}, "global_batch": 256}
+    calibrated = estimate(scenario_from_mapping({**job, "hardware": "h100-sxm"})).band
+    uncalibrated = estimate(scenario_from_mapping({**job, "hardware": "mi300x"})).band
+    assert not uncalibrated.calibrated and uncalibrated.pool == "prior"
+    assert "not calibrated" in uncalibrated.note and "no run of its family" in uncalibrated.note
+    width = lambda b: math.log(b.high_ratio / b.low_ratio)   # noqa: E731
+    assert width(uncalibrated) > 2 * width(calibrated)
+
+
+def test_shipped_bands_are_what_the_validation_command_computes(fresh):
+    """specs/bands.json is generated (python tools/fit_bands.py), never hand-written: it must match."""
+    shipped = B.load_bands()
+    assert shipped, "specs/bands.json is missing: run python tools/fit_bands.py"
+    assert fit_bands.same(shipped, fresh), "specs/bands.json is stale: run python tools/fit_bands.py"
+
+
+@pytest.mark.parametrize("pool", ["holdout", "prior"])
+def test_band_covers_the_share_of_held_out_runs_it_claims(fresh, pool):
+    loo = fresh["checks"][pool]["leave_one_out"]
+    n, claimed = loo["runs"], loo["claimed"]
+    assert n >= 150
+    tolerance = 2.5 * math.sqrt(claimed * (1 - claimed) / n)
+    assert abs(loo["coverage"] - claimed) <= tolerance, loo
+    assert loo["coverage"] >= B.COVERAGE - tolerance
+
+
+def test_unseen_family_widening_reaches_the_claim(fresh):
+    widened = fresh["checks"]["prior"]["leave_one_family_out_widened"]
+    assert widened["coverage"] >= B.COVERAGE and widened["factor"] >= 1.0
+
+
+def test_band_loading_is_small_and_needs_no_numpy():
+    path = Path(B.__file__).resolve().parent.parent / "specs" / B.BANDS_FILE
+    assert path.stat().st_size < 20_000
+    source = Path(B.__file__).read_text(encoding="utf-8")
+    assert "numpy" not in source and "yaml" not in source

@@ -1,0 +1,118 @@
+"""trainest.compare and `trainest compare`: one job over several hardware entries at their best plans."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import call_entry
+
+from trainest import compare as C
+from trainest import search as S
+from trainest.errors import SpecError
+
+JOB = {"model": "gpt3-1.3b", "global_batch": 64, "tokens": "26B"}
+
+
+def test_every_entry_is_its_own_best_plan():
+    """Each entry's plan is the plan search's winner on that hardware (the same numbers as `plan`)."""
+    c = C.compare(JOB, ["h100-sxm", "a100-80gb-sxm"], "16")
+    for en in c.entries:
+        base = S.job_scenario({**JOB, "hardware": en.hardware})
+        best = S.search(base, 16, top=1).plans[0]
+        assert en.estimate is not None
+        assert en.estimate.step.time_s == pytest.approx(best.step.time_s, rel=1e-12)
+
+
+def test_ranked_by_objective_and_the_faster_device_first():
+    c = C.compare(JOB, ["a100-80gb-sxm", "h100-sxm", "b200"], "16")
+    times = [en.estimate.training.time_s for en in c.entries]
+    assert times == sorted(times)
+    assert c.entries[0].hardware == "b200" and c.entries[-1].hardware == "a100-80gb-sxm"
+    by_cost = C.compare(JOB, ["a100-80gb-sxm", "h100-sxm", "b200"], "16", objective="cost")
+    costs = [en.estimate.training.cost_usd for en in by_cost.entries]
+    assert costs == sorted(costs)
+
+
+def test_hardware_that_cannot_run_is_listed_with_its_reason_last():
+    c = C.compare(JOB, ["cerebras-wse-3", "h100-sxm", "v100-sxm2-32gb"], "16")
+    assert [en.hardware for en in c.entries][0] == "h100-sxm"
+    reasons = {en.hardware: en.reason for en in c.entries if not en.can_run}
+    assert "wafer-scale" in reasons["cerebras-wse-3"]
+    assert "no bf16 peak" in reasons["v100-sxm2-32gb"]
+
+
+def test_a_job_too_big_for_a_device_says_it_does_not_fit():
+    big = {"model": "gpt3-175b", "global_batch": 64}
+    c = C.compare(big, ["h100-sxm", "l4"], "8")
+    assert all(not en.can_run and "does not fit" in en.reason for en in c.entries)
+
+
+def test_deadline_takes_the_fewest_devices_that_finish_in_time():
+    c = C.compare(JOB, ["h100-sxm", "a100-80gb-sxm"], "8..1024", deadline_s=2 * 86400)
+    for en in c.entries:
+        assert en.estimate.training.time_s <= 2 * 86400
+        n = en.estimate.scenario.devices
+        if n > 8:   # half the devices would not make it
+            base = S.job_scenario({**JOB, "hardware": en.hardware})
+            assert S.search(base, n // 2, top=1).plans[0].training.time_s > 2 * 86400
+
+
+def test_budget_takes_the_fastest_plan_within_it():
+    budget = 5000.0
+    c = C.compare(JOB, ["h100-sxm", "tpu-v5p"], "8..512", budget_usd=budget)
+    h100 = next(en for en in c.entries if en.hardware == "h100-sxm")
+    assert h100.can_run and h100.estimate.training.cost_usd <= budget
+    within = [t for n, t, cost in h100.tried if cost is not None and cost <= budget]
+    assert h100.estimate.training.time_s == min(within)
+    tpu = next(en for en in c.entries if en.hardware == "tpu-v5p")
+    assert not tpu.can_run and "no price" in tpu.reason
+
+
+def test_hardware_list_parsing():
+    assert C.hardware_list(["h100-sxm,b200", "mi300x", "b200"], False) == ["h100-sxm", "b200", "mi300x"]
+    assert len(C.hardware_list(None, True)) > 30
+    with pytest.raises(SpecError, match="at least two"):
+        C.hardware_list(["h100-sxm"], False)
+    with pytest.raises(SpecError, match="not both"):
+        C.hardware_list(["h100-sxm", "b200"], True)
+
+
+def test_job_errors_are_the_users_not_every_hardwares():
+    with pytest.raises(SpecError, match="global batch"):
+        C.compare({"model": "gpt3-1.3b"}, ["h100-sxm", "b200"], "8")
+    with pytest.raises(SpecError, match="unknown model"):
+        C.compare({**JOB, "model": "nope"}, ["h100-sxm", "b200"], "8")
+
+
+def test_cli_json_and_table(capsys):
+    code, out, err = call_entry(["compare", "--model", "gpt3-1.3b", "--hardware", "h100-sxm,b200,cerebras-wse-3",
+                                 "--devices", "16", "--global-batch", "64", "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    first = doc["compare"][0]
+    assert first["hardware"] == "b200" and first["calibrated"] is True
+    assert {"plan", "step", "training", "band"} <= set(first)
+    assert first["step"]["time_s_low"] < first["step"]["time_s"] < first["step"]["time_s_high"]
+    assert first["training"]["co2_kg"] > 0 and first["plan"]["estimate_args"][:2] == ["--hardware", "b200"]
+    assert doc["compare"][-1]["can_run"] is False and doc["compare"][-1]["reason"]
+    code, out, err = call_entry(["compare", "--model", "gpt3-1.3b", "--hardware", "h100-sxm", "--hardware", "b200",
+                                 "--devices", "16", "--global-batch", "64"], capsys)
+    assert code == 0, err
+    assert out.index("b200") < out.index("h100-sxm") and "band" in out
+
+
+def test_cli_errors(capsys):
+    code, out, err = call_entry(["compare", "--hardware", "h100-sxm", "--global-batch", "64"], capsys)
+    assert code == 1 and out == "" and "at least two" in err
+    code, out, err = call_entry(["compare", "--hardware", "h100-sxm,b200", "--devices", "8..64",
+                                 "--global-batch", "64"], capsys)
+    assert code == 1 and "needs --deadline or --budget" in err
+
+
+def test_plan_with_several_hardware_points_to_compare(capsys):
+    for args in (["--hardware", "h100-sxm", "--hardware", "b200"], ["--hardware", "h100-sxm,b200"]):
+        code, out, err = call_entry(["plan", *args, "--global-batch", "64"], capsys)
+        assert code == 1 and out == "" and "trainest compare --hardware h100-sxm,b200" in err
+    code, out, err = call_entry(["estimate", "--hardware", "h100-sxm,b200"], capsys)
+    assert code == 1 and "trainest compare" in err

@@ -1,0 +1,153 @@
+"""trainest.sweep and `trainest sweep`: one knob over a range, each point the estimate or the best plan."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import subprocess
+import sys
+
+import pytest
+from helpers import call_entry
+
+from trainest import search as S
+from trainest import sweep as W
+from trainest.errors import SpecError
+from trainest.estimate import estimate
+from trainest.knobs import BY_NAME
+from trainest.report.sweep import csv_text, terminal_plot, write_figure
+from trainest.scenario import scenario_from_mapping
+
+JOB = {"model": "gpt3-1.3b", "hardware": "h100-sxm", "global_batch": 64, "parallel": {"zero": 1}}
+
+
+@pytest.mark.parametrize(("knob", "text", "values"), [
+    ("devices", "8..8192", [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]),
+    ("devices", "24..200", [24, 48, 96, 192]),
+    ("seq_len", "1024..4096:1024", [1024, 2048, 3072, 4096]),
+    ("global_batch", "64,128,64", [64, 128]),
+    ("seq_len", "2K,4K", [2000, 4000]),
+    ("precision", "bf16,fp8,fp4", ["bf16", "fp8", "fp4"]),
+])
+def test_parse_values(knob, text, values):
+    assert W.parse_values(BY_NAME[knob], text) == values
+
+
+@pytest.mark.parametrize(("knob", "text", "match"), [
+    ("devices", "64..8", "empty"), ("precision", "bf16..fp8", "list"), ("precision", "bf16,int8", "int8"),
+    ("devices", "1..100000:1", "at most"), ("tp", "1.5,2", "whole"), ("seq_len", "1..8:0", "greater than 0"),
+])
+def test_parse_values_rejects(knob, text, match):
+    with pytest.raises(SpecError, match=match):
+        W.parse_values(BY_NAME[knob], text)
+
+
+def test_exactly_one_knob_is_swept():
+    with pytest.raises(SpecError, match="none was given"):
+        W.swept_knob({"devices": "8"})
+    with pytest.raises(SpecError, match="--devices, --seq-len"):
+        W.swept_knob({"devices": "8..16", "seq_len": "1024,2048"})
+    knob, values = W.swept_knob({"devices": "8", "tp": "1,2"})
+    assert knob.name == "tp" and values == [1, 2]
+
+
+def test_each_point_is_the_estimate_at_that_value():
+    r = W.sweep({**JOB, "devices": 8}, BY_NAME["seq_len"], [1024, 2048])
+    for p in r.points:
+        e = estimate(scenario_from_mapping({**JOB, "devices": 8, "seq_len": p.value}))
+        assert p.estimate.step.time_s == e.step.time_s
+
+
+def test_plan_points_are_the_plan_search_with_the_swept_layout_knob_fixed():
+    r = W.sweep({**JOB, "devices": 16}, BY_NAME["tp"], [1, 2], plan=True)
+    base = S.job_scenario({**JOB, "devices": 16})
+    for p in r.points:
+        best = S.search(base, 16, S.space_from_options([f"tp={p.value}"]), top=1).plans[0]
+        assert p.estimate.scenario.parallel.tp == p.value
+        assert p.estimate.step.time_s == best.step.time_s
+    devices = W.sweep(JOB, BY_NAME["devices"], [8, 32], plan=True)
+    assert [p.estimate.scenario.devices for p in devices.points] == [8, 32]
+
+
+def test_a_point_that_does_not_validate_is_kept_with_its_reason():
+    r = W.sweep({**JOB, "devices": 8}, BY_NAME["tp"], [1, 3])
+    assert r.points[0].estimate is not None
+    assert r.points[1].estimate is None and "is not divisible by tp" in r.points[1].error
+
+
+def test_scaling_efficiency_is_per_device_throughput_against_the_first_point():
+    r = W.sweep(JOB, BY_NAME["devices"], [8, 16, 64])
+    eff = r.scaling_efficiency()
+    per = [p.estimate.throughput.tokens_per_s_per_device for p in r.points]
+    assert eff[0] == 1.0 and eff[2] == pytest.approx(per[2] / per[0])
+    assert all(0 < x <= 1.0 + 1e-9 for x in eff)          # adding devices never beats linear here
+    assert W.sweep({**JOB, "devices": 8}, BY_NAME["seq_len"], [1024, 2048]).scaling_efficiency() == [None, None]
+
+
+def test_terminal_plot_has_a_row_per_point_and_marks_the_ideal():
+    r = W.sweep({**JOB, "global_batch": 512}, BY_NAME["devices"], [8, 64, 512])
+    lines = terminal_plot(r)
+    rows = [line for line in lines if line.strip().split(" ")[0] in ("8", "64", "512")]
+    assert len(rows) == 3
+    assert "┆" in rows[2] and "█" * 40 in rows[0]          # the first point is the ideal and the longest
+    assert "█" * 40 not in rows[2]
+
+
+def test_csv_has_a_header_and_a_row_per_point():
+    r = W.sweep({**JOB, "devices": 8}, BY_NAME["tp"], [1, 3])
+    lines = csv_text(r).splitlines()
+    assert lines[0].startswith("value,step_s") and len(lines) == 3
+    assert lines[2].startswith("3,") and "is not divisible" in lines[2]
+
+
+def test_png_without_matplotlib_says_how_to_install(monkeypatch, tmp_path):
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    r = W.sweep({**JOB, "devices": 8}, BY_NAME["seq_len"], [1024, 2048])
+    with pytest.raises(SpecError, match=r'pip install "trainest\[plot\]"'):
+        write_figure(r, str(tmp_path / "x.png"), "png")
+
+
+@pytest.mark.parametrize("fmt", ["png", "svg"])
+def test_figure_files(tmp_path, fmt):
+    pytest.importorskip("matplotlib")
+    r = W.sweep(JOB, BY_NAME["devices"], [8, 16, 32])
+    path = write_figure(r, str(tmp_path / f"sweep.{fmt}"), fmt)
+    data = (tmp_path / f"sweep.{fmt}").read_bytes()
+    assert path.endswith(fmt) and len(data) > 1000
+    assert data.startswith(b"\x89PNG") if fmt == "png" else b"<svg" in data[:2000]
+
+
+def test_cli_table_json_csv(capsys):
+    args = ["sweep", "--model", "gpt3-1.3b", "--devices", "8..32", "--zero", "1", "--global-batch", "64"]
+    code, out, err = call_entry(args, capsys)
+    assert code == 0, err
+    assert "scaling" in out and "┆" in out
+    code, out, err = call_entry([*args, "--json"], capsys)
+    doc = json.loads(out)
+    assert doc["knob"] == "devices" and [p["value"] for p in doc["sweep"]] == [8, 16, 32]
+    assert doc["sweep"][0]["step"]["time_s_low"] < doc["sweep"][0]["step"]["time_s"]
+    code, out, err = call_entry([*args, "--csv"], capsys)
+    assert code == 0 and out.splitlines()[0].startswith("value,")
+
+
+def test_cli_errors(capsys):
+    code, out, err = call_entry(["sweep", "--devices", "8"], capsys)
+    assert code == 1 and out == "" and "one knob as a range" in err
+    code, out, err = call_entry(["sweep", "--devices", "8..16", "--plan", "--model", "gpt3-1.3b"], capsys)
+    assert code == 1 and "global batch" in err
+
+
+def test_sweep_never_imports_matplotlib_unless_asked():
+    code = ("import sys; from trainest.cli.main import main\n"
+            "try:\n    main(['sweep', '--devices', '8,16', '--zero', '3', '--global-batch', '64', '--json'])\n"
+            "except SystemExit:\n    pass\n"
+            "assert 'matplotlib' not in sys.modules, 'matplotlib imported'\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -1,0 +1,202 @@
+"""The error band of an estimate: how far measured step times of runs like this one fell from trainest's
+predictions.
+
+A run's residual is r = measured step time / predicted step time. For a group of runs, the band is a
+split-conformal interval of r (Vovk et al. 2005; Lei et al. 2018): with the group's n residuals sorted,
+r_(1) ≤ … ≤ r_(n), and coverage 1 − α,
+
+    low  = r_(k_lo),  k_lo = ⌊(n + 1) · α/2⌋
+    high = r_(k_hi),  k_hi = ⌈(n + 1) · (1 − α/2)⌉          (needs n ≥ 2/α − 1: 9 runs for 80 %)
+
+and a new run exchangeable with the group falls in [low, high] with probability (k_hi − k_lo)/(n + 1) ≥
+1 − α: the band's `coverage`. Few runs give a wider band (the extreme order statistics) and a
+coverage above 80 %, so a thin group says so in its own numbers. An estimate's band is
+[t · low, t · high], and the run's days and cost scale with it.
+
+Which runs: the residuals are computed by `tools/fit_bands.py` (run by `tools/fit_defaults.py` after a
+refit) and shipped as data in `specs/bands.json`, never written by hand. Two pools:
+
+- `holdout`: the public runs that were NOT used to fit the shipped efficiencies (crc32(id) mod 100 ≥ 60),
+  on hardware whose efficiencies are fitted (`efficiency.fitted`): the honest error of a calibrated
+  estimate for a run like the published ones;
+- `prior`: every public run predicted with the importer's prior efficiencies (fitted on no run): the
+  error of an estimate on hardware trainest has not calibrated (`efficiency.fitted: false`, a probed
+  or hand-written file). It is the wider of the two, measured, not a guessed widening factor.
+
+Groups (the regime): the hardware, the scale (one node, up to 256 devices, more) and the architecture
+(dense or MoE). The source's framework is not an input of a scenario, so it is not a key (cross-
+validation leaving one framework out, docs/cross-validation.md, shows about twice the holdout error).
+A band comes from the most specific group with at least MIN_GROUP_RUNS runs, in the order of LEVELS:
+hardware and scale, hardware, hardware family (same architecture generation) and scale, family,
+scale, every run; a broader group is named in the band's note. An uncalibrated hardware whose family
+has no run at all reaches the broad levels, whose prior bands hold other families' runs only; those
+bands are widened (in log space about their centre) by the factor that makes them cover 80 % of a
+left-out family's runs (`widened`, measured by tools/fit_bands.py: leave-one-family-out).
+
+Standard library only, one small JSON file read once: this module is on the start-up path of every
+`trainest estimate`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+BANDS_FILE = "bands.json"
+BANDS_FORMAT = 1
+COVERAGE = 0.80                 # the band's nominal coverage (10th to 90th percentile of the residuals)
+MIN_GROUP_RUNS = 20             # a group needs this many runs; fewer: the next, broader level
+SCALE_BUCKETS = (("node", "one node"), ("multi-node", "2 nodes to 256 devices"), ("large", "over 256 devices"))
+LARGE_DEVICES = 256
+POOLS = {"holdout": "held-out runs, calibrated hardware", "prior": "runs with uncalibrated (prior) efficiencies"}
+UNSEEN = "prior-unseen"         # the prior pool's broad groups, widened for a hardware family without runs
+BROAD_LEVELS = ("scale", "all")
+ANY = "*"
+# (level name, which of hardware / family / scale the group key keeps); architecture is always kept
+LEVELS = (("hardware+scale", (True, False, True)), ("hardware", (True, False, False)),
+          ("family+scale", (False, True, True)), ("family", (False, True, False)),
+          ("scale", (False, False, True)), ("all", (False, False, False)))
+
+
+class Residual(NamedTuple):
+    """One validated run's residual and its regime."""
+
+    run_id: str
+    hardware: str
+    family: str                 # hardware family ("" when the hardware belongs to none)
+    scale: str                  # a key of SCALE_BUCKETS
+    arch: str                   # dense | moe
+    ratio: float                # measured / predicted step time
+
+
+class Band(NamedTuple):
+    """The interval of measured/predicted step time for runs like the estimated one."""
+
+    low_ratio: float            # measured / predicted at the band's low end
+    high_ratio: float
+    coverage: float             # expected share of such runs inside the band
+    runs: int                   # residuals in the group
+    level: str                  # a name of LEVELS
+    group: str                  # the group in words
+    pool: str                   # a key of POOLS
+    calibrated: bool            # the hardware's efficiencies are fitted on measured runs
+    note: str                   # where the band comes from, and why it is wider, in one line
+
+
+def scale_bucket(devices: int, devices_per_node: int) -> str:
+    """"node" (N ≤ devices per node), "multi-node" (N ≤ 256) or "large"."""
+    if devices <= devices_per_node:
+        return "node"
+    return "multi-node" if devices <= LARGE_DEVICES else "large"
+
+
+def conformal_interval(ratios: Iterable[float], coverage: float = COVERAGE) -> tuple[float, float, float] | None:
+    """(low, high, expected coverage) of the split-conformal interval of `ratios` (module docstring),
+    or None when there are too few for `coverage` (n < 2/α − 1)."""
+    xs = sorted(ratios)
+    n, alpha = len(xs), 1.0 - coverage
+    k_lo = math.floor((n + 1) * alpha / 2 + 1e-9)
+    k_hi = math.ceil((n + 1) * (1 - alpha / 2) - 1e-9)
+    if k_lo < 1 or k_hi > n:
+        return None
+    return xs[k_lo - 1], xs[k_hi - 1], (k_hi - k_lo) / (n + 1)
+
+
+def group_key(hardware: str, family: str, scale: str, arch: str, keep: tuple[bool, bool, bool]) -> str:
+    """"hardware|family|scale|arch" with the parts a level does not keep as ANY."""
+    hw, fam, sc = keep
+    return "|".join((hardware if hw else ANY, (family or "?") if fam else ANY, scale if sc else ANY, arch))
+
+
+def build_groups(residuals: Iterable[Residual], coverage: float = COVERAGE) -> dict[str, list[float]]:
+    """group key -> [low, high, expected coverage, runs] of every group (at every level) with enough
+    runs for a band (MIN_GROUP_RUNS)."""
+    members: dict[str, list[float]] = {}
+    for r in residuals:
+        for _, keep in LEVELS:
+            if keep[1] and not r.family:
+                continue
+            members.setdefault(group_key(r.hardware, r.family, r.scale, r.arch, keep), []).append(r.ratio)
+    out: dict[str, list[float]] = {}
+    for key, ratios in sorted(members.items()):
+        interval = conformal_interval(ratios, coverage) if len(ratios) >= MIN_GROUP_RUNS else None
+        if interval is not None:
+            out[key] = [round(interval[0], 4), round(interval[1], 4), round(interval[2], 4), len(ratios)]
+    return out
+
+
+def widened(entry: list[float], factor: float) -> list[float]:
+    """A group's [low, high, coverage, runs] with low and high moved away from the centre c = √(low·high)
+    by `factor` in log space: c·(low/c)^factor, c·(high/c)^factor (the coverage is set by the caller)."""
+    low, high, cov, runs = entry
+    c = math.sqrt(low * high)
+    return [round(c * (low / c) ** factor, 4), round(c * (high / c) ** factor, 4), cov, runs]
+
+
+def _group_words(level: str, hardware: str, family: str, scale: str, arch: str) -> str:
+    keep = dict(LEVELS)[level]
+    parts = [hardware if keep[0] else "", family if keep[1] else "",
+             dict(SCALE_BUCKETS)[scale] if keep[2] else "", arch]
+    if level == "all":
+        parts[0] = "all hardware"
+    return ", ".join(p for p in parts if p)
+
+
+def lookup(groups: dict[str, dict[str, list[float]]], *, hardware: str, family: str, scale: str, arch: str,
+           calibrated: bool) -> Band:
+    """The band of the most specific group with enough runs (LEVELS), from the pool the hardware's
+    calibration selects; without any, the broadest prior band of any architecture."""
+    pool = "holdout" if calibrated else "prior"
+    for i, (level, keep) in enumerate(LEVELS):
+        if keep[1] and not family:
+            continue
+        unseen = not calibrated and level in BROAD_LEVELS and UNSEEN in groups
+        entry = groups.get(UNSEEN if unseen else pool, {}).get(group_key(hardware, family, scale, arch, keep))
+        if entry is None:
+            continue
+        low, high, cov, runs = entry
+        words = _group_words(level, hardware, family, scale, arch)
+        why = [] if i == 0 else [f"fewer than {MIN_GROUP_RUNS} validated runs of {hardware} at this scale: "
+                                 f"from {words}"]
+        if not calibrated:
+            why.append(f"{hardware} is not calibrated: the error of uncalibrated (prior) efficiencies")
+        if unseen:
+            why.append(f"no run of its family: widened to cover {cov:.0%} of a left-out family's runs")
+        return Band(low, high, cov, int(runs), level, words, pool, calibrated,
+                    "; ".join([f"{int(runs)} {POOLS[pool]} ({words})", *why]))
+    return _fallback(groups, hardware, arch, calibrated)
+
+
+def _fallback(groups: dict[str, dict[str, list[float]]], hardware: str, arch: str, calibrated: bool) -> Band:
+    """No measured run of this architecture: the broadest prior band of any (a lower bound on the error)."""
+    candidates = [(k, v) for k, v in groups.get("prior", {}).items() if k.startswith(f"{ANY}|{ANY}|{ANY}|")]
+    if not candidates:
+        return Band(math.nan, math.nan, 0.0, 0, "none", "no runs", "prior", calibrated,
+                    "no error band: specs/bands.json holds no runs (run python tools/fit_bands.py)")
+    key, (low, high, cov, runs) = max(candidates, key=lambda kv: kv[1][1] - kv[1][0])
+    other = key.rsplit("|", 1)[1]
+    return Band(low, high, cov, int(runs), "none", f"all hardware, {other}", "prior", calibrated,
+                f"no measured {arch} run validates this estimate: the band of uncalibrated {other} estimates "
+                f"({int(runs)} runs), likely too narrow")
+
+
+@functools.cache
+def load_bands() -> dict[str, Any]:
+    """The shipped band document (specs/bands.json); empty when missing or of another format."""
+    from trainest.catalog import specs_dir
+    try:
+        doc = json.loads((specs_dir() / BANDS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) and doc.get("format") == BANDS_FORMAT else {}
+
+
+def band_for(hardware: Any, devices: int, devices_per_node: int, moe: bool) -> Band:
+    """The shipped band of an estimate on `hardware` (a catalog.Hardware) at this scale and architecture."""
+    doc = load_bands()
+    return lookup(doc.get("groups", {}), hardware=hardware.name, family=doc.get("families", {}).get(hardware.name, ""),
+                  scale=scale_bucket(devices, devices_per_node), arch="moe" if moe else "dense",
+                  calibrated=bool(hardware.efficiency.fitted))

@@ -1,0 +1,52 @@
+"""`trainest compare`: one job over several hardware entries, each at its best plan, side by side.
+
+`run_compare` is the command's body (its options: trainest.knobs.COMPARE_OPTIONS); it builds the job
+as `plan` does, calls trainest.compare and hands the result to trainest.report.compare.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainest.cli import EXIT_BAD_INPUT, EXIT_OK, error_line
+
+HELP = ("Compare hardware for one job: each entry at its best plan (at --devices N, or the fewest devices that "
+        "meet --deadline, or the fastest within --budget), ranked by the objective, with the error band.")
+
+
+def _plain(value: Any) -> Any:
+    return value.value if hasattr(value, "value") else value
+
+
+def run_compare(values: dict[str, Any]) -> int:
+    """Run `trainest compare` for parsed option values; print JSON or tables; return the exit code."""
+    from trainest import compare as C
+    from trainest import search as S
+    from trainest.cli.plan import job_mapping
+    from trainest.errors import SpecError
+    from trainest.report import LazyProgress
+    from trainest.units import parse_count, parse_duration_s
+    progress = LazyProgress("comparing hardware", enabled=not values.get("quiet") and not values.get("json_out"))
+    try:
+        names = C.hardware_list(values.get("hardware"), bool(values.get("all_hardware")))
+        mapping = {k: v for k, v in job_mapping({**values, "hardware": None}).items() if k != "hardware"}
+        devices = values.get("devices") or str(mapping.get("devices") or 8)
+        deadline, budget = values.get("deadline"), values.get("budget")
+        result = C.compare(
+            mapping, names, devices, S.space_from_options(values.get("allow")),
+            objective=_plain(values.get("objective") or "time"),
+            deadline_s=parse_duration_s(deadline, "--deadline") if deadline is not None else None,
+            budget_usd=parse_count(budget, "--budget") if budget is not None else None,
+            device_counts=_plain(values.get("device_counts") or "pow2"), progress=progress)
+    except SpecError as exc:
+        error_line(str(exc))
+        return EXIT_BAD_INPUT
+    finally:
+        progress.close()
+    from trainest.report.compare import compare_dict, print_compare
+    if values.get("json_out"):
+        from trainest.report import dumps
+        print(dumps(compare_dict(result)))
+    else:
+        print_compare(result)
+    return EXIT_OK

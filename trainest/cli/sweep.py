@@ -1,0 +1,70 @@
+"""`trainest sweep`: one knob over a range, the estimate (or best plan) at each value: a table, a
+terminal plot, CSV, JSON, and PNG/SVG through the optional plot extra.
+
+`run_sweep` is the command's body (its options: trainest.knobs.SWEEP_OPTIONS).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from trainest.cli import EXIT_BAD_INPUT, EXIT_OK, error_line
+
+HELP = ("Sweep one knob over a range (--devices 8..8192, --seq-len 2048..32768, --precision bf16,fp8,fp4, ...): "
+        "step time, throughput, MFU, memory, days and cost at each value, as a table and a plot.")
+
+
+def _mapping(values: dict[str, Any], swept: str) -> tuple[dict, dict]:
+    """(scenario mapping, shape overrides) of every option but the swept one; the other sweepable
+    options, given as text, read as single values."""
+    from trainest.cli.estimate import merge, scenario_mapping_from_options
+    from trainest.knobs import BY_NAME
+    from trainest.scenario import BUILTIN_DEFAULT
+    from trainest.sweep import SWEEPABLE, parse_values
+    single = {name: parse_values(BY_NAME[name], str(values[name]))[0] if values.get(name) is not None else None
+              for name in SWEEPABLE if name != swept}
+    mapping, shape, builtin = scenario_mapping_from_options(values.get("config"),
+                                                            {**values, **single, swept: None})
+    if builtin:
+        mapping = merge(BUILTIN_DEFAULT, mapping)
+    return mapping, shape
+
+
+def _write_figures(result: Any, values: dict[str, Any]) -> list[str]:
+    from trainest.report.sweep import write_figure
+    return [write_figure(result, values[fmt], fmt) for fmt in ("png", "svg") if values.get(fmt)]
+
+
+def run_sweep(values: dict[str, Any]) -> int:
+    """Run `trainest sweep` for parsed option values; print JSON, CSV or table and plot; exit code."""
+    from trainest import report
+    from trainest.errors import SpecError
+    from trainest.sweep import sweep, swept_knob
+    quiet = bool(values.get("quiet"))
+    progress = report.LazyProgress("sweeping", enabled=not quiet and not values.get("json_out")
+                                   and not values.get("csv"))
+    try:
+        knob, points = swept_knob(values)
+        mapping, shape = _mapping(values, knob.name)
+        result = sweep(mapping, knob, points, plan=bool(values.get("plan")), shape=shape, progress=progress)
+        progress.close()
+        written = _write_figures(result, values)
+    except SpecError as exc:
+        progress.close()
+        error_line(str(exc))
+        return EXIT_BAD_INPUT
+    from trainest.report.sweep import csv_text, print_sweep, sweep_dict
+    if values.get("json_out"):
+        print(report.dumps(sweep_dict(result)))
+    elif values.get("csv"):
+        print(csv_text(result), end="")
+    else:
+        print_sweep(result)
+    if not quiet:
+        for path in written:
+            print(f"wrote {path}", file=sys.stderr)
+        for p in result.points:
+            for w in p.warnings:
+                report.warn(f"{result.knob}={p.value}: {w}")
+    return EXIT_OK
