@@ -2,6 +2,10 @@
 the four GEMMs, attention (fused or with materialised scores), the element-wise traffic, one layer
 pass with recomputation, and the logits with the cross-entropy on the last stage.
 
+Every operation is a named `Op` (FLOPs, bytes, compute and memory bounds) in the phase it runs in
+(forward, backward, recompute); `layer_ops` lists them and `layer_pass` only sums them, so the ops
+table (`trainest estimate --ops`) and the step are the same numbers.
+
 Sources: Narayanan et al. 2021 (Megatron GEMM split), Dao 2023 (FlashAttention-2 FLOPs and
 efficiency), Korthikanti et al. 2022 (selective and full recomputation).
 """
@@ -13,7 +17,17 @@ from typing import NamedTuple
 from trainest import xp
 from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
 from trainest.step.flops import CAUSAL_FRACTION
-from trainest.step.roofline import OpTime, bound_sums, dimension_factor, fused_time, gemm_time, streaming_time
+from trainest.step.roofline import (
+    Op,
+    OpTime,
+    bound_sums,
+    dimension_factor,
+    fused_time,
+    gemm_op,
+    gemm_time,
+    op_of,
+    streaming_time,
+)
 
 ATTENTION_HALF_SEQ = 512.0         # sequence length at which fused attention's length factor is 1/2
 ATTENTION_HALF_HEAD_DIM = 32.0     # head dimension at which its head-width factor is 1/2
@@ -35,6 +49,7 @@ NO_DROPOUT_SOFTMAX_SAVING = 5.0
 CROSS_ENTROPY_PASSES = 4.0         # FP32 logits: softmax read/write forward and backward
 BACKWARD_TRAFFIC_RATIO = 2.0       # element-wise backward moves about twice the forward bytes
 LOW_PRECISION_CAST_PASSES = 3.0    # FP8/FP4: read 16-bit input, write the low-precision copy (+ scale)
+FORWARD, BACKWARD, RECOMPUTE = "forward", "backward", "recompute"    # the phases an op runs in
 
 
 class Rates(NamedTuple):
@@ -53,6 +68,13 @@ class Rates(NamedTuple):
         return gemm_time(m, n, k, peak_flops_per_s=self.peak_flops_per_s, peak_fraction=self.gemm_peak_fraction,
                          half_dim=self.gemm_half_dim, input_bytes=self.gemm_input_bytes,
                          output_bytes=ACTIVATION_BYTES, memory_bytes_per_s=self.memory_bytes_per_s)
+
+    def gemm_op(self, name: str, m: Num, n: Num, k: Num, phase: str = FORWARD) -> Op:
+        """The same GEMM as a named op with its FLOPs (2mnk) and bytes."""
+        return gemm_op(name, phase, m, n, k, peak_flops_per_s=self.peak_flops_per_s,
+                       peak_fraction=self.gemm_peak_fraction, half_dim=self.gemm_half_dim,
+                       input_bytes=self.gemm_input_bytes, output_bytes=ACTIVATION_BYTES,
+                       memory_bytes_per_s=self.memory_bytes_per_s)
 
 
 def attention_flops_per_s(job: Job, layout: Layout) -> Num:
@@ -96,16 +118,18 @@ def local_shape(job: Job, layout: Layout) -> LocalShape:
                       * job.seq_len)
 
 
-def linear_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[OpTime]:
+LINEAR_NAMES = ("qkv", "proj", "mlp_up", "mlp_down")   # QKV, attention output, MLP up (and gate), MLP down
+
+
+def linear_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
     """QKV, output projection, MLP up (and gate), MLP down: Megatron's column/row split over t."""
     h, f, tp = job.model.hidden, job.model.ffn_hidden, layout.tp
-    return [r.gemm(x.tokens, x.q_width / tp + 2.0 * x.kv_local, h),
-            r.gemm(x.tokens, h, x.q_width / tp),
-            r.gemm(x.tokens, (job.model.mlp_matrices - 1.0) * f / tp, h),
-            r.gemm(x.tokens, h, f / tp)]
+    shapes = ((x.q_width / tp + 2.0 * x.kv_local, h), (h, x.q_width / tp),
+              ((job.model.mlp_matrices - 1.0) * f / tp, h), (h, f / tp))
+    return [r.gemm_op(name, x.tokens, n, k) for name, (n, k) in zip(LINEAR_NAMES, shapes, strict=True)]
 
 
-def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[list[OpTime], list[OpTime]]:
+def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[list[Op], list[Op]]:
     """(forward parts, backward parts) of attention. Fused: 4·b·(a/t)·s_c·s·d_h·causal FLOPs reading
     Q, K, V and writing O; backward 2.5× the FLOPs at 0.85× the rate. Standard: the score and
     context GEMMs per (sequence, head) and the softmax traffic over s×s; backward twice each."""
@@ -116,17 +140,18 @@ def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[li
         fwd = fused_time(flops, bytes_moved, r.attention_flops_per_s, r.memory_bytes_per_s)
         bwd = fused_time(FLASH_BACKWARD_FLOP_RATIO * flops, 2.0 * bytes_moved,
                          r.attention_flops_per_s * FLASH_BACKWARD_EFFICIENCY, r.memory_bytes_per_s)
-        return [fwd], [bwd]
+        return ([op_of("attention", FORWARD, flops, bytes_moved, fwd)],
+                [op_of("attention", BACKWARD, FLASH_BACKWARD_FLOP_RATIO * flops, 2.0 * bytes_moved, bwd)])
     s_c = job.seq_len / layout.cp
     scale = layout.micro_batch * x.heads_local
-    scores = r.gemm(s_c, job.seq_len, m.head_dim)
-    context = r.gemm(s_c, m.head_dim, job.seq_len)
+    scores = r.gemm_op("attention.scores", s_c, job.seq_len, m.head_dim).scaled(scale)
+    context = r.gemm_op("attention.context", s_c, m.head_dim, job.seq_len).scaled(scale)
     no_dropout = 0.0 if m.dropout else 1.0
-    fwd_parts = [OpTime(scores.compute_s * scale, scores.memory_s * scale),
-                 OpTime(context.compute_s * scale, context.memory_s * scale),
-                 streaming_time((SOFTMAX_BYTES_PER_SCORE - no_dropout * NO_DROPOUT_SOFTMAX_SAVING) * x.score_elements,
-                                r.memory_bytes_per_s)]
-    return fwd_parts, [OpTime(2.0 * p.compute_s, 2.0 * p.memory_s) for p in fwd_parts]
+    softmax_bytes = (SOFTMAX_BYTES_PER_SCORE - no_dropout * NO_DROPOUT_SOFTMAX_SAVING) * x.score_elements
+    softmax = op_of("attention.softmax", FORWARD, 0.0 * softmax_bytes, softmax_bytes,
+                    streaming_time(softmax_bytes, r.memory_bytes_per_s))
+    fwd_parts = [scores, context, softmax]
+    return fwd_parts, [p.scaled(2.0, phase=BACKWARD) for p in fwd_parts]
 
 
 def elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
@@ -147,6 +172,51 @@ def elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
     return total
 
 
+def elementwise_op(job: Job, layout: Layout, r: Rates, x: LocalShape) -> Op:
+    """The layer's element-wise kernels (norms, residual adds, activation, casts) as one memory-bound op."""
+    bytes_moved = elementwise_bytes(job, layout, x)
+    return op_of("elementwise", FORWARD, 0.0 * bytes_moved, bytes_moved,
+                 streaming_time(bytes_moved, r.memory_bytes_per_s))
+
+
+def backward_ops(linear: list[Op], attn_bwd: list[Op], elementwise: Op) -> list[Op]:
+    """The backward pass: each GEMM's data gradient (dX = dY·Wᵀ) and weight gradient (dW = Xᵀ·dY),
+    each costing its forward; attention's backward; the element-wise backward at
+    BACKWARD_TRAFFIC_RATIO × the forward's bytes."""
+    grads = [o.scaled(1.0, name=f"{o.name}.{kind}", phase=BACKWARD) for o in linear for kind in ("dgrad", "wgrad")]
+    elem = Op(name=elementwise.name, phase=BACKWARD, flops=elementwise.flops,
+              bytes=BACKWARD_TRAFFIC_RATIO * elementwise.bytes, compute_s=elementwise.compute_s,
+              memory_s=BACKWARD_TRAFFIC_RATIO * elementwise.memory_s)
+    return grads + attn_bwd + [elem]
+
+
+class Recomputed(NamedTuple):
+    """Ops the backward runs again, `mask` times (1 where the recompute mode holds, else 0)."""
+
+    mask: Num
+    ops: list[Op]
+
+
+def recompute_ops(job: Job, layout: Layout, r: Rates, x: LocalShape, fwd: list[Op], attn: list[Op],
+                  linear: list[Op], elementwise: Op) -> list[Recomputed]:
+    """What the backward recomputes, one group per mode with its mask: full re-runs the forward;
+    selective the attention core; op (torchtitan: every compute op's output saved except every second
+    matmul) re-runs the 2nd, 4th and 6th matmuls (K, the output projection, SwiGLU's up or GeLU's down
+    projection) and the element-wise ops, and keeps attention."""
+    third = r.gemm_op("mlp_up", x.tokens, job.model.ffn_hidden / layout.tp, job.model.hidden) \
+        if job.model.mlp == "swiglu" else linear[3]
+    op_parts = [r.gemm_op("qkv.k", x.tokens, x.kv_local, job.model.hidden), linear[1], third, elementwise]
+    return [Recomputed(layout.full, fwd), Recomputed(layout.selective, attn), Recomputed(layout.op, op_parts)]
+
+
+class LayerOps(NamedTuple):
+    """The named ops of one layer pass: forward, backward, and the recomputed groups."""
+
+    forward: list[Op]
+    backward: list[Op]
+    recomputed: list[Recomputed]
+
+
 class LayerPass(NamedTuple):
     """One layer, one micro-batch, one device: compute-bound and memory-bound seconds of the forward,
     the backward and the recomputation, and what the overlap rules need."""
@@ -161,42 +231,56 @@ class LayerPass(NamedTuple):
     memory_s: Num               # the same, memory-bound
     overhead_s: Num             # fixed per-pass overhead (launches, sync)
     linear_s: Num               # the 4 GEMMs forward, backward and recomputed (TP overlap window)
+    ops: LayerOps | None = None  # the named ops these sums add up (the ops table, docs/model.md §2.8)
 
 
-def recompute_bounds(job: Job, layout: Layout, r: Rates, x: LocalShape, linear: list[OpTime],
-                     fwd: tuple[Num, Num], attn: tuple[Num, Num], elementwise: OpTime) -> tuple[Num, Num]:
-    """(compute, memory) seconds recomputed: full re-runs the forward; selective the attention core;
-    op (torchtitan: every compute op's output saved except every second matmul) re-runs the 2nd, 4th
-    and 6th matmuls (K, the output projection, SwiGLU's up or GeLU's down projection) and the
-    element-wise ops, and keeps attention."""
-    third = r.gemm(x.tokens, job.model.ffn_hidden / layout.tp, job.model.hidden) if job.model.mlp == "swiglu" \
-        else linear[3]
-    op_c, op_m = bound_sums([r.gemm(x.tokens, x.kv_local, job.model.hidden), linear[1], third, elementwise])
-    full, selective, op = layout.full, layout.selective, layout.op
-    return (full * fwd[0] + selective * attn[0] + op * op_c, full * fwd[1] + selective * attn[1] + op * op_m)
+def layer_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> LayerOps:
+    """The ops of one layer pass, per micro-batch and device."""
+    linear = linear_gemms(job, layout, r, x)
+    attn_fwd, attn_bwd = attention_ops(job, layout, r, x)
+    elementwise = elementwise_op(job, layout, r, x)
+    fwd = linear + attn_fwd + [elementwise]
+    return LayerOps(forward=fwd, backward=backward_ops(linear, attn_bwd, elementwise),
+                    recomputed=recompute_ops(job, layout, r, x, fwd, attn_fwd, linear, elementwise))
 
 
 def layer_pass(job: Job, layout: Layout, r: Rates, x: LocalShape) -> LayerPass:
-    """Forward, backward (2× the GEMMs, the attention backward, 2× the element-wise bytes) and the
-    recomputation of one layer (docs/model.md §2.6)."""
-    linear = linear_gemms(job, layout, r, x)
-    attn_fwd, attn_bwd = attention_ops(job, layout, r, x)
-    elementwise = streaming_time(elementwise_bytes(job, layout, x), r.memory_bytes_per_s)
-    fwd_c, fwd_m = bound_sums(linear + attn_fwd + [elementwise])
-    bwd_c, bwd_m = bound_sums([OpTime(2.0 * o.compute_s, 2.0 * o.memory_s) for o in linear] + attn_bwd
-                              + [OpTime(elementwise.compute_s, BACKWARD_TRAFFIC_RATIO * elementwise.memory_s)])
+    """Forward, backward and recomputation of one layer (docs/model.md §2.6), summed from `layer_ops`:
+    a GEMM's backward is its dgrad + wgrad = 2× its forward (one scaled bound: the same
+    classification), attention's backward its own op, the element-wise backward 2× the bytes; a
+    recomputed group is its mask × the sums of its ops."""
+    ops = layer_ops(job, layout, r, x)
+    fwd, bwd = ops.forward, ops.backward
+    n_linear = len(LINEAR_NAMES)
+    fwd_c, fwd_m = bound_sums(fwd)
+    grads: list[OpTime] = [OpTime(2.0 * o.compute_s, 2.0 * o.memory_s) for o in fwd[:n_linear]]
+    bwd_c, bwd_m = bound_sums(grads + [OpTime(o.compute_s, o.memory_s) for o in bwd[2 * n_linear:]])
+    attn_fwd = ops.recomputed[1].ops
     attn_c, attn_m = bound_sums(attn_fwd)
-    re_c, re_m = recompute_bounds(job, layout, r, x, linear, (fwd_c, fwd_m), (attn_c, attn_m), elementwise)
+    re_c: Num = 0.0
+    re_m: Num = 0.0
+    for group in ops.recomputed:
+        c, m = (fwd_c, fwd_m) if group.ops is fwd else (attn_c, attn_m) if group.ops is attn_fwd \
+            else bound_sums(group.ops)
+        re_c, re_m = re_c + group.mask * c, re_m + group.mask * m
     return LayerPass(fwd_c=fwd_c, fwd_m=fwd_m, bwd_c=bwd_c, bwd_m=bwd_m, attn_fwd_s=attn_c + attn_m,
-                     attn_bwd_s=sum(bound_sums(attn_bwd)), compute_s=fwd_c + bwd_c + re_c,
-                     memory_s=fwd_m + bwd_m + re_m,
+                     attn_bwd_s=sum(bound_sums(bwd[2 * n_linear:-1])),
+                     compute_s=fwd_c + bwd_c + re_c, memory_s=fwd_m + bwd_m + re_m,
                      overhead_s=job.hardware.efficiency.layer_overhead_s * (2.0 + layout.full + layout.op),
-                     linear_s=sum(o.time_s for o in linear) * (3.0 + layout.full))
+                     linear_s=sum(o.time_s for o in fwd[:n_linear]) * (3.0 + layout.full), ops=ops)
+
+
+def logits_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
+    """The logits GEMM forward, its data and weight gradients, and the FP32 cross-entropy (4 passes
+    over T·V/t logits of 4 bytes) on the last stage."""
+    logits = r.gemm_op("logits", x.tokens, job.model.vocab / layout.tp, job.model.hidden)
+    ce_bytes = CROSS_ENTROPY_PASSES * 4.0 * x.tokens * job.model.vocab / layout.tp
+    ce = op_of("cross_entropy", FORWARD, 0.0 * ce_bytes, ce_bytes, streaming_time(ce_bytes, r.memory_bytes_per_s))
+    return [logits, logits.scaled(1.0, name="logits.dgrad", phase=BACKWARD),
+            logits.scaled(1.0, name="logits.wgrad", phase=BACKWARD), ce]
 
 
 def logits_bounds(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[Num, Num]:
     """(compute, memory) seconds of the logits GEMM forward and backward (3×) and the FP32
-    cross-entropy (4 passes over T·V/t logits of 4 bytes) on the last stage."""
-    logits = r.gemm(x.tokens, job.model.vocab / layout.tp, job.model.hidden)
-    ce = streaming_time(CROSS_ENTROPY_PASSES * 4.0 * x.tokens * job.model.vocab / layout.tp, r.memory_bytes_per_s)
-    return 3.0 * logits.compute_bound_s, 3.0 * logits.memory_bound_s + ce.memory_s
+    cross-entropy on the last stage: sums of `logits_ops`."""
+    return bound_sums(logits_ops(job, layout, r, x))

@@ -35,7 +35,49 @@ class OpTime(NamedTuple):
         return self.time_s - self.compute_bound_s
 
 
-def bound_sums(times: list[OpTime]) -> tuple[Num, Num]:
+class Op(NamedTuple):
+    """One named operation (a kernel) of a layer pass or of the step, per micro-batch and device: its
+    FLOPs and bytes and its two roofline bounds [s]. `phase` is forward, backward or recompute; the
+    same name may appear in several phases (`qkv` forward, `qkv.dgrad` backward). A later kernel
+    model can add a floor per op by its name; the layer pass sums ops, never anything else."""
+
+    name: str
+    phase: str
+    flops: Num                  # [FLOP]
+    bytes: Num                  # [B] moved to and from device memory
+    compute_s: Num
+    memory_s: Num
+
+    @property
+    def time_s(self) -> Num:
+        """max(compute, memory) [s]."""
+        return xp.maximum(self.compute_s, self.memory_s)
+
+    @property
+    def compute_bound_s(self) -> Num:
+        """The op's time where it is compute-bound, else 0 [s]."""
+        return xp.where(self.compute_s >= self.memory_s, self.time_s, 0.0)
+
+    @property
+    def memory_bound_s(self) -> Num:
+        """The op's time where it is memory-bound, else 0 [s]."""
+        return self.time_s - self.compute_bound_s
+
+    def scaled(self, factor: Num, *, name: str | None = None, phase: str | None = None) -> Op:
+        """The same kernel `factor` times (a backward GEMM at 1×, attention's at 2.5×; 0 masks it out)."""
+        if isinstance(factor, float) and factor == 1.0:       # the same numbers, no array work
+            return self._replace(name=self.name if name is None else name, phase=self.phase if phase is None else phase)
+        return Op(name=self.name if name is None else name, phase=self.phase if phase is None else phase,
+                  flops=self.flops * factor, bytes=self.bytes * factor, compute_s=self.compute_s * factor,
+                  memory_s=self.memory_s * factor)
+
+
+def op_of(name: str, phase: str, flops: Num, bytes_moved: Num, t: OpTime) -> Op:
+    """A named op from its counts and its roofline bounds."""
+    return Op(name=name, phase=phase, flops=flops, bytes=bytes_moved, compute_s=t.compute_s, memory_s=t.memory_s)
+
+
+def bound_sums(times: list[OpTime] | list[Op]) -> tuple[Num, Num]:
     """(seconds of the compute-bound ops, seconds of the memory-bound ops) of a list of operations."""
     compute: Num = 0.0
     memory: Num = 0.0
@@ -72,6 +114,15 @@ def gemm_time(m: Num, n: Num, k: Num, *, peak_flops_per_s: float, peak_fraction:
     eff = gemm_efficiency(m, n, k, peak_fraction, half_dim)
     return OpTime(compute_s=gemm_flops(m, n, k) / (peak_flops_per_s * eff),
                   memory_s=gemm_bytes(m, n, k, input_bytes, output_bytes) / memory_bytes_per_s)
+
+
+def gemm_op(name: str, phase: str, m: Num, n: Num, k: Num, *, peak_flops_per_s: float, peak_fraction: Num,
+            half_dim: Num, input_bytes: float, output_bytes: float, memory_bytes_per_s: Num) -> Op:
+    """`gemm_time` as a named op with its FLOPs (2mnk) and bytes (the same expressions, computed once)."""
+    eff = gemm_efficiency(m, n, k, peak_fraction, half_dim)
+    flops, bytes_moved = gemm_flops(m, n, k), gemm_bytes(m, n, k, input_bytes, output_bytes)
+    return Op(name=name, phase=phase, flops=flops, bytes=bytes_moved, compute_s=flops / (peak_flops_per_s * eff),
+              memory_s=bytes_moved / memory_bytes_per_s)
 
 
 def streaming_time(bytes_moved: Num, memory_bytes_per_s: Num) -> OpTime:
