@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainest import SCHEMA_VERSION
+from trainest.catalog import Hardware
 from trainest.estimate import Estimate
 from trainest.report import clean, console, fmt_gib, fmt_money, fmt_seconds, fmt_si
 from trainest.scenario import Scenario, scenario_mapping
@@ -12,11 +13,26 @@ from trainest.scenario import Scenario, scenario_mapping
 NO_OVERLAP_SHOWN_ABOVE = 0.005     # show the no-overlap bound when it exceeds the step by more than this
 TERM_ABOUT = {
     "compute": "compute-bound GEMMs and attention at achievable FLOP/s",
-    "memory": "memory-bound kernels (norms, activations, optimizer) at achievable HBM bandwidth",
+    "memory": "memory-bound kernels (norms, activations, optimizer) at achievable {memory} bandwidth",
     "communication": "exposed TP {tp} / CP {cp} / PP {pp} / DP {dp}",
     "bubble": "pipeline fill and drain, (p-1)/v = {bubble:.2f} micro-batch times",
     "overhead": "kernel launch and synchronisation per layer",
+    "offload": "host link copies and the CPU's Adam step not hidden by the device's work ({link})",
 }
+
+
+def memory_words(hw: Hardware) -> str:
+    """The device memory in words for the tables: its kind (HBM3, LPDDR5X, ...), and `unified` when
+    the CPU shares it; "device memory" when the kind is not known."""
+    kind = hw.memory_kind or "device memory"
+    return f"{kind} unified" if hw.memory_unified else kind
+
+
+def host_link_words(hw: Hardware) -> str:
+    """The host link in words: its kind and per-direction rate per device."""
+    link = hw.host.link
+    rate = link.bytes_per_s_per_device
+    return f"{link.name or link.kind}, {rate / 1e9:.0f} GB/s per direction" if rate else (link.kind or "unknown")
 
 
 def estimate_dict(e: Estimate, warnings: list[str] | None = None) -> dict[str, Any]:
@@ -82,7 +98,17 @@ def scenario_table(s: Scenario):
                   f" = {s.tokens_per_step:,} tokens, {s.micro_batches} micro-batches per step"),
         ("recompute", mark("recompute", s.recompute) + f", attention {s.attention}"
          + (f", kernels {s.kernels}" if s.kernels != "fused" else "")),
+        *([("fine-tuning", finetune_text(s))] if s.finetune.frozen else []),
+        *([("offload", f"{s.offload} to host memory over {host_link_words(s.hardware)}")] if s.offload != "none"
+          else []),
     ])
+
+
+def finetune_text(s: Scenario) -> str:
+    """A LoRA/QLoRA in words: method, rank, targets, base."""
+    ft = s.finetune
+    base = {16: "16-bit", 8: "8-bit (LLM.int8)", 4: "4-bit NF4 with double quantisation"}[ft.base_bits]
+    return f"{ft.method}: rank {ft.rank} on the {ft.targets} linear layers, frozen {base} base"
 
 
 def step_table(e: Estimate):
@@ -92,14 +118,18 @@ def step_table(e: Estimate):
     # the overlap policy's upper bound, shown when overlap hides anything that matters (≥ 0.5 %)
     bound = (f"; {fmt_seconds(st.no_overlap_time_s)} with no overlap"
              if st.no_overlap_time_s > st.time_s * (1.0 + NO_OVERLAP_SHOWN_ABOVE) else "")
-    t = Table(title=f"Step: {fmt_seconds(st.time_s)}  (bottleneck: {st.bottleneck}{bound})", title_justify="left")
+    hw = e.scenario.hardware
+    neck = f"{st.bottleneck} ({memory_words(hw)})" if st.bottleneck == "memory" else st.bottleneck
+    t = Table(title=f"Step: {fmt_seconds(st.time_s)}  (bottleneck: {neck}{bound})", title_justify="left")
     t.add_column("term")
     t.add_column("time", justify="right")
     t.add_column("share", justify="right")
     t.add_column("what it is")
     values = {k: fmt_seconds(v) for k, v in st.communication_detail_s.items()}
-    for k in ("compute", "memory", "communication", "bubble", "overhead"):
-        about = TERM_ABOUT[k].format(**values, bubble=(p.pp - 1) / p.vpp)
+    terms = ("compute", "memory", "communication", "bubble", "overhead") + (("offload",) if st.offload_s else ())
+    for k in terms:
+        about = TERM_ABOUT[k].format(**values, bubble=(p.pp - 1) / p.vpp, memory=memory_words(hw),
+                                     link=host_link_words(hw))
         t.add_row(k, fmt_seconds(getattr(st, f"{k}_s")), f"{st.shares[k]:.1%}", about,
                   style="bold" if k == st.bottleneck else "")
     return t
@@ -118,12 +148,18 @@ def throughput_table(e: Estimate):
 def memory_table(e: Estimate):
     from rich.table import Table
     me = e.memory
-    t = Table(title=f"Memory per device: {fmt_gib(me.per_device_bytes)} of {fmt_gib(me.capacity_bytes)} "
+    hw = e.scenario.hardware
+    left = " left to training" if hw.memory_unified else ""
+    t = Table(title=f"Memory per device: {fmt_gib(me.per_device_bytes)} of {fmt_gib(me.capacity_bytes)}{left} "
                     f"({'fits' if me.fits else 'DOES NOT FIT'})", title_justify="left", min_width=62)
     t.add_column("part")
     t.add_column("size", justify="right")
     for k in ("weights", "gradients", "optimizer", "activations", "overhead"):
         t.add_row(k, fmt_gib(getattr(me, f"{k}_bytes")))
+    if me.host_bytes:
+        have = "unknown" if me.host_capacity_bytes is None else fmt_gib(me.host_capacity_bytes)
+        t.add_row("host memory (offloaded)", f"{fmt_gib(me.host_bytes)} of {have}"
+                  + ("" if me.host_fits else " DOES NOT FIT"), style="" if me.host_fits else "bold")
     return t
 
 

@@ -19,7 +19,9 @@ def estimate_args(e: Estimate) -> list[str]:
             "--micro-batch", str(s.micro_batch), "--global-batch", str(s.global_batch), "--recompute", s.recompute,
             *(["--tp-overlap"] if p.tp_overlap else []),
             *(["--pipeline-split", "balanced"] if p.pipeline_split == "balanced" else []),
-            *(["--dp-collectives", p.dp_collectives] if p.dp_collectives != "hierarchical" else [])]
+            *(["--dp-collectives", p.dp_collectives] if p.dp_collectives != "hierarchical" else []),
+            *(["--finetune", s.finetune.method] if s.finetune.frozen else []),
+            *(["--offload", s.offload] if s.offload != "none" else [])]
 
 
 def plan_dict(e: Estimate) -> dict:
@@ -28,7 +30,8 @@ def plan_dict(e: Estimate) -> dict:
     full = estimate_dict(e)
     inputs = full["inputs"]
     return {"devices": inputs["devices"], "parallel": inputs["parallel"], "micro_batch": inputs["micro_batch"],
-            "micro_batches": inputs["micro_batches"], "recompute": inputs["recompute"], "step": full["step"],
+            "micro_batches": inputs["micro_batches"], "recompute": inputs["recompute"],
+            "finetune": inputs["finetune"]["method"], "offload": inputs["offload"], "step": full["step"],
             "memory": full["memory"], "throughput": full["throughput"], "training": full["training"],
             "estimate_args": estimate_args(e)}
 

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from trainest import xp
 from trainest.layout import Job, Layout, Num
 from trainest.step.collectives import tiers_of
+from trainest.step.finetune import finetune_flops_delta, trainable_params_local
 from trainest.step.flops import model_flops_per_step, recompute_flops_per_step
 from trainest.step.layer import layer_pass, local_shape, logits_bounds, rates_of
+from trainest.step.offload import offload_state, offload_terms
 from trainest.step.optimizer import optimizer_s
 from trainest.step.overlap import dp_exposed_s, dp_windows_s, overlapped_exposed_s, serial_dp_s
 from trainest.step.schedule import bubble_s, slowest_stage, stage_params
@@ -36,6 +39,7 @@ class StepTerms(NamedTuple):
     no_overlap_time_s: Num       # the same step with every collective exposed in full (upper bound)
     model_flops: Num             # per step, all devices (fwd + bwd, no recompute)
     hardware_flops: Num          # per step, all devices, including recomputation
+    offload_s: Num = 0.0         # exposed host-side work: host-link copies and the CPU's Adam (step/offload.py)
 
 
 def step_terms(job: Job, layout: Layout) -> StepTerms:
@@ -64,10 +68,18 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     mb_m = stage_m + stage.last_is_max * logits_m
     bubble = bubble_s(layout, stage.heavy_layers * layer_s + stage_pp + z3_exposed)
     m = layout.micro_batches(job)
-    dp = dp_traffic(job, layout, dp_tiers, params_local)
+    trained_local = trainable_params_local(job, layout, params_local)    # LoRA: the adapters only
+    dp = dp_traffic(job, layout, dp_tiers, trained_local)
     windows = dp_windows_s(layout, lp, cp, n, z3_comm, stage_work)
     dp_exposed = dp_exposed_s(layout, dp, windows, n, eff.overlap_contention, m)
-    optimizer = optimizer_s(layout, params_local, rates.memory_bytes_per_s)
+    optimizer = optimizer_s(layout, trained_local, rates.memory_bytes_per_s)
+    offload_s: Num = 0.0
+    offload_serial: Num = 0.0
+    if not xp.off(layout.offload):       # ZeRO-Offload / ZeRO-Infinity / FSDP CPU offload (step/offload.py)
+        off = offload_terms(job, layout, offload_state(job, layout), n, n * (lp.fwd_c + lp.fwd_m),
+                            n * (lp.bwd_c + lp.bwd_m))
+        offload_s, optimizer = off.exposed_s, optimizer * (1.0 - layout.offload_optimizer)
+        offload_serial = off.grads_down_s + off.fetch_s + off.activations_s + off.cpu_adam_s + off.weights_up_s
     compute_s, memory_s, overhead_s = m * mb_c, m * mb_m + optimizer, m * stage_o
     communication_s = m * mb_comm + dp_exposed
     # the upper bound: nothing overlapped (every collective in full, no contention), with the bubble
@@ -76,11 +88,16 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     serial_typical = stage.heavy_layers * (lp.compute_s + lp.memory_s + lp.overhead_s + serial_layer) \
         + stage_pp + z3_comm
     no_overlap = (m * (mb_c + mb_m + stage_o + n * serial_layer + stage_pp + z3_comm) + optimizer
-                  + serial_dp_s(layout, dp, m) + bubble_s(layout, serial_typical))
+                  + serial_dp_s(layout, dp, m) + bubble_s(layout, serial_typical) + offload_serial)
     mflops = model_flops_per_step(model, job.seq_len, job.global_batch)
-    return StepTerms(time_s=compute_s + memory_s + overhead_s + communication_s + bubble, compute_s=compute_s,
+    hflops = mflops + recompute_flops_per_step(job, layout)
+    if not xp.off(layout.finetune):      # frozen base: no weight gradients; adapters (step/finetune.py)
+        delta_model, delta_hardware = finetune_flops_delta(job, layout)
+        mflops, hflops = mflops + delta_model, hflops + delta_hardware
+    return StepTerms(time_s=compute_s + memory_s + overhead_s + communication_s + bubble + offload_s,
+                     compute_s=compute_s,
                      memory_s=memory_s, communication_s=communication_s, bubble_s=bubble, overhead_s=overhead_s,
                      tp_comm_s=m * (n * tp_layer), cp_comm_s=m * (n * cp.exposed_s), pp_comm_s=m * stage_pp,
                      dp_comm_s=dp_exposed + m * z3_exposed, optimizer_s=optimizer,
                      micro_batch_s=mb_c + mb_m + stage_o + mb_comm, no_overlap_time_s=no_overlap,
-                     model_flops=mflops, hardware_flops=mflops + recompute_flops_per_step(job, layout))
+                     model_flops=mflops, hardware_flops=hflops, offload_s=offload_s)

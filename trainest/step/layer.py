@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from trainest import xp
 from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.step.finetune import finetune_layer_ops
 from trainest.step.flops import CAUSAL_FRACTION
 from trainest.step.roofline import (
     Op,
@@ -179,11 +180,12 @@ def elementwise_op(job: Job, layout: Layout, r: Rates, x: LocalShape) -> Op:
                  streaming_time(bytes_moved, r.memory_bytes_per_s))
 
 
-def backward_ops(linear: list[Op], attn_bwd: list[Op], elementwise: Op) -> list[Op]:
+def backward_ops(linear: list[Op], attn_bwd: list[Op], elementwise: Op, trained: Num = 1.0) -> list[Op]:
     """The backward pass: each GEMM's data gradient (dX = dY·Wᵀ) and weight gradient (dW = Xᵀ·dY),
-    each costing its forward; attention's backward; the element-wise backward at
-    BACKWARD_TRAFFIC_RATIO × the forward's bytes."""
-    grads = [o.scaled(1.0, name=f"{o.name}.{kind}", phase=BACKWARD) for o in linear for kind in ("dgrad", "wgrad")]
+    each costing its forward (the weight gradient × `trained`: 0 for a frozen base); attention's
+    backward; the element-wise backward at BACKWARD_TRAFFIC_RATIO × the forward's bytes."""
+    grads = [o.scaled(1.0 if kind == "dgrad" else trained, name=f"{o.name}.{kind}", phase=BACKWARD)
+             for o in linear for kind in ("dgrad", "wgrad")]
     elem = Op(name=elementwise.name, phase=BACKWARD, flops=elementwise.flops,
               bytes=BACKWARD_TRAFFIC_RATIO * elementwise.bytes, compute_s=elementwise.compute_s,
               memory_s=BACKWARD_TRAFFIC_RATIO * elementwise.memory_s)
@@ -210,11 +212,14 @@ def recompute_ops(job: Job, layout: Layout, r: Rates, x: LocalShape, fwd: list[O
 
 
 class LayerOps(NamedTuple):
-    """The named ops of one layer pass: forward, backward, and the recomputed groups."""
+    """The named ops of one layer pass: forward (the 4 GEMMs first), backward (their dgrad and wgrad
+    first), the recomputed groups, and attention's own ops (they hide the CP ring)."""
 
     forward: list[Op]
     backward: list[Op]
     recomputed: list[Recomputed]
+    attention_forward: list[Op]
+    attention_backward: list[Op]
 
 
 class LayerPass(NamedTuple):
@@ -235,27 +240,35 @@ class LayerPass(NamedTuple):
 
 
 def layer_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> LayerOps:
-    """The ops of one layer pass, per micro-batch and device."""
+    """The ops of one layer pass, per micro-batch and device; a LoRA/QLoRA adds its adapters and
+    dequantisation (step/finetune.py) and drops the frozen weights' gradients."""
     linear = linear_gemms(job, layout, r, x)
     attn_fwd, attn_bwd = attention_ops(job, layout, r, x)
     elementwise = elementwise_op(job, layout, r, x)
     fwd = linear + attn_fwd + [elementwise]
-    return LayerOps(forward=fwd, backward=backward_ops(linear, attn_bwd, elementwise),
+    if xp.off(layout.finetune):
+        bwd = backward_ops(linear, attn_bwd, elementwise)
+    else:
+        ft_fwd, ft_bwd = finetune_layer_ops(job, layout, r, x)
+        fwd = fwd + ft_fwd
+        bwd = backward_ops(linear, attn_bwd, elementwise, 1.0 - layout.frozen) + ft_bwd
+    return LayerOps(forward=fwd, backward=bwd, attention_forward=attn_fwd, attention_backward=attn_bwd,
                     recomputed=recompute_ops(job, layout, r, x, fwd, attn_fwd, linear, elementwise))
 
 
 def layer_pass(job: Job, layout: Layout, r: Rates, x: LocalShape) -> LayerPass:
     """Forward, backward and recomputation of one layer (docs/model.md §2.6), summed from `layer_ops`:
-    a GEMM's backward is its dgrad + wgrad = 2× its forward (one scaled bound: the same
+    a GEMM's backward is its dgrad + wgrad = (2 − frozen)× its forward (one scaled bound: the same
     classification), attention's backward its own op, the element-wise backward 2× the bytes; a
     recomputed group is its mask × the sums of its ops."""
     ops = layer_ops(job, layout, r, x)
     fwd, bwd = ops.forward, ops.backward
     n_linear = len(LINEAR_NAMES)
     fwd_c, fwd_m = bound_sums(fwd)
-    grads: list[OpTime] = [OpTime(2.0 * o.compute_s, 2.0 * o.memory_s) for o in fwd[:n_linear]]
+    k = 2.0 if xp.off(layout.finetune) else 2.0 - layout.frozen
+    grads: list[OpTime] = [OpTime(k * o.compute_s, k * o.memory_s) for o in fwd[:n_linear]]
     bwd_c, bwd_m = bound_sums(grads + [OpTime(o.compute_s, o.memory_s) for o in bwd[2 * n_linear:]])
-    attn_fwd = ops.recomputed[1].ops
+    attn_fwd = ops.attention_forward
     attn_c, attn_m = bound_sums(attn_fwd)
     re_c: Num = 0.0
     re_m: Num = 0.0
@@ -264,10 +277,10 @@ def layer_pass(job: Job, layout: Layout, r: Rates, x: LocalShape) -> LayerPass:
             else bound_sums(group.ops)
         re_c, re_m = re_c + group.mask * c, re_m + group.mask * m
     return LayerPass(fwd_c=fwd_c, fwd_m=fwd_m, bwd_c=bwd_c, bwd_m=bwd_m, attn_fwd_s=attn_c + attn_m,
-                     attn_bwd_s=sum(bound_sums(bwd[2 * n_linear:-1])),
+                     attn_bwd_s=sum(bound_sums(ops.attention_backward)),
                      compute_s=fwd_c + bwd_c + re_c, memory_s=fwd_m + bwd_m + re_m,
                      overhead_s=job.hardware.efficiency.layer_overhead_s * (2.0 + layout.full + layout.op),
-                     linear_s=sum(o.time_s for o in fwd[:n_linear]) * (3.0 + layout.full), ops=ops)
+                     linear_s=sum(o.time_s for o in fwd[:n_linear]) * (k + 1.0 + layout.full), ops=ops)
 
 
 def logits_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
@@ -276,8 +289,9 @@ def logits_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
     logits = r.gemm_op("logits", x.tokens, job.model.vocab / layout.tp, job.model.hidden)
     ce_bytes = CROSS_ENTROPY_PASSES * 4.0 * x.tokens * job.model.vocab / layout.tp
     ce = op_of("cross_entropy", FORWARD, 0.0 * ce_bytes, ce_bytes, streaming_time(ce_bytes, r.memory_bytes_per_s))
+    trained = 1.0 if xp.off(layout.finetune) else 1.0 - layout.frozen      # a frozen output layer: no wgrad
     return [logits, logits.scaled(1.0, name="logits.dgrad", phase=BACKWARD),
-            logits.scaled(1.0, name="logits.wgrad", phase=BACKWARD), ce]
+            logits.scaled(trained, name="logits.wgrad", phase=BACKWARD), ce]
 
 
 def logits_bounds(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[Num, Num]:
