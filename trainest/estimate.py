@@ -143,3 +143,11 @@ def estimate(s: Scenario) -> Estimate:
                            cost_usd=training.cost_usd(dev_h, s.price_usd_per_hour),
                            price_usd_per_hour=s.price_usd_per_hour, pue=s.pue)
     return Estimate(scenario=s, step=step, throughput=throughput, memory=memory, training=train)
+
+
+def estimate_ops(s: Scenario) -> tuple[list, object]:
+    """(every operation of the step on the roofline, the device's ridge points) of one scenario:
+    `step.ops.step_ops` on the same `step_terms` the estimate reports (docs/model.md §2.8)."""
+    from trainest.step.ops import roofline_of, step_ops
+    job, layout = job_of(s), layout_of(s)
+    return step_ops(job, layout, step_terms(job, layout)), roofline_of(job)

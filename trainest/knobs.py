@@ -141,6 +141,8 @@ COMMAND_KNOBS: tuple[Knob, ...] = (
     K("max_days", ("--max-days",), "float", "CI gate: exit 3 if the run takes longer.", group=COMMAND),
     K("max_cost", ("--max-cost",), "float", "CI gate: exit 3 if the run costs more (USD).", group=COMMAND),
     K("require_fit", ("--require-fit",), "flag", "CI gate: exit 3 if it does not fit in memory.", group=COMMAND),
+    K("ops", ("--ops",), "flag", "Also list every operation of the step on the roofline (FLOPs, bytes, intensity, "
+      "the device's ridge point, bound, time, share); with --json, an `ops` list.", group=COMMAND),
     K("json_out", ("--json",), "flag", "Print one JSON object on stdout.", group=COMMAND),
     K("quiet", ("--quiet", "-q"), "flag", "Silence warnings.", group=COMMAND),
 )

@@ -96,10 +96,14 @@ def run_estimate(values: dict[str, Any]) -> int:
         return EXIT_BAD_INPUT
     from trainest import report
     from trainest.report.estimate import estimate_dict, print_estimate
+    ops = None
+    if values.get("ops"):
+        from trainest.estimate import estimate_ops
+        ops = estimate_ops(result.scenario)
     if values.get("json_out"):
-        print(report.dumps(estimate_dict(result, warnings)))
+        print(report.dumps(estimate_dict(result, warnings, ops)))
     else:
-        print_estimate(result)
+        print_estimate(result, ops)
     if not values.get("quiet"):
         for w in warnings:
             report.warn(w)

@@ -35,9 +35,11 @@ def host_link_words(hw: Hardware) -> str:
     return f"{link.name or link.kind}, {rate / 1e9:.0f} GB/s per direction" if rate else (link.kind or "unknown")
 
 
-def estimate_dict(e: Estimate, warnings: list[str] | None = None) -> dict[str, Any]:
-    """The `trainest estimate --json` document (schema: docs/schema/estimate.schema.json)."""
-    doc = {
+def estimate_dict(e: Estimate, warnings: list[str] | None = None,
+                  ops: tuple[list, Any] | None = None) -> dict[str, Any]:
+    """The `trainest estimate --json` document (schema: docs/schema/estimate.schema.json); with
+    `ops` (`estimate --ops`), the `roofline` and `ops` of the step as well."""
+    doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "inputs": scenario_mapping(e.scenario),
         "step": e.step._asdict(),
@@ -46,6 +48,8 @@ def estimate_dict(e: Estimate, warnings: list[str] | None = None) -> dict[str, A
         "training": e.training._asdict(),
         "warnings": list(warnings or []),
     }
+    if ops is not None:
+        doc.update(ops_dict(ops[0], ops[1], e.step.time_s))
     return clean(doc)
 
 
@@ -141,7 +145,9 @@ def throughput_table(e: Estimate):
         ("tokens/s", f"{fmt_si(th.tokens_per_s)} total, {fmt_si(th.tokens_per_s_per_device)} per device"),
         ("model FLOP/s per device", f"{th.model_tflops_per_device:.1f} TFLOP/s of {th.peak_tflops_per_device:.0f}"
                                     f" peak ({e.scenario.precision})"),
-        ("MFU / HFU", f"{th.mfu:.1%} / {th.hfu:.1%}"),
+        ("MFU / HFU", f"{th.mfu:.1%} / {th.hfu:.1%}" + (
+            " (fine-tuning: the FLOPs a frozen base needs, forward + data gradients + adapters)"
+            if e.scenario.finetune.frozen else "")),
     ])
 
 
@@ -178,8 +184,76 @@ def run_table(e: Estimate):
     ])
 
 
-def print_estimate(e: Estimate) -> None:
-    """Rich tables on stdout: scenario, step breakdown, throughput, memory, whole run."""
+def print_estimate(e: Estimate, ops: tuple[list, Any] | None = None) -> None:
+    """Rich tables on stdout: scenario, step breakdown, (the ops on the roofline,) throughput,
+    memory, whole run."""
     con = console()
-    for table in (scenario_table(e.scenario), step_table(e), throughput_table(e), memory_table(e), run_table(e)):
+    tables = [scenario_table(e.scenario), step_table(e)]
+    if ops is not None:
+        tables.append(ops_table(e, *ops))
+    for table in (*tables, throughput_table(e), memory_table(e), run_table(e)):
         con.print(table)
+
+
+# ------------------------------------------------------------------------------ the ops table (--ops)
+
+OPS_SHOWN_ABOVE = 0.005            # ops adding less than this share of the step fold into one "other" row
+CHART_WIDTH = 13                   # characters of the intensity strip
+PHASE_WORDS = {"forward": "fwd", "backward": "bwd", "recompute": "recomp", "step": "step"}
+CHART_DECADES = (-1.0, 4.0)        # log10 of the strip's ends [FLOP/B]: 0.1 to 10 000
+
+
+def ops_dict(ops: list, roofline: Any, step_s: float) -> dict[str, Any]:
+    """The `ops` list and `roofline` object of `estimate --ops --json` (docs/schema/estimate.schema.json)."""
+    return {"roofline": roofline._asdict(),
+            "ops": [{**o._asdict(), "share": o.exposed_s / step_s if step_s else None} for o in ops]}
+
+
+def intensity_strip(intensity: float | None, ridge: float | None, compute_bound: bool) -> str:
+    """A log-scale strip from 0.1 to 10⁴ FLOP/B: `|` at the op's ridge point, `●` (compute-bound) or
+    `○` (memory-bound) at its arithmetic intensity; ops without FLOPs sit at the left end."""
+    import math
+    lo, hi = CHART_DECADES
+
+    def at(x: float) -> int:
+        return min(CHART_WIDTH - 1, max(0, round((math.log10(x) - lo) / (hi - lo) * (CHART_WIDTH - 1))))
+
+    cells = ["·"] * CHART_WIDTH
+    if ridge:
+        cells[at(ridge)] = "|"
+    cells[at(intensity) if intensity else 0] = "●" if compute_bound else "○"
+    return "".join(cells)
+
+
+def _op_cells(o: Any, step_s: float) -> list[str]:
+    def num(x: float | None) -> str:
+        return "-" if not x else fmt_si(x)
+
+    return [f"{o.name} {PHASE_WORDS.get(o.phase, o.phase)}", num(o.flops), num(o.bytes), num(o.intensity),
+            num(o.ridge), o.bound.replace("network: ", ""), fmt_seconds(o.time_s),
+            f"{o.exposed_s / step_s:.1%}" if step_s else "-",
+            intensity_strip(o.intensity, o.ridge, o.bound == "compute") if o.part in ("layer", "logits",
+                                                                                      "optimizer") else ""]
+
+
+def ops_table(e: Estimate, ops: list, roofline: Any):
+    """Every operation of the step on the roofline, largest share first; the small ones folded."""
+    from rich import box
+    from rich.table import Table
+    step_s = e.step.time_s
+    ridges = ", ".join(f"{k} {v:,.0f}" for k, v in roofline.ridge_peak.items())
+    t = Table(title=f"Operations on the roofline: {roofline.memory_kind} {fmt_si(roofline.memory_bytes_per_s, 'B/s')}"
+                    f", peak ridge {ridges} FLOP/B; ridge column: each op's achievable FLOP/s / bandwidth; "
+                    f"● compute-bound, ○ memory-bound, | the op's ridge", title_justify="left", box=box.SIMPLE_HEAD)
+    for name, justify in (("op and pass", "left"), ("FLOPs", "right"), ("bytes", "right"), ("FLOP/B", "right"),
+                          ("ridge", "right"), ("bound", "left"), ("time", "right"), ("share", "right"),
+                          ("intensity, log", "left")):
+        t.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    shown = sorted((o for o in ops if o.exposed_s >= OPS_SHOWN_ABOVE * step_s), key=lambda o: -o.exposed_s)
+    for o in shown:
+        t.add_row(*_op_cells(o, step_s), style="bold" if o.bound == "compute" else "")
+    rest = [o for o in ops if o not in shown]
+    if rest:
+        t.add_row(f"other ({len(rest)} ops)", "", "", "", "", "", fmt_seconds(sum(o.time_s for o in rest)),
+                  f"{sum(o.exposed_s for o in rest) / step_s:.1%}", "")
+    return t

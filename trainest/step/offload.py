@@ -138,6 +138,10 @@ class Offload(NamedTuple):
     cpu_adam_s: Num             # the CPU's Adam step
     exposed_s: Num              # what all of it adds to the step
     host_bytes: Num             # host memory this device's offloaded state takes [B]
+    grads_exposed_s: Num = 0.0  # the parts of exposed_s
+    fetch_exposed_s: Num = 0.0
+    activations_exposed_s: Num = 0.0
+    tail_s: Num = 0.0           # the CPU step and the weights' copy back, after the backward: max of the two
 
 
 def offload_terms(job: Job, layout: Layout, state: OffloadState, layers: Num, forward_s: Num,
@@ -154,11 +158,12 @@ def offload_terms(job: Job, layout: Layout, state: OffloadState, layers: Num, fo
     fetch = weights * state.weight_bytes / link                                   # per pass
     act = acts * layers * state.activation_bytes_per_layer / link                 # per direction, per micro-batch
     adam = opt * cpu_adam_s(state.trained_params, rates)
-    exposed = (m * (hidden_copy_s(grads, backward_s, layers)
-                    + hidden_copy_s(fetch, forward_s, layers) * (1.0 + layout.full)
-                    + hidden_copy_s(fetch, backward_s, layers)
-                    + hidden_copy_s(act, forward_s, layers) + hidden_copy_s(act, backward_s, layers))
-               + xp.maximum(adam, up))
+    grads_shown = m * hidden_copy_s(grads, backward_s, layers)
+    fetch_shown = m * (hidden_copy_s(fetch, forward_s, layers) * (1.0 + layout.full)
+                       + hidden_copy_s(fetch, backward_s, layers))
+    act_shown = m * (hidden_copy_s(act, forward_s, layers) + hidden_copy_s(act, backward_s, layers))
+    tail = xp.maximum(adam, up)
     return Offload(grads_down_s=m * grads, weights_up_s=up, fetch_s=m * (2.0 + layout.full) * fetch,
-                   activations_s=2.0 * m * act, cpu_adam_s=adam, exposed_s=exposed,
-                   host_bytes=host_bytes(layout, state, m))
+                   activations_s=2.0 * m * act, cpu_adam_s=adam, exposed_s=grads_shown + fetch_shown + act_shown + tail,
+                   host_bytes=host_bytes(layout, state, m), grads_exposed_s=grads_shown, fetch_exposed_s=fetch_shown,
+                   activations_exposed_s=act_shown, tail_s=tail)
