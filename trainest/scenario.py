@@ -51,7 +51,7 @@ BUILTIN_DEFAULT = {"model": DEFAULT_MODEL, "hardware": DEFAULT_HARDWARE, "device
 # the keys of a scenario mapping: the scenario knobs (trainest.knobs), the model and the layout
 SCENARIO_KEYS = ("model", *(k.yaml_key for k in KNOBS if k.group == SCENARIO and k.name != "model"), PARALLEL,
                  FINETUNE)
-RUN_ONLY_KEYS = ("id", "source", "measured", "expressible", "reason", "confidence", "notes", "duplicate_of")
+RUN_ONLY_KEYS = ("id", "set", "source", "measured", "expressible", "reason", "confidence", "notes", "duplicate_of")
 # informational keys of the `inputs` echo in `estimate --json`, accepted so that it loads again:
 # `derived` is ignored; `micro_batches` must agree with global_batch / (dp · micro_batch)
 ECHO_KEYS = ("derived", "micro_batches")
@@ -278,7 +278,7 @@ def _run_costs(r: _Reader, model: Model, hardware: Hardware) -> tuple[float, flo
     return tokens, price_usd, pue
 
 
-def _finetune(data: Any, model: Model, precision: str, where: str) -> FineTune:
+def check_finetune(data: Any, model: Model, precision: str, where: str) -> FineTune:
     """The `finetune:` mapping: method, and for LoRA/QLoRA rank (1..h), alpha, targets, base_bits."""
     w = f"{where}.finetune"
     if isinstance(data, str):            # `finetune: lora` is short for `finetune: {method: lora}`
@@ -312,26 +312,26 @@ def _finetune(data: Any, model: Model, precision: str, where: str) -> FineTune:
                     base_bits=bits)
 
 
-def _offload(data: Any, hardware: Hardware, where: str) -> str:
+def check_offload(data: Any, hardware: Hardware, where: str) -> str:
     """The offload mode, checked against the hardware: a unified memory has nothing to offload to,
     and offload needs the host link and the host's cores, memory and bandwidth."""
-    offload = F.choice(data, f"{where}.offload", OFFLOADS)
+    offload = F.choice(data, where, OFFLOADS)
     if offload == "none":
         return offload
     hw, host = hardware, hardware.host
     if hw.memory_unified:
-        raise SpecError(f"{where}.offload: {offload} does not apply to {hw.name}: its memory is unified (CPU and "
+        raise SpecError(f"{where}: {offload} does not apply to {hw.name}: its memory is unified (CPU and "
                         f"device share {hw.memory_bytes / 1e9:.0f} GB), so there is no host memory to offload to; "
                         f"use offload none")
     if host.link.kind in (None, "none", "unified") or host.link.bytes_per_s_per_device is None:
-        raise SpecError(f"{where}.offload: {offload} needs the host link (CPU to device) of {hw.name}, which its "
+        raise SpecError(f"{where}: {offload} needs the host link (CPU to device) of {hw.name}, which its "
                         f"hardware entry does not give (host.link); use offload none or a hardware file with "
                         f"host.link.gb_per_s")
     unknown = [name for name, value in (("host.cpu_cores", host.cpu_cores), ("host.memory_gb", host.memory_bytes),
                                         ("host.memory_gb_per_s", host.memory_bytes_per_s),
                                         ("host.devices", host.devices)) if value is None]
     if unknown:
-        raise SpecError(f"{where}.offload: {offload} needs the host's CPU cores, memory and memory bandwidth; "
+        raise SpecError(f"{where}: {offload} needs the host's CPU cores, memory and memory bandwidth; "
                         f"{hw.name}'s entry does not give {', '.join(unknown)} ({host.system or 'host not described'});"
                         f" give them in a hardware file")
     return offload
@@ -377,8 +377,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     attention = F.choice(r.default("attention", "flash"), f"{where}.attention", ATTENTIONS)
     kernels = F.choice(r.default("kernels", "fused"), f"{where}.kernels", KERNELS)
     tokens, price_usd, pue = _run_costs(r, model, hardware)
-    finetune = _finetune(data.get("finetune"), model, precision, where)
-    offload = _offload(data.get("offload", "none"), hardware, where)
+    finetune = check_finetune(data.get("finetune"), model, precision, where)
+    offload = check_offload(data.get("offload", "none"), hardware, f"{where}.offload")
     return Scenario(
         model=model, hardware=hardware, seq_len=seq_len, devices=devices, devices_per_node=devices_per_node,
         precision=precision, parallel=Parallel(**sizes, dp=dp, dp_shard=0 if dp_shard == dp else dp_shard,

@@ -50,7 +50,7 @@ from trainest.estimate import Estimate, estimate
 from trainest.knobs import ALLOW_NAMES, ASKED_ONLY, JOB_KEYS, JOB_PARALLEL_KEYS, SEARCHED
 from trainest.layout import Layout, job_of
 from trainest.memory import memory_per_device
-from trainest.scenario import FineTune, Parallel, Scenario, scenario_from_mapping
+from trainest.scenario import FineTune, Parallel, Scenario, check_finetune, check_offload, scenario_from_mapping
 from trainest.step import step_terms
 from trainest.step.collectives import tiers_of
 from trainest.units import fmt_seconds, fmt_si, parse_count
@@ -143,6 +143,19 @@ def space_from_options(allow: list[str] | None = None, **maxima: int | None) -> 
             raise SpecError(f"--{name.replace('_', '-')} {cap} must be at least 1")
     options: dict[str, Any] = {**values, **maxima}
     return SearchSpace(**options)
+
+
+def check_space(base: Scenario, space: SearchSpace) -> None:
+    """The fine-tuning methods and offload modes `--allow` names must suit the job and the hardware
+    (the checks a scenario gets: no offload on unified memory, QLoRA at a 16/32-bit precision, ...)."""
+    for offload in space.offload or ():
+        check_offload(offload, base.hardware, "--allow offload")
+    ft = base.finetune
+    for method in space.finetune or ():
+        given = {"method": method} if method == "full" else \
+            {"method": method, "rank": ft.rank, "targets": ft.targets,
+             "base_bits": 4 if method == "qlora" else (ft.base_bits if ft.base_bits != 4 else 16)}
+        check_finetune(given, base.model, base.precision, "--allow finetune")
 
 
 def _divisors(n: int) -> list[int]:
@@ -449,6 +462,7 @@ def search(base: Scenario, devices: int, space: SearchSpace = SearchSpace(), *, 
     if top < 1:
         raise SpecError(f"--top {top} must be at least 1")
     scale = objective_scale(base, devices, objective)
+    check_space(base, space)
     t0 = time.perf_counter()
     g = enumerate_plans(base, devices, space)
     if g.size == 0:

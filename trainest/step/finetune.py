@@ -35,16 +35,18 @@ NF4_BYTES_PER_PARAM = 0.5                  # 4-bit NormalFloat
 DOUBLE_QUANT_BITS_PER_PARAM = 8.0 / 64.0 + 32.0 / (64.0 * 256.0)   # 0.127: 8-bit absmax per 64, FP32 per 256 blocks
 INT8_BYTES_PER_PARAM = 1.0                 # LLM.int8 (the row-wise FP32 scale, 4 B per output row, is not counted)
 DEQUANT_COPY_BYTES = ACTIVATION_BYTES      # the 16-bit copy each dequantisation writes, and the GEMM reads
-# Merging an adapter's output into the base output, in 16-bit passes over its elements. Eager PyTorch
-# (PEFT's `result + lora_B(lora_A(x)) * scaling`, Megatron's `linear_output + adapter(x) * alpha/dim`)
-# scales it (read, write) and adds it (read both, write one): 5 passes forward; the backward scales the
-# incoming gradient for B (read, write: 2 passes of the output width) and adds the adapter's input
-# gradient to the base one (read both, write one: 3 passes of the input width). Fused kernels
-# (torch.compile, Transformer Engine) fold the scale into the add: 3 passes forward, the 3 of the
-# input-gradient add backward.
-LORA_MERGE_PASSES = {"eager": 5.0, "fused": 3.0}
+# Merging an adapter's output into the base output, in 16-bit passes over its elements, beyond what the
+# GEMMs themselves read and write. Eager PyTorch (PEFT's `result + lora_B(lora_A(x)) * scaling`,
+# Megatron's `linear_output + adapter(x) * alpha/dim`) scales it (read, write) and adds it (read both,
+# write one): 5 passes forward; the backward scales the incoming gradient for B (read, write: 2 passes
+# of the output width) and adds the adapter's input gradient to the base one (read both, write one: 3
+# passes of the input width). Fused kernels put the scale into B's GEMM (its alpha) and the add into
+# its epilogue (beta = 1: accumulate into the base output, as cuBLAS/CUTLASS epilogues and Megatron's
+# fused gradient accumulation do): 1 pass forward (reading the base output back), 1 backward (the
+# base input gradient read back by A's data-gradient GEMM).
+LORA_MERGE_PASSES = {"eager": 5.0, "fused": 1.0}
 LORA_MERGE_BACKWARD_OUT_PASSES = {"eager": 2.0, "fused": 0.0}
-LORA_MERGE_BACKWARD_IN_PASSES = 3.0
+LORA_MERGE_BACKWARD_IN_PASSES = {"eager": 3.0, "fused": 1.0}
 ADAPTER_BACKWARD_RATIO = 2.0               # A and B: a data and a weight gradient each, each ≈ the forward
 
 
@@ -61,18 +63,19 @@ class Adapted(NamedTuple):
 
 
 def adapted_matrices(job: Job, layout: Layout, kv_local: Num) -> list[Adapted]:
-    """The linear layers the job's targets adapt, one per projection as PEFT names them (q, k, v, o;
-    gate, up, down; GeLU: up, down), with their per-device widths. kv_local = max(g, t)·d_h/t."""
+    """The linear layers the job's targets adapt, one adapter per GEMM of trainest's layer (§2.3):
+    the fused QKV projection and the output projection (attention), the fused up/gate and the down
+    projection (mlp), as Megatron-LM, NeMo and Megatron-Bridge adapt them; with their per-device widths.
+    kv_local = max(g, t)·d_h/t. (PEFT adapts q, k, v, gate and up separately: 3·r·h more adapter
+    parameters per layer, and three more thin GEMMs reading the layer input, not counted.)"""
     m, tp, r = job.model, layout.tp, job.lora_rank
     h, f, q = float(m.hidden), float(m.ffn_hidden), float(m.heads * m.head_dim)
-    column = [("q", h, q / tp), ("k", h, kv_local), ("v", h, kv_local)]
-    row_o = [("o", q / tp, h)]
-    mlp_col = [("gate", h, f / tp), ("up", h, f / tp)] if m.mlp == "swiglu" else [("up", h, f / tp)]
-    mlp_row = [("down", f / tp, h)]
-    chosen = {"attention": column + row_o, "mlp": mlp_col + mlp_row, "all": column + row_o + mlp_col + mlp_row}
+    attention = [("qkv", h, q / tp + 2.0 * kv_local), ("proj", q / tp, h)]
+    mlp = [("mlp_up", h, (m.mlp_matrices - 1.0) * f / tp), ("mlp_down", f / tp, h)]
+    chosen = {"attention": attention, "mlp": mlp, "all": attention + mlp}
     out = []
     for name, n_in, n_out in chosen[job.lora_targets]:
-        merged = n_out / layout.sp_div if name in ("o", "down") else n_out
+        merged = n_out / layout.sp_div if name in ("proj", "mlp_down") else n_out
         out.append(Adapted(name=name, in_local=n_in, out_local=n_out, merged=merged, params=r * (n_in + n_out)))
     return out
 
@@ -90,6 +93,7 @@ def adapter_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[list
     traffic."""
     frozen, e, t = layout.frozen, ACTIVATION_BYTES, x.tokens
     merge_passes, merge_out_passes = LORA_MERGE_PASSES[job.kernels], LORA_MERGE_BACKWARD_OUT_PASSES[job.kernels]
+    merge_in_passes = LORA_MERGE_BACKWARD_IN_PASSES[job.kernels]
     fwd: list[Op] = []
     bwd: list[Op] = []
     merge_fwd: Num = 0.0
@@ -100,7 +104,7 @@ def adapter_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[list
             fwd.append(op.scaled(frozen))
             bwd.append(op.scaled(ADAPTER_BACKWARD_RATIO * frozen, phase="backward"))
         merge_fwd = merge_fwd + merge_passes * e * t * a.merged
-        merge_bwd = merge_bwd + e * t * (merge_out_passes * a.merged + LORA_MERGE_BACKWARD_IN_PASSES * a.in_local)
+        merge_bwd = merge_bwd + e * t * (merge_out_passes * a.merged + merge_in_passes * a.in_local)
     for ops, bytes_moved, phase in ((fwd, merge_fwd, "forward"), (bwd, merge_bwd, "backward")):
         ops.append(op_of("lora_merge", phase, 0.0, frozen * bytes_moved,
                          streaming_time(frozen * bytes_moved, r.memory_bytes_per_s)))
@@ -191,7 +195,7 @@ def trainable_params_local(job: Job, layout: Layout, params_local: Num) -> Num:
 def adapter_flops_per_token(job: Job, layout: Layout) -> Num:
     """Forward FLOPs of one layer's adapters per token, whole layer (t = 1): Σ 2·r·(in + out)."""
     whole = layout._replace(tp=1.0, sp=0.0)
-    kv = float(job.model.kv_heads * job.model.head_dim)
+    kv = float(job.model.kv_heads * job.model.head_dim)      # the model's KV width (no replication)
     return sum(2.0 * job.lora_rank * (a.in_local + a.out_local) for a in adapted_matrices(job, whole, kv))
 
 
