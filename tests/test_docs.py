@@ -15,7 +15,8 @@ MODEL_DOC = (ROOT / "docs" / "model.md").read_text(encoding="utf-8")
 # the modules that hold the model's formulas: each public function must appear in docs/model.md
 MODEL_MODULES = ("trainest.step.flops", "trainest.step.roofline", "trainest.step.layer", "trainest.step.collectives",
                  "trainest.step.traffic", "trainest.step.overlap", "trainest.step.schedule", "trainest.step.optimizer",
-                 "trainest.step.compose", "trainest.memory", "trainest.precision", "trainest.training")
+                 "trainest.step.compose", "trainest.step.finetune", "trainest.step.offload", "trainest.step.activations",
+                 "trainest.step.ops", "trainest.memory", "trainest.precision", "trainest.training")
 PATH = re.compile(r"`(trainest/[\w/]+\.py)(?::\s*([A-Za-z_][\w.]*))?[^`]*`")
 NEXT = re.compile(r"\s*(?:,|\(|\)|→|and\b)?\s*`([A-Za-z_][\w.]*)(?:\([^`]*\))?`")
 
@@ -103,9 +104,11 @@ def test_inputs_reference_is_generated_from_the_knob_table():
 def test_the_inputs_echo_has_a_knob_for_every_key():
     """The JSON `inputs` echo (scenario_mapping) writes only keys of the knob table (and the model and
     the derived list), so it loads again as a scenario."""
-    from trainest.knobs import KNOBS, PARALLEL, SCENARIO
+    from trainest.knobs import FINETUNE, KNOBS, PARALLEL, SCENARIO
     from trainest.scenario import scenario_from_mapping, scenario_mapping
-    echo = scenario_mapping(scenario_from_mapping({"model": "llama3-8b", "devices": 8}, "test"))
-    top = {k.yaml_key for k in KNOBS if k.group == SCENARIO} | {"parallel", "derived", "micro_batches"}
-    assert set(echo) <= top, set(echo) - top
-    assert set(echo["parallel"]) <= {k.yaml_key for k in KNOBS if k.group == PARALLEL}
+    for finetune in ("full", "qlora"):
+        echo = scenario_mapping(scenario_from_mapping({"model": "llama3-8b", "devices": 8, "finetune": finetune}, "t"))
+        top = {k.yaml_key for k in KNOBS if k.group == SCENARIO} | {"parallel", "finetune", "derived", "micro_batches"}
+        assert set(echo) <= top, set(echo) - top
+        assert set(echo["parallel"]) <= {k.yaml_key for k in KNOBS if k.group == PARALLEL}
+        assert set(echo["finetune"]) <= {k.yaml_key for k in KNOBS if k.group == FINETUNE}

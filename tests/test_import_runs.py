@@ -35,8 +35,9 @@ needs_reference = pytest.mark.skipif(not (MEGATRON_REF.exists() and VENDORS_REF.
 FILE_KEYS = {"source", "runs"}
 FILE_OPTIONAL_KEYS = {"set"}                  # absent: the public runs
 VTRAIN_SET = "vtrain-single-node"
-RUN_KEYS = {"id", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision", "parallel",
-            "micro_batch", "global_batch", "recompute", "attention", "framework", "kernels", "measured", "expressible", "reason",
+RUN_KEYS = {"id", "set", "finetune", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
+            "parallel", "micro_batch", "global_batch", "recompute", "attention", "framework", "kernels", "measured",
+            "expressible", "reason",
             "confidence",
             "notes",
             "duplicate_of"}
@@ -301,3 +302,18 @@ def test_run_files_are_in_sync_with_the_importer(tmp_path):
     assert fresh.keys() == current.keys()
     stale = [name for name in fresh if fresh[name] != current[name]]
     assert not stale, f"specs/runs out of date ({stale}); run python tools/import_runs.py"
+
+
+def test_lora_rows_carry_their_method_and_their_own_set():
+    """Issue 14: every LoRA/QLoRA record has `finetune:` and `set: finetune` (kept out of the public gates
+    and the fit); those with their facts known are expressible, the rest say why not."""
+    from trainest.validate import load_runs
+    rows = [run for path in RUN_FILES for run in _load(path)["runs"] if "lora" in run["id"].lower()]
+    assert len(rows) == 12 and all(r["set"] == "finetune" and r["finetune"]["method"] in ("lora", "qlora")
+                                   for r in rows)
+    loaded = load_runs(run_set="finetune")
+    assert len(loaded.cases) == 8 and all(c.scenario.finetune.frozen for c in loaded.cases)
+    reasons = {n.id: n.reason for n in loaded.not_expressible}
+    assert "does not count plain training tokens" in reasons["dgx-spark-llama3.1-8b-lora"]
+    assert "adapters on the last 4 layers only" in reasons["mlx-lora-mistral7b-m1max"]
+    assert not {c.id for c in load_runs(run_set="public").cases} & {c.id for c in loaded.cases}

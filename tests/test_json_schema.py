@@ -71,6 +71,12 @@ ESTIMATE_CASES = {
     "standard-attention-cp": ("--attention", "standard", "--cp", "2", "--seq-len", "4096"),
     "tpu": ("--hardware", "tpu-v5p", "--model", "gpt3-1.3b", "--devices", "16"),
     "gate-broken": ("--max-days", "1e-9", "--require-fit", "--model", "gpt3-175b"),
+    "qlora-ops": ("--finetune", "qlora", "--lora-rank", "8", "--lora-targets", "attention", "--zero", "3",
+                  "--recompute", "full", "--ops"),
+    "offload-ops": ("--hardware", "gh200", "--devices", "1", "--offload", "optimizer+weights", "--seq-len", "2048",
+                    "--global-batch", "8", "--ops"),
+    "dgx-spark-ops": ("--hardware", "dgx-spark", "--devices", "1", "--model", "llama3.2-3b", "--seq-len", "256",
+                      "--global-batch", "8", "--ops"),
 }
 
 

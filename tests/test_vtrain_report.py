@@ -45,10 +45,10 @@ def test_the_set_loads_720_expressible_runs_in_72_jobs(vtrain):
 def test_the_set_is_reported_apart_from_the_public_runs():
     every = validate_runs()
     public = validate_runs(run_set=PUBLIC_SET)
-    assert set(every.by_set) == {PUBLIC_SET, VTRAIN_SET}
+    assert set(every.by_set) == {PUBLIC_SET, VTRAIN_SET, "finetune"}     # finetune: the LoRA/QLoRA runs (issue 14)
     assert every.by_set[VTRAIN_SET].runs == VTRAIN_RUNS
     assert every.by_set[PUBLIC_SET] == public.summary
-    assert every.by_source.keys() - public.by_source.keys() == {"vtrain-single"}
+    assert every.by_source.keys() - public.by_source.keys() == {"vtrain-single", "mlx"}   # mlx: LoRA runs only
 
 
 # Accuracy gates on the vTrain rows (issue 12; docs/validation.md, "vTrain single-node rows"): the

@@ -45,6 +45,7 @@ from trainest.report.validate import markdown, reasons_markdown, runs_markdown  
 from trainest.units import GB, MICROSECOND  # noqa: E402
 from trainest.validate import (PUBLIC_SET, RunResult, build_report, compare, load_runs, mape_pct,  # noqa: E402
                                overlap_bounds)
+import finetune_report  # noqa: E402
 import vtrain_report  # noqa: E402
 
 FIT_PERCENT = 60          # share of each hardware's runs used for fitting (by crc32 of the id)
@@ -541,6 +542,7 @@ nor the host term explains it, and no parameter is added for it.
 
 {vtrain}
 
+{finetune_report.section()}
 ## Per run
 
 {runs_markdown(report.runs)}

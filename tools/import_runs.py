@@ -45,10 +45,28 @@ A100_UNSTATED_WHY = ("the entry of every A100 record that does not say 40GB; the
                      "bandwidth and fitted efficiencies, so the choice moves the predicted step, unlike what the "
                      "source notes say: docs/validation.md, vTrain section")
 
-RUN_KEYS = ("id", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
-            "parallel", "micro_batch", "global_batch", "recompute", "attention", "framework", "kernels", "measured",
-            "expressible", "reason",
-            "confidence", "notes", "duplicate_of")
+RUN_KEYS = ("id", "set", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
+            "parallel", "micro_batch", "global_batch", "recompute", "attention", "framework", "kernels", "finetune",
+            "measured", "expressible", "reason", "confidence", "notes", "duplicate_of")
+
+# LoRA/QLoRA runs: written with the record-level `set: finetune`, so that the public accuracy gates and the
+# fit of the shipped efficiencies leave them out (no efficiency is fitted to a fine-tuning run: they test
+# the fine-tuning physics out of sample; docs/validation.md reports them apart).
+FINETUNE_SET = "finetune"
+# What each source's LoRA recipes adapt, when the record does not say (rank, targets, why).
+LORA_BY_SOURCE = {
+    "nemo-2407": (32, "attention", "NeMo 24.07's LoRA recipe (NeMo-Framework-Launcher conf/peft llama squad: "
+                                  "peft_scheme lora, lora_tuning.adapter_dim 32, target_modules [attention_qkv]) "
+                                  "adapts the fused QKV projection with rank 32; trainest's 'attention' targets "
+                                  "adapt q, k, v and the output projection (one adapter more per layer)"),
+    "megatron-bridge": (32, "all", "Megatron-Bridge's LoRA (megatron.bridge.peft.lora.LoRA defaults: dim 32, alpha 32, "
+                                   "target_modules linear_qkv, linear_proj, linear_fc1, linear_fc2) adapts every "
+                                   "linear layer of the blocks with rank 32 (Megatron fuses QKV and gate/up: one "
+                                   "adapter each, trainest counts one per projection)"),
+    "dgx-spark": (16, "all", "rank and targets not published: rank 16 on every linear layer assumed"),
+    "mlx": (8, "attention", "mlx-examples lora.py: rank 8 on the query and value projections (LoRALinear on q_proj, "
+                            "v_proj) of the last --lora-layers blocks"),
+}
 MODEL_KEYS = ("name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp",
               "tied_embeddings", "dropout")
 PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard",
@@ -723,9 +741,14 @@ class Importer:
         if missing:
             reasons.append("missing shape (" + ", ".join(missing) + ")")
         tt = (r["training_type"] or "").lower()
+        finetune = None
         if "lora" in tt:
-            reasons.append("LoRA/QLoRA fine-tuning (frozen base weights)" if "qlora" in tt
-                           else "LoRA fine-tuning (frozen base weights)")
+            finetune, ft_notes, ft_reasons = lora_of(r, tt, fields["layers"])
+            notes.extend(ft_notes)
+            reasons.extend(ft_reasons)
+            if "packed" in tt:
+                notes.append("packed sequences make attention cheaper than a full causal mask over seq_len "
+                             "(trainest counts the full mask)")
         if "sft" in tt or "full fine-tune" in tt:
             notes.append(f"training type '{r['training_type']}': full-parameter fine-tuning, same compute as "
                          "pre-training" + ("; packed sequences make attention cheaper than a full "
@@ -1030,16 +1053,19 @@ class Importer:
             else:
                 reasons.append("no measured throughput metric")
 
-        # physical plausibility: implied 6N FLOP/s per device must not exceed the dense peak
-        if "tokens_per_s" in measured and not reasons and devices:
+        # physical plausibility: implied 6N (LoRA/QLoRA: 4N, forward + data gradients) FLOP/s per device
+        # must not exceed the dense peak
+        if "tokens_per_s" in measured and not [x for x in reasons if "sequence length" not in x] and devices:
             from_peak = self.peak_tflops(hardware, precision)
             if from_peak:
-                n = 6.0 * _matmul_params(model)
+                k = 4.0 if finetune else 6.0
+                n = k * _matmul_params(model)
                 implied = n * measured["tokens_per_s"] / devices / 1e12
                 if implied > from_peak:
-                    reasons.append(f"published tokens/s implies {implied:.0f} TFLOP/s per device at 6N FLOPs "
-                                   f"per token, above the {hardware} dense {precision} peak {from_peak:g}: "
-                                   f"the metric does not count plain training tokens")
+                    reasons.append(f"published tokens/s implies {implied:.0f} TFLOP/s per device at {k:.0f}N FLOPs "
+                                   f"per token{' (LoRA: forward and data gradients)' if finetune else ''}, above the "
+                                   f"{hardware} dense {precision} peak {from_peak:g}: the metric does not count "
+                                   f"plain training tokens")
 
         # ---- notes ---------------------------------------------------------------------------
         if dup is not None:
@@ -1085,6 +1111,8 @@ class Importer:
 
         run = OrderedDict()
         run["id"] = r["id"]
+        if finetune:
+            run["set"] = FINETUNE_SET
         run["source"] = r["source"]
         run["model"] = model
         run["seq_len"] = seq_len
@@ -1116,6 +1144,8 @@ class Importer:
         run["kernels"] = kernels or "fused"
         if cfg.get("dp_overlap") is False:
             run["parallel"]["dp_overlap"] = False
+        if finetune:
+            run["finetune"] = finetune
         run["measured"] = measured
         run["expressible"] = not reasons
         run["reason"] = "; ".join(reasons) if reasons else None
@@ -1141,6 +1171,26 @@ class Importer:
         for r in self.records:
             out[r["slug"]].append(self.convert(r))
         return out
+
+
+def lora_of(r: dict, tt: str, layers: int | None) -> tuple[OrderedDict, list[str], list[str]]:
+    """(the `finetune:` mapping, import notes, reasons it is not expressible) of a LoRA/QLoRA record:
+    the method from the training type, rank and targets from the source's recipe (LORA_BY_SOURCE),
+    the 4-bit NF4 base of QLoRA."""
+    rank, targets, why = LORA_BY_SOURCE[r["slug"]]
+    method = "qlora" if "qlora" in tt or "4-bit" in str(r["precision"] or "").lower() else "lora"
+    ft = OrderedDict(method=method, rank=rank, targets=targets, base_bits=4 if method == "qlora" else 16)
+    notes = [f"training type '{r['training_type']}': {method} with rank {rank} on the {targets} linear layers "
+             f"(set: {FINETUNE_SET}): {why}"]
+    reasons = []
+    partial = re.search(r"lora[- ]layers (\d+)|LoRA adapters on (\d+) layers|LoRA on (\d+) layers",
+                        " ".join(str(x or "") for x in (r["notes"], r["precision"])), re.I)
+    if partial:
+        n = int(next(g for g in partial.groups() if g))
+        if layers is None or n < layers:
+            reasons.append(f"adapters on the last {n} layers only (the layers below them need no backward pass): "
+                           f"not modelled")
+    return ft, notes, reasons
 
 
 def _matmul_params(model):

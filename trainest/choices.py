@@ -34,13 +34,25 @@ DP_COLLECTIVES = ("hierarchical", "flat")
 # the training framework (trainest/frameworks.py says what each does)
 FRAMEWORKS = ("megatron-core", "nemo", "megatron-deepspeed", "deepspeed", "torchtitan", "maxtext", "llm-foundry",
               "olmo-core", "hf-accelerate", "mlx")
+# fine-tuning: full (every weight trained), lora (frozen base + low-rank adapters, Hu et al. 2021), qlora
+# (LoRA on a 4-bit NF4 base, Dettmers et al. 2023). The code is what the vectorised model carries.
+FINETUNES = ("full", "lora", "qlora")
+FINETUNE_CODES = {"full": 0, "lora": 1, "qlora": 2}
+LORA_TARGETS = ("attention", "mlp", "all")     # which linear layers get adapters (all: PEFT's "all-linear")
+BASE_BITS = (16, 8, 4)                          # bits per frozen base weight: 16-bit, 8-bit (LLM.int8), 4-bit NF4
+# offload to host memory: none; optimizer (ZeRO-Offload: FP32 master and Adam state on the CPU, CPU Adam);
+# optimizer+weights (ZeRO-Infinity / FSDP CPU offload: the 16-bit weights too, fetched per pass);
+# activations (activation checkpoints copied to host memory in the forward, back in the backward)
+OFFLOADS = ("none", "optimizer", "optimizer+weights", "activations")
+OFFLOAD_CODES = {"none": 0, "optimizer": 1, "optimizer+weights": 2, "activations": 3}
 OBJECTIVES = ("time", "cost", "energy")        # what `plan` minimises over the whole run
 DEVICE_COUNTS = ("pow2", "node")               # counts tried in a --devices range
 
 VOCABULARIES: dict[str, tuple[str, ...]] = {
     "Precision": PRECISIONS, "Mlp": MLPS, "Recompute": RECOMPUTES, "Attention": ATTENTIONS, "Kernels": KERNELS,
     "PipelineSplit": PIPELINE_SPLITS, "DpCollectives": DP_COLLECTIVES, "Objective": OBJECTIVES,
-    "DeviceCounts": DEVICE_COUNTS, "Framework": FRAMEWORKS,
+    "DeviceCounts": DEVICE_COUNTS, "Framework": FRAMEWORKS, "Finetune": FINETUNES, "LoraTargets": LORA_TARGETS,
+    "Offload": OFFLOADS,
 }
 
 
@@ -48,4 +60,5 @@ VOCABULARIES: dict[str, tuple[str, ...]] = {
 def enum(name: str) -> type[StrEnum]:
     """The vocabulary `name` (a key of VOCABULARIES) as a StrEnum whose values are its words."""
     from enum import StrEnum
-    return StrEnum(name, {word.upper().replace("-", "_"): word for word in VOCABULARIES[name]})  # type: ignore[return-value]
+    members = {word.upper().replace("-", "_").replace("+", "_AND_"): word for word in VOCABULARIES[name]}
+    return StrEnum(name, members)  # type: ignore[return-value]

@@ -13,11 +13,11 @@ from trainest import (
 )
 from trainest.band import Band, band_for
 from trainest.layout import job_of, layout_of
-from trainest.memory import memory_per_device
+from trainest.memory import MemoryBreakdown, memory_per_device
 from trainest.scenario import Scenario
 from trainest.step import StepTerms, step_terms
 
-TERMS = ("compute", "memory", "communication", "bubble", "overhead")
+TERMS = ("compute", "memory", "communication", "bubble", "overhead", "offload")
 
 
 class StepResult(NamedTuple):
@@ -27,7 +27,8 @@ class StepResult(NamedTuple):
     communication_s: float
     bubble_s: float
     overhead_s: float
-    bottleneck: str                 # the largest of compute | memory | communication | bubble | overhead
+    offload_s: float                # exposed host-link copies and the CPU's Adam (offload only)
+    bottleneck: str                 # the largest of compute | memory | communication | bubble | overhead | offload
     shares: dict[str, float]        # each term / time_s
     communication_detail_s: dict[str, float]   # tp, cp, pp, dp (exposed) [s per step]
     optimizer_s: float
@@ -62,6 +63,10 @@ class MemoryResult(NamedTuple):
     optimizer_bytes: float
     activations_bytes: float
     overhead_bytes: float
+    host_bytes: float               # offloaded state in host memory (0 without offload)
+    host_capacity_bytes: float | None   # host memory per device (None: unknown)
+    device_fits: bool               # the device part fits in the memory left to training
+    host_fits: bool                 # the offloaded part fits in host memory (True without offload)
 
 
 class TrainingResult(NamedTuple):
@@ -109,6 +114,21 @@ def overhead_detail(overhead_s: float, terms: StepTerms) -> dict[str, float]:
     return {"host_wait": host, "kernel_floors": floors, "fixed": max(overhead_s - host - floors, 0.0)}
 
 
+def memory_result(s: Scenario, mem: MemoryBreakdown) -> MemoryResult:
+    """The memory per device against what is left to training (unified memory: total less the OS
+    reserve, `Hardware.training_memory_bytes`) and, with offload, the host's share against the host
+    memory per device."""
+    total, capacity = float(mem.total_bytes), s.hardware.training_memory_bytes
+    host, host_capacity = float(mem.host_bytes), s.hardware.host.memory_bytes_per_device
+    host_fits = host == 0.0 or (host_capacity is not None and host <= host_capacity)
+    return MemoryResult(per_device_bytes=total, capacity_bytes=capacity, fits=total <= capacity and host_fits,
+                        headroom_bytes=capacity - total, weights_bytes=float(mem.weights_bytes),
+                        gradients_bytes=float(mem.gradients_bytes), optimizer_bytes=float(mem.optimizer_bytes),
+                        activations_bytes=float(mem.activations_bytes), overhead_bytes=float(mem.overhead_bytes),
+                        host_bytes=host, host_capacity_bytes=host_capacity, device_fits=total <= capacity,
+                        host_fits=host_fits)
+
+
 def estimate(s: Scenario) -> Estimate:
     """Estimate one scenario: step breakdown, throughput, memory and whole-run totals."""
     job, layout = job_of(s), layout_of(s)
@@ -137,12 +157,7 @@ def estimate(s: Scenario) -> Estimate:
         model_tflops_per_device=model_tflops, hardware_tflops_per_device=hw_tflops,
         mfu=model_tflops * 1e12 / peak, hfu=hw_tflops * 1e12 / peak,
         model_flops_per_step=float(terms.model_flops), peak_tflops_per_device=peak / 1e12)
-    total = float(mem.total_bytes)
-    memory = MemoryResult(per_device_bytes=total, capacity_bytes=s.hardware.memory_bytes,
-                          fits=total <= s.hardware.memory_bytes, headroom_bytes=s.hardware.memory_bytes - total,
-                          weights_bytes=float(mem.weights_bytes), gradients_bytes=float(mem.gradients_bytes),
-                          optimizer_bytes=float(mem.optimizer_bytes), activations_bytes=float(mem.activations_bytes),
-                          overhead_bytes=float(mem.overhead_bytes))
+    memory = memory_result(s, mem)
     steps = training.steps_for_tokens(s.tokens, s.tokens_per_step)
     run_s = steps * t
     dev_h = training.device_hours(run_s, s.devices)
@@ -156,3 +171,11 @@ def estimate(s: Scenario) -> Estimate:
                            cost_usd_low=None if cost is None else cost * band.low_ratio,
                            cost_usd_high=None if cost is None else cost * band.high_ratio)
     return Estimate(scenario=s, step=step, throughput=throughput, memory=memory, training=train, band=band)
+
+
+def estimate_ops(s: Scenario) -> tuple[list, object]:
+    """(every operation of the step on the roofline, the device's ridge points) of one scenario:
+    `step.ops.step_ops` on the same `step_terms` the estimate reports (docs/model.md §2.8)."""
+    from trainest.step.ops import roofline_of, step_ops
+    job, layout = job_of(s), layout_of(s)
+    return step_ops(job, layout, step_terms(job, layout)), roofline_of(job)

@@ -24,6 +24,8 @@ from trainest.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
 SHAPE = "shape"          # model.<key>: overrides of the model's shape
 SCENARIO = "scenario"    # <key>: top-level scenario keys
 PARALLEL = "parallel"    # parallel.<key>: the layout
+FINETUNE = "finetune"    # finetune.<key>: the fine-tuning method and its adapters
+NESTED = (PARALLEL, FINETUNE)   # groups that are a mapping of their own in a scenario
 COMMAND = "command"      # options of a command only (config file, CI gates, output)
 
 
@@ -66,7 +68,7 @@ class Knob(NamedTuple):
     @property
     def path(self) -> str:
         """Where the value sits in a scenario mapping: `parallel.tp`, `model.layers`, `seq_len`."""
-        prefix = {SHAPE: "model.", PARALLEL: "parallel."}.get(self.group, "")
+        prefix = {SHAPE: "model.", PARALLEL: "parallel.", FINETUNE: "finetune."}.get(self.group, "")
         return prefix + self.yaml_key
 
 
@@ -121,6 +123,20 @@ KNOBS: tuple[Knob, ...] = (
     K("kernels", ("--kernels",), "choice", "Element-wise kernels: fused (Megatron/Transformer Engine, torch.compile, "
       "XLA) or eager (PyTorch without torch.compile: one kernel per operator, FP32 norms).", "fused", "Kernels",
       job=True),
+    K("finetune", ("--finetune",), "choice", "Fine-tuning: full (every weight trained), lora (frozen base weights "
+      "and low-rank adapters, Hu et al. 2021) or qlora (LoRA on a 4-bit NF4 base, Dettmers et al. 2023).", "full",
+      "Finetune", group=FINETUNE, key="method", searched=True, job=True),
+    K("lora_rank", ("--lora-rank",), "int", "LoRA rank r (1 to the hidden size).", "16", group=FINETUNE, key="rank",
+      job=True),
+    K("lora_alpha", ("--lora-alpha",), "float", "LoRA scale α (the adapter output is multiplied by α/r; it does not "
+      "change the cost).", "rank", group=FINETUNE, key="alpha", job=True),
+    K("lora_targets", ("--lora-targets",), "choice", "Linear layers that get adapters: attention (q, k, v, o), mlp "
+      "(gate, up, down) or all (PEFT's all-linear).", "all", "LoraTargets", group=FINETUNE, key="targets", job=True),
+    K("base_bits", ("--base-bits",), "int", "Bits per frozen base weight: 16, 8 (LLM.int8, LoRA only) or 4 (NF4, "
+      "QLoRA only).", "16; qlora: 4", group=FINETUNE, job=True),
+    K("offload", ("--offload",), "choice", "Offload to host memory: optimizer (ZeRO-Offload: FP32 master and Adam "
+      "state, CPU Adam), optimizer+weights (ZeRO-Infinity, FSDP CPU offload) or activations (checkpoints to the "
+      "host and back).", "none", "Offload", searched=True, job=True),
     K("tokens", ("--tokens",), "str", "Training tokens, e.g. 300B or 1.5T.", "20 per parameter", job=True),
     K("price_per_hour", ("--price-per-hour",), "float", "USD per device-hour.", "catalog price", job=True),
     K("pue", ("--pue",), "float", "Data-centre power usage effectiveness.", "1.2", job=True),
@@ -133,6 +149,8 @@ COMMAND_KNOBS: tuple[Knob, ...] = (
     K("max_days", ("--max-days",), "float", "CI gate: exit 3 if the run takes longer.", group=COMMAND),
     K("max_cost", ("--max-cost",), "float", "CI gate: exit 3 if the run costs more (USD).", group=COMMAND),
     K("require_fit", ("--require-fit",), "flag", "CI gate: exit 3 if it does not fit in memory.", group=COMMAND),
+    K("ops", ("--ops",), "flag", "Also list every operation of the step on the roofline (FLOPs, bytes, intensity, "
+      "the device's ridge point, bound, time, share); with --json, an `ops` list.", group=COMMAND),
     K("json_out", ("--json",), "flag", "Print one JSON object on stdout.", group=COMMAND),
     K("quiet", ("--quiet", "-q"), "flag", "Silence warnings.", group=COMMAND),
 )
@@ -157,7 +175,8 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
                                                    "use trainest compare)."),
     BY_NAME["devices"]._replace(kind="str", help=_PLAN_HELP["devices"]),
     BY_NAME["global_batch"]._replace(help=_PLAN_HELP["global_batch"], show_default=None),
-    *(BY_NAME[n] for n in ("precision", "seq_len", "devices_per_node", "attention", "framework", "kernels", "tokens",
+    *(BY_NAME[n] for n in ("precision", "seq_len", "devices_per_node", "attention", "framework", "kernels",
+                           "finetune", "lora_rank", "lora_alpha", "lora_targets", "base_bits", "offload", "tokens",
                            "price_per_hour", "pue", "grid_gco2_per_kwh")),
     BY_NAME["config"]._replace(help=_PLAN_HELP["config"]),
     BY_NAME["tp_overlap"]._replace(help=_PLAN_HELP["tp_overlap"]),
@@ -231,8 +250,11 @@ PARALLEL_KEYS = tuple(k.yaml_key for k in KNOBS if k.group == PARALLEL)
 SEARCHED = tuple(k.name for k in KNOBS if k.searched)
 JOB_KEYS = tuple(k.yaml_key for k in KNOBS if k.job and k.group == SCENARIO)
 JOB_PARALLEL_KEYS = tuple(k.yaml_key for k in KNOBS if k.job and k.group == PARALLEL)
+FINETUNE_KEYS = tuple(k.yaml_key for k in KNOBS if k.group == FINETUNE)
 # `--allow NAME=...`: every searched knob by its name, plus short aliases
 ALLOW_NAMES = {**{k: k for k in SEARCHED}, "mb": "micro_batch", "sp": "sequence_parallel"}
+# the searched knobs a plan varies only when `--allow` asks (else every plan keeps the job's value)
+ASKED_ONLY = ("finetune", "offload")
 
 
 def _plain(value: Any) -> Any:
@@ -244,23 +266,32 @@ def mapping_from_values(values: dict[str, Any]) -> tuple[dict[str, Any], dict[st
     """(scenario mapping, model shape overrides) of option values keyed by knob name (None: not given)."""
     mapping: dict[str, Any] = {}
     shape: dict[str, Any] = {}
-    parallel: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {group: {} for group in NESTED}
     for k in KNOBS:
         value = values.get(k.name)
         if value is None or value is False and k.kind == "flag":
             continue
-        target = {SHAPE: shape, PARALLEL: parallel}.get(k.group, mapping)
+        target = shape if k.group == SHAPE else nested.get(k.group, mapping)
         target[k.yaml_key] = True if k.kind == "flag" else _plain(value)
-    if parallel:
-        mapping["parallel"] = parallel
+    for group, values_of_group in nested.items():
+        if values_of_group:
+            mapping[group] = values_of_group
     return mapping, shape
+
+
+def value_in(mapping: dict[str, Any], k: Knob) -> Any:
+    """The value knob `k` has in a scenario mapping (None: not there)."""
+    if k.group in NESTED:
+        return (mapping.get(k.group) or {}).get(k.yaml_key)
+    return mapping.get(k.yaml_key)
 
 
 # the knobs that select a plan's layout, in the order `estimate_args` writes them; those in
 # LAYOUT_DEFAULTS are left out at that value (the command line's own default)
 LAYOUT_ARGS = ("devices", "tp", "pp", "cp", "vpp", "zero", "sequence_parallel", "micro_batch", "global_batch",
-               "recompute", "tp_overlap", "pipeline_split", "dp_collectives", "dp_overlap")
-LAYOUT_DEFAULTS = {"tp_overlap": False, "pipeline_split": "even", "dp_collectives": "hierarchical"}
+               "recompute", "tp_overlap", "pipeline_split", "dp_collectives", "dp_overlap", "finetune", "offload")
+LAYOUT_DEFAULTS = {"tp_overlap": False, "pipeline_split": "even", "dp_collectives": "hierarchical",
+                   "finetune": "full", "offload": "none"}
 
 
 def option_args(k: Knob, value: Any) -> list[str]:
@@ -277,10 +308,9 @@ def estimate_args(mapping: dict[str, Any]) -> list[str]:
     """The `trainest estimate` options that select the device count and layout of a resolved
     scenario mapping (the `inputs` echo)."""
     out: list[str] = []
-    parallel = mapping.get("parallel") or {}
     for name in LAYOUT_ARGS:
         k = BY_NAME[name]
-        value = (parallel if k.group == PARALLEL else mapping).get(k.yaml_key)
+        value = value_in(mapping, k)
         if value is None or (name in LAYOUT_DEFAULTS and value == LAYOUT_DEFAULTS[name]):
             continue
         if name == "dp_overlap" and value == FRAMEWORKS[mapping.get("framework") or DEFAULT_FRAMEWORK].dp_overlap:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple, Union
 
 from trainest import xp
 from trainest.catalog import Hardware, Model
-from trainest.choices import FULL_PRECISIONS, LOW_PRECISIONS, RECOMPUTE_CODES
+from trainest.choices import FINETUNE_CODES, FULL_PRECISIONS, LOW_PRECISIONS, OFFLOAD_CODES, RECOMPUTE_CODES
 
 if TYPE_CHECKING:
     import numpy as np
@@ -43,6 +43,9 @@ class Job(NamedTuple):
     global_batch: float         # B [sequences]
     devices_per_node: int
     framework: str = "megatron-core"   # trainest/frameworks.py
+    lora_rank: float = 16.0     # r of the LoRA adapters (used where Layout.finetune is lora/qlora)
+    lora_targets: str = "all"   # LoraTargets: attention | mlp | all
+    base_bits: float = 16.0     # bits per frozen base weight of a LoRA (QLoRA: always 4)
 
     @property
     def low_precision(self) -> bool:
@@ -83,6 +86,8 @@ class Layout(NamedTuple):
     dp_overlap: Num = 1.0       # the data-parallel gradient reduction overlapped with the backward, 0/1
     pipeline_split: str = "even"           # PipelineSplit (not an array: the search calls once per split)
     dp_collectives: str = "hierarchical"   # DpCollectives (not an array)
+    finetune: Num = 0.0         # Finetune code (choices.FINETUNE_CODES): full 0, lora 1, qlora 2
+    offload: Num = 0.0          # Offload code (choices.OFFLOAD_CODES)
 
     @property
     def shard(self) -> Num:
@@ -139,6 +144,33 @@ class Layout(NamedTuple):
         """ZeRO-3 / FSDP (weights sharded too)."""
         return xp.mask(self.zero >= 3)
 
+    # ---- fine-tuning and offload masks
+    @property
+    def frozen(self) -> Num:
+        """LoRA or QLoRA: frozen base weights, trained adapters."""
+        return xp.mask(self.finetune >= FINETUNE_CODES["lora"])
+
+    @property
+    def qlora(self) -> Num:
+        """QLoRA: the frozen base is 4-bit NF4."""
+        return xp.mask(self.finetune == FINETUNE_CODES["qlora"])
+
+    @property
+    def offload_optimizer(self) -> Num:
+        """The FP32 master weights and Adam state live in host memory; the CPU runs Adam."""
+        return xp.mask((self.offload == OFFLOAD_CODES["optimizer"])
+                       + (self.offload == OFFLOAD_CODES["optimizer+weights"]))
+
+    @property
+    def offload_weights(self) -> Num:
+        """The 16-bit weights live in host memory too and are fetched for every pass."""
+        return xp.mask(self.offload == OFFLOAD_CODES["optimizer+weights"])
+
+    @property
+    def offload_activations(self) -> Num:
+        """Activation checkpoints go to host memory in the forward and come back in the backward."""
+        return xp.mask(self.offload == OFFLOAD_CODES["activations"])
+
     @property
     def sp_div(self) -> Num:
         """What sequence parallelism divides the replicated activations by: t with SP, else 1."""
@@ -147,10 +179,12 @@ class Layout(NamedTuple):
 
 def job_of(s: Scenario, hardware: Hardware | None = None) -> Job:
     """The job of a scenario (on `hardware` instead of its own, e.g. with trial efficiencies)."""
+    ft = s.finetune
     return Job(model=s.model, hardware=hardware or s.hardware, precision=s.precision, attention=s.attention,
                kernels=s.kernels,
                seq_len=float(s.seq_len), global_batch=float(s.global_batch), devices_per_node=s.devices_per_node,
-               framework=s.framework)
+               framework=s.framework, lora_rank=float(ft.rank), lora_targets=ft.targets,
+               base_bits=float(ft.base_bits))
 
 
 def layout_of(s: Scenario) -> Layout:
@@ -160,4 +194,5 @@ def layout_of(s: Scenario) -> Layout:
                   micro_batch=float(s.micro_batch), zero=float(p.zero), sp=1.0 if p.sequence_parallel else 0.0,
                   recompute=float(RECOMPUTE_CODES[s.recompute]), tp_overlap=1.0 if p.tp_overlap else 0.0,
                   dp_shard=float(p.shard), pipeline_split=p.pipeline_split, dp_collectives=p.dp_collectives,
-                  dp_overlap=1.0 if p.dp_overlap else 0.0)
+                  dp_overlap=1.0 if p.dp_overlap else 0.0,
+                  finetune=float(FINETUNE_CODES[s.finetune.method]), offload=float(OFFLOAD_CODES[s.offload]))

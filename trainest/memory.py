@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from trainest import xp
-from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.layout import Job, Layout, Num
 from trainest.precision import (
     ADAM_MOMENT_BYTES,
     FP16_GRAD_BYTES,
@@ -22,70 +22,26 @@ from trainest.precision import (
     optimizer_bytes_per_param,
     weight_bytes_per_param,
 )
+from trainest.step.activations import DROPOUT_MASK_BYTES, FP8_SAVED_INPUT_BYTES, activation_bytes_per_layer
+from trainest.step.finetune import (
+    adapter_params_local,
+    dequant_workspace_bytes,
+    frozen_layer_bytes,
+    frozen_weight_bytes,
+)
+from trainest.step.offload import IN_FLIGHT_LAYERS, OFFLOAD_GRAD_BYTES, host_bytes, offload_state
 from trainest.step.schedule import stage_layers, stage_params
 from trainest.units import GiB
 
-__all__ = ["ADAM_MOMENT_BYTES", "FP16_GRAD_BYTES", "MAIN_GRAD_BYTES", "MASTER_WEIGHT_BYTES", "MemoryBreakdown",
+__all__ = ["ADAM_MOMENT_BYTES", "DROPOUT_MASK_BYTES", "FP8_SAVED_INPUT_BYTES", "FP16_GRAD_BYTES", "MAIN_GRAD_BYTES",
+           "MASTER_WEIGHT_BYTES", "MemoryBreakdown",
            "activation_bytes", "activation_bytes_per_layer", "grad_bytes_per_param", "in_flight_micro_batches",
            "memory_per_device", "optimizer_bytes_per_param", "sharded_state_bytes", "stage_layers", "stage_params",
            "weight_bytes_per_param"]
 
-DROPOUT_MASK_BYTES = 1.0         # one byte per element
 LOGITS_BYTES = 4.0               # FP32 logits (and their gradient) for the cross-entropy
 FRAMEWORK_OVERHEAD_BYTES = 2.0 * GiB   # CUDA context, NCCL and cuBLAS workspaces, allocator reserve
 FRAGMENTATION_FRACTION = 0.05    # allocator fragmentation, as a fraction of everything else
-
-
-FP8_SAVED_INPUT_BYTES = 1.0      # FP8/FP4 recipes (Transformer Engine) keep the GEMM inputs saved for
-                                 # the backward pass as their FP8 copies, not in 16 bit
-
-
-def activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]:
-    """(kept, re-materialised): activations one layer keeps for backward for one micro-batch, and
-    what it holds while it is recomputed during its backward [B] (16-bit activations).
-
-    Korthikanti et al. 2022 eq. 1–2 generalised to GQA and gated MLPs (e = 2 bytes, T = b·s/c):
-      replicated (÷t only with sequence parallelism): (4e + 2)·T·h   (two norms, two inputs, two masks)
-      tensor-parallel part ÷t: e·T·(2a·d_h + 2·max(g, t)·d_h + k·f) with k = 2 (GeLU) or 3 (SwiGLU)
-        (Q and the attention output, K and V, the MLP's k f-wide tensors; KV heads replicated if g < t)
-      attention scores (standard attention, no recompute): (2e+1)·b·(a/t)·(s/c)·s
-    For h = a·d_h = g·d_h, f = 4h this is sbh(10 + 24/t + 5as/(ht)), the paper's eq. 2.
-    Full recompute keeps only the layer input e·T·h (÷t with sequence parallelism).
-    With FP8/FP4 GEMMs the four GEMM inputs (the two norm outputs, the attention output, the MLP's
-    down-projection input) are kept as 1-byte FP8 copies (FP8_SAVED_INPUT_BYTES), the rest in 16 bit.
-    Op (torchtitan's per-op policy) keeps the layer input and the outputs it saves: Q and V, the
-    attention output, the first MLP matmul's f-wide output, and with SwiGLU the down projection's
-    h-wide output (its input is recomputed): e·T·(h/(t if SP) + (2a·d_h + max(g, t)·d_h + f)/t
-    [+ h for SwiGLU]).
-    """
-    model, tp, cp, seq_len, micro_batch = job.model, layout.tp, layout.cp, job.seq_len, layout.micro_batch
-    e = ACTIVATION_BYTES
-    g8 = FP8_SAVED_INPUT_BYTES if job.low_precision else e      # bytes of a saved GEMM input
-    h, f = model.hidden, model.ffn_hidden
-    tokens = layout.tokens(job)
-    sp_div = layout.sp_div
-    # two norm inputs (16 bit), two norm outputs = QKV and MLP-up inputs, two dropout masks
-    mask = DROPOUT_MASK_BYTES if model.dropout else 0.0
-    replicated = (2.0 * e + 2.0 * g8 + 2.0 * mask) * tokens * h / sp_div
-    q_width = model.heads * model.head_dim
-    kv_width = 2.0 * xp.maximum(model.kv_heads, tp) * model.head_dim     # KV heads replicated when g < t
-    # Q, K, V and the MLP-up outputs in 16 bit; the attention output and the MLP-down input as GEMM inputs
-    split = tokens * (e * (q_width + kv_width + (model.mlp_matrices - 1.0) * f) + g8 * (q_width + f)) / tp
-    scores: Num = 0.0
-    scores_all: Num = 0.0
-    if job.attention == "standard":
-        # softmax output, and with dropout its dropped-out copy and mask
-        scores_all = ((e + e + mask) if model.dropout else e) * micro_batch * (model.heads / tp) * (seq_len / cp) \
-            * seq_len
-        scores = scores_all * layout.no_recompute
-    stored = replicated + split + scores
-    full_input = e * tokens * h / sp_div
-    op_saved = full_input + e * tokens * ((2.0 * q_width + kv_width / 2.0 + f) / tp
-                                          + (h if model.mlp == "swiglu" else 0.0))
-    # the layer being recomputed during backward re-materialises everything, scores included
-    rematerialised = replicated + split + scores_all
-    kept = xp.where(layout.full > 0, full_input, xp.where(layout.op > 0, op_saved, stored))
-    return kept, rematerialised
 
 
 def in_flight_micro_batches(pp: Num, vpp: Num, micro_batches: Num) -> Num:
@@ -104,6 +60,7 @@ class MemoryBreakdown(NamedTuple):
     activations_bytes: Num
     overhead_bytes: Num
     total_bytes: Num
+    host_bytes: Num = 0.0       # offloaded state in host memory (docs/model.md §14)
 
 
 def sharded_state_bytes(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
@@ -125,7 +82,27 @@ def sharded_state_bytes(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
     weights = weights + sharded3 * 2.0 * model.params_per_layer / layout.tp * w_bytes
     grads = params_local * grad_bytes_per_param(precision) / xp.where(zero >= 2, shard, 1.0)
     optim = params_local * optimizer_bytes_per_param(precision) / xp.where(zero >= 1, shard, 1.0)
-    return weights, grads, optim
+    if xp.off(layout.finetune):
+        return weights, grads, optim
+    return finetune_state_bytes(job, layout, params_local, (weights, grads, optim))
+
+
+def finetune_state_bytes(job: Job, layout: Layout, params_local: Num,
+                         full: tuple[Num, Num, Num]) -> tuple[Num, Num, Num]:
+    """(weights, gradients, optimizer state) where the base is frozen (LoRA/QLoRA) [B]: the frozen base
+    at its stored bytes (16-bit, 8-bit, or NF4 with double quantisation; sharded by ZeRO-3, which also
+    holds two gathered layers), the 16-bit copy of the widest dequantised matrix, and the adapters'
+    16-bit weights, gradients and Adam state, sharded like a full model's; `full` where not frozen."""
+    zero, shard = layout.zero, layout.shard * layout.cp
+    sharded3 = xp.mask((zero >= 3) * (shard > 1))
+    adapters = adapter_params_local(job, layout)
+    base = frozen_weight_bytes(job, layout, params_local) / xp.where(zero >= 3, shard, 1.0)
+    weights = (base + sharded3 * 2.0 * frozen_layer_bytes(job, layout) + dequant_workspace_bytes(job, layout)
+               + adapters * weight_bytes_per_param(job.precision) / xp.where(zero >= 3, shard, 1.0))
+    grads = adapters * grad_bytes_per_param(job.precision) / xp.where(zero >= 2, shard, 1.0)
+    optim = adapters * optimizer_bytes_per_param(job.precision) / xp.where(zero >= 1, shard, 1.0)
+    frozen = layout.frozen > 0
+    return xp.where(frozen, weights, full[0]), xp.where(frozen, grads, full[1]), xp.where(frozen, optim, full[2])
 
 
 def activation_bytes(job: Job, layout: Layout) -> Num:
@@ -143,12 +120,34 @@ def activation_bytes(job: Job, layout: Layout) -> Num:
     return xp.where(layout.pp > 1, xp.maximum(first_stage, last_stage), first_stage + logits)
 
 
+def offloaded_device_bytes(job: Job, layout: Layout, on_device: tuple[Num, Num, Num, Num]) -> tuple[Num, ...]:
+    """(weights, gradients, optimizer, activations, host bytes) with offload [B]: optimizer offload
+    leaves no optimizer state and IN_FLIGHT_LAYERS layers' 16-bit gradients (streamed out) on the
+    device; weight offload IN_FLIGHT_LAYERS layers' weights; activation offload IN_FLIGHT_LAYERS
+    layers' activations (and the recomputed layer and the logits, which stay)."""
+    weights, grads, optim, activations = on_device
+    state = offload_state(job, layout)
+    opt, wts, acts = layout.offload_optimizer > 0, layout.offload_weights > 0, layout.offload_activations > 0
+    streamed_grads = IN_FLIGHT_LAYERS * OFFLOAD_GRAD_BYTES * state.trained_per_layer
+    kept_layers = state.layers * xp.minimum(layout.micro_batches(job), layout.pp) * state.activation_bytes_per_layer
+    streamed_acts = activations - kept_layers + IN_FLIGHT_LAYERS * state.activation_bytes_per_layer
+    return (xp.where(wts, IN_FLIGHT_LAYERS * state.layer_weight_bytes, weights), xp.where(opt, streamed_grads, grads),
+            xp.where(opt, 0.0 * optim, optim), xp.where(acts, xp.maximum(streamed_acts, 0.0), activations),
+            host_bytes(layout, state, layout.micro_batches(job)))
+
+
 def memory_per_device(job: Job, layout: Layout) -> MemoryBreakdown:
     """Weights, gradients and optimizer state of the heaviest stage, sharded per ZeRO stage, plus
-    activations of the in-flight micro-batches and the framework overhead [B]."""
+    activations of the in-flight micro-batches and the framework overhead [B]; with offload, what
+    stays on the device and what the host holds."""
     weights, grads, optim = sharded_state_bytes(job, layout)
     activations = activation_bytes(job, layout)
+    host: Num = 0.0
+    if not xp.off(layout.offload):
+        weights, grads, optim, activations, host = offloaded_device_bytes(job, layout,
+                                                                          (weights, grads, optim, activations))
     subtotal = weights + grads + optim + activations
     overhead = FRAMEWORK_OVERHEAD_BYTES + FRAGMENTATION_FRACTION * subtotal
     return MemoryBreakdown(weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=optim,
-                           activations_bytes=activations, overhead_bytes=overhead, total_bytes=subtotal + overhead)
+                           activations_bytes=activations, overhead_bytes=overhead, total_bytes=subtotal + overhead,
+                           host_bytes=host)

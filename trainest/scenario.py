@@ -14,10 +14,21 @@ from typing import Any
 
 from trainest import fields as F
 from trainest.catalog import Hardware, Model, load_hardware, load_model, model_from_mapping, with_shape
-from trainest.choices import ATTENTIONS, DP_COLLECTIVES, KERNELS, PIPELINE_SPLITS, PRECISIONS, RECOMPUTES
+from trainest.choices import (
+    ATTENTIONS,
+    BASE_BITS,
+    DP_COLLECTIVES,
+    FINETUNES,
+    KERNELS,
+    LORA_TARGETS,
+    OFFLOADS,
+    PIPELINE_SPLITS,
+    PRECISIONS,
+    RECOMPUTES,
+)
 from trainest.errors import SpecError
 from trainest.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
-from trainest.knobs import KNOBS, PARALLEL, PARALLEL_KEYS, SCENARIO
+from trainest.knobs import FINETUNE, FINETUNE_KEYS, KNOBS, PARALLEL, PARALLEL_KEYS, SCENARIO
 from trainest.units import parse_count
 
 DEFAULT_MODEL = "llama3-8b"
@@ -30,6 +41,12 @@ DEFAULT_PUE = 1.2                   # typical modern data-centre power usage eff
 # Review 2024, world power-sector CO2 intensity; the IEA's figures for the same year are within a few per
 # cent). Direct (combustion) emissions of generation, not life-cycle; a region's grid can be 20-800.
 DEFAULT_GRID_GCO2_PER_KWH = 480.0
+# LoRA defaults: rank 16 on every linear layer of the blocks (PEFT's target_modules="all-linear"; the
+# QLoRA paper finds adapters on all linear layers needed to match full fine-tuning, Dettmers et al. 2023
+# §4; r = 16 is the common recipe value, between PEFT's default 8 and the paper's 64)
+DEFAULT_LORA_RANK = 16
+DEFAULT_LORA_TARGETS = "all"
+QLORA_PRECISIONS = ("bf16", "fp16", "fp32", "tf32")   # bitsandbytes dequantises NF4 to the 16/32-bit compute dtype
 
 # `trainest estimate` with no scenario options at all: an everyday case that fits, Llama 3 8B on one
 # 8-GPU H100 node with FSDP and a 0.5M-token batch (torchtitan's Llama 3 8B recipe uses FSDP on 8 GPUs).
@@ -37,8 +54,9 @@ BUILTIN_DEFAULT = {"model": DEFAULT_MODEL, "hardware": DEFAULT_HARDWARE, "device
                    "parallel": {"zero": 3}, "micro_batch": 1, "global_batch": 64, "recompute": "selective"}
 
 # the keys of a scenario mapping: the scenario knobs (trainest.knobs), the model and the layout
-SCENARIO_KEYS = ("model", *(k.yaml_key for k in KNOBS if k.group == SCENARIO and k.name != "model"), PARALLEL)
-RUN_ONLY_KEYS = ("id", "source", "measured", "expressible", "reason", "confidence", "notes", "duplicate_of")
+SCENARIO_KEYS = ("model", *(k.yaml_key for k in KNOBS if k.group == SCENARIO and k.name != "model"), PARALLEL,
+                 FINETUNE)
+RUN_ONLY_KEYS = ("id", "set", "source", "measured", "expressible", "reason", "confidence", "notes", "duplicate_of")
 # informational keys of the `inputs` echo in `estimate --json`, accepted so that it loads again:
 # `derived` is ignored; `micro_batches` must agree with global_batch / (dp · micro_batch)
 ECHO_KEYS = ("derived", "micro_batches")
@@ -72,6 +90,23 @@ class Parallel:
 
 
 @dataclass(frozen=True)
+class FineTune:
+    """What is trained: every weight (full), or low-rank adapters on a frozen base (LoRA; QLoRA: on a
+    4-bit NF4 base). rank, alpha, targets and base_bits matter only for LoRA/QLoRA."""
+
+    method: str = "full"         # FINETUNES
+    rank: int = DEFAULT_LORA_RANK
+    alpha: float | None = None   # the adapter scale α/r; no cost (None: α = r)
+    targets: str = DEFAULT_LORA_TARGETS   # LORA_TARGETS
+    base_bits: int = 16          # 16 | 8 (LLM.int8) | 4 (NF4, QLoRA)
+
+    @property
+    def frozen(self) -> bool:
+        """LoRA or QLoRA: the base weights are frozen."""
+        return self.method != "full"
+
+
+@dataclass(frozen=True)
 class Scenario:
     """A fully resolved training scenario (all defaults filled in)."""
 
@@ -92,6 +127,8 @@ class Scenario:
     kernels: str = "fused"          # element-wise kernels: fused | eager (docs/model.md §2.5)
     framework: str = DEFAULT_FRAMEWORK   # trainest/frameworks.py
     grid_gco2_per_kwh: float = DEFAULT_GRID_GCO2_PER_KWH   # carbon intensity of the electricity [gCO2/kWh]
+    finetune: FineTune = FineTune()
+    offload: str = "none"           # OFFLOADS (docs/model.md §14)
     derived: tuple[str, ...] = field(default=())   # names of values filled by defaults
 
     @property
@@ -251,6 +288,65 @@ def _run_costs(r: _Reader, model: Model, hardware: Hardware) -> tuple[float, flo
     return tokens, price_usd, pue, grid
 
 
+def check_finetune(data: Any, model: Model, precision: str, where: str) -> FineTune:
+    """The `finetune:` mapping: method, and for LoRA/QLoRA rank (1..h), alpha, targets, base_bits."""
+    w = f"{where}.finetune"
+    if isinstance(data, str):            # `finetune: lora` is short for `finetune: {method: lora}`
+        data = {"method": data}
+    d = F.check_keys({} if data is None else data, w, (), FINETUNE_KEYS)
+    method = F.choice(d.get("method", "full"), f"{w}.method", FINETUNES)
+    if method == "full":
+        given = [k for k in ("rank", "alpha", "targets") if d.get(k) is not None]
+        if given:
+            raise SpecError(f"{w}.{given[0]}: {F.show(d[given[0]])} applies to LoRA/QLoRA adapters only, and the "
+                            f"method is full; give method lora or qlora (--finetune)")
+        if d.get("base_bits") not in (None, 16):
+            raise SpecError(f"{w}.base_bits: {F.show(d['base_bits'])} is for a frozen, quantised base (LoRA: 8, "
+                            f"QLoRA: 4); a full fine-tune trains 16-bit weights: use 16 or method lora/qlora")
+        return FineTune()
+    rank = F.integer(d.get("rank", DEFAULT_LORA_RANK), f"{w}.rank", minimum=-10**12, maximum=10**12)
+    if not 1 <= rank <= model.hidden:
+        raise SpecError(f"{w}.rank: {rank} must be between 1 and the hidden size {model.hidden} of {model.name}")
+    bits = F.integer_choice(d.get("base_bits", 4 if method == "qlora" else 16), f"{w}.base_bits", BASE_BITS)
+    if method == "qlora" and bits != 4:
+        raise SpecError(f"{w}.base_bits: {bits} is not allowed with method qlora: QLoRA's base is 4-bit NF4 "
+                        f"(Dettmers et al. 2023); use base_bits 4, or method lora for a 16- or 8-bit base")
+    if method == "lora" and bits == 4:
+        raise SpecError(f"{w}.base_bits: 4 with method lora: a LoRA on a 4-bit NF4 base is QLoRA; use method qlora")
+    if method == "qlora" and precision not in QLORA_PRECISIONS:
+        raise SpecError(f"{where}.precision: {precision} with QLoRA: bitsandbytes dequantises the 4-bit base to the "
+                        f"16- or 32-bit compute dtype; use one of {', '.join(QLORA_PRECISIONS)}")
+    alpha = F.number(d.get("alpha"), f"{w}.alpha", allow_none=True, maximum=1e6)
+    return FineTune(method=method, rank=rank, alpha=alpha,
+                    targets=F.choice(d.get("targets", DEFAULT_LORA_TARGETS), f"{w}.targets", LORA_TARGETS),
+                    base_bits=bits)
+
+
+def check_offload(data: Any, hardware: Hardware, where: str) -> str:
+    """The offload mode, checked against the hardware: a unified memory has nothing to offload to,
+    and offload needs the host link and the host's cores, memory and bandwidth."""
+    offload = F.choice(data, where, OFFLOADS)
+    if offload == "none":
+        return offload
+    hw, host = hardware, hardware.host
+    if hw.memory_unified:
+        raise SpecError(f"{where}: {offload} does not apply to {hw.name}: its memory is unified (CPU and "
+                        f"device share {hw.memory_bytes / 1e9:.0f} GB), so there is no host memory to offload to; "
+                        f"use offload none")
+    if host.link.kind in (None, "none", "unified") or host.link.bytes_per_s_per_device is None:
+        raise SpecError(f"{where}: {offload} needs the host link (CPU to device) of {hw.name}, which its "
+                        f"hardware entry does not give (host.link); use offload none or a hardware file with "
+                        f"host.link.gb_per_s")
+    unknown = [name for name, value in (("host.cpu_cores", host.cpu_cores), ("host.memory_gb", host.memory_bytes),
+                                        ("host.memory_gb_per_s", host.memory_bytes_per_s),
+                                        ("host.devices", host.devices)) if value is None]
+    if unknown:
+        raise SpecError(f"{where}: {offload} needs the host's CPU cores, memory and memory bandwidth; "
+                        f"{hw.name}'s entry does not give {', '.join(unknown)} ({host.system or 'host not described'});"
+                        f" give them in a hardware file")
+    return offload
+
+
 def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                           shape: dict[str, Any] | None = None, builtin_default: bool = False) -> Scenario:
     """Validate a scenario mapping (schema in specs/README.md), fill defaults, check divisibility.
@@ -299,6 +395,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
         raise SpecError(f"{where}: vpp={sizes['vpp']} needs the interleaved pipeline schedule, which {framework} "
                         f"does not have; use vpp=1 or a framework that has it")
     tokens, price_usd, pue, grid = _run_costs(r, model, hardware)
+    finetune = check_finetune(data.get("finetune"), model, precision, where)
+    offload = check_offload(data.get("offload", "none"), hardware, f"{where}.offload")
     return Scenario(
         model=model, hardware=hardware, seq_len=seq_len, devices=devices, devices_per_node=devices_per_node,
         precision=precision, parallel=Parallel(**sizes, dp=dp, dp_shard=0 if dp_shard == dp else dp_shard,
@@ -306,7 +404,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                                                dp_overlap=dp_overlap),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
         tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, framework=framework,
-        grid_gco2_per_kwh=grid,
+        grid_gco2_per_kwh=grid, finetune=finetune, offload=offload,
         derived=tuple(derived),
     )
 
@@ -340,12 +438,21 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
         "attention": s.attention,
         "framework": s.framework,
         "kernels": s.kernels,
+        "finetune": finetune_mapping(s.finetune),
+        "offload": s.offload,
         "tokens": s.tokens,
         "price_per_hour": s.price_usd_per_hour,
         "pue": s.pue,
         "grid_gco2_per_kwh": s.grid_gco2_per_kwh,
         "derived": list(s.derived),
     }
+
+
+def finetune_mapping(ft: FineTune) -> dict[str, Any]:
+    """The `finetune:` echo: the method, and for LoRA/QLoRA its adapters and base."""
+    if not ft.frozen:
+        return {"method": ft.method}
+    return {"method": ft.method, "rank": ft.rank, "alpha": ft.alpha, "targets": ft.targets, "base_bits": ft.base_bits}
 
 
 def is_finite_positive(x: float) -> bool:

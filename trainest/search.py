@@ -35,20 +35,31 @@ from typing import Any
 import numpy as np
 
 from trainest import training
-from trainest.choices import DEVICE_COUNTS, OBJECTIVES, RECOMPUTE_CODES, RECOMPUTES
+from trainest.choices import (
+    DEVICE_COUNTS,
+    FINETUNE_CODES,
+    FINETUNES,
+    OBJECTIVES,
+    OFFLOAD_CODES,
+    OFFLOADS,
+    RECOMPUTE_CODES,
+    RECOMPUTES,
+)
 from trainest.errors import SpecError
 from trainest.estimate import Estimate, estimate
 from trainest.frameworks import FRAMEWORKS
-from trainest.knobs import ALLOW_NAMES, JOB_KEYS, JOB_PARALLEL_KEYS, SEARCHED
+from trainest.knobs import ALLOW_NAMES, ASKED_ONLY, JOB_KEYS, JOB_PARALLEL_KEYS, SEARCHED
 from trainest.layout import Layout, job_of
 from trainest.memory import memory_per_device
-from trainest.scenario import Parallel, Scenario, scenario_from_mapping
+from trainest.scenario import FineTune, Parallel, Scenario, check_finetune, check_offload, scenario_from_mapping
 from trainest.step import step_terms
 from trainest.step.collectives import tiers_of
 from trainest.units import fmt_seconds, fmt_si, parse_count
 
 RECOMPUTE = RECOMPUTES
 RECOMPUTE_NAMES = {code: name for name, code in RECOMPUTE_CODES.items()}
+FINETUNE_NAMES = {code: name for name, code in FINETUNE_CODES.items()}
+OFFLOAD_NAMES = {code: name for name, code in OFFLOAD_CODES.items()}
 
 KNOBS = SEARCHED          # the knobs every plan sets (trainest.knobs), in the runner-up table's order
 DEVICE_COUNT_MODES = DEVICE_COUNTS
@@ -59,6 +70,7 @@ MAX_DEVICE_COUNTS = 4096   # a device range may hold at most this many candidate
 # recompute modes searched by default: those of every framework (torchtitan's `op` only when allowed)
 SEARCH_RECOMPUTE = ("none", "selective", "full")
 ALLOW_KEYS = ALLOW_NAMES
+WORD_KNOBS = {"recompute": RECOMPUTE, "finetune": FINETUNES, "offload": OFFLOADS}   # knobs --allow gives by word
 
 Progress = Callable[[int, int], None]   # (done, total) in plans (or device counts)
 
@@ -78,6 +90,8 @@ class SearchSpace:
     zero: tuple[int, ...] = ZERO_STAGES
     recompute: tuple[str, ...] = SEARCH_RECOMPUTE
     sequence_parallel: tuple[bool, ...] = (False, True)
+    finetune: tuple[str, ...] | None = None   # None: the job's method only (searched only when allowed)
+    offload: tuple[str, ...] | None = None    # None: the job's offload only
     max_tp: int | None = None          # None: the scale-up domain (no cap when `tp` lists values)
     max_pp: int | None = None
     max_cp: int | None = None
@@ -98,8 +112,8 @@ def _int_list(text: str, where: str, *, minimum: int = 1, maximum: int = 10**7) 
 def space_from_options(allow: list[str] | None = None, **maxima: int | None) -> SearchSpace:
     """Build a SearchSpace from `--allow KNOB=V1,V2` strings and `max_tp=...` style caps.
 
-    KNOB is tp, pp, cp, vpp, micro_batch (mb), zero, recompute (none|selective|full|op) or sp
-    (sequence_parallel: on|off)."""
+    KNOB is tp, pp, cp, vpp, micro_batch (mb), zero, recompute (none|selective|full|op), sp
+    (sequence_parallel: on|off), finetune (full|lora|qlora) or offload (none|optimizer|...)."""
     values: dict[str, Any] = {}
     for item in allow or []:
         key, sep, rest = item.partition("=")
@@ -108,15 +122,16 @@ def space_from_options(allow: list[str] | None = None, **maxima: int | None) -> 
         if not sep or key not in ALLOW_KEYS or not rest.strip():
             raise SpecError(f"{where}: use KNOB=V1,V2 with KNOB one of {', '.join(sorted(set(ALLOW_KEYS)))}")
         knob = ALLOW_KEYS[key]
-        if knob == "recompute":
+        if knob in WORD_KNOBS:
+            vocabulary = WORD_KNOBS[knob]
             got = tuple(dict.fromkeys(v.strip().lower() for v in rest.split(",")))
-            bad = [v for v in got if v not in RECOMPUTE]
+            bad = [v for v in got if v not in vocabulary]
             if bad:
-                raise SpecError(f"{where}: recompute {bad[0]!r} is not one of {', '.join(RECOMPUTE)}")
-            values[knob] = tuple(r for r in RECOMPUTE if r in got)
+                raise SpecError(f"{where}: {knob} {bad[0]!r} is not one of {', '.join(vocabulary)}")
+            values[knob] = tuple(r for r in vocabulary if r in got)
         elif knob == "sequence_parallel":
-            words = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}
-            got_sp = [words.get(v.strip().lower()) for v in rest.split(",")]
+            switch = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}
+            got_sp = [switch.get(v.strip().lower()) for v in rest.split(",")]
             if None in got_sp:
                 raise SpecError(f"{where}: sp takes on and/or off")
             values[knob] = tuple(sorted(set(got_sp)))
@@ -129,6 +144,19 @@ def space_from_options(allow: list[str] | None = None, **maxima: int | None) -> 
             raise SpecError(f"--{name.replace('_', '-')} {cap} must be at least 1")
     options: dict[str, Any] = {**values, **maxima}
     return SearchSpace(**options)
+
+
+def check_space(base: Scenario, space: SearchSpace) -> None:
+    """The fine-tuning methods and offload modes `--allow` names must suit the job and the hardware
+    (the checks a scenario gets: no offload on unified memory, QLoRA at a 16/32-bit precision, ...)."""
+    for offload in space.offload or ():
+        check_offload(offload, base.hardware, "--allow offload")
+    ft = base.finetune
+    for method in space.finetune or ():
+        given = {"method": method} if method == "full" else \
+            {"method": method, "rank": ft.rank, "targets": ft.targets,
+             "base_bits": 4 if method == "qlora" else (ft.base_bits if ft.base_bits != 4 else 16)}
+        check_finetune(given, base.model, base.precision, "--allow finetune")
 
 
 def _divisors(n: int) -> list[int]:
@@ -161,6 +189,8 @@ class Grid:
     sp: np.ndarray
     recompute: np.ndarray
     balanced: np.ndarray               # 1.0: the balanced pipeline split (L does not divide by p·v)
+    finetune: np.ndarray
+    offload: np.ndarray
     structural_rejects: dict[str, int]
     values: dict[str, list]            # the values each knob was allowed to take
 
@@ -174,7 +204,15 @@ class Grid:
         return Layout(tp=self.tp[sel], pp=self.pp[sel], dp=self.dp[sel], cp=self.cp[sel], vpp=self.vpp[sel],
                       micro_batch=self.micro_batch[sel], zero=self.zero[sel], sp=self.sp[sel],
                       recompute=self.recompute[sel], tp_overlap=tp_overlap, pipeline_split=pipeline_split,
-                      dp_collectives=dp_collectives, dp_overlap=dp_overlap)
+                      dp_collectives=dp_collectives, dp_overlap=dp_overlap, finetune=_knob(self.finetune, sel),
+                      offload=_knob(self.offload, sel))
+
+
+def _knob(values: np.ndarray, sel: np.ndarray) -> Any:
+    """A knob's values for the plans `sel`: one float when every plan has the same (the model then
+    skips what it multiplies by 0), else the array."""
+    picked = values[sel]
+    return float(picked[0]) if picked.size and np.all(picked == picked[0]) else picked
 
 
 def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
@@ -194,6 +232,9 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     zeros = list(space.zero)
     recs = [float(RECOMPUTE_CODES[r]) for r in space.recompute]
     sps = [1.0 if s else 0.0 for s in space.sequence_parallel]
+    finetunes = list(space.finetune or (base.finetune.method,))
+    offloads = list(space.offload or (base.offload,))
+    extra = [(float(FINETUNE_CODES[f]), float(OFFLOAD_CODES[o])) for f in finetunes for o in offloads]
     rejects = {r: 0 for r in REJECT_REASONS}
     blocks: list[np.ndarray] = []
     for t in tps:
@@ -221,12 +262,15 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
                 block[:, 6] = 1.0 if balanced else 0.0
                 blocks.append(block)
     lay = np.concatenate(blocks) if blocks else np.empty((0, 7))
-    combo = np.array([(z, r, s) for z in zeros for r in recs for s in sps], dtype=float).reshape(-1, 3)
+    combo = np.array([(z, r, s, f, o) for z in zeros for r in recs for s in sps for f, o in extra],
+                     dtype=float).reshape(-1, 5)
     n_lay, n_combo = lay.shape[0], combo.shape[0]
-    # every layout row crossed with every (ZeRO, recompute, SP) combination, as contiguous 1-D columns
+    # every layout row crossed with every (ZeRO, recompute, SP, finetune, offload) combination, as
+    # contiguous 1-D columns
     cols = [np.repeat(np.ascontiguousarray(lay[:, j]), n_combo) for j in range(6)]
     cols += [np.tile(combo[:, j], n_lay) for j in range(3)]
     cols.append(np.repeat(np.ascontiguousarray(lay[:, 6]), n_combo))
+    cols += [np.tile(combo[:, j], n_lay) for j in (3, 4)]
     tp1 = cols[0] == 1.0
     if 0.0 in sps:             # sequence parallelism splits along the TP group: at t = 1 "on" = "off"
         keep = ~(tp1 & (cols[8] == 1.0))
@@ -235,8 +279,13 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
         cols[8][tp1] = 0.0
     values: dict[str, list[Any]] = {"tp": tps, "pp": pps, "cp": cps, "zero": zeros, "recompute": list(space.recompute),
               "sequence_parallel": list(space.sequence_parallel)}
+    if space.finetune is not None:
+        values["finetune"] = finetunes
+    if space.offload is not None:
+        values["offload"] = offloads
     return Grid(tp=cols[0], pp=cols[1], cp=cols[2], dp=cols[3], vpp=cols[4], micro_batch=cols[5], zero=cols[6],
-                recompute=cols[7], sp=cols[8], balanced=cols[9], structural_rejects=rejects, values=values)
+                recompute=cols[7], sp=cols[8], balanced=cols[9], finetune=cols[10], offload=cols[11],
+                structural_rejects=rejects, values=values)
 
 
 # ------------------------------------------------------------------------------------ evaluation
@@ -248,6 +297,7 @@ class GridEval:
     time_s: np.ndarray
     memory_bytes: np.ndarray
     fits: np.ndarray
+    fits_memory: np.ndarray            # device memory (and host memory, with offload) holds the plan
 
 
 def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> GridEval:
@@ -256,9 +306,11 @@ def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> 
     even and the balanced pipeline split go in separate calls (the split is not an array argument)."""
     n = g.size
     mem = np.empty(n)
+    host_ok = np.ones(n, dtype=bool)
     time_s = np.full(n, np.nan)
     job = job_of(base)
-    capacity = base.hardware.memory_bytes
+    capacity = base.hardware.training_memory_bytes          # unified memory: less the OS reserve
+    host_capacity = base.hardware.host.memory_bytes_per_device
     tp_overlap = 1.0 if base.parallel.tp_overlap else 0.0
     groups = [(split, np.flatnonzero(g.balanced == flag)) for split, flag in (("even", 0.0), ("balanced", 1.0))]
 
@@ -269,8 +321,10 @@ def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> 
     for split, rows in groups:
         for start in range(0, rows.size, CHUNK_PLANS):
             idx = rows[start:start + CHUNK_PLANS]
-            mem[idx] = memory_per_device(job, layout(idx, split)).total_bytes
-    fits_memory = mem <= capacity
+            breakdown = memory_per_device(job, layout(idx, split))
+            mem[idx] = breakdown.total_bytes
+            host_ok[idx] = np.asarray(breakdown.host_bytes) <= (host_capacity or 0.0)   # offload: the host's part
+    fits_memory = (mem <= capacity) & host_ok
     work = n + int(fits_memory.sum())        # progress counts memory and step evaluations alike
     done = n
     if progress is not None:
@@ -284,7 +338,7 @@ def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> 
             if progress is not None:
                 progress(done, work)
     fits = fits_memory & np.isfinite(time_s)
-    return GridEval(time_s=time_s, memory_bytes=mem, fits=fits)
+    return GridEval(time_s=time_s, memory_bytes=mem, fits=fits, fits_memory=fits_memory)
 
 
 # ------------------------------------------------------------------------------------ the job
@@ -298,17 +352,27 @@ def job_scenario(mapping: dict, where: str = "options") -> Scenario:
     # of the layout, only framework capabilities that hold for every plan carry over (tp_overlap,
     # dp_collectives)
     parallel = {k: v for k, v in (mapping.get("parallel") or {}).items() if k in JOB_PARALLEL_KEYS}
+    if mapping.get("finetune") is not None:
+        job["finetune"] = mapping["finetune"]
     return scenario_from_mapping({**job, "devices": 1, "parallel": parallel, "micro_batch": 1, "recompute": "none"},
                                  where)
 
 
 def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vpp: int, micro_batch: int, zero: int,
-                  sequence_parallel: bool, recompute: str, pipeline_split: str = "even") -> Scenario:
-    """The scenario of one plan: the job with this device count and layout (dp = N/(t·p·c))."""
+                  sequence_parallel: bool, recompute: str, pipeline_split: str = "even", finetune: str | None = None,
+                  offload: str | None = None) -> Scenario:
+    """The scenario of one plan: the job with this device count and layout (dp = N/(t·p·c)); the
+    fine-tuning method and offload are the job's unless the plan changes them."""
     dp = devices // (tp * pp * cp)
     derived = tuple(x for x in base.derived
                     if not x.startswith("parallel.") and x not in ("micro_batch", "recompute", "devices"))
+    ft = base.finetune
+    if finetune is not None and finetune != ft.method:
+        ft = FineTune() if finetune == "full" else replace(ft, method=finetune, base_bits=4 if finetune == "qlora"
+                                                            else (ft.base_bits if ft.frozen and ft.base_bits != 4
+                                                                  else 16))
     return replace(base, devices=devices, micro_batch=micro_batch, recompute=recompute, derived=derived,
+                   finetune=ft, offload=base.offload if offload is None else offload,
                    parallel=Parallel(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero,
                                      sequence_parallel=sequence_parallel, tp_overlap=base.parallel.tp_overlap,
                                      pipeline_split=pipeline_split, dp_collectives=base.parallel.dp_collectives,
@@ -319,7 +383,8 @@ def plan_knobs(s: Scenario) -> dict:
     """The knob values of a plan's scenario (keys: KNOBS)."""
     p = s.parallel
     return {"tp": p.tp, "pp": p.pp, "cp": p.cp, "vpp": p.vpp, "micro_batch": s.micro_batch, "zero": p.zero,
-            "recompute": s.recompute, "sequence_parallel": p.sequence_parallel}
+            "recompute": s.recompute, "sequence_parallel": p.sequence_parallel, "finetune": s.finetune.method,
+            "offload": s.offload}
 
 
 def objective_scale(base: Scenario, devices: int, objective: str) -> float:
@@ -380,7 +445,8 @@ def _estimate_at(base: Scenario, devices: int, g: Grid, i: int) -> Estimate:
     s = plan_scenario(base, devices, tp=int(g.tp[i]), pp=int(g.pp[i]), cp=int(g.cp[i]), vpp=int(g.vpp[i]),
                       micro_batch=int(g.micro_batch[i]), zero=int(g.zero[i]), sequence_parallel=bool(g.sp[i]),
                       recompute=RECOMPUTE_NAMES[int(g.recompute[i])],
-                      pipeline_split="balanced" if g.balanced[i] else "even")
+                      pipeline_split="balanced" if g.balanced[i] else "even",
+                      finetune=FINETUNE_NAMES[int(g.finetune[i])], offload=OFFLOAD_NAMES[int(g.offload[i])])
     return estimate(s)
 
 
@@ -402,13 +468,14 @@ def search(base: Scenario, devices: int, space: SearchSpace = SearchSpace(), *, 
     if top < 1:
         raise SpecError(f"--top {top} must be at least 1")
     scale = objective_scale(base, devices, objective)
+    check_space(base, space)
     t0 = time.perf_counter()
     g = enumerate_plans(base, devices, space)
     if g.size == 0:
         raise SpecError(no_layout_message(base, devices, g))
     ev = evaluate_grid(base, g, progress)
     rejected = dict(g.structural_rejects)
-    rejected["out_of_memory"] = int(np.count_nonzero(ev.memory_bytes > base.hardware.memory_bytes))
+    rejected["out_of_memory"] = int(g.size - np.count_nonzero(ev.fits_memory))
     rejected["non_finite"] = int(g.size - np.count_nonzero(ev.fits) - rejected["out_of_memory"])
     feasible = int(np.count_nonzero(ev.fits))
     evaluated = feasible + sum(rejected.values())
@@ -416,8 +483,8 @@ def search(base: Scenario, devices: int, space: SearchSpace = SearchSpace(), *, 
         need = float(np.nanmin(ev.memory_bytes))
         raise SpecError(f"{base.model.name} does not fit on {devices} x {base.hardware.name} in any of {g.size:,} "
                         f"plans: the smallest needs {need / 2**30:.1f} GiB per device, the device has "
-                        f"{base.hardware.memory_bytes / 2**30:.1f} GiB; use more devices, a smaller global batch or "
-                        f"sequence, or allow more sharding")
+                        f"{base.hardware.training_memory_bytes / 2**30:.1f} GiB; use more devices, a smaller global "
+                        f"batch or sequence, or allow more sharding")
     idx = np.flatnonzero(ev.fits)
     score = ev.time_s[idx] * scale
     order = idx[np.lexsort((g.recompute[idx], g.zero[idx], ev.memory_bytes[idx], score))]
@@ -425,9 +492,11 @@ def search(base: Scenario, devices: int, space: SearchSpace = SearchSpace(), *, 
     plans = tuple(_estimate_at(base, devices, g, int(i)) for i in best)
     best_score = float(ev.time_s[order[0]] * scale)
     knob_arrays = {"tp": g.tp, "pp": g.pp, "cp": g.cp, "vpp": g.vpp, "micro_batch": g.micro_batch, "zero": g.zero,
-                   "recompute": g.recompute, "sequence_parallel": g.sp}
+                   "recompute": g.recompute, "sequence_parallel": g.sp, "finetune": g.finetune, "offload": g.offload}
     runner: dict[str, RunnerUp | None] = {}
     for knob in KNOBS:
+        if knob in ASKED_ONLY and knob not in g.values:
+            continue                  # not searched: every plan has the job's value
         arr = knob_arrays[knob][order]
         differs = np.flatnonzero(arr != arr[0])
         if differs.size == 0:

@@ -156,8 +156,8 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
     """Read and check runs files; build a Scenario for every expressible record.
 
     `source` keeps records whose file stem, file-level or record `source` contains it (case-insensitive);
-    `hardware` keeps records whose hardware name equals it; `run_set` keeps the files whose `set` equals
-    it (`public` for a file without one). Schema errors (unknown keys, a bad
+    `hardware` keeps records whose hardware name equals it; `run_set` keeps the records whose set equals
+    it: the record's own `set:`, else its file's (`public` for neither). Schema errors (unknown keys, a bad
     `measured`, duplicate ids) raise SpecError; a scenario that does not validate is not expressible.
     """
     files = [Path(p) for p in paths] if paths else bundled_runs_files()
@@ -176,13 +176,14 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
         if not isinstance(doc["runs"], list):
             raise SpecError(f"{path}: runs: expected a list of run records, got {type(doc['runs']).__name__}")
         group = path.stem
-        if run_set is not None and file_set != run_set.strip().lower():
-            continue
         for i, rec in enumerate(doc["runs"]):
             where = f"{path}: runs[{i}]"
             F.check_keys(rec, where, ("id",), SCENARIO_KEYS + RUN_ONLY_KEYS)
             run_id = F.text(rec["id"], f"{where}.id")
             where = f"{path}: run {run_id!r}"
+            rec_set = file_set if rec.get("set") is None else run_set_of(rec, Path(where))
+            if run_set is not None and rec_set != run_set.strip().lower():
+                continue
             if run_id in seen:
                 raise SpecError(f"{where}: duplicate id (also in {seen[run_id]})")
             seen[run_id] = str(path)
@@ -203,7 +204,7 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
                 continue
             if not expressible:
                 reason = F.text(rec.get("reason") or "no reason given", f"{where}.reason")
-                skipped.append(NotExpressible(run_id, group, hw_name, reason, file_set))
+                skipped.append(NotExpressible(run_id, group, hw_name, reason, rec_set))
                 continue
             if rec.get("measured") is None:
                 raise SpecError(f"{where}: missing required key 'measured' (an expressible run needs a measurement)")
@@ -211,9 +212,9 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
             try:
                 scenario = scenario_from_mapping(rec, where)
             except SpecError as exc:
-                skipped.append(NotExpressible(run_id, group, hw_name, f"does not validate: {exc}", file_set))
+                skipped.append(NotExpressible(run_id, group, hw_name, f"does not validate: {exc}", rec_set))
                 continue
-            cases.append(Case(run_id, group, citation, scenario, measurement, confidence, file_set))
+            cases.append(Case(run_id, group, citation, scenario, measurement, confidence, rec_set))
     return LoadedRuns(tuple(cases), tuple(skipped), tuple(duplicates))
 
 

@@ -55,3 +55,9 @@ def mask(condition):
         return 1.0 if condition else 0.0
     import numpy as np
     return np.asarray(condition, dtype=float)
+
+
+def off(x) -> bool:
+    """True when x is the plain number 0 (not an array): a term it multiplies is 0 for every plan,
+    so the model may skip computing it (the same numbers, less work)."""
+    return _scalar(x) and x == 0

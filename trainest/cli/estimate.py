@@ -86,7 +86,25 @@ def _estimate(values: dict[str, Any]) -> tuple[Any, list[str]]:
                         f"defaults (trainest/frameworks.py) are not validated")
     if result.training.cost_usd is None:
         warnings.append(f"no price for {scenario.hardware.name}: cost not computed; give --price-per-hour")
+    warnings.extend(prior_warnings(scenario))
     return result, warnings
+
+
+# Numbers an estimate rests on that no measured run has checked (docs/model.md §13, §14).
+FINETUNE_WARNING = ("{method}: on the 8 published LoRA runs trainest can express it predicts the step 7-24 % longer "
+                    "than measured (docs/validation.md, 'Fine-tuning runs'); no fine-tuning run is fitted")
+OFFLOAD_WARNING = ("offload {offload}: the host-link and host-memory efficiencies and the CPU-Adam rate are priors "
+                   "(docs/model.md §14), not fitted: no measured offload run is in specs/runs")
+
+
+def prior_warnings(scenario: Any) -> list[str]:
+    """Warnings for the parts of an estimate that rest on unvalidated or biased numbers."""
+    out = []
+    if scenario.finetune.frozen:
+        out.append(FINETUNE_WARNING.format(method=scenario.finetune.method))
+    if scenario.offload != "none":
+        out.append(OFFLOAD_WARNING.format(offload=scenario.offload))
+    return out
 
 
 def run_estimate(values: dict[str, Any]) -> int:
@@ -100,10 +118,14 @@ def run_estimate(values: dict[str, Any]) -> int:
         return EXIT_BAD_INPUT
     from trainest import report
     from trainest.report.estimate import estimate_dict, print_estimate
+    ops = None
+    if values.get("ops"):
+        from trainest.estimate import estimate_ops
+        ops = estimate_ops(result.scenario)
     if values.get("json_out"):
-        print(report.dumps(estimate_dict(result, warnings)))
+        print(report.dumps(estimate_dict(result, warnings, ops)))
     else:
-        print_estimate(result)
+        print_estimate(result, ops)
     if not values.get("quiet"):
         for w in warnings:
             report.warn(w)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainest.cli import EXIT_BAD_INPUT, EXIT_OK, error_line
-from trainest.knobs import JOB_KEYS, LAYOUT_ARGS, given_args
+from trainest.knobs import KNOBS, LAYOUT_ARGS, given_args
 
 HELP = ("Search every parallel layout (tp, pp, cp, dp, virtual stages, micro-batch, ZeRO, recompute, "
         "sequence parallelism) and show the fastest that fit, with the runner-up for each knob.")
@@ -35,15 +35,14 @@ def one_hardware(given: Any) -> str | None:
 
 
 def job_mapping(values: dict[str, Any]) -> dict[str, Any]:
-    """The job's scenario mapping: the config file, overridden by the job options given."""
+    """The job's scenario mapping: the config file, overridden by the job options given (the knobs
+    a plan keeps for every plan, in their groups: parallel.tp_overlap, finetune.rank, ...)."""
+    from trainest.cli.estimate import merge
+    from trainest.knobs import KNOBS, mapping_from_values
     from trainest.scenario import load_scenario_file
     config = values.get("config")
-    mapping: dict[str, Any] = {**(load_scenario_file(config) if config else {}),
-                               **{k: _plain(values[k]) for k in JOB_KEYS if values.get(k) is not None}}
-    for key in ("tp_overlap", "dp_collectives"):
-        if values.get(key) is not None:
-            mapping["parallel"] = {**(mapping.get("parallel") or {}), key: _plain(values[key])}
-    return mapping
+    given, _ = mapping_from_values({k.name: values.get(k.name) for k in KNOBS if k.job})
+    return merge(load_scenario_file(config) if config else {}, given)
 
 
 def search_plans(values: dict[str, Any]) -> tuple[Any, Any]:
@@ -91,6 +90,7 @@ def run_plan(values: dict[str, Any]) -> int:
         from trainest.report import dumps
         print(dumps(search_dict(result, dsearch)))
         return EXIT_OK
-    job_args = given_args(values, ("config",)) + given_args(values, tuple(k for k in JOB_KEYS if k not in LAYOUT_ARGS))
+    job_args = given_args(values, ("config",)) + given_args(values, tuple(k.name for k in KNOBS if k.job
+                                                                          and k.name not in LAYOUT_ARGS))
     print_plan(result, dsearch, " ".join(job_args))
     return EXIT_OK

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainest import SCHEMA_VERSION
+from trainest.catalog import Hardware
 from trainest.estimate import Estimate
 from trainest.report import clean, console, fmt_co2, fmt_gib, fmt_money, fmt_seconds, fmt_si
 from trainest.scenario import Scenario, scenario_mapping
@@ -12,16 +13,33 @@ from trainest.scenario import Scenario, scenario_mapping
 NO_OVERLAP_SHOWN_ABOVE = 0.005     # show the no-overlap bound when it exceeds the step by more than this
 TERM_ABOUT = {
     "compute": "compute-bound GEMMs and attention at achievable FLOP/s",
-    "memory": "memory-bound kernels (norms, activations, optimizer) at achievable HBM bandwidth",
+    "memory": "memory-bound kernels (norms, activations, optimizer) at achievable {memory} bandwidth",
     "communication": "exposed TP {tp} / CP {cp} / PP {pp} / DP {dp}",
     "bubble": "pipeline fill and drain, (p-1)/v = {bubble:.2f} micro-batch times",
     "overhead": "waiting for the host to launch kernels {host_wait} / kernel floors {kernel_floors}",
+    "offload": "host link copies and the CPU's Adam step not hidden by the device's work ({link})",
 }
 
 
-def estimate_dict(e: Estimate, warnings: list[str] | None = None) -> dict[str, Any]:
-    """The `trainest estimate --json` document (schema: docs/schema/estimate.schema.json)."""
-    doc = {
+def memory_words(hw: Hardware) -> str:
+    """The device memory in words for the tables: its kind (HBM3, LPDDR5X, ...), and `unified` when
+    the CPU shares it; "device memory" when the kind is not known."""
+    kind = hw.memory_kind or "device memory"
+    return f"{kind} unified" if hw.memory_unified else kind
+
+
+def host_link_words(hw: Hardware) -> str:
+    """The host link in words: its kind and per-direction rate per device."""
+    link = hw.host.link
+    rate = link.bytes_per_s_per_device
+    return f"{link.name or link.kind}, {rate / 1e9:.0f} GB/s per direction" if rate else (link.kind or "unknown")
+
+
+def estimate_dict(e: Estimate, warnings: list[str] | None = None,
+                  ops: tuple[list, Any] | None = None) -> dict[str, Any]:
+    """The `trainest estimate --json` document (schema: docs/schema/estimate.schema.json); with
+    `ops` (`estimate --ops`), the `roofline` and `ops` of the step as well."""
+    doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "inputs": scenario_mapping(e.scenario),
         "step": e.step._asdict(),
@@ -31,6 +49,8 @@ def estimate_dict(e: Estimate, warnings: list[str] | None = None) -> dict[str, A
         "band": e.band._asdict(),
         "warnings": list(warnings or []),
     }
+    if ops is not None:
+        doc.update(ops_dict(ops[0], ops[1], e.step.time_s))
     return clean(doc)
 
 
@@ -94,7 +114,17 @@ def scenario_table(s: Scenario):
          + (f", kernels {s.kernels}" if s.kernels != "fused" else "")),
         ("framework", mark("framework", s.framework)
          + ("" if s.parallel.dp_overlap else ", gradient reduction not overlapped")),
+        *([("fine-tuning", finetune_text(s))] if s.finetune.frozen else []),
+        *([("offload", f"{s.offload} to host memory over {host_link_words(s.hardware)}")] if s.offload != "none"
+          else []),
     ])
+
+
+def finetune_text(s: Scenario) -> str:
+    """A LoRA/QLoRA in words: method, rank, targets, base."""
+    ft = s.finetune
+    base = {16: "16-bit", 8: "8-bit (LLM.int8)", 4: "4-bit NF4 with double quantisation"}[ft.base_bits]
+    return f"{ft.method}: rank {ft.rank} on the {ft.targets} linear layers, frozen {base} base"
 
 
 def step_table(e: Estimate):
@@ -104,16 +134,20 @@ def step_table(e: Estimate):
     # the overlap policy's upper bound, shown when overlap hides anything that matters (≥ 0.5 %)
     bound = (f"; {fmt_seconds(st.no_overlap_time_s)} with no overlap"
              if st.no_overlap_time_s > st.time_s * (1.0 + NO_OVERLAP_SHOWN_ABOVE) else "")
+    hw = e.scenario.hardware
+    neck = f"{st.bottleneck} ({memory_words(hw)})" if st.bottleneck == "memory" else st.bottleneck
     host = ("; host-bound: the device waits for kernel launches" if st.bound_by == "host" else "")
     t = Table(title=f"Step: {fmt_seconds(st.time_s)}{band_text(e, st.time_s_low, st.time_s_high)}, "
-                    f"bottleneck: {st.bottleneck}{bound}{host}", title_justify="left")
+                    f"bottleneck: {neck}{bound}{host}", title_justify="left")
     t.add_column("term")
     t.add_column("time", justify="right")
     t.add_column("share", justify="right")
     t.add_column("what it is")
     values = {k: fmt_seconds(v) for k, v in {**st.communication_detail_s, **st.overhead_detail_s}.items()}
-    for k in ("compute", "memory", "communication", "bubble", "overhead"):
-        about = TERM_ABOUT[k].format(**values, bubble=(p.pp - 1) / p.vpp)
+    terms = ("compute", "memory", "communication", "bubble", "overhead") + (("offload",) if st.offload_s else ())
+    for k in terms:
+        about = TERM_ABOUT[k].format(**values, bubble=(p.pp - 1) / p.vpp, memory=memory_words(hw),
+                                     link=host_link_words(hw))
         t.add_row(k, fmt_seconds(getattr(st, f"{k}_s")), f"{st.shares[k]:.1%}", about,
                   style="bold" if k == st.bottleneck else "")
     return t
@@ -166,19 +200,27 @@ def throughput_table(e: Estimate):
         ("tokens/s", f"{fmt_si(th.tokens_per_s)} total, {fmt_si(th.tokens_per_s_per_device)} per device"),
         ("model FLOP/s per device", f"{th.model_tflops_per_device:.1f} TFLOP/s of {th.peak_tflops_per_device:.0f}"
                                     f" peak ({e.scenario.precision})"),
-        ("MFU / HFU", f"{th.mfu:.1%} / {th.hfu:.1%}"),
+        ("MFU / HFU", f"{th.mfu:.1%} / {th.hfu:.1%}" + (
+            " (fine-tuning: the FLOPs a frozen base needs, forward + data gradients + adapters)"
+            if e.scenario.finetune.frozen else "")),
     ])
 
 
 def memory_table(e: Estimate):
     from rich.table import Table
     me = e.memory
-    t = Table(title=f"Memory per device: {fmt_gib(me.per_device_bytes)} of {fmt_gib(me.capacity_bytes)} "
+    hw = e.scenario.hardware
+    left = " left to training" if hw.memory_unified else ""
+    t = Table(title=f"Memory per device: {fmt_gib(me.per_device_bytes)} of {fmt_gib(me.capacity_bytes)}{left} "
                     f"({'fits' if me.fits else 'DOES NOT FIT'})", title_justify="left", min_width=62)
     t.add_column("part")
     t.add_column("size", justify="right")
     for k in ("weights", "gradients", "optimizer", "activations", "overhead"):
         t.add_row(k, fmt_gib(getattr(me, f"{k}_bytes")))
+    if me.host_bytes:
+        have = "unknown" if me.host_capacity_bytes is None else fmt_gib(me.host_capacity_bytes)
+        t.add_row("host memory (offloaded)", f"{fmt_gib(me.host_bytes)} of {have}"
+                  + ("" if me.host_fits else " DOES NOT FIT"), style="" if me.host_fits else "bold")
     return t
 
 
@@ -203,9 +245,77 @@ def run_table(e: Estimate):
     ])
 
 
-def print_estimate(e: Estimate) -> None:
-    """Rich tables on stdout: scenario, step breakdown, throughput, memory, whole run."""
+def print_estimate(e: Estimate, ops: tuple[list, Any] | None = None) -> None:
+    """Rich tables on stdout: scenario, step breakdown, (the ops on the roofline,) throughput,
+    memory, whole run."""
     con = console()
-    for table in (scenario_table(e.scenario), step_table(e), throughput_table(e), memory_table(e), run_table(e)):
+    tables = [scenario_table(e.scenario), step_table(e)]
+    if ops is not None:
+        tables.append(ops_table(e, *ops))
+    for table in (*tables, throughput_table(e), memory_table(e), run_table(e)):
         con.print(table)
     con.print(band_line(e), style="dim")
+
+
+# ------------------------------------------------------------------------------ the ops table (--ops)
+
+OPS_SHOWN_ABOVE = 0.005            # ops adding less than this share of the step fold into one "other" row
+CHART_WIDTH = 13                   # characters of the intensity strip
+PHASE_WORDS = {"forward": "fwd", "backward": "bwd", "recompute": "recomp", "step": "step"}
+CHART_DECADES = (-1.0, 4.0)        # log10 of the strip's ends [FLOP/B]: 0.1 to 10 000
+
+
+def ops_dict(ops: list, roofline: Any, step_s: float) -> dict[str, Any]:
+    """The `ops` list and `roofline` object of `estimate --ops --json` (docs/schema/estimate.schema.json)."""
+    return {"roofline": roofline._asdict(),
+            "ops": [{**o._asdict(), "share": o.exposed_s / step_s if step_s else None} for o in ops]}
+
+
+def intensity_strip(intensity: float | None, ridge: float | None, compute_bound: bool) -> str:
+    """A log-scale strip from 0.1 to 10⁴ FLOP/B: `|` at the op's ridge point, `●` (compute-bound) or
+    `○` (memory-bound) at its arithmetic intensity; ops without FLOPs sit at the left end."""
+    import math
+    lo, hi = CHART_DECADES
+
+    def at(x: float) -> int:
+        return min(CHART_WIDTH - 1, max(0, round((math.log10(x) - lo) / (hi - lo) * (CHART_WIDTH - 1))))
+
+    cells = ["·"] * CHART_WIDTH
+    if ridge:
+        cells[at(ridge)] = "|"
+    cells[at(intensity) if intensity else 0] = "●" if compute_bound else "○"
+    return "".join(cells)
+
+
+def _op_cells(o: Any, step_s: float) -> list[str]:
+    def num(x: float | None) -> str:
+        return "-" if not x else fmt_si(x)
+
+    return [f"{o.name} {PHASE_WORDS.get(o.phase, o.phase)}", num(o.flops), num(o.bytes), num(o.intensity),
+            num(o.ridge), o.bound.replace("network: ", ""), fmt_seconds(o.time_s),
+            f"{o.exposed_s / step_s:.1%}" if step_s else "-",
+            intensity_strip(o.intensity, o.ridge, o.bound == "compute") if o.part in ("layer", "logits",
+                                                                                      "optimizer") else ""]
+
+
+def ops_table(e: Estimate, ops: list, roofline: Any):
+    """Every operation of the step on the roofline, largest share first; the small ones folded."""
+    from rich import box
+    from rich.table import Table
+    step_s = e.step.time_s
+    ridges = ", ".join(f"{k} {v:,.0f}" for k, v in roofline.ridge_peak.items())
+    t = Table(title=f"Operations on the roofline: {roofline.memory_kind} {fmt_si(roofline.memory_bytes_per_s, 'B/s')}"
+                    f", peak ridge {ridges} FLOP/B; ridge column: each op's achievable FLOP/s / bandwidth; "
+                    f"● compute-bound, ○ memory-bound, | the op's ridge", title_justify="left", box=box.SIMPLE_HEAD)
+    for name, justify in (("op and pass", "left"), ("FLOPs", "right"), ("bytes", "right"), ("FLOP/B", "right"),
+                          ("ridge", "right"), ("bound", "left"), ("time", "right"), ("share", "right"),
+                          ("intensity, log", "left")):
+        t.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    shown = sorted((o for o in ops if o.exposed_s >= OPS_SHOWN_ABOVE * step_s), key=lambda o: -o.exposed_s)
+    for o in shown:
+        t.add_row(*_op_cells(o, step_s), style="bold" if o.bound == "compute" else "")
+    rest = [o for o in ops if o not in shown]
+    if rest:
+        t.add_row(f"other ({len(rest)} ops)", "", "", "", "", "", fmt_seconds(sum(o.time_s for o in rest)),
+                  f"{sum(o.exposed_s for o in rest) / step_s:.1%}", "")
+    return t

@@ -24,7 +24,8 @@ def plan_dict(e: Estimate) -> dict:
     full = estimate_dict(e)
     inputs = full["inputs"]
     return {"devices": inputs["devices"], "parallel": inputs["parallel"], "micro_batch": inputs["micro_batch"],
-            "micro_batches": inputs["micro_batches"], "recompute": inputs["recompute"], "step": full["step"],
+            "micro_batches": inputs["micro_batches"], "recompute": inputs["recompute"],
+            "finetune": inputs["finetune"]["method"], "offload": inputs["offload"], "step": full["step"],
             "memory": full["memory"], "throughput": full["throughput"], "training": full["training"],
             "band": full["band"], "estimate_args": estimate_args(e)}
 
@@ -61,7 +62,8 @@ def _layout(e) -> str:
     s, p = e.scenario, e.scenario.parallel
     return (f"t{p.tp} p{p.pp}" + ("(bal)" if p.pipeline_split == "balanced" else "") + f" c{p.cp} d{p.dp}"
             + (f" v{p.vpp}" if p.pp > 1 else "") + f" b{s.micro_batch} z{p.zero}"
-            + (" sp" if p.sequence_parallel else ""))
+            + (" sp" if p.sequence_parallel else "") + (f" {s.finetune.method}" if s.finetune.frozen else "")
+            + (f" off:{s.offload}" if s.offload != "none" else ""))
 
 
 def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:

@@ -10,13 +10,37 @@ from typing import NamedTuple
 from trainest import xp
 from trainest.layout import Job, Layout, Num
 from trainest.step.collectives import tiers_of
+from trainest.step.finetune import finetune_flops_delta, trainable_params_local
 from trainest.step.flops import model_flops_per_step, recompute_flops_per_step
 from trainest.step.kernels import host_layer_s, host_pass_s
-from trainest.step.layer import layer_pass, local_shape, logits_bounds, rates_of
+from trainest.step.layer import LayerPass, layer_pass, local_shape, logits_ops, rates_of
+from trainest.step.offload import Offload, offload_state, offload_terms
 from trainest.step.optimizer import optimizer_s
-from trainest.step.overlap import dp_exposed_s, dp_windows_s, overlapped_exposed_s, serial_dp_s
+from trainest.step.overlap import DpExposed, dp_exposed_parts, dp_windows_s, overlapped_exposed_s, serial_dp_s
+from trainest.step.roofline import Op, bound_sums
 from trainest.step.schedule import bubble_s, slowest_stage, stage_params
-from trainest.step.traffic import cp_ring, dp_traffic, pp_p2p_s, tp_layer_s, zero3_s
+from trainest.step.traffic import CpRing, DpTraffic, cp_ring, dp_traffic, pp_p2p_s, tp_layer_s, zero3_s
+
+
+class StepParts(NamedTuple):
+    """What the step was composed from (per micro-batch on the slowest stage unless said), kept so
+    the ops table (step/ops.py) reports the step's own numbers."""
+
+    layer: LayerPass             # one layer pass and its named ops
+    logits: list[Op]             # the logits and the loss (last stage)
+    layers: Num                  # layers of the slowest stage
+    last_is_max: Num             # 1 where the last stage (with the logits) is the slowest
+    micro_batches: Num
+    tp_total_s: Num              # TP collectives of one layer pass, all / exposed
+    tp_exposed_s: Num
+    cp: CpRing                   # the CP ring of one layer pass
+    pp_s: Num                    # PP send/recv of one micro-batch
+    z3_s: Num                    # ZeRO-3 traffic of one micro-batch, all / exposed
+    z3_exposed_s: Num
+    dp: DpTraffic                # data-parallel collectives of the step, and what each adds
+    dp_exposed: DpExposed
+    trained_params: Num          # parameters this device trains (the optimizer's, before its ZeRO shard)
+    offload: Offload | None
 
 
 class StepTerms(NamedTuple):
@@ -41,6 +65,8 @@ class StepTerms(NamedTuple):
     host_s: Num = 0.0            # the host's time to launch the slowest stage's layers (all micro-batches)
     host_wait_s: Num = 0.0       # the part of overhead_s the device waits for the host (host-bound layers)
     floor_s: Num = 0.0           # the part of overhead_s the kernels' floors add
+    offload_s: Num = 0.0         # exposed host-side work: host-link copies and the CPU's Adam (step/offload.py)
+    parts: StepParts | None = None   # what the terms were composed from (the ops table)
 
 
 def step_terms(job: Job, layout: Layout) -> StepTerms:
@@ -53,7 +79,8 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     lp = layer_pass(job, layout, rates, shape)
     tp_total, tp_layer = tp_layer_s(job, layout, shape, tiers, lp.linear_s)
     cp = cp_ring(layout, shape, tiers, lp)
-    logits_c, logits_m = logits_bounds(job, layout, rates, shape)
+    logits = logits_ops(job, layout, rates, shape)
+    logits_c, logits_m = bound_sums(logits)
     # a layer takes the longer of its device time and its host time (the device waits for launches)
     device_layer_s = lp.compute_s + lp.memory_s + lp.overhead_s + lp.floor_s + tp_layer + cp.exposed_s
     host_layer = host_layer_s(job, layout)
@@ -74,10 +101,20 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     mb_m = stage_m + stage.last_is_max * logits_m
     bubble = bubble_s(layout, stage.heavy_layers * layer_s + stage_pp + z3_exposed)
     m = layout.micro_batches(job)
-    dp = dp_traffic(job, layout, dp_tiers, params_local)
+    trained_local = trainable_params_local(job, layout, params_local)    # LoRA: the adapters only
+    dp = dp_traffic(job, layout, dp_tiers, trained_local)
     windows = dp_windows_s(layout, lp, cp, n, z3_comm, stage_work, host_pass_s(job, layout))
-    dp_exposed = dp_exposed_s(layout, dp, windows, n, eff.overlap_contention, m)
-    optimizer = optimizer_s(layout, params_local, rates.memory_bytes_per_s)
+    dp_parts = dp_exposed_parts(layout, dp, windows, n, eff.overlap_contention, m)
+    dp_exposed = dp_parts.replica_s + dp_parts.reduce_s + dp_parts.gather_s + dp_parts.zero2_s
+    optimizer = optimizer_s(layout, trained_local, rates.memory_bytes_per_s)
+    offload_s: Num = 0.0
+    offload_serial: Num = 0.0
+    off: Offload | None = None
+    if not xp.off(layout.offload):       # ZeRO-Offload / ZeRO-Infinity / FSDP CPU offload (step/offload.py)
+        off = offload_terms(job, layout, offload_state(job, layout), n, n * (lp.fwd_c + lp.fwd_m),
+                            n * (lp.bwd_c + lp.bwd_m))
+        offload_s, optimizer = off.exposed_s, optimizer * (1.0 - layout.offload_optimizer)
+        offload_serial = off.grads_down_s + off.fetch_s + off.activations_s + off.cpu_adam_s + off.weights_up_s
     compute_s, memory_s, overhead_s = m * mb_c, m * mb_m + optimizer, m * stage_o
     communication_s = m * mb_comm + dp_exposed
     # the upper bound: nothing overlapped (every collective in full, no contention), with the bubble
@@ -86,12 +123,21 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     serial_typical = stage.heavy_layers * (lp.compute_s + lp.memory_s + layer_overhead + serial_layer) \
         + stage_pp + z3_comm
     no_overlap = (m * (mb_c + mb_m + stage_o + n * serial_layer + stage_pp + z3_comm) + optimizer
-                  + serial_dp_s(layout, dp, m) + bubble_s(layout, serial_typical))
+                  + serial_dp_s(layout, dp, m) + bubble_s(layout, serial_typical) + offload_serial)
     mflops = model_flops_per_step(model, job.seq_len, job.global_batch)
-    return StepTerms(time_s=compute_s + memory_s + overhead_s + communication_s + bubble, compute_s=compute_s,
+    hflops = mflops + recompute_flops_per_step(job, layout)
+    if not xp.off(layout.finetune):      # frozen base: no weight gradients; adapters (step/finetune.py)
+        delta_model, delta_hardware = finetune_flops_delta(job, layout)
+        mflops, hflops = mflops + delta_model, hflops + delta_hardware
+    return StepTerms(time_s=compute_s + memory_s + overhead_s + communication_s + bubble + offload_s,
+                     compute_s=compute_s,
                      memory_s=memory_s, communication_s=communication_s, bubble_s=bubble, overhead_s=overhead_s,
                      tp_comm_s=m * (n * tp_layer), cp_comm_s=m * (n * cp.exposed_s), pp_comm_s=m * stage_pp,
                      dp_comm_s=dp_exposed + m * z3_exposed, optimizer_s=optimizer,
                      micro_batch_s=mb_c + mb_m + stage_o + mb_comm, no_overlap_time_s=no_overlap,
-                     model_flops=mflops, hardware_flops=mflops + recompute_flops_per_step(job, layout),
-                     host_s=m * n * host_layer, host_wait_s=m * n * host_excess, floor_s=m * n * lp.floor_s)
+                     model_flops=mflops, hardware_flops=hflops, offload_s=offload_s,
+                     host_s=m * n * host_layer, host_wait_s=m * n * host_excess, floor_s=m * n * lp.floor_s,
+                     parts=StepParts(layer=lp, logits=logits, layers=n, last_is_max=stage.last_is_max, micro_batches=m,
+                                     tp_total_s=tp_total, tp_exposed_s=tp_layer, cp=cp, pp_s=stage_pp, z3_s=z3_comm,
+                                     z3_exposed_s=z3_exposed, dp=dp, dp_exposed=dp_parts, trained_params=trained_local,
+                                     offload=off))

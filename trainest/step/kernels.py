@@ -23,7 +23,7 @@ from __future__ import annotations
 from trainest import xp
 from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
-from trainest.step.roofline import OpTime
+from trainest.step.roofline import Op, OpTime
 
 FUSED_ELEMENTWISE_KERNELS = 5.0     # 2 norms, 2 bias-dropout-add, 1 fused activation, per layer forward
 EAGER_NORM_KERNELS = 7.0            # an unfused FP32 norm: cast, square, mean, rsqrt, scale, weight, cast back
@@ -103,7 +103,7 @@ def floor_excess_s(time_s: Num, kernels: float, floor_s: Num) -> Num:
     return xp.maximum(kernels * floor_s - time_s, 0.0)
 
 
-def ops_time_s(ops: list[OpTime]) -> Num:
+def ops_time_s(ops: list[OpTime] | list[Op]) -> Num:
     """Σ of the operations' roofline times [s]."""
     total: Num = 0.0
     for o in ops:

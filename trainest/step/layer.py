@@ -2,6 +2,10 @@
 the four GEMMs, attention (fused or with materialised scores), the element-wise traffic, one layer
 pass with recomputation, and the logits with the cross-entropy on the last stage.
 
+Every operation is a named `Op` (FLOPs, bytes, compute and memory bounds) in the phase it runs in
+(forward, backward, recompute); `layer_ops` lists them and `layer_pass` only sums them, so the ops
+table (`trainest estimate --ops`) and the step are the same numbers.
+
 Sources: Narayanan et al. 2021 (Megatron GEMM split), Dao 2023 (FlashAttention-2 FLOPs and
 efficiency), Korthikanti et al. 2022 (selective and full recomputation).
 """
@@ -12,21 +16,24 @@ from typing import NamedTuple
 
 from trainest import xp
 from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.step.finetune import finetune_layer_ops
 from trainest.step.flops import CAUSAL_FRACTION
 from trainest.step.kernels import (
     ELEMENTWISE_BACKWARD_RATIO,
-    GEMM_BACKWARD_KERNELS,
     attention_kernels,
     elementwise_kernels,
     floor_excess_s,
     ops_time_s,
 )
 from trainest.step.roofline import (
+    Op,
     OpTime,
     bound_sums,
     dimension_factor,
     fused_time,
+    gemm_op,
     gemm_time,
+    op_of,
     streaming_time,
     wave_efficiency,
 )
@@ -51,6 +58,7 @@ NO_DROPOUT_SOFTMAX_SAVING = 5.0
 CROSS_ENTROPY_PASSES = 4.0         # FP32 logits: softmax read/write forward and backward
 BACKWARD_TRAFFIC_RATIO = 2.0       # element-wise backward moves about twice the forward bytes
 LOW_PRECISION_CAST_PASSES = 3.0    # FP8/FP4: read 16-bit input, write the low-precision copy (+ scale)
+FORWARD, BACKWARD, RECOMPUTE = "forward", "backward", "recompute"    # the phases an op runs in
 
 
 class Rates(NamedTuple):
@@ -69,11 +77,23 @@ class Rates(NamedTuple):
     def gemm(self, m: Num, n: Num, k: Num, batch: Num = 1.0) -> OpTime:
         """An (m×k)·(k×n) GEMM (one of `batch` alike in one kernel) at these rates, writing 16-bit
         activations; its tiles spread over the device's units (wave_efficiency) where they are known."""
-        wave = 1.0 if self.units is None or self.tile is None else \
-            wave_efficiency(m, n, k, units=self.units, tile_m=self.tile[0], tile_n=self.tile[1], batch=batch)
+        wave = self.wave(m, n, k, batch)
         return gemm_time(m, n, k, peak_flops_per_s=self.peak_flops_per_s, peak_fraction=self.gemm_peak_fraction,
                          half_dim=self.gemm_half_dim, input_bytes=self.gemm_input_bytes,
                          output_bytes=ACTIVATION_BYTES, memory_bytes_per_s=self.memory_bytes_per_s, wave=wave)
+
+    def wave(self, m: Num, n: Num, k: Num, batch: Num = 1.0) -> Num:
+        """The share of the device's units the GEMM's tiles keep busy (1 where they are unknown)."""
+        if self.units is None or self.tile is None:
+            return 1.0
+        return wave_efficiency(m, n, k, units=self.units, tile_m=self.tile[0], tile_n=self.tile[1], batch=batch)
+
+    def gemm_op(self, name: str, m: Num, n: Num, k: Num, phase: str = FORWARD, batch: Num = 1.0) -> Op:
+        """The same GEMM as a named op with its FLOPs (2mnk) and bytes (one of `batch` alike in one kernel)."""
+        return gemm_op(name, phase, m, n, k, peak_flops_per_s=self.peak_flops_per_s,
+                       peak_fraction=self.gemm_peak_fraction, half_dim=self.gemm_half_dim,
+                       input_bytes=self.gemm_input_bytes, output_bytes=ACTIVATION_BYTES,
+                       memory_bytes_per_s=self.memory_bytes_per_s, wave=self.wave(m, n, k, batch))
 
 
 def attention_flops_per_s(job: Job, layout: Layout) -> Num:
@@ -119,16 +139,18 @@ def local_shape(job: Job, layout: Layout) -> LocalShape:
                       * job.seq_len)
 
 
-def linear_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[OpTime]:
+LINEAR_NAMES = ("qkv", "proj", "mlp_up", "mlp_down")   # QKV, attention output, MLP up (and gate), MLP down
+
+
+def linear_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
     """QKV, output projection, MLP up (and gate), MLP down: Megatron's column/row split over t."""
     h, f, tp = job.model.hidden, job.model.ffn_hidden, layout.tp
-    return [r.gemm(x.tokens, x.q_width / tp + 2.0 * x.kv_local, h),
-            r.gemm(x.tokens, h, x.q_width / tp),
-            r.gemm(x.tokens, (job.model.mlp_matrices - 1.0) * f / tp, h),
-            r.gemm(x.tokens, h, f / tp)]
+    shapes = ((x.q_width / tp + 2.0 * x.kv_local, h), (h, x.q_width / tp),
+              ((job.model.mlp_matrices - 1.0) * f / tp, h), (h, f / tp))
+    return [r.gemm_op(name, x.tokens, n, k) for name, (n, k) in zip(LINEAR_NAMES, shapes, strict=True)]
 
 
-def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[list[OpTime], list[OpTime]]:
+def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[list[Op], list[Op]]:
     """(forward parts, backward parts) of attention. Fused: 4·b·(a/t)·s_c·s·d_h·causal FLOPs reading
     Q, K, V and writing O; backward 2.5× the FLOPs at 0.85× the rate. Standard: the score and
     context GEMMs per (sequence, head) and the softmax traffic over s×s; backward twice each."""
@@ -139,17 +161,18 @@ def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[li
         fwd = fused_time(flops, bytes_moved, r.attention_flops_per_s, r.memory_bytes_per_s)
         bwd = fused_time(FLASH_BACKWARD_FLOP_RATIO * flops, 2.0 * bytes_moved,
                          r.attention_flops_per_s * FLASH_BACKWARD_EFFICIENCY, r.memory_bytes_per_s)
-        return [fwd], [bwd]
+        return ([op_of("attention", FORWARD, flops, bytes_moved, fwd)],
+                [op_of("attention", BACKWARD, FLASH_BACKWARD_FLOP_RATIO * flops, 2.0 * bytes_moved, bwd)])
     s_c = job.seq_len / layout.cp
     scale = layout.micro_batch * x.heads_local
-    scores = r.gemm(s_c, job.seq_len, m.head_dim, batch=scale)
-    context = r.gemm(s_c, m.head_dim, job.seq_len, batch=scale)
+    scores = r.gemm_op("attention.scores", s_c, job.seq_len, m.head_dim, batch=scale).scaled(scale)
+    context = r.gemm_op("attention.context", s_c, m.head_dim, job.seq_len, batch=scale).scaled(scale)
     no_dropout = 0.0 if m.dropout else 1.0
-    fwd_parts = [OpTime(scores.compute_s * scale, scores.memory_s * scale),
-                 OpTime(context.compute_s * scale, context.memory_s * scale),
-                 streaming_time((SOFTMAX_BYTES_PER_SCORE - no_dropout * NO_DROPOUT_SOFTMAX_SAVING) * x.score_elements,
-                                r.memory_bytes_per_s)]
-    return fwd_parts, [OpTime(2.0 * p.compute_s, 2.0 * p.memory_s) for p in fwd_parts]
+    softmax_bytes = (SOFTMAX_BYTES_PER_SCORE - no_dropout * NO_DROPOUT_SOFTMAX_SAVING) * x.score_elements
+    softmax = op_of("attention.softmax", FORWARD, 0.0 * softmax_bytes, softmax_bytes,
+                    streaming_time(softmax_bytes, r.memory_bytes_per_s))
+    fwd_parts = [scores, context, softmax]
+    return fwd_parts, [p.scaled(2.0, phase=BACKWARD) for p in fwd_parts]
 
 
 def elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
@@ -170,6 +193,55 @@ def elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
     return total
 
 
+def elementwise_op(job: Job, layout: Layout, r: Rates, x: LocalShape) -> Op:
+    """The layer's element-wise kernels (norms, residual adds, activation, casts) as one memory-bound op."""
+    bytes_moved = elementwise_bytes(job, layout, x)
+    return op_of("elementwise", FORWARD, 0.0 * bytes_moved, bytes_moved,
+                 streaming_time(bytes_moved, r.memory_bytes_per_s))
+
+
+def backward_ops(linear: list[Op], attn_bwd: list[Op], elementwise: Op, trained: Num = 1.0) -> list[Op]:
+    """The backward pass: each GEMM's data gradient (dX = dY·Wᵀ) and weight gradient (dW = Xᵀ·dY),
+    each costing its forward (the weight gradient × `trained`: 0 for a frozen base); attention's
+    backward; the element-wise backward at BACKWARD_TRAFFIC_RATIO × the forward's bytes."""
+    grads = [o.scaled(1.0 if kind == "dgrad" else trained, name=f"{o.name}.{kind}", phase=BACKWARD)
+             for o in linear for kind in ("dgrad", "wgrad")]
+    elem = Op(name=elementwise.name, phase=BACKWARD, flops=elementwise.flops,
+              bytes=BACKWARD_TRAFFIC_RATIO * elementwise.bytes, compute_s=elementwise.compute_s,
+              memory_s=BACKWARD_TRAFFIC_RATIO * elementwise.memory_s)
+    return grads + attn_bwd + [elem]
+
+
+class Recomputed(NamedTuple):
+    """Ops the backward runs again, `mask` times (1 where the recompute mode holds, else 0)."""
+
+    mask: Num
+    ops: list[Op]
+
+
+def recompute_ops(job: Job, layout: Layout, r: Rates, x: LocalShape, fwd: list[Op], attn: list[Op],
+                  linear: list[Op], elementwise: Op) -> list[Recomputed]:
+    """What the backward recomputes, one group per mode with its mask: full re-runs the forward;
+    selective the attention core; op (torchtitan: every compute op's output saved except every second
+    matmul) re-runs the 2nd, 4th and 6th matmuls (K, the output projection, SwiGLU's up or GeLU's down
+    projection) and the element-wise ops, and keeps attention."""
+    third = r.gemm_op("mlp_up", x.tokens, job.model.ffn_hidden / layout.tp, job.model.hidden) \
+        if job.model.mlp == "swiglu" else linear[3]
+    op_parts = [r.gemm_op("qkv.k", x.tokens, x.kv_local, job.model.hidden), linear[1], third, elementwise]
+    return [Recomputed(layout.full, fwd), Recomputed(layout.selective, attn), Recomputed(layout.op, op_parts)]
+
+
+class LayerOps(NamedTuple):
+    """The named ops of one layer pass: forward (the 4 GEMMs first), backward (their dgrad and wgrad
+    first), the recomputed groups, and attention's own ops (they hide the CP ring)."""
+
+    forward: list[Op]
+    backward: list[Op]
+    recomputed: list[Recomputed]
+    attention_forward: list[Op]
+    attention_backward: list[Op]
+
+
 class LayerPass(NamedTuple):
     """One layer, one micro-batch, one device: compute-bound and memory-bound seconds of the forward,
     the backward and the recomputation, and what the overlap rules need."""
@@ -184,47 +256,64 @@ class LayerPass(NamedTuple):
     memory_s: Num               # the same, memory-bound
     overhead_s: Num             # fixed per-pass overhead (launches, sync)
     linear_s: Num               # the 4 GEMMs forward, backward and recomputed (TP overlap window)
-    floor_s: Num                # what the kernels' floors add over their roofline times (all passes)
+    floor_s: Num = 0.0          # what the kernels' floors add over their roofline times (all passes)
+    ops: LayerOps | None = None  # the named ops these sums add up (the ops table, docs/model.md §2.9)
 
 
-def recompute_bounds(job: Job, layout: Layout, r: Rates, x: LocalShape, linear: list[OpTime],
-                     fwd: tuple[Num, Num], attn: tuple[Num, Num], elementwise: OpTime) -> tuple[Num, Num]:
-    """(compute, memory) seconds recomputed: full re-runs the forward; selective the attention core;
-    op (torchtitan: every compute op's output saved except every second matmul) re-runs the 2nd, 4th
-    and 6th matmuls (K, the output projection, SwiGLU's up or GeLU's down projection) and the
-    element-wise ops, and keeps attention."""
-    third = r.gemm(x.tokens, job.model.ffn_hidden / layout.tp, job.model.hidden) if job.model.mlp == "swiglu" \
-        else linear[3]
-    op_c, op_m = bound_sums([r.gemm(x.tokens, x.kv_local, job.model.hidden), linear[1], third, elementwise])
-    full, selective, op = layout.full, layout.selective, layout.op
-    return (full * fwd[0] + selective * attn[0] + op * op_c, full * fwd[1] + selective * attn[1] + op * op_m)
+def layer_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> LayerOps:
+    """The ops of one layer pass, per micro-batch and device; a LoRA/QLoRA adds its adapters and
+    dequantisation (step/finetune.py) and drops the frozen weights' gradients."""
+    linear = linear_gemms(job, layout, r, x)
+    attn_fwd, attn_bwd = attention_ops(job, layout, r, x)
+    elementwise = elementwise_op(job, layout, r, x)
+    fwd = linear + attn_fwd + [elementwise]
+    if xp.off(layout.finetune):
+        bwd = backward_ops(linear, attn_bwd, elementwise)
+    else:
+        ft_fwd, ft_bwd = finetune_layer_ops(job, layout, r, x)
+        fwd = fwd + ft_fwd
+        bwd = backward_ops(linear, attn_bwd, elementwise, 1.0 - layout.frozen) + ft_bwd
+    return LayerOps(forward=fwd, backward=bwd, attention_forward=attn_fwd, attention_backward=attn_bwd,
+                    recomputed=recompute_ops(job, layout, r, x, fwd, attn_fwd, linear, elementwise))
 
 
 def layer_pass(job: Job, layout: Layout, r: Rates, x: LocalShape) -> LayerPass:
-    """Forward, backward (2× the GEMMs, the attention backward, 2× the element-wise bytes) and the
-    recomputation of one layer (docs/model.md §2.6)."""
-    linear = linear_gemms(job, layout, r, x)
-    attn_fwd, attn_bwd = attention_ops(job, layout, r, x)
-    elementwise = streaming_time(elementwise_bytes(job, layout, x), r.memory_bytes_per_s)
-    fwd_c, fwd_m = bound_sums(linear + attn_fwd + [elementwise])
-    bwd_c, bwd_m = bound_sums([OpTime(2.0 * o.compute_s, 2.0 * o.memory_s) for o in linear] + attn_bwd
-                              + [OpTime(elementwise.compute_s, BACKWARD_TRAFFIC_RATIO * elementwise.memory_s)])
+    """Forward, backward and recomputation of one layer (docs/model.md §2.6), summed from `layer_ops`:
+    a GEMM's backward is its dgrad + wgrad = (2 − frozen)× its forward (one scaled bound: the same
+    classification), attention's backward its own op, the element-wise backward 2× the bytes; a
+    recomputed group is its mask × the sums of its ops."""
+    ops = layer_ops(job, layout, r, x)
+    fwd, bwd = ops.forward, ops.backward
+    n_linear = len(LINEAR_NAMES)
+    fwd_c, fwd_m = bound_sums(fwd)
+    k = 2.0 if xp.off(layout.finetune) else 2.0 - layout.frozen
+    grads: list[OpTime] = [OpTime(k * o.compute_s, k * o.memory_s) for o in fwd[:n_linear]]
+    bwd_c, bwd_m = bound_sums(grads + [OpTime(o.compute_s, o.memory_s) for o in bwd[2 * n_linear:]])
+    attn_fwd = ops.attention_forward
     attn_c, attn_m = bound_sums(attn_fwd)
-    re_c, re_m = recompute_bounds(job, layout, r, x, linear, (fwd_c, fwd_m), (attn_c, attn_m), elementwise)
+    re_c: Num = 0.0
+    re_m: Num = 0.0
+    for group in ops.recomputed:
+        c, m = (fwd_c, fwd_m) if group.ops is fwd else (attn_c, attn_m) if group.ops is attn_fwd \
+            else bound_sums(group.ops)
+        re_c, re_m = re_c + group.mask * c, re_m + group.mask * m
     return LayerPass(fwd_c=fwd_c, fwd_m=fwd_m, bwd_c=bwd_c, bwd_m=bwd_m, attn_fwd_s=attn_c + attn_m,
-                     attn_bwd_s=sum(bound_sums(attn_bwd)), compute_s=fwd_c + bwd_c + re_c,
-                     memory_s=fwd_m + bwd_m + re_m,
+                     attn_bwd_s=sum(bound_sums(ops.attention_backward)),
+                     compute_s=fwd_c + bwd_c + re_c, memory_s=fwd_m + bwd_m + re_m,
                      overhead_s=job.hardware.efficiency.layer_overhead_s * (2.0 + layout.full + layout.op),
-                     linear_s=sum(o.time_s for o in linear) * (3.0 + layout.full),
-                     floor_s=layer_floor_s(job, layout, linear, (attn_fwd, attn_bwd), elementwise))
+                     linear_s=sum(o.time_s for o in fwd[:n_linear]) * (k + 1.0 + layout.full),
+                     floor_s=layer_floor_s(job, layout, fwd[:n_linear], (attn_fwd, ops.attention_backward),
+                                           fwd[n_linear + len(attn_fwd)], k),
+                     ops=ops)
 
 
-def layer_floor_s(job: Job, layout: Layout, linear: list[OpTime], attention: tuple[list[OpTime], list[OpTime]],
-                  elementwise: OpTime) -> Num:
+def layer_floor_s(job: Job, layout: Layout, linear: list[Op], attention: tuple[list[Op], list[Op]],
+                  elementwise: Op, gemm_backward: Num = 2.0) -> Num:
     """What the kernels' floor (`efficiency.kernel_floor_us`) adds to one layer's passes [s]: each
-    GEMM (1 kernel forward, 2 backward at twice the time), the attention core and the element-wise
-    kernels (kernels.py counts) take at least their kernel count times the floor; recomputed kernels
-    again (full: the forward; selective: attention; op: 3 GEMMs and the element-wise kernels)."""
+    GEMM (1 kernel forward; `gemm_backward` = 2 backward at twice the time, 1 for frozen weights), the
+    attention core and the element-wise kernels (kernels.py counts) take at least their kernel count
+    times the floor; recomputed kernels again (full: the forward; selective: attention; op: 3 GEMMs
+    and the element-wise kernels)."""
     floor = job.hardware.efficiency.kernel_floor_s
     attn_fwd_k, attn_bwd_k = attention_kernels(job)
     ew_k = elementwise_kernels(job)
@@ -234,15 +323,24 @@ def layer_floor_s(job: Job, layout: Layout, linear: list[OpTime], attention: tup
     attn_fwd = floor_excess_s(ops_time_s(attention[0]), attn_fwd_k, floor)
     ew_fwd = floor_excess_s(elementwise.time_s, ew_k, floor)
     forward = gemm_fwd + attn_fwd + ew_fwd
-    backward = (GEMM_BACKWARD_KERNELS * gemm_fwd + floor_excess_s(ops_time_s(attention[1]), attn_bwd_k, floor)
+    backward = (gemm_backward * gemm_fwd + floor_excess_s(ops_time_s(attention[1]), attn_bwd_k, floor)
                 + floor_excess_s(BACKWARD_TRAFFIC_RATIO * elementwise.time_s, ELEMENTWISE_BACKWARD_RATIO * ew_k, floor))
     recompute = layout.full * forward + layout.selective * attn_fwd + layout.op * (0.75 * gemm_fwd + ew_fwd)
     return forward + backward + recompute
 
 
+def logits_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
+    """The logits GEMM forward, its data and weight gradients, and the FP32 cross-entropy (4 passes
+    over T·V/t logits of 4 bytes) on the last stage."""
+    logits = r.gemm_op("logits", x.tokens, job.model.vocab / layout.tp, job.model.hidden)
+    ce_bytes = CROSS_ENTROPY_PASSES * 4.0 * x.tokens * job.model.vocab / layout.tp
+    ce = op_of("cross_entropy", FORWARD, 0.0 * ce_bytes, ce_bytes, streaming_time(ce_bytes, r.memory_bytes_per_s))
+    trained = 1.0 if xp.off(layout.finetune) else 1.0 - layout.frozen      # a frozen output layer: no wgrad
+    return [logits, logits.scaled(1.0, name="logits.dgrad", phase=BACKWARD),
+            logits.scaled(trained, name="logits.wgrad", phase=BACKWARD), ce]
+
+
 def logits_bounds(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[Num, Num]:
     """(compute, memory) seconds of the logits GEMM forward and backward (3×) and the FP32
-    cross-entropy (4 passes over T·V/t logits of 4 bytes) on the last stage."""
-    logits = r.gemm(x.tokens, job.model.vocab / layout.tp, job.model.hidden)
-    ce = streaming_time(CROSS_ENTROPY_PASSES * 4.0 * x.tokens * job.model.vocab / layout.tp, r.memory_bytes_per_s)
-    return 3.0 * logits.compute_bound_s, 3.0 * logits.memory_bound_s + ce.memory_s
+    cross-entropy on the last stage: sums of `logits_ops`."""
+    return bound_sums(logits_ops(job, layout, r, x))

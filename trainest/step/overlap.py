@@ -3,6 +3,8 @@ slowdown hidden traffic causes (contention κ), and the upper bound with nothing
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from trainest import xp
 from trainest.layout import Layout, Num
 from trainest.step.layer import LayerPass
@@ -35,19 +37,35 @@ def dp_windows_s(layout: Layout, lp: LayerPass, cp: CpRing, stage_layers: Num, z
     return backward * layout.dp_overlap, forward * layout.dp_overlap
 
 
+class DpExposed(NamedTuple):
+    """What each data-parallel collective adds to the step [s]."""
+
+    replica_s: Num
+    reduce_s: Num
+    gather_s: Num
+    zero2_s: Num
+
+
+def dp_exposed_parts(layout: Layout, dp: DpTraffic, windows: tuple[Num, Num], stage_layers: Num, contention: Num,
+                     micro_batches: Num) -> DpExposed:
+    """Exposed data-parallel time per step, per collective [s]: the HSDP replica all-reduce in full
+    (it crosses the slow tier once per step, after the shard group's reduce-scatter); the gradient
+    reduction behind the last backward and the ZeRO-1/2 gather behind the first forward, each but one
+    layer's bucket; ZeRO-2's reduce-scatter of every other micro-batch behind its own backward."""
+    backward, forward = windows
+    return DpExposed(
+        replica_s=dp.replica_s,
+        reduce_s=overlapped_exposed_s(dp.reduce_s, backward, dp.reduce_s / stage_layers, contention),
+        gather_s=overlapped_exposed_s(dp.gather_s, forward, dp.gather_s / stage_layers, contention),
+        zero2_s=layout.z2 * (micro_batches - 1.0) * overlapped_exposed_s(dp.zero2_rs_s, backward,
+                                                                        dp.zero2_rs_s / stage_layers, contention))
+
+
 def dp_exposed_s(layout: Layout, dp: DpTraffic, windows: tuple[Num, Num], stage_layers: Num, contention: Num,
                  micro_batches: Num) -> Num:
-    """Exposed data-parallel time per step [s]: the HSDP replica all-reduce in full (it crosses the
-    slow tier once per step, after the shard group's reduce-scatter); the gradient reduction behind
-    the last backward and the ZeRO-1/2 gather behind the first forward, each but one layer's bucket;
-    ZeRO-2's reduce-scatter of every other micro-batch behind its own backward."""
-    backward, forward = windows
-    exposed = (dp.replica_s
-               + overlapped_exposed_s(dp.reduce_s, backward, dp.reduce_s / stage_layers, contention)
-               + overlapped_exposed_s(dp.gather_s, forward, dp.gather_s / stage_layers, contention))
-    z2 = layout.z2 * (micro_batches - 1.0) * overlapped_exposed_s(dp.zero2_rs_s, backward,
-                                                                 dp.zero2_rs_s / stage_layers, contention)
-    return exposed + z2
+    """Exposed data-parallel time per step [s]: the sum of `dp_exposed_parts`."""
+    e = dp_exposed_parts(layout, dp, windows, stage_layers, contention, micro_batches)
+    return e.replica_s + e.reduce_s + e.gather_s + e.zero2_s
 
 
 def serial_dp_s(layout: Layout, dp: DpTraffic, micro_batches: Num) -> Num:

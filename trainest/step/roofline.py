@@ -35,7 +35,49 @@ class OpTime(NamedTuple):
         return self.time_s - self.compute_bound_s
 
 
-def bound_sums(times: list[OpTime]) -> tuple[Num, Num]:
+class Op(NamedTuple):
+    """One named operation (a kernel) of a layer pass or of the step, per micro-batch and device: its
+    FLOPs and bytes and its two roofline bounds [s]. `phase` is forward, backward or recompute; the
+    same name may appear in several phases (`qkv` forward, `qkv.dgrad` backward). A later kernel
+    model can add a floor per op by its name; the layer pass sums ops, never anything else."""
+
+    name: str
+    phase: str
+    flops: Num                  # [FLOP]
+    bytes: Num                  # [B] moved to and from device memory
+    compute_s: Num
+    memory_s: Num
+
+    @property
+    def time_s(self) -> Num:
+        """max(compute, memory) [s]."""
+        return xp.maximum(self.compute_s, self.memory_s)
+
+    @property
+    def compute_bound_s(self) -> Num:
+        """The op's time where it is compute-bound, else 0 [s]."""
+        return xp.where(self.compute_s >= self.memory_s, self.time_s, 0.0)
+
+    @property
+    def memory_bound_s(self) -> Num:
+        """The op's time where it is memory-bound, else 0 [s]."""
+        return self.time_s - self.compute_bound_s
+
+    def scaled(self, factor: Num, *, name: str | None = None, phase: str | None = None) -> Op:
+        """The same kernel `factor` times (a backward GEMM at 1×, attention's at 2.5×; 0 masks it out)."""
+        if isinstance(factor, float) and factor == 1.0:       # the same numbers, no array work
+            return self._replace(name=self.name if name is None else name, phase=self.phase if phase is None else phase)
+        return Op(name=self.name if name is None else name, phase=self.phase if phase is None else phase,
+                  flops=self.flops * factor, bytes=self.bytes * factor, compute_s=self.compute_s * factor,
+                  memory_s=self.memory_s * factor)
+
+
+def op_of(name: str, phase: str, flops: Num, bytes_moved: Num, t: OpTime) -> Op:
+    """A named op from its counts and its roofline bounds."""
+    return Op(name=name, phase=phase, flops=flops, bytes=bytes_moved, compute_s=t.compute_s, memory_s=t.memory_s)
+
+
+def bound_sums(times: list[OpTime] | list[Op]) -> tuple[Num, Num]:
     """(seconds of the compute-bound ops, seconds of the memory-bound ops) of a list of operations."""
     compute: Num = 0.0
     memory: Num = 0.0
@@ -60,7 +102,20 @@ SPLIT_K = (1.0, 2.0, 4.0, 8.0)     # split-K factors a GEMM library may choose f
 MIN_K_PER_SPLIT = 256.0            # each split keeps at least this much of K (cuBLAS/CUTLASS split-K)
 
 
-def wave_efficiency(m: Num, n: Num, k: Num, *, units: float, tile_m: float, tile_n: float,
+MIN_TILE = 16.0                    # the narrowest tile edge a GEMM library uses
+SKINNY_EDGE = 32.0                 # a dimension this narrow gets a tile of its own width (LoRA ranks)
+
+
+def narrow_tile(dim: Num, tile: Num) -> Num:
+    """The tile edge used along a dimension: the device's tile, or, for a skinny matrix (a dimension
+    ≤ SKINNY_EDGE, e.g. a LoRA adapter of rank 16), the power of two ≥ the dimension (≥ MIN_TILE):
+    libraries carry skinny-GEMM kernels for such shapes (cuBLASLt, CUTLASS); wider matrices keep the
+    device's tile and pay its padding."""
+    fit = xp.maximum(MIN_TILE, 2.0 ** xp.ceil(xp.log2(xp.maximum(dim, 1.0))))
+    return xp.where(dim <= SKINNY_EDGE, xp.minimum(tile, fit), tile)
+
+
+def wave_efficiency(m: Num, n: Num, k: Num, *, units: float, tile_m: Num, tile_n: Num,
                     batch: Num = 1.0) -> Num:
     """Share of the device's compute units a GEMM keeps busy [fraction]: its output is cut into
     ceil(m/t_m)·ceil(n/t_n)·batch tiles, one per unit at a time, so they run in ceil(tiles/U) waves
@@ -68,6 +123,8 @@ def wave_efficiency(m: Num, n: Num, k: Num, *, units: float, tile_m: float, tile
     Split-K (s pieces of K, each ≥ MIN_K_PER_SPLIT) multiplies the tiles of a short, wide GEMM; the
     best s is taken, as library heuristics do (NVIDIA, "Matrix Multiplication Background" user guide:
     tile and wave quantization)."""
+    # a skinny matrix gets a tile of its own width (a rank-16 LoRA adapter is not padded to 256)
+    tile_m, tile_n = narrow_tile(m, tile_m), narrow_tile(n, tile_n)
     rows, cols = xp.ceil(m / tile_m), xp.ceil(n / tile_n)
     fill = m * n / (rows * tile_m * cols * tile_n)
     tiles = rows * cols * batch
@@ -96,6 +153,15 @@ def gemm_time(m: Num, n: Num, k: Num, *, peak_flops_per_s: float, peak_fraction:
     eff = gemm_efficiency(m, n, k, peak_fraction, half_dim) * wave
     return OpTime(compute_s=gemm_flops(m, n, k) / (peak_flops_per_s * eff),
                   memory_s=gemm_bytes(m, n, k, input_bytes, output_bytes) / memory_bytes_per_s)
+
+
+def gemm_op(name: str, phase: str, m: Num, n: Num, k: Num, *, peak_flops_per_s: float, peak_fraction: Num,
+            half_dim: Num, input_bytes: float, output_bytes: float, memory_bytes_per_s: Num, wave: Num = 1.0) -> Op:
+    """`gemm_time` as a named op with its FLOPs (2mnk) and bytes (the same expressions, computed once)."""
+    eff = gemm_efficiency(m, n, k, peak_fraction, half_dim) * wave
+    flops, bytes_moved = gemm_flops(m, n, k), gemm_bytes(m, n, k, input_bytes, output_bytes)
+    return Op(name=name, phase=phase, flops=flops, bytes=bytes_moved, compute_s=flops / (peak_flops_per_s * eff),
+              memory_s=bytes_moved / memory_bytes_per_s)
 
 
 def streaming_time(bytes_moved: Num, memory_bytes_per_s: Num) -> OpTime:

@@ -13,6 +13,7 @@ from trainest import xp
 from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
 from trainest.precision import grad_bytes_per_param, weight_bytes_per_param
 from trainest.step.collectives import Tiers, all_gather_s, all_reduce_s, reduce_scatter_s, send_recv_s
+from trainest.step.finetune import adapter_params_per_layer, frozen_layer_bytes
 from trainest.step.layer import LayerPass, LocalShape
 
 TP_OVERLAP_RESIDUAL = 0.15         # share of overlapped TP traffic still exposed (first/last chunk, SM contention)
@@ -68,11 +69,18 @@ def zero3_s(job: Job, layout: Layout, tiers: Tiers, stage_layers: Num, params_lo
     w, g = weight_bytes_per_param(job.precision), grad_bytes_per_param(job.precision)
     group = layout.shard * layout.cp
     layer_params = job.model.params_per_layer / layout.tp
-    layer = 2.0 * all_gather_s(layer_params * w, group, layout.tp, tiers) \
-        + reduce_scatter_s(layer_params * g, group, layout.tp, tiers)
     embed = params_local - stage_layers * layer_params
-    total = layout.z3 * (stage_layers * layer + 2.0 * all_gather_s(embed * w, group, layout.tp, tiers)
-                         + reduce_scatter_s(embed * g, group, layout.tp, tiers))
+    gather, reduce, embed_gather, embed_reduce = layer_params * w, layer_params * g, embed * w, embed * g
+    if not xp.off(layout.finetune):
+        # a frozen base gathers its stored weights (NF4: ~0.5 B) and reduces only the adapters' gradients
+        frozen = layout.frozen
+        gather = xp.where(frozen > 0, frozen_layer_bytes(job, layout), gather)
+        reduce = xp.where(frozen > 0, adapter_params_per_layer(job, layout) * g, reduce)
+        embed_gather = xp.where(frozen > 0, embed * 2.0, embed_gather)
+        embed_reduce = embed_reduce * (1.0 - frozen)
+    layer = 2.0 * all_gather_s(gather, group, layout.tp, tiers) + reduce_scatter_s(reduce, group, layout.tp, tiers)
+    total = layout.z3 * (stage_layers * layer + 2.0 * all_gather_s(embed_gather, group, layout.tp, tiers)
+                         + reduce_scatter_s(embed_reduce, group, layout.tp, tiers))
     return layer, total
 
 

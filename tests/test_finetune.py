@@ -1,0 +1,219 @@
+"""Fine-tuning (trainest/step/finetune.py, docs/model.md §13): a frozen base has no weight-gradient
+GEMMs and no gradients or optimizer state; adapters cost 2·T·r·(in + out) FLOPs forward; QLoRA's base
+is NF4 with double quantisation and is dequantised for every pass; MFU counts what a frozen base needs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from trainest.catalog import load_model
+from trainest.errors import SpecError
+from trainest.estimate import estimate
+from trainest.scenario import scenario_from_mapping
+from trainest.step.finetune import (
+    DOUBLE_QUANT_BITS_PER_PARAM,
+    adapter_flops_per_token,
+    adapted_matrices,
+    base_bytes_per_param,
+    linear_params_per_layer,
+)
+
+LLAMA8 = load_model("llama3-8b")
+
+
+def est(**m):
+    return estimate(scenario_from_mapping({"model": "llama3-8b", **m}, "test"))
+
+
+def ops_of(**m):
+    from trainest.estimate import estimate_ops
+    ops, _ = estimate_ops(scenario_from_mapping({"model": "llama3-8b", **m}, "test"))
+    return {(o.name, o.phase): o for o in ops}
+
+
+LAYOUT_8XH100 = {"hardware": "h100-sxm", "devices": 8, "seq_len": 2048, "global_batch": 32, "parallel": {"zero": 3}}
+
+
+@pytest.mark.parametrize("hardware", ["h100-sxm", "b200"])
+def test_lora_on_llama3_8b_takes_0_6_to_0_8_of_the_full_fine_tune(hardware):
+    """Issue 14's target: the frozen base drops the weight gradients (1/3 of the GEMMs), the adapters
+    add a little, attention and the element-wise work stay: 8 GPUs, FSDP, s = 2048."""
+    layout = {**LAYOUT_8XH100, "hardware": hardware}
+    ratio = est(**layout, finetune="lora").step.time_s / est(**layout).step.time_s
+    assert 0.6 <= ratio <= 0.8, ratio
+
+
+def test_the_lora_saving_shrinks_as_attention_grows():
+    """Attention has no weights to freeze: the longer the sequence, the closer LoRA is to full."""
+    ratios = [est(**{**LAYOUT_8XH100, "seq_len": s}, finetune="lora").step.time_s
+              / est(**{**LAYOUT_8XH100, "seq_len": s}).step.time_s for s in (1024, 2048, 4096, 8192)]
+    assert ratios == sorted(ratios)
+
+
+def test_a_frozen_base_runs_no_weight_gradient_gemms():
+    full, lora = ops_of(**LAYOUT_8XH100), ops_of(**LAYOUT_8XH100, finetune="lora")
+    for gemm in ("qkv", "proj", "mlp_up", "mlp_down", "logits"):
+        assert (f"{gemm}.wgrad", "backward") in full
+        assert (f"{gemm}.wgrad", "backward") not in lora            # 0 s: not listed
+        assert lora[(f"{gemm}.dgrad", "backward")].flops == pytest.approx(full[(f"{gemm}.dgrad", "backward")].flops)
+    assert ("qkv.lora_a", "forward") in lora and ("mlp_down.lora_b", "backward") in lora
+
+
+def test_adapter_flops_are_2_t_r_in_plus_out_per_adapted_matrix():
+    """Forward FLOPs per token and layer, whole layer: Σ 2·r·(in + out) over QKV, O, up/gate, down."""
+    from trainest.layout import Job, Layout
+    from trainest.catalog import load_hardware
+    m = LLAMA8
+    job = Job(model=m, hardware=load_hardware("h100-sxm"), precision="bf16", attention="flash", kernels="fused",
+              seq_len=2048.0, global_batch=1.0, devices_per_node=8, lora_rank=16.0, lora_targets="all")
+    layout = Layout(tp=1.0, pp=1.0, dp=1.0, cp=1.0, vpp=1.0, micro_batch=1.0, zero=0.0, sp=0.0, recompute=0.0,
+                    finetune=1.0)
+    h, f, q, kv = m.hidden, m.ffn_hidden, m.heads * m.head_dim, m.kv_heads * m.head_dim
+    want = 2 * 16 * ((h + q + 2 * kv) + (q + h) + (h + 2 * f) + (f + h))
+    assert adapter_flops_per_token(job, layout) == pytest.approx(want)
+    assert [a.name for a in adapted_matrices(job._replace(lora_targets="attention"), layout, kv)] == ["qkv", "proj"]
+    assert [a.name for a in adapted_matrices(job._replace(lora_targets="mlp"), layout, kv)] == ["mlp_up", "mlp_down"]
+
+
+def test_lora_model_flops_drop_one_forward_of_the_linear_gemms_and_add_three_of_the_adapters():
+    full, lora = est(**LAYOUT_8XH100), est(**LAYOUT_8XH100, finetune={"method": "lora", "rank": 16})
+    tokens = 32 * 2048
+    linear = 2 * tokens * (LLAMA8.layers * linear_params_per_layer(LLAMA8) + LLAMA8.hidden * LLAMA8.vocab)
+    m, h, f, q, kv = LLAMA8, LLAMA8.hidden, LLAMA8.ffn_hidden, LLAMA8.heads * LLAMA8.head_dim, \
+        LLAMA8.kv_heads * LLAMA8.head_dim
+    adapters = tokens * m.layers * 2 * 16 * ((h + q + 2 * kv) + (q + h) + (h + 2 * f) + (f + h))
+    assert lora.throughput.model_flops_per_step == pytest.approx(full.throughput.model_flops_per_step - linear
+                                                                 + 3 * adapters)
+
+
+def test_frozen_base_keeps_no_gradients_and_no_optimizer_state_for_it():
+    one = {"hardware": "h100-sxm", "devices": 1, "seq_len": 2048, "global_batch": 8}
+    full, lora = est(**one).memory, est(**one, finetune="lora").memory
+    assert lora.gradients_bytes < full.gradients_bytes / 50
+    assert lora.optimizer_bytes < full.optimizer_bytes / 50
+    assert lora.weights_bytes == pytest.approx(full.weights_bytes, rel=0.05)   # 16-bit base + adapters
+
+
+def test_qlora_stores_nf4_with_double_quantisation():
+    """0.5 B + 0.127 bits per linear weight (Dettmers et al. 2023 §3); norms and embeddings 16-bit."""
+    assert DOUBLE_QUANT_BITS_PER_PARAM == pytest.approx(0.127, abs=5e-4)
+    from trainest.layout import Layout
+    assert base_bytes_per_param(_job(), Layout(
+        tp=1.0, pp=1.0, dp=1.0, cp=1.0, vpp=1.0, micro_batch=1.0, zero=0.0, sp=0.0, recompute=0.0,
+        finetune=2.0)) == pytest.approx(0.5 + 0.127 / 8, abs=1e-4)
+    one = {"hardware": "h100-sxm", "devices": 1, "seq_len": 2048, "global_batch": 1, "recompute": "full"}
+    lora, qlora = est(**one, finetune="lora").memory, est(**one, finetune="qlora").memory
+    linear = LLAMA8.layers * linear_params_per_layer(LLAMA8)
+    saved = linear * (2.0 - (0.5 + DOUBLE_QUANT_BITS_PER_PARAM / 8))
+    workspace = 2.0 * LLAMA8.hidden * LLAMA8.ffn_hidden        # the widest dequantised copy, 16-bit
+    assert lora.weights_bytes - qlora.weights_bytes == pytest.approx(saved - workspace, rel=1e-9)
+
+
+def _job():
+    from trainest.catalog import load_hardware
+    from trainest.layout import Job
+    return Job(model=LLAMA8, hardware=load_hardware("h100-sxm"), precision="bf16", attention="flash",
+               kernels="fused", seq_len=2048.0, global_batch=1.0, devices_per_node=8)
+
+
+def test_qlora_dequantises_every_pass_and_is_slower_than_lora():
+    lora, qlora = ops_of(**LAYOUT_8XH100, finetune="lora"), ops_of(**LAYOUT_8XH100, finetune="qlora")
+    assert ("dequant", "forward") in qlora and ("dequant", "backward") in qlora
+    assert ("dequant", "forward") not in lora
+    params = linear_params_per_layer(LLAMA8) * LLAMA8.layers * 32 / 8     # layers × micro-batches per device
+    assert qlora[("dequant", "forward")].bytes == pytest.approx(params * (0.5 + 0.127 / 8 + 2.0), rel=1e-3)
+    assert est(**LAYOUT_8XH100, finetune="qlora").step.time_s > est(**LAYOUT_8XH100, finetune="lora").step.time_s
+
+
+def test_qlora_of_a_70b_model_fits_on_one_dgx_spark():
+    """Issue 14's target: Llama 3 70B in NF4 (≈ 40 GB), adapters, checkpointed activations, in the
+    120 GB the DGX Spark leaves to training; a 16-bit LoRA (≈ 141 GB of base) does not fit."""
+    run = {"model": "llama3-70b", "hardware": "dgx-spark", "devices": 1, "seq_len": 2048, "global_batch": 8,
+           "recompute": "full"}
+    qlora = estimate(scenario_from_mapping({**run, "finetune": "qlora"}))
+    lora = estimate(scenario_from_mapping({**run, "finetune": "lora"}))
+    assert qlora.memory.fits and qlora.memory.capacity_bytes == 120e9
+    assert not lora.memory.fits
+
+
+def test_mfu_of_a_lora_counts_the_flops_it_needs():
+    """MFU = (forward + data gradients + adapters) / (t·N·C): below the full fine-tune's at a similar
+    speed, because a third of its GEMMs is not needed."""
+    full, lora = est(**LAYOUT_8XH100), est(**LAYOUT_8XH100, finetune="lora")
+    ratio = lora.throughput.model_flops_per_step / full.throughput.model_flops_per_step
+    assert 0.66 < ratio < 0.75
+    assert lora.throughput.mfu == pytest.approx(lora.throughput.model_flops_per_step / lora.step.time_s / 8
+                                                / 989e12)
+
+
+def test_eager_lora_merges_cost_more_than_fused():
+    eager = est(**LAYOUT_8XH100, finetune="lora", kernels="eager").step.time_s \
+        / est(**LAYOUT_8XH100, kernels="eager").step.time_s
+    fused = est(**LAYOUT_8XH100, finetune="lora").step.time_s / est(**LAYOUT_8XH100).step.time_s
+    assert eager > fused
+
+
+def test_full_fine_tune_is_the_default_and_changes_nothing():
+    a, b = est(**LAYOUT_8XH100), est(**LAYOUT_8XH100, finetune={"method": "full"})
+    assert a.step.time_s == b.step.time_s and a.memory.per_device_bytes == b.memory.per_device_bytes
+
+
+@pytest.mark.parametrize(("finetune", "message"), [
+    ({"method": "lora", "rank": 0}, "rank: 0 must be between 1 and the hidden size 4096"),
+    ({"method": "lora", "rank": -4}, "rank: -4 must be between 1 and the hidden size 4096"),
+    ({"method": "lora", "rank": 4097}, "rank: 4097 must be between 1 and the hidden size 4096"),
+    ({"method": "qlora", "base_bits": 8}, "base_bits: 8 is not allowed with method qlora"),
+    ({"method": "qlora", "base_bits": 16}, "base_bits: 16 is not allowed with method qlora"),
+    ({"method": "lora", "base_bits": 4}, "a LoRA on a 4-bit NF4 base is QLoRA"),
+    ({"method": "lora", "base_bits": 6}, "base_bits: 6 is not allowed; allowed: 16, 8, 4"),
+    ({"method": "full", "rank": 8}, "rank: 8 applies to LoRA/QLoRA adapters only"),
+    ({"method": "full", "base_bits": 4}, "a full fine-tune trains 16-bit weights"),
+    ({"method": "lora", "targets": "mlp_only"}, "targets: 'mlp_only' is not allowed"),
+    ({"method": "dora"}, "method: 'dora' is not allowed"),
+    ({"method": "lora", "ranks": 8}, "unknown key 'ranks'"),
+])
+def test_bad_fine_tuning_input_is_one_clear_error(finetune, message):
+    with pytest.raises(SpecError, match=message.replace("(", r"\(")):
+        scenario_from_mapping({"model": "llama3-8b", "finetune": finetune}, "test")
+
+
+def test_qlora_needs_a_16_or_32_bit_compute_precision():
+    with pytest.raises(SpecError, match="precision: fp8 with QLoRA"):
+        scenario_from_mapping({"model": "llama3-8b", "finetune": "qlora", "precision": "fp8"}, "test")
+
+
+def test_finetune_echo_loads_again():
+    from trainest.scenario import scenario_mapping
+    s = scenario_from_mapping({"model": "llama3-8b", "finetune": {"method": "qlora", "rank": 64, "alpha": 16,
+                                                                  "targets": "attention"}}, "test")
+    again = scenario_from_mapping({k: v for k, v in scenario_mapping(s).items() if k != "derived"}, "echo")
+    assert again.finetune == s.finetune and again.finetune.base_bits == 4
+
+
+def test_cli_options_set_the_finetune_group(capsys):
+    import json
+
+    from helpers import call_entry
+    code, out, err = call_entry(["estimate", "--finetune", "lora", "--lora-rank", "8", "--lora-targets", "mlp",
+                                 "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["inputs"]["finetune"] == {"method": "lora", "rank": 8, "alpha": None, "targets": "mlp",
+                                                      "base_bits": 16}
+    code, _, err = call_entry(["estimate", "--finetune", "lora", "--lora-rank", "0", "--json"], capsys)
+    assert code == 1 and err.count("\n") == 1 and err.startswith("Error:") and "rank: 0" in err
+
+
+def test_plan_searches_fine_tuning_methods_when_asked(capsys):
+    import json
+
+    from helpers import call_entry
+    code, out, err = call_entry(["plan", "--model", "llama3-70b", "--hardware", "h100-sxm", "--devices", "1",
+                                 "--global-batch", "8", "--seq-len", "2048", "--finetune", "lora",
+                                 "--allow", "finetune=lora,qlora", "--allow", "recompute=full", "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["plans"][0]["finetune"] == "qlora"      # a 16-bit 70B base does not fit on one H100
+    assert doc["search"]["space"]["finetune"] == ["lora", "qlora"]
+    assert math.isfinite(doc["plans"][0]["step"]["time_s"])
