@@ -92,6 +92,9 @@ def test_builtin_default_marks_everything_derived():
     ({"devices": 5, "parallel": {"pp": 5}}, r"pp=5 does not divide layers=24"),
     ({"devices": 8, "parallel": {"vpp": 2}}, r"vpp=2 needs pipeline parallelism"),
     ({"devices": 8, "parallel": {"pp": 8, "vpp": 2}}, r"vpp=2 does not divide layers per stage"),
+    ({"devices": 8, "parallel": {"pp": 4, "vpp": 2}, "global_batch": 2},
+     r"interleaved schedule \(vpp=2\) needs .* m = global_batch/\(dp·micro_batch\) = 2/\(2·1\) = 1, to be a "
+     r"multiple of pp=4.*multiple of dp·micro_batch·pp = 8"),
     ({"devices": 9, "seq_len": 1000, "parallel": {"cp": 3}}, r"cp=3 does not divide seq_len=1000"),
     ({"devices": 8, "global_batch": 12, "micro_batch": 1}, r"global_batch=12 is not divisible by dp·micro_batch"),
     ({"devices": 8, "parallel": {"fsdp": True, "zero": 1}}, r"fsdp means zero=3"),
@@ -117,3 +120,9 @@ def test_unknown_model_and_hardware_are_spec_errors():
         make(model="gpt-99")
     with pytest.raises(SpecError, match="unknown hardware"):
         make(model="gpt3-1.3b", hardware="h1000")
+
+
+def test_interleaved_schedule_accepts_micro_batches_that_are_a_multiple_of_pp():
+    """Megatron-LM's interleaved schedule runs m = k·p micro-batches; 1F1B (vpp = 1) runs any m."""
+    assert make(model="gpt3-1.3b", devices=8, parallel={"pp": 4, "vpp": 2}, global_batch=8).micro_batches == 4
+    assert make(model="gpt3-1.3b", devices=8, parallel={"pp": 4}, global_batch=2).micro_batches == 1

@@ -101,8 +101,12 @@ def test_every_combination_is_enumerated_and_tallies_add_up():
         dp = n // (tp * pp * cp)
         units = m.layers // pp if m.layers % pp == 0 else (m.layers + 2) // pp
         vpps = divs(units) if pp > 1 else [1]
-        for vpp, mb, zero, rec, sp in itertools.product(vpps, divs(32 // dp), range(4), range(3), (0, 1)):
-            complete += not (sp and tp == 1)
+        for vpp, mb in itertools.product(vpps, divs(32 // dp)):
+            if vpp > 1 and (32 // (dp * mb)) % pp:     # the interleaved schedule's rule: counted once
+                structural += 1
+                continue
+            for zero, rec, sp in itertools.product(range(4), range(3), (0, 1)):
+                complete += not (sp and tp == 1)
     g = S.enumerate_plans(base, n, S.SearchSpace())
     assert g.size == complete
     assert sum(g.structural_rejects.values()) == structural
@@ -281,3 +285,18 @@ def test_flat_dp_collectives_apply_to_every_plan_and_reproduce_with_estimate():
     est = json.loads(run_cli("estimate", "--model", "gpt3-13b", "--hardware", "a100-80gb-sxm",
                              *flat["estimate_args"], "--json").stdout)
     assert est["step"]["time_s"] == pytest.approx(flat["step"]["time_s"], rel=1e-12)
+
+
+def test_plans_keep_the_interleaved_schedule_rule_and_count_what_breaks_it():
+    """Issue 11, case 1: the Llama 3 70B deadline plan picked vpp 20 with one micro-batch per step (4.3 %
+    bubble; really a 2-stage pipeline with nothing to overlap). Every plan with v > 1 must have
+    m = B/(d·b) a multiple of p, and the layouts that break it are rejected and counted."""
+    base = S.job_scenario({"model": "llama3-70b", "hardware": "h100-sxm", "global_batch": 1024, "tokens": "15T"})
+    r = S.search(base, 8192, top=10)
+    chosen = list(r.plans) + [ru.estimate for ru in r.runner_up_by_knob.values() if ru is not None]
+    for e in chosen:
+        p, m = e.scenario.parallel, e.scenario.micro_batches
+        assert p.vpp == 1 or m % p.pp == 0, (p, m)
+        assert e.step.bubble_s >= e.step.micro_batch_s * 0.99 * (p.pp - 1) / p.vpp * (0.9 if m >= p.pp else 1.0)
+    assert r.stats.rejected["interleaving_indivisible"] > 0
+    assert r.stats.evaluated == r.stats.feasible + sum(r.stats.rejected.values())

@@ -15,6 +15,7 @@ from trainest.layout import ACTIVATION_BYTES
 from trainest.memory import MAIN_GRAD_BYTES, stage_params
 from trainest.step.flops import CAUSAL_FRACTION, layer_flops_forward, model_flops_per_step
 from trainest.step.layer import EAGER_EXTRA_F_WIDE_PASSES, EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT
+from trainest.step.schedule import bubble_slots
 
 A100 = load_hardware("a100-80gb-sxm")
 GPT3_13B = load_model("gpt3-13b")
@@ -204,6 +205,29 @@ def test_interleaving_divides_the_bubble_by_v():
     real1, real2 = terms(GPT3_13B, pp=4, vpp=1), terms(GPT3_13B, pp=4, vpp=2)
     assert real2.bubble_s < real1.bubble_s
     assert real2.pp_comm_s == pytest.approx(2 * real1.pp_comm_s)    # v chunks: v times the transfers
+
+
+@pytest.mark.parametrize("v", [1, 2, 4])
+def test_one_micro_batch_takes_p_stage_times_whatever_the_interleaving(v):
+    """With m = 1 nothing overlaps: the micro-batch crosses the p stages one after the other, so the
+    step is at least p times one stage's micro-batch time, interleaved or not (issue 11, case 1)."""
+    p = 4
+    t = terms(SMALL, ideal(), pp=p, vpp=v, global_batch=1.0)
+    assert t.time_s >= 0.999 * p * t.micro_batch_s
+    assert t.bubble_s == pytest.approx((p - 1) * t.micro_batch_s, rel=2e-3)
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 8])
+def test_bubble_for_any_number_of_micro_batches(m):
+    """1F1B takes m + p − 1 slots for every m; interleaved: (p−1)/v once m ≥ p, and
+    (p − m) + (m − 1)/v slots of bubble with fewer micro-batches than stages (schedule.bubble_slots)."""
+    p, v = 4, 2
+    one = terms(SMALL, ideal(), pp=p, vpp=1, global_batch=float(m))
+    assert one.bubble_s / one.micro_batch_s == pytest.approx(p - 1, rel=2e-3)
+    two = terms(SMALL, ideal(), pp=p, vpp=v, global_batch=float(m))
+    want = (p - 1) / v if m >= p else (p - m) + (m - 1) / v
+    assert two.bubble_s / two.micro_batch_s == pytest.approx(want, rel=2e-3)
+    assert bubble_slots(float(p), float(v), float(m)) == pytest.approx(want, rel=1e-12)
 
 
 def test_bubble_does_not_grow_with_the_number_of_micro_batches():

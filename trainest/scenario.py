@@ -222,6 +222,18 @@ def _batch(r: _Reader, dp: int, echoed_micro_batches: Any) -> tuple[int, int]:
     return micro_batch, global_batch
 
 
+def _check_schedule(sizes: dict[str, Any], dp: int, micro_batch: int, global_batch: int, where: str) -> None:
+    """The interleaved schedule's rule (docs/model.md §5.2): with vpp > 1, the micro-batches per step
+    m = B/(d·b) must be a multiple of pp (Megatron-LM, `forward_backward_pipelining_with_interleaving`)."""
+    pp, vpp = sizes["pp"], sizes["vpp"]
+    m = global_batch // (dp * micro_batch)
+    if vpp > 1 and m % pp:
+        raise SpecError(f"{where}: the interleaved schedule (vpp={vpp}) needs the micro-batches per step, "
+                        f"m = global_batch/(dp·micro_batch) = {global_batch}/({dp}·{micro_batch}) = {m}, to be a "
+                        f"multiple of pp={pp} (Megatron-LM's interleaved 1F1B); use vpp=1, or a global_batch "
+                        f"that is a multiple of dp·micro_batch·pp = {dp * micro_batch * pp}")
+
+
 def _run_costs(r: _Reader, model: Model, hardware: Hardware) -> tuple[float, float | None, float]:
     """(tokens to train, USD per device-hour, PUE)."""
     where, data = r.where, r.data
@@ -277,6 +289,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                               DP_COLLECTIVES)
     _check_layout(model, seq_len, sizes, split, where)
     micro_batch, global_batch = _batch(r, dp, echoed_micro_batches)
+    _check_schedule(sizes, dp, micro_batch, global_batch, where)
     recompute = F.choice(r.default("recompute", "none"), f"{where}.recompute", RECOMPUTES)
     attention = F.choice(r.default("attention", "flash"), f"{where}.attention", ATTENTIONS)
     kernels = F.choice(r.default("kernels", "fused"), f"{where}.kernels", KERNELS)

@@ -10,7 +10,9 @@ so a plan's numbers here are the numbers `trainest estimate` prints for it.
 Counting (the search summary): candidates are enumerated as nested choices, t → p → c (then d =
 N/(t·p·c)) → v → b → ZeRO → recompute → SP. A (t, p, c) whose product does not divide N, or whose d
 does not divide B, has no valid completion and is counted once as rejected ("devices_indivisible",
-"batch_indivisible"); every complete plan is counted once and is either feasible or rejected
+"batch_indivisible"); a (t, p, c, v, b) with v > 1 whose micro-batches per step m = B/(d·b) are not a
+multiple of p breaks the interleaved schedule's rule (docs/model.md §5.2) and is counted once
+("interleaving_indivisible"); every complete plan is counted once and is either feasible or rejected
 ("out_of_memory", or "non_finite" should the model produce no number). So
 evaluated = feasible + Σ rejected. Values outside the space the user allowed are not counted.
 
@@ -51,7 +53,8 @@ RECOMPUTE_NAMES = {code: name for name, code in RECOMPUTE_CODES.items()}
 
 KNOBS = SEARCHED          # the knobs every plan sets (trainest.knobs), in the runner-up table's order
 DEVICE_COUNT_MODES = DEVICE_COUNTS
-REJECT_REASONS = ("out_of_memory", "devices_indivisible", "batch_indivisible", "non_finite")
+REJECT_REASONS = ("out_of_memory", "devices_indivisible", "batch_indivisible", "interleaving_indivisible",
+                  "non_finite")
 ZERO_STAGES = (0, 1, 2, 3)
 CHUNK_PLANS = 16384        # plans per vectorized call: 16k-element arrays stay in cache (~3x faster than one call)
 MAX_DEVICE_COUNTS = 4096   # a device range may hold at most this many candidate counts
@@ -210,10 +213,15 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
                 bs = _choose(_divisors(B // d), space.micro_batch, space.max_micro_batch)
                 if not vs or not bs:
                     continue
-                block = np.empty((len(vs) * len(bs), 7))
+                pairs = [(v, b) for v in vs for b in bs]
+                # the interleaved schedule needs m = B/(d·b) to be a multiple of p (schedule.py)
+                ok = [(v, b) for v, b in pairs if v == 1 or (B // (d * b)) % p == 0]
+                rejects["interleaving_indivisible"] += len(pairs) - len(ok)
+                if not ok:
+                    continue
+                block = np.empty((len(ok), 7))
                 block[:, :4] = (t, p, c, d)
-                block[:, 4] = np.repeat(vs, len(bs))
-                block[:, 5] = np.tile(bs, len(vs))
+                block[:, 4:6] = ok
                 block[:, 6] = 1.0 if balanced else 0.0
                 blocks.append(block)
     lay = np.concatenate(blocks) if blocks else np.empty((0, 7))
@@ -383,7 +391,8 @@ def no_layout_message(base: Scenario, devices: int, g: Grid) -> str:
     return (f"no layout of {devices} devices for {base.model.name}: tp·pp·cp (tp from {g.values['tp']}, "
             f"pp dividing layers={base.model.layers}, cp dividing seq_len={base.seq_len}) must divide devices and "
             f"the resulting dp must divide global_batch={base.global_batch} "
-            f"({r['devices_indivisible']} indivisible by devices, {r['batch_indivisible']} by the batch)")
+            f"({r['devices_indivisible']} indivisible by devices, {r['batch_indivisible']} by the batch, "
+            f"{r['interleaving_indivisible']} interleaved with micro-batches per step not a multiple of pp)")
 
 
 def search(base: Scenario, devices: int, space: SearchSpace = SearchSpace(), *, objective: str = "time",

@@ -8,13 +8,14 @@ from trainest import SCHEMA_VERSION
 from trainest.estimate import Estimate
 from trainest.report import clean, console, fmt_gib, fmt_money, fmt_seconds, fmt_si
 from trainest.scenario import Scenario, scenario_mapping
+from trainest.step.schedule import bubble_slots
 
 NO_OVERLAP_SHOWN_ABOVE = 0.005     # show the no-overlap bound when it exceeds the step by more than this
 TERM_ABOUT = {
     "compute": "compute-bound GEMMs and attention at achievable FLOP/s",
     "memory": "memory-bound kernels (norms, activations, optimizer) at achievable HBM bandwidth",
     "communication": "exposed TP {tp} / CP {cp} / PP {pp} / DP {dp}",
-    "bubble": "pipeline fill and drain, (p-1)/v = {bubble:.2f} micro-batch times",
+    "bubble": "pipeline fill and drain, {bubble:.2f} micro-batch times ({bubble_rule})",
     "overhead": "kernel launch and synchronisation per layer",
 }
 
@@ -98,8 +99,10 @@ def step_table(e: Estimate):
     t.add_column("share", justify="right")
     t.add_column("what it is")
     values = {k: fmt_seconds(v) for k, v in st.communication_detail_s.items()}
+    m = e.scenario.micro_batches
+    rule = "(p-1)/v" if m >= p.pp else "p-m+(m-1)/v: fewer micro-batches than stages"
     for k in ("compute", "memory", "communication", "bubble", "overhead"):
-        about = TERM_ABOUT[k].format(**values, bubble=(p.pp - 1) / p.vpp)
+        about = TERM_ABOUT[k].format(**values, bubble=bubble_slots(p.pp, p.vpp, m), bubble_rule=rule)
         t.add_row(k, fmt_seconds(getattr(st, f"{k}_s")), f"{st.shares[k]:.1%}", about,
                   style="bold" if k == st.bottleneck else "")
     return t

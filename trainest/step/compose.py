@@ -62,8 +62,8 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     mb_comm = n * tp_layer + n * cp.exposed_s + stage_pp + z3_exposed
     mb_c = stage_c + stage.last_is_max * logits_c
     mb_m = stage_m + stage.last_is_max * logits_m
-    bubble = bubble_s(layout, stage.heavy_layers * layer_s + stage_pp + z3_exposed)
     m = layout.micro_batches(job)
+    bubble = bubble_s(layout, m, stage.heavy_layers * layer_s + stage_pp + z3_exposed)
     dp = dp_traffic(job, layout, dp_tiers, params_local)
     windows = dp_windows_s(layout, lp, cp, n, z3_comm, stage_work)
     dp_exposed = dp_exposed_s(layout, dp, windows, n, eff.overlap_contention, m)
@@ -76,7 +76,7 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     serial_typical = stage.heavy_layers * (lp.compute_s + lp.memory_s + lp.overhead_s + serial_layer) \
         + stage_pp + z3_comm
     no_overlap = (m * (mb_c + mb_m + stage_o + n * serial_layer + stage_pp + z3_comm) + optimizer
-                  + serial_dp_s(layout, dp, m) + bubble_s(layout, serial_typical))
+                  + serial_dp_s(layout, dp, m) + bubble_s(layout, m, serial_typical))
     mflops = model_flops_per_step(model, job.seq_len, job.global_batch)
     return StepTerms(time_s=compute_s + memory_s + overhead_s + communication_s + bubble, compute_s=compute_s,
                      memory_s=memory_s, communication_s=communication_s, bubble_s=bubble, overhead_s=overhead_s,
