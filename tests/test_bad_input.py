@@ -116,6 +116,12 @@ BAD_OPTIONS = [
     ("model-unknown", ["--model", "llama3-8bb"], 1, ("unknown model", "did you mean", "llama3-8b")),
     ("hardware-unknown", ["--hardware", "h100"], 1, ("unknown hardware", "did you mean", "h100-sxm")),
     ("hardware-empty-name", ["--hardware", ""], 1, ("hardware",)),
+    # execution models trainest does not have (issue 11, case 4): one line saying what it does not model
+    ("hardware-wafer-scale", ["--hardware", "cerebras-wse-3", "--precision", "fp16", "--devices", "1"], 1,
+     ("cerebras-wse-3", "cannot be estimated", "wafer-scale", "DRAM/HBM")),
+    ("hardware-dataflow-lpu", ["--hardware", "groq-lpu", "--devices", "1"], 1,
+     ("groq-lpu", "cannot be estimated", "dataflow")),
+    ("hardware-ipu", ["--hardware", "graphcore-bow", "--devices", "4"], 1, ("graphcore-bow", "cannot be estimated")),
     ("model-name-too-long", ["--model", "a" * 5000], 1, ("unknown model",)),
     ("model-path-too-long", ["--model", "a" * 5000 + ".yaml"], 1, ("model file", "cannot be read")),
     ("model-missing-file", ["--model", "no/such/model.yaml"], 1, ("model file", "does not exist")),

@@ -300,3 +300,10 @@ def test_plans_keep_the_interleaved_schedule_rule_and_count_what_breaks_it():
         assert e.step.bubble_s >= e.step.micro_batch_s * 0.99 * (p.pp - 1) / p.vpp * (0.9 if m >= p.pp else 1.0)
     assert r.stats.rejected["interleaving_indivisible"] > 0
     assert r.stats.evaluated == r.stats.feasible + sum(r.stats.rejected.values())
+
+
+@pytest.mark.parametrize("hardware", ["cerebras-wse-3", "groq-lpu", "graphcore-bow"])
+def test_plan_refuses_hardware_whose_execution_model_trainest_does_not_have(hardware):
+    result = run_cli("plan", "--hardware", hardware, "--devices", "4", "--global-batch", "8")
+    assert result.exit_code == 1 and result.stdout == ""
+    assert "cannot be estimated" in result.stderr and len(result.stderr.splitlines()) == 1

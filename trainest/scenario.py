@@ -132,10 +132,16 @@ class _Reader:
 
 
 def _hardware_from(value: Any, where: str) -> Hardware:
+    """The hardware of a scenario; one trainest does not model (Hardware.unsupported_reason) is refused."""
     if isinstance(value, dict):
         from trainest.catalog import hardware_from_mapping
-        return hardware_from_mapping(value, f"{where}.hardware")
-    return load_hardware(F.text(value, f"{where}.hardware"))
+        hardware = hardware_from_mapping(value, f"{where}.hardware")
+    else:
+        hardware = load_hardware(F.text(value, f"{where}.hardware"))
+    if hardware.unsupported_reason:
+        raise SpecError(f"hardware {hardware.name!r} ({hardware.execution_model}) cannot be estimated: "
+                        f"{hardware.unsupported_reason}")
+    return hardware
 
 
 def _parallel_sizes(par: dict[str, Any], r: _Reader) -> dict[str, Any]:
