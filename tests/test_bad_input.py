@@ -116,6 +116,12 @@ BAD_OPTIONS = [
     ("model-unknown", ["--model", "llama3-8bb"], 1, ("unknown model", "did you mean", "llama3-8b")),
     ("hardware-unknown", ["--hardware", "h100"], 1, ("unknown hardware", "did you mean", "h100-sxm")),
     ("hardware-empty-name", ["--hardware", ""], 1, ("hardware",)),
+    # networks the catalog does not list (issue 11, case 2): a clear refusal with the fix, no placeholder
+    ("network-missing-l40s", ["--hardware", "l40s", "--devices", "8", "--zero", "3"], 1,
+     ("8 l40s devices span 8 nodes of 1", "no scale-out network", "--devices-per-node 8",
+      "system.scale_out_gbit_per_s")),
+    ("network-missing-h100-pcie-tp8", ["--hardware", "h100-pcie", "--devices", "8", "--tp", "8"], 1,
+     ("span 4 nodes of 2", "--devices-per-node 8")),
     # execution models trainest does not have (issue 11, case 4): one line saying what it does not model
     ("hardware-wafer-scale", ["--hardware", "cerebras-wse-3", "--precision", "fp16", "--devices", "1"], 1,
      ("cerebras-wse-3", "cannot be estimated", "wafer-scale", "DRAM/HBM")),

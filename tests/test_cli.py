@@ -19,7 +19,7 @@ from trainest.cli import app
 RUNNER = CliRunner()
 ANSI = "\x1b["
 SCRIPT = shutil.which("trainest", path=str(Path(sys.executable).parent)) or shutil.which("trainest")
-NO_PRICE_HARDWARE = "a100-80gb-pcie"     # price_usd_per_hour: null in specs/hardware
+NO_PRICE_HARDWARE = "gaudi3"     # price_usd_per_hour: null in specs/hardware (an 8-device node with its network)
 
 
 def invoke(*args: str, env: dict | None = None):

@@ -615,3 +615,33 @@ def test_a_model_trained_without_dropout_moves_fewer_element_wise_bytes():
         fwd = (NO_DROPOUT_H_WIDE_SAVING * s * m.hidden + per_score * m.heads * s * s) / mem_bw
         assert with_d.memory_s - without.memory_s == pytest.approx(B * m.layers * 3.0 * fwd, rel=1e-9)
         assert with_d.compute_s == without.compute_s
+
+
+# ------------------------------------------------------------------------- PCIe cards (issue 11, case 2)
+
+def test_pcie_cards_in_one_server_are_faster_than_one_card():
+    """8 L40S in one server (PCIe Gen4 x16, peer to peer) at the same global batch: data parallelism
+    over PCIe costs far less than the 8x less compute saves (before, with the catalog's one device per
+    node: 9.6 s against 3.5 s on one card, every collective at the 1 GB/s no-network placeholder; that
+    layout is now refused, test_bad_input's network-missing-l40s)."""
+    from trainest.estimate import estimate
+    from trainest.scenario import scenario_from_mapping
+    one = estimate(scenario_from_mapping({"model": "gpt3-1.3b", "hardware": "l40s", "devices": 1,
+                                          "global_batch": 32}, "test"))
+    eight = estimate(scenario_from_mapping({"model": "gpt3-1.3b", "hardware": "l40s", "devices": 8,
+                                            "devices_per_node": 8, "global_batch": 32}, "test"))
+    assert eight.step.time_s < one.step.time_s / 3
+    assert eight.step.communication_detail_s["dp"] < 0.5 * eight.step.time_s
+
+
+def test_tensor_parallelism_over_pcie_costs_its_all_reduces_at_the_pcie_rate():
+    """tp 8 on 8 H100 PCIe in one server: each of the 4 all-reduces per layer and micro-batch moves
+    2·(7/8)·e·T·h over PCIe Gen5 x16 at PCIE_ACHIEVABLE_FRACTION (before: 240 s of TP traffic per step
+    at the 1 GB/s placeholder; now ~10 s)."""
+    from trainest.step.collectives import PCIE_ACHIEVABLE_FRACTION
+    hw, m = load_hardware("h100-pcie"), load_model("llama3-8b")
+    t = step_of(m, hw, seq_len=8192.0, global_batch=32.0, devices_per_node=8, tp=8.0, pp=1.0, dp=1.0, cp=1.0,
+                vpp=1.0, micro_batch=1.0, zero=0.0, sp=0.0, recompute=0.0)
+    w = 64e9 * PCIE_ACHIEVABLE_FRACTION
+    per_all_reduce = 2 * 7 / 8 * ACTIVATION_BYTES * 8192 * m.hidden / w + 2 * 7 * hw.intra_node_latency_s
+    assert t.tp_comm_s == pytest.approx(32 * m.layers * 4 * per_all_reduce, rel=1e-9)

@@ -228,6 +228,18 @@ def _batch(r: _Reader, dp: int, echoed_micro_batches: Any) -> tuple[int, int]:
     return micro_batch, global_batch
 
 
+def _check_network(hardware: Hardware, devices_per_node: int, devices: int, where: str) -> None:
+    """Every path the layout's groups need is in the hardware data (docs/model.md §3.1): no placeholder
+    network for a group that leaves the node, no placeholder rate for an unknown intra-node path."""
+    from trainest.step.collectives import network_gap  # (the step model's tiers; imported on use)
+    cli = where == "options"
+    gap = network_gap(hardware, devices_per_node, devices,
+                      node_option="--devices-per-node" if cli else "devices_per_node:",
+                      hardware_option="--hardware" if cli else "hardware:")
+    if gap:
+        raise SpecError(f"{where}: {gap}")
+
+
 def _check_schedule(sizes: dict[str, Any], dp: int, micro_batch: int, global_batch: int, where: str) -> None:
     """The interleaved schedule's rule (docs/model.md §5.2): with vpp > 1, the micro-batches per step
     m = B/(d·b) must be a multiple of pp (Megatron-LM, `forward_backward_pipelining_with_interleaving`)."""
@@ -294,6 +306,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     dp_collectives = F.choice(par.get("dp_collectives", "hierarchical"), f"{where}.parallel.dp_collectives",
                               DP_COLLECTIVES)
     _check_layout(model, seq_len, sizes, split, where)
+    _check_network(hardware, devices_per_node, devices, where)
     micro_batch, global_batch = _batch(r, dp, echoed_micro_batches)
     _check_schedule(sizes, dp, micro_batch, global_batch, where)
     recompute = F.choice(r.default("recompute", "none"), f"{where}.recompute", RECOMPUTES)

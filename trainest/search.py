@@ -45,7 +45,7 @@ from trainest.layout import Layout, job_of
 from trainest.memory import memory_per_device
 from trainest.scenario import Parallel, Scenario, scenario_from_mapping
 from trainest.step import step_terms
-from trainest.step.collectives import tiers_of
+from trainest.step.collectives import network_gap, tiers_of
 from trainest.units import fmt_seconds, fmt_si, parse_count
 
 RECOMPUTE = RECOMPUTES
@@ -404,6 +404,9 @@ def search(base: Scenario, devices: int, space: SearchSpace = SearchSpace(), *, 
         raise SpecError(f"devices={devices} must be at least 1")
     if top < 1:
         raise SpecError(f"--top {top} must be at least 1")
+    gap = network_gap(base.hardware, base.devices_per_node, devices, "--devices-per-node", "--hardware")
+    if gap:
+        raise SpecError(gap)
     scale = objective_scale(base, devices, objective)
     t0 = time.perf_counter()
     g = enumerate_plans(base, devices, space)
