@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from trainest import SCHEMA_VERSION
+from trainest.catalog import specs_dir
 from trainest.estimate import Estimate
 from trainest.report import clean, console, fmt_gib, fmt_money, fmt_seconds, fmt_si
 from trainest.scenario import Scenario, scenario_mapping
@@ -20,10 +22,49 @@ TERM_ABOUT = {
 }
 
 
+BASIS_WORDS = {
+    "fitted": "fitted on measured runs of this device",
+    "inherited": "inherited from a sibling die's fit",
+    "profile": "calibrated profile (trainest calibrate on your runs)",
+    "median prior": "not calibrated: prior = median of the devices fitted on their own runs",
+    "prior": "not calibrated: generic prior",
+}
+
+
+def hardware_dict(s: Scenario) -> dict[str, Any]:
+    """What the estimate knows about the hardware's numbers: whether its efficiencies are calibrated
+    (validated on measured runs), how they were obtained, its file, and the unknown facts the layout
+    uses with the values assumed for them."""
+    from trainest.step.collectives import assumed_facts
+    hw, e = s.hardware, s.hardware.efficiency
+    return {"name": hw.name, "calibrated": e.fitted, "efficiency_basis": e.basis, "efficiency_method": e.method,
+            "file": None if is_bundled(hw) else hw.path,
+            "unknown_facts_used": assumed_facts(hw, s.devices_per_node, s.devices)}
+
+
+def is_bundled(hw: Any) -> bool:
+    """True for a catalog entry (specs/hardware), False for a file the user gave (a profile, a probe)."""
+    return Path(hw.path).resolve().parent == (specs_dir() / "hardware").resolve()
+
+
+def notes(s: Scenario) -> list[str]:
+    """Footnotes for numbers trainest cannot stand behind (the tables print them; JSON: `hardware`)."""
+    hw, e = s.hardware, s.hardware.efficiency
+    out = []
+    if not e.fitted:
+        out.append(f"{hw.name}'s efficiencies are not validated on measured runs ({BASIS_WORDS[e.basis]}): expect "
+                   f"larger errors than on calibrated hardware (docs/validation.md, priors for devices without runs)")
+    used = hardware_dict(s)["unknown_facts_used"]
+    if used:
+        out.append(f"unknown in the {hw.name} file and assumed: " + "; ".join(used))
+    return out
+
+
 def estimate_dict(e: Estimate, warnings: list[str] | None = None) -> dict[str, Any]:
     """The `trainest estimate --json` document (schema: docs/schema/estimate.schema.json)."""
     doc = {
         "schema_version": SCHEMA_VERSION,
+        "hardware": hardware_dict(e.scenario),
         "inputs": scenario_mapping(e.scenario),
         "step": e.step._asdict(),
         "throughput": e.throughput._asdict(),
@@ -76,6 +117,7 @@ def scenario_table(s: Scenario):
         ("sequence", mark("seq_len", f"{s.seq_len} tokens")),
         ("hardware", mark("hardware", f"{s.hardware.name} ({s.hardware.display_name}), {s.devices} devices, "
                                       f"{s.devices_per_node} per node")),
+        ("efficiencies", efficiency_text(s)),
         ("precision", mark("precision", f"{s.precision} GEMMs, FP32 master weights and Adam state")),
         ("parallel", layout_text(s)),
         ("batch", f"micro-batch {s.micro_batch}{' (default)' if 'micro_batch' in derived else ''}, global "
@@ -84,6 +126,12 @@ def scenario_table(s: Scenario):
         ("recompute", mark("recompute", s.recompute) + f", attention {s.attention}"
          + (f", kernels {s.kernels}" if s.kernels != "fused" else "")),
     ])
+
+
+def efficiency_text(s: Scenario) -> str:
+    """Where the hardware's achievable efficiencies come from, with the file for a user's file or profile."""
+    e = s.hardware.efficiency
+    return BASIS_WORDS[e.basis] + ("" if is_bundled(s.hardware) else f": {s.hardware.path}")
 
 
 def step_table(e: Estimate):
@@ -146,7 +194,9 @@ def run_table(e: Estimate):
 
 
 def print_estimate(e: Estimate) -> None:
-    """Rich tables on stdout: scenario, step breakdown, throughput, memory, whole run."""
+    """Rich tables on stdout: scenario, step breakdown, throughput, memory, whole run, and the notes."""
     con = console()
     for table in (scenario_table(e.scenario), step_table(e), throughput_table(e), memory_table(e), run_table(e)):
         con.print(table)
+    for note in notes(e.scenario):
+        con.print(f"Note: {note}")

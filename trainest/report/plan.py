@@ -5,7 +5,7 @@ from __future__ import annotations
 from trainest import SCHEMA_VERSION
 from trainest.estimate import Estimate
 from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si
-from trainest.report.estimate import estimate_dict
+from trainest.report.estimate import estimate_dict, hardware_dict, notes
 from trainest.scenario import scenario_mapping
 from trainest.search import DeviceSearch, SearchResult, plan_knobs
 from trainest.units import GiB
@@ -41,6 +41,7 @@ def search_dict(r: SearchResult, devices_search: DeviceSearch | None = None) -> 
     st = r.stats
     doc = {
         "schema_version": SCHEMA_VERSION,
+        "hardware": hardware_dict(r.plans[0].scenario),
         "job": {**job, "devices": r.devices},
         "search": {"evaluated": st.evaluated, "feasible": st.feasible, "seconds": st.seconds,
                    "plans_per_s": st.plans_per_s, "rejected": dict(st.rejected), "objective": r.objective,
@@ -124,6 +125,8 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
     con.print(t)
     con.print("Reproduce the winner: [dim]trainest estimate " + (job_args + " " if job_args else "")
               + " ".join(estimate_args(w)) + "[/dim]")
+    for note in notes(w.scenario):
+        con.print(f"Note: {note}")
 
 
 def _show(v) -> str:

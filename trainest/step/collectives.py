@@ -120,6 +120,24 @@ def network_gap(hardware: Hardware, devices_per_node: int, devices: int, node_op
     return None
 
 
+def assumed_facts(hardware: Hardware, devices_per_node: int, devices: int) -> list[str]:
+    """The hardware facts that are unknown in its file (`Hardware.unknown_fields`) and that a layout of
+    `devices` devices uses anyway, each with the value assumed for it."""
+    link, t = hardware.intra_node, tiers_of(hardware, devices_per_node)
+    uses_path = (devices > 1 and not hardware.scale_up_bytes_per_s) or \
+        (devices > t.domain and t.node_extent > t.domain)
+    if not uses_path or link.kind in (None, "none"):
+        return []
+    out = []
+    if link.latency_s is None:
+        out.append(f"intra_node.latency_s (assumed {DEFAULT_PCIE_LATENCY_S * 1e6:g} µs)")
+    if link.kind == "pcie" and link.peer_to_peer is None:
+        out.append("intra_node.peer_to_peer (assumed false: staged through host memory, half the rate)")
+    if link.bytes_per_s is None and link.kind == "pcie" and link.pcie_gen is not None and link.pcie_lanes is not None:
+        out.append(f"intra_node.bytes_per_s (assumed PCIe Gen{link.pcie_gen} x{link.pcie_lanes} nominal)")
+    return out
+
+
 def ranks_per_domain(size, stride, domain: int):
     """k: how many ranks of a group (size n, rank stride) share one domain of `domain` ranks (≥ 1, ≤ n)."""
     return xp.maximum(1.0, xp.minimum(size, domain / stride))
