@@ -60,7 +60,7 @@ BAD_OPTIONS = [
     ("devices-nan", ["--devices", "nan"], 2, ("--devices",)),
     ("devices-text", ["--devices", "eight"], 2, ("--devices",)),
     ("devices-absurd", ["--devices", "1" + "0" * 30], 1, ("devices", "absurdly large")),
-    ("tp-not-dividing-devices", ["--tp", "3"], 1, ("devices=8", "tp·pp·cp", "try 1, 2, 4, 8")),
+    ("tp-not-dividing-devices", ["--tp", "3", "--devices", "8"], 1, ("devices=8", "tp·pp·cp", "try 1, 2, 4, 8")),
     ("tp-not-dividing-heads", ["--tp", "3", "--devices", "24"], 1,
      ("tp=3 does not divide heads=32; try 1, 2, 4, 8, 16, 32",)),
     ("tp-zero", ["--tp", "0"], 1, ("tp", "at least 1")),

@@ -252,3 +252,22 @@ def test_does_not_fit_warning_says_it_may_fit_only_when_marginal():
         mem = e.memory._replace(capacity_bytes=e.memory.per_device_bytes / (1.0 + over), fits=False)
         text = fit_suggestions(s, e._replace(memory=mem))
         assert text.startswith("does not fit") and (("it may fit" in text) == hedged), text
+
+
+def test_bare_estimate_and_one_naming_the_default_model_are_the_same_scenario(capsys):
+    """Issue 11, case 8: the same default with or without options, and `--help` shows it."""
+    from helpers import call_entry
+    docs = []
+    for args in ([], ["--model", "llama3-8b"], ["--tokens", "1.5T"]):
+        code, out, _ = call_entry(["estimate", *args, "--json"], capsys)
+        assert code == 0
+        doc = json.loads(out)
+        docs.append(doc)
+        assert doc["memory"]["fits"]
+    for doc in docs[1:]:
+        assert doc["step"]["time_s"] == docs[0]["step"]["time_s"]
+        assert {k: doc["inputs"][k] for k in ("parallel", "recompute", "global_batch", "micro_batch")} == \
+            {k: docs[0]["inputs"][k] for k in ("parallel", "recompute", "global_batch", "micro_batch")}
+    help_text = " ".join(invoke("estimate", "--help", env={"COLUMNS": "300"}).stdout.replace("│", " ").split())
+    for shown in ("3 (FSDP); 1 with --pp > 1", "(selective)", "0.5M tokens"):
+        assert shown in help_text, shown

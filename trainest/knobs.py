@@ -73,7 +73,7 @@ K = Knob
 KNOBS: tuple[Knob, ...] = (
     K("model", ("--model", "-m"), "str", "Model preset name or YAML path.", "llama3-8b", job=True),
     K("hardware", ("--hardware", "-H"), "str", "Hardware catalog name or YAML path.", "h100-sxm", job=True),
-    K("devices", ("--devices", "--gpus", "-n"), "int", "Number of devices N.", "8"),
+    K("devices", ("--devices", "--gpus", "-n"), "int", "Number of devices N.", "8, or tp·pp·cp rounded up"),
     K("devices_per_node", ("--devices-per-node",), "int", "Devices per node / host.", "hardware's", job=True),
     K("precision", ("--precision",), "choice", "GEMM precision (FP32 master weights and Adam state).", "bf16",
       "Precision", job=True),
@@ -90,7 +90,7 @@ KNOBS: tuple[Knob, ...] = (
     K("dp", ("--dp",), "int", "Data-parallel size d.", "N/(t·p·c)", group=PARALLEL),
     K("cp", ("--cp",), "int", "Context-parallel size c.", "1", group=PARALLEL, searched=True),
     K("vpp", ("--vpp",), "int", "Virtual pipeline stages per rank v.", "1", group=PARALLEL, searched=True),
-    K("zero", ("--zero",), "int", "ZeRO stage 0-3.", "0", group=PARALLEL, searched=True),
+    K("zero", ("--zero",), "int", "ZeRO stage 0-3.", "3 (FSDP); 1 with --pp > 1", group=PARALLEL, searched=True),
     K("fsdp", ("--fsdp",), "flag", "Fully sharded data parallel (= --zero 3).", group=PARALLEL),
     K("sequence_parallel", ("--sequence-parallel/--no-sequence-parallel",), "switch",
       "Megatron sequence parallelism.", "off", group=PARALLEL, searched=True),
@@ -105,10 +105,10 @@ KNOBS: tuple[Knob, ...] = (
       "Data-parallel/ZeRO rings: hierarchical (every NIC of a node) or flat (one NIC per device, e.g. "
       "DeepSpeed ZeRO-3 of 2021).", "hierarchical", "DpCollectives", group=PARALLEL, job=True),
     K("micro_batch", ("--micro-batch", "-b"), "int", "Micro-batch b, in sequences.", "1", searched=True),
-    K("global_batch", ("--global-batch", "-B"), "int", "Global batch B, in sequences.", "dp × micro-batch",
-      job=True),
+    K("global_batch", ("--global-batch", "-B"), "int", "Global batch B, in sequences.",
+      "0.5M tokens (64 × 8192) in whole sequences, a multiple of dp × micro-batch", job=True),
     K("recompute", ("--recompute",), "choice", "Activation recomputation: selective = Megatron's (attention core); "
-      "op = torchtitan's per-op selective checkpointing (every second matmul and the element-wise ops).", "none",
+      "op = torchtitan's per-op selective checkpointing (every second matmul and the element-wise ops).", "selective",
       "Recompute", searched=True),
     K("attention", ("--attention",), "choice", "flash (best fused kernel: FA3/cuDNN on Hopper+), flash2 "
       "(FlashAttention-2) or standard (materialised scores).", "flash", "Attention", job=True),

@@ -26,10 +26,16 @@ DEFAULT_PRECISION = "bf16"
 DEFAULT_TOKENS_PER_PARAM = 20.0     # Hoffmann et al. 2022 (Chinchilla): ~20 training tokens per parameter
 DEFAULT_PUE = 1.2                   # typical modern data-centre power usage effectiveness
 
-# `trainest estimate` with no scenario options at all: an everyday case that fits, Llama 3 8B on one
-# 8-GPU H100 node with FSDP and a 0.5M-token batch (torchtitan's Llama 3 8B recipe uses FSDP on 8 GPUs).
-BUILTIN_DEFAULT = {"model": DEFAULT_MODEL, "hardware": DEFAULT_HARDWARE, "devices": DEFAULT_DEVICES,
-                   "parallel": {"zero": 3}, "micro_batch": 1, "global_batch": 64, "recompute": "selective"}
+# The one default scenario (with or without options, CLI or YAML): an everyday case that fits, Llama 3
+# 8B on one 8-GPU H100 node with FSDP, selective recompute and a 0.5M-token batch (torchtitan's Llama 3
+# 8B recipe: FSDP on 8 GPUs). Every knob a user leaves out keeps its default where that is valid with
+# what was given, and is marked derived:
+DEFAULT_RECOMPUTE = "selective"     # Megatron's selective recompute: the attention core only (cheap, saves the s² part)
+DEFAULT_ZERO = 3                    # FSDP / ZeRO-3 without pipeline parallelism (torchtitan, PyTorch FSDP) ...
+DEFAULT_ZERO_WITH_PP = 1            # ... the distributed optimizer (ZeRO-1) with it (Megatron-LM): ZeRO-3 would
+                                    #     gather every stage's weights again for every micro-batch
+DEFAULT_TOKENS_PER_STEP = 64 * 8192   # 0.5M tokens: 64 sequences of Llama 3's 8192; rounded up to a multiple
+                                      # of dp·micro_batch (·pp when interleaved) so that it divides
 
 # the keys of a scenario mapping: the scenario knobs (trainest.knobs), the model and the layout
 SCENARIO_KEYS = ("model", *(k.yaml_key for k in KNOBS if k.group == SCENARIO and k.name != "model"), PARALLEL)
@@ -145,10 +151,13 @@ def _hardware_from(value: Any, where: str) -> Hardware:
 
 
 def _parallel_sizes(par: dict[str, Any], r: _Reader) -> dict[str, Any]:
-    """tp, pp, cp, vpp, zero (fsdp = zero 3), sequence_parallel and tp_overlap of `parallel`."""
+    """tp, pp, cp, vpp, zero (fsdp = zero 3; default DEFAULT_ZERO, DEFAULT_ZERO_WITH_PP with pp > 1),
+    sequence_parallel and tp_overlap of `parallel`."""
     w = f"{r.where}.parallel"
     sizes: dict[str, Any] = {k: F.integer(par.get(k, 1), f"{w}.{k}", maximum=10**6) for k in ("tp", "pp", "cp", "vpp")}
-    sizes["zero"] = F.integer(par.get("zero", 0), f"{w}.zero", minimum=0, maximum=3)
+    default_zero = DEFAULT_ZERO if sizes["pp"] == 1 else DEFAULT_ZERO_WITH_PP
+    zero = par.get("zero")
+    sizes["zero"] = F.integer(default_zero if zero is None else zero, f"{w}.zero", minimum=0, maximum=3)
     if par.get("fsdp") is not None and F.boolean(par["fsdp"], f"{w}.fsdp"):
         if par.get("zero") not in (None, 3):
             raise SpecError(f"{w}: fsdp means zero=3, but zero={par['zero']} was given")
@@ -169,7 +178,9 @@ def _devices_and_dp(par: dict[str, Any], sizes: dict[str, Any], r: _Reader) -> t
         devices = model_parallel * F.integer(par["dp"], f"{where}.parallel.dp")
         r.derived.append("devices")
     else:
-        devices = F.integer(r.default("devices", DEFAULT_DEVICES), f"{where}.devices", maximum=10**7)
+        # default: DEFAULT_DEVICES, or the fewest devices above it that hold the model-parallel layout given
+        default = -(-DEFAULT_DEVICES // model_parallel) * model_parallel
+        devices = F.integer(r.default("devices", default), f"{where}.devices", maximum=10**7)
     if par.get("dp") is None:
         if devices % model_parallel:
             raise SpecError(f"{where}: devices={devices} is not divisible by tp·pp·cp = {tp}·{pp}·{cp} = "
@@ -213,11 +224,20 @@ def _check_layout(model: Model, seq_len: int, sizes: dict[str, Any], split: str,
         raise SpecError(f"{where}: cp={cp} does not divide seq_len={seq_len}{_divisor_hint(seq_len)}")
 
 
-def _batch(r: _Reader, dp: int, echoed_micro_batches: Any) -> tuple[int, int]:
+def default_global_batch(seq_len: int, dp: int, micro_batch: int, group: int = 1) -> int:
+    """DEFAULT_TOKENS_PER_STEP in whole sequences, rounded up to a multiple of dp·micro_batch·group
+    (group = pp for the interleaved schedule) [sequences]."""
+    unit = dp * micro_batch * group
+    sequences = max(1, -(-DEFAULT_TOKENS_PER_STEP // seq_len))
+    return -(-sequences // unit) * unit
+
+
+def _batch(r: _Reader, dp: int, echoed_micro_batches: Any, seq_len: int, group: int) -> tuple[int, int]:
     """(micro-batch b, global batch B); B must divide by d·b (the echoed micro_batches must agree)."""
     where = r.where
     micro_batch = F.integer(r.default("micro_batch", 1), f"{where}.micro_batch", maximum=10**7)
-    global_batch = F.integer(r.default("global_batch", dp * micro_batch), f"{where}.global_batch", maximum=10**9)
+    global_batch = F.integer(r.default("global_batch", default_global_batch(seq_len, dp, micro_batch, group)),
+                             f"{where}.global_batch", maximum=10**9)
     if global_batch % (dp * micro_batch):
         raise SpecError(f"{where}: global_batch={global_batch} is not divisible by dp·micro_batch = {dp}·{micro_batch}"
                         f" = {dp * micro_batch}; use a multiple of {dp * micro_batch}")
@@ -272,21 +292,16 @@ def _run_costs(r: _Reader, model: Model, hardware: Hardware) -> tuple[float, flo
 
 
 def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
-                          shape: dict[str, Any] | None = None, builtin_default: bool = False) -> Scenario:
-    """Validate a scenario mapping (schema in specs/README.md), fill defaults, check divisibility.
+                          shape: dict[str, Any] | None = None) -> Scenario:
+    """Validate a scenario mapping (schema in specs/README.md), fill the defaults of the one default
+    scenario (above) where that is valid with what was given, check divisibility.
 
     `shape` holds CLI shape overrides (layers, hidden, ...) applied on top of the model.
-    `builtin_default` starts from BUILTIN_DEFAULT (the no-argument scenario), marking its values derived.
     """
     F.check_keys(data, where, (), SCENARIO_KEYS + RUN_ONLY_KEYS + ECHO_KEYS)
     echoed_micro_batches = data.get("micro_batches")
     data = {k: v for k, v in data.items() if k not in ECHO_KEYS}
     derived: list[str] = []
-    if builtin_default:
-        base: dict[str, Any] = dict(BUILTIN_DEFAULT)
-        derived.extend(k for k in base if k != "parallel")
-        derived.extend(f"parallel.{k}" for k in base["parallel"])
-        data = {**base, **{k: v for k, v in data.items() if v is not None}}
     r = _Reader(data, where, derived)
     model = _model_from(r.default("model", DEFAULT_MODEL), where)
     if shape:
@@ -307,9 +322,9 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                               DP_COLLECTIVES)
     _check_layout(model, seq_len, sizes, split, where)
     _check_network(hardware, devices_per_node, devices, where)
-    micro_batch, global_batch = _batch(r, dp, echoed_micro_batches)
+    micro_batch, global_batch = _batch(r, dp, echoed_micro_batches, seq_len, sizes["pp"] if sizes["vpp"] > 1 else 1)
     _check_schedule(sizes, dp, micro_batch, global_batch, where)
-    recompute = F.choice(r.default("recompute", "none"), f"{where}.recompute", RECOMPUTES)
+    recompute = F.choice(r.default("recompute", DEFAULT_RECOMPUTE), f"{where}.recompute", RECOMPUTES)
     attention = F.choice(r.default("attention", "flash"), f"{where}.attention", ATTENTIONS)
     kernels = F.choice(r.default("kernels", "fused"), f"{where}.kernels", KERNELS)
     tokens, price_usd, pue = _run_costs(r, model, hardware)

@@ -76,8 +76,8 @@ def estimate_dict(e: Estimate, warnings: list[str] | None = None) -> dict[str, A
 
 
 def _batch_default(s: Scenario) -> str:
-    """How a defaulted global batch was derived (dp × micro-batch, or the built-in default scenario)."""
-    return " (default dp×micro-batch)" if s.global_batch == s.parallel.dp * s.micro_batch else " (default)"
+    """How a defaulted global batch was derived."""
+    return " (default: 0.5M tokens, a multiple of dp×micro-batch)"
 
 
 def _key_value_table(title: str, rows: list[tuple[str, str]], **options: Any):
@@ -93,8 +93,10 @@ def _key_value_table(title: str, rows: list[tuple[str, str]], **options: Any):
 def layout_text(s: Scenario) -> str:
     """The parallel layout in words, with the framework settings that differ from the defaults."""
     p = s.parallel
+    zero_default = (" (default: FSDP)" if p.pp == 1 else " (default with pp > 1: distributed optimizer)") \
+        if "parallel.zero" in s.derived else ""
     text = (f"tp={p.tp} pp={p.pp} dp={p.dp}{' (derived)' if 'parallel.dp' in s.derived else ''} cp={p.cp} "
-            f"vpp={p.vpp} zero={p.zero} sequence-parallel={'on' if p.sequence_parallel else 'off'}")
+            f"vpp={p.vpp} zero={p.zero}{zero_default} sequence-parallel={'on' if p.sequence_parallel else 'off'}")
     extras = [text for text, shown in (("tp-overlap=on", p.tp_overlap), (f"dp-shard={p.dp_shard}", p.dp_shard),
                                        (f"pipeline-split={p.pipeline_split}", p.pipeline_split != "even"),
                                        (f"dp-collectives={p.dp_collectives}", p.dp_collectives != "hierarchical"))
