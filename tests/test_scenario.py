@@ -138,3 +138,15 @@ def test_interleaved_schedule_accepts_micro_batches_that_are_a_multiple_of_pp():
     """Megatron-LM's interleaved schedule runs m = k·p micro-batches; 1F1B (vpp = 1) runs any m."""
     assert make(model="gpt3-1.3b", devices=8, parallel={"pp": 4, "vpp": 2}, global_batch=8).micro_batches == 4
     assert make(model="gpt3-1.3b", devices=8, parallel={"pp": 4}, global_batch=2).micro_batches == 1
+
+
+@pytest.mark.parametrize("value, expected", [("5%", 0.05 * 80e9), ("0", 0.0), ("2GiB", 2 * 2**30), (8e9, 8e9)])
+def test_memory_headroom_as_a_share_or_a_size(value, expected):
+    s = make(model="gpt3-1.3b", hardware="h100-sxm", memory_headroom=value)
+    assert s.memory_headroom_bytes == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("value, message", [("120%", "below 100%"), ("lots", "not a size"), ("90GB", "whole memory")])
+def test_bad_memory_headroom_is_one_clear_error(value, message):
+    with pytest.raises(SpecError, match=message):
+        make(model="gpt3-1.3b", hardware="h100-sxm", memory_headroom=value)

@@ -307,3 +307,22 @@ def test_plan_refuses_hardware_whose_execution_model_trainest_does_not_have(hard
     result = run_cli("plan", "--hardware", hardware, "--devices", "4", "--global-batch", "8")
     assert result.exit_code == 1 and result.stdout == ""
     assert "cannot be estimated" in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_plan_winners_leave_the_memory_headroom_free():
+    """Issue 11, case 9: a winner at 71.4 of 74.5 GiB was shown as a safe fit. The fit decision keeps
+    --memory-headroom free (default 5 % of capacity); 0 turns it off."""
+    base = S.job_scenario({"model": "llama3-70b", "hardware": "h100-sxm", "global_batch": 256})
+    assert base.memory_headroom == "5%" and base.memory_headroom_bytes == pytest.approx(0.05 * 80e9)
+    r = S.search(base, 64, top=20)
+    for e in r.plans:
+        assert e.memory.per_device_bytes <= 0.95 * e.memory.capacity_bytes and e.memory.fits
+    none = S.search(S.job_scenario({"model": "llama3-70b", "hardware": "h100-sxm", "global_batch": 256,
+                                    "memory_headroom": "0"}), 64)
+    assert none.stats.feasible > r.stats.feasible
+    result = run_cli("plan", "--model", "llama3-70b", "--devices", "64", "--global-batch", "256",
+                     "--memory-headroom", "10GiB", "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["job"]["memory_headroom"] == "10GiB"
+    assert all(pl["memory"]["per_device_bytes"] + 10 * 2**30 <= pl["memory"]["capacity_bytes"] for pl in doc["plans"])

@@ -49,13 +49,14 @@ class ThroughputResult(NamedTuple):
 class MemoryResult(NamedTuple):
     per_device_bytes: float
     capacity_bytes: float
-    fits: bool
-    headroom_bytes: float
+    fits: bool                      # per_device_bytes + required_headroom_bytes <= capacity_bytes
+    headroom_bytes: float           # capacity - per_device_bytes (what is left free)
     weights_bytes: float
     gradients_bytes: float
     optimizer_bytes: float
     activations_bytes: float
     overhead_bytes: float
+    required_headroom_bytes: float = 0.0   # the margin the fit decision keeps free (scenario memory_headroom)
 
 
 class TrainingResult(NamedTuple):
@@ -115,7 +116,9 @@ def estimate(s: Scenario) -> Estimate:
         model_flops_per_step=float(terms.model_flops), peak_tflops_per_device=peak / 1e12)
     total = float(mem.total_bytes)
     memory = MemoryResult(per_device_bytes=total, capacity_bytes=s.hardware.memory_bytes,
-                          fits=total <= s.hardware.memory_bytes, headroom_bytes=s.hardware.memory_bytes - total,
+                          fits=total + s.memory_headroom_bytes <= s.hardware.memory_bytes,
+                          headroom_bytes=s.hardware.memory_bytes - total,
+                          required_headroom_bytes=s.memory_headroom_bytes,
                           weights_bytes=float(mem.weights_bytes), gradients_bytes=float(mem.gradients_bytes),
                           optimizer_bytes=float(mem.optimizer_bytes), activations_bytes=float(mem.activations_bytes),
                           overhead_bytes=float(mem.overhead_bytes))

@@ -118,6 +118,8 @@ KNOBS: tuple[Knob, ...] = (
     K("tokens", ("--tokens",), "str", "Training tokens, e.g. 300B or 1.5T.", "20 per parameter", job=True),
     K("price_per_hour", ("--price-per-hour",), "float", "USD per device-hour.", "catalog price", job=True),
     K("pue", ("--pue",), "float", "Data-centre power usage effectiveness.", "1.2", job=True),
+    K("memory_headroom", ("--memory-headroom",), "str", "Device memory kept free for the fit decision: a share "
+      "of capacity (5%) or a size (2GiB, 0).", "5%", job=True),
 )
 
 COMMAND_KNOBS: tuple[Knob, ...] = (
@@ -147,7 +149,7 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
     BY_NAME["devices"]._replace(kind="str", help=_PLAN_HELP["devices"]),
     BY_NAME["global_batch"]._replace(help=_PLAN_HELP["global_batch"], show_default=None),
     *(BY_NAME[n] for n in ("precision", "seq_len", "devices_per_node", "attention", "kernels", "tokens",
-                           "price_per_hour", "pue")),
+                           "price_per_hour", "pue", "memory_headroom")),
     BY_NAME["config"]._replace(help=_PLAN_HELP["config"]),
     BY_NAME["tp_overlap"]._replace(help=_PLAN_HELP["tp_overlap"]),
     BY_NAME["dp_collectives"]._replace(help=_PLAN_HELP["dp_collectives"]),

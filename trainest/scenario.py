@@ -25,6 +25,13 @@ DEFAULT_DEVICES = 8
 DEFAULT_PRECISION = "bf16"
 DEFAULT_TOKENS_PER_PARAM = 20.0     # Hoffmann et al. 2022 (Chinchilla): ~20 training tokens per parameter
 DEFAULT_PUE = 1.2                   # typical modern data-centre power usage effectiveness
+# Device memory a layout must leave free to count as fitting (`memory_headroom`): 5 % of capacity (4 GiB on
+# an 80 GB device). The memory model counts what training needs plus a fixed framework reserve and 5 %
+# fragmentation (docs/model.md §7.5); what it leaves out varies from run to run: the caching allocator's
+# peak above the live tensors (torchtitan's published peaks sit 8-13 GiB above trainest's count at 8B),
+# NCCL buffers per communicator, CUDA graphs, a dataloader's pinned memory. A plan at 71.4 of 74.5 GiB is
+# not a safe fit. `0` turns the margin off (what ran, e.g. the published runs, may well use all of it).
+DEFAULT_MEMORY_HEADROOM = "5%"
 
 # The one default scenario (with or without options, CLI or YAML): an everyday case that fits, Llama 3
 # 8B on one 8-GPU H100 node with FSDP, selective recompute and a 0.5M-token batch (torchtitan's Llama 3
@@ -91,6 +98,8 @@ class Scenario:
     pue: float
     kernels: str = "fused"          # element-wise kernels: fused | eager (docs/model.md §2.5)
     derived: tuple[str, ...] = field(default=())   # names of values filled by defaults
+    memory_headroom: str = DEFAULT_MEMORY_HEADROOM   # as given: a share of capacity ("5%") or a size ("2GiB")
+    memory_headroom_bytes: float = 0.0               # that margin [B]: a layout fits if it leaves it free
 
     @property
     def micro_batches(self) -> int:
@@ -272,6 +281,30 @@ def _check_schedule(sizes: dict[str, Any], dp: int, micro_batch: int, global_bat
                         f"that is a multiple of dp·micro_batch·pp = {dp * micro_batch * pp}")
 
 
+def memory_headroom_bytes(value: Any, capacity_bytes: float, where: str) -> tuple[str, float]:
+    """(the margin as given, in bytes) of `memory_headroom`: "5%" (of capacity), "2GiB", "8e9" or 0."""
+    from trainest.units import parse_bytes
+    text = str(value).strip()
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)) or not text:
+        raise SpecError(f"{where}: {F.show(value)} is not a margin; use a share of capacity such as 5% or a size "
+                        f"such as 2GiB (0: none)")
+    if text.endswith("%"):
+        try:
+            share = float(text[:-1]) / 100.0
+        except ValueError:
+            share = math.nan
+        if not 0.0 <= share < 1.0:
+            raise SpecError(f"{where}: {F.show(value)} must be a share of capacity from 0% to below 100%")
+        return text, share * capacity_bytes
+    if text in ("0", "0.0"):
+        return text, 0.0
+    size = parse_bytes(value, where)
+    if size >= capacity_bytes:
+        raise SpecError(f"{where}: {F.show(value)} is at least the device's whole memory "
+                        f"({capacity_bytes / 2**30:.1f} GiB)")
+    return text, size
+
+
 def _run_costs(r: _Reader, model: Model, hardware: Hardware) -> tuple[float, float | None, float]:
     """(tokens to train, USD per device-hour, PUE)."""
     where, data = r.where, r.data
@@ -328,12 +361,15 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     attention = F.choice(r.default("attention", "flash"), f"{where}.attention", ATTENTIONS)
     kernels = F.choice(r.default("kernels", "fused"), f"{where}.kernels", KERNELS)
     tokens, price_usd, pue = _run_costs(r, model, hardware)
+    headroom, headroom_bytes = memory_headroom_bytes(r.default("memory_headroom", DEFAULT_MEMORY_HEADROOM),
+                                                     hardware.memory_bytes, f"{where}.memory_headroom")
     return Scenario(
         model=model, hardware=hardware, seq_len=seq_len, devices=devices, devices_per_node=devices_per_node,
         precision=precision, parallel=Parallel(**sizes, dp=dp, dp_shard=0 if dp_shard == dp else dp_shard,
                                                pipeline_split=split, dp_collectives=dp_collectives),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
         tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, derived=tuple(derived),
+        memory_headroom=headroom, memory_headroom_bytes=headroom_bytes,
     )
 
 
@@ -368,6 +404,7 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
         "tokens": s.tokens,
         "price_per_hour": s.price_usd_per_hour,
         "pue": s.pue,
+        "memory_headroom": s.memory_headroom,
         "derived": list(s.derived),
     }
 

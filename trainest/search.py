@@ -262,7 +262,7 @@ def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> 
     mem = np.empty(n)
     time_s = np.full(n, np.nan)
     job = job_of(base)
-    capacity = base.hardware.memory_bytes
+    capacity = base.hardware.memory_bytes - base.memory_headroom_bytes     # the margin stays free
     tp_overlap = 1.0 if base.parallel.tp_overlap else 0.0
     groups = [(split, np.flatnonzero(g.balanced == flag)) for split, flag in (("even", 0.0), ("balanced", 1.0))]
 
@@ -414,7 +414,8 @@ def search(base: Scenario, devices: int, space: SearchSpace = SearchSpace(), *, 
         raise SpecError(no_layout_message(base, devices, g))
     ev = evaluate_grid(base, g, progress)
     rejected = dict(g.structural_rejects)
-    rejected["out_of_memory"] = int(np.count_nonzero(ev.memory_bytes > base.hardware.memory_bytes))
+    rejected["out_of_memory"] = int(np.count_nonzero(ev.memory_bytes > base.hardware.memory_bytes
+                                                     - base.memory_headroom_bytes))
     rejected["non_finite"] = int(g.size - np.count_nonzero(ev.fits) - rejected["out_of_memory"])
     feasible = int(np.count_nonzero(ev.fits))
     evaluated = feasible + sum(rejected.values())
@@ -422,8 +423,11 @@ def search(base: Scenario, devices: int, space: SearchSpace = SearchSpace(), *, 
         need = float(np.nanmin(ev.memory_bytes))
         raise SpecError(f"{base.model.name} does not fit on {devices} x {base.hardware.name} in any of {g.size:,} "
                         f"plans: the smallest needs {need / 2**30:.1f} GiB per device, the device has "
-                        f"{base.hardware.memory_bytes / 2**30:.1f} GiB; use more devices, a smaller global batch or "
-                        f"sequence, or allow more sharding")
+                        f"{base.hardware.memory_bytes / 2**30:.1f} GiB"
+                        + (f" of which {base.memory_headroom_bytes / 2**30:.1f} GiB stay free (--memory-headroom "
+                           f"{base.memory_headroom})" if base.memory_headroom_bytes else "")
+                        + "; use more devices, a smaller global batch or "
+                        "sequence, or allow more sharding")
     idx = np.flatnonzero(ev.fits)
     score = ev.time_s[idx] * scale
     order = idx[np.lexsort((g.recompute[idx], g.zero[idx], ev.memory_bytes[idx], score))]

@@ -171,8 +171,12 @@ def throughput_table(e: Estimate):
 def memory_table(e: Estimate):
     from rich.table import Table
     me = e.memory
+    margin = me.required_headroom_bytes
+    verdict = "fits" if me.fits else "DOES NOT FIT"
+    if margin:
+        verdict += f", keeping {fmt_gib(margin)} free (--memory-headroom {e.scenario.memory_headroom})"
     t = Table(title=f"Memory per device: {fmt_gib(me.per_device_bytes)} of {fmt_gib(me.capacity_bytes)} "
-                    f"({'fits' if me.fits else 'DOES NOT FIT'})", title_justify="left", min_width=62)
+                    f"({verdict})", title_justify="left", min_width=62)
     t.add_column("part")
     t.add_column("size", justify="right")
     for k in ("weights", "gradients", "optimizer", "activations", "overhead"):
