@@ -181,7 +181,8 @@ def test_plan_table_output_and_allow_options():
     (["--model", "gpt3-175b", "--hardware", "a100-80gb-sxm", "--devices", "1", "--global-batch", "8"], "does not fit"),
     (["--model", "gpt3-125m", "--devices", "8"], "global batch"),
     (["--model", "gpt3-125m", "--devices", "8", "--global-batch", "8", "--allow", "zero=5"], "zero"),
-    (["--model", "gpt3-125m", "--devices", "8..64", "--global-batch", "64"], "--deadline or --budget"),
+    (["--model", "gpt3-175b", "--hardware", "a100-80gb-sxm", "--devices", "1..4", "--global-batch", "8"],
+     "no layout fits at any device count in 1..4"),
 ])
 def test_bad_input_is_one_line_on_stderr_and_exit_1(args, needle):
     res = run_cli("plan", *args)
@@ -326,3 +327,37 @@ def test_plan_winners_leave_the_memory_headroom_free():
     doc = json.loads(result.stdout)
     assert doc["job"]["memory_headroom"] == "10GiB"
     assert all(pl["memory"]["per_device_bytes"] + 10 * 2**30 <= pl["memory"]["capacity_bytes"] for pl in doc["plans"])
+
+
+def _budget_job():
+    return S.job_scenario({"model": "llama3-8b", "hardware": "h100-sxm", "global_batch": 512, "tokens": "1T"})
+
+
+def test_budget_picks_the_fastest_count_within_it():
+    """Issue 11, case 7: --budget returned the fewest devices (8, 165 days) although 1024 devices cost about
+    the same and finish in 1.4 days. The objective is said and used: the fastest within the budget."""
+    base, counts = _budget_job(), S.device_counts(8, 1024, "pow2", 8)
+    ds = S.smallest_devices(base, counts, budget_usd=2e6)
+    meeting = [t for t in ds.trials if t.meets]
+    assert len(ds.trials) == len(counts) and len(meeting) > 1
+    assert ds.result.plans[0].training.time_s == min(t.time_s for t in meeting)
+    assert ds.devices == 1024 and "fastest" in ds.rule
+    cheapest = S.smallest_devices(base, counts, budget_usd=2e6, objective="cost")
+    assert cheapest.result.plans[0].training.cost_usd == min(t.cost_usd for t in cheapest.trials if t.meets)
+
+
+def test_a_budget_that_cannot_be_met_reports_the_cheapest_count():
+    base, counts = _budget_job(), S.device_counts(8, 1024, "pow2", 8)
+    with pytest.raises(SpecError, match=r"the cheapest, 16 devices, takes .* and costs \$118,509"):
+        S.smallest_devices(base, counts, budget_usd=1e5)
+
+
+def test_a_device_range_without_deadline_or_budget_gives_the_fewest_that_fit_and_each_count():
+    res = run_cli("plan", "--model", "llama3-70b", "--devices", "8..128", "--global-batch", "256", "--json")
+    assert res.exit_code == 0, res.stderr
+    ds = json.loads(res.stdout)["devices_search"]
+    assert [t["devices"] for t in ds["tried"]] == [8, 16, 32, 64, 128]
+    fitting = [t["devices"] for t in ds["tried"] if t["time_s"] is not None]
+    assert ds["chosen"] == min(fitting) and ds["rule"] == "the fewest devices that fit"
+    table = run_cli("plan", "--model", "llama3-70b", "--devices", "8..128", "--global-batch", "256", "-q")
+    assert "Chosen: " in table.stdout and "the fewest devices that fit" in table.stdout

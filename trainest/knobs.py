@@ -136,7 +136,8 @@ BY_NAME: dict[str, Knob] = {k.name: k for k in ESTIMATE_OPTIONS}
 
 # `trainest plan`: the job knobs (set for every plan), then what steers the search
 _PLAN_HELP = {
-    "devices": "Device count N, or a range such as 256..8192 with --deadline/--budget.",
+    "devices": "Device count N, or a range such as 256..8192 (with --deadline, --budget, or neither: the fewest "
+               "that fit, and the fastest plan per count).",
     "global_batch": "Global batch B, in sequences (required).",
     "tp_overlap": "Every plan pipelines its TP collectives with the GEMMs (Megatron --tp-comm-overlap).",
     "dp_collectives": "How every plan's data-parallel/ZeRO rings use the NICs: hierarchical (every NIC of a node) "
@@ -166,8 +167,8 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
       "cp=1 vpp=1 mb=1,2 (repeatable).", group=COMMAND),
     K("deadline", ("--deadline",), "str", "Find the fewest devices (over the --devices range) that train the tokens "
       "within this time, e.g. 30d.", group=COMMAND),
-    K("budget", ("--budget",), "str", "Find the fewest devices (over the --devices range) that train the tokens "
-      "for at most this many USD, e.g. 2e6.", group=COMMAND),
+    K("budget", ("--budget",), "str", "Find the best count by --objective (time: the fastest) over the --devices "
+      "range among those that train the tokens for at most this many USD, e.g. 2e6.", group=COMMAND),
     K("device_counts", ("--device-counts",), "choice", "Counts tried in a --devices range: powers of two, or "
       "multiples of the node size.", "pow2", "DeviceCounts", group=COMMAND, value="pow2"),
     BY_NAME["json_out"],

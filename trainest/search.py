@@ -22,8 +22,12 @@ and power do not depend on the layout in this model, so at a fixed N the three r
 and differ only in the `objective_value` reported. Ties are broken by the lower memory per device, then
 the lower ZeRO stage and recomputation.
 
-Device counts (`smallest_devices`, `--deadline`/`--budget`): candidate counts are tried smallest first,
-each with its own exhaustive search; the first whose best plan meets every constraint is returned.
+Device counts (`smallest_devices`, a `--devices LO..HI` range): candidate counts are tried smallest
+first, each with its own exhaustive search, and one is chosen by a rule the output states
+(`device_rule`): with `--deadline` alone the fewest devices that meet it; with `--budget` the best by
+`--objective` among the counts that meet every constraint (time: the fastest within the budget);
+with neither the fewest devices that fit (every count is searched: the table shows the fastest plan at
+each). When none qualifies the error names the cheapest count (a budget was missed) or the fastest.
 """
 
 from __future__ import annotations
@@ -497,6 +501,7 @@ class DeviceTrial:
     time_s: float | None           # whole-run time of the best plan (None: no plan fits)
     cost_usd: float | None
     note: str                      # why it does not meet (or "")
+    energy_kwh: float | None = None
 
 
 @dataclass(frozen=True)
@@ -505,50 +510,101 @@ class DeviceSearch:
     budget_usd: float | None
     trials: tuple[DeviceTrial, ...]
     result: SearchResult           # the plan search at the chosen count
+    rule: str = ""                 # how the count was chosen, in words (device_rule)
 
     @property
     def devices(self) -> int:
         return self.result.devices
 
 
+# How `plan --devices LO..HI` chooses a count (said in the output): with a deadline only, the fewest
+# devices that meet it (the cheapest way to be on time); with a budget, the best by --objective among
+# the counts that meet every constraint (time: the fastest within the budget); with neither, the fewest
+# devices that fit (every count is still searched: the table shows the fastest plan per count).
+DEADLINE_RULE = "the fewest devices that meet the deadline"
+FIT_RULE = "the fewest devices that fit"
+BUDGET_RULES = {"time": "the fastest count within the budget", "cost": "the cheapest count within the budget",
+                "energy": "the count using the least energy within the budget"}
+
+
+def device_rule(deadline_s: float | None, budget_usd: float | None, objective: str) -> str:
+    """The rule that picks a count of a --devices range, in words."""
+    if budget_usd is not None:
+        return BUDGET_RULES[objective] + (" and the deadline" if deadline_s is not None else "")
+    return DEADLINE_RULE if deadline_s is not None else FIT_RULE
+
+
+def _trial(base: Scenario, n: int, space: SearchSpace, deadline_s: float | None, budget_usd: float | None,
+           objective: str, top: int) -> tuple[DeviceTrial, SearchResult | None]:
+    """The best plan at `n` devices and whether it meets the constraints."""
+    try:
+        res = search(base, n, space, objective=objective, top=top)
+    except SpecError as exc:
+        return DeviceTrial(devices=n, meets=False, time_s=None, cost_usd=None, note=str(exc)), None
+    tr = res.plans[0].training
+    late = deadline_s is not None and tr.time_s > deadline_s
+    dear = budget_usd is not None and (tr.cost_usd or 0.0) > budget_usd
+    note = "; ".join(x for x in (f"takes {tr.time_days:.2f} days" if late else "",
+                                 f"costs ${tr.cost_usd:,.0f}" if dear else "") if x)
+    return DeviceTrial(devices=n, meets=not (late or dear), time_s=tr.time_s, cost_usd=tr.cost_usd, note=note,
+                       energy_kwh=tr.energy_kwh), res
+
+
+def _pick(trials: list[DeviceTrial], budget_usd: float | None, objective: str) -> DeviceTrial | None:
+    meeting = [t for t in trials if t.meets]
+    if not meeting:
+        return None
+    if budget_usd is None:
+        return meeting[0]                    # counts are tried smallest first
+    key = {"time": lambda t: t.time_s, "cost": lambda t: t.cost_usd, "energy": lambda t: t.energy_kwh}[objective]
+    return min(meeting, key=lambda t: (math.inf if key(t) is None else key(t), t.devices))
+
+
 def smallest_devices(base: Scenario, counts: list[int], space: SearchSpace = SearchSpace(), *,
                      deadline_s: float | None = None, budget_usd: float | None = None, objective: str = "time",
                      top: int = 5, progress: Progress | None = None) -> DeviceSearch:
-    """The smallest count in `counts` whose best plan trains the job's tokens within `deadline_s`
-    and for at most `budget_usd` (each search exhaustive; counts tried in increasing order)."""
-    if deadline_s is None and budget_usd is None:
-        raise SpecError("a device range needs --deadline or --budget (which count is good enough?)")
+    """Choose a device count of `counts` by `device_rule` (each count an exhaustive plan search):
+    with a deadline only, the smallest that meets it (counts after it are not tried); with a budget, the
+    best by `objective` among those that meet every constraint; with neither, the smallest that fits."""
     if budget_usd is not None and base.price_usd_per_hour is None:
         raise SpecError(f"--budget needs a price: {base.hardware.name} has none in the catalog; give --price-per-hour")
     trials: list[DeviceTrial] = []
+    results: dict[int, SearchResult] = {}
     counts = sorted(counts)
     for i, n in enumerate(counts):
-        try:
-            res = search(base, n, space, objective=objective, top=top)
-        except SpecError as exc:
-            trials.append(DeviceTrial(devices=n, meets=False, time_s=None, cost_usd=None, note=str(exc)))
-        else:
-            tr = res.plans[0].training
-            late = deadline_s is not None and tr.time_s > deadline_s
-            dear = budget_usd is not None and (tr.cost_usd or 0.0) > budget_usd
-            note = "; ".join(x for x in (f"takes {tr.time_days:.2f} days" if late else "",
-                                         f"costs ${tr.cost_usd:,.0f}" if dear else "") if x)
-            trials.append(DeviceTrial(devices=n, meets=not (late or dear), time_s=tr.time_s, cost_usd=tr.cost_usd,
-                                      note=note))
-            if not (late or dear):
-                if progress is not None:
-                    progress(len(counts), len(counts))
-                return DeviceSearch(deadline_s=deadline_s, budget_usd=budget_usd, trials=tuple(trials), result=res)
+        trial, res = _trial(base, n, space, deadline_s, budget_usd, objective, top)
+        trials.append(trial)
+        if res is not None:
+            results[n] = res
         if progress is not None:
             progress(i + 1, len(counts))
+        if trial.meets and budget_usd is None and deadline_s is not None:
+            break                             # the fewest that meet the deadline: larger counts only cost more
+    rule = device_rule(deadline_s, budget_usd, objective)
+    chosen = _pick(trials, budget_usd, objective)
+    if chosen is not None:
+        return DeviceSearch(deadline_s=deadline_s, budget_usd=budget_usd, trials=tuple(trials),
+                            result=results[chosen.devices], rule=rule)
+    raise SpecError(_none_meets(base, counts, trials, deadline_s, budget_usd))
+
+
+def _none_meets(base: Scenario, counts: list[int], trials: list[DeviceTrial], deadline_s: float | None,
+                budget_usd: float | None) -> str:
+    """Why no count qualifies: the cheapest count when a budget was missed, else the fastest."""
     want = " and ".join(x for x in (f"within {fmt_seconds(deadline_s)}" if deadline_s is not None else "",
                                     f"for at most ${budget_usd:,.0f}" if budget_usd is not None else "") if x)
     ok = [t for t in trials if t.time_s is not None]
-    if ok:
-        fastest = min(ok, key=lambda t: t.time_s if t.time_s is not None else math.inf)
-        best = (f"; the fastest, {fastest.devices} devices, takes {fmt_seconds(fastest.time_s)}"
-                + (f" and costs ${fastest.cost_usd:,.0f}" if fastest.cost_usd is not None else ""))
+    if not ok:
+        reasons = sorted({t.note.split(";")[0] for t in trials if t.note})
+        return (f"no layout fits at any device count in {counts[0]}..{counts[-1]} ({len(counts)} tried)"
+                + (f": {reasons[0]}" if len(reasons) == 1 else ""))
+    if budget_usd is not None:
+        best = min(ok, key=lambda t: (t.cost_usd if t.cost_usd is not None else math.inf, t.devices))
+        what = "cheapest"
     else:
-        best = "; no plan fits at any of them"
-    raise SpecError(f"no device count in {counts[0]}..{counts[-1]} ({len(counts)} tried) trains "
-                    f"{fmt_si(base.tokens)} tokens {want}{best}")
+        best = min(ok, key=lambda t: t.time_s if t.time_s is not None else math.inf)
+        what = "fastest"
+    plural = "device" if best.devices == 1 else "devices"
+    return (f"no device count in {counts[0]}..{counts[-1]} ({len(counts)} tried) trains {fmt_si(base.tokens)} tokens "
+            f"{want}; the {what}, {best.devices} {plural}, takes {fmt_seconds(best.time_s)}"
+            + (f" and costs ${best.cost_usd:,.0f}" if best.cost_usd is not None else ""))
