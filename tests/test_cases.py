@@ -78,4 +78,4 @@ def test_case4_what_fits_where():
         for hw, n in (("dgx-spark", 1), ("h100-sxm", 1), ("h100-sxm", 8)):
             t = {ft: docs[(model, ft, hw, n)]["step"]["time_s"] for ft in ("full", "lora", "qlora")}
             assert t["lora"] < t["qlora"]
-            assert 0.75 <= t["lora"] / t["full"] <= 0.86
+            assert 0.75 <= t["lora"] / t["full"] <= 0.9     # memory-bound on a DGX Spark: LoRA saves less

@@ -20,7 +20,7 @@ from trainest.cli import app
 RUNNER = CliRunner()
 ANSI = "\x1b["
 SCRIPT = shutil.which("trainest", path=str(Path(sys.executable).parent)) or shutil.which("trainest")
-NO_PRICE_HARDWARE = "a100-80gb-pcie"     # price_usd_per_hour: null in specs/hardware
+NO_PRICE_HARDWARE = "gaudi3"     # price_usd_per_hour: null in specs/hardware (an 8-device node with its network)
 
 
 def invoke(*args: str, env: dict | None = None):
@@ -281,3 +281,57 @@ def test_shell_completion(capsys):
     env = {**os.environ, "_TRAINEST_COMPLETE": "complete_bash", "COMP_WORDS": "trainest com", "COMP_CWORD": "1"}
     proc = subprocess.run([script], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0 and "compare" in proc.stdout.split()
+
+
+def test_bare_estimate_and_one_naming_the_default_model_are_the_same_scenario(capsys):
+    """Issue 11, case 8: the same default with or without options, and `--help` shows it."""
+    from helpers import call_entry
+    docs = []
+    for args in ([], ["--model", "llama3-8b"], ["--tokens", "1.5T"]):
+        code, out, _ = call_entry(["estimate", *args, "--json"], capsys)
+        assert code == 0
+        doc = json.loads(out)
+        docs.append(doc)
+        assert doc["memory"]["fits"]
+    for doc in docs[1:]:
+        assert doc["step"]["time_s"] == docs[0]["step"]["time_s"]
+        assert {k: doc["inputs"][k] for k in ("parallel", "recompute", "global_batch", "micro_batch")} == \
+            {k: docs[0]["inputs"][k] for k in ("parallel", "recompute", "global_batch", "micro_batch")}
+    help_text = " ".join(invoke("estimate", "--help", env={"COLUMNS": "300"}).stdout.replace("│", " ").split())
+    for shown in ("3 (FSDP); 1 with --pp > 1", "(selective)", "0.5M tokens"):
+        assert shown in help_text, shown
+
+
+def _advice(mapping):
+    from trainest.advice import fit_suggestions
+    from trainest.estimate import estimate
+    from trainest.scenario import scenario_from_mapping
+    s = scenario_from_mapping(mapping, "options")
+    e = estimate(s)
+    assert not e.memory.fits
+    return s, fit_suggestions(s, e)
+
+
+def test_advice_on_one_device_never_suggests_sharding_nor_repeats_what_was_given():
+    """Issue 11, case 5: `--hardware gh200 --devices 1 --zero 3 --recompute full` was told to 'combine
+    sharding (--zero 3, --tp, --pp) with --recompute full'. Now: the smallest device count that fits,
+    with its layout, found by the plan search; nothing that was given, no sharding on one rank."""
+    _, text = _advice({"model": "llama3-70b", "hardware": "gh200", "devices": 1, "parallel": {"zero": 3},
+                       "recompute": "full", "global_batch": 1})
+    assert "would fit with" not in text and "combine sharding" not in text
+    assert "the smallest count that fits is 16 devices" in text, text
+
+
+def test_advice_names_only_changes_that_fit_and_a_layout_that_fits():
+    from trainest.estimate import estimate
+    from trainest.scenario import scenario_from_mapping
+    s, text = _advice({"model": "llama3-8b", "devices": 8, "parallel": {"zero": 0}, "recompute": "none"})
+    assert "would fit with: --zero 3" in text and "--recompute full" not in text.split(";")[1]
+    args = text.split("trainest estimate ... ")[1].rstrip(")").split()
+    layout = {a: b for a, b in zip(args, args[1:] + [""]) if a.startswith("--") and not b.startswith("--")}
+    alt = scenario_from_mapping({"model": "llama3-8b", "devices": int(layout["--devices"]),
+                                 "parallel": {"tp": int(layout["--tp"]), "pp": int(layout["--pp"]),
+                                              "zero": int(layout["--zero"])},
+                                 "global_batch": int(layout["--global-batch"]), "recompute": layout["--recompute"]},
+                                "test")
+    assert estimate(alt).memory.fits

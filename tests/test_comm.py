@@ -147,13 +147,56 @@ def test_tiers_of_applies_the_achievable_fractions():
     assert t.up_latency_s == hw.scale_up_latency_s
 
 
-def test_no_scale_up_fabric_falls_back_to_pcie_and_no_network_to_the_placeholder():
-    hw = load_hardware("rtx-4090")
-    assert hw.scale_up_bytes_per_s is None and hw.scale_out_bytes_per_s is None
-    t = tiers_of(hw, 4)
-    assert t.up_bytes_per_s == pytest.approx(comm.PCIE_FALLBACK_BYTES_PER_S * hw.efficiency.scale_up)
-    assert t.domain == 4                       # the node is the domain
-    assert t.out_bytes_per_s == comm.NO_NETWORK_BYTES_PER_S
+def test_no_scale_up_fabric_uses_the_pcie_path_and_no_network_is_unknown_not_a_placeholder():
+    """Issue 11, case 2: a PCIe card's first tier is its PCIe link at PCIE_ACHIEVABLE_FRACTION of the
+    nominal rate, halved without peer-to-peer (staged through host memory); a network the hardware
+    does not list is NaN (refused before the model runs), never the old 1 GB/s placeholder."""
+    l40s, rtx = load_hardware("l40s"), load_hardware("rtx-4090")
+    t = tiers_of(l40s, 8)
+    assert t.up_bytes_per_s == pytest.approx(32e9 * comm.PCIE_ACHIEVABLE_FRACTION)      # Gen4 x16, P2P
+    assert t.domain == 8 and t.up_latency_s == l40s.intra_node_latency_s
+    assert math.isnan(t.out_bytes_per_s)
+    assert rtx.intra_node.peer_to_peer is False
+    assert tiers_of(rtx, 4).up_bytes_per_s == pytest.approx(32e9 * comm.PCIE_ACHIEVABLE_FRACTION
+                                                            * comm.HOST_STAGED_FRACTION)
+
+
+def test_bridged_pairs_in_a_pcie_server_use_nvlink_inside_a_pair_and_pcie_across_pairs():
+    """H100 PCIe, 8 per server: NVLink bridges join pairs (the scale-up domain of 2), the rest of the
+    server talks over PCIe Gen5 x16, and leaving the server needs the NIC the file does not give."""
+    hw = load_hardware("h100-pcie")
+    t = tiers_of(hw, 8)
+    up = hw.scale_up_bytes_per_s * hw.efficiency.scale_up
+    pcie = 64e9 * comm.PCIE_ACHIEVABLE_FRACTION
+    assert (t.domain, t.node_extent) == (2, 8)
+    assert bus_bandwidth_bytes_per_s(2.0, 1.0, t) == pytest.approx(up)
+    assert bus_bandwidth_bytes_per_s(8.0, 1.0, t) == pytest.approx(pcie)
+    assert bus_bandwidth_bytes_per_s(4.0, 2.0, t) == pytest.approx(pcie)
+    assert math.isnan(bus_bandwidth_bytes_per_s(16.0, 1.0, t))
+    assert ring_latency_s(8.0, 1.0, t) == pytest.approx(7 * hw.intra_node_latency_s)
+    assert send_recv_s(S, 4.0, 2.0, t) == pytest.approx(S / pcie + hw.intra_node_latency_s)
+
+
+def test_a_group_of_one_rank_costs_nothing_even_over_an_unknown_path():
+    t = tiers_of(load_hardware("dgx-spark"), 1)        # one device per node: no intra-node path at all
+    assert math.isnan(t.up_bytes_per_s)
+    for collective in (reduce_scatter_s, all_gather_s, all_reduce_s):
+        assert collective(S, 1.0, 1.0, t) == 0.0
+    assert all_reduce_s(S, 2.0, 1.0, t) > 0          # two Sparks over their NIC: a number, not NaN
+
+
+@pytest.mark.parametrize("name, devices, per_node, words", [
+    ("l40s", 8, 1, ("8 l40s devices span 8 nodes of 1", "no scale-out network", "--devices-per-node 8")),
+    ("h100-pcie", 8, 2, ("span 4 nodes of 2", "no scale-out network", "system.scale_out_gbit_per_s")),
+    ("tpu-v4", 8192, 4, ("span 2 nodes of 4096",)),
+])
+def test_network_gap_names_the_missing_network_and_the_fix(name, devices, per_node, words):
+    gap = comm.network_gap(load_hardware(name), per_node, devices, "--devices-per-node", "--hardware")
+    assert gap is not None
+    for w in words:
+        assert w in gap
+    assert comm.network_gap(load_hardware(name), per_node, 1) is None
+    assert comm.network_gap(load_hardware("l40s"), 8, 8) is None          # one 8-card server: its PCIe
 
 
 def test_arrays_give_the_same_answer_as_floats():

@@ -64,7 +64,7 @@ def check(doc: dict, name: str) -> None:
 
 ESTIMATE_CASES = {
     "default": (),
-    "no-price-no-fit": ("--hardware", "a100-80gb-pcie", "--model", "llama3-70b"),
+    "no-price-no-fit": ("--hardware", "a100-80gb-pcie", "--model", "llama3-70b", "--devices", "2"),
     "pipeline-interleaved": ("--model", "gpt3-13b", "--devices", "32", "--tp", "4", "--pp", "4", "--vpp", "5",
                              "--sequence-parallel", "--micro-batch", "1", "--global-batch", "64"),
     "fp8-full-recompute": ("--precision", "fp8", "--recompute", "full", "--zero", "2", "--global-batch", "32"),
@@ -88,7 +88,7 @@ def test_estimate_json_matches_schema(args):
 def test_estimate_json_from_a_config_file(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("model: {layers: 4, hidden: 256, ffn_hidden: 1024, heads: 4, vocab: 1000}\ndevices: 2\n"
-                    "hardware: l4\nprecision: fp16\n", encoding="utf-8")
+                    "hardware: l4\ndevices_per_node: 2\nprecision: fp16\n", encoding="utf-8")
     check(run_json("estimate", "--config", str(path)), "estimate")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainest.errors import SpecError
-from trainest.scenario import DEFAULT_PUE, DEFAULT_TOKENS_PER_PARAM, scenario_from_mapping
+from trainest.scenario import DEFAULT_PUE, DEFAULT_TOKENS_PER_PARAM, DEFAULT_TOKENS_PER_STEP, scenario_from_mapping
 
 
 def make(**data):
@@ -27,11 +27,13 @@ def test_devices_are_derived_from_dp():
     assert "devices" in s.derived and "parallel.dp" not in s.derived
 
 
-def test_global_batch_defaults_to_dp_times_micro_batch():
-    s = make(model="gpt3-1.3b", devices=16, micro_batch=2)
-    assert s.global_batch == 16 * 2
-    assert s.micro_batches == 1
+def test_global_batch_defaults_to_half_a_million_tokens_in_whole_multiples_of_dp_times_micro_batch():
+    s = make(model="gpt3-1.3b", devices=16, micro_batch=2)          # seq 2048: 256 sequences = 0.5M tokens
+    assert s.global_batch == DEFAULT_TOKENS_PER_STEP // 2048 == 256
+    assert s.micro_batches == 256 // 32
     assert "global_batch" in s.derived and "micro_batch" not in s.derived
+    assert make(model="gpt3-1.3b", devices=512).global_batch == 512                # rounded up to d·b
+    assert make(model="gpt3-1.3b", devices=8, parallel={"pp": 4, "vpp": 2}).micro_batches % 4 == 0
 
 
 def test_micro_batches_and_tokens_per_step():
@@ -52,11 +54,14 @@ def test_given_values_are_not_marked_derived():
 
 def test_documented_defaults():
     s = make(model="gpt3-1.3b")
-    assert s.devices == 8 and s.precision == "bf16" and s.recompute == "none" and s.attention == "flash"
+    assert s.devices == 8 and s.precision == "bf16" and s.recompute == "selective" and s.attention == "flash"
+    assert s.parallel.zero == 3 and s.micro_batch == 1
     assert s.seq_len == s.model.seq_len
     assert s.tokens == pytest.approx(DEFAULT_TOKENS_PER_PARAM * s.model.params)
     assert s.pue == DEFAULT_PUE
     assert s.price_usd_per_hour == s.hardware.price_usd_per_hour
+    assert make(model="gpt3-1.3b", parallel={"pp": 2}).parallel.zero == 1     # distributed optimizer with PP
+    assert make(model="gpt3-1.3b", parallel={"tp": 4, "pp": 4}).devices == 16  # the layout needs 16
 
 
 def test_tokens_accept_human_counts():
@@ -77,10 +82,17 @@ def test_model_given_as_a_mapping():
     assert s.model.layers == 2
 
 
-def test_builtin_default_marks_everything_derived():
-    s = scenario_from_mapping({}, builtin_default=True)
-    assert s.parallel.zero == 3
-    assert {"model", "hardware", "devices", "parallel.zero"} <= set(s.derived)
+def test_one_default_scenario_with_or_without_options():
+    """Issue 11, case 8: a bare `trainest estimate` and one that names the default model (or only the
+    tokens) are the same scenario (before: ZeRO-3, selective, B = 64 without options; ZeRO 0, no
+    recompute, B = 8 and 'DOES NOT FIT' with any)."""
+    bare = scenario_from_mapping({}, "options")
+    for given in ({"model": "llama3-8b"}, {"tokens": "1.5T"}, {"hardware": "h100-sxm", "devices": 8}):
+        s = scenario_from_mapping(given, "options")
+        assert (s.parallel.zero, s.recompute, s.micro_batch, s.global_batch, s.devices) == \
+            (bare.parallel.zero, bare.recompute, bare.micro_batch, bare.global_batch, bare.devices) == \
+            (3, "selective", 1, 64, 8)
+    assert {"model", "hardware", "devices", "parallel.zero", "global_batch", "recompute"} <= set(bare.derived)
 
 
 # ------------------------------------------------------------------------------------------- errors
@@ -92,6 +104,9 @@ def test_builtin_default_marks_everything_derived():
     ({"devices": 5, "parallel": {"pp": 5}}, r"pp=5 does not divide layers=24"),
     ({"devices": 8, "parallel": {"vpp": 2}}, r"vpp=2 needs pipeline parallelism"),
     ({"devices": 8, "parallel": {"pp": 8, "vpp": 2}}, r"vpp=2 does not divide layers per stage"),
+    ({"devices": 8, "parallel": {"pp": 4, "vpp": 2}, "global_batch": 2},
+     r"interleaved schedule \(vpp=2\) needs .* m = global_batch/\(dp·micro_batch\) = 2/\(2·1\) = 1, to be a "
+     r"multiple of pp=4.*multiple of dp·micro_batch·pp = 8"),
     ({"devices": 9, "seq_len": 1000, "parallel": {"cp": 3}}, r"cp=3 does not divide seq_len=1000"),
     ({"devices": 8, "global_batch": 12, "micro_batch": 1}, r"global_batch=12 is not divisible by dp·micro_batch"),
     ({"devices": 8, "parallel": {"fsdp": True, "zero": 1}}, r"fsdp means zero=3"),
@@ -117,3 +132,21 @@ def test_unknown_model_and_hardware_are_spec_errors():
         make(model="gpt-99")
     with pytest.raises(SpecError, match="unknown hardware"):
         make(model="gpt3-1.3b", hardware="h1000")
+
+
+def test_interleaved_schedule_accepts_micro_batches_that_are_a_multiple_of_pp():
+    """Megatron-LM's interleaved schedule runs m = k·p micro-batches; 1F1B (vpp = 1) runs any m."""
+    assert make(model="gpt3-1.3b", devices=8, parallel={"pp": 4, "vpp": 2}, global_batch=8).micro_batches == 4
+    assert make(model="gpt3-1.3b", devices=8, parallel={"pp": 4}, global_batch=2).micro_batches == 1
+
+
+@pytest.mark.parametrize("value, expected", [("5%", 0.05 * 80e9), ("0", 0.0), ("2GiB", 2 * 2**30), (8e9, 8e9)])
+def test_memory_headroom_as_a_share_or_a_size(value, expected):
+    s = make(model="gpt3-1.3b", hardware="h100-sxm", memory_headroom=value)
+    assert s.memory_headroom_bytes == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("value, message", [("120%", "below 100%"), ("lots", "not a size"), ("90GB", "whole memory")])
+def test_bad_memory_headroom_is_one_clear_error(value, message):
+    with pytest.raises(SpecError, match=message):
+        make(model="gpt3-1.3b", hardware="h100-sxm", memory_headroom=value)

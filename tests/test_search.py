@@ -101,8 +101,12 @@ def test_every_combination_is_enumerated_and_tallies_add_up():
         dp = n // (tp * pp * cp)
         units = m.layers // pp if m.layers % pp == 0 else (m.layers + 2) // pp
         vpps = divs(units) if pp > 1 else [1]
-        for vpp, mb, zero, rec, sp in itertools.product(vpps, divs(32 // dp), range(4), range(3), (0, 1)):
-            complete += not (sp and tp == 1)
+        for vpp, mb in itertools.product(vpps, divs(32 // dp)):
+            if vpp > 1 and (32 // (dp * mb)) % pp:     # the interleaved schedule's rule: counted once
+                structural += 1
+                continue
+            for zero, rec, sp in itertools.product(range(4), range(3), (0, 1)):
+                complete += not (sp and tp == 1)
     g = S.enumerate_plans(base, n, S.SearchSpace())
     assert g.size == complete
     assert sum(g.structural_rejects.values()) == structural
@@ -177,7 +181,8 @@ def test_plan_table_output_and_allow_options():
     (["--model", "gpt3-175b", "--hardware", "a100-80gb-sxm", "--devices", "1", "--global-batch", "8"], "does not fit"),
     (["--model", "gpt3-125m", "--devices", "8"], "global batch"),
     (["--model", "gpt3-125m", "--devices", "8", "--global-batch", "8", "--allow", "zero=5"], "zero"),
-    (["--model", "gpt3-125m", "--devices", "8..64", "--global-batch", "64"], "--deadline or --budget"),
+    (["--model", "gpt3-175b", "--hardware", "a100-80gb-sxm", "--devices", "1..4", "--global-batch", "8"],
+     "no layout fits at any device count in 1..4"),
 ])
 def test_bad_input_is_one_line_on_stderr_and_exit_1(args, needle):
     res = run_cli("plan", *args)
@@ -281,3 +286,78 @@ def test_flat_dp_collectives_apply_to_every_plan_and_reproduce_with_estimate():
     est = json.loads(run_cli("estimate", "--model", "gpt3-13b", "--hardware", "a100-80gb-sxm",
                              *flat["estimate_args"], "--json").stdout)
     assert est["step"]["time_s"] == pytest.approx(flat["step"]["time_s"], rel=1e-12)
+
+
+def test_plans_keep_the_interleaved_schedule_rule_and_count_what_breaks_it():
+    """Issue 11, case 1: the Llama 3 70B deadline plan picked vpp 20 with one micro-batch per step (4.3 %
+    bubble; really a 2-stage pipeline with nothing to overlap). Every plan with v > 1 must have
+    m = B/(d·b) a multiple of p, and the layouts that break it are rejected and counted."""
+    base = S.job_scenario({"model": "llama3-70b", "hardware": "h100-sxm", "global_batch": 1024, "tokens": "15T"})
+    r = S.search(base, 8192, top=10)
+    chosen = list(r.plans) + [ru.estimate for ru in r.runner_up_by_knob.values() if ru is not None]
+    for e in chosen:
+        p, m = e.scenario.parallel, e.scenario.micro_batches
+        assert p.vpp == 1 or m % p.pp == 0, (p, m)
+        assert e.step.bubble_s >= e.step.micro_batch_s * 0.99 * (p.pp - 1) / p.vpp * (0.9 if m >= p.pp else 1.0)
+    assert r.stats.rejected["interleaving_indivisible"] > 0
+    assert r.stats.evaluated == r.stats.feasible + sum(r.stats.rejected.values())
+
+
+@pytest.mark.parametrize("hardware", ["cerebras-wse-3", "groq-lpu", "graphcore-bow"])
+def test_plan_refuses_hardware_whose_execution_model_trainest_does_not_have(hardware):
+    result = run_cli("plan", "--hardware", hardware, "--devices", "4", "--global-batch", "8")
+    assert result.exit_code == 1 and result.stdout == ""
+    assert "cannot be estimated" in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_plan_winners_leave_the_memory_headroom_free():
+    """Issue 11, case 9: a winner at 71.4 of 74.5 GiB was shown as a safe fit. The fit decision keeps
+    --memory-headroom free (default 5 % of capacity); 0 turns it off."""
+    base = S.job_scenario({"model": "llama3-70b", "hardware": "h100-sxm", "global_batch": 256})
+    assert base.memory_headroom == "5%" and base.memory_headroom_bytes == pytest.approx(0.05 * 80e9)
+    r = S.search(base, 64, top=20)
+    for e in r.plans:
+        assert e.memory.per_device_bytes <= 0.95 * e.memory.capacity_bytes and e.memory.fits
+    none = S.search(S.job_scenario({"model": "llama3-70b", "hardware": "h100-sxm", "global_batch": 256,
+                                    "memory_headroom": "0"}), 64)
+    assert none.stats.feasible > r.stats.feasible
+    result = run_cli("plan", "--model", "llama3-70b", "--devices", "64", "--global-batch", "256",
+                     "--memory-headroom", "10GiB", "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["job"]["memory_headroom"] == "10GiB"
+    assert all(pl["memory"]["per_device_bytes"] + 10 * 2**30 <= pl["memory"]["capacity_bytes"] for pl in doc["plans"])
+
+
+def _budget_job():
+    return S.job_scenario({"model": "llama3-8b", "hardware": "h100-sxm", "global_batch": 512, "tokens": "1T"})
+
+
+def test_budget_picks_the_fastest_count_within_it():
+    """Issue 11, case 7: --budget returned the fewest devices (8, 165 days) although 1024 devices cost about
+    the same and finish in 1.4 days. The objective is said and used: the fastest within the budget."""
+    base, counts = _budget_job(), S.device_counts(8, 1024, "pow2", 8)
+    ds = S.smallest_devices(base, counts, budget_usd=2e6)
+    meeting = [t for t in ds.trials if t.meets]
+    assert len(ds.trials) == len(counts) and len(meeting) > 1
+    assert ds.result.plans[0].training.time_s == min(t.time_s for t in meeting)
+    assert ds.devices == 1024 and "fastest" in ds.rule
+    cheapest = S.smallest_devices(base, counts, budget_usd=2e6, objective="cost")
+    assert cheapest.result.plans[0].training.cost_usd == min(t.cost_usd for t in cheapest.trials if t.meets)
+
+
+def test_a_budget_that_cannot_be_met_reports_the_cheapest_count():
+    base, counts = _budget_job(), S.device_counts(8, 1024, "pow2", 8)
+    with pytest.raises(SpecError, match=r"the cheapest, 16 devices, takes .* and costs \$11[0-9],[0-9]{3}"):
+        S.smallest_devices(base, counts, budget_usd=1e5)
+
+
+def test_a_device_range_without_deadline_or_budget_gives_the_fewest_that_fit_and_each_count():
+    res = run_cli("plan", "--model", "llama3-70b", "--devices", "8..128", "--global-batch", "256", "--json")
+    assert res.exit_code == 0, res.stderr
+    ds = json.loads(res.stdout)["devices_search"]
+    assert [t["devices"] for t in ds["tried"]] == [8, 16, 32, 64, 128]
+    fitting = [t["devices"] for t in ds["tried"] if t["time_s"] is not None]
+    assert ds["chosen"] == min(fitting) and ds["rule"] == "the fewest devices that fit"
+    table = run_cli("plan", "--model", "llama3-70b", "--devices", "8..128", "--global-batch", "256", "-q")
+    assert "Chosen: " in table.stdout and "the fewest devices that fit" in table.stdout

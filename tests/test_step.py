@@ -15,6 +15,7 @@ from trainest.layout import ACTIVATION_BYTES
 from trainest.memory import MAIN_GRAD_BYTES, stage_params
 from trainest.step.flops import CAUSAL_FRACTION, layer_flops_forward, model_flops_per_step
 from trainest.step.layer import EAGER_EXTRA_F_WIDE_PASSES, EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT
+from trainest.step.schedule import bubble_slots
 
 A100 = load_hardware("a100-80gb-sxm")
 GPT3_13B = load_model("gpt3-13b")
@@ -207,6 +208,29 @@ def test_interleaving_divides_the_bubble_by_v():
     real1, real2 = terms(GPT3_13B, pp=4, vpp=1), terms(GPT3_13B, pp=4, vpp=2)
     assert real2.bubble_s < real1.bubble_s
     assert real2.pp_comm_s == pytest.approx(2 * real1.pp_comm_s)    # v chunks: v times the transfers
+
+
+@pytest.mark.parametrize("v", [1, 2, 4])
+def test_one_micro_batch_takes_p_stage_times_whatever_the_interleaving(v):
+    """With m = 1 nothing overlaps: the micro-batch crosses the p stages one after the other, so the
+    step is at least p times one stage's micro-batch time, interleaved or not (issue 11, case 1)."""
+    p = 4
+    t = terms(SMALL, ideal(), pp=p, vpp=v, global_batch=1.0)
+    assert t.time_s >= 0.999 * p * t.micro_batch_s
+    assert t.bubble_s == pytest.approx((p - 1) * t.micro_batch_s, rel=2e-3)
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 8])
+def test_bubble_for_any_number_of_micro_batches(m):
+    """1F1B takes m + p − 1 slots for every m; interleaved: (p−1)/v once m ≥ p, and
+    (p − m) + (m − 1)/v slots of bubble with fewer micro-batches than stages (schedule.bubble_slots)."""
+    p, v = 4, 2
+    one = terms(SMALL, ideal(), pp=p, vpp=1, global_batch=float(m))
+    assert one.bubble_s / one.micro_batch_s == pytest.approx(p - 1, rel=2e-3)
+    two = terms(SMALL, ideal(), pp=p, vpp=v, global_batch=float(m))
+    want = (p - 1) / v if m >= p else (p - m) + (m - 1) / v
+    assert two.bubble_s / two.micro_batch_s == pytest.approx(want, rel=2e-3)
+    assert bubble_slots(float(p), float(v), float(m)) == pytest.approx(want, rel=1e-12)
 
 
 def test_bubble_does_not_grow_with_the_number_of_micro_batches():
@@ -594,3 +618,32 @@ def test_a_model_trained_without_dropout_moves_fewer_element_wise_bytes():
         fwd = (NO_DROPOUT_H_WIDE_SAVING * s * m.hidden + per_score * m.heads * s * s) / mem_bw
         assert with_d.memory_s - without.memory_s == pytest.approx(B * m.layers * 3.0 * fwd, rel=1e-9)
         assert with_d.compute_s == without.compute_s
+
+
+# ------------------------------------------------------------------------- PCIe cards (issue 11, case 2)
+
+def test_pcie_cards_in_one_server_are_faster_than_one_card():
+    """8 L40S in one server (PCIe Gen4 x16, peer to peer) at the same global batch: data parallelism
+    over PCIe costs far less than the 8x less compute saves (before, with the catalog's one device per
+    node: 9.6 s against 3.5 s on one card, every collective at the 1 GB/s no-network placeholder; that
+    layout is now refused, test_bad_input's network-missing-l40s)."""
+    from trainest.estimate import estimate
+    from trainest.scenario import scenario_from_mapping
+    job = {"model": "gpt3-1.3b", "hardware": "l40s", "global_batch": 32, "recompute": "none", "parallel": {"zero": 0}}
+    one = estimate(scenario_from_mapping({**job, "devices": 1}, "test"))
+    eight = estimate(scenario_from_mapping({**job, "devices": 8, "devices_per_node": 8}, "test"))
+    assert eight.step.time_s < one.step.time_s / 3
+    assert eight.step.communication_detail_s["dp"] < 0.5 * eight.step.time_s
+
+
+def test_tensor_parallelism_over_pcie_costs_its_all_reduces_at_the_pcie_rate():
+    """tp 8 on 8 H100 PCIe in one server: each of the 4 all-reduces per layer and micro-batch moves
+    2·(7/8)·e·T·h over PCIe Gen5 x16 at PCIE_ACHIEVABLE_FRACTION (before: 240 s of TP traffic per step
+    at the 1 GB/s placeholder; now ~10 s)."""
+    from trainest.step.collectives import PCIE_ACHIEVABLE_FRACTION
+    hw, m = load_hardware("h100-pcie"), load_model("llama3-8b")
+    t = step_of(m, hw, seq_len=8192.0, global_batch=32.0, devices_per_node=8, tp=8.0, pp=1.0, dp=1.0, cp=1.0,
+                vpp=1.0, micro_batch=1.0, zero=0.0, sp=0.0, recompute=0.0)
+    w = 64e9 * PCIE_ACHIEVABLE_FRACTION
+    per_all_reduce = 2 * 7 / 8 * ACTIVATION_BYTES * 8192 * m.hidden / w + 2 * 7 * hw.intra_node_latency_s
+    assert t.tp_comm_s == pytest.approx(32 * m.layers * 4 * per_all_reduce, rel=1e-9)

@@ -16,7 +16,9 @@ and a run keeps its side when other runs are added. Per hardware:
     hardware kind, plus the catalog defaults for low_precision_gemm and layer_overhead_us) and fit with
     `trainest.calibrate.fit_efficiency` (the `trainest calibrate` method) on the fit runs only; write
     ONLY the `efficiency:` block of specs/hardware/<name>.yaml (fitted: true), every other line unchanged;
-  * fewer: the hardware keeps its prior (a stale fitted block is put back to the prior).
+  * fewer: a sibling die's fit (SIBLINGS), else the median of the devices fitted on their own runs, by kind
+    (`import_hardware.derived_prior`; `fitted: false`, not validated on the device's own runs);
+  * hardware without any run: the same (sibling, else the derived prior).
 
 Starting from the prior every time makes the result independent of what the files held before, so
 re-running without changes reproduces the same files. Then the catalog JSON cache is rebuilt and
@@ -151,6 +153,44 @@ def inherited(hw: catalog.Hardware, sibling: catalog.Hardware) -> tuple[catalog.
     return new_hw, efficiency_block(new_hw, method=method, fit_runs=None, fit_mape_pct=None, fitted=True)
 
 
+def fitted_outcome(fit_cases: list, prior: catalog.Hardware) -> tuple:
+    """(fitted hardware, its YAML block, status, fitted values in words) of one hardware's fit runs."""
+    result = fit_efficiency(fit_cases, prior)
+    method = (f"{COMMAND}: the `trainest calibrate` fit on {result.runs} fit runs of the bundled specs/runs "
+              f"(crc32(id) mod 100 < {FIT_PERCENT}); holdout runs in docs/validation.md")
+    block = efficiency_block(result.hardware, method=method, fit_runs=result.runs, fit_mape_pct=result.mape_after_pct)
+    new_hw = replace(result.hardware, efficiency=replace(result.hardware.efficiency, fitted=True, method=method))
+    params = ", ".join(
+        f"{p.name.replace('layer_overhead_s', 'layer_overhead_us')}="
+        f"{p.value / MICROSECOND if p.name == 'layer_overhead_s' else p.value:.3g}"
+        + ("" if p.constrained else " (no run sensitive: prior kept)") for p in result.parameters)
+    return new_hw, block, "fitted", params
+
+
+def derived_outcome(hw: catalog.Hardware, own_blocks: dict, prior: catalog.Hardware) -> tuple:
+    """(hardware, YAML block, how) for a device without enough runs and no fitted sibling: the median of
+    the devices fitted on their own runs, by kind (import_hardware.derived_prior), else the generic prior."""
+    import import_hardware as ih
+    import yaml
+
+    block = ih.derived_prior(hw.kind, own_blocks)
+    if block is None:     # the importer's generic prior stays as the importer wrote it (None: file unchanged)
+        return prior, None, "generic prior kept (no fitted device of its kind)"
+    data = yaml.safe_load(replace_efficiency_block(Path(hw.path).read_text(encoding="utf-8"), block, hw.path))
+    group = block["method"].split("(", 1)[1].split(")", 1)[0]
+    return catalog.hardware_from_mapping(data, hw.path), block, f"prior: median of fitted {group}"
+
+
+def write_block(path: Path, block: dict | None) -> None:
+    """Replace the efficiency block of the hardware file `path` (every other line kept); None: leave it."""
+    if block is None or not path.is_file():
+        return
+    old_text = path.read_text(encoding="utf-8")
+    new_text = replace_efficiency_block(old_text, block, str(path))
+    if new_text != old_text:
+        path.write_text(new_text, encoding="utf-8")
+
+
 def memory_markdown(results: list[RunResult]) -> str:
     """Predicted memory per device against the peak memory the source published (where it did)."""
     rows = [r for r in results if r.measured_memory_bytes]
@@ -220,44 +260,38 @@ def main(argv: list[str] | None = None) -> int:
     fitted_results: list[RunResult] = []
     prior_results: list[RunResult] = []
     split: dict[str, bool] = {}
+    # 1. hardware with enough fit runs of its own: fitted. 2. the others: a sibling's fit, else the median of
+    # the devices fitted in 1 (import_hardware.derived_prior). 3. hardware without any run: the same.
+    own_blocks: dict[str, tuple[str, dict]] = {}
+    outcome: dict[str, tuple] = {}         # name -> (new hardware, block, status, params)
+    fit_cases_of = {name: [c for c in by_hw[name] if in_fit_set(c.id)] + kernel_fit.get(name, []) for name in by_hw}
     for name in sorted(by_hw):
-        cases = by_hw[name]
-        hw = cases[0].scenario.hardware
-        prior = prior_hardware(hw)
-        prior_hw[name] = prior
-        fit_cases = [c for c in cases if in_fit_set(c.id)] + kernel_fit.get(name, [])
-        for c in cases:
+        hw = by_hw[name][0].scenario.hardware
+        prior_hw[name] = prior_hardware(hw)
+        for c in by_hw[name]:
             split[c.id] = in_fit_set(c.id)
-        path = Path(hw.path)
-        if len(fit_cases) >= MIN_FIT_RUNS:
-            result = fit_efficiency(fit_cases, prior)
-            method = (f"{COMMAND}: the `trainest calibrate` fit on {result.runs} fit runs of the bundled specs/runs "
-                      f"(crc32(id) mod 100 < {FIT_PERCENT}); holdout runs in docs/validation.md")
-            block = efficiency_block(result.hardware, method=method, fit_runs=result.runs,
-                                     fit_mape_pct=result.mape_after_pct)
-            new_hw = replace(result.hardware, efficiency=replace(result.hardware.efficiency, fitted=True, method=method))
-            status = "fitted"
-            params = ", ".join(
-                f"{p.name.replace('layer_overhead_s', 'layer_overhead_us').replace('host_per_kernel_s', 'host_us_per_kernel')}="
-                f"{p.value / MICROSECOND if p.name in ('layer_overhead_s', 'host_per_kernel_s') else p.value:.3g}"
-                + ("" if p.constrained else " (no run sensitive: prior kept)") for p in result.parameters)
-        elif SIBLINGS.get(name) in final_hw and final_hw[SIBLINGS[name]].efficiency.fitted:
+        if len(fit_cases_of[name]) >= MIN_FIT_RUNS:
+            outcome[name] = fitted_outcome(fit_cases_of[name], prior_hw[name])
+            final_hw[name] = outcome[name][0]
+            own_blocks[name] = (hw.kind, outcome[name][1])
+    for name in sorted(by_hw):
+        if name in outcome:
+            continue
+        hw, n_fit = by_hw[name][0].scenario.hardware, len(fit_cases_of[name])
+        if SIBLINGS.get(name) in final_hw and final_hw[SIBLINGS[name]].efficiency.fitted:
             new_hw, block = inherited(hw, final_hw[SIBLINGS[name]])
-            status = f"inherited from {SIBLINGS[name]} (only {len(fit_cases)} fit runs < {MIN_FIT_RUNS})"
-            params = "–"
+            outcome[name] = (new_hw, block, f"inherited from {SIBLINGS[name]} (only {n_fit} fit runs < "
+                                            f"{MIN_FIT_RUNS})", "–")
         else:
-            block = efficiency_block(prior, method=prior.efficiency.method, fit_runs=None, fit_mape_pct=None,
-                                     fitted=False)
-            new_hw = prior
-            status = f"prior kept (only {len(fit_cases)} fit runs < {MIN_FIT_RUNS})"
-            params = "–"
-        final_hw[name] = new_hw
-        if not args.check and path.is_file():
-            old_text = path.read_text(encoding="utf-8")
-            new_text = old_text if (status.startswith("prior") and not hw.efficiency.fitted) else \
-                replace_efficiency_block(old_text, block, str(path))
-            if new_text != old_text:
-                path.write_text(new_text, encoding="utf-8")
+            new_hw, block, how = derived_outcome(hw, own_blocks, prior_hw[name])
+            outcome[name] = (new_hw, block, f"{how} (only {n_fit} fit runs < {MIN_FIT_RUNS})", "–")
+        final_hw[name] = outcome[name][0]
+    for name in sorted(by_hw):
+        cases, fit_cases = by_hw[name], fit_cases_of[name]
+        new_hw, block, status, params = outcome[name]
+        prior = prior_hw[name]
+        if not args.check:
+            write_block(Path(cases[0].scenario.hardware.path), block)
         res_prior = [compare(c, prior) for c in cases]
         res_fit = [compare(c, new_hw) for c in cases]
         prior_results += res_prior
@@ -269,20 +303,22 @@ def main(argv: list[str] | None = None) -> int:
                      mape_pct(r for r in res_fit if r.id not in fit_ids)))
         print(f"{name:16s} fit {len(fit_cases):3d} holdout {len(cases) - len(fit_cases):3d}  {status}", file=sys.stderr)
 
-    # siblings without any expressible run inherit too
-    for name, sibling in SIBLINGS.items():
-        if name in by_hw or sibling not in final_hw or not final_hw[sibling].efficiency.fitted:
+    # siblings without any expressible run inherit too; every other device without runs gets the derived prior
+    for name in catalog.hardware_names():
+        if name in by_hw:
             continue
         hw = catalog.load_hardware(name)
-        _, block = inherited(hw, final_hw[sibling])
-        path = Path(hw.path)
-        if not args.check and path.is_file():
-            old_text = path.read_text(encoding="utf-8")
-            new_text = replace_efficiency_block(old_text, block, str(path))
-            if new_text != old_text:
-                path.write_text(new_text, encoding="utf-8")
-        rows.append((name, 0, 0, f"inherited from {sibling} (no expressible run)", "–", None, None, None, None))
-        print(f"{name:16s} no runs            inherited from {sibling}", file=sys.stderr)
+        sibling = SIBLINGS.get(name)
+        if sibling in final_hw and final_hw[sibling].efficiency.fitted:
+            _, block = inherited(hw, final_hw[sibling])
+            status = f"inherited from {sibling} (no expressible run)"
+        else:
+            _, block, how = derived_outcome(hw, own_blocks, prior_hardware(hw))
+            status = f"{how} (no expressible run)"
+        if not args.check:
+            write_block(Path(hw.path), block)
+        rows.append((name, 0, 0, status, "–", None, None, None, None))
+        print(f"{name:16s} no runs            {status}", file=sys.stderr)
 
     if not args.check:
         target = catalog.specs_dir() / catalog.CATALOG_CACHE_NAME
@@ -302,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
                mape_pct(hold_all))
     flat_ids = {c.id for c in loaded.cases if c.scenario.parallel.dp_collectives == "flat"}
     doc = render_doc(report, rows, overall, fitted_results, targets_markdown(fitted_results, split, flat_ids),
-                     vtrain_markdown(final_hw))
+                     vtrain_markdown(final_hw), prior_rule_markdown(by_hw, own_blocks, final_hw))
     doc = doc.replace("\n## The measured step against the overlap bounds",
                       "\n## The error band of every estimate\n\n" + bands_markdown()
                       + "\n\n## The measured step against the overlap bounds", 1)
@@ -399,7 +435,36 @@ def same_configuration_markdown(results: list[RunResult]) -> str:
             "per pipeline; d and v as published):\n\n" + "\n".join(lines)) if len(lines) > 2 else ""
 
 
-def render_doc(report, rows, overall, results: list[RunResult], targets: str, vtrain: str) -> str:
+def prior_rule_markdown(by_hw: dict, own_blocks: dict, final_hw: dict) -> str:
+    """Leave one device out: each device fitted on its own runs, predicted with the prior it would get
+    without them (the median of the other fitted devices of its group) and with the generic prior."""
+    import import_hardware as ih
+    import yaml
+
+    lines = ["| device | runs | generic prior MAPE % | median of the others MAPE % | own fit MAPE % |",
+             "|---|---:|---:|---:|---:|"]
+    weighted = {"generic": 0.0, "median": 0.0, "own": 0.0}
+    total = 0
+    for name in sorted(own_blocks):
+        cases, hw = by_hw[name], final_hw[name]
+        block = ih.derived_prior(hw.kind, {n: v for n, v in own_blocks.items() if n != name})
+        if block is None:
+            continue
+        data = yaml.safe_load(replace_efficiency_block(Path(hw.path).read_text(encoding="utf-8"), block, hw.path))
+        median_hw = catalog.hardware_from_mapping(data, hw.path)
+        errs = {"generic": mape_pct(compare(c, prior_hardware(hw)) for c in cases),
+                "median": mape_pct(compare(c, median_hw) for c in cases),
+                "own": mape_pct(compare(c, hw) for c in cases)}
+        lines.append(f"| {name} | {len(cases)} | {_pct(errs['generic'])} | {_pct(errs['median'])} | {_pct(errs['own'])} |")
+        total += len(cases)
+        for k in weighted:
+            weighted[k] += (errs[k] or 0.0) * len(cases)
+    lines.append(f"| **all (run-weighted)** | {total} | {_pct(weighted['generic'] / total)} | "
+                 f"{_pct(weighted['median'] / total)} | {_pct(weighted['own'] / total)} |")
+    return "\n".join(lines)
+
+
+def render_doc(report, rows, overall, results: list[RunResult], targets: str, vtrain: str, priors: str) -> str:
     split_lines = ["| hardware | fit runs | holdout runs | status | fitted values | fit MAPE % (prior → fitted) | "
                    "holdout MAPE % (prior → fitted) |", "|---|---:|---:|---|---|---:|---:|"]
     for name, nf, nh, status, params, pf, ff, ph, fh in rows:
@@ -462,6 +527,24 @@ attention 0.2–0.95, memory 0.5–0.95, scale_up 0.4–0.95, scale_out 0.3–0.
 GB200 and the torchtitan H100s, gemm = 0.92 on GB300 and TPU v5p), the efficiency is compensating for
 a missing or mis-sized term of the step model rather than measuring the hardware; see "Where the
 model errs".
+
+## Priors for devices without runs of their own
+
+A device with fewer than {MIN_FIT_RUNS} fit runs and no sibling die ships the per-parameter median of
+the devices fitted on their own runs, by kind (`tools/import_hardware.py: derived_prior`: GPUs from the
+fitted GPUs, TPUs from the fitted TPUs, Gaudi and Trainium from every fitted accelerator; Apple SoCs
+keep the generic prior). Such a block says `fitted: false`, and every estimate on it says
+`hardware.calibrated: false` (a footnote in the tables). How good is such a prior? Each device fitted
+on its own runs, predicted once more as if it had none: with the generic prior of the importer and
+with the median of the *other* fitted devices of its group (leave one device out). Expect an
+uncalibrated device's step times to be off by about this much, not by the holdout error above.
+
+{priors}
+
+The generic prior's fixed fractions (GEMM 0.75, memory 0.80) sit above what most fits find, which made
+uncalibrated hardware look faster than calibrated hardware; the medians are about as accurate and
+come from the fits. TPU v4 (6 runs, too few to fit) is the one device whose own runs test the rule
+directly: there the median of the two fitted TPUs does worse than the generic prior (table above).
 
 ## Targets (issue 3)
 

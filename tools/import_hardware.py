@@ -15,7 +15,8 @@ tools/hardware_facts.yaml, one entry per catalog id, with their citations. A fac
 the facts file must say why (the reason becomes a note); this script refuses a null without a reason.
 
 An existing file's `efficiency` block is kept when it has `fitted: true` (written by `trainest calibrate` or a
-tool); otherwise it is reset to the prior below (its `method` says it is a prior). `--check` writes nothing and exits 1
+tool); otherwise it is reset to the prior: the median of the devices fitted on their own runs, by kind
+(`derived_prior`), or the generic prior below where no comparable device is fitted (its `method` says which). `--check` writes nothing and exits 1
 when any file's content (parsed YAML, not formatting) differs from what the importer would write.
 
 Needs only the standard library and PyYAML.
@@ -67,6 +68,73 @@ EFFICIENCY_PRIOR_OTHER = {
     "scale_out": 0.7,
 }
 ACCELERATOR_PRIOR_KINDS = ("gpu", "tpu", "asic", "cpu-gpu")
+
+# --- Priors derived from the fitted devices (issue 11, case 3) ------------------------------------------------------
+# The generic prior above is only the starting point of a fit (tools/fit_defaults.py). A device with no measured runs
+# of its own (and no sibling die to inherit from) ships, instead, the per-parameter MEDIAN of the devices that were
+# fitted on their own runs, grouped by kind: GPUs (gpu, cpu-gpu) from the fitted GPUs, TPUs from the fitted TPUs,
+# other accelerators with matrix units (Gaudi, Trainium: no fitted device of their kind) from every fitted accelerator.
+# Hand-set priors above every fit made uncalibrated hardware look faster than calibrated hardware. Such a block is
+# still `fitted: false` (not validated on this device's runs); its `method` starts with DERIVED_PRIOR_PREFIX and names
+# the devices. Apple SoCs and wafer-scale engines have no comparable fitted device and keep EFFICIENCY_PRIOR_OTHER.
+DERIVED_PRIOR_PREFIX = "prior: median of"
+DERIVED_PRIOR_GROUPS = {
+    "gpu": ("gpu", "cpu-gpu"),
+    "cpu-gpu": ("gpu", "cpu-gpu"),
+    "tpu": ("tpu",),
+    "asic": ("gpu", "cpu-gpu", "tpu"),
+}
+DERIVED_PRIOR_KEYS = ("gemm", "attention", "memory", "scale_up", "scale_out", "low_precision_gemm",
+                      "layer_overhead_us")
+INHERITED_MARK = ": inherited from "       # the method of a block tools/fit_defaults.py copied from a sibling die
+
+
+def _significant(x: float, digits: int = 4) -> float | int:
+    y = float(f"{x:.{digits}g}")
+    return int(y) if y.is_integer() else y
+
+
+def own_fit(block: object) -> bool:
+    """True for an efficiency block fitted on the device's own runs (not inherited from a sibling)."""
+    return isinstance(block, dict) and block.get("fitted") is True and INHERITED_MARK not in str(block.get("method"))
+
+
+def derived_prior(kind: str, fitted: dict[str, tuple[str, dict]]) -> dict | None:
+    """The efficiency block of a device of `kind` without runs: the median of each parameter over the
+    devices in `fitted` (name -> (kind, block), fitted on their own runs) of the kinds DERIVED_PRIOR_GROUPS
+    names, or None when there is none (then the generic prior stays)."""
+    import statistics
+
+    kinds = DERIVED_PRIOR_GROUPS.get(kind)
+    if not kinds:
+        return None
+    group = sorted(name for name, (k, block) in fitted.items() if k in kinds and own_fit(block))
+    if not group:
+        return None
+    generic = EFFICIENCY_PRIOR_ACCELERATOR
+    block: dict = {"gemm_half_dim": generic["gemm_half_dim"]}
+    for key in DERIVED_PRIOR_KEYS:
+        block[key] = _significant(statistics.median(float(fitted[n][1][key]) for n in group if key in fitted[n][1]))
+    order = ("gemm", "gemm_half_dim", "attention", "memory", "scale_up", "scale_out", "low_precision_gemm",
+             "layer_overhead_us")
+    block = {k: block[k] for k in order}
+    block["fitted"] = False
+    block["method"] = (f"{DERIVED_PRIOR_PREFIX} the {len(group)} {'/'.join(kinds)} devices fitted on their own runs "
+                       f"({', '.join(group)}), by tools/fit_defaults.py; not validated on measured runs of this device")
+    return block
+
+
+def fitted_blocks(out: Path) -> dict[str, tuple[str, dict]]:
+    """name -> (kind, efficiency block) of every file in `out` whose block was fitted on its own runs."""
+    found: dict[str, tuple[str, dict]] = {}
+    for path in sorted(out.glob("*.yaml")) if out.exists() else []:
+        try:
+            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError:
+            continue
+        if isinstance(doc, dict) and own_fit(doc.get("efficiency")):
+            found[path.stem] = (str(doc.get("kind") or "gpu"), doc["efficiency"])
+    return found
 
 # --- Latency assumptions (microseconds) ---------------------------------------------------------------------------
 SCALE_UP_LATENCY_US = {
@@ -583,12 +651,15 @@ def main(argv: list[str] | None = None) -> int:
                          f"{sorted(set(facts) - set(map(str, catalog)))} not in the catalog")
 
     changed = []
+    own = fitted_blocks(out)
     for hw_id, rec in catalog.items():
         doc = apply_facts(str(hw_id), build(str(hw_id), rec), rec, facts[str(hw_id)], sources)
         path = out / f"{hw_id}.yaml"
         fitted = existing_fitted_efficiency(path)
         if fitted is not None:
             doc["efficiency"] = fitted
+        elif derived_prior(doc["kind"], own) is not None:
+            doc["efficiency"] = derived_prior(doc["kind"], own)
         text = render(doc)
         old = path.read_text(encoding="utf-8") if path.exists() else None
         if args.check:

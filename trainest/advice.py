@@ -1,4 +1,10 @@
-"""Advice on a result: what would make a layout that does not fit in memory fit."""
+"""Advice on a result: what would make a layout that does not fit in memory fit.
+
+Every suggestion is an evaluated alternative, never a rule of thumb: single changes of what the user
+left open on the same devices (each estimated), the fastest layout that fits on the same device count
+(the plan search), and otherwise the smallest device count at which one fits, with its layout. Only
+changes that differ from what was given are named, and sharding is never suggested on one device.
+Runs only on the does-not-fit path (it imports numpy through the plan search)."""
 
 from __future__ import annotations
 
@@ -9,37 +15,83 @@ from trainest.estimate import TIGHT_FIT_FRACTION, Estimate, estimate
 from trainest.scenario import Scenario
 from trainest.units import GiB
 
+MAX_DEVICES_TRIED = 2**20        # the device-count search doubles up to this many devices
 
-def fit_suggestions(s: Scenario, e: Estimate) -> str:
-    """A one-line 'does not fit' warning naming single changes that would make it fit."""
+
+def _single_changes(s: Scenario) -> list[tuple[str, Scenario]]:
+    """Alternatives that change one knob on the same devices, only to values not already given."""
     p = s.parallel
     tries: list[tuple[str, Scenario]] = []
     if s.recompute != "full":
         tries.append(("--recompute full", replace(s, recompute="full")))
-    for z in range(p.zero + 1, 4):
-        tries.append((f"--zero {z}", replace(s, parallel=replace(p, zero=z))))
+    if p.shard * p.cp > 1:                 # ZeRO shards over the data-parallel (x CP) group: not on one rank
+        tries += [(f"--zero {z}", replace(s, parallel=replace(p, zero=z))) for z in range(p.zero + 1, 4)]
     if p.tp > 1 and not p.sequence_parallel:
         tries.append(("--sequence-parallel", replace(s, parallel=replace(p, sequence_parallel=True))))
     if s.micro_batch > 1:
-        tries.append(("--micro-batch 1", replace(s, micro_batch=1, global_batch=s.global_batch)))
+        tries.append(("--micro-batch 1", replace(s, micro_batch=1)))
     for knob in ("tp", "pp"):
         k = getattr(p, knob) * 2
-        if p.dp % 2 == 0 and ((knob == "tp" and s.model.heads % k == 0) or (knob == "pp" and s.model.layers % k == 0)):
-            new = replace(p, **{knob: k}, dp=p.dp // 2)
+        divides = s.model.heads % k == 0 if knob == "tp" else s.model.layers % k == 0
+        if p.dp % 2 == 0 and divides:
+            new = replace(p, **{knob: k}, dp=p.dp // 2, dp_shard=0)
             if s.global_batch % (new.dp * s.micro_batch) == 0:
                 tries.append((f"--{knob} {k}", replace(s, parallel=new)))
+    return tries
+
+
+def _fitting_single_changes(s: Scenario) -> list[str]:
     fixes = []
-    for label, alt in tries:
+    for label, alt in _single_changes(s):
         try:
             if estimate(alt).memory.fits:
                 fixes.append(label)
         except SpecError:   # an alternative that is itself invalid is simply not suggested
             continue
+    return fixes
+
+
+def _plan_text(e: Estimate) -> str:
+    """A plan's layout and the estimate options that reproduce it."""
+    from trainest.knobs import estimate_args
+    from trainest.scenario import scenario_mapping
+    s, p = e.scenario, e.scenario.parallel
+    layout = (f"tp {p.tp} pp {p.pp} cp {p.cp} dp {p.dp}" + (f" vpp {p.vpp}" if p.vpp > 1 else "")
+              + f" zero {p.zero} micro-batch {s.micro_batch} recompute {s.recompute}")
+    return (f"{layout}, {e.step.time_s:.3g} s per step, {e.memory.per_device_bytes / GiB:.1f} GiB per device "
+            f"(trainest estimate ... {' '.join(estimate_args(scenario_mapping(s)))})")
+
+
+def smallest_fitting(s: Scenario) -> tuple[str, Estimate | None]:
+    """The fastest layout that fits on s.devices, else on the smallest count s.devices·2^k that has one:
+    (what was found, in words; its estimate or None). Each count is an exhaustive plan search."""
+    from trainest.search import search
+    n = s.devices
+    while n <= MAX_DEVICES_TRIED:
+        try:
+            best = search(s, n, top=1).plans[0]
+        except SpecError as exc:
+            if "no scale-out network" in str(exc) or "path is unknown" in str(exc):
+                return f"no layout fits on up to {n // 2 if n > s.devices else n} devices ({exc})", None
+            n *= 2
+            continue
+        where = "on the same devices" if n == s.devices else f"the smallest count that fits is {n} devices"
+        return f"{where}: {_plan_text(best)}", best
+    return f"no layout fits on up to {MAX_DEVICES_TRIED:,} devices", None
+
+
+def fit_suggestions(s: Scenario, e: Estimate) -> str:
+    """A one-line 'does not fit' warning: the single changes that would make it fit, and the fastest
+    layout that fits on these devices or on the smallest device count that has one."""
     need = e.memory.per_device_bytes / GiB
     have = e.memory.capacity_bytes / GiB
-    hint = ("; would fit with: " + ", ".join(fixes)) if fixes else \
-        "; no single change fits: combine sharding (--zero 3, --tp, --pp) with --recompute full, or use more devices"
+    margin = e.memory.required_headroom_bytes / GiB
+    kept = f" ({margin:.1f} GiB kept free, --memory-headroom {s.memory_headroom})" if margin else ""
     over = need / have - 1.0
-    margin = (f" (over by {100 * over:.0f} %, within the memory model's error on published runs: it may fit; "
-              f"docs/validation.md)") if over <= TIGHT_FIT_FRACTION else ""
-    return f"does not fit: needs {need:.1f} GiB per device, {s.hardware.name} has {have:.1f} GiB{margin}{hint}"
+    maybe = (f" (over by {100 * over:.0f} %, within the memory model's error on published runs: it may fit; "
+             f"docs/validation.md)") if 0.0 < over <= TIGHT_FIT_FRACTION else ""
+    fixes = _fitting_single_changes(s)
+    hint = ("; would fit with: " + ", ".join(fixes)) if fixes else ""
+    found, _ = smallest_fitting(s)
+    return f"does not fit: needs {need:.1f} GiB per device, {s.hardware.name} has {have:.1f} GiB{kept}{maybe}{hint}; " \
+           f"{found}"

@@ -67,12 +67,19 @@ BOUNDS = {"gemm": (0.45, 0.92), "attention": (MIN_FRACTION, 0.95), "memory": (0.
           "gemm_half_dim": (0.0, 512.0)}
 
 
+RANK_TOLERANCE = 1e-3              # a singular value below this share of the largest does not count in the rank
+MIN_LEVERAGE = 0.5                 # determined by the runs: at least half of it lies in the Jacobian's row space
+
+
 @dataclass(frozen=True)
 class FittedParameter:
     name: str
     start: float
     value: float
-    constrained: bool               # False: no run is sensitive to it, it stayed at its start value
+    constrained: bool               # False: the runs do not determine it (no run sensitive, or its direction is not
+                                    # in the Jacobian's row space): it was kept at its start value
+    leverage: float = 1.0           # share of the parameter's direction in the row space of the Jacobian, 0..1
+    at_bound: str | None = None     # "lower" | "upper": the fit pushed it to a physical bound (BOUNDS)
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,9 @@ class CalibrationResult:
     before: tuple[RunResult, ...]
     after: tuple[RunResult, ...]
     iterations: int
+    rank: int = 0                   # rank of the Jacobian of the log residuals (independent directions the runs see)
+    condition_number: float = 1.0   # largest / smallest singular value of that Jacobian (inf when rank-deficient)
+    fixed: tuple[str, ...] = ()     # not determined by the runs (leverage < MIN_LEVERAGE): the prior sets them
 
 
 def huber(r):
@@ -131,17 +141,51 @@ def _log_residuals(cases, measured_s, hardware, names, scale, x):
     return np.log(out / measured_s[:, None])
 
 
-def fit_efficiency(cases: Sequence[Case], hardware: Hardware | None = None,
-                   names: Sequence[str] | None = None, prior_weight: float = PRIOR_WEIGHT) -> CalibrationResult:
-    """Fit the efficiency of `hardware` (default: the runs' own) to `cases` (see module docstring).
-    `prior_weight` is λ; 0 fits the runs alone."""
+def identifiability(jac) -> tuple[int, float, list[float]]:
+    """(rank, condition number, leverage of each parameter) of a Jacobian of log residuals (rows: runs,
+    columns: parameters in scaled units). rank = singular values ≥ RANK_TOLERANCE · the largest;
+    leverage_j = Σ_{i<rank} V_ij², the share of parameter j's direction the runs see (1: determined,
+    0: invisible to them)."""
     import numpy as np
 
+    if jac.size == 0:
+        return 0, float("inf"), [0.0] * jac.shape[1]
+    sv, vt = np.linalg.svd(jac, full_matrices=True)[1:]
+    top = float(sv[0]) if sv.size else 0.0
+    rank = int(np.count_nonzero(sv >= RANK_TOLERANCE * top)) if top > 0 else 0
+    k = jac.shape[1]
+    cond = float(top / sv[-1]) if rank == k and sv[-1] > 0 else float("inf")
+    leverage = [float(np.sum(vt[:rank, j] ** 2)) for j in range(k)]
+    return rank, cond, leverage
+
+
+def fit_efficiency(cases: Sequence[Case], hardware: Hardware | None = None,
+                   names: Sequence[str] | None = None, prior_weight: float = PRIOR_WEIGHT) -> CalibrationResult:
+    """Fit the efficiency of `hardware` (default: the runs' own) to `cases` (see module docstring),
+    and say what the runs determine (`identifiability` of the Jacobian at the solution). Directions the
+    runs do not see (rank below the number of parameters: fewer independent runs than parameters, or
+    parameters that move the step time together) are set by the prior pull λ, which keeps them at their
+    start values: the fit is regularised, and each parameter's leverage says how much of it the runs
+    determined. Refused when the runs determine nothing. `prior_weight` is λ; 0 fits the runs alone."""
     if not cases:
         raise SpecError("calibrate: no expressible runs to fit")
     hardware = hardware or cases[0].scenario.hardware
-    cases = [replace(c, scenario=replace(c.scenario, hardware=hardware)) for c in cases]
     names = tuple(names or parameters_for(cases))
+    result = _fit(cases, hardware, names, prior_weight)
+    if result.rank == 0:
+        raise SpecError(f"calibrate: the {len(cases)} runs do not determine any of {', '.join(names)} (no run's step "
+                        f"time moves with them); add runs whose time depends on compute, memory or the network")
+    undetermined = tuple(p.name for p in result.parameters if not p.constrained or p.leverage < MIN_LEVERAGE)
+    return replace(result, fixed=undetermined)
+
+
+def _fit(cases: Sequence[Case], hardware: Hardware, names: tuple[str, ...],
+         prior_weight: float) -> CalibrationResult:
+    """The projected Levenberg–Marquardt fit of `names` (module docstring), with the identifiability of
+    the solution."""
+    import numpy as np
+
+    cases = [replace(c, scenario=replace(c.scenario, hardware=hardware)) for c in cases]
     eff = hardware.efficiency
     start = np.array([getattr(eff, n) for n in names], dtype=float)
     scale = start.copy()
@@ -197,19 +241,34 @@ def fit_efficiency(cases: Sequence[Case], hardware: Hardware | None = None,
         if not improved or gain < TOLERANCE:
             break
 
+    return _result(cases, hardware, names, start, scale, x, lo, hi, measured_s, iterations)
+
+
+def _result(cases, hardware, names, start, scale, x, lo, hi, measured_s, iterations) -> CalibrationResult:
+    """The fitted hardware, each parameter (start, value, sensitivity, leverage, bound), the errors before
+    and after, and the identifiability of the solution x."""
+    import numpy as np
+
+    n, k = len(cases), len(names)
     # a parameter is constrained by the data when some run's step time moves with it
     res = _log_residuals(cases, measured_s, hardware, names, scale, np.vstack([x] + [x + np.eye(k)[j] * np.where(
         x[j] + FD_STEP <= hi[j], FD_STEP, -FD_STEP) for j in range(k)]))
-    sensitivity = np.max(np.abs(res[:, 1:] - res[:, :1]), axis=0) / FD_STEP
+    steps = np.where(x + FD_STEP <= hi, FD_STEP, -FD_STEP)
+    jac = (res[:, 1:] - res[:, :1]) / steps[None, :]
+    sensitivity = np.max(np.abs(jac), axis=0)
+    rank, cond, leverage = identifiability(jac)
     fitted = {nm: float(x[j] * scale[j]) for j, nm in enumerate(names)}
     new_hw = with_efficiency(hardware, **fitted)
     before = tuple(result_for(c, float(predicted_step_times_s(c, hardware, {}))) for c in cases)
     after = tuple(result_for(replace(c, scenario=replace(c.scenario, hardware=new_hw)),
                              float(predicted_step_times_s(c, new_hw, {}))) for c in cases)
-    params = tuple(FittedParameter(nm, float(start[j]), fitted[nm], bool(sensitivity[j] > 1e-6))
+    bound = ["lower" if x[j] <= lo[j] + 1e-9 else "upper" if x[j] >= hi[j] - 1e-9 else None for j in range(k)]
+    params = tuple(FittedParameter(nm, float(start[j]), fitted[nm], bool(sensitivity[j] > 1e-6),
+                                   leverage=leverage[j], at_bound=bound[j] if sensitivity[j] > 1e-6 else None)
                    for j, nm in enumerate(names))
     return CalibrationResult(hardware=new_hw, parameters=params, runs=n, mape_before_pct=mape_pct(before),
-                             mape_after_pct=mape_pct(after), before=before, after=after, iterations=iterations)
+                             mape_after_pct=mape_pct(after), before=before, after=after, iterations=iterations,
+                             rank=rank, condition_number=cond)
 
 
 # -------------------------------------------------------------------------------- writing a profile
@@ -272,11 +331,29 @@ def profile_text(hardware: Hardware, result: CalibrationResult, runs_label: str,
         raise SpecError(f"calibrate: cannot read the hardware file {hardware.path!r} to copy it")
     day = date or datetime.date.today().isoformat()
     method = f"trainest calibrate on {runs_label}, {result.runs} runs, {day}"
-    text = replace_efficiency_block(path.read_text(encoding="utf-8"),
-                                    efficiency_block(result.hardware, method=method, fit_runs=result.runs,
-                                                     fit_mape_pct=result.mape_after_pct), str(path))
+    original = path.read_text(encoding="utf-8")
+    body = "".join(ln for i, ln in enumerate(original.splitlines(keepends=True))
+                   if not (ln.startswith("#") and all(x.startswith("#") for x in original.splitlines()[:i])))
+    text = profile_header(hardware, result, runs_label, day) + replace_efficiency_block(
+        body, efficiency_block(result.hardware, method=method, fit_runs=result.runs,
+                               fit_mape_pct=result.mape_after_pct), str(path))
     hardware_from_mapping(yaml.safe_load(text), "calibrated profile")   # must load back
     return text
+
+
+def profile_header(hardware: Hardware, result: CalibrationResult, runs_label: str, day: str) -> str:
+    """The comment that opens a calibrated profile: what it was calibrated on, when, the error before
+    and after, and what the runs did not determine (not a generated catalog file)."""
+    def pct(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.1f} %"
+    undetermined = (f"# Not determined by these runs (set by the prior): {', '.join(result.fixed)}.\n"
+                    if result.fixed else "")
+    return (f"# Calibrated profile of {hardware.name}, written by `trainest calibrate` on {day}: its efficiency block\n"
+            f"# was fitted to {result.runs} measured runs ({runs_label}); MAPE {pct(result.mape_before_pct)} before, "
+            f"{pct(result.mape_after_pct)} after.\n"
+            f"# Jacobian rank {result.rank} of {len(result.parameters)} parameters. The other facts are copied from "
+            f"{Path(hardware.path).name}.\n{undetermined}"
+            f"# Use it with --hardware PATH (estimate, plan) and `trainest validate --hardware PATH`.\n")
 
 
 def hardware_names_of(cases: Sequence[Case]) -> list[str]:

@@ -52,7 +52,21 @@ class Efficiency:
     host_per_kernel_s: float = 0.0   # host (CPU) time to dispatch one kernel from Python [s]
     kernel_floor_s: float = 0.0      # the shortest a kernel takes on the device (launch, ramp, drain) [s]
 
+    @property
+    def basis(self) -> str:
+        """How the fractions were obtained, read from `fitted` and `method`: "fitted" (on this device's
+        measured runs, tools/fit_defaults.py or a user file that says fitted), "inherited" (a sibling die's
+        fit), "profile" (`trainest calibrate` on the user's runs), "median prior" (the median of the fitted
+        devices of its kind: not validated on this device) or "prior" (generic, not validated)."""
+        if self.fitted:
+            if ": inherited from " in self.method:
+                return "inherited"
+            return "profile" if self.method.startswith(CALIBRATE_METHOD_PREFIX) else "fitted"
+        return "median prior" if self.method.startswith(MEDIAN_PRIOR_PREFIX) else "prior"
 
+
+CALIBRATE_METHOD_PREFIX = "trainest calibrate"   # the `method` of a profile `trainest calibrate` wrote
+MEDIAN_PRIOR_PREFIX = "prior: median of"         # tools/import_hardware.py DERIVED_PRIOR_PREFIX
 EFFICIENCY_KEYS = ("gemm", "gemm_half_dim", "attention", "memory", "scale_up", "scale_out")
 EFFICIENCY_OPTIONAL = ("low_precision_gemm", "flash2_attention", "layer_overhead_us", "overlap_contention", "fitted",
                        "method", "fit_runs", "fit_mape_pct", "host_us_per_kernel", "kernel_floor_us")

@@ -56,8 +56,8 @@ class ThroughputResult(NamedTuple):
 class MemoryResult(NamedTuple):
     per_device_bytes: float
     capacity_bytes: float
-    fits: bool
-    headroom_bytes: float
+    fits: bool                      # per_device_bytes + required_headroom_bytes <= capacity_bytes
+    headroom_bytes: float           # capacity - per_device_bytes (what is left free)
     weights_bytes: float
     gradients_bytes: float
     optimizer_bytes: float
@@ -67,6 +67,7 @@ class MemoryResult(NamedTuple):
     host_capacity_bytes: float | None   # host memory per device (None: unknown)
     device_fits: bool               # the device part fits in the memory left to training
     host_fits: bool                 # the offloaded part fits in host memory (True without offload)
+    required_headroom_bytes: float = 0.0   # the margin the fit decision keeps free (scenario memory_headroom)
 
 
 class TrainingResult(NamedTuple):
@@ -121,12 +122,13 @@ def memory_result(s: Scenario, mem: MemoryBreakdown) -> MemoryResult:
     total, capacity = float(mem.total_bytes), s.hardware.training_memory_bytes
     host, host_capacity = float(mem.host_bytes), s.hardware.host.memory_bytes_per_device
     host_fits = host == 0.0 or (host_capacity is not None and host <= host_capacity)
-    return MemoryResult(per_device_bytes=total, capacity_bytes=capacity, fits=total <= capacity and host_fits,
+    device_fits = total + s.memory_headroom_bytes <= capacity       # the margin (--memory-headroom) stays free
+    return MemoryResult(per_device_bytes=total, capacity_bytes=capacity, fits=device_fits and host_fits,
                         headroom_bytes=capacity - total, weights_bytes=float(mem.weights_bytes),
                         gradients_bytes=float(mem.gradients_bytes), optimizer_bytes=float(mem.optimizer_bytes),
                         activations_bytes=float(mem.activations_bytes), overhead_bytes=float(mem.overhead_bytes),
-                        host_bytes=host, host_capacity_bytes=host_capacity, device_fits=total <= capacity,
-                        host_fits=host_fits)
+                        host_bytes=host, host_capacity_bytes=host_capacity, device_fits=device_fits,
+                        host_fits=host_fits, required_headroom_bytes=s.memory_headroom_bytes)
 
 
 def estimate(s: Scenario) -> Estimate:

@@ -76,7 +76,7 @@ K = Knob
 KNOBS: tuple[Knob, ...] = (
     K("model", ("--model", "-m"), "str", "Model preset name or YAML path.", "llama3-8b", job=True),
     K("hardware", ("--hardware", "-H"), "str", "Hardware catalog name or YAML path.", "h100-sxm", job=True),
-    K("devices", ("--devices", "--gpus", "-n"), "int", "Number of devices N.", "8"),
+    K("devices", ("--devices", "--gpus", "-n"), "int", "Number of devices N.", "8, or tp·pp·cp rounded up"),
     K("devices_per_node", ("--devices-per-node",), "int", "Devices per node / host.", "hardware's", job=True),
     K("precision", ("--precision",), "choice", "GEMM precision (FP32 master weights and Adam state).", "bf16",
       "Precision", job=True),
@@ -93,7 +93,7 @@ KNOBS: tuple[Knob, ...] = (
     K("dp", ("--dp",), "int", "Data-parallel size d.", "N/(t·p·c)", group=PARALLEL),
     K("cp", ("--cp",), "int", "Context-parallel size c.", "1", group=PARALLEL, searched=True),
     K("vpp", ("--vpp",), "int", "Virtual pipeline stages per rank v.", "1", group=PARALLEL, searched=True),
-    K("zero", ("--zero",), "int", "ZeRO stage 0-3.", "0", group=PARALLEL, searched=True),
+    K("zero", ("--zero",), "int", "ZeRO stage 0-3.", "3 (FSDP); 1 with --pp > 1", group=PARALLEL, searched=True),
     K("fsdp", ("--fsdp",), "flag", "Fully sharded data parallel (= --zero 3).", group=PARALLEL),
     K("sequence_parallel", ("--sequence-parallel/--no-sequence-parallel",), "switch",
       "Megatron sequence parallelism.", "off", group=PARALLEL, searched=True),
@@ -110,10 +110,10 @@ KNOBS: tuple[Knob, ...] = (
       "Data-parallel/ZeRO rings: hierarchical (every NIC of a node) or flat (one NIC per device, e.g. "
       "DeepSpeed ZeRO-3 of 2021).", "hierarchical", "DpCollectives", group=PARALLEL, job=True),
     K("micro_batch", ("--micro-batch", "-b"), "int", "Micro-batch b, in sequences.", "1", searched=True),
-    K("global_batch", ("--global-batch", "-B"), "int", "Global batch B, in sequences.", "dp × micro-batch",
-      job=True),
+    K("global_batch", ("--global-batch", "-B"), "int", "Global batch B, in sequences.",
+      "0.5M tokens (64 × 8192) in whole sequences, a multiple of dp × micro-batch", job=True),
     K("recompute", ("--recompute",), "choice", "Activation recomputation: selective = Megatron's (attention core); "
-      "op = torchtitan's per-op selective checkpointing (every second matmul and the element-wise ops).", "none",
+      "op = torchtitan's per-op selective checkpointing (every second matmul and the element-wise ops).", "selective",
       "Recompute", searched=True),
     K("attention", ("--attention",), "choice", "flash (best fused kernel: FA3/cuDNN on Hopper+), flash2 "
       "(FlashAttention-2) or standard (materialised scores).", "flash", "Attention", job=True),
@@ -142,6 +142,8 @@ KNOBS: tuple[Knob, ...] = (
     K("pue", ("--pue",), "float", "Data-centre power usage effectiveness.", "1.2", job=True),
     K("grid_gco2_per_kwh", ("--grid-gco2-per-kwh",), "float", "Carbon intensity of the electricity, in gCO2 per kWh "
       "(training.co2_kg).", "480: world average 2023 (Ember)", job=True),
+    K("memory_headroom", ("--memory-headroom",), "str", "Device memory kept free for the fit decision: a share "
+      "of capacity (5%) or a size (2GiB, 0).", "5%", job=True),
 )
 
 COMMAND_KNOBS: tuple[Knob, ...] = (
@@ -160,7 +162,8 @@ BY_NAME: dict[str, Knob] = {k.name: k for k in ESTIMATE_OPTIONS}
 
 # `trainest plan`: the job knobs (set for every plan), then what steers the search
 _PLAN_HELP = {
-    "devices": "Device count N, or a range such as 256..8192 with --deadline/--budget.",
+    "devices": "Device count N, or a range such as 256..8192 (with --deadline, --budget, or neither: the fewest "
+               "that fit, and the fastest plan per count).",
     "global_batch": "Global batch B, in sequences (required).",
     "tp_overlap": "Every plan pipelines its TP collectives with the GEMMs (Megatron --tp-comm-overlap).",
     "dp_collectives": "How every plan's data-parallel/ZeRO rings use the NICs: hierarchical (every NIC of a node) "
@@ -177,7 +180,7 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
     BY_NAME["global_batch"]._replace(help=_PLAN_HELP["global_batch"], show_default=None),
     *(BY_NAME[n] for n in ("precision", "seq_len", "devices_per_node", "attention", "framework", "kernels",
                            "finetune", "lora_rank", "lora_alpha", "lora_targets", "base_bits", "offload", "tokens",
-                           "price_per_hour", "pue", "grid_gco2_per_kwh")),
+                           "price_per_hour", "pue", "grid_gco2_per_kwh", "memory_headroom")),
     BY_NAME["config"]._replace(help=_PLAN_HELP["config"]),
     BY_NAME["tp_overlap"]._replace(help=_PLAN_HELP["tp_overlap"]),
     BY_NAME["dp_collectives"]._replace(help=_PLAN_HELP["dp_collectives"]),
@@ -195,8 +198,8 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
       "cp=1 vpp=1 mb=1,2 (repeatable).", group=COMMAND),
     K("deadline", ("--deadline",), "str", "Find the fewest devices (over the --devices range) that train the tokens "
       "within this time, e.g. 30d.", group=COMMAND),
-    K("budget", ("--budget",), "str", "Find the fewest devices (over the --devices range) that train the tokens "
-      "for at most this many USD, e.g. 2e6.", group=COMMAND),
+    K("budget", ("--budget",), "str", "Find the best count by --objective (time: the fastest) over the --devices "
+      "range among those that train the tokens for at most this many USD, e.g. 2e6.", group=COMMAND),
     K("device_counts", ("--device-counts",), "choice", "Counts tried in a --devices range: powers of two, or "
       "multiples of the node size.", "pow2", "DeviceCounts", group=COMMAND, value="pow2"),
     BY_NAME["json_out"],

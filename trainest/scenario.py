@@ -47,11 +47,24 @@ DEFAULT_GRID_GCO2_PER_KWH = 480.0
 DEFAULT_LORA_RANK = 16
 DEFAULT_LORA_TARGETS = "all"
 QLORA_PRECISIONS = ("bf16", "fp16", "fp32", "tf32")   # bitsandbytes dequantises NF4 to the 16/32-bit compute dtype
+# Device memory a layout must leave free to count as fitting (`memory_headroom`): 5 % of capacity (4 GiB on
+# an 80 GB device). The memory model counts what training needs plus a fixed framework reserve and 5 %
+# fragmentation (docs/model.md §7.5); what it leaves out varies from run to run: the caching allocator's
+# peak above the live tensors (torchtitan's published peaks sit 8-13 GiB above trainest's count at 8B),
+# NCCL buffers per communicator, CUDA graphs, a dataloader's pinned memory. A plan at 71.4 of 74.5 GiB is
+# not a safe fit. `0` turns the margin off (what ran, e.g. the published runs, may well use all of it).
+DEFAULT_MEMORY_HEADROOM = "5%"
 
-# `trainest estimate` with no scenario options at all: an everyday case that fits, Llama 3 8B on one
-# 8-GPU H100 node with FSDP and a 0.5M-token batch (torchtitan's Llama 3 8B recipe uses FSDP on 8 GPUs).
-BUILTIN_DEFAULT = {"model": DEFAULT_MODEL, "hardware": DEFAULT_HARDWARE, "devices": DEFAULT_DEVICES,
-                   "parallel": {"zero": 3}, "micro_batch": 1, "global_batch": 64, "recompute": "selective"}
+# The one default scenario (with or without options, CLI or YAML): an everyday case that fits, Llama 3
+# 8B on one 8-GPU H100 node with FSDP, selective recompute and a 0.5M-token batch (torchtitan's Llama 3
+# 8B recipe: FSDP on 8 GPUs). Every knob a user leaves out keeps its default where that is valid with
+# what was given, and is marked derived:
+DEFAULT_RECOMPUTE = "selective"     # Megatron's selective recompute: the attention core only (cheap, saves the s² part)
+DEFAULT_ZERO = 3                    # FSDP / ZeRO-3 without pipeline parallelism (torchtitan, PyTorch FSDP) ...
+DEFAULT_ZERO_WITH_PP = 1            # ... the distributed optimizer (ZeRO-1) with it (Megatron-LM): ZeRO-3 would
+                                    #     gather every stage's weights again for every micro-batch
+DEFAULT_TOKENS_PER_STEP = 64 * 8192   # 0.5M tokens: 64 sequences of Llama 3's 8192; rounded up to a multiple
+                                      # of dp·micro_batch (·pp when interleaved) so that it divides
 
 # the keys of a scenario mapping: the scenario knobs (trainest.knobs), the model and the layout
 SCENARIO_KEYS = ("model", *(k.yaml_key for k in KNOBS if k.group == SCENARIO and k.name != "model"), PARALLEL,
@@ -130,6 +143,8 @@ class Scenario:
     finetune: FineTune = FineTune()
     offload: str = "none"           # OFFLOADS (docs/model.md §14)
     derived: tuple[str, ...] = field(default=())   # names of values filled by defaults
+    memory_headroom: str = DEFAULT_MEMORY_HEADROOM   # as given: a share of capacity ("5%") or a size ("2GiB")
+    memory_headroom_bytes: float = 0.0               # that margin [B]: a layout fits if it leaves it free
 
     @property
     def micro_batches(self) -> int:
@@ -177,17 +192,26 @@ class _Reader:
 
 
 def _hardware_from(value: Any, where: str) -> Hardware:
+    """The hardware of a scenario; one trainest does not model (Hardware.unsupported_reason) is refused."""
     if isinstance(value, dict):
         from trainest.catalog import hardware_from_mapping
-        return hardware_from_mapping(value, f"{where}.hardware")
-    return load_hardware(F.text(value, f"{where}.hardware"))
+        hardware = hardware_from_mapping(value, f"{where}.hardware")
+    else:
+        hardware = load_hardware(F.text(value, f"{where}.hardware"))
+    if hardware.unsupported_reason:
+        raise SpecError(f"hardware {hardware.name!r} ({hardware.execution_model}) cannot be estimated: "
+                        f"{hardware.unsupported_reason}")
+    return hardware
 
 
 def _parallel_sizes(par: dict[str, Any], r: _Reader) -> dict[str, Any]:
-    """tp, pp, cp, vpp, zero (fsdp = zero 3), sequence_parallel and tp_overlap of `parallel`."""
+    """tp, pp, cp, vpp, zero (fsdp = zero 3; default DEFAULT_ZERO, DEFAULT_ZERO_WITH_PP with pp > 1),
+    sequence_parallel and tp_overlap of `parallel`."""
     w = f"{r.where}.parallel"
     sizes: dict[str, Any] = {k: F.integer(par.get(k, 1), f"{w}.{k}", maximum=10**6) for k in ("tp", "pp", "cp", "vpp")}
-    sizes["zero"] = F.integer(par.get("zero", 0), f"{w}.zero", minimum=0, maximum=3)
+    default_zero = DEFAULT_ZERO if sizes["pp"] == 1 else DEFAULT_ZERO_WITH_PP
+    zero = par.get("zero")
+    sizes["zero"] = F.integer(default_zero if zero is None else zero, f"{w}.zero", minimum=0, maximum=3)
     if par.get("fsdp") is not None and F.boolean(par["fsdp"], f"{w}.fsdp"):
         if par.get("zero") not in (None, 3):
             raise SpecError(f"{w}: fsdp means zero=3, but zero={par['zero']} was given")
@@ -208,7 +232,9 @@ def _devices_and_dp(par: dict[str, Any], sizes: dict[str, Any], r: _Reader) -> t
         devices = model_parallel * F.integer(par["dp"], f"{where}.parallel.dp")
         r.derived.append("devices")
     else:
-        devices = F.integer(r.default("devices", DEFAULT_DEVICES), f"{where}.devices", maximum=10**7)
+        # default: DEFAULT_DEVICES, or the fewest devices above it that hold the model-parallel layout given
+        default = -(-DEFAULT_DEVICES // model_parallel) * model_parallel
+        devices = F.integer(r.default("devices", default), f"{where}.devices", maximum=10**7)
     if par.get("dp") is None:
         if devices % model_parallel:
             raise SpecError(f"{where}: devices={devices} is not divisible by tp·pp·cp = {tp}·{pp}·{cp} = "
@@ -252,11 +278,20 @@ def _check_layout(model: Model, seq_len: int, sizes: dict[str, Any], split: str,
         raise SpecError(f"{where}: cp={cp} does not divide seq_len={seq_len}{_divisor_hint(seq_len)}")
 
 
-def _batch(r: _Reader, dp: int, echoed_micro_batches: Any) -> tuple[int, int]:
+def default_global_batch(seq_len: int, dp: int, micro_batch: int, group: int = 1) -> int:
+    """DEFAULT_TOKENS_PER_STEP in whole sequences, rounded up to a multiple of dp·micro_batch·group
+    (group = pp for the interleaved schedule) [sequences]."""
+    unit = dp * micro_batch * group
+    sequences = max(1, -(-DEFAULT_TOKENS_PER_STEP // seq_len))
+    return -(-sequences // unit) * unit
+
+
+def _batch(r: _Reader, dp: int, echoed_micro_batches: Any, seq_len: int, group: int) -> tuple[int, int]:
     """(micro-batch b, global batch B); B must divide by d·b (the echoed micro_batches must agree)."""
     where = r.where
     micro_batch = F.integer(r.default("micro_batch", 1), f"{where}.micro_batch", maximum=10**7)
-    global_batch = F.integer(r.default("global_batch", dp * micro_batch), f"{where}.global_batch", maximum=10**9)
+    global_batch = F.integer(r.default("global_batch", default_global_batch(seq_len, dp, micro_batch, group)),
+                             f"{where}.global_batch", maximum=10**9)
     if global_batch % (dp * micro_batch):
         raise SpecError(f"{where}: global_batch={global_batch} is not divisible by dp·micro_batch = {dp}·{micro_batch}"
                         f" = {dp * micro_batch}; use a multiple of {dp * micro_batch}")
@@ -265,6 +300,54 @@ def _batch(r: _Reader, dp: int, echoed_micro_batches: Any) -> tuple[int, int]:
         raise SpecError(f"{where}.micro_batches: {echoed_micro_batches!r} is derived and must equal global_batch / "
                         f"(dp · micro_batch) = {global_batch // (dp * micro_batch)}; remove it")
     return micro_batch, global_batch
+
+
+def _check_network(hardware: Hardware, devices_per_node: int, devices: int, where: str) -> None:
+    """Every path the layout's groups need is in the hardware data (docs/model.md §3.1): no placeholder
+    network for a group that leaves the node, no placeholder rate for an unknown intra-node path."""
+    from trainest.step.collectives import network_gap  # (the step model's tiers; imported on use)
+    cli = where == "options"
+    gap = network_gap(hardware, devices_per_node, devices,
+                      node_option="--devices-per-node" if cli else "devices_per_node:",
+                      hardware_option="--hardware" if cli else "hardware:")
+    if gap:
+        raise SpecError(f"{where}: {gap}")
+
+
+def _check_schedule(sizes: dict[str, Any], dp: int, micro_batch: int, global_batch: int, where: str) -> None:
+    """The interleaved schedule's rule (docs/model.md §5.2): with vpp > 1, the micro-batches per step
+    m = B/(d·b) must be a multiple of pp (Megatron-LM, `forward_backward_pipelining_with_interleaving`)."""
+    pp, vpp = sizes["pp"], sizes["vpp"]
+    m = global_batch // (dp * micro_batch)
+    if vpp > 1 and m % pp:
+        raise SpecError(f"{where}: the interleaved schedule (vpp={vpp}) needs the micro-batches per step, "
+                        f"m = global_batch/(dp·micro_batch) = {global_batch}/({dp}·{micro_batch}) = {m}, to be a "
+                        f"multiple of pp={pp} (Megatron-LM's interleaved 1F1B); use vpp=1, or a global_batch "
+                        f"that is a multiple of dp·micro_batch·pp = {dp * micro_batch * pp}")
+
+
+def memory_headroom_bytes(value: Any, capacity_bytes: float, where: str) -> tuple[str, float]:
+    """(the margin as given, in bytes) of `memory_headroom`: "5%" (of capacity), "2GiB", "8e9" or 0."""
+    from trainest.units import parse_bytes
+    text = str(value).strip()
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)) or not text:
+        raise SpecError(f"{where}: {F.show(value)} is not a margin; use a share of capacity such as 5% or a size "
+                        f"such as 2GiB (0: none)")
+    if text.endswith("%"):
+        try:
+            share = float(text[:-1]) / 100.0
+        except ValueError:
+            share = math.nan
+        if not 0.0 <= share < 1.0:
+            raise SpecError(f"{where}: {F.show(value)} must be a share of capacity from 0% to below 100%")
+        return text, share * capacity_bytes
+    if text in ("0", "0.0"):
+        return text, 0.0
+    size = parse_bytes(value, where)
+    if size >= capacity_bytes:
+        raise SpecError(f"{where}: {F.show(value)} is at least the device's whole memory "
+                        f"({capacity_bytes / 2**30:.1f} GiB)")
+    return text, size
 
 
 def _run_costs(r: _Reader, model: Model, hardware: Hardware) -> tuple[float, float | None, float, float]:
@@ -348,21 +431,16 @@ def check_offload(data: Any, hardware: Hardware, where: str) -> str:
 
 
 def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
-                          shape: dict[str, Any] | None = None, builtin_default: bool = False) -> Scenario:
-    """Validate a scenario mapping (schema in specs/README.md), fill defaults, check divisibility.
+                          shape: dict[str, Any] | None = None) -> Scenario:
+    """Validate a scenario mapping (schema in specs/README.md), fill the defaults of the one default
+    scenario (above) where that is valid with what was given, check divisibility.
 
     `shape` holds CLI shape overrides (layers, hidden, ...) applied on top of the model.
-    `builtin_default` starts from BUILTIN_DEFAULT (the no-argument scenario), marking its values derived.
     """
     F.check_keys(data, where, (), SCENARIO_KEYS + RUN_ONLY_KEYS + ECHO_KEYS)
     echoed_micro_batches = data.get("micro_batches")
     data = {k: v for k, v in data.items() if k not in ECHO_KEYS}
     derived: list[str] = []
-    if builtin_default:
-        base: dict[str, Any] = dict(BUILTIN_DEFAULT)
-        derived.extend(k for k in base if k != "parallel")
-        derived.extend(f"parallel.{k}" for k in base["parallel"])
-        data = {**base, **{k: v for k, v in data.items() if v is not None}}
     r = _Reader(data, where, derived)
     model = _model_from(r.default("model", DEFAULT_MODEL), where)
     if shape:
@@ -382,8 +460,10 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     dp_collectives = F.choice(par.get("dp_collectives", "hierarchical"), f"{where}.parallel.dp_collectives",
                               DP_COLLECTIVES)
     _check_layout(model, seq_len, sizes, split, where)
-    micro_batch, global_batch = _batch(r, dp, echoed_micro_batches)
-    recompute = F.choice(r.default("recompute", "none"), f"{where}.recompute", RECOMPUTES)
+    _check_network(hardware, devices_per_node, devices, where)
+    micro_batch, global_batch = _batch(r, dp, echoed_micro_batches, seq_len, sizes["pp"] if sizes["vpp"] > 1 else 1)
+    _check_schedule(sizes, dp, micro_batch, global_batch, where)
+    recompute = F.choice(r.default("recompute", DEFAULT_RECOMPUTE), f"{where}.recompute", RECOMPUTES)
     attention = F.choice(r.default("attention", "flash"), f"{where}.attention", ATTENTIONS)
     framework = F.choice(r.default("framework", DEFAULT_FRAMEWORK), f"{where}.framework", tuple(FRAMEWORKS))
     fw = FRAMEWORKS[framework]
@@ -397,6 +477,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     tokens, price_usd, pue, grid = _run_costs(r, model, hardware)
     finetune = check_finetune(data.get("finetune"), model, precision, where)
     offload = check_offload(data.get("offload", "none"), hardware, f"{where}.offload")
+    headroom, headroom_bytes = memory_headroom_bytes(r.default("memory_headroom", DEFAULT_MEMORY_HEADROOM),
+                                                     hardware.memory_bytes, f"{where}.memory_headroom")
     return Scenario(
         model=model, hardware=hardware, seq_len=seq_len, devices=devices, devices_per_node=devices_per_node,
         precision=precision, parallel=Parallel(**sizes, dp=dp, dp_shard=0 if dp_shard == dp else dp_shard,
@@ -404,8 +486,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                                                dp_overlap=dp_overlap),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
         tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, framework=framework,
-        grid_gco2_per_kwh=grid, finetune=finetune, offload=offload,
-        derived=tuple(derived),
+        grid_gco2_per_kwh=grid, finetune=finetune, offload=offload, derived=tuple(derived),
+        memory_headroom=headroom, memory_headroom_bytes=headroom_bytes,
     )
 
 
@@ -444,6 +526,7 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
         "price_per_hour": s.price_usd_per_hour,
         "pue": s.pue,
         "grid_gco2_per_kwh": s.grid_gco2_per_kwh,
+        "memory_headroom": s.memory_headroom,
         "derived": list(s.derived),
     }
 

@@ -10,7 +10,9 @@ so a plan's numbers here are the numbers `trainest estimate` prints for it.
 Counting (the search summary): candidates are enumerated as nested choices, t → p → c (then d =
 N/(t·p·c)) → v → b → ZeRO → recompute → SP. A (t, p, c) whose product does not divide N, or whose d
 does not divide B, has no valid completion and is counted once as rejected ("devices_indivisible",
-"batch_indivisible"); every complete plan is counted once and is either feasible or rejected
+"batch_indivisible"); a (t, p, c, v, b) with v > 1 whose micro-batches per step m = B/(d·b) are not a
+multiple of p breaks the interleaved schedule's rule (docs/model.md §5.2) and is counted once
+("interleaving_indivisible"); every complete plan is counted once and is either feasible or rejected
 ("out_of_memory", or "non_finite" should the model produce no number). So
 evaluated = feasible + Σ rejected. Values outside the space the user allowed are not counted.
 
@@ -20,8 +22,12 @@ and power do not depend on the layout in this model, so at a fixed N the three r
 and differ only in the `objective_value` reported. Ties are broken by the lower memory per device, then
 the lower ZeRO stage and recomputation.
 
-Device counts (`smallest_devices`, `--deadline`/`--budget`): candidate counts are tried smallest first,
-each with its own exhaustive search; the first whose best plan meets every constraint is returned.
+Device counts (`smallest_devices`, a `--devices LO..HI` range): candidate counts are tried smallest
+first, each with its own exhaustive search, and one is chosen by a rule the output states
+(`device_rule`): with `--deadline` alone the fewest devices that meet it; with `--budget` the best by
+`--objective` among the counts that meet every constraint (time: the fastest within the budget);
+with neither the fewest devices that fit (every count is searched: the table shows the fastest plan at
+each). When none qualifies the error names the cheapest count (a budget was missed) or the fastest.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ from trainest.layout import Layout, job_of
 from trainest.memory import memory_per_device
 from trainest.scenario import FineTune, Parallel, Scenario, check_finetune, check_offload, scenario_from_mapping
 from trainest.step import step_terms
-from trainest.step.collectives import tiers_of
+from trainest.step.collectives import network_gap, tiers_of
 from trainest.units import fmt_seconds, fmt_si, parse_count
 
 RECOMPUTE = RECOMPUTES
@@ -63,7 +69,8 @@ OFFLOAD_NAMES = {code: name for name, code in OFFLOAD_CODES.items()}
 
 KNOBS = SEARCHED          # the knobs every plan sets (trainest.knobs), in the runner-up table's order
 DEVICE_COUNT_MODES = DEVICE_COUNTS
-REJECT_REASONS = ("out_of_memory", "devices_indivisible", "batch_indivisible", "non_finite")
+REJECT_REASONS = ("out_of_memory", "devices_indivisible", "batch_indivisible", "interleaving_indivisible",
+                  "non_finite")
 ZERO_STAGES = (0, 1, 2, 3)
 CHUNK_PLANS = 16384        # plans per vectorized call: 16k-element arrays stay in cache (~3x faster than one call)
 MAX_DEVICE_COUNTS = 4096   # a device range may hold at most this many candidate counts
@@ -255,10 +262,15 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
                 bs = _choose(_divisors(B // d), space.micro_batch, space.max_micro_batch)
                 if not vs or not bs:
                     continue
-                block = np.empty((len(vs) * len(bs), 7))
+                pairs = [(v, b) for v in vs for b in bs]
+                # the interleaved schedule needs m = B/(d·b) to be a multiple of p (schedule.py)
+                ok = [(v, b) for v, b in pairs if v == 1 or (B // (d * b)) % p == 0]
+                rejects["interleaving_indivisible"] += len(pairs) - len(ok)
+                if not ok:
+                    continue
+                block = np.empty((len(ok), 7))
                 block[:, :4] = (t, p, c, d)
-                block[:, 4] = np.repeat(vs, len(bs))
-                block[:, 5] = np.tile(bs, len(vs))
+                block[:, 4:6] = ok
                 block[:, 6] = 1.0 if balanced else 0.0
                 blocks.append(block)
     lay = np.concatenate(blocks) if blocks else np.empty((0, 7))
@@ -309,7 +321,7 @@ def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> 
     host_ok = np.ones(n, dtype=bool)
     time_s = np.full(n, np.nan)
     job = job_of(base)
-    capacity = base.hardware.training_memory_bytes          # unified memory: less the OS reserve
+    capacity = base.hardware.training_memory_bytes - base.memory_headroom_bytes   # unified: less the OS reserve
     host_capacity = base.hardware.host.memory_bytes_per_device
     tp_overlap = 1.0 if base.parallel.tp_overlap else 0.0
     groups = [(split, np.flatnonzero(g.balanced == flag)) for split, flag in (("even", 0.0), ("balanced", 1.0))]
@@ -455,7 +467,8 @@ def no_layout_message(base: Scenario, devices: int, g: Grid) -> str:
     return (f"no layout of {devices} devices for {base.model.name}: tp·pp·cp (tp from {g.values['tp']}, "
             f"pp dividing layers={base.model.layers}, cp dividing seq_len={base.seq_len}) must divide devices and "
             f"the resulting dp must divide global_batch={base.global_batch} "
-            f"({r['devices_indivisible']} indivisible by devices, {r['batch_indivisible']} by the batch)")
+            f"({r['devices_indivisible']} indivisible by devices, {r['batch_indivisible']} by the batch, "
+            f"{r['interleaving_indivisible']} interleaved with micro-batches per step not a multiple of pp)")
 
 
 def search(base: Scenario, devices: int, space: SearchSpace = SearchSpace(), *, objective: str = "time",
@@ -467,6 +480,9 @@ def search(base: Scenario, devices: int, space: SearchSpace = SearchSpace(), *, 
         raise SpecError(f"devices={devices} must be at least 1")
     if top < 1:
         raise SpecError(f"--top {top} must be at least 1")
+    gap = network_gap(base.hardware, base.devices_per_node, devices, "--devices-per-node", "--hardware")
+    if gap:
+        raise SpecError(gap)
     scale = objective_scale(base, devices, objective)
     check_space(base, space)
     t0 = time.perf_counter()
@@ -483,8 +499,10 @@ def search(base: Scenario, devices: int, space: SearchSpace = SearchSpace(), *, 
         need = float(np.nanmin(ev.memory_bytes))
         raise SpecError(f"{base.model.name} does not fit on {devices} x {base.hardware.name} in any of {g.size:,} "
                         f"plans: the smallest needs {need / 2**30:.1f} GiB per device, the device has "
-                        f"{base.hardware.training_memory_bytes / 2**30:.1f} GiB; use more devices, a smaller global "
-                        f"batch or sequence, or allow more sharding")
+                        f"{base.hardware.training_memory_bytes / 2**30:.1f} GiB"
+                        + (f" of which {base.memory_headroom_bytes / 2**30:.1f} GiB stay free (--memory-headroom "
+                           f"{base.memory_headroom})" if base.memory_headroom_bytes else "")
+                        + "; use more devices, a smaller global batch or sequence, or allow more sharding")
     idx = np.flatnonzero(ev.fits)
     score = ev.time_s[idx] * scale
     order = idx[np.lexsort((g.recompute[idx], g.zero[idx], ev.memory_bytes[idx], score))]
@@ -556,6 +574,7 @@ class DeviceTrial:
     time_s: float | None           # whole-run time of the best plan (None: no plan fits)
     cost_usd: float | None
     note: str                      # why it does not meet (or "")
+    energy_kwh: float | None = None
 
 
 @dataclass(frozen=True)
@@ -564,50 +583,101 @@ class DeviceSearch:
     budget_usd: float | None
     trials: tuple[DeviceTrial, ...]
     result: SearchResult           # the plan search at the chosen count
+    rule: str = ""                 # how the count was chosen, in words (device_rule)
 
     @property
     def devices(self) -> int:
         return self.result.devices
 
 
+# How `plan --devices LO..HI` chooses a count (said in the output): with a deadline only, the fewest
+# devices that meet it (the cheapest way to be on time); with a budget, the best by --objective among
+# the counts that meet every constraint (time: the fastest within the budget); with neither, the fewest
+# devices that fit (every count is still searched: the table shows the fastest plan per count).
+DEADLINE_RULE = "the fewest devices that meet the deadline"
+FIT_RULE = "the fewest devices that fit"
+BUDGET_RULES = {"time": "the fastest count within the budget", "cost": "the cheapest count within the budget",
+                "energy": "the count using the least energy within the budget"}
+
+
+def device_rule(deadline_s: float | None, budget_usd: float | None, objective: str) -> str:
+    """The rule that picks a count of a --devices range, in words."""
+    if budget_usd is not None:
+        return BUDGET_RULES[objective] + (" and the deadline" if deadline_s is not None else "")
+    return DEADLINE_RULE if deadline_s is not None else FIT_RULE
+
+
+def _trial(base: Scenario, n: int, space: SearchSpace, deadline_s: float | None, budget_usd: float | None,
+           objective: str, top: int) -> tuple[DeviceTrial, SearchResult | None]:
+    """The best plan at `n` devices and whether it meets the constraints."""
+    try:
+        res = search(base, n, space, objective=objective, top=top)
+    except SpecError as exc:
+        return DeviceTrial(devices=n, meets=False, time_s=None, cost_usd=None, note=str(exc)), None
+    tr = res.plans[0].training
+    late = deadline_s is not None and tr.time_s > deadline_s
+    dear = budget_usd is not None and (tr.cost_usd or 0.0) > budget_usd
+    note = "; ".join(x for x in (f"takes {tr.time_days:.2f} days" if late else "",
+                                 f"costs ${tr.cost_usd:,.0f}" if dear else "") if x)
+    return DeviceTrial(devices=n, meets=not (late or dear), time_s=tr.time_s, cost_usd=tr.cost_usd, note=note,
+                       energy_kwh=tr.energy_kwh), res
+
+
+def _pick(trials: list[DeviceTrial], budget_usd: float | None, objective: str) -> DeviceTrial | None:
+    meeting = [t for t in trials if t.meets]
+    if not meeting:
+        return None
+    if budget_usd is None:
+        return meeting[0]                    # counts are tried smallest first
+    key = {"time": lambda t: t.time_s, "cost": lambda t: t.cost_usd, "energy": lambda t: t.energy_kwh}[objective]
+    return min(meeting, key=lambda t: (math.inf if key(t) is None else key(t), t.devices))
+
+
 def smallest_devices(base: Scenario, counts: list[int], space: SearchSpace = SearchSpace(), *,
                      deadline_s: float | None = None, budget_usd: float | None = None, objective: str = "time",
                      top: int = 5, progress: Progress | None = None) -> DeviceSearch:
-    """The smallest count in `counts` whose best plan trains the job's tokens within `deadline_s`
-    and for at most `budget_usd` (each search exhaustive; counts tried in increasing order)."""
-    if deadline_s is None and budget_usd is None:
-        raise SpecError("a device range needs --deadline or --budget (which count is good enough?)")
+    """Choose a device count of `counts` by `device_rule` (each count an exhaustive plan search):
+    with a deadline only, the smallest that meets it (counts after it are not tried); with a budget, the
+    best by `objective` among those that meet every constraint; with neither, the smallest that fits."""
     if budget_usd is not None and base.price_usd_per_hour is None:
         raise SpecError(f"--budget needs a price: {base.hardware.name} has none in the catalog; give --price-per-hour")
     trials: list[DeviceTrial] = []
+    results: dict[int, SearchResult] = {}
     counts = sorted(counts)
     for i, n in enumerate(counts):
-        try:
-            res = search(base, n, space, objective=objective, top=top)
-        except SpecError as exc:
-            trials.append(DeviceTrial(devices=n, meets=False, time_s=None, cost_usd=None, note=str(exc)))
-        else:
-            tr = res.plans[0].training
-            late = deadline_s is not None and tr.time_s > deadline_s
-            dear = budget_usd is not None and (tr.cost_usd or 0.0) > budget_usd
-            note = "; ".join(x for x in (f"takes {tr.time_days:.2f} days" if late else "",
-                                         f"costs ${tr.cost_usd:,.0f}" if dear else "") if x)
-            trials.append(DeviceTrial(devices=n, meets=not (late or dear), time_s=tr.time_s, cost_usd=tr.cost_usd,
-                                      note=note))
-            if not (late or dear):
-                if progress is not None:
-                    progress(len(counts), len(counts))
-                return DeviceSearch(deadline_s=deadline_s, budget_usd=budget_usd, trials=tuple(trials), result=res)
+        trial, res = _trial(base, n, space, deadline_s, budget_usd, objective, top)
+        trials.append(trial)
+        if res is not None:
+            results[n] = res
         if progress is not None:
             progress(i + 1, len(counts))
+        if trial.meets and budget_usd is None and deadline_s is not None:
+            break                             # the fewest that meet the deadline: larger counts only cost more
+    rule = device_rule(deadline_s, budget_usd, objective)
+    chosen = _pick(trials, budget_usd, objective)
+    if chosen is not None:
+        return DeviceSearch(deadline_s=deadline_s, budget_usd=budget_usd, trials=tuple(trials),
+                            result=results[chosen.devices], rule=rule)
+    raise SpecError(_none_meets(base, counts, trials, deadline_s, budget_usd))
+
+
+def _none_meets(base: Scenario, counts: list[int], trials: list[DeviceTrial], deadline_s: float | None,
+                budget_usd: float | None) -> str:
+    """Why no count qualifies: the cheapest count when a budget was missed, else the fastest."""
     want = " and ".join(x for x in (f"within {fmt_seconds(deadline_s)}" if deadline_s is not None else "",
                                     f"for at most ${budget_usd:,.0f}" if budget_usd is not None else "") if x)
     ok = [t for t in trials if t.time_s is not None]
-    if ok:
-        fastest = min(ok, key=lambda t: t.time_s if t.time_s is not None else math.inf)
-        best = (f"; the fastest, {fastest.devices} devices, takes {fmt_seconds(fastest.time_s)}"
-                + (f" and costs ${fastest.cost_usd:,.0f}" if fastest.cost_usd is not None else ""))
+    if not ok:
+        reasons = sorted({t.note.split(";")[0] for t in trials if t.note})
+        return (f"no layout fits at any device count in {counts[0]}..{counts[-1]} ({len(counts)} tried)"
+                + (f": {reasons[0]}" if len(reasons) == 1 else ""))
+    if budget_usd is not None:
+        best = min(ok, key=lambda t: (t.cost_usd if t.cost_usd is not None else math.inf, t.devices))
+        what = "cheapest"
     else:
-        best = "; no plan fits at any of them"
-    raise SpecError(f"no device count in {counts[0]}..{counts[-1]} ({len(counts)} tried) trains "
-                    f"{fmt_si(base.tokens)} tokens {want}{best}")
+        best = min(ok, key=lambda t: t.time_s if t.time_s is not None else math.inf)
+        what = "fastest"
+    plural = "device" if best.devices == 1 else "devices"
+    return (f"no device count in {counts[0]}..{counts[-1]} ({len(counts)} tried) trains {fmt_si(base.tokens)} tokens "
+            f"{want}; the {what}, {best.devices} {plural}, takes {fmt_seconds(best.time_s)}"
+            + (f" and costs ${best.cost_usd:,.0f}" if best.cost_usd is not None else ""))

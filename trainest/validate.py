@@ -401,14 +401,21 @@ def validate_runs(paths: Iterable[str | Path] | None = None, source: str | None 
                   progress: Callable[[int, int], None] | None = None) -> ValidationReport:
     """Load runs (the bundled ones by default), predict each expressible one, compare, summarize.
 
+    `hardware` is a catalog name (keeps that hardware's runs) or a hardware file, e.g. a profile that
+    `trainest calibrate` wrote: its hardware's runs are predicted with the file's numbers.
     `run_set` keeps one set of runs (`public`: the published runs the accuracy gates measure).
     `progress(done, total)` is called after each run (the CLI draws a progress bar with it)."""
+    profile = None
+    if hardware is not None and (hardware.endswith((".yaml", ".yml")) or "/" in hardware or Path(hardware).is_file()):
+        from trainest.catalog import load_hardware
+        profile = load_hardware(hardware)
+        hardware = profile.name
     loaded = load_runs(paths, source=source, hardware=hardware, run_set=run_set)
     results: list[RunResult] = []
     skipped = list(loaded.not_expressible)
     for i, case in enumerate(loaded.cases):
         try:
-            results.append(compare(case))
+            results.append(compare(case, profile))
         except SpecError as exc:
             skipped.append(NotExpressible(case.id, case.source, case.scenario.hardware.name,
                                           f"cannot be estimated: {exc}", case.run_set))

@@ -14,15 +14,17 @@ def _scalar(*xs: object) -> bool:
 
 
 def maximum(a, b):
+    """The larger of a and b; NaN if either is NaN (as numpy: an unknown never disappears)."""
     if _scalar(a, b):
-        return a if a >= b else b
+        return a if a >= b or a != a else b
     import numpy as np
     return np.maximum(a, b)
 
 
 def minimum(a, b):
+    """The smaller of a and b; NaN if either is NaN (as numpy)."""
     if _scalar(a, b):
-        return a if a <= b else b
+        return a if a <= b or a != a else b
     import numpy as np
     return np.minimum(a, b)
 

@@ -31,19 +31,18 @@ def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def scenario_mapping_from_options(config: str | None, values: dict[str, Any]) -> tuple[dict, dict, bool]:
-    """(scenario mapping, shape overrides, use the built-in default) from a config file and CLI
-    option values (CLI wins). With no scenario option at all, the built-in default scenario is used."""
+def scenario_mapping_from_options(config: str | None, values: dict[str, Any]) -> tuple[dict, dict]:
+    """(scenario mapping, shape overrides) from a config file and CLI option values (CLI wins); what
+    neither gives takes the one default scenario's value (trainest.scenario)."""
     from trainest.knobs import mapping_from_values
     from trainest.scenario import load_scenario_file
     base = load_scenario_file(config) if config else {}
     given, shape = mapping_from_values(values)
-    builtin = not config and not given and not shape
     mapping = merge(base, given)
     if shape and isinstance(mapping.get("model"), dict):
         mapping["model"] = merge(mapping["model"], shape)
         shape = {}
-    return mapping, shape, builtin
+    return mapping, shape
 
 
 def _gates(values: dict[str, Any], result: Any) -> list[str]:
@@ -69,9 +68,8 @@ def _estimate(values: dict[str, Any]) -> tuple[Any, list[str]]:
     from trainest.estimate import estimate
     from trainest.scenario import scenario_from_mapping
     config = values.get("config")
-    mapping, shape, builtin = scenario_mapping_from_options(config, values)
-    scenario = scenario_from_mapping(mapping, f"scenario {config!r}" if config else "options", shape=shape,
-                                     builtin_default=builtin)
+    mapping, shape = scenario_mapping_from_options(config, values)
+    scenario = scenario_from_mapping(mapping, f"scenario {config!r}" if config else "options", shape=shape)
     for name, value in (("--max-days", values.get("max_days")), ("--max-cost", values.get("max_cost"))):
         if value is not None and not 0 < value < float("inf"):
             raise SpecError(f"{name} {value!r} must be a finite number greater than 0")

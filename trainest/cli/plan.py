@@ -48,7 +48,6 @@ def job_mapping(values: dict[str, Any]) -> dict[str, Any]:
 def search_plans(values: dict[str, Any]) -> tuple[Any, Any]:
     """(SearchResult, DeviceSearch or None) for the option values; raises SpecError on bad input."""
     from trainest import search as S
-    from trainest.errors import SpecError
     from trainest.report import LazyProgress
     from trainest.units import parse_count, parse_duration_s
     config = values.get("config")
@@ -64,9 +63,7 @@ def search_plans(values: dict[str, Any]) -> tuple[Any, Any]:
     progress = LazyProgress("searching plans" if lo == hi else "trying device counts",
                             enabled=not values.get("quiet") and not values.get("json_out"))
     try:
-        if deadline_s is None and budget_usd is None:
-            if lo != hi:
-                raise SpecError(f"--devices {devices}: a range needs --deadline or --budget")
+        if lo == hi and deadline_s is None and budget_usd is None:
             return S.search(base, lo, space, objective=objective, top=top, progress=progress), None
         counts = S.device_counts(lo, hi, _plain(values.get("device_counts") or "pow2"), base.devices_per_node)
         dsearch = S.smallest_devices(base, counts, space, deadline_s=deadline_s, budget_usd=budget_usd,

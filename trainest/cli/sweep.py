@@ -18,17 +18,12 @@ HELP = ("Sweep one knob over a range (--devices 8..8192, --seq-len 2048..32768, 
 def _mapping(values: dict[str, Any], swept: str) -> tuple[dict, dict]:
     """(scenario mapping, shape overrides) of every option but the swept one; the other sweepable
     options, given as text, read as single values."""
-    from trainest.cli.estimate import merge, scenario_mapping_from_options
+    from trainest.cli.estimate import scenario_mapping_from_options
     from trainest.knobs import BY_NAME
-    from trainest.scenario import BUILTIN_DEFAULT
     from trainest.sweep import SWEEPABLE, parse_values
     single = {name: parse_values(BY_NAME[name], str(values[name]))[0] if values.get(name) is not None else None
               for name in SWEEPABLE if name != swept}
-    mapping, shape, builtin = scenario_mapping_from_options(values.get("config"),
-                                                            {**values, **single, swept: None})
-    if builtin:
-        mapping = merge(BUILTIN_DEFAULT, mapping)
-    return mapping, shape
+    return scenario_mapping_from_options(values.get("config"), {**values, **single, swept: None})
 
 
 def _write_figures(result: Any, values: dict[str, Any]) -> list[str]:

@@ -27,7 +27,8 @@ def validate(
     source: Annotated[str | None, typer.Option(
         "--source", help="Only runs whose source (file name or citation) contains this text.")] = None,
     hardware: Annotated[str | None, typer.Option(
-        "--hardware", "-H", help="Only runs on this hardware (catalog name).")] = None,
+        "--hardware", "-H", help="Only runs on this hardware: a catalog name, or a hardware file such as a "
+                                  "`trainest calibrate` profile (its runs are then predicted with that file).")] = None,
     run_set: Annotated[str | None, typer.Option(
         "--set", help="Only the runs of this set (a runs file's `set:`; `public`: the published runs, "
                       "the set of a file without one).", show_default=False)] = None,

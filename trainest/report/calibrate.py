@@ -6,30 +6,66 @@ from pathlib import Path
 from typing import Any
 
 from trainest import SCHEMA_VERSION
-from trainest.calibrate import CalibrationResult
+from trainest.calibrate import BOUNDS, MIN_LEVERAGE, CalibrationResult, FittedParameter
 from trainest.catalog import Hardware
-from trainest.report import console
+from trainest.report import clean, console
 from trainest.units import MICROSECOND
+
+
+def _determined(p: FittedParameter) -> bool:
+    return p.constrained and p.leverage >= MIN_LEVERAGE
 
 
 def calibrate_dict(hardware: Hardware, result: CalibrationResult, output: Path) -> dict[str, Any]:
     """The `trainest calibrate --json` document (docs/schema/calibrate.schema.json)."""
-    params = [{"name": p.name, "start": p.start, "value": p.value, "constrained": p.constrained}
+    params = [{"name": p.name, "start": p.start, "value": p.value, "constrained": p.constrained,
+               "determined": _determined(p), "leverage": p.leverage, "at_bound": p.at_bound}
               for p in result.parameters]
-    return {"schema_version": SCHEMA_VERSION, "hardware": hardware.name, "runs": result.runs,
-            "mape_before_pct": result.mape_before_pct, "mape_after_pct": result.mape_after_pct,
-            "iterations": result.iterations, "parameters": params, "output": str(output)}
+    return clean({"schema_version": SCHEMA_VERSION, "hardware": hardware.name, "runs": result.runs,
+                  "mape_before_pct": result.mape_before_pct, "mape_after_pct": result.mape_after_pct,
+                  "iterations": result.iterations, "jacobian_rank": result.rank,
+                  "condition_number": result.condition_number, "undetermined": list(result.fixed),
+                  "parameters": params, "output": str(output)})
+
+
+def _note(p: FittedParameter) -> str:
+    if not p.constrained:
+        return "no run is sensitive to it: kept at its start"
+    if p.leverage < MIN_LEVERAGE:
+        return "set by the prior, not the runs"
+    if p.at_bound:
+        lo, hi = BOUNDS[p.name]
+        return (f"at its {p.at_bound} bound ({lo if p.at_bound == 'lower' else hi:g}): compensating for a term the "
+                f"model misses, not measuring the hardware")
+    return ""
+
+
+def summary_line(result: CalibrationResult) -> str:
+    """What the runs determine, in one sentence."""
+    k = len(result.parameters)
+    runs = f"{result.runs} run{'s' if result.runs != 1 else ''}"
+    if result.rank >= k:
+        return (f"The {runs} determine all {k} parameters (Jacobian rank {result.rank}, condition number "
+                f"{result.condition_number:.3g}).")
+    return (f"The {runs} determine {result.rank} independent direction{'s' if result.rank != 1 else ''} of {k} "
+            f"parameters (Jacobian rank {result.rank}): {', '.join(result.fixed) or 'none'} "
+            f"{'is' if len(result.fixed) == 1 else 'are'} set by the prior (regularised), not by the runs.")
 
 
 def print_calibration(hardware: Hardware, result: CalibrationResult, output: Path) -> None:
     from rich.table import Table
     con = console()
-    t = Table(title=f"Calibrated {hardware.name} on {result.runs} runs", title_justify="left")
-    for col in ("parameter", "before", "after", "constrained by the runs"):
-        t.add_column(col, justify="left" if col == "parameter" else "right")
+    t = Table(title=f"Calibrated {hardware.name} on {result.runs} run{'s' if result.runs != 1 else ''}",
+              title_justify="left")
+    for col in ("parameter", "before", "after", "determined by the runs", "note"):
+        t.add_column(col, justify="left" if col in ("parameter", "note") else "right")
     for p in result.parameters:
         scale, label = (1 / MICROSECOND, "layer_overhead_us") if p.name == "layer_overhead_s" else (1.0, p.name)
-        t.add_row(label, f"{p.start * scale:.4g}", f"{p.value * scale:.4g}", "yes" if p.constrained else "no (kept)")
+        t.add_row(label, f"{p.start * scale:.4g}", f"{p.value * scale:.4g}",
+                  f"{'yes' if _determined(p) else 'no'} ({p.leverage:.0%})", _note(p))
     con.print(t)
-    con.print(f"MAPE before {result.mape_before_pct:.1f} %, after {result.mape_after_pct:.1f} % "
-              f"({result.iterations} iterations); wrote {output}")
+    con.print(summary_line(result))
+    def pct(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.1f} %"
+    con.print(f"MAPE before {pct(result.mape_before_pct)}, after {pct(result.mape_after_pct)} "
+              f"({result.iterations} iterations); wrote {output}", soft_wrap=True)

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from trainest import SCHEMA_VERSION
-from trainest.catalog import Hardware
+from trainest.catalog import Hardware, specs_dir
 from trainest.estimate import Estimate
 from trainest.report import clean, console, fmt_co2, fmt_gib, fmt_money, fmt_seconds, fmt_si
 from trainest.scenario import Scenario, scenario_mapping
+from trainest.step.schedule import bubble_slots
 
 NO_OVERLAP_SHOWN_ABOVE = 0.005     # show the no-overlap bound when it exceeds the step by more than this
 TERM_ABOUT = {
     "compute": "compute-bound GEMMs and attention at achievable FLOP/s",
     "memory": "memory-bound kernels (norms, activations, optimizer) at achievable {memory} bandwidth",
     "communication": "exposed TP {tp} / CP {cp} / PP {pp} / DP {dp}",
-    "bubble": "pipeline fill and drain, (p-1)/v = {bubble:.2f} micro-batch times",
+    "bubble": "pipeline fill and drain, {bubble:.2f} micro-batch times ({bubble_rule})",
     "overhead": "waiting for the host to launch kernels {host_wait} / kernel floors {kernel_floors}",
     "offload": "host link copies and the CPU's Adam step not hidden by the device's work ({link})",
 }
@@ -35,12 +37,51 @@ def host_link_words(hw: Hardware) -> str:
     return f"{link.name or link.kind}, {rate / 1e9:.0f} GB/s per direction" if rate else (link.kind or "unknown")
 
 
+BASIS_WORDS = {
+    "fitted": "fitted on measured runs of this device",
+    "inherited": "inherited from a sibling die's fit",
+    "profile": "calibrated profile (trainest calibrate on your runs)",
+    "median prior": "not calibrated: prior = median of the devices fitted on their own runs",
+    "prior": "not calibrated: generic prior",
+}
+
+
+def hardware_dict(s: Scenario) -> dict[str, Any]:
+    """What the estimate knows about the hardware's numbers: whether its efficiencies are calibrated
+    (validated on measured runs), how they were obtained, its file, and the unknown facts the layout
+    uses with the values assumed for them."""
+    from trainest.step.collectives import assumed_facts
+    hw, e = s.hardware, s.hardware.efficiency
+    return {"name": hw.name, "calibrated": e.fitted, "efficiency_basis": e.basis, "efficiency_method": e.method,
+            "file": None if is_bundled(hw) else hw.path,
+            "unknown_facts_used": assumed_facts(hw, s.devices_per_node, s.devices)}
+
+
+def is_bundled(hw: Any) -> bool:
+    """True for a catalog entry (specs/hardware), False for a file the user gave (a profile, a probe)."""
+    return Path(hw.path).resolve().parent == (specs_dir() / "hardware").resolve()
+
+
+def notes(s: Scenario) -> list[str]:
+    """Footnotes for numbers trainest cannot stand behind (the tables print them; JSON: `hardware`)."""
+    hw, e = s.hardware, s.hardware.efficiency
+    out = []
+    if not e.fitted:
+        out.append(f"{hw.name}'s efficiencies are not validated on measured runs ({BASIS_WORDS[e.basis]}): expect "
+                   f"larger errors than on calibrated hardware (docs/validation.md, priors for devices without runs)")
+    used = hardware_dict(s)["unknown_facts_used"]
+    if used:
+        out.append(f"unknown in the {hw.name} file and assumed: " + "; ".join(used))
+    return out
+
+
 def estimate_dict(e: Estimate, warnings: list[str] | None = None,
                   ops: tuple[list, Any] | None = None) -> dict[str, Any]:
     """The `trainest estimate --json` document (schema: docs/schema/estimate.schema.json); with
     `ops` (`estimate --ops`), the `roofline` and `ops` of the step as well."""
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
+        "hardware": hardware_dict(e.scenario),
         "inputs": scenario_mapping(e.scenario),
         "step": e.step._asdict(),
         "throughput": e.throughput._asdict(),
@@ -64,8 +105,8 @@ def probed_text(s: Scenario) -> str:
 
 
 def _batch_default(s: Scenario) -> str:
-    """How a defaulted global batch was derived (dp × micro-batch, or the built-in default scenario)."""
-    return " (default dp×micro-batch)" if s.global_batch == s.parallel.dp * s.micro_batch else " (default)"
+    """How a defaulted global batch was derived."""
+    return " (default: 0.5M tokens, a multiple of dp×micro-batch)"
 
 
 def _key_value_table(title: str, rows: list[tuple[str, str]], **options: Any):
@@ -81,8 +122,10 @@ def _key_value_table(title: str, rows: list[tuple[str, str]], **options: Any):
 def layout_text(s: Scenario) -> str:
     """The parallel layout in words, with the framework settings that differ from the defaults."""
     p = s.parallel
+    zero_default = (" (default: FSDP)" if p.pp == 1 else " (default with pp > 1: distributed optimizer)") \
+        if "parallel.zero" in s.derived else ""
     text = (f"tp={p.tp} pp={p.pp} dp={p.dp}{' (derived)' if 'parallel.dp' in s.derived else ''} cp={p.cp} "
-            f"vpp={p.vpp} zero={p.zero} sequence-parallel={'on' if p.sequence_parallel else 'off'}")
+            f"vpp={p.vpp} zero={p.zero}{zero_default} sequence-parallel={'on' if p.sequence_parallel else 'off'}")
     extras = [text for text, shown in (("tp-overlap=on", p.tp_overlap), (f"dp-shard={p.dp_shard}", p.dp_shard),
                                        (f"pipeline-split={p.pipeline_split}", p.pipeline_split != "even"),
                                        (f"dp-collectives={p.dp_collectives}", p.dp_collectives != "hierarchical"))
@@ -105,6 +148,7 @@ def scenario_table(s: Scenario):
         ("sequence", mark("seq_len", f"{s.seq_len} tokens")),
         ("hardware", mark("hardware", f"{s.hardware.name} ({s.hardware.display_name}), {s.devices} devices, "
                                       f"{s.devices_per_node} per node") + probed_text(s)),
+        ("efficiencies", efficiency_text(s)),
         ("precision", mark("precision", f"{s.precision} GEMMs, FP32 master weights and Adam state")),
         ("parallel", layout_text(s)),
         ("batch", f"micro-batch {s.micro_batch}{' (default)' if 'micro_batch' in derived else ''}, global "
@@ -127,6 +171,12 @@ def finetune_text(s: Scenario) -> str:
     return f"{ft.method}: rank {ft.rank} on the {ft.targets} linear layers, frozen {base} base"
 
 
+def efficiency_text(s: Scenario) -> str:
+    """Where the hardware's achievable efficiencies come from, with the file for a user's file or profile."""
+    e = s.hardware.efficiency
+    return BASIS_WORDS[e.basis] + ("" if is_bundled(s.hardware) else f": {s.hardware.path}")
+
+
 def step_table(e: Estimate):
     """The step's five terms, their shares and what each is; the bottleneck in bold."""
     from rich.table import Table
@@ -144,10 +194,12 @@ def step_table(e: Estimate):
     t.add_column("share", justify="right")
     t.add_column("what it is")
     values = {k: fmt_seconds(v) for k, v in {**st.communication_detail_s, **st.overhead_detail_s}.items()}
+    m = e.scenario.micro_batches
+    rule = "(p-1)/v" if m >= p.pp else "p-m+(m-1)/v: fewer micro-batches than stages"
     terms = ("compute", "memory", "communication", "bubble", "overhead") + (("offload",) if st.offload_s else ())
     for k in terms:
-        about = TERM_ABOUT[k].format(**values, bubble=(p.pp - 1) / p.vpp, memory=memory_words(hw),
-                                     link=host_link_words(hw))
+        about = TERM_ABOUT[k].format(**values, bubble=bubble_slots(p.pp, p.vpp, m), bubble_rule=rule,
+                                     memory=memory_words(hw), link=host_link_words(hw))
         t.add_row(k, fmt_seconds(getattr(st, f"{k}_s")), f"{st.shares[k]:.1%}", about,
                   style="bold" if k == st.bottleneck else "")
     return t
@@ -211,8 +263,12 @@ def memory_table(e: Estimate):
     me = e.memory
     hw = e.scenario.hardware
     left = " left to training" if hw.memory_unified else ""
+    margin = me.required_headroom_bytes
+    verdict = "fits" if me.fits else "DOES NOT FIT"
+    if margin:
+        verdict += f", keeping {fmt_gib(margin)} free (--memory-headroom {e.scenario.memory_headroom})"
     t = Table(title=f"Memory per device: {fmt_gib(me.per_device_bytes)} of {fmt_gib(me.capacity_bytes)}{left} "
-                    f"({'fits' if me.fits else 'DOES NOT FIT'})", title_justify="left", min_width=62)
+                    f"({verdict})", title_justify="left", min_width=62)
     t.add_column("part")
     t.add_column("size", justify="right")
     for k in ("weights", "gradients", "optimizer", "activations", "overhead"):
@@ -256,6 +312,8 @@ def print_estimate(e: Estimate, ops: tuple[list, Any] | None = None) -> None:
         con.print(table)
     con.print(band_line(e), style="dim")
 
+    for note in notes(e.scenario):
+        con.print(f"Note: {note}")
 
 # ------------------------------------------------------------------------------ the ops table (--ops)
 

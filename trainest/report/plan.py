@@ -6,7 +6,7 @@ from trainest import SCHEMA_VERSION
 from trainest.estimate import Estimate
 from trainest.knobs import estimate_args as knob_estimate_args
 from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si
-from trainest.report.estimate import band_pct, band_source, estimate_dict
+from trainest.report.estimate import band_pct, band_source, estimate_dict, hardware_dict, notes
 from trainest.scenario import scenario_mapping
 from trainest.search import DeviceSearch, SearchResult, plan_knobs
 from trainest.units import GiB
@@ -38,6 +38,7 @@ def search_dict(r: SearchResult, devices_search: DeviceSearch | None = None) -> 
     st = r.stats
     doc = {
         "schema_version": SCHEMA_VERSION,
+        "hardware": hardware_dict(r.plans[0].scenario),
         "job": {**job, "devices": r.devices},
         "search": {"evaluated": st.evaluated, "feasible": st.feasible, "seconds": st.seconds,
                    "plans_per_s": st.plans_per_s, "rejected": dict(st.rejected), "objective": r.objective,
@@ -51,9 +52,9 @@ def search_dict(r: SearchResult, devices_search: DeviceSearch | None = None) -> 
     if devices_search is not None:
         ds = devices_search
         doc["devices_search"] = {
-            "deadline_s": ds.deadline_s, "budget_usd": ds.budget_usd, "chosen": ds.devices,
+            "deadline_s": ds.deadline_s, "budget_usd": ds.budget_usd, "chosen": ds.devices, "rule": ds.rule,
             "tried": [{"devices": t.devices, "meets": t.meets, "time_s": t.time_s, "cost_usd": t.cost_usd,
-                       "note": t.note} for t in ds.trials]}
+                       "energy_kwh": t.energy_kwh, "note": t.note} for t in ds.trials]}
     return clean(doc)
 
 
@@ -76,14 +77,19 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
     b = r.base
     st = r.stats
     if ds is not None:
-        t = Table(title="Device counts tried (smallest first)", title_justify="left", box=box.SIMPLE_HEAD)
+        t = Table(title="Device counts tried: the fastest plan at each", title_justify="left",
+                  box=box.SIMPLE_HEAD)
         for col in ("devices", "best time to train", "cost", "meets"):
-            t.add_column(col, justify="right" if col != "meets" else "left")
+            t.add_column(col, justify="right" if col != "meets" else "left", no_wrap=col != "meets")
         for tr in ds.trials:
-            t.add_row(f"{tr.devices:,}", "no plan fits" if tr.time_s is None else f"{tr.time_s / 86400:.1f} days",
+            chosen = tr.devices == ds.devices
+            t.add_row(f"{tr.devices:,}", f"no plan: {_no_plan(tr.note)}" if tr.time_s is None
+                      else f"{tr.time_s / 86400:.1f} days",
                       "n/a" if tr.cost_usd is None else fmt_money(tr.cost_usd),
-                      "yes" if tr.meets else f"no{': ' + tr.note if tr.note and tr.time_s is not None else ''}")
+                      ("yes" if tr.meets else f"no{': ' + tr.note if tr.note and tr.time_s is not None else ''}")
+                      + (" <- chosen" if chosen else ""), style="bold" if chosen else "")
         con.print(t)
+        con.print(f"Chosen: {ds.devices:,} devices, {ds.rule}.")
     con.print(f"[bold]{b.model.name}[/bold] ({b.model.params / 1e9:.1f} B params) on {r.devices:,} x "
               f"{b.hardware.name}, "
               f"global batch {b.global_batch} x {b.seq_len} tokens, {b.precision}, {fmt_si(b.tokens)} tokens to train")
@@ -124,6 +130,17 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
               highlight=False)
     con.print("Reproduce the winner: [dim]trainest estimate " + (job_args + " " if job_args else "")
               + " ".join(estimate_args(w)) + "[/dim]")
+    for note in notes(w.scenario):
+        con.print(f"Note: {note}")
+
+
+def _no_plan(note: str) -> str:
+    """Why a device count has no plan, in a few words (the full reason is in the JSON)."""
+    if "no scale-out network" in note or "path is unknown" in note:
+        return "needs a network the hardware data lacks"
+    if "does not fit" in note:
+        return "none fits in memory"
+    return "no layout divides the devices and batch"
 
 
 def _show(v) -> str:

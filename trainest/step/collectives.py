@@ -3,26 +3,44 @@ scaling-book "Collectives").
 
 For n ranks, S bytes per rank and a per-rank bus bandwidth W (per direction):
 reduce-scatter and all-gather move (n−1)/n·S, all-reduce twice that. A group that fits in the
-scale-up domain runs at the scale-up bandwidth. A group that spans domains is limited by the NICs:
-with k of its ranks inside each domain, the k NICs work in parallel (rail-optimised clusters), so
-the bus bandwidth is min(W_up·η_up, k·W_out·η_out) (hierarchical/multi-ring NCCL). A flat ring
-(`aggregate_nics` false) leaves every domain through one rank's NIC, so k = 1: W = min(W_up, W_out).
+scale-up domain runs at the scale-up bandwidth; one that fits in a node beyond it (NVLink-bridged
+PCIe cards) at the node's intra-node path (PCIe). A group that spans nodes is limited by the NICs:
+with k of its ranks inside each node, the k NICs work in parallel (rail-optimised clusters), so
+the bus bandwidth is min(W_inner, k·W_out·η_out) (hierarchical/multi-ring NCCL). A flat ring
+(`aggregate_nics` false) leaves every node through one rank's NIC, so k = 1: W = min(W_inner, W_out).
+Devices without a scale-up fabric form their first tier over the intra-node path (PCIe, peer to
+peer or staged through host memory), and a path the hardware data lacks is never given a
+placeholder rate: `network_gap` says why such a layout cannot be estimated.
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from trainest import xp
-from trainest.catalog import Hardware
+from trainest.catalog import Hardware, pcie_bytes_per_s
 
-PCIE_FALLBACK_BYTES_PER_S = 25e9   # devices in one node with no scale-up fabric talk over PCIe 4 x16
-PCIE_FALLBACK_LATENCY_S = 10e-6
-NO_NETWORK_BYTES_PER_S = 1e9       # a group that would need a network the hardware does not list
+# The intra-node path of devices without a node-wide scale-up fabric is the host's PCIe
+# (Hardware.intra_node). Its nominal rate per direction (PCI-SIG: lanes x 2 GB/s for Gen4, 4 GB/s for
+# Gen5) is not what a collective reaches: transaction-layer headers and flow control leave ~85 % of the
+# raw rate for payload, and measured device<->host and peer copies reach ~80 % (25-26 GB/s on Gen4 x16,
+# 50-53 GB/s on Gen5 x16: NVIDIA bandwidthTest / nvbandwidth, nccl-tests busbw on PCIe-only servers).
+# trainest applies PCIE_ACHIEVABLE_FRACTION to the nominal rate instead of the hardware's `scale_up`
+# efficiency, which is fitted (or set) for its NVLink/fabric traffic.
+PCIE_ACHIEVABLE_FRACTION = 0.8
+# Without peer-to-peer (GeForce cards; GPUs under different CPU sockets) NCCL stages every transfer
+# through host memory: the bytes cross PCIe twice (device -> host, host -> device), so about half the rate.
+HOST_STAGED_FRACTION = 0.5
+DEFAULT_PCIE_LATENCY_S = 10e-6     # a small PCIe transfer, when the hardware file gives no latency (assumption)
 
 
 class Tiers(NamedTuple):
-    """Achievable per-device bandwidths [B/s] and latencies [s] of the two tiers."""
+    """Achievable per-device bandwidths [B/s] and latencies [s] of the tiers: the scale-up domain
+    (D ranks), the node beyond it (up to `node_domain` ranks over the intra-node path, e.g. PCIe
+    between NVLink-bridged pairs; absent when the scale-up domain spans the node) and the network.
+    NaN marks a path the hardware data does not have (no scale-out network, an unknown intra-node
+    rate): a layout that needs it is refused before the model runs (`network_gap`)."""
 
     up_bytes_per_s: float
     up_latency_s: float
@@ -30,46 +48,144 @@ class Tiers(NamedTuple):
     out_bytes_per_s: float
     out_latency_s: float
     aggregate_nics: bool = True     # False: flat rings, one NIC per rank (k = 1 in the bus bandwidth)
+    node_bytes_per_s: float = math.inf   # inside a node, beyond the scale-up domain (≤ up_bytes_per_s)
+    node_latency_s: float = 0.0
+    node_domain: int = 0        # ranks per node when it exceeds the scale-up domain (0: none)
+
+    @property
+    def node_extent(self) -> int:
+        """E = max(D, devices per node): the ranks a group may span without leaving the node."""
+        return max(self.domain, self.node_domain)
+
+
+def intra_node_bytes_per_s(hardware: Hardware) -> tuple[float, float]:
+    """(achievable rate [B/s], latency [s]) of the hardware's node-wide path (`Hardware.intra_node`):
+    a PCIe link at PCIE_ACHIEVABLE_FRACTION of its nominal rate (halved when staged through host memory,
+    peer_to_peer false or unknown), a fabric at the hardware's `scale_up` efficiency; NaN when the rate
+    is unknown."""
+    link = hardware.intra_node
+    rate = link.bytes_per_s
+    if rate is None and link.kind == "pcie" and link.pcie_gen is not None and link.pcie_lanes is not None:
+        rate = pcie_bytes_per_s(link.pcie_gen, link.pcie_lanes)
+    if rate is None or link.kind in (None, "none"):
+        return math.nan, DEFAULT_PCIE_LATENCY_S
+    if link.kind == "pcie":
+        staged = HOST_STAGED_FRACTION if link.peer_to_peer is not True else 1.0
+        return rate * PCIE_ACHIEVABLE_FRACTION * staged, link.latency_s or DEFAULT_PCIE_LATENCY_S
+    return rate * hardware.efficiency.scale_up, link.latency_s or hardware.scale_up_latency_s
 
 
 def tiers_of(hardware: Hardware, devices_per_node: int) -> Tiers:
-    """The tiers with their achievable fractions applied (η_up, η_out from the hardware data)."""
+    """The tiers with their achievable fractions applied (η_up, η_out from the hardware data; the
+    intra-node path by `intra_node_bytes_per_s`). Without a scale-up fabric the node's devices form
+    the first tier over the intra-node path; with a fabric smaller than the node (NVLink-bridged
+    PCIe cards) the rest of the node is the second tier."""
     eff = hardware.efficiency
+    node_rate, node_lat = intra_node_bytes_per_s(hardware)
+    extra: dict = {}
     if hardware.scale_up_bytes_per_s:
         up, up_lat, domain = hardware.scale_up_bytes_per_s * eff.scale_up, hardware.scale_up_latency_s, \
-            hardware.scale_up_domain
+            max(hardware.scale_up_domain, 1)
+        if devices_per_node > domain:
+            extra = {"node_bytes_per_s": math.nan if math.isnan(node_rate) else min(up, node_rate),
+                     "node_latency_s": max(up_lat, node_lat), "node_domain": devices_per_node}
     else:
-        up, up_lat, domain = PCIE_FALLBACK_BYTES_PER_S * eff.scale_up, PCIE_FALLBACK_LATENCY_S, devices_per_node
-    out = hardware.scale_out_bytes_per_s * eff.scale_out if hardware.scale_out_bytes_per_s else NO_NETWORK_BYTES_PER_S
-    return Tiers(up_bytes_per_s=up, up_latency_s=up_lat, domain=max(domain, 1), out_bytes_per_s=out,
-                 out_latency_s=hardware.scale_out_latency_s)
+        up, up_lat, domain = node_rate, node_lat, max(devices_per_node, 1)
+    out = hardware.scale_out_bytes_per_s * eff.scale_out if hardware.scale_out_bytes_per_s else math.nan
+    return Tiers(up_bytes_per_s=up, up_latency_s=up_lat, domain=domain, out_bytes_per_s=out,
+                 out_latency_s=hardware.scale_out_latency_s, **extra)
+
+
+def network_gap(hardware: Hardware, devices_per_node: int, devices: int, node_option: str = "devices_per_node",
+                hardware_option: str = "hardware") -> str | None:
+    """Why `devices` devices cannot be joined by the paths the hardware data lists (a group would
+    need a network or an intra-node rate the file does not give), or None. Every layout of N devices
+    has a group that spans all N ranks, so this depends on N alone."""
+    t = tiers_of(hardware, devices_per_node)
+    name = hardware.name
+    unknown_up = devices > 1 and t.domain > 1 and math.isnan(t.up_bytes_per_s)
+    unknown_node = devices > t.domain and t.node_extent > t.domain and math.isnan(t.node_bytes_per_s)
+    if unknown_up or unknown_node:
+        return (f"{devices} {name} devices share a node whose device-to-device path is unknown "
+                f"(system.intra_node gives no rate); give {hardware_option} FILE with system.intra_node "
+                f"(kind pcie with pcie_gen, pcie_lanes and peer_to_peer, or gb_per_s)")
+    if devices > t.node_extent and math.isnan(t.out_bytes_per_s):
+        nodes = -(-devices // t.node_extent)
+        kind = hardware.scale_out_kind or "not given"
+        inside = ("" if hardware.intra_node.kind in (None, "none") else
+                  f"; if they share one server give {node_option} {devices} ({hardware.intra_node.name or 'PCIe'})")
+        return (f"{devices} {name} devices span {nodes} nodes of {t.node_extent} (devices per node), and {name} has "
+                f"no scale-out network in the catalog (scale_out_kind: {kind}){inside}; or give {hardware_option} FILE "
+                f"with system.scale_out_gbit_per_s (the NIC bandwidth per device)")
+    return None
+
+
+def assumed_facts(hardware: Hardware, devices_per_node: int, devices: int) -> list[str]:
+    """The hardware facts that are unknown in its file (`Hardware.unknown_fields`) and that a layout of
+    `devices` devices uses anyway, each with the value assumed for it."""
+    link, t = hardware.intra_node, tiers_of(hardware, devices_per_node)
+    uses_path = (devices > 1 and not hardware.scale_up_bytes_per_s) or \
+        (devices > t.domain and t.node_extent > t.domain)
+    if not uses_path or link.kind in (None, "none"):
+        return []
+    out = []
+    if link.latency_s is None:
+        out.append(f"intra_node.latency_s (assumed {DEFAULT_PCIE_LATENCY_S * 1e6:g} µs)")
+    if link.kind == "pcie" and link.peer_to_peer is None:
+        out.append("intra_node.peer_to_peer (assumed false: staged through host memory, half the rate)")
+    if link.bytes_per_s is None and link.kind == "pcie" and link.pcie_gen is not None and link.pcie_lanes is not None:
+        out.append(f"intra_node.bytes_per_s (assumed PCIe Gen{link.pcie_gen} x{link.pcie_lanes} nominal)")
+    return out
 
 
 def ranks_per_domain(size, stride, domain: int):
-    """k: how many ranks of a group (size n, rank stride) share one scale-up domain (≥ 1, ≤ n)."""
+    """k: how many ranks of a group (size n, rank stride) share one domain of `domain` ranks (≥ 1, ≤ n)."""
     return xp.maximum(1.0, xp.minimum(size, domain / stride))
 
 
+def _inner(size, stride, tiers: Tiers):
+    """(bandwidth, latency) of the links a group uses inside its node: the scale-up tier while the
+    group's ranks in a node lie in one scale-up domain, else the intra-node path (the slower)."""
+    k = ranks_per_domain(size, stride, tiers.node_extent)
+    in_up = k * stride <= tiers.domain
+    # with one rank per node (k = 1) no link inside the node is used
+    return (xp.where(k > 1, xp.where(in_up, tiers.up_bytes_per_s, tiers.node_bytes_per_s), math.inf),
+            xp.where(in_up, tiers.up_latency_s, tiers.node_latency_s))
+
+
 def bus_bandwidth_bytes_per_s(size, stride, tiers: Tiers):
-    """Per-rank bus bandwidth of a group: scale-up inside a domain, else NIC-limited (see module doc)."""
-    k = ranks_per_domain(size, stride, tiers.domain) if tiers.aggregate_nics else 1.0
-    inside = size * stride <= tiers.domain
-    return xp.where(inside, tiers.up_bytes_per_s, xp.minimum(tiers.up_bytes_per_s, k * tiers.out_bytes_per_s))
+    """Per-rank bus bandwidth of a group: scale-up inside a domain, the intra-node path inside a node
+    beyond it, else NIC-limited: min(W_inner, k·W_out) with k ranks of the group per node (see the
+    module doc)."""
+    k = ranks_per_domain(size, stride, tiers.node_extent) if tiers.aggregate_nics else 1.0
+    extent = size * stride
+    inner, _ = _inner(size, stride, tiers)
+    across = xp.minimum(inner, k * tiers.out_bytes_per_s)
+    bw = xp.where(extent <= tiers.domain, tiers.up_bytes_per_s,
+                  xp.where(extent <= tiers.node_extent, tiers.node_bytes_per_s, across))
+    return xp.where(size > 1, bw, math.inf)     # one rank moves nothing, over whatever path
+
+
+def _hop_latency_s(size, stride, tiers: Tiers):
+    """α of the slowest hop of a group spanning size·stride ranks."""
+    extent = size * stride
+    return xp.where(extent <= tiers.domain, tiers.up_latency_s,
+                    xp.where(extent <= tiers.node_extent, tiers.node_latency_s, tiers.out_latency_s))
 
 
 def ring_latency_s(size, stride, tiers: Tiers):
     """Latency of one ring pass over the group: (n−1)·α, with α of the slowest link in the ring
-    (α_out once the ring leaves the scale-up domain). NCCL runs reduce-scatter and all-gather as
-    rings only, so this term grows linearly with n [s]."""
-    inside = size * stride <= tiers.domain
-    return (size - 1.0) * xp.where(inside, tiers.up_latency_s, tiers.out_latency_s)
+    (α_out once the ring leaves the node). NCCL runs reduce-scatter and all-gather as rings only, so
+    this term grows linearly with n [s]."""
+    return (size - 1.0) * _hop_latency_s(size, stride, tiers)
 
 
 def tree_latency_s(size, stride, tiers: Tiers):
-    """Latency of a tree pass: (k−1)·α_up inside a domain + log2(n/k)·α_out across domains (NCCL's
+    """Latency of a tree pass: (k−1)·α_inner inside a node + log2(n/k)·α_out across nodes (NCCL's
     double binary tree for all-reduce at scale) [s]."""
-    k = ranks_per_domain(size, stride, tiers.domain)
-    return (k - 1.0) * tiers.up_latency_s + xp.log2(xp.maximum(size / k, 1.0)) * tiers.out_latency_s
+    k = ranks_per_domain(size, stride, tiers.node_extent)
+    _, inner_latency = _inner(size, stride, tiers)
+    return (k - 1.0) * inner_latency + xp.log2(xp.maximum(size / k, 1.0)) * tiers.out_latency_s
 
 
 def reduce_scatter_s(size_bytes, size, stride, tiers: Tiers):
@@ -93,8 +209,13 @@ def all_reduce_s(size_bytes, size, stride, tiers: Tiers):
 
 def send_recv_s(size_bytes, size, stride, tiers: Tiers):
     """Point-to-point transfer between neighbours of a group (n ranks, `stride` apart): S/W + α on
-    the slowest link of the group, scale-up only when the whole group lies in one domain [s]."""
-    inside = size * stride <= tiers.domain
-    bw = xp.where(inside, tiers.up_bytes_per_s, xp.minimum(tiers.up_bytes_per_s, tiers.out_bytes_per_s))
-    lat = xp.where(inside, tiers.up_latency_s, tiers.out_latency_s)
-    return size_bytes / bw + lat
+    the slowest link of the group: scale-up only when the whole group lies in one domain, the
+    intra-node path when it lies in one node [s]."""
+    extent = size * stride
+    # across nodes: the network, and the links inside a node that some neighbour pairs use
+    up_hops = xp.where(stride < tiers.domain, tiers.up_bytes_per_s, math.inf)
+    node_hops = xp.where(stride < tiers.node_extent, tiers.node_bytes_per_s, math.inf)
+    across = xp.minimum(xp.minimum(up_hops, node_hops), tiers.out_bytes_per_s)
+    bw = xp.where(extent <= tiers.domain, tiers.up_bytes_per_s,
+                  xp.where(extent <= tiers.node_extent, tiers.node_bytes_per_s, across))
+    return size_bytes / xp.where(size > 1, bw, math.inf) + _hop_latency_s(size, stride, tiers)

@@ -99,8 +99,8 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     mb_comm = n * tp_layer + n * cp.exposed_s + stage_pp + z3_exposed
     mb_c = stage_c + stage.last_is_max * logits_c
     mb_m = stage_m + stage.last_is_max * logits_m
-    bubble = bubble_s(layout, stage.heavy_layers * layer_s + stage_pp + z3_exposed)
     m = layout.micro_batches(job)
+    bubble = bubble_s(layout, m, stage.heavy_layers * layer_s + stage_pp + z3_exposed)
     trained_local = trainable_params_local(job, layout, params_local)    # LoRA: the adapters only
     dp = dp_traffic(job, layout, dp_tiers, trained_local)
     windows = dp_windows_s(layout, lp, cp, n, z3_comm, stage_work, host_pass_s(job, layout))
@@ -123,7 +123,7 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     serial_typical = stage.heavy_layers * (lp.compute_s + lp.memory_s + layer_overhead + serial_layer) \
         + stage_pp + z3_comm
     no_overlap = (m * (mb_c + mb_m + stage_o + n * serial_layer + stage_pp + z3_comm) + optimizer
-                  + serial_dp_s(layout, dp, m) + bubble_s(layout, serial_typical) + offload_serial)
+                  + serial_dp_s(layout, dp, m) + bubble_s(layout, m, serial_typical) + offload_serial)
     mflops = model_flops_per_step(model, job.seq_len, job.global_batch)
     hflops = mflops + recompute_flops_per_step(job, layout)
     if not xp.off(layout.finetune):      # frozen base: no weight gradients; adapters (step/finetune.py)

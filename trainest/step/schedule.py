@@ -1,7 +1,7 @@
 """The pipeline (docs/model.md §5): layers per stage under the even and the balanced split, the
-heaviest stage, and the fill-and-drain bubble of the 1F1B / interleaved schedule.
-Sources: Narayanan et al. 2021 §2.2 (1F1B, interleaving), Megatron-LM's
-account-for-embedding-and-loss split."""
+heaviest stage, and the fill-and-drain bubble of the 1F1B / interleaved schedule for any number of
+micro-batches. Sources: Narayanan et al. 2021 §2.2 (1F1B, interleaving), Megatron-LM's
+account-for-embedding-and-loss split and `forward_backward_pipelining_with_interleaving`."""
 
 from __future__ import annotations
 
@@ -54,7 +54,22 @@ def slowest_stage(model: Model, layout: Layout, layer_s: Num, logits_s: Num) -> 
     return Stage(layers=xp.where(last_is_max > 0, last, heavy), heavy_layers=heavy, last_is_max=last_is_max)
 
 
-def bubble_s(layout: Layout, typical_micro_batch_s: Num) -> Num:
-    """Fill and drain of the pipeline: (p−1)/v times a typical stage's micro-batch [s]
-    (Narayanan et al. 2021 §2.2)."""
-    return (layout.pp - 1.0) / layout.vpp * typical_micro_batch_s
+def bubble_slots(pp: Num, vpp: Num, micro_batches: Num) -> Num:
+    """Fill and drain of the pipeline, in micro-batch times of a typical stage (t_mb):
+
+        (p−1)/v + max(p − m, 0)·(1 − 1/v)
+
+    With m ≥ p micro-batches (and, interleaved, m a multiple of p) the schedule keeps every stage
+    busy except for the fill and drain: (p−1) chunk slots of t_mb/v each (Narayanan et al. 2021 §2.2).
+    With m < p no schedule overlaps more than the m micro-batches there are: each one must pass the
+    p·v chunks of the pipeline in order, so the forward (and the backward) of the last micro-batch
+    ends (p·v + m − 1) chunk slots after the first one starts; the step is (p + (m−1)/v)·t_mb, of
+    which m·t_mb is work. At v = 1 both cases give 1F1B's (m + p − 1) slots for every m, and at
+    m = 1 every v gives p·t_mb: one micro-batch crosses the p stages one after the other."""
+    short = xp.maximum(pp - micro_batches, 0.0)
+    return (pp - 1.0) / vpp + short * (1.0 - 1.0 / vpp)
+
+
+def bubble_s(layout: Layout, micro_batches: Num, typical_micro_batch_s: Num) -> Num:
+    """The pipeline bubble [s]: bubble_slots(p, v, m) times a typical stage's micro-batch time."""
+    return bubble_slots(layout.pp, layout.vpp, micro_batches) * typical_micro_batch_s
