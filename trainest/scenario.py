@@ -17,7 +17,7 @@ from trainest.catalog import Hardware, Model, load_hardware, load_model, model_f
 from trainest.choices import ATTENTIONS, DP_COLLECTIVES, KERNELS, PIPELINE_SPLITS, PRECISIONS, RECOMPUTES
 from trainest.errors import SpecError
 from trainest.knobs import KNOBS, PARALLEL, PARALLEL_KEYS, SCENARIO
-from trainest.units import parse_count
+from trainest.units import parse_count, parse_length
 
 DEFAULT_MODEL = "llama3-8b"
 DEFAULT_HARDWARE = "h100-sxm"
@@ -245,6 +245,17 @@ def _batch(r: _Reader, dp: int, echoed_micro_batches: Any, seq_len: int, group: 
     """(micro-batch b, global batch B); B must divide by d·b (the echoed micro_batches must agree)."""
     where = r.where
     micro_batch = F.integer(r.default("micro_batch", 1), f"{where}.micro_batch", maximum=10**7)
+    tokens = r.data.get("global_batch_tokens")
+    if tokens is not None:
+        if r.data.get("global_batch") is not None:
+            raise SpecError(f"{where}: give the global batch once: global_batch (sequences) or global_batch_tokens, "
+                            f"not both")
+        count = F.integer(parse_length(tokens, f"{where}.global_batch_tokens"), f"{where}.global_batch_tokens",
+                          maximum=10**12)
+        if count % seq_len:
+            raise SpecError(f"{where}.global_batch_tokens: {count:,} tokens is not a whole number of sequences of "
+                            f"seq_len={seq_len}; use a multiple of {seq_len}")
+        r.data = {**r.data, "global_batch": count // seq_len}
     global_batch = F.integer(r.default("global_batch", default_global_batch(seq_len, dp, micro_batch, group)),
                              f"{where}.global_batch", maximum=10**9)
     if global_batch % (dp * micro_batch):
@@ -340,7 +351,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     if shape:
         model = with_shape(model, **shape)
     hardware = _hardware_from(r.default("hardware", DEFAULT_HARDWARE), where)
-    seq_len = F.integer(r.default("seq_len", model.seq_len), f"{where}.seq_len", maximum=10**8)
+    seq_len = F.integer(parse_length(r.default("seq_len", model.seq_len), f"{where}.seq_len"), f"{where}.seq_len",
+                        maximum=10**8)
     precision = F.choice(r.default("precision", DEFAULT_PRECISION), f"{where}.precision", PRECISIONS)
     hardware.peak(precision)  # raises with the list of supported precisions
     par = {} if data.get("parallel") is None else data["parallel"]

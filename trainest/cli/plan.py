@@ -74,6 +74,8 @@ def run_plan(values: dict[str, Any]) -> int:
         from trainest.report import dumps
         print(dumps(search_dict(result, dsearch)))
         return EXIT_OK
-    job_args = given_args(values, ("config",)) + given_args(values, tuple(k for k in JOB_KEYS if k not in LAYOUT_ARGS))
+    # (the global batch is among the layout's arguments, in sequences, however it was given)
+    job_args = given_args(values, ("config",)) + given_args(
+        values, tuple(k for k in JOB_KEYS if k not in LAYOUT_ARGS and k != "global_batch_tokens"))
     print_plan(result, dsearch, " ".join(job_args))
     return EXIT_OK

@@ -8,7 +8,7 @@ from typing import Any
 from trainest import SCHEMA_VERSION
 from trainest.catalog import specs_dir
 from trainest.estimate import Estimate
-from trainest.report import clean, console, fmt_gib, fmt_money, fmt_seconds, fmt_si
+from trainest.report import clean, console, fmt_gib, fmt_money, fmt_seconds, fmt_si, print_table
 from trainest.scenario import Scenario, scenario_mapping
 from trainest.step.schedule import bubble_slots
 
@@ -203,6 +203,6 @@ def print_estimate(e: Estimate) -> None:
     """Rich tables on stdout: scenario, step breakdown, throughput, memory, whole run, and the notes."""
     con = console()
     for table in (scenario_table(e.scenario), step_table(e), throughput_table(e), memory_table(e), run_table(e)):
-        con.print(table)
+        print_table(con, table)
     for note in notes(e.scenario):
         con.print(f"Note: {note}")

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from typing import Any
 
 from trainest import SCHEMA_VERSION
-from trainest.report import console
+from trainest.report import console, print_table
 from trainest.validate import METRICS, NotExpressible, RunResult, Summary, ValidationReport
 
 
@@ -125,10 +125,10 @@ def print_validate(result: ValidationReport) -> None:
     for r in result.runs:
         t.add_row(r.id, r.hardware, metric_label(r), fmt_value(r.measured, r.unit), fmt_value(r.predicted, r.unit),
                   f"{r.error_pct:+.1f}")
-    con.print(t)
-    con.print(summary_table("By set", result.by_set, "set"))
-    con.print(summary_table("By source", result.by_source, "source"))
-    con.print(summary_table("By hardware", result.by_hardware, "hardware"))
+    print_table(con, t)
+    print_table(con, summary_table("By set", result.by_set, "set"))
+    print_table(con, summary_table("By source", result.by_source, "source"))
+    print_table(con, summary_table("By hardware", result.by_hardware, "hardware"))
     s = result.summary
     mape = "–" if s.mape_pct is None else f"{s.mape_pct:.1f} %"
     med = "–" if s.median_ape_pct is None else f"{s.median_ape_pct:.1f} %"
