@@ -30,8 +30,7 @@ def option_annotation(o: Knob | str, **changes: Any) -> Any:
     shown: bool | str = True if o.show_default is None else o.show_default
     first, *more = o.flags
     # choices are case-insensitive, like hardware and model names and the YAML keys (`--precision FP8`)
-    extra = {"case_sensitive": False} if o.kind == "choice" else {}
-    option = typer.Option(first, *more, help=o.help, show_default=shown, **extra)
+    option = typer.Option(first, *more, help=o.help, show_default=shown, case_sensitive=o.kind != "choice")
     if o.kind == "flag":
         return Annotated[bool, option]
     if o.kind == "list":
