@@ -248,3 +248,12 @@ def given_args(values: dict[str, Any], names: tuple[str, ...]) -> list[str]:
         if values.get(name) is not None:
             out += option_args(BY_NAME[name], values[name])
     return out
+
+
+def cli_message(text: str) -> str:
+    """An error message for the command line: the scenario paths of option values (`options.parallel.zero`)
+    become the options' flags (`--zero`), and the leading `options: ` goes. File messages keep their keys."""
+    import re
+    by_path = {k.path: k.flags[0].split("/")[0] for k in KNOBS}
+    text = re.sub(r"^options: ", "", text)
+    return re.sub(r"\boptions\.((?:parallel\.|model\.)?[a-z_]+)", lambda m: by_path.get(m.group(1), m.group(0)), text)

@@ -151,5 +151,10 @@ def fmt_gib(b: float) -> str:
     return f"{b / GiB:.1f} GiB"
 
 
+def plural(n: int | float, word: str, words: str | None = None) -> str:
+    """`1 device`, `8 devices` (n with thousands separators)."""
+    return f"{n:,} {word if n == 1 else (words or word + 's')}"
+
+
 def fmt_money(x: float | None) -> str:
     return "n/a (no price: use --price-per-hour)" if x is None else f"${x:,.0f}"

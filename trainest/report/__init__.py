@@ -55,16 +55,20 @@ def console(stderr: bool = False):
 
 
 def print_table(con, table) -> None:
-    """Print a table without cutting a number: when it cannot be laid out in the console's width, it
-    is printed at its natural width (lines run past the edge instead of ending in '…')."""
+    """Print a table without cutting a number: when rich would shorten a cell to fit the console's width
+    (a number ending in '…'), the table is printed at its natural width instead (lines run past the edge)."""
+    import io
+
+    from rich.console import Console
     from rich.measure import Measurement
-    natural = Measurement.get(con, con.options.update_width(100_000), table).maximum
-    if natural <= con.width:
+    buffer = io.StringIO()
+    Console(file=buffer, width=con.width, color_system=None, highlight=False, soft_wrap=False).print(table)
+    if "…" not in buffer.getvalue():
         con.print(table)
         return
     width = con.width
-    con.width = natural              # (Console.print clamps its own width argument to the console's)
-    try:
+    con.width = Measurement.get(con, con.options.update_width(100_000), table).maximum
+    try:                             # (Console.print clamps its own width argument to the console's)
         con.print(table, crop=False)
     finally:
         con.width = width

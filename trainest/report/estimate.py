@@ -11,6 +11,7 @@ from trainest.estimate import Estimate
 from trainest.report import clean, console, fmt_gib, fmt_money, fmt_seconds, fmt_si, print_table
 from trainest.scenario import Scenario, scenario_mapping
 from trainest.step.schedule import bubble_slots
+from trainest.units import plural
 
 NO_OVERLAP_SHOWN_ABOVE = 0.005     # show the no-overlap bound when it exceeds the step by more than this
 TERM_ABOUT = {
@@ -117,14 +118,15 @@ def scenario_table(s: Scenario):
                                 f"f={m.ffn_hidden} a={m.heads} g={m.kv_heads} V={m.vocab} {m.mlp}"
                                 f"{', dropout' if m.dropout else ''}")),
         ("sequence", mark("seq_len", f"{s.seq_len} tokens")),
-        ("hardware", mark("hardware", f"{s.hardware.name} ({s.hardware.display_name}), {s.devices} devices, "
-                                      f"{s.devices_per_node} per node")),
+        ("hardware", mark("hardware", f"{s.hardware.name} ({s.hardware.display_name}), "
+                                      f"{plural(s.devices, 'device')}, {s.devices_per_node} per node")),
         ("efficiencies", efficiency_text(s)),
         ("precision", mark("precision", f"{s.precision} GEMMs, FP32 master weights and Adam state")),
         ("parallel", layout_text(s)),
         ("batch", f"micro-batch {s.micro_batch}{' (default)' if 'micro_batch' in derived else ''}, global "
-                  f"{s.global_batch} sequences{_batch_default(s) if 'global_batch' in derived else ''}"
-                  f" = {s.tokens_per_step:,} tokens, {s.micro_batches} micro-batches per step"),
+                  f"{plural(s.global_batch, 'sequence')}{_batch_default(s) if 'global_batch' in derived else ''}"
+                  f" = {s.tokens_per_step:,} tokens, {plural(s.micro_batches, 'micro-batch', 'micro-batches')} "
+                  f"per step"),
         ("recompute", mark("recompute", s.recompute) + f", attention {s.attention}"
          + (f", kernels {s.kernels}" if s.kernels != "fused" else "")),
     ])
