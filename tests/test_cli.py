@@ -335,3 +335,61 @@ def test_advice_names_only_changes_that_fit_and_a_layout_that_fits():
                                  "global_batch": int(layout["--global-batch"]), "recompute": layout["--recompute"]},
                                 "test")
     assert estimate(alt).memory.fits
+
+
+# ------------------------------------------------------------------ small things (issue 11, case 9)
+
+def test_version_and_short_help():
+    from trainest import __version__
+    res = invoke("--version")
+    assert res.exit_code == 0 and __version__ in res.stdout
+    for args in (["-h"], ["estimate", "-h"], ["plan", "-h"]):
+        res = invoke(*args)
+        assert res.exit_code == 0 and "Usage:" in res.stdout, args
+
+
+def test_one_is_singular(capsys, tmp_path):
+    from helpers import call_entry
+    code, out, _ = call_entry(["estimate", "--model", "gpt3-1.3b", "--hardware", "gh200", "--devices", "1",
+                               "--global-batch", "1"], capsys)
+    assert code == 0 and "1 device," in out and "1 devices" not in out and "1 micro-batch per step" in out
+    runs = tmp_path / "one.yaml"
+    runs.write_text(json.dumps([{"id": "r1", "source": "test", "model": "llama3-8b", "hardware": "h100-sxm",
+                                 "devices": 8, "seq_len": 8192, "precision": "bf16", "parallel": {"zero": 3},
+                                 "micro_batch": 1, "global_batch": 64, "recompute": "selective",
+                                 "measured": {"step_time_s": 8.1}}]))
+    res = invoke("validate", "--runs", str(runs), env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and "1 run compared" in res.stdout and "1 runs" not in res.stdout
+
+
+def test_errors_name_options_not_internal_keys(capsys):
+    from helpers import call_entry
+    for args, flag in ((["--zero", "5"], "--zero"), (["--memory-headroom", "150%"], "--memory-headroom"),
+                       (["--pue", "0.5"], "--pue"), (["--micro-batch", "0"], "--micro-batch")):
+        code, out, err = call_entry(["estimate", *args], capsys)
+        assert code == 1 and out == "" and flag in err and "options." not in err and "options:" not in err, err
+
+
+def test_tokens_given_as_sequences_warn(capsys):
+    """--global-batch 4194304 (tokens mistaken for sequences) ran silently into a 5.7-day step."""
+    from helpers import call_entry
+    code, out, err = call_entry(["estimate", "--global-batch", "4194304", "--json"], capsys)
+    assert code == 0
+    warnings = json.loads(out)["warnings"]
+    assert any("beyond any published training run" in w and "--global-batch-tokens" in w for w in warnings)
+    assert any("far outside any measured run" in w for w in warnings)
+
+
+@pytest.mark.parametrize("columns", ["80", "100", "130"])
+def test_piped_tables_honour_columns_and_never_cut_a_number(columns):
+    env = {**os.environ, "COLUMNS": columns}
+    args = ["plan", "--model", "llama3.1-405b", "--devices", "1024", "--global-batch", "2048", "-q"]
+    proc = subprocess.run([sys.executable, "-m", "trainest", *args], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "…" not in proc.stdout
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("Reproduce the winner: "))
+    assert "--global-batch 2048" in line and "--recompute" in line       # one line, not hard-wrapped
+    est = subprocess.run([sys.executable, "-m", "trainest", "estimate"], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert max(len(ln) for ln in est.stdout.splitlines()) <= int(columns)

@@ -119,7 +119,7 @@ def test_choice_options_take_their_vocabulary_from_trainest_choices():
 @pytest.mark.parametrize("args", [
     ["--help"], ["-h"], ["--bogus"], ["--tp"], ["--tp", "x"], ["--tp", "-1"], ["--tp", "+2"], ["--tp", "2.0"],
     ["--tp", "\u0663"], ["--devices", "1.5"], ["--pue", "1e"], ["--pue", "nan"], ["--pue", "inf"], ["--pue", ".5"],
-    ["--pue", "1_0"], ["--precision", "bf17"], ["--precision", "BF16"], ["extra"], ["--", "--json"], ["-n8"],
+    ["--pue", "1_0"], ["--precision", "bf17"], ["extra"], ["--", "--json"], ["-n8"],
     ["-qn", "8"], ["--json=1"], ["--json=true"], ["--sequence-parallel=1"], ["--model", "--json"], ["--model"],
     ["--gpu", "8"], ["--model", "-x.yaml"],
 ])
@@ -162,6 +162,10 @@ BOTH_PATHS = [
     ["--devices=16", "--tp=2", "--json"],
     ["-n", "16", "-b", "2", "-B", "64", "--json"],
     ["--precision", "fp8", "--json"],
+    ["--precision", "FP8", "--recompute", "Full", "--json"],   # choices are case-insensitive on both paths
+    ["--seq-len", "8k", "--global-batch-tokens", "4M", "--json"],
+    ["--global-batch", "8", "--global-batch-tokens", "4M"],  # exactly one: exit 1
+    ["--seq-len", "3000", "--global-batch-tokens", "4M"],    # not whole sequences: exit 1
     ["--precision", "fp4", "--json"],                       # h100 has no fp4 peak: exit 1
     ["--tp", "3"],                                          # does not divide the devices: exit 1
     ["--model", "llama3-70b", "--require-fit", "--json", "--quiet"],   # CI gate: exit 3

@@ -240,3 +240,24 @@ def test_cli_set_filter_json_by_set_and_unknown_set(tmp_path):
     assert "--set 'nope'" in res.stderr and "lab-node, public" in res.stderr
     res = runner.invoke(app, ["validate", "--runs", public, other, "--markdown"])
     assert res.exit_code == 0 and "| set | runs |" in res.stdout
+
+
+def test_a_runs_file_may_be_a_bare_list_whose_records_give_their_own_source(tmp_path):
+    """Issue 11, case 9: a file-level `source` was required even when every record had one, and a bare
+    list of records was refused."""
+    import yaml as _yaml
+    from trainest.errors import SpecError as _SpecError
+    from trainest.validate import validate_runs as _validate_runs
+    record = {"id": "r1", "source": "my cluster, 2026", "model": "llama3-8b", "hardware": "h100-sxm", "devices": 8,
+              "seq_len": 8192, "precision": "bf16", "parallel": {"zero": 3}, "micro_batch": 1, "global_batch": 64,
+              "recompute": "selective", "measured": {"step_time_s": 8.1}}
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(_yaml.safe_dump([record]))
+    assert _validate_runs([bare]).summary.runs == 1
+    no_file_source = tmp_path / "mapping.yaml"
+    no_file_source.write_text(_yaml.safe_dump({"runs": [record]}))
+    assert _validate_runs([no_file_source]).summary.runs == 1
+    record.pop("source")
+    bare.write_text(_yaml.safe_dump([record]))
+    with pytest.raises(_SpecError, match="no source"):
+        _validate_runs([bare])

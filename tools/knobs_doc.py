@@ -21,7 +21,7 @@ def _values(k: Knob) -> str:
     if k.kind == "choice":
         return " \\| ".join(k.choice_values)
     return {"int": "integer", "float": "number", "str": "text", "flag": "flag", "switch": "on/off",
-            "list": "repeatable text"}[k.kind]
+            "list": "repeatable text", "length": "whole count of tokens (8k = 8192, 4M = 4·2^20)"}[k.kind]
 
 
 def _row(k: Knob, *, yaml: bool) -> str:

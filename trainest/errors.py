@@ -20,7 +20,11 @@ class SpecError(ValueError):
 def did_you_mean(value: str, choices: Iterable[str]) -> str:
     """Return ' (did you mean X?)' for the closest choice, or '' when none is close."""
     import difflib  # only on the error path (start-up time)
-    close = difflib.get_close_matches(str(value), sorted(choices), n=3, cutoff=0.5)
+    names = sorted(choices)
+    text = str(value).strip().lower()
+    # a name the user typed the start of (`a100`) first, then the fuzzy matches
+    prefixed = [c for c in names if text and c.lower().startswith(text)]
+    close = prefixed[:3] or difflib.get_close_matches(text, names, n=3, cutoff=0.5)
     if not close:
         return ""
     return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"

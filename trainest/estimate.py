@@ -16,6 +16,7 @@ from trainest.layout import job_of, layout_of
 from trainest.memory import MemoryBreakdown, memory_per_device
 from trainest.scenario import Scenario
 from trainest.step import StepTerms, step_terms
+from trainest.units import fmt_seconds
 
 TERMS = ("compute", "memory", "communication", "bubble", "overhead", "offload")
 
@@ -100,6 +101,32 @@ class Estimate(NamedTuple):
 # A layout predicted over capacity by at most this fraction is reported as possibly fitting: of the 460
 # published runs (which all ran), 94 are predicted 0-10 % over capacity, 125 up to 20 % over.
 TIGHT_FIT_FRACTION = 0.10
+
+# Plausibility (warnings, not errors: the numbers are computed, and flagged). The largest published global
+# batches are ~62 M tokens per step (DeepSeek-V3: 15,360 sequences of 4,096 tokens; Llama 3.1 405B: 16 M) and a
+# few thousand sequences; a global batch beyond these is most likely tokens given as sequences.
+MAX_PLAUSIBLE_SEQUENCES = 65_536            # 2^16 sequences per step
+MAX_PLAUSIBLE_TOKENS_PER_STEP = 2**26       # 67 M tokens per step
+MAX_PLAUSIBLE_STEP_S = 3600.0               # measured steps take seconds to minutes; an hour is far outside
+
+
+def plausibility_warnings(e: Estimate) -> list[str]:
+    """Warnings on inputs and results outside any plausible range: a global batch beyond any published run
+    (tokens given as sequences?), a step of hours or days, MFU above the peak."""
+    s, out = e.scenario, []
+    tokens = s.global_batch * s.seq_len
+    if s.global_batch > MAX_PLAUSIBLE_SEQUENCES or tokens > MAX_PLAUSIBLE_TOKENS_PER_STEP:
+        out.append(f"global batch {s.global_batch:,} sequences = {tokens / 1e6:,.1f} M tokens per step is beyond any "
+                   f"published training run (at most ~62 M tokens, DeepSeek-V3); the global batch counts sequences: "
+                   f"give tokens with --global-batch-tokens (e.g. 4M)")
+    if e.step.time_s > MAX_PLAUSIBLE_STEP_S:
+        out.append(f"a step of {fmt_seconds(e.step.time_s)} is far outside any measured run (seconds to minutes): "
+                   f"check the global batch, the device count and the layout")
+    if e.throughput.mfu > 1.0:
+        out.append(f"MFU {e.throughput.mfu:.0%} is above the device's peak: the hardware file's peak or efficiencies "
+                   f"are inconsistent")
+    return out
+
 
 OVERLAP_POLICY = ("TP communication exposed (or pipelined with GEMMs with tp_overlap); PP communication exposed; "
                   "CP ring overlapped with attention; DP gradient reduction overlapped with the last micro-batch's "

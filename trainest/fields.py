@@ -19,6 +19,15 @@ MAX_SHOWN_PATH_CHARS = 200   # a file name is quoted in an error message up to t
 
 def load_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
     """Read a YAML file with `yaml.safe_load` and require a mapping at its top level."""
+    data = load_yaml(path, what)
+    if not isinstance(data, dict):
+        raise SpecError(f"{what} file {show(str(path), MAX_SHOWN_PATH_CHARS)} must hold a mapping (key: value), "
+                        f"not a {type(data).__name__}")
+    return data
+
+
+def load_yaml(path: Path, what: str) -> Any:
+    """Read a YAML file with `yaml.safe_load` (any top-level value but nothing: an empty file is an error)."""
     import yaml  # here, not at the top: a bundled-catalog estimate never needs it (start-up time)
     name = show(str(path), MAX_SHOWN_PATH_CHARS)
     try:
@@ -51,8 +60,6 @@ def load_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
         raise SpecError(f"{what} file {name} is nested too deeply (more than {MAX_NESTING} levels)")
     if data is None:
         raise SpecError(f"{what} file {name} is empty")
-    if not isinstance(data, dict):
-        raise SpecError(f"{what} file {name} must hold a mapping (key: value), not a {type(data).__name__}")
     return data
 
 

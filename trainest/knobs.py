@@ -33,7 +33,8 @@ class Knob(NamedTuple):
     """One input.
 
     kind: "int" | "float" | "str" | "list" | "choice" (a word of the vocabulary `choices`) |
-    "switch" (`--x/--no-x`, default None). Value options default to None ("not given").
+    "length" (a whole count of tokens: 8192, 8k, 4M; units.parse_length) | "switch" (`--x/--no-x`, default
+    None). Value options default to None ("not given").
     flags: the option names, long names first; a switch has one "--x/--no-x" entry.
     key: the YAML key within its group (default: the name).
     searched: the plan search varies it (it is a Layout knob); job: `plan` takes it for every plan.
@@ -80,7 +81,7 @@ KNOBS: tuple[Knob, ...] = (
     K("devices_per_node", ("--devices-per-node",), "int", "Devices per node / host.", "hardware's", job=True),
     K("precision", ("--precision",), "choice", "GEMM precision (FP32 master weights and Adam state).", "bf16",
       "Precision", job=True),
-    K("seq_len", ("--seq-len",), "int", "Sequence length, in tokens.", "model's", job=True),
+    K("seq_len", ("--seq-len",), "length", "Sequence length, in tokens (8192, 8k).", "model's", job=True),
     K("layers", ("--layers",), "int", "Override: layers L.", group=SHAPE),
     K("hidden", ("--hidden",), "int", "Override: hidden size h.", group=SHAPE),
     K("ffn_hidden", ("--ffn-hidden",), "int", "Override: MLP hidden size f.", group=SHAPE),
@@ -112,6 +113,8 @@ KNOBS: tuple[Knob, ...] = (
     K("micro_batch", ("--micro-batch", "-b"), "int", "Micro-batch b, in sequences.", "1", searched=True),
     K("global_batch", ("--global-batch", "-B"), "int", "Global batch B, in sequences.",
       "0.5M tokens (64 × 8192) in whole sequences, a multiple of dp × micro-batch", job=True),
+    K("global_batch_tokens", ("--global-batch-tokens",), "length", "Global batch in tokens (4M = 4·2^20), instead "
+      "of --global-batch; must divide by the sequence length.", job=True),
     K("recompute", ("--recompute",), "choice", "Activation recomputation: selective = Megatron's (attention core); "
       "op = torchtitan's per-op selective checkpointing (every second matmul and the element-wise ops).", "selective",
       "Recompute", searched=True),
@@ -164,7 +167,7 @@ BY_NAME: dict[str, Knob] = {k.name: k for k in ESTIMATE_OPTIONS}
 _PLAN_HELP = {
     "devices": "Device count N, or a range such as 256..8192 (with --deadline, --budget, or neither: the fewest "
                "that fit, and the fastest plan per count).",
-    "global_batch": "Global batch B, in sequences (required).",
+    "global_batch": "Global batch B, in sequences (this or --global-batch-tokens is required).",
     "tp_overlap": "Every plan pipelines its TP collectives with the GEMMs (Megatron --tp-comm-overlap).",
     "dp_collectives": "How every plan's data-parallel/ZeRO rings use the NICs: hierarchical (every NIC of a node) "
                       "or flat (one NIC per device, e.g. DeepSpeed ZeRO-3 of 2021).",
@@ -178,6 +181,7 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
                                                    "use trainest compare)."),
     BY_NAME["devices"]._replace(kind="str", help=_PLAN_HELP["devices"]),
     BY_NAME["global_batch"]._replace(help=_PLAN_HELP["global_batch"], show_default=None),
+    BY_NAME["global_batch_tokens"],
     *(BY_NAME[n] for n in ("precision", "seq_len", "devices_per_node", "attention", "framework", "kernels",
                            "finetune", "lora_rank", "lora_alpha", "lora_targets", "base_bits", "offload", "tokens",
                            "price_per_hour", "pue", "grid_gco2_per_kwh", "memory_headroom")),
@@ -329,3 +333,12 @@ def given_args(values: dict[str, Any], names: tuple[str, ...]) -> list[str]:
         if values.get(name) is not None:
             out += option_args(BY_NAME[name], values[name])
     return out
+
+
+def cli_message(text: str) -> str:
+    """An error message for the command line: the scenario paths of option values (`options.parallel.zero`)
+    become the options' flags (`--zero`), and the leading `options: ` goes. File messages keep their keys."""
+    import re
+    by_path = {k.path: k.flags[0].split("/")[0] for k in KNOBS}
+    text = re.sub(r"^options: ", "", text)
+    return re.sub(r"\boptions\.((?:parallel\.|model\.)?[a-z_]+)", lambda m: by_path.get(m.group(1), m.group(0)), text)

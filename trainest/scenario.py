@@ -29,7 +29,7 @@ from trainest.choices import (
 from trainest.errors import SpecError
 from trainest.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from trainest.knobs import FINETUNE, FINETUNE_KEYS, KNOBS, PARALLEL, PARALLEL_KEYS, SCENARIO
-from trainest.units import parse_count
+from trainest.units import parse_count, parse_length
 
 DEFAULT_MODEL = "llama3-8b"
 DEFAULT_HARDWARE = "h100-sxm"
@@ -211,6 +211,8 @@ def _parallel_sizes(par: dict[str, Any], r: _Reader) -> dict[str, Any]:
     sizes: dict[str, Any] = {k: F.integer(par.get(k, 1), f"{w}.{k}", maximum=10**6) for k in ("tp", "pp", "cp", "vpp")}
     default_zero = DEFAULT_ZERO if sizes["pp"] == 1 else DEFAULT_ZERO_WITH_PP
     zero = par.get("zero")
+    if isinstance(zero, int) and not isinstance(zero, bool) and zero > 3:
+        raise SpecError(f"{w}.zero: {zero} is not a ZeRO stage; allowed: 0, 1, 2, 3 (at most 3)")
     sizes["zero"] = F.integer(default_zero if zero is None else zero, f"{w}.zero", minimum=0, maximum=3)
     if par.get("fsdp") is not None and F.boolean(par["fsdp"], f"{w}.fsdp"):
         if par.get("zero") not in (None, 3):
@@ -290,6 +292,17 @@ def _batch(r: _Reader, dp: int, echoed_micro_batches: Any, seq_len: int, group: 
     """(micro-batch b, global batch B); B must divide by d·b (the echoed micro_batches must agree)."""
     where = r.where
     micro_batch = F.integer(r.default("micro_batch", 1), f"{where}.micro_batch", maximum=10**7)
+    tokens = r.data.get("global_batch_tokens")
+    if tokens is not None:
+        if r.data.get("global_batch") is not None:
+            raise SpecError(f"{where}: give the global batch once: global_batch (sequences) or global_batch_tokens, "
+                            f"not both")
+        count = F.integer(parse_length(tokens, f"{where}.global_batch_tokens"), f"{where}.global_batch_tokens",
+                          maximum=10**12)
+        if count % seq_len:
+            raise SpecError(f"{where}.global_batch_tokens: {count:,} tokens is not a whole number of sequences of "
+                            f"seq_len={seq_len}; use a multiple of {seq_len}")
+        r.data = {**r.data, "global_batch": count // seq_len}
     global_batch = F.integer(r.default("global_batch", default_global_batch(seq_len, dp, micro_batch, group)),
                              f"{where}.global_batch", maximum=10**9)
     if global_batch % (dp * micro_batch):
@@ -446,7 +459,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     if shape:
         model = with_shape(model, **shape)
     hardware = _hardware_from(r.default("hardware", DEFAULT_HARDWARE), where)
-    seq_len = F.integer(r.default("seq_len", model.seq_len), f"{where}.seq_len", maximum=10**8)
+    seq_len = F.integer(parse_length(r.default("seq_len", model.seq_len), f"{where}.seq_len"), f"{where}.seq_len",
+                        maximum=10**8)
     precision = F.choice(r.default("precision", DEFAULT_PRECISION), f"{where}.precision", PRECISIONS)
     hardware.peak(precision)  # raises with the list of supported precisions
     par = {} if data.get("parallel") is None else data["parallel"]

@@ -358,8 +358,9 @@ def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> 
 def job_scenario(mapping: dict, where: str = "options") -> Scenario:
     """Validate the job (a scenario mapping without a layout; `global_batch` required) once, as a
     one-device scenario; plans replace its device count and layout (`plan_scenario`)."""
-    if mapping.get("global_batch") is None:
-        raise SpecError(f"{where}: the plan search needs the global batch (--global-batch, in sequences)")
+    if mapping.get("global_batch") is None and mapping.get("global_batch_tokens") is None:
+        raise SpecError(f"{where}: the plan search needs the global batch (--global-batch in sequences, or "
+                        f"--global-batch-tokens)")
     job = {k: v for k, v in mapping.items() if k in JOB_KEYS}
     # of the layout, only framework capabilities that hold for every plan carry over (tp_overlap,
     # dp_collectives)

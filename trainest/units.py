@@ -74,6 +74,27 @@ def parse_count(text: str | int | float, what: str = "count") -> float:
     return _finite_positive(float(match.group(1)) * _COUNT_SUFFIX[match.group(2).upper()], text, what)
 
 
+_POWER_OF_TWO_SUFFIX = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def parse_length(text: str | int | float, what: str = "length") -> int:
+    """A whole count of tokens written as context lengths and batch sizes are quoted: `8192`, `8k`
+    (= 8192), `32K`, `4M` (= 4·2^20 = 4,194,304). K, M, G are binary here, unlike `parse_count`'s
+    decimal K, M, B, T (training tokens: `1.5T`)."""
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+        raise SpecError(f"{what} {show(text)} is not a whole number; use e.g. 8192, 8k or 4M")
+    if isinstance(text, float):
+        if not text.is_integer():
+            raise SpecError(f"{what} {show(text)} must be a whole number")
+        text = int(text)
+    if isinstance(text, int):
+        return text
+    match = re.fullmatch(r"\s*([0-9]+)\s*([A-Za-z]?)\s*", text)
+    if not match or match.group(2).upper() not in _POWER_OF_TWO_SUFFIX:
+        raise SpecError(f"{what} {show(text)} is not a whole number; use e.g. 8192, 8k (= 8192) or 4M (= 4·2^20)")
+    return int(match.group(1)) * _POWER_OF_TWO_SUFFIX[match.group(2).upper()]
+
+
 def parse_bytes(text: str | int | float, what: str = "size") -> float:
     """Parse a size such as `80GiB`, `80GB` or `8.5e10` into bytes (GB = 1e9, GiB = 2**30)."""
     if isinstance(text, bool) or not isinstance(text, (str, int, float)):
@@ -129,6 +150,11 @@ def fmt_si(x: float | None, unit: str = "") -> str:
 def fmt_gib(b: float) -> str:
     """Memory capacity in GiB (binary), labelled."""
     return f"{b / GiB:.1f} GiB"
+
+
+def plural(n: int | float, word: str, words: str | None = None) -> str:
+    """`1 device`, `8 devices` (n with thousands separators)."""
+    return f"{n:,} {word if n == 1 else (words or word + 's')}"
 
 
 def fmt_money(x: float | None) -> str:

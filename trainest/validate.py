@@ -42,8 +42,8 @@ from trainest.scenario import RUN_ONLY_KEYS, SCENARIO_KEYS, Scenario, scenario_f
 from trainest.units import TERA, GiB
 
 SECONDS_PER_HOUR = 3600.0
-RUNS_FILE_KEYS = ("source", "runs")
-RUNS_FILE_OPTIONAL_KEYS = ("set",)
+RUNS_FILE_KEYS = ("runs",)
+RUNS_FILE_OPTIONAL_KEYS = ("source", "set")   # source: the default of records that give none
 PUBLIC_SET = "public"               # the run set of a runs file without `set:` (published runs)
 MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens",
                  "peak_memory_gib")
@@ -109,7 +109,18 @@ def bundled_runs_files() -> list[Path]:
 def run_sets(paths: Iterable[str | Path] | None = None) -> list[str]:
     """The run sets the runs files declare (the bundled files by default), sorted."""
     files = [Path(p) for p in paths] if paths else bundled_runs_files()
-    return sorted({run_set_of(F.load_yaml_mapping(path, "runs"), path) for path in files})
+    return sorted({run_set_of(runs_document(path), path) for path in files})
+
+
+def runs_document(path: Path) -> dict[str, Any]:
+    """A runs file as a mapping: a bare list of run records is `{runs: [...]}`."""
+    data = F.load_yaml(path, "runs")
+    if isinstance(data, list):
+        return {"runs": data}
+    if not isinstance(data, dict):
+        raise SpecError(f"runs file {str(path)!r} must hold a list of run records or a mapping with `runs:`, not a "
+                        f"{type(data).__name__}")
+    return data
 
 
 def measurement_from_mapping(data: Any, where: str) -> Measurement:
@@ -169,9 +180,9 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
     seen: dict[str, str] = {}
     duplicates: list[str] = []
     for path in files:
-        doc = F.load_yaml_mapping(path, "runs")
+        doc = runs_document(path)
         F.check_keys(doc, str(path), RUNS_FILE_KEYS, RUNS_FILE_OPTIONAL_KEYS)
-        file_source = F.text(doc["source"], f"{path}: source")
+        file_source = None if doc.get("source") is None else F.text(doc["source"], f"{path}: source")
         file_set = run_set_of(doc, path)
         if not isinstance(doc["runs"], list):
             raise SpecError(f"{path}: runs: expected a list of run records, got {type(doc['runs']).__name__}")
@@ -188,12 +199,15 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
                 raise SpecError(f"{where}: duplicate id (also in {seen[run_id]})")
             seen[run_id] = str(path)
             expressible = F.boolean(rec.get("expressible", True), f"{where}.expressible")
+            if rec.get("source") is None and file_source is None:
+                raise SpecError(f"{where}: no source; give the run's `source` (where the measurement comes from), or a "
+                                f"file-level `source:` for every run of the file")
             citation = F.text(rec.get("source") or file_source, f"{where}.source")
             confidence = None if rec.get("confidence") is None else \
                 F.choice(rec["confidence"], f"{where}.confidence", CONFIDENCE)
             hw_raw = rec.get("hardware")
             hw_name = str(hw_raw).strip().lower() if isinstance(hw_raw, str) else "?"
-            if source is not None and not (_matches(group, source) or _matches(file_source, source)
+            if source is not None and not (_matches(group, source) or _matches(file_source or "", source)
                                            or _matches(citation, source)):
                 continue
             if hw_filter is not None and hw_name != hw_filter:

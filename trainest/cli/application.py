@@ -9,6 +9,8 @@ the parser; 3 a CI gate (--max-days, --max-cost, --require-fit) was broken.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from trainest.cli import calibrate, compare, completion, listing, plan, probe, sweep, validate
@@ -18,7 +20,21 @@ from trainest.cli.options import typer_command
 from trainest.knobs import COMPARE_OPTIONS, ESTIMATE_OPTIONS, PLAN_OPTIONS, SWEEP_OPTIONS
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]},
                   help="Estimate LLM training step time, memory, bottleneck and cost, analytically, in milliseconds.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from trainest import SCHEMA_VERSION, __version__
+        print(f"trainest {__version__} (JSON schema {SCHEMA_VERSION})")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                               help="Print the version and exit.")] = False) -> None:
+    """Estimate LLM training step time, memory, bottleneck and cost, analytically, in milliseconds."""
 
 
 app.command("estimate")(typer_command(ESTIMATE_OPTIONS, ESTIMATE_HELP, run_estimate, "estimate"))

@@ -74,7 +74,8 @@ def _estimate(values: dict[str, Any]) -> tuple[Any, list[str]]:
         if value is not None and not 0 < value < float("inf"):
             raise SpecError(f"{name} {value!r} must be a finite number greater than 0")
     result = estimate(scenario)
-    warnings: list[str] = []
+    from trainest.estimate import plausibility_warnings
+    warnings: list[str] = plausibility_warnings(result)
     if not result.memory.fits:
         from trainest.advice import fit_suggestions
         warnings.append(fit_suggestions(scenario, result))

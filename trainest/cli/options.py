@@ -16,7 +16,7 @@ from trainest.knobs import BY_NAME, Knob
 OPTION = BY_NAME
 
 
-_VALUE_TYPES = {"int": int, "float": float, "str": str}
+_VALUE_TYPES = {"int": int, "float": float, "str": str, "length": str}   # lengths: parsed by the scenario
 
 
 def option_annotation(o: Knob | str, **changes: Any) -> Any:
@@ -29,7 +29,8 @@ def option_annotation(o: Knob | str, **changes: Any) -> Any:
     # show_default True (typer's own default) shows the actual default; a text describes a derived one
     shown: bool | str = True if o.show_default is None else o.show_default
     first, *more = o.flags
-    option = typer.Option(first, *more, help=o.help, show_default=shown)
+    # choices are case-insensitive, like hardware and model names and the YAML keys (`--precision FP8`)
+    option = typer.Option(first, *more, help=o.help, show_default=shown, case_sensitive=o.kind != "choice")
     if o.kind == "flag":
         return Annotated[bool, option]
     if o.kind == "list":

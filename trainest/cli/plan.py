@@ -87,7 +87,8 @@ def run_plan(values: dict[str, Any]) -> int:
         from trainest.report import dumps
         print(dumps(search_dict(result, dsearch)))
         return EXIT_OK
-    job_args = given_args(values, ("config",)) + given_args(values, tuple(k.name for k in KNOBS if k.job
-                                                                          and k.name not in LAYOUT_ARGS))
+    # (the global batch is among the layout's arguments, in sequences, however it was given)
+    job_args = given_args(values, ("config",)) + given_args(values, tuple(
+        k.name for k in KNOBS if k.job and k.name not in LAYOUT_ARGS and k.name != "global_batch_tokens"))
     print_plan(result, dsearch, " ".join(job_args))
     return EXIT_OK

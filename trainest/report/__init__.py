@@ -33,14 +33,46 @@ def dumps(doc: dict[str, Any]) -> str:
     return json.dumps(doc, indent=2, allow_nan=False)
 
 
+PIPED_WIDTH = 110      # columns of piped output when COLUMNS does not say
+
+
+def output_width() -> int | None:
+    """The width tables are laid out for: COLUMNS when set (a terminal or a pipe), else the terminal's
+    (None: rich asks it), else PIPED_WIDTH for a pipe."""
+    text = os.environ.get("COLUMNS", "").strip()
+    if text.isdigit() and int(text) >= 20:
+        return int(text)
+    return None if sys.stdout.isatty() else PIPED_WIDTH
+
+
 def console(stderr: bool = False):
-    """A rich console on stdout (results) or stderr (messages); NO_COLOR honoured; piped output is
-    110 columns wide."""
+    """A rich console on stdout (results) or stderr (messages); NO_COLOR honoured; COLUMNS honoured,
+    piped output otherwise PIPED_WIDTH columns wide."""
     from rich.console import Console
     no_color = bool(os.environ.get("NO_COLOR"))
     # NO_COLOR (no-color.org): no ANSI escapes at all; rich's no_color alone still emits bold/italic.
     return Console(stderr=stderr, no_color=no_color, color_system=None if no_color else "auto", highlight=False,
-                   soft_wrap=False, width=None if sys.stdout.isatty() else 110)
+                   soft_wrap=False, width=output_width())
+
+
+def print_table(con, table) -> None:
+    """Print a table without cutting a number: when rich would shorten a cell to fit the console's width
+    (a number ending in '…'), the table is printed at its natural width instead (lines run past the edge)."""
+    import io
+
+    from rich.console import Console
+    from rich.measure import Measurement
+    buffer = io.StringIO()
+    Console(file=buffer, width=con.width, color_system=None, highlight=False, soft_wrap=False).print(table)
+    if "…" not in buffer.getvalue():
+        con.print(table)
+        return
+    width = con.width
+    con.width = Measurement.get(con, con.options.update_width(100_000), table).maximum
+    try:                             # (Console.print clamps its own width argument to the console's)
+        con.print(table, crop=False)
+    finally:
+        con.width = width
 
 
 def warn(message: str) -> None:

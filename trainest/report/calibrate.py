@@ -8,7 +8,7 @@ from typing import Any
 from trainest import SCHEMA_VERSION
 from trainest.calibrate import BOUNDS, MIN_LEVERAGE, CalibrationResult, FittedParameter
 from trainest.catalog import Hardware
-from trainest.report import clean, console
+from trainest.report import clean, console, print_table
 from trainest.units import MICROSECOND
 
 
@@ -63,7 +63,7 @@ def print_calibration(hardware: Hardware, result: CalibrationResult, output: Pat
         scale, label = (1 / MICROSECOND, "layer_overhead_us") if p.name == "layer_overhead_s" else (1.0, p.name)
         t.add_row(label, f"{p.start * scale:.4g}", f"{p.value * scale:.4g}",
                   f"{'yes' if _determined(p) else 'no'} ({p.leverage:.0%})", _note(p))
-    con.print(t)
+    print_table(con, t)
     con.print(summary_line(result))
     def pct(x: float | None) -> str:
         return "n/a" if x is None else f"{x:.1f} %"

@@ -8,9 +8,10 @@ from typing import Any
 from trainest import SCHEMA_VERSION
 from trainest.catalog import Hardware, specs_dir
 from trainest.estimate import Estimate
-from trainest.report import clean, console, fmt_co2, fmt_gib, fmt_money, fmt_seconds, fmt_si
+from trainest.report import clean, console, fmt_co2, fmt_gib, fmt_money, fmt_seconds, fmt_si, print_table
 from trainest.scenario import Scenario, scenario_mapping
 from trainest.step.schedule import bubble_slots
+from trainest.units import plural
 
 NO_OVERLAP_SHOWN_ABOVE = 0.005     # show the no-overlap bound when it exceeds the step by more than this
 TERM_ABOUT = {
@@ -146,14 +147,16 @@ def scenario_table(s: Scenario):
                                 f"f={m.ffn_hidden} a={m.heads} g={m.kv_heads} V={m.vocab} {m.mlp}"
                                 f"{', dropout' if m.dropout else ''}")),
         ("sequence", mark("seq_len", f"{s.seq_len} tokens")),
-        ("hardware", mark("hardware", f"{s.hardware.name} ({s.hardware.display_name}), {s.devices} devices, "
-                                      f"{s.devices_per_node} per node") + probed_text(s)),
+        ("hardware", mark("hardware", f"{s.hardware.name} ({s.hardware.display_name}), "
+                                      f"{plural(s.devices, 'device')}, {s.devices_per_node} per node")
+         + probed_text(s)),
         ("efficiencies", efficiency_text(s)),
         ("precision", mark("precision", f"{s.precision} GEMMs, FP32 master weights and Adam state")),
         ("parallel", layout_text(s)),
         ("batch", f"micro-batch {s.micro_batch}{' (default)' if 'micro_batch' in derived else ''}, global "
-                  f"{s.global_batch} sequences{_batch_default(s) if 'global_batch' in derived else ''}"
-                  f" = {s.tokens_per_step:,} tokens, {s.micro_batches} micro-batches per step"),
+                  f"{plural(s.global_batch, 'sequence')}{_batch_default(s) if 'global_batch' in derived else ''}"
+                  f" = {s.tokens_per_step:,} tokens, {plural(s.micro_batches, 'micro-batch', 'micro-batches')} "
+                  f"per step"),
         ("recompute", mark("recompute", s.recompute) + f", attention {s.attention}"
          + (f", kernels {s.kernels}" if s.kernels != "fused" else "")),
         ("framework", mark("framework", s.framework)
@@ -229,11 +232,11 @@ def band_line(e: Estimate) -> str:
 
 
 def band_pct(e: Estimate) -> str:
-    """The band as percentages of the estimate: `-8…+13 %`."""
+    """The band as percentages of the estimate: `-8 to +13 %`."""
     b = e.band
     if b.runs == 0 or b.low_ratio != b.low_ratio:
         return "n/a"
-    return f"{(b.low_ratio - 1) * 100:+.0f}…{(b.high_ratio - 1) * 100:+.0f} %"
+    return f"{(b.low_ratio - 1) * 100:+.0f} to {(b.high_ratio - 1) * 100:+.0f} %"
 
 
 def band_source(e: Estimate) -> str:
@@ -309,7 +312,7 @@ def print_estimate(e: Estimate, ops: tuple[list, Any] | None = None) -> None:
     if ops is not None:
         tables.append(ops_table(e, *ops))
     for table in (*tables, throughput_table(e), memory_table(e), run_table(e)):
-        con.print(table)
+        print_table(con, table)
     con.print(band_line(e), style="dim")
 
     for note in notes(e.scenario):

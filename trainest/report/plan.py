@@ -5,7 +5,7 @@ from __future__ import annotations
 from trainest import SCHEMA_VERSION
 from trainest.estimate import Estimate
 from trainest.knobs import estimate_args as knob_estimate_args
-from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si
+from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si, print_table
 from trainest.report.estimate import band_pct, band_source, estimate_dict, hardware_dict, notes
 from trainest.scenario import scenario_mapping
 from trainest.search import DeviceSearch, SearchResult, plan_knobs
@@ -88,7 +88,7 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
                       "n/a" if tr.cost_usd is None else fmt_money(tr.cost_usd),
                       ("yes" if tr.meets else f"no{': ' + tr.note if tr.note and tr.time_s is not None else ''}")
                       + (" <- chosen" if chosen else ""), style="bold" if chosen else "")
-        con.print(t)
+        print_table(con, t)
         con.print(f"Chosen: {ds.devices:,} devices, {ds.rule}.")
     con.print(f"[bold]{b.model.name}[/bold] ({b.model.params / 1e9:.1f} B params) on {r.devices:,} x "
               f"{b.hardware.name}, "
@@ -108,7 +108,7 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
         t.add_column(col, justify="left" if col in ("plan", "recomp") else "right", no_wrap=True)
     for i, e in enumerate(r.plans, 1):
         t.add_row(*_row(str(i), e, fmt_si), style="bold" if i == 1 else "")
-    con.print(t)
+    print_table(con, t)
 
     w = r.plans[0]
     wk = plan_knobs(w.scenario)
@@ -125,11 +125,12 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
         rk = plan_knobs(e.scenario)
         t.add_row(knob, _show(wk[knob]), _show(rk[knob]), _layout(e), e.scenario.recompute, fmt_seconds(e.step.time_s),
                   f"{ru.score_ratio - 1:+.1%}", f"{e.memory.per_device_bytes / GiB:.1f}")
-    con.print(t)
+    print_table(con, t)
     con.print(f"Error band of the winner: {band_pct(w)} on the step, days and cost ({band_source(w)})",
               highlight=False)
+    # one line, never hard-wrapped (so that it can be pasted from a pipe or a narrow terminal)
     con.print("Reproduce the winner: [dim]trainest estimate " + (job_args + " " if job_args else "")
-              + " ".join(estimate_args(w)) + "[/dim]")
+              + " ".join(estimate_args(w)) + "[/dim]", soft_wrap=True)
     for note in notes(w.scenario):
         con.print(f"Note: {note}")
 

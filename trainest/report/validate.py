@@ -7,7 +7,8 @@ from dataclasses import asdict
 from typing import Any
 
 from trainest import SCHEMA_VERSION
-from trainest.report import console
+from trainest.report import console, print_table
+from trainest.units import plural
 from trainest.validate import METRICS, NotExpressible, RunResult, Summary, ValidationReport
 
 
@@ -90,7 +91,7 @@ def markdown(report: ValidationReport) -> str:
     """The markdown tables of `trainest validate --markdown` (used in docs/validation.md)."""
     s = report.summary
     return "\n\n".join([
-        f"**{s.runs} runs compared; MAPE {_pct(s.mape_pct)} %, median {_pct(s.median_ape_pct)} %, "
+        f"**{plural(s.runs, 'run')} compared; MAPE {_pct(s.mape_pct)} %, median {_pct(s.median_ape_pct)} %, "
         f"max {_pct(s.max_ape_pct)} %; {s.not_expressible} not expressible.**",
         "### By set\n\n" + summary_markdown(report.by_set, "set"),
         "### By source\n\n" + summary_markdown(report.by_source, "source"),
@@ -119,18 +120,18 @@ def print_validate(result: ValidationReport) -> None:
     from rich.table import Table
 
     con = console()
-    t = Table(title=f"Runs ({len(result.runs)} compared)", title_justify="left")
+    t = Table(title=f"Runs ({plural(len(result.runs), 'run')} compared)", title_justify="left")
     for col in ("id", "hardware", "metric", "measured", "predicted", "error %"):
         t.add_column(col, justify="right" if col in ("measured", "predicted", "error %") else "left")
     for r in result.runs:
         t.add_row(r.id, r.hardware, metric_label(r), fmt_value(r.measured, r.unit), fmt_value(r.predicted, r.unit),
                   f"{r.error_pct:+.1f}")
-    con.print(t)
-    con.print(summary_table("By set", result.by_set, "set"))
-    con.print(summary_table("By source", result.by_source, "source"))
-    con.print(summary_table("By hardware", result.by_hardware, "hardware"))
+    print_table(con, t)
+    print_table(con, summary_table("By set", result.by_set, "set"))
+    print_table(con, summary_table("By source", result.by_source, "source"))
+    print_table(con, summary_table("By hardware", result.by_hardware, "hardware"))
     s = result.summary
     mape = "–" if s.mape_pct is None else f"{s.mape_pct:.1f} %"
     med = "–" if s.median_ape_pct is None else f"{s.median_ape_pct:.1f} %"
-    con.print(f"{s.runs} runs compared: MAPE {mape}, median {med}; {s.not_expressible} not expressible "
+    con.print(f"{plural(s.runs, 'run')} compared: MAPE {mape}, median {med}; {s.not_expressible} not expressible "
               f"(`--json` lists them with their reasons)")
