@@ -166,6 +166,8 @@ class Grid:
     etp: np.ndarray
     structural_rejects: dict[str, int]
     values: dict[str, list]            # the values each knob was allowed to take
+    pruned_out_of_memory: int = 0      # plans left out because they need more memory than the device has
+    min_memory_bytes: float = float("nan")   # the least memory of any plan (the smallest micro-batch's)
 
     @property
     def size(self) -> int:
@@ -237,12 +239,13 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     values: dict[str, list[Any]] = {"tp": tps, "pp": pps, "cp": cps, "zero": zeros, "recompute": list(space.recompute),
                                     "sequence_parallel": list(space.sequence_parallel)}
     if m.moe is not None:
-        values["ep"] = sorted({int(e) for e in lay[:, 7]})
-        values["etp"] = sorted({int(k) for k in lay[:, 8]})
-    return _cross(lay, zeros, recs, sps, rejects, values)
+        values["ep"] = [int(e) for e in np.unique(lay[:, 7])]
+        values["etp"] = [int(k) for k in np.unique(lay[:, 8])]
+    combo = np.array([(z, r, s) for z in zeros for r in recs for s in sps], dtype=float).reshape(-1, 3)
+    return _cross(base, lay, combo, 0.0 in sps, rejects, values)
 
 
-LAYOUT_COLUMNS = 9      # t, p, c, d, v, b, balanced, ep, etp
+LAYOUT_COLUMNS = 11     # t, p, c, d, v, b, balanced, ep, etp, group (same but b), smallest b of the group
 
 
 def _layout_block(base: Scenario, space: SearchSpace, t: int, p: int, c: int, d: int) -> np.ndarray | None:
@@ -263,27 +266,68 @@ def _layout_block(base: Scenario, space: SearchSpace, t: int, p: int, c: int, d:
     block[:, 5] = np.repeat(np.tile(bs, len(vs)), n_e)
     block[:, 6] = 1.0 if balanced else 0.0
     block[:, 7:9] = np.tile(np.array(experts, dtype=float), (n_vb, 1))
+    # group: the rows that differ only in the micro-batch (numbered within the block; made global in _cross)
+    block[:, 9] = np.repeat(np.arange(len(vs)), len(bs) * n_e) * n_e + np.tile(np.arange(n_e), n_vb)
+    block[:, 10] = block[:, 5] == bs[0]
     return block
 
 
-def _cross(lay: np.ndarray, zeros: list[int], recs: list[float], sps: list[float], rejects: dict[str, int],
+def _cross(base: Scenario, lay: np.ndarray, combo: np.ndarray, sp_off: bool, rejects: dict[str, int],
            values: dict[str, list[Any]]) -> Grid:
     """Every layout row crossed with every (ZeRO, recompute, SP) combination, as contiguous 1-D columns
-    (sequence parallelism splits along the TP group: at t = 1 "on" = "off", so only one is kept)."""
-    combo = np.array([(z, r, s) for z in zeros for r in recs for s in sps], dtype=float).reshape(-1, 3)
+    (sequence parallelism splits along the TP group: at t = 1 "on" = "off", so only one is kept).
+    A plan whose combination does not fit with its group's smallest micro-batch is left out and
+    counted as out of memory: memory per device never falls as the micro-batch grows (activations
+    grow with b·min(m, p) = min(B/d, b·p); nothing else depends on b), so it fits at no micro-batch."""
     n_lay, n_combo = lay.shape[0], combo.shape[0]
-    cols = [np.repeat(np.ascontiguousarray(lay[:, j]), n_combo) for j in range(6)]
-    cols += [np.tile(combo[:, j], n_lay) for j in range(3)]
-    cols += [np.repeat(np.ascontiguousarray(lay[:, j]), n_combo) for j in (6, 7, 8)]
-    tp1 = cols[0] == 1.0
-    if 0.0 in sps:
-        keep = ~(tp1 & (cols[8] == 1.0))
-        cols = [c[keep] for c in cols]
+    if n_lay:     # make the group numbers global: a new block starts where (t, p, c, d) changes
+        starts = np.r_[True, np.any(lay[1:, :4] != lay[:-1, :4], axis=1)]
+        lay[:, 9] = lay[:, 9] + np.cumsum(starts) * (n_lay + 1.0)
+    rows = np.repeat(np.arange(n_lay), n_combo)
+    ks = np.tile(np.arange(n_combo), n_lay)
+    sp = combo[ks, 2]
+    t1 = lay[rows, 0] == 1.0
+    if sp_off:
+        keep = ~(t1 & (sp == 1.0))
+        rows, ks, sp = rows[keep], ks[keep], sp[keep]
     else:                      # only "on" allowed: t = 1 plans have no SP to turn on; keep them as "off"
-        cols[8][tp1] = 0.0
+        sp = np.where(t1, 0.0, sp)
+    fits, least = _fits_at_smallest_micro_batch(base, lay, combo, rows, ks, sp)
+    pruned = int(rows.size - np.count_nonzero(fits))
+    rows, ks, sp = rows[fits], ks[fits], sp[fits]
+    cols = [np.ascontiguousarray(lay[rows, j]) for j in range(6)] + [combo[ks, 0], combo[ks, 1], sp]
+    cols += [np.ascontiguousarray(lay[rows, j]) for j in (6, 7, 8)]
     return Grid(tp=cols[0], pp=cols[1], cp=cols[2], dp=cols[3], vpp=cols[4], micro_batch=cols[5], zero=cols[6],
                 recompute=cols[7], sp=cols[8], balanced=cols[9], ep=cols[10], etp=cols[11],
-                structural_rejects=rejects, values=values)
+                structural_rejects=rejects, values=values, pruned_out_of_memory=pruned, min_memory_bytes=least)
+
+
+def _fits_at_smallest_micro_batch(base: Scenario, lay: np.ndarray, combo: np.ndarray, rows: np.ndarray,
+                                  ks: np.ndarray, sp: np.ndarray) -> tuple[np.ndarray, float]:
+    """(per plan: its group and combination fit at the group's smallest micro-batch, the least memory
+    of any of those plans [B]), from one memory evaluation of the smallest-micro-batch plans."""
+    probe = lay[rows, 10] == 1.0
+    if not probe.any():
+        return np.zeros(rows.size, dtype=bool), float("nan")
+    idx = np.flatnonzero(probe)
+    job, capacity = job_of(base), base.hardware.memory_bytes
+    mem = np.empty(idx.size)
+    for split, flag in (("even", 0.0), ("balanced", 1.0)):
+        sel = np.flatnonzero(lay[rows[idx], 6] == flag)
+        for start in range(0, sel.size, CHUNK_PLANS):
+            part = idx[sel[start:start + CHUNK_PLANS]]
+            r, k = rows[part], ks[part]
+            layout = Layout(tp=lay[r, 0], pp=lay[r, 1], dp=lay[r, 3], cp=lay[r, 2], vpp=lay[r, 4],
+                            micro_batch=lay[r, 5], zero=combo[k, 0], sp=sp[part], recompute=combo[k, 1],
+                            tp_overlap=1.0 if base.parallel.tp_overlap else 0.0, pipeline_split=split,
+                            dp_collectives=base.parallel.dp_collectives, ep=lay[r, 7], etp=lay[r, 8],
+                            moe_overlap=base.parallel.moe_overlap)
+            mem[sel[start:start + CHUNK_PLANS]] = memory_per_device(job, layout).total_bytes
+    # (group, combination) keys: a group's plans share every knob but the micro-batch
+    n_combo = combo.shape[0]
+    keys = lay[rows, 9].astype(np.int64) * n_combo + ks
+    ok_keys = keys[idx][mem <= capacity]
+    return np.isin(keys, ok_keys), float(np.nanmin(mem)) if mem.size else float("nan")
 
 
 # ------------------------------------------------------------------------------------ evaluation
@@ -452,17 +496,20 @@ def search(base: Scenario, devices: int, space: SearchSpace = SearchSpace(), *, 
     scale = objective_scale(base, devices, objective)
     t0 = time.perf_counter()
     g = enumerate_plans(base, devices, space)
-    if g.size == 0:
+    if g.size + g.pruned_out_of_memory == 0:
         raise SpecError(no_layout_message(base, devices, g))
     ev = evaluate_grid(base, g, progress)
     rejected = dict(g.structural_rejects)
-    rejected["out_of_memory"] = int(np.count_nonzero(ev.memory_bytes > base.hardware.memory_bytes))
-    rejected["non_finite"] = int(g.size - np.count_nonzero(ev.fits) - rejected["out_of_memory"])
+    rejected["out_of_memory"] = int(np.count_nonzero(ev.memory_bytes > base.hardware.memory_bytes)) \
+        + g.pruned_out_of_memory
+    rejected["non_finite"] = int(g.size + g.pruned_out_of_memory - np.count_nonzero(ev.fits)
+                                 - rejected["out_of_memory"])
     feasible = int(np.count_nonzero(ev.fits))
     evaluated = feasible + sum(rejected.values())
     if feasible == 0:
-        need = float(np.nanmin(ev.memory_bytes))
-        raise SpecError(f"{base.model.name} does not fit on {devices} x {base.hardware.name} in any of {g.size:,} "
+        need = float(np.nanmin(np.r_[ev.memory_bytes, g.min_memory_bytes]))
+        plans = g.size + g.pruned_out_of_memory
+        raise SpecError(f"{base.model.name} does not fit on {devices} x {base.hardware.name} in any of {plans:,} "
                         f"plans: the smallest needs {need / 2**30:.1f} GiB per device, the device has "
                         f"{base.hardware.memory_bytes / 2**30:.1f} GiB; use more devices, a smaller global batch or "
                         f"sequence, or allow more sharding")

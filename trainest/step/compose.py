@@ -14,6 +14,9 @@ from trainest.step.layer import (
     LayerPass,
     LocalShape,
     Rates,
+    attention_gemms,
+    attention_ops,
+    dense_layer_ops,
     layer_pass,
     local_shape,
     logits_bounds,
@@ -73,13 +76,17 @@ class MeanLayer(NamedTuple):
 def mean_layer(job: Job, layout: Layout, rates: Rates, shape: LocalShape, tiers: Tiers) -> MeanLayer:
     """One layer pass, its TP traffic and (MoE) its expert-parallel traffic, as the mean over the
     model's layers."""
-    lp = layer_pass(job, layout, rates, shape)
-    tp_total, tp_exposed = tp_layer_s(job, layout, shape, tiers, lp.linear_s)
     model = job.model
     if model.moe is None:
+        lp = layer_pass(job, layout, rates, shape)
+        tp_total, tp_exposed = tp_layer_s(job, layout, shape, tiers, lp.linear_s)
         return MeanLayer(lp, tp_total, tp_exposed, 0.0, 0.0)
+    # both kinds of layer share the attention block: computed once
+    gemms, (fwd, bwd) = attention_gemms(job, layout, rates, shape), attention_ops(job, layout, rates, shape)
+    lp = layer_pass(job, layout, rates, shape, dense_layer_ops(job, layout, rates, shape, gemms), (fwd, bwd))
+    tp_total, tp_exposed = tp_layer_s(job, layout, shape, tiers, lp.linear_s)
     w_dense, w_moe = model.dense_layers_count / model.layers, model.moe_layers / model.layers
-    m = moe_layer(job, layout, rates, shape, tiers)
+    m = moe_layer(job, layout, rates, shape, tiers, (gemms, fwd, bwd))
     return MeanLayer(mix_passes(lp, m.lp, w_dense, w_moe), w_dense * tp_total + w_moe * m.tp_total_s,
                      w_dense * tp_exposed + w_moe * m.tp_exposed_s, w_moe * m.ep_total_s, w_moe * m.ep_exposed_s)
 

@@ -118,12 +118,13 @@ def mlp_gemms(r: Rates, tokens: Num, hidden: float, width: Num, mlp_matrices: fl
     return [r.gemm(tokens, (mlp_matrices - 1.0) * width, hidden), r.gemm(tokens, hidden, width)]
 
 
-def linear_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[OpTime]:
+def linear_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape,
+                 attention: list[OpTime] | None = None) -> list[OpTime]:
     """QKV, output projection, MLP up (and gate), MLP down: Megatron's column/row split over t (MLA:
-    its projections instead of QKV and the output projection)."""
+    its projections instead of QKV and the output projection; `attention`: those, already computed)."""
     m = job.model
-    return attention_gemms(job, layout, r, x) + mlp_gemms(r, x.tokens, m.hidden, m.ffn_hidden / layout.tp,
-                                                          m.mlp_matrices)
+    attention = attention if attention is not None else attention_gemms(job, layout, r, x)
+    return attention + mlp_gemms(r, x.tokens, m.hidden, m.ffn_hidden / layout.tp, m.mlp_matrices)
 
 
 def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[list[OpTime], list[OpTime]]:
@@ -204,10 +205,11 @@ def op_attention_gemm(job: Job, layout: Layout, r: Rates, x: LocalShape) -> OpTi
     return r.gemm(x.tokens, x.kv_local, job.model.hidden)
 
 
-def dense_layer_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> LayerOps:
+def dense_layer_ops(job: Job, layout: Layout, r: Rates, x: LocalShape,
+                    attention: list[OpTime] | None = None) -> LayerOps:
     """A dense layer: the linear GEMMs, the element-wise traffic, and op recompute's matmuls: K (or
     MLA's KV down-projection), the output projection and SwiGLU's up or GeLU's down projection."""
-    linear = linear_gemms(job, layout, r, x)
+    linear = linear_gemms(job, layout, r, x, attention)
     elementwise = streaming_time(elementwise_bytes(job, layout, x), r.memory_bytes_per_s)
     third = r.gemm(x.tokens, job.model.ffn_hidden / layout.tp, job.model.hidden) if job.model.mlp == "swiglu" \
         else linear[-1]
@@ -247,13 +249,14 @@ def recompute_bounds(layout: Layout, ops: LayerOps, fwd: tuple[Num, Num], attn: 
     return (full * fwd[0] + selective * attn[0] + op * op_c, full * fwd[1] + selective * attn[1] + op * op_m)
 
 
-def layer_pass(job: Job, layout: Layout, r: Rates, x: LocalShape, ops: LayerOps | None = None) -> LayerPass:
+def layer_pass(job: Job, layout: Layout, r: Rates, x: LocalShape, ops: LayerOps | None = None,
+               attention: tuple[list[OpTime], list[OpTime]] | None = None) -> LayerPass:
     """Forward, backward (2× the GEMMs, the attention backward, 2× the element-wise bytes) and the
     recomputation of one layer (docs/model.md §2.6); `ops` the layer's non-attention operations
-    (default: a dense layer's)."""
+    (default: a dense layer's); `attention` the attention_ops, when already computed."""
     ops = ops or dense_layer_ops(job, layout, r, x)
     linear, elementwise = ops.gemms, ops.elementwise
-    attn_fwd, attn_bwd = attention_ops(job, layout, r, x)
+    attn_fwd, attn_bwd = attention if attention is not None else attention_ops(job, layout, r, x)
     fwd_c, fwd_m = bound_sums(linear + attn_fwd + [elementwise])
     backward = ops.backward_gemms if ops.backward_gemms is not None else \
         [OpTime(2.0 * o.compute_s, 2.0 * o.memory_s) for o in linear]

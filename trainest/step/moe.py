@@ -187,11 +187,11 @@ def moe_elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
     return total
 
 
-def moe_layer_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> LayerOps:
+def moe_layer_ops(job: Job, layout: Layout, r: Rates, x: LocalShape, attention: list[OpTime] | None = None) -> LayerOps:
     """One MoE layer's non-attention operations: the attention projections, the router, the grouped
     expert GEMMs and the shared experts; its element-wise traffic; and what op recompute re-runs (K or
     MLA's KV down-projection, the output projection, the experts' SwiGLU up or GeLU down projection)."""
-    attn = attention_gemms(job, layout, r, x)
+    attn = attention if attention is not None else attention_gemms(job, layout, r, x)
     experts, shared = expert_gemms(job, layout, r, x), shared_expert_gemms(job, layout, r, x)
     elementwise = streaming_time(moe_elementwise_bytes(job, layout, x), r.memory_bytes_per_s)
     dense = attn + [router_gemm(job, layout, r, x)] + shared
@@ -254,9 +254,12 @@ class MoeLayer(NamedTuple):
     ep_exposed_s: Num
 
 
-def moe_layer(job: Job, layout: Layout, r: Rates, x: LocalShape, tiers: Tiers) -> MoeLayer:
-    """A MoE layer on one device: the layer pass and its TP and expert-parallel traffic."""
-    lp = layer_pass(job, layout, r, x, moe_layer_ops(job, layout, r, x))
+def moe_layer(job: Job, layout: Layout, r: Rates, x: LocalShape, tiers: Tiers,
+              attention: tuple[list[OpTime], list[OpTime], list[OpTime]] | None = None) -> MoeLayer:
+    """A MoE layer on one device: the layer pass and its TP and expert-parallel traffic
+    (`attention`: the attention block's GEMMs and its forward and backward ops, when computed)."""
+    gemms, passes = (attention[0], attention[1:]) if attention is not None else (None, None)
+    lp = layer_pass(job, layout, r, x, moe_layer_ops(job, layout, r, x, gemms), passes)
     tp_total, tp_exposed = tp_layer_s(job, layout, x, tiers, lp.linear_s, moe_tp_all_reduces(job, layout))
     ep_total, ep_exposed = ep_layer_s(job, layout, x, tiers, lp.compute_s + lp.memory_s)
     return MoeLayer(lp=lp, tp_total_s=tp_total, tp_exposed_s=tp_exposed, ep_total_s=ep_total,
