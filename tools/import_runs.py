@@ -693,13 +693,13 @@ class Importer:
                     model["moe"] = moe_block(shape["moe"], name, notes)
                     expressed_moe = True
                     if fields["ffn_hidden"] is None or not model["moe"].get("dense_layers"):
-                        # no dense layer: the dense width is unused (model-shapes: the config's unused intermediate_size)
+                        # no dense layer: its width is unused (model-shapes: the config's unused intermediate_size)
                         model.pop("ffn_hidden")
                 if shape.get("mla"):
                     model["mla"] = mla_block(shape["mla"])
                     model["kv_heads"] = fields["heads"]
-                    notes.append("multi-head latent attention from model-shapes.yaml (kv_heads = heads: MLA gives every "
-                                 "head its own keys and values)")
+                    notes.append("multi-head latent attention from model-shapes.yaml (kv_heads = heads: MLA gives "
+                                 "every head its own keys and values)")
                 if shape.get("mtp") and (shape.get("moe") or shape.get("mla")):
                     notes.append(f"multi-token prediction module {shape['mtp']} not modelled (one more MoE layer and "
                                  f"logits head per depth: the prediction is that much too fast)")
