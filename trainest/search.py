@@ -508,8 +508,8 @@ def search(base: Scenario, devices: int, space: SearchSpace = SearchSpace(), *, 
     evaluated = feasible + sum(rejected.values())
     if feasible == 0:
         need = float(np.nanmin(np.r_[ev.memory_bytes, g.min_memory_bytes]))
-        plans = g.size + g.pruned_out_of_memory
-        raise SpecError(f"{base.model.name} does not fit on {devices} x {base.hardware.name} in any of {plans:,} "
+        tried = g.size + g.pruned_out_of_memory
+        raise SpecError(f"{base.model.name} does not fit on {devices} x {base.hardware.name} in any of {tried:,} "
                         f"plans: the smallest needs {need / 2**30:.1f} GiB per device, the device has "
                         f"{base.hardware.memory_bytes / 2**30:.1f} GiB; use more devices, a smaller global batch or "
                         f"sequence, or allow more sharding")
