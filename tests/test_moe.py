@@ -315,3 +315,14 @@ def test_plan_leaves_out_only_plans_that_do_not_fit():
             fits += int(np.count_nonzero(memory_per_device(job, lay).total_bytes <= base.hardware.memory_bytes))
     ev = S.evaluate_grid(base, g)
     assert int(np.count_nonzero(ev.memory_bytes <= base.hardware.memory_bytes)) == fits
+
+
+def test_the_plans_estimate_command_reproduces_a_moe_plan(capsys):
+    from trainest import search as S
+    from trainest.report.plan import estimate_args
+    base = S.job_scenario({"model": "qwen3-30b-a3b", "hardware": "h100-sxm", "global_batch": 256, "seq_len": 4096,
+                           "precision": "fp8"})
+    best = S.search(base, 16, S.SearchSpace(recompute=("full",))).plans[0]
+    code, out, _ = call_entry(["estimate", "--model", "qwen3-30b-a3b", "--hardware", "h100-sxm", "--precision", "fp8",
+                               "--seq-len", "4096", *estimate_args(best), "--json"], capsys)
+    assert code == 0 and json.loads(out)["step"]["time_s"] == pytest.approx(best.step.time_s, rel=1e-12)

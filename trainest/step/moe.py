@@ -46,7 +46,8 @@ from trainest.step.roofline import OpTime, gemm_efficiency, gemm_flops, streamin
 from trainest.step.traffic import tp_layer_s
 
 ROUTER_BYTES_PER_SCORE = 16.0     # FP32 router scores: softmax/sigmoid read + write, top-k read, routing map write
-PERMUTE_PASSES = 2.0              # permute (gather the K copies of each token, write them grouped by expert): r + w
+# permute (fused, Transformer Engine moe_permute: read each token once, write its K copies grouped by expert)
+# and unpermute (read the K weighted copies, write one token) move e·h·T_in·(1 + K) bytes each
 SORT_PASSES = 4.0                 # after dispatch, sort the received chunks by local expert; before combine, unsort
 A2A_PER_LAYER_PASS = 2.0          # dispatch + combine in a forward (their gradients in the backward: as many)
 
@@ -150,15 +151,14 @@ def routed_copies(job: Job, layout: Layout, x: LocalShape) -> Num:
 
 
 def permutation_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
-    """Forward bytes of moving the token copies of one rank [B]: permute (gather the K copies of its
-    T_in tokens into expert order and write them, PERMUTE_PASSES), sort the t_e·I·T_in·K received rows
-    by local expert and unsort them before the combine (SORT_PASSES), unpermute (read the K weighted
-    copies of each token, write one): e·h·(2·T_in·K + 4·t_e·I·T_in·K + T_in·(K + 1))."""
+    """Forward bytes of moving the token copies of one rank [B]: permute (read each of its T_in tokens
+    once, write its K copies in expert order; the fused kernel), sort the t_e·I·T_in·K received rows by
+    local expert and unsort them before the combine (SORT_PASSES), unpermute (read the K weighted
+    copies of each token, write one): e·h·(2·T_in·(1 + K) + 4·t_e·I·T_in·K)."""
     moe = moe_of(job)
     t_in = moe_tokens_per_rank(layout, x)
-    return ACTIVATION_BYTES * job.model.hidden * (PERMUTE_PASSES * t_in * moe.top_k
-                                                  + SORT_PASSES * layout.etp * routed_copies(job, layout, x)
-                                                  + t_in * (moe.top_k + 1.0))
+    return ACTIVATION_BYTES * job.model.hidden * (2.0 * t_in * (1.0 + moe.top_k)
+                                                  + SORT_PASSES * layout.etp * routed_copies(job, layout, x))
 
 
 def router_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
