@@ -59,7 +59,8 @@ EFFICIENCY_OPTIONAL = ("low_precision_gemm", "flash2_attention", "layer_overhead
                        "moe_fit_mape_pct")
 DEFAULT_GROUPED_GEMM = 1.0          # expert GEMMs at the dense GEMM's efficiency for their shape unless fitted
 # MoE dispatch/combine: all-to-all kernels reach ~0.8-0.95 of the link rate at large messages (DeepEP README:
-# 153 of 160 GB/s NVLink and 43-58 of 50 GB/s RDMA per H800; NCCL all-to-all ~0.7-0.8 on NVSwitch systems)
+# about 153 of NVLink's ~160 GB/s within an H800 node and about 45 of a 50 GB/s RDMA NIC across nodes; NCCL
+# all-to-all ~0.7-0.8 on NVSwitch systems)
 DEFAULT_ALL_TO_ALL = 0.8
 DEFAULT_LOW_PRECISION_GEMM = 0.85   # FP8 GEMMs reach a lower fraction of their (2x) peak than BF16
 DEFAULT_FLASH2_ATTENTION = 1.0     # FlashAttention-2 relative to `attention`: the same unless fitted
