@@ -150,3 +150,13 @@ def test_memory_headroom_as_a_share_or_a_size(value, expected):
 def test_bad_memory_headroom_is_one_clear_error(value, message):
     with pytest.raises(SpecError, match=message):
         make(model="gpt3-1.3b", hardware="h100-sxm", memory_headroom=value)
+
+
+def test_a_mixture_of_experts_model_is_refused_until_its_physics_exists():
+    """A MoE (or MLA) model's estimate would be a dense model's numbers: one clear error instead."""
+    import pytest
+
+    from trainest.errors import SpecError
+    from trainest.scenario import scenario_from_mapping
+    with pytest.raises(SpecError, match="mixture of experts.*does not yet compute"):
+        scenario_from_mapping({"model": "mixtral-8x7b"}, "test")

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from trainest import fields as F
-from trainest.catalog import Hardware, Model, load_hardware, load_model, model_from_mapping, with_shape
+from trainest.catalog import (
+    Hardware,
+    Model,
+    load_hardware,
+    load_model,
+    model_from_mapping,
+    unmodelled_features,
+    with_shape,
+)
 from trainest.choices import (
     ATTENTIONS,
     BASE_BITS,
@@ -458,6 +466,10 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     model = _model_from(r.default("model", DEFAULT_MODEL), where)
     if shape:
         model = with_shape(model, **shape)
+    missing = unmodelled_features(model)
+    if missing:      # its numbers would be a dense model's: refuse rather than mislead
+        raise SpecError(f"{where}: model {model.name!r} has {' and '.join(missing)}, which this version of trainest "
+                        f"reads but does not yet compute (step time and memory would be a dense model's)")
     hardware = _hardware_from(r.default("hardware", DEFAULT_HARDWARE), where)
     seq_len = F.integer(parse_length(r.default("seq_len", model.seq_len), f"{where}.seq_len"), f"{where}.seq_len",
                         maximum=10**8)
