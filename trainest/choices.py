@@ -31,13 +31,17 @@ KERNELS = ("fused", "eager")
 PIPELINE_SPLITS = ("even", "balanced")
 # data-parallel/ZeRO rings: hierarchical (every NIC of a node) or flat (one NIC per rank)
 DP_COLLECTIVES = ("hierarchical", "flat")
+# what the framework overlaps of the MoE token dispatch and combine (the expert-parallel all-to-alls):
+# none (exposed, the default) or deepep (hidden behind another micro-batch's computation: DeepEP /
+# DualPipe-style, Megatron-Core --overlap-moe-expert-parallel-comm)
+MOE_OVERLAPS = ("none", "deepep")
 OBJECTIVES = ("time", "cost", "energy")        # what `plan` minimises over the whole run
 DEVICE_COUNTS = ("pow2", "node")               # counts tried in a --devices range
 
 VOCABULARIES: dict[str, tuple[str, ...]] = {
     "Precision": PRECISIONS, "Mlp": MLPS, "Recompute": RECOMPUTES, "Attention": ATTENTIONS, "Kernels": KERNELS,
-    "PipelineSplit": PIPELINE_SPLITS, "DpCollectives": DP_COLLECTIVES, "Objective": OBJECTIVES,
-    "DeviceCounts": DEVICE_COUNTS,
+    "PipelineSplit": PIPELINE_SPLITS, "DpCollectives": DP_COLLECTIVES, "MoeOverlap": MOE_OVERLAPS,
+    "Objective": OBJECTIVES, "DeviceCounts": DEVICE_COUNTS,
 }
 
 

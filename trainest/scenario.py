@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from trainest import fields as F
-from trainest.catalog import Hardware, Model, load_hardware, load_model, model_from_mapping, with_shape
-from trainest.choices import ATTENTIONS, DP_COLLECTIVES, KERNELS, PIPELINE_SPLITS, PRECISIONS, RECOMPUTES
+from trainest.catalog import Hardware, Model, load_hardware, load_model, model_from_mapping, model_mapping, with_shape
+from trainest.choices import ATTENTIONS, DP_COLLECTIVES, KERNELS, MOE_OVERLAPS, PIPELINE_SPLITS, PRECISIONS, RECOMPUTES
 from trainest.errors import SpecError
 from trainest.knobs import KNOBS, PARALLEL, PARALLEL_KEYS, SCENARIO
 from trainest.units import parse_count
@@ -54,6 +54,14 @@ class Parallel:
     dp_shard: int = 0            # ZeRO shard group size (hybrid sharding, HSDP); 0 means all of dp
     pipeline_split: str = "even"  # even (L divides by p·v) | balanced (embedding and loss count as layers)
     dp_collectives: str = "hierarchical"  # DP rings over every NIC of a node | flat: one NIC per rank
+    ep: int = 1                  # expert parallel size (MoE layers)
+    etp: int = 1                 # expert tensor parallel size (MoE layers; ep·etp·edp = tp·cp·dp)
+    moe_overlap: str = "none"    # what the framework overlaps of the MoE all-to-alls: none | deepep
+
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel size tp·cp·dp/(ep·etp)."""
+        return self.tp * self.cp * self.dp // (self.ep * self.etp)
 
     @property
     def shard(self) -> int:
@@ -141,7 +149,8 @@ def _hardware_from(value: Any, where: str) -> Hardware:
 def _parallel_sizes(par: dict[str, Any], r: _Reader) -> dict[str, Any]:
     """tp, pp, cp, vpp, zero (fsdp = zero 3), sequence_parallel and tp_overlap of `parallel`."""
     w = f"{r.where}.parallel"
-    sizes: dict[str, Any] = {k: F.integer(par.get(k, 1), f"{w}.{k}", maximum=10**6) for k in ("tp", "pp", "cp", "vpp")}
+    sizes: dict[str, Any] = {k: F.integer(par.get(k, 1), f"{w}.{k}", maximum=10**6)
+                             for k in ("tp", "pp", "cp", "vpp", "ep", "etp")}
     sizes["zero"] = F.integer(par.get("zero", 0), f"{w}.zero", minimum=0, maximum=3)
     if par.get("fsdp") is not None and F.boolean(par["fsdp"], f"{w}.fsdp"):
         if par.get("zero") not in (None, 3):
@@ -205,6 +214,25 @@ def _check_layout(model: Model, seq_len: int, sizes: dict[str, Any], split: str,
         raise SpecError(f"{where}: pp·vpp = {pp * vpp} pipeline chunks exceed layers={model.layers}")
     if seq_len % cp:
         raise SpecError(f"{where}: cp={cp} does not divide seq_len={seq_len}{_divisor_hint(seq_len)}")
+
+
+def _check_experts(model: Model, sizes: dict[str, Any], dp: int, where: str) -> None:
+    """The expert layout: ep divides the experts, ep·etp divides the ranks of a pipeline stage
+    (Megatron-Core: ep·etp·edp = tp·cp·dp); a dense model takes ep = etp = 1."""
+    ep, etp, stage_ranks = sizes["ep"], sizes["etp"], sizes["tp"] * sizes["cp"] * dp
+    if model.moe is None:
+        for key in ("ep", "etp"):
+            if sizes[key] != 1:
+                raise SpecError(f"{where}.parallel.{key}: {sizes[key]} needs a mixture-of-experts model, and "
+                                f"{model.name} is dense; allowed: 1")
+        return
+    experts = model.moe.experts
+    if experts % ep:
+        raise SpecError(f"{where}.parallel.ep: {ep} does not divide experts={experts}{_divisor_hint(experts)}")
+    if stage_ranks % (ep * etp):
+        raise SpecError(f"{where}.parallel: ep·etp = {ep}·{etp} = {ep * etp} does not divide the ranks of a "
+                        f"pipeline stage, tp·cp·dp = {sizes['tp']}·{sizes['cp']}·{dp} = {stage_ranks}; "
+                        f"ep·etp must divide {stage_ranks}{_divisor_hint(stage_ranks)}")
 
 
 def _batch(r: _Reader, dp: int, echoed_micro_batches: Any) -> tuple[int, int]:
@@ -275,7 +303,13 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     split = F.choice(par.get("pipeline_split", "even"), f"{where}.parallel.pipeline_split", PIPELINE_SPLITS)
     dp_collectives = F.choice(par.get("dp_collectives", "hierarchical"), f"{where}.parallel.dp_collectives",
                               DP_COLLECTIVES)
+    moe_overlap = F.choice(par.get("moe_overlap", "none"), f"{where}.parallel.moe_overlap", MOE_OVERLAPS)
     _check_layout(model, seq_len, sizes, split, where)
+    _check_experts(model, sizes, dp, where)
+    if model.moe is not None:
+        for key in ("ep", "etp"):
+            if par.get(key) is None:
+                r.derive(f"parallel.{key}")
     micro_batch, global_batch = _batch(r, dp, echoed_micro_batches)
     recompute = F.choice(r.default("recompute", "none"), f"{where}.recompute", RECOMPUTES)
     attention = F.choice(r.default("attention", "flash"), f"{where}.attention", ATTENTIONS)
@@ -284,7 +318,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     return Scenario(
         model=model, hardware=hardware, seq_len=seq_len, devices=devices, devices_per_node=devices_per_node,
         precision=precision, parallel=Parallel(**sizes, dp=dp, dp_shard=0 if dp_shard == dp else dp_shard,
-                                               pipeline_split=split, dp_collectives=dp_collectives),
+                                               pipeline_split=split, dp_collectives=dp_collectives,
+                                               moe_overlap=moe_overlap),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
         tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, derived=tuple(derived),
     )
@@ -298,10 +333,14 @@ def load_scenario_file(path: str) -> dict[str, Any]:
 def scenario_mapping(s: Scenario) -> dict[str, Any]:
     """The resolved scenario as a plain mapping (the `inputs` echo in JSON; loadable again)."""
     m = s.model
+    model: dict[str, Any] = {"name": m.name, "layers": m.layers, "hidden": m.hidden, "ffn_hidden": m.ffn_hidden,
+                             "heads": m.heads, "kv_heads": m.kv_heads, "vocab": m.vocab, "mlp": m.mlp,
+                             "tied_embeddings": m.tied_embeddings, "dropout": m.dropout, "params": m.params,
+                             "active_params": m.active_params}
+    # the mixture-of-experts and latent-attention blocks as the model schema writes them (loadable again)
+    model.update({k: v for k, v in model_mapping(m).items() if k in ("moe", "mla")})
     return {
-        "model": {"name": m.name, "layers": m.layers, "hidden": m.hidden, "ffn_hidden": m.ffn_hidden,
-                  "heads": m.heads, "kv_heads": m.kv_heads, "vocab": m.vocab, "mlp": m.mlp,
-                  "tied_embeddings": m.tied_embeddings, "dropout": m.dropout, "params": m.params},
+        "model": model,
         "seq_len": s.seq_len,
         "hardware": s.hardware.name,
         "devices": s.devices,
@@ -311,7 +350,8 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
                      "vpp": s.parallel.vpp, "zero": s.parallel.zero,
                      "sequence_parallel": s.parallel.sequence_parallel, "tp_overlap": s.parallel.tp_overlap,
                      "dp_shard": s.parallel.shard, "pipeline_split": s.parallel.pipeline_split,
-                     "dp_collectives": s.parallel.dp_collectives},
+                     "dp_collectives": s.parallel.dp_collectives, "ep": s.parallel.ep, "etp": s.parallel.etp,
+                     "moe_overlap": s.parallel.moe_overlap},
         "micro_batch": s.micro_batch,
         "global_batch": s.global_batch,
         "micro_batches": s.micro_batches,

@@ -77,6 +77,8 @@ class SearchSpace:
     zero: tuple[int, ...] = ZERO_STAGES
     recompute: tuple[str, ...] = SEARCH_RECOMPUTE
     sequence_parallel: tuple[bool, ...] = (False, True)
+    ep: tuple[int, ...] | None = None       # MoE models only; None: every divisor of the experts that fits
+    etp: tuple[int, ...] | None = None      # MoE models only; None: every divisor of tp that divides f_e
     max_tp: int | None = None          # None: the scale-up domain (no cap when `tp` lists values)
     max_pp: int | None = None
     max_cp: int | None = None
@@ -160,19 +162,50 @@ class Grid:
     sp: np.ndarray
     recompute: np.ndarray
     balanced: np.ndarray               # 1.0: the balanced pipeline split (L does not divide by p·v)
+    ep: np.ndarray
+    etp: np.ndarray
     structural_rejects: dict[str, int]
     values: dict[str, list]            # the values each knob was allowed to take
+    pruned_out_of_memory: int = 0      # plans left out because they need more memory than the device has
+    min_memory_bytes: float = float("nan")   # the least memory of any plan (the smallest micro-batch's)
 
     @property
     def size(self) -> int:
         return int(self.tp.size)
 
-    def layout(self, sel: np.ndarray, *, pipeline_split: str, tp_overlap: float, dp_collectives: str) -> Layout:
+    def layout(self, sel: np.ndarray, *, pipeline_split: str, tp_overlap: float, dp_collectives: str,
+               moe_overlap: str = "none") -> Layout:
         """The Layout (arrays) of the plans `sel`."""
         return Layout(tp=self.tp[sel], pp=self.pp[sel], dp=self.dp[sel], cp=self.cp[sel], vpp=self.vpp[sel],
                       micro_batch=self.micro_batch[sel], zero=self.zero[sel], sp=self.sp[sel],
                       recompute=self.recompute[sel], tp_overlap=tp_overlap, pipeline_split=pipeline_split,
-                      dp_collectives=dp_collectives)
+                      dp_collectives=dp_collectives, ep=self.ep[sel], etp=self.etp[sel], moe_overlap=moe_overlap)
+
+
+def pipeline_sizes(base: Scenario, devices: int, space: SearchSpace) -> list[int]:
+    """Candidate pipeline sizes: divisors of L (even split) and the sizes that only Megatron's
+    balanced split (embedding and loss counted as layers: p·v divides L + 2) makes possible. A MoE
+    model also tries every divisor of N up to L with the balanced split (uneven stages): their layer
+    counts rarely divide (DeepSeek-V3: 61, Qwen3-235B: 94) and their recipes lay the stages out by hand
+    (Megatron-Core --pipeline-model-parallel-layout)."""
+    m = base.model
+    even_pps = _divisors(m.layers)
+    balanced_pps = [p for p in _divisors(m.layers + 2) if p not in even_pps and p <= m.layers]
+    if m.moe is not None:
+        balanced_pps = sorted(set(balanced_pps) | {p for p in _divisors(devices) if p <= m.layers} - set(even_pps))
+    return _choose(sorted(even_pps + balanced_pps), space.pp, space.max_pp)
+
+
+def expert_layouts(base: Scenario, stage_ranks: int, tp: int, space: SearchSpace) -> list[tuple[int, int]]:
+    """(ep, etp) pairs for a MoE model on `stage_ranks` = t·c·d ranks per pipeline stage: ep divides
+    the experts, etp divides t and the expert width, ep·etp divides t·c·d (Megatron-Core: ep·etp·edp =
+    tp·cp·dp). A dense model: (1, 1)."""
+    moe = base.model.moe
+    if moe is None:
+        return [(1, 1)] if (space.ep is None or 1 in space.ep) and (space.etp is None or 1 in space.etp) else []
+    eps = _choose(_divisors(moe.experts), space.ep, None)
+    etps = [k for k in _choose(_divisors(tp), space.etp, None) if moe.expert_ffn_hidden % k == 0]
+    return [(e, k) for e in eps for k in etps if stage_ranks % (e * k) == 0]
 
 
 def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
@@ -182,11 +215,7 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     # explicitly allowed tp values are taken as given; otherwise tp stays inside the scale-up domain
     cap_tp = space.max_tp if space.max_tp is not None else (None if space.tp is not None else max_tp_default(base))
     tps = _choose(_divisors(m.heads), space.tp, cap_tp)
-    # pipeline sizes: divisors of L (even split), and the sizes that only Megatron's balanced split
-    # (embedding and loss counted as layers: p·v divides L + 2) makes possible
-    even_pps = _divisors(m.layers)
-    balanced_pps = [p for p in _divisors(m.layers + 2) if p not in even_pps and p <= m.layers]
-    pps = _choose(sorted(even_pps + balanced_pps), space.pp, space.max_pp)
+    pps = pipeline_sizes(base, devices, space)
     cps = _choose(_divisors(base.seq_len), space.cp, space.max_cp)
     zeros = list(space.zero)
     recs = [float(RECOMPUTE_CODES[r]) for r in space.recompute]
@@ -203,36 +232,102 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
                 if B % d:
                     rejects["batch_indivisible"] += 1
                     continue
-                balanced = m.layers % p != 0
-                units = (m.layers + 2) // p if balanced else m.layers // p
-                vs = _choose(_divisors(units), space.vpp, space.max_vpp) if p > 1 else \
-                    ([1] if space.vpp is None or 1 in space.vpp else [])
-                bs = _choose(_divisors(B // d), space.micro_batch, space.max_micro_batch)
-                if not vs or not bs:
-                    continue
-                block = np.empty((len(vs) * len(bs), 7))
-                block[:, :4] = (t, p, c, d)
-                block[:, 4] = np.repeat(vs, len(bs))
-                block[:, 5] = np.tile(bs, len(vs))
-                block[:, 6] = 1.0 if balanced else 0.0
-                blocks.append(block)
-    lay = np.concatenate(blocks) if blocks else np.empty((0, 7))
-    combo = np.array([(z, r, s) for z in zeros for r in recs for s in sps], dtype=float).reshape(-1, 3)
-    n_lay, n_combo = lay.shape[0], combo.shape[0]
-    # every layout row crossed with every (ZeRO, recompute, SP) combination, as contiguous 1-D columns
-    cols = [np.repeat(np.ascontiguousarray(lay[:, j]), n_combo) for j in range(6)]
-    cols += [np.tile(combo[:, j], n_lay) for j in range(3)]
-    cols.append(np.repeat(np.ascontiguousarray(lay[:, 6]), n_combo))
-    tp1 = cols[0] == 1.0
-    if 0.0 in sps:             # sequence parallelism splits along the TP group: at t = 1 "on" = "off"
-        keep = ~(tp1 & (cols[8] == 1.0))
-        cols = [c[keep] for c in cols]
-    else:                      # only "on" allowed: t = 1 plans have no SP to turn on; keep them as "off"
-        cols[8][tp1] = 0.0
+                block = _layout_block(base, space, t, p, c, d)
+                if block is not None:
+                    blocks.append(block)
+    lay = np.concatenate(blocks) if blocks else np.empty((0, LAYOUT_COLUMNS))
     values: dict[str, list[Any]] = {"tp": tps, "pp": pps, "cp": cps, "zero": zeros, "recompute": list(space.recompute),
-              "sequence_parallel": list(space.sequence_parallel)}
+                                    "sequence_parallel": list(space.sequence_parallel)}
+    if m.moe is not None:
+        values["ep"] = [int(e) for e in np.unique(lay[:, 7])]
+        values["etp"] = [int(k) for k in np.unique(lay[:, 8])]
+    combo = np.array([(z, r, s) for z in zeros for r in recs for s in sps], dtype=float).reshape(-1, 3)
+    return _cross(base, lay, combo, 0.0 in sps, rejects, values)
+
+
+LAYOUT_COLUMNS = 11     # t, p, c, d, v, b, balanced, ep, etp, group (same but b), smallest b of the group
+
+
+def _layout_block(base: Scenario, space: SearchSpace, t: int, p: int, c: int, d: int) -> np.ndarray | None:
+    """The layout rows of one (t, p, c, d): every v, micro-batch and (ep, etp); None when there is none."""
+    m, B = base.model, base.global_batch
+    balanced = m.layers % p != 0
+    units = (m.layers + 2) // p if balanced else m.layers // p
+    vs = _choose(_divisors(units), space.vpp, space.max_vpp) if p > 1 else \
+        ([1] if space.vpp is None or 1 in space.vpp else [])
+    bs = _choose(_divisors(B // d), space.micro_batch, space.max_micro_batch)
+    experts = expert_layouts(base, t * c * d, t, space)
+    if not vs or not bs or not experts:
+        return None
+    n_vb, n_e = len(vs) * len(bs), len(experts)
+    block = np.empty((n_vb * n_e, LAYOUT_COLUMNS))
+    block[:, :4] = (t, p, c, d)
+    block[:, 4] = np.repeat(np.repeat(vs, len(bs)), n_e)
+    block[:, 5] = np.repeat(np.tile(bs, len(vs)), n_e)
+    block[:, 6] = 1.0 if balanced else 0.0
+    block[:, 7:9] = np.tile(np.array(experts, dtype=float), (n_vb, 1))
+    # group: the rows that differ only in the micro-batch (numbered within the block; made global in _cross)
+    block[:, 9] = np.repeat(np.arange(len(vs)), len(bs) * n_e) * n_e + np.tile(np.arange(n_e), n_vb)
+    block[:, 10] = block[:, 5] == bs[0]
+    return block
+
+
+def _cross(base: Scenario, lay: np.ndarray, combo: np.ndarray, sp_off: bool, rejects: dict[str, int],
+           values: dict[str, list[Any]]) -> Grid:
+    """Every layout row crossed with every (ZeRO, recompute, SP) combination, as contiguous 1-D columns
+    (sequence parallelism splits along the TP group: at t = 1 "on" = "off", so only one is kept).
+    A plan whose combination does not fit with its group's smallest micro-batch is left out and
+    counted as out of memory: memory per device never falls as the micro-batch grows (activations
+    grow with b·min(m, p) = min(B/d, b·p); nothing else depends on b), so it fits at no micro-batch."""
+    n_lay, n_combo = lay.shape[0], combo.shape[0]
+    if n_lay:     # make the group numbers global: a new block starts where (t, p, c, d) changes
+        starts = np.r_[True, np.any(lay[1:, :4] != lay[:-1, :4], axis=1)]
+        lay[:, 9] = lay[:, 9] + np.cumsum(starts) * (n_lay + 1.0)
+    rows = np.repeat(np.arange(n_lay), n_combo)
+    ks = np.tile(np.arange(n_combo), n_lay)
+    sp = combo[ks, 2]
+    t1 = lay[rows, 0] == 1.0
+    if sp_off:
+        keep = ~(t1 & (sp == 1.0))
+        rows, ks, sp = rows[keep], ks[keep], sp[keep]
+    else:                      # only "on" allowed: t = 1 plans have no SP to turn on; keep them as "off"
+        sp = np.where(t1, 0.0, sp)
+    fits, least = _fits_at_smallest_micro_batch(base, lay, combo, rows, ks, sp)
+    pruned = int(rows.size - np.count_nonzero(fits))
+    rows, ks, sp = rows[fits], ks[fits], sp[fits]
+    cols = [np.ascontiguousarray(lay[rows, j]) for j in range(6)] + [combo[ks, 0], combo[ks, 1], sp]
+    cols += [np.ascontiguousarray(lay[rows, j]) for j in (6, 7, 8)]
     return Grid(tp=cols[0], pp=cols[1], cp=cols[2], dp=cols[3], vpp=cols[4], micro_batch=cols[5], zero=cols[6],
-                recompute=cols[7], sp=cols[8], balanced=cols[9], structural_rejects=rejects, values=values)
+                recompute=cols[7], sp=cols[8], balanced=cols[9], ep=cols[10], etp=cols[11],
+                structural_rejects=rejects, values=values, pruned_out_of_memory=pruned, min_memory_bytes=least)
+
+
+def _fits_at_smallest_micro_batch(base: Scenario, lay: np.ndarray, combo: np.ndarray, rows: np.ndarray,
+                                  ks: np.ndarray, sp: np.ndarray) -> tuple[np.ndarray, float]:
+    """(per plan: its group and combination fit at the group's smallest micro-batch, the least memory
+    of any of those plans [B]), from one memory evaluation of the smallest-micro-batch plans."""
+    probe = lay[rows, 10] == 1.0
+    if not probe.any():
+        return np.zeros(rows.size, dtype=bool), float("nan")
+    idx = np.flatnonzero(probe)
+    job, capacity = job_of(base), base.hardware.memory_bytes
+    mem = np.empty(idx.size)
+    for split, flag in (("even", 0.0), ("balanced", 1.0)):
+        sel = np.flatnonzero(lay[rows[idx], 6] == flag)
+        for start in range(0, sel.size, CHUNK_PLANS):
+            part = idx[sel[start:start + CHUNK_PLANS]]
+            r, k = rows[part], ks[part]
+            layout = Layout(tp=lay[r, 0], pp=lay[r, 1], dp=lay[r, 3], cp=lay[r, 2], vpp=lay[r, 4],
+                            micro_batch=lay[r, 5], zero=combo[k, 0], sp=sp[part], recompute=combo[k, 1],
+                            tp_overlap=1.0 if base.parallel.tp_overlap else 0.0, pipeline_split=split,
+                            dp_collectives=base.parallel.dp_collectives, ep=lay[r, 7], etp=lay[r, 8],
+                            moe_overlap=base.parallel.moe_overlap)
+            mem[sel[start:start + CHUNK_PLANS]] = memory_per_device(job, layout).total_bytes
+    # (group, combination) keys: a group's plans share every knob but the micro-batch
+    n_combo = combo.shape[0]
+    keys = lay[rows, 9].astype(np.int64) * n_combo + ks
+    ok_keys = keys[idx][mem <= capacity]
+    return np.isin(keys, ok_keys), float(np.nanmin(mem)) if mem.size else float("nan")
 
 
 # ------------------------------------------------------------------------------------ evaluation
@@ -259,7 +354,8 @@ def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> 
     groups = [(split, np.flatnonzero(g.balanced == flag)) for split, flag in (("even", 0.0), ("balanced", 1.0))]
 
     def layout(idx: np.ndarray, split: str) -> Layout:
-        return g.layout(idx, pipeline_split=split, tp_overlap=tp_overlap, dp_collectives=base.parallel.dp_collectives)
+        return g.layout(idx, pipeline_split=split, tp_overlap=tp_overlap, dp_collectives=base.parallel.dp_collectives,
+                        moe_overlap=base.parallel.moe_overlap)
 
     for split, rows in groups:
         for start in range(0, rows.size, CHUNK_PLANS):
@@ -298,7 +394,8 @@ def job_scenario(mapping: dict, where: str = "options") -> Scenario:
 
 
 def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vpp: int, micro_batch: int, zero: int,
-                  sequence_parallel: bool, recompute: str, pipeline_split: str = "even") -> Scenario:
+                  sequence_parallel: bool, recompute: str, pipeline_split: str = "even", ep: int = 1,
+                  etp: int = 1) -> Scenario:
     """The scenario of one plan: the job with this device count and layout (dp = N/(t·p·c))."""
     dp = devices // (tp * pp * cp)
     derived = tuple(x for x in base.derived
@@ -306,14 +403,15 @@ def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vp
     return replace(base, devices=devices, micro_batch=micro_batch, recompute=recompute, derived=derived,
                    parallel=Parallel(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero,
                                      sequence_parallel=sequence_parallel, tp_overlap=base.parallel.tp_overlap,
-                                     pipeline_split=pipeline_split, dp_collectives=base.parallel.dp_collectives))
+                                     pipeline_split=pipeline_split, dp_collectives=base.parallel.dp_collectives,
+                                     ep=ep, etp=etp, moe_overlap=base.parallel.moe_overlap))
 
 
 def plan_knobs(s: Scenario) -> dict:
     """The knob values of a plan's scenario (keys: KNOBS)."""
     p = s.parallel
-    return {"tp": p.tp, "pp": p.pp, "cp": p.cp, "vpp": p.vpp, "micro_batch": s.micro_batch, "zero": p.zero,
-            "recompute": s.recompute, "sequence_parallel": p.sequence_parallel}
+    return {"tp": p.tp, "pp": p.pp, "cp": p.cp, "vpp": p.vpp, "ep": p.ep, "etp": p.etp, "micro_batch": s.micro_batch,
+            "zero": p.zero, "recompute": s.recompute, "sequence_parallel": p.sequence_parallel}
 
 
 def objective_scale(base: Scenario, devices: int, objective: str) -> float:
@@ -374,7 +472,7 @@ def _estimate_at(base: Scenario, devices: int, g: Grid, i: int) -> Estimate:
     s = plan_scenario(base, devices, tp=int(g.tp[i]), pp=int(g.pp[i]), cp=int(g.cp[i]), vpp=int(g.vpp[i]),
                       micro_batch=int(g.micro_batch[i]), zero=int(g.zero[i]), sequence_parallel=bool(g.sp[i]),
                       recompute=RECOMPUTE_NAMES[int(g.recompute[i])],
-                      pipeline_split="balanced" if g.balanced[i] else "even")
+                      pipeline_split="balanced" if g.balanced[i] else "even", ep=int(g.ep[i]), etp=int(g.etp[i]))
     return estimate(s)
 
 
@@ -398,17 +496,20 @@ def search(base: Scenario, devices: int, space: SearchSpace = SearchSpace(), *, 
     scale = objective_scale(base, devices, objective)
     t0 = time.perf_counter()
     g = enumerate_plans(base, devices, space)
-    if g.size == 0:
+    if g.size + g.pruned_out_of_memory == 0:
         raise SpecError(no_layout_message(base, devices, g))
     ev = evaluate_grid(base, g, progress)
     rejected = dict(g.structural_rejects)
-    rejected["out_of_memory"] = int(np.count_nonzero(ev.memory_bytes > base.hardware.memory_bytes))
-    rejected["non_finite"] = int(g.size - np.count_nonzero(ev.fits) - rejected["out_of_memory"])
+    rejected["out_of_memory"] = int(np.count_nonzero(ev.memory_bytes > base.hardware.memory_bytes)) \
+        + g.pruned_out_of_memory
+    rejected["non_finite"] = int(g.size + g.pruned_out_of_memory - np.count_nonzero(ev.fits)
+                                 - rejected["out_of_memory"])
     feasible = int(np.count_nonzero(ev.fits))
     evaluated = feasible + sum(rejected.values())
     if feasible == 0:
-        need = float(np.nanmin(ev.memory_bytes))
-        raise SpecError(f"{base.model.name} does not fit on {devices} x {base.hardware.name} in any of {g.size:,} "
+        need = float(np.nanmin(np.r_[ev.memory_bytes, g.min_memory_bytes]))
+        tried = g.size + g.pruned_out_of_memory
+        raise SpecError(f"{base.model.name} does not fit on {devices} x {base.hardware.name} in any of {tried:,} "
                         f"plans: the smallest needs {need / 2**30:.1f} GiB per device, the device has "
                         f"{base.hardware.memory_bytes / 2**30:.1f} GiB; use more devices, a smaller global batch or "
                         f"sequence, or allow more sharding")
@@ -418,8 +519,8 @@ def search(base: Scenario, devices: int, space: SearchSpace = SearchSpace(), *, 
     best = order[: top]
     plans = tuple(_estimate_at(base, devices, g, int(i)) for i in best)
     best_score = float(ev.time_s[order[0]] * scale)
-    knob_arrays = {"tp": g.tp, "pp": g.pp, "cp": g.cp, "vpp": g.vpp, "micro_batch": g.micro_batch, "zero": g.zero,
-                   "recompute": g.recompute, "sequence_parallel": g.sp}
+    knob_arrays = {"tp": g.tp, "pp": g.pp, "cp": g.cp, "vpp": g.vpp, "ep": g.ep, "etp": g.etp,
+                   "micro_batch": g.micro_batch, "zero": g.zero, "recompute": g.recompute, "sequence_parallel": g.sp}
     runner: dict[str, RunnerUp | None] = {}
     for knob in KNOBS:
         arr = knob_arrays[knob][order]

@@ -19,7 +19,9 @@ def estimate_args(e: Estimate) -> list[str]:
             "--micro-batch", str(s.micro_batch), "--global-batch", str(s.global_batch), "--recompute", s.recompute,
             *(["--tp-overlap"] if p.tp_overlap else []),
             *(["--pipeline-split", "balanced"] if p.pipeline_split == "balanced" else []),
-            *(["--dp-collectives", p.dp_collectives] if p.dp_collectives != "hierarchical" else [])]
+            *(["--dp-collectives", p.dp_collectives] if p.dp_collectives != "hierarchical" else []),
+            *(["--ep", str(p.ep), "--etp", str(p.etp)] if s.model.moe is not None else []),
+            *(["--moe-overlap", p.moe_overlap] if p.moe_overlap != "none" else [])]
 
 
 def plan_dict(e: Estimate) -> dict:
@@ -64,7 +66,9 @@ def _layout(e) -> str:
     """tp, pp, cp, dp, virtual stages, micro-batch, ZeRO stage, sequence parallelism, compactly."""
     s, p = e.scenario, e.scenario.parallel
     return (f"t{p.tp} p{p.pp}" + ("(bal)" if p.pipeline_split == "balanced" else "") + f" c{p.cp} d{p.dp}"
-            + (f" v{p.vpp}" if p.pp > 1 else "") + f" b{s.micro_batch} z{p.zero}"
+            + (f" v{p.vpp}" if p.pp > 1 else "")
+            + (f" e{p.ep}" + (f" et{p.etp}" if p.etp > 1 else "") if s.model.moe is not None else "")
+            + f" b{s.micro_batch} z{p.zero}"
             + (" sp" if p.sequence_parallel else ""))
 
 
@@ -96,7 +100,9 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
     t = Table(title=f"Top {len(r.plans)} plans (step breakdown in seconds)", title_justify="left", box=box.SIMPLE_HEAD,
               pad_edge=False, collapse_padding=True)
     t.caption = ("plan: t tensor, p pipeline ((bal): balanced split, embedding and loss count as layers), "
-                 "c context, d data parallel, v virtual stages, b micro-batch, z ZeRO, "
+                 "c context, d data parallel, v virtual stages, "
+                 + ("e expert parallel, et expert tensor parallel, " if b.model.moe is not None else "")
+                 + "b micro-batch, z ZeRO, "
                  "sp sequence parallel; step = compute + mem(ory-bound) + comm + bubble + overhead \\[s]; "
                  "GiB per device; days and cost to train the tokens")
     t.caption_justify = "left"

@@ -98,3 +98,20 @@ def send_recv_s(size_bytes, size, stride, tiers: Tiers):
     bw = xp.where(inside, tiers.up_bytes_per_s, xp.minimum(tiers.up_bytes_per_s, tiers.out_bytes_per_s))
     lat = xp.where(inside, tiers.up_latency_s, tiers.out_latency_s)
     return size_bytes / bw + lat
+
+
+def all_to_all_s(size_bytes, size, stride, tiers: Tiers):
+    """All-to-all of S bytes per rank (S/n to each of the n ranks, `stride` apart) [s].
+
+    Inside one scale-up domain: (n−1)/n · S/W_up + α_up. A group that spans domains has k ranks per
+    domain (§3.2); each rank sends (k−1)/n·S to its domain peers over the scale-up fabric and
+    (n−k)/n·S to the others through its own NIC, both at once: max((k−1)/n·S/W_up, (n−k)/n·S/W_out)
+    + α_out. The pairwise exchanges are issued together (NCCL group of sends and receives, DeepEP),
+    so the latency is one hop's, not n−1. 0 for n = 1 (Lepikhin et al. 2020 GShard; scaling-book)."""
+    inside = size * stride <= tiers.domain
+    k = ranks_per_domain(size, stride, tiers.domain)
+    within = (size - 1.0) / size * size_bytes / tiers.up_bytes_per_s
+    across = xp.maximum((k - 1.0) / size * size_bytes / tiers.up_bytes_per_s,
+                        (size - k) / size * size_bytes / tiers.out_bytes_per_s)
+    latency = xp.where(inside, tiers.up_latency_s, tiers.out_latency_s) * xp.mask(size > 1)
+    return xp.where(inside, within, across) + latency

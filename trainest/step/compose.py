@@ -8,13 +8,35 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from trainest.layout import Job, Layout, Num
-from trainest.step.collectives import tiers_of
+from trainest.step.collectives import Tiers, tiers_of
 from trainest.step.flops import model_flops_per_step, recompute_flops_per_step
-from trainest.step.layer import layer_pass, local_shape, logits_bounds, rates_of
+from trainest.step.layer import (
+    LayerPass,
+    LocalShape,
+    Rates,
+    attention_gemms,
+    attention_ops,
+    dense_layer_ops,
+    layer_pass,
+    local_shape,
+    logits_bounds,
+    mix_passes,
+    rates_of,
+)
+from trainest.step.moe import moe_layer
 from trainest.step.optimizer import optimizer_s
 from trainest.step.overlap import dp_exposed_s, dp_windows_s, overlapped_exposed_s, serial_dp_s
-from trainest.step.schedule import bubble_s, slowest_stage, stage_params
-from trainest.step.traffic import cp_ring, dp_traffic, pp_p2p_s, tp_layer_s, zero3_s
+from trainest.step.schedule import bubble_s, slowest_stage, stage_dense_params, stage_expert_params
+from trainest.step.traffic import (
+    DpTraffic,
+    add_dp_traffic,
+    cp_ring,
+    dp_traffic,
+    expert_dp_groups,
+    pp_p2p_s,
+    tp_layer_s,
+    zero3_s,
+)
 
 
 class StepTerms(NamedTuple):
@@ -36,6 +58,46 @@ class StepTerms(NamedTuple):
     no_overlap_time_s: Num       # the same step with every collective exposed in full (upper bound)
     model_flops: Num             # per step, all devices (fwd + bwd, no recompute)
     hardware_flops: Num          # per step, all devices, including recomputation
+    ep_comm_s: Num = 0.0         # exposed expert-parallel all-to-alls (MoE), part of communication_s
+
+
+class MeanLayer(NamedTuple):
+    """The mean layer of the model on one device: its pass and its TP and EP traffic [s] (all and
+    exposed). A dense model's only layer kind; a MoE model's L_d dense and L_m MoE layers weighted
+    L_d/L and L_m/L (docs/model.md §13.4)."""
+
+    lp: LayerPass
+    tp_total_s: Num
+    tp_exposed_s: Num
+    ep_total_s: Num
+    ep_exposed_s: Num
+
+
+def mean_layer(job: Job, layout: Layout, rates: Rates, shape: LocalShape, tiers: Tiers) -> MeanLayer:
+    """One layer pass, its TP traffic and (MoE) its expert-parallel traffic, as the mean over the
+    model's layers."""
+    model = job.model
+    if model.moe is None:
+        lp = layer_pass(job, layout, rates, shape)
+        tp_total, tp_exposed = tp_layer_s(job, layout, shape, tiers, lp.linear_s)
+        return MeanLayer(lp, tp_total, tp_exposed, 0.0, 0.0)
+    # both kinds of layer share the attention block: computed once
+    gemms, (fwd, bwd) = attention_gemms(job, layout, rates, shape), attention_ops(job, layout, rates, shape)
+    lp = layer_pass(job, layout, rates, shape, dense_layer_ops(job, layout, rates, shape, gemms), (fwd, bwd))
+    tp_total, tp_exposed = tp_layer_s(job, layout, shape, tiers, lp.linear_s)
+    w_dense, w_moe = model.dense_layers_count / model.layers, model.moe_layers / model.layers
+    m = moe_layer(job, layout, rates, shape, tiers, (gemms, fwd, bwd))
+    return MeanLayer(mix_passes(lp, m.lp, w_dense, w_moe), w_dense * tp_total + w_moe * m.tp_total_s,
+                     w_dense * tp_exposed + w_moe * m.tp_exposed_s, w_moe * m.ep_total_s, w_moe * m.ep_exposed_s)
+
+
+def data_parallel_traffic(job: Job, layout: Layout, tiers: Tiers, params_local: Num, expert_local: Num) -> DpTraffic:
+    """The step's data-parallel collectives: the non-expert parameters' over the d·c group, a MoE
+    model's routed experts' over the expert data-parallel group."""
+    dp = dp_traffic(job, layout, tiers, params_local)
+    if job.model.moe is None:
+        return dp
+    return add_dp_traffic(dp, dp_traffic(job, layout, tiers, expert_local, expert_dp_groups(layout)))
 
 
 def step_terms(job: Job, layout: Layout) -> StepTerms:
@@ -45,34 +107,34 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     # the data-parallel group's rings use every NIC of a node (hierarchical) or one per rank (flat)
     dp_tiers = tiers if layout.dp_collectives == "hierarchical" else tiers._replace(aggregate_nics=False)
     rates, shape = rates_of(job, layout), local_shape(job, layout)
-    lp = layer_pass(job, layout, rates, shape)
-    tp_total, tp_layer = tp_layer_s(job, layout, shape, tiers, lp.linear_s)
+    lp, tp_total, tp_layer, ep_total, ep_layer = mean_layer(job, layout, rates, shape, tiers)
     cp = cp_ring(layout, shape, tiers, lp)
     logits_c, logits_m = logits_bounds(job, layout, rates, shape)
-    layer_s = lp.compute_s + lp.memory_s + lp.overhead_s + tp_layer + cp.exposed_s
+    layer_s = lp.compute_s + lp.memory_s + lp.overhead_s + tp_layer + cp.exposed_s + ep_layer
     stage = slowest_stage(model, layout, layer_s, logits_c + logits_m)
     n = stage.layers
     stage_c, stage_m, stage_o = n * lp.compute_s, n * lp.memory_s, n * lp.overhead_s
     stage_pp = pp_p2p_s(job, layout, shape, tiers)
-    params_local = stage_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.tp
+    params_local = stage_dense_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.tp
+    expert_local = stage_expert_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.expert_group
     z3_layer, z3_comm = zero3_s(job, layout, dp_tiers, n, params_local)
     # the window for ZeRO-3's traffic: the stage's work, less the attention time that hides CP
     stage_work = stage_c + stage_m + stage_o - n * (cp.hiding_fwd_s + cp.hiding_bwd_s)
     z3_exposed = overlapped_exposed_s(z3_comm, stage_work, z3_layer, eff.overlap_contention) * layout.z3
-    mb_comm = n * tp_layer + n * cp.exposed_s + stage_pp + z3_exposed
+    mb_comm = n * tp_layer + n * cp.exposed_s + n * ep_layer + stage_pp + z3_exposed
     mb_c = stage_c + stage.last_is_max * logits_c
     mb_m = stage_m + stage.last_is_max * logits_m
     bubble = bubble_s(layout, stage.heavy_layers * layer_s + stage_pp + z3_exposed)
     m = layout.micro_batches(job)
-    dp = dp_traffic(job, layout, dp_tiers, params_local)
+    dp = data_parallel_traffic(job, layout, dp_tiers, params_local, expert_local)
     windows = dp_windows_s(layout, lp, cp, n, z3_comm, stage_work)
     dp_exposed = dp_exposed_s(layout, dp, windows, n, eff.overlap_contention, m)
-    optimizer = optimizer_s(layout, params_local, rates.memory_bytes_per_s)
+    optimizer = optimizer_s(layout, params_local, rates.memory_bytes_per_s, expert_local)
     compute_s, memory_s, overhead_s = m * mb_c, m * mb_m + optimizer, m * stage_o
     communication_s = m * mb_comm + dp_exposed
     # the upper bound: nothing overlapped (every collective in full, no contention), with the bubble
     # of the longer micro-batch
-    serial_layer = tp_total + cp.total_s
+    serial_layer = tp_total + cp.total_s + ep_total
     serial_typical = stage.heavy_layers * (lp.compute_s + lp.memory_s + lp.overhead_s + serial_layer) \
         + stage_pp + z3_comm
     no_overlap = (m * (mb_c + mb_m + stage_o + n * serial_layer + stage_pp + z3_comm) + optimizer
@@ -81,6 +143,7 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     return StepTerms(time_s=compute_s + memory_s + overhead_s + communication_s + bubble, compute_s=compute_s,
                      memory_s=memory_s, communication_s=communication_s, bubble_s=bubble, overhead_s=overhead_s,
                      tp_comm_s=m * (n * tp_layer), cp_comm_s=m * (n * cp.exposed_s), pp_comm_s=m * stage_pp,
+                     ep_comm_s=m * (n * ep_layer),
                      dp_comm_s=dp_exposed + m * z3_exposed, optimizer_s=optimizer,
                      micro_batch_s=mb_c + mb_m + stage_o + mb_comm, no_overlap_time_s=no_overlap,
                      model_flops=mflops, hardware_flops=mflops + recompute_flops_per_step(job, layout))

@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from trainest import xp
 from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.step import mla
 from trainest.step.flops import CAUSAL_FRACTION
 from trainest.step.roofline import OpTime, bound_sums, dimension_factor, fused_time, gemm_time, streaming_time
 
@@ -60,10 +61,12 @@ def attention_flops_per_s(job: Job, layout: Layout) -> Num:
     d_h/(d_h + 32) (· η_flash2 for FlashAttention-2), with s_c = s/c the per-rank sequence
     (FlashAttention-2 benchmarks, Dao 2023 Fig. 4-6) [FLOP/s]. Attention runs in 16 bit (FP8/FP4
     recipes keep it there), or at the run's own peak when lower (FP32/TF32), so MFU stays <= 1."""
-    hw, eff = job.hardware, job.hardware.efficiency
+    hw, eff, m = job.hardware, job.hardware.efficiency, job.model
+    # MLA: the query/key and value widths differ (d_n + d_r, d_v); the kernel's two products use one each
+    head_width = m.head_dim if m.mla is None else (m.qk_head_dim + m.v_head_dim) / 2.0
     return (min(hw.peak_16bit_flops_per_s, hw.peak(job.precision)) * eff.attention
             * dimension_factor(job.seq_len / layout.cp, ATTENTION_HALF_SEQ)
-            * dimension_factor(job.model.head_dim, ATTENTION_HALF_HEAD_DIM)
+            * dimension_factor(head_width, ATTENTION_HALF_HEAD_DIM)
             * (eff.flash2_attention if job.attention == "flash2" else 1.0))
 
 
@@ -78,7 +81,8 @@ def rates_of(job: Job, layout: Layout) -> Rates:
 
 class LocalShape(NamedTuple):
     """The layer's widths on one device: T tokens of a micro-batch, the query width a·d_h, the KV
-    width per TP rank (g < t replicates KV heads, so each rank keeps at least one)."""
+    width per TP rank (g < t replicates KV heads, so each rank keeps at least one; MLA: the mean of
+    the key and value widths, a/t·(d_qk + d_v)/2, so that K and V take 2·kv_local)."""
 
     tokens: Num                 # T = b·s/c
     q_width: float              # a·d_h
@@ -90,19 +94,37 @@ class LocalShape(NamedTuple):
 def local_shape(job: Job, layout: Layout) -> LocalShape:
     """The layer's widths on one device (see LocalShape)."""
     m = job.model
+    kv_local = (xp.maximum(m.kv_heads, layout.tp) * m.head_dim / layout.tp if m.mla is None
+                else m.heads / layout.tp * (m.qk_head_dim + m.v_head_dim) / 2.0)
     return LocalShape(tokens=layout.tokens(job), q_width=float(m.heads * m.head_dim), heads_local=m.heads / layout.tp,
-                      kv_local=xp.maximum(m.kv_heads, layout.tp) * m.head_dim / layout.tp,
+                      kv_local=kv_local,
                       score_elements=layout.micro_batch * (m.heads / layout.tp) * (job.seq_len / layout.cp)
                       * job.seq_len)
 
 
-def linear_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[OpTime]:
-    """QKV, output projection, MLP up (and gate), MLP down: Megatron's column/row split over t."""
-    h, f, tp = job.model.hidden, job.model.ffn_hidden, layout.tp
+def attention_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[OpTime]:
+    """The attention block's weight GEMMs: QKV and the output projection (Megatron's column/row split
+    over t), or MLA's projections (step/mla.py: projection_gemms)."""
+    if job.model.mla is not None:
+        return mla.projection_gemms(job, layout, r, x)
+    h, tp = job.model.hidden, layout.tp
     return [r.gemm(x.tokens, x.q_width / tp + 2.0 * x.kv_local, h),
-            r.gemm(x.tokens, h, x.q_width / tp),
-            r.gemm(x.tokens, (job.model.mlp_matrices - 1.0) * f / tp, h),
-            r.gemm(x.tokens, h, f / tp)]
+            r.gemm(x.tokens, h, x.q_width / tp)]
+
+
+def mlp_gemms(r: Rates, tokens: Num, hidden: float, width: Num, mlp_matrices: float) -> list[OpTime]:
+    """A (gated) MLP's up (and gate) and down GEMMs on `tokens` rows, `width` output features per
+    device: (T × (k_f − 1)·w) and (T × h) [the dense MLP: w = f/t; shared experts: w = S·f_s/t]."""
+    return [r.gemm(tokens, (mlp_matrices - 1.0) * width, hidden), r.gemm(tokens, hidden, width)]
+
+
+def linear_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape,
+                 attention: list[OpTime] | None = None) -> list[OpTime]:
+    """QKV, output projection, MLP up (and gate), MLP down: Megatron's column/row split over t (MLA:
+    its projections instead of QKV and the output projection; `attention`: those, already computed)."""
+    m = job.model
+    attention = attention if attention is not None else attention_gemms(job, layout, r, x)
+    return attention + mlp_gemms(r, x.tokens, m.hidden, m.ffn_hidden / layout.tp, m.mlp_matrices)
 
 
 def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[list[OpTime], list[OpTime]]:
@@ -111,16 +133,18 @@ def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[li
     context GEMMs per (sequence, head) and the softmax traffic over s×s; backward twice each."""
     m = job.model
     if job.attention in ("flash", "flash2"):
-        flops = 4.0 * x.score_elements * m.head_dim * CAUSAL_FRACTION
-        bytes_moved = ACTIVATION_BYTES * x.tokens * (2.0 * x.q_width / layout.tp + 2.0 * x.kv_local)
+        # Q·Kᵀ over d_qk and softmax·V over d_v (= 4·score·d_h without MLA); read Q, K, V, write O
+        flops = 2.0 * x.score_elements * (m.qk_head_dim + m.v_head_dim) * CAUSAL_FRACTION
+        bytes_moved = ACTIVATION_BYTES * x.tokens * (2.0 * x.q_width / layout.tp + 2.0 * x.kv_local) if m.mla is None \
+            else mla.attention_bytes(job, layout, x)
         fwd = fused_time(flops, bytes_moved, r.attention_flops_per_s, r.memory_bytes_per_s)
         bwd = fused_time(FLASH_BACKWARD_FLOP_RATIO * flops, 2.0 * bytes_moved,
                          r.attention_flops_per_s * FLASH_BACKWARD_EFFICIENCY, r.memory_bytes_per_s)
         return [fwd], [bwd]
     s_c = job.seq_len / layout.cp
     scale = layout.micro_batch * x.heads_local
-    scores = r.gemm(s_c, job.seq_len, m.head_dim)
-    context = r.gemm(s_c, m.head_dim, job.seq_len)
+    scores = r.gemm(s_c, job.seq_len, m.qk_head_dim)
+    context = r.gemm(s_c, m.v_head_dim, job.seq_len)
     no_dropout = 0.0 if m.dropout else 1.0
     fwd_parts = [OpTime(scores.compute_s * scale, scores.memory_s * scale),
                  OpTime(context.compute_s * scale, context.memory_s * scale),
@@ -129,22 +153,68 @@ def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[li
     return fwd_parts, [OpTime(2.0 * p.compute_s, 2.0 * p.memory_s) for p in fwd_parts]
 
 
-def elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
-    """Forward bytes of the element-wise kernels of one layer [B]: h-wide tensors (norms, residuals,
-    dropout; ÷t with SP) and f-wide passes of the activation, plus the FP8/FP4 casts; eager PyTorch
-    adds the FP32 norm kernels and the separate SwiGLU product."""
-    m = job.model
-    no_dropout = 0.0 if m.dropout else 1.0
+def h_wide_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
+    """Forward bytes of the h-wide element-wise kernels of one layer (norms, residual adds, dropout;
+    ÷t with SP) [B]; eager PyTorch adds its FP32 norm kernels."""
+    no_dropout = 0.0 if job.model.dropout else 1.0
     eager = 1.0 if job.kernels == "eager" else 0.0
     h_wide = (H_WIDE_BYTES_PER_ELEMENT - no_dropout * NO_DROPOUT_H_WIDE_SAVING
               + eager * EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT)
-    f_wide_passes = F_WIDE_PASSES[m.mlp] + eager * EAGER_EXTRA_F_WIDE_PASSES[m.mlp]
+    return h_wide * x.tokens * job.model.hidden / layout.sp_div
+
+
+def f_wide_passes(job: Job) -> float:
+    """Reads and writes of an f-wide 16-bit tensor by the activation function, forward (eager
+    PyTorch: SwiGLU's product apart from silu)."""
+    eager = 1.0 if job.kernels == "eager" else 0.0
+    return F_WIDE_PASSES[job.model.mlp] + eager * EAGER_EXTRA_F_WIDE_PASSES[job.model.mlp]
+
+
+def elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
+    """Forward bytes of the element-wise kernels of one layer [B]: h-wide tensors (norms, residuals,
+    dropout; ÷t with SP) and f-wide passes of the activation, plus the FP8/FP4 casts; eager PyTorch
+    adds the FP32 norm kernels and the separate SwiGLU product; MLA its latent norms and RoPE copies."""
+    m = job.model
     sp_div = layout.sp_div
-    total = (h_wide * x.tokens * m.hidden / sp_div
-             + f_wide_passes * ACTIVATION_BYTES * x.tokens * m.ffn_hidden / layout.tp)
+    total = (h_wide_bytes(job, layout, x)
+             + f_wide_passes(job) * ACTIVATION_BYTES * x.tokens * m.ffn_hidden / layout.tp)
     if job.low_precision:
         total = total + LOW_PRECISION_CAST_PASSES * x.tokens * (3.0 * m.hidden / sp_div + m.ffn_hidden / layout.tp)
+    if m.mla is not None:
+        total = total + mla.elementwise_bytes(job, layout, x)
     return total
+
+
+class LayerOps(NamedTuple):
+    """The operations of one kind of layer that are not attention: its weight GEMMs (forward; the
+    backward costs 2×), its element-wise traffic (forward; backward BACKWARD_TRAFFIC_RATIO×), and what
+    op recompute re-runs. A dense layer's come from `dense_layer_ops`, a MoE layer's from
+    step/moe.py: moe_layer_ops."""
+
+    gemms: list[OpTime]
+    elementwise: OpTime
+    op_recompute: list[OpTime]
+    backward_gemms: list[OpTime] | None = None   # the GEMMs' backward when not 2× `gemms` (MoE experts)
+
+
+def op_attention_gemm(job: Job, layout: Layout, r: Rates, x: LocalShape) -> OpTime:
+    """The attention GEMM that op recompute re-runs as the block's 2nd matmul: K (MLA: the KV
+    down-projection)."""
+    if job.model.mla is not None:
+        return mla.projection_gemms(job, layout, r, x)[-3]
+    return r.gemm(x.tokens, x.kv_local, job.model.hidden)
+
+
+def dense_layer_ops(job: Job, layout: Layout, r: Rates, x: LocalShape,
+                    attention: list[OpTime] | None = None) -> LayerOps:
+    """A dense layer: the linear GEMMs, the element-wise traffic, and op recompute's matmuls: K (or
+    MLA's KV down-projection), the output projection and SwiGLU's up or GeLU's down projection."""
+    linear = linear_gemms(job, layout, r, x, attention)
+    elementwise = streaming_time(elementwise_bytes(job, layout, x), r.memory_bytes_per_s)
+    third = r.gemm(x.tokens, job.model.ffn_hidden / layout.tp, job.model.hidden) if job.model.mlp == "swiglu" \
+        else linear[-1]
+    return LayerOps(gemms=linear, elementwise=elementwise,
+                    op_recompute=[op_attention_gemm(job, layout, r, x), linear[-3], third, elementwise])
 
 
 class LayerPass(NamedTuple):
@@ -160,33 +230,40 @@ class LayerPass(NamedTuple):
     compute_s: Num              # forward + backward + recompute, compute-bound
     memory_s: Num               # the same, memory-bound
     overhead_s: Num             # fixed per-pass overhead (launches, sync)
-    linear_s: Num               # the 4 GEMMs forward, backward and recomputed (TP overlap window)
+    linear_s: Num               # the weight GEMMs forward, backward and recomputed (TP overlap window)
 
 
-def recompute_bounds(job: Job, layout: Layout, r: Rates, x: LocalShape, linear: list[OpTime],
-                     fwd: tuple[Num, Num], attn: tuple[Num, Num], elementwise: OpTime) -> tuple[Num, Num]:
+def mix_passes(a: LayerPass, b: LayerPass, weight_a: float, weight_b: float) -> LayerPass:
+    """The mean layer of a model with two kinds of layer: w_a·a + w_b·b, field by field (weights: the
+    kinds' shares of the layers, L_d/L and L_m/L)."""
+    return LayerPass(*(weight_a * u + weight_b * v for u, v in zip(a, b, strict=True)))
+
+
+def recompute_bounds(layout: Layout, ops: LayerOps, fwd: tuple[Num, Num], attn: tuple[Num, Num]) -> tuple[Num, Num]:
     """(compute, memory) seconds recomputed: full re-runs the forward; selective the attention core;
     op (torchtitan: every compute op's output saved except every second matmul) re-runs the 2nd, 4th
     and 6th matmuls (K, the output projection, SwiGLU's up or GeLU's down projection) and the
     element-wise ops, and keeps attention."""
-    third = r.gemm(x.tokens, job.model.ffn_hidden / layout.tp, job.model.hidden) if job.model.mlp == "swiglu" \
-        else linear[3]
-    op_c, op_m = bound_sums([r.gemm(x.tokens, x.kv_local, job.model.hidden), linear[1], third, elementwise])
+    op_c, op_m = bound_sums(ops.op_recompute)
     full, selective, op = layout.full, layout.selective, layout.op
     return (full * fwd[0] + selective * attn[0] + op * op_c, full * fwd[1] + selective * attn[1] + op * op_m)
 
 
-def layer_pass(job: Job, layout: Layout, r: Rates, x: LocalShape) -> LayerPass:
+def layer_pass(job: Job, layout: Layout, r: Rates, x: LocalShape, ops: LayerOps | None = None,
+               attention: tuple[list[OpTime], list[OpTime]] | None = None) -> LayerPass:
     """Forward, backward (2× the GEMMs, the attention backward, 2× the element-wise bytes) and the
-    recomputation of one layer (docs/model.md §2.6)."""
-    linear = linear_gemms(job, layout, r, x)
-    attn_fwd, attn_bwd = attention_ops(job, layout, r, x)
-    elementwise = streaming_time(elementwise_bytes(job, layout, x), r.memory_bytes_per_s)
+    recomputation of one layer (docs/model.md §2.6); `ops` the layer's non-attention operations
+    (default: a dense layer's); `attention` the attention_ops, when already computed."""
+    ops = ops or dense_layer_ops(job, layout, r, x)
+    linear, elementwise = ops.gemms, ops.elementwise
+    attn_fwd, attn_bwd = attention if attention is not None else attention_ops(job, layout, r, x)
     fwd_c, fwd_m = bound_sums(linear + attn_fwd + [elementwise])
-    bwd_c, bwd_m = bound_sums([OpTime(2.0 * o.compute_s, 2.0 * o.memory_s) for o in linear] + attn_bwd
+    backward = ops.backward_gemms if ops.backward_gemms is not None else \
+        [OpTime(2.0 * o.compute_s, 2.0 * o.memory_s) for o in linear]
+    bwd_c, bwd_m = bound_sums(backward + attn_bwd
                               + [OpTime(elementwise.compute_s, BACKWARD_TRAFFIC_RATIO * elementwise.memory_s)])
     attn_c, attn_m = bound_sums(attn_fwd)
-    re_c, re_m = recompute_bounds(job, layout, r, x, linear, (fwd_c, fwd_m), (attn_c, attn_m), elementwise)
+    re_c, re_m = recompute_bounds(layout, ops, (fwd_c, fwd_m), (attn_c, attn_m))
     return LayerPass(fwd_c=fwd_c, fwd_m=fwd_m, bwd_c=bwd_c, bwd_m=bwd_m, attn_fwd_s=attn_c + attn_m,
                      attn_bwd_s=sum(bound_sums(attn_bwd)), compute_s=fwd_c + bwd_c + re_c,
                      memory_s=fwd_m + bwd_m + re_m,
