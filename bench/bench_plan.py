@@ -1,5 +1,5 @@
 """Benchmark `trainest plan`: wall time of the whole command (interpreter start-up included) and
-the search's own plans per second, for the two targets of issue 4.
+the search's own plans per second, for the two targets of issue 4 and the MoE case of issue 13.
 
     python bench/bench_plan.py [--repeat 5]
 
@@ -25,6 +25,10 @@ CASES = {
     "Megatron 530B, 2,240 x A100 80GB, B=2240, s=2048": [
         "--model", "megatron-530b", "--hardware", "a100-80gb-sxm", "--devices", "2240", "--global-batch", "2240",
         "--seq-len", "2048"],
+    # issue 13: a mixture of experts with MLA, ep and etp searched too (Megatron-Bridge's DeepSeek-V3 H100 job)
+    "DeepSeek-V3 671B (MoE, MLA), 1,024 x H100, B=8192, s=4096, FP8": [
+        "--model", "deepseek-v3", "--hardware", "h100-sxm", "--devices", "1024", "--global-batch", "8192",
+        "--seq-len", "4096", "--precision", "fp8"],
 }
 TARGET_WALL_S = 2.0
 
@@ -69,7 +73,8 @@ def main() -> None:
               f"{statistics.median(cpus):.2f} s")
         print(f"  search only: median {statistics.median(searches):.3f} s = "
               f"{s['evaluated'] / statistics.median(searches):,.0f} plans/s")
-        print(f"  best plan: tp={p['tp']} pp={p['pp']} cp={p['cp']} dp={p['dp']} vpp={p['vpp']} zero={p['zero']} "
+        print(f"  best plan: tp={p['tp']} pp={p['pp']} cp={p['cp']} dp={p['dp']} vpp={p['vpp']} ep={p['ep']} "
+              f"etp={p['etp']} zero={p['zero']} "
               f"sp={p['sequence_parallel']} b={best['micro_batch']} recompute={best['recompute']}: "
               f"step {best['step']['time_s']:.3f} s, MFU {best['throughput']['mfu']:.1%}")
     sys.exit(1 if failed else 0)

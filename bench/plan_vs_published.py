@@ -37,14 +37,16 @@ SAME = 1.005          # published/plan step-time ratio below which the two count
 
 def layout(s: Scenario) -> str:
     p = s.parallel
-    return (f"t{p.tp} p{p.pp} c{p.cp} d{p.dp}" + (f" v{p.vpp}" if p.pp > 1 else "") + f" b{s.micro_batch} z{p.zero}"
-            + (" sp" if p.sequence_parallel else "") + f" {s.recompute}")
+    return (f"t{p.tp} p{p.pp} c{p.cp} d{p.dp}" + (f" v{p.vpp}" if p.pp > 1 else "")
+            + (f" e{p.ep}" + (f" et{p.etp}" if p.etp > 1 else "") if s.model.moe is not None else "")
+            + f" b{s.micro_batch} z{p.zero}" + (" sp" if p.sequence_parallel else "") + f" {s.recompute}")
 
 
 def job_key(s: Scenario) -> tuple:
     m = s.model
     return (m.layers, m.hidden, m.ffn_hidden, m.heads, m.kv_heads, m.vocab, m.mlp, m.tied_embeddings, m.head_dim,
-            s.hardware.name, s.devices, s.devices_per_node, s.global_batch, s.seq_len, s.precision, s.attention)
+            m.moe, m.mla, s.hardware.name, s.devices, s.devices_per_node, s.global_batch, s.seq_len, s.precision,
+            s.attention)
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,8 @@ def render(rows: list[Row], skipped: list[str], seconds: float) -> str:
                    f"search space).")
     out += [
         "",
-        "Layout notation: t tensor, p pipeline, c context, d data parallel, v virtual stages (pp > 1), b micro-batch,",
+        "Layout notation: t tensor, p pipeline, c context, d data parallel, v virtual stages (pp > 1), e expert",
+        "parallel and et expert tensor parallel (mixture-of-experts models), b micro-batch,",
         "z ZeRO stage, sp sequence parallel, then recomputation. \"faster plans\" counts the feasible plans the model",
         "predicts strictly faster than the published layout (0: the published layout is the model's optimum).",
         "",

@@ -9,7 +9,10 @@ Issue 3's targets (docs/validation.md):
 
 Every gate here is about the PUBLIC runs (runs files without a `set:`): other sets, such as the
 720 vTrain single-node rows (`set: vtrain-single-node`, tests/test_vtrain_report.py), are reported
-apart and must not move these figures.
+apart and must not move these figures. Issue 3's gates hold the DENSE public runs (the 460 it was
+set on); the mixture-of-experts runs (issue 13: 133 Megatron-Bridge rows) have gates of their own
+(docs/validation.md, "Mixture-of-experts runs"): their holdout split is reported against issue 13's
+≤ 10 % target, which is not met (xfail below).
 
 MAPE_GATE_PCT and PAPER_GATE_PCT are the current figures rounded up by about one point, so that a
 regression of the model, the shipped efficiencies or the runs fails here. Lower it when the model improves (re-run
@@ -18,9 +21,11 @@ regression of the model, the shipped efficiencies or the runs fails here. Lower 
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 
-from trainest.validate import PUBLIC_SET, mape_pct, validate_runs
+from trainest.validate import PUBLIC_SET, build_report, mape_pct, validate_runs
 
 MAPE_GATE_PCT = 6.5               # current: 5.7 % over 460 runs (tools/fit_defaults.py, shipped efficiencies)
 PAPER_GATE_PCT = 6.5              # current: 5.4 % over the 33 paper-table runs
@@ -29,15 +34,54 @@ TARGET_MIN_RUNS = 400             # issue 3: expressible runs
 PUBLIC_RUNS = 460                 # distinct expressible public measurements (changes only with the public runs)
 TARGET_PAPER_TABLES_PCT = 5.0     # issue 3: Korthikanti 2022 and Narayanan 2021 A100 tables
 PAPER_SOURCES = ("korthikanti2022", "narayanan2021")
+MOE_RUNS = 133                    # expressible public mixture-of-experts runs (issue 13: target ≥ 120)
+MOE_HOLDOUT_GATE_PCT = 20.0       # current: 19.0 % over the 45 holdout MoE runs (tools/fit_defaults.py)
+MOE_FIT_GATE_PCT = 24.5           # current: 23.5 % over the 88 fit MoE runs
+TARGET_MOE_HOLDOUT_PCT = 10.0     # issue 13
 
 
 @pytest.fixture(scope="module")
-def report():
+def full_report():
     return validate_runs(run_set=PUBLIC_SET)
 
 
-def test_gates_measure_the_public_runs_only(report):
-    assert {r.run_set for r in report.runs} == {PUBLIC_SET} and report.summary.runs == PUBLIC_RUNS
+@pytest.fixture(scope="module")
+def report(full_report):
+    """The dense public runs: what issue 3's gates measure."""
+    dense = [r for r in full_report.runs if r.architecture == "dense"]
+    return build_report(dense, full_report.not_expressible, full_report.duplicates)
+
+
+def _in_fit_set(run_id: str) -> bool:
+    """tools/fit_defaults.py's split: crc32(id) mod 100 < 60 is the FIT set."""
+    return zlib.crc32(run_id.encode("utf-8")) % 100 < 60
+
+
+def _moe_split(full_report):
+    moe = [r for r in full_report.runs if r.architecture == "moe"]
+    return [r for r in moe if _in_fit_set(r.id)], [r for r in moe if not _in_fit_set(r.id)]
+
+
+def test_gates_measure_the_public_runs_only(report, full_report):
+    assert {r.run_set for r in full_report.runs} == {PUBLIC_SET} and report.summary.runs == PUBLIC_RUNS
+
+
+def test_moe_runs_are_expressible(full_report):
+    moe = [r for r in full_report.runs if r.architecture == "moe"]
+    assert len(moe) == MOE_RUNS >= 120
+
+
+def test_moe_errors_do_not_regress(full_report):
+    fit, holdout = _moe_split(full_report)
+    assert mape_pct(holdout) <= MOE_HOLDOUT_GATE_PCT and mape_pct(fit) <= MOE_FIT_GATE_PCT
+
+
+@pytest.mark.xfail(reason="issue 13 target (≤ 10 % MAPE on the holdout MoE runs) not met: 19.0 %. Identical inputs "
+                          "re-measured in successive Megatron-Bridge releases differ by up to 1.6x (docs/validation.md)",
+                   strict=False)
+def test_target_moe_holdout(full_report):
+    _, holdout = _moe_split(full_report)
+    assert mape_pct(holdout) <= TARGET_MOE_HOLDOUT_PCT
 
 
 def test_bundled_mape_does_not_regress(report):

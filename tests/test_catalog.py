@@ -174,7 +174,7 @@ def test_moe_layer_parameters_by_component():
     assert m.params == 4 * m.params_per_moe_layer + m.embedding_params
     assert m.active_params == 4 * m.active_params_per_moe_layer + m.embedding_params
     assert m.expert_params == 4 * E * 3 * h * f_e
-    assert unmodelled_features(m) == ("mixture of experts",)
+    assert unmodelled_features(m) == ()       # MoE is modelled
 
 
 def test_one_expert_top_one_is_the_dense_model_plus_a_router():
@@ -232,7 +232,7 @@ def test_mla_attention_parameters_by_projection():
     plain = model_from_mapping({**MLA_TINY, "mla": {**MLA_TINY["mla"], "q_lora_rank": None}}, "t")
     assert plain.attention_params == h * a * (d_n + d_r) + kv + a * d_v * h
     assert plain.mla.q_lora_rank is None
-    assert unmodelled_features(m) == ("multi-head latent attention",)
+    assert unmodelled_features(m) == ()       # MLA is modelled
 
 
 def test_deepseek_v3_attention_and_layers_by_hand():
@@ -242,7 +242,7 @@ def test_deepseek_v3_attention_and_layers_by_hand():
     assert (m.moe_layers, m.dense_layers_count, m.head_dim) == (58, 3, 192)
     assert m.params_per_dense_layer == m.attention_params + 3 * 7168 * 18432 + 2 * 7168
     assert m.params_per_moe_layer == m.attention_params + 7168 * 256 + 257 * 3 * 7168 * 2048 + 2 * 7168
-    assert unmodelled_features(m) == ("mixture of experts", "multi-head latent attention")
+    assert unmodelled_features(m) == ()
 
 
 # Published totals and active counts; tolerance 2 % unless a reason is given.
@@ -345,10 +345,10 @@ def test_every_preset_round_trips_through_its_mapping():
         assert model_from_mapping(model_mapping(m), "t") == m, name
 
 
-def test_moe_presets_say_what_is_unmodelled():
+def test_every_preset_is_modelled():
+    """MoE and MLA presets are modelled (docs/model.md §13): nothing the step model lacks."""
     for name in model_names():
-        m = load_model(name)
-        assert bool(unmodelled_features(m)) == (m.moe is not None or m.mla is not None), name
+        assert unmodelled_features(load_model(name)) == (), name
     assert isinstance(load_model("mixtral-8x7b").moe, MoE) and isinstance(load_model("kimi-k2").mla, MLA)
 
 

@@ -16,7 +16,8 @@ MODEL_DOC = (ROOT / "docs" / "model.md").read_text(encoding="utf-8")
 MODEL_MODULES = ("trainest.step.flops", "trainest.step.roofline", "trainest.step.layer", "trainest.step.collectives",
                  "trainest.step.traffic", "trainest.step.overlap", "trainest.step.schedule", "trainest.step.optimizer",
                  "trainest.step.compose", "trainest.step.finetune", "trainest.step.offload", "trainest.step.activations",
-                 "trainest.step.ops", "trainest.memory", "trainest.precision", "trainest.training")
+                 "trainest.step.ops", "trainest.step.moe", "trainest.step.mla", "trainest.memory", "trainest.precision",
+                 "trainest.training")
 PATH = re.compile(r"`(trainest/[\w/]+\.py)(?::\s*([A-Za-z_][\w.]*))?[^`]*`")
 NEXT = re.compile(r"\s*(?:,|\(|\)|→|and\b)?\s*`([A-Za-z_][\w.]*)(?:\([^`]*\))?`")
 

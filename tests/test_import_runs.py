@@ -47,9 +47,9 @@ RUN_REQUIRED = {"id", "source", "model", "seq_len", "hardware", "devices", "prec
 # accepts for models whose attention width heads*head_dim differs from hidden (MaxText synthetic models)
 MODEL_KEYS = {"name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp", "tied_embeddings",
               "dropout"}
-MODEL_EXTRA_KEYS = {"head_dim"}
+MODEL_EXTRA_KEYS = {"head_dim", "moe", "mla"}     # moe, mla: mixture-of-experts and latent-attention models
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard", "dp_overlap",
-                 "pipeline_split", "dp_collectives"}
+                 "pipeline_split", "dp_collectives", "ep", "etp"}
 MEASURED_KEYS = {"step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens",
                  "peak_memory_gib"}
 PRECISIONS = {"bf16", "fp16", "fp8", "fp4", "fp32", "tf32"}
@@ -111,8 +111,11 @@ def test_run_file_keys(path: Path):
         model = run["model"]
         assert isinstance(model, dict), f"{w}: model must be a mapping"
         assert set(model) <= MODEL_KEYS | MODEL_EXTRA_KEYS, f"{w}: model keys {sorted(set(model) - MODEL_KEYS)}"
-        assert MODEL_KEYS <= set(model), f"{w}: model lacks {sorted(MODEL_KEYS - set(model))}"
-        assert PARALLEL_KEYS - {"tp_overlap", "dp_shard", "pipeline_split", "dp_collectives", "dp_overlap"} <= set(run["parallel"]) <= PARALLEL_KEYS, \
+        # a MoE model with no dense layer has no dense MLP width (ffn_hidden)
+        required = MODEL_KEYS - ({"ffn_hidden"} if "moe" in model and not model["moe"].get("dense_layers") else set())
+        assert required <= set(model), f"{w}: model lacks {sorted(required - set(model))}"
+        optional = {"tp_overlap", "dp_shard", "pipeline_split", "dp_collectives", "dp_overlap", "ep", "etp"}
+        assert PARALLEL_KEYS - optional <= set(run["parallel"]) <= PARALLEL_KEYS, \
             f"{w}: parallel keys {sorted(run['parallel'])}"
         assert set(run["measured"]) <= MEASURED_KEYS, f"{w}: measured keys {sorted(run['measured'])}"
         assert isinstance(run["expressible"], bool)
@@ -137,7 +140,11 @@ def test_run_file_keys(path: Path):
 def _check_expressible(run: dict, w: str) -> None:
     m, par = run["model"], run["parallel"]
     for k in ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab"):
+        if k == "ffn_hidden" and k not in m and "moe" in m:
+            continue          # every layer is MoE: no dense MLP width
         assert isinstance(m[k], int) and m[k] > 0, f"{w}: model.{k} = {m[k]!r}"
+    if "moe" in m:
+        assert m["moe"]["experts"] % par["ep"] == 0 and par["ep"] * par["etp"] <= run["devices"], f"{w}: ep"
     assert m["mlp"] in ("gelu", "swiglu") and isinstance(m["tied_embeddings"], bool), w
     assert (HARDWARE_DIR / f"{run['hardware']}.yaml").exists(), f"{w}: no specs/hardware/{run['hardware']}.yaml"
     for k in ("tp", "pp", "dp", "cp", "vpp"):
@@ -269,6 +276,8 @@ def test_formulas_reproduce_published_tflops(prefix, formula, rel):
             continue
         if "fine-tuning" in (ref.get("training_type") or ""):
             continue  # packed-sequence SFT counts attention per packed sample
+        if "moe" in run["model"]:
+            continue  # the dense formulas do not count a mixture of experts (its rows are compared in tokens/s)
         tf = _tflops_from_tokens(run, formula)
         assert tf == pytest.approx(ref["outcomes"]["tflops_per_accel"], rel=rel), f"{ref['id']}: {tf:.1f}"
         checked += 1

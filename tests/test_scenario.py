@@ -152,11 +152,9 @@ def test_bad_memory_headroom_is_one_clear_error(value, message):
         make(model="gpt3-1.3b", hardware="h100-sxm", memory_headroom=value)
 
 
-def test_a_mixture_of_experts_model_is_refused_until_its_physics_exists():
-    """A MoE (or MLA) model's estimate would be a dense model's numbers: one clear error instead."""
-    import pytest
-
+def test_lora_of_a_mixture_of_experts_model_is_refused_with_one_line():
+    """Adapters on routed experts are not modelled: one clear error, not a dense LoRA's numbers."""
     from trainest.errors import SpecError
     from trainest.scenario import scenario_from_mapping
-    with pytest.raises(SpecError, match="mixture of experts.*does not yet compute"):
-        scenario_from_mapping({"model": "mixtral-8x7b"}, "test")
+    with pytest.raises(SpecError, match="mixture-of-experts model .* is not modelled"):
+        scenario_from_mapping({"model": "mixtral-8x7b", "finetune": "lora"}, "test")

@@ -710,19 +710,43 @@ class Importer:
                             ffn_hidden=fields["ffn_hidden"], heads=fields["heads"], kv_heads=fields["kv_heads"],
                             vocab=fields["vocab"], mlp=mlp, tied_embeddings=tied, dropout=dropout)
 
-        # architecture features trainest cannot express yet
+        # mixture of experts and multi-head latent attention from model-shapes.yaml; features trainest
+        # cannot express (hybrid Mamba layers, DeepSeek V4's compressed sparse attention) stay reasons
+        expressed_moe = False
         if shape is not None:
-            if shape.get("moe"):
-                moe = shape["moe"]
-                reasons.append(f"MoE ({moe.get('num_routed_experts')} routed experts, top-{moe.get('experts_per_token')})")
-            if shape.get("mla"):
-                reasons.append("MLA / compressed attention")
             if shape.get("hybrid"):
                 reasons.append("hybrid Mamba-2/attention layers")
-        if r["ep"] and r["ep"] > 1 and not any(x.startswith("MoE") for x in reasons):
-            reasons.append(f"expert parallelism ep={r['ep']}")
-        if re.search(r"\bmoe\b", name.lower()) and not any(x.startswith("MoE") for x in reasons):
-            reasons.append("MoE")
+            elif shape.get("mla") and shape["mla"].get("kv_lora_rank") is None:
+                reasons.append("compressed sparse attention with one shared KV head (not MLA: no kv_lora_rank)")
+            else:
+                if shape.get("moe"):
+                    model["moe"] = moe_block(shape["moe"], name, notes)
+                    expressed_moe = True
+                    if fields["ffn_hidden"] is None or not model["moe"].get("dense_layers"):
+                        # no dense layer: its width is unused (model-shapes: the config's unused intermediate_size)
+                        model.pop("ffn_hidden")
+                if shape.get("mla"):
+                    model["mla"] = mla_block(shape["mla"])
+                    model["kv_heads"] = fields["heads"]
+                    notes.append("multi-head latent attention from model-shapes.yaml (kv_heads = heads: MLA gives "
+                                 "every head its own keys and values)")
+                if shape.get("mtp") and (shape.get("moe") or shape.get("mla")):
+                    notes.append(f"multi-token prediction module {shape['mtp']} not modelled (one more MoE layer and "
+                                 f"logits head per depth: the prediction is that much too fast)")
+                if shape.get("sliding_window") and shape.get("moe"):
+                    notes.append(f"sliding-window attention ({shape['sliding_window']}) modelled as full causal "
+                                 f"attention over seq_len")
+                if shape.get("linear_bias") and shape.get("moe"):
+                    notes.append("linear biases (and GPT-OSS attention sinks) not counted")
+        if not expressed_moe:
+            if r["ep"] and r["ep"] > 1:
+                reasons.append(f"expert parallelism ep={r['ep']} for a model without a MoE shape")
+            elif re.search(r"\bmoe\b", name.lower()) and not reasons:
+                reasons.append("MoE (no shape in model-shapes.yaml)")
+        if expressed_moe and re.search(r"tokendrop", r["id"], re.I):
+            model["moe"]["capacity_factor"] = 1.0
+            notes.append("capacity_factor 1.0: the row label says tokendrop (Megatron-Bridge token-drop recipes: "
+                         "moe_expert_capacity_factor 1.0); with forced balance no token is dropped")
         head_dim = None
         if shape is not None and _num(shape.get("head_dim")):
             head_dim = _num(shape.get("head_dim"))
@@ -737,7 +761,8 @@ class Importer:
             model["head_dim"] = head_dim
             notes.append(f"head_dim {head_dim} kept (attention width heads*head_dim = {fields['heads']}*{head_dim} = "
                          f"{fields['heads'] * head_dim} != hidden {fields['hidden']})")
-        missing = [k for k in ("layers", "hidden", "ffn_hidden", "heads", "vocab") if fields[k] is None]
+        missing = [k for k in ("layers", "hidden", "ffn_hidden", "heads", "vocab") if fields[k] is None
+                   and not (k == "ffn_hidden" and expressed_moe and "ffn_hidden" not in model)]
         if missing:
             reasons.append("missing shape (" + ", ".join(missing) + ")")
         tt = (r["training_type"] or "").lower()
@@ -1123,6 +1148,14 @@ class Importer:
             run["devices_per_node"] = min(dpn, devices)
         run["precision"] = precision
         run["parallel"] = OrderedDict(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero, sequence_parallel=bool(sp))
+        if expressed_moe:
+            run["parallel"]["ep"] = r["ep"] or 1
+            run["parallel"]["etp"] = r.get("etp") or 1
+            if r.get("etp") is None:
+                notes.append("etp=1 assumed: expert tensor parallelism not stated (Megatron-Bridge MoE recipes set "
+                             "expert_tensor_parallel_size 1)")
+            notes.append("moe_overlap none assumed: what the recipe overlaps of the all-to-all dispatch and "
+                         "combine is not stated (exposed in the prediction)")
         if pipeline_split:
             run["parallel"]["pipeline_split"] = pipeline_split
         shard = hybrid_shard_size(zsrc["fsdp"], dp) if zero and dp else None
@@ -1194,10 +1227,52 @@ def lora_of(r: dict, tt: str, layers: int | None) -> tuple[OrderedDict, list[str
 
 
 def _matmul_params(model):
+    if model.get("moe") or model.get("mla"):
+        # the weights a token multiplies: the active parameters less the input embedding and the norms
+        m = _catalog().model_from_mapping(dict(model), "import")
+        return m.active_params - m.vocab * m.hidden * (0 if m.tied_embeddings else 1) - m.hidden \
+            - m.layers * m.layer_norm_params
     from_conv = _conventions()
     return from_conv.matmul_params(layers=model["layers"], hidden=model["hidden"], ffn_hidden=model["ffn_hidden"],
                                    heads=model["heads"], kv_heads=model["kv_heads"], vocab=model["vocab"],
                                    mlp=model["mlp"] or "swiglu")
+
+
+def _catalog():
+    sys.path.insert(0, str(REPO))
+    from trainest import catalog  # noqa: E402
+    return catalog
+
+
+def moe_block(moe: dict, name: str, notes: list) -> OrderedDict:
+    """The trainest `moe:` mapping of a model-shapes.yaml `moe:` entry. Megatron-Bridge benchmarks
+    force-balance the tokens across experts (imbalance 1.0, the schema's default); the layer pattern
+    is read from `leading_dense_layers` and `moe_layer_freq` ('every layer', or DeepSeek's
+    '[0]*k + [1]*n')."""
+    block = OrderedDict(experts=moe["num_routed_experts"], top_k=moe["experts_per_token"],
+                        expert_ffn_hidden=moe["expert_ffn_hidden"])
+    if moe.get("num_shared_experts"):
+        block["shared_experts"] = moe["num_shared_experts"]
+        block["shared_expert_ffn_hidden"] = moe.get("shared_expert_ffn_hidden") or moe["expert_ffn_hidden"]
+    dense = moe.get("leading_dense_layers") or 0
+    freq = str(moe.get("moe_layer_freq") or "")
+    if not (freq.startswith("every layer") or re.fullmatch(r"\[0\](?:\*\d+)? \+ \[1\]\*\d+", freq)):
+        raise ValueError(f"{name}: moe_layer_freq {freq!r} is not a layer pattern the importer reads")
+    if dense:
+        block["dense_layers"] = dense
+    block["imbalance"] = 1.0
+    notes.append(f"mixture of experts from model-shapes.yaml: {block['experts']} routed experts, top-{block['top_k']}, "
+                 f"expert width {block['expert_ffn_hidden']}"
+                 + (f", {block['shared_experts']} shared" if block.get("shared_experts") else "")
+                 + (f", {dense} leading dense layers" if dense else "")
+                 + "; imbalance 1.0 (the source force-balances tokens across experts)")
+    return block
+
+
+def mla_block(mla: dict) -> OrderedDict:
+    """The trainest `mla:` mapping of a model-shapes.yaml `mla:` entry."""
+    return OrderedDict((k, mla[k]) for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                                             "v_head_dim"))
 
 
 def _conventions():

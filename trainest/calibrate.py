@@ -30,7 +30,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from trainest.catalog import DEFAULT_LAYER_OVERHEAD_US, Hardware, hardware_from_mapping, with_efficiency
+from trainest.catalog import (
+    DEFAULT_ALL_TO_ALL,
+    DEFAULT_GROUPED_GEMM,
+    DEFAULT_LAYER_OVERHEAD_US,
+    Hardware,
+    hardware_from_mapping,
+    with_efficiency,
+)
 from trainest.errors import SpecError
 from trainest.units import MICROSECOND
 from trainest.validate import Case, RunResult, mape_pct, result_for, step_time_s_from_metric
@@ -45,6 +52,7 @@ FD_STEP = 1e-3                     # forward-difference step in scaled units x
 MAX_ITERATIONS = 40
 TOLERANCE = 1e-5                   # stop when the objective improves by less than this (relative)
 BASE_PARAMETERS = ("gemm", "attention", "memory", "scale_up", "scale_out")
+MOE_PARAMETERS = ("grouped_gemm", "all_to_all")   # fitted only when runs of mixture-of-experts models are given
 # parameter -> (lower, upper) bounds in the Efficiency dataclass's units (fractions; seconds). They
 # keep the fit physical, so that a term the model misses is not silently absorbed by an absurd value:
 #   gemm 0.45-0.92: large dense GEMMs reach 0.6-0.9 of dense peak (cuBLAS on A100/H100; this project's
@@ -55,7 +63,9 @@ BASE_PARAMETERS = ("gemm", "attention", "memory", "scale_up", "scale_out")
 #   scale_up 0.4-0.95, scale_out 0.3-0.95: NCCL bus bandwidth 0.7-0.9 of link rate at large messages;
 #   low_precision_gemm 0.6-1.0: FP8 GEMMs reach 0.6-0.9 of their (2x) peak relative to BF16's fraction;
 #   flash2_attention 0.3-1.0: FlashAttention-2 relative to the best kernel (1 on Ampere; FA3 is
-#     1.5-2x faster than FA2 on H100, Shah et al. 2024).
+#     1.5-2x faster than FA2 on H100, Shah et al. 2024);
+#   grouped_gemm 0.5-1.0: grouped (MoE expert) GEMMs against a dense GEMM of the same shape;
+#   all_to_all 0.5-0.95: all-to-all kernels reach 0.7-0.95 of the link rate (DeepEP, NCCL).
 BOUNDS = {"gemm": (0.45, 0.92), "attention": (MIN_FRACTION, 0.95), "memory": (0.5, 0.95),
           "scale_up": (0.4, 0.95), "scale_out": (0.3, 0.95), "low_precision_gemm": (0.6, MAX_FRACTION),
           "flash2_attention": (0.3, MAX_FRACTION),
@@ -64,7 +74,8 @@ BOUNDS = {"gemm": (0.45, 0.92), "attention": (MIN_FRACTION, 0.95), "memory": (0.
           # operator; framework hooks, autograd Functions and checkpointing wrappers add to it)
           "host_per_kernel_s": (5e-6, 200e-6),
           # the GEMM shape factor's half dimension: 0-512 elements (on top of wave quantization)
-          "gemm_half_dim": (0.0, 512.0)}
+          "gemm_half_dim": (0.0, 512.0),
+          "grouped_gemm": (0.5, MAX_FRACTION), "all_to_all": (0.5, 0.95)}
 
 
 RANK_TOLERANCE = 1e-3              # a singular value below this share of the largest does not count in the rank
@@ -116,6 +127,8 @@ def parameters_for(cases: Sequence[Case]) -> tuple[str, ...]:
         names.append("flash2_attention")     # only separable from `attention` when both kernels appear
     if any(c.scenario.model.params < SMALL_MODEL_PARAMS for c in cases):
         names += ["host_per_kernel_s", "gemm_half_dim"]
+    if any(c.scenario.model.moe is not None for c in cases):
+        names.extend(MOE_PARAMETERS)
     return tuple(names)
 
 
@@ -297,6 +310,10 @@ def efficiency_block(hardware: Hardware, *, method: str, fit_runs: int | None, f
         block["fit_runs"] = fit_runs
     if fit_mape_pct is not None:
         block["fit_mape_pct"] = round(fit_mape_pct, 2)
+    # the MoE efficiencies only where they differ from the catalog's priors (fitted on MoE runs)
+    if e.grouped_gemm != DEFAULT_GROUPED_GEMM or e.all_to_all != DEFAULT_ALL_TO_ALL:
+        block["grouped_gemm"] = _round(e.grouped_gemm)
+        block["all_to_all"] = _round(e.all_to_all)
     return block
 
 

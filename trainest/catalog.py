@@ -51,6 +51,8 @@ class Efficiency:
     method: str
     host_per_kernel_s: float = 0.0   # host (CPU) time to dispatch one kernel from Python [s]
     kernel_floor_s: float = 0.0      # the shortest a kernel takes on the device (launch, ramp, drain) [s]
+    grouped_gemm: float = 1.0        # MoE expert (grouped) GEMMs relative to `gemm` at the same shape
+    all_to_all: float = 0.8          # fraction of the link rate (scale-up and scale-out) the MoE all-to-alls reach
 
     @property
     def basis(self) -> str:
@@ -69,7 +71,13 @@ CALIBRATE_METHOD_PREFIX = "trainest calibrate"   # the `method` of a profile `tr
 MEDIAN_PRIOR_PREFIX = "prior: median of"         # tools/import_hardware.py DERIVED_PRIOR_PREFIX
 EFFICIENCY_KEYS = ("gemm", "gemm_half_dim", "attention", "memory", "scale_up", "scale_out")
 EFFICIENCY_OPTIONAL = ("low_precision_gemm", "flash2_attention", "layer_overhead_us", "overlap_contention", "fitted",
-                       "method", "fit_runs", "fit_mape_pct", "host_us_per_kernel", "kernel_floor_us")
+                       "method", "fit_runs", "fit_mape_pct", "host_us_per_kernel", "kernel_floor_us",
+                       "grouped_gemm", "all_to_all", "moe_fit_runs", "moe_fit_mape_pct")
+DEFAULT_GROUPED_GEMM = 1.0          # expert GEMMs at the dense GEMM's efficiency for their shape unless fitted
+# MoE dispatch/combine: all-to-all kernels reach ~0.8-0.95 of the link rate at large messages (DeepEP README:
+# about 153 of NVLink's ~160 GB/s within an H800 node and about 45 of a 50 GB/s RDMA NIC across nodes; NCCL
+# all-to-all ~0.7-0.8 on NVSwitch systems)
+DEFAULT_ALL_TO_ALL = 0.8
 DEFAULT_LOW_PRECISION_GEMM = 0.85   # FP8 GEMMs reach a lower fraction of their (2x) peak than BF16
 DEFAULT_FLASH2_ATTENTION = 1.0     # FlashAttention-2 relative to `attention`: the same unless fitted
 # a fixed time per layer pass [µs]; 0: the kernels' host dispatch and floors (docs/model.md §2.8) are
@@ -391,6 +399,8 @@ def _efficiency_from(data: dict, where: str, kind: str) -> Efficiency:
                                    f"{where}.host_us_per_kernel", allow_zero=True, maximum=10_000.0) * MICROSECOND,
         kernel_floor_s=F.number(_given(data, "kernel_floor_us", DEFAULT_KERNEL_FLOOR_US.get(kind, 0.0)),
                                 f"{where}.kernel_floor_us", allow_zero=True, maximum=10_000.0) * MICROSECOND,
+        grouped_gemm=F.fraction(_given(data, "grouped_gemm", DEFAULT_GROUPED_GEMM), f"{where}.grouped_gemm"),
+        all_to_all=F.fraction(_given(data, "all_to_all", DEFAULT_ALL_TO_ALL), f"{where}.all_to_all"),
     )
 
 
@@ -795,6 +805,24 @@ class Model:
         return (self.dense_layers_count * self.params_per_dense_layer
                 + self.moe_layers * self.params_per_moe_layer) / self.layers
 
+    @property
+    def expert_params_per_layer(self) -> float:
+        """L_m·E·k·h·f_e / L: the routed experts' weights per layer, as a mean over the layers [params]
+        (the part of params_per_layer that expert parallelism shards; 0 for a dense model)."""
+        return 0.0 if self.moe is None else self.expert_params / self.layers
+
+    # --- attention widths [elements]
+
+    @property
+    def qk_head_dim(self) -> int:
+        """d_qk: query/key width of one head (d_h; MLA: d_n + d_r)."""
+        return self.head_dim if self.mla is None else self.mla.qk_head_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        """d_v: value (and attention output) width of one head (d_h; MLA: v_head_dim)."""
+        return self.head_dim if self.mla is None else self.mla.v_head_dim
+
     # --- whole model [params]
 
     @property
@@ -826,20 +854,17 @@ class Model:
                 + self.moe_layers * self.active_params_per_moe_layer + self.embedding_params)
 
 
-UNMODELLED_MOE = "mixture of experts"
-UNMODELLED_MLA = "multi-head latent attention"
-
-
 def unmodelled_features(model: Model) -> tuple[str, ...]:
-    """What `model` has that the step-time and memory model does not yet compute (empty for a dense
-    transformer). An estimate of such a model would be a dense model's numbers: callers refuse it."""
-    return tuple(name for name, present in ((UNMODELLED_MOE, model.moe is not None),
-                                            (UNMODELLED_MLA, model.mla is not None)) if present)
+    """What `model` has that the step-time and memory model does not compute: empty for every model
+    the schema can express (dense, mixture-of-experts and multi-head latent attention models are all
+    modelled: docs/model.md §15). Kept for features added to the schema before their physics."""
+    del model
+    return ()
 
 
 MODEL_REQUIRED = ("layers", "hidden", "ffn_hidden", "heads", "vocab")
 MODEL_OPTIONAL = ("name", "display_name", "source", "kv_heads", "mlp", "seq_len", "tied_embeddings", "aliases", "notes",
-                  "params_b", "head_dim", "params", "dropout", "moe", "mla")
+                  "params_b", "head_dim", "params", "active_params", "dropout", "moe", "mla")
 MOE_REQUIRED = ("experts", "top_k", "expert_ffn_hidden")
 MOE_OPTIONAL = ("shared_experts", "shared_expert_ffn_hidden", "dense_layers", "layer_frequency", "capacity_factor",
                 "imbalance")

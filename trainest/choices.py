@@ -45,14 +45,18 @@ BASE_BITS = (16, 8, 4)                          # bits per frozen base weight: 1
 # activations (activation checkpoints copied to host memory in the forward, back in the backward)
 OFFLOADS = ("none", "optimizer", "optimizer+weights", "activations")
 OFFLOAD_CODES = {"none": 0, "optimizer": 1, "optimizer+weights": 2, "activations": 3}
+# what the framework overlaps of the MoE token dispatch and combine (the expert-parallel all-to-alls):
+# none (exposed, the default) or deepep (hidden behind another micro-batch's computation: DeepEP /
+# DualPipe-style, Megatron-Core --overlap-moe-expert-parallel-comm)
+MOE_OVERLAPS = ("none", "deepep")
 OBJECTIVES = ("time", "cost", "energy")        # what `plan` minimises over the whole run
 DEVICE_COUNTS = ("pow2", "node")               # counts tried in a --devices range
 
 VOCABULARIES: dict[str, tuple[str, ...]] = {
     "Precision": PRECISIONS, "Mlp": MLPS, "Recompute": RECOMPUTES, "Attention": ATTENTIONS, "Kernels": KERNELS,
-    "PipelineSplit": PIPELINE_SPLITS, "DpCollectives": DP_COLLECTIVES, "Objective": OBJECTIVES,
-    "DeviceCounts": DEVICE_COUNTS, "Framework": FRAMEWORKS, "Finetune": FINETUNES, "LoraTargets": LORA_TARGETS,
-    "Offload": OFFLOADS,
+    "PipelineSplit": PIPELINE_SPLITS, "DpCollectives": DP_COLLECTIVES, "MoeOverlap": MOE_OVERLAPS,
+    "Objective": OBJECTIVES, "DeviceCounts": DEVICE_COUNTS, "Framework": FRAMEWORKS, "Finetune": FINETUNES,
+    "LoraTargets": LORA_TARGETS, "Offload": OFFLOADS,
 }
 
 

@@ -31,7 +31,7 @@ class StepResult(NamedTuple):
     offload_s: float                # exposed host-link copies and the CPU's Adam (offload only)
     bottleneck: str                 # the largest of compute | memory | communication | bubble | overhead | offload
     shares: dict[str, float]        # each term / time_s
-    communication_detail_s: dict[str, float]   # tp, cp, pp, dp (exposed) [s per step]
+    communication_detail_s: dict[str, float]   # tp, cp, pp, dp, ep (exposed) [s per step]
     optimizer_s: float
     micro_batch_s: float
     no_overlap_time_s: float        # the step with every collective exposed (upper bound of the overlap policy)
@@ -136,6 +136,23 @@ OVERLAP_POLICY = ("TP communication exposed (or pipelined with GEMMs with tp_ove
                   "hardware's overlap_contention share of its time")
 
 
+# what the framework does with the expert-parallel all-to-alls of a MoE model (parallel.moe_overlap), said with
+# every MoE estimate
+MOE_OVERLAP_POLICY = {
+    "none": "MoE dispatch and combine all-to-alls exposed (moe_overlap none)",
+    "deepep": "MoE dispatch and combine all-to-alls hidden behind another micro-batch's computation, less what "
+              "exceeds it, at the overlap_contention share (moe_overlap deepep)",
+}
+
+
+def overlap_policy(s: Scenario) -> str:
+    """The overlap policy of the estimate: OVERLAP_POLICY, and for a MoE model what is done with its
+    all-to-alls."""
+    if s.model.moe is None:
+        return OVERLAP_POLICY
+    return f"{OVERLAP_POLICY}; {MOE_OVERLAP_POLICY[s.parallel.moe_overlap]}"
+
+
 def overhead_detail(overhead_s: float, terms: StepTerms) -> dict[str, float]:
     """overhead_s split: waiting for the host, the kernels' floors, the fixed per-layer overhead [s]."""
     host, floors = float(terms.host_wait_s), float(terms.floor_s)
@@ -170,9 +187,10 @@ def estimate(s: Scenario) -> Estimate:
     step = StepResult(time_s=t, **{f"{k}_s": v for k, v in parts.items()}, bottleneck=bottleneck,
                       shares={k: v / t for k, v in parts.items()},
                       communication_detail_s={"tp": float(terms.tp_comm_s), "cp": float(terms.cp_comm_s),
-                                              "pp": float(terms.pp_comm_s), "dp": float(terms.dp_comm_s)},
+                                              "pp": float(terms.pp_comm_s), "dp": float(terms.dp_comm_s),
+                                              "ep": float(terms.ep_comm_s)},
                       optimizer_s=float(terms.optimizer_s), micro_batch_s=float(terms.micro_batch_s),
-                      no_overlap_time_s=float(terms.no_overlap_time_s), overlap_policy=OVERLAP_POLICY,
+                      no_overlap_time_s=float(terms.no_overlap_time_s), overlap_policy=overlap_policy(s),
                       host_time_s=float(terms.host_s),
                       bound_by="host" if float(terms.host_wait_s) > 0.0 else "device",
                       overhead_detail_s=overhead_detail(parts["overhead"], terms),

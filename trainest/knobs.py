@@ -89,11 +89,25 @@ KNOBS: tuple[Knob, ...] = (
     K("kv_heads", ("--kv-heads",), "int", "Override: key/value heads g.", group=SHAPE),
     K("vocab", ("--vocab",), "int", "Override: vocabulary V.", group=SHAPE),
     K("mlp", ("--mlp",), "choice", "Override: MLP kind.", None, "Mlp", group=SHAPE),
+    K("experts", ("--experts",), "int", "Override: routed experts E per MoE layer (with --top-k, makes a dense "
+      "model's MLPs mixtures of experts).", group=SHAPE),
+    K("top_k", ("--top-k",), "int", "Override: routed experts K each token goes to.", group=SHAPE),
+    K("expert_ffn_hidden", ("--expert-ffn-hidden",), "int", "Override: MLP width f_e of one routed expert.",
+      group=SHAPE),
+    K("moe_imbalance", ("--moe-imbalance",), "float", "Override: tokens on the busiest expert over the mean "
+      "(1 = forced balance).", group=SHAPE),
     K("tp", ("--tp",), "int", "Tensor-parallel size t.", "1", group=PARALLEL, searched=True),
     K("pp", ("--pp",), "int", "Pipeline-parallel size p.", "1", group=PARALLEL, searched=True),
     K("dp", ("--dp",), "int", "Data-parallel size d.", "N/(t·p·c)", group=PARALLEL),
     K("cp", ("--cp",), "int", "Context-parallel size c.", "1", group=PARALLEL, searched=True),
     K("vpp", ("--vpp",), "int", "Virtual pipeline stages per rank v.", "1", group=PARALLEL, searched=True),
+    K("ep", ("--ep",), "int", "Expert-parallel size e (MoE; divides the experts, e·etp divides t·c·d).", "1",
+      group=PARALLEL, searched=True),
+    K("etp", ("--etp",), "int", "Expert tensor-parallel size (MoE; Megatron-Core ep·etp·edp = tp·cp·dp).", "1",
+      group=PARALLEL, searched=True),
+    K("moe_overlap", ("--moe-overlap",), "choice", "What the framework overlaps of the MoE all-to-alls: none "
+      "(exposed) or deepep (hidden behind another micro-batch's computation, DeepEP/DualPipe-style).", "none",
+      "MoeOverlap", group=PARALLEL, job=True),
     K("zero", ("--zero",), "int", "ZeRO stage 0-3.", "3 (FSDP); 1 with --pp > 1", group=PARALLEL, searched=True),
     K("fsdp", ("--fsdp",), "flag", "Fully sharded data parallel (= --zero 3).", group=PARALLEL),
     K("sequence_parallel", ("--sequence-parallel/--no-sequence-parallel",), "switch",
@@ -171,6 +185,8 @@ _PLAN_HELP = {
     "tp_overlap": "Every plan pipelines its TP collectives with the GEMMs (Megatron --tp-comm-overlap).",
     "dp_collectives": "How every plan's data-parallel/ZeRO rings use the NICs: hierarchical (every NIC of a node) "
                       "or flat (one NIC per device, e.g. DeepSpeed ZeRO-3 of 2021).",
+    "moe_overlap": "What every plan's framework overlaps of the MoE all-to-alls: none (exposed) or deepep (hidden "
+                   "behind another micro-batch's computation).",
     "config": "Scenario YAML for the job (its parallel layout, micro-batch and recompute are ignored); "
               "options override it.",
 }
@@ -189,6 +205,7 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
     BY_NAME["tp_overlap"]._replace(help=_PLAN_HELP["tp_overlap"]),
     BY_NAME["dp_collectives"]._replace(help=_PLAN_HELP["dp_collectives"]),
     BY_NAME["dp_overlap"],
+    BY_NAME["moe_overlap"]._replace(help=_PLAN_HELP["moe_overlap"]),
     K("top", ("--top", "-k"), "int", "How many plans to show.", group=COMMAND, value=5),
     K("objective", ("--objective",), "choice", "Rank by step time, cost or energy of the whole run.", "time",
       "Objective", group=COMMAND, value="time"),
@@ -295,10 +312,11 @@ def value_in(mapping: dict[str, Any], k: Knob) -> Any:
 
 # the knobs that select a plan's layout, in the order `estimate_args` writes them; those in
 # LAYOUT_DEFAULTS are left out at that value (the command line's own default)
-LAYOUT_ARGS = ("devices", "tp", "pp", "cp", "vpp", "zero", "sequence_parallel", "micro_batch", "global_batch",
-               "recompute", "tp_overlap", "pipeline_split", "dp_collectives", "dp_overlap", "finetune", "offload")
-LAYOUT_DEFAULTS = {"tp_overlap": False, "pipeline_split": "even", "dp_collectives": "hierarchical",
-                   "finetune": "full", "offload": "none"}
+LAYOUT_ARGS = ("devices", "tp", "pp", "cp", "vpp", "ep", "etp", "zero", "sequence_parallel", "micro_batch",
+               "global_batch", "recompute", "tp_overlap", "pipeline_split", "dp_collectives", "dp_overlap",
+               "moe_overlap", "finetune", "offload")
+LAYOUT_DEFAULTS = {"ep": 1, "etp": 1, "tp_overlap": False, "pipeline_split": "even", "dp_collectives": "hierarchical",
+                   "moe_overlap": "none", "finetune": "full", "offload": "none"}
 
 
 def option_args(k: Knob, value: Any) -> list[str]:

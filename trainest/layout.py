@@ -88,6 +88,30 @@ class Layout(NamedTuple):
     dp_collectives: str = "hierarchical"   # DpCollectives (not an array)
     finetune: Num = 0.0         # Finetune code (choices.FINETUNE_CODES): full 0, lora 1, qlora 2
     offload: Num = 0.0          # Offload code (choices.OFFLOAD_CODES)
+    ep: Num = 1.0               # expert-parallel size e (MoE layers)
+    etp: Num = 1.0              # expert tensor-parallel size t_e (MoE layers)
+    moe_overlap: str = "none"   # MoeOverlap (not an array: a framework capability the plan keeps)
+
+    @property
+    def expert_group(self) -> Num:
+        """e·t_e: the ranks that hold one copy of every routed expert of a layer."""
+        return self.ep * self.etp
+
+    @property
+    def edp(self) -> Num:
+        """d_e = t·c·d/(e·t_e): expert data-parallel size (Megatron-Core: ep·etp·edp = tp·cp·dp)."""
+        return self.tp * self.cp * self.dp / (self.ep * self.etp)
+
+    @property
+    def expert_shard(self) -> Num:
+        """Ranks the ZeRO state of the experts is sharded over: d_e, or d_e·d_s/d with hybrid sharding
+        (at least 1)."""
+        return xp.maximum(self.edp * self.shard / self.dp, 1.0)
+
+    @property
+    def deepep(self) -> bool:
+        """The MoE all-to-alls are hidden behind another micro-batch's computation."""
+        return self.moe_overlap == "deepep"
 
     @property
     def shard(self) -> Num:
@@ -195,4 +219,5 @@ def layout_of(s: Scenario) -> Layout:
                   recompute=float(RECOMPUTE_CODES[s.recompute]), tp_overlap=1.0 if p.tp_overlap else 0.0,
                   dp_shard=float(p.shard), pipeline_split=p.pipeline_split, dp_collectives=p.dp_collectives,
                   dp_overlap=1.0 if p.dp_overlap else 0.0,
-                  finetune=float(FINETUNE_CODES[s.finetune.method]), offload=float(OFFLOAD_CODES[s.offload]))
+                  finetune=float(FINETUNE_CODES[s.finetune.method]), offload=float(OFFLOAD_CODES[s.offload]),
+                  ep=float(p.ep), etp=float(p.etp), moe_overlap=p.moe_overlap)

@@ -22,7 +22,12 @@ from trainest.precision import (
     optimizer_bytes_per_param,
     weight_bytes_per_param,
 )
-from trainest.step.activations import DROPOUT_MASK_BYTES, FP8_SAVED_INPUT_BYTES, activation_bytes_per_layer
+from trainest.step.activations import (
+    DROPOUT_MASK_BYTES,
+    FP8_SAVED_INPUT_BYTES,
+    activation_bytes_per_layer,
+    dispatch_buffer_bytes,
+)
 from trainest.step.finetune import (
     adapter_params_local,
     dequant_workspace_bytes,
@@ -30,7 +35,7 @@ from trainest.step.finetune import (
     frozen_weight_bytes,
 )
 from trainest.step.offload import IN_FLIGHT_LAYERS, OFFLOAD_GRAD_BYTES, host_bytes, offload_state
-from trainest.step.schedule import stage_layers, stage_params
+from trainest.step.schedule import stage_dense_params, stage_expert_params, stage_layers, stage_params
 from trainest.units import GiB
 
 __all__ = ["ADAM_MOMENT_BYTES", "DROPOUT_MASK_BYTES", "FP8_SAVED_INPUT_BYTES", "FP16_GRAD_BYTES", "MAIN_GRAD_BYTES",
@@ -71,20 +76,32 @@ def sharded_state_bytes(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
     (DeepSpeed FP16 ZeRO-3) a 16-bit shard is kept: 16 B per parameter either way (Rajbhandari et
     al. 2020 §5: 2 + 2 + K with K = 12; FSDP: 4 + 4 + 8). ZeRO-3 also holds the gathered weights of
     the layer being computed and of the prefetched next one (none over a single shard rank)."""
-    model, precision = job.model, job.precision
-    params_local = stage_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.tp
-    shard = layout.shard * layout.cp
-    zero = layout.zero
+    model = job.model
+    params_local = stage_dense_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.tp
+    layer_params = model.params_per_layer - model.expert_params_per_layer if model.moe is not None \
+        else model.params_per_layer
+    state = zero_state_bytes(job, layout, params_local, layer_params / layout.tp, layout.shard * layout.cp)
+    if model.moe is None:
+        return state if xp.off(layout.finetune) else finetune_state_bytes(job, layout, params_local, state)
+    expert = zero_state_bytes(job, layout, stage_expert_params(model, layout.pp, layout.vpp, layout.pipeline_split)
+                              / layout.expert_group, model.expert_params_per_layer / layout.expert_group,
+                              layout.expert_shard)
+    return state[0] + expert[0], state[1] + expert[1], state[2] + expert[2]
+
+
+def zero_state_bytes(job: Job, layout: Layout, params: Num, layer_params: Num, shard: Num) -> tuple[Num, Num, Num]:
+    """(weights, gradients, optimizer state) [B] of `params` parameters per device whose ZeRO state is
+    sharded over `shard` ranks, with `layer_params` of one layer gathered twice under ZeRO-3
+    (sharded_state_bytes; MoE: once for the non-expert and once for the expert parameters)."""
+    precision, zero = job.precision, layout.zero
     sharded3 = xp.mask((zero >= 3) * (shard > 1))
     w_bytes = weight_bytes_per_param(precision)
     no_16bit_shard = sharded3 * (1.0 if precision in ("bf16", "fp8", "fp4") else 0.0)
-    weights = params_local * w_bytes / xp.where(zero >= 3, shard, 1.0) * (1.0 - no_16bit_shard)
-    weights = weights + sharded3 * 2.0 * model.params_per_layer / layout.tp * w_bytes
-    grads = params_local * grad_bytes_per_param(precision) / xp.where(zero >= 2, shard, 1.0)
-    optim = params_local * optimizer_bytes_per_param(precision) / xp.where(zero >= 1, shard, 1.0)
-    if xp.off(layout.finetune):
-        return weights, grads, optim
-    return finetune_state_bytes(job, layout, params_local, (weights, grads, optim))
+    weights = params * w_bytes / xp.where(zero >= 3, shard, 1.0) * (1.0 - no_16bit_shard)
+    weights = weights + sharded3 * 2.0 * layer_params * w_bytes
+    grads = params * grad_bytes_per_param(precision) / xp.where(zero >= 2, shard, 1.0)
+    optim = params * optimizer_bytes_per_param(precision) / xp.where(zero >= 1, shard, 1.0)
+    return weights, grads, optim
 
 
 def finetune_state_bytes(job: Job, layout: Layout, params_local: Num,
@@ -113,6 +130,8 @@ def activation_bytes(job: Job, layout: Layout) -> Num:
     per_layer, per_layer_stored = activation_bytes_per_layer(job, layout)
     layers_per_stage, last_layers = stage_layers(model, layout.pp, layout.vpp, layout.pipeline_split)
     working = layout.rematerialises_layer * xp.maximum(per_layer_stored - per_layer, 0.0)
+    if model.moe is not None:
+        working = working + dispatch_buffer_bytes(job, layout)
     first_stage = per_layer * layers_per_stage * in_flight_micro_batches(layout.pp, layout.vpp,
                                                                          layout.micro_batches(job)) + working
     logits = 2.0 * LOGITS_BYTES * layout.micro_batch * job.seq_len / layout.cp * model.vocab / layout.tp

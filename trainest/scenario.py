@@ -19,7 +19,7 @@ from trainest.catalog import (
     load_hardware,
     load_model,
     model_from_mapping,
-    unmodelled_features,
+    model_mapping,
     with_shape,
 )
 from trainest.choices import (
@@ -29,6 +29,7 @@ from trainest.choices import (
     FINETUNES,
     KERNELS,
     LORA_TARGETS,
+    MOE_OVERLAPS,
     OFFLOADS,
     PIPELINE_SPLITS,
     PRECISIONS,
@@ -99,6 +100,14 @@ class Parallel:
     pipeline_split: str = "even"  # even (L divides by p·v) | balanced (embedding and loss count as layers)
     dp_collectives: str = "hierarchical"  # DP rings over every NIC of a node | flat: one NIC per rank
     dp_overlap: bool = True      # the gradient reduction overlapped with the backward (bucketing)
+    ep: int = 1                  # expert parallel size (MoE layers)
+    etp: int = 1                 # expert tensor parallel size (MoE layers; ep·etp·edp = tp·cp·dp)
+    moe_overlap: str = "none"    # what the framework overlaps of the MoE all-to-alls: none | deepep
+
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel size tp·cp·dp/(ep·etp)."""
+        return self.tp * self.cp * self.dp // (self.ep * self.etp)
 
     @property
     def shard(self) -> int:
@@ -216,7 +225,8 @@ def _parallel_sizes(par: dict[str, Any], r: _Reader) -> dict[str, Any]:
     """tp, pp, cp, vpp, zero (fsdp = zero 3; default DEFAULT_ZERO, DEFAULT_ZERO_WITH_PP with pp > 1),
     sequence_parallel and tp_overlap of `parallel`."""
     w = f"{r.where}.parallel"
-    sizes: dict[str, Any] = {k: F.integer(par.get(k, 1), f"{w}.{k}", maximum=10**6) for k in ("tp", "pp", "cp", "vpp")}
+    sizes: dict[str, Any] = {k: F.integer(par.get(k, 1), f"{w}.{k}", maximum=10**6)
+                             for k in ("tp", "pp", "cp", "vpp", "ep", "etp")}
     default_zero = DEFAULT_ZERO if sizes["pp"] == 1 else DEFAULT_ZERO_WITH_PP
     zero = par.get("zero")
     if isinstance(zero, int) and not isinstance(zero, bool) and zero > 3:
@@ -294,6 +304,25 @@ def default_global_batch(seq_len: int, dp: int, micro_batch: int, group: int = 1
     unit = dp * micro_batch * group
     sequences = max(1, -(-DEFAULT_TOKENS_PER_STEP // seq_len))
     return -(-sequences // unit) * unit
+
+
+def _check_experts(model: Model, sizes: dict[str, Any], dp: int, where: str) -> None:
+    """The expert layout: ep divides the experts, ep·etp divides the ranks of a pipeline stage
+    (Megatron-Core: ep·etp·edp = tp·cp·dp); a dense model takes ep = etp = 1."""
+    ep, etp, stage_ranks = sizes["ep"], sizes["etp"], sizes["tp"] * sizes["cp"] * dp
+    if model.moe is None:
+        for key in ("ep", "etp"):
+            if sizes[key] != 1:
+                raise SpecError(f"{where}.parallel.{key}: {sizes[key]} needs a mixture-of-experts model, and "
+                                f"{model.name} is dense; allowed: 1")
+        return
+    experts = model.moe.experts
+    if experts % ep:
+        raise SpecError(f"{where}.parallel.ep: {ep} does not divide experts={experts}{_divisor_hint(experts)}")
+    if stage_ranks % (ep * etp):
+        raise SpecError(f"{where}.parallel: ep·etp = {ep}·{etp} = {ep * etp} does not divide the ranks of a "
+                        f"pipeline stage, tp·cp·dp = {sizes['tp']}·{sizes['cp']}·{dp} = {stage_ranks}; "
+                        f"ep·etp must divide {stage_ranks}{_divisor_hint(stage_ranks)}")
 
 
 def _batch(r: _Reader, dp: int, echoed_micro_batches: Any, seq_len: int, group: int) -> tuple[int, int]:
@@ -408,6 +437,9 @@ def check_finetune(data: Any, model: Model, precision: str, where: str) -> FineT
             raise SpecError(f"{w}.base_bits: {F.show(d['base_bits'])} is for a frozen, quantised base (LoRA: 8, "
                             f"QLoRA: 4); a full fine-tune trains 16-bit weights: use 16 or method lora/qlora")
         return FineTune()
+    if model.moe is not None:
+        raise SpecError(f"{w}.method: {method} of a mixture-of-experts model ({model.name}) is not modelled (adapters "
+                        f"on routed experts); use method full")
     rank = F.integer(d.get("rank", DEFAULT_LORA_RANK), f"{w}.rank", minimum=-10**12, maximum=10**12)
     if not 1 <= rank <= model.hidden:
         raise SpecError(f"{w}.rank: {rank} must be between 1 and the hidden size {model.hidden} of {model.name}")
@@ -466,10 +498,6 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     model = _model_from(r.default("model", DEFAULT_MODEL), where)
     if shape:
         model = with_shape(model, **shape)
-    missing = unmodelled_features(model)
-    if missing:      # its numbers would be a dense model's: refuse rather than mislead
-        raise SpecError(f"{where}: model {model.name!r} has {' and '.join(missing)}, which this version of trainest "
-                        f"reads but does not yet compute (step time and memory would be a dense model's)")
     hardware = _hardware_from(r.default("hardware", DEFAULT_HARDWARE), where)
     seq_len = F.integer(parse_length(r.default("seq_len", model.seq_len), f"{where}.seq_len"), f"{where}.seq_len",
                         maximum=10**8)
@@ -485,9 +513,15 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     split = F.choice(par.get("pipeline_split", "even"), f"{where}.parallel.pipeline_split", PIPELINE_SPLITS)
     dp_collectives = F.choice(par.get("dp_collectives", "hierarchical"), f"{where}.parallel.dp_collectives",
                               DP_COLLECTIVES)
+    moe_overlap = F.choice(par.get("moe_overlap", "none"), f"{where}.parallel.moe_overlap", MOE_OVERLAPS)
     _check_layout(model, seq_len, sizes, split, where)
     _check_network(hardware, devices_per_node, devices, where)
     micro_batch, global_batch = _batch(r, dp, echoed_micro_batches, seq_len, sizes["pp"] if sizes["vpp"] > 1 else 1)
+    _check_experts(model, sizes, dp, where)
+    if model.moe is not None:
+        for key in ("ep", "etp"):
+            if par.get(key) is None:
+                r.derive(f"parallel.{key}")
     _check_schedule(sizes, dp, micro_batch, global_batch, where)
     recompute = F.choice(r.default("recompute", DEFAULT_RECOMPUTE), f"{where}.recompute", RECOMPUTES)
     attention = F.choice(r.default("attention", "flash"), f"{where}.attention", ATTENTIONS)
@@ -509,7 +543,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
         model=model, hardware=hardware, seq_len=seq_len, devices=devices, devices_per_node=devices_per_node,
         precision=precision, parallel=Parallel(**sizes, dp=dp, dp_shard=0 if dp_shard == dp else dp_shard,
                                                pipeline_split=split, dp_collectives=dp_collectives,
-                                               dp_overlap=dp_overlap),
+                                               dp_overlap=dp_overlap, moe_overlap=moe_overlap),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
         tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, framework=framework,
         grid_gco2_per_kwh=grid, finetune=finetune, offload=offload, derived=tuple(derived),
@@ -525,10 +559,14 @@ def load_scenario_file(path: str) -> dict[str, Any]:
 def scenario_mapping(s: Scenario) -> dict[str, Any]:
     """The resolved scenario as a plain mapping (the `inputs` echo in JSON; loadable again)."""
     m = s.model
+    model: dict[str, Any] = {"name": m.name, "layers": m.layers, "hidden": m.hidden, "ffn_hidden": m.ffn_hidden,
+                             "heads": m.heads, "kv_heads": m.kv_heads, "vocab": m.vocab, "mlp": m.mlp,
+                             "tied_embeddings": m.tied_embeddings, "dropout": m.dropout, "params": m.params,
+                             "active_params": m.active_params}
+    # the mixture-of-experts and latent-attention blocks as the model schema writes them (loadable again)
+    model.update({k: v for k, v in model_mapping(m).items() if k in ("moe", "mla")})
     return {
-        "model": {"name": m.name, "layers": m.layers, "hidden": m.hidden, "ffn_hidden": m.ffn_hidden,
-                  "heads": m.heads, "kv_heads": m.kv_heads, "vocab": m.vocab, "mlp": m.mlp,
-                  "tied_embeddings": m.tied_embeddings, "dropout": m.dropout, "params": m.params},
+        "model": model,
         "seq_len": s.seq_len,
         "hardware": s.hardware.name,
         "devices": s.devices,
@@ -538,7 +576,8 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
                      "vpp": s.parallel.vpp, "zero": s.parallel.zero,
                      "sequence_parallel": s.parallel.sequence_parallel, "tp_overlap": s.parallel.tp_overlap,
                      "dp_shard": s.parallel.shard, "pipeline_split": s.parallel.pipeline_split,
-                     "dp_collectives": s.parallel.dp_collectives, "dp_overlap": s.parallel.dp_overlap},
+                     "dp_collectives": s.parallel.dp_collectives, "dp_overlap": s.parallel.dp_overlap,
+                     "ep": s.parallel.ep, "etp": s.parallel.etp, "moe_overlap": s.parallel.moe_overlap},
         "micro_batch": s.micro_batch,
         "global_batch": s.global_batch,
         "micro_batches": s.micro_batches,

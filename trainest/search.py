@@ -63,6 +63,7 @@ from trainest.step.collectives import network_gap, tiers_of
 from trainest.units import fmt_seconds, fmt_si, parse_count
 
 RECOMPUTE = RECOMPUTES
+MOE_ONLY = ("ep", "etp")   # searched for mixture-of-experts models only
 RECOMPUTE_NAMES = {code: name for name, code in RECOMPUTE_CODES.items()}
 FINETUNE_NAMES = {code: name for name, code in FINETUNE_CODES.items()}
 OFFLOAD_NAMES = {code: name for name, code in OFFLOAD_CODES.items()}
@@ -99,6 +100,8 @@ class SearchSpace:
     sequence_parallel: tuple[bool, ...] = (False, True)
     finetune: tuple[str, ...] | None = None   # None: the job's method only (searched only when allowed)
     offload: tuple[str, ...] | None = None    # None: the job's offload only
+    ep: tuple[int, ...] | None = None         # MoE models only; None: every divisor of the experts that fits
+    etp: tuple[int, ...] | None = None        # MoE models only; None: every divisor of tp that divides f_e
     max_tp: int | None = None          # None: the scale-up domain (no cap when `tp` lists values)
     max_pp: int | None = None
     max_cp: int | None = None
@@ -198,6 +201,8 @@ class Grid:
     balanced: np.ndarray               # 1.0: the balanced pipeline split (L does not divide by p·v)
     finetune: np.ndarray
     offload: np.ndarray
+    ep: np.ndarray
+    etp: np.ndarray
     structural_rejects: dict[str, int]
     values: dict[str, list]            # the values each knob was allowed to take
 
@@ -206,13 +211,14 @@ class Grid:
         return int(self.tp.size)
 
     def layout(self, sel: np.ndarray, *, pipeline_split: str, tp_overlap: float, dp_collectives: str,
-               dp_overlap: float = 1.0) -> Layout:
+               dp_overlap: float = 1.0, moe_overlap: str = "none") -> Layout:
         """The Layout (arrays) of the plans `sel`."""
         return Layout(tp=self.tp[sel], pp=self.pp[sel], dp=self.dp[sel], cp=self.cp[sel], vpp=self.vpp[sel],
                       micro_batch=self.micro_batch[sel], zero=self.zero[sel], sp=self.sp[sel],
                       recompute=self.recompute[sel], tp_overlap=tp_overlap, pipeline_split=pipeline_split,
                       dp_collectives=dp_collectives, dp_overlap=dp_overlap, finetune=_knob(self.finetune, sel),
-                      offload=_knob(self.offload, sel))
+                      offload=_knob(self.offload, sel), ep=_knob(self.ep, sel), etp=_knob(self.etp, sel),
+                      moe_overlap=moe_overlap)
 
 
 def _knob(values: np.ndarray, sel: np.ndarray) -> Any:
@@ -220,6 +226,32 @@ def _knob(values: np.ndarray, sel: np.ndarray) -> Any:
     skips what it multiplies by 0), else the array."""
     picked = values[sel]
     return float(picked[0]) if picked.size and np.all(picked == picked[0]) else picked
+
+
+def pipeline_sizes(base: Scenario, devices: int, space: SearchSpace) -> list[int]:
+    """Candidate pipeline sizes: divisors of L (even split) and the sizes that only Megatron's
+    balanced split (embedding and loss counted as layers: p·v divides L + 2) makes possible. A MoE
+    model also tries every divisor of N up to L with the balanced split (uneven stages): their layer
+    counts rarely divide (DeepSeek-V3: 61, Qwen3-235B: 94) and their recipes lay the stages out by hand
+    (Megatron-Core --pipeline-model-parallel-layout)."""
+    m = base.model
+    even_pps = _divisors(m.layers)
+    balanced_pps = [p for p in _divisors(m.layers + 2) if p not in even_pps and p <= m.layers]
+    if m.moe is not None:
+        balanced_pps = sorted(set(balanced_pps) | {p for p in _divisors(devices) if p <= m.layers} - set(even_pps))
+    return _choose(sorted(even_pps + balanced_pps), space.pp, space.max_pp)
+
+
+def expert_layouts(base: Scenario, stage_ranks: int, tp: int, space: SearchSpace) -> list[tuple[int, int]]:
+    """(ep, etp) pairs for a MoE model on `stage_ranks` = t·c·d ranks per pipeline stage: ep divides
+    the experts, etp divides t and the expert width, ep·etp divides t·c·d (Megatron-Core: ep·etp·edp =
+    tp·cp·dp). A dense model: (1, 1)."""
+    moe = base.model.moe
+    if moe is None:
+        return [(1, 1)] if (space.ep is None or 1 in space.ep) and (space.etp is None or 1 in space.etp) else []
+    eps = _choose(_divisors(moe.experts), space.ep, None)
+    etps = [k for k in _choose(_divisors(tp), space.etp, None) if moe.expert_ffn_hidden % k == 0]
+    return [(e, k) for e in eps for k in etps if stage_ranks % (e * k) == 0]
 
 
 def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
@@ -230,11 +262,7 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     # explicitly allowed tp values are taken as given; otherwise tp stays inside the scale-up domain
     cap_tp = space.max_tp if space.max_tp is not None else (None if space.tp is not None else max_tp_default(base))
     tps = _choose(_divisors(m.heads), space.tp, cap_tp)
-    # pipeline sizes: divisors of L (even split), and the sizes that only Megatron's balanced split
-    # (embedding and loss counted as layers: p·v divides L + 2) makes possible
-    even_pps = _divisors(m.layers)
-    balanced_pps = [p for p in _divisors(m.layers + 2) if p not in even_pps and p <= m.layers]
-    pps = _choose(sorted(even_pps + balanced_pps), space.pp, space.max_pp)
+    pps = pipeline_sizes(base, devices, space)
     cps = _choose(_divisors(base.seq_len), space.cp, space.max_cp)
     zeros = list(space.zero)
     recs = [float(RECOMPUTE_CODES[r]) for r in space.recompute]
@@ -260,7 +288,8 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
                 vs = _choose(_divisors(units) if interleaved else [1], space.vpp, space.max_vpp) if p > 1 else \
                     ([1] if space.vpp is None or 1 in space.vpp else [])
                 bs = _choose(_divisors(B // d), space.micro_batch, space.max_micro_batch)
-                if not vs or not bs:
+                experts = expert_layouts(base, t * c * d, t, space)
+                if not vs or not bs or not experts:
                     continue
                 pairs = [(v, b) for v in vs for b in bs]
                 # the interleaved schedule needs m = B/(d·b) to be a multiple of p (schedule.py)
@@ -268,12 +297,13 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
                 rejects["interleaving_indivisible"] += len(pairs) - len(ok)
                 if not ok:
                     continue
-                block = np.empty((len(ok), 7))
+                block = np.empty((len(ok) * len(experts), 9))
                 block[:, :4] = (t, p, c, d)
-                block[:, 4:6] = ok
+                block[:, 4:6] = np.repeat(np.array(ok, dtype=float), len(experts), axis=0)
                 block[:, 6] = 1.0 if balanced else 0.0
+                block[:, 7:9] = np.tile(np.array(experts, dtype=float), (len(ok), 1))
                 blocks.append(block)
-    lay = np.concatenate(blocks) if blocks else np.empty((0, 7))
+    lay = np.concatenate(blocks) if blocks else np.empty((0, 9))
     combo = np.array([(z, r, s, f, o) for z in zeros for r in recs for s in sps for f, o in extra],
                      dtype=float).reshape(-1, 5)
     n_lay, n_combo = lay.shape[0], combo.shape[0]
@@ -283,6 +313,7 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     cols += [np.tile(combo[:, j], n_lay) for j in range(3)]
     cols.append(np.repeat(np.ascontiguousarray(lay[:, 6]), n_combo))
     cols += [np.tile(combo[:, j], n_lay) for j in (3, 4)]
+    cols += [np.repeat(np.ascontiguousarray(lay[:, j]), n_combo) for j in (7, 8)]
     tp1 = cols[0] == 1.0
     if 0.0 in sps:             # sequence parallelism splits along the TP group: at t = 1 "on" = "off"
         keep = ~(tp1 & (cols[8] == 1.0))
@@ -295,9 +326,12 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
         values["finetune"] = finetunes
     if space.offload is not None:
         values["offload"] = offloads
+    if m.moe is not None:
+        values["ep"] = [int(e) for e in np.unique(lay[:, 7])]
+        values["etp"] = [int(k) for k in np.unique(lay[:, 8])]
     return Grid(tp=cols[0], pp=cols[1], cp=cols[2], dp=cols[3], vpp=cols[4], micro_batch=cols[5], zero=cols[6],
                 recompute=cols[7], sp=cols[8], balanced=cols[9], finetune=cols[10], offload=cols[11],
-                structural_rejects=rejects, values=values)
+                ep=cols[12], etp=cols[13], structural_rejects=rejects, values=values)
 
 
 # ------------------------------------------------------------------------------------ evaluation
@@ -328,7 +362,7 @@ def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> 
 
     def layout(idx: np.ndarray, split: str) -> Layout:
         return g.layout(idx, pipeline_split=split, tp_overlap=tp_overlap, dp_collectives=base.parallel.dp_collectives,
-                        dp_overlap=1.0 if base.parallel.dp_overlap else 0.0)
+                        dp_overlap=1.0 if base.parallel.dp_overlap else 0.0, moe_overlap=base.parallel.moe_overlap)
 
     for split, rows in groups:
         for start in range(0, rows.size, CHUNK_PLANS):
@@ -373,7 +407,7 @@ def job_scenario(mapping: dict, where: str = "options") -> Scenario:
 
 def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vpp: int, micro_batch: int, zero: int,
                   sequence_parallel: bool, recompute: str, pipeline_split: str = "even", finetune: str | None = None,
-                  offload: str | None = None) -> Scenario:
+                  offload: str | None = None, ep: int = 1, etp: int = 1) -> Scenario:
     """The scenario of one plan: the job with this device count and layout (dp = N/(t·p·c)); the
     fine-tuning method and offload are the job's unless the plan changes them."""
     dp = devices // (tp * pp * cp)
@@ -389,13 +423,15 @@ def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vp
                    parallel=Parallel(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero,
                                      sequence_parallel=sequence_parallel, tp_overlap=base.parallel.tp_overlap,
                                      pipeline_split=pipeline_split, dp_collectives=base.parallel.dp_collectives,
-                                     dp_overlap=base.parallel.dp_overlap))
+                                     dp_overlap=base.parallel.dp_overlap, ep=ep, etp=etp,
+                                     moe_overlap=base.parallel.moe_overlap))
 
 
 def plan_knobs(s: Scenario) -> dict:
     """The knob values of a plan's scenario (keys: KNOBS)."""
     p = s.parallel
-    return {"tp": p.tp, "pp": p.pp, "cp": p.cp, "vpp": p.vpp, "micro_batch": s.micro_batch, "zero": p.zero,
+    return {"tp": p.tp, "pp": p.pp, "cp": p.cp, "vpp": p.vpp, "ep": p.ep, "etp": p.etp, "micro_batch": s.micro_batch,
+            "zero": p.zero,
             "recompute": s.recompute, "sequence_parallel": p.sequence_parallel, "finetune": s.finetune.method,
             "offload": s.offload}
 
@@ -459,7 +495,8 @@ def _estimate_at(base: Scenario, devices: int, g: Grid, i: int) -> Estimate:
                       micro_batch=int(g.micro_batch[i]), zero=int(g.zero[i]), sequence_parallel=bool(g.sp[i]),
                       recompute=RECOMPUTE_NAMES[int(g.recompute[i])],
                       pipeline_split="balanced" if g.balanced[i] else "even",
-                      finetune=FINETUNE_NAMES[int(g.finetune[i])], offload=OFFLOAD_NAMES[int(g.offload[i])])
+                      finetune=FINETUNE_NAMES[int(g.finetune[i])], offload=OFFLOAD_NAMES[int(g.offload[i])],
+                      ep=int(g.ep[i]), etp=int(g.etp[i]))
     return estimate(s)
 
 
@@ -510,11 +547,12 @@ def search(base: Scenario, devices: int, space: SearchSpace = SearchSpace(), *, 
     best = order[: top]
     plans = tuple(_estimate_at(base, devices, g, int(i)) for i in best)
     best_score = float(ev.time_s[order[0]] * scale)
-    knob_arrays = {"tp": g.tp, "pp": g.pp, "cp": g.cp, "vpp": g.vpp, "micro_batch": g.micro_batch, "zero": g.zero,
+    knob_arrays = {"tp": g.tp, "pp": g.pp, "cp": g.cp, "vpp": g.vpp, "ep": g.ep, "etp": g.etp,
+                   "micro_batch": g.micro_batch, "zero": g.zero,
                    "recompute": g.recompute, "sequence_parallel": g.sp, "finetune": g.finetune, "offload": g.offload}
     runner: dict[str, RunnerUp | None] = {}
     for knob in KNOBS:
-        if knob in ASKED_ONLY and knob not in g.values:
+        if knob in ASKED_ONLY + MOE_ONLY and knob not in g.values:
             continue                  # not searched: every plan has the job's value
         arr = knob_arrays[knob][order]
         differs = np.flatnonzero(arr != arr[0])

@@ -321,6 +321,19 @@ class RunResult:
     predicted_memory_bytes: float | None = None   # trainest's memory per device for the same run
     predicted_no_overlap_step_s: float | None = None   # the step with every collective exposed (upper bound)
     run_set: str = PUBLIC_SET                     # the runs file's `set` (public: published runs)
+    model: str = ""                               # the model's name
+    architecture: str = "dense"                   # ARCHITECTURES: dense | moe (mixture of experts)
+    active_params_b: float = 0.0                  # parameters one token uses [billions] (= params_b when dense)
+    ep: int = 1
+    etp: int = 1
+
+
+ARCHITECTURES = ("dense", "moe")
+
+
+def architecture_of(s: Scenario) -> str:
+    """`moe` for a mixture-of-experts model, else `dense` (multi-head latent attention alone is dense)."""
+    return "moe" if s.model.moe is not None else "dense"
 
 
 def compare(case: Case, hardware: Hardware | None = None) -> RunResult:
@@ -348,7 +361,8 @@ def result_for(case: Case, predicted_step_s: float, bottleneck: str = "?", fits:
         params_b=s.model.params / 1e9, devices=s.devices, tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, vpp=p.vpp,
         zero=p.zero, sequence_parallel=p.sequence_parallel, recompute=s.recompute, precision=s.precision,
         seq_len=s.seq_len, micro_batch=s.micro_batch, global_batch=s.global_batch, confidence=case.confidence,
-        citation=case.citation, run_set=case.run_set)
+        citation=case.citation, run_set=case.run_set, model=s.model.name, architecture=architecture_of(s),
+        active_params_b=s.model.active_params / 1e9, ep=p.ep, etp=p.etp)
 
 
 @dataclass(frozen=True)
@@ -390,9 +404,14 @@ class ValidationReport:
         """Summary per run set (`public`, `vtrain-single-node`, ...)."""
         return grouped(self.runs, self.not_expressible, "run_set")
 
+    @property
+    def by_architecture(self) -> dict[str, Summary]:
+        """Summary per architecture (`dense`, `moe`); not-expressible records are not counted here."""
+        return grouped(self.runs, (), "architecture")
+
 
 def grouped(results: Iterable[RunResult], skipped: Iterable[NotExpressible], key: str) -> dict[str, Summary]:
-    """Summary per value of `key` (`source`, `hardware` or `run_set`), sorted by that value."""
+    """Summary per value of `key` (`source`, `hardware`, `run_set`, `architecture`, `model`), sorted."""
     res: dict[str, list[RunResult]] = {}
     nx: dict[str, int] = {}
     for r in results:

@@ -63,3 +63,8 @@ def off(x) -> bool:
     """True when x is the plain number 0 (not an array): a term it multiplies is 0 for every plan,
     so the model may skip computing it (the same numbers, less work)."""
     return _scalar(x) and x == 0
+
+
+def is_array(x) -> bool:
+    """True for a numpy array (the plan search's vectorised layouts), False for a float."""
+    return not _scalar(x)

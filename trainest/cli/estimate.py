@@ -40,8 +40,12 @@ def scenario_mapping_from_options(config: str | None, values: dict[str, Any]) ->
     given, shape = mapping_from_values(values)
     mapping = merge(base, given)
     if shape and isinstance(mapping.get("model"), dict):
-        mapping["model"] = merge(mapping["model"], shape)
-        shape = {}
+        from trainest.catalog import MOE_OVERRIDES
+        # the dense shape keys go into the mapping; the MoE ones (--experts ...) stay for with_shape, which
+        # knows where they live (the moe: block, or a new one for a dense model)
+        moe = {k: v for k, v in shape.items() if k in MOE_OVERRIDES}
+        mapping["model"] = merge(mapping["model"], {k: v for k, v in shape.items() if k not in MOE_OVERRIDES})
+        shape = moe
     return mapping, shape
 
 

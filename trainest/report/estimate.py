@@ -17,7 +17,7 @@ NO_OVERLAP_SHOWN_ABOVE = 0.005     # show the no-overlap bound when it exceeds t
 TERM_ABOUT = {
     "compute": "compute-bound GEMMs and attention at achievable FLOP/s",
     "memory": "memory-bound kernels (norms, activations, optimizer) at achievable {memory} bandwidth",
-    "communication": "exposed TP {tp} / CP {cp} / PP {pp} / DP {dp}",
+    "communication": "exposed TP {tp} / CP {cp} / PP {pp} / DP {dp}{ep_text}",
     "bubble": "pipeline fill and drain, {bubble:.2f} micro-batch times ({bubble_rule})",
     "overhead": "waiting for the host to launch kernels {host_wait} / kernel floors {kernel_floors}",
     "offload": "host link copies and the CPU's Adam step not hidden by the device's work ({link})",
@@ -127,11 +127,32 @@ def layout_text(s: Scenario) -> str:
         if "parallel.zero" in s.derived else ""
     text = (f"tp={p.tp} pp={p.pp} dp={p.dp}{' (derived)' if 'parallel.dp' in s.derived else ''} cp={p.cp} "
             f"vpp={p.vpp} zero={p.zero}{zero_default} sequence-parallel={'on' if p.sequence_parallel else 'off'}")
+    if s.model.moe is not None:
+        text += f" ep={p.ep}{' (default)' if 'parallel.ep' in s.derived else ''} etp={p.etp} edp={p.edp}"
     extras = [text for text, shown in (("tp-overlap=on", p.tp_overlap), (f"dp-shard={p.dp_shard}", p.dp_shard),
+                                       (f"moe-overlap={p.moe_overlap}", s.model.moe is not None),
                                        (f"pipeline-split={p.pipeline_split}", p.pipeline_split != "even"),
                                        (f"dp-collectives={p.dp_collectives}", p.dp_collectives != "hierarchical"))
               if shown]
     return " ".join([text, *extras])
+
+
+def model_text(m) -> str:
+    """The model in one line: parameters (total and active for MoE), shape, experts, latent attention."""
+    params = (f"{m.params / 1e9:.2f} B params" if m.moe is None else
+              f"{m.params / 1e9:.2f} B params ({m.active_params / 1e9:.2f} B active)")
+    text = (f"{m.name}: {params}, L={m.layers} h={m.hidden} f={m.ffn_hidden} a={m.heads} g={m.kv_heads} V={m.vocab} "
+            f"{m.mlp}{', dropout' if m.dropout else ''}")
+    if m.moe is not None:
+        e = m.moe
+        text += (f"; MoE E={e.experts} top-{e.top_k} f_e={e.expert_ffn_hidden}"
+                 + (f" shared {e.shared_experts}×{e.shared_width}" if e.shared_experts else "")
+                 + f", {m.moe_layers} of {m.layers} layers, imbalance {e.imbalance:g}"
+                 + (f", capacity {e.capacity_factor:g}" if e.capacity_factor is not None else ""))
+    if m.mla is not None:
+        a = m.mla
+        text += f"; MLA r_q={a.q_lora_rank} r_kv={a.kv_lora_rank} d_qk={a.qk_head_dim} d_v={a.v_head_dim}"
+    return text
 
 
 def scenario_table(s: Scenario):
@@ -143,9 +164,7 @@ def scenario_table(s: Scenario):
 
     m = s.model
     return _key_value_table("Scenario", [
-        ("model", mark("model", f"{m.name}: {m.params / 1e9:.2f} B params, L={m.layers} h={m.hidden} "
-                                f"f={m.ffn_hidden} a={m.heads} g={m.kv_heads} V={m.vocab} {m.mlp}"
-                                f"{', dropout' if m.dropout else ''}")),
+        ("model", mark("model", model_text(m))),
         ("sequence", mark("seq_len", f"{s.seq_len} tokens")),
         ("hardware", mark("hardware", f"{s.hardware.name} ({s.hardware.display_name}), "
                                       f"{plural(s.devices, 'device')}, {s.devices_per_node} per node")
@@ -198,11 +217,13 @@ def step_table(e: Estimate):
     t.add_column("what it is")
     values = {k: fmt_seconds(v) for k, v in {**st.communication_detail_s, **st.overhead_detail_s}.items()}
     m = e.scenario.micro_batches
+    ep_text = f" / EP {values['ep']}" if e.scenario.model.moe is not None else ""
     rule = "(p-1)/v" if m >= p.pp else "p-m+(m-1)/v: fewer micro-batches than stages"
     terms = ("compute", "memory", "communication", "bubble", "overhead") + (("offload",) if st.offload_s else ())
     for k in terms:
         about = TERM_ABOUT[k].format(**values, bubble=bubble_slots(p.pp, p.vpp, m), bubble_rule=rule,
-                                     memory=memory_words(hw), link=host_link_words(hw))
+                                     memory=memory_words(hw), link=host_link_words(hw),
+                                     ep_text=ep_text)
         t.add_row(k, fmt_seconds(getattr(st, f"{k}_s")), f"{st.shares[k]:.1%}", about,
                   style="bold" if k == st.bottleneck else "")
     return t

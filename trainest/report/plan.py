@@ -62,7 +62,9 @@ def _layout(e) -> str:
     """tp, pp, cp, dp, virtual stages, micro-batch, ZeRO stage, sequence parallelism, compactly."""
     s, p = e.scenario, e.scenario.parallel
     return (f"t{p.tp} p{p.pp}" + ("(bal)" if p.pipeline_split == "balanced" else "") + f" c{p.cp} d{p.dp}"
-            + (f" v{p.vpp}" if p.pp > 1 else "") + f" b{s.micro_batch} z{p.zero}"
+            + (f" v{p.vpp}" if p.pp > 1 else "")
+            + (f" e{p.ep}" + (f" et{p.etp}" if p.etp > 1 else "") if s.model.moe is not None else "")
+            + f" b{s.micro_batch} z{p.zero}"
             + (" sp" if p.sequence_parallel else "") + (f" {s.finetune.method}" if s.finetune.frozen else "")
             + (f" off:{s.offload}" if s.offload != "none" else ""))
 
@@ -100,7 +102,9 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
     t = Table(title=f"Top {len(r.plans)} plans (step breakdown in seconds)", title_justify="left", box=box.SIMPLE_HEAD,
               pad_edge=False, collapse_padding=True)
     t.caption = ("plan: t tensor, p pipeline ((bal): balanced split, embedding and loss count as layers), "
-                 "c context, d data parallel, v virtual stages, b micro-batch, z ZeRO, "
+                 "c context, d data parallel, v virtual stages, "
+                 + ("e expert parallel, et expert tensor parallel, " if b.model.moe is not None else "")
+                 + "b micro-batch, z ZeRO, "
                  "sp sequence parallel; step = compute + mem(ory-bound) + comm + bubble + overhead \\[s]; "
                  "GiB per device; days and cost to train the tokens")
     t.caption_justify = "left"

@@ -24,6 +24,7 @@ def report_dict(report: ValidationReport) -> dict[str, Any]:
             "by_source": {k: summary_dict(v) for k, v in report.by_source.items()},
             "by_hardware": {k: summary_dict(v) for k, v in report.by_hardware.items()},
             "by_set": {k: summary_dict(v) for k, v in report.by_set.items()},
+            "by_architecture": {k: summary_dict(v) for k, v in report.by_architecture.items()},
             "runs": [asdict(r) for r in report.runs],
             "duplicates_skipped": list(report.duplicates),
             "not_expressible": [{"id": n.id, "source": n.source, "hardware": n.hardware, "reason": n.reason,
@@ -94,6 +95,7 @@ def markdown(report: ValidationReport) -> str:
         f"**{plural(s.runs, 'run')} compared; MAPE {_pct(s.mape_pct)} %, median {_pct(s.median_ape_pct)} %, "
         f"max {_pct(s.max_ape_pct)} %; {s.not_expressible} not expressible.**",
         "### By set\n\n" + summary_markdown(report.by_set, "set"),
+        "### By architecture\n\n" + summary_markdown(report.by_architecture, "architecture"),
         "### By source\n\n" + summary_markdown(report.by_source, "source"),
         "### By hardware\n\n" + summary_markdown(report.by_hardware, "hardware"),
         "### Per run\n\n" + runs_markdown(report.runs),
@@ -128,6 +130,7 @@ def print_validate(result: ValidationReport) -> None:
                   f"{r.error_pct:+.1f}")
     print_table(con, t)
     print_table(con, summary_table("By set", result.by_set, "set"))
+    print_table(con, summary_table("By architecture", result.by_architecture, "architecture"))
     print_table(con, summary_table("By source", result.by_source, "source"))
     print_table(con, summary_table("By hardware", result.by_hardware, "hardware"))
     s = result.summary

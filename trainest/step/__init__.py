@@ -8,7 +8,9 @@
     overlap.py      §4.6  overlap windows, exposure, contention, the no-overlap bound
     schedule.py     §5    layers per stage, the slowest stage, the pipeline bubble
     optimizer.py    §6    the optimizer step
-    compose.py      §5.3  the step: `step_terms(job, layout) -> StepTerms`
+    moe.py          §13   a mixture-of-experts layer: router, grouped expert GEMMs, dispatch/combine all-to-alls
+    mla.py          §13.5 multi-head latent attention: its projections, bytes and element-wise traffic
+    compose.py      §5.3  the step: `step_terms(job, layout) -> StepTerms` (the mean layer of §13.4)
 """
 
 from trainest.step.compose import StepTerms, step_terms

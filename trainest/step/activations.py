@@ -4,9 +4,12 @@ package, because the step needs it too (activation offload, §14); `trainest.mem
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from trainest import xp
 from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
 from trainest.step.finetune import adapter_activation_bytes_per_layer
+from trainest.step.moe import expert_load_factor
 
 DROPOUT_MASK_BYTES = 1.0         # one byte per element
 FP8_SAVED_INPUT_BYTES = 1.0      # FP8/FP4 recipes (Transformer Engine) keep the GEMM inputs saved for
@@ -34,6 +37,8 @@ def activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]:
     for full training (conservative: a framework that does not save the inputs of frozen, unadapted
     linear layers keeps less).
     """
+    if job.model.moe is not None or job.model.mla is not None:
+        return mean_activation_bytes_per_layer(job, layout)
     model, tp, cp, seq_len, micro_batch = job.model, layout.tp, layout.cp, job.seq_len, layout.micro_batch
     e = ACTIVATION_BYTES
     g8 = FP8_SAVED_INPUT_BYTES if job.low_precision else e      # bytes of a saved GEMM input
@@ -64,4 +69,132 @@ def activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]:
         adapters = adapter_activation_bytes_per_layer(job, layout)
         stored, op_saved, rematerialised = stored + adapters, op_saved + adapters, rematerialised + adapters
     kept = xp.where(layout.full > 0, full_input, xp.where(layout.op > 0, op_saved, stored))
+    return kept, rematerialised
+
+
+class ActivationParts(NamedTuple):
+    """Activations of one layer for one micro-batch on one device, by part [B] (docs/model.md §7.3, §15.6)."""
+
+    replicated: Num             # norm inputs and outputs, dropout masks (÷t only with SP)
+    scores: Num                 # standard attention's s×s tensors kept (0 under recompute or fused attention)
+    scores_all: Num             # the same, when the layer is re-materialised
+    full_input: Num             # the layer input, all that full recompute keeps
+
+
+def common_activation_parts(job: Job, layout: Layout) -> ActivationParts:
+    """The parts every kind of layer shares: the replicated h-wide tensors, the attention scores of
+    standard attention, the layer input (the formulas of activation_bytes_per_layer)."""
+    model, e = job.model, ACTIVATION_BYTES
+    g8 = FP8_SAVED_INPUT_BYTES if job.low_precision else e
+    tokens, sp_div = layout.tokens(job), layout.sp_div
+    mask = DROPOUT_MASK_BYTES if model.dropout else 0.0
+    replicated = (2.0 * e + 2.0 * g8 + 2.0 * mask) * tokens * model.hidden / sp_div
+    scores: Num = 0.0
+    scores_all: Num = 0.0
+    if job.attention == "standard":
+        scores_all = ((e + e + mask) if model.dropout else e) * layout.micro_batch * (model.heads / layout.tp) \
+            * (job.seq_len / layout.cp) * job.seq_len
+        scores = scores_all * layout.no_recompute
+    return ActivationParts(replicated=replicated, scores=scores, scores_all=scores_all,
+                           full_input=e * tokens * model.hidden / sp_div)
+
+
+def attention_activation_bytes(job: Job, layout: Layout) -> tuple[Num, Num]:
+    """(kept, kept by op recompute) of the attention block beyond the replicated part [B].
+    Standard / GQA: e·T·(a·d_h + 2·g_t·d_h)/t + g8·T·a·d_h/t (Q, K, V; the context as GEMM input);
+    op keeps Q, V and the context: e·T·(2·a·d_h + g_t·d_h)/t.
+    MLA: e·T·a·(2·d_qk + d_n + d_v)/t + g8·T·a·d_v/t (Q and K after RoPE; the KV up-projection's
+    output, of which V is a view; the context) plus the latents, replicated over t like their
+    projections: T·(e·(r_q + r_kv + d_r) + g8·(r_q + r_kv)) (the down-projections' outputs and their
+    normed copies, the up-projections' inputs); op keeps Q, V and the context: e·T·a·(d_qk + 2·d_v)/t."""
+    m, e = job.model, ACTIVATION_BYTES
+    g8 = FP8_SAVED_INPUT_BYTES if job.low_precision else e
+    tokens, tp = layout.tokens(job), layout.tp
+    if m.mla is None:
+        q_width = m.heads * m.head_dim
+        kv_width = 2.0 * xp.maximum(m.kv_heads, tp) * m.head_dim
+        return (tokens * (e * (q_width + kv_width) + g8 * q_width) / tp,
+                e * tokens * (2.0 * q_width + kv_width / 2.0) / tp)
+    a = m.mla
+    heads, d_qk, d_v = m.heads / tp, m.qk_head_dim, m.v_head_dim
+    latent = (a.q_lora_rank or 0) + a.kv_lora_rank
+    split = tokens * heads * (e * (2.0 * d_qk + a.qk_nope_head_dim + d_v) + g8 * d_v)
+    latents = tokens * (e * (latent + a.qk_rope_head_dim) + g8 * latent)
+    return split + latents, e * tokens * heads * (d_qk + 2.0 * d_v)
+
+
+def dense_mlp_activation_bytes(job: Job, layout: Layout) -> tuple[Num, Num]:
+    """(kept, kept by op recompute) of a dense MLP [B]: e·T·(k_f − 1)·f/t + g8·T·f/t (the up
+    projections' outputs; the down projection's input); op keeps the first matmul's output and with
+    SwiGLU the down projection's h-wide output: e·T·(f/t [+ h])."""
+    m, e = job.model, ACTIVATION_BYTES
+    g8 = FP8_SAVED_INPUT_BYTES if job.low_precision else e
+    tokens, f = layout.tokens(job), m.ffn_hidden
+    return (tokens * (e * (m.mlp_matrices - 1.0) * f + g8 * f) / layout.tp,
+            e * tokens * (f / layout.tp + (m.hidden if m.mlp == "swiglu" else 0.0)))
+
+
+ROUTER_ACTIVATION_BYTES_PER_SCORE = 8.0   # FP32 router probabilities and routing map kept for the backward (aux loss)
+
+
+def moe_mlp_activation_bytes(job: Job, layout: Layout) -> tuple[Num, Num]:
+    """(kept, kept by op recompute) of one MoE block on the busiest rank [B], with c = I·T_in·K its
+    routed token copies (step/moe.py): the router's scores ROUTER_ACTIVATION_BYTES_PER_SCORE·T_in·E;
+    the experts' input rows g8·t_e·c·h (what the dispatch received); their up projections' outputs and
+    the down projection's input c·f_e·((k_f − 1)·e + g8); the combined expert outputs e·T_in·K·h (the
+    probability-weighted sum's backward needs them); the shared experts as a dense MLP of width S·f_s.
+    Op keeps the router's scores, the first matmul's outputs e·(c·f_e + T·S·f_s/t) and with SwiGLU
+    the h-wide outputs e·(T_in·K + T)·h."""
+    m, moe, e = job.model, job.model.moe, ACTIVATION_BYTES
+    if moe is None:
+        raise ValueError(f"{m.name} has no mixture-of-experts layers")
+    g8 = FP8_SAVED_INPUT_BYTES if job.low_precision else e
+    tokens = layout.tokens(job)
+    t_in = tokens / layout.tp
+    copies = moe_copies(job, layout)
+    shared = tokens * moe.shared_experts * moe.shared_width / layout.tp
+    router = ROUTER_ACTIVATION_BYTES_PER_SCORE * t_in * moe.experts
+    intermediate = (m.mlp_matrices - 1.0) * e + g8
+    kept = (router + g8 * layout.etp * copies * m.hidden + copies * moe.expert_ffn_hidden * intermediate
+            + e * t_in * moe.top_k * m.hidden + shared * intermediate)
+    swiglu = e * (t_in * moe.top_k + tokens) * m.hidden if m.mlp == "swiglu" else 0.0
+    return kept, router + e * (copies * moe.expert_ffn_hidden + shared) + swiglu
+
+
+def moe_copies(job: Job, layout: Layout) -> Num:
+    """I·T_in·K: the busiest rank's routed token copies per micro-batch (step/moe.py: routed_copies)."""
+    moe = job.model.moe
+    if moe is None:
+        return 0.0
+    return expert_load_factor(moe) * layout.tokens(job) / layout.tp * moe.top_k
+
+
+def dispatch_buffer_bytes(job: Job, layout: Layout) -> Num:
+    """The all-to-all send and receive buffers of the MoE layer being computed [B]: the T_in·K
+    permuted rows sent and the t_e·I·T_in·K rows received, e·h each (0 for a dense model)."""
+    moe = job.model.moe
+    if moe is None:
+        return 0.0
+    t_in = layout.tokens(job) / layout.tp
+    return ACTIVATION_BYTES * job.model.hidden * (t_in * moe.top_k + layout.etp * moe_copies(job, layout))
+
+
+def mean_activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]:
+    """(kept, re-materialised) of the mean layer of a MoE and/or MLA model [B]: the common parts, the
+    attention block's and the MLP's (dense layers weighted L_d/L, MoE layers L_m/L); under full
+    recompute the layer input, under op recompute what its policy saves (activation_bytes_per_layer)."""
+    model = job.model
+    common = common_activation_parts(job, layout)
+    attention, attention_op = attention_activation_bytes(job, layout)
+    kinds = [(model.dense_layers_count / model.layers, *dense_mlp_activation_bytes(job, layout))]
+    if model.moe is not None:
+        kinds.append((model.moe_layers / model.layers, *moe_mlp_activation_bytes(job, layout)))
+    kept: Num = 0.0
+    rematerialised: Num = 0.0
+    for weight, mlp, mlp_op in kinds:
+        stored = common.replicated + attention + mlp + common.scores
+        op_saved = common.full_input + attention_op + mlp_op
+        kept = kept + weight * xp.where(layout.full > 0, common.full_input,
+                                        xp.where(layout.op > 0, op_saved, stored))
+        rematerialised = rematerialised + weight * (common.replicated + attention + mlp + common.scores_all)
     return kept, rematerialised

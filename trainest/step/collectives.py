@@ -219,3 +219,24 @@ def send_recv_s(size_bytes, size, stride, tiers: Tiers):
     bw = xp.where(extent <= tiers.domain, tiers.up_bytes_per_s,
                   xp.where(extent <= tiers.node_extent, tiers.node_bytes_per_s, across))
     return size_bytes / xp.where(size > 1, bw, math.inf) + _hop_latency_s(size, stride, tiers)
+
+
+def all_to_all_s(size_bytes, size, stride, tiers: Tiers):
+    """All-to-all of S bytes per rank (S/n to each of the n ranks, `stride` apart) [s].
+
+    Inside one node: (n−1)/n · S/W with W the scale-up rate while the group lies in one scale-up
+    domain, else the intra-node path. A group that spans nodes has k ranks per node (§3.2); each
+    rank sends (k−1)/n·S to its node peers over the inner links and (n−k)/n·S to the others through
+    its own NIC, both at once: max((k−1)/n·S/W_inner, (n−k)/n·S/W_out) + α_out. The pairwise
+    exchanges are issued together (NCCL group of sends and receives, DeepEP), so the latency is one
+    hop's, not n−1. 0 for n = 1 (Lepikhin et al. 2020 GShard; scaling-book)."""
+    extent = size * stride
+    k = ranks_per_domain(size, stride, tiers.node_extent)
+    inner, _ = _inner(size, stride, tiers)
+    in_node_bw = xp.where(extent <= tiers.domain, tiers.up_bytes_per_s, tiers.node_bytes_per_s)
+    within = (size - 1.0) / size * size_bytes / in_node_bw
+    across = xp.maximum((k - 1.0) / size * size_bytes / inner,
+                        (size - k) / size * size_bytes / tiers.out_bytes_per_s)
+    latency = _hop_latency_s(size, stride, tiers)
+    # one rank exchanges nothing, over whatever (possibly absent) link
+    return xp.where(size > 1, xp.where(extent <= tiers.node_extent, within, across) + latency, 0.0)

@@ -9,17 +9,39 @@ from typing import NamedTuple
 
 from trainest import xp
 from trainest.layout import Job, Layout, Num
-from trainest.step.collectives import tiers_of
+from trainest.step.collectives import Tiers, tiers_of
 from trainest.step.finetune import finetune_flops_delta, trainable_params_local
 from trainest.step.flops import model_flops_per_step, recompute_flops_per_step
 from trainest.step.kernels import host_layer_s, host_pass_s
-from trainest.step.layer import LayerPass, layer_pass, local_shape, logits_ops, rates_of
+from trainest.step.layer import (
+    LayerPass,
+    LocalShape,
+    Rates,
+    attention_block,
+    layer_ops,
+    layer_pass,
+    local_shape,
+    logits_ops,
+    mix_passes,
+    rates_of,
+)
+from trainest.step.moe import moe_layer
 from trainest.step.offload import Offload, offload_state, offload_terms
 from trainest.step.optimizer import optimizer_s
 from trainest.step.overlap import DpExposed, dp_exposed_parts, dp_windows_s, overlapped_exposed_s, serial_dp_s
 from trainest.step.roofline import Op, bound_sums
-from trainest.step.schedule import bubble_s, slowest_stage, stage_params
-from trainest.step.traffic import CpRing, DpTraffic, cp_ring, dp_traffic, pp_p2p_s, tp_layer_s, zero3_s
+from trainest.step.schedule import bubble_s, slowest_stage, stage_dense_params, stage_expert_params
+from trainest.step.traffic import (
+    CpRing,
+    DpTraffic,
+    add_dp_traffic,
+    cp_ring,
+    dp_traffic,
+    expert_dp_groups,
+    pp_p2p_s,
+    tp_layer_s,
+    zero3_s,
+)
 
 
 class StepParts(NamedTuple):
@@ -33,6 +55,8 @@ class StepParts(NamedTuple):
     micro_batches: Num
     tp_total_s: Num              # TP collectives of one layer pass, all / exposed
     tp_exposed_s: Num
+    ep_total_s: Num              # expert-parallel all-to-alls of the mean layer pass, all / exposed (MoE)
+    ep_exposed_s: Num
     cp: CpRing                   # the CP ring of one layer pass
     pp_s: Num                    # PP send/recv of one micro-batch
     z3_s: Num                    # ZeRO-3 traffic of one micro-batch, all / exposed
@@ -66,7 +90,49 @@ class StepTerms(NamedTuple):
     host_wait_s: Num = 0.0       # the part of overhead_s the device waits for the host (host-bound layers)
     floor_s: Num = 0.0           # the part of overhead_s the kernels' floors add
     offload_s: Num = 0.0         # exposed host-side work: host-link copies and the CPU's Adam (step/offload.py)
+    ep_comm_s: Num = 0.0         # exposed expert-parallel all-to-alls (MoE), part of communication_s
     parts: StepParts | None = None   # what the terms were composed from (the ops table)
+
+
+class MeanLayer(NamedTuple):
+    """The mean layer of the model on one device: its pass and its TP and EP traffic [s] (all and
+    exposed). A dense model's only layer kind; a MoE model's L_d dense and L_m MoE layers weighted
+    L_d/L and L_m/L (docs/model.md §15.4)."""
+
+    lp: LayerPass
+    tp_total_s: Num
+    tp_exposed_s: Num
+    ep_total_s: Num
+    ep_exposed_s: Num
+
+
+def mean_layer(job: Job, layout: Layout, rates: Rates, shape: LocalShape, tiers: Tiers) -> MeanLayer:
+    """One layer pass, its TP traffic and (MoE) its expert-parallel traffic, as the mean over the
+    model's layers."""
+    model = job.model
+    if model.moe is None:
+        lp = layer_pass(job, layout, rates, shape)
+        tp_total, tp_exposed = tp_layer_s(job, layout, shape, tiers, lp.linear_s)
+        return MeanLayer(lp, tp_total, tp_exposed, 0.0, 0.0)
+    # both kinds of layer share the attention core: computed once
+    attention = attention_block(job, layout, rates, shape)
+    m = moe_layer(job, layout, rates, shape, tiers, attention)
+    w_dense, w_moe = model.dense_layers_count / model.layers, model.moe_layers / model.layers
+    if w_dense == 0.0:
+        return MeanLayer(m.lp, m.tp_total_s, m.tp_exposed_s, m.ep_total_s, m.ep_exposed_s)
+    lp = layer_pass(job, layout, rates, shape, layer_ops(job, layout, rates, shape, attention=attention))
+    tp_total, tp_exposed = tp_layer_s(job, layout, shape, tiers, lp.linear_s)
+    return MeanLayer(mix_passes(lp, m.lp, w_dense, w_moe), w_dense * tp_total + w_moe * m.tp_total_s,
+                     w_dense * tp_exposed + w_moe * m.tp_exposed_s, w_moe * m.ep_total_s, w_moe * m.ep_exposed_s)
+
+
+def data_parallel_traffic(job: Job, layout: Layout, tiers: Tiers, trained_local: Num, expert_local: Num) -> DpTraffic:
+    """The step's data-parallel collectives: the non-expert parameters' over the d·c group, a MoE
+    model's routed experts' over the expert data-parallel group."""
+    dp = dp_traffic(job, layout, tiers, trained_local)
+    if job.model.moe is None:
+        return dp
+    return add_dp_traffic(dp, dp_traffic(job, layout, tiers, expert_local, expert_dp_groups(layout)))
 
 
 def step_terms(job: Job, layout: Layout) -> StepTerms:
@@ -76,13 +142,12 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     # the data-parallel group's rings use every NIC of a node (hierarchical) or one per rank (flat)
     dp_tiers = tiers if layout.dp_collectives == "hierarchical" else tiers._replace(aggregate_nics=False)
     rates, shape = rates_of(job, layout), local_shape(job, layout)
-    lp = layer_pass(job, layout, rates, shape)
-    tp_total, tp_layer = tp_layer_s(job, layout, shape, tiers, lp.linear_s)
+    lp, tp_total, tp_layer, ep_total, ep_layer = mean_layer(job, layout, rates, shape, tiers)
     cp = cp_ring(layout, shape, tiers, lp)
     logits = logits_ops(job, layout, rates, shape)
     logits_c, logits_m = bound_sums(logits)
     # a layer takes the longer of its device time and its host time (the device waits for launches)
-    device_layer_s = lp.compute_s + lp.memory_s + lp.overhead_s + lp.floor_s + tp_layer + cp.exposed_s
+    device_layer_s = lp.compute_s + lp.memory_s + lp.overhead_s + lp.floor_s + tp_layer + cp.exposed_s + ep_layer
     host_layer = host_layer_s(job, layout)
     host_excess = xp.maximum(host_layer - device_layer_s, 0.0)
     layer_overhead = lp.overhead_s + lp.floor_s + host_excess
@@ -91,22 +156,23 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     n = stage.layers
     stage_c, stage_m, stage_o = n * lp.compute_s, n * lp.memory_s, n * layer_overhead
     stage_pp = pp_p2p_s(job, layout, shape, tiers)
-    params_local = stage_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.tp
+    params_local = stage_dense_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.tp
+    expert_local = stage_expert_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.expert_group
     z3_layer, z3_comm = zero3_s(job, layout, dp_tiers, n, params_local)
     # the window for ZeRO-3's traffic: the stage's work, less the attention time that hides CP
     stage_work = stage_c + stage_m + stage_o - n * (cp.hiding_fwd_s + cp.hiding_bwd_s)
     z3_exposed = overlapped_exposed_s(z3_comm, stage_work, z3_layer, eff.overlap_contention) * layout.z3
-    mb_comm = n * tp_layer + n * cp.exposed_s + stage_pp + z3_exposed
+    mb_comm = n * tp_layer + n * cp.exposed_s + n * ep_layer + stage_pp + z3_exposed
     mb_c = stage_c + stage.last_is_max * logits_c
     mb_m = stage_m + stage.last_is_max * logits_m
     m = layout.micro_batches(job)
     bubble = bubble_s(layout, m, stage.heavy_layers * layer_s + stage_pp + z3_exposed)
     trained_local = trainable_params_local(job, layout, params_local)    # LoRA: the adapters only
-    dp = dp_traffic(job, layout, dp_tiers, trained_local)
+    dp = data_parallel_traffic(job, layout, dp_tiers, trained_local, expert_local)
     windows = dp_windows_s(layout, lp, cp, n, z3_comm, stage_work, host_pass_s(job, layout))
     dp_parts = dp_exposed_parts(layout, dp, windows, n, eff.overlap_contention, m)
     dp_exposed = dp_parts.replica_s + dp_parts.reduce_s + dp_parts.gather_s + dp_parts.zero2_s
-    optimizer = optimizer_s(layout, trained_local, rates.memory_bytes_per_s)
+    optimizer = optimizer_s(layout, trained_local, rates.memory_bytes_per_s, expert_local)
     offload_s: Num = 0.0
     offload_serial: Num = 0.0
     off: Offload | None = None
@@ -119,7 +185,7 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     communication_s = m * mb_comm + dp_exposed
     # the upper bound: nothing overlapped (every collective in full, no contention), with the bubble
     # of the longer micro-batch
-    serial_layer = tp_total + cp.total_s
+    serial_layer = tp_total + cp.total_s + ep_total
     serial_typical = stage.heavy_layers * (lp.compute_s + lp.memory_s + layer_overhead + serial_layer) \
         + stage_pp + z3_comm
     no_overlap = (m * (mb_c + mb_m + stage_o + n * serial_layer + stage_pp + z3_comm) + optimizer
@@ -133,11 +199,13 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
                      compute_s=compute_s,
                      memory_s=memory_s, communication_s=communication_s, bubble_s=bubble, overhead_s=overhead_s,
                      tp_comm_s=m * (n * tp_layer), cp_comm_s=m * (n * cp.exposed_s), pp_comm_s=m * stage_pp,
+                     ep_comm_s=m * (n * ep_layer),
                      dp_comm_s=dp_exposed + m * z3_exposed, optimizer_s=optimizer,
                      micro_batch_s=mb_c + mb_m + stage_o + mb_comm, no_overlap_time_s=no_overlap,
                      model_flops=mflops, hardware_flops=hflops, offload_s=offload_s,
                      host_s=m * n * host_layer, host_wait_s=m * n * host_excess, floor_s=m * n * lp.floor_s,
                      parts=StepParts(layer=lp, logits=logits, layers=n, last_is_max=stage.last_is_max, micro_batches=m,
-                                     tp_total_s=tp_total, tp_exposed_s=tp_layer, cp=cp, pp_s=stage_pp, z3_s=z3_comm,
+                                     tp_total_s=tp_total, tp_exposed_s=tp_layer, ep_total_s=ep_total,
+                                     ep_exposed_s=ep_layer, cp=cp, pp_s=stage_pp, z3_s=z3_comm,
                                      z3_exposed_s=z3_exposed, dp=dp, dp_exposed=dp_parts, trained_params=trained_local,
                                      offload=off))

@@ -1,5 +1,7 @@
 """FLOPs of a training step (docs/model.md §1): model FLOPs (forward + backward, no recompute) and
-the hardware FLOPs that recomputation and materialised attention scores add.
+the hardware FLOPs that recomputation and materialised attention scores add. A mixture-of-experts
+model counts the weights each token uses (its active parameters, §13.1), and multi-head latent
+attention its own projections and head widths (§13.5).
 Sources: Narayanan et al. 2021 §5.1 (per-layer count), Korthikanti et al. 2022 (MFU vs HFU)."""
 
 from __future__ import annotations
@@ -10,15 +12,65 @@ from trainest.layout import Job, Layout, Num
 CAUSAL_FRACTION = 0.5              # causal attention computes about half of the s×s scores
 
 
+def attention_core_flops_per_token(model: Model, seq_len: Num, causal_fraction: float = 1.0) -> Num:
+    """2·s·a·(d_qk + d_v)·φ: Q·Kᵀ over d_qk and softmax·V over d_v of one token's row [FLOP]
+    (= 4·s·a·d_h·φ without MLA)."""
+    return 2.0 * seq_len * model.heads * (model.qk_head_dim + model.v_head_dim) * causal_fraction
+
+
+def mla_projection_params(model: Model) -> float:
+    """The weights of MLA's five projections (its GEMMs; the latent norms excluded): h·r_q +
+    r_q·a·d_qk (or h·a·d_qk), h·(r_kv + d_r), r_kv·a·(d_n + d_v), a·d_v·h [params]."""
+    a, h, heads = model.mla, model.hidden, model.heads
+    if a is None:
+        raise ValueError(f"{model.name} has no multi-head latent attention")
+    q = h * heads * a.qk_head_dim if a.q_lora_rank is None else a.q_lora_rank * (h + heads * a.qk_head_dim)
+    return float(q + h * (a.kv_lora_rank + a.qk_rope_head_dim)
+                 + a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim) + heads * a.v_head_dim * h)
+
+
+def moe_mlp_params_per_token(model: Model) -> float:
+    """The MLP weights one token uses in a MoE layer: router h·E + K·k_f·h·f_e + S·k_f·h·f_s [params]."""
+    moe = model.moe
+    if moe is None:
+        raise ValueError(f"{model.name} has no mixture-of-experts layers")
+    return float(model.router_params + moe.top_k * model.params_per_expert
+                 + model.shared_expert_params_per_moe_layer)
+
+
+def mean_mlp_params_per_token(model: Model) -> float:
+    """(L_d·k_f·h·f + L_m·moe_mlp_params_per_token) / L: the MLP weights a token uses in the mean layer."""
+    dense = float(model.dense_mlp_params)
+    if model.moe is None:
+        return dense
+    return (model.dense_layers_count * dense + model.moe_layers * moe_mlp_params_per_token(model)) / model.layers
+
+
 def layer_flops_forward(model: Model, tokens: Num, seq_len: Num, causal_fraction: float = 1.0) -> Num:
     """Forward FLOPs of one layer for `tokens` tokens of length-`seq_len` sequences, whole layer:
     2·T·h·(a + 2g)·d_h + 4·T·s·a·d_h·causal + 2·T·a·d_h·h + 2·k·T·h·f (Narayanan 2021 §5.1;
-    with a·d_h = h and g = a this is 24·T·h² + 4·T·s·h for GeLU, f = 4h) [FLOP]."""
+    with a·d_h = h and g = a this is 24·T·h² + 4·T·s·h for GeLU, f = 4h) [FLOP]. A MoE or MLA model:
+    the mean layer, 2·T·(attention projections + mean_mlp_params_per_token) + T·attention core."""
+    if model.moe is not None or model.mla is not None:
+        return mean_layer_flops_forward(model, tokens, seq_len, causal_fraction)
     h, f = model.hidden, model.ffn_hidden
     q_width = model.heads * model.head_dim
     qkv = 2.0 * tokens * h * (q_width + 2.0 * model.kv_heads * model.head_dim)
     attn = 4.0 * tokens * seq_len * q_width * causal_fraction
     return qkv + attn + 2.0 * tokens * q_width * h + 2.0 * model.mlp_matrices * tokens * h * f
+
+
+def mean_layer_flops_forward(model: Model, tokens: Num, seq_len: Num, causal_fraction: float = 1.0) -> Num:
+    """Forward FLOPs of the mean layer of a MoE and/or MLA model [FLOP]: 2·T·(P_attn + P_mlp,token) +
+    T·attention core, with P_attn the attention projections' weights (standard: h·(a + 2g)·d_h +
+    a·d_h·h; MLA: mla_projection_params) and P_mlp,token = mean_mlp_params_per_token."""
+    if model.mla is None:
+        projections = float(model.hidden * (model.heads + 2 * model.kv_heads) * model.head_dim
+                            + model.heads * model.head_dim * model.hidden)
+    else:
+        projections = mla_projection_params(model)
+    return (2.0 * tokens * (projections + mean_mlp_params_per_token(model))
+            + tokens * attention_core_flops_per_token(model, seq_len, causal_fraction))
 
 
 def model_flops_per_step(model: Model, seq_len: Num, global_batch: Num, causal: bool = True) -> Num:
@@ -29,15 +81,37 @@ def model_flops_per_step(model: Model, seq_len: Num, global_batch: Num, causal: 
     return 3.0 * fwd
 
 
+def op_recompute_params(model: Model) -> float:
+    """Weights of the matmuls op recompute re-runs per token: K (MLA: the KV down-projection), the
+    output projection, and one f-wide MLP matrix (MoE: K experts' and the shared experts') [params]."""
+    if model.mla is None:
+        attention = model.hidden * model.kv_heads * model.head_dim + model.heads * model.head_dim * model.hidden
+    else:
+        a = model.mla
+        attention = model.hidden * (a.kv_lora_rank + a.qk_rope_head_dim) + model.heads * a.v_head_dim * model.hidden
+    if model.moe is None:
+        return float(attention + model.hidden * model.ffn_hidden)
+    moe = model.moe
+    moe_third = model.hidden * (moe.top_k * moe.expert_ffn_hidden + moe.shared_experts * moe.shared_width)
+    third = (model.dense_layers_count * model.hidden * model.ffn_hidden + model.moe_layers * moe_third) / model.layers
+    return float(attention + third)
+
+
 def recompute_flops_per_step(job: Job, layout: Layout) -> Num:
     """FLOPs the hardware computes beyond the model FLOPs, all devices [FLOP]: the recomputed
     forward (full: the layer; selective: the attention core; op: 2·(h·g·d_h + a·d_h·h + h·f) per
     token), and with standard attention the masked half of the scores in every pass."""
     model, s = job.model, job.seq_len
     tokens_step = job.tokens_per_step
-    attn_fwd_per_token = 4.0 * s * model.heads * model.head_dim * CAUSAL_FRACTION
-    op_params = model.hidden * model.kv_heads * model.head_dim + model.heads * model.head_dim * model.hidden \
-        + model.hidden * model.ffn_hidden
+    attn_fwd_per_token: Num
+    op_params: float
+    if model.moe is None and model.mla is None:
+        attn_fwd_per_token = 4.0 * s * model.heads * model.head_dim * CAUSAL_FRACTION
+        op_params = float(model.hidden * model.kv_heads * model.head_dim + model.heads * model.head_dim * model.hidden
+                          + model.hidden * model.ffn_hidden)
+    else:
+        attn_fwd_per_token = attention_core_flops_per_token(model, s, CAUSAL_FRACTION)
+        op_params = op_recompute_params(model)
     extra = tokens_step * model.layers * (
         layout.full * layer_flops_forward(model, 1.0, s, CAUSAL_FRACTION)
         + layout.selective * attn_fwd_per_token + layout.op * 2.0 * op_params)

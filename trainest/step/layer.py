@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from trainest import xp
 from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.step import mla
 from trainest.step.finetune import finetune_layer_ops
 from trainest.step.flops import CAUSAL_FRACTION
 from trainest.step.kernels import (
@@ -101,10 +102,12 @@ def attention_flops_per_s(job: Job, layout: Layout) -> Num:
     d_h/(d_h + 32) (· η_flash2 for FlashAttention-2), with s_c = s/c the per-rank sequence
     (FlashAttention-2 benchmarks, Dao 2023 Fig. 4-6) [FLOP/s]. Attention runs in 16 bit (FP8/FP4
     recipes keep it there), or at the run's own peak when lower (FP32/TF32), so MFU stays <= 1."""
-    hw, eff = job.hardware, job.hardware.efficiency
+    hw, eff, m = job.hardware, job.hardware.efficiency, job.model
+    # MLA: the query/key and value widths differ (d_n + d_r, d_v); the kernel's two products use one each
+    head_width = m.head_dim if m.mla is None else (m.qk_head_dim + m.v_head_dim) / 2.0
     return (min(hw.peak_16bit_flops_per_s, hw.peak(job.precision)) * eff.attention
             * dimension_factor(job.seq_len / layout.cp, ATTENTION_HALF_SEQ)
-            * dimension_factor(job.model.head_dim, ATTENTION_HALF_HEAD_DIM)
+            * dimension_factor(head_width, ATTENTION_HALF_HEAD_DIM)
             * (eff.flash2_attention if job.attention == "flash2" else 1.0))
 
 
@@ -121,7 +124,8 @@ def rates_of(job: Job, layout: Layout) -> Rates:
 
 class LocalShape(NamedTuple):
     """The layer's widths on one device: T tokens of a micro-batch, the query width a·d_h, the KV
-    width per TP rank (g < t replicates KV heads, so each rank keeps at least one)."""
+    width per TP rank (g < t replicates KV heads, so each rank keeps at least one; MLA: the mean of
+    the key and value widths, a/t·(d_qk + d_v)/2, so that K and V take 2·kv_local)."""
 
     tokens: Num                 # T = b·s/c
     q_width: float              # a·d_h
@@ -133,21 +137,38 @@ class LocalShape(NamedTuple):
 def local_shape(job: Job, layout: Layout) -> LocalShape:
     """The layer's widths on one device (see LocalShape)."""
     m = job.model
+    kv_local = (xp.maximum(m.kv_heads, layout.tp) * m.head_dim / layout.tp if m.mla is None
+                else m.heads / layout.tp * (m.qk_head_dim + m.v_head_dim) / 2.0)
     return LocalShape(tokens=layout.tokens(job), q_width=float(m.heads * m.head_dim), heads_local=m.heads / layout.tp,
-                      kv_local=xp.maximum(m.kv_heads, layout.tp) * m.head_dim / layout.tp,
+                      kv_local=kv_local,
                       score_elements=layout.micro_batch * (m.heads / layout.tp) * (job.seq_len / layout.cp)
                       * job.seq_len)
 
 
-LINEAR_NAMES = ("qkv", "proj", "mlp_up", "mlp_down")   # QKV, attention output, MLP up (and gate), MLP down
+def attention_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
+    """The attention block's weight GEMMs: QKV and the output projection `proj` (Megatron's
+    column/row split over t), or MLA's projections (step/mla.py: projection_gemms)."""
+    if job.model.mla is not None:
+        return mla.projection_gemms(job, layout, r, x)
+    h, tp = job.model.hidden, layout.tp
+    return [r.gemm_op("qkv", x.tokens, x.q_width / tp + 2.0 * x.kv_local, h),
+            r.gemm_op("proj", x.tokens, h, x.q_width / tp)]
+
+
+def mlp_gemms(r: Rates, prefix: str, tokens: Num, hidden: float, width: Num, mlp_matrices: float) -> list[Op]:
+    """A (gated) MLP's up (and gate) and down GEMMs on `tokens` rows, `width` output features per
+    device: (T × (k_f − 1)·w) and (T × h), named `prefix`_up and `prefix`_down [the dense MLP: w = f/t;
+    shared experts: w = S·f_s/t]."""
+    return [r.gemm_op(f"{prefix}_up", tokens, (mlp_matrices - 1.0) * width, hidden),
+            r.gemm_op(f"{prefix}_down", tokens, hidden, width)]
 
 
 def linear_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
-    """QKV, output projection, MLP up (and gate), MLP down: Megatron's column/row split over t."""
-    h, f, tp = job.model.hidden, job.model.ffn_hidden, layout.tp
-    shapes = ((x.q_width / tp + 2.0 * x.kv_local, h), (h, x.q_width / tp),
-              ((job.model.mlp_matrices - 1.0) * f / tp, h), (h, f / tp))
-    return [r.gemm_op(name, x.tokens, n, k) for name, (n, k) in zip(LINEAR_NAMES, shapes, strict=True)]
+    """A dense layer's weight GEMMs: QKV, output projection, MLP up (and gate), MLP down (Megatron's
+    column/row split over t; MLA: its projections instead of QKV and the output projection)."""
+    m = job.model
+    return attention_gemms(job, layout, r, x) + mlp_gemms(r, "mlp", x.tokens, m.hidden, m.ffn_hidden / layout.tp,
+                                                          m.mlp_matrices)
 
 
 def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[list[Op], list[Op]]:
@@ -156,8 +177,10 @@ def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[li
     context GEMMs per (sequence, head) and the softmax traffic over s×s; backward twice each."""
     m = job.model
     if job.attention in ("flash", "flash2"):
-        flops = 4.0 * x.score_elements * m.head_dim * CAUSAL_FRACTION
-        bytes_moved = ACTIVATION_BYTES * x.tokens * (2.0 * x.q_width / layout.tp + 2.0 * x.kv_local)
+        # Q·Kᵀ over d_qk and softmax·V over d_v (= 4·score·d_h without MLA); read Q, K, V, write O
+        flops = 2.0 * x.score_elements * (m.qk_head_dim + m.v_head_dim) * CAUSAL_FRACTION
+        bytes_moved = ACTIVATION_BYTES * x.tokens * (2.0 * x.q_width / layout.tp + 2.0 * x.kv_local) if m.mla is None \
+            else mla.attention_bytes(job, layout, x)
         fwd = fused_time(flops, bytes_moved, r.attention_flops_per_s, r.memory_bytes_per_s)
         bwd = fused_time(FLASH_BACKWARD_FLOP_RATIO * flops, 2.0 * bytes_moved,
                          r.attention_flops_per_s * FLASH_BACKWARD_EFFICIENCY, r.memory_bytes_per_s)
@@ -165,8 +188,8 @@ def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[li
                 [op_of("attention", BACKWARD, FLASH_BACKWARD_FLOP_RATIO * flops, 2.0 * bytes_moved, bwd)])
     s_c = job.seq_len / layout.cp
     scale = layout.micro_batch * x.heads_local
-    scores = r.gemm_op("attention.scores", s_c, job.seq_len, m.head_dim, batch=scale).scaled(scale)
-    context = r.gemm_op("attention.context", s_c, m.head_dim, job.seq_len, batch=scale).scaled(scale)
+    scores = r.gemm_op("attention.scores", s_c, job.seq_len, m.qk_head_dim, batch=scale).scaled(scale)
+    context = r.gemm_op("attention.context", s_c, m.v_head_dim, job.seq_len, batch=scale).scaled(scale)
     no_dropout = 0.0 if m.dropout else 1.0
     softmax_bytes = (SOFTMAX_BYTES_PER_SCORE - no_dropout * NO_DROPOUT_SOFTMAX_SAVING) * x.score_elements
     softmax = op_of("attention.softmax", FORWARD, 0.0 * softmax_bytes, softmax_bytes,
@@ -175,21 +198,35 @@ def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[li
     return fwd_parts, [p.scaled(2.0, phase=BACKWARD) for p in fwd_parts]
 
 
-def elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
-    """Forward bytes of the element-wise kernels of one layer [B]: h-wide tensors (norms, residuals,
-    dropout; ÷t with SP) and f-wide passes of the activation, plus the FP8/FP4 casts; eager PyTorch
-    adds the FP32 norm kernels and the separate SwiGLU product."""
-    m = job.model
-    no_dropout = 0.0 if m.dropout else 1.0
+def h_wide_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
+    """Forward bytes of the h-wide element-wise kernels of one layer (norms, residual adds, dropout;
+    ÷t with SP) [B]; eager PyTorch adds its FP32 norm kernels."""
+    no_dropout = 0.0 if job.model.dropout else 1.0
     eager = 1.0 if job.kernels == "eager" else 0.0
     h_wide = (H_WIDE_BYTES_PER_ELEMENT - no_dropout * NO_DROPOUT_H_WIDE_SAVING
               + eager * EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT)
-    f_wide_passes = F_WIDE_PASSES[m.mlp] + eager * EAGER_EXTRA_F_WIDE_PASSES[m.mlp]
+    return h_wide * x.tokens * job.model.hidden / layout.sp_div
+
+
+def f_wide_passes(job: Job) -> float:
+    """Reads and writes of an f-wide 16-bit tensor by the activation function, forward (eager
+    PyTorch: SwiGLU's product apart from silu)."""
+    eager = 1.0 if job.kernels == "eager" else 0.0
+    return F_WIDE_PASSES[job.model.mlp] + eager * EAGER_EXTRA_F_WIDE_PASSES[job.model.mlp]
+
+
+def elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
+    """Forward bytes of the element-wise kernels of one layer [B]: h-wide tensors (norms, residuals,
+    dropout; ÷t with SP) and f-wide passes of the activation, plus the FP8/FP4 casts; eager PyTorch
+    adds the FP32 norm kernels and the separate SwiGLU product; MLA its latent norms and RoPE copies."""
+    m = job.model
     sp_div = layout.sp_div
-    total = (h_wide * x.tokens * m.hidden / sp_div
-             + f_wide_passes * ACTIVATION_BYTES * x.tokens * m.ffn_hidden / layout.tp)
+    total = (h_wide_bytes(job, layout, x)
+             + f_wide_passes(job) * ACTIVATION_BYTES * x.tokens * m.ffn_hidden / layout.tp)
     if job.low_precision:
         total = total + LOW_PRECISION_CAST_PASSES * x.tokens * (3.0 * m.hidden / sp_div + m.ffn_hidden / layout.tp)
+    if m.mla is not None:
+        total = total + mla.elementwise_bytes(job, layout, x)
     return total
 
 
@@ -200,16 +237,40 @@ def elementwise_op(job: Job, layout: Layout, r: Rates, x: LocalShape) -> Op:
                  streaming_time(bytes_moved, r.memory_bytes_per_s))
 
 
-def backward_ops(linear: list[Op], attn_bwd: list[Op], elementwise: Op, trained: Num = 1.0) -> list[Op]:
-    """The backward pass: each GEMM's data gradient (dX = dY·Wᵀ) and weight gradient (dW = Xᵀ·dY),
-    each costing its forward (the weight gradient × `trained`: 0 for a frozen base); attention's
-    backward; the element-wise backward at BACKWARD_TRAFFIC_RATIO × the forward's bytes."""
-    grads = [o.scaled(1.0 if kind == "dgrad" else trained, name=f"{o.name}.{kind}", phase=BACKWARD)
-             for o in linear for kind in ("dgrad", "wgrad")]
-    elem = Op(name=elementwise.name, phase=BACKWARD, flops=elementwise.flops,
+def gradient_ops(linear: list[Op], trained: Num = 1.0) -> list[Op]:
+    """Each weight GEMM's data gradient (dX = dY·Wᵀ) and weight gradient (dW = Xᵀ·dY), each costing
+    its forward (the weight gradient × `trained`: 0 for a frozen base)."""
+    return [o.scaled(1.0 if kind == "dgrad" else trained, name=f"{o.name}.{kind}", phase=BACKWARD)
+            for o in linear for kind in ("dgrad", "wgrad")]
+
+
+def elementwise_backward(elementwise: Op) -> Op:
+    """The element-wise backward: BACKWARD_TRAFFIC_RATIO × the forward's bytes."""
+    return Op(name=elementwise.name, phase=BACKWARD, flops=elementwise.flops,
               bytes=BACKWARD_TRAFFIC_RATIO * elementwise.bytes, compute_s=elementwise.compute_s,
               memory_s=BACKWARD_TRAFFIC_RATIO * elementwise.memory_s)
-    return grads + attn_bwd + [elem]
+
+
+class MlpPart(NamedTuple):
+    """The part of a layer after attention: a dense MLP (`dense_mlp`) or a MoE block (step/moe.py:
+    moe_mlp): its weight GEMMs forward, their gradients when they are not `gradient_ops` of the
+    forward (a MoE layer's grouped experts), the layer's element-wise op (whole layer), the matmuls op
+    recompute re-runs of it, and the element-wise kernels it launches beyond a dense layer's."""
+
+    gemms: list[Op]
+    gradients: list[Op] | None
+    elementwise: Op
+    op_recompute: list[Op]
+    extra_kernels: float = 0.0
+
+
+def dense_mlp(job: Job, layout: Layout, r: Rates, x: LocalShape) -> MlpPart:
+    """A dense layer's MLP: up (and gate) and down; op recompute re-runs SwiGLU's up projection (not
+    the gate) or GeLU's down projection."""
+    m = job.model
+    gemms = mlp_gemms(r, "mlp", x.tokens, m.hidden, m.ffn_hidden / layout.tp, m.mlp_matrices)
+    third = r.gemm_op("mlp_up", x.tokens, m.ffn_hidden / layout.tp, m.hidden) if m.mlp == "swiglu" else gemms[1]
+    return MlpPart(gemms=gemms, gradients=None, elementwise=elementwise_op(job, layout, r, x), op_recompute=[third])
 
 
 class Recomputed(NamedTuple):
@@ -219,27 +280,39 @@ class Recomputed(NamedTuple):
     ops: list[Op]
 
 
+def op_attention_gemm(job: Job, layout: Layout, r: Rates, x: LocalShape, attention_linear: list[Op]) -> Op:
+    """The attention GEMM that op recompute re-runs as the block's 2nd matmul: K (MLA: the KV
+    down-projection, of `attention_linear`)."""
+    if job.model.mla is not None:
+        return attention_linear[-3]
+    return r.gemm_op("qkv.k", x.tokens, x.kv_local, job.model.hidden)
+
+
 def recompute_ops(job: Job, layout: Layout, r: Rates, x: LocalShape, fwd: list[Op], attn: list[Op],
-                  linear: list[Op], elementwise: Op) -> list[Recomputed]:
+                  attention_linear: list[Op], mlp: MlpPart) -> list[Recomputed]:
     """What the backward recomputes, one group per mode with its mask: full re-runs the forward;
     selective the attention core; op (torchtitan: every compute op's output saved except every second
     matmul) re-runs the 2nd, 4th and 6th matmuls (K, the output projection, SwiGLU's up or GeLU's down
     projection) and the element-wise ops, and keeps attention."""
-    third = r.gemm_op("mlp_up", x.tokens, job.model.ffn_hidden / layout.tp, job.model.hidden) \
-        if job.model.mlp == "swiglu" else linear[3]
-    op_parts = [r.gemm_op("qkv.k", x.tokens, x.kv_local, job.model.hidden), linear[1], third, elementwise]
+    op_parts = ([op_attention_gemm(job, layout, r, x, attention_linear), attention_linear[-1]] + mlp.op_recompute
+                + [mlp.elementwise])
     return [Recomputed(layout.full, fwd), Recomputed(layout.selective, attn), Recomputed(layout.op, op_parts)]
 
 
 class LayerOps(NamedTuple):
-    """The named ops of one layer pass: forward (the 4 GEMMs first), backward (their dgrad and wgrad
-    first), the recomputed groups, and attention's own ops (they hide the CP ring)."""
+    """The named ops of one layer pass: forward, backward, the recomputed groups, attention's own ops
+    (they hide the CP ring), the weight GEMMs forward and backward (the TP overlap window, the
+    floors) and the element-wise op."""
 
     forward: list[Op]
     backward: list[Op]
     recomputed: list[Recomputed]
     attention_forward: list[Op]
     attention_backward: list[Op]
+    linear: list[Op]
+    linear_backward: list[Op]
+    elementwise: Op
+    extra_kernels: float = 0.0  # element-wise kernels beyond a dense layer's (a MoE layer's routing)
 
 
 class LayerPass(NamedTuple):
@@ -255,40 +328,51 @@ class LayerPass(NamedTuple):
     compute_s: Num              # forward + backward + recompute, compute-bound
     memory_s: Num               # the same, memory-bound
     overhead_s: Num             # fixed per-pass overhead (launches, sync)
-    linear_s: Num               # the 4 GEMMs forward, backward and recomputed (TP overlap window)
+    linear_s: Num               # the weight GEMMs forward, backward and recomputed (TP overlap window)
     floor_s: Num = 0.0          # what the kernels' floors add over their roofline times (all passes)
     ops: LayerOps | None = None  # the named ops these sums add up (the ops table, docs/model.md §2.9)
 
 
-def layer_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> LayerOps:
-    """The ops of one layer pass, per micro-batch and device; a LoRA/QLoRA adds its adapters and
-    dequantisation (step/finetune.py) and drops the frozen weights' gradients."""
-    linear = linear_gemms(job, layout, r, x)
-    attn_fwd, attn_bwd = attention_ops(job, layout, r, x)
-    elementwise = elementwise_op(job, layout, r, x)
-    fwd = linear + attn_fwd + [elementwise]
-    if xp.off(layout.finetune):
-        bwd = backward_ops(linear, attn_bwd, elementwise)
-    else:
+def attention_block(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[list[Op], list[Op], list[Op]]:
+    """The attention block's weight GEMMs and its core's forward and backward ops (what a MoE model's
+    two kinds of layer share)."""
+    fwd, bwd = attention_ops(job, layout, r, x)
+    return attention_gemms(job, layout, r, x), fwd, bwd
+
+
+def layer_ops(job: Job, layout: Layout, r: Rates, x: LocalShape, mlp: MlpPart | None = None,
+              attention: tuple[list[Op], list[Op], list[Op]] | None = None) -> LayerOps:
+    """The ops of one layer pass, per micro-batch and device: the attention block, then `mlp` (default
+    the dense MLP; a MoE layer's block from step/moe.py); a LoRA/QLoRA adds its adapters and
+    dequantisation (step/finetune.py) and drops the frozen weights' gradients. `attention`: the
+    attention block's weight GEMMs and its core's forward and backward ops, when already computed
+    (`attention_block`)."""
+    mlp = mlp if mlp is not None else dense_mlp(job, layout, r, x)
+    attn_linear, attn_fwd, attn_bwd = attention if attention is not None else attention_block(job, layout, r, x)
+    linear = attn_linear + mlp.gemms
+    fwd = linear + attn_fwd + [mlp.elementwise]
+    trained: Num = 1.0 if xp.off(layout.finetune) else 1.0 - layout.frozen
+    linear_bwd = gradient_ops(attn_linear, trained) + (mlp.gradients if mlp.gradients is not None
+                                                        else gradient_ops(mlp.gemms, trained))
+    bwd = linear_bwd + attn_bwd + [elementwise_backward(mlp.elementwise)]
+    if not xp.off(layout.finetune):
         ft_fwd, ft_bwd = finetune_layer_ops(job, layout, r, x)
-        fwd = fwd + ft_fwd
-        bwd = backward_ops(linear, attn_bwd, elementwise, 1.0 - layout.frozen) + ft_bwd
+        fwd, bwd = fwd + ft_fwd, bwd + ft_bwd
     return LayerOps(forward=fwd, backward=bwd, attention_forward=attn_fwd, attention_backward=attn_bwd,
-                    recomputed=recompute_ops(job, layout, r, x, fwd, attn_fwd, linear, elementwise))
+                    recomputed=recompute_ops(job, layout, r, x, fwd, attn_fwd, attn_linear, mlp),
+                    linear=linear, linear_backward=linear_bwd, elementwise=mlp.elementwise,
+                    extra_kernels=mlp.extra_kernels)
 
 
-def layer_pass(job: Job, layout: Layout, r: Rates, x: LocalShape) -> LayerPass:
-    """Forward, backward and recomputation of one layer (docs/model.md §2.6), summed from `layer_ops`:
-    a GEMM's backward is its dgrad + wgrad = (2 − frozen)× its forward (one scaled bound: the same
-    classification), attention's backward its own op, the element-wise backward 2× the bytes; a
+def layer_pass(job: Job, layout: Layout, r: Rates, x: LocalShape, ops: LayerOps | None = None) -> LayerPass:
+    """Forward, backward and recomputation of one layer (docs/model.md §2.6), summed from `layer_ops`
+    (default: a dense layer's): a GEMM's backward is its dgrad + wgrad (each its forward's cost; wgrad
+    0 for frozen weights), attention's backward its own op, the element-wise backward 2× the bytes; a
     recomputed group is its mask × the sums of its ops."""
-    ops = layer_ops(job, layout, r, x)
-    fwd, bwd = ops.forward, ops.backward
-    n_linear = len(LINEAR_NAMES)
+    ops = ops if ops is not None else layer_ops(job, layout, r, x)
+    fwd = ops.forward
     fwd_c, fwd_m = bound_sums(fwd)
-    k = 2.0 if xp.off(layout.finetune) else 2.0 - layout.frozen
-    grads: list[OpTime] = [OpTime(k * o.compute_s, k * o.memory_s) for o in fwd[:n_linear]]
-    bwd_c, bwd_m = bound_sums(grads + [OpTime(o.compute_s, o.memory_s) for o in bwd[2 * n_linear:]])
+    bwd_c, bwd_m = bound_sums(ops.backward)
     attn_fwd = ops.attention_forward
     attn_c, attn_m = bound_sums(attn_fwd)
     re_c: Num = 0.0
@@ -297,26 +381,56 @@ def layer_pass(job: Job, layout: Layout, r: Rates, x: LocalShape) -> LayerPass:
         c, m = (fwd_c, fwd_m) if group.ops is fwd else (attn_c, attn_m) if group.ops is attn_fwd \
             else bound_sums(group.ops)
         re_c, re_m = re_c + group.mask * c, re_m + group.mask * m
+    k = 2.0 if xp.off(layout.finetune) else 2.0 - layout.frozen
     return LayerPass(fwd_c=fwd_c, fwd_m=fwd_m, bwd_c=bwd_c, bwd_m=bwd_m, attn_fwd_s=attn_c + attn_m,
                      attn_bwd_s=sum(bound_sums(ops.attention_backward)),
                      compute_s=fwd_c + bwd_c + re_c, memory_s=fwd_m + bwd_m + re_m,
                      overhead_s=job.hardware.efficiency.layer_overhead_s * (2.0 + layout.full + layout.op),
-                     linear_s=sum(o.time_s for o in fwd[:n_linear]) * (k + 1.0 + layout.full),
-                     floor_s=layer_floor_s(job, layout, fwd[:n_linear], (attn_fwd, ops.attention_backward),
-                                           fwd[n_linear + len(attn_fwd)], k),
+                     linear_s=ops_time_s(ops.linear) * (1.0 + layout.full) + ops_time_s(ops.linear_backward),
+                     floor_s=layer_floor_s(job, layout, ops.linear, (attn_fwd, ops.attention_backward),
+                                           ops.elementwise, k, ops.extra_kernels),
                      ops=ops)
 
 
+def mix_passes(a: LayerPass, b: LayerPass, weight_a: float, weight_b: float) -> LayerPass:
+    """The mean layer of a model with two kinds of layer: w_a·a + w_b·b, field by field (weights: the
+    kinds' shares of the layers, L_d/L and L_m/L); its ops are both kinds' ops at their weights, the
+    first kind's named dense.* (the ops table adds them up to the same sums)."""
+    def mix(u: Num, v: Num) -> Num:
+        return weight_a * u + weight_b * v
+    # the ops are for the ops table of one estimate (floats); the plan search's arrays skip them
+    one = not xp.is_array(a.compute_s)
+    ops = mix_ops(a.ops, b.ops, weight_a, weight_b) if one and a.ops is not None and b.ops is not None else None
+    return LayerPass(fwd_c=mix(a.fwd_c, b.fwd_c), fwd_m=mix(a.fwd_m, b.fwd_m), bwd_c=mix(a.bwd_c, b.bwd_c),
+                     bwd_m=mix(a.bwd_m, b.bwd_m), attn_fwd_s=mix(a.attn_fwd_s, b.attn_fwd_s),
+                     attn_bwd_s=mix(a.attn_bwd_s, b.attn_bwd_s), compute_s=mix(a.compute_s, b.compute_s),
+                     memory_s=mix(a.memory_s, b.memory_s), overhead_s=mix(a.overhead_s, b.overhead_s),
+                     linear_s=mix(a.linear_s, b.linear_s), floor_s=mix(a.floor_s, b.floor_s), ops=ops)
+
+
+def mix_ops(a: LayerOps, b: LayerOps, weight_a: float, weight_b: float) -> LayerOps:
+    """Two kinds of layer's ops as one list each, scaled by their weights (the first kind's renamed dense.*)."""
+    def both(x: list[Op], y: list[Op]) -> list[Op]:
+        return [o.scaled(weight_a, name=f"dense.{o.name}") for o in x] + [o.scaled(weight_b) for o in y]
+    return LayerOps(forward=both(a.forward, b.forward), backward=both(a.backward, b.backward),
+                    recomputed=[Recomputed(g.mask, both(g.ops, h.ops)) for g, h in zip(a.recomputed, b.recomputed,
+                                                                                        strict=True)],
+                    attention_forward=both(a.attention_forward, b.attention_forward),
+                    attention_backward=both(a.attention_backward, b.attention_backward),
+                    linear=both(a.linear, b.linear), linear_backward=both(a.linear_backward, b.linear_backward),
+                    elementwise=b.elementwise, extra_kernels=weight_b * b.extra_kernels)
+
+
 def layer_floor_s(job: Job, layout: Layout, linear: list[Op], attention: tuple[list[Op], list[Op]],
-                  elementwise: Op, gemm_backward: Num = 2.0) -> Num:
+                  elementwise: Op, gemm_backward: Num = 2.0, extra_kernels: float = 0.0) -> Num:
     """What the kernels' floor (`efficiency.kernel_floor_us`) adds to one layer's passes [s]: each
     GEMM (1 kernel forward; `gemm_backward` = 2 backward at twice the time, 1 for frozen weights), the
-    attention core and the element-wise kernels (kernels.py counts) take at least their kernel count
-    times the floor; recomputed kernels again (full: the forward; selective: attention; op: 3 GEMMs
-    and the element-wise kernels)."""
+    attention core and the element-wise kernels (kernels.py counts, plus `extra_kernels`: a MoE
+    layer's routing) take at least their kernel count times the floor; recomputed kernels again
+    (full: the forward; selective: attention; op: 3 GEMMs and the element-wise kernels)."""
     floor = job.hardware.efficiency.kernel_floor_s
     attn_fwd_k, attn_bwd_k = attention_kernels(job)
-    ew_k = elementwise_kernels(job)
+    ew_k = elementwise_kernels(job) + extra_kernels
     gemm_fwd: Num = 0.0
     for o in linear:
         gemm_fwd = gemm_fwd + floor_excess_s(o.time_s, 1.0, floor)

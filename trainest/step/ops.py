@@ -21,6 +21,7 @@ from trainest.precision import grad_bytes_per_param, weight_bytes_per_param
 from trainest.step.collectives import tiers_of
 from trainest.step.compose import StepParts, StepTerms
 from trainest.step.layer import local_shape, rates_of
+from trainest.step.moe import A2A_PER_LAYER_PASS, dispatch_bytes
 from trainest.step.offload import host_rates
 from trainest.step.roofline import Op
 from trainest.step.schedule import stage_params
@@ -96,6 +97,9 @@ def collective_rows(job: Job, layout: Layout, p: StepParts) -> list[StepOp]:
     trained, w, g = float(p.trained_params), weight_bytes_per_param(job.precision), grad_bytes_per_param(job.precision)
     stage_weights = float(stage_params(job.model, layout.pp, layout.vpp, layout.pipeline_split)) / tp
     dp_tier = _group_tier(dp * cp, tp, domain)
+    moe_share = 0.0 if job.model.moe is None else job.model.moe_layers / job.model.layers
+    ep_calls = moe_share * A2A_PER_LAYER_PASS * (2.0 + float(layout.full))
+    ep_buffer = 0.0 if job.model.moe is None else float(dispatch_bytes(job, layout, x))
     rows = [
         _collective("tp.all_reduce", per_layer * n * m, act, float(p.tp_total_s) * n * m,
                     float(p.tp_exposed_s) * n * m, _group_tier(tp, 1.0, domain)),
@@ -103,6 +107,8 @@ def collective_rows(job: Job, layout: Layout, p: StepParts) -> list[StepOp]:
                     float(p.cp.total_s) * n * m, float(p.cp.exposed_s) * n * m, _group_tier(cp, tp, domain)),
         _collective("pp.send_recv", 2.0 * float(layout.vpp) * m, act / tp, float(p.pp_s) * m, float(p.pp_s) * m,
                     _group_tier(pp, tp * cp * dp, domain)),
+        _collective("ep.all_to_all", ep_calls * n * m, ep_buffer, float(p.ep_total_s) * n * m,
+                    float(p.ep_exposed_s) * n * m, _group_tier(float(layout.ep), float(layout.etp), domain)),
         _collective("zero3.gather_reduce", m, 2.0 * stage_weights * w + trained * g, float(p.z3_s) * m,
                     float(p.z3_exposed_s) * m, dp_tier),
         _collective("dp.grad_reduce", 1.0, trained * g, float(p.dp.reduce_s), float(p.dp_exposed.reduce_s), dp_tier),

@@ -82,8 +82,10 @@ def bound_sums(times: list[OpTime] | list[Op]) -> tuple[Num, Num]:
     compute: Num = 0.0
     memory: Num = 0.0
     for t in times:
-        compute = compute + t.compute_bound_s
-        memory = memory + t.memory_bound_s
+        # = compute_bound_s, memory_bound_s (max(c, m) is c where c ≥ m, else m), one comparison per op
+        bound = t.compute_s >= t.memory_s
+        compute = compute + xp.where(bound, t.compute_s, 0.0)
+        memory = memory + xp.where(bound, 0.0, t.memory_s)
     return compute, memory
 
 

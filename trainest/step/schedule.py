@@ -26,16 +26,34 @@ def stage_layers(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even") -> 
     return heavy, xp.where(pp > 1, units - 1.0, float(model.layers))
 
 
-def stage_params(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even") -> Num:
+def stage_params(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even", per_layer: float | None = None) -> Num:
     """Parameters on the heaviest pipeline stage: its layers plus one embedding-sized matrix
     (first stage: input embedding; last stage: output layer), or all embeddings when p = 1.
-    With the balanced split the first stage trades one layer for the embedding."""
+    With the balanced split the first stage trades one layer for the embedding. `per_layer`: the
+    parameters counted per layer (default: all of them, Model.params_per_layer)."""
+    per_layer = model.params_per_layer if per_layer is None else per_layer
     embed_one = model.vocab * model.hidden
     heavy, last = stage_layers(model, pp, vpp, split)
     if split == "even":
-        return heavy * model.params_per_layer + xp.where(pp > 1, embed_one, model.embedding_params)
-    with_embed = last * model.params_per_layer + xp.where(pp > 1, embed_one, model.embedding_params)
-    return xp.maximum(heavy * model.params_per_layer, with_embed)
+        return heavy * per_layer + xp.where(pp > 1, embed_one, model.embedding_params)
+    with_embed = last * per_layer + xp.where(pp > 1, embed_one, model.embedding_params)
+    return xp.maximum(heavy * per_layer, with_embed)
+
+
+def stage_dense_params(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even") -> Num:
+    """Parameters of the heaviest stage that tensor parallelism splits and every data-parallel rank
+    holds: everything but the routed experts (attention, norms, dense and shared MLPs, routers,
+    embeddings); = stage_params for a dense model."""
+    if model.moe is None:
+        return stage_params(model, pp, vpp, split)
+    return stage_params(model, pp, vpp, split, model.params_per_layer - model.expert_params_per_layer)
+
+
+def stage_expert_params(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even") -> Num:
+    """Routed-expert parameters of the heaviest stage (its layers × the mean expert parameters per
+    layer), before expert parallelism divides them by e·t_e; 0 for a dense model."""
+    heavy, _ = stage_layers(model, pp, vpp, split)
+    return heavy * model.expert_params_per_layer
 
 
 class Stage(NamedTuple):

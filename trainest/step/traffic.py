@@ -19,13 +19,14 @@ from trainest.step.layer import LayerPass, LocalShape
 TP_OVERLAP_RESIDUAL = 0.15         # share of overlapped TP traffic still exposed (first/last chunk, SM contention)
 
 
-def tp_layer_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers, linear_s: Num) -> tuple[Num, Num]:
+def tp_layer_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers, linear_s: Num,
+               all_reduces: Num | None = None) -> tuple[Num, Num]:
     """(all, exposed) TP seconds of one layer pass: 2 all-reduces (or RS+AG with SP) of T·h forward,
     2 backward, 2 more when the forward is recomputed (op: 1, the all-gathers feeding the recomputed
-    matmuls). With tp_overlap (Megatron --tp-comm-overlap) only what exceeds the GEMM time shows, at
-    least TP_OVERLAP_RESIDUAL of it."""
+    matmuls); `all_reduces` another count (a MoE layer's, step/moe.py). With tp_overlap (Megatron
+    --tp-comm-overlap) only what exceeds the GEMM time shows, at least TP_OVERLAP_RESIDUAL of it."""
     one = all_reduce_s(ACTIVATION_BYTES * x.tokens * job.model.hidden, layout.tp, 1.0, tiers)
-    total = one * (4.0 + 2.0 * layout.full + layout.op)
+    total = one * (4.0 + 2.0 * layout.full + layout.op if all_reduces is None else all_reduces)
     hidden = xp.maximum(total - linear_s, TP_OVERLAP_RESIDUAL * total)
     return total, xp.where(layout.tp_overlap > 0, hidden, total)
 
@@ -65,10 +66,13 @@ def pp_p2p_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers) -> Num:
 def zero3_s(job: Job, layout: Layout, tiers: Tiers, stage_layers: Num, params_local: Num) -> tuple[Num, Num]:
     """(one layer, the whole stage) of ZeRO-3/FSDP traffic per micro-batch [s]: every layer's weights
     all-gathered forward and backward and its gradients reduce-scattered over the d_shard·c ranks
-    with the same tensor rank (stride t), plus the embedding's; 0 without ZeRO-3."""
+    with the same tensor rank (stride t), plus the embedding's; a MoE model's routed experts likewise
+    over their own shard group (expert_zero3_layer_s); 0 without ZeRO-3. `params_local`: the stage's
+    non-expert parameters per device."""
     w, g = weight_bytes_per_param(job.precision), grad_bytes_per_param(job.precision)
     group = layout.shard * layout.cp
-    layer_params = job.model.params_per_layer / layout.tp
+    m = job.model
+    layer_params = (m.params_per_layer if m.moe is None else m.params_per_layer - m.expert_params_per_layer) / layout.tp
     embed = params_local - stage_layers * layer_params
     gather, reduce, embed_gather, embed_reduce = layer_params * w, layer_params * g, embed * w, embed * g
     if not xp.off(layout.finetune):
@@ -79,9 +83,21 @@ def zero3_s(job: Job, layout: Layout, tiers: Tiers, stage_layers: Num, params_lo
         embed_gather = xp.where(frozen > 0, embed * 2.0, embed_gather)
         embed_reduce = embed_reduce * (1.0 - frozen)
     layer = 2.0 * all_gather_s(gather, group, layout.tp, tiers) + reduce_scatter_s(reduce, group, layout.tp, tiers)
+    if m.moe is not None:
+        layer = layer + expert_zero3_layer_s(job, layout, tiers)
     total = layout.z3 * (stage_layers * layer + 2.0 * all_gather_s(embed_gather, group, layout.tp, tiers)
                          + reduce_scatter_s(embed_reduce, group, layout.tp, tiers))
     return layer, total
+
+
+def expert_zero3_layer_s(job: Job, layout: Layout, tiers: Tiers) -> Num:
+    """ZeRO-3 traffic of one layer's routed experts per micro-batch [s]: the mean expert parameters
+    per layer ÷ e·t_e, all-gathered twice and reduce-scattered once over the expert shard group (the
+    expert data-parallel ranks, stride e·t_e)."""
+    w, g = weight_bytes_per_param(job.precision), grad_bytes_per_param(job.precision)
+    params = job.model.expert_params_per_layer / layout.expert_group
+    group, stride = layout.expert_shard, layout.expert_group
+    return 2.0 * all_gather_s(params * w, group, stride, tiers) + reduce_scatter_s(params * g, group, stride, tiers)
 
 
 class DpTraffic(NamedTuple):
@@ -93,16 +109,45 @@ class DpTraffic(NamedTuple):
     zero2_rs_s: Num             # one micro-batch's reduce-scatter (ZeRO-2 reduces every micro-batch)
 
 
-def dp_traffic(job: Job, layout: Layout, tiers: Tiers, params_local: Num) -> DpTraffic:
+class DpGroups(NamedTuple):
+    """The data-parallel groups of one kind of parameter: gradients reduced over `grad` ranks, ZeRO
+    state sharded over `shard`, `replicas` = grad/shard HSDP replicas; ranks `stride` apart."""
+
+    grad: Num
+    shard: Num
+    replicas: Num
+    stride: Num
+
+
+def dense_dp_groups(layout: Layout) -> DpGroups:
+    """The non-expert parameters: gradients over the d·c ranks with the same tensor rank (stride t),
+    ZeRO over d_shard·c, d/d_shard replicas."""
+    return DpGroups(grad=layout.dp * layout.cp, shard=layout.shard * layout.cp, replicas=layout.dp / layout.shard,
+                    stride=layout.tp)
+
+
+def expert_dp_groups(layout: Layout) -> DpGroups:
+    """The routed experts: gradients over the d_e expert data-parallel ranks (stride e·t_e), ZeRO over
+    the expert shard group (Layout.expert_shard)."""
+    return DpGroups(grad=layout.edp, shard=layout.expert_shard, replicas=layout.edp / layout.expert_shard,
+                    stride=layout.expert_group)
+
+
+def dp_traffic(job: Job, layout: Layout, tiers: Tiers, params_local: Num, groups: DpGroups | None = None) -> DpTraffic:
     """Gradients are reduced over the d·c ranks with the same tensor rank (stride t); ZeRO state is
-    sharded over d_shard·c; the d/d_shard replicas all-reduce their shard (stride d_shard·c·t)."""
+    sharded over d_shard·c; the d/d_shard replicas all-reduce their shard (stride d_shard·c·t).
+    `groups`: another kind of parameter's groups (the experts', expert_dp_groups)."""
     w, g = weight_bytes_per_param(job.precision), grad_bytes_per_param(job.precision)
-    grad_group, shard_group = layout.dp * layout.cp, layout.shard * layout.cp
+    grad_group, shard_group, replicas, stride = groups or dense_dp_groups(layout)
     z0, zero12 = layout.z0, layout.zero12
-    reduce = (z0 * all_reduce_s(params_local * g, grad_group, layout.tp, tiers)
-              + zero12 * reduce_scatter_s(params_local * g, shard_group, layout.tp, tiers))
-    replica = (1.0 - z0) * all_reduce_s(params_local / shard_group * g, layout.dp / layout.shard,
-                                        layout.tp * shard_group, tiers)
+    reduce = (z0 * all_reduce_s(params_local * g, grad_group, stride, tiers)
+              + zero12 * reduce_scatter_s(params_local * g, shard_group, stride, tiers))
+    replica = (1.0 - z0) * all_reduce_s(params_local / shard_group * g, replicas, stride * shard_group, tiers)
     return DpTraffic(reduce_s=reduce * (1.0 - layout.z3),
-                     gather_s=zero12 * all_gather_s(params_local * w, shard_group, layout.tp, tiers),
-                     replica_s=replica, zero2_rs_s=reduce_scatter_s(params_local * g, shard_group, layout.tp, tiers))
+                     gather_s=zero12 * all_gather_s(params_local * w, shard_group, stride, tiers),
+                     replica_s=replica, zero2_rs_s=reduce_scatter_s(params_local * g, shard_group, stride, tiers))
+
+
+def add_dp_traffic(a: DpTraffic, b: DpTraffic) -> DpTraffic:
+    """Two kinds of parameter's data-parallel collectives, run one after the other [s]."""
+    return DpTraffic(*(u + v for u, v in zip(a, b, strict=True)))

@@ -1,0 +1,306 @@
+"""Mixture of experts and multi-head latent attention (trainest/step/moe.py, trainest/step/mla.py,
+docs/model.md §15): limit cases by name, monotonicity, conservation, the all-to-all, memory sharding,
+active-parameter FLOPs, bad input, the plan search over ep and etp, and the JSON round trip."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from helpers import call_entry, job_and_layout, memory_of, step_of
+
+from trainest.catalog import load_hardware, load_model, model_from_mapping, with_efficiency
+from trainest.errors import SpecError
+from trainest.layout import ACTIVATION_BYTES
+from trainest.scenario import scenario_from_mapping, scenario_mapping
+from trainest.step import layer as L
+from trainest.step import moe as M
+from trainest.step.collectives import Tiers, all_to_all_s, tiers_of
+from trainest.step.flops import (
+    attention_core_flops_per_token,
+    layer_flops_forward,
+    mla_projection_params,
+    model_flops_per_step,
+)
+
+# the shipped H100 with the MoE efficiencies at their priors (so the limits below are exact)
+H100 = with_efficiency(load_hardware("h100-sxm"), grouped_gemm=1.0, all_to_all=0.8)
+DENSE = {"name": "d", "layers": 8, "hidden": 2048, "ffn_hidden": 1024, "heads": 16, "vocab": 32000, "mlp": "swiglu",
+         "dropout": False}
+
+
+def moe_model(experts=8, top_k=2, width=1024, **moe):
+    return model_from_mapping({**DENSE, "name": "m", "moe": {"experts": experts, "top_k": top_k,
+                                                             "expert_ffn_hidden": width, **moe}}, "test")
+
+
+DENSE_MODEL = model_from_mapping(DENSE, "test")
+MOE = moe_model()
+
+
+def local(model, **knobs):
+    job, layout = job_and_layout(model, H100, seq_len=2048.0, **knobs)
+    return job, layout, L.rates_of(job, layout), L.local_shape(job, layout)
+
+
+# ------------------------------------------------------------------------------------------ limits
+
+def test_one_expert_top_one_is_a_dense_mlp_of_the_expert_width():
+    """E = 1, K = 1, e = 1: the expert GEMMs are the dense MLP's GEMMs of width f_e, forward."""
+    one = moe_model(experts=1, top_k=1, width=1024)
+    job, layout, r, x = local(one)
+    dense_job, _, _, _ = local(DENSE_MODEL)
+    experts = M.expert_gemms(job, layout, r, x)
+    mlp = L.mlp_gemms(r, "mlp", x.tokens, one.hidden, DENSE_MODEL.ffn_hidden / layout.tp, one.mlp_matrices)
+    for a, b in zip(experts, mlp, strict=True):
+        assert a.compute_s == pytest.approx(b.compute_s, rel=1e-12) and a.memory_s == pytest.approx(b.memory_s)
+    # parameters: the dense MLP plus the 1-wide router; FLOPs: the router's 2·h per token and layer more
+    assert one.params == DENSE_MODEL.params + one.layers * one.hidden
+    assert one.active_params == one.params
+    T, s = 4096.0, 2048.0
+    assert layer_flops_forward(one, T, s) == pytest.approx(layer_flops_forward(DENSE_MODEL, T, s) + 2 * T * one.hidden)
+
+
+def test_expert_parallel_size_one_has_no_all_to_all():
+    t = step_of(MOE, H100, seq_len=2048.0, dp=8.0, micro_batches=4, ep=1.0)
+    assert t.ep_comm_s == 0.0
+    t8 = step_of(MOE, H100, seq_len=2048.0, dp=8.0, micro_batches=4, ep=8.0)
+    assert t8.ep_comm_s > 0.0
+
+
+def test_a_dense_model_is_untouched_by_the_expert_knobs():
+    """ep/etp default to 1 and a dense model's step has no EP term."""
+    t = step_of(DENSE_MODEL, H100, seq_len=2048.0, dp=8.0, micro_batches=4)
+    assert t.ep_comm_s == 0.0
+
+
+def test_imbalance_never_makes_a_step_faster():
+    times = [step_of(moe_model(imbalance=i), H100, seq_len=2048.0, dp=8.0, micro_batches=4, ep=8.0).time_s
+             for i in (1.0, 1.5, 2.0, 4.0)]
+    assert times == sorted(times) and times[-1] > times[0]
+
+
+def test_capacity_factor_caps_the_busiest_experts_load():
+    assert M.expert_load_factor(moe_model(imbalance=3.0).moe) == 3.0
+    assert M.expert_load_factor(moe_model(imbalance=3.0, capacity_factor=1.25).moe) == 1.25
+    assert M.expert_load_factor(moe_model(capacity_factor=2.0).moe) == 1.0
+
+
+def test_tokens_per_local_expert():
+    """n_e = e·t_e·T_in·K/E with T_in = T/t."""
+    job, layout, r, x = local(MOE, tp=2.0, dp=4.0, ep=4.0, etp=2.0, sp=1.0, micro_batch=2.0)
+    assert M.tokens_per_local_expert(job, layout, x) == pytest.approx(4 * 2 * (2 * 2048 / 2) * 2 / 8)
+
+
+def test_step_terms_are_conserved_for_a_moe_model():
+    for knobs in ({"dp": 8.0, "ep": 8.0}, {"tp": 2.0, "dp": 4.0, "sp": 1.0, "ep": 4.0, "etp": 2.0},
+                  {"pp": 2.0, "dp": 4.0, "ep": 4.0, "zero": 3.0, "recompute": 2.0}):
+        t = step_of(MOE, H100, seq_len=2048.0, micro_batches=8, **knobs)
+        total = t.compute_s + t.memory_s + t.communication_s + t.bubble_s + t.overhead_s
+        assert t.time_s == pytest.approx(total, rel=1e-12)
+        assert t.no_overlap_time_s >= t.time_s * (1 - 1e-12)
+        assert t.communication_s >= t.ep_comm_s >= 0.0
+
+
+def test_deepep_overlap_never_exposes_more_than_none():
+    kw = dict(seq_len=2048.0, dp=16.0, micro_batches=4, ep=16.0)
+    none = step_of(MOE, H100, **kw)
+    deepep = step_of(MOE, H100, moe_overlap="deepep", **kw)
+    assert deepep.ep_comm_s <= none.ep_comm_s and deepep.time_s <= none.time_s
+    assert deepep.no_overlap_time_s == pytest.approx(none.no_overlap_time_s)
+
+
+def test_expert_gemms_slow_with_few_tokens_per_expert():
+    """The same routed work split over more experts (smaller groups) takes longer: each group's
+    small M lowers its GEMM efficiency."""
+    few, many = moe_model(experts=8, top_k=2, width=1024), moe_model(experts=64, top_k=16, width=128)
+    t_few = sum(o.compute_s for o in M.expert_gemms(*local(few, micro_batch=1.0)))
+    t_many = sum(o.compute_s for o in M.expert_gemms(*local(many, micro_batch=1.0)))
+    assert t_many > t_few
+
+
+def test_grouped_gemm_efficiency_scales_the_expert_gemms_only():
+    job, layout, r, x = local(MOE)
+    slow = job._replace(hardware=with_efficiency(H100, grouped_gemm=0.5))
+    a, b = M.expert_gemms(job, layout, r, x), M.expert_gemms(slow, layout, r, x)
+    assert [o.compute_s * 2 for o in a] == pytest.approx([o.compute_s for o in b])
+    assert M.router_gemm(job, layout, r, x) == M.router_gemm(slow, layout, r, x)
+
+
+# ------------------------------------------------------------------------------------- all-to-all
+
+TIERS = Tiers(up_bytes_per_s=400e9, up_latency_s=3e-6, domain=8, out_bytes_per_s=40e9, out_latency_s=8e-6)
+
+
+def test_all_to_all_of_one_rank_costs_nothing():
+    assert all_to_all_s(1e9, 1.0, 1.0, TIERS) == 0.0
+
+
+def test_all_to_all_inside_a_domain_moves_n_minus_one_over_n():
+    assert all_to_all_s(1e9, 8.0, 1.0, TIERS) == pytest.approx(7 / 8 * 1e9 / 400e9 + 3e-6)
+
+
+def test_all_to_all_across_domains_is_bound_by_the_nic_share():
+    """16 ranks over 2 domains: 8/16 of each rank's bytes leave through its NIC, 7/16 stay on NVLink."""
+    t = all_to_all_s(1e9, 16.0, 1.0, TIERS)
+    assert t == pytest.approx(max(7 / 16 * 1e9 / 400e9, 8 / 16 * 1e9 / 40e9) + 8e-6)
+    assert t > all_to_all_s(1e9, 8.0, 1.0, TIERS)
+
+
+def test_all_to_all_uses_the_all_to_all_efficiency_of_the_links():
+    job, layout, r, x = local(MOE, dp=8.0, ep=8.0)
+    tiers = tiers_of(job.hardware, job.devices_per_node)
+    a2a = M.all_to_all_tiers(job, tiers)
+    hw = job.hardware
+    assert a2a.up_bytes_per_s == pytest.approx(hw.scale_up_bytes_per_s * hw.efficiency.all_to_all)
+    assert a2a.out_bytes_per_s == pytest.approx(hw.scale_out_bytes_per_s * hw.efficiency.all_to_all)
+    size = M.dispatch_bytes(job, layout, x)
+    assert size == pytest.approx(ACTIVATION_BYTES * 2048 * 2 * MOE.hidden)
+    assert M.ep_all_to_all_s(job, layout, x, tiers) == pytest.approx(all_to_all_s(size, 8.0, 1.0, a2a))
+
+
+def test_ep_traffic_is_four_all_to_alls_per_layer_and_six_with_full_recompute():
+    job, layout, r, x = local(MOE, dp=8.0, ep=8.0)
+    tiers = tiers_of(job.hardware, job.devices_per_node)
+    one = M.ep_all_to_all_s(job, layout, x, tiers)
+    assert M.ep_layer_s(job, layout, x, tiers, 1.0)[0] == pytest.approx(4 * one)
+    job, layout, r, x = local(MOE, dp=8.0, ep=8.0, recompute=2.0)
+    assert M.ep_layer_s(job, layout, x, tiers, 1.0)[0] == pytest.approx(6 * one)
+
+
+# ----------------------------------------------------------------------------------------- memory
+
+def test_expert_parallelism_shards_the_expert_weights():
+    m = load_model("qwen3-30b-a3b")
+    by_ep = [memory_of(m, seq_len=4096.0, dp=8.0, ep=e, micro_batches=1).weights_bytes for e in (1.0, 2.0, 8.0)]
+    assert by_ep[0] > by_ep[1] > by_ep[2]
+    expert = m.expert_params * 2.0                    # BF16 working weights
+    assert by_ep[0] - by_ep[2] == pytest.approx(expert * (1 - 1 / 8), rel=1e-9)
+
+
+def test_zero_shards_the_experts_over_the_expert_data_parallel_group():
+    m = load_model("qwen3-30b-a3b")
+    z0 = memory_of(m, seq_len=4096.0, dp=8.0, ep=4.0, micro_batches=1, zero=0.0).optimizer_bytes
+    z1 = memory_of(m, seq_len=4096.0, dp=8.0, ep=4.0, micro_batches=1, zero=1.0).optimizer_bytes
+    dense = m.params - m.expert_params
+    expected = 12.0 * (dense * (1 - 1 / 8) + m.expert_params / 4 * (1 - 1 / 2))   # edp = 8/4 = 2
+    assert z0 - z1 == pytest.approx(expected, rel=1e-9)
+
+
+def test_moe_activations_grow_with_top_k_and_imbalance():
+    kept = [memory_of(moe_model(top_k=k, imbalance=i), seq_len=2048.0, dp=8.0, ep=8.0).activations_bytes
+            for k, i in ((1, 1.0), (2, 1.0), (2, 2.0))]
+    assert kept[0] < kept[1] < kept[2]
+
+
+# ----------------------------------------------------------------------------------------- FLOPs
+
+def test_model_flops_count_the_active_parameters():
+    """≈ 6·N_active·T for short sequences (attention and the input embedding aside)."""
+    m = load_model("qwen3-30b-a3b")
+    B, s = 64.0, 128.0
+    matmul = m.active_params - m.vocab * m.hidden - m.hidden - m.layers * m.layer_norm_params
+    attn = 3 * B * s * m.layers * attention_core_flops_per_token(m, s, 0.5)
+    assert model_flops_per_step(m, s, B) == pytest.approx(6 * matmul * B * s + attn, rel=1e-9)
+
+
+def test_mla_flops_and_heads():
+    m = load_model("deepseek-v3")
+    a = m.mla
+    assert (m.qk_head_dim, m.v_head_dim) == (192, 128)
+    assert attention_core_flops_per_token(m, 4096.0) == pytest.approx(2 * 4096 * 128 * (192 + 128))
+    assert mla_projection_params(m) == m.attention_params - a.q_lora_rank - a.kv_lora_rank   # less the latent norms
+
+
+def test_mla_down_projections_are_replicated_over_tensor_parallel_ranks():
+    m = load_model("deepseek-v3")
+    job, layout, r, x = local(m, tp=8.0, sp=1.0)
+    q_down, q_up, kv_down, kv_up, out = L.attention_gemms(job, layout, r, x)
+    job1, layout1, r1, x1 = local(m)
+    d1 = L.attention_gemms(job1, layout1, r1, x1)
+    assert q_down.compute_s == pytest.approx(d1[0].compute_s) and kv_down.compute_s == pytest.approx(d1[2].compute_s)
+    assert q_up.compute_s < d1[1].compute_s and out.compute_s < d1[4].compute_s
+
+
+# ------------------------------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize(("parallel", "words"), [
+    ({"ep": 3}, ("ep: 3", "experts=128")),
+    ({"ep": 8, "etp": 2}, ("ep·etp", "16", "8")),
+])
+def test_bad_expert_layouts_name_the_value(parallel, words):
+    with pytest.raises(SpecError) as err:
+        scenario_from_mapping({"model": "qwen3-30b-a3b", "devices": 8, "parallel": parallel})
+    assert all(w in str(err.value) for w in words) and "\n" not in str(err.value)
+
+
+def test_expert_knobs_on_a_dense_model_are_refused():
+    with pytest.raises(SpecError, match="needs a mixture-of-experts model"):
+        scenario_from_mapping({"model": "llama3-8b", "devices": 8, "parallel": {"ep": 8}})
+
+
+def test_top_k_above_experts_is_one_line_on_the_cli(capsys):
+    code, out, err = call_entry(["estimate", "--model", "mixtral-8x7b", "--top-k", "9", "--json"], capsys)
+    assert code == 1 and out == "" and "top_k: 9" in err and "experts=8" in err and err.count("\n") == 1
+
+
+# ----------------------------------------------------------------------------------- CLI and JSON
+
+def test_estimate_json_reports_total_and_active_params_and_loads_again(capsys, tmp_path):
+    code, out, _ = call_entry(["estimate", "--model", "deepseek-v3", "--hardware", "gb200", "--devices", "256",
+                               "--pp", "4", "--vpp", "4", "--ep", "64", "--pipeline-split", "balanced",
+                               "--global-batch", "4096", "--precision", "fp8", "--zero", "1", "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    model = doc["inputs"]["model"]
+    assert model["active_params"] < model["params"] and model["moe"]["experts"] == 256 and model["mla"]
+    assert doc["inputs"]["parallel"]["ep"] == 64 and doc["step"]["communication_detail_s"]["ep"] > 0
+    assert "moe_overlap none" in doc["step"]["overlap_policy"]
+    path = tmp_path / "echo.json"
+    path.write_text(json.dumps(doc["inputs"]))
+    again = scenario_from_mapping(json.loads(path.read_text()), "echo")
+    assert again.model.moe == load_model("deepseek-v3").moe and again.model.mla == load_model("deepseek-v3").mla
+    assert again.parallel.ep == 64 and scenario_mapping(again)["parallel"] == doc["inputs"]["parallel"]
+
+
+def test_cli_shape_options_make_and_resize_experts(capsys):
+    code, out, _ = call_entry(["estimate", "--model", "llama3-8b", "--experts", "8", "--top-k", "2", "--ep", "8",
+                               "--moe-imbalance", "1.5", "--json"], capsys)
+    assert code == 0
+    moe = json.loads(out)["inputs"]["model"]["moe"]
+    assert (moe["experts"], moe["top_k"], moe["imbalance"]) == (8, 2, 1.5)
+
+
+def test_a_config_model_mapping_takes_the_moe_options(capsys, tmp_path):
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text(json.dumps({"model": {**DENSE, "moe": {"experts": 8, "top_k": 2, "expert_ffn_hidden": 512}},
+                               "devices": 8}))
+    code, out, _ = call_entry(["estimate", "--config", str(cfg), "--experts", "16", "--ep", "8", "--json"], capsys)
+    assert code == 0 and json.loads(out)["inputs"]["model"]["moe"]["experts"] == 16
+
+
+# ------------------------------------------------------------------------------------------- plan
+
+def test_plan_searches_ep_and_etp_for_a_moe_model():
+    from trainest import search as S
+    base = S.job_scenario({"model": "qwen3-30b-a3b", "hardware": "h100-sxm", "global_batch": 256, "seq_len": 4096})
+    r = S.search(base, 16, S.SearchSpace(recompute=("full",), zero=(1,)))
+    assert set(r.space["ep"]) >= {1, 2, 8, 16} and r.space["etp"][0] == 1
+    best = r.plans[0].scenario.parallel
+    assert 128 % best.ep == 0 and (best.tp * best.cp * best.dp) % (best.ep * best.etp) == 0
+    assert r.runner_up_by_knob["ep"] is not None
+    only = S.search(base, 16, S.SearchSpace(recompute=("full",), zero=(1,), ep=(4,)))
+    assert {e.scenario.parallel.ep for e in only.plans} == {4}
+
+
+def test_the_plans_estimate_command_reproduces_a_moe_plan(capsys):
+    from trainest import search as S
+    from trainest.report.plan import estimate_args
+    base = S.job_scenario({"model": "qwen3-30b-a3b", "hardware": "h100-sxm", "global_batch": 256, "seq_len": 4096,
+                           "precision": "fp8"})
+    best = S.search(base, 16, S.SearchSpace(recompute=("full",))).plans[0]
+    code, out, _ = call_entry(["estimate", "--model", "qwen3-30b-a3b", "--hardware", "h100-sxm", "--precision", "fp8",
+                               "--seq-len", "4096", *estimate_args(best), "--json"], capsys)
+    assert code == 0 and json.loads(out)["step"]["time_s"] == pytest.approx(best.step.time_s, rel=1e-12)

@@ -1,0 +1,273 @@
+"""A mixture-of-experts layer on one device (docs/model.md §15): the router, the routed experts as
+grouped GEMMs, the shared experts, the permutation of the tokens, and the token dispatch and combine
+all-to-alls over the expert-parallel group. One function per formula.
+
+Layout (Megatron-Core MoE, "expert parallelism" docs): the attention block runs on the t·c·d ranks of
+a pipeline stage as in a dense layer; the MoE block regroups the same ranks as t_e (expert tensor
+parallel, innermost) × e (expert parallel) × d_e (expert data parallel), e·t_e·d_e = t·c·d. Each rank
+holds E/e routed experts, each split t_e ways. The block works on the T_in = T/t tokens of the rank's
+sequence-parallel shard: their K copies are sent to the ranks of their experts (dispatch), each rank
+runs its experts on what it receives, and the results go back (combine), weighted by the router's
+probabilities. With forced balance (imbalance I = 1, Megatron-Bridge's benchmarks) every local expert
+gets n_e = e·t_e·T_in·K/E tokens; the busiest rank gets I times that, and the step waits for it.
+
+Sources: Lepikhin et al. 2020 (GShard: top-k gating, expert capacity, all-to-all dispatch); Fedus et
+al. 2021 (Switch Transformer: capacity factor, token dropping); Rajbhandari et al. 2022
+(DeepSpeed-MoE: expert + data parallelism, all-to-all cost); DeepSeek-AI 2024 (DeepSeek-V3 report
+§3.2: dispatch/combine overlap, DualPipe, shared experts); Megatron-Core MoE documentation
+(alltoall token dispatcher, grouped GEMM, ETP/EP/EDP groups).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from trainest import xp
+from trainest.catalog import MoE
+from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.precision import MAIN_GRAD_BYTES
+from trainest.step import mla
+from trainest.step.collectives import Tiers, all_gather_s, all_to_all_s
+from trainest.step.kernels import MOE_ROUTING_KERNELS
+from trainest.step.layer import (
+    BACKWARD,
+    FORWARD,
+    LOW_PRECISION_CAST_PASSES,
+    LayerPass,
+    LocalShape,
+    MlpPart,
+    Rates,
+    f_wide_passes,
+    gradient_ops,
+    h_wide_bytes,
+    layer_ops,
+    layer_pass,
+    mlp_gemms,
+)
+from trainest.step.overlap import overlapped_exposed_s
+from trainest.step.roofline import Op, OpTime, gemm_efficiency, gemm_flops, op_of, streaming_time
+from trainest.step.traffic import tp_layer_s
+
+ROUTER_BYTES_PER_SCORE = 16.0     # FP32 router scores: softmax/sigmoid read + write, top-k read, routing map write
+# permute (fused, Transformer Engine moe_permute: read each token once, write its K copies grouped by expert)
+# and unpermute (read the K weighted copies, write one token) move e·h·T_in·(1 + K) bytes each
+SORT_PASSES = 4.0                 # after dispatch, sort the received chunks by local expert; before combine, unsort
+A2A_PER_LAYER_PASS = 2.0          # dispatch + combine in a forward (their gradients in the backward: as many)
+
+
+def moe_of(job: Job) -> MoE:
+    """The model's MoE block (these functions are called for MoE models only)."""
+    if job.model.moe is None:
+        raise ValueError(f"{job.model.name} has no mixture-of-experts layers")
+    return job.model.moe
+
+
+def expert_load_factor(moe: MoE) -> float:
+    """Tokens of the busiest rank's experts over the mean: the imbalance I, capped by the capacity
+    factor c_f when tokens beyond capacity are dropped (Fedus et al. 2021): min(I, c_f)."""
+    if moe.capacity_factor is None:
+        return moe.imbalance
+    return min(moe.imbalance, moe.capacity_factor)
+
+
+def moe_tokens_per_rank(layout: Layout, x: LocalShape) -> Num:
+    """T_in = T/t: the tokens the MoE block of one rank routes (its sequence-parallel shard of the
+    micro-batch; Megatron-Core requires sequence parallelism with TP and EP)."""
+    return x.tokens / layout.tp
+
+
+def tokens_per_local_expert(job: Job, layout: Layout, x: LocalShape) -> Num:
+    """n_e = e·t_e·T_in·K/E: mean tokens each local expert computes on one rank (the e·t_e ranks of
+    an expert-parallel group send their T_in·K copies to E experts; the t_e ranks of an expert each
+    take all of its tokens) [tokens]."""
+    moe = moe_of(job)
+    return layout.ep * layout.etp * moe_tokens_per_rank(layout, x) * moe.top_k / moe.experts
+
+
+def grouped_gemm(r: Rates, name: str, groups: Num, m: Num, n: Num, k: Num, efficiency: Num = 1.0) -> Op:
+    """A grouped GEMM: `groups` GEMMs of (m×k)·(k×n) in one kernel, their tiles spread over the
+    device's units together (wave_efficiency with batch = groups), each group's small m lowering the
+    rate as a small GEMM does, times `efficiency` (`efficiency.grouped_gemm`: the grouped kernel
+    against a dense GEMM)."""
+    one = r.gemm_op(name, m, n, k, batch=groups)
+    return Op(name=name, phase=FORWARD, flops=groups * one.flops, bytes=groups * one.bytes,
+              compute_s=groups * one.compute_s / efficiency, memory_s=groups * one.memory_s)
+
+
+def expert_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
+    """The routed experts of one rank, forward: E/e local experts, each with I·n_e tokens on the
+    busiest rank, up (and gate) (I·n_e × (k_f − 1)·f_e/t_e × h) and down (I·n_e × h × f_e/t_e)."""
+    m, moe = job.model, moe_of(job)
+    tokens = expert_load_factor(moe) * tokens_per_local_expert(job, layout, x)
+    width = moe.expert_ffn_hidden / layout.etp
+    groups, eff = moe.experts / layout.ep, job.hardware.efficiency.grouped_gemm
+    return [grouped_gemm(r, "experts_up", groups, tokens, (m.mlp_matrices - 1.0) * width, m.hidden, eff),
+            grouped_gemm(r, "experts_down", groups, tokens, m.hidden, width, eff)]
+
+
+def expert_backward_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
+    """The routed experts' backward, GEMM by GEMM: for up and down, the input gradient (dgrad: read
+    the output gradient and the weights, write the input gradient) and the weight gradient (wgrad:
+    read the inputs and the output gradient, accumulate into the FP32 main gradient: read and write
+    MAIN_GRAD_BYTES each, Megatron's fused gradient accumulation). Each has the forward's FLOPs. The
+    weights of E/e experts are large next to their I·n_e rows, so wgrad can be memory-bound where the
+    forward is not (the dense GEMMs keep backward = 2 × forward)."""
+    m, moe = job.model, moe_of(job)
+    tokens = expert_load_factor(moe) * tokens_per_local_expert(job, layout, x)
+    width = moe.expert_ffn_hidden / layout.etp
+    groups, eff = moe.experts / layout.ep, job.hardware.efficiency.grouped_gemm
+    out: list[Op] = []
+    for name, n, k in (("experts_up", (m.mlp_matrices - 1.0) * width, m.hidden), ("experts_down", m.hidden, width)):
+        # dgrad: (T×n)·(n×k) -> T×k; wgrad: (k×T)·(T×n) -> k×n accumulated into FP32
+        dgrad_bytes = (tokens * n + n * k) * r.gemm_input_bytes + tokens * k * ACTIVATION_BYTES
+        wgrad_bytes = (tokens * k + tokens * n) * r.gemm_input_bytes + 2.0 * MAIN_GRAD_BYTES * k * n
+        for kind, (mm, nn, kk), moved in (("dgrad", (tokens, k, n), dgrad_bytes),
+                                          ("wgrad", (k, n, tokens), wgrad_bytes)):
+            g = gemm_with_bytes(r, mm, nn, kk, groups, moved)
+            out.append(op_of(f"{name}.{kind}", BACKWARD, groups * gemm_flops(mm, nn, kk), groups * moved,
+                             OpTime(groups * g.compute_s / eff, groups * g.memory_s)))
+    return out
+
+
+def gemm_with_bytes(r: Rates, m: Num, n: Num, k: Num, batch: Num, bytes_moved: Num) -> OpTime:
+    """An (m×k)·(k×n) GEMM (one of `batch` in one kernel) at the device's GEMM rates that moves
+    `bytes_moved` [B]."""
+    eff = gemm_efficiency(m, n, k, r.gemm_peak_fraction, r.gemm_half_dim) * r.wave(m, n, k, batch)
+    return OpTime(compute_s=gemm_flops(m, n, k) / (r.peak_flops_per_s * eff),
+                  memory_s=bytes_moved / r.memory_bytes_per_s)
+
+
+def router_gemm(job: Job, layout: Layout, r: Rates, x: LocalShape) -> Op:
+    """The router (gate) of one rank: T_in × E × h [one GEMM; its scores then stream, router_bytes]."""
+    return r.gemm_op("router", moe_tokens_per_rank(layout, x), moe_of(job).experts, job.model.hidden)
+
+
+def shared_expert_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
+    """The S shared experts, fused into one dense MLP of width S·f_s split over t (Megatron-Core's
+    SharedExpertMLP) on the layer's T tokens; none without shared experts."""
+    m, moe = job.model, moe_of(job)
+    if not moe.shared_experts:
+        return []
+    return mlp_gemms(r, "shared", x.tokens, m.hidden, moe.shared_experts * moe.shared_width / layout.tp,
+                     m.mlp_matrices)
+
+
+def routed_copies(job: Job, layout: Layout, x: LocalShape) -> Num:
+    """I·T_in·K: token copies of the busiest rank per expert width slice (its experts' rows, ÷t_e
+    for the gathered rows of expert tensor parallelism) [tokens]."""
+    moe = moe_of(job)
+    return expert_load_factor(moe) * moe_tokens_per_rank(layout, x) * moe.top_k
+
+
+def permutation_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
+    """Forward bytes of moving the token copies of one rank [B]: permute (read each of its T_in tokens
+    once, write its K copies in expert order; the fused kernel), sort the t_e·I·T_in·K received rows by
+    local expert and unsort them before the combine (SORT_PASSES), unpermute (read the K weighted
+    copies of each token, write one): e·h·(2·T_in·(1 + K) + 4·t_e·I·T_in·K)."""
+    moe = moe_of(job)
+    t_in = moe_tokens_per_rank(layout, x)
+    return ACTIVATION_BYTES * job.model.hidden * (2.0 * t_in * (1.0 + moe.top_k)
+                                                  + SORT_PASSES * layout.etp * routed_copies(job, layout, x))
+
+
+def router_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
+    """Forward bytes of the router's scores: ROUTER_BYTES_PER_SCORE·T_in·E [B] (FP32 softmax or
+    sigmoid, top-k, routing map)."""
+    return ROUTER_BYTES_PER_SCORE * moe_tokens_per_rank(layout, x) * moe_of(job).experts
+
+
+def moe_elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
+    """Forward element-wise bytes of one MoE layer [B]: the h-wide kernels of a dense layer, the
+    activation's f-wide passes over the routed (I·T_in·K·f_e) and shared (T·S·f_s/t) expert rows, the
+    permutation and the router's scores, the FP8/FP4 casts of every GEMM input, MLA's extra traffic."""
+    m, moe = job.model, moe_of(job)
+    copies = routed_copies(job, layout, x)
+    shared = x.tokens * moe.shared_experts * moe.shared_width / layout.tp
+    total = (h_wide_bytes(job, layout, x)
+             + f_wide_passes(job) * ACTIVATION_BYTES * (copies * moe.expert_ffn_hidden + shared)
+             + permutation_bytes(job, layout, x) + router_bytes(job, layout, x))
+    if job.low_precision:
+        has_shared = 1.0 if moe.shared_experts else 0.0
+        total = total + LOW_PRECISION_CAST_PASSES * (
+            (2.0 + has_shared) * x.tokens * m.hidden / layout.sp_div + shared
+            + layout.etp * copies * m.hidden + copies * moe.expert_ffn_hidden)
+    if m.mla is not None:
+        total = total + mla.elementwise_bytes(job, layout, x)
+    return total
+
+
+def moe_mlp(job: Job, layout: Layout, r: Rates, x: LocalShape) -> MlpPart:
+    """One MoE layer's block after attention: the router, the shared experts and the grouped expert
+    GEMMs (their backward GEMM by GEMM, expert_backward_gemms), the layer's element-wise traffic, what
+    op recompute re-runs of it (the experts' down projection, the shared experts' down), and its
+    routing kernels."""
+    experts, shared = expert_gemms(job, layout, r, x), shared_expert_gemms(job, layout, r, x)
+    moved = moe_elementwise_bytes(job, layout, x)
+    elementwise = op_of("elementwise", FORWARD, 0.0 * moved, moved, streaming_time(moved, r.memory_bytes_per_s))
+    dense = [router_gemm(job, layout, r, x)] + shared
+    return MlpPart(gemms=dense + experts, gradients=gradient_ops(dense) + expert_backward_gemms(job, layout, r, x),
+                   elementwise=elementwise, op_recompute=[experts[-1]] + shared[-1:],
+                   extra_kernels=MOE_ROUTING_KERNELS)
+
+
+def dispatch_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
+    """e·I·T_in·K·h: the bytes one all-to-all moves for the busiest rank (16-bit token rows) [B]."""
+    return ACTIVATION_BYTES * routed_copies(job, layout, x) * job.model.hidden
+
+
+def all_to_all_tiers(job: Job, tiers: Tiers) -> Tiers:
+    """The tiers as the all-to-all kernels see them: the links' rates times `efficiency.all_to_all`
+    (instead of the ring collectives' η_up, η_out; docs/model.md §15.3)."""
+    hw, eff = job.hardware, job.hardware.efficiency
+    up = tiers.up_bytes_per_s / eff.scale_up * eff.all_to_all
+    out = (hw.scale_out_bytes_per_s * eff.all_to_all if hw.scale_out_bytes_per_s else tiers.out_bytes_per_s)
+    return tiers._replace(up_bytes_per_s=up, out_bytes_per_s=out)
+
+
+def ep_all_to_all_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers) -> Num:
+    """One dispatch (or combine) [s]: the all-to-all over the e ranks of the expert-parallel group
+    (stride t_e) at the all-to-all rates, plus with t_e > 1 the all-gather (reduce-scatter at the
+    combine) of the received rows over the expert tensor-parallel group (stride 1)."""
+    size = dispatch_bytes(job, layout, x)
+    return (all_to_all_s(size, layout.ep, layout.etp, all_to_all_tiers(job, tiers))
+            + all_gather_s(layout.etp * size, layout.etp, 1.0, tiers))
+
+
+def ep_layer_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers, window_s: Num) -> tuple[Num, Num]:
+    """(all, exposed) expert-parallel seconds of one MoE layer pass: dispatch and combine forward,
+    their gradients backward, the forward's again under full recompute: (4 + 2·[full]) all-to-alls.
+    Exposed in full unless the framework overlaps them (`moe_overlap: deepep`: hidden behind another
+    micro-batch's computation, `window_s`, at the hardware's contention share κ, §4.7)."""
+    total = A2A_PER_LAYER_PASS * (2.0 + layout.full) * ep_all_to_all_s(job, layout, x, tiers)
+    if not layout.deepep:
+        return total, total
+    return total, overlapped_exposed_s(total, window_s, 0.0, job.hardware.efficiency.overlap_contention)
+
+
+def moe_tp_all_reduces(job: Job, layout: Layout) -> Num:
+    """TP all-reduces (or RS + AG with SP) of T·h per MoE layer pass: the attention block's one
+    forward and one backward, and the shared experts' one each (the routed experts exchange tokens
+    by all-to-all instead), plus the forward's again under full recompute and one under op."""
+    shared = 1.0 if moe_of(job).shared_experts else 0.0
+    return (2.0 + 2.0 * shared) + (1.0 + shared) * layout.full + layout.op
+
+
+class MoeLayer(NamedTuple):
+    """One MoE layer pass: its computation and its TP and EP traffic [s] (all, exposed)."""
+
+    lp: LayerPass
+    tp_total_s: Num
+    tp_exposed_s: Num
+    ep_total_s: Num
+    ep_exposed_s: Num
+
+
+def moe_layer(job: Job, layout: Layout, r: Rates, x: LocalShape, tiers: Tiers,
+              attention: tuple[list[Op], list[Op], list[Op]] | None = None) -> MoeLayer:
+    """A MoE layer on one device: the layer pass and its TP and expert-parallel traffic
+    (`attention`: the attention block's GEMMs and its core's forward and backward ops, when computed)."""
+    lp = layer_pass(job, layout, r, x, layer_ops(job, layout, r, x, moe_mlp(job, layout, r, x), attention))
+    tp_total, tp_exposed = tp_layer_s(job, layout, x, tiers, lp.linear_s, moe_tp_all_reduces(job, layout))
+    ep_total, ep_exposed = ep_layer_s(job, layout, x, tiers, lp.compute_s + lp.memory_s)
+    return MoeLayer(lp=lp, tp_total_s=tp_total, tp_exposed_s=tp_exposed, ep_total_s=ep_total,
+                    ep_exposed_s=xp.maximum(ep_exposed, 0.0))
