@@ -331,6 +331,20 @@ def main(argv: list[str] | None = None) -> int:
                              write=not args.check, in_fit_set=in_fit_set, min_fit_runs=MIN_FIT_RUNS)
     fitted_results += moe.fitted_results
     split.update(moe.split)
+    # a sibling without MoE runs of its own takes its sibling's MoE efficiencies (as it took the dense ones)
+    moe_fitted = {row[0] for row in moe.rows if row[3] == "fitted"}
+    for name, sibling in SIBLINGS.items():
+        block = blocks.get(name)
+        if name in moe_fitted or sibling not in moe_fitted or not block or block.get("gemm") is None:
+            continue
+        eff = final_hw[sibling].efficiency
+        block = {**block, "grouped_gemm": round(eff.grouped_gemm, 4), "all_to_all": round(eff.all_to_all, 4)}
+        blocks[name] = block
+        if name in final_hw:
+            final_hw[name] = catalog.with_efficiency(final_hw[name], grouped_gemm=eff.grouped_gemm,
+                                                     all_to_all=eff.all_to_all)
+        if not args.check:
+            write_block(Path(catalog.load_hardware(name).path), block)
 
     if not args.check:
         target = catalog.specs_dir() / catalog.CATALOG_CACHE_NAME
