@@ -370,6 +370,17 @@ def test_errors_name_options_not_internal_keys(capsys):
         assert code == 1 and out == "" and flag in err and "options." not in err and "options:" not in err, err
 
 
+def test_moe_errors_name_their_options(capsys):
+    """The MoE checks run inside the model's moe: block and on ep·etp: their errors still name the flags."""
+    from helpers import call_entry
+    moe = ["--model", "mixtral-8x7b"]
+    for args, flag in ((["--ep", "3"], "--ep"), (["--devices", "8", "--ep", "8", "--etp", "2"], "--ep"),
+                       (["--top-k", "9"], "--top-k"), (["--moe-imbalance", "0.5"], "--moe-imbalance"),
+                       (["--finetune", "lora"], "--finetune")):
+        code, out, err = call_entry(["estimate", *moe, *args], capsys)
+        assert code == 1 and out == "" and err.startswith(f"Error: {flag}:") and "options" not in err, err
+
+
 def test_tokens_given_as_sequences_warn(capsys):
     """--global-batch 4194304 (tokens mistaken for sequences) ran silently into a 5.7-day step."""
     from helpers import call_entry

@@ -358,5 +358,13 @@ def cli_message(text: str) -> str:
     become the options' flags (`--zero`), and the leading `options: ` goes. File messages keep their keys."""
     import re
     by_path = {k.path: k.flags[0].split("/")[0] for k in KNOBS}
+    # the MoE overrides are validated inside the model's moe: block (catalog.with_shape)
+    by_path.update({f"moe.{key}": by_path[f"model.{name}"] for key, name in MOE_MESSAGE_KEYS.items()})
     text = re.sub(r"^options: ", "", text)
-    return re.sub(r"\boptions\.((?:parallel\.|model\.)?[a-z_]+)", lambda m: by_path.get(m.group(1), m.group(0)), text)
+    text = re.sub(r"\bmodel (options\.moe\.)", r"\1", text)
+    return re.sub(r"\boptions\.((?:parallel\.|model\.|finetune\.|moe\.)?[a-z_]+)",
+                  lambda m: by_path.get(m.group(1), m.group(0)), text)
+
+
+MOE_MESSAGE_KEYS = {"experts": "experts", "top_k": "top_k", "expert_ffn_hidden": "expert_ffn_hidden",
+                    "imbalance": "moe_imbalance"}   # moe.<key> -> the knob that sets it

@@ -320,7 +320,7 @@ def _check_experts(model: Model, sizes: dict[str, Any], dp: int, where: str) -> 
     if experts % ep:
         raise SpecError(f"{where}.parallel.ep: {ep} does not divide experts={experts}{_divisor_hint(experts)}")
     if stage_ranks % (ep * etp):
-        raise SpecError(f"{where}.parallel: ep·etp = {ep}·{etp} = {ep * etp} does not divide the ranks of a "
+        raise SpecError(f"{where}.parallel.ep: ep·etp = {ep}·{etp} = {ep * etp} does not divide the ranks of a "
                         f"pipeline stage, tp·cp·dp = {sizes['tp']}·{sizes['cp']}·{dp} = {stage_ranks}; "
                         f"ep·etp must divide {stage_ranks}{_divisor_hint(stage_ranks)}")
 
