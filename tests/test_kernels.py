@@ -10,7 +10,21 @@ from helpers import call_entry, job_and_layout, step_of
 
 from trainest.catalog import load_hardware, model_from_mapping, with_efficiency
 from trainest.frameworks import FRAMEWORKS
-from trainest.step.kernels import host_layer_s, layer_kernels, pass_kernels
+from trainest.step.collectives import tied_embedding_s, tiers_of
+from trainest.step.kernels import (
+    HEAD_HOST_PER_KERNEL_S,
+    attention_kernels,
+    cross_entropy_bytes_per_logit,
+    head_host_s,
+    head_kernels,
+    head_tp_s,
+    host_layer_s,
+    layer_kernels,
+    pass_kernels,
+    softmax_fallback,
+    softmax_fallback_ops,
+)
+from trainest.step.optimizer import optimizer_kernels, optimizer_s
 from trainest.step.roofline import wave_efficiency
 
 A100 = load_hardware("a100-80gb-sxm")
@@ -128,3 +142,97 @@ def test_plan_does_not_search_virtual_stages_for_a_framework_without_them():
     assert set(g.vpp.tolist()) == {1.0}
     base = dataclasses.replace(base, framework="megatron-core")
     assert max(S.enumerate_plans(base, 16, S.SearchSpace()).vpp) > 1
+
+
+# ------------------------------------------------------------------------------------ Megatron's fused softmax
+
+def test_the_fused_softmax_falls_back_where_its_kernel_does_not_take_the_shape():
+    # a = 16 heads: b·a/t must be a multiple of 4 (s = 1024 >= 256)
+    def fallback(**kw):
+        knobs = {**_kw(), **kw}
+        job, layout = job_and_layout(SMALL, A100, "fp16", knobs.pop("attention", "standard"), **knobs)
+        return softmax_fallback(job, layout)
+    assert fallback(tp=8.0, micro_batch=1.0) == 1.0 and fallback(tp=8.0, micro_batch=3.0) == 1.0
+    assert fallback(tp=8.0, micro_batch=2.0) == 0.0 and fallback(tp=4.0, micro_batch=1.0) == 0.0
+    assert fallback(tp=8.0, micro_batch=1.0, attention="flash") == 0.0          # no softmax kernel at all
+    assert fallback(tp=8.0, micro_batch=1.0, framework="hf-accelerate") == 0.0  # not Megatron's module
+    assert fallback(tp=1.0, seq_len=8192.0) == 1.0                              # rows beyond 4096: no kernel
+
+
+def test_the_fp32_fallback_adds_kernels_bytes_and_time():
+    job, one = job_and_layout(SMALL, A100, "fp16", "standard", **_kw(tp=8.0, micro_batch=1.0))
+    _, two = job_and_layout(SMALL, A100, "fp16", "standard", **_kw(tp=8.0, micro_batch=2.0))
+    assert attention_kernels(job, one)[0] == attention_kernels(job)[0] + 4.0
+    assert attention_kernels(job, two) == attention_kernels(job)
+    fwd, bwd = softmax_fallback_ops(job, one, 1e12, 1e6)
+    assert fwd[0].bytes == pytest.approx(33e6) and bwd[0].bytes == pytest.approx(35e6)
+    assert softmax_fallback_ops(job, two, 1e12, 1e6) == ([], [])
+    # the same shape without the fallback (a framework without Megatron's softmax) is faster
+    megatron = step_of(SMALL, A100, "fp16", "standard", **_kw(tp=8.0, micro_batch=1.0, framework="megatron-deepspeed"))
+    saved = FRAMEWORKS["megatron-deepspeed"]
+    plain = saved._replace(megatron_softmax=False)
+    try:
+        FRAMEWORKS["megatron-deepspeed"] = plain
+        fused = step_of(SMALL, A100, "fp16", "standard", **_kw(tp=8.0, micro_batch=1.0, framework="megatron-deepspeed"))
+    finally:
+        FRAMEWORKS["megatron-deepspeed"] = saved
+    assert megatron.time_s > fused.time_s
+
+
+# ------------------------------------------------------------------------------------ outside the layers
+
+def test_the_loss_and_embedding_kernels_and_collectives():
+    job, tp1 = job_and_layout(SMALL, A100, "fp16", "standard", **_kw())
+    _, tp8 = job_and_layout(SMALL, A100, "fp16", "standard", **_kw(tp=8.0))
+    assert head_kernels(job, tp1) == (23.0, 44.0) and head_kernels(job, tp8) == (29.0, 48.0)
+    tiers = tiers_of(A100, 8)
+    assert head_tp_s(job, tp1, 1024.0, tiers) == (0.0, 0.0)
+    small, big = head_tp_s(job, tp8, 1024.0, tiers), head_tp_s(job, tp8, 8192.0, tiers)
+    assert 0.0 < small[0] < big[0] and small[1] > small[0] and big[1] > big[0]
+    # one plain operator costs at most HEAD_HOST_PER_KERNEL_S, and nothing in a compiled step
+    first, last = head_host_s(job, tp1)
+    assert last == pytest.approx(44.0 * min(A100.efficiency.host_per_kernel_s, HEAD_HOST_PER_KERNEL_S))
+    xla, _ = job_and_layout(SMALL, A100, "bf16", "flash", **_kw(), framework="maxtext")
+    assert head_host_s(xla, tp1) == (0.0, 0.0)
+
+
+def test_a_host_bound_loss_adds_its_host_time_and_never_less():
+    slow = with_efficiency(A100, host_per_kernel_s=1e-3, kernel_floor_s=0.0)   # the layers: host-bound
+    t = step_of(SMALL, slow, "fp16", "standard", **_kw(micro_batch=1.0))
+    job, layout = job_and_layout(SMALL, slow, "fp16", "standard", **_kw(micro_batch=1.0))
+    first, last = head_host_s(job, layout)
+    assert t.host_s == pytest.approx(8.0 * (SMALL.layers * float(host_layer_s(job, layout)) + first + last))
+    assert t.time_s >= t.host_s            # host-bound: the device waits for every launch
+    assert t.host_wait_s == pytest.approx(t.overhead_s)
+    # with pipeline stages the loss and the embedding sit on different stages: no stage has both
+    pp = step_of(SMALL, slow, "fp16", "standard", **_kw(micro_batch=1.0, pp=2.0))
+    assert pp.micro_batch_s < t.micro_batch_s
+
+
+def test_megatrons_unfused_cross_entropy_moves_52_bytes_per_logit():
+    ds, _ = job_and_layout(SMALL, A100, "fp16", "standard", **_kw(), framework="megatron-deepspeed")
+    mc, _ = job_and_layout(SMALL, A100, "fp16", "standard", **_kw(), framework="megatron-core")
+    assert cross_entropy_bytes_per_logit(ds) == 52.0 and cross_entropy_bytes_per_logit(mc) == 16.0
+
+
+# ------------------------------------------------------------------------------------ optimizer and tied embeddings
+
+def test_optimizer_kernels_are_multi_tensor_launches():
+    assert optimizer_kernels(1.0) == 3.0 and optimizer_kernels(320 * 65536.0) == 3.0
+    assert optimizer_kernels(320 * 65536.0 + 1.0) == 6.0
+    many = [optimizer_kernels(p) for p in (1e6, 1e8, 1e9, 1e10)]
+    assert many == sorted(many)
+    _, layout = job_and_layout(SMALL, A100, "fp16", "standard", **_kw())
+    assert optimizer_s(layout, 1e6, 1e12) == pytest.approx(34e6 / 1e12)          # no floor: the bytes
+    assert optimizer_s(layout, 1e6, 1e12, kernel_floor_s=1e-3) == pytest.approx(3e-3)   # floors bound it
+
+
+def test_the_tied_embedding_gradient_is_all_reduced_between_first_and_last_stage():
+    tiers = tiers_of(A100, 8)
+    job, pp1 = job_and_layout(SMALL, A100, "fp16", "standard", **_kw())
+    _, pp2 = job_and_layout(SMALL, A100, "fp16", "standard", **_kw(pp=2.0))
+    _, pp2_tp2 = job_and_layout(SMALL, A100, "fp16", "standard", **_kw(pp=2.0, tp=2.0))
+    assert tied_embedding_s(job, pp1, tiers) == 0.0
+    assert tied_embedding_s(job, pp2, tiers) > tied_embedding_s(job, pp2_tp2, tiers) > 0.0
+    untied = job._replace(model=dataclasses.replace(SMALL, tied_embeddings=False))
+    assert tied_embedding_s(untied, pp2, tiers) == 0.0

@@ -243,7 +243,7 @@ def test_expert_knobs_on_a_dense_model_are_refused():
 
 def test_top_k_above_experts_is_one_line_on_the_cli(capsys):
     code, out, err = call_entry(["estimate", "--model", "mixtral-8x7b", "--top-k", "9", "--json"], capsys)
-    assert code == 1 and out == "" and "top_k: 9" in err and "experts=8" in err and err.count("\n") == 1
+    assert code == 1 and out == "" and "--top-k: 9" in err and "experts=8" in err and err.count("\n") == 1
 
 
 # ----------------------------------------------------------------------------------- CLI and JSON

@@ -241,15 +241,22 @@ def test_bubble_does_not_grow_with_the_number_of_micro_batches():
 
 # ----------------------------------------------------------------------------------- collectives
 
+def layer_tp_s(t) -> float:
+    """The layers' TP collectives of a step: tp_comm_s less the embedding's and the loss's."""
+    return t.tp_comm_s - t.parts.micro_batches * t.parts.head_tp_s
+
+
 def test_tp_traffic_is_four_all_reduces_per_layer_and_six_with_full_recompute():
     m, B, t_ = GPT3_13B, 32.0, 8.0
     tiers = tiers_of(A100, A100.devices_per_node)
     one = all_reduce_s(ACTIVATION_BYTES * 2048.0 * m.hidden, t_, 1.0, tiers)
     none = terms(m, tp=t_, global_batch=B)
-    assert none.tp_comm_s == pytest.approx(B * m.layers * 4 * one, rel=1e-12)
-    assert terms(m, tp=t_, global_batch=B, recompute=2).tp_comm_s == pytest.approx(1.5 * none.tp_comm_s)
+    assert layer_tp_s(none) == pytest.approx(B * m.layers * 4 * one, rel=1e-12)
+    assert layer_tp_s(terms(m, tp=t_, global_batch=B, recompute=2)) == pytest.approx(1.5 * layer_tp_s(none))
     assert terms(m, tp=t_, global_batch=B, recompute=1).tp_comm_s == pytest.approx(none.tp_comm_s)
     assert terms(m, tp=t_, global_batch=B, sp=1).tp_comm_s == pytest.approx(none.tp_comm_s)   # RS + AG = AR
+    # beside the layers' all-reduces, the embedding's and the loss's (docs/model.md §2.8)
+    assert none.tp_comm_s - layer_tp_s(none) == pytest.approx(B * none.parts.head_tp_s) and none.parts.head_tp_s > 0
 
 
 def test_dp_traffic_when_nothing_hides_it():
@@ -598,7 +605,7 @@ def test_op_recompute_reruns_k_o_and_one_mlp_matmul_and_the_element_wise_ops():
     tp = {**kw, "tp": 8.0, "sp": 1.0}
     base = step_of(m, A100, "bf16", "flash", **tp, recompute=0.0)
     with_op = step_of(m, A100, "bf16", "flash", **tp, recompute=3.0)
-    assert with_op.tp_comm_s == pytest.approx(base.tp_comm_s * 5.0 / 4.0, rel=1e-12)   # the re-gathers
+    assert layer_tp_s(with_op) == pytest.approx(layer_tp_s(base) * 5.0 / 4.0, rel=1e-12)   # the re-gathers
 
 
 def test_a_model_trained_without_dropout_moves_fewer_element_wise_bytes():
@@ -646,4 +653,4 @@ def test_tensor_parallelism_over_pcie_costs_its_all_reduces_at_the_pcie_rate():
                 vpp=1.0, micro_batch=1.0, zero=0.0, sp=0.0, recompute=0.0)
     w = 64e9 * PCIE_ACHIEVABLE_FRACTION
     per_all_reduce = 2 * 7 / 8 * ACTIVATION_BYTES * 8192 * m.hidden / w + 2 * 7 * hw.intra_node_latency_s
-    assert t.tp_comm_s == pytest.approx(32 * m.layers * 4 * per_all_reduce, rel=1e-9)
+    assert layer_tp_s(t) == pytest.approx(32 * m.layers * 4 * per_all_reduce, rel=1e-9)

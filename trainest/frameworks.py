@@ -13,6 +13,13 @@ A framework sets
 - `interleaved`: whether it has the interleaved (virtual-stage) pipeline schedule.
 - `seen`: whether the bundled measured runs include it (docs/validation.md); an estimate for a
   framework never seen is marked as such.
+- `megatron_softmax`: standard (non-flash) attention runs Megatron's fused scale-mask-softmax, which
+  falls back to an FP32 PyTorch softmax for shapes its kernel does not take (docs/model.md §2.8,
+  `step/kernels.py: softmax_fallback`).
+- `unfused_cross_entropy`: the loss is Megatron's vocab-parallel cross-entropy run as separate PyTorch
+  operators over an FP32 copy of the logits (Megatron-DeepSpeed; Megatron-Core without
+  `--cross-entropy-loss-fusion`), not the 4 FP32 passes trainest assumes otherwise
+  (`step/kernels.py: cross_entropy_bytes_per_logit`).
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ class Framework(NamedTuple):
     interleaved: bool           # has the interleaved pipeline schedule
     seen: bool                  # bundled measured runs use it
     source: str
+    megatron_softmax: bool = False      # Megatron's fused scale-mask-softmax (with its FP32 fallback)
+    unfused_cross_entropy: bool = False  # Megatron's vocab-parallel cross-entropy, operator by operator
 
     @property
     def host_factor(self) -> float:
@@ -43,12 +52,14 @@ F = Framework
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     F("megatron-core", "python", "fused", True, True, True,
       "Megatron-LM/Megatron-Core: fused kernels (apex/TE), --overlap-grad-reduce, interleaved 1F1B "
-      "(Narayanan et al. 2021; megatron/core/pipeline_parallel/schedules.py)"),
+      "(Narayanan et al. 2021; megatron/core/pipeline_parallel/schedules.py)", megatron_softmax=True),
     F("nemo", "python", "fused", True, True, True,
-      "NVIDIA NeMo 2 / Megatron-Bridge: Megatron-Core underneath (NeMo performance docs)"),
+      "NVIDIA NeMo 2 / Megatron-Bridge: Megatron-Core underneath (NeMo performance docs)", megatron_softmax=True),
     F("megatron-deepspeed", "python", "fused", True, False, True,
       "microsoft/Megatron-DeepSpeed: Megatron's fused kernels under the DeepSpeed engine; its 1F1B "
-      "pipeline has no interleaved schedule (DeepSpeed PipelineEngine); gradient bucketing on by default"),
+      "pipeline has no interleaved schedule (DeepSpeed PipelineEngine); gradient bucketing on by default; "
+      "the loss is megatron/core/tensor_parallel/cross_entropy.py's unfused vocab-parallel cross-entropy",
+      megatron_softmax=True, unfused_cross_entropy=True),
     F("deepspeed", "python", "eager", True, False, False,
       "DeepSpeed ZeRO on Hugging Face/PyTorch models: eager kernels, overlap_comm (DeepSpeed config docs)"),
     F("torchtitan", "python", "eager", True, True, True,

@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from trainest import xp
 from trainest.catalog import Hardware, pcie_bytes_per_s
+from trainest.precision import grad_bytes_per_param
 
 # The intra-node path of devices without a node-wide scale-up fabric is the host's PCIe
 # (Hardware.intra_node). Its nominal rate per direction (PCI-SIG: lanes x 2 GB/s for Gen4, 4 GB/s for
@@ -240,3 +241,18 @@ def all_to_all_s(size_bytes, size, stride, tiers: Tiers):
     latency = _hop_latency_s(size, stride, tiers)
     # one rank exchanges nothing, over whatever (possibly absent) link
     return xp.where(size > 1, xp.where(extent <= tiers.node_extent, within, across) + latency, 0.0)
+
+
+def tied_embedding_s(job, layout, tiers: Tiers):
+    """The all-reduce of the tied word-embedding gradient between the first and the last pipeline stage,
+    once per step (Megatron `_allreduce_embedding_grads`, DeepSpeed PipelineEngine `_exec_reduce_tied_grads`):
+    V·h/t gradients over 2 ranks (t·c·d·(p−1) apart, on the tiers the pipeline's p·t·c·d ranks span);
+    0 with p = 1, untied embeddings or a frozen base (LoRA: the embedding gets no gradient) [s]."""
+    model = job.model
+    if not model.tied_embeddings:
+        return 0.0
+    size = model.vocab * model.hidden / layout.tp * grad_bytes_per_param(job.precision)
+    # the pair spans the pipeline's p·t·c·d ranks: a group of 2 at stride p·t·c·d/2 crosses the same tiers
+    stride = layout.tp * layout.cp * layout.dp * layout.pp / 2.0
+    trained = 1.0 if xp.off(layout.finetune) else 1.0 - layout.frozen
+    return xp.where(layout.pp > 1, all_reduce_s(size, 2.0, stride, tiers) * trained, 0.0)

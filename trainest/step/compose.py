@@ -9,10 +9,10 @@ from typing import NamedTuple
 
 from trainest import xp
 from trainest.layout import Job, Layout, Num
-from trainest.step.collectives import Tiers, tiers_of
+from trainest.step.collectives import Tiers, tied_embedding_s, tiers_of
 from trainest.step.finetune import finetune_flops_delta, trainable_params_local
 from trainest.step.flops import model_flops_per_step, recompute_flops_per_step
-from trainest.step.kernels import host_layer_s, host_pass_s
+from trainest.step.kernels import head_parts, host_layer_s, host_pass_s
 from trainest.step.layer import (
     LayerPass,
     LocalShape,
@@ -65,6 +65,8 @@ class StepParts(NamedTuple):
     dp_exposed: DpExposed
     trained_params: Num          # parameters this device trains (the optimizer's, before its ZeRO shard)
     offload: Offload | None
+    head_tp_s: Num = 0.0         # TP collectives of the embedding and the loss on the slowest stage, one micro-batch
+    tied_s: Num = 0.0            # the tied-embedding gradient all-reduce of the step
 
 
 class StepTerms(NamedTuple):
@@ -135,6 +137,18 @@ def data_parallel_traffic(job: Job, layout: Layout, tiers: Tiers, trained_local:
     return add_dp_traffic(dp, dp_traffic(job, layout, tiers, expert_local, expert_dp_groups(layout)))
 
 
+def offload_parts(job: Job, layout: Layout, lp: LayerPass, layers: Num, optimizer: Num) -> tuple:
+    """(Offload or None, its exposed seconds, its seconds with nothing overlapped, the device's optimizer
+    seconds left): ZeRO-Offload / ZeRO-Infinity / FSDP CPU offload (step/offload.py); without offload
+    nothing, and the optimizer stays on the device."""
+    if xp.off(layout.offload):
+        return None, 0.0, 0.0, optimizer
+    off = offload_terms(job, layout, offload_state(job, layout), layers, layers * (lp.fwd_c + lp.fwd_m),
+                        layers * (lp.bwd_c + lp.bwd_m))
+    serial = off.grads_down_s + off.fetch_s + off.activations_s + off.cpu_adam_s + off.weights_up_s
+    return off, off.exposed_s, serial, optimizer * (1.0 - layout.offload_optimizer)
+
+
 def step_terms(job: Job, layout: Layout) -> StepTerms:
     """Compose one training step of `job` under `layout` (docs/model.md §5)."""
     model, eff = job.model, job.hardware.efficiency
@@ -152,9 +166,13 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     host_excess = xp.maximum(host_layer - device_layer_s, 0.0)
     layer_overhead = lp.overhead_s + lp.floor_s + host_excess
     layer_s = device_layer_s + host_excess
-    stage = slowest_stage(model, layout, layer_s, logits_c + logits_m)
+    # outside the layers (kernels.py: head_*): the embedding on the first stage, the logits and loss on the
+    # last, each with its TP collectives and at least its host time
+    head = head_parts(job, layout, shape.tokens, tiers, logits_c + logits_m)
+    stage = slowest_stage(model, layout, layer_s, logits_c + logits_m + head.last_over_first_s(layout.pp))
     n = stage.layers
-    stage_c, stage_m, stage_o = n * lp.compute_s, n * lp.memory_s, n * layer_overhead
+    head_o, head_comm = head.on_path(layout.pp, stage.last_is_max)
+    stage_c, stage_m, stage_o = n * lp.compute_s, n * lp.memory_s, n * layer_overhead + head_o
     stage_pp = pp_p2p_s(job, layout, shape, tiers)
     params_local = stage_dense_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.tp
     expert_local = stage_expert_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.expert_group
@@ -162,7 +180,7 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     # the window for ZeRO-3's traffic: the stage's work, less the attention time that hides CP
     stage_work = stage_c + stage_m + stage_o - n * (cp.hiding_fwd_s + cp.hiding_bwd_s)
     z3_exposed = overlapped_exposed_s(z3_comm, stage_work, z3_layer, eff.overlap_contention) * layout.z3
-    mb_comm = n * tp_layer + n * cp.exposed_s + n * ep_layer + stage_pp + z3_exposed
+    mb_comm = n * tp_layer + n * cp.exposed_s + n * ep_layer + stage_pp + z3_exposed + head_comm
     mb_c = stage_c + stage.last_is_max * logits_c
     mb_m = stage_m + stage.last_is_max * logits_m
     m = layout.micro_batches(job)
@@ -171,16 +189,11 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     dp = data_parallel_traffic(job, layout, dp_tiers, trained_local, expert_local)
     windows = dp_windows_s(layout, lp, cp, n, z3_comm, stage_work, host_pass_s(job, layout))
     dp_parts = dp_exposed_parts(layout, dp, windows, n, eff.overlap_contention, m)
-    dp_exposed = dp_parts.replica_s + dp_parts.reduce_s + dp_parts.gather_s + dp_parts.zero2_s
-    optimizer = optimizer_s(layout, trained_local, rates.memory_bytes_per_s, expert_local)
-    offload_s: Num = 0.0
-    offload_serial: Num = 0.0
-    off: Offload | None = None
-    if not xp.off(layout.offload):       # ZeRO-Offload / ZeRO-Infinity / FSDP CPU offload (step/offload.py)
-        off = offload_terms(job, layout, offload_state(job, layout), n, n * (lp.fwd_c + lp.fwd_m),
-                            n * (lp.bwd_c + lp.bwd_m))
-        offload_s, optimizer = off.exposed_s, optimizer * (1.0 - layout.offload_optimizer)
-        offload_serial = off.grads_down_s + off.fetch_s + off.activations_s + off.cpu_adam_s + off.weights_up_s
+    # tied input and output embeddings on different stages: their gradients all-reduced once per step
+    tied = tied_embedding_s(job, layout, tiers)
+    dp_exposed = dp_parts.replica_s + dp_parts.reduce_s + dp_parts.gather_s + dp_parts.zero2_s + tied
+    optimizer = optimizer_s(layout, trained_local, rates.memory_bytes_per_s, eff.kernel_floor_s, expert_local)
+    off, offload_s, offload_serial, optimizer = offload_parts(job, layout, lp, n, optimizer)
     compute_s, memory_s, overhead_s = m * mb_c, m * mb_m + optimizer, m * stage_o
     communication_s = m * mb_comm + dp_exposed
     # the upper bound: nothing overlapped (every collective in full, no contention), with the bubble
@@ -188,8 +201,8 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     serial_layer = tp_total + cp.total_s + ep_total
     serial_typical = stage.heavy_layers * (lp.compute_s + lp.memory_s + layer_overhead + serial_layer) \
         + stage_pp + z3_comm
-    no_overlap = (m * (mb_c + mb_m + stage_o + n * serial_layer + stage_pp + z3_comm) + optimizer
-                  + serial_dp_s(layout, dp, m) + bubble_s(layout, m, serial_typical) + offload_serial)
+    no_overlap = (m * (mb_c + mb_m + stage_o + n * serial_layer + stage_pp + z3_comm + head_comm) + optimizer
+                  + serial_dp_s(layout, dp, m) + tied + bubble_s(layout, m, serial_typical) + offload_serial)
     mflops = model_flops_per_step(model, job.seq_len, job.global_batch)
     hflops = mflops + recompute_flops_per_step(job, layout)
     if not xp.off(layout.finetune):      # frozen base: no weight gradients; adapters (step/finetune.py)
@@ -198,14 +211,15 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     return StepTerms(time_s=compute_s + memory_s + overhead_s + communication_s + bubble + offload_s,
                      compute_s=compute_s,
                      memory_s=memory_s, communication_s=communication_s, bubble_s=bubble, overhead_s=overhead_s,
-                     tp_comm_s=m * (n * tp_layer), cp_comm_s=m * (n * cp.exposed_s), pp_comm_s=m * stage_pp,
-                     ep_comm_s=m * (n * ep_layer),
+                     tp_comm_s=m * (n * tp_layer + head_comm), cp_comm_s=m * (n * cp.exposed_s),
+                     pp_comm_s=m * stage_pp, ep_comm_s=m * (n * ep_layer),
                      dp_comm_s=dp_exposed + m * z3_exposed, optimizer_s=optimizer,
                      micro_batch_s=mb_c + mb_m + stage_o + mb_comm, no_overlap_time_s=no_overlap,
                      model_flops=mflops, hardware_flops=hflops, offload_s=offload_s,
-                     host_s=m * n * host_layer, host_wait_s=m * n * host_excess, floor_s=m * n * lp.floor_s,
+                     host_s=m * (n * host_layer + head.host_on_path(layout.pp, stage.last_is_max)),
+                     host_wait_s=m * (n * host_excess + head_o), floor_s=m * n * lp.floor_s,
                      parts=StepParts(layer=lp, logits=logits, layers=n, last_is_max=stage.last_is_max, micro_batches=m,
                                      tp_total_s=tp_total, tp_exposed_s=tp_layer, ep_total_s=ep_total,
                                      ep_exposed_s=ep_layer, cp=cp, pp_s=stage_pp, z3_s=z3_comm,
                                      z3_exposed_s=z3_exposed, dp=dp, dp_exposed=dp_parts, trained_params=trained_local,
-                                     offload=off))
+                                     offload=off, head_tp_s=head_comm, tied_s=tied))

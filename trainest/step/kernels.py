@@ -22,14 +22,23 @@ Kernel counts are operator counts of the frameworks' layer code (not fitted):
   instead of QKV and the output projection.
 Each tensor-parallel collective, and each expert-parallel all-to-all, is one more launch for the host
 (torch.distributed + NCCL enqueue).
+
+Megatron's fused scale-mask-softmax (standard attention) runs only for the shapes its kernel takes;
+otherwise the framework runs the softmax as FP32 PyTorch operators (`softmax_fallback`). Outside the
+layers, every micro-batch launches the embedding's and the loss's kernels (`head_kernels`): the batch
+preparation, the embedding lookup, the final norm, the logits GEMM and the cross-entropy, with their
+tensor-parallel collectives.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from trainest import xp
 from trainest.frameworks import FRAMEWORKS
-from trainest.layout import Job, Layout, Num
-from trainest.step.roofline import Op, OpTime
+from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.step.collectives import Tiers, all_reduce_s
+from trainest.step.roofline import Op, OpTime, op_of, streaming_time
 
 FUSED_ELEMENTWISE_KERNELS = 5.0     # 2 norms, 2 bias-dropout-add, 1 fused activation, per layer forward
 EAGER_NORM_KERNELS = 7.0            # an unfused FP32 norm: cast, square, mean, rsqrt, scale, weight, cast back
@@ -59,6 +68,46 @@ def moe_layer_share(job: Job) -> float:
     """L_m/L: the share of the layers that are MoE layers (0 for a dense model)."""
     return 0.0 if job.model.moe is None else job.model.moe_layers / job.model.layers
 
+# Megatron's fused scale-mask-softmax (megatron/model/fused_softmax.py, megatron/core/fusions/fused_softmax.py:
+# FusedScaleMaskSoftmax.is_kernel_available) takes 16-bit scores with 16 < s_k <= 4096, s % 4 == 0 and, for the
+# causal mask, b·a/t % batch_per_block == 0; batch_per_block = (128 threads / warp width) × batches per warp
+# (scaled_upper_triang_masked_softmax.h: 4 for s_k >= 256, 8 for shorter rows). Otherwise forward_torch_softmax
+# runs: cast to FP32 (read 2, write 4 B per score), scale (4+4), masked_fill (4+1+4), softmax (4+4), cast back
+# (4+2) = 37 B and 5 kernels where the fused kernel moves 4 B in 1; its backward (cast 2+4, softmax 4+4+4,
+# masked_fill 4+1+4, scale 4+4, cast 4+2) 41 B and 5 kernels against 6 B in 1. (FP32 softmax: Megatron turns
+# attention_softmax_in_fp32 on with apply_query_key_layer_scaling, its fp16 default.)
+SOFTMAX_FUSED_MAX_SEQ = 4096
+SOFTMAX_FALLBACK_EXTRA_BYTES = (37.0 - 4.0, 41.0 - 6.0)    # per score: forward, backward
+SOFTMAX_FALLBACK_EXTRA_KERNELS = (4.0, 4.0)
+
+# Kernels of one micro-batch outside the layers (operator counts of Megatron's GPT code: pretrain_gpt.py
+# get_batch and loss_func, megatron/model/language_model.py Embedding, parallel_lm_logits,
+# tensor_parallel/cross_entropy.py), forward + backward:
+# - first stage: batch preparation (tokens, labels, loss mask, position ids, causal mask: 8), word and
+#   position embedding, their sum, the [b,s,h]->[s,b,h] transpose and dropout (5 forward), their backward
+#   (dropout, transpose, two embedding backwards of ~3 kernels each, accumulation into the gradients: 10);
+#   with t > 1 the vocab-parallel lookup masks its input and output (5 more) and all-reduces its output;
+# - last stage: final norm (1 + 2), logits GEMM (1 + 2) with its transpose (1 + 1), the FP32 cast (1 + 1),
+#   the cross-entropy (17 forward: max, subtract, the target masks and gather, exp, sum, log, divide; 4
+#   backward), the loss mask and mean (5 + 3), the loss scale (1 + 1) and the data-parallel loss average (3);
+#   with t > 1 the cross-entropy all-reduces max, target logit and sum (3 small collectives) and the
+#   logits' input gradient is all-reduced in the backward.
+# The loss's and the embedding's operators are plain tensor operators called from Python, without the
+# layers' autograd Functions, hooks and recompute re-entry that the fitted host time per layer kernel
+# includes: each costs the eager dispatcher + cudaLaunchKernel, ~10-20 µs on a server CPU (PyTorch
+# dispatcher overhead; CUDA launch ~5 µs: CUDA C++ Best Practices Guide); trainest takes 20 µs, the
+# catalog's prior host time per kernel (DEFAULT_HOST_US_PER_KERNEL), not fitted.
+HEAD_HOST_PER_KERNEL_S = 20e-6
+EMBEDDING_KERNELS = 23.0
+VOCAB_PARALLEL_MASK_KERNELS = 5.0
+OUTPUT_KERNELS = 44.0
+CE_TP_COLLECTIVES = 3.0
+# Megatron's vocab-parallel cross-entropy operator by operator over an FP32 copy of the logits, bytes per logit
+# element: cast (2+4), max (4), subtract (4+4), exp (4+4), sum (4), divide (4+4); backward multiply (4+4) and
+# cast back (4+2) = 52. The fused or fused-enough losses of other frameworks: 4 FP32 passes, 16.
+UNFUSED_CROSS_ENTROPY_BYTES = 52.0
+CROSS_ENTROPY_BYTES = 16.0
+
 
 def elementwise_kernels(job: Job) -> float:
     """Element-wise kernels of one dense layer's forward: fused 5; eager 2·7 (norms) + 2 residual adds +
@@ -70,20 +119,51 @@ def elementwise_kernels(job: Job) -> float:
     return 2.0 * EAGER_NORM_KERNELS + 2.0 + dropouts + EAGER_ACTIVATION_KERNELS[job.model.mlp]
 
 
-def attention_kernels(job: Job) -> tuple[float, float]:
+def attention_kernels(job: Job, layout: Layout | None = None) -> tuple[Num, Num]:
     """(forward, backward) kernels of the attention core: fused 1 and 3; standard 4 and 7, plus the
-    dropout's one each way when the model has dropout."""
+    dropout's one each way when the model has dropout, plus the FP32 softmax's 4 each way where
+    Megatron's fused softmax does not take the shape (`softmax_fallback`, given the layout)."""
     if job.attention in ("flash", "flash2"):
         return FLASH_KERNELS
     dropout = 1.0 if job.model.dropout else 0.0
-    return STANDARD_ATTENTION_KERNELS[0] + dropout, STANDARD_ATTENTION_KERNELS[1] + dropout
+    fallback = 0.0 if layout is None else softmax_fallback(job, layout)
+    return (STANDARD_ATTENTION_KERNELS[0] + dropout + SOFTMAX_FALLBACK_EXTRA_KERNELS[0] * fallback,
+            STANDARD_ATTENTION_KERNELS[1] + dropout + SOFTMAX_FALLBACK_EXTRA_KERNELS[1] * fallback)
 
 
-def pass_kernels(job: Job, layout: Layout) -> tuple[float, float, Num]:
+def softmax_fallback(job: Job, layout: Layout) -> Num:
+    """1 where standard attention in a Megatron framework cannot use the fused scale-mask-softmax (see
+    SOFTMAX_FUSED_MAX_SEQ): 16-bit scores need 16 < s <= 4096, s % 4 == 0 and b·a/t a multiple of the
+    kernel's batches per block (4 for s >= 256, else 8); else 0 (flash attention, other frameworks)."""
+    if job.attention in ("flash", "flash2") or not FRAMEWORKS[job.framework].megatron_softmax:
+        return 0.0
+    s = job.seq_len
+    if job.precision in ("fp32", "tf32") or not (16 < s <= SOFTMAX_FUSED_MAX_SEQ) or s % 4:
+        return 1.0
+    per_block = 4.0 if s >= 256 else 8.0
+    attn_batches = layout.micro_batch * job.model.heads / layout.tp
+    return xp.mask(attn_batches % per_block != 0)
+
+
+def softmax_fallback_ops(job: Job, layout: Layout, memory_bytes_per_s: Num,
+                         score_elements: Num) -> tuple[list[Op], list[Op]]:
+    """(forward, backward) ops the FP32 fallback softmax adds over the fused kernel: 33 and 35 more bytes
+    per score (SOFTMAX_FALLBACK_EXTRA_BYTES), memory-bound; none where the fused kernel runs."""
+    fallback = softmax_fallback(job, layout)
+    if xp.off(fallback):
+        return [], []
+    out = []
+    for phase, extra in zip(("forward", "backward"), SOFTMAX_FALLBACK_EXTRA_BYTES, strict=True):
+        b = fallback * extra * score_elements
+        out.append(op_of("attention.softmax_fp32", phase, 0.0 * b, b, streaming_time(b, memory_bytes_per_s)))
+    return [out[0]], [out[1]]
+
+
+def pass_kernels(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
     """(forward, backward, recomputed) kernels one layer launches for one micro-batch; the
     recomputation runs again the forward (full), the attention core (selective) or 3 GEMMs and the
     element-wise kernels (op)."""
-    attn_fwd, attn_bwd = attention_kernels(job)
+    attn_fwd, attn_bwd = attention_kernels(job, layout)
     elementwise = elementwise_kernels(job) + moe_layer_share(job) * MOE_ROUTING_KERNELS
     gemms = gemm_kernels(job)
     forward = gemms + attn_fwd + elementwise
@@ -133,7 +213,94 @@ def host_layer_s(job: Job, layout: Layout) -> Num:
         * host_per_kernel_s(job)
 
 
-def floor_excess_s(time_s: Num, kernels: float, floor_s: Num) -> Num:
+def cross_entropy_bytes_per_logit(job: Job) -> float:
+    """Bytes the loss moves per logit element, forward and backward: 52 for Megatron's unfused
+    vocab-parallel cross-entropy (`Framework.unfused_cross_entropy`), else 16 (4 FP32 passes)."""
+    return UNFUSED_CROSS_ENTROPY_BYTES if FRAMEWORKS[job.framework].unfused_cross_entropy else CROSS_ENTROPY_BYTES
+
+
+def head_kernels(job: Job, layout: Layout) -> tuple[Num, Num]:
+    """(first stage, last stage) host launches of one micro-batch outside the layers, forward and
+    backward: the embedding (23; +5 masking and 1 all-reduce with t > 1) and the logits and loss (44;
+    +3 cross-entropy all-reduces and the logits' gradient all-reduce with t > 1)."""
+    tp = xp.mask(layout.tp > 1)
+    return (EMBEDDING_KERNELS + (VOCAB_PARALLEL_MASK_KERNELS + 1.0) * tp,
+            OUTPUT_KERNELS + (CE_TP_COLLECTIVES + 1.0) * tp)
+
+
+def head_host_s(job: Job, layout: Layout) -> tuple[Num, Num]:
+    """(first stage, last stage) host time of one micro-batch outside the layers: head_kernels × the
+    host time of one plain PyTorch operator, HEAD_HOST_PER_KERNEL_S (or the hardware's host time per
+    layer kernel where that is smaller) × the framework's dispatch factor [s]."""
+    first, last = head_kernels(job, layout)
+    tau = (xp.minimum(job.hardware.efficiency.host_per_kernel_s, HEAD_HOST_PER_KERNEL_S)
+           * FRAMEWORKS[job.framework].host_factor)
+    return first * tau, last * tau
+
+
+def head_tp_s(job: Job, layout: Layout, tokens: Num, tiers: Tiers) -> tuple[Num, Num]:
+    """(first stage, last stage) tensor-parallel collectives of one micro-batch outside the layers [s]:
+    the vocab-parallel embedding's all-reduce of T·h (forward); the logits' input-gradient all-reduce of
+    T·h (backward) and the cross-entropy's three all-reduces of T FP32 values; 0 without TP."""
+    h = job.model.hidden
+    act = all_reduce_s(ACTIVATION_BYTES * tokens * h, layout.tp, 1.0, tiers)
+    small = all_reduce_s(4.0 * tokens, layout.tp, 1.0, tiers)
+    tp = layout.tp > 1
+    return xp.where(tp, act, 0.0), xp.where(tp, act + CE_TP_COLLECTIVES * small, 0.0)
+
+
+class Head(NamedTuple):
+    """One micro-batch outside the layers [s]: the first stage's embedding and the last stage's logits
+    and loss, each as its tensor-parallel collectives and what its host time adds beyond its device time."""
+
+    first_tp_s: Num
+    first_host_s: Num
+    first_host_excess_s: Num
+    last_tp_s: Num
+    last_host_s: Num
+    last_host_excess_s: Num
+    first_on_heavy: float        # 1 when the first stage is a heaviest stage (even split), else 0
+
+    @property
+    def first_s(self) -> Num:
+        return self.first_tp_s + self.first_host_excess_s
+
+    @property
+    def last_s(self) -> Num:
+        """The logits stage's extra time: its collectives and host excess (its roofline time is added by the caller)."""
+        return self.last_tp_s + self.last_host_excess_s
+
+    def last_over_first_s(self, pp: Num) -> Num:
+        """What the last stage has beyond the first (a heaviest stage under the even split) [s]: the
+        slowest stage is the last one when its layers plus the logits and this exceed the heaviest's;
+        with p = 1 the one stage has both."""
+        return self.last_s - xp.mask(pp > 1) * self.first_on_heavy * self.first_s
+
+    def on_path(self, pp: Num, last_is_max: Num) -> tuple[Num, Num]:
+        """(overhead, TP collectives) of one micro-batch on the slowest stage [s]: the last stage's part
+        where it is the slowest, the first stage's where that one is (with p = 1: both)."""
+        on_first = xp.where(pp > 1, self.first_on_heavy * (1.0 - last_is_max), 1.0)
+        return (on_first * self.first_host_excess_s + last_is_max * self.last_host_excess_s,
+                on_first * self.first_tp_s + last_is_max * self.last_tp_s)
+
+    def host_on_path(self, pp: Num, last_is_max: Num) -> Num:
+        """The host time of one micro-batch outside the layers on the slowest stage [s] (as `on_path`)."""
+        on_first = xp.where(pp > 1, self.first_on_heavy * (1.0 - last_is_max), 1.0)
+        return on_first * self.first_host_s + last_is_max * self.last_host_s
+
+
+def head_parts(job: Job, layout: Layout, tokens: Num, tiers: Tiers, logits_device_s: Num) -> Head:
+    """The embedding's and the loss's time per micro-batch (docs/model.md §2.8): host launches
+    (`kernels.head_host_s`) against the device's work there (the TP collectives, the logits)."""
+    first_host, last_host = head_host_s(job, layout)
+    first_tp, last_tp = head_tp_s(job, layout, tokens, tiers)
+    return Head(first_tp_s=first_tp, first_host_s=first_host,
+                first_host_excess_s=xp.maximum(first_host - first_tp, 0.0), last_tp_s=last_tp,
+                last_host_s=last_host, last_host_excess_s=xp.maximum(last_host - last_tp - logits_device_s, 0.0),
+                first_on_heavy=1.0 if layout.pipeline_split == "even" else 0.0)
+
+
+def floor_excess_s(time_s: Num, kernels: Num, floor_s: Num) -> Num:
     """How much longer an operation of `kernels` kernels takes than its roofline time `time_s`
     because no kernel runs shorter than the device's floor: max(0, kernels·floor − t_op) [s]."""
     return xp.maximum(kernels * floor_s - time_s, 0.0)

@@ -22,9 +22,11 @@ from trainest.step.flops import CAUSAL_FRACTION
 from trainest.step.kernels import (
     ELEMENTWISE_BACKWARD_RATIO,
     attention_kernels,
+    cross_entropy_bytes_per_logit,
     elementwise_kernels,
     floor_excess_s,
     ops_time_s,
+    softmax_fallback_ops,
 )
 from trainest.step.roofline import (
     Op,
@@ -56,7 +58,6 @@ SOFTMAX_BYTES_PER_SCORE = 9.0      # standard attention: scale/mask/softmax/drop
 # and a 1-byte mask) does not run
 NO_DROPOUT_H_WIDE_SAVING = 2.0 * 1.0
 NO_DROPOUT_SOFTMAX_SAVING = 5.0
-CROSS_ENTROPY_PASSES = 4.0         # FP32 logits: softmax read/write forward and backward
 BACKWARD_TRAFFIC_RATIO = 2.0       # element-wise backward moves about twice the forward bytes
 LOW_PRECISION_CAST_PASSES = 3.0    # FP8/FP4: read 16-bit input, write the low-precision copy (+ scale)
 FORWARD, BACKWARD, RECOMPUTE = "forward", "backward", "recompute"    # the phases an op runs in
@@ -195,7 +196,8 @@ def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[li
     softmax = op_of("attention.softmax", FORWARD, 0.0 * softmax_bytes, softmax_bytes,
                     streaming_time(softmax_bytes, r.memory_bytes_per_s))
     fwd_parts = [scores, context, softmax]
-    return fwd_parts, [p.scaled(2.0, phase=BACKWARD) for p in fwd_parts]
+    fallback_fwd, fallback_bwd = softmax_fallback_ops(job, layout, r.memory_bytes_per_s, x.score_elements)
+    return fwd_parts + fallback_fwd, [p.scaled(2.0, phase=BACKWARD) for p in fwd_parts] + fallback_bwd
 
 
 def h_wide_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
@@ -429,7 +431,7 @@ def layer_floor_s(job: Job, layout: Layout, linear: list[Op], attention: tuple[l
     layer's routing) take at least their kernel count times the floor; recomputed kernels again
     (full: the forward; selective: attention; op: 3 GEMMs and the element-wise kernels)."""
     floor = job.hardware.efficiency.kernel_floor_s
-    attn_fwd_k, attn_bwd_k = attention_kernels(job)
+    attn_fwd_k, attn_bwd_k = attention_kernels(job, layout)
     ew_k = elementwise_kernels(job) + extra_kernels
     gemm_fwd: Num = 0.0
     for o in linear:
@@ -444,10 +446,10 @@ def layer_floor_s(job: Job, layout: Layout, linear: list[Op], attention: tuple[l
 
 
 def logits_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
-    """The logits GEMM forward, its data and weight gradients, and the FP32 cross-entropy (4 passes
-    over T·V/t logits of 4 bytes) on the last stage."""
+    """The logits GEMM forward, its data and weight gradients, and the FP32 cross-entropy over T·V/t
+    logits (`kernels.cross_entropy_bytes_per_logit`: 16 B, or 52 B unfused) on the last stage."""
     logits = r.gemm_op("logits", x.tokens, job.model.vocab / layout.tp, job.model.hidden)
-    ce_bytes = CROSS_ENTROPY_PASSES * 4.0 * x.tokens * job.model.vocab / layout.tp
+    ce_bytes = cross_entropy_bytes_per_logit(job) * x.tokens * job.model.vocab / layout.tp
     ce = op_of("cross_entropy", FORWARD, 0.0 * ce_bytes, ce_bytes, streaming_time(ce_bytes, r.memory_bytes_per_s))
     trained = 1.0 if xp.off(layout.finetune) else 1.0 - layout.frozen      # a frozen output layer: no wgrad
     return [logits, logits.scaled(1.0, name="logits.dgrad", phase=BACKWARD),

@@ -20,6 +20,7 @@ from trainest.layout import ACTIVATION_BYTES, Job, Layout
 from trainest.precision import grad_bytes_per_param, weight_bytes_per_param
 from trainest.step.collectives import tiers_of
 from trainest.step.compose import StepParts, StepTerms
+from trainest.step.kernels import CE_TP_COLLECTIVES
 from trainest.step.layer import local_shape, rates_of
 from trainest.step.moe import A2A_PER_LAYER_PASS, dispatch_bytes
 from trainest.step.offload import host_rates
@@ -117,6 +118,11 @@ def collective_rows(job: Job, layout: Layout, p: StepParts) -> list[StepOp]:
                     "network: scale-out"),
         _collective("zero2.grad_reduce_scatter", float(layout.z2) * (m - 1.0), trained * g,
                     float(layout.z2) * (m - 1.0) * float(p.dp.zero2_rs_s), float(p.dp_exposed.zero2_s), dp_tier),
+        # the embedding's and the loss's all-reduces (docs/model.md §2.8), on the slowest stage
+        _collective("tp.embedding_loss", m * (2.0 + CE_TP_COLLECTIVES), act, float(p.head_tp_s) * m,
+                    float(p.head_tp_s) * m, _group_tier(tp, 1.0, domain)),
+        _collective("pp.tied_embedding", 1.0, job.model.vocab * job.model.hidden / tp * g, float(p.tied_s),
+                    float(p.tied_s), _group_tier(2.0, tp * cp * dp * pp / 2.0, domain)),
     ]
     return [r for r in rows if r.time_s > 0]
 

@@ -1,4 +1,6 @@
-"""The optimizer step (docs/model.md §6): memory-bound Adam over the local parameters."""
+"""The optimizer step (docs/model.md §6): memory-bound Adam over the local parameters, launched as
+multi-tensor kernels (apex/DeepSpeed FusedAdam, the gradient-norm and unscale kernels of mixed-precision
+clipping), each at least the device's kernel floor."""
 
 from __future__ import annotations
 
@@ -6,12 +8,27 @@ from trainest import xp
 from trainest.layout import Layout, Num
 
 OPTIMIZER_BYTES_PER_PARAM = 34.0   # Adam: r/w FP32 master, m, v (24) + read grad (4) + norm (4) + write weights (2)
+# apex/DeepSpeed multi_tensor_apply (csrc/multi_tensor_apply.cuh): a launch covers at most 320 blocks of one
+# 65,536-element chunk each (chunk_size 2048·32), so a step launches ceil(P / (320·65536)) kernels per pass;
+# the passes of a mixed-precision step with clipping: the gradient norm (multi_tensor_l2norm, whose result is
+# also the fp16 loss-scaler's overflow check), the unscale-and-clip (multi_tensor_scale) and Adam itself.
+MULTI_TENSOR_CHUNK = 65536.0
+MULTI_TENSOR_MAX_BLOCKS = 320.0
+OPTIMIZER_PASSES = 3.0
 
 
-def optimizer_s(layout: Layout, params_local: Num, memory_bytes_per_s: Num, expert_local: Num = 0.0) -> Num:
+def optimizer_kernels(opt_params: Num) -> Num:
+    """Kernels of one optimizer step over `opt_params` parameters: OPTIMIZER_PASSES multi-tensor passes
+    of ceil(P / (320·65536)) launches each (at least one)."""
+    return OPTIMIZER_PASSES * xp.maximum(xp.ceil(opt_params / (MULTI_TENSOR_CHUNK * MULTI_TENSOR_MAX_BLOCKS)), 1.0)
+
+
+def optimizer_s(layout: Layout, params_local: Num, memory_bytes_per_s: Num, kernel_floor_s: Num = 0.0,
+                expert_local: Num = 0.0) -> Num:
     """Adam over the parameters this device updates (ZeRO ≥ 1: a 1/(d_shard·c) shard, and of the
     routed experts `expert_local` a 1/expert-shard share), 34 bytes each at the achievable memory
-    bandwidth [s]."""
+    bandwidth, and at least its kernels' floors (`optimizer_kernels`) [s]."""
     opt_params = params_local / xp.where(layout.zero >= 1, layout.shard * layout.cp, 1.0)
     opt_params = opt_params + expert_local / xp.where(layout.zero >= 1, layout.expert_shard, 1.0)
-    return opt_params * OPTIMIZER_BYTES_PER_PARAM / memory_bytes_per_s
+    return xp.maximum(opt_params * OPTIMIZER_BYTES_PER_PARAM / memory_bytes_per_s,
+                      optimizer_kernels(opt_params) * kernel_floor_s)

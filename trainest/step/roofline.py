@@ -105,12 +105,16 @@ MIN_K_PER_SPLIT = 256.0            # each split keeps at least this much of K (c
 
 
 MIN_TILE = 16.0                    # the narrowest tile edge a GEMM library uses
-SKINNY_EDGE = 32.0                 # a dimension this narrow gets a tile of its own width (LoRA ranks)
+# a dimension this narrow gets a tile of its own width: LoRA ranks, and attention's head dimension of 64 in the
+# batched score/context GEMMs (CUTLASS's sm80 configurations and cuBLAS's heuristics carry 64-wide tiles,
+# e.g. 128×64 and 64×64 threadblocks, for N ≤ 64)
+SKINNY_EDGE = 64.0
 
 
 def narrow_tile(dim: Num, tile: Num) -> Num:
     """The tile edge used along a dimension: the device's tile, or, for a skinny matrix (a dimension
-    ≤ SKINNY_EDGE, e.g. a LoRA adapter of rank 16), the power of two ≥ the dimension (≥ MIN_TILE):
+    ≤ SKINNY_EDGE, e.g. a LoRA adapter of rank 16 or a 64-wide attention head), the power of two ≥ the
+    dimension (≥ MIN_TILE):
     libraries carry skinny-GEMM kernels for such shapes (cuBLASLt, CUTLASS); wider matrices keep the
     device's tile and pay its padding."""
     fit = xp.maximum(MIN_TILE, 2.0 ** xp.ceil(xp.log2(xp.maximum(dim, 1.0))))
