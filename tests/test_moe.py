@@ -170,6 +170,22 @@ def test_ep_traffic_is_four_all_to_alls_per_layer_and_six_with_full_recompute():
     assert M.ep_layer_s(job, layout, x, tiers, 1.0)[0] == pytest.approx(6 * one)
 
 
+def test_permutation_backward_moves_its_forward_bytes_once():
+    """The MoE layer's element-wise backward is 2x its forward bytes except the permutation, whose
+    gradient is the inverse permutation (the same rows once): backward = 2·forward − permutation;
+    the forward is unchanged, and a dense layer keeps 2x."""
+    job, layout, r, x = local(MOE, dp=8.0, ep=8.0)
+    part = M.moe_mlp(job, layout, r, x)
+    fwd, bwd = part.elementwise.bytes, part.elementwise_backward.bytes
+    assert fwd == pytest.approx(M.moe_elementwise_bytes(job, layout, x))
+    assert bwd == pytest.approx(2.0 * fwd - M.permutation_bytes(job, layout, x))
+    assert part.elementwise_backward.memory_s == pytest.approx(bwd / r.memory_bytes_per_s)
+    dense = L.dense_mlp(*local(DENSE_MODEL))
+    assert dense.elementwise_backward is None
+    ops = L.layer_ops(*local(DENSE_MODEL))
+    assert ops.backward[-1].bytes == pytest.approx(2.0 * ops.elementwise.bytes)
+
+
 def test_remote_domain_share_counts_the_domains_a_token_reaches():
     """r·K·(N−1)/N = the mean number of remote domains a token's K distinct experts fall in, counted by
     brute force over every choice of K of E experts (E/N per domain); r = 1 for K = 1 and inside one

@@ -31,6 +31,7 @@ from trainest.step.collectives import Tiers, all_gather_s, all_to_all_s, ranks_p
 from trainest.step.kernels import MOE_ROUTING_KERNELS, host_per_kernel_s
 from trainest.step.layer import (
     BACKWARD,
+    BACKWARD_TRAFFIC_RATIO,
     FORWARD,
     LOW_PRECISION_CAST_PASSES,
     LayerPass,
@@ -52,6 +53,7 @@ ROUTER_BYTES_PER_SCORE = 16.0     # FP32 router scores: softmax/sigmoid read + w
 # permute (fused, Transformer Engine moe_permute: read each token once, write its K copies grouped by expert)
 # and unpermute (read the K weighted copies, write one token) move e·h·T_in·(1 + K) bytes each
 SORT_PASSES = 4.0                 # after dispatch, sort the received chunks by local expert; before combine, unsort
+PERMUTATION_BACKWARD_RATIO = 1.0  # the permutation's backward moves its forward's bytes once (inverse permutation)
 A2A_PER_LAYER_PASS = 2.0          # dispatch + combine in a forward (their gradients in the backward: as many)
 # The grouped expert MLP launches its GEMMs expert by expert (Transformer Engine GroupedLinear: one
 # cuBLAS GEMM per group, issued from the host in a loop; Megatron-Core TEGroupedMLP):
@@ -212,10 +214,23 @@ def moe_mlp(job: Job, layout: Layout, r: Rates, x: LocalShape) -> MlpPart:
     experts, shared = expert_gemms(job, layout, r, x), shared_expert_gemms(job, layout, r, x)
     moved = moe_elementwise_bytes(job, layout, x)
     elementwise = op_of("elementwise", FORWARD, 0.0 * moved, moved, streaming_time(moved, r.memory_bytes_per_s))
+    back = moe_elementwise_backward_bytes(job, layout, x, moved)
+    elementwise_bwd = op_of("elementwise", BACKWARD, 0.0 * back, back, streaming_time(back, r.memory_bytes_per_s))
     dense = [router_gemm(job, layout, r, x)] + shared
     return MlpPart(gemms=dense + experts, gradients=gradient_ops(dense) + expert_backward_gemms(job, layout, r, x),
                    elementwise=elementwise, op_recompute=[experts[-1]] + shared[-1:],
-                   extra_kernels=MOE_ROUTING_KERNELS)
+                   extra_kernels=MOE_ROUTING_KERNELS, elementwise_backward=elementwise_bwd)
+
+
+def moe_elementwise_backward_bytes(job: Job, layout: Layout, x: LocalShape, forward_bytes: Num) -> Num:
+    """Backward element-wise bytes of one MoE layer [B]: BACKWARD_TRAFFIC_RATIO × the forward's, but
+    the permutation once (`PERMUTATION_BACKWARD_RATIO`): the gradient of a permutation is the inverse
+    permutation, which moves the same rows (Transformer Engine's moe_permute backward is an unpermute
+    of the gradient, moe_unpermute's a permute; Megatron-Core's sort_chunks_by_idxs backward a sort by
+    the inverse index), where a norm's or an activation's backward reads about twice what its forward
+    does (§2.5)."""
+    perm = permutation_bytes(job, layout, x)
+    return BACKWARD_TRAFFIC_RATIO * (forward_bytes - perm) + PERMUTATION_BACKWARD_RATIO * perm
 
 
 def expert_pass_launches(job: Job, layout: Layout) -> tuple[Num, Num]:
