@@ -206,10 +206,12 @@ compensating for something the model lacks for those runs, not measuring the ker
 
 The same inputs measured in successive releases (25.09 → 26.08) mostly run faster in the later ones
 (new kernels, dispatchers and overlap in the software, not in the inputs): trainest, which keys
-nothing on the release, sits between them. Beyond that: rows whose recipe must have used activation
-recompute or offloading to fit are predicted too fast (with `recompute: none` as imported, trainest's
-memory model puts {over} of the {len(results)} MoE runs over capacity: mean error {over_mean:+.1f} % on those
-that fit, {oom_mean:+.1f} % on the others); GPT-OSS's BF16 rows run its attention
+nothing on the release, sits between them. Beyond that: with `recompute: none` as imported,
+trainest's memory model puts {over} of the {len(results)} MoE runs over capacity (mostly activations:
+the routed rows, their up-projection outputs and the combine's saved expert outputs), so those recipes
+must have recomputed or offloaded something, at a cost trainest does not count; their mean error is
+{oom_mean:+.1f} % against {over_mean:+.1f} % on the runs that fit (counting that cost would move
+them further the way they already err). GPT-OSS's BF16 rows run its attention
 with sinks through a slower path in the releases before 26.06 (the source's own footnote for 26.06.01
 names a cuDNN regression, and the 26.06.01 rows of GPT-OSS on GB200/GB300, 1.6× slower than the
 26.06 and 26.08 rows with the same inputs, are the ones that footnote marks). The cross-node dispatch
