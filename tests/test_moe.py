@@ -170,6 +170,92 @@ def test_ep_traffic_is_four_all_to_alls_per_layer_and_six_with_full_recompute():
     assert M.ep_layer_s(job, layout, x, tiers, 1.0)[0] == pytest.approx(6 * one)
 
 
+def test_permutation_backward_moves_its_forward_bytes_once():
+    """The MoE layer's element-wise backward is 2x its forward bytes except the permutation, whose
+    gradient is the inverse permutation (the same rows once): backward = 2·forward − permutation;
+    the forward is unchanged, and a dense layer keeps 2x."""
+    job, layout, r, x = local(MOE, dp=8.0, ep=8.0)
+    part = M.moe_mlp(job, layout, r, x)
+    fwd, bwd = part.elementwise.bytes, part.elementwise_backward.bytes
+    assert fwd == pytest.approx(M.moe_elementwise_bytes(job, layout, x))
+    assert bwd == pytest.approx(2.0 * fwd - M.permutation_bytes(job, layout, x))
+    assert part.elementwise_backward.memory_s == pytest.approx(bwd / r.memory_bytes_per_s)
+    dense = L.dense_mlp(*local(DENSE_MODEL))
+    assert dense.elementwise_backward is None
+    ops = L.layer_ops(*local(DENSE_MODEL))
+    assert ops.backward[-1].bytes == pytest.approx(2.0 * ops.elementwise.bytes)
+
+
+def test_remote_domain_share_counts_the_domains_a_token_reaches():
+    """r·K·(N−1)/N = the mean number of remote domains a token's K distinct experts fall in, counted by
+    brute force over every choice of K of E experts (E/N per domain); r = 1 for K = 1 and inside one
+    domain, r <= 1 and falling as K grows."""
+    from itertools import combinations
+    tiers = TIERS
+    for experts, top_k, ep in ((16, 2, 16.0), (16, 4, 32.0), (12, 3, 24.0), (8, 1, 16.0)):
+        job, layout, r, x = local(moe_model(experts=experts, top_k=top_k), dp=ep, ep=ep)
+        domains = int(ep // tiers.domain)
+        per_domain = experts // domains
+        # the token sits in domain 0; count the other domains its experts fall in
+        picks = list(combinations(range(experts), top_k))
+        remote = sum(len({e // per_domain for e in p} - {0}) for p in picks) / len(picks)
+        share = M.remote_domain_share(job, layout, tiers)
+        assert share * top_k * (domains - 1) / domains == pytest.approx(remote, rel=1e-12)
+        assert share <= 1.0 + 1e-12
+    job, layout, r, x = local(MOE, dp=8.0, ep=8.0)
+    assert M.remote_domain_share(job, layout, tiers) == 1.0          # one domain
+    shares = [M.remote_domain_share(*local(moe_model(experts=64, top_k=k), dp=32.0, ep=32.0)[:2], tiers)
+              for k in (1, 2, 4, 8, 16)]
+    assert shares[0] == pytest.approx(1.0) and shares == sorted(shares, reverse=True)
+
+
+def test_cross_domain_dispatch_never_moves_more_than_every_copy():
+    """Across domains the deduplicated dispatch is never slower than sending every copy through the
+    NICs, and equal to it with top-1 routing when the NIC share binds; inside a domain nothing changes."""
+    for top_k in (1, 2, 8):
+        model = moe_model(experts=64, top_k=top_k)
+        job, layout, r, x = local(model, dp=32.0, ep=32.0)
+        tiers = tiers_of(job.hardware, job.devices_per_node)
+        a2a = M.all_to_all_tiers(job, tiers)
+        every_copy = all_to_all_s(M.dispatch_bytes(job, layout, x), 32.0, 1.0, a2a)
+        assert M.ep_all_to_all_s(job, layout, x, tiers) <= every_copy * (1 + 1e-12)
+        if top_k == 1:
+            assert M.ep_all_to_all_s(job, layout, x, tiers) == pytest.approx(every_copy)
+
+
+def test_expert_launches_grow_with_the_local_experts_and_low_precision():
+    """6 host launches per local expert and MoE layer in BF16 (up and down: forward, dgrad, wgrad), 14 in
+    FP8 (+ input casts and row padding both ways); halving the local experts halves them; full
+    recompute adds the forward's; a dense model has none."""
+    job, layout, r, x = local(MOE, dp=8.0, ep=2.0)
+    assert M.expert_launches(job, layout) == pytest.approx(4 * 6)
+    job8, layout8 = job_and_layout(MOE, H100, "fp8", dp=8.0, ep=2.0)
+    assert M.expert_launches(job8, layout8) == pytest.approx(4 * 14)
+    job4, layout4, _, _ = local(MOE, dp=8.0, ep=4.0)
+    assert M.expert_launches(job4, layout4) == pytest.approx(M.expert_launches(job, layout) / 2)
+    jobf, layoutf, _, _ = local(MOE, dp=8.0, ep=2.0, recompute=2.0)
+    assert M.expert_launches(jobf, layoutf) == pytest.approx(4 * 8)
+    dense_job, dense_layout, _, _ = local(DENSE_MODEL)
+    assert M.expert_host_layer_s(dense_job, dense_layout) == 0.0
+    tau = job.hardware.efficiency.host_per_kernel_s
+    assert M.expert_host_layer_s(job, layout) == pytest.approx(24 * tau * MOE.moe_layers / MOE.layers)
+
+
+def test_per_expert_launches_make_small_micro_batches_host_bound():
+    """Many small experts at micro-batch 1: the host's per-expert launches exceed the device's layer
+    time (host-bound, host time grows with E/e); at a large micro-batch the same launches hide under
+    the device's work, so the step is as without them (the per-expert launches are per micro-batch)."""
+    many = moe_model(experts=128, top_k=8, width=256)
+    small = step_of(many, H100, "fp8", seq_len=1024.0, dp=8.0, micro_batches=8, ep=8.0)
+    assert small.host_wait_s > 0.0
+    more_local = step_of(many, H100, "fp8", seq_len=1024.0, dp=8.0, micro_batches=8, ep=4.0)   # 32 local experts
+    assert more_local.host_s > small.host_s
+    big = step_of(many, H100, "fp8", seq_len=8192.0, dp=8.0, micro_batches=1, micro_batch=8.0, ep=8.0)
+    # the layers are not host-bound; what the host adds is the embedding's and the loss's own kernels
+    # (step/kernels.py: head_parts), once per micro-batch, a few hundred microseconds
+    assert big.host_wait_s < 1e-3 * big.time_s
+
+
 # ----------------------------------------------------------------------------------------- memory
 
 def test_expert_parallelism_shards_the_expert_weights():

@@ -206,14 +206,22 @@ compensating for something the model lacks for those runs, not measuring the ker
 
 The same inputs measured in successive releases (25.09 → 26.08) mostly run faster in the later ones
 (new kernels, dispatchers and overlap in the software, not in the inputs): trainest, which keys
-nothing on the release, sits between them. Beyond that: rows whose recipe must have used activation
-recompute or offloading to fit are predicted too fast (with `recompute: none` as imported, trainest's
-memory model puts {over} of the {len(results)} MoE runs over capacity: mean error {over_mean:+.1f} % on those
-that fit, {oom_mean:+.1f} % on the others); GPT-OSS's BF16 rows run its attention
+nothing on the release, sits between them. Beyond that: with `recompute: none` as imported,
+trainest's memory model puts {over} of the {len(results)} MoE runs over capacity (mostly activations:
+the routed rows, their up-projection outputs and the combine's saved expert outputs), so those recipes
+must have recomputed or offloaded something, at a cost trainest does not count; their mean error is
+{oom_mean:+.1f} % against {over_mean:+.1f} % on the runs that fit (counting that cost would move
+them further the way they already err). GPT-OSS's BF16 rows run its attention
 with sinks through a slower path in the releases before 26.06 (the source's own footnote for 26.06.01
-names a cuDNN regression); DeepSeek-V3's cross-node dispatch (H100, B200 with ep·etp beyond 8 GPUs)
-is predicted too slow because DeepEP sends each token once per node over RDMA and the group-limited
-routing keeps it to 4 nodes, while trainest moves every copy (K·(n−k)/n of them) over the NICs.
+names a cuDNN regression, and the 26.06.01 rows of GPT-OSS on GB200/GB300, 1.6× slower than the
+26.06 and 26.08 rows with the same inputs, are the ones that footnote marks). The cross-node dispatch
+sends each token once per remote node (docs/model.md §15.3); DeepSeek-V3's group-limited routing,
+which keeps a token to 4 nodes, is not modelled, so DeepSeek-V3 beyond 4 nodes (64 H100) is still
+predicted too slow, and DeepSeek-V3 on 256 B200 with ep 32 (26.04.01: faster than on the same GPUs
+with ep 8) can only be that fast with its all-to-alls hidden behind computation, which
+`moe_overlap: none` as imported does not do. Micro-batch-1 runs with 16 local experts per rank are host-bound (docs/model.md §15.2);
+trainest counts the per-expert launches but not the host's other per-expert work, so those runs
+(Qwen3 30B-A3B and 235B-A22B on B200/B300/H100 at b = 1) are still predicted too fast.
 
 ### The {WORST} worst MoE runs
 

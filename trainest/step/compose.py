@@ -25,7 +25,7 @@ from trainest.step.layer import (
     mix_passes,
     rates_of,
 )
-from trainest.step.moe import moe_layer
+from trainest.step.moe import expert_host_layer_s, expert_host_pass_s, moe_layer
 from trainest.step.offload import Offload, offload_state, offload_terms
 from trainest.step.optimizer import optimizer_s
 from trainest.step.overlap import DpExposed, dp_exposed_parts, dp_windows_s, overlapped_exposed_s, serial_dp_s
@@ -162,7 +162,7 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     logits_c, logits_m = bound_sums(logits)
     # a layer takes the longer of its device time and its host time (the device waits for launches)
     device_layer_s = lp.compute_s + lp.memory_s + lp.overhead_s + lp.floor_s + tp_layer + cp.exposed_s + ep_layer
-    host_layer = host_layer_s(job, layout)
+    host_layer = host_layer_s(job, layout) + expert_host_layer_s(job, layout)
     host_excess = xp.maximum(host_layer - device_layer_s, 0.0)
     layer_overhead = lp.overhead_s + lp.floor_s + host_excess
     layer_s = device_layer_s + host_excess
@@ -187,7 +187,9 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     bubble = bubble_s(layout, m, stage.heavy_layers * layer_s + stage_pp + z3_exposed)
     trained_local = trainable_params_local(job, layout, params_local)    # LoRA: the adapters only
     dp = data_parallel_traffic(job, layout, dp_tiers, trained_local, expert_local)
-    windows = dp_windows_s(layout, lp, cp, n, z3_comm, stage_work, host_pass_s(job, layout))
+    host_fwd, host_bwd = host_pass_s(job, layout)
+    expert_fwd, expert_bwd = expert_host_pass_s(job, layout)      # MoE: per-expert launches (step/moe.py)
+    windows = dp_windows_s(layout, lp, cp, n, z3_comm, stage_work, (host_fwd + expert_fwd, host_bwd + expert_bwd))
     dp_parts = dp_exposed_parts(layout, dp, windows, n, eff.overlap_contention, m)
     # tied input and output embeddings on different stages: their gradients all-reduced once per step
     tied = tied_embedding_s(job, layout, tiers)

@@ -264,6 +264,7 @@ class MlpPart(NamedTuple):
     elementwise: Op
     op_recompute: list[Op]
     extra_kernels: float = 0.0
+    elementwise_backward: Op | None = None   # None: elementwise_backward(elementwise); a MoE block's own
 
 
 def dense_mlp(job: Job, layout: Layout, r: Rates, x: LocalShape) -> MlpPart:
@@ -356,7 +357,8 @@ def layer_ops(job: Job, layout: Layout, r: Rates, x: LocalShape, mlp: MlpPart | 
     trained: Num = 1.0 if xp.off(layout.finetune) else 1.0 - layout.frozen
     linear_bwd = gradient_ops(attn_linear, trained) + (mlp.gradients if mlp.gradients is not None
                                                         else gradient_ops(mlp.gemms, trained))
-    bwd = linear_bwd + attn_bwd + [elementwise_backward(mlp.elementwise)]
+    ew_bwd = mlp.elementwise_backward if mlp.elementwise_backward is not None else elementwise_backward(mlp.elementwise)
+    bwd = linear_bwd + attn_bwd + [ew_bwd]
     if not xp.off(layout.finetune):
         ft_fwd, ft_bwd = finetune_layer_ops(job, layout, r, x)
         fwd, bwd = fwd + ft_fwd, bwd + ft_bwd

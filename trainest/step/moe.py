@@ -27,10 +27,11 @@ from trainest.catalog import MoE
 from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
 from trainest.precision import MAIN_GRAD_BYTES
 from trainest.step import mla
-from trainest.step.collectives import Tiers, all_gather_s, all_to_all_s
-from trainest.step.kernels import MOE_ROUTING_KERNELS
+from trainest.step.collectives import Tiers, all_gather_s, all_to_all_s, ranks_per_domain
+from trainest.step.kernels import MOE_ROUTING_KERNELS, host_per_kernel_s
 from trainest.step.layer import (
     BACKWARD,
+    BACKWARD_TRAFFIC_RATIO,
     FORWARD,
     LOW_PRECISION_CAST_PASSES,
     LayerPass,
@@ -52,7 +53,16 @@ ROUTER_BYTES_PER_SCORE = 16.0     # FP32 router scores: softmax/sigmoid read + w
 # permute (fused, Transformer Engine moe_permute: read each token once, write its K copies grouped by expert)
 # and unpermute (read the K weighted copies, write one token) move e·h·T_in·(1 + K) bytes each
 SORT_PASSES = 4.0                 # after dispatch, sort the received chunks by local expert; before combine, unsort
+PERMUTATION_BACKWARD_RATIO = 1.0  # the permutation's backward moves its forward's bytes once (inverse permutation)
 A2A_PER_LAYER_PASS = 2.0          # dispatch + combine in a forward (their gradients in the backward: as many)
+# The grouped expert MLP launches its GEMMs expert by expert (Transformer Engine GroupedLinear: one
+# cuBLAS GEMM per group, issued from the host in a loop; Megatron-Core TEGroupedMLP):
+EXPERT_GEMM_LAUNCHES = 2.0        # per local expert and forward: fc1 (up and gate), fc2 (down)
+# FP8/FP4 adds, per local expert and GEMM, the quantisation of its input (forward: the two GEMMs'
+# inputs; backward: the two output gradients) and Megatron-Core's Fp8Padding/Fp8Unpadding of the
+# expert's rows to the FP8 GEMM's alignment (one kernel each way per expert, forward and backward)
+EXPERT_CAST_LAUNCHES = 2.0        # per local expert and pass (forward; as many backward)
+EXPERT_PAD_LAUNCHES = 2.0         # per local expert and pass (forward; as many backward)
 
 
 def moe_of(job: Job) -> MoE:
@@ -204,10 +214,68 @@ def moe_mlp(job: Job, layout: Layout, r: Rates, x: LocalShape) -> MlpPart:
     experts, shared = expert_gemms(job, layout, r, x), shared_expert_gemms(job, layout, r, x)
     moved = moe_elementwise_bytes(job, layout, x)
     elementwise = op_of("elementwise", FORWARD, 0.0 * moved, moved, streaming_time(moved, r.memory_bytes_per_s))
+    back = moe_elementwise_backward_bytes(job, layout, x, moved)
+    elementwise_bwd = op_of("elementwise", BACKWARD, 0.0 * back, back, streaming_time(back, r.memory_bytes_per_s))
     dense = [router_gemm(job, layout, r, x)] + shared
     return MlpPart(gemms=dense + experts, gradients=gradient_ops(dense) + expert_backward_gemms(job, layout, r, x),
                    elementwise=elementwise, op_recompute=[experts[-1]] + shared[-1:],
-                   extra_kernels=MOE_ROUTING_KERNELS)
+                   extra_kernels=MOE_ROUTING_KERNELS, elementwise_backward=elementwise_bwd)
+
+
+def moe_elementwise_backward_bytes(job: Job, layout: Layout, x: LocalShape, forward_bytes: Num) -> Num:
+    """Backward element-wise bytes of one MoE layer [B]: BACKWARD_TRAFFIC_RATIO × the forward's, but
+    the permutation once (`PERMUTATION_BACKWARD_RATIO`): the gradient of a permutation is the inverse
+    permutation, which moves the same rows (Transformer Engine's moe_permute backward is an unpermute
+    of the gradient, moe_unpermute's a permute; Megatron-Core's sort_chunks_by_idxs backward a sort by
+    the inverse index), where a norm's or an activation's backward reads about twice what its forward
+    does (§2.5)."""
+    perm = permutation_bytes(job, layout, x)
+    return BACKWARD_TRAFFIC_RATIO * (forward_bytes - perm) + PERMUTATION_BACKWARD_RATIO * perm
+
+
+def expert_pass_launches(job: Job, layout: Layout) -> tuple[Num, Num]:
+    """(forward, backward with what it recomputes) host launches one MoE layer's grouped expert MLP
+    issues expert by expert, per micro-batch. Per local expert: forward EXPERT_GEMM_LAUNCHES GEMMs (+
+    EXPERT_CAST_LAUNCHES + EXPERT_PAD_LAUNCHES with FP8/FP4: each GEMM input's quantisation and the
+    rows' padding to the FP8 alignment); backward twice the GEMMs (dgrad, wgrad) and as many casts and
+    paddings; full recompute runs the forward's again, op recompute the down projection."""
+    moe = moe_of(job)
+    low = 1.0 if job.low_precision else 0.0
+    per_pass_casts = low * (EXPERT_CAST_LAUNCHES + EXPERT_PAD_LAUNCHES)
+    forward = EXPERT_GEMM_LAUNCHES + per_pass_casts
+    backward = (2.0 * EXPERT_GEMM_LAUNCHES + per_pass_casts + layout.full * forward
+                + layout.op * 0.5 * EXPERT_GEMM_LAUNCHES)
+    local_experts = moe.experts / layout.ep
+    return local_experts * forward, local_experts * backward
+
+
+def expert_launches(job: Job, layout: Layout) -> Num:
+    """Host launches of one MoE layer's grouped expert MLP, expert by expert, per micro-batch, all
+    passes: E/e × (EXPERT_GEMM_LAUNCHES·(3 + [full] + [op]/2) + [FP8/FP4]·(EXPERT_CAST_LAUNCHES +
+    EXPERT_PAD_LAUNCHES)·(2 + [full])) (Transformer Engine GroupedLinear: one GEMM per local expert,
+    launched from the host; `expert_pass_launches`). Every launch costs the host τ_host like any
+    kernel (docs/model.md §2.8): with E/e = 16 and few rows per expert (micro-batch 1) the layer
+    becomes host-bound."""
+    forward, backward = expert_pass_launches(job, layout)
+    return forward + backward
+
+
+def expert_host_pass_s(job: Job, layout: Layout) -> tuple[Num, Num]:
+    """(forward, backward) host time of the mean layer's per-expert launches, one micro-batch [s]:
+    L_m/L · expert_pass_launches · τ_host ((0, 0) for a dense model). Added to the layer's host
+    passes (§2.8, §15.2)."""
+    if job.model.moe is None:
+        return 0.0, 0.0
+    forward, backward = expert_pass_launches(job, layout)
+    scale = job.model.moe_layers / job.model.layers * host_per_kernel_s(job)
+    return forward * scale, backward * scale
+
+
+def expert_host_layer_s(job: Job, layout: Layout) -> Num:
+    """Host time of the mean layer's per-expert launches, one micro-batch, both passes [s]
+    (`expert_host_pass_s` summed; 0 for a dense model)."""
+    forward, backward = expert_host_pass_s(job, layout)
+    return forward + backward
 
 
 def dispatch_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
@@ -227,10 +295,43 @@ def all_to_all_tiers(job: Job, tiers: Tiers) -> Tiers:
 def ep_all_to_all_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers) -> Num:
     """One dispatch (or combine) [s]: the all-to-all over the e ranks of the expert-parallel group
     (stride t_e) at the all-to-all rates, plus with t_e > 1 the all-gather (reduce-scatter at the
-    combine) of the received rows over the expert tensor-parallel group (stride 1)."""
+    combine) of the received rows over the expert tensor-parallel group (stride 1).
+
+    Inside one node (or NVL72 domain) it is `all_to_all_s`. A group that spans N domains sends each
+    token through the network once per remote domain that holds one of its experts, and that
+    domain's receiving rank forwards it to its experts over the scale-up links (DeepEP's internode
+    dispatch and combine, HybridEP; DeepSeek-AI 2024 §3.2.2): the NIC carries
+    r·(n − k)/n·S (`remote_domain_share`) instead of every copy's (n − k)/n·S, and the scale-up links
+    every copy bound off the rank, (n − 1)/n·S; both at once, plus one network hop's latency."""
     size = dispatch_bytes(job, layout, x)
-    return (all_to_all_s(size, layout.ep, layout.etp, all_to_all_tiers(job, tiers))
+    t = all_to_all_tiers(job, tiers)
+    n, stride = layout.ep, layout.etp
+    k = ranks_per_domain(n, stride, t.node_extent)
+    within = all_to_all_s(size, n, stride, t)
+    nic = remote_domain_share(job, layout, t) * (n - k) / n * size / t.out_bytes_per_s
+    inner_bw = xp.where(k * stride <= t.domain, t.up_bytes_per_s, t.node_bytes_per_s)
+    across = xp.maximum((n - 1.0) / n * size / inner_bw, nic) + t.out_latency_s
+    return (xp.where(n * stride <= t.node_extent, within, across)
             + all_gather_s(layout.etp * size, layout.etp, 1.0, tiers))
+
+
+def remote_domain_share(job: Job, layout: Layout, tiers: Tiers) -> Num:
+    """r = N·(1 − P_miss)/K ≤ 1: a dispatch's network bytes when each token crosses once per remote
+    domain that holds one of its experts, over those when every copy crosses. The group's e ranks
+    span N = e/k domains (k ranks each, E/N experts each); a token's K experts are K distinct ones
+    drawn uniformly (forced balance), so a given domain holds none of them with
+    P_miss = Π_{i<K} (E − E/N − i)/(E − i), and the token reaches (N − 1)·(1 − P_miss) remote domains
+    instead of sending K·(N − 1)/N copies. r = 1 for K = 1 or N = 1 and falls as K grows (Qwen3 and
+    DeepSeek-V3, K = 8, over 4 domains: r = 0.45). DeepSeek-V3's node-limited routing (≤ 4 nodes per
+    token) is not modelled: r is the unrestricted routing's."""
+    moe = moe_of(job)
+    k = ranks_per_domain(layout.ep, layout.etp, tiers.node_extent)
+    domains = xp.maximum(layout.ep / k, 1.0)
+    per_domain = moe.experts / domains
+    miss: Num = 1.0
+    for i in range(moe.top_k):
+        miss = miss * xp.maximum(moe.experts - per_domain - i, 0.0) / (moe.experts - i)
+    return xp.where(domains > 1.0, domains * (1.0 - miss) / moe.top_k, 1.0)
 
 
 def ep_layer_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers, window_s: Num) -> tuple[Num, Num]:
