@@ -107,11 +107,11 @@ def test_option_table_is_the_typer_command():
 def test_choice_options_take_their_vocabulary_from_trainest_choices():
     """Each choice option of the table offers exactly its vocabulary's words, and the library's
     checks use the same words (one definition: trainest.choices)."""
-    from trainest import scenario
+    from trainest import hardware, models, scenario
     by_name = {o.name: o for o in ESTIMATE_OPTIONS}
-    assert by_name["precision"].choice_values == catalog.PRECISIONS == choices.PRECISIONS
+    assert by_name["precision"].choice_values == hardware.PRECISIONS == choices.PRECISIONS
     assert tuple(choices.enum("Precision")) == choices.PRECISIONS
-    assert by_name["mlp"].choice_values == catalog.MLP_KINDS
+    assert by_name["mlp"].choice_values == models.MLP_KINDS
     assert by_name["recompute"].choice_values == choices.RECOMPUTES == tuple(choices.RECOMPUTE_CODES)
     assert "recompute" in scenario.SCENARIO_KEYS and "parallel" in scenario.SCENARIO_KEYS
 

@@ -221,3 +221,9 @@ def text(value: Any, where: str, *, allow_none: bool = False) -> str | None:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return "; ".join(value)
     raise SpecError(f"{where}: {show(value)} must be text")
+
+
+def given(data: dict, key: str, default: object) -> object:
+    """data[key], or `default` when the key is absent or null (a given 0 stays 0 and is then validated)."""
+    value = data.get(key)
+    return default if value is None else value

@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainest import __version__
-from trainest.catalog import PRECISIONS, Hardware, hardware_from_mapping
+from trainest.catalog import Hardware, hardware_from_mapping
+from trainest.choices import PRECISIONS
 from trainest.errors import SpecError, show
 from trainest.units import BITS_PER_BYTE, GB, GIGA, MICROSECOND, TERA, GiB, KiB, MiB
 

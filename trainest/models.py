@@ -1,0 +1,436 @@
+"""Model entries of the catalog (`specs/models/*.yaml`, Hugging Face configs through
+`trainest.hf_config`): the transformer's shape, its mixture-of-experts and multi-head latent attention
+blocks, parameter counts (total and active), validated once (`model_from_mapping`); CLI shape overrides
+(`with_shape`). Loading by name or path is `trainest.catalog.load_model`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from trainest import fields as F
+from trainest.choices import MLPS
+from trainest.errors import SpecError
+
+MLP_KINDS = MLPS
+
+
+# ------------------------------------------------------------------------------------------- models
+# Symbols (docs/model.md; all counts in elements or parameters): L layers, h hidden, f dense MLP width,
+# a heads, g KV heads, d_h head dim, V vocab, k MLP matrices (2 GeLU, 3 gated), E routed experts,
+# K top-k, f_e expert MLP width, S shared experts, f_s shared-expert width, L_d dense and L_m MoE layers,
+# r_q / r_kv MLA query / key-value latent ranks, d_n / d_r / d_v MLA no-RoPE / RoPE / value head dims.
+
+class MoE(NamedTuple):
+    """The mixture-of-experts MLP of a model's MoE layers (its dense layers keep `Model.ffn_hidden`).
+
+    Layout: the first `dense_layers` layers are dense; after them every `layer_frequency`-th layer is
+    MoE, counting the k-th: layer i (0-based) is MoE when i >= d and (i - d + 1) mod k = 0, so
+    L_m = (L - d) // k (Llama 4 `interleave_moe_layer_step`, Qwen `decoder_sparse_step`, DeepSeek
+    `first_k_dense_replace`).
+    """
+
+    experts: int                                 # E: routed experts per MoE layer
+    top_k: int                                   # K: routed experts each token goes to
+    expert_ffn_hidden: int                       # f_e: MLP width of one routed expert [elements]
+    shared_experts: int = 0                      # S: experts every token goes through (DeepSeek, Llama 4)
+    shared_expert_ffn_hidden: int | None = None  # f_s: width of one shared expert; None (no shared experts) = f_e
+    dense_layers: int = 0                        # d: leading dense layers
+    layer_frequency: int = 1                     # k: every k-th layer after them is MoE
+    capacity_factor: float | None = None         # expert capacity over the mean load; None = dropless
+    imbalance: float = 1.0                       # tokens on the busiest expert over the mean (1 = forced balance)
+
+    @property
+    def shared_width(self) -> int:
+        """f_s [elements]: the shared experts' MLP width (f_e unless given)."""
+        return self.expert_ffn_hidden if self.shared_expert_ffn_hidden is None else self.shared_expert_ffn_hidden
+
+
+class MLA(NamedTuple):
+    """Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434 §2.1; DeepSeek-V3; Kimi K2): queries
+    and keys/values are projected through low-rank latents; each head's key is d_n latent-derived dims
+    plus d_r RoPE dims shared by all heads. Every head has its own keys and values (no GQA)."""
+
+    q_lora_rank: int | None      # r_q: query latent rank; None = a plain h × a·(d_n + d_r) query projection
+    kv_lora_rank: int            # r_kv: key/value latent rank
+    qk_nope_head_dim: int        # d_n: per-head query/key dims without RoPE
+    qk_rope_head_dim: int        # d_r: per-head query/key dims with RoPE
+    v_head_dim: int              # d_v: per-head value dims
+
+    @property
+    def qk_head_dim(self) -> int:
+        """d_n + d_r: the query/key width of one head (the model's head_dim) [elements]."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
+class Model:
+    """A decoder-only transformer's shape: dense, or with mixture-of-experts MLPs (`moe`) and/or
+    multi-head latent attention (`mla`). Biases, attention sinks and QK-norms are not counted."""
+
+    name: str
+    layers: int
+    hidden: int
+    ffn_hidden: int             # f: MLP width of the dense layers (with `moe` and no dense layer: f_e, unused)
+    heads: int
+    kv_heads: int
+    vocab: int
+    mlp: str                    # gelu (2 matrices) | swiglu (3 matrices: any gated MLP, experts included)
+    seq_len: int                # default sequence length
+    tied_embeddings: bool
+    source: str
+    head_dim: int               # d_h; usually h/a (MaxText synthetic models use 128 regardless; MLA: d_n + d_r)
+    dropout: bool = True        # trained with dropout (masks stored, extra traffic); modern LLMs: false
+    moe: MoE | None = None      # mixture-of-experts MLPs; None = every layer dense
+    mla: MLA | None = None      # multi-head latent attention; None = standard multi-head / grouped-query attention
+
+    @property
+    def mlp_matrices(self) -> int:
+        return 3 if self.mlp == "swiglu" else 2
+
+    # --- layer layout
+
+    @property
+    def moe_layers(self) -> int:
+        """L_m = (L - d) // k: layers whose MLP is a mixture of experts (0 for a dense model)."""
+        if self.moe is None:
+            return 0
+        return (self.layers - self.moe.dense_layers) // self.moe.layer_frequency
+
+    @property
+    def dense_layers_count(self) -> int:
+        """L_d = L - L_m: layers with the dense MLP of width f."""
+        return self.layers - self.moe_layers
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether layer `index` (0-based) is MoE: index >= d and (index - d + 1) mod k = 0."""
+        if self.moe is None or index < self.moe.dense_layers:
+            return False
+        return (index - self.moe.dense_layers + 1) % self.moe.layer_frequency == 0
+
+    # --- parameters of the parts of a layer [params]
+
+    @property
+    def attention_params(self) -> int:
+        """Weights of one attention block [params].
+
+        Standard / grouped-query: Q h·a·d_h, K and V 2·h·g·d_h, output a·d_h·h.
+        MLA: query h·r_q + r_q (latent norm) + r_q·a·(d_n + d_r), or h·a·(d_n + d_r) when r_q is None;
+        KV down-projection h·(r_kv + d_r), KV latent norm r_kv, KV up-projection r_kv·a·(d_n + d_v),
+        output a·d_v·h (DeepSeek-V2, arXiv:2405.04434, §2.1).
+        """
+        h, a = self.hidden, self.heads
+        if self.mla is None:
+            qkv = h * (a + 2 * self.kv_heads) * self.head_dim
+            return qkv + a * self.head_dim * h
+        m = self.mla
+        if m.q_lora_rank is None:
+            q = h * a * m.qk_head_dim
+        else:
+            q = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * a * m.qk_head_dim
+        kv_down = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank          # latent + shared RoPE key, norm
+        kv_up = m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
+        kv = kv_down + kv_up
+        return q + kv + a * m.v_head_dim * h
+
+    @property
+    def layer_norm_params(self) -> int:
+        """The two RMS/LayerNorm gains of a layer, 2h [params]."""
+        return 2 * self.hidden
+
+    @property
+    def dense_mlp_params(self) -> int:
+        """k·h·f: the MLP of a dense layer [params]."""
+        return self.mlp_matrices * self.hidden * self.ffn_hidden
+
+    @property
+    def params_per_expert(self) -> int:
+        """k·h·f_e: one routed expert's MLP [params] (0 for a dense model)."""
+        return 0 if self.moe is None else self.mlp_matrices * self.hidden * self.moe.expert_ffn_hidden
+
+    @property
+    def router_params(self) -> int:
+        """h·E: the router (gate) of one MoE layer [params] (its bias or score-correction bias ignored)."""
+        return 0 if self.moe is None else self.hidden * self.moe.experts
+
+    @property
+    def expert_params_per_moe_layer(self) -> int:
+        """E·k·h·f_e: the routed experts of one MoE layer [params]."""
+        return 0 if self.moe is None else self.moe.experts * self.params_per_expert
+
+    @property
+    def shared_expert_params_per_moe_layer(self) -> int:
+        """S·k·h·f_s: the shared experts of one MoE layer [params]."""
+        if self.moe is None:
+            return 0
+        return self.moe.shared_experts * self.mlp_matrices * self.hidden * self.moe.shared_width
+
+    # --- parameters per layer [params]
+
+    @property
+    def params_per_dense_layer(self) -> int:
+        """Weights of one dense layer: attention + k·h·f + 2h (for a dense standard-attention model:
+        QKV h·(a + 2g)·d_h, output a·d_h·h, MLP k·h·f, two norms 2h; biases ignored)."""
+        return self.attention_params + self.dense_mlp_params + self.layer_norm_params
+
+    @property
+    def params_per_moe_layer(self) -> int:
+        """Weights of one MoE layer: attention + router h·E + routed experts E·k·h·f_e + shared experts
+        S·k·h·f_s + 2h (0 for a dense model)."""
+        if self.moe is None:
+            return 0
+        return (self.attention_params + self.router_params + self.expert_params_per_moe_layer
+                + self.shared_expert_params_per_moe_layer + self.layer_norm_params)
+
+    @property
+    def active_params_per_moe_layer(self) -> int:
+        """Weights one token uses in a MoE layer: attention + router h·E + K·k·h·f_e + S·k·h·f_s + 2h."""
+        if self.moe is None:
+            return 0
+        return (self.attention_params + self.router_params + self.moe.top_k * self.params_per_expert
+                + self.shared_expert_params_per_moe_layer + self.layer_norm_params)
+
+    @property
+    def params_per_layer(self) -> float:
+        """Weights of one layer [params]. Dense model: params_per_dense_layer = QKV h·(a + 2g)·d_h +
+        output a·d_h·h + MLP k·h·f + two norms 2h (biases ignored). MoE model: the mean over the layers,
+        (L_d·P_dense + L_m·P_moe) / L, so that L·params_per_layer + embedding_params = params."""
+        if self.moe is None:
+            return self.params_per_dense_layer
+        return (self.dense_layers_count * self.params_per_dense_layer
+                + self.moe_layers * self.params_per_moe_layer) / self.layers
+
+    @property
+    def expert_params_per_layer(self) -> float:
+        """L_m·E·k·h·f_e / L: the routed experts' weights per layer, as a mean over the layers [params]
+        (the part of params_per_layer that expert parallelism shards; 0 for a dense model)."""
+        return 0.0 if self.moe is None else self.expert_params / self.layers
+
+    # --- attention widths [elements]
+
+    @property
+    def qk_head_dim(self) -> int:
+        """d_qk: query/key width of one head (d_h; MLA: d_n + d_r)."""
+        return self.head_dim if self.mla is None else self.mla.qk_head_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        """d_v: value (and attention output) width of one head (d_h; MLA: v_head_dim)."""
+        return self.head_dim if self.mla is None else self.mla.v_head_dim
+
+    # --- whole model [params]
+
+    @property
+    def embedding_params(self) -> float:
+        """Input embedding V·h, plus the output layer V·h when not tied, plus the final norm."""
+        return self.vocab * self.hidden * (1 if self.tied_embeddings else 2) + self.hidden
+
+    @property
+    def expert_params(self) -> int:
+        """L_m·E·k·h·f_e: the routed experts of all MoE layers [params] (what expert parallelism shards)."""
+        return self.moe_layers * self.expert_params_per_moe_layer
+
+    @property
+    def params(self) -> float:
+        """Total weights: L·params_per_layer + embedding_params (dense), or
+        L_d·P_dense + L_m·P_moe + embedding_params (MoE) [params]."""
+        if self.moe is None:
+            return self.layers * self.params_per_layer + self.embedding_params
+        return (self.dense_layers_count * self.params_per_dense_layer + self.moe_layers * self.params_per_moe_layer
+                + self.embedding_params)
+
+    @property
+    def active_params(self) -> float:
+        """Weights one token uses: L_d·P_dense + L_m·P_moe_active + embedding_params [params]; = params for
+        a dense model. Both embedding tables count (some model cards leave out the input embedding)."""
+        if self.moe is None:
+            return self.params
+        return (self.dense_layers_count * self.params_per_dense_layer
+                + self.moe_layers * self.active_params_per_moe_layer + self.embedding_params)
+
+
+def unmodelled_features(model: Model) -> tuple[str, ...]:
+    """What `model` has that the step-time and memory model does not compute: empty for every model
+    the schema can express (dense, mixture-of-experts and multi-head latent attention models are all
+    modelled: docs/model.md §15). Kept for features added to the schema before their physics."""
+    del model
+    return ()
+
+
+MODEL_REQUIRED = ("layers", "hidden", "ffn_hidden", "heads", "vocab")
+MODEL_OPTIONAL = ("name", "display_name", "source", "kv_heads", "mlp", "seq_len", "tied_embeddings", "aliases", "notes",
+                  "params_b", "head_dim", "params", "active_params", "dropout", "moe", "mla")
+MOE_REQUIRED = ("experts", "top_k", "expert_ffn_hidden")
+MOE_OPTIONAL = ("shared_experts", "shared_expert_ffn_hidden", "dense_layers", "layer_frequency", "capacity_factor",
+                "imbalance")
+MLA_REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+MLA_OPTIONAL = ("q_lora_rank",)
+
+
+def _moe_from(data: object, where: str, layers: int) -> MoE:
+    """Validate a `moe:` mapping (specs/README.md) against the model's layer count."""
+    data = F.check_keys(data, where, MOE_REQUIRED, MOE_OPTIONAL)
+    experts = F.integer(data["experts"], f"{where}.experts", maximum=10**6)
+    top_k = F.integer(data["top_k"], f"{where}.top_k", maximum=10**6)
+    if top_k > experts:
+        raise SpecError(f"{where}.top_k: {top_k} must be at most experts={experts} (each token goes to top_k "
+                        f"different experts)")
+    shared = F.integer(F.given(data, "shared_experts", 0), f"{where}.shared_experts", minimum=0, maximum=10**6)
+    width = F.integer(data["expert_ffn_hidden"], f"{where}.expert_ffn_hidden", maximum=10**8)
+    shared_width = F.integer(data.get("shared_expert_ffn_hidden"), f"{where}.shared_expert_ffn_hidden",
+                             maximum=10**8, allow_none=True)
+    if shared_width is not None and shared == 0:
+        raise SpecError(f"{where}.shared_expert_ffn_hidden: {shared_width} is given but shared_experts is 0; "
+                        f"set shared_experts (at least 1) or remove shared_expert_ffn_hidden")
+    dense = F.integer(F.given(data, "dense_layers", 0), f"{where}.dense_layers", minimum=0, maximum=10**5)
+    if dense >= layers:
+        raise SpecError(f"{where}.dense_layers: {dense} must be less than layers={layers} (at least one layer "
+                        f"must be MoE); allowed: 0 to {layers - 1}")
+    frequency = F.integer(F.given(data, "layer_frequency", 1), f"{where}.layer_frequency", maximum=10**5)
+    if (layers - dense) // frequency < 1:
+        raise SpecError(f"{where}.layer_frequency: {frequency} leaves no MoE layer among the {layers - dense} "
+                        f"layers after dense_layers={dense}; allowed: 1 to {layers - dense}")
+    capacity = F.number(data.get("capacity_factor"), f"{where}.capacity_factor", allow_none=True, maximum=10**6)
+    imbalance_value = F.given(data, "imbalance", 1.0)
+    imbalance = F.number(imbalance_value, f"{where}.imbalance", minimum=-F.MAX_REASONABLE)   # range checked below
+    most = experts / top_k   # the busiest expert can at most receive every token: T over the mean T·K/E
+    if not 1.0 <= imbalance <= most:
+        raise SpecError(f"{where}.imbalance: {F.show(imbalance_value)} must be between 1 (forced balance) and "
+                        f"experts/top_k = {most:g} (the busiest expert receives every token)")
+    return MoE(experts=experts, top_k=top_k, expert_ffn_hidden=width, shared_experts=shared,
+               shared_expert_ffn_hidden=(shared_width or width) if shared else None, dense_layers=dense,
+               layer_frequency=frequency, capacity_factor=capacity, imbalance=imbalance)
+
+
+def _mla_from(data: object, where: str, hidden: int, heads: int) -> MLA:
+    """Validate an `mla:` mapping (specs/README.md): every rank a true low-rank factor of its projection."""
+    data = F.check_keys(data, where, MLA_REQUIRED, MLA_OPTIONAL)
+    nope = F.integer(data["qk_nope_head_dim"], f"{where}.qk_nope_head_dim", maximum=10**5)
+    rope = F.integer(data["qk_rope_head_dim"], f"{where}.qk_rope_head_dim", maximum=10**5)
+    v = F.integer(data["v_head_dim"], f"{where}.v_head_dim", maximum=10**5)
+    if rope % 2:
+        raise SpecError(f"{where}.qk_rope_head_dim: {rope} must be even (RoPE rotates pairs of dimensions)")
+    kv_rank = F.integer(data["kv_lora_rank"], f"{where}.kv_lora_rank", maximum=10**7)
+    q_rank = F.integer(data.get("q_lora_rank"), f"{where}.q_lora_rank", maximum=10**7, allow_none=True)
+    factors = (("kv_lora_rank", kv_rank, heads * (nope + v), "heads·(qk_nope_head_dim + v_head_dim)"),
+               ("q_lora_rank", q_rank, heads * (nope + rope), "heads·(qk_nope_head_dim + qk_rope_head_dim)"))
+    for key, rank, out, out_text in factors:
+        if rank is not None and rank >= min(hidden, out):
+            raise SpecError(f"{where}.{key}: {rank} must be less than hidden={hidden} and {out_text} = {out} "
+                            f"(a low-rank latent of the projection)")
+    return MLA(q_lora_rank=q_rank, kv_lora_rank=kv_rank, qk_nope_head_dim=nope, qk_rope_head_dim=rope, v_head_dim=v)
+
+
+def model_from_mapping(data: dict, where: str, *, default_seq_len: int = 2048) -> Model:
+    """Validate one model mapping (schema in specs/README.md)."""
+    has_moe = isinstance(data, dict) and data.get("moe") is not None
+    # with `moe`, ffn_hidden (the dense layers' MLP width) may be left out when no layer is dense
+    required = tuple(k for k in MODEL_REQUIRED if not (has_moe and k == "ffn_hidden"))
+    F.check_keys(data, where, required, MODEL_OPTIONAL + ("ffn_hidden",))
+    heads = F.integer(data["heads"], f"{where}.heads")
+    kv_heads = F.integer(F.given(data, "kv_heads", heads), f"{where}.kv_heads")
+    hidden = F.integer(data["hidden"], f"{where}.hidden", maximum=10**7)
+    layers = F.integer(data["layers"], f"{where}.layers", maximum=10**5)
+    mla = None if data.get("mla") is None else _mla_from(data["mla"], f"{where}.mla", hidden, heads)
+    if mla is not None:
+        if kv_heads != heads:
+            raise SpecError(f"{where}.kv_heads: {kv_heads} must equal heads={heads} with mla (MLA's key/value "
+                            f"up-projection gives every head its own keys and values)")
+        given_head_dim = data.get("head_dim")
+        if given_head_dim is not None and given_head_dim != mla.qk_head_dim:
+            raise SpecError(f"{where}.head_dim: {F.show(given_head_dim)} must equal qk_nope_head_dim + "
+                            f"qk_rope_head_dim = {mla.qk_head_dim} with mla (or be left out)")
+        head_dim_default = mla.qk_head_dim
+    else:
+        if data.get("head_dim") is None and hidden % heads:
+            raise SpecError(f"{where}: hidden={hidden} is not divisible by heads={heads} (give head_dim if intended)")
+        head_dim_default = hidden // heads
+    if heads % kv_heads:
+        raise SpecError(f"{where}: heads={heads} is not divisible by kv_heads={kv_heads}")
+    moe = _moe_from(data["moe"], f"{where}.moe", layers) if has_moe else None
+    if moe is not None and data.get("ffn_hidden") is None:   # (without moe, check_keys requires it)
+        dense_count = layers - (layers - moe.dense_layers) // moe.layer_frequency
+        if dense_count:
+            raise SpecError(f"{where}: missing required key 'ffn_hidden' (the MLP width of the {dense_count} "
+                            f"dense layers)")
+        ffn_hidden = moe.expert_ffn_hidden
+    else:
+        ffn_hidden = F.integer(data["ffn_hidden"], f"{where}.ffn_hidden", maximum=10**8)
+    return Model(
+        name=F.text(data.get("name") or "custom", f"{where}.name"),
+        layers=layers,
+        hidden=hidden,
+        ffn_hidden=ffn_hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        vocab=F.integer(data["vocab"], f"{where}.vocab", maximum=10**8),
+        mlp=F.choice(data.get("mlp", "gelu"), f"{where}.mlp", MLP_KINDS),
+        seq_len=F.integer(F.given(data, "seq_len", default_seq_len), f"{where}.seq_len", maximum=10**8),
+        tied_embeddings=F.boolean(data.get("tied_embeddings", False), f"{where}.tied_embeddings"),
+        source=F.text(data.get("source") or "user-defined", f"{where}.source"),
+        head_dim=F.integer(F.given(data, "head_dim", head_dim_default), f"{where}.head_dim", maximum=10**6),
+        # absent: counted (the conservative choice, and Korthikanti et al.'s formulas); the presets say
+        dropout=F.boolean(F.given(data, "dropout", True), f"{where}.dropout"),
+        moe=moe,
+        mla=mla,
+    )
+
+
+def model_mapping(model: Model) -> dict:
+    """The model as a mapping of the model schema that `model_from_mapping` turns back into an equal Model
+    (for with_shape, and for echoing a resolved model as input)."""
+    data: dict = {f: getattr(model, f) for f in ("name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab",
+                                                 "mlp", "seq_len", "tied_embeddings", "source", "head_dim", "dropout")}
+    if model.moe is not None:
+        e = model.moe
+        data["moe"] = {"experts": e.experts, "top_k": e.top_k, "expert_ffn_hidden": e.expert_ffn_hidden,
+                       "shared_experts": e.shared_experts, "dense_layers": e.dense_layers,
+                       "layer_frequency": e.layer_frequency, "capacity_factor": e.capacity_factor,
+                       "imbalance": e.imbalance}
+        if e.shared_experts:
+            data["moe"]["shared_expert_ffn_hidden"] = e.shared_width
+    if model.mla is not None:
+        a = model.mla
+        data["mla"] = {"q_lora_rank": a.q_lora_rank, "kv_lora_rank": a.kv_lora_rank,
+                       "qk_nope_head_dim": a.qk_nope_head_dim, "qk_rope_head_dim": a.qk_rope_head_dim,
+                       "v_head_dim": a.v_head_dim}
+    return data
+
+
+MOE_OVERRIDES = {"experts": "experts", "top_k": "top_k", "expert_ffn_hidden": "expert_ffn_hidden",
+                 "moe_imbalance": "imbalance"}
+
+
+def with_shape(model: Model, **overrides: object) -> Model:
+    """A copy of `model` with shape fields replaced (None means keep), re-validated.
+
+    Dense keys: layers, hidden, ffn_hidden, heads, kv_heads, vocab, mlp (and any other Model field).
+    MoE keys (MOE_OVERRIDES): experts, top_k, expert_ffn_hidden, moe_imbalance. Shared experts as wide as
+    the routed ones stay as wide when expert_ffn_hidden changes (as MHA's kv_heads follow heads). On a
+    dense model, experts (with top_k; expert_ffn_hidden defaults to ffn_hidden) makes every MLP a
+    mixture of experts."""
+    changed = {k: v for k, v in overrides.items() if v is not None}
+    if not changed:
+        return model
+    data = model_mapping(model)
+    resized = ("hidden" in changed or "heads" in changed) and model.head_dim == model.hidden // model.heads
+    if model.mla is not None or resized:   # derived again (MLA: always qk_nope_head_dim + qk_rope_head_dim)
+        data["head_dim"] = None
+    if "heads" in changed and "kv_heads" not in changed and model.kv_heads == model.heads:
+        changed["kv_heads"] = changed["heads"]
+    name = f"{model.name} (modified: {', '.join(sorted(changed))})"
+    moe_changed = {MOE_OVERRIDES[k]: changed.pop(k) for k in list(changed) if k in MOE_OVERRIDES}
+    if moe_changed:
+        if model.moe is None:
+            if "experts" not in moe_changed or "top_k" not in moe_changed:
+                raise SpecError(f"model options: {', '.join(sorted(moe_changed))} need a mixture-of-experts model, "
+                                f"and {model.name} is dense; give both experts and top_k to make its MLPs mixtures "
+                                f"of experts")
+            data["moe"] = {"expert_ffn_hidden": model.ffn_hidden}
+        elif ("expert_ffn_hidden" in moe_changed and model.moe.shared_experts
+              and model.moe.shared_width == model.moe.expert_ffn_hidden):
+            data["moe"]["shared_expert_ffn_hidden"] = moe_changed["expert_ffn_hidden"]
+        data["moe"].update(moe_changed)
+    data.update(changed)
+    data["name"] = name
+    return model_from_mapping(data, "model options")
