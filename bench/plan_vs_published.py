@@ -92,7 +92,7 @@ def collect() -> tuple[list[Row], list[str], float]:
             seen.add(key)
             pub = estimate(pub_s)
             jk = job_key(pub_s)
-            base = S.job_scenario({**{k: run.get(k) for k in S.JOB_KEYS}, "devices_per_node": pub_s.devices_per_node},
+            base = S.job_scenario({**{k: run[k] for k in S.JOB_KEYS if run.get(k) is not None}, "devices_per_node": pub_s.devices_per_node},
                                   f"{name}.yaml: {rid}")
             if jk not in searches:
                 space = S.SearchSpace(max_tp=max(S.max_tp_default(base), pub_s.parallel.tp))
