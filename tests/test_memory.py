@@ -142,6 +142,22 @@ def test_zero_stages_shard_what_they_should(zero, w, g, o):
     assert m.optimizer_bytes == pytest.approx(P * o)
 
 
+def test_torchtitan_keeps_a_pipeline_stage_gathered_under_zero3():
+    """torchtitan (Framework.pp_unsharded_zero3) does not reshard after forward with p > 1 and
+    accumulates the gradients unsharded: the stage's 16-bit weights and FP32 gradients in full, the
+    optimizer state still sharded. Megatron-Core, p = 1, or a single shard rank: unchanged."""
+    kw = dict(dp=4.0, zero=3.0, micro_batches=4)
+    stage = stage_params(GPT, 2.0)
+    titan = mem(pp=2.0, framework="torchtitan", **kw)
+    assert titan.weights_bytes == pytest.approx(stage * 2.0)
+    assert titan.gradients_bytes == pytest.approx(stage * 4.0)
+    assert titan.optimizer_bytes == pytest.approx(mem(pp=2.0, **kw).optimizer_bytes)
+    assert mem(pp=2.0, **kw).gradients_bytes == pytest.approx(stage * 4.0 / 4)
+    assert mem(pp=1.0, framework="torchtitan", **kw).gradients_bytes == pytest.approx(GPT.params * 4.0 / 4)
+    flat = mem(pp=2.0, framework="torchtitan", zero=3.0, micro_batches=4)        # dp = 1: nothing sharded
+    assert flat.weights_bytes == pytest.approx(mem(pp=2.0, zero=3.0, micro_batches=4).weights_bytes)
+
+
 def test_zero_without_data_parallelism_shards_nothing():
     assert mem(zero=1.0).optimizer_bytes == mem(zero=0.0).optimizer_bytes
 

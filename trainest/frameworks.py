@@ -20,6 +20,13 @@ A framework sets
   operators over an FP32 copy of the logits (Megatron-DeepSpeed; Megatron-Core without
   `--cross-entropy-loss-fusion`), not the 4 FP32 passes trainest assumes otherwise
   (`step/kernels.py: cross_entropy_bytes_per_logit`).
+- `pp_unsharded_zero3`: with ZeRO-3/FSDP and pipeline parallelism the stage's parameters are not
+  resharded after the forward and its gradients are accumulated unsharded over the micro-batches
+  (reduce-scattered at the last one), so a device holds its stage's gathered 16-bit weights and
+  full-size gradients in the reduce dtype through the step (torchtitan: `reshard_after_forward` is
+  off when pipeline parallelism is on, "to avoid per-microbatch all-gathers"; the pipeline schedule
+  syncs gradients only on the last micro-batch; FSDP2 accumulates unsynced gradients in its
+  `reduce_dtype`, FP32). docs/model.md §7.2, `memory.py: zero_state_bytes`.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ class Framework(NamedTuple):
     source: str
     megatron_softmax: bool = False      # Megatron's fused scale-mask-softmax (with its FP32 fallback)
     unfused_cross_entropy: bool = False  # Megatron's vocab-parallel cross-entropy, operator by operator
+    pp_unsharded_zero3: bool = False     # ZeRO-3 with pp > 1 keeps the stage gathered, its gradients unsharded
 
     @property
     def host_factor(self) -> float:
@@ -64,7 +72,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
       "DeepSpeed ZeRO on Hugging Face/PyTorch models: eager kernels, overlap_comm (DeepSpeed config docs)"),
     F("torchtitan", "python", "eager", True, True, True,
       "pytorch/torchtitan: FSDP2 (gradient reduce-scatter overlapped), eager unless torch.compile, "
-      "interleaved 1F1B among its pipeline schedules (torchtitan docs)"),
+      "interleaved 1F1B among its pipeline schedules (torchtitan docs); with pipeline parallelism FSDP "
+      "does not reshard after forward and gradients sync on the last micro-batch only (parallelize_llama.py)",
+      pp_unsharded_zero3=True),
     F("maxtext", "xla", "fused", True, False, True,
       "google/maxtext: JAX/XLA, the step is one compiled program (XLA fuses element-wise ops; "
       "collectives scheduled by the compiler)"),

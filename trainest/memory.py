@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from trainest import xp
+from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
 from trainest.precision import (
     ADAM_MOMENT_BYTES,
@@ -92,7 +93,9 @@ def sharded_state_bytes(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
 def zero_state_bytes(job: Job, layout: Layout, params: Num, layer_params: Num, shard: Num) -> tuple[Num, Num, Num]:
     """(weights, gradients, optimizer state) [B] of `params` parameters per device whose ZeRO state is
     sharded over `shard` ranks, with `layer_params` of one layer gathered twice under ZeRO-3
-    (sharded_state_bytes; MoE: once for the non-expert and once for the expert parameters)."""
+    (sharded_state_bytes; MoE: once for the non-expert and once for the expert parameters). A
+    framework that keeps a pipeline stage gathered under ZeRO-3 (`Framework.pp_unsharded_zero3`,
+    torchtitan) holds, with p > 1, all `params` as 16-bit weights and full-size gradients instead."""
     precision, zero = job.precision, layout.zero
     sharded3 = xp.mask((zero >= 3) * (shard > 1))
     w_bytes = weight_bytes_per_param(precision)
@@ -101,6 +104,10 @@ def zero_state_bytes(job: Job, layout: Layout, params: Num, layer_params: Num, s
     weights = weights + sharded3 * 2.0 * layer_params * w_bytes
     grads = params * grad_bytes_per_param(precision) / xp.where(zero >= 2, shard, 1.0)
     optim = params * optimizer_bytes_per_param(precision) / xp.where(zero >= 1, shard, 1.0)
+    if FRAMEWORKS[job.framework].pp_unsharded_zero3:
+        gathered = sharded3 * xp.mask(layout.pp > 1)
+        weights = weights + gathered * (params * w_bytes - weights)
+        grads = grads + gathered * (params * grad_bytes_per_param(precision) - grads)
     return weights, grads, optim
 
 
