@@ -9,6 +9,7 @@ import pytest
 from trainest import memory
 from trainest.catalog import model_from_mapping
 from helpers import activations_of as activation_bytes_per_layer
+from helpers import job_and_layout
 from helpers import memory_of as memory_per_device
 from trainest.memory import in_flight_micro_batches, optimizer_bytes_per_param, stage_params, weight_bytes_per_param
 
@@ -179,14 +180,24 @@ def test_overhead_is_a_constant_plus_fragmentation_and_the_total_adds_up():
 def test_activations_without_pipeline_are_one_micro_batch_plus_logits():
     m = mem(attention="standard")
     layer = act(b=1.0)
-    logits = 2 * memory.LOGITS_BYTES * S * GPT.vocab
+    logits = 6.0 * S * GPT.vocab          # Megatron-Core: 16-bit logits + the in-place FP32 softmax
     assert m.activations_bytes == pytest.approx(GPT.layers * layer + logits)
+
+
+def test_the_loss_holds_what_its_framework_keeps_per_logit():
+    """Megatron's in-place FP32 softmax (6 B per logit), torchtitan's unfused FP32 cross-entropy (12),
+    a framework not examined (2 FP32 copies, 8): the rest of the activations is the same."""
+    by = {f: mem(framework=f).activations_bytes for f in ("megatron-core", "torchtitan", "maxtext")}
+    assert by["torchtitan"] - by["megatron-core"] == pytest.approx(6.0 * S * GPT.vocab)
+    assert by["maxtext"] - by["megatron-core"] == pytest.approx(2.0 * S * GPT.vocab)
+    job, _layout = job_and_layout(GPT, framework="torchtitan")
+    assert memory.loss_bytes_per_logit(job) == 3 * memory.LOGITS_BYTES
 
 
 def test_full_recompute_keeps_one_layer_fully_materialised():
     """Every layer keeps its input; the layer being recomputed re-materialises the rest of it."""
     m = mem(recompute=2.0)
-    logits = 2 * memory.LOGITS_BYTES * S * GPT.vocab
+    logits = 6.0 * S * GPT.vocab          # Megatron-Core: 16-bit logits + the in-place FP32 softmax
     layer_input = act(b=1.0, recompute=2.0)
     assert m.activations_bytes == pytest.approx(
         GPT.layers * layer_input + (act(b=1.0, attention="flash") - layer_input) + logits)
