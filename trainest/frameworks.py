@@ -26,8 +26,11 @@ A framework sets
   softmax in place, saves that and computes its gradient in place in the backward: 2 + 4 = 6.
   torchtitan calls `F.cross_entropy(pred.float(), ...)` and deletes the 16-bit `pred` before the
   backward: the FP32 log-softmax it saves, the gradient arriving at it and the gradient it returns
-  are alive together at the start of the backward: 3·4 = 12. Frameworks not examined: 8 (the FP32
-  logits and their gradient).
+  are alive together at the start of the backward: 3·4 = 12. llm-foundry's MPT defaults to
+  `loss_fn: fused_crossentropy`, flash-attn's xentropy kernel on the 16-bit logits (FP32 only in
+  registers and one log-sum-exp per row), whose 16-bit gradient sits beside the logits Composer keeps
+  in its state through the backward: 2 + 2 = 4. Frameworks not examined: 8 (the FP32 logits and
+  their gradient).
 - `pp_unsharded_zero3`: with ZeRO-3/FSDP and pipeline parallelism the stage's parameters are not
   resharded after the forward and its gradients are accumulated unsharded over the micro-batches
   (reduce-scattered at the last one), so a device holds its stage's gathered 16-bit weights and
@@ -90,7 +93,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
       "google/maxtext: JAX/XLA, the step is one compiled program (XLA fuses element-wise ops; "
       "collectives scheduled by the compiler)"),
     F("llm-foundry", "python", "fused", True, False, True,
-      "mosaicml/llm-foundry (Composer): PyTorch FSDP, fused/flash kernels in its MPT models, no pipeline"),
+      "mosaicml/llm-foundry (Composer): PyTorch FSDP, fused/flash kernels in its MPT models, no pipeline; "
+      "flash-attn's fused cross-entropy by default (loss_fn: fused_crossentropy)", loss_bytes_per_logit=4.0),
     F("olmo-core", "python", "fused", True, False, True,
       "allenai/OLMo-core: PyTorch FSDP2/HSDP, torch.compile in its recipes"),
     F("hf-accelerate", "python", "eager", True, False, False,
