@@ -9,6 +9,7 @@ import pytest
 from trainest import memory
 from trainest.catalog import model_from_mapping
 from helpers import activations_of as activation_bytes_per_layer
+from helpers import job_and_layout
 from helpers import memory_of as memory_per_device
 from trainest.memory import in_flight_micro_batches, optimizer_bytes_per_param, stage_params, weight_bytes_per_param
 
@@ -142,6 +143,22 @@ def test_zero_stages_shard_what_they_should(zero, w, g, o):
     assert m.optimizer_bytes == pytest.approx(P * o)
 
 
+def test_torchtitan_keeps_a_pipeline_stage_gathered_under_zero3():
+    """torchtitan (Framework.pp_unsharded_zero3) does not reshard after forward with p > 1 and
+    accumulates the gradients unsharded: the stage's 16-bit weights and FP32 gradients in full, the
+    optimizer state still sharded. Megatron-Core, p = 1, or a single shard rank: unchanged."""
+    kw = dict(dp=4.0, zero=3.0, micro_batches=4)
+    stage = stage_params(GPT, 2.0)
+    titan = mem(pp=2.0, framework="torchtitan", **kw)
+    assert titan.weights_bytes == pytest.approx(stage * 2.0)
+    assert titan.gradients_bytes == pytest.approx(stage * 4.0)
+    assert titan.optimizer_bytes == pytest.approx(mem(pp=2.0, **kw).optimizer_bytes)
+    assert mem(pp=2.0, **kw).gradients_bytes == pytest.approx(stage * 4.0 / 4)
+    assert mem(pp=1.0, framework="torchtitan", **kw).gradients_bytes == pytest.approx(GPT.params * 4.0 / 4)
+    flat = mem(pp=2.0, framework="torchtitan", zero=3.0, micro_batches=4)        # dp = 1: nothing sharded
+    assert flat.weights_bytes == pytest.approx(mem(pp=2.0, zero=3.0, micro_batches=4).weights_bytes)
+
+
 def test_zero_without_data_parallelism_shards_nothing():
     assert mem(zero=1.0).optimizer_bytes == mem(zero=0.0).optimizer_bytes
 
@@ -163,14 +180,24 @@ def test_overhead_is_a_constant_plus_fragmentation_and_the_total_adds_up():
 def test_activations_without_pipeline_are_one_micro_batch_plus_logits():
     m = mem(attention="standard")
     layer = act(b=1.0)
-    logits = 2 * memory.LOGITS_BYTES * S * GPT.vocab
+    logits = 6.0 * S * GPT.vocab          # Megatron-Core: 16-bit logits + the in-place FP32 softmax
     assert m.activations_bytes == pytest.approx(GPT.layers * layer + logits)
+
+
+def test_the_loss_holds_what_its_framework_keeps_per_logit():
+    """Megatron's in-place FP32 softmax (6 B per logit), torchtitan's unfused FP32 cross-entropy (12),
+    a framework not examined (2 FP32 copies, 8): the rest of the activations is the same."""
+    by = {f: mem(framework=f).activations_bytes for f in ("megatron-core", "torchtitan", "maxtext")}
+    assert by["torchtitan"] - by["megatron-core"] == pytest.approx(6.0 * S * GPT.vocab)
+    assert by["maxtext"] - by["megatron-core"] == pytest.approx(2.0 * S * GPT.vocab)
+    job, _layout = job_and_layout(GPT, framework="torchtitan")
+    assert memory.loss_bytes_per_logit(job) == 3 * memory.LOGITS_BYTES
 
 
 def test_full_recompute_keeps_one_layer_fully_materialised():
     """Every layer keeps its input; the layer being recomputed re-materialises the rest of it."""
     m = mem(recompute=2.0)
-    logits = 2 * memory.LOGITS_BYTES * S * GPT.vocab
+    logits = 6.0 * S * GPT.vocab          # Megatron-Core: 16-bit logits + the in-place FP32 softmax
     layer_input = act(b=1.0, recompute=2.0)
     assert m.activations_bytes == pytest.approx(
         GPT.layers * layer_input + (act(b=1.0, attention="flash") - layer_input) + logits)

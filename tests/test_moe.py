@@ -281,6 +281,31 @@ def test_moe_activations_grow_with_top_k_and_imbalance():
     assert kept[0] < kept[1] < kept[2]
 
 
+def test_moe_block_activations_are_the_sum_of_their_parts():
+    """Conservation: the MoE block keeps the router's scores, the routed rows (FP8 with FP8 GEMMs), the
+    up outputs and the down input, the routed rows' FP32 probabilities and the shared experts; the
+    combine (an unweighted un-permutation: the probabilities weight the experts' activation) keeps no
+    expert outputs, so the block does not grow with the hidden size through the combine."""
+    from trainest.step import activations as A
+    m = moe_model(top_k=2, imbalance=1.5)
+    for precision, g8 in (("bf16", 2.0), ("fp8", 1.0)):
+        job, layout = job_and_layout(m, H100, precision, seq_len=2048.0, dp=8.0, ep=4.0, micro_batch=2.0)
+        kept, _op = A.moe_mlp_activation_bytes(job, layout)
+        tokens = 2.0 * 2048.0
+        copies = 1.5 * tokens * 2
+        expected = (A.ROUTER_ACTIVATION_BYTES_PER_SCORE * tokens * 8 + g8 * copies * m.hidden
+                    + copies * 1024 * (2.0 * 2.0 + g8) + A.ROUTING_PROB_BYTES * copies)
+        assert kept == pytest.approx(expected, rel=1e-12)
+
+
+def test_moe_activations_never_fall_as_the_micro_batch_grows():
+    """Monotonicity (the plan search relies on it): memory per device grows with the micro-batch."""
+    m = moe_model(top_k=2)
+    totals = [memory_of(m, precision="fp8", seq_len=2048.0, dp=8.0, ep=8.0, micro_batch=b, micro_batches=4,
+                        pp=2.0).total_bytes for b in (1.0, 2.0, 4.0, 8.0)]
+    assert all(a < b for a, b in zip(totals[:-1], totals[1:], strict=True))
+
+
 # ----------------------------------------------------------------------------------------- FLOPs
 
 def test_model_flops_count_the_active_parameters():

@@ -203,10 +203,13 @@ def memory_markdown(results: list[RunResult]) -> str:
              f"which includes its cache and is capped by the device). Mean absolute error "
              f"{statistics.fmean(abs(e) for e in errors):.1f} %, signed mean {statistics.fmean(errors):+.1f} %. "
              "torchtitan's selective AC rows are imported as `recompute: op` (its per-op policy; docs/model.md "
-             "§7.3). trainest counts what the model needs, not what the allocator caches, so it under-estimates "
-             "an allocator peak; most under full recompute with pipeline parallelism, where the re-materialised "
-             "layer's transient buffers and the schedule's communication buffers are missing. Treat `fits` near "
-             "the capacity as uncertain.",
+             "§7.3). The count includes what torchtitan's loss holds (12 B per logit: its unfused FP32 "
+             "cross-entropy) and, with pipeline parallelism, the stage FSDP keeps gathered with its unsharded "
+             "FP32 gradients (docs/model.md §7.2, §7.4). It still under-estimates the allocator peak most under "
+             "full recompute at t = 8 (Llama 3.1 70B, micro-batch 16) and with pipeline parallelism (405B), "
+             "where transient buffers (the recomputed layer's sequence-parallel all-gathers, async TP's "
+             "symmetric-memory buffers, the schedule's send/receive buffers) are not counted. Treat `fits` "
+             "near the capacity as uncertain.",
              "", "| run | recompute | zero | measured GiB | predicted GiB | error % |", "|---|---|---:|---:|---:|---:|"]
     for r, e in zip(rows, errors):
         lines.append(f"| {r.id} | {r.recompute} | {r.zero} | {r.measured_memory_bytes / gib:.1f} | "

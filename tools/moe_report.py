@@ -207,9 +207,11 @@ compensating for something the model lacks for those runs, not measuring the ker
 The same inputs measured in successive releases (25.09 → 26.08) mostly run faster in the later ones
 (new kernels, dispatchers and overlap in the software, not in the inputs): trainest, which keys
 nothing on the release, sits between them. Beyond that: with `recompute: none` as imported,
-trainest's memory model puts {over} of the {len(results)} MoE runs over capacity (mostly activations:
-the routed rows, their up-projection outputs and the combine's saved expert outputs), so those recipes
-must have recomputed or offloaded something, at a cost trainest does not count; their mean error is
+trainest's memory model puts {over} of the {len(results)} MoE runs over capacity (mostly DeepSeek-V3 and
+Kimi K2 activations: MLA's per-head queries, keys and values, the routed rows and their up-projection
+outputs, over 4–5 in-flight micro-batches, and FP32 gradient buffers twice the size of the weights),
+so those recipes must have recomputed, offloaded or kept narrower gradients than trainest assumes
+(docs/model.md §15.6), at a cost trainest does not count; their mean error is
 {oom_mean:+.1f} % against {over_mean:+.1f} % on the runs that fit (counting that cost would move
 them further the way they already err). GPT-OSS's BF16 rows run its attention
 with sinks through a slower path in the releases before 26.06 (the source's own footnote for 26.06.01

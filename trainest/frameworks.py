@@ -20,6 +20,24 @@ A framework sets
   operators over an FP32 copy of the logits (Megatron-DeepSpeed; Megatron-Core without
   `--cross-entropy-loss-fusion`), not the 4 FP32 passes trainest assumes otherwise
   (`step/kernels.py: cross_entropy_bytes_per_logit`).
+- `loss_bytes_per_logit`: bytes per logit the loss holds at its peak, while every layer's
+  activations are still kept (docs/model.md §7.4). Megatron (`tensor_parallel/cross_entropy.py`:
+  `_VocabParallelCrossEntropy`, fused or not) casts the 16-bit logits to FP32, turns them into the
+  softmax in place, saves that and computes its gradient in place in the backward: 2 + 4 = 6.
+  torchtitan calls `F.cross_entropy(pred.float(), ...)` and deletes the 16-bit `pred` before the
+  backward: the FP32 log-softmax it saves, the gradient arriving at it and the gradient it returns
+  are alive together at the start of the backward: 3·4 = 12. llm-foundry's MPT defaults to
+  `loss_fn: fused_crossentropy`, flash-attn's xentropy kernel on the 16-bit logits (FP32 only in
+  registers and one log-sum-exp per row), whose 16-bit gradient sits beside the logits Composer keeps
+  in its state through the backward: 2 + 2 = 4. Frameworks not examined: 8 (the FP32 logits and
+  their gradient).
+- `pp_unsharded_zero3`: with ZeRO-3/FSDP and pipeline parallelism the stage's parameters are not
+  resharded after the forward and its gradients are accumulated unsharded over the micro-batches
+  (reduce-scattered at the last one), so a device holds its stage's gathered 16-bit weights and
+  full-size gradients in the reduce dtype through the step (torchtitan: `reshard_after_forward` is
+  off when pipeline parallelism is on, "to avoid per-microbatch all-gathers"; the pipeline schedule
+  syncs gradients only on the last micro-batch; FSDP2 accumulates unsynced gradients in its
+  `reduce_dtype`, FP32). docs/model.md §7.2, `memory.py: zero_state_bytes`.
 """
 
 from __future__ import annotations
@@ -41,6 +59,8 @@ class Framework(NamedTuple):
     source: str
     megatron_softmax: bool = False      # Megatron's fused scale-mask-softmax (with its FP32 fallback)
     unfused_cross_entropy: bool = False  # Megatron's vocab-parallel cross-entropy, operator by operator
+    pp_unsharded_zero3: bool = False     # ZeRO-3 with pp > 1 keeps the stage gathered, its gradients unsharded
+    loss_bytes_per_logit: float = 8.0    # bytes per logit the loss holds at its peak (module docstring)
 
     @property
     def host_factor(self) -> float:
@@ -52,24 +72,29 @@ F = Framework
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     F("megatron-core", "python", "fused", True, True, True,
       "Megatron-LM/Megatron-Core: fused kernels (apex/TE), --overlap-grad-reduce, interleaved 1F1B "
-      "(Narayanan et al. 2021; megatron/core/pipeline_parallel/schedules.py)", megatron_softmax=True),
+      "(Narayanan et al. 2021; megatron/core/pipeline_parallel/schedules.py)", megatron_softmax=True,
+      loss_bytes_per_logit=6.0),
     F("nemo", "python", "fused", True, True, True,
-      "NVIDIA NeMo 2 / Megatron-Bridge: Megatron-Core underneath (NeMo performance docs)", megatron_softmax=True),
+      "NVIDIA NeMo 2 / Megatron-Bridge: Megatron-Core underneath (NeMo performance docs)", megatron_softmax=True,
+      loss_bytes_per_logit=6.0),
     F("megatron-deepspeed", "python", "fused", True, False, True,
       "microsoft/Megatron-DeepSpeed: Megatron's fused kernels under the DeepSpeed engine; its 1F1B "
       "pipeline has no interleaved schedule (DeepSpeed PipelineEngine); gradient bucketing on by default; "
       "the loss is megatron/core/tensor_parallel/cross_entropy.py's unfused vocab-parallel cross-entropy",
-      megatron_softmax=True, unfused_cross_entropy=True),
+      megatron_softmax=True, unfused_cross_entropy=True, loss_bytes_per_logit=6.0),
     F("deepspeed", "python", "eager", True, False, False,
       "DeepSpeed ZeRO on Hugging Face/PyTorch models: eager kernels, overlap_comm (DeepSpeed config docs)"),
     F("torchtitan", "python", "eager", True, True, True,
       "pytorch/torchtitan: FSDP2 (gradient reduce-scatter overlapped), eager unless torch.compile, "
-      "interleaved 1F1B among its pipeline schedules (torchtitan docs)"),
+      "interleaved 1F1B among its pipeline schedules (torchtitan docs); with pipeline parallelism FSDP "
+      "does not reshard after forward and gradients sync on the last micro-batch only (parallelize_llama.py)",
+      pp_unsharded_zero3=True, loss_bytes_per_logit=12.0),
     F("maxtext", "xla", "fused", True, False, True,
       "google/maxtext: JAX/XLA, the step is one compiled program (XLA fuses element-wise ops; "
       "collectives scheduled by the compiler)"),
     F("llm-foundry", "python", "fused", True, False, True,
-      "mosaicml/llm-foundry (Composer): PyTorch FSDP, fused/flash kernels in its MPT models, no pipeline"),
+      "mosaicml/llm-foundry (Composer): PyTorch FSDP, fused/flash kernels in its MPT models, no pipeline; "
+      "flash-attn's fused cross-entropy by default (loss_fn: fused_crossentropy)", loss_bytes_per_logit=4.0),
     F("olmo-core", "python", "fused", True, False, True,
       "allenai/OLMo-core: PyTorch FSDP2/HSDP, torch.compile in its recipes"),
     F("hf-accelerate", "python", "eager", True, False, False,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from trainest import xp
+from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
 from trainest.precision import (
     ADAM_MOMENT_BYTES,
@@ -41,12 +42,20 @@ from trainest.units import GiB
 __all__ = ["ADAM_MOMENT_BYTES", "DROPOUT_MASK_BYTES", "FP8_SAVED_INPUT_BYTES", "FP16_GRAD_BYTES", "MAIN_GRAD_BYTES",
            "MASTER_WEIGHT_BYTES", "MemoryBreakdown",
            "activation_bytes", "activation_bytes_per_layer", "grad_bytes_per_param", "in_flight_micro_batches",
+           "loss_bytes_per_logit",
            "memory_per_device", "optimizer_bytes_per_param", "sharded_state_bytes", "stage_layers", "stage_params",
            "weight_bytes_per_param"]
 
-LOGITS_BYTES = 4.0               # FP32 logits (and their gradient) for the cross-entropy
+LOGITS_BYTES = 4.0               # one FP32 logit (the loss's held bytes per logit: loss_bytes_per_logit)
 FRAMEWORK_OVERHEAD_BYTES = 2.0 * GiB   # CUDA context, NCCL and cuBLAS workspaces, allocator reserve
 FRAGMENTATION_FRACTION = 0.05    # allocator fragmentation, as a fraction of everything else
+
+
+def loss_bytes_per_logit(job: Job) -> float:
+    """Bytes per logit the cross-entropy holds at its peak [B]: the framework's
+    (`Framework.loss_bytes_per_logit`: 6 for Megatron's in-place FP32 softmax, 12 for torchtitan's
+    unfused FP32 cross-entropy, 2·LOGITS_BYTES for a framework not examined)."""
+    return FRAMEWORKS[job.framework].loss_bytes_per_logit
 
 
 def in_flight_micro_batches(pp: Num, vpp: Num, micro_batches: Num) -> Num:
@@ -92,7 +101,9 @@ def sharded_state_bytes(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
 def zero_state_bytes(job: Job, layout: Layout, params: Num, layer_params: Num, shard: Num) -> tuple[Num, Num, Num]:
     """(weights, gradients, optimizer state) [B] of `params` parameters per device whose ZeRO state is
     sharded over `shard` ranks, with `layer_params` of one layer gathered twice under ZeRO-3
-    (sharded_state_bytes; MoE: once for the non-expert and once for the expert parameters)."""
+    (sharded_state_bytes; MoE: once for the non-expert and once for the expert parameters). A
+    framework that keeps a pipeline stage gathered under ZeRO-3 (`Framework.pp_unsharded_zero3`,
+    torchtitan) holds, with p > 1, all `params` as 16-bit weights and full-size gradients instead."""
     precision, zero = job.precision, layout.zero
     sharded3 = xp.mask((zero >= 3) * (shard > 1))
     w_bytes = weight_bytes_per_param(precision)
@@ -101,6 +112,10 @@ def zero_state_bytes(job: Job, layout: Layout, params: Num, layer_params: Num, s
     weights = weights + sharded3 * 2.0 * layer_params * w_bytes
     grads = params * grad_bytes_per_param(precision) / xp.where(zero >= 2, shard, 1.0)
     optim = params * optimizer_bytes_per_param(precision) / xp.where(zero >= 1, shard, 1.0)
+    if FRAMEWORKS[job.framework].pp_unsharded_zero3:
+        gathered = sharded3 * xp.mask(layout.pp > 1)
+        weights = weights + gathered * (params * w_bytes - weights)
+        grads = grads + gathered * (params * grad_bytes_per_param(precision) - grads)
     return weights, grads, optim
 
 
@@ -134,7 +149,7 @@ def activation_bytes(job: Job, layout: Layout) -> Num:
         working = working + dispatch_buffer_bytes(job, layout)
     first_stage = per_layer * layers_per_stage * in_flight_micro_batches(layout.pp, layout.vpp,
                                                                          layout.micro_batches(job)) + working
-    logits = 2.0 * LOGITS_BYTES * layout.micro_batch * job.seq_len / layout.cp * model.vocab / layout.tp
+    logits = loss_bytes_per_logit(job) * layout.micro_batch * job.seq_len / layout.cp * model.vocab / layout.tp
     last_stage = per_layer * last_layers + working + logits
     return xp.where(layout.pp > 1, xp.maximum(first_stage, last_stage), first_stage + logits)
 

@@ -135,16 +135,20 @@ def dense_mlp_activation_bytes(job: Job, layout: Layout) -> tuple[Num, Num]:
 
 
 ROUTER_ACTIVATION_BYTES_PER_SCORE = 8.0   # FP32 router probabilities and routing map kept for the backward (aux loss)
+ROUTING_PROB_BYTES = 4.0   # FP32 probability of each routed row, kept by the probability-weighted expert activation
 
 
 def moe_mlp_activation_bytes(job: Job, layout: Layout) -> tuple[Num, Num]:
     """(kept, kept by op recompute) of one MoE block on the busiest rank [B], with c = I·T_in·K its
     routed token copies (step/moe.py): the router's scores ROUTER_ACTIVATION_BYTES_PER_SCORE·T_in·E;
     the experts' input rows g8·t_e·c·h (what the dispatch received); their up projections' outputs and
-    the down projection's input c·f_e·((k_f − 1)·e + g8); the combined expert outputs e·T_in·K·h (the
-    probability-weighted sum's backward needs them); the shared experts as a dense MLP of width S·f_s.
-    Op keeps the router's scores, the first matmul's outputs e·(c·f_e + T·S·f_s/t) and with SwiGLU
-    the h-wide outputs e·(T_in·K + T)·h."""
+    the down projection's input c·f_e·((k_f − 1)·e + g8); the routing probabilities of the routed
+    rows ROUTING_PROB_BYTES·t_e·c, which weight the experts' activation (Megatron-Core's grouped MLP
+    multiplies the permuted probabilities into its fused SwiGLU; torchtitan scales the routed inputs
+    before the experts), so the combine is an unweighted un-permutation whose backward is a gather
+    of the output gradient and keeps no expert outputs; the shared experts as a dense MLP of width
+    S·f_s. Op keeps the router's scores, the first matmul's outputs e·(c·f_e + T·S·f_s/t) and with
+    SwiGLU the h-wide outputs e·(T_in·K + T)·h."""
     m, moe, e = job.model, job.model.moe, ACTIVATION_BYTES
     if moe is None:
         raise ValueError(f"{m.name} has no mixture-of-experts layers")
@@ -156,7 +160,7 @@ def moe_mlp_activation_bytes(job: Job, layout: Layout) -> tuple[Num, Num]:
     router = ROUTER_ACTIVATION_BYTES_PER_SCORE * t_in * moe.experts
     intermediate = (m.mlp_matrices - 1.0) * e + g8
     kept = (router + g8 * layout.etp * copies * m.hidden + copies * moe.expert_ffn_hidden * intermediate
-            + e * t_in * moe.top_k * m.hidden + shared * intermediate)
+            + ROUTING_PROB_BYTES * layout.etp * copies + shared * intermediate)
     swiglu = e * (t_in * moe.top_k + tokens) * m.hidden if m.mlp == "swiglu" else 0.0
     return kept, router + e * (copies * moe.expert_ffn_hidden + shared) + swiglu
 
