@@ -309,17 +309,26 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     n_lay, n_combo = lay.shape[0], combo.shape[0]
     # every layout row crossed with every (ZeRO, recompute, SP, finetune, offload) combination, as
     # contiguous 1-D columns
-    cols = [np.repeat(np.ascontiguousarray(lay[:, j]), n_combo) for j in range(6)]
-    cols += [np.tile(combo[:, j], n_lay) for j in range(3)]
-    cols.append(np.repeat(np.ascontiguousarray(lay[:, 6]), n_combo))
-    cols += [np.tile(combo[:, j], n_lay) for j in (3, 4)]
-    cols += [np.repeat(np.ascontiguousarray(lay[:, j]), n_combo) for j in (7, 8)]
-    tp1 = cols[0] == 1.0
+    # (layout row, combination) as a 2-D grid, flattened row by row; each column built in one pass
+    tp1 = lay[:, 0] == 1.0
+    sp = np.broadcast_to(combo[None, :, 2], (n_lay, n_combo))
+    keep = None
     if 0.0 in sps:             # sequence parallelism splits along the TP group: at t = 1 "on" = "off"
-        keep = ~(tp1 & (cols[8] == 1.0))
-        cols = [c[keep] for c in cols]
+        keep = ~(tp1[:, None] & (sp == 1.0))
     else:                      # only "on" allowed: t = 1 plans have no SP to turn on; keep them as "off"
-        cols[8][tp1] = 0.0
+        sp = np.where(tp1[:, None], 0.0, sp)
+
+    def flat(grid: np.ndarray) -> np.ndarray:
+        return grid[keep] if keep is not None else grid.reshape(-1)
+
+    def by_layout(j: int) -> np.ndarray:
+        return flat(np.broadcast_to(lay[:, j, None], (n_lay, n_combo)))
+
+    def by_combo(j: int) -> np.ndarray:
+        return flat(np.broadcast_to(combo[None, :, j], (n_lay, n_combo)))
+
+    cols = [by_layout(j) for j in range(6)] + [by_combo(0), by_combo(1), flat(sp), by_layout(6), by_combo(3),
+                                                by_combo(4), by_layout(7), by_layout(8)]
     values: dict[str, list[Any]] = {"tp": tps, "pp": pps, "cp": cps, "zero": zeros, "recompute": list(space.recompute),
               "sequence_parallel": list(space.sequence_parallel)}
     if space.finetune is not None:

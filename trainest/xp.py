@@ -68,3 +68,8 @@ def off(x) -> bool:
 def is_array(x) -> bool:
     """True for a numpy array (the plan search's vectorised layouts), False for a float."""
     return not _scalar(x)
+
+
+def any_true(condition) -> bool:
+    """True where any element of `condition` holds (a bool or a numpy array of bools)."""
+    return bool(condition.any()) if not _scalar(condition) and hasattr(condition, "any") else bool(condition)

@@ -117,6 +117,8 @@ def narrow_tile(dim: Num, tile: Num) -> Num:
     dimension (≥ MIN_TILE):
     libraries carry skinny-GEMM kernels for such shapes (cuBLASLt, CUTLASS); wider matrices keep the
     device's tile and pay its padding."""
+    if xp.is_array(dim) and not xp.any_true(dim <= SKINNY_EDGE):
+        return tile              # no plan of the array is skinny here: the same tiles, without the arithmetic
     fit = xp.maximum(MIN_TILE, 2.0 ** xp.ceil(xp.log2(xp.maximum(dim, 1.0))))
     return xp.where(dim <= SKINNY_EDGE, xp.minimum(tile, fit), tile)
 
