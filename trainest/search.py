@@ -254,6 +254,35 @@ def expert_layouts(base: Scenario, stage_ranks: int, tp: int, space: SearchSpace
     return [(e, k) for e in eps for k in etps if stage_ranks % (e * k) == 0]
 
 
+def plan_columns(lay: np.ndarray, combo: np.ndarray, *, sp_off: bool) -> list[np.ndarray]:
+    """Every layout row crossed with every (ZeRO, recompute, SP, finetune, offload) combination, as
+    contiguous 1-D columns in the Grid's order (t, p, c, d, v, b, zero, recompute, sp, balanced,
+    finetune, offload, ep, etp), row by row; `sp_off`: SP off is allowed, so a t = 1 plan is kept
+    once (at t = 1 SP on is the same plan)."""
+    n_lay, n_combo = lay.shape[0], combo.shape[0]
+    # (layout row, combination) as a 2-D grid, flattened row by row; each column built in one pass
+    tp1 = lay[:, 0] == 1.0
+    sp = np.broadcast_to(combo[None, :, 2], (n_lay, n_combo))
+    keep = None
+    if sp_off:             # sequence parallelism splits along the TP group: at t = 1 "on" = "off"
+        keep = ~(tp1[:, None] & (sp == 1.0))
+    else:                      # only "on" allowed: t = 1 plans have no SP to turn on; keep them as "off"
+        sp = np.where(tp1[:, None], 0.0, sp)
+
+    def flat(grid: np.ndarray) -> np.ndarray:
+        return grid[keep] if keep is not None else grid.reshape(-1)
+
+    def by_layout(j: int) -> np.ndarray:
+        return flat(np.broadcast_to(lay[:, j, None], (n_lay, n_combo)))
+
+    def by_combo(j: int) -> np.ndarray:
+        return flat(np.broadcast_to(combo[None, :, j], (n_lay, n_combo)))
+
+    cols = [by_layout(j) for j in range(6)] + [by_combo(0), by_combo(1), flat(sp), by_layout(6), by_combo(3),
+                                                by_combo(4), by_layout(7), by_layout(8)]
+    return cols
+
+
 def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     """Every plan of `devices` devices for the job `base` within `space` (no heuristic pruning)."""
     m = base.model
@@ -306,29 +335,7 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     lay = np.concatenate(blocks) if blocks else np.empty((0, 9))
     combo = np.array([(z, r, s, f, o) for z in zeros for r in recs for s in sps for f, o in extra],
                      dtype=float).reshape(-1, 5)
-    n_lay, n_combo = lay.shape[0], combo.shape[0]
-    # every layout row crossed with every (ZeRO, recompute, SP, finetune, offload) combination, as
-    # contiguous 1-D columns
-    # (layout row, combination) as a 2-D grid, flattened row by row; each column built in one pass
-    tp1 = lay[:, 0] == 1.0
-    sp = np.broadcast_to(combo[None, :, 2], (n_lay, n_combo))
-    keep = None
-    if 0.0 in sps:             # sequence parallelism splits along the TP group: at t = 1 "on" = "off"
-        keep = ~(tp1[:, None] & (sp == 1.0))
-    else:                      # only "on" allowed: t = 1 plans have no SP to turn on; keep them as "off"
-        sp = np.where(tp1[:, None], 0.0, sp)
-
-    def flat(grid: np.ndarray) -> np.ndarray:
-        return grid[keep] if keep is not None else grid.reshape(-1)
-
-    def by_layout(j: int) -> np.ndarray:
-        return flat(np.broadcast_to(lay[:, j, None], (n_lay, n_combo)))
-
-    def by_combo(j: int) -> np.ndarray:
-        return flat(np.broadcast_to(combo[None, :, j], (n_lay, n_combo)))
-
-    cols = [by_layout(j) for j in range(6)] + [by_combo(0), by_combo(1), flat(sp), by_layout(6), by_combo(3),
-                                                by_combo(4), by_layout(7), by_layout(8)]
+    cols = plan_columns(lay, combo, sp_off=0.0 in sps)
     values: dict[str, list[Any]] = {"tp": tps, "pp": pps, "cp": cps, "zero": zeros, "recompute": list(space.recompute),
               "sequence_parallel": list(space.sequence_parallel)}
     if space.finetune is not None:
