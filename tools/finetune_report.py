@@ -34,14 +34,15 @@ def _layout(s) -> str:
         f"B{s.global_batch}, s {s.seq_len}, {s.precision}"
 
 
-def markdown_report() -> str:
-    """The section's body: the compared runs, their summary, the SFT twins, the ones not expressible."""
+def markdown_report(hardware_by_name: dict | None = None) -> str:
+    """The section's body: the compared runs, their summary, the SFT twins, the ones not expressible
+    (on `hardware_by_name` where given: tools/fit_defaults.py passes the efficiencies it just fitted)."""
     loaded = load_runs(run_set=SET)
     rows = ["| run | hardware | method | layout | measured tokens/s | predicted | error % |",
             "|---|---|---|---|---:|---:|---:|"]
     errors = []
     for case in loaded.cases:
-        r = compare(case)
+        r = _compare(case, hardware_by_name)
         ft = case.scenario.finetune
         errors.append(r.error_pct)
         rows.append(f"| {case.id} | {r.hardware} | {ft.method} r{ft.rank} {ft.targets} | {_layout(case.scenario)} "
@@ -52,13 +53,22 @@ def markdown_report() -> str:
     twins = ["| full fine-tune (SFT) run, same sources | hardware | error % |", "|---|---|---:|"]
     for case in load_runs(run_set="public").cases:
         if "SFT" in case.id:
-            twins.append(f"| {case.id} | {case.scenario.hardware.name} | {compare(case).error_pct:+.1f} |")
+            twins.append(f"| {case.id} | {case.scenario.hardware.name} | "
+                         f"{_compare(case, hardware_by_name).error_pct:+.1f} |")
     skipped = ["| run | why not expressible |", "|---|---|"] + [f"| {n.id} | {n.reason} |"
                                                                  for n in loaded.not_expressible]
-    return "\n".join([*rows, "", summary + ".", "", *twins, "", *pairs_markdown(loaded.cases), "", *skipped])
+    return "\n".join([*rows, "", summary + ".", "", *twins, "", *pairs_markdown(loaded.cases, hardware_by_name), "",
+                      *skipped])
 
 
-def pairs_markdown(lora_cases) -> list[str]:
+def _compare(case, hardware_by_name: dict | None):
+    """The run compared on `hardware_by_name`'s entry for its hardware (the just-fitted efficiencies of
+    tools/fit_defaults.py), else on the hardware its scenario loaded."""
+    hw = (hardware_by_name or {}).get(case.scenario.hardware.name)
+    return compare(case) if hw is None else compare(case, hw)
+
+
+def pairs_markdown(lora_cases, hardware_by_name: dict | None = None) -> list[str]:
     """A LoRA run and the full fine-tune of the same model by the same source on the same hardware and
     precision: the LoRA's step per token per device over the full fine-tune's, measured and predicted."""
     sft = {c.id: c for c in load_runs(run_set="public").cases if "SFT" in c.id}
@@ -70,7 +80,7 @@ def pairs_markdown(lora_cases) -> list[str]:
                     None)
         if twin is None:
             continue
-        lo, fu = compare(case), compare(twin)
+        lo, fu = _compare(case, hardware_by_name), _compare(twin, hardware_by_name)
         n_lo, n_fu = case.scenario.devices, twin.scenario.devices
         measured = (fu.measured / n_fu) / (lo.measured / n_lo)
         predicted = (fu.predicted / n_fu) / (lo.predicted / n_lo)
@@ -106,8 +116,8 @@ packed samples yet.
 """
 
 
-def section() -> str:
-    return INTRO + markdown_report() + "\n" + OUTRO
+def section(hardware_by_name: dict | None = None) -> str:
+    return INTRO + markdown_report(hardware_by_name) + "\n" + OUTRO
 
 
 def write() -> None:
