@@ -35,7 +35,7 @@ needs_reference = pytest.mark.skipif(not (MEGATRON_REF.exists() and VENDORS_REF.
 FILE_KEYS = {"source", "runs"}
 FILE_OPTIONAL_KEYS = {"set"}                  # absent: the public runs
 VTRAIN_SET = "vtrain-single-node"
-RUN_KEYS = {"id", "set", "finetune", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
+RUN_KEYS = {"id", "set", "finetune", "packed_length", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
             "parallel", "micro_batch", "global_batch", "recompute", "attention", "framework", "kernels", "measured",
             "expressible", "reason",
             "confidence",

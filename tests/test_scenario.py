@@ -158,3 +158,11 @@ def test_lora_of_a_mixture_of_experts_model_is_refused_with_one_line():
     from trainest.scenario import scenario_from_mapping
     with pytest.raises(SpecError, match="mixture-of-experts model .* is not modelled"):
         scenario_from_mapping({"model": "mixtral-8x7b", "finetune": "lora"}, "test")
+
+
+def test_packed_length_beyond_the_sequence_is_one_line_naming_the_sequence():
+    """A packed example cannot be longer than the sequence it is packed into."""
+    from trainest.errors import SpecError
+    from trainest.scenario import scenario_from_mapping
+    with pytest.raises(SpecError, match="packed_length: 9000 must be at most the sequence length 8192"):
+        scenario_from_mapping({"seq_len": 8192, "packed_length": 9000}, "test")

@@ -654,3 +654,43 @@ def test_tensor_parallelism_over_pcie_costs_its_all_reduces_at_the_pcie_rate():
     w = 64e9 * PCIE_ACHIEVABLE_FRACTION
     per_all_reduce = 2 * 7 / 8 * ACTIVATION_BYTES * 8192 * m.hidden / w + 2 * 7 * hw.intra_node_latency_s
     assert layer_tp_s(t) == pytest.approx(32 * m.layers * 4 * per_all_reduce, rel=1e-9)
+
+
+def test_packed_sequences_cut_attention_to_each_document():
+    """Packed sequences (docs/model.md §2.4): examples of mean length L attend only to themselves, so
+    fused attention computes L/s of a full causal mask's FLOPs, at the rate its length factor gives
+    for L; its bytes, the GEMMs and the model FLOPs do not change. Unpacked (or L = s) is the old model."""
+    from trainest.layout import job_of, layout_of
+    from trainest.scenario import scenario_from_mapping
+    from trainest.step.layer import (ATTENTION_HALF_SEQ, attention_ops, attention_span, linear_gemms,
+                                     local_shape, packed_fraction, rates_of)
+
+    base = {"model": "llama2-7b", "hardware": "h100-sxm", "devices": 8, "precision": "bf16", "seq_len": 4096,
+            "global_batch": 8, "micro_batch": 1, "parallel": {"tp": 1, "pp": 1}}
+
+    def parts(**extra):
+        s = scenario_from_mapping({**base, **extra}, "test")
+        job, layout = job_of(s), layout_of(s)
+        r, x = rates_of(job, layout), local_shape(job, layout)
+        fwd, bwd = attention_ops(job, layout, r, x)
+        return job, layout, r, fwd[0], bwd[0], linear_gemms(job, layout, r, x), s
+
+    job0, layout0, r0, f0, b0, g0, s0 = parts()
+    job, layout, r, f, b, g, s = parts(packed_length=256)
+    assert packed_fraction(job0) == 1.0 and packed_fraction(job) == pytest.approx(256.0 / 4096.0)
+    assert attention_span(job0, layout0) == 4096.0 and attention_span(job, layout) == 256.0
+    assert f.flops == pytest.approx(f0.flops * 256.0 / 4096.0, rel=1e-12)
+    assert b.flops == pytest.approx(b0.flops * 256.0 / 4096.0, rel=1e-12)
+    assert f.bytes == pytest.approx(f0.bytes, rel=1e-12)
+    # the rate's length factor at L instead of s
+    ratio = (256.0 / (256.0 + ATTENTION_HALF_SEQ)) / (4096.0 / (4096.0 + ATTENTION_HALF_SEQ))
+    assert r.attention_flops_per_s == pytest.approx(r0.attention_flops_per_s * ratio, rel=1e-12)
+    assert [o.time_s for o in g] == [o.time_s for o in g0]
+    # a whole-sequence "document" is the unpacked model; the step is faster when packed, same FLOP count
+    assert parts(packed_length=4096)[3].flops == pytest.approx(f0.flops, rel=1e-12)
+    from trainest.step import step_terms
+    packed, unpacked = step_terms(job_of(s), layout_of(s)), step_terms(job_of(s0), layout_of(s0))
+    assert packed.time_s < unpacked.time_s
+    assert packed.model_flops == pytest.approx(unpacked.model_flops, rel=1e-12)
+    with pytest.raises(Exception, match="packed_length"):
+        scenario_from_mapping({**base, "packed_length": 8192}, "test")

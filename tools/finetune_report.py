@@ -34,14 +34,15 @@ def _layout(s) -> str:
         f"B{s.global_batch}, s {s.seq_len}, {s.precision}"
 
 
-def markdown_report() -> str:
-    """The section's body: the compared runs, their summary, the SFT twins, the ones not expressible."""
+def markdown_report(hardware_by_name: dict | None = None) -> str:
+    """The section's body: the compared runs, their summary, the SFT twins, the ones not expressible
+    (on `hardware_by_name` where given: tools/fit_defaults.py passes the efficiencies it just fitted)."""
     loaded = load_runs(run_set=SET)
     rows = ["| run | hardware | method | layout | measured tokens/s | predicted | error % |",
             "|---|---|---|---|---:|---:|---:|"]
     errors = []
     for case in loaded.cases:
-        r = compare(case)
+        r = _compare(case, hardware_by_name)
         ft = case.scenario.finetune
         errors.append(r.error_pct)
         rows.append(f"| {case.id} | {r.hardware} | {ft.method} r{ft.rank} {ft.targets} | {_layout(case.scenario)} "
@@ -52,13 +53,22 @@ def markdown_report() -> str:
     twins = ["| full fine-tune (SFT) run, same sources | hardware | error % |", "|---|---|---:|"]
     for case in load_runs(run_set="public").cases:
         if "SFT" in case.id:
-            twins.append(f"| {case.id} | {case.scenario.hardware.name} | {compare(case).error_pct:+.1f} |")
+            twins.append(f"| {case.id} | {case.scenario.hardware.name} | "
+                         f"{_compare(case, hardware_by_name).error_pct:+.1f} |")
     skipped = ["| run | why not expressible |", "|---|---|"] + [f"| {n.id} | {n.reason} |"
                                                                  for n in loaded.not_expressible]
-    return "\n".join([*rows, "", summary + ".", "", *twins, "", *pairs_markdown(loaded.cases), "", *skipped])
+    return "\n".join([*rows, "", summary + ".", "", *twins, "", *pairs_markdown(loaded.cases, hardware_by_name), "",
+                      *skipped])
 
 
-def pairs_markdown(lora_cases) -> list[str]:
+def _compare(case, hardware_by_name: dict | None):
+    """The run compared on `hardware_by_name`'s entry for its hardware (the just-fitted efficiencies of
+    tools/fit_defaults.py), else on the hardware its scenario loaded."""
+    hw = (hardware_by_name or {}).get(case.scenario.hardware.name)
+    return compare(case) if hw is None else compare(case, hw)
+
+
+def pairs_markdown(lora_cases, hardware_by_name: dict | None = None) -> list[str]:
     """A LoRA run and the full fine-tune of the same model by the same source on the same hardware and
     precision: the LoRA's step per token per device over the full fine-tune's, measured and predicted."""
     sft = {c.id: c for c in load_runs(run_set="public").cases if "SFT" in c.id}
@@ -70,7 +80,7 @@ def pairs_markdown(lora_cases) -> list[str]:
                     None)
         if twin is None:
             continue
-        lo, fu = compare(case), compare(twin)
+        lo, fu = _compare(case, hardware_by_name), _compare(twin, hardware_by_name)
         n_lo, n_fu = case.scenario.devices, twin.scenario.devices
         measured = (fu.measured / n_fu) / (lo.measured / n_lo)
         predicted = (fu.predicted / n_fu) / (lo.predicted / n_lo)
@@ -90,24 +100,24 @@ method, rank and targets were taken from the source's recipe (`tools/import_runs
 """
 
 OUTRO = """
-Reading it. Every LoRA run is predicted slower than measured (mean −14 %), while the same sources'
-full fine-tunes are within −6 % … +9 % (one NeMo 13B row at −26 %, like its LoRA twin). Where the LoRA
-and the full fine-tune run the same layout per device (Megatron-Bridge on GB300: t1 p2 v20, only the
-data-parallel size differs) the predicted LoRA/full ratio per token and device is the measured one
-(0.651 against 0.644 and 0.579), so there the error is the shared one of the hardware rates; the
-NeMo 7B pair (same layout too) is off: 0.83 predicted, 0.68 measured. What trainest charges a LoRA
-step beyond its frozen base is its adapters: setting their cost to zero moves the mean error from
-−14 % to about −7 % (their thin GEMMs are memory-bound; each reads the layer input and writes an
-output as wide as the layer's). The rest is a saving the measured runs have that the model has not.
-A candidate is the data: these benchmarks fine-tune on SQuAD packed into 4096-token sequences, and
-attention over packed samples of a few hundred tokens costs far less than trainest's causal mask over
-4096, and weighs more in a LoRA step, where it is not reduced by freezing; trainest has no input for
-packed samples yet.
+Reading it. The NeMo 24.07 runs fine-tune on SQuAD v1.1 packed into 4096-token sequences: each example
+attends only to itself, so their attention is about L/s = 200/4096 of a full causal mask
+(`packed_length`, docs/model.md §2.4; 200 tokens is an estimate of one SQuAD example, not a
+measurement). With that input their LoRA rows moved from −22.7 / −23.6 / −11.9 % (7B, 13B, 70B) to
+−3.3 / −6.7 / +1.2 %; their full fine-tunes from −5.8 / −26.3 / −5.0 % to +12.9 / −13.8 / +5.0 %. The
+7B pair, the only one in the same layout, still disagrees on the ratio (LoRA/full per token and device
+0.79 predicted, 0.68 measured): the 7B full fine-tune is now predicted too fast, so what its step has
+beyond its LoRA twin (the weight gradients, their data-parallel reduction, the optimizer) is cheaper
+in trainest than measured; a serial FP32 main_grad accumulation in every weight-gradient GEMM (8 B per
+weight and micro-batch) would be such a cost, but charged to every Megatron run it made the H100 fit
+and holdout worse, so it is not in the model. The Megatron-Bridge records do not say whether their
+data were packed; they are left unpacked, and their LoRA rows stay −6 … −17 % (the H100 one −17 %,
+its ratio 0.78 predicted against 0.62 measured).
 """
 
 
-def section() -> str:
-    return INTRO + markdown_report() + "\n" + OUTRO
+def section(hardware_by_name: dict | None = None) -> str:
+    return INTRO + markdown_report(hardware_by_name) + "\n" + OUTRO
 
 
 def write() -> None:

@@ -368,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
                mape_pct(hold_all))
     flat_ids = {c.id for c in loaded.cases if c.scenario.parallel.dp_collectives == "flat"}
     doc = render_doc(report, rows, overall, fitted_results, targets_markdown(dense_results, split, flat_ids),
-                     vtrain_markdown(final_hw), prior_rule_markdown(by_hw, own_blocks, final_hw), moe_report.markdown(moe))
+                     vtrain_markdown(final_hw), prior_rule_markdown(by_hw, own_blocks, final_hw),
+                     moe_report.markdown(moe), finetune_report.section(final_hw))
     doc = doc.replace("\n## The measured step against the overlap bounds",
                       "\n## The error band of every estimate\n\n" + bands_markdown()
                       + "\n\n## The measured step against the overlap bounds", 1)
@@ -496,7 +497,7 @@ def prior_rule_markdown(by_hw: dict, own_blocks: dict, final_hw: dict) -> str:
 
 
 def render_doc(report, rows, overall, results: list[RunResult], targets: str, vtrain: str, priors: str,
-               moe: str) -> str:
+               moe: str, finetune: str) -> str:
     split_lines = ["| hardware | fit runs | holdout runs | status | fitted values | fit MAPE % (prior → fitted) | "
                    "holdout MAPE % (prior → fitted) |", "|---|---:|---:|---|---|---:|---:|"]
     for name, nf, nh, status, params, pf, ff, ph, fh in rows:
@@ -677,7 +678,7 @@ half the micro-batch, 3–14 % slower.
 
 {vtrain}
 
-{finetune_report.section()}
+{finetune}
 ## Per run
 
 {runs_markdown(report.runs)}

@@ -137,6 +137,9 @@ KNOBS: tuple[Knob, ...] = (
     K("framework", ("--framework",), "choice", "Training framework: sets the kernels' host dispatch, the default "
       "element-wise kernels and data-parallel overlap, and which pipeline schedules exist.", "megatron-core",
       "Framework", job=True),
+    K("packed_length", ("--packed-length",), "int", "Packed sequences: the mean length of the documents packed into "
+      "each sequence, each attending only to itself (THD/varlen attention, cu_seqlens); not given: one document per "
+      "sequence.", "unpacked", job=True),
     K("kernels", ("--kernels",), "choice", "Element-wise kernels: fused (Megatron/Transformer Engine, torch.compile, "
       "XLA) or eager (PyTorch without torch.compile: one kernel per operator, FP32 norms).", "fused", "Kernels",
       job=True),

@@ -46,6 +46,7 @@ class Job(NamedTuple):
     lora_rank: float = 16.0     # r of the LoRA adapters (used where Layout.finetune is lora/qlora)
     lora_targets: str = "all"   # LoraTargets: attention | mlp | all
     base_bits: float = 16.0     # bits per frozen base weight of a LoRA (QLoRA: always 4)
+    packed_length: float = 0.0  # mean document length of packed sequences [tokens] (0: unpacked)
 
     @property
     def low_precision(self) -> bool:
@@ -208,7 +209,7 @@ def job_of(s: Scenario, hardware: Hardware | None = None) -> Job:
                kernels=s.kernels,
                seq_len=float(s.seq_len), global_batch=float(s.global_batch), devices_per_node=s.devices_per_node,
                framework=s.framework, lora_rank=float(ft.rank), lora_targets=ft.targets,
-               base_bits=float(ft.base_bits))
+               base_bits=float(ft.base_bits), packed_length=float(s.packed_length or 0))
 
 
 def layout_of(s: Scenario) -> Layout:

@@ -159,6 +159,7 @@ class Scenario:
     grid_gco2_per_kwh: float = DEFAULT_GRID_GCO2_PER_KWH   # carbon intensity of the electricity [gCO2/kWh]
     finetune: FineTune = FineTune()
     offload: str = "none"           # OFFLOADS (docs/model.md §14)
+    packed_length: int | None = None   # mean document length of packed sequences (None: unpacked; docs/model.md §2.4)
     derived: tuple[str, ...] = field(default=())   # names of values filled by defaults
     memory_headroom: str = DEFAULT_MEMORY_HEADROOM   # as given: a share of capacity ("5%") or a size ("2GiB")
     memory_headroom_bytes: float = 0.0               # that margin [B]: a layout fits if it leaves it free
@@ -525,6 +526,11 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     _check_schedule(sizes, dp, micro_batch, global_batch, where)
     recompute = F.choice(r.default("recompute", DEFAULT_RECOMPUTE), f"{where}.recompute", RECOMPUTES)
     attention = F.choice(r.default("attention", "flash"), f"{where}.attention", ATTENTIONS)
+    packed = data.get("packed_length")
+    if isinstance(packed, int) and not isinstance(packed, bool) and packed > seq_len:
+        raise SpecError(f"{where}.packed_length: {packed} must be at most the sequence length {seq_len} (the mean "
+                        f"length of the examples packed into one sequence)")
+    packed_length = F.integer(packed, f"{where}.packed_length", maximum=seq_len, allow_none=True)
     framework = F.choice(r.default("framework", DEFAULT_FRAMEWORK), f"{where}.framework", tuple(FRAMEWORKS))
     fw = FRAMEWORKS[framework]
     kernels = F.choice(r.default("kernels", fw.kernels), f"{where}.kernels", KERNELS)
@@ -547,7 +553,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
         tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, framework=framework,
         grid_gco2_per_kwh=grid, finetune=finetune, offload=offload, derived=tuple(derived),
-        memory_headroom=headroom, memory_headroom_bytes=headroom_bytes,
+        memory_headroom=headroom, memory_headroom_bytes=headroom_bytes, packed_length=packed_length,
     )
 
 
@@ -583,6 +589,7 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
         "micro_batches": s.micro_batches,
         "recompute": s.recompute,
         "attention": s.attention,
+        "packed_length": s.packed_length,
         "framework": s.framework,
         "kernels": s.kernels,
         "finetune": finetune_mapping(s.finetune),

@@ -98,16 +98,32 @@ class Rates(NamedTuple):
                        memory_bytes_per_s=self.memory_bytes_per_s, wave=self.wave(m, n, k, batch))
 
 
+def attention_span(job: Job, layout: Layout) -> Num:
+    """The query length a fused-attention kernel's tiles see on one rank: the per-rank sequence s/c,
+    or the mean document length L of packed sequences when shorter (varlen kernels tile each document
+    on its own) [tokens]."""
+    per_rank = job.seq_len / layout.cp
+    return per_rank if job.packed_length <= 0 else xp.minimum(per_rank, job.packed_length)
+
+
+def packed_fraction(job: Job) -> float:
+    """The share of a full causal mask's score elements that packed sequences compute: each document
+    of L tokens attends only within itself, Σ L²/2 over s²/2 = L/s for documents of mean length L
+    (1 unpacked)."""
+    return 1.0 if job.packed_length <= 0 else min(1.0, job.packed_length / job.seq_len)
+
+
 def attention_flops_per_s(job: Job, layout: Layout) -> Num:
     """Fused attention's achievable FLOP/s: min(16-bit peak, run's peak) · η_attn · s_c/(s_c + 512) ·
     d_h/(d_h + 32) (· η_flash2 for FlashAttention-2), with s_c = s/c the per-rank sequence
     (FlashAttention-2 benchmarks, Dao 2023 Fig. 4-6) [FLOP/s]. Attention runs in 16 bit (FP8/FP4
-    recipes keep it there), or at the run's own peak when lower (FP32/TF32), so MFU stays <= 1."""
+    recipes keep it there), or at the run's own peak when lower (FP32/TF32), so MFU stays <= 1.
+    Packed sequences: the length factor takes the document length (`attention_span`)."""
     hw, eff, m = job.hardware, job.hardware.efficiency, job.model
     # MLA: the query/key and value widths differ (d_n + d_r, d_v); the kernel's two products use one each
     head_width = m.head_dim if m.mla is None else (m.qk_head_dim + m.v_head_dim) / 2.0
     return (min(hw.peak_16bit_flops_per_s, hw.peak(job.precision)) * eff.attention
-            * dimension_factor(job.seq_len / layout.cp, ATTENTION_HALF_SEQ)
+            * dimension_factor(attention_span(job, layout), ATTENTION_HALF_SEQ)
             * dimension_factor(head_width, ATTENTION_HALF_HEAD_DIM)
             * (eff.flash2_attention if job.attention == "flash2" else 1.0))
 
@@ -178,8 +194,9 @@ def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[li
     context GEMMs per (sequence, head) and the softmax traffic over s×s; backward twice each."""
     m = job.model
     if job.attention in ("flash", "flash2"):
-        # Q·Kᵀ over d_qk and softmax·V over d_v (= 4·score·d_h without MLA); read Q, K, V, write O
-        flops = 2.0 * x.score_elements * (m.qk_head_dim + m.v_head_dim) * CAUSAL_FRACTION
+        # Q·Kᵀ over d_qk and softmax·V over d_v (= 4·score·d_h without MLA); read Q, K, V, write O; packed
+        # sequences compute each document's own causal block (packed_fraction)
+        flops = 2.0 * x.score_elements * (m.qk_head_dim + m.v_head_dim) * CAUSAL_FRACTION * packed_fraction(job)
         bytes_moved = ACTIVATION_BYTES * x.tokens * (2.0 * x.q_width / layout.tp + 2.0 * x.kv_local) if m.mla is None \
             else mla.attention_bytes(job, layout, x)
         fwd = fused_time(flops, bytes_moved, r.attention_flops_per_s, r.memory_bytes_per_s)
