@@ -72,4 +72,4 @@ def is_array(x) -> bool:
 
 def any_true(condition) -> bool:
     """True where any element of `condition` holds (a bool or a numpy array of bools)."""
-    return bool(condition.any()) if not _scalar(condition) and hasattr(condition, "any") else bool(condition)
+    return bool(condition.any()) if is_array(condition) else bool(condition)
