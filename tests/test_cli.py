@@ -348,8 +348,9 @@ def test_version_and_short_help():
         assert res.exit_code == 0 and "Usage:" in res.stdout, args
 
 
-def test_one_is_singular(capsys, tmp_path):
+def test_one_is_singular(capsys, tmp_path, monkeypatch):
     from helpers import call_entry
+    monkeypatch.setenv("COLUMNS", "200")     # the phrases below, unwrapped whatever the worker's terminal
     code, out, _ = call_entry(["estimate", "--model", "gpt3-1.3b", "--hardware", "gh200", "--devices", "1",
                                "--global-batch", "1"], capsys)
     assert code == 0 and "1 device," in out and "1 devices" not in out and "1 micro-batch per step" in out

@@ -354,3 +354,19 @@ def test_estimates_say_whether_the_hardware_is_calibrated(capsys):
         code, out, _ = call_entry(["estimate", "--hardware", name, "--devices", "64", "--zero", "3"], capsys)
         assert ("not validated on measured runs" in out) is not calibrated
         assert ("not calibrated" in out) is not calibrated
+
+
+def test_flash2_prior_is_the_kernel_fact_of_the_device():
+    """FlashAttention-2's rate relative to the best kernel: 1 on Ampere (FA2 is that kernel), 0.47 on Hopper and
+    Blackwell (Shah et al. 2024), and an efficiency block without `flash2_attention` takes that fact, not 1."""
+    a100, h100, b200 = (load_hardware(n) for n in ("a100-80gb-sxm", "h100-sxm", "b200"))
+    assert a100.compute.flash2_relative == 1.0
+    assert h100.compute.flash2_relative == b200.compute.flash2_relative == 0.47
+    doc = _yaml("b200")
+    doc["efficiency"].pop("flash2_attention", None)
+    assert hardware_from_mapping(doc, "b200").efficiency.flash2_attention == 0.47
+    doc["compute"].pop("flash2_relative")
+    assert hardware_from_mapping(doc, "b200").efficiency.flash2_attention == 1.0
+    doc["compute"]["flash2_relative"] = 1.5
+    with pytest.raises(SpecError, match="compute.flash2_relative"):
+        hardware_from_mapping(doc, "b200")

@@ -88,7 +88,7 @@ def prior_hardware(hw: catalog.Hardware) -> catalog.Hardware:
     prior = ih.EFFICIENCY_PRIOR_ACCELERATOR if hw.kind in ih.ACCELERATOR_PRIOR_KINDS else ih.EFFICIENCY_PRIOR_OTHER
     return catalog.with_efficiency(hw, **{k: float(v) for k, v in prior.items()},
                                    low_precision_gemm=catalog.DEFAULT_LOW_PRECISION_GEMM,
-                                   flash2_attention=catalog.DEFAULT_FLASH2_ATTENTION,
+                                   flash2_attention=hw.compute.flash2_relative,
                                    layer_overhead_s=catalog.DEFAULT_LAYER_OVERHEAD_US * MICROSECOND,
                                    overlap_contention=catalog.default_overlap_contention(hw.kind),
                                    fitted=False, method=ih.EFFICIENCY_METHOD)
@@ -306,11 +306,14 @@ def main(argv: list[str] | None = None) -> int:
         prior_results += res_prior
         fitted_results += res_fit
         fit_ids = {c.id for c in fit_cases}
-        rows.append((name, len(fit_cases), len(cases) - len(fit_cases), status, params,
+        n_fit = sum(c.id in fit_ids for c in cases)        # public runs only; the vTrain fit rows are in `status`
+        if len(fit_cases) > n_fit:
+            status += f" (+ {len(fit_cases) - n_fit} vTrain fit rows)"
+        rows.append((name, n_fit, len(cases) - n_fit, status, params,
                      mape_pct(r for r in res_prior if r.id in fit_ids), mape_pct(r for r in res_fit if r.id in fit_ids),
                      mape_pct(r for r in res_prior if r.id not in fit_ids),
                      mape_pct(r for r in res_fit if r.id not in fit_ids)))
-        print(f"{name:16s} fit {len(fit_cases):3d} holdout {len(cases) - len(fit_cases):3d}  {status}", file=sys.stderr)
+        print(f"{name:16s} fit {n_fit:3d} holdout {len(cases) - n_fit:3d}  {status}", file=sys.stderr)
 
     # siblings without any expressible run inherit too; every other device without runs gets the derived prior
     for name in catalog.hardware_names():

@@ -173,7 +173,7 @@ FACT_SUBKEYS = {  # the keys each nested facts mapping may have (a typo is an er
     "host": ("system", "cpu", "devices", "cpu_cores", "memory_kind", "memory_gb", "memory_gb_per_s", "memory_channels",
              "memory_mt_per_s", "link"),
     "host.link": ("kind", "name", "gb_per_s", "shared_by", "pcie_gen", "pcie_lanes"),
-    "compute": ("units", "unit_name", "gemm_tile", "gemm_tile_from", "on_chip_cache_mib"),
+    "compute": ("units", "unit_name", "gemm_tile", "gemm_tile_from", "on_chip_cache_mib", "flash2_relative"),
 }
 MODELLED_EXECUTION_MODEL = "gpu-like"
 
@@ -409,6 +409,8 @@ def compute_doc(spec: dict, rec: dict, derived: list[str], own_derived: list[str
            "on_chip_cache_mib": cache}
     if rec.get("on_chip_cache_kind"):
         out["on_chip_cache_kind"] = rec["on_chip_cache_kind"]
+    if "flash2_relative" in spec:
+        out["flash2_relative"] = spec["flash2_relative"]
     library_tile = spec.get("gemm_tile_from", "library") == "library"   # else the matrix unit's own size (read)
     if spec.get("gemm_tile") and library_tile and not any(d.startswith("compute.gemm_tile") for d in own_derived):
         derived.append(f"compute.gemm_tile = {spec['gemm_tile']}: the typical output tile of this hardware's GEMM "

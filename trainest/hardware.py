@@ -198,6 +198,7 @@ class Compute(NamedTuple):
     gemm_tile_n: int | None = None
     on_chip_cache_bytes: float | None = None  # L2 / last-level cache / SRAM [B]
     on_chip_cache_kind: str = ""
+    flash2_relative: float = DEFAULT_FLASH2_ATTENTION   # FlashAttention-2 against the best fused attention kernel
 
 
 @dataclass(frozen=True)
@@ -343,7 +344,7 @@ SYSTEM_KEYS = ("devices_per_node", "scale_up_name", "scale_up_gb_per_s", "scale_
 INTRA_NODE_KEYS = ("kind", "name", "gb_per_s", "latency_us", "peer_to_peer", "pcie_gen", "pcie_lanes")
 HOST_KEYS = ("system", "cpu", "devices", "cpu_cores", "memory_kind", "memory_gb", "memory_gb_per_s", "link")
 HOST_LINK_KEYS = ("kind", "name", "gb_per_s", "shared_by", "pcie_gen", "pcie_lanes")
-COMPUTE_KEYS = ("units", "unit_name", "gemm_tile", "on_chip_cache_mib", "on_chip_cache_kind")
+COMPUTE_KEYS = ("units", "unit_name", "gemm_tile", "on_chip_cache_mib", "on_chip_cache_kind", "flash2_relative")
 MAX_GEMM_TILE = 4096      # elements per tile side (the largest in use: 320 on Groq, 256 on TPU MXUs and Gaudi MMEs)
 
 
@@ -352,7 +353,7 @@ def default_overlap_contention(kind: str) -> float:
     return DEFAULT_OVERLAP_CONTENTION.get(kind, 0.0)
 
 
-def _efficiency_from(data: dict, where: str, kind: str) -> Efficiency:
+def _efficiency_from(data: dict, where: str, kind: str, flash2_prior: float = DEFAULT_FLASH2_ATTENTION) -> Efficiency:
     F.check_keys(data, where, EFFICIENCY_KEYS, EFFICIENCY_OPTIONAL)
     return Efficiency(
         gemm=F.fraction(data["gemm"], f"{where}.gemm"),
@@ -363,7 +364,7 @@ def _efficiency_from(data: dict, where: str, kind: str) -> Efficiency:
         scale_out=F.fraction(data["scale_out"], f"{where}.scale_out"),
         low_precision_gemm=F.fraction(data.get("low_precision_gemm", DEFAULT_LOW_PRECISION_GEMM),
                                       f"{where}.low_precision_gemm"),
-        flash2_attention=F.fraction(data.get("flash2_attention", DEFAULT_FLASH2_ATTENTION),
+        flash2_attention=F.fraction(F.given(data, "flash2_attention", flash2_prior),
                                     f"{where}.flash2_attention"),
         layer_overhead_s=F.number(data.get("layer_overhead_us", DEFAULT_LAYER_OVERHEAD_US),
                                   f"{where}.layer_overhead_us", allow_zero=True) * MICROSECOND,
@@ -486,6 +487,7 @@ def _compute_from(data: object, where: str) -> Compute:
         gemm_tile_m=m, gemm_tile_n=n,
         on_chip_cache_bytes=None if cache is None else cache * MiB,
         on_chip_cache_kind=F.text(d.get("on_chip_cache_kind") or "", f"{where}.on_chip_cache_kind") or "",
+        flash2_relative=F.fraction(F.given(d, "flash2_relative", DEFAULT_FLASH2_ATTENTION), f"{where}.flash2_relative"),
     )
 
 
@@ -554,6 +556,7 @@ def hardware_from_mapping(data: dict, where: str) -> Hardware:
     kind = F.text(data.get("kind") or "gpu", f"{where}.kind")
     execution_model, unsupported_reason = _execution_from(data, where)
     probed, probed_on = _probed_from(data.get("extra"), where)
+    compute = Compute() if data.get("compute") is None else _compute_from(data["compute"], f"{where}.compute")
     return Hardware(
         name=F.text(data["name"], f"{where}.name"),
         display_name=F.text(data.get("display_name") or data["name"], f"{where}.display_name"),
@@ -573,7 +576,7 @@ def hardware_from_mapping(data: dict, where: str) -> Hardware:
         scale_out_latency_s=F.number(F.given(sys_, "scale_out_latency_us", DEFAULT_SCALE_OUT_LATENCY_US),
                                      f"{where}.system.scale_out_latency_us",
                                      allow_zero=True) * MICROSECOND,
-        efficiency=_efficiency_from(data["efficiency"], f"{where}.efficiency", kind),
+        efficiency=_efficiency_from(data["efficiency"], f"{where}.efficiency", kind, compute.flash2_relative),
         source=F.text(data["source"], f"{where}.source"),
         path=where,
         execution_model=execution_model,
@@ -586,7 +589,7 @@ def hardware_from_mapping(data: dict, where: str) -> Hardware:
         scale_out_kind=scale_out_kind,
         scale_out_name=F.text(sys_.get("scale_out_name") or "", f"{where}.system.scale_out_name") or "",
         host=Host() if data.get("host") is None else _host_from(data["host"], f"{where}.host", unified),
-        compute=Compute() if data.get("compute") is None else _compute_from(data["compute"], f"{where}.compute"),
+        compute=compute,
         vendor=F.text(data.get("vendor") or "", f"{where}.vendor") or "",
         launch_year=F.integer(data.get("launch_year"), f"{where}.launch_year", allow_none=True, maximum=3000),
         price_source=F.text(data.get("price_source") or "", f"{where}.price_source") or "",
