@@ -236,3 +236,19 @@ def test_the_tied_embedding_gradient_is_all_reduced_between_first_and_last_stage
     assert tied_embedding_s(job, pp2, tiers) > tied_embedding_s(job, pp2_tp2, tiers) > 0.0
     untied = job._replace(model=dataclasses.replace(SMALL, tied_embeddings=False))
     assert tied_embedding_s(untied, pp2, tiers) == 0.0
+
+
+def test_the_step_is_host_bound_only_when_its_layers_are():
+    """`bound_by` says what paces the layers. A large step whose only host wait is the embedding's few
+    launches (bug: Llama 3 8B at 8k tokens was labelled "host-bound" for 3.7 ms of a 7.8 s step) is
+    device-bound; a small model at micro-batch 1 with a slow host is host-bound."""
+    from trainest.estimate import estimate
+    from trainest.scenario import scenario_from_mapping
+    big = estimate(scenario_from_mapping({}))
+    assert big.step.overhead_detail_s["host_wait"] > 0.0 and big.step.bound_by == "device"
+    slow = with_efficiency(A100, host_per_kernel_s=1e-3, kernel_floor_s=0.0)
+    t = step_of(SMALL, slow, "fp16", "standard", **_kw(micro_batch=1.0))
+    assert 0.0 < t.layers_host_wait_s <= t.host_wait_s
+    fast = step_of(SMALL, with_efficiency(A100, host_per_kernel_s=0.0, kernel_floor_s=0.0), "fp16", "standard",
+                   **_kw(micro_batch=1.0))
+    assert fast.layers_host_wait_s == 0.0

@@ -90,6 +90,7 @@ class StepTerms(NamedTuple):
     hardware_flops: Num          # per step, all devices, including recomputation
     host_s: Num = 0.0            # the host's time to launch the slowest stage's layers (all micro-batches)
     host_wait_s: Num = 0.0       # the part of overhead_s the device waits for the host (host-bound layers)
+    layers_host_wait_s: Num = 0.0   # the part of host_wait_s inside the layers (> 0: the layers are host-bound)
     floor_s: Num = 0.0           # the part of overhead_s the kernels' floors add
     offload_s: Num = 0.0         # exposed host-side work: host-link copies and the CPU's Adam (step/offload.py)
     ep_comm_s: Num = 0.0         # exposed expert-parallel all-to-alls (MoE), part of communication_s
@@ -219,7 +220,8 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
                      micro_batch_s=mb_c + mb_m + stage_o + mb_comm, no_overlap_time_s=no_overlap,
                      model_flops=mflops, hardware_flops=hflops, offload_s=offload_s,
                      host_s=m * (n * host_layer + head.host_on_path(layout.pp, stage.last_is_max)),
-                     host_wait_s=m * (n * host_excess + head_o), floor_s=m * n * lp.floor_s,
+                     host_wait_s=m * (n * host_excess + head_o), layers_host_wait_s=m * n * host_excess,
+                     floor_s=m * n * lp.floor_s,
                      parts=StepParts(layer=lp, logits=logits, layers=n, last_is_max=stage.last_is_max, micro_batches=m,
                                      tp_total_s=tp_total, tp_exposed_s=tp_layer, ep_total_s=ep_total,
                                      ep_exposed_s=ep_layer, cp=cp, pp_s=stage_pp, z3_s=z3_comm,
