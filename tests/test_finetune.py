@@ -217,3 +217,15 @@ def test_plan_searches_fine_tuning_methods_when_asked(capsys):
     assert doc["plans"][0]["finetune"] == "qlora"      # a 16-bit 70B base does not fit on one H100
     assert doc["search"]["space"]["finetune"] == ["lora", "qlora"]
     assert math.isfinite(doc["plans"][0]["step"]["time_s"])
+
+
+def test_the_fine_tuning_warning_states_the_current_errors_on_the_lora_runs():
+    """The warning every LoRA/QLoRA estimate carries quotes the error range on the published LoRA runs;
+    a model change that moves them must move the words too (it said 7-24 % after the packed-sequence fix)."""
+    from trainest.cli.estimate import FINETUNE_ERROR_RANGE_PCT, FINETUNE_WARNING
+    from trainest.validate import compare, load_runs
+    errors = [compare(c).error_pct for c in load_runs(run_set="finetune").cases if c.scenario.finetune.frozen]
+    assert len(errors) == 8
+    assert (round(min(errors)), round(max(errors))) == FINETUNE_ERROR_RANGE_PCT
+    low, high = FINETUNE_ERROR_RANGE_PCT
+    assert f"{low} to {high:+d} %" in FINETUNE_WARNING
