@@ -293,6 +293,10 @@ def test_preset_parameter_counts_match_the_published_ones(name, total, active, w
     ({"shared_expert_ffn_hidden": 64}, r"shared_expert_ffn_hidden: 64 is given but shared_experts is 0"),
     ({"shared_experts": -1}, r"t\.moe\.shared_experts: -1 must be at least 0"),
     ({"topk": 2}, r"t\.moe: unknown key 'topk' \(did you mean 'top_k'\?\)"),
+    ({"router_groups": 3}, r"t\.moe\.router_groups: 3 must divide experts=8"),
+    ({"router_groups": 4, "router_group_top_k": 5}, r"router_group_top_k: 5 must be at most router_groups=4.*allowed: 1 to 4"),
+    ({"router_groups": 8, "router_group_top_k": 1}, r"router_group_top_k: 1 .*leave top_k=2 experts.*allowed: 2 to 8"),
+    ({"router_group_top_k": 2}, r"t\.moe\.router_group_top_k: given without router_groups"),
 ])
 def test_invalid_moe(change, message):
     moe = {k: v for k, v in {**MOE_TINY["moe"], **change}.items() if v is not None}

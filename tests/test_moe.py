@@ -209,6 +209,35 @@ def test_remote_domain_share_counts_the_domains_a_token_reaches():
     assert shares[0] == pytest.approx(1.0) and shares == sorted(shares, reverse=True)
 
 
+def test_group_limited_routing_counts_the_domains_a_token_reaches():
+    """With group-limited routing (g of G groups of E/G consecutive experts, then K distinct experts among
+    those), r·K·(N−1)/N is the mean number of remote domains hit, by brute force over every choice of
+    groups and experts, for domains nested in groups (N ≤ G) and groups split over domains (N > G); g = G
+    is no limit at all; a limit never lets a token reach more domains."""
+    from itertools import combinations
+    experts, top_k, groups = 16, 3, 4
+    for picked in (1, 2, 3):
+        for ep in (32.0, 64.0, 128.0):         # 4, 8, 16 domains of 8 ranks (TIERS.domain = 8)
+            job, layout, _, _ = local(moe_model(experts=experts, top_k=top_k, router_groups=groups,
+                                                router_group_top_k=picked), dp=ep, ep=ep)
+            domains = int(ep // TIERS.domain)
+            per_domain, per_group = experts / domains, experts // groups
+            total = count = 0.0
+            for chosen in combinations(range(groups), picked):
+                pool = [e for g in chosen for e in range(g * per_group, (g + 1) * per_group)]
+                for p in combinations(pool, top_k):
+                    total += len({int(e // per_domain) for e in p} - {0})
+                    count += 1
+            share = M.remote_domain_share(job, layout, TIERS)
+            assert share * top_k * (domains - 1) / domains == pytest.approx(total / count, rel=1e-9)
+            free = M.remote_domain_share(*local(moe_model(experts=experts, top_k=top_k), dp=ep, ep=ep)[:2], TIERS)
+            assert share <= free + 1e-12
+    limited = moe_model(experts=16, top_k=3, router_groups=4, router_group_top_k=4)
+    assert limited.moe.router_groups == 1          # 4 of 4 groups: no limit, stored as none
+    deepseek = load_model("deepseek-v3")
+    assert (deepseek.moe.router_groups, deepseek.moe.router_group_top_k) == (8, 4)
+
+
 def test_cross_domain_dispatch_never_moves_more_than_every_copy():
     """Across domains the deduplicated dispatch is never slower than sending every copy through the
     NICs, and equal to it with top-1 routing when the NIC share binds; inside a domain nothing changes."""

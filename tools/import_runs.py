@@ -1272,6 +1272,13 @@ def moe_block(moe: dict, name: str, notes: list) -> OrderedDict:
     if dense:
         block["dense_layers"] = dense
     block["imbalance"] = 1.0
+    router = str(moe.get("router_score_function") or "")
+    groups = (re.search(r"(\d+) groups, top-(\d+) groups", router)
+              or re.search(r"n_group=(\d+)/topk_group=(\d+)", router))
+    if groups and int(groups[2]) < int(groups[1]):      # group-limited routing (DeepSeek-V3: 4 of 8)
+        block["router_groups"], block["router_group_top_k"] = int(groups[1]), int(groups[2])
+        notes.append(f"group-limited routing from model-shapes.yaml's router ({router!r}): each token's experts "
+                     f"come from {groups[2]} of {groups[1]} expert groups")
     notes.append(f"mixture of experts from model-shapes.yaml: {block['experts']} routed experts, top-{block['top_k']}, "
                  f"expert width {block['expert_ffn_hidden']}"
                  + (f", {block['shared_experts']} shared" if block.get("shared_experts") else "")

@@ -18,7 +18,8 @@ Keys read (HF -> trainest):
         moe_intermediate_size (else intermediate_size) -> expert_ffn_hidden; n_shared_experts or
         shared_expert_intermediate_size -> shared_experts, shared_expert_ffn_hidden;
         first_k_dense_replace or mlp_only_layers [0..d-1] -> dense_layers; decoder_sparse_step or
-        interleave_moe_layer_step -> layer_frequency
+        interleave_moe_layer_step -> layer_frequency; n_group, topk_group (DeepSeek, when topk_group <
+        n_group) -> router_groups, router_group_top_k
     MLA: q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim -> mla.*
 
 Approximated (the config has it, trainest's model does not): sliding-window and chunked attention
@@ -179,6 +180,10 @@ def _deepseek(c: _Config) -> dict:
     shared = c.integer("n_shared_experts", 0, minimum=0)
     if shared:
         moe.update(shared_experts=shared, shared_expert_ffn_hidden=width)
+    groups = c.integer("n_group", 1)
+    picked = c.integer("topk_group", groups)
+    if picked < groups:         # group-limited routing (DeepSeek-V3: 4 of 8 groups; Kimi K2: 1 of 1, none)
+        moe.update(router_groups=groups, router_group_top_k=picked)
     mapping["moe"] = moe
     mapping["mla"] = {"q_lora_rank": c.integer("q_lora_rank", None), "kv_lora_rank": c.integer("kv_lora_rank"),
                       "qk_nope_head_dim": c.integer("qk_nope_head_dim"),

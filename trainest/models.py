@@ -39,6 +39,8 @@ class MoE(NamedTuple):
     layer_frequency: int = 1                     # k: every k-th layer after them is MoE
     capacity_factor: float | None = None         # expert capacity over the mean load; None = dropless
     imbalance: float = 1.0                       # tokens on the busiest expert over the mean (1 = forced balance)
+    router_groups: int = 1                       # G: expert groups of group-limited routing (DeepSeek n_group)
+    router_group_top_k: int = 1                  # g: groups each token's experts come from (topk_group; g = G: no limit)
 
     @property
     def shared_width(self) -> int:
@@ -262,7 +264,7 @@ MODEL_OPTIONAL = ("name", "display_name", "source", "kv_heads", "mlp", "seq_len"
                   "params_b", "head_dim", "params", "active_params", "dropout", "moe", "mla")
 MOE_REQUIRED = ("experts", "top_k", "expert_ffn_hidden")
 MOE_OPTIONAL = ("shared_experts", "shared_expert_ffn_hidden", "dense_layers", "layer_frequency", "capacity_factor",
-                "imbalance")
+                "imbalance", "router_groups", "router_group_top_k")
 MLA_REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 MLA_OPTIONAL = ("q_lora_rank",)
 
@@ -297,9 +299,30 @@ def _moe_from(data: object, where: str, layers: int) -> MoE:
     if not 1.0 <= imbalance <= most:
         raise SpecError(f"{where}.imbalance: {F.show(imbalance_value)} must be between 1 (forced balance) and "
                         f"experts/top_k = {most:g} (the busiest expert receives every token)")
+    groups, picked = _router_groups_from(data, where, experts, top_k)
     return MoE(experts=experts, top_k=top_k, expert_ffn_hidden=width, shared_experts=shared,
                shared_expert_ffn_hidden=(shared_width or width) if shared else None, dense_layers=dense,
-               layer_frequency=frequency, capacity_factor=capacity, imbalance=imbalance)
+               layer_frequency=frequency, capacity_factor=capacity, imbalance=imbalance, router_groups=groups,
+               router_group_top_k=picked)
+
+
+def _router_groups_from(data: dict, where: str, experts: int, top_k: int) -> tuple[int, int]:
+    """(G, g) of group-limited routing: G groups dividing the experts, g of them per token, enough
+    experts in g groups for top_k; without `router_groups` no limit (1, 1)."""
+    if data.get("router_groups") is None:
+        if data.get("router_group_top_k") is not None:
+            raise SpecError(f"{where}.router_group_top_k: given without router_groups; set both (DeepSeek-V3: "
+                            f"router_groups 8, router_group_top_k 4) or neither")
+        return 1, 1
+    groups = F.integer(data["router_groups"], f"{where}.router_groups", maximum=10**6)
+    if experts % groups:
+        raise SpecError(f"{where}.router_groups: {groups} must divide experts={experts} (the experts are split "
+                        f"into equal groups)")
+    picked = F.integer(F.given(data, "router_group_top_k", groups), f"{where}.router_group_top_k", maximum=10**6)
+    if picked > groups or picked * experts // groups < top_k:
+        raise SpecError(f"{where}.router_group_top_k: {picked} must be at most router_groups={groups} and leave "
+                        f"top_k={top_k} experts in its groups; allowed: {-(-top_k * groups // experts)} to {groups}")
+    return (1, 1) if picked == groups else (groups, picked)
 
 
 def _mla_from(data: object, where: str, hidden: int, heads: int) -> MLA:
@@ -387,6 +410,8 @@ def model_mapping(model: Model) -> dict:
                        "shared_experts": e.shared_experts, "dense_layers": e.dense_layers,
                        "layer_frequency": e.layer_frequency, "capacity_factor": e.capacity_factor,
                        "imbalance": e.imbalance}
+        if e.router_groups > 1:
+            data["moe"].update(router_groups=e.router_groups, router_group_top_k=e.router_group_top_k)
         if e.shared_experts:
             data["moe"]["shared_expert_ffn_hidden"] = e.shared_width
     if model.mla is not None:

@@ -318,20 +318,50 @@ def ep_all_to_all_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers) -> Nu
 def remote_domain_share(job: Job, layout: Layout, tiers: Tiers) -> Num:
     """r = N·(1 − P_miss)/K ≤ 1: a dispatch's network bytes when each token crosses once per remote
     domain that holds one of its experts, over those when every copy crosses. The group's e ranks
-    span N = e/k domains (k ranks each, E/N experts each); a token's K experts are K distinct ones
-    drawn uniformly (forced balance), so a given domain holds none of them with
-    P_miss = Π_{i<K} (E − E/N − i)/(E − i), and the token reaches (N − 1)·(1 − P_miss) remote domains
-    instead of sending K·(N − 1)/N copies. r = 1 for K = 1 or N = 1 and falls as K grows (Qwen3 and
-    DeepSeek-V3, K = 8, over 4 domains: r = 0.45). DeepSeek-V3's node-limited routing (≤ 4 nodes per
-    token) is not modelled: r is the unrestricted routing's."""
+    span N = e/k domains (k ranks each, E/N experts each); P_miss is the chance that a given domain
+    holds none of the token's K experts (`domain_miss_probability`, with group-limited routing where
+    the model has it), so the token reaches (N − 1)·(1 − P_miss) remote domains instead of sending
+    K·(N − 1)/N copies. r = 1 for K = 1 or N = 1 and falls as K grows (Qwen3, K = 8, over 4 domains:
+    r = 0.45; DeepSeek-V3 over 8 domains: 0.66 unrestricted, 0.45 with its 4 of 8 groups)."""
     moe = moe_of(job)
     k = ranks_per_domain(layout.ep, layout.etp, tiers.node_extent)
     domains = xp.maximum(layout.ep / k, 1.0)
-    per_domain = moe.experts / domains
+    return xp.where(domains > 1.0, domains * (1.0 - domain_miss_probability(moe, domains)) / moe.top_k, 1.0)
+
+
+def _miss_s(pool: float, held: Num, top_k: int) -> Num:
+    """P that K distinct experts drawn uniformly from `pool` miss the `held` ones: Π_{i<K} (pool − held − i)/(pool − i)."""
     miss: Num = 1.0
-    for i in range(moe.top_k):
-        miss = miss * xp.maximum(moe.experts - per_domain - i, 0.0) / (moe.experts - i)
-    return xp.where(domains > 1.0, domains * (1.0 - miss) / moe.top_k, 1.0)
+    for i in range(top_k):
+        miss = miss * xp.maximum(pool - held - i, 0.0) / (pool - i)
+    return miss
+
+
+def _comb(x: Num, j: int) -> Num:
+    """C(x, j) = Π_{i<j} (x − i)/(i + 1) for whole x ≥ 0 (0 when j > x), element-wise."""
+    out: Num = 1.0
+    for i in range(j):
+        out = out * xp.maximum(x - i, 0.0) / (i + 1)
+    return out
+
+
+def domain_miss_probability(moe: MoE, domains: Num) -> Num:
+    """P that one of N domains (E/N consecutive experts each) holds none of a token's K experts, with
+    forced balance (every choice equally likely). Without group limits the K experts are K distinct of
+    the E. With group-limited routing (DeepSeek-V2/V3's n_group/topk_group: the experts in G consecutive
+    groups, each token first picks g groups, then its K experts among their g·E/G; DeepSeek-AI 2024 §2.1.2
+    "node-limited routing", Megatron-Core `moe_router_num_groups`/`moe_router_group_topk`) a domain that
+    holds q = G/N whole groups has j of them picked (hypergeometric) and then misses with the pool's odds;
+    where a group spans several domains (N > G) a domain's experts are picked with their group, g/G."""
+    e, k, groups, picked = moe.experts, moe.top_k, moe.router_groups, moe.router_group_top_k
+    if picked >= groups:
+        return _miss_s(float(e), e / domains, k)
+    pool, q = picked * e / groups, groups / domains
+    pmf = [_comb(q, j) * _comb(groups - q, picked - j) / _comb(float(groups), picked) for j in range(picked + 1)]
+    total = sum(pmf)
+    nested = sum(p / total * _miss_s(pool, j * e / groups, k) for j, p in enumerate(pmf))
+    split = 1.0 - picked / groups * (1.0 - _miss_s(pool, e / domains, k))
+    return xp.where(domains <= groups, nested, split)
 
 
 def ep_layer_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers, window_s: Num) -> tuple[Num, Num]:
