@@ -40,7 +40,7 @@ class MoE(NamedTuple):
     capacity_factor: float | None = None         # expert capacity over the mean load; None = dropless
     imbalance: float = 1.0                       # tokens on the busiest expert over the mean (1 = forced balance)
     router_groups: int = 1                       # G: expert groups of group-limited routing (DeepSeek n_group)
-    router_group_top_k: int = 1                  # g: groups each token's experts come from (topk_group; g = G: no limit)
+    router_group_top_k: int = 1                  # g: groups a token's experts come from (topk_group; G: no limit)
 
     @property
     def shared_width(self) -> int:

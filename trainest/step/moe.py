@@ -330,7 +330,8 @@ def remote_domain_share(job: Job, layout: Layout, tiers: Tiers) -> Num:
 
 
 def _miss_s(pool: float, held: Num, top_k: int) -> Num:
-    """P that K distinct experts drawn uniformly from `pool` miss the `held` ones: Π_{i<K} (pool − held − i)/(pool − i)."""
+    """P that K distinct experts drawn uniformly from `pool` miss the `held` ones:
+    Π_{i<K} (pool − held − i)/(pool − i)."""
     miss: Num = 1.0
     for i in range(top_k):
         miss = miss * xp.maximum(pool - held - i, 0.0) / (pool - i)
