@@ -444,3 +444,16 @@ def test_the_plans_estimate_command_reproduces_a_moe_plan(capsys):
     code, out, _ = call_entry(["estimate", "--model", "qwen3-30b-a3b", "--hardware", "h100-sxm", "--precision", "fp8",
                                "--seq-len", "4096", *estimate_args(best), "--json"], capsys)
     assert code == 0 and json.loads(out)["step"]["time_s"] == pytest.approx(best.step.time_s, rel=1e-12)
+
+
+def test_moe_estimates_say_what_is_not_validated(capsys):
+    """A MoE estimate under a framework no MoE run used, or on hardware without fitted MoE efficiencies,
+    says so on stderr; Megatron-Core on H100 (fitted on Megatron-Bridge runs) says neither."""
+    from helpers import call_entry
+    args = ["estimate", "--model", "qwen3-30b-a3b", "--devices", "16", "--ep", "8", "--global-batch", "512"]
+    code, out, err = call_entry(args + ["--hardware", "a100-80gb-sxm", "--framework", "torchtitan", "--fsdp"], capsys)
+    assert code == 0 and "validated only on Megatron-Bridge" in err and "priors (grouped_gemm 1" in err
+    assert "Warning" not in out
+    code, out, err = call_entry(args + ["--hardware", "h100-sxm"], capsys)
+    assert code == 0 and "Megatron-Bridge" not in err and "priors (grouped_gemm" not in err
+    assert load_hardware("h200-sxm").efficiency.moe_fitted          # inherited from h100-sxm's MoE fit

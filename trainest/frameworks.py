@@ -12,7 +12,9 @@ A framework sets
   default (bucketing). A run can say otherwise (`parallel.dp_overlap`).
 - `interleaved`: whether it has the interleaved (virtual-stage) pipeline schedule.
 - `seen`: whether the bundled measured runs include it (docs/validation.md); an estimate for a
-  framework never seen is marked as such.
+  framework never seen is marked as such. `moe_seen`: the same for the mixture-of-experts runs (all
+  Megatron-Bridge, i.e. Megatron-Core): a MoE estimate under another framework says its expert kernels,
+  dispatcher and overlap are not validated.
 - `megatron_softmax`: standard (non-flash) attention runs Megatron's fused scale-mask-softmax, which
   falls back to an FP32 PyTorch softmax for shapes its kernel does not take (docs/model.md §2.8,
   `step/kernels.py: softmax_fallback`).
@@ -61,6 +63,7 @@ class Framework(NamedTuple):
     unfused_cross_entropy: bool = False  # Megatron's vocab-parallel cross-entropy, operator by operator
     pp_unsharded_zero3: bool = False     # ZeRO-3 with pp > 1 keeps the stage gathered, its gradients unsharded
     loss_bytes_per_logit: float = 8.0    # bytes per logit the loss holds at its peak (module docstring)
+    moe_seen: bool = False               # bundled measured mixture-of-experts runs use it (Megatron-Bridge)
 
     @property
     def host_factor(self) -> float:
@@ -73,10 +76,10 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     F("megatron-core", "python", "fused", True, True, True,
       "Megatron-LM/Megatron-Core: fused kernels (apex/TE), --overlap-grad-reduce, interleaved 1F1B "
       "(Narayanan et al. 2021; megatron/core/pipeline_parallel/schedules.py)", megatron_softmax=True,
-      loss_bytes_per_logit=6.0),
+      loss_bytes_per_logit=6.0, moe_seen=True),
     F("nemo", "python", "fused", True, True, True,
       "NVIDIA NeMo 2 / Megatron-Bridge: Megatron-Core underneath (NeMo performance docs)", megatron_softmax=True,
-      loss_bytes_per_logit=6.0),
+      loss_bytes_per_logit=6.0, moe_seen=True),
     F("megatron-deepspeed", "python", "fused", True, False, True,
       "microsoft/Megatron-DeepSpeed: Megatron's fused kernels under the DeepSpeed engine; its 1F1B "
       "pipeline has no interleaved schedule (DeepSpeed PipelineEngine); gradient bucketing on by default; "

@@ -35,6 +35,7 @@ class Efficiency:
     kernel_floor_s: float = 0.0      # the shortest a kernel takes on the device (launch, ramp, drain) [s]
     grouped_gemm: float = 1.0        # MoE expert (grouped) GEMMs relative to `gemm` at the same shape
     all_to_all: float = 0.8          # fraction of the link rate (scale-up and scale-out) the MoE all-to-alls reach
+    moe_fitted: bool = False         # grouped_gemm/all_to_all come from MoE runs (this device's or a sibling's)
 
     @property
     def basis(self) -> str:
@@ -378,6 +379,7 @@ def _efficiency_from(data: dict, where: str, kind: str, flash2_prior: float = DE
                                 f"{where}.kernel_floor_us", allow_zero=True, maximum=10_000.0) * MICROSECOND,
         grouped_gemm=F.fraction(F.given(data, "grouped_gemm", DEFAULT_GROUPED_GEMM), f"{where}.grouped_gemm"),
         all_to_all=F.fraction(F.given(data, "all_to_all", DEFAULT_ALL_TO_ALL), f"{where}.all_to_all"),
+        moe_fitted=data.get("grouped_gemm") is not None,
     )
 
 

@@ -102,9 +102,24 @@ OFFLOAD_WARNING = ("offload {offload}: the host-link and host-memory efficiencie
                    "(docs/model.md §14), not fitted: no measured offload run is in specs/runs")
 
 
+MOE_FRAMEWORK_WARNING = ("mixture of experts under {framework}: the MoE terms are validated only on Megatron-Bridge "
+                         "(Megatron-Core) runs (docs/validation.md, 'Mixture-of-experts runs'); {framework}'s "
+                         "expert kernels, token dispatcher and overlap are not")
+MOE_PRIOR_WARNING = ("mixture of experts on {hardware}: its grouped-GEMM and all-to-all efficiencies are priors "
+                     "(grouped_gemm {grouped:g}, all_to_all {a2a:g}), not fitted on any MoE run of this device")
+
+
 def prior_warnings(scenario: Any) -> list[str]:
     """Warnings for the parts of an estimate that rest on unvalidated or biased numbers."""
     out = []
+    if scenario.model.moe is not None:
+        from trainest.frameworks import FRAMEWORKS
+        if not FRAMEWORKS[scenario.framework].moe_seen:
+            out.append(MOE_FRAMEWORK_WARNING.format(framework=scenario.framework))
+        e = scenario.hardware.efficiency
+        if not e.moe_fitted:
+            out.append(MOE_PRIOR_WARNING.format(hardware=scenario.hardware.name, grouped=e.grouped_gemm,
+                                                a2a=e.all_to_all))
     if scenario.finetune.frozen:
         out.append(FINETUNE_WARNING.format(method=scenario.finetune.method))
     if scenario.offload != "none":
