@@ -361,3 +361,93 @@ def test_a_device_range_without_deadline_or_budget_gives_the_fewest_that_fit_and
     assert ds["chosen"] == min(fitting) and ds["rule"] == "the fewest devices that fit"
     table = run_cli("plan", "--model", "llama3-70b", "--devices", "8..128", "--global-batch", "256", "-q")
     assert "Chosen: " in table.stdout and "the fewest devices that fit" in table.stdout
+
+
+# ------------------------------------------------------------------------------------ shared layer terms
+
+def _layer_term_jobs():
+    """(job, devices, space) of several kinds: dense, LoRA/QLoRA with offload, MoE with MLA, DeepEP,
+    standard attention with eager kernels, packed sequences, torchtitan's op recompute."""
+    moe = S.SearchSpace(tp=(1, 2, 8), pp=(4, 8), cp=(1, 2), zero=(1, 3))
+    return [
+        (job(), 16, S.SearchSpace()),
+        (S.job_scenario({"model": "llama3-8b", "hardware": "h100-sxm", "global_batch": 32}), 8,
+         S.SearchSpace(finetune=("full", "lora", "qlora"), offload=("none", "optimizer", "activations"), pp=(1, 2))),
+        (S.job_scenario({"model": "deepseek-v3", "hardware": "h100-sxm", "global_batch": 256, "seq_len": 4096,
+                         "precision": "fp8"}), 256, moe),
+        (S.job_scenario({"model": "qwen3-30b-a3b", "hardware": "b200", "global_batch": 128,
+                         "parallel": {"moe_overlap": "deepep"}}), 64, S.SearchSpace()),
+        (job(attention="standard", kernels="eager", packed_length=512), 16, S.SearchSpace()),
+        (S.job_scenario({"model": "llama3-8b", "hardware": "h100-sxm", "global_batch": 64,
+                         "framework": "torchtitan"}), 16, S.SearchSpace(recompute=("none", "op", "full"))),
+    ]
+
+
+def test_shared_terms_read_only_their_knobs():
+    """The search computes the layer terms once per distinct LAYER_KNOBS combination and the
+    data-parallel collectives once per DP_KNOBS combination (and split): that is only right if they
+    read no other knob of the layout (the job-wide ones and the call's pipeline split aside)."""
+    from trainest.layout import Layout, job_of, layout_of
+    from trainest.step.compose import DP_KNOBS, LAYER_KNOBS, layer_terms, step_dp_traffic
+    read: set[str] = set()
+    fields = set(Layout._fields)
+
+    class Watched(Layout):
+        __slots__ = ()
+
+        def __getattribute__(self, name):
+            if name in fields:
+                read.add(name)
+            return super().__getattribute__(name)
+
+    for terms, knobs, job_wide in ((layer_terms, LAYER_KNOBS, {"tp_overlap", "moe_overlap"}),
+                                   (step_dp_traffic, DP_KNOBS, {"dp_collectives", "dp_shard", "pipeline_split"})):
+        read.clear()
+        for base, n, space in _layer_term_jobs():
+            g = S.enumerate_plans(base, n, space)
+            assert g.size > 0
+            sel = np.arange(0, g.size, max(1, g.size // 500))
+            for split in ("even", "balanced"):
+                lay = g.layout(sel, pipeline_split=split, tp_overlap=1.0, dp_collectives="flat",
+                               moe_overlap=base.parallel.moe_overlap)
+                terms(job_of(base), Watched(*lay))
+            one = layout_of(S._estimate_at(base, n, g, int(sel[-1])).scenario)       # floats, as estimate
+            terms(job_of(base), Watched(*one))
+        assert read <= set(knobs) | job_wide, read - set(knobs)
+        assert set(knobs) <= read
+
+
+def test_shared_terms_give_the_whole_step_bit_for_bit():
+    """evaluate_grid's step times (layer terms and data-parallel collectives shared by the plans of a
+    combination) equal step_terms computed whole for each plan, exactly."""
+    from trainest.layout import job_of
+    from trainest.step import step_terms
+    for base, n, space in _layer_term_jobs():
+        g = S.enumerate_plans(base, n, space)
+        ev = S.evaluate_grid(base, g)
+        assert ev.fits.any()
+        balanced = g.balanced
+        for split, flag in (("even", 0.0), ("balanced", 1.0)):
+            idx = np.flatnonzero(ev.fits_memory & (balanced == flag))
+            if idx.size:
+                lay = g.layout(idx, pipeline_split=split, tp_overlap=1.0 if base.parallel.tp_overlap else 0.0,
+                               dp_collectives=base.parallel.dp_collectives,
+                               dp_overlap=1.0 if base.parallel.dp_overlap else 0.0,
+                               moe_overlap=base.parallel.moe_overlap)
+                assert np.array_equal(step_terms(job_of(base), lay).time_s, ev.time_s[idx], equal_nan=True)
+
+
+def test_first_rows_are_lexsorts_first_rows():
+    """The top plans and the runner-ups, found without sorting every plan, are np.lexsort's first
+    rows, ties (many here) in position order."""
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        n = int(rng.integers(1, 400))
+        keys = tuple(rng.integers(0, 3, n).astype(float) for _ in range(3)) + (rng.integers(0, 6, n) * 0.5,)
+        order = np.lexsort(keys)
+        for count in (1, 3, 7, n + 2):
+            assert np.array_equal(S._first_rows(keys, count), order[:count])
+        among = np.flatnonzero(rng.random(n) < 0.4)
+        if among.size:
+            sub = among[np.lexsort(tuple(k[among] for k in keys))]
+            assert np.array_equal(S._first_rows(keys, 2, among), sub[:2])

@@ -3,9 +3,11 @@
 A job is everything but the layout (model, hardware, sequence length, precision, global batch B,
 token budget, price). A plan adds the layout: tensor t, pipeline p, context c and data d parallel
 sizes (N = t·p·c·d), virtual stages v, micro-batch b, ZeRO stage, recomputation and sequence
-parallelism. The search enumerates the whole space, builds flat numpy arrays of the knobs and calls
+parallelism. The search enumerates the whole space, builds numpy arrays of the knobs and calls
 `memory_per_device` and `step_terms` on them (the same functions `estimate()` calls with floats),
-so a plan's numbers here are the numbers `trainest estimate` prints for it.
+so a plan's numbers here are the numbers `trainest estimate` prints for it. The parts of the step
+that depend on a few knobs only (the layer terms, the data-parallel collectives) are computed once
+per distinct combination of those knobs and handed to `step_terms`: the same numbers, bit for bit.
 
 Counting (the search summary): candidates are enumerated as nested choices, t → p → c (then d =
 N/(t·p·c)) → v → b → ZeRO → recompute → SP. A (t, p, c) whose product does not divide N, or whose d
@@ -36,6 +38,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -55,11 +58,13 @@ from trainest.errors import SpecError
 from trainest.estimate import Estimate, estimate
 from trainest.frameworks import FRAMEWORKS
 from trainest.knobs import ALLOW_NAMES, ASKED_ONLY, JOB_KEYS, JOB_PARALLEL_KEYS, SEARCHED
-from trainest.layout import Layout, job_of
+from trainest.layout import Job, Layout, job_of
 from trainest.memory import memory_per_device
 from trainest.scenario import FineTune, Parallel, Scenario, check_finetune, check_offload, scenario_from_mapping
 from trainest.step import step_terms
 from trainest.step.collectives import network_gap, tiers_of
+from trainest.step.compose import DP_KNOBS, LAYER_KNOBS, layer_terms, step_dp_traffic
+from trainest.step.traffic import DpTraffic
 from trainest.units import fmt_seconds, fmt_si, parse_count
 
 RECOMPUTE = RECOMPUTES
@@ -184,48 +189,79 @@ def max_tp_default(base: Scenario) -> int:
     return tiers_of(base.hardware, base.devices_per_node).domain
 
 
+ROW_KNOBS = ("tp", "pp", "cp", "dp", "vpp", "micro_batch", "balanced", "ep", "etp")   # a layout row's knobs
+COMBO_KNOBS = ("zero", "recompute", "sp", "finetune", "offload")                         # a combination's
+
+
+def _column(knob: str) -> Any:
+    """A Grid attribute: `knob` of every plan (float64, gathered from its table on each access)."""
+    return property(lambda g: g.column(knob), doc=f"{knob} of every plan (float64, gathered on each access)")
+
+
 @dataclass(frozen=True)
 class Grid:
-    """Flat arrays of every complete plan (float64, one entry per plan) and the structural
-    rejections met while enumerating (see the module docstring for how they are counted)."""
+    """Every complete plan, as a layout row (ROW_KNOBS) crossed with a combination (COMBO_KNOBS): both
+    tables, each plan's row and combination, and the structural rejections met while enumerating (see
+    the module docstring for how they are counted). A knob's values (float64, one per plan) are
+    gathered from the tables when asked for (`column`, or the attribute: `g.tp`, `g.balanced` — 1.0:
+    the balanced pipeline split, L does not divide by p·v), so the plans are not stored knob by knob."""
 
-    tp: np.ndarray
-    pp: np.ndarray
-    cp: np.ndarray
-    dp: np.ndarray
-    vpp: np.ndarray
-    micro_batch: np.ndarray
-    zero: np.ndarray
-    sp: np.ndarray
-    recompute: np.ndarray
-    balanced: np.ndarray               # 1.0: the balanced pipeline split (L does not divide by p·v)
-    finetune: np.ndarray
-    offload: np.ndarray
-    ep: np.ndarray
-    etp: np.ndarray
+    rows: np.ndarray                   # (len(ROW_KNOBS), layout rows)
+    combos: np.ndarray                 # (len(COMBO_KNOBS), combinations)
+    row: np.ndarray                    # each plan's layout row
+    combo: np.ndarray                  # each plan's combination
     structural_rejects: dict[str, int]
     values: dict[str, list]            # the values each knob was allowed to take
 
+    tp = _column("tp")
+    pp = _column("pp")
+    cp = _column("cp")
+    dp = _column("dp")
+    vpp = _column("vpp")
+    micro_batch = _column("micro_batch")
+    balanced = _column("balanced")
+    ep = _column("ep")
+    etp = _column("etp")
+    zero = _column("zero")
+    recompute = _column("recompute")
+    sp = _column("sp")
+    finetune = _column("finetune")
+    offload = _column("offload")
+
     @property
     def size(self) -> int:
-        return int(self.tp.size)
+        return int(self.row.size)
+
+    def table(self, knob: str) -> np.ndarray:
+        """The values `knob` takes in its table (per layout row, or per combination)."""
+        return self.rows[ROW_KNOBS.index(knob)] if knob in ROW_KNOBS else self.combos[COMBO_KNOBS.index(knob)]
+
+    def column(self, knob: str, sel: Any = slice(None)) -> np.ndarray:
+        """The values of `knob` (ROW_KNOBS, COMBO_KNOBS) of the plans `sel` (float64)."""
+        return self.table(knob)[(self.row if knob in ROW_KNOBS else self.combo)[sel]]
 
     def layout(self, sel: np.ndarray, *, pipeline_split: str, tp_overlap: float, dp_collectives: str,
                dp_overlap: float = 1.0, moe_overlap: str = "none") -> Layout:
         """The Layout (arrays) of the plans `sel`."""
-        return Layout(tp=self.tp[sel], pp=self.pp[sel], dp=self.dp[sel], cp=self.cp[sel], vpp=self.vpp[sel],
-                      micro_batch=self.micro_batch[sel], zero=self.zero[sel], sp=self.sp[sel],
-                      recompute=self.recompute[sel], tp_overlap=tp_overlap, pipeline_split=pipeline_split,
-                      dp_collectives=dp_collectives, dp_overlap=dp_overlap, finetune=_knob(self.finetune, sel),
-                      offload=_knob(self.offload, sel), ep=_knob(self.ep, sel), etp=_knob(self.etp, sel),
-                      moe_overlap=moe_overlap)
+        row, combo = self.row[sel], self.combo[sel]
 
+        def of(knob: str) -> np.ndarray:
+            return self.table(knob)[row if knob in ROW_KNOBS else combo]
 
-def _knob(values: np.ndarray, sel: np.ndarray) -> Any:
-    """A knob's values for the plans `sel`: one float when every plan has the same (the model then
-    skips what it multiplies by 0), else the array."""
-    picked = values[sel]
-    return float(picked[0]) if picked.size and np.all(picked == picked[0]) else picked
+        def knob(name: str) -> Any:
+            """One float when every plan has the same value (the model then skips what it multiplies by
+            0), else the array."""
+            values = self.table(name)
+            if values.size and row.size and np.all(values == values[0]):
+                return float(values[0])            # the same in every row of the table: no gather
+            picked = of(name)
+            return float(picked[0]) if picked.size and np.all(picked == picked[0]) else picked
+
+        return Layout(tp=of("tp"), pp=of("pp"), dp=of("dp"), cp=of("cp"), vpp=of("vpp"),
+                      micro_batch=of("micro_batch"), zero=of("zero"), sp=of("sp"),
+                      recompute=of("recompute"), tp_overlap=tp_overlap, pipeline_split=pipeline_split,
+                      dp_collectives=dp_collectives, dp_overlap=dp_overlap, finetune=knob("finetune"),
+                      offload=knob("offload"), ep=knob("ep"), etp=knob("etp"), moe_overlap=moe_overlap)
 
 
 def pipeline_sizes(base: Scenario, devices: int, space: SearchSpace) -> list[int]:
@@ -254,33 +290,23 @@ def expert_layouts(base: Scenario, stage_ranks: int, tp: int, space: SearchSpace
     return [(e, k) for e in eps for k in etps if stage_ranks % (e * k) == 0]
 
 
-def plan_columns(lay: np.ndarray, combo: np.ndarray, *, sp_off: bool) -> list[np.ndarray]:
-    """Every layout row crossed with every (ZeRO, recompute, SP, finetune, offload) combination, as
-    contiguous 1-D columns in the Grid's order (t, p, c, d, v, b, zero, recompute, sp, balanced,
-    finetune, offload, ep, etp), row by row; `sp_off`: SP off is allowed, so a t = 1 plan is kept
-    once (at t = 1 SP on is the same plan)."""
+def plan_indices(lay: np.ndarray, combo: np.ndarray, *, sp_off: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every layout row crossed with every (ZeRO, recompute, SP, finetune, offload) combination, row
+    by row: each plan's row and combination, and the table of combinations (one array per
+    COMBO_KNOBS entry). `sp_off`: SP off is allowed, so a t = 1 plan is kept once (at t = 1 SP on is
+    the same plan); else t = 1 plans have no SP to turn on and take a copy of the combinations with SP
+    off (the table's second half)."""
     n_lay, n_combo = lay.shape[0], combo.shape[0]
-    # (layout row, combination) as a 2-D grid, flattened row by row; each column built in one pass
     tp1 = lay[:, 0] == 1.0
-    sp = np.broadcast_to(combo[None, :, 2], (n_lay, n_combo))
-    keep = None
+    pick = np.broadcast_to(np.arange(n_combo), (n_lay, n_combo))
     if sp_off:             # sequence parallelism splits along the TP group: at t = 1 "on" = "off"
-        keep = ~(tp1[:, None] & (sp == 1.0))
-    else:                      # only "on" allowed: t = 1 plans have no SP to turn on; keep them as "off"
-        sp = np.where(tp1[:, None], 0.0, sp)
-
-    def flat(grid: np.ndarray) -> np.ndarray:
-        return grid[keep] if keep is not None else grid.reshape(-1)
-
-    def by_layout(j: int) -> np.ndarray:
-        return flat(np.broadcast_to(lay[:, j, None], (n_lay, n_combo)))
-
-    def by_combo(j: int) -> np.ndarray:
-        return flat(np.broadcast_to(combo[None, :, j], (n_lay, n_combo)))
-
-    cols = [by_layout(j) for j in range(6)] + [by_combo(0), by_combo(1), flat(sp), by_layout(6), by_combo(3),
-                                                by_combo(4), by_layout(7), by_layout(8)]
-    return cols
+        keep = ~(tp1[:, None] & (combo[None, :, 2] == 1.0))
+        return np.repeat(np.arange(n_lay), keep.sum(axis=1)), pick[keep], np.ascontiguousarray(combo.T)
+    off = combo.copy()
+    off[:, 2] = 0.0
+    pick = pick + np.where(tp1, n_combo, 0)[:, None]
+    return (np.repeat(np.arange(n_lay), n_combo), pick.reshape(-1),
+            np.ascontiguousarray(np.concatenate([combo, off]).T))
 
 
 def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
@@ -335,7 +361,7 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     lay = np.concatenate(blocks) if blocks else np.empty((0, 9))
     combo = np.array([(z, r, s, f, o) for z in zeros for r in recs for s in sps for f, o in extra],
                      dtype=float).reshape(-1, 5)
-    cols = plan_columns(lay, combo, sp_off=0.0 in sps)
+    row, pick, combos = plan_indices(lay, combo, sp_off=0.0 in sps)
     values: dict[str, list[Any]] = {"tp": tps, "pp": pps, "cp": cps, "zero": zeros, "recompute": list(space.recompute),
               "sequence_parallel": list(space.sequence_parallel)}
     if space.finetune is not None:
@@ -345,9 +371,8 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     if m.moe is not None:
         values["ep"] = [int(e) for e in np.unique(lay[:, 7])]
         values["etp"] = [int(k) for k in np.unique(lay[:, 8])]
-    return Grid(tp=cols[0], pp=cols[1], cp=cols[2], dp=cols[3], vpp=cols[4], micro_batch=cols[5], zero=cols[6],
-                recompute=cols[7], sp=cols[8], balanced=cols[9], finetune=cols[10], offload=cols[11],
-                ep=cols[12], etp=cols[13], structural_rejects=rejects, values=values)
+    return Grid(rows=np.ascontiguousarray(lay.T), combos=combos, row=row, combo=pick, structural_rejects=rejects,
+                values=values)
 
 
 # ------------------------------------------------------------------------------------ evaluation
@@ -364,8 +389,10 @@ class GridEval:
 
 def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> GridEval:
     """Memory of every plan, then the step time of those that fit, each in cache-sized chunks of one
-    vectorized call to `memory_per_device` / `step_terms` (the model's own functions); plans with the
-    even and the balanced pipeline split go in separate calls (the split is not an array argument)."""
+    vectorized call to `memory_per_device` / `step_terms` (the model's own functions), the step's layer
+    terms and data-parallel collectives computed once per distinct combination of the knobs they read
+    (`_shared_terms`); plans with the even and the balanced pipeline split go in separate calls (the
+    split is not an array argument)."""
     n = g.size
     mem = np.empty(n)
     host_ok = np.ones(n, dtype=bool)
@@ -374,7 +401,8 @@ def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> 
     capacity = base.hardware.training_memory_bytes - base.memory_headroom_bytes   # unified: less the OS reserve
     host_capacity = base.hardware.host.memory_bytes_per_device
     tp_overlap = 1.0 if base.parallel.tp_overlap else 0.0
-    groups = [(split, np.flatnonzero(g.balanced == flag)) for split, flag in (("even", 0.0), ("balanced", 1.0))]
+    balanced = g.balanced
+    groups = [(split, np.flatnonzero(balanced == flag)) for split, flag in (("even", 0.0), ("balanced", 1.0))]
 
     def layout(idx: np.ndarray, split: str) -> Layout:
         return g.layout(idx, pipeline_split=split, tp_overlap=tp_overlap, dp_collectives=base.parallel.dp_collectives,
@@ -388,19 +416,115 @@ def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> 
             host_ok[idx] = np.asarray(breakdown.host_bytes) <= (host_capacity or 0.0)   # offload: the host's part
     fits_memory = (mem <= capacity) & host_ok
     work = n + int(fits_memory.sum())        # progress counts memory and step evaluations alike
-    done = n
     if progress is not None:
-        progress(done, work)
+        progress(n, work)
+    # terms that depend on a few knobs only, once per distinct combination of those among the plans
+    # that fit: the layer terms (LAYER_KNOBS) over both splits, the data-parallel collectives (DP_KNOBS)
+    # per split; then each plan's step from its combinations' terms
+    fit_all = np.flatnonzero(fits_memory)
+    layers, layer_of = _shared_terms(g, fit_all, LAYER_KNOBS, lambda c: layer_terms(job, layout(c, "even")).bare())
+    layer_group = np.zeros(n, dtype=np.int64)
+    layer_group[fit_all] = layer_of
+    done = n
     for split, rows in groups:
         fit = rows[fits_memory[rows]]
+        dps, dp_of = _shared_terms(g, fit, DP_KNOBS, partial(_dp_of, job, layout, split))
         for start in range(0, fit.size, CHUNK_PLANS):
             idx = fit[start:start + CHUNK_PLANS]
-            time_s[idx] = step_terms(job, layout(idx, split)).time_s
+            time_s[idx] = step_terms(job, layout(idx, split), _take(layers, layer_group[idx]),
+                                     _take(dps, dp_of[start:start + CHUNK_PLANS])).time_s
             done += idx.size
             if progress is not None:
                 progress(done, work)
     fits = fits_memory & np.isfinite(time_s)
     return GridEval(time_s=time_s, memory_bytes=mem, fits=fits, fits_memory=fits_memory)
+
+
+def _codes(column: np.ndarray) -> tuple[int, np.ndarray]:
+    """(how many distinct values `column` has, each entry's rank among them)."""
+    values = np.unique(column)
+    if values.size == 1:
+        return 1, np.zeros(column.size, dtype=np.int64)
+    if values[0] >= 0 and values[-1] < 2**20 and np.all(values == np.floor(values)):
+        rank = np.zeros(int(values[-1]) + 1, dtype=np.int64)      # whole-number knobs: a look-up table
+        rank[values.astype(np.int64)] = np.arange(values.size)
+        return values.size, rank[column.astype(np.int64)]
+    return values.size, np.searchsorted(values, column)
+
+
+def _table_key(columns: list[np.ndarray], size: int) -> np.ndarray:
+    """A number per entry of a table of `size` entries, 0, 1, ..., the same where every one of the
+    aligned `columns` (some of the table's knobs; none: all 0) is the same."""
+    key = np.zeros(size, dtype=np.int64)
+    for column in columns:
+        count, code = _codes(column)
+        key = key * count + code
+        if count > 1:
+            key = np.unique(key, return_inverse=True)[1].astype(np.int64)     # renumbered: never overflows
+    return key
+
+
+def _groups(g: Grid, plans: np.ndarray, knobs: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(one plan of `plans` per distinct combination of the values of `knobs`; the number of each
+    plan's combination, an index into the first), from the layout rows' and the combinations' own
+    numbers for those knobs."""
+    row_key = _table_key([g.table(k) for k in knobs if k in ROW_KNOBS], g.rows.shape[1])
+    combo_key = _table_key([g.table(k) for k in knobs if k in COMBO_KNOBS], g.combos.shape[1])
+    width = int(combo_key.max()) + 1 if combo_key.size else 1
+    key = row_key[g.row[plans]] * width + combo_key[g.combo[plans]]
+    size = (int(row_key.max()) + 1 if row_key.size else 1) * width
+    if size <= 4 * plans.size + 4096:              # a table of every possible key: no sort
+        seen = np.zeros(size, dtype=bool)
+        seen[key] = True
+        distinct = np.flatnonzero(seen)
+        renumber = np.zeros(size, dtype=np.int64)
+        renumber[distinct] = np.arange(distinct.size)
+        number = renumber[key]
+    else:
+        distinct, number = np.unique(key, return_inverse=True)
+    one = np.zeros(distinct.size, dtype=np.int64)
+    one[number] = np.arange(plans.size)           # a plan of each combination (any: they share the terms)
+    return plans[one], number
+
+
+def _shared_terms(g: Grid, plans: np.ndarray, knobs: tuple[str, ...],
+                  terms: Callable[[np.ndarray], Any]) -> tuple[Any, np.ndarray]:
+    """(terms that depend on the layout only through `knobs`, of the plans `plans`: `terms` of chunks
+    of plans, once per distinct combination of the knobs, joined; each plan's combination, an index
+    into their arrays). (None, no combinations) without plans."""
+    if plans.size == 0:
+        return None, np.zeros(0, dtype=np.int64)
+    reps, number = _groups(g, plans, knobs)
+    chunks = [reps[i:i + CHUNK_PLANS] for i in range(0, reps.size, CHUNK_PLANS)]
+    return _joined([terms(c) for c in chunks], [c.size for c in chunks]), number
+
+
+def _dp_of(job: Job, layout: Callable[[np.ndarray, str], Layout], split: str, plans: np.ndarray) -> DpTraffic:
+    """The data-parallel collectives of the plans `plans` with the pipeline split `split`."""
+    return step_dp_traffic(job, layout(plans, split))
+
+
+def _take(x: Any, idx: np.ndarray) -> Any:
+    """`x` at `idx`: each array of a record (recursively) indexed; numbers, text, lists and None as
+    they are."""
+    if hasattr(x, "_fields"):
+        return type(x)(*(_take(v, idx) for v in x))
+    return x if x is None or isinstance(x, (int, float, str, list)) else x[idx]
+
+
+def _joined(parts: list[Any], sizes: list[int]) -> Any:
+    """Records of consecutive groups of plans (`sizes` plans each) as one: their arrays concatenated
+    (a float becomes an array where the parts differ), a float the same in every part kept, lists
+    (named ops) left out."""
+    first = parts[0]
+    if hasattr(first, "_fields"):
+        return type(first)(*(_joined([p[i] for p in parts], sizes) for i in range(len(first))))
+    if first is None or isinstance(first, (str, list)):
+        return [] if isinstance(first, list) else first
+    if all(isinstance(p, (int, float)) and p == first for p in parts):
+        return first
+    return np.concatenate([np.broadcast_to(np.asarray(p, dtype=float), (k,))
+                           for p, k in zip(parts, sizes, strict=True)])
 
 
 # ------------------------------------------------------------------------------------ the job
@@ -507,12 +631,14 @@ class SearchResult:
 
 
 def _estimate_at(base: Scenario, devices: int, g: Grid, i: int) -> Estimate:
-    s = plan_scenario(base, devices, tp=int(g.tp[i]), pp=int(g.pp[i]), cp=int(g.cp[i]), vpp=int(g.vpp[i]),
-                      micro_batch=int(g.micro_batch[i]), zero=int(g.zero[i]), sequence_parallel=bool(g.sp[i]),
-                      recompute=RECOMPUTE_NAMES[int(g.recompute[i])],
-                      pipeline_split="balanced" if g.balanced[i] else "even",
-                      finetune=FINETUNE_NAMES[int(g.finetune[i])], offload=OFFLOAD_NAMES[int(g.offload[i])],
-                      ep=int(g.ep[i]), etp=int(g.etp[i]))
+    def at(knob: str) -> int:
+        return int(g.column(knob, i))
+
+    s = plan_scenario(base, devices, tp=at("tp"), pp=at("pp"), cp=at("cp"), vpp=at("vpp"),
+                      micro_batch=at("micro_batch"), zero=at("zero"), sequence_parallel=bool(at("sp")),
+                      recompute=RECOMPUTE_NAMES[at("recompute")], finetune=FINETUNE_NAMES[at("finetune")],
+                      pipeline_split="balanced" if at("balanced") else "even", offload=OFFLOAD_NAMES[at("offload")],
+                      ep=at("ep"), etp=at("etp"))
     return estimate(s)
 
 
@@ -523,6 +649,18 @@ def no_layout_message(base: Scenario, devices: int, g: Grid) -> str:
             f"the resulting dp must divide global_batch={base.global_batch} "
             f"({r['devices_indivisible']} indivisible by devices, {r['batch_indivisible']} by the batch, "
             f"{r['interleaving_indivisible']} interleaved with micro-batches per step not a multiple of pp)")
+
+
+def _first_rows(keys: tuple[np.ndarray, ...], count: int, among: np.ndarray | None = None) -> np.ndarray:
+    """The positions of the first `count` rows of `keys` (aligned arrays, the last the primary key) in
+    np.lexsort's order (ties kept in position order), of the positions `among` (default: all). Only
+    the rows whose primary key is at most the count-th smallest are sorted: they are the order's
+    first rows."""
+    rows = np.arange(keys[-1].size) if among is None else among
+    primary = keys[-1][rows]
+    if rows.size > count:
+        rows = rows[primary <= np.partition(primary, count - 1)[count - 1]]
+    return rows[np.lexsort(tuple(k[rows] for k in keys))[:count]]
 
 
 def search(base: Scenario, devices: int, space: SearchSpace = SearchSpace(), *, objective: str = "time",
@@ -558,24 +696,22 @@ def search(base: Scenario, devices: int, space: SearchSpace = SearchSpace(), *, 
                            f"{base.memory_headroom})" if base.memory_headroom_bytes else "")
                         + "; use more devices, a smaller global batch or sequence, or allow more sharding")
     idx = np.flatnonzero(ev.fits)
-    score = ev.time_s[idx] * scale
-    order = idx[np.lexsort((g.recompute[idx], g.zero[idx], ev.memory_bytes[idx], score))]
-    best = order[: top]
+    # by the objective, then memory, ZeRO stage and recomputation (np.lexsort's keys: the last first)
+    ranking = (g.column("recompute", idx), g.column("zero", idx), ev.memory_bytes[idx], ev.time_s[idx] * scale)
+    first = _first_rows(ranking, top)                # positions in idx
+    best = idx[first]
     plans = tuple(_estimate_at(base, devices, g, int(i)) for i in best)
-    best_score = float(ev.time_s[order[0]] * scale)
-    knob_arrays = {"tp": g.tp, "pp": g.pp, "cp": g.cp, "vpp": g.vpp, "ep": g.ep, "etp": g.etp,
-                   "micro_batch": g.micro_batch, "zero": g.zero,
-                   "recompute": g.recompute, "sequence_parallel": g.sp, "finetune": g.finetune, "offload": g.offload}
+    best_score = float(ev.time_s[best[0]] * scale)
     runner: dict[str, RunnerUp | None] = {}
     for knob in KNOBS:
         if knob in ASKED_ONLY + MOE_ONLY and knob not in g.values:
             continue                  # not searched: every plan has the job's value
-        arr = knob_arrays[knob][order]
-        differs = np.flatnonzero(arr != arr[0])
-        if differs.size == 0:
+        values = g.column("sp" if knob == "sequence_parallel" else knob, idx)
+        others = np.flatnonzero(values != values[first[0]])
+        if others.size == 0:
             runner[knob] = None
             continue
-        j = int(order[differs[0]])
+        j = int(idx[_first_rows(ranking, 1, others)[0]])
         runner[knob] = RunnerUp(knob=knob, estimate=_estimate_at(base, devices, g, j),
                                 score_ratio=float(ev.time_s[j] * scale) / best_score)
     stats = SearchStats(evaluated=evaluated, feasible=feasible, rejected=rejected, seconds=time.perf_counter() - t0)

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import math
 
+_NUMBER = (int, float)
+
 
 def _scalar(*xs: object) -> bool:
-    return all(isinstance(x, (int, float)) for x in xs)
+    for x in xs:             # a loop, not all() over a generator: this runs for every operation of the model
+        if not isinstance(x, _NUMBER):
+            return False
+    return True
 
 
 def maximum(a, b):

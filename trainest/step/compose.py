@@ -129,6 +129,43 @@ def mean_layer(job: Job, layout: Layout, rates: Rates, shape: LocalShape, tiers:
                      w_dense * tp_exposed + w_moe * m.tp_exposed_s, w_moe * m.ep_total_s, w_moe * m.ep_exposed_s)
 
 
+# The layout knobs the layer terms read, besides the job-wide tp_overlap and moe_overlap (the same for
+# every plan of a search): plans that agree on these share their layer terms, and the plan search
+# computes them once per distinct combination (tests/test_search.py checks that nothing else is read).
+LAYER_KNOBS = ("tp", "cp", "micro_batch", "sp", "recompute", "finetune", "ep", "etp")
+
+
+class LayerTerms(NamedTuple):
+    """What one mean layer pass costs on one device, per micro-batch, with what comes with it: the
+    layer and its TP and EP traffic, its CP ring, the logits on the last stage (ops and bound sums)
+    and the host's launch time of the layer. They depend on the layout only through LAYER_KNOBS."""
+
+    mean: MeanLayer
+    cp: CpRing
+    logits: list[Op]
+    logits_c: Num
+    logits_m: Num
+    host_layer_s: Num
+
+    def bare(self) -> LayerTerms:
+        """The same terms without the named ops (those are for one estimate's ops table; the plan
+        search's arrays need only the sums)."""
+        return self._replace(mean=self.mean._replace(lp=self.mean.lp._replace(ops=None)), logits=[])
+
+
+def layer_terms(job: Job, layout: Layout) -> LayerTerms:
+    """The mean layer pass with its TP and EP traffic, the CP ring, the logits and the layer's host
+    time (see LayerTerms)."""
+    rates, shape = rates_of(job, layout), local_shape(job, layout)
+    tiers = tiers_of(job.hardware, job.devices_per_node)
+    mean = mean_layer(job, layout, rates, shape, tiers)
+    logits = logits_ops(job, layout, rates, shape)
+    logits_c, logits_m = bound_sums(logits)
+    return LayerTerms(mean=mean, cp=cp_ring(layout, shape, tiers, mean.lp), logits=logits, logits_c=logits_c,
+                      logits_m=logits_m,
+                      host_layer_s=host_layer_s(job, layout) + expert_host_layer_s(job, layout))
+
+
 def data_parallel_traffic(job: Job, layout: Layout, tiers: Tiers, trained_local: Num, expert_local: Num) -> DpTraffic:
     """The step's data-parallel collectives: the non-expert parameters' over the d·c group, a MoE
     model's routed experts' over the expert data-parallel group."""
@@ -136,6 +173,32 @@ def data_parallel_traffic(job: Job, layout: Layout, tiers: Tiers, trained_local:
     if job.model.moe is None:
         return dp
     return add_dp_traffic(dp, dp_traffic(job, layout, tiers, expert_local, expert_dp_groups(layout)))
+
+
+# The layout knobs the step's data-parallel collectives read, besides the job-wide dp_collectives and
+# dp_shard and the pipeline split (each search call has one): the plan search computes them once per
+# distinct combination, as the layer terms (tests/test_search.py checks that nothing else is read).
+DP_KNOBS = ("tp", "pp", "cp", "dp", "vpp", "zero", "finetune", "ep", "etp")
+
+
+def _dp_tiers(tiers: Tiers, layout: Layout) -> Tiers:
+    """The data-parallel group's rings use every NIC of a node (hierarchical) or one per rank (flat)."""
+    return tiers if layout.dp_collectives == "hierarchical" else tiers._replace(aggregate_nics=False)
+
+
+def _stage_local_params(job: Job, layout: Layout) -> tuple[Num, Num]:
+    """(non-expert, routed expert) parameters of the heaviest stage on one device."""
+    model = job.model
+    return (stage_dense_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.tp,
+            stage_expert_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.expert_group)
+
+
+def step_dp_traffic(job: Job, layout: Layout) -> DpTraffic:
+    """The step's data-parallel collectives (`data_parallel_traffic`) of what this device trains of
+    its stage; they depend on the layout only through DP_KNOBS and the pipeline split."""
+    params_local, expert_local = _stage_local_params(job, layout)
+    return data_parallel_traffic(job, layout, _dp_tiers(tiers_of(job.hardware, job.devices_per_node), layout),
+                                 trainable_params_local(job, layout, params_local), expert_local)
 
 
 def offload_parts(job: Job, layout: Layout, lp: LayerPass, layers: Num, optimizer: Num) -> tuple:
@@ -150,20 +213,19 @@ def offload_parts(job: Job, layout: Layout, lp: LayerPass, layers: Num, optimize
     return off, off.exposed_s, serial, optimizer * (1.0 - layout.offload_optimizer)
 
 
-def step_terms(job: Job, layout: Layout) -> StepTerms:
-    """Compose one training step of `job` under `layout` (docs/model.md §5)."""
+def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: DpTraffic | None = None) -> StepTerms:
+    """Compose one training step of `job` under `layout` (docs/model.md §5); `layer` and `dp`: its
+    layer terms and its data-parallel collectives when already computed (`layer_terms`,
+    `step_dp_traffic` of plans with the same LAYER_KNOBS, DP_KNOBS)."""
     model, eff = job.model, job.hardware.efficiency
     tiers = tiers_of(job.hardware, job.devices_per_node)
-    # the data-parallel group's rings use every NIC of a node (hierarchical) or one per rank (flat)
-    dp_tiers = tiers if layout.dp_collectives == "hierarchical" else tiers._replace(aggregate_nics=False)
+    dp_tiers = _dp_tiers(tiers, layout)
     rates, shape = rates_of(job, layout), local_shape(job, layout)
-    lp, tp_total, tp_layer, ep_total, ep_layer = mean_layer(job, layout, rates, shape, tiers)
-    cp = cp_ring(layout, shape, tiers, lp)
-    logits = logits_ops(job, layout, rates, shape)
-    logits_c, logits_m = bound_sums(logits)
+    layer = layer if layer is not None else layer_terms(job, layout)
+    (lp, tp_total, tp_layer, ep_total, ep_layer), cp = layer.mean, layer.cp
+    logits, logits_c, logits_m, host_layer = layer.logits, layer.logits_c, layer.logits_m, layer.host_layer_s
     # a layer takes the longer of its device time and its host time (the device waits for launches)
     device_layer_s = lp.compute_s + lp.memory_s + lp.overhead_s + lp.floor_s + tp_layer + cp.exposed_s + ep_layer
-    host_layer = host_layer_s(job, layout) + expert_host_layer_s(job, layout)
     host_excess = xp.maximum(host_layer - device_layer_s, 0.0)
     layer_overhead = lp.overhead_s + lp.floor_s + host_excess
     layer_s = device_layer_s + host_excess
@@ -175,8 +237,7 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     head_o, head_comm = head.on_path(layout.pp, stage.last_is_max)
     stage_c, stage_m, stage_o = n * lp.compute_s, n * lp.memory_s, n * layer_overhead + head_o
     stage_pp = pp_p2p_s(job, layout, shape, tiers)
-    params_local = stage_dense_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.tp
-    expert_local = stage_expert_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.expert_group
+    params_local, expert_local = _stage_local_params(job, layout)
     z3_layer, z3_comm = zero3_s(job, layout, dp_tiers, n, params_local)
     # the window for ZeRO-3's traffic: the stage's work, less the attention time that hides CP
     stage_work = stage_c + stage_m + stage_o - n * (cp.hiding_fwd_s + cp.hiding_bwd_s)
@@ -187,7 +248,7 @@ def step_terms(job: Job, layout: Layout) -> StepTerms:
     m = layout.micro_batches(job)
     bubble = bubble_s(layout, m, stage.heavy_layers * layer_s + stage_pp + z3_exposed)
     trained_local = trainable_params_local(job, layout, params_local)    # LoRA: the adapters only
-    dp = data_parallel_traffic(job, layout, dp_tiers, trained_local, expert_local)
+    dp = dp if dp is not None else data_parallel_traffic(job, layout, dp_tiers, trained_local, expert_local)
     host_fwd, host_bwd = host_pass_s(job, layout)
     expert_fwd, expert_bwd = expert_host_pass_s(job, layout)      # MoE: per-expert launches (step/moe.py)
     windows = dp_windows_s(layout, lp, cp, n, z3_comm, stage_work, (host_fwd + expert_fwd, host_bwd + expert_bwd))

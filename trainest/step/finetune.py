@@ -58,7 +58,7 @@ class Adapted(NamedTuple):
     name: str
     in_local: Num               # A's input width on this device
     out_local: Num              # B's output width on this device
-    merged: Num                 # width of the output the adapter is added to on this device
+    row_parallel: bool          # proj, mlp_down: the adapter is added to the full-width output (÷t with SP)
     params: Num                 # r·(in_local + out_local): trained parameters on this device
 
 
@@ -75,8 +75,8 @@ def adapted_matrices(job: Job, layout: Layout, kv_local: Num) -> list[Adapted]:
     chosen = {"attention": attention, "mlp": mlp, "all": attention + mlp}
     out = []
     for name, n_in, n_out in chosen[job.lora_targets]:
-        merged = n_out / layout.sp_div if name in ("proj", "mlp_down") else n_out
-        out.append(Adapted(name=name, in_local=n_in, out_local=n_out, merged=merged, params=r * (n_in + n_out)))
+        out.append(Adapted(name=name, in_local=n_in, out_local=n_out, row_parallel=name in ("proj", "mlp_down"),
+                           params=r * (n_in + n_out)))
     return out
 
 
@@ -103,8 +103,9 @@ def adapter_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[list
                    r.gemm_op(f"{a.name}.lora_b", t, a.out_local, job.lora_rank)):
             fwd.append(op.scaled(frozen))
             bwd.append(op.scaled(ADAPTER_BACKWARD_RATIO * frozen, phase="backward"))
-        merge_fwd = merge_fwd + merge_passes * e * t * a.merged
-        merge_bwd = merge_bwd + e * t * (merge_out_passes * a.merged + merge_in_passes * a.in_local)
+        merged = a.out_local / layout.sp_div if a.row_parallel else a.out_local   # the output it is added to
+        merge_fwd = merge_fwd + merge_passes * e * t * merged
+        merge_bwd = merge_bwd + e * t * (merge_out_passes * merged + merge_in_passes * a.in_local)
     for ops, bytes_moved, phase in ((fwd, merge_fwd, "forward"), (bwd, merge_bwd, "backward")):
         ops.append(op_of("lora_merge", phase, 0.0, frozen * bytes_moved,
                          streaming_time(frozen * bytes_moved, r.memory_bytes_per_s)))
