@@ -46,7 +46,7 @@ RUN_REQUIRED = {"id", "source", "model", "seq_len", "hardware", "devices", "prec
 # model mapping keys of the README, plus head_dim: the optional key trainest/catalog.py model_from_mapping
 # accepts for models whose attention width heads*head_dim differs from hidden (MaxText synthetic models)
 MODEL_KEYS = {"name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp", "tied_embeddings",
-              "dropout"}
+              "dropout", "positional"}
 MODEL_EXTRA_KEYS = {"head_dim", "moe", "mla"}     # moe, mla: mixture-of-experts and latent-attention models
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard", "dp_overlap",
                  "pipeline_split", "dp_collectives", "ep", "etp"}

@@ -14,7 +14,7 @@ from helpers import step_of
 from trainest.layout import ACTIVATION_BYTES
 from trainest.memory import MAIN_GRAD_BYTES, stage_params
 from trainest.step.flops import CAUSAL_FRACTION, layer_flops_forward, model_flops_per_step
-from trainest.step.layer import EAGER_EXTRA_F_WIDE_PASSES, EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT
+from trainest.step.layer import EAGER_EXTRA_F_WIDE_PASSES, EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT, ROPE_PASSES
 from trainest.step.schedule import bubble_slots
 
 A100 = load_hardware("a100-80gb-sxm")
@@ -568,7 +568,7 @@ def test_flat_zero3_is_bound_by_one_nic_per_device():
 # ------------------------------------------------------------------ eager (unfused) element-wise kernels
 
 def test_eager_kernels_add_only_element_wise_traffic():
-    """Eager PyTorch moves the extra bytes of its unfused norms and SwiGLU forward, twice that backward,
+    """Eager PyTorch moves the extra bytes of its unfused norms, SwiGLU and RoPE forward, twice that backward,
     once more when the forward is recomputed; compute and communication are unchanged."""
     m = load_model("llama3-8b")
     hw = A100
@@ -579,8 +579,9 @@ def test_eager_kernels_add_only_element_wise_traffic():
                   micro_batch=1.0, zero=0.0, sp=0.0, recompute=float(recompute))
         fused = step_of(m, hw, "bf16", "flash", **kw)
         eager = step_of(m, hw, "bf16", "flash", **kw, kernels="eager")
+        rope = (ROPE_PASSES["eager"] - ROPE_PASSES["fused"]) * ACTIVATION_BYTES * s * (m.heads + m.kv_heads) * m.head_dim
         extra_fwd = (EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT * s * m.hidden
-                     + EAGER_EXTRA_F_WIDE_PASSES["swiglu"] * ACTIVATION_BYTES * s * m.ffn_hidden) / mem_bw
+                     + EAGER_EXTRA_F_WIDE_PASSES["swiglu"] * ACTIVATION_BYTES * s * m.ffn_hidden + rope) / mem_bw
         assert eager.memory_s - fused.memory_s == pytest.approx(B * m.layers * passes * extra_fwd, rel=1e-9)
         assert eager.compute_s == fused.compute_s
         assert eager.communication_s == fused.communication_s
@@ -694,3 +695,33 @@ def test_packed_sequences_cut_attention_to_each_document():
     assert packed.model_flops == pytest.approx(unpacked.model_flops, rel=1e-12)
     with pytest.raises(Exception, match="packed_length"):
         scenario_from_mapping({**base, "packed_length": 8192}, "test")
+
+
+def test_rope_adds_two_passes_of_queries_and_keys_fused_and_ten_eager():
+    """A RoPE model's element-wise forward bytes exceed the same model's with learned positions by
+    ROPE_PASSES·e·T·(a + g)·d_h/t: 2 passes fused, 10 eager; ALiBi and learned positions add nothing;
+    the rotary kernels are 2 (fused) or 10 (eager) more per layer forward."""
+    import dataclasses as dc
+
+    from helpers import job_and_layout
+
+    from trainest.step.kernels import elementwise_kernels
+    from trainest.step.layer import elementwise_bytes, local_shape
+    H100 = load_hardware("h100-sxm")
+    llama = load_model("llama3-8b")
+    assert llama.positional == "rope" and load_model("gpt3-175b").positional == "learned"
+    learned = dc.replace(llama, positional="learned")
+    for kernels, passes in (("fused", 2.0), ("eager", 10.0)):
+        for tp in (1.0, 4.0):
+            job_r, lay_r = job_and_layout(llama, H100, "bf16", "flash", kernels=kernels, tp=tp)
+            job_l, lay_l = job_and_layout(learned, H100, "bf16", "flash", kernels=kernels, tp=tp)
+            x = local_shape(job_r, lay_r)
+            extra = elementwise_bytes(job_r, lay_r, x) - elementwise_bytes(job_l, lay_l, local_shape(job_l, lay_l))
+            want = passes * 2.0 * x.tokens * (llama.heads + llama.kv_heads) * llama.head_dim / tp
+            assert extra == pytest.approx(want, rel=1e-12)
+            assert elementwise_kernels(job_r) - elementwise_kernels(job_l) == passes
+    alibi = dc.replace(llama, positional="alibi")
+    job_a, lay_a = job_and_layout(alibi, H100, "bf16", "flash")
+    job_l, lay_l = job_and_layout(learned, H100, "bf16", "flash")
+    assert elementwise_bytes(job_a, lay_a, local_shape(job_a, lay_a)) == elementwise_bytes(
+        job_l, lay_l, local_shape(job_l, lay_l))

@@ -75,7 +75,11 @@ LORA_BY_SOURCE = {
                             "v_proj) of the last --lora-layers blocks"),
 }
 MODEL_KEYS = ("name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp",
-              "tied_embeddings", "dropout")
+              "tied_embeddings", "dropout", "positional")
+# the position encoding by model family (the runs files do not state it): rotary in the Llama-family, Qwen, Mistral,
+# Nemotron, DeepSeek, Kimi, GPT-OSS, Grok and MaxText's default decoder; ALiBi in MPT; learned absolute positions
+# in GPT-2/GPT-3 and Megatron's GPT models (the vTrain GPTs too)
+ROPE_FAMILIES = r"llama|mistral|mixtral|qwen|nemotron|deepseek|kimi|gpt[-_ ]?oss|grok|maxtext|gemma|olmo"
 PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard",
                  "dp_collectives", "dp_overlap",
                  "pipeline_split")
@@ -713,9 +717,11 @@ class Importer:
         dropout = bool(mlp == "gelu" and re.search(r"\bgpt", name.lower()))
         notes.append("dropout true assumed (Megatron GPT recipes: hidden and attention dropout 0.1)" if dropout else
                      "dropout false assumed (this model family's recipes train without dropout)")
+        positional = positional_of(name, shape, notes)
         model = OrderedDict(name=name, layers=fields["layers"], hidden=fields["hidden"],
                             ffn_hidden=fields["ffn_hidden"], heads=fields["heads"], kv_heads=fields["kv_heads"],
-                            vocab=fields["vocab"], mlp=mlp, tied_embeddings=tied, dropout=dropout)
+                            vocab=fields["vocab"], mlp=mlp, tied_embeddings=tied, dropout=dropout,
+                            positional=positional)
 
         # mixture of experts and multi-head latent attention from model-shapes.yaml; features trainest
         # cannot express (hybrid Mamba layers, DeepSeek V4's compressed sparse attention) stay reasons
@@ -1253,6 +1259,20 @@ def _catalog():
     sys.path.insert(0, str(REPO))
     from trainest import catalog  # noqa: E402
     return catalog
+
+
+def positional_of(name: str, shape: dict | None, notes: list) -> str:
+    """The model's position encoding: model-shapes.yaml's `position_embedding` when the shape was resolved
+    there, else by family name (ROPE_FAMILIES; MPT: alibi; otherwise learned), the assumption noted."""
+    given = str((shape or {}).get("position_embedding") or "").lower()
+    if given:
+        out = "rope" if "rope" in given else "none" if given.startswith("none") else "learned"
+        notes.append(f"positional {out} (model-shapes.yaml: {given!r})")
+        return out
+    low = name.lower()
+    out = "rope" if re.search(ROPE_FAMILIES, low) else "alibi" if re.search(r"\bmpt", low) else "learned"
+    notes.append(f"positional {out} assumed from the model family (the source does not state it)")
+    return out
 
 
 def moe_block(moe: dict, name: str, notes: list) -> OrderedDict:

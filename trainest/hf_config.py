@@ -104,6 +104,7 @@ def _dense(c: _Config, *, tied_default: bool = False, head_dim_required: bool = 
         "seq_len": min(max_positions, HF_SEQ_LEN_CAP),
         "tied_embeddings": c.boolean("tie_word_embeddings", tied_default),
         "dropout": dropout,
+        "positional": "rope",       # every supported architecture rotates Q and K (RoPE and its YaRN/NTK variants)
     }
     if c.has("head_dim") or head_dim_required:
         mapping["head_dim"] = c.integer("head_dim")

@@ -85,6 +85,7 @@ class Model:
     dropout: bool = True        # trained with dropout (masks stored, extra traffic); modern LLMs: false
     moe: MoE | None = None      # mixture-of-experts MLPs; None = every layer dense
     mla: MLA | None = None      # multi-head latent attention; None = standard multi-head / grouped-query attention
+    positional: str = "learned"   # POSITIONALS: rope (rotary on Q and K every pass) | learned | alibi | none
 
     @property
     def mlp_matrices(self) -> int:
@@ -259,9 +260,10 @@ def unmodelled_features(model: Model) -> tuple[str, ...]:
     return ()
 
 
+POSITIONALS = ("rope", "learned", "alibi", "none")   # position encodings (only rope costs traffic, docs/model.md §2.5)
 MODEL_REQUIRED = ("layers", "hidden", "ffn_hidden", "heads", "vocab")
 MODEL_OPTIONAL = ("name", "display_name", "source", "kv_heads", "mlp", "seq_len", "tied_embeddings", "aliases", "notes",
-                  "params_b", "head_dim", "params", "active_params", "dropout", "moe", "mla")
+                  "params_b", "head_dim", "params", "active_params", "dropout", "moe", "mla", "positional")
 MOE_REQUIRED = ("experts", "top_k", "expert_ffn_hidden")
 MOE_OPTIONAL = ("shared_experts", "shared_expert_ffn_hidden", "dense_layers", "layer_frequency", "capacity_factor",
                 "imbalance", "router_groups", "router_group_top_k")
@@ -396,6 +398,8 @@ def model_from_mapping(data: dict, where: str, *, default_seq_len: int = 2048) -
         dropout=F.boolean(F.given(data, "dropout", True), f"{where}.dropout"),
         moe=moe,
         mla=mla,
+        # absent: learned (no rotary traffic: trainest's model before the key existed); the presets say
+        positional=F.choice(F.given(data, "positional", "learned"), f"{where}.positional", POSITIONALS),
     )
 
 
@@ -403,7 +407,8 @@ def model_mapping(model: Model) -> dict:
     """The model as a mapping of the model schema that `model_from_mapping` turns back into an equal Model
     (for with_shape, and for echoing a resolved model as input)."""
     data: dict = {f: getattr(model, f) for f in ("name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab",
-                                                 "mlp", "seq_len", "tied_embeddings", "source", "head_dim", "dropout")}
+                                                 "mlp", "seq_len", "tied_embeddings", "source", "head_dim", "dropout",
+                                                 "positional")}
     if model.moe is not None:
         e = model.moe
         data["moe"] = {"experts": e.experts, "top_k": e.top_k, "expert_ffn_hidden": e.expert_ffn_hidden,

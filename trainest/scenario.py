@@ -567,8 +567,8 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
     m = s.model
     model: dict[str, Any] = {"name": m.name, "layers": m.layers, "hidden": m.hidden, "ffn_hidden": m.ffn_hidden,
                              "heads": m.heads, "kv_heads": m.kv_heads, "vocab": m.vocab, "mlp": m.mlp,
-                             "tied_embeddings": m.tied_embeddings, "dropout": m.dropout, "params": m.params,
-                             "active_params": m.active_params}
+                             "tied_embeddings": m.tied_embeddings, "dropout": m.dropout, "positional": m.positional,
+                             "params": m.params, "active_params": m.active_params}
     # the mixture-of-experts and latent-attention blocks as the model schema writes them (loadable again)
     model.update({k: v for k, v in model_mapping(m).items() if k in ("moe", "mla")})
     return {

@@ -43,6 +43,8 @@ from trainest.step.roofline import Op, OpTime, op_of, streaming_time
 FUSED_ELEMENTWISE_KERNELS = 5.0     # 2 norms, 2 bias-dropout-add, 1 fused activation, per layer forward
 EAGER_NORM_KERNELS = 7.0            # an unfused FP32 norm: cast, square, mean, rsqrt, scale, weight, cast back
 EAGER_ACTIVATION_KERNELS = {"gelu": 1.0, "swiglu": 2.0}
+ROPE_KERNELS = {"fused": 2.0, "eager": 10.0}   # RoPE on Q and K per layer forward: one fused kernel each, or eager
+                                              # mul, neg, cat, mul, add each (layer.py: ROPE_PASSES)
 FLASH_KERNELS = (1.0, 3.0)          # fused attention: forward, backward (FlashAttention-2)
 # standard attention: scores, softmax, context, transpose; backward 2+2 GEMMs, softmax, transpose
 STANDARD_ATTENTION_KERNELS = (4.0, 7.0)
@@ -111,12 +113,15 @@ CROSS_ENTROPY_BYTES = 16.0
 
 def elementwise_kernels(job: Job) -> float:
     """Element-wise kernels of one dense layer's forward: fused 5; eager 2·7 (norms) + 2 residual adds +
-    2 dropouts (when the model has dropout) + the activation's 1 (GeLU) or 2 (SwiGLU). A MoE layer
+    2 dropouts (when the model has dropout) + the activation's 1 (GeLU) or 2 (SwiGLU); a RoPE model (not
+    MLA) adds ROPE_KERNELS (fused 2, eager 10). A MoE layer
     adds MOE_ROUTING_KERNELS (layer.py: MlpPart.extra_kernels; pass_kernels: the mean layer's)."""
+    rope = (ROPE_KERNELS["eager" if job.kernels == "eager" else "fused"]
+            if job.model.positional == "rope" and job.model.mla is None else 0.0)
     if job.kernels != "eager":
-        return FUSED_ELEMENTWISE_KERNELS
+        return FUSED_ELEMENTWISE_KERNELS + rope
     dropouts = 2.0 if job.model.dropout else 0.0
-    return 2.0 * EAGER_NORM_KERNELS + 2.0 + dropouts + EAGER_ACTIVATION_KERNELS[job.model.mlp]
+    return 2.0 * EAGER_NORM_KERNELS + 2.0 + dropouts + EAGER_ACTIVATION_KERNELS[job.model.mlp] + rope
 
 
 def attention_kernels(job: Job, layout: Layout | None = None) -> tuple[Num, Num]:

@@ -60,6 +60,11 @@ NO_DROPOUT_H_WIDE_SAVING = 2.0 * 1.0
 NO_DROPOUT_SOFTMAX_SAVING = 5.0
 BACKWARD_TRAFFIC_RATIO = 2.0       # element-wise backward moves about twice the forward bytes
 LOW_PRECISION_CAST_PASSES = 3.0    # FP8/FP4: read 16-bit input, write the low-precision copy (+ scale)
+# Rotary position embedding (RoPE) on the queries and keys of each layer, forward: a fused kernel (Transformer
+# Engine's fused_apply_rotary_pos_emb, Megatron --apply-rope-fusion, torch.compile, XLA) reads and writes each
+# tensor once; eager PyTorch (Hugging Face's apply_rotary_pos_emb: x·cos + rotate_half(x)·sin) runs mul, neg,
+# cat, mul, add: 2 + 1 + 2 + 2 + 3 = 10 passes. MLA counts its own (mla.elementwise_bytes).
+ROPE_PASSES = {"fused": 2.0, "eager": 10.0}
 FORWARD, BACKWARD, RECOMPUTE = "forward", "backward", "recompute"    # the phases an op runs in
 
 
@@ -237,7 +242,8 @@ def f_wide_passes(job: Job) -> float:
 def elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
     """Forward bytes of the element-wise kernels of one layer [B]: h-wide tensors (norms, residuals,
     dropout; ÷t with SP) and f-wide passes of the activation, plus the FP8/FP4 casts; eager PyTorch
-    adds the FP32 norm kernels and the separate SwiGLU product; MLA its latent norms and RoPE copies."""
+    adds the FP32 norm kernels and the separate SwiGLU product; MLA its latent norms and RoPE copies;
+    a RoPE model its rotary embedding (`rope_bytes`)."""
     m = job.model
     sp_div = layout.sp_div
     total = (h_wide_bytes(job, layout, x)
@@ -246,7 +252,17 @@ def elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
         total = total + LOW_PRECISION_CAST_PASSES * x.tokens * (3.0 * m.hidden / sp_div + m.ffn_hidden / layout.tp)
     if m.mla is not None:
         total = total + mla.elementwise_bytes(job, layout, x)
-    return total
+    return total + rope_bytes(job, layout, x)
+
+
+def rope_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
+    """Forward bytes of the rotary embedding of one layer [B]: ROPE_PASSES reads and writes of the
+    rank's queries and keys, e·T·(a + g)·d_h/t; 0 without RoPE and with MLA (counted there)."""
+    m = job.model
+    if m.positional != "rope" or m.mla is not None:
+        return 0.0
+    passes = ROPE_PASSES["eager" if job.kernels == "eager" else "fused"]
+    return passes * ACTIVATION_BYTES * x.tokens * (m.heads + m.kv_heads) * m.head_dim / layout.tp
 
 
 def elementwise_op(job: Job, layout: Layout, r: Rates, x: LocalShape) -> Op:
