@@ -229,3 +229,14 @@ def test_the_fine_tuning_warning_states_the_current_errors_on_the_lora_runs():
     assert (round(min(errors)), round(max(errors))) == FINETUNE_ERROR_RANGE_PCT
     low, high = FINETUNE_ERROR_RANGE_PCT
     assert f"{low} to {high:+d} %" in FINETUNE_WARNING
+
+
+def test_a_lora_without_tokens_says_its_run_is_a_pre_training_budget(capsys):
+    """LoRA/QLoRA without --tokens takes the pre-training default (20 per parameter): the whole-run numbers
+    then describe a pre-training run, and the estimate says so; with --tokens it does not."""
+    from helpers import call_entry
+    args = ["estimate", "--model", "llama3-8b", "--devices", "8", "--global-batch", "32", "--finetune", "lora"]
+    code, _, err = call_entry(args, capsys)
+    assert code == 0 and "pre-training default of 20 tokens per parameter" in err
+    code, _, err = call_entry(args + ["--tokens", "200M"], capsys)
+    assert code == 0 and "pre-training default" not in err
