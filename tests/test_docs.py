@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_DOC = (ROOT / "docs" / "model.md").read_text(encoding="utf-8")
 # the modules that hold the model's formulas: each public function must appear in docs/model.md
-MODEL_MODULES = ("trainest.step.flops", "trainest.step.roofline", "trainest.step.layer", "trainest.step.collectives",
+MODEL_MODULES = ("trainest.step.flops", "trainest.step.roofline", "trainest.step.rates", "trainest.step.layer", "trainest.step.collectives",
                  "trainest.step.traffic", "trainest.step.overlap", "trainest.step.schedule", "trainest.step.optimizer",
                  "trainest.step.compose", "trainest.step.finetune", "trainest.step.offload", "trainest.step.activations",
                  "trainest.step.ops", "trainest.step.moe", "trainest.step.mla", "trainest.memory", "trainest.precision",

@@ -16,6 +16,7 @@ from trainest.errors import SpecError
 from trainest.layout import ACTIVATION_BYTES
 from trainest.scenario import scenario_from_mapping, scenario_mapping
 from trainest.step import layer as L
+from trainest.step import rates as R
 from trainest.step import moe as M
 from trainest.step.collectives import Tiers, all_to_all_s, tiers_of
 from trainest.step.flops import (
@@ -42,7 +43,7 @@ MOE = moe_model()
 
 def local(model, **knobs):
     job, layout = job_and_layout(model, H100, seq_len=2048.0, **knobs)
-    return job, layout, L.rates_of(job, layout), L.local_shape(job, layout)
+    return job, layout, R.rates_of(job, layout), R.local_shape(job, layout)
 
 
 # ------------------------------------------------------------------------------------------ limits

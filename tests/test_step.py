@@ -443,7 +443,7 @@ def _attention_flops_per_s(seq_len, cp=1.0, model=SMALL):
 def test_fused_attention_rate_rises_with_the_per_rank_sequence_length():
     """η_a · s/(s + ATTENTION_HALF_SEQ) · d_h/(d_h + ATTENTION_HALF_HEAD_DIM), s the per-rank length s/c
     (FlashAttention-2 benchmark curves, Dao 2023)."""
-    from trainest.step.layer import ATTENTION_HALF_HEAD_DIM, ATTENTION_HALF_SEQ
+    from trainest.step.rates import ATTENTION_HALF_HEAD_DIM, ATTENTION_HALF_SEQ
     hw = ideal()
     rates = [_attention_flops_per_s(s) for s in (512.0, 1024.0, 4096.0)]
     assert rates[0] < rates[1] < rates[2]
@@ -663,8 +663,8 @@ def test_packed_sequences_cut_attention_to_each_document():
     for L; its bytes, the GEMMs and the model FLOPs do not change. Unpacked (or L = s) is the old model."""
     from trainest.layout import job_of, layout_of
     from trainest.scenario import scenario_from_mapping
-    from trainest.step.layer import (ATTENTION_HALF_SEQ, attention_ops, attention_span, linear_gemms,
-                                     local_shape, packed_fraction, rates_of)
+    from trainest.step.layer import attention_ops, linear_gemms
+    from trainest.step.rates import ATTENTION_HALF_SEQ, attention_span, local_shape, packed_fraction, rates_of
 
     base = {"model": "llama2-7b", "hardware": "h100-sxm", "devices": 8, "precision": "bf16", "seq_len": 4096,
             "global_batch": 8, "micro_batch": 1, "parallel": {"tp": 1, "pp": 1}}
@@ -706,7 +706,8 @@ def test_rope_adds_two_passes_of_queries_and_keys_fused_and_ten_eager():
     from helpers import job_and_layout
 
     from trainest.step.kernels import elementwise_kernels
-    from trainest.step.layer import elementwise_bytes, local_shape
+    from trainest.step.layer import elementwise_bytes
+    from trainest.step.rates import local_shape
     H100 = load_hardware("h100-sxm")
     llama = load_model("llama3-8b")
     assert llama.positional == "rope" and load_model("gpt3-175b").positional == "learned"

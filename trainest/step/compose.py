@@ -13,22 +13,12 @@ from trainest.step.collectives import Tiers, tied_embedding_s, tiers_of
 from trainest.step.finetune import finetune_flops_delta, trainable_params_local
 from trainest.step.flops import model_flops_per_step, recompute_flops_per_step
 from trainest.step.kernels import head_parts, host_layer_s, host_pass_s
-from trainest.step.layer import (
-    LayerPass,
-    LocalShape,
-    Rates,
-    attention_block,
-    layer_ops,
-    layer_pass,
-    local_shape,
-    logits_ops,
-    mix_passes,
-    rates_of,
-)
+from trainest.step.layer import LayerPass, attention_block, layer_ops, layer_pass, logits_ops, mix_passes
 from trainest.step.moe import expert_host_layer_s, expert_host_pass_s, moe_layer
 from trainest.step.offload import Offload, offload_state, offload_terms
 from trainest.step.optimizer import optimizer_s
 from trainest.step.overlap import DpExposed, dp_exposed_parts, dp_windows_s, overlapped_exposed_s, serial_dp_s
+from trainest.step.rates import LocalShape, Rates, local_shape, rates_of
 from trainest.step.roofline import Op, bound_sums
 from trainest.step.schedule import bubble_s, slowest_stage, stage_dense_params, stage_expert_params
 from trainest.step.traffic import (

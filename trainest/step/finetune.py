@@ -29,7 +29,7 @@ from trainest.step.roofline import Op, op_of, streaming_time
 from trainest.step.schedule import stage_layers
 
 if TYPE_CHECKING:
-    from trainest.step.layer import LocalShape, Rates
+    from trainest.step.rates import LocalShape, Rates
 
 NF4_BYTES_PER_PARAM = 0.5                  # 4-bit NormalFloat
 DOUBLE_QUANT_BITS_PER_PARAM = 8.0 / 64.0 + 32.0 / (64.0 * 256.0)   # 0.127: 8-bit absmax per 64, FP32 per 256 blocks

@@ -19,7 +19,7 @@ from trainest.step.roofline import Op
 
 if TYPE_CHECKING:
     from trainest.catalog import MLA
-    from trainest.step.layer import LocalShape, Rates
+    from trainest.step.rates import LocalShape, Rates
 
 NORM_PASSES = 2.0             # a latent RMSNorm reads and writes its r-wide tensor once (fused), forward
 ROPE_COPY_PASSES = 2.0        # RoPE on the shared key dims and the concatenation [k_nope, k_rope], [q_nope, q_rope]:

@@ -30,14 +30,10 @@ from trainest.step import mla
 from trainest.step.collectives import Tiers, all_gather_s, all_to_all_s, ranks_per_domain
 from trainest.step.kernels import MOE_ROUTING_KERNELS, host_per_kernel_s
 from trainest.step.layer import (
-    BACKWARD,
     BACKWARD_TRAFFIC_RATIO,
-    FORWARD,
     LOW_PRECISION_CAST_PASSES,
     LayerPass,
-    LocalShape,
     MlpPart,
-    Rates,
     f_wide_passes,
     gradient_ops,
     h_wide_bytes,
@@ -46,6 +42,7 @@ from trainest.step.layer import (
     mlp_gemms,
 )
 from trainest.step.overlap import overlapped_exposed_s
+from trainest.step.rates import BACKWARD, FORWARD, LocalShape, Rates
 from trainest.step.roofline import Op, OpTime, gemm_efficiency, gemm_flops, op_of, streaming_time
 from trainest.step.traffic import tp_layer_s
 

@@ -21,9 +21,9 @@ from trainest.precision import grad_bytes_per_param, weight_bytes_per_param
 from trainest.step.collectives import tiers_of
 from trainest.step.compose import StepParts, StepTerms
 from trainest.step.kernels import CE_TP_COLLECTIVES
-from trainest.step.layer import local_shape, rates_of
 from trainest.step.moe import A2A_PER_LAYER_PASS, dispatch_bytes
 from trainest.step.offload import host_rates
+from trainest.step.rates import local_shape, rates_of
 from trainest.step.roofline import Op
 from trainest.step.schedule import stage_params
 

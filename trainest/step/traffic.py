@@ -14,7 +14,8 @@ from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
 from trainest.precision import grad_bytes_per_param, weight_bytes_per_param
 from trainest.step.collectives import Tiers, all_gather_s, all_reduce_s, reduce_scatter_s, send_recv_s
 from trainest.step.finetune import adapter_params_per_layer, frozen_layer_bytes
-from trainest.step.layer import LayerPass, LocalShape
+from trainest.step.layer import LayerPass
+from trainest.step.rates import LocalShape
 
 TP_OVERLAP_RESIDUAL = 0.15         # share of overlapped TP traffic still exposed (first/last chunk, SM contention)
 

@@ -1,0 +1,116 @@
+"""What one device achieves for a job and layout, and the layer's widths on it (docs/model.md §2.2–2.4):
+the GEMM peak and its fraction, HBM bandwidth and fused attention's FLOP/s (`Rates`, `rates_of`), and
+the tokens, heads and key/value width of one micro-batch on one rank (`LocalShape`, `local_shape`). The
+layer's operations (layer.py), MLA (mla.py) and the adapters (finetune.py) all read these.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from trainest import xp
+from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.step.roofline import Op, OpTime, dimension_factor, gemm_op, gemm_time, wave_efficiency
+
+ATTENTION_HALF_SEQ = 512.0         # sequence length at which fused attention's length factor is 1/2
+ATTENTION_HALF_HEAD_DIM = 32.0     # head dimension at which its head-width factor is 1/2
+FORWARD, BACKWARD, RECOMPUTE = "forward", "backward", "recompute"    # the phases an op runs in
+
+
+class Rates(NamedTuple):
+    """What one device achieves for this job and layout: GEMM peak and its fraction, HBM bandwidth,
+    fused-attention FLOP/s (it depends on the per-rank sequence s/c)."""
+
+    peak_flops_per_s: float
+    gemm_peak_fraction: Num
+    gemm_half_dim: Num
+    memory_bytes_per_s: Num
+    attention_flops_per_s: Num
+    gemm_input_bytes: float
+    units: int | None = None            # compute units (SMs/CUs) the GEMM tiles spread over
+    tile: tuple[int, int] | None = None   # the output tile of one unit (t_m, t_n)
+
+    def gemm(self, m: Num, n: Num, k: Num, batch: Num = 1.0) -> OpTime:
+        """An (m×k)·(k×n) GEMM (one of `batch` alike in one kernel) at these rates, writing 16-bit
+        activations; its tiles spread over the device's units (wave_efficiency) where they are known."""
+        wave = self.wave(m, n, k, batch)
+        return gemm_time(m, n, k, peak_flops_per_s=self.peak_flops_per_s, peak_fraction=self.gemm_peak_fraction,
+                         half_dim=self.gemm_half_dim, input_bytes=self.gemm_input_bytes,
+                         output_bytes=ACTIVATION_BYTES, memory_bytes_per_s=self.memory_bytes_per_s, wave=wave)
+
+    def wave(self, m: Num, n: Num, k: Num, batch: Num = 1.0) -> Num:
+        """The share of the device's units the GEMM's tiles keep busy (1 where they are unknown)."""
+        if self.units is None or self.tile is None:
+            return 1.0
+        return wave_efficiency(m, n, k, units=self.units, tile_m=self.tile[0], tile_n=self.tile[1], batch=batch)
+
+    def gemm_op(self, name: str, m: Num, n: Num, k: Num, phase: str = FORWARD, batch: Num = 1.0) -> Op:
+        """The same GEMM as a named op with its FLOPs (2mnk) and bytes (one of `batch` alike in one kernel)."""
+        return gemm_op(name, phase, m, n, k, peak_flops_per_s=self.peak_flops_per_s,
+                       peak_fraction=self.gemm_peak_fraction, half_dim=self.gemm_half_dim,
+                       input_bytes=self.gemm_input_bytes, output_bytes=ACTIVATION_BYTES,
+                       memory_bytes_per_s=self.memory_bytes_per_s, wave=self.wave(m, n, k, batch))
+
+
+def attention_span(job: Job, layout: Layout) -> Num:
+    """The query length a fused-attention kernel's tiles see on one rank: the per-rank sequence s/c,
+    or the mean document length L of packed sequences when shorter (varlen kernels tile each document
+    on its own) [tokens]."""
+    per_rank = job.seq_len / layout.cp
+    return per_rank if job.packed_length <= 0 else xp.minimum(per_rank, job.packed_length)
+
+
+def packed_fraction(job: Job) -> float:
+    """The share of a full causal mask's score elements that packed sequences compute: each document
+    of L tokens attends only within itself, Σ L²/2 over s²/2 = L/s for documents of mean length L
+    (1 unpacked)."""
+    return 1.0 if job.packed_length <= 0 else min(1.0, job.packed_length / job.seq_len)
+
+
+def attention_flops_per_s(job: Job, layout: Layout) -> Num:
+    """Fused attention's achievable FLOP/s: min(16-bit peak, run's peak) · η_attn · s_c/(s_c + 512) ·
+    d_h/(d_h + 32) (· η_flash2 for FlashAttention-2), with s_c = s/c the per-rank sequence
+    (FlashAttention-2 benchmarks, Dao 2023 Fig. 4-6) [FLOP/s]. Attention runs in 16 bit (FP8/FP4
+    recipes keep it there), or at the run's own peak when lower (FP32/TF32), so MFU stays <= 1.
+    Packed sequences: the length factor takes the document length (`attention_span`)."""
+    hw, eff, m = job.hardware, job.hardware.efficiency, job.model
+    # MLA: the query/key and value widths differ (d_n + d_r, d_v); the kernel's two products use one each
+    head_width = m.head_dim if m.mla is None else (m.qk_head_dim + m.v_head_dim) / 2.0
+    return (min(hw.peak_16bit_flops_per_s, hw.peak(job.precision)) * eff.attention
+            * dimension_factor(attention_span(job, layout), ATTENTION_HALF_SEQ)
+            * dimension_factor(head_width, ATTENTION_HALF_HEAD_DIM)
+            * (eff.flash2_attention if job.attention == "flash2" else 1.0))
+
+
+def rates_of(job: Job, layout: Layout) -> Rates:
+    """The device's achievable rates (hardware efficiencies applied; FP8/FP4 GEMMs at η_lp·η_gemm)."""
+    hw, eff = job.hardware, job.hardware.efficiency
+    return Rates(peak_flops_per_s=hw.peak(job.precision),
+                 gemm_peak_fraction=eff.gemm * (eff.low_precision_gemm if job.low_precision else 1.0),
+                 gemm_half_dim=eff.gemm_half_dim, memory_bytes_per_s=hw.memory_bytes_per_s * eff.memory,
+                 attention_flops_per_s=attention_flops_per_s(job, layout), gemm_input_bytes=job.gemm_input_bytes,
+                 units=hw.compute_units,
+                 tile=None if hw.gemm_tile_m is None or hw.gemm_tile_n is None else (hw.gemm_tile_m, hw.gemm_tile_n))
+
+
+class LocalShape(NamedTuple):
+    """The layer's widths on one device: T tokens of a micro-batch, the query width a·d_h, the KV
+    width per TP rank (g < t replicates KV heads, so each rank keeps at least one; MLA: the mean of
+    the key and value widths, a/t·(d_qk + d_v)/2, so that K and V take 2·kv_local)."""
+
+    tokens: Num                 # T = b·s/c
+    q_width: float              # a·d_h
+    heads_local: Num            # a/t
+    kv_local: Num               # max(g, t)·d_h/t
+    score_elements: Num         # b·(a/t)·(s/c)·s
+
+
+def local_shape(job: Job, layout: Layout) -> LocalShape:
+    """The layer's widths on one device (see LocalShape)."""
+    m = job.model
+    kv_local = (xp.maximum(m.kv_heads, layout.tp) * m.head_dim / layout.tp if m.mla is None
+                else m.heads / layout.tp * (m.qk_head_dim + m.v_head_dim) / 2.0)
+    return LocalShape(tokens=layout.tokens(job), q_width=float(m.heads * m.head_dim), heads_local=m.heads / layout.tp,
+                      kv_local=kv_local,
+                      score_elements=layout.micro_batch * (m.heads / layout.tp) * (job.seq_len / layout.cp)
+                      * job.seq_len)
