@@ -387,7 +387,8 @@ def test_shared_terms_read_only_their_knobs():
     """The search computes the layer terms once per distinct LAYER_KNOBS combination and the
     data-parallel collectives once per DP_KNOBS combination (and split): that is only right if they
     read no other knob of the layout (the job-wide ones and the call's pipeline split aside)."""
-    from trainest.layout import Layout, job_of, layout_of
+    from trainest.layout import Layout
+    from trainest.scenario import job_of, layout_of
     from trainest.step.compose import DP_KNOBS, LAYER_KNOBS, layer_terms, step_dp_traffic
     read: set[str] = set()
     fields = set(Layout._fields)
@@ -420,7 +421,7 @@ def test_shared_terms_read_only_their_knobs():
 def test_shared_terms_give_the_whole_step_bit_for_bit():
     """evaluate_grid's step times (layer terms and data-parallel collectives shared by the plans of a
     combination) equal step_terms computed whole for each plan, exactly."""
-    from trainest.layout import job_of
+    from trainest.scenario import job_of
     from trainest.step import step_terms
     for base, n, space in _layer_term_jobs():
         g = S.enumerate_plans(base, n, space)

@@ -661,7 +661,7 @@ def test_packed_sequences_cut_attention_to_each_document():
     """Packed sequences (docs/model.md §2.4): examples of mean length L attend only to themselves, so
     fused attention computes L/s of a full causal mask's FLOPs, at the rate its length factor gives
     for L; its bytes, the GEMMs and the model FLOPs do not change. Unpacked (or L = s) is the old model."""
-    from trainest.layout import job_of, layout_of
+    from trainest.scenario import job_of, layout_of
     from trainest.scenario import scenario_from_mapping
     from trainest.step.layer import attention_ops, linear_gemms
     from trainest.step.rates import ATTENTION_HALF_SEQ, attention_span, local_shape, packed_fraction, rates_of

@@ -135,7 +135,7 @@ def parameters_for(cases: Sequence[Case]) -> tuple[str, ...]:
 def predicted_step_times_s(case: Case, hardware: Hardware, values: dict[str, Any]):
     """Predicted step time [s] of `case` on `hardware` with efficiency fields replaced by `values`
     (floats, or numpy arrays to evaluate several parameter sets in one pass)."""
-    from trainest.layout import job_of, layout_of
+    from trainest.scenario import job_of, layout_of
     from trainest.step import step_terms
 
     s = case.scenario

@@ -12,9 +12,8 @@ from trainest import (
     training,
 )
 from trainest.band import Band, band_for
-from trainest.layout import job_of, layout_of
 from trainest.memory import MemoryBreakdown, memory_per_device
-from trainest.scenario import Scenario
+from trainest.scenario import Scenario, job_of, layout_of
 from trainest.step import StepTerms, step_terms
 from trainest.units import fmt_seconds
 

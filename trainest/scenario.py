@@ -26,18 +26,22 @@ from trainest.choices import (
     ATTENTIONS,
     BASE_BITS,
     DP_COLLECTIVES,
+    FINETUNE_CODES,
     FINETUNES,
     KERNELS,
     LORA_TARGETS,
     MOE_OVERLAPS,
+    OFFLOAD_CODES,
     OFFLOADS,
     PIPELINE_SPLITS,
     PRECISIONS,
+    RECOMPUTE_CODES,
     RECOMPUTES,
 )
 from trainest.errors import SpecError
 from trainest.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from trainest.knobs import FINETUNE, FINETUNE_KEYS, KNOBS, PARALLEL, PARALLEL_KEYS, SCENARIO
+from trainest.layout import Job, Layout
 from trainest.units import parse_count, parse_length
 
 DEFAULT_MODEL = "llama3-8b"
@@ -612,3 +616,27 @@ def finetune_mapping(ft: FineTune) -> dict[str, Any]:
 
 def is_finite_positive(x: float) -> bool:
     return math.isfinite(x) and x > 0
+
+
+# ------------------------------------------------------------------ the step model's view of a scenario
+
+def job_of(s: Scenario, hardware: Hardware | None = None) -> Job:
+    """The job of a scenario (on `hardware` instead of its own, e.g. with trial efficiencies)."""
+    ft = s.finetune
+    return Job(model=s.model, hardware=hardware or s.hardware, precision=s.precision, attention=s.attention,
+               kernels=s.kernels,
+               seq_len=float(s.seq_len), global_batch=float(s.global_batch), devices_per_node=s.devices_per_node,
+               framework=s.framework, lora_rank=float(ft.rank), lora_targets=ft.targets,
+               base_bits=float(ft.base_bits), packed_length=float(s.packed_length or 0))
+
+
+def layout_of(s: Scenario) -> Layout:
+    """The layout of a scenario, as floats."""
+    p = s.parallel
+    return Layout(tp=float(p.tp), pp=float(p.pp), dp=float(p.dp), cp=float(p.cp), vpp=float(p.vpp),
+                  micro_batch=float(s.micro_batch), zero=float(p.zero), sp=1.0 if p.sequence_parallel else 0.0,
+                  recompute=float(RECOMPUTE_CODES[s.recompute]), tp_overlap=1.0 if p.tp_overlap else 0.0,
+                  dp_shard=float(p.shard), pipeline_split=p.pipeline_split, dp_collectives=p.dp_collectives,
+                  dp_overlap=1.0 if p.dp_overlap else 0.0,
+                  finetune=float(FINETUNE_CODES[s.finetune.method]), offload=float(OFFLOAD_CODES[s.offload]),
+                  ep=float(p.ep), etp=float(p.etp), moe_overlap=p.moe_overlap)

@@ -58,9 +58,9 @@ from trainest.errors import SpecError
 from trainest.estimate import Estimate, estimate
 from trainest.frameworks import FRAMEWORKS
 from trainest.knobs import ALLOW_NAMES, ASKED_ONLY, JOB_KEYS, JOB_PARALLEL_KEYS, SEARCHED
-from trainest.layout import Job, Layout, job_of
+from trainest.layout import Job, Layout
 from trainest.memory import memory_per_device
-from trainest.scenario import FineTune, Parallel, Scenario, check_finetune, check_offload, scenario_from_mapping
+from trainest.scenario import FineTune, Parallel, Scenario, check_finetune, check_offload, job_of, scenario_from_mapping
 from trainest.step import step_terms
 from trainest.step.collectives import network_gap, tiers_of
 from trainest.step.compose import DP_KNOBS, LAYER_KNOBS, layer_terms, step_dp_traffic
