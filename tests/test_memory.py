@@ -330,3 +330,25 @@ def test_a_model_trained_without_dropout_stores_no_masks():
     h, a = GPT.hidden, GPT.heads
     assert act(GPT) - act(plain) == pytest.approx(2 * S * B * h + 3 * B * a * S * S)
     assert act(GPT, attention="flash") - act(plain, attention="flash") == pytest.approx(2 * S * B * h)
+
+
+def test_bf16_adam_moments_save_four_bytes_of_state_and_eight_of_traffic_per_parameter():
+    """adam_moments bf16 (DeepSeek-V3; Megatron's precision-aware optimizer): the optimizer state is 8 B per
+    parameter instead of 12 and the step moves 26 B instead of 34; weights, gradients and activations are
+    unchanged; with optimizer offload it is refused."""
+    from trainest.errors import SpecError
+    from trainest.estimate import estimate
+    from trainest.precision import optimizer_bytes_per_param
+    from trainest.scenario import scenario_from_mapping
+    from trainest.step.optimizer import adam_bytes_per_param
+    assert optimizer_bytes_per_param("bf16", "bf16") == 8.0 and optimizer_bytes_per_param("bf16") == 12.0
+    assert adam_bytes_per_param("bf16") == 26.0 and adam_bytes_per_param() == 34.0
+    base = {"model": "llama3-8b", "devices": 8, "global_batch": 64, "parallel": {"zero": 1}}
+    fp32, bf16 = (estimate(scenario_from_mapping({**base, "adam_moments": m})) for m in ("fp32", "bf16"))
+    assert bf16.memory.optimizer_bytes == pytest.approx(fp32.memory.optimizer_bytes * 8.0 / 12.0, rel=1e-12)
+    for k in ("weights_bytes", "gradients_bytes", "activations_bytes"):
+        assert getattr(bf16.memory, k) == getattr(fp32.memory, k)
+    assert bf16.step.optimizer_s == pytest.approx(fp32.step.optimizer_s * 26.0 / 34.0, rel=1e-9)
+    with pytest.raises(SpecError, match="adam_moments: bf16 with offload 'optimizer'"):
+        scenario_from_mapping({**base, "adam_moments": "bf16", "offload": "optimizer", "devices": 1,
+                               "hardware": "gh200", "global_batch": 8})

@@ -26,6 +26,7 @@ ATTENTIONS = ("flash", "flash2", "standard")
 # element-wise kernels: fused (Megatron/Transformer Engine, torch.compile, XLA) or eager (PyTorch
 # without torch.compile: one kernel per operator, FP32 norms)
 KERNELS = ("fused", "eager")
+ADAM_MOMENTS = ("fp32", "bf16")   # the dtype of Adam's two moments (DeepSeek-V3 keeps them in BF16)
 # pipeline split: even (L/p layers per stage) or balanced (the embedding and the loss count as one
 # layer each: Megatron's account-for-embedding-and-loss split)
 PIPELINE_SPLITS = ("even", "balanced")
@@ -56,7 +57,7 @@ VOCABULARIES: dict[str, tuple[str, ...]] = {
     "Precision": PRECISIONS, "Mlp": MLPS, "Recompute": RECOMPUTES, "Attention": ATTENTIONS, "Kernels": KERNELS,
     "PipelineSplit": PIPELINE_SPLITS, "DpCollectives": DP_COLLECTIVES, "MoeOverlap": MOE_OVERLAPS,
     "Objective": OBJECTIVES, "DeviceCounts": DEVICE_COUNTS, "Framework": FRAMEWORKS, "Finetune": FINETUNES,
-    "LoraTargets": LORA_TARGETS, "Offload": OFFLOADS,
+    "LoraTargets": LORA_TARGETS, "Offload": OFFLOADS, "AdamMoments": ADAM_MOMENTS,
 }
 
 

@@ -140,6 +140,9 @@ KNOBS: tuple[Knob, ...] = (
     K("packed_length", ("--packed-length",), "int", "Packed sequences: the mean length of the documents packed into "
       "each sequence, each attending only to itself (THD/varlen attention, cu_seqlens); not given: one document per "
       "sequence.", "unpacked", job=True),
+    K("adam_moments", ("--adam-moments",), "choice", "The dtype of Adam's two moments: fp32 (12 B of optimizer "
+      "state per parameter with the FP32 master) or bf16 (8 B; DeepSeek-V3, Megatron-Core --exp-avg-dtype/"
+      "--exp-avg-sq-dtype bf16 of its precision-aware optimizer).", "fp32", "AdamMoments", job=True),
     K("kernels", ("--kernels",), "choice", "Element-wise kernels: fused (Megatron/Transformer Engine, torch.compile, "
       "XLA) or eager (PyTorch without torch.compile: one kernel per operator, FP32 norms).", "fused", "Kernels",
       job=True),

@@ -45,6 +45,7 @@ class Job(NamedTuple):
     lora_targets: str = "all"   # LoraTargets: attention | mlp | all
     base_bits: float = 16.0     # bits per frozen base weight of a LoRA (QLoRA: always 4)
     packed_length: float = 0.0  # mean document length of packed sequences [tokens] (0: unpacked)
+    adam_moments: str = "fp32"  # AdamMoments: the dtype of Adam's two moments
 
     @property
     def low_precision(self) -> bool:

@@ -111,7 +111,7 @@ def zero_state_bytes(job: Job, layout: Layout, params: Num, layer_params: Num, s
     weights = params * w_bytes / xp.where(zero >= 3, shard, 1.0) * (1.0 - no_16bit_shard)
     weights = weights + sharded3 * 2.0 * layer_params * w_bytes
     grads = params * grad_bytes_per_param(precision) / xp.where(zero >= 2, shard, 1.0)
-    optim = params * optimizer_bytes_per_param(precision) / xp.where(zero >= 1, shard, 1.0)
+    optim = params * optimizer_bytes_per_param(precision, job.adam_moments) / xp.where(zero >= 1, shard, 1.0)
     if FRAMEWORKS[job.framework].pp_unsharded_zero3:
         gathered = sharded3 * xp.mask(layout.pp > 1)
         weights = weights + gathered * (params * w_bytes - weights)
@@ -132,7 +132,7 @@ def finetune_state_bytes(job: Job, layout: Layout, params_local: Num,
     weights = (base + sharded3 * 2.0 * frozen_layer_bytes(job, layout) + dequant_workspace_bytes(job, layout)
                + adapters * weight_bytes_per_param(job.precision) / xp.where(zero >= 3, shard, 1.0))
     grads = adapters * grad_bytes_per_param(job.precision) / xp.where(zero >= 2, shard, 1.0)
-    optim = adapters * optimizer_bytes_per_param(job.precision) / xp.where(zero >= 1, shard, 1.0)
+    optim = adapters * optimizer_bytes_per_param(job.precision, job.adam_moments) / xp.where(zero >= 1, shard, 1.0)
     frozen = layout.frozen > 0
     return xp.where(frozen, weights, full[0]), xp.where(frozen, grads, full[1]), xp.where(frozen, optim, full[2])
 

@@ -8,6 +8,7 @@ from trainest.choices import FULL_PRECISIONS
 
 MASTER_WEIGHT_BYTES = 4.0        # FP32 master copy of each parameter (mixed precision)
 ADAM_MOMENT_BYTES = 8.0          # FP32 first and second moments
+MOMENT_BYTES = {"fp32": 4.0, "bf16": 2.0}   # bytes of one Adam moment per parameter (`adam_moments`)
 MAIN_GRAD_BYTES = 4.0            # FP32 gradient accumulation buffer (Megatron main_grad, FSDP reduce dtype)
 FP16_GRAD_BYTES = 2.0            # loss-scaled FP16 training keeps and reduces FP16 gradients
 
@@ -27,6 +28,7 @@ def grad_bytes_per_param(precision: str) -> float:
     return FP16_GRAD_BYTES if precision == "fp16" else MAIN_GRAD_BYTES
 
 
-def optimizer_bytes_per_param(precision: str) -> float:
-    """Adam state: FP32 master + two moments (12 B); pure FP32 training needs no master copy (8 B)."""
-    return ADAM_MOMENT_BYTES + (0.0 if precision in FULL_PRECISIONS else MASTER_WEIGHT_BYTES)
+def optimizer_bytes_per_param(precision: str, moments: str = "fp32") -> float:
+    """Adam state: FP32 master + two moments (12 B); pure FP32 training needs no master copy (8 B);
+    BF16 moments (`moments` bf16: DeepSeek-AI 2024 §3.3.3) halve the moments' 8 B."""
+    return 2.0 * MOMENT_BYTES[moments] + (0.0 if precision in FULL_PRECISIONS else MASTER_WEIGHT_BYTES)

@@ -23,6 +23,7 @@ from trainest.catalog import (
     with_shape,
 )
 from trainest.choices import (
+    ADAM_MOMENTS,
     ATTENTIONS,
     BASE_BITS,
     DP_COLLECTIVES,
@@ -164,6 +165,7 @@ class Scenario:
     finetune: FineTune = FineTune()
     offload: str = "none"           # OFFLOADS (docs/model.md §14)
     packed_length: int | None = None   # mean document length of packed sequences (None: unpacked; docs/model.md §2.4)
+    adam_moments: str = "fp32"         # ADAM_MOMENTS: the dtype of Adam's two moments (docs/model.md §7.1)
     derived: tuple[str, ...] = field(default=())   # names of values filled by defaults
     memory_headroom: str = DEFAULT_MEMORY_HEADROOM   # as given: a share of capacity ("5%") or a size ("2GiB")
     memory_headroom_bytes: float = 0.0               # that margin [B]: a layout fits if it leaves it free
@@ -538,6 +540,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     framework = F.choice(r.default("framework", DEFAULT_FRAMEWORK), f"{where}.framework", tuple(FRAMEWORKS))
     fw = FRAMEWORKS[framework]
     kernels = F.choice(r.default("kernels", fw.kernels), f"{where}.kernels", KERNELS)
+    moments = F.choice(r.default("adam_moments", "fp32"), f"{where}.adam_moments", ADAM_MOMENTS)
     if par.get("dp_overlap") is None:
         r.derive("parallel.dp_overlap")
     dp_overlap = F.boolean(par.get("dp_overlap", fw.dp_overlap), f"{where}.parallel.dp_overlap")
@@ -547,6 +550,9 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     tokens, price_usd, pue, grid = _run_costs(r, model, hardware)
     finetune = check_finetune(data.get("finetune"), model, precision, where)
     offload = check_offload(data.get("offload", "none"), hardware, f"{where}.offload")
+    if moments == "bf16" and offload.startswith("optimizer"):
+        raise SpecError(f"{where}.adam_moments: bf16 with offload {offload!r} is not modelled (the CPU Adam of "
+                        f"ZeRO-Offload keeps FP32 moments); allowed with it: fp32")
     headroom, headroom_bytes = memory_headroom_bytes(r.default("memory_headroom", DEFAULT_MEMORY_HEADROOM),
                                                      hardware.memory_bytes, f"{where}.memory_headroom")
     return Scenario(
@@ -556,7 +562,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                                                dp_overlap=dp_overlap, moe_overlap=moe_overlap),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
         tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, framework=framework,
-        grid_gco2_per_kwh=grid, finetune=finetune, offload=offload, derived=tuple(derived),
+        adam_moments=moments, grid_gco2_per_kwh=grid, finetune=finetune, offload=offload, derived=tuple(derived),
         memory_headroom=headroom, memory_headroom_bytes=headroom_bytes, packed_length=packed_length,
     )
 
@@ -596,6 +602,7 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
         "packed_length": s.packed_length,
         "framework": s.framework,
         "kernels": s.kernels,
+        "adam_moments": s.adam_moments,
         "finetune": finetune_mapping(s.finetune),
         "offload": s.offload,
         "tokens": s.tokens,
@@ -627,7 +634,7 @@ def job_of(s: Scenario, hardware: Hardware | None = None) -> Job:
                kernels=s.kernels,
                seq_len=float(s.seq_len), global_batch=float(s.global_batch), devices_per_node=s.devices_per_node,
                framework=s.framework, lora_rank=float(ft.rank), lora_targets=ft.targets,
-               base_bits=float(ft.base_bits), packed_length=float(s.packed_length or 0))
+               base_bits=float(ft.base_bits), packed_length=float(s.packed_length or 0), adam_moments=s.adam_moments)
 
 
 def layout_of(s: Scenario) -> Layout:

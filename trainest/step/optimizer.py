@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from trainest import xp
 from trainest.layout import Layout, Num
+from trainest.precision import MOMENT_BYTES
 
 OPTIMIZER_BYTES_PER_PARAM = 34.0   # Adam: r/w FP32 master, m, v (24) + read grad (4) + norm (4) + write weights (2)
 # apex/DeepSpeed multi_tensor_apply (csrc/multi_tensor_apply.cuh): a launch covers at most 320 blocks of one
@@ -23,12 +24,19 @@ def optimizer_kernels(opt_params: Num) -> Num:
     return OPTIMIZER_PASSES * xp.maximum(xp.ceil(opt_params / (MULTI_TENSOR_CHUNK * MULTI_TENSOR_MAX_BLOCKS)), 1.0)
 
 
+def adam_bytes_per_param(moments: str = "fp32") -> float:
+    """Bytes Adam moves per parameter: OPTIMIZER_BYTES_PER_PARAM with FP32 moments, 8 fewer with BF16
+    ones (each of m and v read and written at 2 B instead of 4) [B]."""
+    return OPTIMIZER_BYTES_PER_PARAM - 2.0 * 2.0 * (MOMENT_BYTES["fp32"] - MOMENT_BYTES[moments])
+
+
 def optimizer_s(layout: Layout, params_local: Num, memory_bytes_per_s: Num, kernel_floor_s: Num = 0.0,
-                expert_local: Num = 0.0) -> Num:
+                expert_local: Num = 0.0, bytes_per_param: float = OPTIMIZER_BYTES_PER_PARAM) -> Num:
     """Adam over the parameters this device updates (ZeRO ≥ 1: a 1/(d_shard·c) shard, and of the
-    routed experts `expert_local` a 1/expert-shard share), 34 bytes each at the achievable memory
-    bandwidth, and at least its kernels' floors (`optimizer_kernels`) [s]."""
+    routed experts `expert_local` a 1/expert-shard share), `bytes_per_param` each (34 with FP32 moments,
+    `adam_bytes_per_param`) at the achievable memory bandwidth, and at least its kernels' floors
+    (`optimizer_kernels`) [s]."""
     opt_params = params_local / xp.where(layout.zero >= 1, layout.shard * layout.cp, 1.0)
     opt_params = opt_params + expert_local / xp.where(layout.zero >= 1, layout.expert_shard, 1.0)
-    return xp.maximum(opt_params * OPTIMIZER_BYTES_PER_PARAM / memory_bytes_per_s,
+    return xp.maximum(opt_params * bytes_per_param / memory_bytes_per_s,
                       optimizer_kernels(opt_params) * kernel_floor_s)
