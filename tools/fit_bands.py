@@ -5,8 +5,9 @@
 
 Method (trainest/band.py): each public run's residual r = measured / predicted step time, in two pools:
 `holdout` (runs not used to fit the shipped efficiencies, crc32(id) mod 100 >= 60, on hardware whose
-efficiencies are fitted) and `prior` (every public run predicted with the importer's prior efficiencies,
-which no run fitted). Per group of runs (hardware, its family, scale, dense/MoE; every level of
+efficiencies are fitted) and `prior` (every public run predicted with the prior its device would ship with
+had it no runs: the median of the other fitted devices of its group, `fit_defaults.unseen_prior_hardware`,
+else the importer's generic prior; what an uncalibrated device's estimate uses). Per group of runs (hardware, its family, scale, dense/MoE; every level of
 band.LEVELS with at least band.MIN_GROUP_RUNS runs) the split-conformal 80 % interval of r.
 
 It also measures what the band claims, out of sample: leave-one-out coverage (each run's band built
@@ -66,14 +67,18 @@ def pools() -> tuple[dict[str, list[B.Residual]], dict[str, str]]:
     """({pool: residuals}, {run id: source}) of the public runs."""
     import fit_defaults as fd
 
+    import import_hardware as ih
+
     cases = load_runs(run_set=PUBLIC_SET).cases
+    own_blocks = ih.fitted_blocks(specs_dir() / "hardware")
     holdout, prior = [], []
     priors: dict[str, object] = {}
     for c in cases:
         hw = c.scenario.hardware
         if hw.efficiency.fitted and not fd.in_fit_set(c.id):
             holdout.append(residual(c, compare(c).predicted_step_s))
-        prior_hw = priors.setdefault(hw.name, fd.prior_hardware(hw))
+        # the prior an uncalibrated device ships with: the median of the other fitted devices of its group
+        prior_hw = priors.setdefault(hw.name, fd.unseen_prior_hardware(hw, own_blocks))
         prior.append(residual(c, compare(c, prior_hw).predicted_step_s))   # type: ignore[arg-type]
     return {"holdout": holdout, "prior": prior}, {c.id: c.source for c in cases}
 

@@ -470,11 +470,24 @@ def same_configuration_markdown(results: list[RunResult]) -> str:
             "per pipeline; d and v as published):\n\n" + "\n".join(lines)) if len(lines) > 2 else ""
 
 
+def unseen_prior_hardware(hw: catalog.Hardware, own_blocks: dict) -> catalog.Hardware:
+    """`hw` with the prior it would ship with had it no runs of its own: the median of the OTHER devices of
+    its group fitted on their own runs (import_hardware.derived_prior), else the importer's generic prior.
+    `own_blocks`: name -> (kind, efficiency block) of the devices fitted on their own runs."""
+    import import_hardware as ih
+    import yaml
+
+    block = ih.derived_prior(hw.kind, {n: v for n, v in own_blocks.items() if n != hw.name})
+    if block is None:
+        return prior_hardware(hw)
+    data = yaml.safe_load(replace_efficiency_block(Path(hw.path).read_text(encoding="utf-8"), block, hw.path))
+    return catalog.hardware_from_mapping(data, hw.path)
+
+
 def prior_rule_markdown(by_hw: dict, own_blocks: dict, final_hw: dict) -> str:
     """Leave one device out: each device fitted on its own runs, predicted with the prior it would get
     without them (the median of the other fitted devices of its group) and with the generic prior."""
     import import_hardware as ih
-    import yaml
 
     lines = ["| device | runs | generic prior MAPE % | median of the others MAPE % | own fit MAPE % |",
              "|---|---:|---:|---:|---:|"]
@@ -482,11 +495,9 @@ def prior_rule_markdown(by_hw: dict, own_blocks: dict, final_hw: dict) -> str:
     total = 0
     for name in sorted(own_blocks):
         cases, hw = by_hw[name], final_hw[name]
-        block = ih.derived_prior(hw.kind, {n: v for n, v in own_blocks.items() if n != name})
-        if block is None:
+        if ih.derived_prior(hw.kind, {n: v for n, v in own_blocks.items() if n != name}) is None:
             continue
-        data = yaml.safe_load(replace_efficiency_block(Path(hw.path).read_text(encoding="utf-8"), block, hw.path))
-        median_hw = catalog.hardware_from_mapping(data, hw.path)
+        median_hw = unseen_prior_hardware(hw, own_blocks)
         errs = {"generic": mape_pct(compare(c, prior_hardware(hw)) for c in cases),
                 "median": mape_pct(compare(c, median_hw) for c in cases),
                 "own": mape_pct(compare(c, hw) for c in cases)}

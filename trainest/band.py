@@ -19,7 +19,8 @@ refit) and shipped as data in `specs/bands.json`, never written by hand. Two poo
 - `holdout`: the public runs that were NOT used to fit the shipped efficiencies (crc32(id) mod 100 ≥ 60),
   on hardware whose efficiencies are fitted (`efficiency.fitted`): the honest error of a calibrated
   estimate for a run like the published ones;
-- `prior`: every public run predicted with the importer's prior efficiencies (fitted on no run): the
+- `prior`: every public run predicted with the prior its device would ship with had it no runs of its
+  own (the median of the other fitted devices of its group, else the importer's generic prior): the
   error of an estimate on hardware trainest has not calibrated (`efficiency.fitted: false`, a probed
   or hand-written file). It is the wider of the two, measured, not a guessed widening factor.
 
