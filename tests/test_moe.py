@@ -458,3 +458,19 @@ def test_moe_estimates_say_what_is_not_validated(capsys):
     code, out, err = call_entry(args + ["--hardware", "h100-sxm"], capsys)
     assert code == 0 and "Megatron-Bridge" not in err and "priors (grouped_gemm" not in err
     assert load_hardware("h200-sxm").efficiency.moe_fitted          # inherited from h100-sxm's MoE fit
+
+
+def test_plan_says_what_is_not_validated_too(capsys):
+    """`plan` carries the job's warnings (stderr, and `warnings` in its JSON) as `estimate` does."""
+    import json
+
+    from helpers import call_entry
+    args = ["plan", "--model", "qwen3-30b-a3b", "--hardware", "a100-80gb-sxm", "--devices", "16",
+            "--global-batch", "512", "--framework", "torchtitan"]
+    code, out, err = call_entry(args, capsys)
+    assert code == 0 and "validated only on Megatron-Bridge" in err and "Warning" not in out
+    code, out, _ = call_entry(args + ["--json"], capsys)
+    assert code == 0 and any("priors (grouped_gemm" in w for w in json.loads(out)["warnings"])
+    code, out, _ = call_entry(["plan", "--model", "llama3-8b", "--devices", "8", "--global-batch", "64", "--json"],
+                              capsys)
+    assert code == 0 and json.loads(out)["warnings"] == []

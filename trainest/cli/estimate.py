@@ -83,14 +83,21 @@ def _estimate(values: dict[str, Any]) -> tuple[Any, list[str]]:
     if not result.memory.fits:
         from trainest.advice import fit_suggestions
         warnings.append(fit_suggestions(scenario, result))
-    from trainest.frameworks import FRAMEWORKS
-    if not FRAMEWORKS[scenario.framework].seen:
-        warnings.append(f"framework {scenario.framework}: no bundled measured run uses it; its host dispatch and "
-                        f"defaults (trainest/frameworks.py) are not validated")
     if result.training.cost_usd is None:
         warnings.append(f"no price for {scenario.hardware.name}: cost not computed; give --price-per-hour")
-    warnings.extend(prior_warnings(scenario))
+    warnings.extend(job_warnings(scenario))
     return result, warnings
+
+
+def job_warnings(scenario: Any) -> list[str]:
+    """What every estimate of this job rests on that no measured run checked, whatever its layout: a
+    framework no bundled run uses, and the `prior_warnings` (estimate and plan say them alike)."""
+    from trainest.frameworks import FRAMEWORKS
+    out = []
+    if not FRAMEWORKS[scenario.framework].seen:
+        out.append(f"framework {scenario.framework}: no bundled measured run uses it; its host dispatch and "
+                   f"defaults (trainest/frameworks.py) are not validated")
+    return out + prior_warnings(scenario)
 
 
 # Numbers an estimate rests on that no measured run has checked (docs/model.md §13, §14).

@@ -82,13 +82,18 @@ def run_plan(values: dict[str, Any]) -> int:
     except SpecError as exc:
         error_line(str(exc))
         return EXIT_BAD_INPUT
+    from trainest import report
+    from trainest.cli.estimate import job_warnings
     from trainest.report.plan import print_plan, search_dict
+    warnings = job_warnings(result.base)
     if values.get("json_out"):
-        from trainest.report import dumps
-        print(dumps(search_dict(result, dsearch)))
+        print(report.dumps({**search_dict(result, dsearch), "warnings": warnings}))
         return EXIT_OK
     # (the global batch is among the layout's arguments, in sequences, however it was given)
     job_args = given_args(values, ("config",)) + given_args(values, tuple(
         k.name for k in KNOBS if k.job and k.name not in LAYOUT_ARGS and k.name != "global_batch_tokens"))
     print_plan(result, dsearch, " ".join(job_args))
+    if not values.get("quiet"):
+        for w in warnings:
+            report.warn(w)
     return EXIT_OK
