@@ -474,3 +474,25 @@ def test_plan_says_what_is_not_validated_too(capsys):
     code, out, _ = call_entry(["plan", "--model", "llama3-8b", "--devices", "8", "--global-batch", "64", "--json"],
                               capsys)
     assert code == 0 and json.loads(out)["warnings"] == []
+
+
+def test_compare_says_which_entries_have_prior_moe_efficiencies_and_reproduces_its_first(capsys):
+    """`compare` of a MoE job names the entries whose MoE efficiencies are priors (stderr and JSON
+    `warnings`), and its reproduce line carries the job options, so that it gives the first row's step."""
+    import json
+    import re
+
+    from helpers import call_entry
+    args = ["compare", "--model", "qwen3-30b-a3b", "--hardware", "h100-sxm,a100-80gb-sxm", "--devices", "16",
+            "--global-batch", "512"]
+    code, out, err = call_entry(args, capsys)
+    assert code == 0 and "mixture of experts on a100-80gb-sxm" in err and "h100-sxm:" not in err
+    line = " ".join(out.split()).split("Reproduce the first: ")[1]
+    assert line.startswith("trainest estimate --model qwen3-30b-a3b --hardware ") and "job options" not in line
+    code, doc, _ = call_entry(args + ["--json"], capsys)
+    doc = json.loads(doc)
+    assert code == 0 and any("a100-80gb-sxm" in w for w in doc["warnings"])
+    argv = re.findall(r"--[\w-]+(?: [^-\s][^\s]*)?", line)
+    code, est, _ = call_entry(["estimate"] + " ".join(argv).split() + ["--json"], capsys)
+    first = doc["compare"][0]
+    assert code == 0 and json.loads(est)["step"]["time_s"] == pytest.approx(first["step"]["time_s"], rel=1e-9)

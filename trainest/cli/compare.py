@@ -43,10 +43,30 @@ def run_compare(values: dict[str, Any]) -> int:
         return EXIT_BAD_INPUT
     finally:
         progress.close()
+    from trainest import report
     from trainest.report.compare import compare_dict, print_compare
+    warnings = compare_warnings(result)
     if values.get("json_out"):
-        from trainest.report import dumps
-        print(dumps(compare_dict(result)))
+        print(report.dumps({**compare_dict(result), "warnings": warnings}))
     else:
-        print_compare(result)
+        from trainest.knobs import KNOBS, LAYOUT_ARGS, given_args
+        job_args = given_args(values, ("config",)) + given_args(values, tuple(
+            k.name for k in KNOBS if k.job and k.name not in LAYOUT_ARGS + ("hardware", "global_batch_tokens")))
+        print_compare(result, " ".join(job_args))
+        if not values.get("quiet"):
+            for w in warnings:
+                report.warn(w)
     return EXIT_OK
+
+
+def compare_warnings(c: Any) -> list[str]:
+    """The job's warnings (`cli.estimate.job_warnings`) and, for a MoE model, the entries whose MoE
+    efficiencies are priors."""
+    from trainest.cli.estimate import job_warnings
+    out = job_warnings(c.job, hardware=False)
+    if c.job.model.moe is not None:
+        priors = [e.hardware for e in c.entries if e.can_run and not e.estimate.scenario.hardware.efficiency.moe_fitted]
+        if priors:
+            out.append(f"mixture of experts on {', '.join(priors)}: their grouped-GEMM and all-to-all efficiencies "
+                       f"are priors, not fitted on any MoE run of these devices")
+    return out

@@ -89,15 +89,16 @@ def _estimate(values: dict[str, Any]) -> tuple[Any, list[str]]:
     return result, warnings
 
 
-def job_warnings(scenario: Any) -> list[str]:
+def job_warnings(scenario: Any, hardware: bool = True) -> list[str]:
     """What every estimate of this job rests on that no measured run checked, whatever its layout: a
-    framework no bundled run uses, and the `prior_warnings` (estimate and plan say them alike)."""
+    framework no bundled run uses, and the `prior_warnings` (estimate, plan and compare say them alike;
+    `hardware` False leaves out the one about the scenario's own hardware, for compare)."""
     from trainest.frameworks import FRAMEWORKS
     out = []
     if not FRAMEWORKS[scenario.framework].seen:
         out.append(f"framework {scenario.framework}: no bundled measured run uses it; its host dispatch and "
                    f"defaults (trainest/frameworks.py) are not validated")
-    return out + prior_warnings(scenario)
+    return out + prior_warnings(scenario, hardware)
 
 
 # Numbers an estimate rests on that no measured run has checked (docs/model.md §13, §14).
@@ -119,8 +120,9 @@ MOE_PRIOR_WARNING = ("mixture of experts on {hardware}: its grouped-GEMM and all
                      "(grouped_gemm {grouped:g}, all_to_all {a2a:g}), not fitted on any MoE run of this device")
 
 
-def prior_warnings(scenario: Any) -> list[str]:
-    """Warnings for the parts of an estimate that rest on unvalidated or biased numbers."""
+def prior_warnings(scenario: Any, hardware: bool = True) -> list[str]:
+    """Warnings for the parts of an estimate that rest on unvalidated or biased numbers (`hardware`
+    False: not the one about the scenario's hardware's MoE efficiencies)."""
     out = []
     if scenario.finetune.frozen and "tokens" in scenario.derived:
         out.append(FINETUNE_TOKENS_WARNING.format(method=scenario.finetune.method, tokens=scenario.tokens / 1e9))
@@ -129,7 +131,7 @@ def prior_warnings(scenario: Any) -> list[str]:
         if not FRAMEWORKS[scenario.framework].moe_seen:
             out.append(MOE_FRAMEWORK_WARNING.format(framework=scenario.framework))
         e = scenario.hardware.efficiency
-        if not e.moe_fitted:
+        if hardware and not e.moe_fitted:
             out.append(MOE_PRIOR_WARNING.format(hardware=scenario.hardware.name, grouped=e.grouped_gemm,
                                                 a2a=e.all_to_all))
     if scenario.finetune.frozen:

@@ -69,8 +69,9 @@ def _how(c: Comparison) -> str:
     return f"its best plan on {c.devices} devices"
 
 
-def print_compare(c: Comparison) -> None:
-    """The comparison table on stdout, then each plan with its band's source, and the entries that cannot run."""
+def print_compare(c: Comparison, job_args: str = "") -> None:
+    """The comparison table on stdout, then each plan with its band's source, the command that reproduces
+    the first (`job_args`: the job options as given), and the entries that cannot run."""
     from rich import box
     from rich.table import Table
 
@@ -96,8 +97,8 @@ def print_compare(c: Comparison) -> None:
         p.add_row(en.hardware, _layout(en.estimate), en.estimate.scenario.recompute, band_source(en.estimate))
     con.print(p)
     if runnable and runnable[0].estimate is not None:
-        con.print(f"Reproduce the first: [dim]trainest estimate --hardware {runnable[0].hardware} "
-                  f"{' '.join(estimate_args(runnable[0].estimate))} ...job options[/dim]", highlight=False)
+        con.print(f"Reproduce the first: [dim]trainest estimate {job_args + ' ' if job_args else ''}--hardware "
+                  f"{runnable[0].hardware} {' '.join(estimate_args(runnable[0].estimate))}[/dim]", highlight=False)
     for en in c.entries:
         if en.estimate is None:
             con.print(f"[bold]{en.hardware}[/bold] cannot run this job: {en.reason}", highlight=False)
