@@ -7,8 +7,8 @@ from __future__ import annotations
 from trainest.choices import FULL_PRECISIONS
 
 MASTER_WEIGHT_BYTES = 4.0        # FP32 master copy of each parameter (mixed precision)
-ADAM_MOMENT_BYTES = 8.0          # FP32 first and second moments
 MOMENT_BYTES = {"fp32": 4.0, "bf16": 2.0}   # bytes of one Adam moment per parameter (`adam_moments`)
+ADAM_MOMENT_BYTES = 2.0 * MOMENT_BYTES["fp32"]   # FP32 first and second moments: 8 B
 MAIN_GRAD_BYTES = 4.0            # FP32 gradient accumulation buffer (Megatron main_grad, FSDP reduce dtype)
 FP16_GRAD_BYTES = 2.0            # loss-scaled FP16 training keeps and reduces FP16 gradients
 

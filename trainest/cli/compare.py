@@ -49,10 +49,8 @@ def run_compare(values: dict[str, Any]) -> int:
     if values.get("json_out"):
         print(report.dumps({**compare_dict(result), "warnings": warnings}))
     else:
-        from trainest.knobs import KNOBS, LAYOUT_ARGS, given_args
-        job_args = given_args(values, ("config",)) + given_args(values, tuple(
-            k.name for k in KNOBS if k.job and k.name not in LAYOUT_ARGS + ("hardware", "global_batch_tokens")))
-        print_compare(result, " ".join(job_args))
+        from trainest.cli.plan import job_option_args
+        print_compare(result, job_option_args(values, leave_out=("hardware",)))
         if not values.get("quiet"):
             for w in warnings:
                 report.warn(w)

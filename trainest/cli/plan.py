@@ -34,6 +34,15 @@ def one_hardware(given: Any) -> str | None:
     return names[0] if names else None
 
 
+def job_option_args(values: dict[str, Any], leave_out: tuple[str, ...] = ()) -> str:
+    """The job options as given (the config file and the knobs a plan keeps for every plan), as the
+    `trainest estimate` arguments that reproduce a plan with its layout's; the global batch is among the
+    layout's arguments, in sequences, however it was given. `leave_out`: knobs the caller sets itself."""
+    skip = LAYOUT_ARGS + ("global_batch_tokens",) + leave_out
+    return " ".join(given_args(values, ("config",)) + given_args(values, tuple(
+        k.name for k in KNOBS if k.job and k.name not in skip)))
+
+
 def job_mapping(values: dict[str, Any]) -> dict[str, Any]:
     """The job's scenario mapping: the config file, overridden by the job options given (the knobs
     a plan keeps for every plan, in their groups: parallel.tp_overlap, finetune.rank, ...)."""
@@ -89,10 +98,7 @@ def run_plan(values: dict[str, Any]) -> int:
     if values.get("json_out"):
         print(report.dumps({**search_dict(result, dsearch), "warnings": warnings}))
         return EXIT_OK
-    # (the global batch is among the layout's arguments, in sequences, however it was given)
-    job_args = given_args(values, ("config",)) + given_args(values, tuple(
-        k.name for k in KNOBS if k.job and k.name not in LAYOUT_ARGS and k.name != "global_batch_tokens"))
-    print_plan(result, dsearch, " ".join(job_args))
+    print_plan(result, dsearch, job_option_args(values))
     if not values.get("quiet"):
         for w in warnings:
             report.warn(w)

@@ -326,7 +326,7 @@ def remote_domain_share(job: Job, layout: Layout, tiers: Tiers) -> Num:
     return xp.where(domains > 1.0, domains * (1.0 - domain_miss_probability(moe, domains)) / moe.top_k, 1.0)
 
 
-def _miss_s(pool: float, held: Num, top_k: int) -> Num:
+def _miss_probability(pool: float, held: Num, top_k: int) -> Num:
     """P that K distinct experts drawn uniformly from `pool` miss the `held` ones:
     Π_{i<K} (pool − held − i)/(pool − i)."""
     miss: Num = 1.0
@@ -353,12 +353,12 @@ def domain_miss_probability(moe: MoE, domains: Num) -> Num:
     where a group spans several domains (N > G) a domain's experts are picked with their group, g/G."""
     e, k, groups, picked = moe.experts, moe.top_k, moe.router_groups, moe.router_group_top_k
     if picked >= groups:
-        return _miss_s(float(e), e / domains, k)
+        return _miss_probability(float(e), e / domains, k)
     pool, q = picked * e / groups, groups / domains
     pmf = [_comb(q, j) * _comb(groups - q, picked - j) / _comb(float(groups), picked) for j in range(picked + 1)]
     total = sum(pmf)
-    nested = sum(p / total * _miss_s(pool, j * e / groups, k) for j, p in enumerate(pmf))
-    split = 1.0 - picked / groups * (1.0 - _miss_s(pool, e / domains, k))
+    nested = sum(p / total * _miss_probability(pool, j * e / groups, k) for j, p in enumerate(pmf))
+    split = 1.0 - picked / groups * (1.0 - _miss_probability(pool, e / domains, k))
     return xp.where(domains <= groups, nested, split)
 
 
