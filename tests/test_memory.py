@@ -352,3 +352,15 @@ def test_bf16_adam_moments_save_four_bytes_of_state_and_eight_of_traffic_per_par
     with pytest.raises(SpecError, match="adam_moments: bf16 with offload 'optimizer'"):
         scenario_from_mapping({**base, "adam_moments": "bf16", "offload": "optimizer", "devices": 1,
                                "hardware": "gh200", "global_batch": 8})
+
+
+def test_plan_and_compare_take_the_optimizer_and_framework_inputs(capsys):
+    """The job inputs of estimate reach plan and compare too (plan had no --adam-moments or --packed-length,
+    compare no --framework), and their reproduce lines carry them."""
+    from helpers import call_entry
+    code, out, _ = call_entry(["plan", "--model", "llama3-8b", "--devices", "8", "--global-batch", "64",
+                               "--adam-moments", "bf16", "--packed-length", "512"], capsys)
+    assert code == 0 and "--adam-moments bf16" in " ".join(out.split())
+    code, out, _ = call_entry(["compare", "--model", "llama3-8b", "--hardware", "h100-sxm,b200", "--devices", "8",
+                               "--global-batch", "64", "--framework", "torchtitan", "--adam-moments", "bf16"], capsys)
+    assert code == 0 and "--framework torchtitan --adam-moments bf16" in " ".join(out.split())

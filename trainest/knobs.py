@@ -205,8 +205,9 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
     BY_NAME["global_batch"]._replace(help=_PLAN_HELP["global_batch"], show_default=None),
     BY_NAME["global_batch_tokens"],
     *(BY_NAME[n] for n in ("precision", "seq_len", "devices_per_node", "attention", "framework", "kernels",
-                           "finetune", "lora_rank", "lora_alpha", "lora_targets", "base_bits", "offload", "tokens",
-                           "price_per_hour", "pue", "grid_gco2_per_kwh", "memory_headroom")),
+                           "packed_length", "adam_moments", "finetune", "lora_rank", "lora_alpha", "lora_targets",
+                           "base_bits", "offload", "tokens", "price_per_hour", "pue", "grid_gco2_per_kwh",
+                           "memory_headroom")),
     BY_NAME["config"]._replace(help=_PLAN_HELP["config"]),
     BY_NAME["tp_overlap"]._replace(help=_PLAN_HELP["tp_overlap"]),
     BY_NAME["dp_collectives"]._replace(help=_PLAN_HELP["dp_collectives"]),
@@ -243,10 +244,12 @@ COMPARE_OPTIONS: tuple[Knob, ...] = (
     _BY_PLAN["devices"]._replace(help="Device count N (every hardware at N), or a range such as 64..8192 with "
                                       "--deadline (fewest devices in time) or --budget (fastest within it)."),
     _BY_PLAN["global_batch"],
-    *(BY_NAME[n] for n in ("precision", "seq_len", "attention", "kernels", "tokens", "pue", "grid_gco2_per_kwh")),
+    *(BY_NAME[n] for n in ("precision", "seq_len", "attention", "framework", "kernels", "packed_length",
+                           "adam_moments", "finetune", "lora_rank", "lora_targets", "tokens", "pue",
+                           "grid_gco2_per_kwh")),
     _BY_PLAN["config"]._replace(help="Scenario YAML for the job (its hardware, layout, micro-batch and recompute are "
                                      "ignored); options override it."),
-    _BY_PLAN["tp_overlap"], _BY_PLAN["dp_collectives"],
+    _BY_PLAN["tp_overlap"], _BY_PLAN["dp_collectives"], _BY_PLAN["moe_overlap"],
     _BY_PLAN["objective"]._replace(help="Rank the hardware by the whole run's time, cost or energy."),
     _BY_PLAN["deadline"]._replace(help="With a --devices range: each hardware at the fewest devices that train the "
                                        "tokens within this time, e.g. 30d."),
