@@ -14,7 +14,7 @@ output's `skipped` list and the console say so):
    - eager, queue kept full: the device is first held busy (`torch.cuda._sleep`) while the Python loop
      enqueues N kernels, so the host's loop time / N is the host time per launched kernel and the
      device's time from the end of the sleep to the last kernel (CUDA events) / N is the device floor
-     per kernel (docs/model.md §2.8: `efficiency.kernel_floor_us`, `efficiency.host_us_per_kernel`);
+     per kernel (docs/model.md §2.9: `efficiency.kernel_floor_us`, `efficiency.host_us_per_kernel`);
    - the host time per call of a few one-kernel operators (in place, out of place, a tiny matmul, a
      layer norm, with and without autograd recording);
    - CUDA graphs: N kernels captured once, the graph replayed: device floor and host cost per kernel.
@@ -328,7 +328,7 @@ def launch_summary(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def suggested_kernel_parameters(launch: dict[str, Any] | None) -> dict[str, Any]:
-    """What the launch measurements say about the hardware entry's kernel parameters (docs/model.md §2.8):
+    """What the launch measurements say about the hardware entry's kernel parameters (docs/model.md §2.9):
     `kernel_floor_us` = the eager device floor with the queue full (graph replay's floor is lower: CUDA
     graphs are outside trainest's model); `host_us_per_kernel` at least the host time of the autograd
     operators (the bare PyTorch dispatch; a training framework adds to it: fit it with `trainest calibrate`
@@ -994,7 +994,7 @@ def report(measurements: dict[str, Any], hardware_name: str | None = None) -> st
     launch = measurements.get("launch")
     if launch:
         sug = suggested_kernel_parameters(launch)
-        lines += ["## Kernels and the host (docs/model.md §2.8)", "",
+        lines += ["## Kernels and the host (docs/model.md §2.9)", "",
                   "| quantity | measured | hardware entry |", "|---|---|---|",
                   f"| device floor per kernel, eager, queue full [µs] | {launch.get('device_floor_us')} | "
                   f"kernel_floor_us {e.kernel_floor_s * 1e6:g} |",

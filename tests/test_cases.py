@@ -34,7 +34,7 @@ def test_case1_dgx_spark_is_memory_bound_at_few_tokens_per_gemm_and_compute_boun
     for key in (("dgx-spark", 256, 16), ("dgx-spark", 2048, 1), ("dgx-spark", 2048, 4)):
         assert c.op(docs[key], "mlp_up")["bound"] == "compute" and docs[key]["step"]["bottleneck"] == "compute"
     # the datacenter GPUs are several times faster at the same shape; at 256 tokens per GEMM their
-    # kernels are short enough that the host's launches and the kernel floors bound them (docs/model.md §2.8)
+    # kernels are short enough that the host's launches and the kernel floors bound them (docs/model.md §2.9)
     h100, b200 = docs[("h100-sxm", 256, 1)]["step"], docs[("b200", 256, 1)]["step"]
     assert 4 < spark["step"]["time_s"] / h100["time_s"] < 10
     assert 4 < spark["step"]["time_s"] / b200["time_s"] < 20 and b200["time_s"] < h100["time_s"]

@@ -1,4 +1,4 @@
-"""Kernel-level costs (docs/model.md §2.2 wave quantization, §2.8 kernels and the host): limits,
+"""Kernel-level costs (docs/model.md §2.2 wave quantization, §2.9 kernels and the host): limits,
 monotonicity and the framework input."""
 
 from __future__ import annotations
@@ -177,6 +177,22 @@ def test_the_fp32_fallback_adds_kernels_bytes_and_time():
     finally:
         FRAMEWORKS["megatron-deepspeed"] = saved
     assert megatron.time_s > fused.time_s
+
+
+def test_standard_attention_softmax_bytes_are_counted_by_pass():
+    """Forward 9 B per score (fused softmax 2 + 2, dropout 2 + 2 + a 1-byte mask); backward 11 (the dropout's
+    backward 2 + 1 + 2, the softmax backward 2 + 2 + 2), not twice the forward; without dropout 4 and 6."""
+    from trainest.step.layer import attention_ops
+    from trainest.step.rates import local_shape, rates_of
+
+    def softmax_bytes_per_score(model):
+        job, layout = job_and_layout(model, A100, "fp16", "standard", **_kw(tp=2.0, micro_batch=4.0))
+        x = local_shape(job, layout)
+        fwd, bwd = attention_ops(job, layout, rates_of(job, layout), x)
+        pick = [next(o for o in ops if o.name == "attention.softmax") for ops in (fwd, bwd)]
+        return [o.bytes / x.score_elements for o in pick]
+    assert softmax_bytes_per_score(SMALL) == pytest.approx([9.0, 11.0])
+    assert softmax_bytes_per_score(dataclasses.replace(SMALL, dropout=False)) == pytest.approx([4.0, 6.0])
 
 
 # ------------------------------------------------------------------------------------ outside the layers

@@ -671,7 +671,7 @@ vtrain-single-node` prints every run's error; `python tools/vtrain_report.py` pr
 
 The runs are imported with `framework: megatron-deepspeed` and `parallel.dp_overlap: false` (vTrain's configs
 set no gradient bucketing: the data-parallel all-reduce runs after the backward). What took them from 46.5 %
-to under 7 % (docs/model.md §2.2, §2.8): the host's time to launch each kernel (56 kernels per layer and
+to under 7 % (docs/model.md §2.2, §2.9): the host's time to launch each kernel (56 kernels per layer and
 micro-batch here; the small steps are host-bound), the kernels' device floors, tile and wave quantization
 of the small GEMMs over the A100's 108 SMs, and the exposed gradient reduction; then (to 5.5 %) the kernels
 and all-reduces of the embedding and the loss every micro-batch, Megatron-DeepSpeed's unfused

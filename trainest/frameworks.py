@@ -1,5 +1,5 @@
 """The software stack as an input: what each training framework does that the step model needs
-(docs/model.md §2.8). Facts with their sources; standard library only (start-up path).
+(docs/model.md §2.9). Facts with their sources; standard library only (start-up path).
 
 A framework sets
 - `dispatch`: how kernels reach the GPU. `python`: every kernel is launched from Python through
@@ -16,7 +16,7 @@ A framework sets
   Megatron-Bridge, i.e. Megatron-Core): a MoE estimate under another framework says its expert kernels,
   dispatcher and overlap are not validated.
 - `megatron_softmax`: standard (non-flash) attention runs Megatron's fused scale-mask-softmax, which
-  falls back to an FP32 PyTorch softmax for shapes its kernel does not take (docs/model.md §2.8,
+  falls back to an FP32 PyTorch softmax for shapes its kernel does not take (docs/model.md §2.9,
   `step/kernels.py: softmax_fallback`).
 - `unfused_cross_entropy`: the loss is Megatron's vocab-parallel cross-entropy run as separate PyTorch
   operators over an FP32 copy of the logits (Megatron-DeepSpeed; Megatron-Core without

@@ -63,14 +63,14 @@ DEFAULT_GROUPED_GEMM = 1.0          # expert GEMMs at the dense GEMM's efficienc
 DEFAULT_ALL_TO_ALL = 0.8
 DEFAULT_LOW_PRECISION_GEMM = 0.85   # FP8 GEMMs reach a lower fraction of their (2x) peak than BF16
 DEFAULT_FLASH2_ATTENTION = 1.0     # FlashAttention-2 relative to `attention`: the same unless fitted
-# a fixed time per layer pass [µs]; 0: the kernels' host dispatch and floors (docs/model.md §2.8) are
+# a fixed time per layer pass [µs]; 0: the kernels' host dispatch and floors (docs/model.md §2.9) are
 # counted instead (before them, a fitted 30 µs stood in for both)
 DEFAULT_LAYER_OVERHEAD_US = 0.0
 # Host time per kernel launched from Python (PyTorch eager dispatch: op dispatch, autograd bookkeeping,
 # the CUDA launch call): ~10-20 µs per operator for eager PyTorch (PyTorch's own profiler overhead
 # notes; the CUDA Graphs post, NVIDIA 2019, measures ~µs-scale launch cost) and more under framework
 # hooks. The prior of a hardware entry without a fitted value; fitted on measured small-kernel runs
-# (docs/model.md §2.8, docs/validation.md).
+# (docs/model.md §2.9, docs/validation.md).
 DEFAULT_HOST_US_PER_KERNEL = 20.0
 # The shortest time a kernel occupies the device: launch latency plus the ramp-up and drain of its
 # thread blocks, ~3-5 µs on A100/H100 for back-to-back small kernels (CUDA C++ Best Practices Guide,

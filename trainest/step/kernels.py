@@ -1,4 +1,4 @@
-"""Kernels and the host (docs/model.md §2.8): how many kernels one layer launches per pass, the
+"""Kernels and the host (docs/model.md §2.9): how many kernels one layer launches per pass, the
 device's floor per kernel, and the host's time to dispatch them. A step whose kernels are shorter
 than the host's time to launch them is host-bound: the device waits.
 
@@ -295,7 +295,7 @@ class Head(NamedTuple):
 
 
 def head_parts(job: Job, layout: Layout, tokens: Num, tiers: Tiers, logits_device_s: Num) -> Head:
-    """The embedding's and the loss's time per micro-batch (docs/model.md §2.8): host launches
+    """The embedding's and the loss's time per micro-batch (docs/model.md §2.9): host launches
     (`kernels.head_host_s`) against the device's work there (the TP collectives, the logits)."""
     first_host, last_host = head_host_s(job, layout)
     first_tp, last_tp = head_tp_s(job, layout, tokens, tiers)

@@ -57,6 +57,10 @@ SOFTMAX_BYTES_PER_SCORE = 9.0      # standard attention: scale/mask/softmax/drop
 # and a 1-byte mask) does not run
 NO_DROPOUT_H_WIDE_SAVING = 2.0 * 1.0
 NO_DROPOUT_SOFTMAX_SAVING = 5.0
+# backward, per score: the dropout's backward reads the incoming gradient (2) and the mask (1) and writes (2);
+# the fused softmax backward reads the probabilities and that gradient (2 + 2) and writes the scores' gradient (2)
+SOFTMAX_BACKWARD_BYTES_PER_SCORE = 11.0
+NO_DROPOUT_SOFTMAX_BACKWARD_SAVING = 5.0
 BACKWARD_TRAFFIC_RATIO = 2.0       # element-wise backward moves about twice the forward bytes
 LOW_PRECISION_CAST_PASSES = 3.0    # FP8/FP4: read 16-bit input, write the low-precision copy (+ scale)
 # Rotary position embedding (RoPE) on the queries and keys of each layer, forward: a fused kernel (Transformer
@@ -116,9 +120,12 @@ def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[li
     softmax_bytes = (SOFTMAX_BYTES_PER_SCORE - no_dropout * NO_DROPOUT_SOFTMAX_SAVING) * x.score_elements
     softmax = op_of("attention.softmax", FORWARD, 0.0 * softmax_bytes, softmax_bytes,
                     streaming_time(softmax_bytes, r.memory_bytes_per_s))
-    fwd_parts = [scores, context, softmax]
+    bwd_bytes = (SOFTMAX_BACKWARD_BYTES_PER_SCORE - no_dropout * NO_DROPOUT_SOFTMAX_BACKWARD_SAVING) * x.score_elements
+    softmax_bwd = op_of("attention.softmax", BACKWARD, 0.0 * bwd_bytes, bwd_bytes,
+                        streaming_time(bwd_bytes, r.memory_bytes_per_s))
     fallback_fwd, fallback_bwd = softmax_fallback_ops(job, layout, r.memory_bytes_per_s, x.score_elements)
-    return fwd_parts + fallback_fwd, [p.scaled(2.0, phase=BACKWARD) for p in fwd_parts] + fallback_bwd
+    return ([scores, context, softmax] + fallback_fwd,
+            [scores.scaled(2.0, phase=BACKWARD), context.scaled(2.0, phase=BACKWARD), softmax_bwd] + fallback_bwd)
 
 
 def h_wide_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
@@ -265,7 +272,7 @@ class LayerPass(NamedTuple):
     overhead_s: Num             # fixed per-pass overhead (launches, sync)
     linear_s: Num               # the weight GEMMs forward, backward and recomputed (TP overlap window)
     floor_s: Num = 0.0          # what the kernels' floors add over their roofline times (all passes)
-    ops: LayerOps | None = None  # the named ops these sums add up (the ops table, docs/model.md §2.9)
+    ops: LayerOps | None = None  # the named ops these sums add up (the ops table, docs/model.md §2.8)
 
 
 def attention_block(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[list[Op], list[Op], list[Op]]:

@@ -251,7 +251,7 @@ def expert_launches(job: Job, layout: Layout) -> Num:
     passes: E/e × (EXPERT_GEMM_LAUNCHES·(3 + [full] + [op]/2) + [FP8/FP4]·(EXPERT_CAST_LAUNCHES +
     EXPERT_PAD_LAUNCHES)·(2 + [full])) (Transformer Engine GroupedLinear: one GEMM per local expert,
     launched from the host; `expert_pass_launches`). Every launch costs the host τ_host like any
-    kernel (docs/model.md §2.8): with E/e = 16 and few rows per expert (micro-batch 1) the layer
+    kernel (docs/model.md §2.9): with E/e = 16 and few rows per expert (micro-batch 1) the layer
     becomes host-bound."""
     forward, backward = expert_pass_launches(job, layout)
     return forward + backward
@@ -260,7 +260,7 @@ def expert_launches(job: Job, layout: Layout) -> Num:
 def expert_host_pass_s(job: Job, layout: Layout) -> tuple[Num, Num]:
     """(forward, backward) host time of the mean layer's per-expert launches, one micro-batch [s]:
     L_m/L · expert_pass_launches · τ_host ((0, 0) for a dense model). Added to the layer's host
-    passes (§2.8, §15.2)."""
+    passes (§2.9, §15.2)."""
     if job.model.moe is None:
         return 0.0, 0.0
     forward, backward = expert_pass_launches(job, layout)

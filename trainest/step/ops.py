@@ -118,7 +118,7 @@ def collective_rows(job: Job, layout: Layout, p: StepParts) -> list[StepOp]:
                     "network: scale-out"),
         _collective("zero2.grad_reduce_scatter", float(layout.z2) * (m - 1.0), trained * g,
                     float(layout.z2) * (m - 1.0) * float(p.dp.zero2_rs_s), float(p.dp_exposed.zero2_s), dp_tier),
-        # the embedding's and the loss's all-reduces (docs/model.md §2.8), on the slowest stage
+        # the embedding's and the loss's all-reduces (docs/model.md §2.9), on the slowest stage
         _collective("tp.embedding_loss", m * (2.0 + CE_TP_COLLECTIVES), act, float(p.head_tp_s) * m,
                     float(p.head_tp_s) * m, _group_tier(tp, 1.0, domain)),
         _collective("pp.tied_embedding", 1.0, job.model.vocab * job.model.hidden / tp * g, float(p.tied_s),
