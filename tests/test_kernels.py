@@ -144,6 +144,32 @@ def test_plan_does_not_search_virtual_stages_for_a_framework_without_them():
     assert max(S.enumerate_plans(base, 16, S.SearchSpace()).vpp) > 1
 
 
+def test_the_host_and_device_meet_in_a_smooth_maximum_between_their_max_and_their_sum():
+    from trainest.step.kernels import host_wait_s
+    d = 1e-3
+    for h in (0.0, 0.2e-3, 1e-3, 3e-3, 10e-3):
+        t = d + host_wait_s(h, d)
+        assert max(h, d) <= t <= h + d
+    assert host_wait_s(0.0, d) == 0.0                                    # no host time: no wait
+    assert d + host_wait_s(d, d) == pytest.approx(2.0 ** 0.25 * d)       # p = 4 at equal times
+    assert host_wait_s(5e-3, d, exponent=200.0) == pytest.approx(4e-3, rel=1e-3)   # p → ∞: the plain max
+    waits = [host_wait_s(h, d) for h in (0.1e-3, 0.5e-3, 1e-3, 2e-3)]
+    assert waits == sorted(waits)                                        # more host time, more wait
+
+
+def test_a_host_bound_step_says_so_and_a_device_bound_one_does_not():
+    from trainest.estimate import estimate
+    from trainest.scenario import scenario_from_mapping
+    base = {"model": "gpt2-350m", "hardware": "a100-80gb-sxm", "devices": 8, "precision": "fp16", "seq_len": 1024,
+            "framework": "megatron-deepspeed", "attention": "standard", "recompute": "full",
+            "parallel": {"tp": 8, "pp": 1}}
+    small = estimate(scenario_from_mapping({**base, "micro_batch": 1, "global_batch": 8}))
+    big = estimate(scenario_from_mapping({**base, "model": "gpt3-13b", "seq_len": 2048, "micro_batch": 4,
+                                          "global_batch": 32}))
+    assert small.step.bound_by == "host" and big.step.bound_by == "device"
+    assert big.step.overhead_detail_s["host_wait"] < 1e-3 * big.step.time_s
+
+
 # ------------------------------------------------------------------------------------ Megatron's fused softmax
 
 def test_the_fused_softmax_falls_back_where_its_kernel_does_not_take_the_shape():

@@ -191,7 +191,7 @@ def estimate(s: Scenario) -> Estimate:
                       optimizer_s=float(terms.optimizer_s), micro_batch_s=float(terms.micro_batch_s),
                       no_overlap_time_s=float(terms.no_overlap_time_s), overlap_policy=overlap_policy(s),
                       host_time_s=float(terms.host_s),
-                      bound_by="host" if float(terms.layers_host_wait_s) > 0.0 else "device",
+                      bound_by="host" if float(terms.host_bound) > 0.0 else "device",
                       overhead_detail_s=overhead_detail(parts["overhead"], terms),
                       time_s_low=t * band.low_ratio, time_s_high=t * band.high_ratio)
     peak = s.hardware.peak(s.precision)

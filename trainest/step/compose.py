@@ -12,7 +12,7 @@ from trainest.layout import Job, Layout, Num
 from trainest.step.collectives import Tiers, tied_embedding_s, tiers_of
 from trainest.step.finetune import finetune_flops_delta, trainable_params_local
 from trainest.step.flops import model_flops_per_step, recompute_flops_per_step
-from trainest.step.kernels import head_parts, host_layer_s, host_pass_s
+from trainest.step.kernels import head_parts, host_layer_s, host_pass_s, host_wait_s
 from trainest.step.layer import LayerPass, attention_block, layer_ops, layer_pass, logits_ops, mix_passes
 from trainest.step.moe import expert_host_layer_s, expert_host_pass_s, moe_layer
 from trainest.step.offload import Offload, offload_state, offload_terms
@@ -80,7 +80,8 @@ class StepTerms(NamedTuple):
     hardware_flops: Num          # per step, all devices, including recomputation
     host_s: Num = 0.0            # the host's time to launch the slowest stage's layers (all micro-batches)
     host_wait_s: Num = 0.0       # the part of overhead_s the device waits for the host (host-bound layers)
-    layers_host_wait_s: Num = 0.0   # the part of host_wait_s inside the layers (> 0: the layers are host-bound)
+    layers_host_wait_s: Num = 0.0   # the part of host_wait_s inside the layers
+    host_bound: Num = 0.0        # 1 where a layer's host time exceeds its device time (the layers are host-bound)
     floor_s: Num = 0.0           # the part of overhead_s the kernels' floors add
     offload_s: Num = 0.0         # exposed host-side work: host-link copies and the CPU's Adam (step/offload.py)
     ep_comm_s: Num = 0.0         # exposed expert-parallel all-to-alls (MoE), part of communication_s
@@ -203,6 +204,15 @@ def offload_parts(job: Job, layout: Layout, lp: LayerPass, layers: Num, optimize
     return off, off.exposed_s, serial, optimizer * (1.0 - layout.offload_optimizer)
 
 
+def layer_time_s(lp: LayerPass, host_layer_s: Num, comm_s: Num) -> tuple[Num, Num, Num, Num]:
+    """(time, overhead, host wait, host-bound mask) of one layer and micro-batch whose device runs its
+    pass and `comm_s` of collectives [s]: the smooth maximum of its device and host times
+    (kernels.host_wait_s, docs/model.md §2.9); the overhead is the pass's own, its floors and the wait."""
+    device_s = lp.compute_s + lp.memory_s + lp.overhead_s + lp.floor_s + comm_s
+    wait = host_wait_s(host_layer_s, device_s)
+    return device_s + wait, lp.overhead_s + lp.floor_s + wait, wait, xp.mask(host_layer_s > device_s)
+
+
 def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: DpTraffic | None = None) -> StepTerms:
     """Compose one training step of `job` under `layout` (docs/model.md §5); `layer` and `dp`: its
     layer terms and its data-parallel collectives when already computed (`layer_terms`,
@@ -214,11 +224,7 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     layer = layer if layer is not None else layer_terms(job, layout)
     (lp, tp_total, tp_layer, ep_total, ep_layer), cp = layer.mean, layer.cp
     logits, logits_c, logits_m, host_layer = layer.logits, layer.logits_c, layer.logits_m, layer.host_layer_s
-    # a layer takes the longer of its device time and its host time (the device waits for launches)
-    device_layer_s = lp.compute_s + lp.memory_s + lp.overhead_s + lp.floor_s + tp_layer + cp.exposed_s + ep_layer
-    host_excess = xp.maximum(host_layer - device_layer_s, 0.0)
-    layer_overhead = lp.overhead_s + lp.floor_s + host_excess
-    layer_s = device_layer_s + host_excess
+    layer_s, layer_overhead, host_excess, host_bound = layer_time_s(lp, host_layer, tp_layer + cp.exposed_s + ep_layer)
     # outside the layers (kernels.py: head_*): the embedding on the first stage, the logits and loss on the
     # last, each with its TP collectives and at least its host time
     head = head_parts(job, layout, shape.tokens, tiers, logits_c + logits_m)
@@ -254,9 +260,12 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     # the upper bound: nothing overlapped (every collective in full, no contention), with the bubble
     # of the longer micro-batch
     serial_layer = tp_total + cp.total_s + ep_total
-    serial_typical = stage.heavy_layers * (lp.compute_s + lp.memory_s + layer_overhead + serial_layer) \
+    # its layers wait on the host against their own (longer) device time
+    serial_overhead = layer_time_s(lp, host_layer, serial_layer)[1]
+    serial_typical = stage.heavy_layers * (lp.compute_s + lp.memory_s + serial_overhead + serial_layer) \
         + stage_pp + z3_comm
-    no_overlap = (m * (mb_c + mb_m + stage_o + n * serial_layer + stage_pp + z3_comm + head_comm) + optimizer
+    no_overlap = (m * (mb_c + mb_m + n * serial_overhead + head_o + n * serial_layer + stage_pp + z3_comm + head_comm)
+                  + optimizer
                   + serial_dp_s(layout, dp, m) + tied + bubble_s(layout, m, serial_typical) + offload_serial)
     mflops = model_flops_per_step(model, job.seq_len, job.global_batch)
     hflops = mflops + recompute_flops_per_step(job, layout)
@@ -273,6 +282,7 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
                      model_flops=mflops, hardware_flops=hflops, offload_s=offload_s,
                      host_s=m * (n * host_layer + head.host_on_path(layout.pp, stage.last_is_max)),
                      host_wait_s=m * (n * host_excess + head_o), layers_host_wait_s=m * n * host_excess,
+                     host_bound=host_bound,
                      floor_s=m * n * lp.floor_s,
                      parts=StepParts(layer=lp, logits=logits, layers=n, last_is_max=stage.last_is_max, micro_batches=m,
                                      tp_total_s=tp_total, tp_exposed_s=tp_layer, ep_total_s=ep_total,

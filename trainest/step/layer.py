@@ -325,8 +325,13 @@ def layer_pass(job: Job, layout: Layout, r: Rates, x: LocalShape, ops: LayerOps 
             else bound_sums(group.ops)
         re_c, re_m = re_c + group.mask * c, re_m + group.mask * m
     k = 2.0 if xp.off(layout.finetune) else 2.0 - layout.frozen
-    return LayerPass(fwd_c=fwd_c, fwd_m=fwd_m, bwd_c=bwd_c, bwd_m=bwd_m, attn_fwd_s=attn_c + attn_m,
-                     attn_bwd_s=sum(bound_sums(ops.attention_backward)),
+    # attention's own duration (it hides the CP ring): its roofline time, at least its kernels' floors
+    floor = job.hardware.efficiency.kernel_floor_s
+    attn_fwd_k, attn_bwd_k = attention_kernels(job, layout)
+    attn_fwd_s, attn_bwd_s = attn_c + attn_m, sum(bound_sums(ops.attention_backward))
+    return LayerPass(fwd_c=fwd_c, fwd_m=fwd_m, bwd_c=bwd_c, bwd_m=bwd_m,
+                     attn_fwd_s=attn_fwd_s + floor_excess_s(attn_fwd_s, attn_fwd_k, floor),
+                     attn_bwd_s=attn_bwd_s + floor_excess_s(attn_bwd_s, attn_bwd_k, floor),
                      compute_s=fwd_c + bwd_c + re_c, memory_s=fwd_m + bwd_m + re_m,
                      overhead_s=job.hardware.efficiency.layer_overhead_s * (2.0 + layout.full + layout.op),
                      linear_s=ops_time_s(ops.linear) * (1.0 + layout.full) + ops_time_s(ops.linear_backward),
