@@ -132,6 +132,9 @@ KNOBS: tuple[Knob, ...] = (
     K("recompute", ("--recompute",), "choice", "Activation recomputation: selective = Megatron's (attention core); "
       "op = torchtitan's per-op selective checkpointing (every second matmul and the element-wise ops).", "selective",
       "Recompute", searched=True),
+    K("recompute_modules", ("--recompute-modules",), "str", "What selective recompute re-runs (Megatron-Core's "
+      "recompute_modules), comma-separated: core_attn, layernorm, mla_up_proj (MLA), moe_act (MoE), mlp (dense "
+      "layers), shared_experts.", "core_attn", job=True),
     K("attention", ("--attention",), "choice", "flash (best fused kernel: FA3/cuDNN on Hopper+), flash2 "
       "(FlashAttention-2) or standard (materialised scores).", "flash", "Attention", job=True),
     K("framework", ("--framework",), "choice", "Training framework: sets the kernels' host dispatch, the default "
@@ -205,7 +208,8 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
     BY_NAME["global_batch"]._replace(help=_PLAN_HELP["global_batch"], show_default=None),
     BY_NAME["global_batch_tokens"],
     *(BY_NAME[n] for n in ("precision", "seq_len", "devices_per_node", "attention", "framework", "kernels",
-                           "packed_length", "adam_moments", "finetune", "lora_rank", "lora_alpha", "lora_targets",
+                           "packed_length", "adam_moments", "recompute_modules", "finetune", "lora_rank",
+                           "lora_alpha", "lora_targets",
                            "base_bits", "offload", "tokens", "price_per_hour", "pue", "grid_gco2_per_kwh",
                            "memory_headroom")),
     BY_NAME["config"]._replace(help=_PLAN_HELP["config"]),
@@ -245,8 +249,8 @@ COMPARE_OPTIONS: tuple[Knob, ...] = (
                                       "--deadline (fewest devices in time) or --budget (fastest within it)."),
     _BY_PLAN["global_batch"],
     *(BY_NAME[n] for n in ("precision", "seq_len", "attention", "framework", "kernels", "packed_length",
-                           "adam_moments", "finetune", "lora_rank", "lora_targets", "tokens", "pue",
-                           "grid_gco2_per_kwh")),
+                           "adam_moments", "recompute_modules", "finetune", "lora_rank", "lora_targets", "tokens",
+                           "pue", "grid_gco2_per_kwh")),
     _BY_PLAN["config"]._replace(help="Scenario YAML for the job (its hardware, layout, micro-batch and recompute are "
                                      "ignored); options override it."),
     _BY_PLAN["tp_overlap"], _BY_PLAN["dp_collectives"], _BY_PLAN["moe_overlap"],
@@ -292,6 +296,8 @@ ASKED_ONLY = ("finetune", "offload")
 
 def _plain(value: Any) -> Any:
     """A choice (typer passes Enum members) as its string value; anything else unchanged."""
+    if isinstance(value, list | tuple):          # a list option (recompute_modules): its comma form
+        return ",".join(str(v) for v in value)
     return value.value if hasattr(value, "value") else value
 
 
@@ -322,10 +328,10 @@ def value_in(mapping: dict[str, Any], k: Knob) -> Any:
 # the knobs that select a plan's layout, in the order `estimate_args` writes them; those in
 # LAYOUT_DEFAULTS are left out at that value (the command line's own default)
 LAYOUT_ARGS = ("devices", "tp", "pp", "cp", "vpp", "ep", "etp", "zero", "sequence_parallel", "micro_batch",
-               "global_batch", "recompute", "tp_overlap", "pipeline_split", "dp_collectives", "dp_overlap",
-               "moe_overlap", "finetune", "offload")
+               "global_batch", "recompute", "recompute_modules", "tp_overlap", "pipeline_split", "dp_collectives",
+               "dp_overlap", "moe_overlap", "finetune", "offload")
 LAYOUT_DEFAULTS = {"ep": 1, "etp": 1, "tp_overlap": False, "pipeline_split": "even", "dp_collectives": "hierarchical",
-                   "moe_overlap": "none", "finetune": "full", "offload": "none"}
+                   "moe_overlap": "none", "finetune": "full", "offload": "none", "recompute_modules": ["core_attn"]}
 
 
 def option_args(k: Knob, value: Any) -> list[str]:

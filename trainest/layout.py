@@ -46,6 +46,11 @@ class Job(NamedTuple):
     base_bits: float = 16.0     # bits per frozen base weight of a LoRA (QLoRA: always 4)
     packed_length: float = 0.0  # mean document length of packed sequences [tokens] (0: unpacked)
     adam_moments: str = "fp32"  # AdamMoments: the dtype of Adam's two moments
+    recompute_modules: tuple[str, ...] = ("core_attn",)   # what selective recompute re-runs (RECOMPUTE_MODULES)
+
+    def recomputes(self, module: str) -> float:
+        """1.0 when selective recompute re-runs `module` (choices.RECOMPUTE_MODULES), else 0.0."""
+        return 1.0 if module in self.recompute_modules else 0.0
 
     @property
     def low_precision(self) -> bool:

@@ -26,6 +26,7 @@ from trainest.choices import (
     ADAM_MOMENTS,
     ATTENTIONS,
     BASE_BITS,
+    DEFAULT_RECOMPUTE_MODULES,
     DP_COLLECTIVES,
     FINETUNE_CODES,
     FINETUNES,
@@ -37,6 +38,7 @@ from trainest.choices import (
     PIPELINE_SPLITS,
     PRECISIONS,
     RECOMPUTE_CODES,
+    RECOMPUTE_MODULES,
     RECOMPUTES,
 )
 from trainest.errors import SpecError
@@ -166,6 +168,7 @@ class Scenario:
     offload: str = "none"           # OFFLOADS (docs/model.md §14)
     packed_length: int | None = None   # mean document length of packed sequences (None: unpacked; docs/model.md §2.4)
     adam_moments: str = "fp32"         # ADAM_MOMENTS: the dtype of Adam's two moments (docs/model.md §7.1)
+    recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES   # what selective re-runs (docs/model.md §2.6)
     derived: tuple[str, ...] = field(default=())   # names of values filled by defaults
     memory_headroom: str = DEFAULT_MEMORY_HEADROOM   # as given: a share of capacity ("5%") or a size ("2GiB")
     memory_headroom_bytes: float = 0.0               # that margin [B]: a layout fits if it leaves it free
@@ -311,6 +314,35 @@ def default_global_batch(seq_len: int, dp: int, micro_batch: int, group: int = 1
     unit = dp * micro_batch * group
     sequences = max(1, -(-DEFAULT_TOKENS_PER_STEP // seq_len))
     return -(-sequences // unit) * unit
+
+
+def recompute_modules_of(value: Any, recompute: str, model: Model, where: str) -> tuple[str, ...]:
+    """What selective recompute re-runs (Megatron-Core's `recompute_modules`): a list of
+    RECOMPUTE_MODULES or their comma-separated names; not given: the attention core. Given, it needs
+    `recompute: selective`, and each module must exist in the model."""
+    if value is None:
+        return DEFAULT_RECOMPUTE_MODULES
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
+        raise SpecError(f"{where}: {value!r} must be a list of module names; allowed: {', '.join(RECOMPUTE_MODULES)}")
+    picked = tuple(dict.fromkeys(n.strip() for n in names if n.strip()))
+    if not picked:
+        raise SpecError(f"{where}: no module given; allowed: {', '.join(RECOMPUTE_MODULES)}")
+    for n in picked:
+        if n not in RECOMPUTE_MODULES:
+            raise SpecError(f"{where}: unknown module {n!r}; allowed: {', '.join(RECOMPUTE_MODULES)}")
+    if recompute != "selective" and picked != DEFAULT_RECOMPUTE_MODULES:
+        raise SpecError(f"{where}: modules are what selective recompute re-runs, but recompute is {recompute!r}; "
+                        f"use recompute: selective (--recompute selective) with them")
+    missing = {"mla_up_proj": (model.mla is None, "has no multi-head latent attention"),
+               "moe_act": (model.moe is None, "has no mixture-of-experts layers"),
+               "shared_experts": (model.moe is None or model.moe.shared_experts == 0, "has no shared experts"),
+               "mlp": (model.dense_layers_count == 0, "has no dense MLP layers")}
+    for n in picked:
+        absent, why = missing.get(n, (False, ""))
+        if absent:
+            raise SpecError(f"{where}: {n} cannot be recomputed: {model.name} {why}")
+    return tuple(m for m in RECOMPUTE_MODULES if m in picked)
 
 
 def _check_experts(model: Model, sizes: dict[str, Any], dp: int, where: str) -> None:
@@ -531,6 +563,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                 r.derive(f"parallel.{key}")
     _check_schedule(sizes, dp, micro_batch, global_batch, where)
     recompute = F.choice(r.default("recompute", DEFAULT_RECOMPUTE), f"{where}.recompute", RECOMPUTES)
+    modules = recompute_modules_of(data.get("recompute_modules"), recompute, model, f"{where}.recompute_modules")
     attention = F.choice(r.default("attention", "flash"), f"{where}.attention", ATTENTIONS)
     packed = data.get("packed_length")
     if isinstance(packed, int) and not isinstance(packed, bool) and packed > seq_len:
@@ -562,7 +595,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                                                dp_overlap=dp_overlap, moe_overlap=moe_overlap),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
         tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, framework=framework,
-        adam_moments=moments, grid_gco2_per_kwh=grid, finetune=finetune, offload=offload, derived=tuple(derived),
+        adam_moments=moments, recompute_modules=modules,
+        grid_gco2_per_kwh=grid, finetune=finetune, offload=offload, derived=tuple(derived),
         memory_headroom=headroom, memory_headroom_bytes=headroom_bytes, packed_length=packed_length,
     )
 
@@ -598,6 +632,7 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
         "global_batch": s.global_batch,
         "micro_batches": s.micro_batches,
         "recompute": s.recompute,
+        "recompute_modules": list(s.recompute_modules),
         "attention": s.attention,
         "packed_length": s.packed_length,
         "framework": s.framework,
@@ -634,7 +669,8 @@ def job_of(s: Scenario, hardware: Hardware | None = None) -> Job:
                kernels=s.kernels,
                seq_len=float(s.seq_len), global_batch=float(s.global_batch), devices_per_node=s.devices_per_node,
                framework=s.framework, lora_rank=float(ft.rank), lora_targets=ft.targets,
-               base_bits=float(ft.base_bits), packed_length=float(s.packed_length or 0), adam_moments=s.adam_moments)
+               base_bits=float(ft.base_bits), packed_length=float(s.packed_length or 0), adam_moments=s.adam_moments,
+               recompute_modules=s.recompute_modules)
 
 
 def layout_of(s: Scenario) -> Layout:

@@ -45,6 +45,7 @@ import numpy as np
 
 from trainest import training
 from trainest.choices import (
+    DEFAULT_RECOMPUTE_MODULES,
     DEVICE_COUNTS,
     FINETUNE_CODES,
     FINETUNES,
@@ -541,7 +542,9 @@ def job_scenario(mapping: dict, where: str = "options") -> Scenario:
     parallel = {k: v for k, v in (mapping.get("parallel") or {}).items() if k in JOB_PARALLEL_KEYS}
     if mapping.get("finetune") is not None:
         job["finetune"] = mapping["finetune"]
-    return scenario_from_mapping({**job, "devices": 1, "parallel": parallel, "micro_batch": 1, "recompute": "none"},
+    # the recompute of every plan is the search's; modules say what its selective plans re-run
+    recompute = "selective" if job.get("recompute_modules") is not None else "none"
+    return scenario_from_mapping({**job, "devices": 1, "parallel": parallel, "micro_batch": 1, "recompute": recompute},
                                  where)
 
 
@@ -558,7 +561,9 @@ def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vp
         ft = FineTune() if finetune == "full" else replace(ft, method=finetune, base_bits=4 if finetune == "qlora"
                                                             else (ft.base_bits if ft.frozen and ft.base_bits != 4
                                                                   else 16))
+    modules = base.recompute_modules if recompute == "selective" else DEFAULT_RECOMPUTE_MODULES
     return replace(base, devices=devices, micro_batch=micro_batch, recompute=recompute, derived=derived,
+                   recompute_modules=modules,
                    finetune=ft, offload=base.offload if offload is None else offload,
                    parallel=Parallel(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero,
                                      sequence_parallel=sequence_parallel, tp_overlap=base.parallel.tp_overlap,

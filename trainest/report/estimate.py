@@ -7,6 +7,7 @@ from typing import Any
 
 from trainest import SCHEMA_VERSION
 from trainest.catalog import Hardware, specs_dir
+from trainest.choices import DEFAULT_RECOMPUTE_MODULES
 from trainest.estimate import Estimate
 from trainest.report import clean, console, fmt_co2, fmt_gib, fmt_money, fmt_seconds, fmt_si, print_table
 from trainest.scenario import Scenario, scenario_mapping
@@ -170,13 +171,16 @@ def scenario_table(s: Scenario):
                                       f"{plural(s.devices, 'device')}, {s.devices_per_node} per node")
          + probed_text(s)),
         ("efficiencies", efficiency_text(s)),
-        ("precision", mark("precision", f"{s.precision} GEMMs, FP32 master weights and Adam state")),
+        ("precision", mark("precision", f"{s.precision} GEMMs, FP32 master weights and "
+                                        + ("Adam state" if s.adam_moments == "fp32" else "BF16 Adam moments"))),
         ("parallel", layout_text(s)),
         ("batch", f"micro-batch {s.micro_batch}{' (default)' if 'micro_batch' in derived else ''}, global "
                   f"{plural(s.global_batch, 'sequence')}{_batch_default(s) if 'global_batch' in derived else ''}"
                   f" = {s.tokens_per_step:,} tokens, {plural(s.micro_batches, 'micro-batch', 'micro-batches')} "
                   f"per step"),
-        ("recompute", mark("recompute", s.recompute) + f", attention {s.attention}"
+        ("recompute", mark("recompute", s.recompute + (f" of {', '.join(s.recompute_modules)}"
+                                                        if s.recompute_modules != DEFAULT_RECOMPUTE_MODULES else ""))
+         + f", attention {s.attention}"
          + (f", kernels {s.kernels}" if s.kernels != "fused" else "")),
         ("framework", mark("framework", s.framework)
          + ("" if s.parallel.dp_overlap else ", gradient reduction not overlapped")),

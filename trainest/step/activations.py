@@ -58,8 +58,10 @@ def activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]:
         # softmax output, and with dropout its dropped-out copy and mask
         scores_all = ((e + e + mask) if model.dropout else e) * micro_batch * (model.heads / tp) * (seq_len / cp) \
             * seq_len
-        scores = scores_all * layout.no_recompute
-    stored = replicated + split + scores
+        scores = scores_all * scores_kept(job, layout)
+    mlp_part = tokens * (e * (model.mlp_matrices - 1.0) * f + g8 * f) / tp
+    stored = replicated + split + scores - layout.selective * (
+        job.recomputes("layernorm") * norm_output_bytes(job, layout) + job.recomputes("mlp") * mlp_part)
     full_input = e * tokens * h / sp_div
     op_saved = full_input + e * tokens * ((2.0 * q_width + kv_width / 2.0 + f) / tp
                                           + (h if model.mlp == "swiglu" else 0.0))
@@ -94,9 +96,47 @@ def common_activation_parts(job: Job, layout: Layout) -> ActivationParts:
     if job.attention == "standard":
         scores_all = ((e + e + mask) if model.dropout else e) * layout.micro_batch * (model.heads / layout.tp) \
             * (job.seq_len / layout.cp) * job.seq_len
-        scores = scores_all * layout.no_recompute
+        scores = scores_all * scores_kept(job, layout)
     return ActivationParts(replicated=replicated, scores=scores, scores_all=scores_all,
                            full_input=e * tokens * model.hidden / sp_div)
+
+
+def scores_kept(job: Job, layout: Layout) -> Num:
+    """1 where standard attention's s×s tensors are kept for the backward: no recompute, or selective
+    recompute whose modules leave out the attention core; else 0."""
+    return layout.no_recompute + layout.selective * (1.0 - job.recomputes("core_attn"))
+
+
+def norm_output_bytes(job: Job, layout: Layout) -> Num:
+    """The two norms' outputs (the QKV and MLP-up GEMM inputs, g8 bytes each) a layer keeps, which
+    layernorm recompute drops: 2·g8·T·h (÷t with SP) [B]."""
+    g8 = FP8_SAVED_INPUT_BYTES if job.low_precision else ACTIVATION_BYTES
+    return 2.0 * g8 * layout.tokens(job) * job.model.hidden / layout.sp_div
+
+
+def selective_savings(job: Job, layout: Layout) -> tuple[Num, Num, Num, Num]:
+    """What selective recompute's modules (besides the attention core) drop from a layer's kept
+    activations, per micro-batch [B]: (common: the norm outputs with layernorm; attention: MLA's
+    per-head queries, keys and KV up-projection output with mla_up_proj, e·T·(a/t)·(2·d_qk + d_n + d_v);
+    a dense MLP's activations with mlp; a MoE block's: the routed experts' activation output (the
+    down-projection input, g8·c·f_e) with moe_act and the shared experts' with shared_experts). Each is
+    × the selective mask."""
+    m, e = job.model, ACTIVATION_BYTES
+    g8 = FP8_SAVED_INPUT_BYTES if job.low_precision else e
+    tokens, sel = layout.tokens(job), layout.selective
+    common = job.recomputes("layernorm") * norm_output_bytes(job, layout)
+    attention: Num = 0.0
+    if m.mla is not None and job.recomputes("mla_up_proj"):
+        a = m.mla
+        attention = e * tokens * m.heads / layout.tp * (2.0 * m.qk_head_dim + a.qk_nope_head_dim + m.v_head_dim)
+    dense = job.recomputes("mlp") * dense_mlp_activation_bytes(job, layout)[0]
+    moe: Num = 0.0
+    if m.moe is not None:
+        intermediate = (m.mlp_matrices - 1.0) * e + g8
+        shared = tokens * m.moe.shared_experts * m.moe.shared_width / layout.tp
+        moe = (job.recomputes("moe_act") * g8 * moe_copies(job, layout) * m.moe.expert_ffn_hidden
+               + job.recomputes("shared_experts") * shared * intermediate)
+    return sel * common, sel * attention, sel * dense, sel * moe
 
 
 def attention_activation_bytes(job: Job, layout: Layout) -> tuple[Num, Num]:
@@ -190,13 +230,15 @@ def mean_activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]
     model = job.model
     common = common_activation_parts(job, layout)
     attention, attention_op = attention_activation_bytes(job, layout)
-    kinds = [(model.dense_layers_count / model.layers, *dense_mlp_activation_bytes(job, layout))]
+    saved_common, saved_attention, saved_dense, saved_moe = selective_savings(job, layout)
+    kinds = [(model.dense_layers_count / model.layers, *dense_mlp_activation_bytes(job, layout), saved_dense)]
     if model.moe is not None:
-        kinds.append((model.moe_layers / model.layers, *moe_mlp_activation_bytes(job, layout)))
+        kinds.append((model.moe_layers / model.layers, *moe_mlp_activation_bytes(job, layout), saved_moe))
     kept: Num = 0.0
     rematerialised: Num = 0.0
-    for weight, mlp, mlp_op in kinds:
-        stored = common.replicated + attention + mlp + common.scores
+    for weight, mlp, mlp_op, saved_mlp in kinds:
+        stored = (common.replicated + attention + mlp + common.scores
+                  - (saved_common + saved_attention + saved_mlp))
         op_saved = common.full_input + attention_op + mlp_op
         kept = kept + weight * xp.where(layout.full > 0, common.full_input,
                                         xp.where(layout.op > 0, op_saved, stored))

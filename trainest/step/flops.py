@@ -112,9 +112,30 @@ def recompute_flops_per_step(job: Job, layout: Layout) -> Num:
     else:
         attn_fwd_per_token = attention_core_flops_per_token(model, s, CAUSAL_FRACTION)
         op_params = op_recompute_params(model)
+    core = job.recomputes("core_attn")
     extra = tokens_step * model.layers * (
         layout.full * layer_flops_forward(model, 1.0, s, CAUSAL_FRACTION)
-        + layout.selective * attn_fwd_per_token + layout.op * 2.0 * op_params)
+        + layout.selective * (core * attn_fwd_per_token + 2.0 * selective_module_params(job))
+        + layout.op * 2.0 * op_params)
     if job.attention == "standard":
-        extra = extra + tokens_step * model.layers * attn_fwd_per_token * (3.0 + layout.full + layout.selective)
+        extra = extra + tokens_step * model.layers * attn_fwd_per_token * (3.0 + layout.full + layout.selective * core)
     return extra
+
+
+def selective_module_params(job: Job) -> float:
+    """Weights per layer (the mean layer) whose GEMMs selective recompute's modules re-run, for the
+    hardware FLOPs (2 per weight and token): MLA's query and KV up-projections (mla_up_proj), a dense
+    layer's MLP (mlp, dense layers' share), the shared experts (shared_experts, MoE layers' share);
+    the attention core and the norms and activations have no weights."""
+    m = job.model
+    total = 0.0
+    if m.mla is not None and job.recomputes("mla_up_proj"):
+        a = m.mla
+        total += ((a.q_lora_rank or 0) * m.heads * m.qk_head_dim
+                  + a.kv_lora_rank * m.heads * (a.qk_nope_head_dim + m.v_head_dim))
+    mlp_params = m.mlp_matrices * m.hidden
+    if job.recomputes("mlp"):
+        total += m.dense_layers_count / m.layers * mlp_params * m.ffn_hidden
+    if m.moe is not None and job.recomputes("shared_experts"):
+        total += m.moe_layers / m.layers * mlp_params * m.moe.shared_experts * m.moe.shared_width
+    return total

@@ -173,8 +173,28 @@ def pass_kernels(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
     gemms = gemm_kernels(job)
     forward = gemms + attn_fwd + elementwise
     backward = gemms * GEMM_BACKWARD_KERNELS + attn_bwd + ELEMENTWISE_BACKWARD_RATIO * elementwise
-    recompute = layout.full * forward + layout.selective * attn_fwd + layout.op * (3.0 + elementwise)
+    recompute = layout.full * forward + layout.selective * selective_kernels(job, attn_fwd) \
+        + layout.op * (3.0 + elementwise)
     return forward, backward, recompute
+
+
+def selective_kernels(job: Job, attn_fwd: Num) -> Num:
+    """Kernels selective recompute launches again per layer (its `recompute_modules`): the attention
+    core's forward (core_attn), the two norms (layernorm: fused 1, eager EAGER_NORM_KERNELS each), MLA's two
+    up-projections and its RoPE (mla_up_proj), the routed experts' activation (moe_act, a MoE layer's
+    share), a dense layer's MLP (mlp: its 2 GEMMs and activation, a dense layer's share), the shared
+    experts' (shared_experts)."""
+    if job.recompute_modules == ("core_attn",):
+        return attn_fwd
+    m = job.model
+    norm = EAGER_NORM_KERNELS if job.kernels == "eager" else 1.0
+    act = EAGER_ACTIVATION_KERNELS[m.mlp] if job.kernels == "eager" else 1.0
+    moe_share, dense_share = moe_layer_share(job), 1.0 - moe_layer_share(job)
+    return (job.recomputes("core_attn") * attn_fwd + job.recomputes("layernorm") * 2.0 * norm
+            + job.recomputes("mla_up_proj") * 4.0
+            + job.recomputes("moe_act") * moe_share * act
+            + job.recomputes("mlp") * dense_share * (2.0 + act)
+            + job.recomputes("shared_experts") * moe_share * (2.0 + act))
 
 
 def layer_kernels(job: Job, layout: Layout) -> Num:

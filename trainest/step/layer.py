@@ -204,6 +204,7 @@ class MlpPart(NamedTuple):
     op_recompute: list[Op]
     extra_kernels: float = 0.0
     elementwise_backward: Op | None = None   # None: elementwise_backward(elementwise); a MoE block's own
+    modules: tuple[tuple[str, list[Op]], ...] = ()   # (recompute module, the forward ops it re-runs)
 
 
 def dense_mlp(job: Job, layout: Layout, r: Rates, x: LocalShape) -> MlpPart:
@@ -212,7 +213,43 @@ def dense_mlp(job: Job, layout: Layout, r: Rates, x: LocalShape) -> MlpPart:
     m = job.model
     gemms = mlp_gemms(r, "mlp", x.tokens, m.hidden, m.ffn_hidden / layout.tp, m.mlp_matrices)
     third = r.gemm_op("mlp_up", x.tokens, m.ffn_hidden / layout.tp, m.hidden) if m.mlp == "swiglu" else gemms[1]
-    return MlpPart(gemms=gemms, gradients=None, elementwise=elementwise_op(job, layout, r, x), op_recompute=[third])
+    act = activation_op(job, r, "mlp.activation", x.tokens * m.ffn_hidden / layout.tp)
+    return MlpPart(gemms=gemms, gradients=None, elementwise=elementwise_op(job, layout, r, x), op_recompute=[third],
+                   modules=(("mlp", gemms + [act]),))
+
+
+def activation_op(job: Job, r: Rates, name: str, elements: Num) -> Op:
+    """The activation function over `elements` f-wide values, forward: its reads and writes
+    (`f_wide_passes`) of 16-bit values [an op for what a recompute module re-runs]."""
+    b = f_wide_passes(job) * ACTIVATION_BYTES * elements
+    return op_of(name, FORWARD, 0.0 * b, b, streaming_time(b, r.memory_bytes_per_s))
+
+
+NORM_RECOMPUTE_PASSES = 4.0   # the two norms of a layer re-run: each reads its h-wide input and writes its output
+
+
+def selective_ops(job: Job, layout: Layout, r: Rates, x: LocalShape, attn: list[Op], attention_linear: list[Op],
+                  mlp: MlpPart) -> list[Op]:
+    """What selective recompute re-runs (`Job.recompute_modules`, Megatron-Core's recompute_modules):
+    core_attn the attention core; layernorm the two norms (NORM_RECOMPUTE_PASSES h-wide 16-bit passes);
+    mla_up_proj MLA's query and KV up-projections and its RoPE and concatenation; moe_act, mlp and
+    shared_experts what the MLP part lists for them (`MlpPart.modules`). The default, the attention core
+    alone, is `attn` itself."""
+    if job.recompute_modules == ("core_attn",):
+        return attn
+    ops: list[Op] = list(attn) if job.recomputes("core_attn") else []
+    if job.recomputes("layernorm"):
+        b = NORM_RECOMPUTE_PASSES * ACTIVATION_BYTES * x.tokens * job.model.hidden / layout.sp_div
+        ops.append(op_of("layernorm", FORWARD, 0.0 * b, b, streaming_time(b, r.memory_bytes_per_s)))
+    if job.recomputes("mla_up_proj") and job.model.mla is not None:
+        ops += [o for o in attention_linear if o.name in ("mla.q_up", "mla.kv_up")]
+        b = mla.rope_bytes(job, layout, x)
+        ops.append(op_of("mla.rope", FORWARD, 0.0 * b, b, streaming_time(b, r.memory_bytes_per_s)))
+    for module, module_ops in mlp.modules:
+        if job.recomputes(module):
+            ops += module_ops
+    return ops
+
 
 
 class Recomputed(NamedTuple):
@@ -233,12 +270,15 @@ def op_attention_gemm(job: Job, layout: Layout, r: Rates, x: LocalShape, attenti
 def recompute_ops(job: Job, layout: Layout, r: Rates, x: LocalShape, fwd: list[Op], attn: list[Op],
                   attention_linear: list[Op], mlp: MlpPart) -> list[Recomputed]:
     """What the backward recomputes, one group per mode with its mask: full re-runs the forward;
-    selective the attention core; op (torchtitan: every compute op's output saved except every second
-    matmul) re-runs the 2nd, 4th and 6th matmuls (K, the output projection, SwiGLU's up or GeLU's down
-    projection) and the element-wise ops, and keeps attention."""
+    selective its modules (the attention core by default, `selective_ops`); op (torchtitan: every
+    compute op's output saved except every second matmul) re-runs the 2nd, 4th and 6th matmuls (K, the
+    output projection, SwiGLU's up or GeLU's down projection) and the element-wise ops, and keeps
+    attention."""
     op_parts = ([op_attention_gemm(job, layout, r, x, attention_linear), attention_linear[-1]] + mlp.op_recompute
                 + [mlp.elementwise])
-    return [Recomputed(layout.full, fwd), Recomputed(layout.selective, attn), Recomputed(layout.op, op_parts)]
+    return [Recomputed(layout.full, fwd),
+            Recomputed(layout.selective, selective_ops(job, layout, r, x, attn, attention_linear, mlp)),
+            Recomputed(layout.op, op_parts)]
 
 
 class LayerOps(NamedTuple):
@@ -387,7 +427,8 @@ def layer_floor_s(job: Job, layout: Layout, linear: list[Op], attention: tuple[l
     forward = gemm_fwd + attn_fwd + ew_fwd
     backward = (gemm_backward * gemm_fwd + floor_excess_s(ops_time_s(attention[1]), attn_bwd_k, floor)
                 + floor_excess_s(BACKWARD_TRAFFIC_RATIO * elementwise.time_s, ELEMENTWISE_BACKWARD_RATIO * ew_k, floor))
-    recompute = layout.full * forward + layout.selective * attn_fwd + layout.op * (0.75 * gemm_fwd + ew_fwd)
+    recompute = (layout.full * forward + layout.selective * job.recomputes("core_attn") * attn_fwd
+                 + layout.op * (0.75 * gemm_fwd + ew_fwd))
     return forward + backward + recompute
 
 

@@ -62,6 +62,13 @@ def latent_width(job: Job) -> float:
     return float((a.q_lora_rank or 0) + a.kv_lora_rank)
 
 
+def rope_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
+    """RoPE and the concatenation of the no-RoPE and RoPE parts of the queries and keys, forward [B]:
+    ROPE_COPY_PASSES·2·e·T·a/t·d_qk (part of `elementwise_bytes`; what mla_up_proj recompute re-runs
+    with the up-projections)."""
+    return ACTIVATION_BYTES * x.tokens * ROPE_COPY_PASSES * 2.0 * job.model.heads / layout.tp * job.model.qk_head_dim
+
+
 def elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
     """MLA's extra element-wise traffic of one layer, forward [B]: the latent RMSNorms
     (NORM_PASSES·e·T·(r_q + r_kv), replicated over t like the down-projections) and RoPE with the

@@ -34,6 +34,7 @@ from trainest.step.layer import (
     LOW_PRECISION_CAST_PASSES,
     LayerPass,
     MlpPart,
+    activation_op,
     f_wide_passes,
     gradient_ops,
     h_wide_bytes,
@@ -214,9 +215,14 @@ def moe_mlp(job: Job, layout: Layout, r: Rates, x: LocalShape) -> MlpPart:
     back = moe_elementwise_backward_bytes(job, layout, x, moved)
     elementwise_bwd = op_of("elementwise", BACKWARD, 0.0 * back, back, streaming_time(back, r.memory_bytes_per_s))
     dense = [router_gemm(job, layout, r, x)] + shared
+    moe = moe_of(job)
+    modules = (("moe_act", [activation_op(job, r, "experts.activation",
+                                          routed_copies(job, layout, x) * moe.expert_ffn_hidden)]),
+               ("shared_experts", shared + [activation_op(job, r, "shared.activation", x.tokens * moe.shared_experts
+                                                          * moe.shared_width / layout.tp)] if shared else []))
     return MlpPart(gemms=dense + experts, gradients=gradient_ops(dense) + expert_backward_gemms(job, layout, r, x),
                    elementwise=elementwise, op_recompute=[experts[-1]] + shared[-1:],
-                   extra_kernels=MOE_ROUTING_KERNELS, elementwise_backward=elementwise_bwd)
+                   extra_kernels=MOE_ROUTING_KERNELS, elementwise_backward=elementwise_bwd, modules=modules)
 
 
 def moe_elementwise_backward_bytes(job: Job, layout: Layout, x: LocalShape, forward_bytes: Num) -> Num:

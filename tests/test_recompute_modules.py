@@ -1,0 +1,107 @@
+"""Megatron-Core's recompute modules (docs/model.md §2.6): what selective recompute re-runs costs time
+and saves memory, module by module; the default is the attention core; bad input is one clear line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import call_entry
+
+from trainest.estimate import estimate
+from trainest.scenario import scenario_from_mapping
+from trainest.errors import SpecError
+
+DSV3 = {"model": "deepseek-v3", "hardware": "h100-sxm", "devices": 1024, "precision": "fp8", "global_batch": 8192,
+        "seq_len": 4096, "micro_batch": 1, "recompute": "selective",
+        "parallel": {"tp": 1, "pp": 16, "ep": 64, "zero": 1, "pipeline_split": "balanced"}}
+LLAMA = {"model": "llama3-8b", "hardware": "h100-sxm", "devices": 8, "global_batch": 64, "micro_batch": 2,
+         "recompute": "selective", "parallel": {"tp": 1, "pp": 1, "zero": 1}}
+
+
+def _est(base, modules=None, **over):
+    data = {**base, **over}
+    if modules is not None:
+        data["recompute_modules"] = modules
+    return estimate(scenario_from_mapping(data))
+
+
+def test_the_default_is_the_attention_core():
+    for base in (DSV3, LLAMA):
+        default, named = _est(base), _est(base, ["core_attn"])
+        assert named.step.time_s == default.step.time_s
+        assert named.memory.per_device_bytes == default.memory.per_device_bytes
+
+
+@pytest.mark.parametrize("base,module", [(DSV3, "layernorm"), (DSV3, "mla_up_proj"), (DSV3, "moe_act"),
+                                         (DSV3, "shared_experts"), (DSV3, "mlp"), (LLAMA, "layernorm"),
+                                         (LLAMA, "mlp")])
+def test_each_module_costs_time_and_saves_activations(base, module):
+    core = _est(base, ["core_attn"])
+    more = _est(base, ["core_attn", module])
+    assert more.memory.activations_bytes < core.memory.activations_bytes
+    assert more.step.time_s > core.step.time_s
+    assert more.throughput.mfu < core.throughput.mfu
+    flops = [e.throughput.hardware_tflops_per_device * e.step.time_s for e in (core, more)]
+    if module in ("mla_up_proj", "mlp", "shared_experts"):          # GEMMs re-run: more hardware FLOPs
+        assert flops[1] > flops[0] * (1 + 1e-9)
+    else:                                                           # norms and activations: none
+        assert flops[1] == pytest.approx(flops[0], rel=1e-12)
+    assert more.step.host_time_s >= core.step.host_time_s
+
+
+def test_what_mla_up_projection_recompute_drops_is_its_per_head_tensors():
+    """e·T·(a/t)·(2·d_qk + d_n + d_v) per MoE/dense layer and micro-batch, over the stage's in-flight layers."""
+    core, mla = _est(DSV3, ["core_attn"]), _est(DSV3, ["core_attn", "mla_up_proj"])
+    per_layer = 2 * 4096 * 128 * (2 * 192 + 128 + 128)
+    saved = core.memory.activations_bytes - mla.memory.activations_bytes
+    assert saved == pytest.approx(per_layer * round(saved / per_layer), rel=1e-9) and saved >= per_layer
+
+
+def test_deepseek_v3_fits_an_80gb_device_with_its_recipes_modules():
+    """DeepSeek-V3 trained on 80 GB H800s recomputing RMSNorm and the MLA up-projections (DeepSeek-AI 2024)."""
+    h800 = {**DSV3, "hardware": "h800-sxm", "devices": 2048, "global_batch": 15360, "adam_moments": "bf16",
+            "parallel": {**DSV3["parallel"], "moe_overlap": "deepep"}}
+    assert not _est(h800).memory.fits
+    assert _est(h800, ["layernorm", "mla_up_proj", "moe_act"]).memory.fits
+
+
+@pytest.mark.parametrize("base,modules,words", [
+    (LLAMA, ["core_attn", "bogus"], "unknown module 'bogus'; allowed: core_attn, layernorm"),
+    (LLAMA, ["mla_up_proj"], "mla_up_proj cannot be recomputed: llama3-8b has no multi-head latent attention"),
+    (LLAMA, ["moe_act"], "moe_act cannot be recomputed: llama3-8b has no mixture-of-experts layers"),
+    ({**LLAMA, "model": "qwen3-30b-a3b"}, ["mlp"], "has no dense MLP layers"),
+    ({**LLAMA, "recompute": "full"}, ["layernorm"], "recompute is 'full'; use recompute: selective"),
+    (LLAMA, [], "no module given"),
+])
+def test_bad_modules_are_refused_with_what_is_allowed(base, modules, words):
+    with pytest.raises(SpecError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        _est(base, modules)
+
+
+def test_the_cli_takes_a_comma_list_echoes_it_and_refuses_bad_names(capsys):
+    args = ["estimate", "--model", "deepseek-v3", "--hardware", "h100-sxm", "--devices", "1024", "--pp", "16",
+            "--pipeline-split", "balanced", "--ep", "64", "--precision", "fp8", "--global-batch", "8192"]
+    code, out, err = call_entry(args + ["--recompute-modules", "layernorm,mla_up_proj", "--json"], capsys)
+    assert code == 0
+    assert json.loads(out)["inputs"]["recompute_modules"] == ["layernorm", "mla_up_proj"]
+    code, out, err = call_entry(args + ["--recompute-modules", "layernorm"], capsys)
+    assert code == 0 and "selective of layernorm" in out
+    code, out, err = call_entry(args + ["--recompute-modules", "layernorm,nope"], capsys)
+    assert code != 0 and out == "" and "unknown module 'nope'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_plan_searches_with_the_modules_and_its_winner_reproduces(capsys):
+    job = ["--model", "deepseek-v3", "--hardware", "h100-sxm", "--precision", "fp8", "--global-batch", "8192"]
+    code, out, _ = call_entry(["plan", *job, "--devices", "1024", "--recompute-modules", "layernorm,mla_up_proj,moe_act",
+                               "--allow", "tp=1,2", "--allow", "pp=8,16", "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["job"]["recompute_modules"] == ["layernorm", "mla_up_proj", "moe_act"]
+    for plan in doc["plans"]:
+        args = plan["estimate_args"]
+        assert ("--recompute-modules" in args) == (plan["recompute"] == "selective")
+    winner = doc["plans"][0]
+    code, out, _ = call_entry(["estimate", *job, *winner["estimate_args"], "--json"], capsys)
+    assert code == 0
+    assert json.loads(out)["step"]["time_s"] == pytest.approx(winner["step"]["time_s"], rel=1e-9)
