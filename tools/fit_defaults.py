@@ -686,7 +686,7 @@ the host-bound tp 1–4 layers take 3.0–3.4 ms, and 4.6 ms at micro-batch 8 wh
 3.2 ms: tp 8 stays 12 % too fast (40 runs); no count, NCCL latency (2 MB all-reduces at 8 ranks cost
 ~50 µs) or shape term explains it, and no parameter is added for it; (2) the per-micro-batch cost outside
 the layers at tp 1 is 6.8 ms at micro-batch 1 and 10.7 ms at 2, against 3.6 and 4.1 ms at tp 2 where each
-rank has the same logits work (b·s·V/t): the model has 3.8 and 7.0 ms; (3) at tp 2 a layer at micro-batch
+rank has the same logits work (b·s·V/t): the model has 4.1–4.5 and 7.3–7.7 ms; (3) at tp 2 a layer at micro-batch
 4 takes 3.2 ms, less than at micro-batch 1 or 2 (3.3, 3.6 ms): more work in less time, which no
 monotone model reproduces. (2) and (3) are what the plan pick misses: in 27 of the 28 jobs it gets wrong
 the measured best is tp 2 at micro-batch 4 or 8 and trainest picks tp 1 with twice the data parallelism at
