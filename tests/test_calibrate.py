@@ -85,6 +85,17 @@ def test_default_prior_pulls_only_mildly(synthetic_runs):
         assert abs(p.value - TRUTH[p.name]) <= 0.5 * abs(START[p.name] - TRUTH[p.name]) + 1e-9, p.name
 
 
+def test_an_unpulled_parameter_is_set_by_the_runs_alone(synthetic_runs):
+    """Every other efficiency true, memory off: pulled, the fit stops short of the truth; unpulled, the
+    runs alone set it and it lands on the truth."""
+    cases = load_runs([synthetic_runs]).cases
+    start = with_efficiency(load_hardware("h100-sxm"), **{**TRUTH, "memory": START["memory"]})
+    pulled = fit_efficiency(cases, start, names=("memory",), prior_weight=0.05).parameters[0].value
+    free = fit_efficiency(cases, start, names=("memory",), prior_weight=0.05, unpulled=("memory",)).parameters[0].value
+    assert free == pytest.approx(TRUTH["memory"], rel=1e-3)
+    assert TRUTH["memory"] < pulled < START["memory"] and abs(pulled - TRUTH["memory"]) > 1e-3
+
+
 def test_fit_respects_bounds(synthetic_runs):
     """Measurements 3x slower than any physical efficiency allows: values stop at the lower bound."""
     cases = [replace(c, measurement=replace(c.measurement, value=c.measurement.value * 20.0))

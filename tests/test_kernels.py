@@ -104,6 +104,30 @@ def test_a_compiled_xla_step_has_no_host_time():
     assert host_layer_s(job, layout) == 0.0
 
 
+def test_megatron_deepspeeds_fitted_host_scale_goes_with_the_framework_not_the_hardware():
+    """specs/frameworks.json: the host time per kernel the vTrain rows fit is Megatron-DeepSpeed's
+    (its scale over plain PyTorch's), so it applies on any hardware and not to other frameworks."""
+    import json
+
+    from trainest.frameworks import fitted_file
+    from trainest.step.kernels import host_per_kernel_s
+    path = fitted_file()
+    assert path is not None
+    entry = json.loads(path.read_text())["frameworks"]["megatron-deepspeed"]
+    assert 1.5 < entry["host_scale"] < 5.0
+    assert FRAMEWORKS["megatron-deepspeed"].host_scale == entry["host_scale"]
+    h100 = load_hardware("h100-sxm")
+    for hw in (A100, h100):
+        md, _ = job_and_layout(SMALL, hw, "fp16", "standard", **_kw(), framework="megatron-deepspeed")
+        hf, _ = job_and_layout(SMALL, hw, "fp16", "standard", **_kw(), framework="hf-accelerate")
+        assert host_per_kernel_s(md) == pytest.approx(entry["host_scale"] * host_per_kernel_s(hf))
+    assert A100.efficiency.host_per_kernel_s == pytest.approx(entry["prior_host_us_per_kernel"] * 1e-6)
+    # the head's plain operators keep plain PyTorch's time
+    md, lay = job_and_layout(SMALL, A100, "fp16", "standard", **_kw(), framework="megatron-deepspeed")
+    hf, _ = job_and_layout(SMALL, A100, "fp16", "standard", **_kw(), framework="hf-accelerate")
+    assert head_host_s(md, lay)[1] == pytest.approx(head_host_s(hf, lay)[1] * (1 + 0 * lay.tp))
+
+
 def test_without_bucketing_the_gradient_reduction_is_exposed_in_full():
     kw = _kw(dp=8.0, micro_batch=1.0)
     overlapped = step_of(SMALL, A100, "fp16", "standard", **kw)

@@ -173,18 +173,21 @@ def identifiability(jac) -> tuple[int, float, list[float]]:
 
 
 def fit_efficiency(cases: Sequence[Case], hardware: Hardware | None = None,
-                   names: Sequence[str] | None = None, prior_weight: float = PRIOR_WEIGHT) -> CalibrationResult:
+                   names: Sequence[str] | None = None, prior_weight: float = PRIOR_WEIGHT,
+                   unpulled: Sequence[str] = ()) -> CalibrationResult:
     """Fit the efficiency of `hardware` (default: the runs' own) to `cases` (see module docstring),
     and say what the runs determine (`identifiability` of the Jacobian at the solution). Directions the
     runs do not see (rank below the number of parameters: fewer independent runs than parameters, or
     parameters that move the step time together) are set by the prior pull λ, which keeps them at their
     start values: the fit is regularised, and each parameter's leverage says how much of it the runs
-    determined. Refused when the runs determine nothing. `prior_weight` is λ; 0 fits the runs alone."""
+    determined. Refused when the runs determine nothing. `prior_weight` is λ; 0 fits the runs alone;
+    `unpulled`: parameters the runs alone set (λ = 0 for them: their runs determine them, and their prior
+    says nothing about the framework that ran them, e.g. the host time per kernel on the vTrain rows)."""
     if not cases:
         raise SpecError("calibrate: no expressible runs to fit")
     hardware = hardware or cases[0].scenario.hardware
     names = tuple(names or parameters_for(cases))
-    result = _fit(cases, hardware, names, prior_weight)
+    result = _fit(cases, hardware, names, prior_weight, tuple(unpulled))
     if result.rank == 0:
         raise SpecError(f"calibrate: the {len(cases)} runs do not determine any of {', '.join(names)} (no run's step "
                         f"time moves with them); add runs whose time depends on compute, memory or the network")
@@ -193,7 +196,7 @@ def fit_efficiency(cases: Sequence[Case], hardware: Hardware | None = None,
 
 
 def _fit(cases: Sequence[Case], hardware: Hardware, names: tuple[str, ...],
-         prior_weight: float) -> CalibrationResult:
+         prior_weight: float, unpulled: tuple[str, ...] = ()) -> CalibrationResult:
     """The projected Levenberg–Marquardt fit of `names` (module docstring), with the identifiability of
     the solution."""
     import numpy as np
@@ -211,8 +214,10 @@ def _fit(cases: Sequence[Case], hardware: Hardware, names: tuple[str, ...],
     n, k = len(cases), len(names)
     measured_s = np.array([step_time_s_from_metric(c) for c in cases])
 
+    pull = np.array([0.0 if name in unpulled else prior_weight for name in names])    # λ per parameter
+
     def objective(r_cases, x):
-        return float(np.mean(huber(r_cases)) + prior_weight * np.sum((x - x0) ** 2))
+        return float(np.mean(huber(r_cases)) + np.sum(pull * (x - x0) ** 2))
 
     x = x0.copy()
     r = _log_residuals(cases, measured_s, hardware, names, scale, x)[:, 0]
@@ -229,8 +234,8 @@ def _fit(cases: Sequence[Case], hardware: Hardware, names: tuple[str, ...],
         # stacked least squares: rows (1/√n)·r_i and √λ·(x_j − x0_j)
         # Gauss-Newton model of the Huber loss (IRLS weights w = ψ(r)/r: 1 inside ±δ, δ/|r| outside)
         w = np.minimum(1.0, HUBER_DELTA / np.maximum(np.abs(r), 1e-300))
-        a = jac.T @ (w[:, None] * jac) / n + prior_weight * np.eye(k)
-        g = jac.T @ (w * r) / n + prior_weight * (x - x0)
+        a = jac.T @ (w[:, None] * jac) / n + np.diag(pull)
+        g = jac.T @ (w * r) / n + pull * (x - x0)
         # active set: a parameter on a bound whose gradient pushes it outwards is held there
         held = ((x <= lo + 1e-12) & (g > 0)) | ((x >= hi - 1e-12) & (g < 0))
         free = ~held

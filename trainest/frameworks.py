@@ -6,7 +6,10 @@ A framework sets
   PyTorch's dispatcher (eager PyTorch, Megatron, DeepSpeed, torchtitan, Composer; torch.compile
   fuses kernels but still launches each from Python); `xla`: the step is one compiled program
   (JAX/XLA, MaxText): no per-kernel host work. The host time per kernel of the `python` class is
-  the hardware's `efficiency.host_us_per_kernel` (a fitted system fact: its CPU runs the Python).
+  the hardware's `efficiency.host_us_per_kernel` (its CPU runs the Python: plain PyTorch's dispatch
+  of one kernel) times the framework's `host_scale`: 1, but FITTED for a framework whose measured
+  small-kernel steps say its layers cost more per kernel (Megatron-DeepSpeed: the vTrain rows;
+  `specs/frameworks.json`, written by tools/fit_defaults.py; docs/model.md §2.9).
 - `kernels`: its element-wise kernels when the run does not say (fused | eager).
 - `dp_overlap`: whether it overlaps the data-parallel gradient reduction with the backward by
   default (bucketing). A run can say otherwise (`parallel.dp_overlap`).
@@ -44,9 +47,12 @@ A framework sets
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import NamedTuple
 
 DISPATCH_HOST_FACTOR = {"python": 1.0, "xla": 0.0}   # host time per kernel, relative to the python class
+FITTED_FILE = "frameworks.json"     # in the bundled specs: the fitted host scales (tools/fit_defaults.py)
 
 
 class Framework(NamedTuple):
@@ -64,11 +70,19 @@ class Framework(NamedTuple):
     pp_unsharded_zero3: bool = False     # ZeRO-3 with pp > 1 keeps the stage gathered, its gradients unsharded
     loss_bytes_per_logit: float = 8.0    # bytes per logit the loss holds at its peak (module docstring)
     moe_seen: bool = False               # bundled measured mixture-of-experts runs use it (Megatron-Bridge)
+    host_scale: float = 1.0              # its host time per kernel over plain PyTorch's (fitted: FITTED_FILE)
+
+    @property
+    def dispatch_factor(self) -> float:
+        """Host time of a plain PyTorch operator relative to Python dispatch (1 for python, 0 for a
+        compiled step): the dispatch class alone, without the framework's layer machinery."""
+        return DISPATCH_HOST_FACTOR[self.dispatch]
 
     @property
     def host_factor(self) -> float:
-        """Host time per kernel relative to Python dispatch (1 for python, 0 for a compiled step)."""
-        return DISPATCH_HOST_FACTOR[self.dispatch]
+        """Host time per kernel relative to the system's plain PyTorch dispatch: the dispatch class's (1
+        for python, 0 for a compiled step) times the framework's fitted `host_scale`."""
+        return DISPATCH_HOST_FACTOR[self.dispatch] * self.host_scale
 
 
 F = Framework
@@ -106,3 +120,29 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
       "Apple MLX: lazy evaluation of eager operators on the unified-memory GPU"),
 )}
 DEFAULT_FRAMEWORK = "megatron-core"
+
+
+def fitted_file() -> Path | None:
+    """specs/frameworks.json of the installed package or the source tree (None: not there)."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "specs" / FITTED_FILE, here.parent / "specs" / FITTED_FILE):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def set_host_scale(name: str, scale: float) -> None:
+    """Give framework `name` the host scale `scale` in this process (the fit, tools/fit_defaults.py)."""
+    FRAMEWORKS[name] = FRAMEWORKS[name]._replace(host_scale=float(scale))
+
+
+def _load_fitted() -> None:
+    path = fitted_file()
+    if path is None:
+        return
+    for name, entry in json.loads(path.read_text(encoding="utf-8")).get("frameworks", {}).items():
+        if name in FRAMEWORKS:
+            set_host_scale(name, entry["host_scale"])
+
+
+_load_fitted()

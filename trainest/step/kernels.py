@@ -279,7 +279,7 @@ def head_host_s(job: Job, layout: Layout) -> tuple[Num, Num]:
     layer kernel where that is smaller) × the framework's dispatch factor [s]."""
     first, last = head_kernels(job, layout)
     tau = (xp.minimum(job.hardware.efficiency.host_per_kernel_s, HEAD_HOST_PER_KERNEL_S)
-           * FRAMEWORKS[job.framework].host_factor)
+           * FRAMEWORKS[job.framework].dispatch_factor)
     return first * tau, last * tau
 
 
