@@ -54,9 +54,10 @@ def test_the_set_is_reported_apart_from_the_public_runs():
 # Accuracy gates on the vTrain rows (issue 12; docs/validation.md, "vTrain single-node rows"): the
 # kernel-level model (host dispatch per kernel, kernel floors, wave quantization, the data-parallel
 # reduction exposed without bucketing) took them from 46.5 % to under 7 %; the loss's and the embedding's
-# kernels, Megatron's unfused cross-entropy and its FP32 softmax fallback to 5.5 %. Its host time per kernel
-# is fitted on their fit split (crc32(id) mod 100 < 60), so the holdout split is gated on its own.
-VTRAIN_MAPE_PCT = 6.0             # vTrain's own simulator reports 8.37 % on its single-node set; reached 5.5
+# kernels, Megatron's unfused cross-entropy and its FP32 softmax fallback to 5.5 %; the smooth host/device
+# maximum to 5.1 % (holdout split 4.3 %). Its host time per kernel and the smooth maximum's exponent are
+# fitted on their fit split (crc32(id) mod 100 < 60), so the holdout split is gated on its own.
+VTRAIN_MAPE_PCT = 5.5             # vTrain's own simulator reports 8.37 % on its single-node set; reached 5.1
 # every micro-batch and tp group's mean error: the target is ±5; tp 8 is at -12 (40 runs), the others within ±5.1
 VTRAIN_GROUP_MEAN_PCT = 13.0
 VTRAIN_PICK_COST_PCT = 4.0        # mean cost of trainest's fastest layout over the measured fastest (reached 3.5)
