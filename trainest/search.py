@@ -300,14 +300,30 @@ def plan_indices(lay: np.ndarray, combo: np.ndarray, *, sp_off: bool) -> tuple[n
     n_lay, n_combo = lay.shape[0], combo.shape[0]
     tp1 = lay[:, 0] == 1.0
     pick = np.broadcast_to(np.arange(n_combo), (n_lay, n_combo))
+    same_zero = _one_replica(lay)[:, None] & _zero_above_the_least(combo)[None, :]
     if sp_off:             # sequence parallelism splits along the TP group: at t = 1 "on" = "off"
-        keep = ~(tp1[:, None] & (combo[None, :, 2] == 1.0))
+        keep = ~(tp1[:, None] & (combo[None, :, 2] == 1.0)) & ~same_zero
         return np.repeat(np.arange(n_lay), keep.sum(axis=1)), pick[keep], np.ascontiguousarray(combo.T)
     off = combo.copy()
     off[:, 2] = 0.0
     pick = pick + np.where(tp1, n_combo, 0)[:, None]
-    return (np.repeat(np.arange(n_lay), n_combo), pick.reshape(-1),
+    keep = ~same_zero
+    return (np.repeat(np.arange(n_lay), keep.sum(axis=1)), pick[keep],
             np.ascontiguousarray(np.concatenate([combo, off]).T))
+
+
+def _one_replica(lay: np.ndarray) -> np.ndarray:
+    """Layout rows with nothing for ZeRO to shard over: d·c = 1 and, for experts, ep·etp = t·c·d (an
+    expert data-parallel group of one); every ZeRO stage is then the same plan."""
+    t, c, d, ep, etp = lay[:, 0], lay[:, 2], lay[:, 3], lay[:, 7], lay[:, 8]
+    return (c * d == 1.0) & (t * c * d == ep * etp)
+
+
+def _zero_above_the_least(combo: np.ndarray) -> np.ndarray:
+    """Combinations whose ZeRO stage is above the least searched one, without offload (ZeRO-Offload
+    needs its stage even on one replica): on a row of one replica they repeat that plan."""
+    least = combo[:, 0].min() if combo.size else 0.0
+    return (combo[:, 0] > least) & (combo[:, 4] == float(OFFLOAD_CODES["none"]))
 
 
 def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
