@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, NamedTuple, Union
 
 from trainest import xp
 from trainest.catalog import Hardware, Model
-from trainest.choices import FINETUNE_CODES, FULL_PRECISIONS, LOW_PRECISIONS, OFFLOAD_CODES, RECOMPUTE_CODES
+from trainest.choices import (
+    DEFAULT_RECOMPUTE_MODULES,
+    FINETUNE_CODES,
+    FULL_PRECISIONS,
+    LOW_PRECISIONS,
+    OFFLOAD_CODES,
+    RECOMPUTE_CODES,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -46,7 +53,7 @@ class Job(NamedTuple):
     base_bits: float = 16.0     # bits per frozen base weight of a LoRA (QLoRA: always 4)
     packed_length: float = 0.0  # mean document length of packed sequences [tokens] (0: unpacked)
     adam_moments: str = "fp32"  # AdamMoments: the dtype of Adam's two moments
-    recompute_modules: tuple[str, ...] = ("core_attn",)   # what selective recompute re-runs (RECOMPUTE_MODULES)
+    recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES   # what selective recompute re-runs
 
     def recomputes(self, module: str) -> float:
         """1.0 when selective recompute re-runs `module` (choices.RECOMPUTE_MODULES), else 0.0."""

@@ -59,9 +59,9 @@ def activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]:
         scores_all = ((e + e + mask) if model.dropout else e) * micro_batch * (model.heads / tp) * (seq_len / cp) \
             * seq_len
         scores = scores_all * scores_kept(job, layout)
-    mlp_part = tokens * (e * (model.mlp_matrices - 1.0) * f + g8 * f) / tp
     stored = replicated + split + scores - layout.selective * (
-        job.recomputes("layernorm") * norm_output_bytes(job, layout) + job.recomputes("mlp") * mlp_part)
+        job.recomputes("layernorm") * norm_output_bytes(job, layout)
+        + job.recomputes("mlp") * dense_mlp_activation_bytes(job, layout)[0])
     full_input = e * tokens * h / sp_div
     op_saved = full_input + e * tokens * ((2.0 * q_width + kv_width / 2.0 + f) / tp
                                           + (h if model.mlp == "swiglu" else 0.0))

@@ -35,6 +35,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from trainest import xp
+from trainest.choices import DEFAULT_RECOMPUTE_MODULES
 from trainest.frameworks import FRAMEWORKS
 from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
 from trainest.step.collectives import Tiers, all_reduce_s
@@ -184,7 +185,7 @@ def selective_kernels(job: Job, attn_fwd: Num) -> Num:
     up-projections and its RoPE (mla_up_proj), the routed experts' activation (moe_act, a MoE layer's
     share), a dense layer's MLP (mlp: its 2 GEMMs and activation, a dense layer's share), the shared
     experts' (shared_experts)."""
-    if job.recompute_modules == ("core_attn",):
+    if job.recompute_modules == DEFAULT_RECOMPUTE_MODULES:
         return attn_fwd
     m = job.model
     norm = EAGER_NORM_KERNELS if job.kernels == "eager" else 1.0

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from trainest import xp
+from trainest.choices import DEFAULT_RECOMPUTE_MODULES
 from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
 from trainest.step import mla
 from trainest.step.finetune import finetune_layer_ops
@@ -235,7 +236,7 @@ def selective_ops(job: Job, layout: Layout, r: Rates, x: LocalShape, attn: list[
     mla_up_proj MLA's query and KV up-projections and its RoPE and concatenation; moe_act, mlp and
     shared_experts what the MLP part lists for them (`MlpPart.modules`). The default, the attention core
     alone, is `attn` itself."""
-    if job.recompute_modules == ("core_attn",):
+    if job.recompute_modules == DEFAULT_RECOMPUTE_MODULES:
         return attn
     ops: list[Op] = list(attn) if job.recomputes("core_attn") else []
     if job.recomputes("layernorm"):
