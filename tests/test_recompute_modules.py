@@ -34,8 +34,8 @@ def test_the_default_is_the_attention_core():
 
 
 @pytest.mark.parametrize("base,module", [(DSV3, "layernorm"), (DSV3, "mla_up_proj"), (DSV3, "moe_act"),
-                                         (DSV3, "shared_experts"), (DSV3, "mlp"), (LLAMA, "layernorm"),
-                                         (LLAMA, "mlp")])
+                                         (DSV3, "shared_experts"), (DSV3, "mlp"), (DSV3, "moe"),
+                                         (LLAMA, "layernorm"), (LLAMA, "mlp")])
 def test_each_module_costs_time_and_saves_activations(base, module):
     core = _est(base, ["core_attn"])
     more = _est(base, ["core_attn", module])
@@ -43,7 +43,7 @@ def test_each_module_costs_time_and_saves_activations(base, module):
     assert more.step.time_s > core.step.time_s
     assert more.throughput.mfu < core.throughput.mfu
     flops = [e.throughput.hardware_tflops_per_device * e.step.time_s for e in (core, more)]
-    if module in ("mla_up_proj", "mlp", "shared_experts"):          # GEMMs re-run: more hardware FLOPs
+    if module in ("mla_up_proj", "mlp", "shared_experts", "moe"):   # GEMMs re-run: more hardware FLOPs
         assert flops[1] > flops[0] * (1 + 1e-9)
     else:                                                           # norms and activations: none
         assert flops[1] == pytest.approx(flops[0], rel=1e-12)
@@ -58,6 +58,14 @@ def test_what_mla_up_projection_recompute_drops_is_its_per_head_tensors():
     assert saved == pytest.approx(per_layer * round(saved / per_layer), rel=1e-9) and saved >= per_layer
 
 
+def test_recomputing_the_moe_block_runs_its_all_to_alls_again_as_full_recompute_does():
+    core, moe, full = _est(DSV3, ["core_attn"]), _est(DSV3, ["core_attn", "moe"]), _est({**DSV3, "recompute": "full"})
+    ep = [e.step.communication_detail_s["ep"] for e in (core, moe, full)]
+    assert ep[1] == pytest.approx(ep[2], rel=1e-9) and ep[1] == pytest.approx(1.5 * ep[0], rel=1e-9)   # 6 of 4
+    assert moe.memory.activations_bytes < _est(DSV3, ["core_attn", "moe_act", "shared_experts"]).memory.activations_bytes
+    assert full.memory.activations_bytes < moe.memory.activations_bytes
+
+
 def test_deepseek_v3_fits_an_80gb_device_with_its_recipes_modules():
     """DeepSeek-V3 trained on 80 GB H800s recomputing RMSNorm and the MLA up-projections (DeepSeek-AI 2024)."""
     h800 = {**DSV3, "hardware": "h800-sxm", "devices": 2048, "global_batch": 15360, "adam_moments": "bf16",
@@ -70,6 +78,7 @@ def test_deepseek_v3_fits_an_80gb_device_with_its_recipes_modules():
     (LLAMA, ["core_attn", "bogus"], "unknown module 'bogus'; allowed: core_attn, layernorm"),
     (LLAMA, ["mla_up_proj"], "mla_up_proj cannot be recomputed: llama3-8b has no multi-head latent attention"),
     (LLAMA, ["moe_act"], "moe_act cannot be recomputed: llama3-8b has no mixture-of-experts layers"),
+    (LLAMA, ["moe"], "moe cannot be recomputed: llama3-8b has no mixture-of-experts layers"),
     ({**LLAMA, "model": "qwen3-30b-a3b"}, ["mlp"], "has no dense MLP layers"),
     ({**LLAMA, "recompute": "full"}, ["layernorm"], "recompute is 'full'; use recompute: selective"),
     (LLAMA, [], "no module given"),

@@ -23,8 +23,9 @@ RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "op": 3}
 # what selective recompute re-runs: Megatron-Core's `recompute_modules` (TransformerConfig): core_attn
 # (the attention core, its default and trainest's `selective` until given), layernorm (the two norms),
 # mla_up_proj (MLA's up-projections and RoPE), moe_act (the routed experts' activation), mlp (a dense
-# layer's MLP), shared_experts (a MoE layer's shared experts)
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "shared_experts")
+# layer's MLP), moe (a MoE layer's whole block after attention, its all-to-alls included), shared_experts
+# (a MoE layer's shared experts)
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "moe", "shared_experts")
 DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 # attention kernel: flash (the best fused kernel: FA3/cuDNN on Hopper+), flash2 (FlashAttention-2),
 # standard (materialised s×s scores)

@@ -133,8 +133,8 @@ KNOBS: tuple[Knob, ...] = (
       "op = torchtitan's per-op selective checkpointing (every second matmul and the element-wise ops).", "selective",
       "Recompute", searched=True),
     K("recompute_modules", ("--recompute-modules",), "str", "What selective recompute re-runs (Megatron-Core's "
-      "recompute_modules), comma-separated: core_attn, layernorm, mla_up_proj (MLA), moe_act (MoE), mlp (dense "
-      "layers), shared_experts.", "core_attn", job=True),
+      "recompute_modules), comma-separated: core_attn, layernorm, mla_up_proj (MLA), moe_act, moe (the MoE block "
+      "with its all-to-alls), mlp (dense layers), shared_experts.", "core_attn", job=True),
     K("attention", ("--attention",), "choice", "flash (best fused kernel: FA3/cuDNN on Hopper+), flash2 "
       "(FlashAttention-2) or standard (materialised scores).", "flash", "Attention", job=True),
     K("framework", ("--framework",), "choice", "Training framework: sets the kernels' host dispatch, the default "

@@ -59,6 +59,11 @@ class Job(NamedTuple):
         """1.0 when selective recompute re-runs `module` (choices.RECOMPUTE_MODULES), else 0.0."""
         return 1.0 if module in self.recompute_modules else 0.0
 
+    def moe_rerun(self, layout: Layout) -> Num:
+        """1 where the backward re-runs a MoE layer's block after attention (its routing, experts and
+        all-to-alls): full recompute, or selective recompute of the `moe` module; else 0."""
+        return layout.full + layout.selective * self.recomputes("moe")
+
     @property
     def low_precision(self) -> bool:
         """FP8/FP4 GEMMs (cast per GEMM, 16-bit weights kept)."""

@@ -336,6 +336,7 @@ def recompute_modules_of(value: Any, recompute: str, model: Model, where: str) -
                         f"use recompute: selective (--recompute selective) with them")
     missing = {"mla_up_proj": (model.mla is None, "has no multi-head latent attention"),
                "moe_act": (model.moe is None, "has no mixture-of-experts layers"),
+               "moe": (model.moe is None, "has no mixture-of-experts layers"),
                "shared_experts": (model.moe is None or model.moe.shared_experts == 0, "has no shared experts"),
                "mlp": (model.dense_layers_count == 0, "has no dense MLP layers")}
     for n in picked:

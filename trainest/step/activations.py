@@ -119,8 +119,8 @@ def selective_savings(job: Job, layout: Layout) -> tuple[Num, Num, Num, Num]:
     activations, per micro-batch [B]: (common: the norm outputs with layernorm; attention: MLA's
     per-head queries, keys and KV up-projection output with mla_up_proj, e·T·(a/t)·(2·d_qk + d_n + d_v);
     a dense MLP's activations with mlp; a MoE block's: the routed experts' activation output (the
-    down-projection input, g8·c·f_e) with moe_act and the shared experts' with shared_experts). Each is
-    × the selective mask."""
+    down-projection input, g8·c·f_e) with moe_act and the shared experts' with shared_experts; all it
+    keeps with moe). Each is × the selective mask."""
     m, e = job.model, ACTIVATION_BYTES
     g8 = FP8_SAVED_INPUT_BYTES if job.low_precision else e
     tokens, sel = layout.tokens(job), layout.selective
@@ -136,6 +136,8 @@ def selective_savings(job: Job, layout: Layout) -> tuple[Num, Num, Num, Num]:
         shared = tokens * m.moe.shared_experts * m.moe.shared_width / layout.tp
         moe = (job.recomputes("moe_act") * g8 * moe_copies(job, layout) * m.moe.expert_ffn_hidden
                + job.recomputes("shared_experts") * shared * intermediate)
+        if job.recomputes("moe"):                   # the whole block: all it keeps beyond its input
+            moe = moe_mlp_activation_bytes(job, layout)[0]
     return sel * common, sel * attention, sel * dense, sel * moe
 
 

@@ -125,7 +125,8 @@ def recompute_flops_per_step(job: Job, layout: Layout) -> Num:
 def selective_module_params(job: Job) -> float:
     """Weights per layer (the mean layer) whose GEMMs selective recompute's modules re-run, for the
     hardware FLOPs (2 per weight and token): MLA's query and KV up-projections (mla_up_proj), a dense
-    layer's MLP (mlp, dense layers' share), the shared experts (shared_experts, MoE layers' share);
+    layer's MLP (mlp, dense layers' share), the shared experts (shared_experts or moe, MoE layers' share),
+    the router and a token's K routed experts (moe);
     the attention core and the norms and activations have no weights."""
     m = job.model
     total = 0.0
@@ -136,6 +137,9 @@ def selective_module_params(job: Job) -> float:
     mlp_params = m.mlp_matrices * m.hidden
     if job.recomputes("mlp"):
         total += m.dense_layers_count / m.layers * mlp_params * m.ffn_hidden
-    if m.moe is not None and job.recomputes("shared_experts"):
+    if m.moe is not None and (job.recomputes("shared_experts") or job.recomputes("moe")):
         total += m.moe_layers / m.layers * mlp_params * m.moe.shared_experts * m.moe.shared_width
+    if m.moe is not None and job.recomputes("moe"):          # the router and the K routed experts of a token
+        total += m.moe_layers / m.layers * m.hidden * (m.moe.experts + m.moe.top_k * m.mlp_matrices
+                                                       * m.moe.expert_ffn_hidden)
     return total

@@ -183,8 +183,10 @@ def selective_kernels(job: Job, attn_fwd: Num) -> Num:
     """Kernels selective recompute launches again per layer (its `recompute_modules`): the attention
     core's forward (core_attn), the two norms (layernorm: fused 1, eager EAGER_NORM_KERNELS each), MLA's two
     up-projections and its RoPE (mla_up_proj), the routed experts' activation (moe_act, a MoE layer's
-    share), a dense layer's MLP (mlp: its 2 GEMMs and activation, a dense layer's share), the shared
-    experts' (shared_experts)."""
+    share), a dense layer's MLP (mlp: its 2 GEMMs and activation, a dense layer's share), a MoE layer's
+    block (moe: its router, shared and grouped GEMMs, routing kernels and activation; its per-expert
+    launches and all-to-alls are counted where they are, `Job.moe_rerun`), the shared experts'
+    (shared_experts)."""
     if job.recompute_modules == DEFAULT_RECOMPUTE_MODULES:
         return attn_fwd
     m = job.model
@@ -195,6 +197,7 @@ def selective_kernels(job: Job, attn_fwd: Num) -> Num:
             + job.recomputes("mla_up_proj") * 4.0
             + job.recomputes("moe_act") * moe_share * act
             + job.recomputes("mlp") * dense_share * (2.0 + act)
+            + job.recomputes("moe") * moe_share * (5.0 + MOE_ROUTING_KERNELS + act)
             + job.recomputes("shared_experts") * moe_share * (2.0 + act))
 
 
@@ -212,8 +215,8 @@ def tp_collectives_per_layer(layout: Layout) -> Num:
 
 def ep_collectives_per_layer(job: Job, layout: Layout) -> Num:
     """Expert-parallel all-to-all launches of the mean layer per micro-batch: 4 per MoE layer (2 more
-    under full recompute), × L_m/L; none with ep = 1."""
-    return moe_layer_share(job) * (ALL_TO_ALLS_PER_MOE_LAYER + 2.0 * layout.full) * xp.mask(layout.ep > 1)
+    where the block is re-run: full recompute, the `moe` module), × L_m/L; none with ep = 1."""
+    return moe_layer_share(job) * (ALL_TO_ALLS_PER_MOE_LAYER + 2.0 * job.moe_rerun(layout)) * xp.mask(layout.ep > 1)
 
 
 def host_per_kernel_s(job: Job) -> Num:
@@ -230,7 +233,8 @@ def host_pass_s(job: Job, layout: Layout) -> tuple[Num, Num]:
     ep = moe_layer_share(job) * xp.mask(layout.ep > 1)
     tau = host_per_kernel_s(job)
     return ((forward + 2.0 * tp + 2.0 * ep) * tau,
-            (backward + recompute + (2.0 + 2.0 * layout.full + layout.op) * tp + (2.0 + 2.0 * layout.full) * ep) * tau)
+            (backward + recompute + (2.0 + 2.0 * layout.full + layout.op) * tp
+             + (2.0 + 2.0 * job.moe_rerun(layout)) * ep) * tau)
 
 
 # The host launches kernels ahead of the device, which runs them in order: where a pass's host time h

@@ -207,8 +207,8 @@ def moe_elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
 def moe_mlp(job: Job, layout: Layout, r: Rates, x: LocalShape) -> MlpPart:
     """One MoE layer's block after attention: the router, the shared experts and the grouped expert
     GEMMs (their backward GEMM by GEMM, expert_backward_gemms), the layer's element-wise traffic, what
-    op recompute re-runs of it (the experts' down projection, the shared experts' down), and its
-    routing kernels."""
+    op recompute re-runs of it (the experts' down projection, the shared experts' down), what the
+    recompute modules moe, moe_act and shared_experts re-run, and its routing kernels."""
     experts, shared = expert_gemms(job, layout, r, x), shared_expert_gemms(job, layout, r, x)
     moved = moe_elementwise_bytes(job, layout, x)
     elementwise = op_of("elementwise", FORWARD, 0.0 * moved, moved, streaming_time(moved, r.memory_bytes_per_s))
@@ -216,10 +216,15 @@ def moe_mlp(job: Job, layout: Layout, r: Rates, x: LocalShape) -> MlpPart:
     elementwise_bwd = op_of("elementwise", BACKWARD, 0.0 * back, back, streaming_time(back, r.memory_bytes_per_s))
     dense = [router_gemm(job, layout, r, x)] + shared
     moe = moe_of(job)
-    modules = (("moe_act", [activation_op(job, r, "experts.activation",
-                                          routed_copies(job, layout, x) * moe.expert_ffn_hidden)]),
-               ("shared_experts", shared + [activation_op(job, r, "shared.activation", x.tokens * moe.shared_experts
-                                                          * moe.shared_width / layout.tp)] if shared else []))
+    routing = permutation_bytes(job, layout, x) + router_bytes(job, layout, x)
+    block = op_of("moe.routing", FORWARD, 0.0 * routing, routing, streaming_time(routing, r.memory_bytes_per_s))
+    acts = [activation_op(job, r, "experts.activation", routed_copies(job, layout, x) * moe.expert_ffn_hidden)]
+    if shared:
+        acts.append(activation_op(job, r, "shared.activation", x.tokens * moe.shared_experts * moe.shared_width
+                                  / layout.tp))
+    # what each recompute module re-runs (layer.py: selective_ops): the whole block, the routed experts'
+    # activation, the shared experts
+    modules = (("moe", dense + experts + [block] + acts), ("moe_act", acts[:1]), ("shared_experts", shared + acts[1:]))
     return MlpPart(gemms=dense + experts, gradients=gradient_ops(dense) + expert_backward_gemms(job, layout, r, x),
                    elementwise=elementwise, op_recompute=[experts[-1]] + shared[-1:],
                    extra_kernels=MOE_ROUTING_KERNELS, elementwise_backward=elementwise_bwd, modules=modules)
@@ -241,12 +246,13 @@ def expert_pass_launches(job: Job, layout: Layout) -> tuple[Num, Num]:
     issues expert by expert, per micro-batch. Per local expert: forward EXPERT_GEMM_LAUNCHES GEMMs (+
     EXPERT_CAST_LAUNCHES + EXPERT_PAD_LAUNCHES with FP8/FP4: each GEMM input's quantisation and the
     rows' padding to the FP8 alignment); backward twice the GEMMs (dgrad, wgrad) and as many casts and
-    paddings; full recompute runs the forward's again, op recompute the down projection."""
+    paddings; full recompute (and the `moe` recompute module) runs the forward's again, op recompute
+    the down projection."""
     moe = moe_of(job)
     low = 1.0 if job.low_precision else 0.0
     per_pass_casts = low * (EXPERT_CAST_LAUNCHES + EXPERT_PAD_LAUNCHES)
     forward = EXPERT_GEMM_LAUNCHES + per_pass_casts
-    backward = (2.0 * EXPERT_GEMM_LAUNCHES + per_pass_casts + layout.full * forward
+    backward = (2.0 * EXPERT_GEMM_LAUNCHES + per_pass_casts + job.moe_rerun(layout) * forward
                 + layout.op * 0.5 * EXPERT_GEMM_LAUNCHES)
     local_experts = moe.experts / layout.ep
     return local_experts * forward, local_experts * backward
@@ -370,10 +376,11 @@ def domain_miss_probability(moe: MoE, domains: Num) -> Num:
 
 def ep_layer_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers, window_s: Num) -> tuple[Num, Num]:
     """(all, exposed) expert-parallel seconds of one MoE layer pass: dispatch and combine forward,
-    their gradients backward, the forward's again under full recompute: (4 + 2·[full]) all-to-alls.
+    their gradients backward, the forward's again where the block is re-run (full recompute, the `moe`
+    recompute module: Job.moe_rerun): (4 + 2·[re-run]) all-to-alls.
     Exposed in full unless the framework overlaps them (`moe_overlap: deepep`: hidden behind another
     micro-batch's computation, `window_s`, at the hardware's contention share κ, §4.7)."""
-    total = A2A_PER_LAYER_PASS * (2.0 + layout.full) * ep_all_to_all_s(job, layout, x, tiers)
+    total = A2A_PER_LAYER_PASS * (2.0 + job.moe_rerun(layout)) * ep_all_to_all_s(job, layout, x, tiers)
     if not layout.deepep:
         return total, total
     return total, overlapped_exposed_s(total, window_s, 0.0, job.hardware.efficiency.overlap_contention)
@@ -382,9 +389,11 @@ def ep_layer_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers, window_s: 
 def moe_tp_all_reduces(job: Job, layout: Layout) -> Num:
     """TP all-reduces (or RS + AG with SP) of T·h per MoE layer pass: the attention block's one
     forward and one backward, and the shared experts' one each (the routed experts exchange tokens
-    by all-to-all instead), plus the forward's again under full recompute and one under op."""
+    by all-to-all instead), plus the forward's again under full recompute (the shared experts' with the
+    `moe` recompute module) and one under op."""
     shared = 1.0 if moe_of(job).shared_experts else 0.0
-    return (2.0 + 2.0 * shared) + (1.0 + shared) * layout.full + layout.op
+    return (2.0 + 2.0 * shared) + (1.0 + shared) * layout.full + shared * layout.selective * job.recomputes("moe") \
+        + layout.op
 
 
 class MoeLayer(NamedTuple):

@@ -99,7 +99,7 @@ def collective_rows(job: Job, layout: Layout, p: StepParts) -> list[StepOp]:
     stage_weights = float(stage_params(job.model, layout.pp, layout.vpp, layout.pipeline_split)) / tp
     dp_tier = _group_tier(dp * cp, tp, domain)
     moe_share = 0.0 if job.model.moe is None else job.model.moe_layers / job.model.layers
-    ep_calls = moe_share * A2A_PER_LAYER_PASS * (2.0 + float(layout.full))
+    ep_calls = moe_share * A2A_PER_LAYER_PASS * (2.0 + float(job.moe_rerun(layout)))
     ep_buffer = 0.0 if job.model.moe is None else float(dispatch_bytes(job, layout, x))
     rows = [
         _collective("tp.all_reduce", per_layer * n * m, act, float(p.tp_total_s) * n * m,
