@@ -114,3 +114,15 @@ def test_plan_searches_with_the_modules_and_its_winner_reproduces(capsys):
     code, out, _ = call_entry(["estimate", *job, *winner["estimate_args"], "--json"], capsys)
     assert code == 0
     assert json.loads(out)["step"]["time_s"] == pytest.approx(winner["step"]["time_s"], rel=1e-9)
+
+
+def test_the_does_not_fit_advice_names_the_cheap_modules_where_they_make_it_fit():
+    from trainest.advice import _fitting_single_changes, cheap_recompute_modules
+    h800 = scenario_from_mapping({**DSV3, "hardware": "h800-sxm", "devices": 2048, "global_batch": 15360,
+                                  "adam_moments": "bf16", "parallel": {**DSV3["parallel"], "moe_overlap": "deepep"}})
+    assert cheap_recompute_modules(h800) == ("layernorm", "mla_up_proj", "moe_act")
+    assert "--recompute-modules layernorm,mla_up_proj,moe_act" in _fitting_single_changes(h800)
+    given = scenario_from_mapping({**DSV3, "recompute_modules": ["layernorm"]})     # given: not suggested again
+    assert not any("--recompute-modules" in f for f in _fitting_single_changes(given))
+    dense = scenario_from_mapping(LLAMA)
+    assert cheap_recompute_modules(dense) == ()

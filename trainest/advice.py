@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from trainest.choices import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_MODULES
 from trainest.errors import SpecError
 from trainest.estimate import TIGHT_FIT_FRACTION, Estimate, estimate
 from trainest.scenario import Scenario
@@ -22,6 +23,11 @@ def _single_changes(s: Scenario) -> list[tuple[str, Scenario]]:
     """Alternatives that change one knob on the same devices, only to values not already given."""
     p = s.parallel
     tries: list[tuple[str, Scenario]] = []
+    cheap = cheap_recompute_modules(s)
+    if s.recompute in ("none", "selective") and s.recompute_modules == DEFAULT_RECOMPUTE_MODULES and cheap:
+        label = ("" if s.recompute == "selective" else "--recompute selective ") + \
+            f"--recompute-modules {','.join(cheap)}"
+        tries.append((label, replace(s, recompute="selective", recompute_modules=cheap)))
     if s.recompute != "full":
         tries.append(("--recompute full", replace(s, recompute="full")))
     if p.shard * p.cp > 1:                 # ZeRO shards over the data-parallel (x CP) group: not on one rank
@@ -38,6 +44,19 @@ def _single_changes(s: Scenario) -> list[tuple[str, Scenario]]:
             if s.global_batch % (new.dp * s.micro_batch) == 0:
                 tries.append((f"--{knob} {k}", replace(s, parallel=new)))
     return tries
+
+
+def cheap_recompute_modules(s: Scenario) -> tuple[str, ...]:
+    """The output-discarding recompute modules of a model with latent attention or experts (Megatron-Core:
+    mla_up_proj, moe_act, and layernorm with them; docs/model.md §2.6): little time for what they free,
+    the DeepSeek-V3 recipes' choice. None for a dense model (Transformer Engine fuses its norms into the
+    next GEMM, where Megatron-Core's layernorm module does not apply)."""
+    m = s.model
+    if m.mla is None and m.moe is None:
+        return ()
+    picked = {"layernorm"} | ({"mla_up_proj"} if m.mla is not None else set()) | \
+        ({"moe_act"} if m.moe is not None else set())
+    return tuple(n for n in RECOMPUTE_MODULES if n in picked)
 
 
 def _fitting_single_changes(s: Scenario) -> list[str]:
