@@ -106,7 +106,7 @@ def test_inputs_echo_loads_again(tmp_path):
     assert again["memory"] == first["memory"]
 
 
-@pytest.mark.parametrize("what", ["hardware", "models"])
+@pytest.mark.parametrize("what", ["hardware", "models", "frameworks"])
 def test_list_json_matches_schema(what):
     doc = run_json("list", what)
     check(doc, "list")

@@ -318,3 +318,13 @@ def test_the_step_is_host_bound_only_when_its_layers_are():
     fast = step_of(SMALL, with_efficiency(A100, host_per_kernel_s=0.0, kernel_floor_s=0.0), "fp16", "standard",
                    **_kw(micro_batch=1.0))
     assert fast.layers_host_wait_s == 0.0
+
+
+def test_list_frameworks_shows_each_and_its_fitted_host_scale(capsys):
+    code, out, err = call_entry(["list", "frameworks"], capsys)
+    assert code == 0 and err == ""
+    for name in FRAMEWORKS:
+        assert name in out
+    assert f"{FRAMEWORKS['megatron-deepspeed'].host_scale:.2f}*" in out
+    code, out, _ = call_entry(["list", "frameworks", "--sort", "price"], capsys)
+    assert code != 0 and out == ""

@@ -85,6 +85,15 @@ def model_rows() -> list[dict[str, Any]]:
     return rows
 
 
+def framework_rows() -> list[dict[str, Any]]:
+    """What each training framework does that the step model reads (trainest/frameworks.py)."""
+    from trainest.frameworks import FRAMEWORKS
+    return [{"name": f.name, "dispatch": f.dispatch, "host_scale": f.host_scale, "kernels": f.kernels,
+             "dp_overlap": f.dp_overlap, "interleaved": f.interleaved, "seen": f.seen, "moe_seen": f.moe_seen,
+             "megatron_softmax": f.megatron_softmax, "unfused_cross_entropy": f.unfused_cross_entropy,
+             "loss_bytes_per_logit": f.loss_bytes_per_logit, "source": f.source} for f in FRAMEWORKS.values()]
+
+
 def list_dict(what: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The `trainest list ... --json` document (docs/schema/list.schema.json)."""
     return {"schema_version": SCHEMA_VERSION, what: rows}
@@ -136,6 +145,9 @@ def print_list(what: str, rows: list[dict[str, Any]]) -> None:
         con.print(table)
         con.print(caption, style="dim")    # (as a caption, rich would size the columns by its text)
         return
+    if what == "frameworks":
+        print_frameworks(rows)
+        return
     table = Table(title=f"{what} ({len(rows)})", title_justify="left")
     keys = ["name", "params", "layers", "hidden", "heads", "kv_heads", "mlp", "seq_len"]
     for k in keys:
@@ -143,3 +155,33 @@ def print_list(what: str, rows: list[dict[str, Any]]) -> None:
     for r in rows:
         table.add_row(*(_cell(k, r[k]) for k in keys))
     console().print(table)
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def print_frameworks(rows: list[dict[str, Any]]) -> None:
+    """`trainest list frameworks`: what each `--framework` sets in the step model."""
+    from rich import box
+    from rich.table import Table
+    table = Table(title=f"frameworks ({len(rows)})", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)
+    # every value whole (the widest of each column); the headers wrap on a narrow terminal
+    widths = {"name": max(len(r["name"]) for r in rows), "dispatch": 6, "host ×": 5, "kernels": 5}
+    for col in ("name", "dispatch", "host ×", "kernels", "overlap", "interl", "seen", "MoE"):
+        table.add_column(col, justify="right" if col == "host ×" else "left", min_width=widths.get(col, 3))
+    for r in rows:
+        fitted = "*" if r["host_scale"] != 1 else ""
+        host = "0" if r["dispatch"] == "xla" else f"{r['host_scale']:.2f}{fitted}"
+        table.add_row(r["name"], r["dispatch"], host, r["kernels"], _yes(r["dp_overlap"]), _yes(r["interleaved"]),
+                      _yes(r["seen"]), _yes(r["moe_seen"]))
+    con = console()
+    con.print(table)
+    con.print("dispatch: python (every kernel launched from Python) or xla (one compiled step, no host time per "
+              "kernel); host ×: its host time per kernel over plain PyTorch's (the hardware's "
+              "host_us_per_kernel; *: fitted on its measured small-kernel runs, specs/frameworks.json); "
+              "kernels: its default element-wise kernels; overlap: the gradient reduction overlapped with the "
+              "backward by default; interl: has the interleaved pipeline schedule; seen: the bundled "
+              "measured runs include it (else estimates say so); MoE: the same for mixture-of-experts runs. "
+              "Sources and the loss's bytes: --json; docs/model.md §2.9.", style="dim")
