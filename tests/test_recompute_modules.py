@@ -126,3 +126,21 @@ def test_the_does_not_fit_advice_names_the_cheap_modules_where_they_make_it_fit(
     assert not any("--recompute-modules" in f for f in _fitting_single_changes(given))
     dense = scenario_from_mapping(LLAMA)
     assert cheap_recompute_modules(dense) == ()
+
+
+def test_plan_notes_a_better_plan_with_the_cheap_modules_and_says_nothing_when_they_are_given(capsys):
+    job = ["--model", "deepseek-v3", "--hardware", "h100-sxm", "--precision", "fp8", "--global-batch", "8192",
+           "--devices", "1024", "--allow", "tp=1,2", "--allow", "pp=8,16", "--json"]
+    code, out, _ = call_entry(["plan", *job], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    notes = [w for w in doc["warnings"] if w.startswith("note: selective recompute of layernorm, mla_up_proj, moe_act")]
+    assert len(notes) == 1
+    args = notes[0].split("(trainest estimate ... ")[1].rstrip(")").split()
+    code, out, _ = call_entry(["estimate", "--model", "deepseek-v3", "--hardware", "h100-sxm", "--precision", "fp8",
+                               *args, "--json"], capsys)
+    assert code == 0 and json.loads(out)["step"]["time_s"] < doc["plans"][0]["step"]["time_s"]
+    code, out, _ = call_entry(["plan", *job, "--recompute-modules", "layernorm"], capsys)
+    assert code == 0 and not any(w.startswith("note:") for w in json.loads(out)["warnings"])
+    code, out, _ = call_entry(["plan", "--model", "llama3-8b", "--devices", "8", "--global-batch", "64", "--json"], capsys)
+    assert code == 0 and not any(w.startswith("note:") for w in json.loads(out)["warnings"])

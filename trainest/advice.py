@@ -114,3 +114,31 @@ def fit_suggestions(s: Scenario, e: Estimate) -> str:
     found, _ = smallest_fitting(s)
     return f"does not fit: needs {need:.1f} GiB per device, {s.hardware.name} has {have:.1f} GiB{kept}{maybe}{hint}; " \
            f"{found}"
+
+
+def modules_plan_note(result, space) -> str | None:
+    """For a plan search of a model with latent attention or experts, with neither recompute modules
+    given nor selective recompute ruled out: the best plan with selective recompute of the cheap
+    modules (`cheap_recompute_modules`), searched in full, when it beats the plan found (a note in
+    words with its reproduce line; None otherwise). `result`: a search.SearchResult of `space`."""
+    from trainest.knobs import estimate_args
+    from trainest.scenario import scenario_mapping
+    from trainest.search import search
+    base = result.base
+    cheap = cheap_recompute_modules(base)
+    if not cheap or base.recompute_modules != DEFAULT_RECOMPUTE_MODULES or "selective" not in result.space["recompute"]:
+        return None
+    alt_base = replace(base, recompute="selective", recompute_modules=cheap)
+    try:
+        alt = search(alt_base, result.devices, replace(space, recompute=("selective",)), objective=result.objective,
+                     top=1)
+    except SpecError:
+        return None
+    if alt.scores[0] >= result.scores[0] * (1.0 - 1e-3):
+        return None
+    e = alt.plans[0]
+    return (f"selective recompute of {', '.join(cheap)} (Megatron-Core's recompute modules, --recompute-modules "
+            f"{','.join(cheap)}) has a better plan: {_plan_text(e).split(' (trainest')[0]}, "
+            f"{1.0 - alt.scores[0] / result.scores[0]:.0%} better by the objective (trainest estimate ... "
+            f"{' '.join(estimate_args(scenario_mapping(e.scenario)))})")
+

@@ -7,6 +7,7 @@ rich are imported inside the functions.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from trainest.cli import EXIT_BAD_INPUT, EXIT_OK, error_line
@@ -54,9 +55,11 @@ def job_mapping(values: dict[str, Any]) -> dict[str, Any]:
     return merge(load_scenario_file(config) if config else {}, given)
 
 
-def search_plans(values: dict[str, Any]) -> tuple[Any, Any]:
-    """(SearchResult, DeviceSearch or None) for the option values; raises SpecError on bad input."""
+def search_plans(values: dict[str, Any]) -> tuple[Any, Any, str | None]:
+    """(SearchResult, DeviceSearch or None, a note on recompute modules or None) for the option values;
+    raises SpecError on bad input."""
     from trainest import search as S
+    from trainest.advice import modules_plan_note
     from trainest.report import LazyProgress
     from trainest.units import parse_count, parse_duration_s
     config = values.get("config")
@@ -73,11 +76,12 @@ def search_plans(values: dict[str, Any]) -> tuple[Any, Any]:
                             enabled=not values.get("quiet") and not values.get("json_out"))
     try:
         if lo == hi and deadline_s is None and budget_usd is None:
-            return S.search(base, lo, space, objective=objective, top=top, progress=progress), None
+            result = S.search(base, lo, space, objective=objective, top=top, progress=progress)
+            return result, None, modules_plan_note(result, space)
         counts = S.device_counts(lo, hi, _plain(values.get("device_counts") or "pow2"), base.devices_per_node)
         dsearch = S.smallest_devices(base, counts, space, deadline_s=deadline_s, budget_usd=budget_usd,
                                      objective=objective, top=top, progress=progress)
-        return dsearch.result, dsearch
+        return dsearch.result, dsearch, None
     finally:
         progress.close()
 
@@ -87,7 +91,7 @@ def run_plan(values: dict[str, Any]) -> int:
     from trainest.errors import SpecError
     try:
         values = {**values, "hardware": one_hardware(values.get("hardware"))}
-        result, dsearch = search_plans(values)
+        result, dsearch, note = search_plans(values)
     except SpecError as exc:
         error_line(str(exc))
         return EXIT_BAD_INPUT
@@ -96,10 +100,14 @@ def run_plan(values: dict[str, Any]) -> int:
     from trainest.report.plan import print_plan, search_dict
     warnings = job_warnings(result.base)
     if values.get("json_out"):
+        # the note rides with the warnings: what a script should read beside the plans
+        warnings = warnings + ([f"note: {note}"] if note else [])
         print(report.dumps({**search_dict(result, dsearch), "warnings": warnings}))
         return EXIT_OK
     print_plan(result, dsearch, job_option_args(values))
     if not values.get("quiet"):
         for w in warnings:
             report.warn(w)
+        if note:
+            print(f"Note: {note}", file=sys.stderr)
     return EXIT_OK
