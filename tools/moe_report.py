@@ -149,6 +149,24 @@ def same_inputs_markdown(moe: MoeFit) -> str:
             + "\n".join(lines)) if repeated else ""
 
 
+def cheap_modules_fit(moe: MoeFit) -> tuple[int, int, int]:
+    """(MoE runs with latent attention, how many fit as imported, how many fit with Megatron-Core's cheap
+    recompute modules, advice.cheap_recompute_modules: docs/model.md §2.6). Memory only: the efficiencies
+    do not enter it."""
+    from dataclasses import replace as with_fields
+
+    from trainest.advice import cheap_recompute_modules
+    from trainest.estimate import memory_result
+    from trainest.memory import memory_per_device
+    from trainest.scenario import job_of, layout_of
+
+    def fits(s) -> bool:
+        return memory_result(s, memory_per_device(job_of(s), layout_of(s))).fits
+    mla = [c.scenario for c in moe.cases if c.scenario.model.mla is not None]
+    with_modules = [with_fields(s, recompute="selective", recompute_modules=cheap_recompute_modules(s)) for s in mla]
+    return len(mla), sum(map(fits, mla)), sum(map(fits, with_modules))
+
+
 def markdown(moe: MoeFit) -> str:
     """The MoE section of docs/validation.md."""
     split_lines = ["| hardware | MoE fit runs | MoE holdout runs | status | fitted values "
@@ -168,6 +186,7 @@ def markdown(moe: MoeFit) -> str:
     over = sum(1 for r in results if not r.fits)
     over_mean = statistics.fmean([r.error_pct for r in results if r.fits] or [0.0])
     oom_mean = statistics.fmean([r.error_pct for r in results if not r.fits] or [0.0])
+    n_mla, mla_fit, mla_fit_modules = cheap_modules_fit(moe)
     return f"""## Mixture-of-experts runs (issue 13)
 
 The {len(results)} MoE runs (Megatron-Bridge performance summaries: Qwen3 30B-A3B and 235B-A22B,
@@ -211,7 +230,10 @@ trainest's memory model puts {over} of the {len(results)} MoE runs over capacity
 Kimi K2 activations: MLA's per-head queries, keys and values, the routed rows and their up-projection
 outputs, over 4–5 in-flight micro-batches, and FP32 gradient buffers twice the size of the weights),
 so those recipes must have recomputed, offloaded or kept narrower gradients than trainest assumes
-(docs/model.md §15.6), at a cost trainest does not count; their mean error is
+(docs/model.md §15.6), at a cost trainest does not count. With Megatron-Core's cheap recompute modules
+(layernorm, mla_up_proj, moe_act: docs/model.md §2.6), which the tables do not state but DeepSeek-V3's
+own training recomputes (DeepSeek-AI 2024, §3.2.3), {mla_fit_modules} of the {n_mla} DeepSeek-V3 and Kimi K2
+runs fit ({mla_fit} as imported). The over-capacity runs' mean error is
 {oom_mean:+.1f} % against {over_mean:+.1f} % on the runs that fit (counting that cost would move
 them further the way they already err). GPT-OSS's BF16 rows run its attention
 with sinks through a slower path in the releases before 26.06 (the source's own footnote for 26.06.01
