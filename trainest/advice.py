@@ -70,15 +70,24 @@ def _fitting_single_changes(s: Scenario) -> list[str]:
     return fixes
 
 
-def _plan_text(e: Estimate) -> str:
-    """A plan's layout and the estimate options that reproduce it."""
-    from trainest.knobs import estimate_args
-    from trainest.scenario import scenario_mapping
+def _plan_words(e: Estimate) -> str:
+    """A plan's layout, step time and memory, in words."""
     s, p = e.scenario, e.scenario.parallel
     layout = (f"tp {p.tp} pp {p.pp} cp {p.cp} dp {p.dp}" + (f" vpp {p.vpp}" if p.vpp > 1 else "")
               + f" zero {p.zero} micro-batch {s.micro_batch} recompute {s.recompute}")
-    return (f"{layout}, {e.step.time_s:.3g} s per step, {e.memory.per_device_bytes / GiB:.1f} GiB per device "
-            f"(trainest estimate ... {' '.join(estimate_args(scenario_mapping(s)))})")
+    return f"{layout}, {e.step.time_s:.3g} s per step, {e.memory.per_device_bytes / GiB:.1f} GiB per device"
+
+
+def _reproduce(e: Estimate) -> str:
+    """The `trainest estimate` options that reproduce a plan's layout."""
+    from trainest.knobs import estimate_args
+    from trainest.scenario import scenario_mapping
+    return f"trainest estimate ... {' '.join(estimate_args(scenario_mapping(e.scenario)))}"
+
+
+def _plan_text(e: Estimate) -> str:
+    """A plan's layout and the estimate options that reproduce it."""
+    return f"{_plan_words(e)} ({_reproduce(e)})"
 
 
 def smallest_fitting(s: Scenario) -> tuple[str, Estimate | None]:
@@ -121,8 +130,6 @@ def modules_plan_note(result, space) -> str | None:
     given nor selective recompute ruled out: the best plan with selective recompute of the cheap
     modules (`cheap_recompute_modules`), searched in full, when it beats the plan found (a note in
     words with its reproduce line; None otherwise). `result`: a search.SearchResult of `space`."""
-    from trainest.knobs import estimate_args
-    from trainest.scenario import scenario_mapping
     from trainest.search import search
     base = result.base
     cheap = cheap_recompute_modules(base)
@@ -138,7 +145,6 @@ def modules_plan_note(result, space) -> str | None:
         return None
     e = alt.plans[0]
     return (f"selective recompute of {', '.join(cheap)} (Megatron-Core's recompute modules, --recompute-modules "
-            f"{','.join(cheap)}) has a better plan: {_plan_text(e).split(' (trainest')[0]}, "
-            f"{1.0 - alt.scores[0] / result.scores[0]:.0%} better by the objective (trainest estimate ... "
-            f"{' '.join(estimate_args(scenario_mapping(e.scenario)))})")
+            f"{','.join(cheap)}) has a better plan: {_plan_words(e)}, "
+            f"{1.0 - alt.scores[0] / result.scores[0]:.0%} better by the objective ({_reproduce(e)})")
 
