@@ -724,11 +724,12 @@ class Importer:
                             positional=positional)
 
         # mixture of experts and multi-head latent attention from model-shapes.yaml; features trainest
-        # cannot express (hybrid Mamba layers, DeepSeek V4's compressed sparse attention) stay reasons
+        # cannot express (LatentMoE, DeepSeek V4's compressed sparse attention) stay reasons
         expressed_moe = False
         if shape is not None:
-            if shape.get("hybrid"):
-                reasons.append("hybrid Mamba-2/attention layers")
+            if shape.get("hybrid") and (shape.get("moe") or {}).get("latent_size"):
+                reasons.append(f"LatentMoE (routed experts in a {shape['moe']['latent_size']}-wide latent) not "
+                               f"modelled")
             elif shape.get("mla") and shape["mla"].get("kv_lora_rank") is None:
                 reasons.append("compressed sparse attention with one shared KV head (not MLA: no kv_lora_rank)")
             else:
@@ -738,6 +739,13 @@ class Importer:
                     if fields["ffn_hidden"] is None or not model["moe"].get("dense_layers"):
                         # no dense layer: its width is unused (model-shapes: the config's unused intermediate_size)
                         model.pop("ffn_hidden")
+                if shape.get("hybrid"):
+                    model["hybrid"] = hybrid_block(shape["hybrid"])
+                    model["layers"] = len(model["hybrid"]["pattern"])
+                    if "-" not in model["hybrid"]["pattern"]:      # no dense MLP block: no dense width
+                        model.pop("ffn_hidden", None)
+                    notes.append(f"hybrid block pattern from model-shapes.yaml ({model['hybrid']['pattern']}: "
+                                 f"M Mamba-2, * attention, E MoE); layers = its {model['layers']} blocks")
                 if shape.get("mla"):
                     model["mla"] = mla_block(shape["mla"])
                     model["kv_heads"] = fields["heads"]
@@ -751,7 +759,7 @@ class Importer:
                                  f"attention over seq_len")
                 if shape.get("linear_bias") and shape.get("moe"):
                     notes.append("linear biases (and GPT-OSS attention sinks) not counted")
-        if not expressed_moe:
+        if not expressed_moe and not (shape or {}).get("moe"):
             if r["ep"] and r["ep"] > 1:
                 reasons.append(f"expert parallelism ep={r['ep']} for a model without a MoE shape")
             elif re.search(r"\bmoe\b", name.lower()) and not reasons:
@@ -1279,7 +1287,7 @@ def moe_block(moe: dict, name: str, notes: list) -> OrderedDict:
     """The trainest `moe:` mapping of a model-shapes.yaml `moe:` entry. Megatron-Bridge benchmarks
     force-balance the tokens across experts (imbalance 1.0, the schema's default); the layer pattern
     is read from `leading_dense_layers` and `moe_layer_freq` ('every layer', or DeepSeek's
-    '[0]*k + [1]*n')."""
+    '[0]*k + [1]*n'; a hybrid model's E blocks are its pattern's)."""
     block = OrderedDict(experts=moe["num_routed_experts"], top_k=moe["experts_per_token"],
                         expert_ffn_hidden=moe["expert_ffn_hidden"])
     if moe.get("num_shared_experts"):
@@ -1287,7 +1295,8 @@ def moe_block(moe: dict, name: str, notes: list) -> OrderedDict:
         block["shared_expert_ffn_hidden"] = moe.get("shared_expert_ffn_hidden") or moe["expert_ffn_hidden"]
     dense = moe.get("leading_dense_layers") or 0
     freq = str(moe.get("moe_layer_freq") or "")
-    if not (freq.startswith("every layer") or re.fullmatch(r"\[0\](?:\*\d+)? \+ \[1\]\*\d+", freq)):
+    if not (freq.startswith("every layer") or re.fullmatch(r"\[0\](?:\*\d+)? \+ \[1\]\*\d+", freq)
+            or re.match(r"\d+ 'E' layers", freq)):      # a hybrid model's: its pattern's E blocks
         raise ValueError(f"{name}: moe_layer_freq {freq!r} is not a layer pattern the importer reads")
     if dense:
         block["dense_layers"] = dense
@@ -1305,6 +1314,14 @@ def moe_block(moe: dict, name: str, notes: list) -> OrderedDict:
                  + (f", {dense} leading dense layers" if dense else "")
                  + "; imbalance 1.0 (the source force-balances tokens across experts)")
     return block
+
+
+def hybrid_block(hybrid: dict) -> OrderedDict:
+    """The trainest `hybrid:` mapping of a model-shapes.yaml `hybrid:` entry (Mamba-2 dimensions; the
+    convolution width 4 where the entry does not give it, mamba_ssm's default)."""
+    return OrderedDict(pattern=hybrid["layer_pattern"].split()[0], mamba_heads=hybrid["mamba_num_heads"],
+                       mamba_head_dim=hybrid["mamba_head_dim"], state_dim=hybrid["mamba_state_dim"],
+                       groups=hybrid["mamba_num_groups"], conv_kernel=hybrid.get("mamba_conv_kernel") or 4)
 
 
 def mla_block(mla: dict) -> OrderedDict:

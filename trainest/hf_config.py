@@ -21,6 +21,10 @@ Keys read (HF -> trainest):
         interleave_moe_layer_step -> layer_frequency; n_group, topk_group (DeepSeek, when topk_group <
         n_group) -> router_groups, router_group_top_k
     MLA: q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim -> mla.*
+    Nemotron-H / Nemotron 3 (NemotronHForCausalLM): hybrid_override_pattern -> hybrid.pattern;
+        mamba_num_heads, mamba_head_dim, ssm_state_size, n_groups, conv_kernel, chunk_size -> hybrid.*;
+        n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts,
+        moe_shared_expert_intermediate_size -> moe.*; mlp_hidden_act relu2 -> mlp gelu (2 matrices)
 
 Approximated (the config has it, trainest's model does not): sliding-window and chunked attention
 (Mistral, Gemma 2/3, GPT-OSS, Llama 4) count as full causal attention; biases (Qwen2 QKV, GPT-OSS),
@@ -213,7 +217,53 @@ def _llama4(c: _Config) -> dict:
 
 Reader = Callable[[_Config], dict]
 # architecture -> (reader, read the nested text_config of a multimodal config)
+NEMOTRON_H_MLP_ACTIVATIONS = ("relu2",)   # squared ReLU: a non-gated 2-matrix MLP (trainest's `gelu` MLP)
+
+
+def _nemotron_h(c: _Config) -> dict:
+    """Nemotron-H and Nemotron 3 (NemotronHForCausalLM): a block pattern (hybrid_override_pattern: M
+    Mamba-2, * attention, - dense MLP, E MoE MLP), one block per num_hidden_layers; Mamba-2 mamba_num_heads,
+    mamba_head_dim, ssm_state_size, n_groups, conv_kernel, chunk_size (default 128); squared-ReLU MLPs and
+    experts (2 matrices); no position embedding."""
+    heads = c.integer("num_attention_heads")
+    act = c.raw("mlp_hidden_act", "relu2")
+    if not isinstance(act, str) or act.lower() not in NEMOTRON_H_MLP_ACTIVATIONS:
+        raise SpecError(f"{c.where}.mlp_hidden_act: {F.show(act)} is not an MLP activation trainest knows for "
+                        f"{c.architecture}; allowed: {', '.join(NEMOTRON_H_MLP_ACTIVATIONS)}")
+    pattern = c.raw("hybrid_override_pattern")
+    if not isinstance(pattern, str):
+        raise SpecError(f"{c.where}.hybrid_override_pattern: {F.show(pattern)} must be a string of block kinds")
+    dropout = any(F.number(c.raw(k, 0.0), f"{c.where}.{k}", allow_zero=True) > 0 for k in DROPOUT_KEYS)
+    mapping: dict[str, Any] = {
+        "layers": c.integer("num_hidden_layers"), "hidden": c.integer("hidden_size"), "heads": heads,
+        "kv_heads": c.integer("num_key_value_heads", heads), "vocab": c.integer("vocab_size"), "mlp": "gelu",
+        "seq_len": min(c.integer("max_position_embeddings", HF_SEQ_LEN_CAP), HF_SEQ_LEN_CAP),
+        "tied_embeddings": c.boolean("tie_word_embeddings", False), "dropout": dropout, "positional": "none",
+        "hybrid": {"pattern": pattern, "mamba_heads": c.integer("mamba_num_heads"),
+                   "mamba_head_dim": c.integer("mamba_head_dim"), "state_dim": c.integer("ssm_state_size"),
+                   "groups": c.integer("n_groups"), "conv_kernel": c.integer("conv_kernel", 4),
+                   "chunk": c.integer("chunk_size", 128)},
+    }
+    if c.has("head_dim"):
+        mapping["head_dim"] = c.integer("head_dim")
+    if "-" in pattern:
+        mapping["ffn_hidden"] = c.integer("intermediate_size")
+    if "E" in pattern:
+        moe: dict[str, Any] = {"experts": c.integer("n_routed_experts"), "top_k": c.integer("num_experts_per_tok"),
+                               "expert_ffn_hidden": c.integer("moe_intermediate_size")}
+        shared = c.integer("n_shared_experts", 0, minimum=0)
+        shared_width = c.integer("moe_shared_expert_intermediate_size", 0, minimum=0)
+        if shared_width and not shared:          # Nemotron 3 configs give the shared expert's width alone
+            shared = 1
+        if shared:
+            moe["shared_experts"] = shared
+            moe["shared_expert_ffn_hidden"] = shared_width or moe["expert_ffn_hidden"]
+        mapping["moe"] = moe
+    return mapping
+
+
 ARCHITECTURES: dict[str, tuple[Reader, bool]] = {
+    "NemotronHForCausalLM": (_nemotron_h, False),
     "LlamaForCausalLM": (_llama, False),
     "MistralForCausalLM": (_llama, False),
     "Qwen2ForCausalLM": (_llama, False),
@@ -232,8 +282,9 @@ ARCHITECTURES: dict[str, tuple[Reader, bool]] = {
     "Llama4ForConditionalGeneration": (_llama4, True),
 }
 NOT_EXPRESSIBLE = {
-    **dict.fromkeys(("NemotronHForCausalLM", "JambaForCausalLM", "FalconH1ForCausalLM", "Zamba2ForCausalLM"),
-                    "hybrid Mamba state-space / attention layers; trainest models transformer layers only"),
+    **dict.fromkeys(("JambaForCausalLM", "FalconH1ForCausalLM", "Zamba2ForCausalLM"),
+                    "hybrid Mamba state-space / attention layers other than Nemotron-H's block pattern "
+                    "(NemotronHForCausalLM is supported)"),
     **dict.fromkeys(("MambaForCausalLM", "Mamba2ForCausalLM"), "state-space (Mamba) layers, no attention"),
     "RecurrentGemmaForCausalLM": "recurrent (Griffin) layers; trainest models transformer layers only",
 }

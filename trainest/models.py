@@ -65,6 +65,57 @@ class MLA(NamedTuple):
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
 
+class Mamba(NamedTuple):
+    """A Mamba-2 mixer block (Dao & Gu 2024, "Transformers are SSMs", arXiv:2405.21060 §7; mamba_ssm
+    Mamba2, Megatron-Core MambaMixer): an input projection to z, x, B, C and dt, a causal depthwise
+    convolution over x, B and C, the chunked state-space scan (SSD), a gated RMSNorm and an output
+    projection. d_in = H·P inner width; G groups share their B and C (like GQA's key-value heads)."""
+
+    heads: int                   # H: SSM heads
+    head_dim: int                # P: channels per head
+    state_dim: int               # N: state size per channel
+    groups: int                  # G: B/C groups
+    conv_kernel: int = 4         # width of the causal depthwise convolution
+    chunk: int = 128             # SSD chunk length Q (mamba_ssm / Megatron-Core default chunk_size)
+
+    @property
+    def inner(self) -> int:
+        """d_in = H·P [elements]."""
+        return self.heads * self.head_dim
+
+    @property
+    def conv_channels(self) -> int:
+        """d_in + 2·G·N: the channels the convolution runs over (x, B, C) [elements]."""
+        return self.inner + 2 * self.groups * self.state_dim
+
+    @property
+    def in_proj_width(self) -> int:
+        """2·d_in + 2·G·N + H: the input projection's outputs z, x, B, C, dt [elements]."""
+        return 2 * self.inner + 2 * self.groups * self.state_dim + self.heads
+
+    def params(self, hidden: int) -> int:
+        """Weights of one mixer (without the block's pre-norm): in_proj h·(2·d_in + 2GN + H), conv
+        (k + 1)·(d_in + 2GN) with its bias, dt_bias, A_log and D 3·H, the gated norm d_in, out_proj d_in·h."""
+        return (hidden * self.in_proj_width + (self.conv_kernel + 1) * self.conv_channels + 3 * self.heads
+                + self.inner + self.inner * hidden)
+
+
+HYBRID_BLOCKS = {"M": "Mamba-2", "*": "attention", "E": "MoE MLP", "-": "dense MLP"}
+
+
+class Hybrid(NamedTuple):
+    """A hybrid model's block pattern (Megatron-Core hybrid_override_pattern, Nemotron-H, Nemotron 3): one
+    character per block, each block one pre-norm and one mixer or MLP with its residual: M Mamba-2, *
+    attention, E MoE MLP, - dense MLP. The model's `layers` are these blocks (a transformer layer is two
+    of them, * and - or E)."""
+
+    pattern: str
+    mamba: Mamba
+
+    def count(self, kind: str) -> int:
+        return self.pattern.count(kind)
+
+
 @dataclass(frozen=True)
 class Model:
     """A decoder-only transformer's shape: dense, or with mixture-of-experts MLPs (`moe`) and/or
@@ -86,6 +137,7 @@ class Model:
     moe: MoE | None = None      # mixture-of-experts MLPs; None = every layer dense
     mla: MLA | None = None      # multi-head latent attention; None = standard multi-head / grouped-query attention
     positional: str = "learned"   # POSITIONALS: rope (rotary on Q and K every pass) | learned | alibi | none
+    hybrid: Hybrid | None = None  # a block pattern of Mamba-2, attention and MLP blocks; None = transformer layers
 
     @property
     def mlp_matrices(self) -> int:
@@ -95,18 +147,35 @@ class Model:
 
     @property
     def moe_layers(self) -> int:
-        """L_m = (L - d) // k: layers whose MLP is a mixture of experts (0 for a dense model)."""
+        """L_m = (L - d) // k: layers whose MLP is a mixture of experts (0 for a dense model); a hybrid
+        model's E blocks."""
+        if self.hybrid is not None:
+            return self.hybrid.count("E")
         if self.moe is None:
             return 0
         return (self.layers - self.moe.dense_layers) // self.moe.layer_frequency
 
     @property
     def dense_layers_count(self) -> int:
-        """L_d = L - L_m: layers with the dense MLP of width f."""
+        """L_d = L - L_m: layers with the dense MLP of width f; a hybrid model's - blocks."""
+        if self.hybrid is not None:
+            return self.hybrid.count("-")
         return self.layers - self.moe_layers
 
+    @property
+    def attention_layers(self) -> int:
+        """L_a: layers (blocks) with attention: every layer of a transformer, a hybrid model's * blocks."""
+        return self.layers if self.hybrid is None else self.hybrid.count("*")
+
+    @property
+    def mamba_layers(self) -> int:
+        """L_s: a hybrid model's Mamba-2 blocks (0 for a transformer)."""
+        return 0 if self.hybrid is None else self.hybrid.count("M")
+
     def is_moe_layer(self, index: int) -> bool:
-        """Whether layer `index` (0-based) is MoE: index >= d and (index - d + 1) mod k = 0."""
+        """Whether layer `index` (0-based) is MoE: index >= d and (index - d + 1) mod k = 0 (hybrid: an E block)."""
+        if self.hybrid is not None:
+            return self.hybrid.pattern[index] == "E"
         if self.moe is None or index < self.moe.dense_layers:
             return False
         return (index - self.moe.dense_layers + 1) % self.moe.layer_frequency == 0
@@ -197,11 +266,28 @@ class Model:
     def params_per_layer(self) -> float:
         """Weights of one layer [params]. Dense model: params_per_dense_layer = QKV h·(a + 2g)·d_h +
         output a·d_h·h + MLP k·h·f + two norms 2h (biases ignored). MoE model: the mean over the layers,
-        (L_d·P_dense + L_m·P_moe) / L, so that L·params_per_layer + embedding_params = params."""
+        (L_d·P_dense + L_m·P_moe) / L, so that L·params_per_layer + embedding_params = params. Hybrid:
+        the mean over the blocks (`hybrid_layer_params`)."""
+        if self.hybrid is not None:
+            return self.hybrid_layer_params(active=False) / self.layers
         if self.moe is None:
             return self.params_per_dense_layer
         return (self.dense_layers_count * self.params_per_dense_layer
                 + self.moe_layers * self.params_per_moe_layer) / self.layers
+
+    def hybrid_layer_params(self, active: bool) -> float:
+        """Weights of all of a hybrid model's blocks, each with its one pre-norm h [params]:
+        L_s·(mixer + h) + L_a·(attention + h) + L_d·(k·h·f + h) + L_m·(router + E (active: K)·k·h·f_e +
+        S·k·h·f_s + h)."""
+        h, hybrid = self.hidden, self.hybrid
+        if hybrid is None:
+            raise ValueError(f"{self.name} is not a hybrid model")
+        moe = 0.0
+        if self.moe is not None:
+            experts = self.moe.top_k if active else self.moe.experts
+            moe = self.router_params + experts * self.params_per_expert + self.shared_expert_params_per_moe_layer
+        return float(self.mamba_layers * (hybrid.mamba.params(h) + h) + self.attention_layers * (self.attention_params + h)
+                     + self.dense_layers_count * (self.dense_mlp_params + h) + self.moe_layers * (moe + h))
 
     @property
     def expert_params_per_layer(self) -> float:
@@ -237,6 +323,8 @@ class Model:
     def params(self) -> float:
         """Total weights: L·params_per_layer + embedding_params (dense), or
         L_d·P_dense + L_m·P_moe + embedding_params (MoE) [params]."""
+        if self.hybrid is not None:
+            return self.hybrid_layer_params(active=False) + self.embedding_params
         if self.moe is None:
             return self.layers * self.params_per_layer + self.embedding_params
         return (self.dense_layers_count * self.params_per_dense_layer + self.moe_layers * self.params_per_moe_layer
@@ -246,6 +334,8 @@ class Model:
     def active_params(self) -> float:
         """Weights one token uses: L_d·P_dense + L_m·P_moe_active + embedding_params [params]; = params for
         a dense model. Both embedding tables count (some model cards leave out the input embedding)."""
+        if self.hybrid is not None:
+            return self.hybrid_layer_params(active=True) + self.embedding_params
         if self.moe is None:
             return self.params
         return (self.dense_layers_count * self.params_per_dense_layer
@@ -263,12 +353,45 @@ def unmodelled_features(model: Model) -> tuple[str, ...]:
 POSITIONALS = ("rope", "learned", "alibi", "none")   # position encodings (only rope costs traffic, docs/model.md §2.5)
 MODEL_REQUIRED = ("layers", "hidden", "ffn_hidden", "heads", "vocab")
 MODEL_OPTIONAL = ("name", "display_name", "source", "kv_heads", "mlp", "seq_len", "tied_embeddings", "aliases", "notes",
-                  "params_b", "head_dim", "params", "active_params", "dropout", "moe", "mla", "positional")
+                  "params_b", "head_dim", "params", "active_params", "dropout", "moe", "mla", "positional", "hybrid")
 MOE_REQUIRED = ("experts", "top_k", "expert_ffn_hidden")
 MOE_OPTIONAL = ("shared_experts", "shared_expert_ffn_hidden", "dense_layers", "layer_frequency", "capacity_factor",
                 "imbalance", "router_groups", "router_group_top_k")
 MLA_REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 MLA_OPTIONAL = ("q_lora_rank",)
+HYBRID_REQUIRED = ("pattern", "mamba_heads", "mamba_head_dim", "state_dim", "groups")
+HYBRID_OPTIONAL = ("conv_kernel", "chunk")
+
+
+def _hybrid_from(data: object, where: str, layers: int, moe: MoE | None) -> Hybrid:
+    """Validate a `hybrid:` mapping (specs/README.md): a pattern of `layers` blocks, its E blocks
+    with the model's `moe`, Mamba-2 groups that divide its heads."""
+    data = F.check_keys(data, where, HYBRID_REQUIRED, HYBRID_OPTIONAL)
+    pattern = F.text(data["pattern"], f"{where}.pattern").strip()
+    bad = sorted(set(pattern) - set(HYBRID_BLOCKS))
+    if not pattern or bad:
+        allowed = ", ".join(f"{k} ({v})" for k, v in HYBRID_BLOCKS.items())
+        raise SpecError(f"{where}.pattern: {F.show(data['pattern'])} must be one character per block, each one of "
+                        f"{allowed}")
+    if len(pattern) != layers:
+        raise SpecError(f"{where}.pattern: {len(pattern)} blocks but layers={layers}; a hybrid model's layers are "
+                        f"its pattern's blocks (set layers: {len(pattern)})")
+    if ("E" in pattern) != (moe is not None):
+        raise SpecError(f"{where}.pattern: " + ("E (MoE) blocks need the model's moe: mapping" if moe is None
+                                                 else "has no E block, but the model has a moe: mapping"))
+    if moe is not None and (moe.dense_layers or moe.layer_frequency != 1):
+        raise SpecError(f"{where}: moe.dense_layers and moe.layer_frequency must be left out with a hybrid pattern "
+                        f"(its E blocks say which blocks are MoE)")
+    heads = F.integer(data["mamba_heads"], f"{where}.mamba_heads", maximum=10**5)
+    groups = F.integer(data["groups"], f"{where}.groups", maximum=10**5)
+    if heads % groups:
+        raise SpecError(f"{where}.groups: {groups} must divide mamba_heads={heads} (each group's B and C serve "
+                        f"mamba_heads/groups heads)")
+    mamba = Mamba(heads=heads, head_dim=F.integer(data["mamba_head_dim"], f"{where}.mamba_head_dim", maximum=10**5),
+                  state_dim=F.integer(data["state_dim"], f"{where}.state_dim", maximum=10**5), groups=groups,
+                  conv_kernel=F.integer(F.given(data, "conv_kernel", 4), f"{where}.conv_kernel", maximum=64),
+                  chunk=F.integer(F.given(data, "chunk", 128), f"{where}.chunk", maximum=10**5))
+    return Hybrid(pattern=pattern, mamba=mamba)
 
 
 def _moe_from(data: object, where: str, layers: int) -> MoE:
@@ -349,8 +472,9 @@ def _mla_from(data: object, where: str, hidden: int, heads: int) -> MLA:
 def model_from_mapping(data: dict, where: str, *, default_seq_len: int = 2048) -> Model:
     """Validate one model mapping (schema in specs/README.md)."""
     has_moe = isinstance(data, dict) and data.get("moe") is not None
+    has_hybrid = isinstance(data, dict) and data.get("hybrid") is not None
     # with `moe`, ffn_hidden (the dense layers' MLP width) may be left out when no layer is dense
-    required = tuple(k for k in MODEL_REQUIRED if not (has_moe and k == "ffn_hidden"))
+    required = tuple(k for k in MODEL_REQUIRED if not ((has_moe or has_hybrid) and k == "ffn_hidden"))
     F.check_keys(data, where, required, MODEL_OPTIONAL + ("ffn_hidden",))
     heads = F.integer(data["heads"], f"{where}.heads")
     kv_heads = F.integer(F.given(data, "kv_heads", heads), f"{where}.kv_heads")
@@ -373,12 +497,19 @@ def model_from_mapping(data: dict, where: str, *, default_seq_len: int = 2048) -
     if heads % kv_heads:
         raise SpecError(f"{where}: heads={heads} is not divisible by kv_heads={kv_heads}")
     moe = _moe_from(data["moe"], f"{where}.moe", layers) if has_moe else None
+    hybrid = None if data.get("hybrid") is None else _hybrid_from(data["hybrid"], f"{where}.hybrid", layers, moe)
     if moe is not None and data.get("ffn_hidden") is None:   # (without moe, check_keys requires it)
-        dense_count = layers - (layers - moe.dense_layers) // moe.layer_frequency
+        dense_count = hybrid.count("-") if hybrid is not None else \
+            layers - (layers - moe.dense_layers) // moe.layer_frequency
         if dense_count:
             raise SpecError(f"{where}: missing required key 'ffn_hidden' (the MLP width of the {dense_count} "
                             f"dense layers)")
         ffn_hidden = moe.expert_ffn_hidden
+    elif hybrid is not None and data.get("ffn_hidden") is None:
+        if hybrid.count("-"):
+            raise SpecError(f"{where}: missing required key 'ffn_hidden' (the MLP width of the {hybrid.count('-')} "
+                            f"dense MLP blocks)")
+        ffn_hidden = hidden
     else:
         ffn_hidden = F.integer(data["ffn_hidden"], f"{where}.ffn_hidden", maximum=10**8)
     return Model(
@@ -400,6 +531,7 @@ def model_from_mapping(data: dict, where: str, *, default_seq_len: int = 2048) -
         mla=mla,
         # absent: learned (no rotary traffic: trainest's model before the key existed); the presets say
         positional=F.choice(F.given(data, "positional", "learned"), f"{where}.positional", POSITIONALS),
+        hybrid=hybrid,
     )
 
 
@@ -424,6 +556,13 @@ def model_mapping(model: Model) -> dict:
         data["mla"] = {"q_lora_rank": a.q_lora_rank, "kv_lora_rank": a.kv_lora_rank,
                        "qk_nope_head_dim": a.qk_nope_head_dim, "qk_rope_head_dim": a.qk_rope_head_dim,
                        "v_head_dim": a.v_head_dim}
+    if model.hybrid is not None:
+        b = model.hybrid.mamba
+        data["hybrid"] = {"pattern": model.hybrid.pattern, "mamba_heads": b.heads, "mamba_head_dim": b.head_dim,
+                          "state_dim": b.state_dim, "groups": b.groups, "conv_kernel": b.conv_kernel, "chunk": b.chunk}
+        if model.moe is not None:
+            data["moe"].pop("dense_layers")
+            data["moe"].pop("layer_frequency")
     return data
 
 

@@ -306,6 +306,33 @@ def _check_layout(model: Model, seq_len: int, sizes: dict[str, Any], split: str,
         raise SpecError(f"{where}: pp·vpp = {pp * vpp} pipeline chunks exceed layers={model.layers}")
     if seq_len % cp:
         raise SpecError(f"{where}: cp={cp} does not divide seq_len={seq_len}{_divisor_hint(seq_len)}")
+    if model.hybrid is not None:
+        _check_hybrid_layout(model, tp, cp, where)
+
+
+def _check_hybrid_layout(model: Model, tp: int, cp: int, where: str) -> None:
+    """A hybrid model's Mamba-2 blocks split their heads and their B/C groups over t; context
+    parallelism over a Mamba-2 scan is not modelled."""
+    mamba = model.hybrid.mamba
+    for name, value in (("mamba_heads", mamba.heads), ("groups", mamba.groups)):
+        if value % tp:
+            raise SpecError(f"{where}: tp={tp} does not divide the Mamba-2 {name}={value}{_divisor_hint(value)}")
+    if cp > 1:
+        raise SpecError(f"{where}: cp={cp}: context parallelism over {model.name}'s Mamba-2 blocks is not "
+                        f"modelled; allowed: cp 1")
+
+
+def hybrid_support(model: Model, recompute: str, finetune_method: str, where: str) -> None:
+    """What trainest does not model for a hybrid model: op recompute (torchtitan's per-op policy) and
+    LoRA/QLoRA adapters (their targets in Mamba-2 blocks)."""
+    if model.hybrid is None:
+        return
+    if recompute == "op":
+        raise SpecError(f"{where}.recompute: op is not modelled for {model.name}'s hybrid blocks; allowed: none, "
+                        f"selective, full")
+    if finetune_method != "full":
+        raise SpecError(f"{where}.finetune: {finetune_method} adapters in hybrid Mamba-2 models are not modelled; "
+                        f"allowed: full fine-tuning (finetune: full) or pre-training")
 
 
 def default_global_batch(seq_len: int, dp: int, micro_batch: int, group: int = 1) -> int:
@@ -583,6 +610,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                         f"does not have; use vpp=1 or a framework that has it")
     tokens, price_usd, pue, grid = _run_costs(r, model, hardware)
     finetune = check_finetune(data.get("finetune"), model, precision, where)
+    hybrid_support(model, recompute, finetune.method, where)
     offload = check_offload(data.get("offload", "none"), hardware, f"{where}.offload")
     if moments == "bf16" and offload.startswith("optimizer"):
         raise SpecError(f"{where}.adam_moments: bf16 with offload {offload!r} is not modelled (the CPU Adam of "
@@ -614,8 +642,8 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
                              "heads": m.heads, "kv_heads": m.kv_heads, "vocab": m.vocab, "mlp": m.mlp,
                              "tied_embeddings": m.tied_embeddings, "dropout": m.dropout, "positional": m.positional,
                              "params": m.params, "active_params": m.active_params}
-    # the mixture-of-experts and latent-attention blocks as the model schema writes them (loadable again)
-    model.update({k: v for k, v in model_mapping(m).items() if k in ("moe", "mla")})
+    # the mixture-of-experts, latent-attention and hybrid blocks as the model schema writes them (loadable again)
+    model.update({k: v for k, v in model_mapping(m).items() if k in ("moe", "mla", "hybrid")})
     return {
         "model": model,
         "seq_len": s.seq_len,

@@ -333,11 +333,13 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     interleaved = FRAMEWORKS[base.framework].interleaved
     # explicitly allowed tp values are taken as given; otherwise tp stays inside the scale-up domain
     cap_tp = space.max_tp if space.max_tp is not None else (None if space.tp is not None else max_tp_default(base))
-    tps = _choose(_divisors(m.heads), space.tp, cap_tp)
+    # a hybrid model's Mamba-2 blocks split their heads and groups over t too, and take no CP (scenario.py)
+    heads = m.heads if m.hybrid is None else math.gcd(m.heads, m.hybrid.mamba.heads, m.hybrid.mamba.groups)
+    tps = _choose(_divisors(heads), space.tp, cap_tp)
     pps = pipeline_sizes(base, devices, space)
-    cps = _choose(_divisors(base.seq_len), space.cp, space.max_cp)
+    cps = _choose(_divisors(base.seq_len), space.cp, space.max_cp) if m.hybrid is None else [1]
     zeros = list(space.zero)
-    recs = [float(RECOMPUTE_CODES[r]) for r in space.recompute]
+    recs = [float(RECOMPUTE_CODES[r]) for r in space.recompute if not (m.hybrid is not None and r == "op")]
     sps = [1.0 if s else 0.0 for s in space.sequence_parallel]
     finetunes = list(space.finetune or (base.finetune.method,))
     offloads = list(space.offload or (base.offload,))

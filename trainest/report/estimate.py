@@ -139,7 +139,8 @@ def layout_text(s: Scenario) -> str:
 
 
 def model_text(m) -> str:
-    """The model in one line: parameters (total and active for MoE), shape, experts, latent attention."""
+    """The model in one line: parameters (total and active for MoE), shape, experts, latent attention,
+    a hybrid model's blocks."""
     params = (f"{m.params / 1e9:.2f} B params" if m.moe is None else
               f"{m.params / 1e9:.2f} B params ({m.active_params / 1e9:.2f} B active)")
     text = (f"{m.name}: {params}, L={m.layers} h={m.hidden} f={m.ffn_hidden} a={m.heads} g={m.kv_heads} V={m.vocab} "
@@ -153,6 +154,10 @@ def model_text(m) -> str:
     if m.mla is not None:
         a = m.mla
         text += f"; MLA r_q={a.q_lora_rank} r_kv={a.kv_lora_rank} d_qk={a.qk_head_dim} d_v={a.v_head_dim}"
+    if m.hybrid is not None:
+        b = m.hybrid.mamba
+        text += (f"; hybrid blocks: {m.mamba_layers} Mamba-2 (H={b.heads} P={b.head_dim} N={b.state_dim} G={b.groups}), "
+                 f"{m.attention_layers} attention, {m.moe_layers} MoE, {m.dense_layers_count} dense MLP")
     return text
 
 

@@ -37,6 +37,8 @@ def activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]:
     for full training (conservative: a framework that does not save the inputs of frozen, unadapted
     linear layers keeps less).
     """
+    if job.model.hybrid is not None:
+        return hybrid_activation_bytes_per_block(job, layout)
     if job.model.moe is not None or job.model.mla is not None:
         return mean_activation_bytes_per_layer(job, layout)
     model, tp, cp, seq_len, micro_batch = job.model, layout.tp, layout.cp, job.seq_len, layout.micro_batch
@@ -245,4 +247,44 @@ def mean_activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]
         kept = kept + weight * xp.where(layout.full > 0, common.full_input,
                                         xp.where(layout.op > 0, op_saved, stored))
         rematerialised = rematerialised + weight * (common.replicated + attention + mlp + common.scores_all)
+    return kept, rematerialised
+
+
+def mamba_activation_bytes(job: Job, layout: Layout) -> Num:
+    """What a Mamba-2 mixer keeps for its backward beyond its block's norm [B] (mamba_ssm's fused
+    mamba_split_conv1d_scan_combined saves the input projection's output and the scan's output and
+    recomputes the convolution; the output projection keeps its input): e·T·(2·d_in + 2GN + H)/t +
+    e·T·d_in/t + g8·T·d_in/t."""
+    b, e = job.model.hybrid.mamba, ACTIVATION_BYTES
+    g8 = FP8_SAVED_INPUT_BYTES if job.low_precision else e
+    tokens = layout.tokens(job)
+    return tokens * (e * (b.in_proj_width + b.inner) + g8 * b.inner) / layout.tp
+
+
+def hybrid_activation_bytes_per_block(job: Job, layout: Layout) -> tuple[Num, Num]:
+    """(kept, re-materialised) of a hybrid model's mean block [B]: every block keeps half a transformer
+    layer's replicated tensors (its one norm's input and output, its dropout mask), then by kind (each
+    weighted by its share of the blocks): attention its block's tensors and standard attention's scores,
+    a dense or MoE MLP its tensors (as in a transformer layer), a Mamba-2 mixer `mamba_activation_bytes`;
+    full recompute keeps each block's input. Selective recompute's savings are a transformer layer's,
+    halved for the norms."""
+    model = job.model
+    common = common_activation_parts(job, layout)
+    half = 0.5 * common.replicated
+    saved_common, saved_attention, saved_dense, saved_moe = selective_savings(job, layout)
+    attention, _ = attention_activation_bytes(job, layout)
+    dense = dense_mlp_activation_bytes(job, layout)[0]
+    mamba = mamba_activation_bytes(job, layout)
+    # (blocks, kept without full recompute, held while re-materialised)
+    kinds = [(model.attention_layers, attention + common.scores - saved_attention, attention + common.scores_all),
+             (model.dense_layers_count, dense - saved_dense, dense), (model.mamba_layers, mamba, mamba)]
+    if model.moe is not None:
+        moe = moe_mlp_activation_bytes(job, layout)[0]
+        kinds.append((model.moe_layers, moe - saved_moe, moe))
+    kept: Num = 0.0
+    rematerialised: Num = 0.0
+    for count, stored, full in kinds:
+        w = count / model.layers
+        kept = kept + w * xp.where(layout.full > 0, common.full_input, half - 0.5 * saved_common + stored)
+        rematerialised = rematerialised + w * (half + full)
     return kept, rematerialised

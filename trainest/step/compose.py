@@ -12,6 +12,7 @@ from trainest.layout import Job, Layout, Num
 from trainest.step.collectives import Tiers, tied_embedding_s, tiers_of
 from trainest.step.finetune import finetune_flops_delta, trainable_params_local
 from trainest.step.flops import model_flops_per_step, recompute_flops_per_step
+from trainest.step.hybrid import block_passes, mix_blocks
 from trainest.step.kernels import head_parts, host_layer_s, host_pass_s, host_wait_s
 from trainest.step.layer import LayerPass, attention_block, layer_ops, layer_pass, logits_ops, mix_passes
 from trainest.step.moe import expert_host_layer_s, expert_host_pass_s, moe_layer
@@ -104,6 +105,8 @@ def mean_layer(job: Job, layout: Layout, rates: Rates, shape: LocalShape, tiers:
     """One layer pass, its TP traffic and (MoE) its expert-parallel traffic, as the mean over the
     model's layers."""
     model = job.model
+    if model.hybrid is not None:     # a hybrid model's mean block (step/hybrid.py)
+        return MeanLayer(*mix_blocks(block_passes(job, layout, rates, shape, tiers)))
     if model.moe is None:
         lp = layer_pass(job, layout, rates, shape)
         tp_total, tp_exposed = tp_layer_s(job, layout, shape, tiers, lp.linear_s)

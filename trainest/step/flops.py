@@ -46,11 +46,66 @@ def mean_mlp_params_per_token(model: Model) -> float:
     return (model.dense_layers_count * dense + model.moe_layers * moe_mlp_params_per_token(model)) / model.layers
 
 
+def ssd_flops_per_token(model: Model, causal_fraction: float = CAUSAL_FRACTION) -> float:
+    """Forward FLOPs of the Mamba-2 chunked scan (SSD, Dao & Gu 2024 §6) per token, all heads [FLOP]:
+    within each chunk of Q tokens C·Bᵀ per group (2·Q·N per token and group, computed in full) and the
+    masked scores times X per head (2·Q·P·φ: the causal half of the Q×Q block); between chunks each
+    head's chunk state Bᵀ·X and its output C·state (2·N·P each):
+        2·G·Q·N + H·(2·Q·P·φ + 4·N·P)."""
+    if model.hybrid is None:
+        raise ValueError(f"{model.name} has no Mamba-2 blocks")
+    b = model.hybrid.mamba
+    return float(2.0 * b.groups * b.chunk * b.state_dim
+                 + b.heads * (2.0 * b.chunk * b.head_dim * causal_fraction + 4.0 * b.state_dim * b.head_dim))
+
+
+def mamba_projection_params(model: Model) -> float:
+    """The weights of a Mamba-2 block's two GEMMs: in_proj h·(2·d_in + 2GN + H) and out_proj d_in·h [params]."""
+    if model.hybrid is None:
+        raise ValueError(f"{model.name} has no Mamba-2 blocks")
+    b = model.hybrid.mamba
+    return float(model.hidden * (b.in_proj_width + b.inner))
+
+
+def mamba_block_flops_per_token(model: Model, causal_fraction: float = CAUSAL_FRACTION) -> float:
+    """Forward FLOPs of one Mamba-2 block per token: its two GEMMs 2·(h·(2·d_in + 2GN + H) + d_in·h),
+    the causal convolution 2·k·(d_in + 2GN) and the scan (ssd_flops_per_token) [FLOP]."""
+    b = model.hybrid.mamba if model.hybrid is not None else None
+    if b is None:
+        raise ValueError(f"{model.name} has no Mamba-2 blocks")
+    return (2.0 * mamba_projection_params(model) + 2.0 * b.conv_kernel * b.conv_channels
+            + ssd_flops_per_token(model, causal_fraction))
+
+
+def attention_projection_params(model: Model) -> float:
+    """The attention block's projection weights: h·(a + 2g)·d_h + a·d_h·h, or MLA's [params]."""
+    if model.mla is not None:
+        return mla_projection_params(model)
+    return float(model.hidden * (model.heads + 2 * model.kv_heads) * model.head_dim
+                 + model.heads * model.head_dim * model.hidden)
+
+
+def hybrid_block_flops_forward(model: Model, tokens: Num, seq_len: Num, causal_fraction: float = 1.0) -> Num:
+    """Forward FLOPs of a hybrid model's mean block for `tokens` tokens [FLOP]: the shares of its
+    attention blocks (projections and core), dense MLP blocks (2·k·h·f), MoE blocks (2·P_mlp,token)
+    and Mamba-2 blocks (mamba_block_flops_per_token), each its count over the L blocks."""
+    L = model.layers
+    attention = model.attention_layers / L * (2.0 * attention_projection_params(model)
+                                             + attention_core_flops_per_token(model, seq_len, causal_fraction))
+    dense = model.dense_layers_count / L * 2.0 * model.dense_mlp_params
+    moe = model.moe_layers / L * 2.0 * moe_mlp_params_per_token(model) if model.moe is not None else 0.0
+    mamba = model.mamba_layers / L * mamba_block_flops_per_token(model)
+    return tokens * (attention + dense + moe + mamba)
+
+
 def layer_flops_forward(model: Model, tokens: Num, seq_len: Num, causal_fraction: float = 1.0) -> Num:
     """Forward FLOPs of one layer for `tokens` tokens of length-`seq_len` sequences, whole layer:
     2·T·h·(a + 2g)·d_h + 4·T·s·a·d_h·causal + 2·T·a·d_h·h + 2·k·T·h·f (Narayanan 2021 §5.1;
     with a·d_h = h and g = a this is 24·T·h² + 4·T·s·h for GeLU, f = 4h) [FLOP]. A MoE or MLA model:
-    the mean layer, 2·T·(attention projections + mean_mlp_params_per_token) + T·attention core."""
+    the mean layer, 2·T·(attention projections + mean_mlp_params_per_token) + T·attention core; a
+    hybrid model its mean block (hybrid_block_flops_forward)."""
+    if model.hybrid is not None:
+        return hybrid_block_flops_forward(model, tokens, seq_len, causal_fraction)
     if model.moe is not None or model.mla is not None:
         return mean_layer_flops_forward(model, tokens, seq_len, causal_fraction)
     h, f = model.hidden, model.ffn_hidden
@@ -113,6 +168,8 @@ def recompute_flops_per_step(job: Job, layout: Layout) -> Num:
         attn_fwd_per_token = attention_core_flops_per_token(model, s, CAUSAL_FRACTION)
         op_params = op_recompute_params(model)
     core = job.recomputes("core_attn")
+    # a hybrid model's attention is in its attention blocks only: the scores' FLOPs per mean block
+    attn_fwd_per_token = attn_fwd_per_token * model.attention_layers / model.layers
     extra = tokens_step * model.layers * (
         layout.full * layer_flops_forward(model, 1.0, s, CAUSAL_FRACTION)
         + layout.selective * (core * attn_fwd_per_token + 2.0 * selective_module_params(job))

@@ -125,6 +125,95 @@ def elementwise_kernels(job: Job) -> float:
     return 2.0 * EAGER_NORM_KERNELS + 2.0 + dropouts + EAGER_ACTIVATION_KERNELS[job.model.mlp] + rope
 
 
+# A hybrid model's blocks (step/hybrid.py), fused: each its pre-norm and its residual (bias-dropout-add),
+# an MLP block its activation, an attention block its RoPE; a Mamba-2 block (Megatron-Core MambaMixer with
+# mamba_ssm's fused path) its gated RMSNorm (one Triton kernel). Its core: the causal convolution and the
+# scan's five kernels forward (mamba_ssm ssd_combined: chunk_cumsum, chunk_state, state_passing, bmm_chunk,
+# chunk_scan); backward the convolution's and twelve (the recomputed states, C·Bᵀ and state passing, and
+# the gradient kernels of _mamba_chunk_scan_combined_bwd).
+MAMBA_CORE_KERNELS = (6.0, 13.0)
+MAMBA_GATED_NORM_KERNELS = 1.0
+
+
+def block_elementwise_kernels(job: Job, kind: str) -> float:
+    """Element-wise kernels of one hybrid block's forward (kind M, *, E or -): its norm (eager 7) and
+    residual add (fused with the dropout; eager add and dropout apart), plus: an attention block its RoPE
+    (not MLA), an MLP block its activation, a Mamba-2 block its gated norm. An attention block's and an
+    MLP block's add up to a transformer layer's (`elementwise_kernels`)."""
+    eager = job.kernels == "eager"
+    m = job.model
+    own = (EAGER_NORM_KERNELS + 1.0 + (1.0 if m.dropout else 0.0)) if eager else 2.0
+    if kind == "*":
+        rope = ROPE_KERNELS["eager" if eager else "fused"] if m.positional == "rope" and m.mla is None else 0.0
+        return own + rope
+    if kind in ("-", "E"):
+        return own + (EAGER_ACTIVATION_KERNELS[m.mlp] if eager else 1.0)
+    return own + MAMBA_GATED_NORM_KERNELS
+
+
+def block_gemm_kernels(job: Job, kind: str) -> float:
+    """Weight-GEMM kernels of one hybrid block's forward: Mamba-2 in_proj and out_proj; attention QKV
+    and the output projection (MLA: 4 or 5); a dense MLP up and down; a MoE MLP the router, two grouped
+    expert GEMMs and the shared experts' two."""
+    m = job.model
+    if kind == "*":
+        return 2.0 if m.mla is None else (5.0 if m.mla.q_lora_rank is not None else 4.0)
+    if kind == "E":
+        return 3.0 + (2.0 if m.moe is not None and m.moe.shared_experts else 0.0)
+    return 2.0
+
+
+def hybrid_pass_kernels(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
+    """(forward, backward, recomputed) kernels of a hybrid model's mean block for one micro-batch: each
+    kind's (`block_gemm_kernels`, its core's, `block_elementwise_kernels`, a MoE block's routing kernels)
+    weighted by its share of the blocks, as `pass_kernels` counts a transformer layer's."""
+    m = job.model
+    eager = job.kernels == "eager"
+    norm = EAGER_NORM_KERNELS if eager else 1.0
+    act = EAGER_ACTIVATION_KERNELS[m.mlp] if eager else 1.0
+    forward: Num = 0.0
+    backward: Num = 0.0
+    recompute: Num = 0.0
+    for kind in ("M", "*", "E", "-"):
+        share = m.hybrid.count(kind) / m.layers
+        if not share:
+            continue
+        gemms = block_gemm_kernels(job, kind)
+        core_f, core_b = attention_kernels(job, layout) if kind == "*" else MAMBA_CORE_KERNELS if kind == "M" \
+            else (0.0, 0.0)
+        ew = block_elementwise_kernels(job, kind) + (MOE_ROUTING_KERNELS if kind == "E" else 0.0)
+        fwd = gemms + core_f + ew
+        selective = job.recomputes("layernorm") * norm
+        if kind == "*":
+            selective = selective + job.recomputes("core_attn") * core_f
+        elif kind == "-":
+            selective = selective + job.recomputes("mlp") * (2.0 + act)
+        elif kind == "E":
+            shared = 2.0 if m.moe is not None and m.moe.shared_experts else 0.0
+            selective = (selective + job.recomputes("moe_act") * act + job.recomputes("moe") * (gemms + MOE_ROUTING_KERNELS
+                                                                                                + act)
+                         + job.recomputes("shared_experts") * (shared + act))
+        forward = forward + share * fwd
+        backward = backward + share * (gemms * GEMM_BACKWARD_KERNELS + core_b + ELEMENTWISE_BACKWARD_RATIO * ew)
+        recompute = recompute + share * (layout.full * fwd + layout.selective * selective
+                                         + layout.op * (0.5 * gemms + ew))
+    return forward, backward, recompute
+
+
+def hybrid_tp_collectives(job: Job, layout: Layout) -> tuple[Num, Num]:
+    """(forward, backward with recompute) TP collective launches of a hybrid model's mean block per
+    micro-batch: an attention, Mamba-2 or dense MLP block one forward, one backward and one more under
+    full recompute; a MoE MLP block its shared experts' (the routed experts exchange tokens by
+    all-to-all); none without tensor parallelism."""
+    m = job.model
+    tp = xp.mask(layout.tp > 1)
+    plain = (m.layers - m.moe_layers) / m.layers
+    shared = m.moe_layers / m.layers * (1.0 if m.moe is not None and m.moe.shared_experts else 0.0)
+    return ((plain + shared) * tp,
+            (plain * (1.0 + layout.full) + shared * (1.0 + layout.full + layout.selective * job.recomputes("moe")))
+            * tp)
+
+
 def attention_kernels(job: Job, layout: Layout | None = None) -> tuple[Num, Num]:
     """(forward, backward) kernels of the attention core: fused 1 and 3; standard 4 and 7, plus the
     dropout's one each way when the model has dropout, plus the FP32 softmax's 4 each way where
@@ -168,7 +257,9 @@ def softmax_fallback_ops(job: Job, layout: Layout, memory_bytes_per_s: Num,
 def pass_kernels(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
     """(forward, backward, recomputed) kernels one layer launches for one micro-batch; the
     recomputation runs again the forward (full), the attention core (selective) or 3 GEMMs and the
-    element-wise kernels (op)."""
+    element-wise kernels (op). A hybrid model: its mean block's (`hybrid_pass_kernels`)."""
+    if job.model.hybrid is not None:
+        return hybrid_pass_kernels(job, layout)
     attn_fwd, attn_bwd = attention_kernels(job, layout)
     elementwise = elementwise_kernels(job) + moe_layer_share(job) * MOE_ROUTING_KERNELS
     gemms = gemm_kernels(job)
@@ -207,18 +298,6 @@ def layer_kernels(job: Job, layout: Layout) -> Num:
     return forward + backward + recompute
 
 
-def tp_collectives_per_layer(layout: Layout) -> Num:
-    """Tensor-parallel collective launches per layer per micro-batch: 2 forward, 2 backward, 2 more
-    under full recompute (1 under op); none without tensor parallelism."""
-    return (4.0 + 2.0 * layout.full + layout.op) * xp.mask(layout.tp > 1)
-
-
-def ep_collectives_per_layer(job: Job, layout: Layout) -> Num:
-    """Expert-parallel all-to-all launches of the mean layer per micro-batch: 4 per MoE layer (2 more
-    where the block is re-run: full recompute, the `moe` module), × L_m/L; none with ep = 1."""
-    return moe_layer_share(job) * (ALL_TO_ALLS_PER_MOE_LAYER + 2.0 * job.moe_rerun(layout)) * xp.mask(layout.ep > 1)
-
-
 def host_per_kernel_s(job: Job) -> Num:
     """The host's time to dispatch one kernel [s]: the hardware system's fitted (or prior) time per
     kernel launched from Python, times the framework's dispatch factor (0 for a compiled step)."""
@@ -232,9 +311,10 @@ def host_pass_s(job: Job, layout: Layout) -> tuple[Num, Num]:
     tp = xp.mask(layout.tp > 1)
     ep = moe_layer_share(job) * xp.mask(layout.ep > 1)
     tau = host_per_kernel_s(job)
-    return ((forward + 2.0 * tp + 2.0 * ep) * tau,
-            (backward + recompute + (2.0 + 2.0 * layout.full + layout.op) * tp
-             + (2.0 + 2.0 * job.moe_rerun(layout)) * ep) * tau)
+    tp_fwd, tp_bwd = (2.0 * tp, (2.0 + 2.0 * layout.full + layout.op) * tp) if job.model.hybrid is None \
+        else hybrid_tp_collectives(job, layout)
+    return ((forward + tp_fwd + 2.0 * ep) * tau,
+            (backward + recompute + tp_bwd + (2.0 + 2.0 * job.moe_rerun(layout)) * ep) * tau)
 
 
 # The host launches kernels ahead of the device, which runs them in order: where a pass's host time h
@@ -259,8 +339,8 @@ def host_wait_s(host_s: Num, device_s: Num, exponent: float = HOST_DEVICE_OVERLA
 
 def host_layer_s(job: Job, layout: Layout) -> Num:
     """Host time of one layer for one micro-batch: (kernels + collectives) × the host time per kernel [s]."""
-    return (layer_kernels(job, layout) + tp_collectives_per_layer(layout) + ep_collectives_per_layer(job, layout)) \
-        * host_per_kernel_s(job)
+    fwd, bwd = host_pass_s(job, layout)
+    return fwd + bwd
 
 
 def cross_entropy_bytes_per_logit(job: Job) -> float:

@@ -275,8 +275,10 @@ def recompute_ops(job: Job, layout: Layout, r: Rates, x: LocalShape, fwd: list[O
     compute op's output saved except every second matmul) re-runs the 2nd, 4th and 6th matmuls (K, the
     output projection, SwiGLU's up or GeLU's down projection) and the element-wise ops, and keeps
     attention."""
-    op_parts = ([op_attention_gemm(job, layout, r, x, attention_linear), attention_linear[-1]] + mlp.op_recompute
-                + [mlp.elementwise])
+    # (a hybrid model's MLP block has no attention: its op-recompute part is its MLP's)
+    attention_part = [op_attention_gemm(job, layout, r, x, attention_linear), attention_linear[-1]] \
+        if attention_linear else []
+    op_parts = attention_part + mlp.op_recompute + [mlp.elementwise]
     return [Recomputed(layout.full, fwd),
             Recomputed(layout.selective, selective_ops(job, layout, r, x, attn, attention_linear, mlp)),
             Recomputed(layout.op, op_parts)]
@@ -296,6 +298,12 @@ class LayerOps(NamedTuple):
     linear_backward: list[Op]
     elementwise: Op
     extra_kernels: float = 0.0  # element-wise kernels beyond a dense layer's (a MoE layer's routing)
+    # a hybrid model's block (step/hybrid.py) says its own kernels: its core's (forward, backward) in
+    # place of attention_kernels, its element-wise kernels in place of elementwise_kernels, and whether
+    # selective recompute's core_attn re-runs its core (attention) or not (a Mamba-2 scan, an MLP block)
+    core_kernels: tuple[Num, Num] | None = None
+    elementwise_kernels: Num | None = None
+    core_is_attention: bool = True
 
 
 class LayerPass(NamedTuple):
@@ -368,7 +376,7 @@ def layer_pass(job: Job, layout: Layout, r: Rates, x: LocalShape, ops: LayerOps 
     k = 2.0 if xp.off(layout.finetune) else 2.0 - layout.frozen
     # attention's own duration (it hides the CP ring): its roofline time, at least its kernels' floors
     floor = job.hardware.efficiency.kernel_floor_s
-    attn_fwd_k, attn_bwd_k = attention_kernels(job, layout)
+    attn_fwd_k, attn_bwd_k = attention_kernels(job, layout) if ops.core_kernels is None else ops.core_kernels
     attn_fwd_s, attn_bwd_s = attn_c + attn_m, sum(bound_sums(ops.attention_backward))
     return LayerPass(fwd_c=fwd_c, fwd_m=fwd_m, bwd_c=bwd_c, bwd_m=bwd_m,
                      attn_fwd_s=attn_fwd_s + floor_excess_s(attn_fwd_s, attn_fwd_k, floor),
@@ -377,7 +385,8 @@ def layer_pass(job: Job, layout: Layout, r: Rates, x: LocalShape, ops: LayerOps 
                      overhead_s=job.hardware.efficiency.layer_overhead_s * (2.0 + layout.full + layout.op),
                      linear_s=ops_time_s(ops.linear) * (1.0 + layout.full) + ops_time_s(ops.linear_backward),
                      floor_s=layer_floor_s(job, layout, ops.linear, (attn_fwd, ops.attention_backward),
-                                           ops.elementwise, k, ops.extra_kernels),
+                                           ops.elementwise, k, ops.extra_kernels, ops.core_kernels,
+                                           ops.elementwise_kernels, ops.core_is_attention),
                      ops=ops)
 
 
@@ -411,15 +420,18 @@ def mix_ops(a: LayerOps, b: LayerOps, weight_a: float, weight_b: float) -> Layer
 
 
 def layer_floor_s(job: Job, layout: Layout, linear: list[Op], attention: tuple[list[Op], list[Op]],
-                  elementwise: Op, gemm_backward: Num = 2.0, extra_kernels: float = 0.0) -> Num:
+                  elementwise: Op, gemm_backward: Num = 2.0, extra_kernels: float = 0.0,
+                  core_kernels: tuple[Num, Num] | None = None, elementwise_count: Num | None = None,
+                  core_is_attention: bool = True) -> Num:
     """What the kernels' floor (`efficiency.kernel_floor_us`) adds to one layer's passes [s]: each
     GEMM (1 kernel forward; `gemm_backward` = 2 backward at twice the time, 1 for frozen weights), the
     attention core and the element-wise kernels (kernels.py counts, plus `extra_kernels`: a MoE
     layer's routing) take at least their kernel count times the floor; recomputed kernels again
-    (full: the forward; selective: attention; op: 3 GEMMs and the element-wise kernels)."""
+    (full: the forward; selective: attention; op: 3 GEMMs and the element-wise kernels). A hybrid
+    model's block gives its own core and element-wise kernel counts (`LayerOps.core_kernels`)."""
     floor = job.hardware.efficiency.kernel_floor_s
-    attn_fwd_k, attn_bwd_k = attention_kernels(job, layout)
-    ew_k = elementwise_kernels(job) + extra_kernels
+    attn_fwd_k, attn_bwd_k = attention_kernels(job, layout) if core_kernels is None else core_kernels
+    ew_k = (elementwise_kernels(job) if elementwise_count is None else elementwise_count) + extra_kernels
     gemm_fwd: Num = 0.0
     for o in linear:
         gemm_fwd = gemm_fwd + floor_excess_s(o.time_s, 1.0, floor)
@@ -428,7 +440,8 @@ def layer_floor_s(job: Job, layout: Layout, linear: list[Op], attention: tuple[l
     forward = gemm_fwd + attn_fwd + ew_fwd
     backward = (gemm_backward * gemm_fwd + floor_excess_s(ops_time_s(attention[1]), attn_bwd_k, floor)
                 + floor_excess_s(BACKWARD_TRAFFIC_RATIO * elementwise.time_s, ELEMENTWISE_BACKWARD_RATIO * ew_k, floor))
-    recompute = (layout.full * forward + layout.selective * job.recomputes("core_attn") * attn_fwd
+    core = job.recomputes("core_attn") if core_is_attention else 0.0
+    recompute = (layout.full * forward + layout.selective * core * attn_fwd
                  + layout.op * (0.75 * gemm_fwd + ew_fwd))
     return forward + backward + recompute
 

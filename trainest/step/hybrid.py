@@ -1,0 +1,253 @@
+"""Hybrid models' blocks on one device (docs/model.md §16): a hybrid model (Nemotron-H, Nemotron 3)
+is a pattern of blocks, each one pre-norm and one mixer or MLP with its residual: Mamba-2 (M),
+attention (*), MoE MLP (E) and dense MLP (-). Each kind of block is a layer pass of its own (the
+attention block and the MLPs from step/layer.py and step/moe.py, the Mamba-2 mixer here); the mean
+block is their sum weighted by the kinds' counts over the blocks, as a MoE model's mean layer is
+(compose.mean_layer).
+
+The Mamba-2 mixer (Dao & Gu 2024, arXiv:2405.21060 §6–7; Megatron-Core MambaMixer calling mamba_ssm's
+fused mamba_split_conv1d_scan_combined): the input projection (column-parallel over t: heads and
+groups split), the causal depthwise convolution with SiLU over x, B and C, the chunked scan (SSD),
+the gated RMSNorm and the output projection (row-parallel). With tensor parallelism it has the
+attention block's collectives: one all-reduce (or RS + AG with SP) forward, one backward.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from trainest import xp
+from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.step import mla
+from trainest.step.collectives import Tiers
+from trainest.step.flops import CAUSAL_FRACTION, ssd_flops_per_token
+from trainest.step.kernels import MAMBA_CORE_KERNELS, attention_kernels, block_elementwise_kernels
+from trainest.step.layer import (
+    LOW_PRECISION_CAST_PASSES,
+    LayerOps,
+    LayerPass,
+    MlpPart,
+    Recomputed,
+    attention_block,
+    dense_mlp,
+    f_wide_passes,
+    h_wide_bytes,
+    layer_ops,
+    layer_pass,
+    rope_bytes,
+)
+from trainest.step.moe import (
+    ep_layer_s,
+    moe_elementwise_backward_bytes,
+    moe_elementwise_bytes,
+    moe_mlp,
+    moe_tp_all_reduces,
+)
+from trainest.step.rates import BACKWARD, FORWARD, LocalShape, Rates
+from trainest.step.roofline import Op, fused_time, op_of, streaming_time
+from trainest.step.traffic import tp_layer_s
+
+# The scan's backward (mamba_ssm _mamba_chunk_scan_combined_bwd) recomputes the chunk states, the C·Bᵀ
+# blocks and the state passing from the saved inputs, then runs the gradient kernels: ~2.5× the forward's
+# FLOPs (as FlashAttention-2's backward, Dao 2023) and twice its bytes.
+SSD_BACKWARD_FLOP_RATIO = 2.5
+SSD_BACKWARD_BYTES_RATIO = 2.0
+# the chunk states: written in FP32 by chunk_state, read in FP32 and written in 16 bit by the state passing,
+# read by chunk_scan: 4 + 4 + 2 + 2 bytes per state element (H·P·N per chunk of Q tokens)
+SSD_STATE_BYTES = 12.0
+SSD_SCORE_BYTES = 8.0          # C·Bᵀ blocks in FP32, written by bmm_chunk and read by chunk_scan (G·Q per token)
+CONV_PASSES = 2.0              # the causal convolution reads x, B, C and writes them after its SiLU (16 bit)
+GATED_NORM_PASSES = 3.0        # the gated RMSNorm reads y and z and writes its output (16 bit)
+KINDS = (("M", "mamba"), ("*", "attention"), ("E", "moe"), ("-", "mlp"))
+
+
+class BlockPass(NamedTuple):
+    """One kind of block, one micro-batch, one device: its pass, its TP and EP traffic [s] (all, exposed)."""
+
+    lp: LayerPass
+    tp_total_s: Num
+    tp_exposed_s: Num
+    ep_total_s: Num = 0.0
+    ep_exposed_s: Num = 0.0
+
+
+def ssd_op(job: Job, layout: Layout, r: Rates, x: LocalShape) -> Op:
+    """The chunked scan forward of one Mamba-2 block, on the fused-attention rate (both are tiled matmul
+    kernels keeping their intermediates on chip): ssd_flops_per_token·T/t FLOPs; it reads x, B, C and
+    dt and writes y in 16 bit, and moves the chunk states (SSD_STATE_BYTES·H·P·N/Q per token) and the
+    C·Bᵀ blocks (SSD_SCORE_BYTES·G·Q per token) [÷t: heads and groups are split]."""
+    b = job.model.hybrid.mamba
+    tp = layout.tp
+    flops = ssd_flops_per_token(job.model, CAUSAL_FRACTION) * x.tokens / tp
+    per_token = (ACTIVATION_BYTES * (2.0 * b.inner + 2.0 * b.groups * b.state_dim + b.heads)
+                 + SSD_STATE_BYTES * b.heads * b.head_dim * b.state_dim / b.chunk
+                 + SSD_SCORE_BYTES * b.groups * b.chunk)
+    moved = per_token * x.tokens / tp
+    return op_of("scan", FORWARD, flops, moved,
+                 fused_time(flops, moved, r.attention_flops_per_s, r.memory_bytes_per_s))
+
+
+def conv_op(job: Job, layout: Layout, r: Rates, x: LocalShape) -> Op:
+    """The causal depthwise convolution (with its SiLU) over x, B, C forward: 2·k FLOPs and
+    CONV_PASSES 16-bit passes per channel and token, memory-bound."""
+    b = job.model.hybrid.mamba
+    elements = x.tokens * b.conv_channels / layout.tp
+    moved = CONV_PASSES * ACTIVATION_BYTES * elements
+    return op_of("conv", FORWARD, 2.0 * b.conv_kernel * elements, moved,
+                 streaming_time(moved, r.memory_bytes_per_s))
+
+
+def mamba_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
+    """The Mamba-2 block's weight GEMMs: in_proj (T × (2·d_in + 2GN + H)/t × h) and out_proj
+    (T × h × d_in/t)."""
+    b, h, tp = job.model.hybrid.mamba, job.model.hidden, layout.tp
+    return [r.gemm_op("in_proj", x.tokens, b.in_proj_width / tp, h),
+            r.gemm_op("out_proj", x.tokens, h, b.inner / tp)]
+
+
+def half_layer_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
+    """A block's pre-norm and residual add: half of a transformer layer's h-wide bytes [B]."""
+    return 0.5 * h_wide_bytes(job, layout, x)
+
+
+def casts(job: Job, elements: Num) -> Num:
+    """FP8/FP4 casts of GEMM inputs of `elements` values (0 in 16 bit) [B]."""
+    return LOW_PRECISION_CAST_PASSES * elements if job.low_precision else 0.0
+
+
+def block_elementwise_bytes(job: Job, layout: Layout, x: LocalShape, kind: str) -> Num:
+    """Forward element-wise bytes of one block of `kind` [B]: its norm and residual (half a layer's),
+    plus: attention the casts of its two GEMM inputs, MLA's and RoPE's traffic; a dense MLP the
+    activation's f-wide passes and its two casts; a MoE MLP a MoE layer's without the attention half;
+    Mamba-2 the gated norm (GATED_NORM_PASSES over d_in) and its two casts."""
+    m, T, sp = job.model, x.tokens, layout.sp_div
+    half = half_layer_bytes(job, layout, x)
+    attention_casts = casts(job, 2.0 * T * m.hidden / sp)
+    if kind == "*":
+        extra = mla.elementwise_bytes(job, layout, x) if m.mla is not None else 0.0
+        return half + attention_casts + extra + rope_bytes(job, layout, x)
+    if kind == "-":
+        width = m.ffn_hidden / layout.tp
+        return (half + f_wide_passes(job) * ACTIVATION_BYTES * T * width
+                + casts(job, T * (m.hidden / sp + width)))
+    if kind == "E":
+        extra = mla.elementwise_bytes(job, layout, x) if m.mla is not None else 0.0
+        return moe_elementwise_bytes(job, layout, x) - half - attention_casts - extra
+    b = m.hybrid.mamba
+    inner = b.inner / layout.tp
+    return half + GATED_NORM_PASSES * ACTIVATION_BYTES * T * inner + casts(job, T * (m.hidden / sp + inner))
+
+
+def elementwise_op_of(job: Job, layout: Layout, r: Rates, x: LocalShape, kind: str) -> Op:
+    moved = block_elementwise_bytes(job, layout, x, kind)
+    return op_of("elementwise", FORWARD, 0.0 * moved, moved, streaming_time(moved, r.memory_bytes_per_s))
+
+
+def mamba_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[list[Op], list[Op], list[Op]]:
+    """(weight GEMMs, core forward, core backward) of a Mamba-2 block: the core is the convolution and
+    the scan; their backward SSD_BACKWARD_FLOP_RATIO × the scan's FLOPs and twice the bytes of both."""
+    conv, scan = conv_op(job, layout, r, x), ssd_op(job, layout, r, x)
+    scan_bwd = Op(name=scan.name, phase=BACKWARD, flops=SSD_BACKWARD_FLOP_RATIO * scan.flops,
+                  bytes=SSD_BACKWARD_BYTES_RATIO * scan.bytes, compute_s=SSD_BACKWARD_FLOP_RATIO * scan.compute_s,
+                  memory_s=SSD_BACKWARD_BYTES_RATIO * scan.memory_s)
+    return mamba_gemms(job, layout, r, x), [conv, scan], [conv.scaled(2.0, phase=BACKWARD), scan_bwd]
+
+
+def no_mlp(elementwise: Op) -> MlpPart:
+    """The MLP part of a block that has none (an attention or Mamba-2 block): only its element-wise op."""
+    return MlpPart(gemms=[], gradients=None, elementwise=elementwise, op_recompute=[])
+
+
+def _block(job: Job, layout: Layout, r: Rates, x: LocalShape, kind: str, mlp: MlpPart,
+           core: tuple[list[Op], list[Op], list[Op]]) -> LayerOps:
+    ops = layer_ops(job, layout, r, x, mlp, core)
+    if kind == "*":
+        core_k = attention_kernels(job, layout)
+    elif kind == "M":
+        core_k = MAMBA_CORE_KERNELS
+    else:
+        core_k = (0.0, 0.0)
+    ops = ops._replace(core_kernels=core_k, elementwise_kernels=block_elementwise_kernels(job, kind),
+                       core_is_attention=kind == "*")
+    if kind != "*":     # selective recompute's core_attn is attention's: nothing of a Mamba-2 or MLP block's core
+        selective = [o for o in ops.recomputed[1].ops if all(o is not c for c in core[1])]
+        ops = ops._replace(recomputed=[ops.recomputed[0], Recomputed(ops.recomputed[1].mask, selective),
+                                       ops.recomputed[2]])
+    return ops
+
+
+def block_passes(job: Job, layout: Layout, r: Rates, x: LocalShape, tiers: Tiers) -> list[tuple[str, float, BlockPass]]:
+    """(kind name, share of the blocks, pass) for each kind of block the model has."""
+    m = job.model
+    out: list[tuple[str, float, BlockPass]] = []
+    for kind, name in KINDS:
+        count = m.hybrid.count(kind)
+        if not count:
+            continue
+        elementwise = elementwise_op_of(job, layout, r, x, kind)
+        if kind == "M":
+            ops = _block(job, layout, r, x, kind, no_mlp(elementwise), mamba_ops(job, layout, r, x))
+        elif kind == "*":
+            ops = _block(job, layout, r, x, kind, no_mlp(elementwise), attention_block(job, layout, r, x))
+        elif kind == "-":
+            ops = _block(job, layout, r, x, kind, dense_mlp(job, layout, r, x)._replace(elementwise=elementwise),
+                         ([], [], []))
+        else:
+            part = moe_mlp(job, layout, r, x)
+            back = moe_elementwise_backward_bytes(job, layout, x, elementwise.bytes)
+            bwd = op_of("elementwise", BACKWARD, 0.0 * back, back, streaming_time(back, r.memory_bytes_per_s))
+            ops = _block(job, layout, r, x, kind, part._replace(elementwise=elementwise, elementwise_backward=bwd),
+                         ([], [], []))
+        lp = layer_pass(job, layout, r, x, ops)
+        if kind == "E":
+            tp_total, tp_exposed = tp_layer_s(job, layout, x, tiers, lp.linear_s, moe_block_tp_collectives(job, layout))
+            ep_total, ep_exposed = ep_layer_s(job, layout, x, tiers, lp.compute_s + lp.memory_s)
+            bp = BlockPass(lp, tp_total, tp_exposed, ep_total, xp.maximum(ep_exposed, 0.0))
+        else:
+            tp_total, tp_exposed = tp_layer_s(job, layout, x, tiers, lp.linear_s, block_tp_collectives(layout))
+            bp = BlockPass(lp, tp_total, tp_exposed)
+        out.append((name, count / m.layers, bp))
+    return out
+
+
+def block_tp_collectives(layout: Layout) -> Num:
+    """TP all-reduces (or RS + AG with SP) of T·h of one attention, Mamba-2 or dense MLP block pass:
+    one forward, one backward, one more under full recompute (half a transformer layer's)."""
+    return 2.0 + layout.full
+
+
+def moe_block_tp_collectives(job: Job, layout: Layout) -> Num:
+    """A MoE MLP block's: a MoE layer's (step/moe.py: moe_tp_all_reduces) without its attention's."""
+    return moe_tp_all_reduces(job, layout) - (2.0 + layout.full + layout.op)
+
+
+def mix_blocks(blocks: list[tuple[str, float, BlockPass]]) -> tuple[LayerPass, Num, Num, Num, Num]:
+    """The mean block: (pass, TP all, TP exposed, EP all, EP exposed), each the shares' weighted sum; its
+    ops (one estimate's ops table) every kind's, named kind.op and scaled by its share."""
+    first = blocks[0][2].lp
+    fields = {f: 0.0 for f in LayerPass._fields if f != "ops"}
+    tp_total = tp_exposed = ep_total = ep_exposed = 0.0
+    for _, w, bp in blocks:
+        for f in fields:
+            fields[f] = fields[f] + w * getattr(bp.lp, f)
+        tp_total, tp_exposed = tp_total + w * bp.tp_total_s, tp_exposed + w * bp.tp_exposed_s
+        ep_total, ep_exposed = ep_total + w * bp.ep_total_s, ep_exposed + w * bp.ep_exposed_s
+    ops = None
+    if not xp.is_array(first.compute_s) and all(bp.lp.ops is not None for _, _, bp in blocks):
+        ops = _mix_ops([(name, w, bp.lp.ops) for name, w, bp in blocks])
+    return LayerPass(**fields, ops=ops), tp_total, tp_exposed, ep_total, ep_exposed
+
+
+def _mix_ops(kinds: list[tuple[str, float, LayerOps | None]]) -> LayerOps:
+    def each(get) -> list[Op]:
+        return [o.scaled(w, name=f"{name}.{o.name}") for name, w, ops in kinds for o in get(ops)]
+    first = kinds[0][2]
+    groups = [Recomputed(g.mask, [o.scaled(w, name=f"{name}.{o.name}") for name, w, ops in kinds
+                                  for o in ops.recomputed[i].ops])
+              for i, g in enumerate(first.recomputed)]
+    return LayerOps(forward=each(lambda o: o.forward), backward=each(lambda o: o.backward), recomputed=groups,
+                    attention_forward=each(lambda o: o.attention_forward),
+                    attention_backward=each(lambda o: o.attention_backward),
+                    linear=each(lambda o: o.linear), linear_backward=each(lambda o: o.linear_backward),
+                    elementwise=first.elementwise,
+                    extra_kernels=sum(w * ops.extra_kernels for _, w, ops in kinds))
