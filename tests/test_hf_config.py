@@ -143,9 +143,14 @@ def test_unknown_architecture_lists_the_supported_ones():
     assert "\n" not in message
 
 
-def test_hybrid_mamba_is_not_expressible_and_says_why():
-    with pytest.raises(SpecError, match=r"NemotronHForCausalLM is not expressible in trainest: hybrid Mamba"):
-        model_from_hf_config({"architectures": ["NemotronHForCausalLM"], "hidden_size": 2688}, "c.json")
+def test_other_hybrid_mamba_families_are_not_expressible_and_say_why():
+    """Nemotron-H's block pattern is modelled (tests/test_hybrid.py); Jamba's interleaving is not."""
+    with pytest.raises(SpecError, match=r"JambaForCausalLM is not expressible in trainest: hybrid Mamba .*"
+                                        r"NemotronHForCausalLM is supported"):
+        model_from_hf_config({"architectures": ["JambaForCausalLM"], "hidden_size": 2688}, "c.json")
+    with pytest.raises(SpecError, match=r"missing 'hybrid_override_pattern'|hybrid_override_pattern"):
+        model_from_hf_config({"architectures": ["NemotronHForCausalLM"], "hidden_size": 2688,
+                              "num_attention_heads": 32, "num_hidden_layers": 4, "vocab_size": 100}, "c.json")
 
 
 @pytest.mark.parametrize("change, words", [

@@ -154,3 +154,16 @@ def test_cli_estimate_of_a_hybrid_model():
     data = json.loads(out.stdout)
     assert data["inputs"]["model"]["hybrid"]["pattern"] == load_model(NANO).hybrid.pattern
     assert math.isfinite(data["step"]["time_s"]) and data["step"]["time_s"] > 0
+
+
+def test_the_hybrid_warning_states_the_current_errors_on_the_nemotron_runs():
+    """Every hybrid estimate says what the measured hybrid runs say of it: a model change that moves
+    their errors must move the words too."""
+    from trainest.cli.estimate import HYBRID_ERROR_RANGE_PCT, HYBRID_WARNING, job_warnings
+    from trainest.validate import compare, load_runs
+    errors = [compare(c).error_pct for c in load_runs(run_set="public").cases if c.scenario.model.hybrid is not None]
+    assert len(errors) == 21
+    assert (round(min(errors)), round(max(errors))) == HYBRID_ERROR_RANGE_PCT
+    low, high = HYBRID_ERROR_RANGE_PCT
+    assert "{low:+d} to {high:+d} %" in HYBRID_WARNING
+    assert any("hybrid Mamba-2" in w for w in job_warnings(scenario_from_mapping(_nano(), "t")))

@@ -75,10 +75,13 @@ def scenario_mappings(draw, *, single_overlap: bool = False, big_gemms: bool = F
     hw = catalog.load_hardware(hw_name)
     precision = draw(st.sampled_from(sorted(hw.peak_flops_per_s)))
     seq_len = draw(st.sampled_from([4096, 8192] if big_gemms else [128, 512, 1024, 2048, 4096, 8192, 32768]))
-    tp = draw(st.sampled_from([t for t in _divisors(model.heads, 16) if not big_gemms or model.hidden / t >= 4096]))
+    # a hybrid model's Mamba-2 blocks split their heads and groups over t and take no CP or op recompute
+    hybrid = model.hybrid is not None
+    heads = model.heads if not hybrid else math.gcd(model.heads, model.hybrid.mamba.heads, model.hybrid.mamba.groups)
+    tp = draw(st.sampled_from([t for t in _divisors(heads, 16) if not big_gemms or model.hidden / t >= 4096]))
     pp = draw(st.sampled_from(_divisors(model.layers, 16)))
     vpp = draw(st.sampled_from(_divisors(model.layers // pp, 8))) if pp > 1 else 1
-    cp = 1 if single_overlap else draw(st.sampled_from([1, 2, 4]))
+    cp = 1 if single_overlap or hybrid else draw(st.sampled_from([1, 2, 4]))
     dp = draw(st.integers(1, 64))
     micro_batch = draw(st.integers(1, 8))
     # the interleaved schedule runs a multiple of p micro-batches (docs/model.md §5.2)
@@ -95,7 +98,7 @@ def scenario_mappings(draw, *, single_overlap: bool = False, big_gemms: bool = F
             "parallel": {"tp": tp, "pp": pp, "cp": cp, "dp": dp, "vpp": vpp, "zero": draw(st.integers(0, 2 if single_overlap else 3)),
                          "sequence_parallel": draw(st.booleans()) if tp > 1 else False},
             "micro_batch": micro_batch, "global_batch": dp * micro_batch * micro_batches,
-            "recompute": draw(st.sampled_from(["none", "selective", "full", "op"])),
+            "recompute": draw(st.sampled_from(["none", "selective", "full"] + ([] if hybrid else ["op"]))),
             "attention": draw(st.sampled_from(["flash", "standard"])),
             "kernels": draw(st.sampled_from(["fused", "eager"])),
             "tokens": draw(st.sampled_from([None, 1e9, 3e11, 1.5e13])),

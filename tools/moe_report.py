@@ -190,14 +190,15 @@ def markdown(moe: MoeFit) -> str:
     return f"""## Mixture-of-experts runs (issue 13)
 
 The {len(results)} MoE runs (Megatron-Bridge performance summaries: Qwen3 30B-A3B and 235B-A22B,
-GPT-OSS 120B, DeepSeek-V3 with MLA, Kimi K2 with MLA; H100, B200, B300, GB200, GB300; BF16, FP8,
-MXFP8) are predicted with the dense efficiencies of their hardware (fitted on the dense runs only, as
+GPT-OSS 120B, DeepSeek-V3 with MLA, Kimi K2 with MLA, the hybrid Mamba-2/attention/MoE Nemotron 3 Nano
+and 3.5 Lightning (docs/model.md §16); H100, B200, B300, GB200, GB300; BF16, FP8, MXFP8) are predicted with the dense efficiencies of their hardware (fitted on the dense runs only, as
 above, so no dense number moved) and two MoE efficiencies per hardware, `grouped_gemm` and
 `all_to_all` (docs/model.md §15), **fitted** on the MoE runs of the FIT split only (the same crc32
 split) by the `trainest calibrate` method from the priors 1.0 and 0.8; the HOLDOUT MoE runs are
 never fitted. Every import assumption is in the run's notes (`specs/runs/megatron-bridge.yaml`): the
 shapes from model-shapes.yaml, imbalance 1.0 (the source force-balances the experts), etp = 1,
-`moe_overlap: none`, recompute none, DeepSeek-V3's multi-token-prediction module not modelled.
+`moe_overlap: none`, recompute none, DeepSeek-V3's and Nemotron 3.5 Lightning's multi-token-prediction
+modules not modelled.
 
 Issue 13's target is ≤ 10 % MAPE on the holdout MoE runs: **not met** ({_pct(mape_pct(hold))} % over
 {len(hold)} holdout runs; {_pct(mape_pct(fit))} % over the {len(fit)} fit runs). What limits it is below.

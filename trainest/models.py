@@ -168,6 +168,19 @@ class Model:
         return self.layers if self.hybrid is None else self.hybrid.count("*")
 
     @property
+    def mamba(self) -> Mamba:
+        """A hybrid model's Mamba-2 mixer (ValueError for a transformer)."""
+        if self.hybrid is None:
+            raise ValueError(f"{self.name} has no Mamba-2 blocks")
+        return self.hybrid.mamba
+
+    def block_count(self, kind: str) -> int:
+        """A hybrid model's blocks of `kind` (M, *, E, -; ValueError for a transformer)."""
+        if self.hybrid is None:
+            raise ValueError(f"{self.name} is not a hybrid model")
+        return self.hybrid.count(kind)
+
+    @property
     def mamba_layers(self) -> int:
         """L_s: a hybrid model's Mamba-2 blocks (0 for a transformer)."""
         return 0 if self.hybrid is None else self.hybrid.count("M")
@@ -279,14 +292,12 @@ class Model:
         """Weights of all of a hybrid model's blocks, each with its one pre-norm h [params]:
         L_s·(mixer + h) + L_a·(attention + h) + L_d·(k·h·f + h) + L_m·(router + E (active: K)·k·h·f_e +
         S·k·h·f_s + h)."""
-        h, hybrid = self.hidden, self.hybrid
-        if hybrid is None:
-            raise ValueError(f"{self.name} is not a hybrid model")
+        h, mamba = self.hidden, self.mamba
         moe = 0.0
         if self.moe is not None:
             experts = self.moe.top_k if active else self.moe.experts
             moe = self.router_params + experts * self.params_per_expert + self.shared_expert_params_per_moe_layer
-        return float(self.mamba_layers * (hybrid.mamba.params(h) + h) + self.attention_layers * (self.attention_params + h)
+        return float(self.mamba_layers * (mamba.params(h) + h) + self.attention_layers * (self.attention_params + h)
                      + self.dense_layers_count * (self.dense_mlp_params + h) + self.moe_layers * (moe + h))
 
     @property

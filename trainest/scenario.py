@@ -313,7 +313,7 @@ def _check_layout(model: Model, seq_len: int, sizes: dict[str, Any], split: str,
 def _check_hybrid_layout(model: Model, tp: int, cp: int, where: str) -> None:
     """A hybrid model's Mamba-2 blocks split their heads and their B/C groups over t; context
     parallelism over a Mamba-2 scan is not modelled."""
-    mamba = model.hybrid.mamba
+    mamba = model.mamba
     for name, value in (("mamba_heads", mamba.heads), ("groups", mamba.groups)):
         if value % tp:
             raise SpecError(f"{where}: tp={tp} does not divide the Mamba-2 {name}={value}{_divisor_hint(value)}")

@@ -156,8 +156,8 @@ def model_text(m) -> str:
         text += f"; MLA r_q={a.q_lora_rank} r_kv={a.kv_lora_rank} d_qk={a.qk_head_dim} d_v={a.v_head_dim}"
     if m.hybrid is not None:
         b = m.hybrid.mamba
-        text += (f"; hybrid blocks: {m.mamba_layers} Mamba-2 (H={b.heads} P={b.head_dim} N={b.state_dim} G={b.groups}), "
-                 f"{m.attention_layers} attention, {m.moe_layers} MoE, {m.dense_layers_count} dense MLP")
+        text += (f"; hybrid blocks: {m.mamba_layers} Mamba-2 (H={b.heads} P={b.head_dim} N={b.state_dim} "
+                 f"G={b.groups}), {m.attention_layers} attention, {m.moe_layers} MoE, {m.dense_layers_count} dense MLP")
     return text
 
 

@@ -255,7 +255,7 @@ def mamba_activation_bytes(job: Job, layout: Layout) -> Num:
     mamba_split_conv1d_scan_combined saves the input projection's output and the scan's output and
     recomputes the convolution; the output projection keeps its input): e·T·(2·d_in + 2GN + H)/t +
     e·T·d_in/t + g8·T·d_in/t."""
-    b, e = job.model.hybrid.mamba, ACTIVATION_BYTES
+    b, e = job.model.mamba, ACTIVATION_BYTES
     g8 = FP8_SAVED_INPUT_BYTES if job.low_precision else e
     tokens = layout.tokens(job)
     return tokens * (e * (b.in_proj_width + b.inner) + g8 * b.inner) / layout.tp

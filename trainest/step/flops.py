@@ -54,7 +54,7 @@ def ssd_flops_per_token(model: Model, causal_fraction: float = CAUSAL_FRACTION) 
         2·G·Q·N + H·(2·Q·P·φ + 4·N·P)."""
     if model.hybrid is None:
         raise ValueError(f"{model.name} has no Mamba-2 blocks")
-    b = model.hybrid.mamba
+    b = model.mamba
     return float(2.0 * b.groups * b.chunk * b.state_dim
                  + b.heads * (2.0 * b.chunk * b.head_dim * causal_fraction + 4.0 * b.state_dim * b.head_dim))
 
@@ -63,16 +63,14 @@ def mamba_projection_params(model: Model) -> float:
     """The weights of a Mamba-2 block's two GEMMs: in_proj h·(2·d_in + 2GN + H) and out_proj d_in·h [params]."""
     if model.hybrid is None:
         raise ValueError(f"{model.name} has no Mamba-2 blocks")
-    b = model.hybrid.mamba
+    b = model.mamba
     return float(model.hidden * (b.in_proj_width + b.inner))
 
 
 def mamba_block_flops_per_token(model: Model, causal_fraction: float = CAUSAL_FRACTION) -> float:
     """Forward FLOPs of one Mamba-2 block per token: its two GEMMs 2·(h·(2·d_in + 2GN + H) + d_in·h),
     the causal convolution 2·k·(d_in + 2GN) and the scan (ssd_flops_per_token) [FLOP]."""
-    b = model.hybrid.mamba if model.hybrid is not None else None
-    if b is None:
-        raise ValueError(f"{model.name} has no Mamba-2 blocks")
+    b = model.mamba
     return (2.0 * mamba_projection_params(model) + 2.0 * b.conv_kernel * b.conv_channels
             + ssd_flops_per_token(model, causal_fraction))
 

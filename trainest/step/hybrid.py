@@ -76,7 +76,7 @@ def ssd_op(job: Job, layout: Layout, r: Rates, x: LocalShape) -> Op:
     kernels keeping their intermediates on chip): ssd_flops_per_token·T/t FLOPs; it reads x, B, C and
     dt and writes y in 16 bit, and moves the chunk states (SSD_STATE_BYTES·H·P·N/Q per token) and the
     C·Bᵀ blocks (SSD_SCORE_BYTES·G·Q per token) [÷t: heads and groups are split]."""
-    b = job.model.hybrid.mamba
+    b = job.model.mamba
     tp = layout.tp
     flops = ssd_flops_per_token(job.model, CAUSAL_FRACTION) * x.tokens / tp
     per_token = (ACTIVATION_BYTES * (2.0 * b.inner + 2.0 * b.groups * b.state_dim + b.heads)
@@ -90,7 +90,7 @@ def ssd_op(job: Job, layout: Layout, r: Rates, x: LocalShape) -> Op:
 def conv_op(job: Job, layout: Layout, r: Rates, x: LocalShape) -> Op:
     """The causal depthwise convolution (with its SiLU) over x, B, C forward: 2·k FLOPs and
     CONV_PASSES 16-bit passes per channel and token, memory-bound."""
-    b = job.model.hybrid.mamba
+    b = job.model.mamba
     elements = x.tokens * b.conv_channels / layout.tp
     moved = CONV_PASSES * ACTIVATION_BYTES * elements
     return op_of("conv", FORWARD, 2.0 * b.conv_kernel * elements, moved,
@@ -100,7 +100,7 @@ def conv_op(job: Job, layout: Layout, r: Rates, x: LocalShape) -> Op:
 def mamba_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
     """The Mamba-2 block's weight GEMMs: in_proj (T × (2·d_in + 2GN + H)/t × h) and out_proj
     (T × h × d_in/t)."""
-    b, h, tp = job.model.hybrid.mamba, job.model.hidden, layout.tp
+    b, h, tp = job.model.mamba, job.model.hidden, layout.tp
     return [r.gemm_op("in_proj", x.tokens, b.in_proj_width / tp, h),
             r.gemm_op("out_proj", x.tokens, h, b.inner / tp)]
 
@@ -133,7 +133,7 @@ def block_elementwise_bytes(job: Job, layout: Layout, x: LocalShape, kind: str) 
     if kind == "E":
         extra = mla.elementwise_bytes(job, layout, x) if m.mla is not None else 0.0
         return moe_elementwise_bytes(job, layout, x) - half - attention_casts - extra
-    b = m.hybrid.mamba
+    b = m.mamba
     inner = b.inner / layout.tp
     return half + GATED_NORM_PASSES * ACTIVATION_BYTES * T * inner + casts(job, T * (m.hidden / sp + inner))
 
@@ -181,7 +181,7 @@ def block_passes(job: Job, layout: Layout, r: Rates, x: LocalShape, tiers: Tiers
     m = job.model
     out: list[tuple[str, float, BlockPass]] = []
     for kind, name in KINDS:
-        count = m.hybrid.count(kind)
+        count = m.block_count(kind)
         if not count:
             continue
         elementwise = elementwise_op_of(job, layout, r, x, kind)
@@ -225,20 +225,24 @@ def mix_blocks(blocks: list[tuple[str, float, BlockPass]]) -> tuple[LayerPass, N
     """The mean block: (pass, TP all, TP exposed, EP all, EP exposed), each the shares' weighted sum; its
     ops (one estimate's ops table) every kind's, named kind.op and scaled by its share."""
     first = blocks[0][2].lp
-    fields = {f: 0.0 for f in LayerPass._fields if f != "ops"}
-    tp_total = tp_exposed = ep_total = ep_exposed = 0.0
+    fields: dict[str, Num] = {f: 0.0 for f in LayerPass._fields if f != "ops"}
+    tp_total: Num = 0.0
+    tp_exposed: Num = 0.0
+    ep_total: Num = 0.0
+    ep_exposed: Num = 0.0
     for _, w, bp in blocks:
         for f in fields:
             fields[f] = fields[f] + w * getattr(bp.lp, f)
         tp_total, tp_exposed = tp_total + w * bp.tp_total_s, tp_exposed + w * bp.tp_exposed_s
         ep_total, ep_exposed = ep_total + w * bp.ep_total_s, ep_exposed + w * bp.ep_exposed_s
     ops = None
-    if not xp.is_array(first.compute_s) and all(bp.lp.ops is not None for _, _, bp in blocks):
-        ops = _mix_ops([(name, w, bp.lp.ops) for name, w, bp in blocks])
+    named = [(name, w, bp.lp.ops) for name, w, bp in blocks if bp.lp.ops is not None]
+    if not xp.is_array(first.compute_s) and len(named) == len(blocks):
+        ops = _mix_ops(named)
     return LayerPass(**fields, ops=ops), tp_total, tp_exposed, ep_total, ep_exposed
 
 
-def _mix_ops(kinds: list[tuple[str, float, LayerOps | None]]) -> LayerOps:
+def _mix_ops(kinds: list[tuple[str, float, LayerOps]]) -> LayerOps:
     def each(get) -> list[Op]:
         return [o.scaled(w, name=f"{name}.{o.name}") for name, w, ops in kinds for o in get(ops)]
     first = kinds[0][2]
@@ -250,4 +254,4 @@ def _mix_ops(kinds: list[tuple[str, float, LayerOps | None]]) -> LayerOps:
                     attention_backward=each(lambda o: o.attention_backward),
                     linear=each(lambda o: o.linear), linear_backward=each(lambda o: o.linear_backward),
                     elementwise=first.elementwise,
-                    extra_kernels=sum(w * ops.extra_kernels for _, w, ops in kinds))
+                    extra_kernels=float(sum(w * ops.extra_kernels for _, w, ops in kinds)))

@@ -175,7 +175,7 @@ def hybrid_pass_kernels(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
     backward: Num = 0.0
     recompute: Num = 0.0
     for kind in ("M", "*", "E", "-"):
-        share = m.hybrid.count(kind) / m.layers
+        share = m.block_count(kind) / m.layers
         if not share:
             continue
         gemms = block_gemm_kernels(job, kind)
@@ -183,15 +183,15 @@ def hybrid_pass_kernels(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
             else (0.0, 0.0)
         ew = block_elementwise_kernels(job, kind) + (MOE_ROUTING_KERNELS if kind == "E" else 0.0)
         fwd = gemms + core_f + ew
-        selective = job.recomputes("layernorm") * norm
+        selective: Num = job.recomputes("layernorm") * norm
         if kind == "*":
             selective = selective + job.recomputes("core_attn") * core_f
         elif kind == "-":
             selective = selective + job.recomputes("mlp") * (2.0 + act)
         elif kind == "E":
             shared = 2.0 if m.moe is not None and m.moe.shared_experts else 0.0
-            selective = (selective + job.recomputes("moe_act") * act + job.recomputes("moe") * (gemms + MOE_ROUTING_KERNELS
-                                                                                                + act)
+            selective = (selective + job.recomputes("moe_act") * act
+                         + job.recomputes("moe") * (gemms + MOE_ROUTING_KERNELS + act)
                          + job.recomputes("shared_experts") * (shared + act))
         forward = forward + share * fwd
         backward = backward + share * (gemms * GEMM_BACKWARD_KERNELS + core_b + ELEMENTWISE_BACKWARD_RATIO * ew)
