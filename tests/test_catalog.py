@@ -357,9 +357,9 @@ def test_every_preset_is_modelled():
 
 
 def test_not_expressible_models_say_why():
-    assert "nemotron-3-super" in NOT_EXPRESSIBLE_MODELS
-    with pytest.raises(SpecError, match=r"'Nemotron-3-Super' is not expressible in trainest: .*LatentMoE"):
-        load_model("Nemotron-3-Super")
+    assert "nemotron-3.5-lightning" in NOT_EXPRESSIBLE_MODELS
+    with pytest.raises(SpecError, match=r"'Nemotron-3.5-Lightning' is not expressible in trainest: .*multi-token"):
+        load_model("Nemotron-3.5-Lightning")
     with pytest.raises(SpecError, match=r"did you mean 'mixtral-8x7b'"):
         load_model("mixtral-8x7")
 

@@ -27,6 +27,28 @@ def test_nano_parameters_match_the_published_counts():
     assert m.active_params == pytest.approx(3.58e9, rel=1e-3)
 
 
+def test_latent_moe_parameters_match_the_published_counts():
+    """Nemotron 3 Super: 120.6 B total, 12.7 B active (tech report; 120.67 B / 12.77 B from the dimensions):
+    512 experts of 2688 on a 1024-wide latent, with the 2·h·l latent projections."""
+    m = load_model("nemotron-3-super")
+    assert m.expert_hidden == 1024 and m.latent_params_per_moe_layer == 2 * 4096 * 1024
+    assert m.params == pytest.approx(120.67e9, rel=1e-3)
+    assert m.active_params == pytest.approx(12.77e9, rel=1e-3)
+
+
+def test_a_latent_makes_the_experts_and_their_all_to_alls_cheaper():
+    """The same model with its experts on a latent a quarter of h: fewer expert FLOPs and a smaller dispatch."""
+    base = {"model": "nemotron-3-super", "hardware": "gb200", "devices": 64, "precision": "fp8", "seq_len": 8192,
+            "micro_batch": 1, "global_batch": 64, "parallel": {"ep": 64, "zero": 1}}
+    latent = estimate(scenario_from_mapping(base, "t"))
+    data = model_mapping(load_model("nemotron-3-super"))
+    data["moe"].pop("latent_size")
+    data["name"] = "super without latent"
+    full = estimate(scenario_from_mapping({**base, "model": data}, "t"))
+    assert latent.step.time_s < full.step.time_s
+    assert latent.throughput.model_flops_per_step < full.throughput.model_flops_per_step
+
+
 def test_mamba_mixer_parameters_by_hand():
     """in_proj h·(2·d_in + 2GN + H), conv (k + 1)·(d_in + 2GN), 3H, the gated norm d_in, out_proj d_in·h."""
     b = Mamba(heads=64, head_dim=64, state_dim=128, groups=8, conv_kernel=4)
@@ -157,13 +179,17 @@ def test_cli_estimate_of_a_hybrid_model():
 
 
 def test_the_hybrid_warning_states_the_current_errors_on_the_nemotron_runs():
-    """Every hybrid estimate says what the measured hybrid runs say of it: a model change that moves
-    their errors must move the words too."""
-    from trainest.cli.estimate import HYBRID_ERROR_RANGE_PCT, HYBRID_WARNING, job_warnings
+    """Every hybrid estimate says what the measured hybrid runs say of it (those with LatentMoE apart):
+    a model change that moves their errors must move the words too."""
+    from trainest.cli.estimate import HYBRID_ERROR_RANGE_PCT, LATENT_MOE_ERROR_RANGE_PCT, job_warnings
     from trainest.validate import compare, load_runs
-    errors = [compare(c).error_pct for c in load_runs(run_set="public").cases if c.scenario.model.hybrid is not None]
-    assert len(errors) == 21
-    assert (round(min(errors)), round(max(errors))) == HYBRID_ERROR_RANGE_PCT
-    low, high = HYBRID_ERROR_RANGE_PCT
-    assert "{low:+d} to {high:+d} %" in HYBRID_WARNING
-    assert any("hybrid Mamba-2" in w for w in job_warnings(scenario_from_mapping(_nano(), "t")))
+    plain, latent = [], []
+    for c in load_runs(run_set="public").cases:
+        m = c.scenario.model
+        if m.hybrid is not None:
+            (latent if m.moe is not None and m.moe.latent_size else plain).append(compare(c).error_pct)
+    for errors, stated in ((plain, HYBRID_ERROR_RANGE_PCT), (latent, LATENT_MOE_ERROR_RANGE_PCT)):
+        assert (len(errors), round(min(errors)), round(max(errors))) == stated
+    warning = [w for w in job_warnings(scenario_from_mapping(_nano(), "t")) if "hybrid Mamba-2" in w]
+    runs, low, high = HYBRID_ERROR_RANGE_PCT
+    assert len(warning) == 1 and f"{runs} measured" in warning[0] and f"{low:+d} to {high:+d} %" in warning[0]

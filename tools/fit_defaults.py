@@ -368,7 +368,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((name, 0, 0, status, "–", None, None, None, None))
         print(f"{name:16s} no runs            {status}", file=sys.stderr)
 
-    moe = moe_report.fit_moe([c for c in loaded.cases if c.scenario.model.moe is not None], final_hw, blocks,
+    # the MoE efficiencies are fitted on the transformer MoE runs; the hybrid Mamba-2 runs are predicted only
+    moe = moe_report.fit_moe([c for c in loaded.cases if c.scenario.model.moe is not None
+                              and c.scenario.model.hybrid is None], final_hw, blocks,
                              write=not args.check, in_fit_set=in_fit_set, min_fit_runs=MIN_FIT_RUNS)
     fitted_results += moe.fitted_results
     split.update(moe.split)
@@ -396,6 +398,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.check:   # the error bands come from these efficiencies' residuals (a fresh process: no stale cache)
         import subprocess
         subprocess.run([sys.executable, str(ROOT / "tools" / "fit_bands.py")], check=True)
+    hybrid_cases = [c for c in loaded.cases if c.scenario.model.hybrid is not None]
+    hybrid_results = moe_report.predict_hybrid(hybrid_cases, final_hw)
+    fitted_results += hybrid_results
+    split.update({c.id: in_fit_set(c.id) for c in hybrid_cases})
     report = build_report(fitted_results, loaded.not_expressible, loaded.duplicates)
     dense_results = [r for r in fitted_results if r.architecture == "dense"]
     fit_all = [r for r in dense_results if split[r.id]]
@@ -407,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     flat_ids = {c.id for c in loaded.cases if c.scenario.parallel.dp_collectives == "flat"}
     doc = render_doc(report, rows, overall, fitted_results, targets_markdown(dense_results, split, flat_ids),
                      vtrain_markdown(final_hw), prior_rule_markdown(by_hw, own_blocks, final_hw),
-                     moe_report.markdown(moe), finetune_report.section(final_hw))
+                     moe_report.markdown(moe) + "\n\n" + moe_report.hybrid_markdown(hybrid_results, split, hybrid_cases),
+                     finetune_report.section(final_hw))
     doc = doc.replace("\n## The measured step against the overlap bounds",
                       "\n## The error band of every estimate\n\n" + bands_markdown()
                       + "\n\n## The measured step against the overlap bounds", 1)
@@ -415,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         DOC.parent.mkdir(parents=True, exist_ok=True)
         DOC.write_text(doc, encoding="utf-8")
     print(moe.summary_line, file=sys.stderr)
+    print(f"hybrid: {len(hybrid_results)} runs predicted, MAPE {_pct(mape_pct(hybrid_results))} %", file=sys.stderr)
     print(f"overall (dense): fit {overall[0]} runs MAPE {_pct(overall[2])} -> {_pct(overall[3])} %; holdout {overall[1]} runs "
           f"MAPE {_pct(overall[4])} -> {_pct(overall[5])} %; all {report.summary.runs} runs "
           f"{_pct(report.summary.mape_pct)} %; {time.perf_counter() - t0:.1f} s"

@@ -724,13 +724,10 @@ class Importer:
                             positional=positional)
 
         # mixture of experts and multi-head latent attention from model-shapes.yaml; features trainest
-        # cannot express (LatentMoE, DeepSeek V4's compressed sparse attention) stay reasons
+        # cannot express (DeepSeek V4's compressed sparse attention) stay reasons
         expressed_moe = False
         if shape is not None:
-            if shape.get("hybrid") and (shape.get("moe") or {}).get("latent_size"):
-                reasons.append(f"LatentMoE (routed experts in a {shape['moe']['latent_size']}-wide latent) not "
-                               f"modelled")
-            elif shape.get("mla") and shape["mla"].get("kv_lora_rank") is None:
+            if shape.get("mla") and shape["mla"].get("kv_lora_rank") is None:
                 reasons.append("compressed sparse attention with one shared KV head (not MLA: no kv_lora_rank)")
             else:
                 if shape.get("moe"):
@@ -746,6 +743,9 @@ class Importer:
                         model.pop("ffn_hidden", None)
                     notes.append(f"hybrid block pattern from model-shapes.yaml ({model['hybrid']['pattern']}: "
                                  f"M Mamba-2, * attention, E MoE); layers = its {model['layers']} blocks")
+                    if not shape["hybrid"].get("mamba_conv_kernel"):
+                        notes.append("Mamba-2 convolution width 4 assumed (model-shapes.yaml does not give it; "
+                                     "mamba_ssm's default)")
                 if shape.get("mla"):
                     model["mla"] = mla_block(shape["mla"])
                     model["kv_heads"] = fields["heads"]
@@ -1300,6 +1300,10 @@ def moe_block(moe: dict, name: str, notes: list) -> OrderedDict:
         raise ValueError(f"{name}: moe_layer_freq {freq!r} is not a layer pattern the importer reads")
     if dense:
         block["dense_layers"] = dense
+    if moe.get("latent_size"):                  # LatentMoE (Nemotron 3 Super, Ultra): experts in a latent width
+        block["latent_size"] = moe["latent_size"]
+        notes.append(f"LatentMoE from model-shapes.yaml: routed experts and their all-to-alls in a "
+                     f"{moe['latent_size']}-wide latent (router and shared experts at hidden)")
     block["imbalance"] = 1.0
     router = str(moe.get("router_score_function") or "")
     groups = (re.search(r"(\d+) groups, top-(\d+) groups", router)

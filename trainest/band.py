@@ -69,7 +69,7 @@ class Residual(NamedTuple):
     hardware: str
     family: str                 # hardware family ("" when the hardware belongs to none)
     scale: str                  # a key of SCALE_BUCKETS
-    arch: str                   # dense | moe
+    arch: str                   # dense | moe | hybrid
     ratio: float                # measured / predicted step time
 
 
@@ -195,9 +195,15 @@ def load_bands() -> dict[str, Any]:
     return doc if isinstance(doc, dict) and doc.get("format") == BANDS_FORMAT else {}
 
 
-def band_for(hardware: Any, devices: int, devices_per_node: int, moe: bool) -> Band:
-    """The shipped band of an estimate on `hardware` (a catalog.Hardware) at this scale and architecture."""
+def arch_of(model: Any) -> str:
+    """The band's architecture of a model: hybrid (Mamba-2 blocks), moe, or dense."""
+    return "hybrid" if model.hybrid is not None else "moe" if model.moe is not None else "dense"
+
+
+def band_for(hardware: Any, devices: int, devices_per_node: int, arch: str) -> Band:
+    """The shipped band of an estimate on `hardware` (a catalog.Hardware) at this scale and architecture
+    (`arch_of`)."""
     doc = load_bands()
     return lookup(doc.get("groups", {}), hardware=hardware.name, family=doc.get("families", {}).get(hardware.name, ""),
-                  scale=scale_bucket(devices, devices_per_node), arch="moe" if moe else "dense",
+                  scale=scale_bucket(devices, devices_per_node), arch=arch,
                   calibrated=bool(hardware.efficiency.fitted))

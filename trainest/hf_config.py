@@ -24,7 +24,7 @@ Keys read (HF -> trainest):
     Nemotron-H / Nemotron 3 (NemotronHForCausalLM): hybrid_override_pattern -> hybrid.pattern;
         mamba_num_heads, mamba_head_dim, ssm_state_size, n_groups, conv_kernel, chunk_size -> hybrid.*;
         n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts,
-        moe_shared_expert_intermediate_size -> moe.*; mlp_hidden_act relu2 -> mlp gelu (2 matrices)
+        moe_shared_expert_intermediate_size, moe_latent_size -> moe.*; mlp_hidden_act relu2 -> mlp gelu
 
 Approximated (the config has it, trainest's model does not): sliding-window and chunked attention
 (Mistral, Gemma 2/3, GPT-OSS, Llama 4) count as full causal attention; biases (Qwen2 QKV, GPT-OSS),
@@ -258,6 +258,12 @@ def _nemotron_h(c: _Config) -> dict:
         if shared:
             moe["shared_experts"] = shared
             moe["shared_expert_ffn_hidden"] = shared_width or moe["expert_ffn_hidden"]
+        latent_keys = sorted(k for k in c.data if "latent" in k and k != "moe_latent_size")
+        if latent_keys:       # a LatentMoE key this reader does not know: not read silently as plain experts
+            raise SpecError(f"{c.where}.{latent_keys[0]}: trainest reads LatentMoE's latent width from "
+                            f"moe_latent_size only; give the model as YAML with moe.latent_size")
+        if c.raw("moe_latent_size", None) is not None:
+            moe["latent_size"] = c.integer("moe_latent_size")
         mapping["moe"] = moe
     return mapping
 

@@ -41,6 +41,7 @@ class MoE(NamedTuple):
     imbalance: float = 1.0                       # tokens on the busiest expert over the mean (1 = forced balance)
     router_groups: int = 1                       # G: expert groups of group-limited routing (DeepSeek n_group)
     router_group_top_k: int = 1                  # g: groups a token's experts come from (topk_group; G: no limit)
+    latent_size: int | None = None               # l: LatentMoE's expert width (hidden -> l -> experts -> hidden); None: h
 
     @property
     def shared_width(self) -> int:
@@ -229,14 +230,28 @@ class Model:
         return self.mlp_matrices * self.hidden * self.ffn_hidden
 
     @property
+    def expert_hidden(self) -> int:
+        """h_e: the width the routed experts read and write: h, or LatentMoE's latent l (Nemotron 3 Super:
+        its experts run on a 1024-wide projection of the 4096-wide hidden state) [elements]."""
+        if self.moe is None or self.moe.latent_size is None:
+            return self.hidden
+        return self.moe.latent_size
+
+    @property
     def params_per_expert(self) -> int:
-        """k·h·f_e: one routed expert's MLP [params] (0 for a dense model)."""
-        return 0 if self.moe is None else self.mlp_matrices * self.hidden * self.moe.expert_ffn_hidden
+        """k·h_e·f_e: one routed expert's MLP [params] (0 for a dense model)."""
+        return 0 if self.moe is None else self.mlp_matrices * self.expert_hidden * self.moe.expert_ffn_hidden
+
+    @property
+    def latent_params_per_moe_layer(self) -> int:
+        """2·h·l: LatentMoE's down- and up-projection around the routed experts (0 without a latent) [params]."""
+        return 0 if self.moe is None or self.moe.latent_size is None else 2 * self.hidden * self.moe.latent_size
 
     @property
     def router_params(self) -> int:
-        """h·E: the router (gate) of one MoE layer [params] (its bias or score-correction bias ignored)."""
-        return 0 if self.moe is None else self.hidden * self.moe.experts
+        """h·E: the router (gate) of one MoE layer [params] (its bias or score-correction bias ignored), with
+        LatentMoE's latent projections (`latent_params_per_moe_layer`: every token uses them too)."""
+        return 0 if self.moe is None else self.hidden * self.moe.experts + self.latent_params_per_moe_layer
 
     @property
     def expert_params_per_moe_layer(self) -> int:
@@ -367,7 +382,7 @@ MODEL_OPTIONAL = ("name", "display_name", "source", "kv_heads", "mlp", "seq_len"
                   "params_b", "head_dim", "params", "active_params", "dropout", "moe", "mla", "positional", "hybrid")
 MOE_REQUIRED = ("experts", "top_k", "expert_ffn_hidden")
 MOE_OPTIONAL = ("shared_experts", "shared_expert_ffn_hidden", "dense_layers", "layer_frequency", "capacity_factor",
-                "imbalance", "router_groups", "router_group_top_k")
+                "imbalance", "router_groups", "router_group_top_k", "latent_size")
 MLA_REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 MLA_OPTIONAL = ("q_lora_rank",)
 HYBRID_REQUIRED = ("pattern", "mamba_heads", "mamba_head_dim", "state_dim", "groups")
@@ -436,10 +451,11 @@ def _moe_from(data: object, where: str, layers: int) -> MoE:
         raise SpecError(f"{where}.imbalance: {F.show(imbalance_value)} must be between 1 (forced balance) and "
                         f"experts/top_k = {most:g} (the busiest expert receives every token)")
     groups, picked = _router_groups_from(data, where, experts, top_k)
+    latent = F.integer(data.get("latent_size"), f"{where}.latent_size", maximum=10**7, allow_none=True)
     return MoE(experts=experts, top_k=top_k, expert_ffn_hidden=width, shared_experts=shared,
                shared_expert_ffn_hidden=(shared_width or width) if shared else None, dense_layers=dense,
                layer_frequency=frequency, capacity_factor=capacity, imbalance=imbalance, router_groups=groups,
-               router_group_top_k=picked)
+               router_group_top_k=picked, latent_size=latent)
 
 
 def _router_groups_from(data: dict, where: str, experts: int, top_k: int) -> tuple[int, int]:
@@ -509,6 +525,9 @@ def model_from_mapping(data: dict, where: str, *, default_seq_len: int = 2048) -
         raise SpecError(f"{where}: heads={heads} is not divisible by kv_heads={kv_heads}")
     moe = _moe_from(data["moe"], f"{where}.moe", layers) if has_moe else None
     hybrid = None if data.get("hybrid") is None else _hybrid_from(data["hybrid"], f"{where}.hybrid", layers, moe)
+    if moe is not None and moe.latent_size is not None and moe.latent_size >= hidden:
+        raise SpecError(f"{where}.moe.latent_size: {moe.latent_size} must be less than hidden={hidden} (LatentMoE "
+                        f"projects the hidden state down to it)")
     if moe is not None and data.get("ffn_hidden") is None:   # (without moe, check_keys requires it)
         dense_count = hybrid.count("-") if hybrid is not None else \
             layers - (layers - moe.dense_layers) // moe.layer_frequency
@@ -560,6 +579,8 @@ def model_mapping(model: Model) -> dict:
                        "imbalance": e.imbalance}
         if e.router_groups > 1:
             data["moe"].update(router_groups=e.router_groups, router_group_top_k=e.router_group_top_k)
+        if e.latent_size is not None:
+            data["moe"]["latent_size"] = e.latent_size
         if e.shared_experts:
             data["moe"]["shared_expert_ffn_hidden"] = e.shared_width
     if model.mla is not None:

@@ -322,18 +322,19 @@ class RunResult:
     predicted_no_overlap_step_s: float | None = None   # the step with every collective exposed (upper bound)
     run_set: str = PUBLIC_SET                     # the runs file's `set` (public: published runs)
     model: str = ""                               # the model's name
-    architecture: str = "dense"                   # ARCHITECTURES: dense | moe (mixture of experts)
+    architecture: str = "dense"                   # ARCHITECTURES: dense | moe (mixture of experts) | hybrid
     active_params_b: float = 0.0                  # parameters one token uses [billions] (= params_b when dense)
     ep: int = 1
     etp: int = 1
 
 
-ARCHITECTURES = ("dense", "moe")
+ARCHITECTURES = ("dense", "moe", "hybrid")
 
 
 def architecture_of(s: Scenario) -> str:
-    """`moe` for a mixture-of-experts model, else `dense` (multi-head latent attention alone is dense)."""
-    return "moe" if s.model.moe is not None else "dense"
+    """`hybrid` for a model of Mamba-2 blocks (with or without experts), `moe` for a mixture-of-experts
+    transformer, else `dense` (multi-head latent attention alone is dense)."""
+    return "hybrid" if s.model.hybrid is not None else "moe" if s.model.moe is not None else "dense"
 
 
 def compare(case: Case, hardware: Hardware | None = None) -> RunResult:

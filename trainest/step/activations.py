@@ -203,9 +203,10 @@ def moe_mlp_activation_bytes(job: Job, layout: Layout) -> tuple[Num, Num]:
     shared = tokens * moe.shared_experts * moe.shared_width / layout.tp
     router = ROUTER_ACTIVATION_BYTES_PER_SCORE * t_in * moe.experts
     intermediate = (m.mlp_matrices - 1.0) * e + g8
-    kept = (router + g8 * layout.etp * copies * m.hidden + copies * moe.expert_ffn_hidden * intermediate
-            + ROUTING_PROB_BYTES * layout.etp * copies + shared * intermediate)
-    swiglu = e * (t_in * moe.top_k + tokens) * m.hidden if m.mlp == "swiglu" else 0.0
+    latent = g8 * t_in * moe.latent_size if moe.latent_size is not None else 0.0   # LatentMoE's up-projection input
+    kept = (router + g8 * layout.etp * copies * m.expert_hidden + copies * moe.expert_ffn_hidden * intermediate
+            + ROUTING_PROB_BYTES * layout.etp * copies + shared * intermediate + latent)
+    swiglu = e * (t_in * moe.top_k * m.expert_hidden + tokens * m.hidden) if m.mlp == "swiglu" else 0.0
     return kept, router + e * (copies * moe.expert_ffn_hidden + shared) + swiglu
 
 
@@ -224,7 +225,7 @@ def dispatch_buffer_bytes(job: Job, layout: Layout) -> Num:
     if moe is None:
         return 0.0
     t_in = layout.tokens(job) / layout.tp
-    return ACTIVATION_BYTES * job.model.hidden * (t_in * moe.top_k + layout.etp * moe_copies(job, layout))
+    return ACTIVATION_BYTES * job.model.expert_hidden * (t_in * moe.top_k + layout.etp * moe_copies(job, layout))
 
 
 def mean_activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]:

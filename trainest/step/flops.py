@@ -145,7 +145,8 @@ def op_recompute_params(model: Model) -> float:
     if model.moe is None:
         return float(attention + model.hidden * model.ffn_hidden)
     moe = model.moe
-    moe_third = model.hidden * (moe.top_k * moe.expert_ffn_hidden + moe.shared_experts * moe.shared_width)
+    moe_third = (model.expert_hidden * moe.top_k * moe.expert_ffn_hidden
+                 + model.hidden * moe.shared_experts * moe.shared_width)
     third = (model.dense_layers_count * model.hidden * model.ffn_hidden + model.moe_layers * moe_third) / model.layers
     return float(attention + third)
 
@@ -195,6 +196,5 @@ def selective_module_params(job: Job) -> float:
     if m.moe is not None and (job.recomputes("shared_experts") or job.recomputes("moe")):
         total += m.moe_layers / m.layers * mlp_params * m.moe.shared_experts * m.moe.shared_width
     if m.moe is not None and job.recomputes("moe"):          # the router and the K routed experts of a token
-        total += m.moe_layers / m.layers * m.hidden * (m.moe.experts + m.moe.top_k * m.mlp_matrices
-                                                       * m.moe.expert_ffn_hidden)
+        total += m.moe_layers / m.layers * (m.router_params + m.moe.top_k * m.params_per_expert)
     return total

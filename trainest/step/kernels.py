@@ -63,7 +63,7 @@ def gemm_kernels(job: Job) -> float:
     attention = 2.0 if m.mla is None else (5.0 if m.mla.q_lora_rank is not None else 4.0)
     if m.moe is None:
         return attention + 2.0
-    moe_mlp = 3.0 + (2.0 if m.moe.shared_experts else 0.0)
+    moe_mlp = 3.0 + (2.0 if m.moe.shared_experts else 0.0) + (2.0 if m.moe.latent_size is not None else 0.0)
     return attention + (2.0 * m.dense_layers_count + moe_mlp * m.moe_layers) / m.layers
 
 
@@ -159,7 +159,9 @@ def block_gemm_kernels(job: Job, kind: str) -> float:
     if kind == "*":
         return 2.0 if m.mla is None else (5.0 if m.mla.q_lora_rank is not None else 4.0)
     if kind == "E":
-        return 3.0 + (2.0 if m.moe is not None and m.moe.shared_experts else 0.0)
+        if m.moe is None:
+            return 3.0
+        return 3.0 + (2.0 if m.moe.shared_experts else 0.0) + (2.0 if m.moe.latent_size is not None else 0.0)
     return 2.0
 
 
@@ -284,11 +286,12 @@ def selective_kernels(job: Job, attn_fwd: Num) -> Num:
     norm = EAGER_NORM_KERNELS if job.kernels == "eager" else 1.0
     act = EAGER_ACTIVATION_KERNELS[m.mlp] if job.kernels == "eager" else 1.0
     moe_share, dense_share = moe_layer_share(job), 1.0 - moe_layer_share(job)
+    latent = 2.0 if m.moe is not None and m.moe.latent_size is not None else 0.0     # LatentMoE's projections
     return (job.recomputes("core_attn") * attn_fwd + job.recomputes("layernorm") * 2.0 * norm
             + job.recomputes("mla_up_proj") * 4.0
             + job.recomputes("moe_act") * moe_share * act
             + job.recomputes("mlp") * dense_share * (2.0 + act)
-            + job.recomputes("moe") * moe_share * (5.0 + MOE_ROUTING_KERNELS + act)
+            + job.recomputes("moe") * moe_share * (5.0 + latent + MOE_ROUTING_KERNELS + act)
             + job.recomputes("shared_experts") * moe_share * (2.0 + act))
 
 

@@ -109,8 +109,8 @@ def expert_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
     tokens = expert_load_factor(moe) * tokens_per_local_expert(job, layout, x)
     width = moe.expert_ffn_hidden / layout.etp
     groups, eff = moe.experts / layout.ep, job.hardware.efficiency.grouped_gemm
-    return [grouped_gemm(r, "experts_up", groups, tokens, (m.mlp_matrices - 1.0) * width, m.hidden, eff),
-            grouped_gemm(r, "experts_down", groups, tokens, m.hidden, width, eff)]
+    return [grouped_gemm(r, "experts_up", groups, tokens, (m.mlp_matrices - 1.0) * width, m.expert_hidden, eff),
+            grouped_gemm(r, "experts_down", groups, tokens, m.expert_hidden, width, eff)]
 
 
 def expert_backward_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
@@ -125,7 +125,8 @@ def expert_backward_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> 
     width = moe.expert_ffn_hidden / layout.etp
     groups, eff = moe.experts / layout.ep, job.hardware.efficiency.grouped_gemm
     out: list[Op] = []
-    for name, n, k in (("experts_up", (m.mlp_matrices - 1.0) * width, m.hidden), ("experts_down", m.hidden, width)):
+    for name, n, k in (("experts_up", (m.mlp_matrices - 1.0) * width, m.expert_hidden),
+                       ("experts_down", m.expert_hidden, width)):
         # dgrad: (T×n)·(n×k) -> T×k; wgrad: (k×T)·(T×n) -> k×n accumulated into FP32
         dgrad_bytes = (tokens * n + n * k) * r.gemm_input_bytes + tokens * k * ACTIVATION_BYTES
         wgrad_bytes = (tokens * k + tokens * n) * r.gemm_input_bytes + 2.0 * MAIN_GRAD_BYTES * k * n
@@ -143,6 +144,17 @@ def gemm_with_bytes(r: Rates, m: Num, n: Num, k: Num, batch: Num, bytes_moved: N
     eff = gemm_efficiency(m, n, k, r.gemm_peak_fraction, r.gemm_half_dim) * r.wave(m, n, k, batch)
     return OpTime(compute_s=gemm_flops(m, n, k) / (r.peak_flops_per_s * eff),
                   memory_s=bytes_moved / r.memory_bytes_per_s)
+
+
+def latent_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
+    """LatentMoE's projections of the rank's T_in tokens, down to the latent before the dispatch (T_in ×
+    l × h) and back up after the combine (T_in × h × l); none without a latent (NVIDIA Nemotron 3 Super:
+    the all-to-alls and the experts then move and read l-wide rows)."""
+    latent = moe_of(job).latent_size
+    if latent is None:
+        return []
+    t_in, h = moe_tokens_per_rank(layout, x), job.model.hidden
+    return [r.gemm_op("latent_down", t_in, latent, h), r.gemm_op("latent_up", t_in, h, latent)]
 
 
 def router_gemm(job: Job, layout: Layout, r: Rates, x: LocalShape) -> Op:
@@ -174,7 +186,7 @@ def permutation_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
     copies of each token, write one): e·h·(2·T_in·(1 + K) + 4·t_e·I·T_in·K)."""
     moe = moe_of(job)
     t_in = moe_tokens_per_rank(layout, x)
-    return ACTIVATION_BYTES * job.model.hidden * (2.0 * t_in * (1.0 + moe.top_k)
+    return ACTIVATION_BYTES * job.model.expert_hidden * (2.0 * t_in * (1.0 + moe.top_k)
                                                   + SORT_PASSES * layout.etp * routed_copies(job, layout, x))
 
 
@@ -198,7 +210,7 @@ def moe_elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
         has_shared = 1.0 if moe.shared_experts else 0.0
         total = total + LOW_PRECISION_CAST_PASSES * (
             (2.0 + has_shared) * x.tokens * m.hidden / layout.sp_div + shared
-            + layout.etp * copies * m.hidden + copies * moe.expert_ffn_hidden)
+            + layout.etp * copies * m.expert_hidden + copies * moe.expert_ffn_hidden)
     if m.mla is not None:
         total = total + mla.elementwise_bytes(job, layout, x)
     return total
@@ -214,7 +226,7 @@ def moe_mlp(job: Job, layout: Layout, r: Rates, x: LocalShape) -> MlpPart:
     elementwise = op_of("elementwise", FORWARD, 0.0 * moved, moved, streaming_time(moved, r.memory_bytes_per_s))
     back = moe_elementwise_backward_bytes(job, layout, x, moved)
     elementwise_bwd = op_of("elementwise", BACKWARD, 0.0 * back, back, streaming_time(back, r.memory_bytes_per_s))
-    dense = [router_gemm(job, layout, r, x)] + shared
+    dense = [router_gemm(job, layout, r, x)] + latent_gemms(job, layout, r, x) + shared
     moe = moe_of(job)
     routing = permutation_bytes(job, layout, x) + router_bytes(job, layout, x)
     block = op_of("moe.routing", FORWARD, 0.0 * routing, routing, streaming_time(routing, r.memory_bytes_per_s))
@@ -289,7 +301,7 @@ def expert_host_layer_s(job: Job, layout: Layout) -> Num:
 
 def dispatch_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
     """e·I·T_in·K·h: the bytes one all-to-all moves for the busiest rank (16-bit token rows) [B]."""
-    return ACTIVATION_BYTES * routed_copies(job, layout, x) * job.model.hidden
+    return ACTIVATION_BYTES * routed_copies(job, layout, x) * job.model.expert_hidden
 
 
 def all_to_all_tiers(job: Job, tiers: Tiers) -> Tiers:
