@@ -41,7 +41,7 @@ class MoE(NamedTuple):
     imbalance: float = 1.0                       # tokens on the busiest expert over the mean (1 = forced balance)
     router_groups: int = 1                       # G: expert groups of group-limited routing (DeepSeek n_group)
     router_group_top_k: int = 1                  # g: groups a token's experts come from (topk_group; G: no limit)
-    latent_size: int | None = None               # l: LatentMoE's expert width (hidden -> l -> experts -> hidden); None: h
+    latent_size: int | None = None               # l: LatentMoE's expert width (h -> l -> experts -> h); None: h
 
     @property
     def shared_width(self) -> int:
