@@ -79,10 +79,25 @@ def model_rows() -> list[dict[str, Any]]:
     rows = []
     for name in catalog.model_names():
         mo = catalog.load_model(name)
-        rows.append({"name": name, "params": mo.params, "layers": mo.layers, "hidden": mo.hidden,
+        rows.append({"name": name, "params": mo.params, "active_params": mo.active_params,
+                     "architecture": model_architecture(mo), "layers": mo.layers, "hidden": mo.hidden,
                      "heads": mo.heads, "kv_heads": mo.kv_heads, "mlp": mo.mlp, "seq_len": mo.seq_len,
                      "source": mo.source})
     return rows
+
+
+def model_architecture(model: Any) -> str:
+    """What a model is made of, in words: dense, moe (E experts, top-K), mla, hybrid (its blocks), latent."""
+    parts = []
+    if model.hybrid is not None:
+        counts = ((model.mamba_layers, "M"), (model.attention_layers, "A"), (model.moe_layers, "E"),
+                  (model.dense_layers_count, "D"))
+        parts.append("hybrid " + " ".join(f"{n}{k}" for n, k in counts if n))
+    if model.moe is not None:
+        parts.append(f"moe {model.moe.experts}/{model.moe.top_k}" + (" latent" if model.moe.latent_size else ""))
+    if model.mla is not None:
+        parts.append("mla")
+    return " ".join(parts) or "dense"
 
 
 def framework_rows() -> list[dict[str, Any]]:
@@ -119,7 +134,7 @@ HARDWARE_COLUMNS = ("name", "bf16", "fp8", "GB", "TB/s", "scale-up", "out", "W",
 
 
 def _cell(key: str, value: Any) -> str:
-    if key == "params":
+    if key in ("params", "active_params"):
         return f"{value / 1e9:.2f} B"
     return str(value)
 
@@ -148,12 +163,18 @@ def print_list(what: str, rows: list[dict[str, Any]]) -> None:
     if what == "frameworks":
         print_frameworks(rows)
         return
-    table = Table(title=f"{what} ({len(rows)})", title_justify="left")
-    keys = ["name", "params", "layers", "hidden", "heads", "kv_heads", "mlp", "seq_len"]
-    for k in keys:
-        table.add_column(k)
+    table = Table(title=f"{what} ({len(rows)})", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)
+    # (column, key): the architecture is the model's parts (M Mamba-2, A attention, E MoE, D dense MLP blocks;
+    # moe experts/top-k)
+    columns = [("name", "name"), ("params", "params"), ("active", "active_params"), ("architecture", "architecture"),
+               ("layers", "layers"), ("hidden", "hidden"), ("heads", "heads"), ("kv", "kv_heads"), ("mlp", "mlp"),
+               ("seq", "seq_len")]
+    for title, key in columns:
+        table.add_column(title, no_wrap=key in ("name", "architecture"),
+                         justify="left" if key in ("name", "architecture", "mlp") else "right")
     for r in rows:
-        table.add_row(*(_cell(k, r[k]) for k in keys))
+        table.add_row(*(_cell(key, r[key]) for _, key in columns))
     console().print(table)
 
 
