@@ -357,9 +357,9 @@ def test_every_preset_is_modelled():
 
 
 def test_not_expressible_models_say_why():
-    assert "nemotron-3.5-lightning" in NOT_EXPRESSIBLE_MODELS
-    with pytest.raises(SpecError, match=r"'Nemotron-3.5-Lightning' is not expressible in trainest: .*multi-token"):
-        load_model("Nemotron-3.5-Lightning")
+    assert "deepseek-v4-flash" in NOT_EXPRESSIBLE_MODELS
+    with pytest.raises(SpecError, match=r"'DeepSeek-V4-Flash' is not expressible in trainest: .*compressed sparse"):
+        load_model("DeepSeek-V4-Flash")
     with pytest.raises(SpecError, match=r"did you mean 'mixtral-8x7b'"):
         load_model("mixtral-8x7")
 

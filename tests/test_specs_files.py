@@ -44,7 +44,7 @@ MODEL_REQUIRED = (
     "name", "display_name", "source", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp",
     "seq_len", "tied_embeddings", "dropout",
 )
-MODEL_OPTIONAL = ("aliases", "notes", "head_dim", "moe", "mla", "positional", "hybrid")
+MODEL_OPTIONAL = ("aliases", "notes", "head_dim", "moe", "mla", "positional", "hybrid", "mtp")
 MODEL_MLPS = ("gelu", "swiglu")
 MODEL_INTS = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len")
 MOE_REQUIRED = ("experts", "top_k", "expert_ffn_hidden")

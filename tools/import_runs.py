@@ -752,8 +752,10 @@ class Importer:
                     notes.append("multi-head latent attention from model-shapes.yaml (kv_heads = heads: MLA gives "
                                  "every head its own keys and values)")
                 if shape.get("mtp") and (shape.get("moe") or shape.get("mla")):
-                    notes.append(f"multi-token prediction module {shape['mtp']} not modelled (one more MoE layer and "
-                                 f"logits head per depth: the prediction is that much too fast)")
+                    model["mtp"] = mtp_block(shape["mtp"], bool(shape.get("moe")))
+                    notes.append(f"multi-token prediction from model-shapes.yaml ({shape['mtp']}): depth "
+                                 f"{model['mtp']['depth']}, blocks {model['mtp']['pattern']}"
+                                 + (", one shared module" if model["mtp"].get("shared") else ""))
                 if shape.get("sliding_window") and shape.get("moe"):
                     notes.append(f"sliding-window attention ({shape['sliding_window']}) modelled as full causal "
                                  f"attention over seq_len")
@@ -1317,6 +1319,19 @@ def moe_block(moe: dict, name: str, notes: list) -> OrderedDict:
                  + (f", {block['shared_experts']} shared" if block.get("shared_experts") else "")
                  + (f", {dense} leading dense layers" if dense else "")
                  + "; imbalance 1.0 (the source force-balances tokens across experts)")
+    return block
+
+
+def mtp_block(mtp: dict, moe: bool) -> OrderedDict:
+    """The trainest `mtp:` mapping of a model-shapes.yaml `mtp:` entry: the training depth
+    (`training_mtp_depth`, else `num_nextn_predict_layers`), one module's blocks (`*E` with MoE),
+    and whether the depths share one module (Megatron-Core mtp_use_repeated_layer, 'shared' in its notes)."""
+    depth = mtp.get("training_mtp_depth") or mtp.get("num_nextn_predict_layers") or mtp.get("hf_num_nextn_predict_layers")
+    depth = int(str(depth).split()[0])
+    words = " ".join(str(v) for v in mtp.values())
+    block = OrderedDict(depth=depth, pattern="*E" if moe else "*-")
+    if depth > 1 and ("shared" in words or "repeated" in words):
+        block["shared"] = True
     return block
 
 

@@ -248,7 +248,6 @@ def _load_hf_config_path(path: str) -> Model:
 
 # Models people ask for that trainest cannot express, and why (said instead of "unknown model").
 NOT_EXPRESSIBLE_MODELS = {
-    "nemotron-3.5-lightning": "its multi-token prediction block is not modelled; its backbone is nemotron-3-nano",
     "deepseek-v4-flash": "its attention (compressed sparse attention with an indexer, one shared KV head, grouped "
                          "output low-rank projections) and hyper-connections are neither standard attention nor MLA",
 }

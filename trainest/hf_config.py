@@ -29,10 +29,10 @@ Keys read (HF -> trainest):
 Approximated (the config has it, trainest's model does not): sliding-window and chunked attention
 (Mistral, Gemma 2/3, GPT-OSS, Llama 4) count as full causal attention; biases (Qwen2 QKV, GPT-OSS),
 attention sinks, QK-norms and extra norms (Gemma 2/3 have four per layer) are not counted; logit
-soft-capping, embedding scaling and RoPE variants change no matmul; multi-token-prediction modules
-(DeepSeek-V3 num_nextn_predict_layers) are not counted; vision towers of multimodal configs
-(Llama 4, Gemma 3) are left out, only their text_config is read. Keys absent from a config are not
-filled with transformers' class defaults (except the ones named above): they are errors.
+soft-capping, embedding scaling and RoPE variants change no matmul; DeepSeek's
+num_nextn_predict_layers is read as mtp.depth (one MoE layer per depth, docs/model.md §15.10); vision
+towers of multimodal configs (Llama 4, Gemma 3) are left out, only their text_config is read. Keys
+absent from a config are not filled with transformers' class defaults (except the ones named above): they are errors.
 """
 
 from __future__ import annotations
@@ -190,6 +190,9 @@ def _deepseek(c: _Config) -> dict:
     if picked < groups:         # group-limited routing (DeepSeek-V3: 4 of 8 groups; Kimi K2: 1 of 1, none)
         moe.update(router_groups=groups, router_group_top_k=picked)
     mapping["moe"] = moe
+    nextn = c.integer("num_nextn_predict_layers", 0, minimum=0)
+    if nextn:                   # multi-token prediction (DeepSeek-V3: 1 MoE layer; Kimi K2: 0)
+        mapping["mtp"] = {"depth": nextn, "pattern": "*E"}
     mapping["mla"] = {"q_lora_rank": c.integer("q_lora_rank", None), "kv_lora_rank": c.integer("kv_lora_rank"),
                       "qk_nope_head_dim": c.integer("qk_nope_head_dim"),
                       "qk_rope_head_dim": c.integer("qk_rope_head_dim"), "v_head_dim": c.integer("v_head_dim")}

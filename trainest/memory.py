@@ -140,7 +140,8 @@ def finetune_state_bytes(job: Job, layout: Layout, params_local: Num,
 def activation_bytes(job: Job, layout: Layout) -> Num:
     """Activations of the heaviest stage per device [B]: the first stage's layers times the in-flight
     micro-batches, the last stage's layers with the FP32 logits and their gradient, and one layer
-    re-materialised during its backward under full or op recompute (docs/model.md §7.4)."""
+    re-materialised during its backward under full or op recompute (docs/model.md §7.4); the last
+    stage's multi-token-prediction modules as mean layers with their logits (§15.10)."""
     model = job.model
     per_layer, per_layer_stored = activation_bytes_per_layer(job, layout)
     layers_per_stage, last_layers = stage_layers(model, layout.pp, layout.vpp, layout.pipeline_split)
@@ -150,6 +151,9 @@ def activation_bytes(job: Job, layout: Layout) -> Num:
     first_stage = per_layer * layers_per_stage * in_flight_micro_batches(layout.pp, layout.vpp,
                                                                          layout.micro_batches(job)) + working
     logits = loss_bytes_per_logit(job) * layout.micro_batch * job.seq_len / layout.cp * model.vocab / layout.tp
+    # multi-token prediction on the last stage: its modules as mean layers, its logits (one micro-batch)
+    mtp_depth = 0.0 if model.mtp is None else float(model.mtp.depth)
+    logits = logits * (1.0 + mtp_depth) + per_layer * model.mtp_layers
     last_stage = per_layer * last_layers + working + logits
     return xp.where(layout.pp > 1, xp.maximum(first_stage, last_stage), first_stage + logits)
 

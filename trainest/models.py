@@ -104,6 +104,24 @@ class Mamba(NamedTuple):
 HYBRID_BLOCKS = {"M": "Mamba-2", "*": "attention", "E": "MoE MLP", "-": "dense MLP"}
 
 
+class MTP(NamedTuple):
+    """Multi-token prediction (DeepSeek-V3 §2.2, arXiv:2412.19437; Megatron-Core mtp_num_layers): `depth`
+    sequential modules after the last layer, each predicting one more future token: it norms the last
+    hidden state and the next token's embedding, projects their concatenation (2h -> h), runs one block
+    pattern (`pattern`: `*E` an attention and a MoE block = one MoE transformer layer, `*-` a dense
+    one) and the shared output head and loss. `shared`: every depth re-applies one module's weights
+    (Megatron-Core mtp_use_repeated_layer; Nemotron 3)."""
+
+    depth: int
+    pattern: str
+    shared: bool = False
+
+    @property
+    def modules_with_weights(self) -> int:
+        """Modules whose weights are trained: 1 when shared, else depth."""
+        return 1 if self.shared else self.depth
+
+
 class Hybrid(NamedTuple):
     """A hybrid model's block pattern (Megatron-Core hybrid_override_pattern, Nemotron-H, Nemotron 3): one
     character per block, each block one pre-norm and one mixer or MLP with its residual: M Mamba-2, *
@@ -139,6 +157,7 @@ class Model:
     mla: MLA | None = None      # multi-head latent attention; None = standard multi-head / grouped-query attention
     positional: str = "learned"   # POSITIONALS: rope (rotary on Q and K every pass) | learned | alibi | none
     hybrid: Hybrid | None = None  # a block pattern of Mamba-2, attention and MLP blocks; None = transformer layers
+    mtp: MTP | None = None        # multi-token prediction modules after the last layer; None = none
 
     @property
     def mlp_matrices(self) -> int:
@@ -321,6 +340,53 @@ class Model:
         (the part of params_per_layer that expert parallelism shards; 0 for a dense model)."""
         return 0.0 if self.moe is None else self.expert_params / self.layers
 
+    def block_params(self, kind: str, active: bool = False) -> float:
+        """Weights of one block of `kind` (M, *, E, -) with its pre-norm h [params] (a transformer layer is
+        a * block and a - or E block)."""
+        h = self.hidden
+        if kind == "M":
+            return float(self.mamba.params(h) + h)
+        if kind == "*":
+            return float(self.attention_params + h)
+        if kind == "-":
+            return float(self.dense_mlp_params + h)
+        if self.moe is None:
+            raise ValueError(f"{self.name} has no mixture-of-experts layers")
+        experts = self.moe.top_k if active else self.moe.experts
+        return float(self.router_params + experts * self.params_per_expert + self.shared_expert_params_per_moe_layer
+                     + h)
+
+    @property
+    def mtp_module_params(self) -> float:
+        """Weights of one multi-token-prediction module: its blocks, the 2h -> h projection of the normed
+        hidden state and next-token embedding, and those two norms and its final norm 3h (the embedding
+        and the output head are the model's, shared) [params]; 0 without MTP."""
+        if self.mtp is None:
+            return 0.0
+        h = self.hidden
+        return sum(self.block_params(k) for k in self.mtp.pattern) + 2.0 * h * h + 3.0 * h
+
+    @property
+    def mtp_layers(self) -> float:
+        """The MTP modules in layers of the model: depth × (1 for a transformer's `*E`/`*-`, its blocks for a
+        hybrid model) (0 without MTP): what the balanced pipeline split counts on the last stage."""
+        if self.mtp is None:
+            return 0.0
+        return float(self.mtp.depth * (len(self.mtp.pattern) if self.hybrid is not None else 1))
+
+    @property
+    def mtp_params(self) -> float:
+        """All multi-token-prediction weights: mtp_module_params × the modules with weights [params]
+        (not in `params`: model cards count the main model; DeepSeek-V3 671 B + 14 B MTP)."""
+        return 0.0 if self.mtp is None else self.mtp.modules_with_weights * self.mtp_module_params
+
+    @property
+    def mtp_expert_params(self) -> float:
+        """The routed experts among mtp_params (what expert parallelism shards) [params]."""
+        if self.mtp is None or self.moe is None:
+            return 0.0
+        return self.mtp.modules_with_weights * self.mtp.pattern.count("E") * self.expert_params_per_moe_layer
+
     # --- attention widths [elements]
 
     @property
@@ -379,14 +445,31 @@ def unmodelled_features(model: Model) -> tuple[str, ...]:
 POSITIONALS = ("rope", "learned", "alibi", "none")   # position encodings (only rope costs traffic, docs/model.md §2.5)
 MODEL_REQUIRED = ("layers", "hidden", "ffn_hidden", "heads", "vocab")
 MODEL_OPTIONAL = ("name", "display_name", "source", "kv_heads", "mlp", "seq_len", "tied_embeddings", "aliases", "notes",
-                  "params_b", "head_dim", "params", "active_params", "dropout", "moe", "mla", "positional", "hybrid")
+                  "params_b", "head_dim", "params", "active_params", "dropout", "moe", "mla", "positional", "hybrid",
+                  "mtp")
 MOE_REQUIRED = ("experts", "top_k", "expert_ffn_hidden")
 MOE_OPTIONAL = ("shared_experts", "shared_expert_ffn_hidden", "dense_layers", "layer_frequency", "capacity_factor",
                 "imbalance", "router_groups", "router_group_top_k", "latent_size")
 MLA_REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 MLA_OPTIONAL = ("q_lora_rank",)
+MTP_REQUIRED = ("depth",)
+MTP_OPTIONAL = ("pattern", "shared")
 HYBRID_REQUIRED = ("pattern", "mamba_heads", "mamba_head_dim", "state_dim", "groups")
 HYBRID_OPTIONAL = ("conv_kernel", "chunk")
+
+
+def _mtp_from(data: object, where: str, moe: MoE | None, hybrid: bool) -> MTP:
+    """Validate an `mtp:` mapping: depth >= 1; the pattern of one module's blocks (default *E with moe,
+    else *-; its E blocks need the model's moe); shared (default false)."""
+    data = F.check_keys(data, where, MTP_REQUIRED, MTP_OPTIONAL)
+    depth = F.integer(data["depth"], f"{where}.depth", maximum=64)
+    pattern = F.text(F.given(data, "pattern", "*E" if moe is not None else "*-"), f"{where}.pattern").strip()
+    bad = sorted(set(pattern) - set(HYBRID_BLOCKS))
+    if not pattern or bad or ("E" in pattern and moe is None) or ("M" in pattern and not hybrid):
+        allowed = "*E or *- (a MoE or a dense transformer layer)" + (", or hybrid blocks (M * E -)" if hybrid else "")
+        raise SpecError(f"{where}.pattern: {F.show(pattern)} must be one module's blocks: {allowed}"
+                        + ("; E needs the model's moe" if "E" in pattern and moe is None else ""))
+    return MTP(depth=depth, pattern=pattern, shared=F.boolean(F.given(data, "shared", False), f"{where}.shared"))
 
 
 def _hybrid_from(data: object, where: str, layers: int, moe: MoE | None) -> Hybrid:
@@ -562,6 +645,7 @@ def model_from_mapping(data: dict, where: str, *, default_seq_len: int = 2048) -
         # absent: learned (no rotary traffic: trainest's model before the key existed); the presets say
         positional=F.choice(F.given(data, "positional", "learned"), f"{where}.positional", POSITIONALS),
         hybrid=hybrid,
+        mtp=None if data.get("mtp") is None else _mtp_from(data["mtp"], f"{where}.mtp", moe, hybrid is not None),
     )
 
 
@@ -588,6 +672,8 @@ def model_mapping(model: Model) -> dict:
         data["mla"] = {"q_lora_rank": a.q_lora_rank, "kv_lora_rank": a.kv_lora_rank,
                        "qk_nope_head_dim": a.qk_nope_head_dim, "qk_rope_head_dim": a.qk_rope_head_dim,
                        "v_head_dim": a.v_head_dim}
+    if model.mtp is not None:
+        data["mtp"] = {"depth": model.mtp.depth, "pattern": model.mtp.pattern, "shared": model.mtp.shared}
     if model.hybrid is not None:
         b = model.hybrid.mamba
         data["hybrid"] = {"pattern": model.hybrid.pattern, "mamba_heads": b.heads, "mamba_head_dim": b.head_dim,

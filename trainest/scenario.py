@@ -642,8 +642,8 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
                              "heads": m.heads, "kv_heads": m.kv_heads, "vocab": m.vocab, "mlp": m.mlp,
                              "tied_embeddings": m.tied_embeddings, "dropout": m.dropout, "positional": m.positional,
                              "params": m.params, "active_params": m.active_params}
-    # the mixture-of-experts, latent-attention and hybrid blocks as the model schema writes them (loadable again)
-    model.update({k: v for k, v in model_mapping(m).items() if k in ("moe", "mla", "hybrid")})
+    # the mixture-of-experts, latent-attention, hybrid and MTP blocks as the model schema writes them (loadable again)
+    model.update({k: v for k, v in model_mapping(m).items() if k in ("moe", "mla", "hybrid", "mtp")})
     return {
         "model": model,
         "seq_len": s.seq_len,

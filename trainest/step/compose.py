@@ -11,11 +11,12 @@ from trainest import xp
 from trainest.layout import Job, Layout, Num
 from trainest.step.collectives import Tiers, tied_embedding_s, tiers_of
 from trainest.step.finetune import finetune_flops_delta, trainable_params_local
-from trainest.step.flops import model_flops_per_step, recompute_flops_per_step
+from trainest.step.flops import model_flops_per_step, mtp_flops_per_step, recompute_flops_per_step
 from trainest.step.hybrid import block_passes, mix_blocks
 from trainest.step.kernels import head_parts, host_layer_s, host_pass_s, host_wait_s
 from trainest.step.layer import LayerPass, attention_block, layer_ops, layer_pass, logits_ops, mix_passes
 from trainest.step.moe import expert_host_layer_s, expert_host_pass_s, moe_layer
+from trainest.step.mtp import MtpPass, mtp_pass
 from trainest.step.offload import Offload, offload_state, offload_terms
 from trainest.step.optimizer import adam_bytes_per_param, optimizer_s
 from trainest.step.overlap import DpExposed, dp_exposed_parts, dp_windows_s, overlapped_exposed_s, serial_dp_s
@@ -140,6 +141,7 @@ class LayerTerms(NamedTuple):
     logits_c: Num
     logits_m: Num
     host_layer_s: Num
+    mtp: MtpPass | None = None   # multi-token prediction on the last stage (step/mtp.py)
 
     def bare(self) -> LayerTerms:
         """The same terms without the named ops (those are for one estimate's ops table; the plan
@@ -155,9 +157,44 @@ def layer_terms(job: Job, layout: Layout) -> LayerTerms:
     mean = mean_layer(job, layout, rates, shape, tiers)
     logits = logits_ops(job, layout, rates, shape)
     logits_c, logits_m = bound_sums(logits)
-    return LayerTerms(mean=mean, cp=cp_ring(layout, shape, tiers, mean.lp), logits=logits, logits_c=logits_c,
+    return LayerTerms(mean=mean, cp=cp_ring(layout, shape, tiers, mean.lp, job.hardware.efficiency.overlap_contention),
+                      logits=logits, logits_c=logits_c,
                       logits_m=logits_m,
-                      host_layer_s=host_layer_s(job, layout) + expert_host_layer_s(job, layout))
+                      host_layer_s=host_layer_s(job, layout) + expert_host_layer_s(job, layout),
+                      mtp=mtp_pass(job, layout, rates, shape, tiers))
+
+
+class MtpTerms(NamedTuple):
+    """The MTP modules of one micro-batch on the last stage [s]: compute- and memory-bound seconds, the
+    overhead (floors, host waits), the exposed and all collectives, the host's launches."""
+
+    compute_s: Num = 0.0
+    memory_s: Num = 0.0
+    overhead_s: Num = 0.0
+    comm_s: Num = 0.0
+    total_comm_s: Num = 0.0
+    host_s: Num = 0.0
+
+    @property
+    def device_s(self) -> Num:
+        return self.compute_s + self.memory_s + self.overhead_s + self.comm_s
+
+
+def mtp_terms(mtp: MtpPass | None, host_layer: Num, logits_c: Num, logits_m: Num, loss_tp_s: Num,
+              loss_host_excess_s: Num) -> MtpTerms:
+    """Each of the `depth` MTP modules, one micro-batch (docs/model.md §15.10): its blocks timed as the
+    layers are (`layer_time_s`, against their share of the mean layer's host time), its projection and
+    norms, and the output head and loss again (logits, their TP collectives and host)."""
+    if mtp is None:
+        return MtpTerms()
+    host = mtp.host_layers * host_layer
+    comm = mtp.tp_exposed_s + mtp.ep_exposed_s
+    overhead = layer_time_s(mtp.lp, host, comm)[1]
+    d = float(mtp.depth)
+    return MtpTerms(compute_s=d * (mtp.lp.compute_s + mtp.extra_c + logits_c),
+                    memory_s=d * (mtp.lp.memory_s + mtp.extra_m + logits_m),
+                    overhead_s=d * (overhead + loss_host_excess_s), comm_s=d * (comm + loss_tp_s),
+                    total_comm_s=d * (mtp.tp_total_s + mtp.ep_total_s + loss_tp_s), host_s=d * host)
 
 
 def data_parallel_traffic(job: Job, layout: Layout, tiers: Tiers, trained_local: Num, expert_local: Num) -> DpTraffic:
@@ -216,6 +253,19 @@ def layer_time_s(lp: LayerPass, host_layer_s: Num, comm_s: Num) -> tuple[Num, Nu
     return device_s + wait, lp.overhead_s + lp.floor_s + wait, wait, xp.mask(host_layer_s > device_s)
 
 
+def step_flops(job: Job, layout: Layout) -> tuple[Num, Num]:
+    """(model, hardware) FLOPs of one step, all devices: the layers and the logits (§1), the MTP modules
+    (§15.10), what recomputation adds, and a frozen base's missing weight gradients and its adapters."""
+    model = job.model
+    mflops = model_flops_per_step(model, job.seq_len, job.global_batch) + mtp_flops_per_step(model, job.seq_len,
+                                                                                             job.global_batch)
+    hflops = mflops + recompute_flops_per_step(job, layout)
+    if not xp.off(layout.finetune):      # frozen base: no weight gradients; adapters (step/finetune.py)
+        delta_model, delta_hardware = finetune_flops_delta(job, layout)
+        mflops, hflops = mflops + delta_model, hflops + delta_hardware
+    return mflops, hflops
+
+
 def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: DpTraffic | None = None) -> StepTerms:
     """Compose one training step of `job` under `layout` (docs/model.md §5); `layer` and `dp`: its
     layer terms and its data-parallel collectives when already computed (`layer_terms`,
@@ -231,9 +281,13 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     # outside the layers (kernels.py: head_*): the embedding on the first stage, the logits and loss on the
     # last, each with its TP collectives and at least its host time
     head = head_parts(job, layout, shape.tokens, tiers, logits_c + logits_m)
-    stage = slowest_stage(model, layout, layer_s, logits_c + logits_m + head.last_over_first_s(layout.pp))
+    # multi-token prediction: its modules after the last layer, on the last stage (step/mtp.py)
+    mtp = mtp_terms(layer.mtp, host_layer, logits_c, logits_m, head.last_tp_s, head.last_host_excess_s)
+    stage = slowest_stage(model, layout, layer_s,
+                          logits_c + logits_m + head.last_over_first_s(layout.pp) + mtp.device_s)
     n = stage.layers
     head_o, head_comm = head.on_path(layout.pp, stage.last_is_max)
+    head_o, head_comm = head_o + stage.last_is_max * mtp.overhead_s, head_comm + stage.last_is_max * mtp.comm_s
     stage_c, stage_m, stage_o = n * lp.compute_s, n * lp.memory_s, n * layer_overhead + head_o
     stage_pp = pp_p2p_s(job, layout, shape, tiers)
     params_local, expert_local = _stage_local_params(job, layout)
@@ -242,8 +296,8 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     stage_work = stage_c + stage_m + stage_o - n * (cp.hiding_fwd_s + cp.hiding_bwd_s)
     z3_exposed = overlapped_exposed_s(z3_comm, stage_work, z3_layer, eff.overlap_contention) * layout.z3
     mb_comm = n * tp_layer + n * cp.exposed_s + n * ep_layer + stage_pp + z3_exposed + head_comm
-    mb_c = stage_c + stage.last_is_max * logits_c
-    mb_m = stage_m + stage.last_is_max * logits_m
+    mb_c = stage_c + stage.last_is_max * (logits_c + mtp.compute_s)
+    mb_m = stage_m + stage.last_is_max * (logits_m + mtp.memory_s)
     m = layout.micro_batches(job)
     bubble = bubble_s(layout, m, stage.heavy_layers * layer_s + stage_pp + z3_exposed)
     trained_local = trainable_params_local(job, layout, params_local)    # LoRA: the adapters only
@@ -267,14 +321,12 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     serial_overhead = layer_time_s(lp, host_layer, serial_layer)[1]
     serial_typical = stage.heavy_layers * (lp.compute_s + lp.memory_s + serial_overhead + serial_layer) \
         + stage_pp + z3_comm
-    no_overlap = (m * (mb_c + mb_m + n * serial_overhead + head_o + n * serial_layer + stage_pp + z3_comm + head_comm)
+    mtp_serial = stage.last_is_max * (mtp.total_comm_s - mtp.comm_s)     # its collectives in full
+    no_overlap = (m * (mb_c + mb_m + n * serial_overhead + head_o + n * serial_layer + stage_pp + z3_comm + head_comm
+                       + mtp_serial)
                   + optimizer
                   + serial_dp_s(layout, dp, m) + tied + bubble_s(layout, m, serial_typical) + offload_serial)
-    mflops = model_flops_per_step(model, job.seq_len, job.global_batch)
-    hflops = mflops + recompute_flops_per_step(job, layout)
-    if not xp.off(layout.finetune):      # frozen base: no weight gradients; adapters (step/finetune.py)
-        delta_model, delta_hardware = finetune_flops_delta(job, layout)
-        mflops, hflops = mflops + delta_model, hflops + delta_hardware
+    mflops, hflops = step_flops(job, layout)
     return StepTerms(time_s=compute_s + memory_s + overhead_s + communication_s + bubble + offload_s,
                      compute_s=compute_s,
                      memory_s=memory_s, communication_s=communication_s, bubble_s=bubble, overhead_s=overhead_s,
@@ -283,7 +335,8 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
                      dp_comm_s=dp_exposed + m * z3_exposed, optimizer_s=optimizer,
                      micro_batch_s=mb_c + mb_m + stage_o + mb_comm, no_overlap_time_s=no_overlap,
                      model_flops=mflops, hardware_flops=hflops, offload_s=offload_s,
-                     host_s=m * (n * host_layer + head.host_on_path(layout.pp, stage.last_is_max)),
+                     host_s=m * (n * host_layer + head.host_on_path(layout.pp, stage.last_is_max)
+                                 + stage.last_is_max * mtp.host_s),
                      host_wait_s=m * (n * host_excess + head_o), layers_host_wait_s=m * n * host_excess,
                      host_bound=host_bound,
                      floor_s=m * n * lp.floor_s,

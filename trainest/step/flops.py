@@ -134,6 +134,23 @@ def model_flops_per_step(model: Model, seq_len: Num, global_batch: Num, causal: 
     return 3.0 * fwd
 
 
+def mtp_flops_per_step(model: Model, seq_len: Num, global_batch: Num, causal: bool = True) -> Num:
+    """3 × the forward FLOPs of the multi-token-prediction modules for B·s tokens [FLOP]: each of the
+    `depth` modules its blocks (2 FLOPs per active weight and token, plus the attention core of its
+    attention blocks), its 2h -> h projection and the output head again; 0 without MTP."""
+    mtp = model.mtp
+    if mtp is None:
+        return 0.0
+    tokens = global_batch * seq_len
+    frac = CAUSAL_FRACTION if causal else 1.0
+    weights = sum(model.block_params(k, active=True) for k in mtp.pattern) + 2.0 * model.hidden ** 2
+    core = mtp.pattern.count("*") * attention_core_flops_per_token(model, seq_len, frac)
+    if "M" in mtp.pattern:
+        core = core + mtp.pattern.count("M") * (ssd_flops_per_token(model, frac)
+                                               + 2.0 * model.mamba.conv_kernel * model.mamba.conv_channels)
+    return 3.0 * mtp.depth * tokens * (2.0 * weights + core + 2.0 * model.hidden * model.vocab)
+
+
 def op_recompute_params(model: Model) -> float:
     """Weights of the matmuls op recompute re-runs per token: K (MLA: the KV down-projection), the
     output projection, and one f-wide MLP matrix (MoE: K experts' and the shared experts') [params]."""

@@ -386,7 +386,7 @@ def layer_pass(job: Job, layout: Layout, r: Rates, x: LocalShape, ops: LayerOps 
                      linear_s=ops_time_s(ops.linear) * (1.0 + layout.full) + ops_time_s(ops.linear_backward),
                      floor_s=layer_floor_s(job, layout, ops.linear, (attn_fwd, ops.attention_backward),
                                            ops.elementwise, k, ops.extra_kernels, ops.core_kernels,
-                                           ops.elementwise_kernels, ops.core_is_attention),
+                                           ops.elementwise_kernels, ops.core_is_attention, ops.recomputed[2].ops),
                      ops=ops)
 
 
@@ -422,13 +422,14 @@ def mix_ops(a: LayerOps, b: LayerOps, weight_a: float, weight_b: float) -> Layer
 def layer_floor_s(job: Job, layout: Layout, linear: list[Op], attention: tuple[list[Op], list[Op]],
                   elementwise: Op, gemm_backward: Num = 2.0, extra_kernels: float = 0.0,
                   core_kernels: tuple[Num, Num] | None = None, elementwise_count: Num | None = None,
-                  core_is_attention: bool = True) -> Num:
+                  core_is_attention: bool = True, op_recomputed: list[Op] | None = None) -> Num:
     """What the kernels' floor (`efficiency.kernel_floor_us`) adds to one layer's passes [s]: each
     GEMM (1 kernel forward; `gemm_backward` = 2 backward at twice the time, 1 for frozen weights), the
     attention core and the element-wise kernels (kernels.py counts, plus `extra_kernels`: a MoE
     layer's routing) take at least their kernel count times the floor; recomputed kernels again
-    (full: the forward; selective: attention; op: 3 GEMMs and the element-wise kernels). A hybrid
-    model's block gives its own core and element-wise kernel counts (`LayerOps.core_kernels`)."""
+    (full: the forward; selective: attention; op: the GEMMs it re-runs, `op_recomputed`, each its own
+    kernel's floor, and the element-wise kernels). A hybrid model's block gives its own core and
+    element-wise kernel counts (`LayerOps.core_kernels`)."""
     floor = job.hardware.efficiency.kernel_floor_s
     attn_fwd_k, attn_bwd_k = attention_kernels(job, layout) if core_kernels is None else core_kernels
     ew_k = (elementwise_kernels(job) if elementwise_count is None else elementwise_count) + extra_kernels
@@ -441,8 +442,13 @@ def layer_floor_s(job: Job, layout: Layout, linear: list[Op], attention: tuple[l
     backward = (gemm_backward * gemm_fwd + floor_excess_s(ops_time_s(attention[1]), attn_bwd_k, floor)
                 + floor_excess_s(BACKWARD_TRAFFIC_RATIO * elementwise.time_s, ELEMENTWISE_BACKWARD_RATIO * ew_k, floor))
     core = job.recomputes("core_attn") if core_is_attention else 0.0
-    recompute = (layout.full * forward + layout.selective * core * attn_fwd
-                 + layout.op * (0.75 * gemm_fwd + ew_fwd))
+    # op recompute: the floors of the very kernels it re-runs (their times are what the pass sums)
+    op_floor: Num = 0.0
+    for o in op_recomputed or ():
+        op_floor = op_floor + (ew_fwd if o is elementwise else floor_excess_s(o.time_s, 1.0, floor))
+    if op_recomputed is None:
+        op_floor = 0.75 * gemm_fwd + ew_fwd
+    recompute = layout.full * forward + layout.selective * core * attn_fwd + layout.op * op_floor
     return forward + backward + recompute
 
 

@@ -81,7 +81,7 @@ def cpu_adam_s(params: Num, rates: HostRates) -> Num:
 def hidden_copy_s(copy_s: Num, window_s: Num, layers: Num) -> Num:
     """What a copy overlapped with `window_s` of computation adds [s]: what exceeds the window, at
     least one layer's share (nothing hides the first fetch or the last gradient)."""
-    return xp.maximum(copy_s - window_s, copy_s / layers)
+    return xp.maximum(copy_s - window_s, copy_s / xp.maximum(layers, 1.0))
 
 
 class OffloadState(NamedTuple):

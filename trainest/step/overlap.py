@@ -51,14 +51,16 @@ def dp_exposed_parts(layout: Layout, dp: DpTraffic, windows: tuple[Num, Num], st
     """Exposed data-parallel time per step, per collective [s]: the HSDP replica all-reduce in full
     (it crosses the slow tier once per step, after the shard group's reduce-scatter); the gradient
     reduction behind the last backward and the ZeRO-1/2 gather behind the first forward, each but one
-    layer's bucket; ZeRO-2's reduce-scatter of every other micro-batch behind its own backward."""
+    layer's bucket; ZeRO-2's reduce-scatter of every other micro-batch behind its own backward. (A last
+    stage of only multi-token-prediction modules and the loss, no layer: its module is the last bucket.)"""
     backward, forward = windows
+    layers = xp.maximum(stage_layers, 1.0)
     return DpExposed(
         replica_s=dp.replica_s,
-        reduce_s=overlapped_exposed_s(dp.reduce_s, backward, dp.reduce_s / stage_layers, contention),
-        gather_s=overlapped_exposed_s(dp.gather_s, forward, dp.gather_s / stage_layers, contention),
+        reduce_s=overlapped_exposed_s(dp.reduce_s, backward, dp.reduce_s / layers, contention),
+        gather_s=overlapped_exposed_s(dp.gather_s, forward, dp.gather_s / layers, contention),
         zero2_s=layout.z2 * (micro_batches - 1.0) * overlapped_exposed_s(dp.zero2_rs_s, backward,
-                                                                        dp.zero2_rs_s / stage_layers, contention))
+                                                                        dp.zero2_rs_s / layers, contention))
 
 
 def dp_exposed_s(layout: Layout, dp: DpTraffic, windows: tuple[Num, Num], stage_layers: Num, contention: Num,

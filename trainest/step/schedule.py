@@ -16,27 +16,33 @@ def stage_layers(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even") -> 
     """(layers on the heaviest stage, layers on the last stage).
 
     even: L/p each (L must divide by p·v). balanced (Megatron's account-for-embedding-and-loss
-    split): the embedding and the loss count as one layer each, a stage holds
-    u = ceil((L+2)/(p·v))·v units, the first and last stages one layer less than u.
+    split): the embedding and the loss count as one layer each, and multi-token prediction's modules as
+    their layers (`Model.mtp_layers`, on the last stage: DeepSeek-V3's and Megatron-Bridge's pipeline
+    layouts give it fewer layers), a stage holds u = ceil((L + 2 + L_mtp)/(p·v))·v units, the first
+    stage one layer less than u and the last 1 + L_mtp less.
     """
     if split == "even":
         return model.layers / pp, model.layers / pp
-    units = xp.ceil((model.layers + 2.0) / (pp * vpp)) * vpp
+    mtp = model.mtp_layers
+    units = xp.ceil((model.layers + 2.0 + mtp) / (pp * vpp)) * vpp
     heavy = xp.where(pp > 1, units, float(model.layers))
-    return heavy, xp.where(pp > 1, units - 1.0, float(model.layers))
+    return heavy, xp.where(pp > 1, xp.maximum(units - 1.0 - mtp, 0.0), float(model.layers))
 
 
-def stage_params(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even", per_layer: float | None = None) -> Num:
+def stage_params(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even", per_layer: float | None = None,
+                 mtp_params: float | None = None) -> Num:
     """Parameters on the heaviest pipeline stage: its layers plus one embedding-sized matrix
-    (first stage: input embedding; last stage: output layer), or all embeddings when p = 1.
-    With the balanced split the first stage trades one layer for the embedding. `per_layer`: the
-    parameters counted per layer (default: all of them, Model.params_per_layer)."""
+    (first stage: input embedding; last stage: output layer and the multi-token-prediction modules),
+    or all of them when p = 1. With the balanced split the first stage trades one layer for the
+    embedding. `per_layer`, `mtp_params`: the parameters counted per layer and of the MTP modules
+    (default: all of them, Model.params_per_layer, Model.mtp_params)."""
     per_layer = model.params_per_layer if per_layer is None else per_layer
     embed_one = model.vocab * model.hidden
     heavy, last = stage_layers(model, pp, vpp, split)
+    mtp = mtp_params if mtp_params is not None else model.mtp_params      # on the last stage
     if split == "even":
-        return heavy * per_layer + xp.where(pp > 1, embed_one, model.embedding_params)
-    with_embed = last * per_layer + xp.where(pp > 1, embed_one, model.embedding_params)
+        return heavy * per_layer + xp.where(pp > 1, embed_one, model.embedding_params) + mtp
+    with_embed = last * per_layer + xp.where(pp > 1, embed_one, model.embedding_params) + mtp
     return xp.maximum(heavy * per_layer, with_embed)
 
 
@@ -46,14 +52,17 @@ def stage_dense_params(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even
     embeddings); = stage_params for a dense model."""
     if model.moe is None:
         return stage_params(model, pp, vpp, split)
-    return stage_params(model, pp, vpp, split, model.params_per_layer - model.expert_params_per_layer)
+    return stage_params(model, pp, vpp, split, model.params_per_layer - model.expert_params_per_layer,
+                        model.mtp_params - model.mtp_expert_params)
 
 
 def stage_expert_params(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even") -> Num:
     """Routed-expert parameters of the heaviest stage (its layers × the mean expert parameters per
-    layer), before expert parallelism divides them by e·t_e; 0 for a dense model."""
-    heavy, _ = stage_layers(model, pp, vpp, split)
-    return heavy * model.expert_params_per_layer
+    layer; the last stage's with the MTP modules' experts), before expert parallelism divides them by
+    e·t_e; 0 for a dense model."""
+    heavy, last = stage_layers(model, pp, vpp, split)
+    with_mtp = xp.where(pp > 1, last, float(model.layers)) * model.expert_params_per_layer + model.mtp_expert_params
+    return xp.maximum(heavy * model.expert_params_per_layer, with_mtp)
 
 
 class Stage(NamedTuple):

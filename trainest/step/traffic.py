@@ -42,15 +42,18 @@ class CpRing(NamedTuple):
     total_s: Num                # every ring step, nothing hidden
 
 
-def cp_ring(layout: Layout, x: LocalShape, tiers: Tiers, lp: LayerPass) -> CpRing:
+def cp_ring(layout: Layout, x: LocalShape, tiers: Tiers, lp: LayerPass, contention: Num = 0.0) -> CpRing:
     """K,V chunks of 2·e·T·(g·d_h/t) bytes go around the c ranks (stride t): (c−1) steps forward,
     twice that backward, overlapped with the attention computation; the forward runs again under
-    full and selective recompute."""
+    full and selective recompute. What hides costs the contention share κ of it, as every hidden
+    collective does (§4.7: overlapped_exposed_s's rule, with no bucket left over)."""
     chunk = 2.0 * ACTIVATION_BYTES * x.tokens * x.kv_local
     fwd = (layout.cp - 1.0) * send_recv_s(chunk, layout.cp, layout.tp, tiers) * xp.mask(layout.cp > 1)
     passes = 1.0 + layout.full + layout.selective
+    fwd_exposed = xp.maximum(fwd - lp.attn_fwd_s, contention * xp.minimum(fwd, lp.attn_fwd_s))
+    bwd_exposed = xp.maximum(2.0 * fwd - lp.attn_bwd_s, contention * xp.minimum(2.0 * fwd, lp.attn_bwd_s))
     return CpRing(forward_s=fwd,
-                  exposed_s=xp.maximum(fwd - lp.attn_fwd_s, 0.0) * passes + xp.maximum(2.0 * fwd - lp.attn_bwd_s, 0.0),
+                  exposed_s=fwd_exposed * passes + bwd_exposed,
                   hiding_fwd_s=xp.minimum(fwd, lp.attn_fwd_s) * passes,
                   hiding_bwd_s=xp.minimum(2.0 * fwd, lp.attn_bwd_s), total_s=fwd * passes + 2.0 * fwd)
 

@@ -1,0 +1,74 @@
+"""Multi-token prediction on the last pipeline stage (docs/model.md §15.10): DeepSeek-V3's MTP module
+(arXiv:2412.19437 §2.2) and Megatron-Core's mtp_num_layers. Each of the `depth` modules, one after the
+other and per micro-batch, norms the last hidden state and the embedding of the token one further
+ahead, projects their concatenation (T × h × 2h), runs its blocks (one MoE transformer layer, `*E`;
+Nemotron 3's attention and MoE block), and the shared output head and loss again. Its parts are the
+model's own: the blocks are the model's layer passes of those kinds, the head is `logits_ops`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.step.collectives import Tiers
+from trainest.step.hybrid import BlockPass, block_passes, mix_blocks
+from trainest.step.layer import BACKWARD_TRAFFIC_RATIO, LayerPass, layer_pass
+from trainest.step.moe import moe_layer
+from trainest.step.rates import LocalShape, Rates
+from trainest.step.roofline import bound_sums, op_of, streaming_time
+from trainest.step.traffic import tp_layer_s
+
+MTP_NORMS = 3.0      # the hidden state's and the embedding's norms before the projection, the final norm after
+
+
+class MtpPass(NamedTuple):
+    """One MTP module on the last stage, one micro-batch: its blocks as one pass with their TP and EP
+    traffic [s] (all, exposed), how many of the model's mean layers' host launches they take, and its
+    own work beyond them (the projection with its gradients and the norms: compute- and memory-bound
+    seconds); `depth` modules run. (A record of arrays, so that the plan search shares it by layer knobs.)"""
+
+    depth: int
+    lp: LayerPass
+    tp_total_s: Num
+    tp_exposed_s: Num
+    ep_total_s: Num
+    ep_exposed_s: Num
+    host_layers: float
+    extra_c: Num
+    extra_m: Num
+
+
+def mtp_pass(job: Job, layout: Layout, r: Rates, x: LocalShape, tiers: Tiers) -> MtpPass | None:
+    """The model's MTP module as block units (None without MTP): a transformer's `*E` is one MoE layer
+    (step/moe.py) and `*-` one dense layer; a hybrid model's blocks are its block passes of those kinds
+    (step/hybrid.py). Its projection T × h × 2h forward, data and weight gradients; its MTP_NORMS norms
+    read and write h-wide 16-bit tensors, twice that backward."""
+    m = job.model
+    mtp = m.mtp
+    if mtp is None:
+        return None
+    units: list[tuple[str, float, BlockPass]] = []
+    if m.hybrid is not None:
+        kinds = {name: bp for name, _, bp in block_passes(job, layout, r, x, tiers)}
+        names = {"M": "mamba", "*": "attention", "E": "moe", "-": "mlp"}
+        for kind in mtp.pattern:
+            bp = kinds.get(names[kind])
+            if bp is None:       # a kind the main pattern lacks: its pass alone (block_passes builds the present)
+                raise ValueError(f"{m.name}: the MTP pattern's {kind} blocks are not among the model's blocks")
+            units.append((f"mtp.{names[kind]}", 1.0, bp))
+    elif mtp.pattern == "*E":
+        ml = moe_layer(job, layout, r, x, tiers)
+        units.append(("mtp", 1.0, BlockPass(ml.lp, ml.tp_total_s, ml.tp_exposed_s, ml.ep_total_s, ml.ep_exposed_s)))
+    else:
+        lp = layer_pass(job, layout, r, x)
+        total, exposed = tp_layer_s(job, layout, x, tiers, lp.linear_s)
+        units.append(("mtp", 1.0, BlockPass(lp, total, exposed)))
+    lp, tp_total, tp_exposed, ep_total, ep_exposed = mix_blocks(units)
+    h = m.hidden
+    proj = r.gemm_op("mtp.proj", x.tokens, h, 2.0 * h)
+    norms = MTP_NORMS * 2.0 * ACTIVATION_BYTES * x.tokens * h / layout.sp_div * (1.0 + BACKWARD_TRAFFIC_RATIO)
+    norm_op = op_of("mtp.norms", "forward", 0.0 * norms, norms, streaming_time(norms, r.memory_bytes_per_s))
+    c, mm = bound_sums([proj, proj, proj, norm_op])
+    return MtpPass(depth=mtp.depth, lp=lp, tp_total_s=tp_total, tp_exposed_s=tp_exposed, ep_total_s=ep_total,
+                   ep_exposed_s=ep_exposed, host_layers=float(len(units)), extra_c=c, extra_m=mm)
