@@ -304,7 +304,8 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     dp = dp if dp is not None else data_parallel_traffic(job, layout, dp_tiers, trained_local, expert_local)
     host_fwd, host_bwd = host_pass_s(job, layout)
     expert_fwd, expert_bwd = expert_host_pass_s(job, layout)      # MoE: per-expert launches (step/moe.py)
-    windows = dp_windows_s(layout, lp, cp, n, z3_comm, stage_work, (host_fwd + expert_fwd, host_bwd + expert_bwd))
+    windows = dp_windows_s(layout, lp, cp, n, z3_comm, stage_work, (host_fwd + expert_fwd, host_bwd + expert_bwd),
+                           host_excess)
     dp_parts = dp_exposed_parts(layout, dp, windows, n, eff.overlap_contention, m)
     # tied input and output embeddings on different stages: their gradients all-reduced once per step
     tied = tied_embedding_s(job, layout, tiers)
