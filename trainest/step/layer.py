@@ -322,6 +322,8 @@ class LayerPass(NamedTuple):
     linear_s: Num               # the weight GEMMs forward, backward and recomputed (TP overlap window)
     floor_s: Num = 0.0          # what the kernels' floors add over their roofline times (all passes)
     ops: LayerOps | None = None  # the named ops these sums add up (the ops table, docs/model.md §2.8)
+    fwd_floor_s: Num = 0.0      # the part of floor_s in the forward, and in the backward (without recompute):
+    bwd_floor_s: Num = 0.0      # how long those passes last (the DP windows, overlap.dp_windows_s)
 
 
 def attention_block(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[list[Op], list[Op], list[Op]]:
@@ -374,6 +376,9 @@ def layer_pass(job: Job, layout: Layout, r: Rates, x: LocalShape, ops: LayerOps 
             else bound_sums(group.ops)
         re_c, re_m = re_c + group.mask * c, re_m + group.mask * m
     k = 2.0 if xp.off(layout.finetune) else 2.0 - layout.frozen
+    floors = layer_floor_parts(job, layout, ops.linear, (attn_fwd, ops.attention_backward), ops.elementwise, k,
+                               ops.extra_kernels, ops.core_kernels, ops.elementwise_kernels, ops.core_is_attention,
+                               ops.recomputed[2].ops)
     # attention's own duration (it hides the CP ring): its roofline time, at least its kernels' floors
     floor = job.hardware.efficiency.kernel_floor_s
     attn_fwd_k, attn_bwd_k = attention_kernels(job, layout) if ops.core_kernels is None else ops.core_kernels
@@ -384,9 +389,7 @@ def layer_pass(job: Job, layout: Layout, r: Rates, x: LocalShape, ops: LayerOps 
                      compute_s=fwd_c + bwd_c + re_c, memory_s=fwd_m + bwd_m + re_m,
                      overhead_s=job.hardware.efficiency.layer_overhead_s * (2.0 + layout.full + layout.op),
                      linear_s=ops_time_s(ops.linear) * (1.0 + layout.full) + ops_time_s(ops.linear_backward),
-                     floor_s=layer_floor_s(job, layout, ops.linear, (attn_fwd, ops.attention_backward),
-                                           ops.elementwise, k, ops.extra_kernels, ops.core_kernels,
-                                           ops.elementwise_kernels, ops.core_is_attention, ops.recomputed[2].ops),
+                     floor_s=floors[0] + floors[1] + floors[2], fwd_floor_s=floors[0], bwd_floor_s=floors[1],
                      ops=ops)
 
 
@@ -403,7 +406,8 @@ def mix_passes(a: LayerPass, b: LayerPass, weight_a: float, weight_b: float) -> 
                      bwd_m=mix(a.bwd_m, b.bwd_m), attn_fwd_s=mix(a.attn_fwd_s, b.attn_fwd_s),
                      attn_bwd_s=mix(a.attn_bwd_s, b.attn_bwd_s), compute_s=mix(a.compute_s, b.compute_s),
                      memory_s=mix(a.memory_s, b.memory_s), overhead_s=mix(a.overhead_s, b.overhead_s),
-                     linear_s=mix(a.linear_s, b.linear_s), floor_s=mix(a.floor_s, b.floor_s), ops=ops)
+                     linear_s=mix(a.linear_s, b.linear_s), floor_s=mix(a.floor_s, b.floor_s), ops=ops,
+                     fwd_floor_s=mix(a.fwd_floor_s, b.fwd_floor_s), bwd_floor_s=mix(a.bwd_floor_s, b.bwd_floor_s))
 
 
 def mix_ops(a: LayerOps, b: LayerOps, weight_a: float, weight_b: float) -> LayerOps:
@@ -423,7 +427,19 @@ def layer_floor_s(job: Job, layout: Layout, linear: list[Op], attention: tuple[l
                   elementwise: Op, gemm_backward: Num = 2.0, extra_kernels: float = 0.0,
                   core_kernels: tuple[Num, Num] | None = None, elementwise_count: Num | None = None,
                   core_is_attention: bool = True, op_recomputed: list[Op] | None = None) -> Num:
-    """What the kernels' floor (`efficiency.kernel_floor_us`) adds to one layer's passes [s]: each
+    """What the kernels' floors add to one layer's passes, all of them [s] (`layer_floor_parts` summed)."""
+    forward, backward, recompute = layer_floor_parts(job, layout, linear, attention, elementwise, gemm_backward,
+                                                     extra_kernels, core_kernels, elementwise_count,
+                                                     core_is_attention, op_recomputed)
+    return forward + backward + recompute
+
+
+def layer_floor_parts(job: Job, layout: Layout, linear: list[Op], attention: tuple[list[Op], list[Op]],
+                      elementwise: Op, gemm_backward: Num = 2.0, extra_kernels: float = 0.0,
+                      core_kernels: tuple[Num, Num] | None = None, elementwise_count: Num | None = None,
+                      core_is_attention: bool = True, op_recomputed: list[Op] | None = None) -> tuple[Num, Num, Num]:
+    """What the kernels' floor (`efficiency.kernel_floor_us`) adds to one layer's forward, backward and
+    recomputation [s]: each
     GEMM (1 kernel forward; `gemm_backward` = 2 backward at twice the time, 1 for frozen weights), the
     attention core and the element-wise kernels (kernels.py counts, plus `extra_kernels`: a MoE
     layer's routing) take at least their kernel count times the floor; recomputed kernels again
@@ -449,7 +465,7 @@ def layer_floor_s(job: Job, layout: Layout, linear: list[Op], attention: tuple[l
     if op_recomputed is None:
         op_floor = 0.75 * gemm_fwd + ew_fwd
     recompute = layout.full * forward + layout.selective * core * attn_fwd + layout.op * op_floor
-    return forward + backward + recompute
+    return forward, backward, recompute
 
 
 def logits_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:

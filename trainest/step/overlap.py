@@ -25,15 +25,16 @@ def dp_windows_s(layout: Layout, lp: LayerPass, cp: CpRing, stage_layers: Num, z
     forward on the stage, less the attention time that hides the CP ring and the computation
     already hiding ZeRO-3's traffic (2 of its 3 collectives per layer in the backward, 1 forward);
     both 0 when the framework does not overlap the data-parallel reduction (`Layout.dp_overlap`).
-    A pass lasts its device time plus its share of the layer's wait for the host (`host_wait_s`, the
-    smooth maximum's excess of compose.layer_time_s; shared by the passes' host times `host_pass`,
-    kernels.py): a host-bound backward lasts longer, and hides more, by what it adds to the step."""
+    A pass lasts its device time (with its kernels' floors) plus its share of the layer's wait for the
+    host (`host_wait_s`, the smooth maximum's excess of compose.layer_time_s; shared by the passes' host
+    times `host_pass`, kernels.py): a host-bound backward lasts longer, and hides more, by what it adds
+    to the step; a pass whose kernels sit at their floors lasts that long."""
     z3_hidden = layout.z3 * xp.minimum(z3_comm_s, stage_work_s)
     host_fwd, host_bwd = host_pass
     host_total = host_fwd + host_bwd
     share_bwd = xp.where(host_total > 0.0, host_bwd / xp.where(host_total > 0.0, host_total, 1.0), 0.5)
-    bwd_s = lp.bwd_c + lp.bwd_m + host_wait_s * share_bwd
-    fwd_s = lp.fwd_c + lp.fwd_m + host_wait_s * (1.0 - share_bwd)
+    bwd_s = lp.bwd_c + lp.bwd_m + lp.bwd_floor_s + host_wait_s * share_bwd
+    fwd_s = lp.fwd_c + lp.fwd_m + lp.fwd_floor_s + host_wait_s * (1.0 - share_bwd)
     backward = xp.maximum(stage_layers * (bwd_s - cp.hiding_bwd_s) - z3_hidden * (2.0 / 3.0), 0.0)
     forward = xp.maximum(stage_layers * (fwd_s - cp.hiding_fwd_s / (1.0 + layout.full + layout.selective))
                          - z3_hidden * (1.0 / 3.0), 0.0)
