@@ -85,7 +85,8 @@ def test_config_json_reads_the_nextn_layers(tmp_path):
 @pytest.mark.parametrize("mtp, message", [
     ({"depth": 0}, r"mtp.depth: 0"),
     ({"depth": 1, "pattern": "*E"}, r"mtp.pattern: .*E needs the model's moe"),
-    ({"depth": 1, "pattern": "M-"}, r"mtp.pattern: .*must be one module's blocks"),
+    ({"depth": 1, "pattern": "M-"}, r"mtp.pattern: .*must be one module's blocks: \*- \(one transformer layer\)"),
+    ({"depth": 1, "pattern": "**-"}, r"mtp.pattern: '\*\*-' must be one module's blocks"),
 ])
 def test_bad_mtp_names_the_value(mtp, message):
     data = {**model_mapping(load_model("llama3-8b")), "mtp": mtp}
@@ -103,3 +104,9 @@ def test_a_last_stage_of_only_the_mtp_module_and_the_loss():
                                "seq_len": 4096, "micro_batch": 1, "global_batch": 4096, "recompute": "full",
                                "parallel": {"pp": 32, "ep": 64, "zero": 1, "pipeline_split": "balanced"}}, "t")
     assert math.isfinite(estimate(s).step.time_s)
+
+
+def test_a_hybrid_mtp_pattern_uses_the_kinds_of_its_blocks():
+    data = {**model_mapping(load_model("nemotron-3-nano")), "mtp": {"depth": 1, "pattern": "*-"}}
+    with pytest.raises(SpecError, match=r"mtp.pattern: '\*-' must be one module's blocks: blocks of the kinds"):
+        model_from_mapping(data, "m")

@@ -325,14 +325,10 @@ class Model:
     def hybrid_layer_params(self, active: bool) -> float:
         """Weights of all of a hybrid model's blocks, each with its one pre-norm h [params]:
         L_s·(mixer + h) + L_a·(attention + h) + L_d·(k·h·f + h) + L_m·(router + E (active: K)·k·h·f_e +
-        S·k·h·f_s + h)."""
-        h, mamba = self.hidden, self.mamba
-        moe = 0.0
-        if self.moe is not None:
-            experts = self.moe.top_k if active else self.moe.experts
-            moe = self.router_params + experts * self.params_per_expert + self.shared_expert_params_per_moe_layer
-        return float(self.mamba_layers * (mamba.params(h) + h) + self.attention_layers * (self.attention_params + h)
-                     + self.dense_layers_count * (self.dense_mlp_params + h) + self.moe_layers * (moe + h))
+        S·k·h·f_s + h) (`block_params` of each kind, times its count)."""
+        if self.hybrid is None:
+            raise ValueError(f"{self.name} is not a hybrid model")
+        return sum(self.hybrid.count(k) * self.block_params(k, active) for k in HYBRID_BLOCKS if self.hybrid.count(k))
 
     @property
     def expert_params_per_layer(self) -> float:
@@ -458,16 +454,22 @@ HYBRID_REQUIRED = ("pattern", "mamba_heads", "mamba_head_dim", "state_dim", "gro
 HYBRID_OPTIONAL = ("conv_kernel", "chunk")
 
 
-def _mtp_from(data: object, where: str, moe: MoE | None, hybrid: bool) -> MTP:
+def _mtp_from(data: object, where: str, moe: MoE | None, hybrid: Hybrid | None) -> MTP:
     """Validate an `mtp:` mapping: depth >= 1; the pattern of one module's blocks (default *E with moe,
-    else *-; its E blocks need the model's moe); shared (default false)."""
+    else *-): a transformer's one layer (*E needs the model's moe), a hybrid model's blocks of the kinds
+    its own pattern has; shared (default false)."""
     data = F.check_keys(data, where, MTP_REQUIRED, MTP_OPTIONAL)
     depth = F.integer(data["depth"], f"{where}.depth", maximum=64)
     pattern = F.text(F.given(data, "pattern", "*E" if moe is not None else "*-"), f"{where}.pattern").strip()
-    bad = sorted(set(pattern) - set(HYBRID_BLOCKS))
-    if not pattern or bad or ("E" in pattern and moe is None) or ("M" in pattern and not hybrid):
-        allowed = "*E or *- (a MoE or a dense transformer layer)" + (", or hybrid blocks (M * E -)" if hybrid else "")
-        raise SpecError(f"{where}.pattern: {F.show(pattern)} must be one module's blocks: {allowed}"
+    if hybrid is None:
+        allowed = ("*E", "*-") if moe is not None else ("*-",)
+        ok = pattern in allowed
+        text = " or ".join(allowed) + " (one transformer layer" + (": MoE or dense)" if moe is not None else ")")
+    else:
+        ok = bool(pattern) and set(pattern) <= set(hybrid.pattern)
+        text = f"blocks of the kinds the model's pattern has ({''.join(sorted(set(hybrid.pattern)))})"
+    if not ok:
+        raise SpecError(f"{where}.pattern: {F.show(pattern)} must be one module's blocks: {text}"
                         + ("; E needs the model's moe" if "E" in pattern and moe is None else ""))
     return MTP(depth=depth, pattern=pattern, shared=F.boolean(F.given(data, "shared", False), f"{where}.shared"))
 
@@ -645,7 +647,7 @@ def model_from_mapping(data: dict, where: str, *, default_seq_len: int = 2048) -
         # absent: learned (no rotary traffic: trainest's model before the key existed); the presets say
         positional=F.choice(F.given(data, "positional", "learned"), f"{where}.positional", POSITIONALS),
         hybrid=hybrid,
-        mtp=None if data.get("mtp") is None else _mtp_from(data["mtp"], f"{where}.mtp", moe, hybrid is not None),
+        mtp=None if data.get("mtp") is None else _mtp_from(data["mtp"], f"{where}.mtp", moe, hybrid),
     )
 
 

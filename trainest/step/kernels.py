@@ -316,8 +316,9 @@ def host_pass_s(job: Job, layout: Layout) -> tuple[Num, Num]:
     tau = host_per_kernel_s(job)
     tp_fwd, tp_bwd = (2.0 * tp, (2.0 + 2.0 * layout.full + layout.op) * tp) if job.model.hybrid is None \
         else hybrid_tp_collectives(job, layout)
-    return ((forward + tp_fwd + 2.0 * ep) * tau,
-            (backward + recompute + tp_bwd + (2.0 + 2.0 * job.moe_rerun(layout)) * ep) * tau)
+    a2a = ALL_TO_ALLS_PER_MOE_LAYER / 2.0      # dispatch and combine, each pass (and again where re-run)
+    return ((forward + tp_fwd + a2a * ep) * tau,
+            (backward + recompute + tp_bwd + a2a * (1.0 + job.moe_rerun(layout)) * ep) * tau)
 
 
 # The host launches kernels ahead of the device, which runs them in order: where a pass's host time h

@@ -52,11 +52,8 @@ def mtp_pass(job: Job, layout: Layout, r: Rates, x: LocalShape, tiers: Tiers) ->
     if m.hybrid is not None:
         kinds = {name: bp for name, _, bp in block_passes(job, layout, r, x, tiers)}
         names = {"M": "mamba", "*": "attention", "E": "moe", "-": "mlp"}
-        for kind in mtp.pattern:
-            bp = kinds.get(names[kind])
-            if bp is None:       # a kind the main pattern lacks: its pass alone (block_passes builds the present)
-                raise ValueError(f"{m.name}: the MTP pattern's {kind} blocks are not among the model's blocks")
-            units.append((f"mtp.{names[kind]}", 1.0, bp))
+        for kind in mtp.pattern:        # kinds of the model's own pattern (models.py: _mtp_from)
+            units.append((f"mtp.{names[kind]}", 1.0, kinds[names[kind]]))
     elif mtp.pattern == "*E":
         ml = moe_layer(job, layout, r, x, tiers)
         units.append(("mtp", 1.0, BlockPass(ml.lp, ml.tp_total_s, ml.tp_exposed_s, ml.ep_total_s, ml.ep_exposed_s)))
