@@ -1,5 +1,6 @@
 """Benchmark `trainest plan`: wall time of the whole command (interpreter start-up included) and
-the search's own plans per second, for the two targets of issue 4 and the MoE case of issue 13.
+the search's own plans per second, for the two targets of issue 4, the MoE case of issue 13 and a
+hybrid Mamba-2 case.
 
     python bench/bench_plan.py [--repeat 5]
 
@@ -29,6 +30,10 @@ CASES = {
     "DeepSeek-V3 671B (MoE, MLA), 1,024 x H100, B=8192, s=4096, FP8": [
         "--model", "deepseek-v3", "--hardware", "h100-sxm", "--devices", "1024", "--global-batch", "8192",
         "--seq-len", "4096", "--precision", "fp8"],
+    # a hybrid of Mamba-2, attention and LatentMoE blocks with multi-token prediction (docs/model.md §16)
+    "Nemotron 3 Super (hybrid, LatentMoE, MTP), 256 x GB200, B=2048, s=8192, FP8": [
+        "--model", "nemotron-3-super", "--hardware", "gb200", "--devices", "256", "--global-batch", "2048",
+        "--seq-len", "8192", "--precision", "fp8"],
 }
 TARGET_WALL_S = 2.0
 
