@@ -286,6 +286,27 @@ def test_per_expert_launches_make_small_micro_batches_host_bound():
     assert big.host_wait_s < 1e-3 * big.time_s
 
 
+def test_how_the_framework_launches_its_experts():
+    """A grouped kernel (torchtitan's torch._grouped_mm) launches nothing per expert; a Python loop over
+    the experts (transformers, DeepSpeed-MoE) launches each expert's MLP operator by operator: more than
+    Transformer Engine's GEMM per expert, so at micro-batch 1 with 16 local experts the step is slowest."""
+    import dataclasses
+
+    from trainest.scenario import job_of, layout_of, scenario_from_mapping
+    from trainest.step.compose import step_terms
+    base = scenario_from_mapping({"model": "qwen3-30b-a3b", "hardware": "h100-sxm", "devices": 8, "precision": "bf16",
+                                  "seq_len": 1024, "micro_batch": 1, "global_batch": 64,
+                                  "parallel": {"ep": 8, "zero": 1}}, "t")
+    launches, steps = {}, {}
+    for framework in ("torchtitan", "megatron-core", "hf-accelerate"):
+        s = dataclasses.replace(base, framework=framework, kernels="fused")
+        launches[framework] = M.expert_launches(job_of(s), layout_of(s))
+        steps[framework] = step_terms(job_of(s), layout_of(s)).time_s
+    assert launches["torchtitan"] == 0.0 < launches["megatron-core"] == pytest.approx(16 * 6)
+    assert launches["hf-accelerate"] == pytest.approx(16 * 3 * (3 + 2 + M.PYTHON_LOOP_EXTRA_LAUNCHES))
+    assert steps["torchtitan"] < steps["megatron-core"] < steps["hf-accelerate"]
+
+
 # ----------------------------------------------------------------------------------------- memory
 
 def test_expert_parallelism_shards_the_expert_weights():

@@ -71,6 +71,7 @@ class Framework(NamedTuple):
     loss_bytes_per_logit: float = 8.0    # bytes per logit the loss holds at its peak (module docstring)
     moe_seen: bool = False               # bundled measured mixture-of-experts runs use it (Megatron-Bridge)
     host_scale: float = 1.0              # its host time per kernel over plain PyTorch's (fitted: FITTED_FILE)
+    expert_loop: str = "gemm"            # EXPERT_LOOPS: how its MoE layer launches the local experts' work
 
     @property
     def dispatch_factor(self) -> float:
@@ -85,6 +86,14 @@ class Framework(NamedTuple):
         return DISPATCH_HOST_FACTOR[self.dispatch] * self.host_scale
 
 
+# How a framework's MoE layer launches its local experts' work from the host (step/moe.py:
+# expert_pass_launches): `gemm` one GEMM per local expert in a host loop (Transformer Engine GroupedLinear,
+# Megatron-Core TEGroupedMLP), `grouped` one kernel per grouped GEMM whatever the experts (torch._grouped_mm in
+# torchtitan's MoE, MegaBlocks' block-sparse dMoE in llm-foundry, the grouped_gemm library in OLMo-core,
+# MLX's gather_mm, XLA's ragged dot), `python` every local expert's MLP as eager operators in a Python loop
+# (Hugging Face transformers' MixtralSparseMoeBlock, DeepSpeed-MoE's Experts).
+EXPERT_LOOPS = ("gemm", "grouped", "python")
+
 F = Framework
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     F("megatron-core", "python", "fused", True, True, True,
@@ -98,26 +107,28 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
       "microsoft/Megatron-DeepSpeed: Megatron's fused kernels under the DeepSpeed engine; its 1F1B "
       "pipeline has no interleaved schedule (DeepSpeed PipelineEngine); gradient bucketing on by default; "
       "the loss is megatron/core/tensor_parallel/cross_entropy.py's unfused vocab-parallel cross-entropy",
-      megatron_softmax=True, unfused_cross_entropy=True, loss_bytes_per_logit=6.0),
+      megatron_softmax=True, unfused_cross_entropy=True, loss_bytes_per_logit=6.0, expert_loop="python"),
     F("deepspeed", "python", "eager", True, False, False,
-      "DeepSpeed ZeRO on Hugging Face/PyTorch models: eager kernels, overlap_comm (DeepSpeed config docs)"),
+      "DeepSpeed ZeRO on Hugging Face/PyTorch models: eager kernels, overlap_comm (DeepSpeed config docs)",
+      expert_loop="python"),
     F("torchtitan", "python", "eager", True, True, True,
       "pytorch/torchtitan: FSDP2 (gradient reduce-scatter overlapped), eager unless torch.compile, "
       "interleaved 1F1B among its pipeline schedules (torchtitan docs); with pipeline parallelism FSDP "
       "does not reshard after forward and gradients sync on the last micro-batch only (parallelize_llama.py)",
-      pp_unsharded_zero3=True, loss_bytes_per_logit=12.0),
+      pp_unsharded_zero3=True, loss_bytes_per_logit=12.0, expert_loop="grouped"),
     F("maxtext", "xla", "fused", True, False, True,
       "google/maxtext: JAX/XLA, the step is one compiled program (XLA fuses element-wise ops; "
-      "collectives scheduled by the compiler)"),
+      "collectives scheduled by the compiler)", expert_loop="grouped"),
     F("llm-foundry", "python", "fused", True, False, True,
       "mosaicml/llm-foundry (Composer): PyTorch FSDP, fused/flash kernels in its MPT models, no pipeline; "
-      "flash-attn's fused cross-entropy by default (loss_fn: fused_crossentropy)", loss_bytes_per_logit=4.0),
+      "flash-attn's fused cross-entropy by default (loss_fn: fused_crossentropy)", loss_bytes_per_logit=4.0,
+      expert_loop="grouped"),
     F("olmo-core", "python", "fused", True, False, True,
-      "allenai/OLMo-core: PyTorch FSDP2/HSDP, torch.compile in its recipes"),
+      "allenai/OLMo-core: PyTorch FSDP2/HSDP, torch.compile in its recipes", expert_loop="grouped"),
     F("hf-accelerate", "python", "eager", True, False, False,
-      "Hugging Face Accelerate/Trainer (DDP/FSDP): eager transformers modules"),
+      "Hugging Face Accelerate/Trainer (DDP/FSDP): eager transformers modules", expert_loop="python"),
     F("mlx", "python", "eager", True, False, True,
-      "Apple MLX: lazy evaluation of eager operators on the unified-memory GPU"),
+      "Apple MLX: lazy evaluation of eager operators on the unified-memory GPU", expert_loop="grouped"),
 )}
 DEFAULT_FRAMEWORK = "megatron-core"
 

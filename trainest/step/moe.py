@@ -24,11 +24,12 @@ from typing import NamedTuple
 
 from trainest import xp
 from trainest.catalog import MoE
+from trainest.frameworks import FRAMEWORKS
 from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
 from trainest.precision import MAIN_GRAD_BYTES
 from trainest.step import mla
 from trainest.step.collectives import Tiers, all_gather_s, all_to_all_s, ranks_per_domain
-from trainest.step.kernels import MOE_ROUTING_KERNELS, host_per_kernel_s
+from trainest.step.kernels import EAGER_ACTIVATION_KERNELS, MOE_ROUTING_KERNELS, host_per_kernel_s
 from trainest.step.layer import (
     BACKWARD_TRAFFIC_RATIO,
     LOW_PRECISION_CAST_PASSES,
@@ -61,6 +62,11 @@ EXPERT_GEMM_LAUNCHES = 2.0        # per local expert and forward: fc1 (up and ga
 # expert's rows to the FP8 GEMM's alignment (one kernel each way per expert, forward and backward)
 EXPERT_CAST_LAUNCHES = 2.0        # per local expert and pass (forward; as many backward)
 EXPERT_PAD_LAUNCHES = 2.0         # per local expert and pass (forward; as many backward)
+# A Python loop over the local experts (frameworks.py: expert_loop "python"; transformers'
+# MixtralSparseMoeBlock: torch.where over the routing mask, gather the rows, the MLP's GEMMs and
+# activation, the routing-weight product, index_add into the output) launches per expert and forward
+# these besides the MLP's own k_f GEMMs and activation kernels; backward about twice the forward's.
+PYTHON_LOOP_EXTRA_LAUNCHES = 5.0
 
 
 def moe_of(job: Job) -> MoE:
@@ -255,17 +261,26 @@ def moe_elementwise_backward_bytes(job: Job, layout: Layout, x: LocalShape, forw
 
 def expert_pass_launches(job: Job, layout: Layout) -> tuple[Num, Num]:
     """(forward, backward with what it recomputes) host launches one MoE layer's grouped expert MLP
-    issues expert by expert, per micro-batch. Per local expert: forward EXPERT_GEMM_LAUNCHES GEMMs (+
+    issues expert by expert, per micro-batch, as its framework launches them (`Framework.expert_loop`:
+    none beyond the grouped GEMMs for `grouped`; for `python` each expert's k_f GEMMs, activation and
+    PYTHON_LOOP_EXTRA_LAUNCHES routing operators in place of the two GEMMs). Per local expert: forward
+    EXPERT_GEMM_LAUNCHES GEMMs (+
     EXPERT_CAST_LAUNCHES + EXPERT_PAD_LAUNCHES with FP8/FP4: each GEMM input's quantisation and the
     rows' padding to the FP8 alignment); backward twice the GEMMs (dgrad, wgrad) and as many casts and
     paddings; full recompute (and the `moe` recompute module) runs the forward's again, op recompute
     the down projection."""
     moe = moe_of(job)
+    loop = FRAMEWORKS[job.framework].expert_loop
+    if loop == "grouped":                # one kernel per grouped GEMM: counted with the layer's GEMMs
+        return 0.0, 0.0
     low = 1.0 if job.low_precision else 0.0
     per_pass_casts = low * (EXPERT_CAST_LAUNCHES + EXPERT_PAD_LAUNCHES)
-    forward = EXPERT_GEMM_LAUNCHES + per_pass_casts
-    backward = (2.0 * EXPERT_GEMM_LAUNCHES + per_pass_casts + job.moe_rerun(layout) * forward
-                + layout.op * 0.5 * EXPERT_GEMM_LAUNCHES)
+    gemms = EXPERT_GEMM_LAUNCHES
+    if loop == "python":                 # the expert's MLP operator by operator, in the Python loop
+        act = EAGER_ACTIVATION_KERNELS[job.model.mlp]
+        gemms = job.model.mlp_matrices + act + PYTHON_LOOP_EXTRA_LAUNCHES
+    forward = gemms + per_pass_casts
+    backward = (2.0 * gemms + per_pass_casts + job.moe_rerun(layout) * forward + layout.op * 0.5 * gemms)
     local_experts = moe.experts / layout.ep
     return local_experts * forward, local_experts * backward
 
