@@ -751,7 +751,9 @@ class Importer:
                     model["kv_heads"] = fields["heads"]
                     notes.append("multi-head latent attention from model-shapes.yaml (kv_heads = heads: MLA gives "
                                  "every head its own keys and values)")
-                if shape.get("mtp") and (shape.get("moe") or shape.get("mla")):
+                if shape.get("mtp") and (shape.get("moe") or shape.get("mla")) and re.search(r"w/o[ _]mtp", r["id"], re.I):
+                    notes.append("multi-token prediction off: the row label says w/o MTP")
+                elif shape.get("mtp") and (shape.get("moe") or shape.get("mla")):
                     model["mtp"] = mtp_block(shape["mtp"], bool(shape.get("moe")))
                     notes.append(f"multi-token prediction from model-shapes.yaml ({shape['mtp']}): depth "
                                  f"{model['mtp']['depth']}, blocks {model['mtp']['pattern']}"
