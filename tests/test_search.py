@@ -418,8 +418,9 @@ def test_shared_terms_read_only_their_knobs():
                 read.add(name)
             return super().__getattribute__(name)
 
-    for terms, knobs, job_wide in ((layer_terms, LAYER_KNOBS, {"tp_overlap", "moe_overlap"}),
-                                   (step_dp_traffic, DP_KNOBS, {"dp_collectives", "dp_shard", "pipeline_split"})):
+    for terms, knobs, job_wide in ((layer_terms, LAYER_KNOBS, {"tp_overlap", "moe_overlap", "pipeline_schedule"}),
+                                   (step_dp_traffic, DP_KNOBS, {"dp_collectives", "dp_shard", "pipeline_split",
+                                                                "pipeline_schedule"})):
         read.clear()
         for base, n, space in _layer_term_jobs():
             g = S.enumerate_plans(base, n, space)

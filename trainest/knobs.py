@@ -108,6 +108,9 @@ KNOBS: tuple[Knob, ...] = (
     K("moe_overlap", ("--moe-overlap",), "choice", "What the framework overlaps of the MoE all-to-alls: none "
       "(exposed) or deepep (hidden behind another micro-batch's computation, DeepEP/DualPipe-style).", "none",
       "MoeOverlap", group=PARALLEL, job=True),
+    K("pipeline_schedule", ("--pipeline-schedule",), "choice", "Pipeline schedule: 1f1b (Megatron's 1F1B, "
+      "interleaved with --vpp > 1) or dualpipe (DeepSeek-V3's bidirectional schedule: smaller bubble, two stages' "
+      "weights per device, its all-to-alls hidden).", "1f1b", "PipelineSchedule", group=PARALLEL, job=True),
     K("zero", ("--zero",), "int", "ZeRO stage 0-3.", "3 (FSDP); 1 with --pp > 1", group=PARALLEL, searched=True),
     K("fsdp", ("--fsdp",), "flag", "Fully sharded data parallel (= --zero 3).", group=PARALLEL),
     K("sequence_parallel", ("--sequence-parallel/--no-sequence-parallel",), "switch",
@@ -196,6 +199,8 @@ _PLAN_HELP = {
                       "or flat (one NIC per device, e.g. DeepSpeed ZeRO-3 of 2021).",
     "moe_overlap": "What every plan's framework overlaps of the MoE all-to-alls: none (exposed) or deepep (hidden "
                    "behind another micro-batch's computation).",
+    "pipeline_schedule": "Every plan's pipeline schedule: 1f1b (interleaved where vpp > 1) or dualpipe (pp even "
+                         "and vpp 1 only).",
     "config": "Scenario YAML for the job (its parallel layout, micro-batch and recompute are ignored); "
               "options override it.",
 }
@@ -217,6 +222,7 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
     BY_NAME["dp_collectives"]._replace(help=_PLAN_HELP["dp_collectives"]),
     BY_NAME["dp_overlap"],
     BY_NAME["moe_overlap"]._replace(help=_PLAN_HELP["moe_overlap"]),
+    BY_NAME["pipeline_schedule"]._replace(help=_PLAN_HELP["pipeline_schedule"]),
     K("top", ("--top", "-k"), "int", "How many plans to show.", group=COMMAND, value=5),
     K("objective", ("--objective",), "choice", "Rank by step time, cost or energy of the whole run.", "time",
       "Objective", group=COMMAND, value="time"),
@@ -329,9 +335,10 @@ def value_in(mapping: dict[str, Any], k: Knob) -> Any:
 # LAYOUT_DEFAULTS are left out at that value (the command line's own default)
 LAYOUT_ARGS = ("devices", "tp", "pp", "cp", "vpp", "ep", "etp", "zero", "sequence_parallel", "micro_batch",
                "global_batch", "recompute", "recompute_modules", "tp_overlap", "pipeline_split", "dp_collectives",
-               "dp_overlap", "moe_overlap", "finetune", "offload")
+               "dp_overlap", "moe_overlap", "pipeline_schedule", "finetune", "offload")
 LAYOUT_DEFAULTS = {"ep": 1, "etp": 1, "tp_overlap": False, "pipeline_split": "even", "dp_collectives": "hierarchical",
-                   "moe_overlap": "none", "finetune": "full", "offload": "none", "recompute_modules": ["core_attn"]}
+                   "moe_overlap": "none", "pipeline_schedule": "1f1b", "finetune": "full", "offload": "none",
+                   "recompute_modules": ["core_attn"]}
 
 
 def option_args(k: Knob, value: Any) -> list[str]:

@@ -108,6 +108,7 @@ class Layout(NamedTuple):
     ep: Num = 1.0               # expert-parallel size e (MoE layers)
     etp: Num = 1.0              # expert tensor-parallel size t_e (MoE layers)
     moe_overlap: str = "none"   # MoeOverlap (not an array: a framework capability the plan keeps)
+    pipeline_schedule: str = "1f1b"   # PipelineSchedule (not an array: the job's schedule, the plan keeps it)
 
     @property
     def expert_group(self) -> Num:
@@ -127,8 +128,21 @@ class Layout(NamedTuple):
 
     @property
     def deepep(self) -> bool:
-        """The MoE all-to-alls are hidden behind another micro-batch's computation."""
+        """The MoE all-to-alls are hidden behind another micro-batch's computation (moe_overlap deepep)."""
         return self.moe_overlap == "deepep"
+
+    @property
+    def ep_hidden(self) -> Num:
+        """1 where the MoE all-to-alls hide behind another micro-batch's computation: moe_overlap deepep,
+        or DualPipe with a pipeline (its overlapped forward and backward chunks), else 0."""
+        if self.deepep:
+            return 1.0
+        return xp.mask(self.pp > 1) if self.dualpipe else 0.0
+
+    @property
+    def dualpipe(self) -> bool:
+        """DeepSeek-V3's bidirectional pipeline schedule (docs/model.md §5.4)."""
+        return self.pipeline_schedule == "dualpipe"
 
     @property
     def shard(self) -> Num:

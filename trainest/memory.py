@@ -36,7 +36,7 @@ from trainest.step.finetune import (
     frozen_weight_bytes,
 )
 from trainest.step.offload import IN_FLIGHT_LAYERS, OFFLOAD_GRAD_BYTES, host_bytes, offload_state
-from trainest.step.schedule import stage_dense_params, stage_expert_params, stage_layers, stage_params
+from trainest.step.schedule import dualpipe_copies, stage_dense_params, stage_expert_params, stage_layers, stage_params
 from trainest.units import GiB
 
 __all__ = ["ADAM_MOMENT_BYTES", "DROPOUT_MASK_BYTES", "FP8_SAVED_INPUT_BYTES", "FP16_GRAD_BYTES", "MAIN_GRAD_BYTES",
@@ -86,14 +86,16 @@ def sharded_state_bytes(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
     al. 2020 §5: 2 + 2 + K with K = 12; FSDP: 4 + 4 + 8). ZeRO-3 also holds the gathered weights of
     the layer being computed and of the prefetched next one (none over a single shard rank)."""
     model = job.model
-    params_local = stage_dense_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.tp
+    copies = dualpipe_copies(layout)     # DualPipe: two stages' parameters per device (schedule.py)
+    params_local = copies * stage_dense_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.tp
     layer_params = model.params_per_layer - model.expert_params_per_layer if model.moe is not None \
         else model.params_per_layer
     state = zero_state_bytes(job, layout, params_local, layer_params / layout.tp, layout.shard * layout.cp)
     if model.moe is None:
         return state if xp.off(layout.finetune) else finetune_state_bytes(job, layout, params_local, state)
-    expert = zero_state_bytes(job, layout, stage_expert_params(model, layout.pp, layout.vpp, layout.pipeline_split)
-                              / layout.expert_group, model.expert_params_per_layer / layout.expert_group,
+    experts_local = (copies * stage_expert_params(model, layout.pp, layout.vpp, layout.pipeline_split)
+                     / layout.expert_group)
+    expert = zero_state_bytes(job, layout, experts_local, model.expert_params_per_layer / layout.expert_group,
                               layout.expert_shard)
     return state[0] + expert[0], state[1] + expert[1], state[2] + expert[2]
 
@@ -148,8 +150,10 @@ def activation_bytes(job: Job, layout: Layout) -> Num:
     working = layout.rematerialises_layer * xp.maximum(per_layer_stored - per_layer, 0.0)
     if model.moe is not None:
         working = working + dispatch_buffer_bytes(job, layout)
-    first_stage = per_layer * layers_per_stage * in_flight_micro_batches(layout.pp, layout.vpp,
-                                                                         layout.micro_batches(job)) + working
+    in_flight = in_flight_micro_batches(layout.pp, layout.vpp, layout.micro_batches(job))
+    if layout.dualpipe:                  # p + 1 micro-batches' activations (DeepSeek-AI 2024, Table 2)
+        in_flight = in_flight + xp.mask(layout.pp > 1)
+    first_stage = per_layer * layers_per_stage * in_flight + working
     logits = loss_bytes_per_logit(job) * layout.micro_batch * job.seq_len / layout.cp * model.vocab / layout.tp
     # multi-token prediction on the last stage: its modules as mean layers, its logits (one micro-batch)
     mtp_depth = 0.0 if model.mtp is None else float(model.mtp.depth)

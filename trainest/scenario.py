@@ -35,6 +35,7 @@ from trainest.choices import (
     MOE_OVERLAPS,
     OFFLOAD_CODES,
     OFFLOADS,
+    PIPELINE_SCHEDULES,
     PIPELINE_SPLITS,
     PRECISIONS,
     RECOMPUTE_CODES,
@@ -110,6 +111,7 @@ class Parallel:
     ep: int = 1                  # expert parallel size (MoE layers)
     etp: int = 1                 # expert tensor parallel size (MoE layers; ep·etp·edp = tp·cp·dp)
     moe_overlap: str = "none"    # what the framework overlaps of the MoE all-to-alls: none | deepep
+    pipeline_schedule: str = "1f1b"   # PIPELINE_SCHEDULES: 1f1b (interleaved with vpp > 1) | dualpipe
 
     @property
     def edp(self) -> int:
@@ -443,6 +445,24 @@ def _check_schedule(sizes: dict[str, Any], dp: int, micro_batch: int, global_bat
                         f"that is a multiple of dp·micro_batch·pp = {dp * micro_batch * pp}")
 
 
+def _check_dualpipe(sizes: dict[str, Any], micro_batches: int, where: str) -> None:
+    """DualPipe's rules (DeepSeek-V3 §3.2.1, deepseek-ai/DualPipe): an even number of pipeline stages, no
+    virtual stages (each device holds two stages of its own), and an even number of micro-batches, at least pp.
+    Without a pipeline (pp 1) there is nothing to schedule: the step is 1F1B's (and `plan` searches pp)."""
+    pp, vpp = sizes["pp"], sizes["vpp"]
+    if pp == 1:
+        return
+    if pp % 2:
+        raise SpecError(f"{where}.parallel.pipeline_schedule: dualpipe needs an even pp (its two pipelines run "
+                        f"from both ends); pp={pp}")
+    if vpp > 1:
+        raise SpecError(f"{where}.parallel.pipeline_schedule: dualpipe with vpp={vpp}: DualPipe has no virtual "
+                        f"stages; use vpp=1")
+    if micro_batches < pp or micro_batches % 2:
+        raise SpecError(f"{where}.parallel.pipeline_schedule: dualpipe needs an even number of micro-batches per "
+                        f"step of at least pp={pp} (half are fed from each end); m = {micro_batches}")
+
+
 def memory_headroom_bytes(value: Any, capacity_bytes: float, where: str) -> tuple[str, float]:
     """(the margin as given, in bytes) of `memory_headroom`: "5%" (of capacity), "2GiB", "8e9" or 0."""
     from trainest.units import parse_bytes
@@ -589,6 +609,10 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
         for key in ("ep", "etp"):
             if par.get(key) is None:
                 r.derive(f"parallel.{key}")
+    schedule = F.choice(par.get("pipeline_schedule", "1f1b"), f"{where}.parallel.pipeline_schedule",
+                        PIPELINE_SCHEDULES)
+    if schedule == "dualpipe":
+        _check_dualpipe(sizes, global_batch // (dp * micro_batch), where)
     _check_schedule(sizes, dp, micro_batch, global_batch, where)
     recompute = F.choice(r.default("recompute", DEFAULT_RECOMPUTE), f"{where}.recompute", RECOMPUTES)
     modules = recompute_modules_of(data.get("recompute_modules"), recompute, model, f"{where}.recompute_modules")
@@ -621,7 +645,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
         model=model, hardware=hardware, seq_len=seq_len, devices=devices, devices_per_node=devices_per_node,
         precision=precision, parallel=Parallel(**sizes, dp=dp, dp_shard=0 if dp_shard == dp else dp_shard,
                                                pipeline_split=split, dp_collectives=dp_collectives,
-                                               dp_overlap=dp_overlap, moe_overlap=moe_overlap),
+                                               dp_overlap=dp_overlap, moe_overlap=moe_overlap,
+                                               pipeline_schedule=schedule),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
         tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, framework=framework,
         adam_moments=moments, recompute_modules=modules,
@@ -656,7 +681,8 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
                      "sequence_parallel": s.parallel.sequence_parallel, "tp_overlap": s.parallel.tp_overlap,
                      "dp_shard": s.parallel.shard, "pipeline_split": s.parallel.pipeline_split,
                      "dp_collectives": s.parallel.dp_collectives, "dp_overlap": s.parallel.dp_overlap,
-                     "ep": s.parallel.ep, "etp": s.parallel.etp, "moe_overlap": s.parallel.moe_overlap},
+                     "ep": s.parallel.ep, "etp": s.parallel.etp, "moe_overlap": s.parallel.moe_overlap,
+                     "pipeline_schedule": s.parallel.pipeline_schedule},
         "micro_batch": s.micro_batch,
         "global_batch": s.global_batch,
         "micro_batches": s.micro_batches,
@@ -711,4 +737,4 @@ def layout_of(s: Scenario) -> Layout:
                   dp_shard=float(p.shard), pipeline_split=p.pipeline_split, dp_collectives=p.dp_collectives,
                   dp_overlap=1.0 if p.dp_overlap else 0.0,
                   finetune=float(FINETUNE_CODES[s.finetune.method]), offload=float(OFFLOAD_CODES[s.offload]),
-                  ep=float(p.ep), etp=float(p.etp), moe_overlap=p.moe_overlap)
+                  ep=float(p.ep), etp=float(p.etp), moe_overlap=p.moe_overlap, pipeline_schedule=p.pipeline_schedule)

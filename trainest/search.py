@@ -242,7 +242,7 @@ class Grid:
         return self.table(knob)[(self.row if knob in ROW_KNOBS else self.combo)[sel]]
 
     def layout(self, sel: np.ndarray, *, pipeline_split: str, tp_overlap: float, dp_collectives: str,
-               dp_overlap: float = 1.0, moe_overlap: str = "none") -> Layout:
+               dp_overlap: float = 1.0, moe_overlap: str = "none", pipeline_schedule: str = "1f1b") -> Layout:
         """The Layout (arrays) of the plans `sel`."""
         row, combo = self.row[sel], self.combo[sel]
 
@@ -262,7 +262,8 @@ class Grid:
                       micro_batch=of("micro_batch"), zero=of("zero"), sp=of("sp"),
                       recompute=of("recompute"), tp_overlap=tp_overlap, pipeline_split=pipeline_split,
                       dp_collectives=dp_collectives, dp_overlap=dp_overlap, finetune=knob("finetune"),
-                      offload=knob("offload"), ep=knob("ep"), etp=knob("etp"), moe_overlap=moe_overlap)
+                      offload=knob("offload"), ep=knob("ep"), etp=knob("etp"), moe_overlap=moe_overlap,
+                      pipeline_schedule=pipeline_schedule)
 
 
 def pipeline_sizes(base: Scenario, devices: int, space: SearchSpace) -> list[int]:
@@ -276,7 +277,10 @@ def pipeline_sizes(base: Scenario, devices: int, space: SearchSpace) -> list[int
     balanced_pps = [p for p in _divisors(m.layers + 2) if p not in even_pps and p <= m.layers]
     if m.moe is not None:
         balanced_pps = sorted(set(balanced_pps) | {p for p in _divisors(devices) if p <= m.layers} - set(even_pps))
-    return _choose(sorted(even_pps + balanced_pps), space.pp, space.max_pp)
+    pps = sorted(even_pps + balanced_pps)
+    if base.parallel.pipeline_schedule == "dualpipe":       # DualPipe: no pipeline, or an even one
+        pps = [p for p in pps if p == 1 or p % 2 == 0]
+    return _choose(pps, space.pp, space.max_pp)
 
 
 def expert_layouts(base: Scenario, stage_ranks: int, tp: int, space: SearchSpace) -> list[tuple[int, int]]:
@@ -331,6 +335,7 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     m = base.model
     B = base.global_batch
     interleaved = FRAMEWORKS[base.framework].interleaved
+    dualpipe = base.parallel.pipeline_schedule == "dualpipe"
     # explicitly allowed tp values are taken as given; otherwise tp stays inside the scale-up domain
     cap_tp = space.max_tp if space.max_tp is not None else (None if space.tp is not None else max_tp_default(base))
     # a hybrid model's Mamba-2 blocks split their heads and groups over t too, and take no CP (scenario.py)
@@ -358,16 +363,18 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
                     continue
                 balanced = m.layers % p != 0
                 units = (m.layers + 2) // p if balanced else m.layers // p
-                # virtual stages only where the framework has the interleaved schedule
-                vs = _choose(_divisors(units) if interleaved else [1], space.vpp, space.max_vpp) if p > 1 else \
-                    ([1] if space.vpp is None or 1 in space.vpp else [])
+                # virtual stages only where the framework has the interleaved schedule (and not with DualPipe)
+                vs = _choose(_divisors(units) if interleaved and not dualpipe else [1], space.vpp, space.max_vpp) \
+                    if p > 1 else ([1] if space.vpp is None or 1 in space.vpp else [])
                 bs = _choose(_divisors(B // d), space.micro_batch, space.max_micro_batch)
                 experts = expert_layouts(base, t * c * d, t, space)
                 if not vs or not bs or not experts:
                     continue
                 pairs = [(v, b) for v in vs for b in bs]
-                # the interleaved schedule needs m = B/(d·b) to be a multiple of p (schedule.py)
-                ok = [(v, b) for v, b in pairs if v == 1 or (B // (d * b)) % p == 0]
+                # the interleaved schedule needs m = B/(d·b) to be a multiple of p (schedule.py), DualPipe an
+                # even m of at least p (scenario.py: _check_dualpipe)
+                ok = [(v, b) for v, b in pairs if (v == 1 or (B // (d * b)) % p == 0)
+                      and not (dualpipe and p > 1 and (B // (d * b) < p or (B // (d * b)) % 2))]
                 rejects["interleaving_indivisible"] += len(pairs) - len(ok)
                 if not ok:
                     continue
@@ -425,7 +432,8 @@ def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> 
 
     def layout(idx: np.ndarray, split: str) -> Layout:
         return g.layout(idx, pipeline_split=split, tp_overlap=tp_overlap, dp_collectives=base.parallel.dp_collectives,
-                        dp_overlap=1.0 if base.parallel.dp_overlap else 0.0, moe_overlap=base.parallel.moe_overlap)
+                        dp_overlap=1.0 if base.parallel.dp_overlap else 0.0, moe_overlap=base.parallel.moe_overlap,
+                        pipeline_schedule=base.parallel.pipeline_schedule)
 
     for split, rows in groups:
         for start in range(0, rows.size, CHUNK_PLANS):
@@ -587,7 +595,8 @@ def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vp
                                      sequence_parallel=sequence_parallel, tp_overlap=base.parallel.tp_overlap,
                                      pipeline_split=pipeline_split, dp_collectives=base.parallel.dp_collectives,
                                      dp_overlap=base.parallel.dp_overlap, ep=ep, etp=etp,
-                                     moe_overlap=base.parallel.moe_overlap))
+                                     moe_overlap=base.parallel.moe_overlap,
+                                     pipeline_schedule=base.parallel.pipeline_schedule))
 
 
 def plan_knobs(s: Scenario) -> dict:

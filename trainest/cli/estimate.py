@@ -116,6 +116,9 @@ OFFLOAD_WARNING = ("offload {offload}: the host-link and host-memory efficiencie
 MOE_FRAMEWORK_WARNING = ("mixture of experts under {framework}: the MoE terms are validated only on Megatron-Bridge "
                          "(Megatron-Core) runs (docs/validation.md, 'Mixture-of-experts runs'); {framework}'s "
                          "expert kernels, token dispatcher and overlap are not")
+DUALPIPE_WARNING = ("pipeline_schedule dualpipe: DeepSeek-V3's schedule from its report (bubble, 2× parameters, "
+                    "p + 1 micro-batches' activations, the all-to-alls and sends hidden, docs/model.md §5.4); no "
+                    "bundled measured run uses it")
 HYBRID_WARNING = ("hybrid Mamba-2 blocks: the scan's rate is a prior (its hardware's fused-attention rate) and no "
                   "hybrid run is fitted; on the {runs} measured Megatron-Bridge runs of {models} trainest's "
                   "tokens/s are {low:+d} to {high:+d} % off the measured (positive: the step predicted too fast; "
@@ -141,6 +144,8 @@ def prior_warnings(scenario: Any, hardware: bool = True) -> list[str]:
         if hardware and not e.moe_fitted:
             out.append(MOE_PRIOR_WARNING.format(hardware=scenario.hardware.name, grouped=e.grouped_gemm,
                                                 a2a=e.all_to_all))
+    if scenario.parallel.pipeline_schedule == "dualpipe":
+        out.append(DUALPIPE_WARNING)
     if scenario.model.hybrid is not None:
         latent = scenario.model.moe is not None and scenario.model.moe.latent_size is not None
         runs, low, high = LATENT_MOE_ERROR_RANGE_PCT if latent else HYBRID_ERROR_RANGE_PCT

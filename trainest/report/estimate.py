@@ -133,6 +133,7 @@ def layout_text(s: Scenario) -> str:
     extras = [text for text, shown in (("tp-overlap=on", p.tp_overlap), (f"dp-shard={p.dp_shard}", p.dp_shard),
                                        (f"moe-overlap={p.moe_overlap}", s.model.moe is not None),
                                        (f"pipeline-split={p.pipeline_split}", p.pipeline_split != "even"),
+                                       (f"schedule={p.pipeline_schedule}", p.pipeline_schedule != "1f1b"),
                                        (f"dp-collectives={p.dp_collectives}", p.dp_collectives != "hierarchical"))
               if shown]
     return " ".join([text, *extras])

@@ -22,7 +22,7 @@ from trainest.step.optimizer import adam_bytes_per_param, optimizer_s
 from trainest.step.overlap import DpExposed, dp_exposed_parts, dp_windows_s, overlapped_exposed_s, serial_dp_s
 from trainest.step.rates import LocalShape, Rates, local_shape, rates_of
 from trainest.step.roofline import Op, bound_sums
-from trainest.step.schedule import bubble_s, slowest_stage, stage_dense_params, stage_expert_params
+from trainest.step.schedule import bubble_s, dualpipe_copies, slowest_stage, stage_dense_params, stage_expert_params
 from trainest.step.traffic import (
     CpRing,
     DpTraffic,
@@ -124,8 +124,8 @@ def mean_layer(job: Job, layout: Layout, rates: Rates, shape: LocalShape, tiers:
                      w_dense * tp_exposed + w_moe * m.tp_exposed_s, w_moe * m.ep_total_s, w_moe * m.ep_exposed_s)
 
 
-# The layout knobs the layer terms read, besides the job-wide tp_overlap and moe_overlap (the same for
-# every plan of a search): plans that agree on these share their layer terms, and the plan search
+# The layout knobs the layer terms read, besides the job-wide tp_overlap, moe_overlap and pipeline_schedule (the
+# same for every plan of a search): plans that agree on these share their layer terms, and the plan search
 # computes them once per distinct combination (tests/test_search.py checks that nothing else is read).
 LAYER_KNOBS = ("tp", "cp", "micro_batch", "sp", "recompute", "finetune", "ep", "etp")
 
@@ -218,10 +218,12 @@ def _dp_tiers(tiers: Tiers, layout: Layout) -> Tiers:
 
 
 def _stage_local_params(job: Job, layout: Layout) -> tuple[Num, Num]:
-    """(non-expert, routed expert) parameters of the heaviest stage on one device."""
+    """(non-expert, routed expert) parameters of the heaviest stage on one device (DualPipe: two stages'
+    copies, whose gradients and optimizer steps the device carries too, docs/model.md §5.4)."""
     model = job.model
-    return (stage_dense_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.tp,
-            stage_expert_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.expert_group)
+    copies = dualpipe_copies(layout)
+    return (copies * stage_dense_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.tp,
+            copies * stage_expert_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.expert_group)
 
 
 def step_dp_traffic(job: Job, layout: Layout) -> DpTraffic:
@@ -290,6 +292,8 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     head_o, head_comm = head_o + stage.last_is_max * mtp.overhead_s, head_comm + stage.last_is_max * mtp.comm_s
     stage_c, stage_m, stage_o = n * lp.compute_s, n * lp.memory_s, n * layer_overhead + head_o
     stage_pp = pp_p2p_s(job, layout, shape, tiers)
+    if layout.dualpipe:        # DualPipe overlaps the stages' sends with another micro-batch's computation
+        stage_pp = overlapped_exposed_s(stage_pp, n * (lp.compute_s + lp.memory_s), 0.0, eff.overlap_contention)
     params_local, expert_local = _stage_local_params(job, layout)
     z3_layer, z3_comm = zero3_s(job, layout, dp_tiers, n, params_local)
     # the window for ZeRO-3's traffic: the stage's work, less the attention time that hides CP

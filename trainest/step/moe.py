@@ -406,11 +406,14 @@ def ep_layer_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers, window_s: 
     their gradients backward, the forward's again where the block is re-run (full recompute, the `moe`
     recompute module: Job.moe_rerun): (4 + 2·[re-run]) all-to-alls.
     Exposed in full unless the framework overlaps them (`moe_overlap: deepep`: hidden behind another
-    micro-batch's computation, `window_s`, at the hardware's contention share κ, §4.7)."""
+    micro-batch's computation, `window_s`, at the hardware's contention share κ, §4.7; so does DualPipe
+    with a pipeline, §5.4: `Layout.ep_hidden`)."""
     total = A2A_PER_LAYER_PASS * (2.0 + job.moe_rerun(layout)) * ep_all_to_all_s(job, layout, x, tiers)
-    if not layout.deepep:
+    hidden = layout.ep_hidden
+    if xp.off(hidden):
         return total, total
-    return total, overlapped_exposed_s(total, window_s, 0.0, job.hardware.efficiency.overlap_contention)
+    exposed = overlapped_exposed_s(total, window_s, 0.0, job.hardware.efficiency.overlap_contention)
+    return total, xp.where(hidden > 0, exposed, total)
 
 
 def moe_tp_all_reduces(job: Job, layout: Layout) -> Num:

@@ -97,6 +97,27 @@ def bubble_slots(pp: Num, vpp: Num, micro_batches: Num) -> Num:
     return (pp - 1.0) / vpp + short * (1.0 - 1.0 / vpp)
 
 
+# DualPipe (DeepSeek-AI 2024, §3.2.1 and Table 2): bubble (p/2 − 1)·(F&B + B − 3W) against 1F1B's (p − 1)·(F + B),
+# with F, B the forward and the whole backward of a chunk, W its weight gradient, F&B a forward and a backward
+# run overlapped. In a stage's micro-batch time t = F + B with the backward twice the forward (F = t/3,
+# B = 2t/3), W half the backward (one of its two GEMMs per weight GEMM: t/3) and F&B = F + B (the overlap hides
+# communication, not computation): F&B + B − 3W = t + 2t/3 − t = 2t/3.
+DUALPIPE_SLOT = 2.0 / 3.0
+
+
+def dualpipe_copies(layout: Layout) -> Num:
+    """Pipeline stages' parameters one device holds: 2 with DualPipe and a pipeline (each device runs a
+    stage of each direction: DeepSeek-AI 2024, Table 2, parameters 2×), else 1."""
+    return xp.where(layout.pp > 1, 2.0, 1.0) if layout.dualpipe else 1.0
+
+
+def dualpipe_slots(pp: Num) -> Num:
+    """DualPipe's fill and drain in micro-batch times: (p/2 − 1)·DUALPIPE_SLOT (0 without a pipeline)."""
+    return xp.maximum(pp / 2.0 - 1.0, 0.0) * DUALPIPE_SLOT
+
+
 def bubble_s(layout: Layout, micro_batches: Num, typical_micro_batch_s: Num) -> Num:
-    """The pipeline bubble [s]: bubble_slots(p, v, m) times a typical stage's micro-batch time."""
-    return bubble_slots(layout.pp, layout.vpp, micro_batches) * typical_micro_batch_s
+    """The pipeline bubble [s]: bubble_slots(p, v, m) (DualPipe: dualpipe_slots(p)) times a typical
+    stage's micro-batch time."""
+    slots = dualpipe_slots(layout.pp) if layout.dualpipe else bubble_slots(layout.pp, layout.vpp, micro_batches)
+    return slots * typical_micro_batch_s
