@@ -445,6 +445,15 @@ def _check_schedule(sizes: dict[str, Any], dp: int, micro_batch: int, global_bat
                         f"that is a multiple of dp·micro_batch·pp = {dp * micro_batch * pp}")
 
 
+def _schedule_of(par: dict[str, Any], sizes: dict[str, Any], micro_batches: int, where: str) -> str:
+    """`parallel.pipeline_schedule` (PIPELINE_SCHEDULES), with DualPipe's rules checked."""
+    schedule = F.choice(par.get("pipeline_schedule", "1f1b"), f"{where}.parallel.pipeline_schedule",
+                        PIPELINE_SCHEDULES)
+    if schedule == "dualpipe":
+        _check_dualpipe(sizes, micro_batches, where)
+    return schedule
+
+
 def _check_dualpipe(sizes: dict[str, Any], micro_batches: int, where: str) -> None:
     """DualPipe's rules (DeepSeek-V3 §3.2.1, deepseek-ai/DualPipe): an even number of pipeline stages, no
     virtual stages (each device holds two stages of its own), and an even number of micro-batches, at least pp.
@@ -609,10 +618,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
         for key in ("ep", "etp"):
             if par.get(key) is None:
                 r.derive(f"parallel.{key}")
-    schedule = F.choice(par.get("pipeline_schedule", "1f1b"), f"{where}.parallel.pipeline_schedule",
-                        PIPELINE_SCHEDULES)
-    if schedule == "dualpipe":
-        _check_dualpipe(sizes, global_batch // (dp * micro_batch), where)
+    schedule = _schedule_of(par, sizes, global_batch // (dp * micro_batch), where)
     _check_schedule(sizes, dp, micro_batch, global_batch, where)
     recompute = F.choice(r.default("recompute", DEFAULT_RECOMPUTE), f"{where}.recompute", RECOMPUTES)
     modules = recompute_modules_of(data.get("recompute_modules"), recompute, model, f"{where}.recompute_modules")

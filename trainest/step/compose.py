@@ -255,6 +255,15 @@ def layer_time_s(lp: LayerPass, host_layer_s: Num, comm_s: Num) -> tuple[Num, Nu
     return device_s + wait, lp.overhead_s + lp.floor_s + wait, wait, xp.mask(host_layer_s > device_s)
 
 
+def stage_pp_s(job: Job, layout: Layout, shape: LocalShape, tiers: Tiers, work_s: Num) -> Num:
+    """A stage's pipeline sends of one micro-batch [s] (traffic.pp_p2p_s), exposed; DualPipe overlaps them
+    with another micro-batch's computation (`work_s`: the stage's), at the contention share (§5.4)."""
+    stage_pp = pp_p2p_s(job, layout, shape, tiers)
+    if not layout.dualpipe:
+        return stage_pp
+    return overlapped_exposed_s(stage_pp, work_s, 0.0, job.hardware.efficiency.overlap_contention)
+
+
 def step_flops(job: Job, layout: Layout) -> tuple[Num, Num]:
     """(model, hardware) FLOPs of one step, all devices: the layers and the logits (§1), the MTP modules
     (§15.10), what recomputation adds, and a frozen base's missing weight gradients and its adapters."""
@@ -291,9 +300,7 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     head_o, head_comm = head.on_path(layout.pp, stage.last_is_max)
     head_o, head_comm = head_o + stage.last_is_max * mtp.overhead_s, head_comm + stage.last_is_max * mtp.comm_s
     stage_c, stage_m, stage_o = n * lp.compute_s, n * lp.memory_s, n * layer_overhead + head_o
-    stage_pp = pp_p2p_s(job, layout, shape, tiers)
-    if layout.dualpipe:        # DualPipe overlaps the stages' sends with another micro-batch's computation
-        stage_pp = overlapped_exposed_s(stage_pp, n * (lp.compute_s + lp.memory_s), 0.0, eff.overlap_contention)
+    stage_pp = stage_pp_s(job, layout, shape, tiers, n * (lp.compute_s + lp.memory_s))
     params_local, expert_local = _stage_local_params(job, layout)
     z3_layer, z3_comm = zero3_s(job, layout, dp_tiers, n, params_local)
     # the window for ZeRO-3's traffic: the stage's work, less the attention time that hides CP
