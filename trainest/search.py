@@ -536,7 +536,7 @@ def _take(x: Any, idx: np.ndarray) -> Any:
     they are."""
     if hasattr(x, "_fields"):
         return type(x)(*(_take(v, idx) for v in x))
-    return x if x is None or isinstance(x, (int, float, str, list)) else x[idx]
+    return x if x is None or isinstance(x, (int, float, str, list, tuple)) else x[idx]
 
 
 def _joined(parts: list[Any], sizes: list[int]) -> Any:
@@ -546,8 +546,8 @@ def _joined(parts: list[Any], sizes: list[int]) -> Any:
     first = parts[0]
     if hasattr(first, "_fields"):
         return type(first)(*(_joined([p[i] for p in parts], sizes) for i in range(len(first))))
-    if first is None or isinstance(first, (str, list)):
-        return [] if isinstance(first, list) else first
+    if first is None or isinstance(first, (str, list, tuple)):
+        return [] if isinstance(first, list) else () if isinstance(first, tuple) else first
     if all(isinstance(p, (int, float)) and p == first for p in parts):
         return first
     return np.concatenate([np.broadcast_to(np.asarray(p, dtype=float), (k,))

@@ -12,7 +12,7 @@ from trainest.layout import Job, Layout, Num
 from trainest.step.collectives import Tiers, tied_embedding_s, tiers_of
 from trainest.step.finetune import finetune_flops_delta, trainable_params_local
 from trainest.step.flops import model_flops_per_step, mtp_flops_per_step, recompute_flops_per_step
-from trainest.step.hybrid import block_passes, mix_blocks
+from trainest.step.hybrid import BlockPass, block_passes, mix_blocks
 from trainest.step.kernels import head_parts, host_layer_s, host_pass_s, host_wait_s
 from trainest.step.layer import LayerPass, attention_block, layer_ops, layer_pass, logits_ops, mix_passes
 from trainest.step.moe import expert_host_layer_s, expert_host_pass_s, moe_layer
@@ -100,6 +100,9 @@ class MeanLayer(NamedTuple):
     tp_exposed_s: Num
     ep_total_s: Num
     ep_exposed_s: Num
+    # each kind's own pass, by name (dense, moe; a hybrid's mamba, attention, moe, mlp), for what runs
+    # those kinds again (the MTP modules, step/mtp.py); the plan search drops them (LayerTerms.bare)
+    parts: tuple[tuple[str, BlockPass], ...] = ()
 
 
 def mean_layer(job: Job, layout: Layout, rates: Rates, shape: LocalShape, tiers: Tiers) -> MeanLayer:
@@ -107,21 +110,24 @@ def mean_layer(job: Job, layout: Layout, rates: Rates, shape: LocalShape, tiers:
     model's layers."""
     model = job.model
     if model.hybrid is not None:     # a hybrid model's mean block (step/hybrid.py)
-        return MeanLayer(*mix_blocks(block_passes(job, layout, rates, shape, tiers)))
+        blocks = block_passes(job, layout, rates, shape, tiers)
+        return MeanLayer(*mix_blocks(blocks), parts=tuple((name, bp) for name, _, bp in blocks))
     if model.moe is None:
         lp = layer_pass(job, layout, rates, shape)
         tp_total, tp_exposed = tp_layer_s(job, layout, shape, tiers, lp.linear_s)
-        return MeanLayer(lp, tp_total, tp_exposed, 0.0, 0.0)
+        return MeanLayer(lp, tp_total, tp_exposed, 0.0, 0.0, parts=(("dense", BlockPass(lp, tp_total, tp_exposed)),))
     # both kinds of layer share the attention core: computed once
     attention = attention_block(job, layout, rates, shape)
     m = moe_layer(job, layout, rates, shape, tiers, attention)
+    moe_part = ("moe", BlockPass(m.lp, m.tp_total_s, m.tp_exposed_s, m.ep_total_s, m.ep_exposed_s))
     w_dense, w_moe = model.dense_layers_count / model.layers, model.moe_layers / model.layers
     if w_dense == 0.0:
-        return MeanLayer(m.lp, m.tp_total_s, m.tp_exposed_s, m.ep_total_s, m.ep_exposed_s)
+        return MeanLayer(m.lp, m.tp_total_s, m.tp_exposed_s, m.ep_total_s, m.ep_exposed_s, parts=(moe_part,))
     lp = layer_pass(job, layout, rates, shape, layer_ops(job, layout, rates, shape, attention=attention))
     tp_total, tp_exposed = tp_layer_s(job, layout, shape, tiers, lp.linear_s)
     return MeanLayer(mix_passes(lp, m.lp, w_dense, w_moe), w_dense * tp_total + w_moe * m.tp_total_s,
-                     w_dense * tp_exposed + w_moe * m.tp_exposed_s, w_moe * m.ep_total_s, w_moe * m.ep_exposed_s)
+                     w_dense * tp_exposed + w_moe * m.tp_exposed_s, w_moe * m.ep_total_s, w_moe * m.ep_exposed_s,
+                     parts=(("dense", BlockPass(lp, tp_total, tp_exposed)), moe_part))
 
 
 # The layout knobs the layer terms read, besides the job-wide tp_overlap, moe_overlap and pipeline_schedule (the
@@ -146,7 +152,7 @@ class LayerTerms(NamedTuple):
     def bare(self) -> LayerTerms:
         """The same terms without the named ops (those are for one estimate's ops table; the plan
         search's arrays need only the sums)."""
-        return self._replace(mean=self.mean._replace(lp=self.mean.lp._replace(ops=None)), logits=[])
+        return self._replace(mean=self.mean._replace(lp=self.mean.lp._replace(ops=None), parts=()), logits=[])
 
 
 def layer_terms(job: Job, layout: Layout) -> LayerTerms:
@@ -161,7 +167,7 @@ def layer_terms(job: Job, layout: Layout) -> LayerTerms:
                       logits=logits, logits_c=logits_c,
                       logits_m=logits_m,
                       host_layer_s=host_layer_s(job, layout) + expert_host_layer_s(job, layout),
-                      mtp=mtp_pass(job, layout, rates, shape, tiers))
+                      mtp=mtp_pass(job, layout, rates, shape, tiers, dict(mean.parts)))
 
 
 class MtpTerms(NamedTuple):
@@ -286,7 +292,7 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     dp_tiers = _dp_tiers(tiers, layout)
     rates, shape = rates_of(job, layout), local_shape(job, layout)
     layer = layer if layer is not None else layer_terms(job, layout)
-    (lp, tp_total, tp_layer, ep_total, ep_layer), cp = layer.mean, layer.cp
+    (lp, tp_total, tp_layer, ep_total, ep_layer), cp = layer.mean[:5], layer.cp
     logits, logits_c, logits_m, host_layer = layer.logits, layer.logits_c, layer.logits_m, layer.host_layer_s
     layer_s, layer_overhead, host_excess, host_bound = layer_time_s(lp, host_layer, tp_layer + cp.exposed_s + ep_layer)
     # outside the layers (kernels.py: head_*): the embedding on the first stage, the logits and loss on the

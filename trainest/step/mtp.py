@@ -39,28 +39,37 @@ class MtpPass(NamedTuple):
     extra_m: Num
 
 
-def mtp_pass(job: Job, layout: Layout, r: Rates, x: LocalShape, tiers: Tiers) -> MtpPass | None:
+def mtp_pass(job: Job, layout: Layout, r: Rates, x: LocalShape, tiers: Tiers,
+             parts: dict[str, BlockPass] | None = None) -> MtpPass | None:
     """The model's MTP module as block units (None without MTP): a transformer's `*E` is one MoE layer
     (step/moe.py) and `*-` one dense layer; a hybrid model's blocks are its block passes of those kinds
-    (step/hybrid.py). Its projection T × h × 2h forward, data and weight gradients; its MTP_NORMS norms
-    read and write h-wide 16-bit tensors, twice that backward."""
+    (step/hybrid.py). `parts`: the mean layer's own passes by kind (compose.MeanLayer.parts), when
+    computed: the same passes, not computed again. Its projection T × h × 2h forward, data and weight
+    gradients; its MTP_NORMS norms read and write h-wide 16-bit tensors, twice that backward."""
     m = job.model
     mtp = m.mtp
     if mtp is None:
         return None
+    parts = parts or {}
     units: list[tuple[str, float, BlockPass]] = []
     if m.hybrid is not None:
-        kinds = {name: bp for name, _, bp in block_passes(job, layout, r, x, tiers)}
+        kinds = parts or {name: bp for name, _, bp in block_passes(job, layout, r, x, tiers)}
         names = {"M": "mamba", "*": "attention", "E": "moe", "-": "mlp"}
         for kind in mtp.pattern:        # kinds of the model's own pattern (models.py: _mtp_from)
             units.append((f"mtp.{names[kind]}", 1.0, kinds[names[kind]]))
     elif mtp.pattern == "*E":
-        ml = moe_layer(job, layout, r, x, tiers)
-        units.append(("mtp", 1.0, BlockPass(ml.lp, ml.tp_total_s, ml.tp_exposed_s, ml.ep_total_s, ml.ep_exposed_s)))
+        bp = parts.get("moe")
+        if bp is None:
+            ml = moe_layer(job, layout, r, x, tiers)
+            bp = BlockPass(ml.lp, ml.tp_total_s, ml.tp_exposed_s, ml.ep_total_s, ml.ep_exposed_s)
+        units.append(("mtp", 1.0, bp))
     else:
-        lp = layer_pass(job, layout, r, x)
-        total, exposed = tp_layer_s(job, layout, x, tiers, lp.linear_s)
-        units.append(("mtp", 1.0, BlockPass(lp, total, exposed)))
+        bp = parts.get("dense")
+        if bp is None:
+            lp = layer_pass(job, layout, r, x)
+            total, exposed = tp_layer_s(job, layout, x, tiers, lp.linear_s)
+            bp = BlockPass(lp, total, exposed)
+        units.append(("mtp", 1.0, bp))
     lp, tp_total, tp_exposed, ep_total, ep_exposed = mix_blocks(units)
     h = m.hidden
     proj = r.gemm_op("mtp.proj", x.tokens, h, 2.0 * h)
