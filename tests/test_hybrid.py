@@ -34,6 +34,8 @@ def test_latent_moe_parameters_match_the_published_counts():
     assert m.expert_hidden == 1024 and m.latent_params_per_moe_layer == 2 * 4096 * 1024
     assert m.params == pytest.approx(120.67e9, rel=1e-3)
     assert m.active_params == pytest.approx(12.77e9, rel=1e-3)
+    ultra = load_model("nemotron-3-ultra")            # 549.3 B / 56.1 B from the dimensions (published 550 / 55)
+    assert (ultra.params, ultra.active_params) == pytest.approx((549.3e9, 56.06e9), rel=1e-3)
 
 
 def test_a_latent_makes_the_experts_and_their_all_to_alls_cheaper():
