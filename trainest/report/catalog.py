@@ -87,7 +87,8 @@ def model_rows() -> list[dict[str, Any]]:
 
 
 def model_architecture(model: Any) -> str:
-    """What a model is made of, in words: dense, moe (E experts, top-K), mla, hybrid (its blocks), latent."""
+    """What a model is made of, in words: dense, moe (E experts, top-K), mla, hybrid (its blocks), latent,
+    mtp (its depth)."""
     parts = []
     if model.hybrid is not None:
         counts = ((model.mamba_layers, "M"), (model.attention_layers, "A"), (model.moe_layers, "E"),
@@ -97,6 +98,8 @@ def model_architecture(model: Any) -> str:
         parts.append(f"moe {model.moe.experts}/{model.moe.top_k}" + (" latent" if model.moe.latent_size else ""))
     if model.mla is not None:
         parts.append("mla")
+    if model.mtp is not None:
+        parts.append(f"mtp {model.mtp.depth}")
     return " ".join(parts) or "dense"
 
 
