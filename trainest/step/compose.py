@@ -104,6 +104,11 @@ class MeanLayer(NamedTuple):
     # those kinds again (the MTP modules, step/mtp.py); the plan search drops them (LayerTerms.bare)
     parts: tuple[tuple[str, BlockPass], ...] = ()
 
+    @property
+    def passes(self) -> tuple[LayerPass, Num, Num, Num, Num]:
+        """(pass, TP all, TP exposed, EP all, EP exposed): what the step composes."""
+        return self.lp, self.tp_total_s, self.tp_exposed_s, self.ep_total_s, self.ep_exposed_s
+
 
 def mean_layer(job: Job, layout: Layout, rates: Rates, shape: LocalShape, tiers: Tiers) -> MeanLayer:
     """One layer pass, its TP traffic and (MoE) its expert-parallel traffic, as the mean over the
@@ -292,7 +297,7 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     dp_tiers = _dp_tiers(tiers, layout)
     rates, shape = rates_of(job, layout), local_shape(job, layout)
     layer = layer if layer is not None else layer_terms(job, layout)
-    (lp, tp_total, tp_layer, ep_total, ep_layer), cp = layer.mean[:5], layer.cp
+    (lp, tp_total, tp_layer, ep_total, ep_layer), cp = layer.mean.passes, layer.cp
     logits, logits_c, logits_m, host_layer = layer.logits, layer.logits_c, layer.logits_m, layer.host_layer_s
     layer_s, layer_overhead, host_excess, host_bound = layer_time_s(lp, host_layer, tp_layer + cp.exposed_s + ep_layer)
     # outside the layers (kernels.py: head_*): the embedding on the first stage, the logits and loss on the
