@@ -131,15 +131,24 @@ def block_elementwise_bytes(job: Job, layout: Layout, x: LocalShape, kind: str) 
         return (half + f_wide_passes(job) * ACTIVATION_BYTES * T * width
                 + casts(job, T * (m.hidden / sp + width)))
     if kind == "E":
-        extra = mla.elementwise_bytes(job, layout, x) if m.mla is not None else 0.0
-        return moe_elementwise_bytes(job, layout, x) - half - attention_casts - extra
+        return moe_elementwise_bytes(job, layout, x) - attention_half_bytes(job, layout, x)
     b = m.mamba
     inner = b.inner / layout.tp
     return half + GATED_NORM_PASSES * ACTIVATION_BYTES * T * inner + casts(job, T * (m.hidden / sp + inner))
 
 
-def elementwise_op_of(job: Job, layout: Layout, r: Rates, x: LocalShape, kind: str) -> Op:
-    moved = block_elementwise_bytes(job, layout, x, kind)
+def attention_half_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
+    """What a MoE layer's element-wise bytes (moe.moe_elementwise_bytes) hold of its attention half: its
+    norm and residual, the casts of the attention's two GEMM inputs, MLA's traffic [B]."""
+    m = job.model
+    extra = mla.elementwise_bytes(job, layout, x) if m.mla is not None else 0.0
+    return half_layer_bytes(job, layout, x) + casts(job, 2.0 * x.tokens * m.hidden / layout.sp_div) + extra
+
+
+def elementwise_op_of(job: Job, layout: Layout, r: Rates, x: LocalShape, kind: str,
+                      moved: Num | None = None) -> Op:
+    """The block's element-wise op (`moved`: its bytes, when known)."""
+    moved = block_elementwise_bytes(job, layout, x, kind) if moved is None else moved
     return op_of("elementwise", FORWARD, 0.0 * moved, moved, streaming_time(moved, r.memory_bytes_per_s))
 
 
@@ -184,7 +193,9 @@ def block_passes(job: Job, layout: Layout, r: Rates, x: LocalShape, tiers: Tiers
         count = m.block_count(kind)
         if not count:
             continue
-        elementwise = elementwise_op_of(job, layout, r, x, kind)
+        part = moe_mlp(job, layout, r, x) if kind == "E" else None    # its element-wise bytes, computed once
+        elementwise = elementwise_op_of(job, layout, r, x, kind, None if part is None else
+                                        part.elementwise.bytes - attention_half_bytes(job, layout, x))
         if kind == "M":
             ops = _block(job, layout, r, x, kind, no_mlp(elementwise), mamba_ops(job, layout, r, x))
         elif kind == "*":
@@ -192,8 +203,7 @@ def block_passes(job: Job, layout: Layout, r: Rates, x: LocalShape, tiers: Tiers
         elif kind == "-":
             ops = _block(job, layout, r, x, kind, dense_mlp(job, layout, r, x)._replace(elementwise=elementwise),
                          ([], [], []))
-        else:
-            part = moe_mlp(job, layout, r, x)
+        elif part is not None:
             back = moe_elementwise_backward_bytes(job, layout, x, elementwise.bytes)
             bwd = op_of("elementwise", BACKWARD, 0.0 * back, back, streaming_time(back, r.memory_bytes_per_s))
             ops = _block(job, layout, r, x, kind, part._replace(elementwise=elementwise, elementwise_backward=bwd),

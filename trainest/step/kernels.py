@@ -56,15 +56,15 @@ ALL_TO_ALLS_PER_MOE_LAYER = 4.0     # dispatch and combine forward, their gradie
 
 
 def gemm_kernels(job: Job) -> float:
-    """Weight-GEMM kernels of the mean layer's forward: QKV and the output projection (MLA: 4 or 5
-    projections), the MLP's up (with gate) and down; a MoE layer has the router, two grouped expert
-    GEMMs and the shared experts' two instead of the MLP's (weighted by the layer kinds' shares)."""
+    """Weight-GEMM kernels of the mean layer's forward: its attention block's (QKV and the output
+    projection; MLA: 4 or 5 projections) and its MLP's (up with gate and down; a MoE layer the router,
+    two grouped expert GEMMs and the shared experts' two), the MLP kinds weighted by their shares of
+    the layers (`block_gemm_kernels`)."""
     m = job.model
-    attention = 2.0 if m.mla is None else (5.0 if m.mla.q_lora_rank is not None else 4.0)
     if m.moe is None:
-        return attention + 2.0
-    moe_mlp = 3.0 + (2.0 if m.moe.shared_experts else 0.0) + (2.0 if m.moe.latent_size is not None else 0.0)
-    return attention + (2.0 * m.dense_layers_count + moe_mlp * m.moe_layers) / m.layers
+        return block_gemm_kernels(job, "*") + block_gemm_kernels(job, "-")
+    return block_gemm_kernels(job, "*") + (m.dense_layers_count * block_gemm_kernels(job, "-")
+                                           + m.moe_layers * block_gemm_kernels(job, "E")) / m.layers
 
 
 def moe_layer_share(job: Job) -> float:
