@@ -270,6 +270,18 @@ def test_list_hardware_sorts_and_shows_what_a_buyer_compares(capsys):
     assert code == 1 and "--sort" in err
 
 
+@pytest.mark.parametrize("what", ["hardware", "models", "frameworks"])
+def test_list_keeps_every_value_whole_on_an_80_column_terminal(what, capsys, monkeypatch):
+    """Regression: on 80 columns `list models` cut the parameter counts to '67…' over two lines."""
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = call_entry(["list", what], capsys)
+    assert code == 0, err
+    assert "…" not in out
+    if what == "models":
+        row = next(line for line in out.splitlines() if line.split()[:1] == ["deepseek-v3"])
+        assert "671 B" in row and "37.6 B" in row
+
+
 def test_shell_completion(capsys):
     code, out, err = call_entry(["completion", "zsh"], capsys)
     assert code == 0 and out.startswith("#compdef trainest")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainest import SCHEMA_VERSION
-from trainest.report import console
+from trainest.report import console, print_table
 
 
 def calibration(hw: Any) -> str:
@@ -138,8 +138,9 @@ HARDWARE_COLUMNS = ("name", "bf16", "fp8", "GB", "TB/s", "scale-up", "out", "W",
 
 
 def _cell(key: str, value: Any) -> str:
-    if key in ("params", "active_params"):
-        return f"{value / 1e9:.2f} B"
+    if key in ("params", "active_params"):     # three significant digits at most (exact: --json)
+        b = value / 1e9
+        return f"{b:.0f} B" if b >= 100 else f"{b:.1f} B" if b >= 10 else f"{b:.2f} B"
     return str(value)
 
 
@@ -161,7 +162,7 @@ def print_list(what: str, rows: list[dict[str, Any]]) -> None:
         for r in rows:
             table.add_row(*hardware_cells(r))
         con = console()
-        con.print(table)
+        print_table(con, table)
         con.print(caption, style="dim")    # (as a caption, rich would size the columns by its text)
         return
     if what == "frameworks":
@@ -174,12 +175,12 @@ def print_list(what: str, rows: list[dict[str, Any]]) -> None:
     columns = [("name", "name"), ("params", "params"), ("active", "active_params"), ("architecture", "architecture"),
                ("layers", "layers"), ("hidden", "hidden"), ("heads", "heads"), ("kv", "kv_heads"), ("mlp", "mlp"),
                ("seq", "seq_len")]
-    for title, key in columns:
-        table.add_column(title, no_wrap=key in ("name", "architecture"),
+    for title, key in columns:    # every number whole: on a narrow terminal the architecture wraps
+        table.add_column(title, no_wrap=key != "architecture",
                          justify="left" if key in ("name", "architecture", "mlp") else "right")
     for r in rows:
         table.add_row(*(_cell(key, r[key]) for _, key in columns))
-    console().print(table)
+    print_table(console(), table)
 
 
 def _yes(flag: bool) -> str:
