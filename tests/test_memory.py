@@ -240,6 +240,20 @@ def test_balanced_split_counts_embedding_and_loss_as_one_layer_each():
     assert stage_layers(big, 1.0, 1.0, "balanced") == (96.0, 96.0)
 
 
+@pytest.mark.parametrize("layers, vpp", [(30, 1.0), (62, 4.0), (94, 12.0)])
+def test_balanced_split_over_two_stages_holds_every_layer_once(layers, vpp):
+    """Regression: with p = 2 there is no middle stage; the heaviest stage was counted as u layers (a
+    phantom middle stage), one more than either real stage. Conservation: first + last = L when the
+    L + 2 units divide evenly; the first stage also holds the input embedding's parameters."""
+    from trainest.memory import stage_layers, stage_params
+    m = model_from_mapping({"layers": layers, "hidden": 64, "ffn_hidden": 256, "heads": 4, "vocab": 100}, "t")
+    heavy, last = stage_layers(m, 2.0, vpp, "balanced")
+    assert heavy + last == layers and heavy == last == layers / 2
+    assert stage_params(m, 2.0, vpp, "balanced") == pytest.approx(heavy * m.params_per_layer + m.vocab * m.hidden)
+    heavy4, _ = stage_layers(m, 4.0, 1.0, "balanced")
+    assert heavy4 == -(-(layers + 2) // 4)                 # a middle stage holds all its u units as layers
+
+
 def test_hybrid_sharding_shards_over_the_shard_group_only():
     P = GPT.params
     hsdp = mem(dp=8.0, zero=3.0, dp_shard=2.0)

@@ -19,13 +19,14 @@ def stage_layers(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even") -> 
     split): the embedding and the loss count as one layer each, and multi-token prediction's modules as
     their layers (`Model.mtp_layers`, on the last stage: DeepSeek-V3's and Megatron-Bridge's pipeline
     layouts give it fewer layers), a stage holds u = ceil((L + 2 + L_mtp)/(p·v))·v units, the first
-    stage one layer less than u and the last 1 + L_mtp less.
+    stage one layer less than u and the last 1 + L_mtp less; the middle stages u layers, so with p = 2,
+    where there is none, the heaviest is the first (u − 1).
     """
     if split == "even":
         return model.layers / pp, model.layers / pp
     mtp = model.mtp_layers
     units = xp.ceil((model.layers + 2.0 + mtp) / (pp * vpp)) * vpp
-    heavy = xp.where(pp > 1, units, float(model.layers))
+    heavy = xp.where(pp > 2, units, xp.where(pp > 1, units - 1.0, float(model.layers)))
     return heavy, xp.where(pp > 1, xp.maximum(units - 1.0 - mtp, 0.0), float(model.layers))
 
 
@@ -43,7 +44,8 @@ def stage_params(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even", per
     if split == "even":
         return heavy * per_layer + xp.where(pp > 1, embed_one, model.embedding_params) + mtp
     with_embed = last * per_layer + xp.where(pp > 1, embed_one, model.embedding_params) + mtp
-    return xp.maximum(heavy * per_layer, with_embed)
+    first = xp.where(pp > 2, heavy - 1.0, heavy) * per_layer + embed_one     # one layer fewer, the input embedding
+    return xp.maximum(xp.maximum(heavy * per_layer, with_embed), xp.where(pp > 1, first, 0.0))
 
 
 def stage_dense_params(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even") -> Num:
