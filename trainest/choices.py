@@ -36,7 +36,7 @@ KERNELS = ("fused", "eager")
 ADAM_MOMENTS = ("fp32", "bf16")   # the dtype of Adam's two moments (DeepSeek-V3 keeps them in BF16)
 # pipeline split: even (L/p layers per stage) or balanced (the embedding and the loss count as one
 # layer each: Megatron's account-for-embedding-and-loss split)
-PIPELINE_SPLITS = ("even", "balanced")
+PIPELINE_SPLITS = ("even", "balanced", "layout")   # layout: as parallel.pipeline_layout places them
 # data-parallel/ZeRO rings: hierarchical (every NIC of a node) or flat (one NIC per rank)
 DP_COLLECTIVES = ("hierarchical", "flat")
 # the training framework (trainest/frameworks.py says what each does)

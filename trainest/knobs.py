@@ -122,8 +122,11 @@ KNOBS: tuple[Knob, ...] = (
     K("dp_shard", ("--dp-shard",), "int", "Hybrid sharding: ZeRO shard group size (divides dp).", "dp",
       group=PARALLEL),
     K("pipeline_split", ("--pipeline-split",), "choice",
-      "even (layers divide p·v) or balanced (embedding and loss count as layers).", "even", "PipelineSplit",
-      group=PARALLEL),
+      "even (layers divide p·v), balanced (embedding and loss count as layers) or layout (set by "
+      "--pipeline-layout).", "even", "PipelineSplit", group=PARALLEL),
+    K("pipeline_layout", ("--pipeline-layout",), "str", "Megatron-Core's pipeline layout: the p·v stages "
+      "separated by '|', E embedding, t decoder layer, m MTP module, L loss, x*n and (...)*n repeats, e.g. "
+      "'Et*4|(t*4|)*14tmL' (DeepSeek-V3, pp 16).", "none (the split)", group=PARALLEL),
     K("dp_collectives", ("--dp-collectives",), "choice",
       "Data-parallel/ZeRO rings: hierarchical (every NIC of a node) or flat (one NIC per device, e.g. "
       "DeepSpeed ZeRO-3 of 2021).", "hierarchical", "DpCollectives", group=PARALLEL, job=True),

@@ -109,6 +109,13 @@ class Layout(NamedTuple):
     etp: Num = 1.0              # expert tensor-parallel size t_e (MoE layers)
     moe_overlap: str = "none"   # MoeOverlap (not an array: a framework capability the plan keeps)
     pipeline_schedule: str = "1f1b"   # PipelineSchedule (not an array: the job's schedule, the plan keeps it)
+    rank_layers: tuple[int, ...] = ()   # pipeline_split "layout": decoder layers on each pipeline rank
+
+    @property
+    def split(self) -> str | tuple[int, ...]:
+        """How the layers fall on the stages (step.schedule.stage_layers): "even", "balanced", or the
+        layers on each rank of a pipeline layout."""
+        return self.rank_layers if self.pipeline_split == "layout" else self.pipeline_split
 
     @property
     def expert_group(self) -> Num:

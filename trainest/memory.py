@@ -87,13 +87,13 @@ def sharded_state_bytes(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
     the layer being computed and of the prefetched next one (none over a single shard rank)."""
     model = job.model
     copies = dualpipe_copies(layout)     # DualPipe: two stages' parameters per device (schedule.py)
-    params_local = copies * stage_dense_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.tp
+    params_local = copies * stage_dense_params(model, layout.pp, layout.vpp, layout.split) / layout.tp
     layer_params = model.params_per_layer - model.expert_params_per_layer if model.moe is not None \
         else model.params_per_layer
     state = zero_state_bytes(job, layout, params_local, layer_params / layout.tp, layout.shard * layout.cp)
     if model.moe is None:
         return state if xp.off(layout.finetune) else finetune_state_bytes(job, layout, params_local, state)
-    experts_local = (copies * stage_expert_params(model, layout.pp, layout.vpp, layout.pipeline_split)
+    experts_local = (copies * stage_expert_params(model, layout.pp, layout.vpp, layout.split)
                      / layout.expert_group)
     expert = zero_state_bytes(job, layout, experts_local, model.expert_params_per_layer / layout.expert_group,
                               layout.expert_shard)
@@ -146,7 +146,7 @@ def activation_bytes(job: Job, layout: Layout) -> Num:
     stage's multi-token-prediction modules as mean layers with their logits (§15.10)."""
     model = job.model
     per_layer, per_layer_stored = activation_bytes_per_layer(job, layout)
-    layers_per_stage, last_layers = stage_layers(model, layout.pp, layout.vpp, layout.pipeline_split)
+    layers_per_stage, last_layers = stage_layers(model, layout.pp, layout.vpp, layout.split)
     working = layout.rematerialises_layer * xp.maximum(per_layer_stored - per_layer, 0.0)
     if model.moe is not None:
         working = working + dispatch_buffer_bytes(job, layout)

@@ -112,6 +112,8 @@ class Parallel:
     etp: int = 1                 # expert tensor parallel size (MoE layers; ep·etp·edp = tp·cp·dp)
     moe_overlap: str = "none"    # what the framework overlaps of the MoE all-to-alls: none | deepep
     pipeline_schedule: str = "1f1b"   # PIPELINE_SCHEDULES: 1f1b (interleaved with vpp > 1) | dualpipe
+    pipeline_layout: str | None = None  # Megatron-Core's layout string (pipeline_split "layout"), as given
+    rank_layers: tuple[int, ...] = ()    # decoder layers on each pipeline rank, from pipeline_layout
 
     @property
     def edp(self) -> int:
@@ -445,6 +447,33 @@ def _check_schedule(sizes: dict[str, Any], dp: int, micro_batch: int, global_bat
                         f"that is a multiple of dp·micro_batch·pp = {dp * micro_batch * pp}")
 
 
+def _split_of(par: dict[str, Any], sizes: dict[str, Any], model: Model,
+              where: str) -> tuple[str, str | None, tuple[int, ...]]:
+    """(`pipeline_split`, the layout string, the decoder layers on each pipeline rank) of `parallel`: with
+    a `pipeline_layout` (trainest/pipeline_layout.py) the split is "layout", else (split, None, ())."""
+    from trainest.pipeline_layout import rank_layers
+    w = f"{where}.parallel"
+    split = F.choice(par.get("pipeline_split", "even"), f"{w}.pipeline_split", PIPELINE_SPLITS)
+    if par.get("pipeline_layout") is None:
+        if split == "layout":
+            raise SpecError(f"{w}.pipeline_split: layout needs parallel.pipeline_layout (the stages' layers, e.g. "
+                            f"'Et*4|(t*4|)*14tmL'); or use even or balanced")
+        return split, None, ()
+    text = F.text(par["pipeline_layout"], f"{w}.pipeline_layout").strip()
+    if par.get("pipeline_split") not in (None, "layout"):
+        raise SpecError(f"{w}.pipeline_split: {par['pipeline_split']} with a pipeline_layout: the layout places the "
+                        f"layers; leave pipeline_split out")
+    if model.hybrid is not None:
+        raise SpecError(f"{w}.pipeline_layout: a layout of hybrid Mamba-2 blocks is not modelled (its stages would "
+                        f"need the block kinds they hold); leave it out for the balanced or even split")
+    if par.get("pipeline_schedule") == "dualpipe":
+        raise SpecError(f"{w}.pipeline_layout with pipeline_schedule dualpipe is not modelled (DualPipe places two "
+                        f"stages on every device); use one of them")
+    mtp_depth = model.mtp.depth if model.mtp is not None else 0
+    return "layout", text, rank_layers(text, sizes["pp"], sizes["vpp"], model.layers, mtp_depth,
+                                       f"{w}.pipeline_layout")
+
+
 def _schedule_of(par: dict[str, Any], sizes: dict[str, Any], micro_batches: int, where: str) -> str:
     """`parallel.pipeline_schedule` (PIPELINE_SCHEDULES), with DualPipe's rules checked."""
     schedule = F.choice(par.get("pipeline_schedule", "1f1b"), f"{where}.parallel.pipeline_schedule",
@@ -606,7 +635,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     dp_shard = _dp_shard(par, dp, sizes["zero"], where)
     devices_per_node = F.integer(r.default("devices_per_node", hardware.devices_per_node),
                                  f"{where}.devices_per_node", maximum=10**6)
-    split = F.choice(par.get("pipeline_split", "even"), f"{where}.parallel.pipeline_split", PIPELINE_SPLITS)
+    split, layout_text, ranks = _split_of(par, sizes, model, where)
     dp_collectives = F.choice(par.get("dp_collectives", "hierarchical"), f"{where}.parallel.dp_collectives",
                               DP_COLLECTIVES)
     moe_overlap = F.choice(par.get("moe_overlap", "none"), f"{where}.parallel.moe_overlap", MOE_OVERLAPS)
@@ -650,9 +679,9 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     return Scenario(
         model=model, hardware=hardware, seq_len=seq_len, devices=devices, devices_per_node=devices_per_node,
         precision=precision, parallel=Parallel(**sizes, dp=dp, dp_shard=0 if dp_shard == dp else dp_shard,
-                                               pipeline_split=split, dp_collectives=dp_collectives,
-                                               dp_overlap=dp_overlap, moe_overlap=moe_overlap,
-                                               pipeline_schedule=schedule),
+                                               pipeline_split=split, pipeline_layout=layout_text, rank_layers=ranks,
+                                               dp_collectives=dp_collectives, dp_overlap=dp_overlap,
+                                               moe_overlap=moe_overlap, pipeline_schedule=schedule),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
         tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, framework=framework,
         adam_moments=moments, recompute_modules=modules,
@@ -688,7 +717,8 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
                      "dp_shard": s.parallel.shard, "pipeline_split": s.parallel.pipeline_split,
                      "dp_collectives": s.parallel.dp_collectives, "dp_overlap": s.parallel.dp_overlap,
                      "ep": s.parallel.ep, "etp": s.parallel.etp, "moe_overlap": s.parallel.moe_overlap,
-                     "pipeline_schedule": s.parallel.pipeline_schedule},
+                     "pipeline_schedule": s.parallel.pipeline_schedule,
+                     "pipeline_layout": s.parallel.pipeline_layout},
         "micro_batch": s.micro_batch,
         "global_batch": s.global_batch,
         "micro_batches": s.micro_batches,
@@ -743,4 +773,5 @@ def layout_of(s: Scenario) -> Layout:
                   dp_shard=float(p.shard), pipeline_split=p.pipeline_split, dp_collectives=p.dp_collectives,
                   dp_overlap=1.0 if p.dp_overlap else 0.0,
                   finetune=float(FINETUNE_CODES[s.finetune.method]), offload=float(OFFLOAD_CODES[s.offload]),
-                  ep=float(p.ep), etp=float(p.etp), moe_overlap=p.moe_overlap, pipeline_schedule=p.pipeline_schedule)
+                  ep=float(p.ep), etp=float(p.etp), moe_overlap=p.moe_overlap, pipeline_schedule=p.pipeline_schedule,
+                  rank_layers=p.rank_layers)

@@ -132,11 +132,24 @@ def layout_text(s: Scenario) -> str:
         text += f" ep={p.ep}{' (default)' if 'parallel.ep' in s.derived else ''} etp={p.etp} edp={p.edp}"
     extras = [text for text, shown in (("tp-overlap=on", p.tp_overlap), (f"dp-shard={p.dp_shard}", p.dp_shard),
                                        (f"moe-overlap={p.moe_overlap}", s.model.moe is not None),
-                                       (f"pipeline-split={p.pipeline_split}", p.pipeline_split != "even"),
+                                       (f"pipeline-split={p.pipeline_split}", p.pipeline_split == "balanced"),
+                                       (f"pipeline-layout={p.pipeline_layout} (layers per rank: "
+                                        f"{rank_layers_text(p.rank_layers)})", p.pipeline_layout is not None),
                                        (f"schedule={p.pipeline_schedule}", p.pipeline_schedule != "1f1b"),
                                        (f"dp-collectives={p.dp_collectives}", p.dp_collectives != "hierarchical"))
               if shown]
     return " ".join([text, *extras])
+
+
+def rank_layers_text(counts: tuple[int, ...]) -> str:
+    """Layers per pipeline rank in few words: runs of equal counts as n×k ("5, 4×14, 2")."""
+    runs: list[list[int]] = []
+    for c in counts:
+        if runs and runs[-1][0] == c:
+            runs[-1][1] += 1
+        else:
+            runs.append([c, 1])
+    return ", ".join(f"{c}" if n == 1 else f"{c}×{n}" for c, n in runs)
 
 
 def model_text(m) -> str:

@@ -233,8 +233,8 @@ def _stage_local_params(job: Job, layout: Layout) -> tuple[Num, Num]:
     copies, whose gradients and optimizer steps the device carries too, docs/model.md §5.4)."""
     model = job.model
     copies = dualpipe_copies(layout)
-    return (copies * stage_dense_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.tp,
-            copies * stage_expert_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.expert_group)
+    return (copies * stage_dense_params(model, layout.pp, layout.vpp, layout.split) / layout.tp,
+            copies * stage_expert_params(model, layout.pp, layout.vpp, layout.split) / layout.expert_group)
 
 
 def step_dp_traffic(job: Job, layout: Layout) -> DpTraffic:

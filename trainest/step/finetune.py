@@ -174,14 +174,14 @@ def frozen_weight_bytes(job: Job, layout: Layout, params_local: Num) -> Num:
     """Bytes of the frozen base weights of the heaviest stage on one device, before ZeRO-3 sharding:
     the layers' linear weights at the base's bytes per parameter, the rest (norms, embeddings, output
     layer) at 2 B [B]."""
-    heavy, _ = stage_layers(job.model, layout.pp, layout.vpp, layout.pipeline_split)
+    heavy, _ = stage_layers(job.model, layout.pp, layout.vpp, layout.split)
     linear = heavy * linear_params_per_layer(job.model) / layout.tp
     return linear * base_bytes_per_param(job, layout) + (params_local - linear) * ACTIVATION_BYTES
 
 
 def adapter_params_local(job: Job, layout: Layout) -> Num:
     """Trained adapter parameters on one device of the heaviest stage (its layers × per layer)."""
-    heavy, _ = stage_layers(job.model, layout.pp, layout.vpp, layout.pipeline_split)
+    heavy, _ = stage_layers(job.model, layout.pp, layout.vpp, layout.split)
     return heavy * adapter_params_per_layer(job, layout)
 
 

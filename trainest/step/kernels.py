@@ -40,6 +40,7 @@ from trainest.frameworks import FRAMEWORKS
 from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
 from trainest.step.collectives import Tiers, all_reduce_s
 from trainest.step.roofline import Op, OpTime, op_of, streaming_time
+from trainest.step.schedule import first_is_heavy
 
 FUSED_ELEMENTWISE_KERNELS = 5.0     # 2 norms, 2 bias-dropout-add, 1 fused activation, per layer forward
 EAGER_NORM_KERNELS = 7.0            # an unfused FP32 norm: cast, square, mean, rsqrt, scale, weight, cast back
@@ -393,7 +394,7 @@ class Head(NamedTuple):
     last_tp_s: Num
     last_host_s: Num
     last_host_excess_s: Num
-    first_on_heavy: float        # 1 when the first stage is a heaviest stage (even split), else 0
+    first_on_heavy: Num          # 1 where the first stage is a heaviest stage (schedule.first_is_heavy), else 0
 
     @property
     def first_s(self) -> Num:
@@ -431,7 +432,7 @@ def head_parts(job: Job, layout: Layout, tokens: Num, tiers: Tiers, logits_devic
     return Head(first_tp_s=first_tp, first_host_s=first_host,
                 first_host_excess_s=host_wait_s(first_host, first_tp), last_tp_s=last_tp,
                 last_host_s=last_host, last_host_excess_s=host_wait_s(last_host, last_tp + logits_device_s),
-                first_on_heavy=1.0 if layout.pipeline_split == "even" else 0.0)
+                first_on_heavy=first_is_heavy(layout))
 
 
 def floor_excess_s(time_s: Num, kernels: Num, floor_s: Num) -> Num:

@@ -100,8 +100,8 @@ def offload_state(job: Job, layout: Layout) -> OffloadState:
     of this device's optimizer shard, the stage's stored weights (16-bit, or a frozen base's), and
     one layer's kept activations."""
     model = job.model
-    heavy, _ = stage_layers(model, layout.pp, layout.vpp, layout.pipeline_split)
-    params_local = stage_params(model, layout.pp, layout.vpp, layout.pipeline_split) / layout.tp
+    heavy, _ = stage_layers(model, layout.pp, layout.vpp, layout.split)
+    params_local = stage_params(model, layout.pp, layout.vpp, layout.split) / layout.tp
     w = weight_bytes_per_param(job.precision)
     z3 = xp.where(layout.zero >= 3, layout.shard * layout.cp, 1.0)
     optimizer_shard = xp.where(layout.zero >= 1, layout.shard * layout.cp, 1.0)

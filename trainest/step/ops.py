@@ -96,7 +96,7 @@ def collective_rows(job: Job, layout: Layout, p: StepParts) -> list[StepOp]:
     per_layer = 4.0 + 2.0 * float(layout.full) + float(layout.op)
     act = ACTIVATION_BYTES * float(x.tokens) * job.model.hidden
     trained, w, g = float(p.trained_params), weight_bytes_per_param(job.precision), grad_bytes_per_param(job.precision)
-    stage_weights = float(stage_params(job.model, layout.pp, layout.vpp, layout.pipeline_split)) / tp
+    stage_weights = float(stage_params(job.model, layout.pp, layout.vpp, layout.split)) / tp
     dp_tier = _group_tier(dp * cp, tp, domain)
     moe_share = 0.0 if job.model.moe is None else job.model.moe_layers / job.model.layers
     ep_calls = moe_share * A2A_PER_LAYER_PASS * (2.0 + float(job.moe_rerun(layout)))

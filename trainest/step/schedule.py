@@ -12,8 +12,11 @@ from trainest.catalog import Model
 from trainest.layout import Layout, Num
 
 
-def stage_layers(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even") -> tuple[Num, Num]:
-    """(layers on the heaviest stage, layers on the last stage).
+def stage_layers(model: Model, pp: Num, vpp: Num = 1.0, split: str | tuple[int, ...] = "even") -> tuple[Num, Num]:
+    """(layers on the heaviest stage but the last, layers on the last stage).
+
+    A pipeline layout (`split` the decoder layers of each rank, trainest/pipeline_layout.py): its
+    heaviest rank before the last, and its last rank (with p = 1, all of them).
 
     even: L/p each (L must divide by p·v). balanced (Megatron's account-for-embedding-and-loss
     split): the embedding and the loss count as one layer each, and multi-token prediction's modules as
@@ -22,6 +25,8 @@ def stage_layers(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even") -> 
     stage one layer less than u and the last 1 + L_mtp less; the middle stages u layers, so with p = 2,
     where there is none, the heaviest is the first (u − 1).
     """
+    if isinstance(split, tuple):
+        return float(max(split[:-1] or split)), float(split[-1])
     if split == "even":
         return model.layers / pp, model.layers / pp
     mtp = model.mtp_layers
@@ -30,8 +35,8 @@ def stage_layers(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even") -> 
     return heavy, xp.where(pp > 1, xp.maximum(units - 1.0 - mtp, 0.0), float(model.layers))
 
 
-def stage_params(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even", per_layer: float | None = None,
-                 mtp_params: float | None = None) -> Num:
+def stage_params(model: Model, pp: Num, vpp: Num = 1.0, split: str | tuple[int, ...] = "even",
+                 per_layer: float | None = None, mtp_params: float | None = None) -> Num:
     """Parameters on the heaviest pipeline stage: its layers plus one embedding-sized matrix
     (first stage: input embedding; last stage: output layer and the multi-token-prediction modules),
     or all of them when p = 1. With the balanced split the first stage trades one layer for the
@@ -41,6 +46,11 @@ def stage_params(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even", per
     embed_one = model.vocab * model.hidden
     heavy, last = stage_layers(model, pp, vpp, split)
     mtp = mtp_params if mtp_params is not None else model.mtp_params      # on the last stage
+    if isinstance(split, tuple):        # a pipeline layout: its first, middle and last ranks
+        if len(split) == 1:
+            return split[0] * per_layer + model.embedding_params + mtp
+        middle = max(split[1:-1], default=0)
+        return max(split[0] * per_layer + embed_one, middle * per_layer, split[-1] * per_layer + embed_one + mtp)
     if split == "even":
         return heavy * per_layer + xp.where(pp > 1, embed_one, model.embedding_params) + mtp
     with_embed = last * per_layer + xp.where(pp > 1, embed_one, model.embedding_params) + mtp
@@ -48,7 +58,7 @@ def stage_params(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even", per
     return xp.maximum(xp.maximum(heavy * per_layer, with_embed), xp.where(pp > 1, first, 0.0))
 
 
-def stage_dense_params(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even") -> Num:
+def stage_dense_params(model: Model, pp: Num, vpp: Num = 1.0, split: str | tuple[int, ...] = "even") -> Num:
     """Parameters of the heaviest stage that tensor parallelism splits and every data-parallel rank
     holds: everything but the routed experts (attention, norms, dense and shared MLPs, routers,
     embeddings); = stage_params for a dense model."""
@@ -58,13 +68,22 @@ def stage_dense_params(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even
                         model.mtp_params - model.mtp_expert_params)
 
 
-def stage_expert_params(model: Model, pp: Num, vpp: Num = 1.0, split: str = "even") -> Num:
+def stage_expert_params(model: Model, pp: Num, vpp: Num = 1.0, split: str | tuple[int, ...] = "even") -> Num:
     """Routed-expert parameters of the heaviest stage (its layers × the mean expert parameters per
     layer; the last stage's with the MTP modules' experts), before expert parallelism divides them by
     e·t_e; 0 for a dense model."""
     heavy, last = stage_layers(model, pp, vpp, split)
     with_mtp = xp.where(pp > 1, last, float(model.layers)) * model.expert_params_per_layer + model.mtp_expert_params
     return xp.maximum(heavy * model.expert_params_per_layer, with_mtp)
+
+
+def first_is_heavy(layout: Layout) -> Num:
+    """1 where the first pipeline stage (with the embedding) holds as many layers as the heaviest: the
+    even split; the balanced one with p ≤ 2 (no middle stage); a layout whose first rank is its heaviest."""
+    split = layout.split
+    if isinstance(split, tuple):
+        return 1.0 if len(split) == 1 or split[0] >= max(split[:-1]) else 0.0
+    return 1.0 if split == "even" else xp.mask(layout.pp <= 2)
 
 
 class Stage(NamedTuple):
@@ -78,7 +97,7 @@ class Stage(NamedTuple):
 def slowest_stage(model: Model, layout: Layout, layer_s: Num, logits_s: Num) -> Stage:
     """The slowest stage of one micro-batch: the heaviest stage, or the last one when its layers plus
     the logits take longer (layer_s: one layer's time; logits_s: the logits and loss) [s]."""
-    heavy, last = stage_layers(model, layout.pp, layout.vpp, layout.pipeline_split)
+    heavy, last = stage_layers(model, layout.pp, layout.vpp, layout.split)
     last_is_max = xp.mask(last * layer_s + logits_s >= heavy * layer_s)
     return Stage(layers=xp.where(last_is_max > 0, last, heavy), heavy_layers=heavy, last_is_max=last_is_max)
 

@@ -1,0 +1,114 @@
+"""Megatron-Core's pipeline layout string (trainest/pipeline_layout.py, docs/model.md §5.1): its syntax,
+the layers each rank gets, the limit cases (a layout that writes out the even or the balanced split is
+that split), monotonicity, the echo, and one clear error per rule."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import call_entry
+
+from trainest.errors import SpecError
+from trainest.estimate import estimate
+from trainest.pipeline_layout import expand, rank_layers
+from trainest.scenario import scenario_from_mapping, scenario_mapping
+
+DENSE = {"model": {"layers": 30, "hidden": 2048, "ffn_hidden": 8192, "heads": 16, "vocab": 32000},
+         "hardware": "h100-sxm", "devices": 32, "precision": "bf16", "seq_len": 4096, "micro_batch": 1,
+         "global_batch": 64, "recompute": "selective", "parallel": {"tp": 2, "pp": 4, "zero": 1}}
+
+
+def _scenario(base=DENSE, **parallel):
+    return scenario_from_mapping({**base, "parallel": {**base["parallel"], **parallel}}, "t")
+
+
+def test_the_syntax_unrolls_groups_repeats_and_ignores_commas():
+    assert expand("Et*4|(t*4|)*2tmL", "t") == ["Etttt", "tttt", "tttt", "tmL"]
+    assert expand("E, tt | (t|)*2 L", "t") == ["Ett", "t", "t", "L"]
+    assert expand("((t)*2|)*2", "t") == ["tt", "tt", ""]
+
+
+def test_virtual_stage_i_runs_on_rank_i_mod_p():
+    """DeepSeek-V3's Megatron-Bridge layout at pp 16 and at pp 8 with two virtual stages."""
+    text = "Et*4|(t*4|)*14tmL"
+    assert rank_layers(text, 16, 1, 61, 1, "t") == (4,) * 15 + (1,)
+    assert rank_layers(text, 8, 2, 61, 1, "t") == (8,) * 7 + (5,)
+    assert sum(rank_layers(text, 2, 8, 61, 1, "t")) == 61
+
+
+def test_a_layout_of_the_even_split_is_the_even_split():
+    base = {**DENSE, "model": {**DENSE["model"], "layers": 32}}
+    even = estimate(_scenario(base))
+    laid = estimate(_scenario(base, pipeline_layout="Et*8|(t*8|)*2t*8L"))
+    assert laid.step.time_s == pytest.approx(even.step.time_s, rel=1e-12)
+    assert laid.memory.per_device_bytes == pytest.approx(even.memory.per_device_bytes, rel=1e-12)
+    one = {**base, "devices": 8, "global_batch": 16, "parallel": {"tp": 2, "zero": 1}}
+    assert estimate(_scenario(one, pipeline_layout="Et*32L")).step.time_s == \
+        pytest.approx(estimate(_scenario(one)).step.time_s, rel=1e-12)
+
+
+def test_a_layout_of_the_balanced_split_is_the_balanced_split():
+    """L = 30, p = 4: u = ceil(32/4) = 8 units; the first stage 7 layers and the embedding, the middle
+    ones 8, the last 7 and the loss."""
+    balanced = estimate(_scenario(pipeline_split="balanced"))
+    laid = estimate(_scenario(pipeline_layout="Et*7|t*8|t*8|t*7L"))
+    assert laid.step.time_s == pytest.approx(balanced.step.time_s, rel=1e-12)
+    assert laid.memory.per_device_bytes == pytest.approx(balanced.memory.per_device_bytes, rel=1e-12)
+
+
+def test_moving_a_layer_off_the_heaviest_stage_never_slows_the_step():
+    heavy = estimate(_scenario(pipeline_layout="Et*6|t*9|t*8|t*7L"))
+    lighter = estimate(_scenario(pipeline_layout="Et*7|t*8|t*8|t*7L"))
+    assert lighter.step.time_s < heavy.step.time_s
+    assert lighter.memory.per_device_bytes <= heavy.memory.per_device_bytes
+
+
+def test_the_layout_is_echoed_and_loads_again():
+    s = _scenario(pipeline_layout="Et*7|t*8|t*8|t*7L")
+    echo = scenario_mapping(s)
+    assert echo["parallel"]["pipeline_layout"] == "Et*7|t*8|t*8|t*7L"
+    assert echo["parallel"]["pipeline_split"] == "layout"
+    again = scenario_from_mapping({k: v for k, v in echo.items() if k not in ("micro_batches",)}, "echo")
+    assert again.parallel.rank_layers == s.parallel.rank_layers == (7, 8, 8, 7)
+
+
+@pytest.mark.parametrize("parallel, words", [
+    ({"pipeline_layout": "Et*8|t*8|t*14L"}, ("3 stages", "pp·vpp = 4·1 = 4")),
+    ({"pipeline_layout": "t*8|Et*8|t*7|t*7L"}, ("embedding 'E' must open the first stage",)),
+    ({"pipeline_layout": "Et*8|t*8|t*7L|t*7"}, ("loss 'L' must close the last stage",)),
+    ({"pipeline_layout": "Et*8|t*8|t*8|t*7L"}, ("31 decoder layers", "layers=30")),
+    ({"pipeline_layout": "Et*7|t*8|t*8|t*7mL"}, ("1 MTP modules", "no multi-token prediction")),
+    ({"pipeline_layout": "Et*7|t*8|x*8|t*7L"}, ("'x'", "E (the embedding)")),
+    ({"pipeline_layout": "Et*7|t*8|t*8|t*7L", "pipeline_split": "balanced"}, ("leave pipeline_split out",)),
+    ({"pipeline_split": "layout"}, ("needs parallel.pipeline_layout",)),
+    ({"pipeline_layout": ""}, ("empty pipeline layout",)),
+])
+def test_each_rule_is_one_clear_error(parallel, words):
+    with pytest.raises(SpecError) as err:
+        _scenario(**parallel)
+    assert all(w in str(err.value) for w in words), str(err.value)
+
+
+def test_mtp_on_a_rank_other_than_the_last_is_an_error():
+    with pytest.raises(SpecError, match="other than the last is not modelled"):
+        scenario_from_mapping({"model": "deepseek-v3", "hardware": "h800-sxm", "devices": 256, "precision": "fp8",
+                               "seq_len": 4096, "global_batch": 512,
+                               "parallel": {"pp": 16, "ep": 16, "pipeline_layout": "Et*4|(t*4|)*13t*4m|tL"}}, "t")
+
+
+def test_hybrid_models_and_dualpipe_refuse_a_layout():
+    with pytest.raises(SpecError, match="hybrid Mamba-2 blocks is not modelled"):
+        scenario_from_mapping({"model": "nemotron-3-nano", "hardware": "h100-sxm", "devices": 16, "global_batch": 64,
+                               "parallel": {"pp": 2, "ep": 8, "pipeline_layout": "Et*26|t*26L"}}, "t")
+    with pytest.raises(SpecError, match="dualpipe is not modelled"):
+        _scenario(pipeline_layout="Et*7|t*8|t*8|t*7L", pipeline_schedule="dualpipe")
+
+
+def test_the_cli_takes_it_and_a_bad_one_is_one_line(capsys):
+    args = ["estimate", "-m", "deepseek-v3", "-H", "h800-sxm", "-n", "2048", "--pp", "16", "--ep", "64",
+            "--precision", "fp8", "--global-batch", "15360", "--seq-len", "4096"]
+    code, out, err = call_entry(args + ["--pipeline-layout", "Et*4|(t*4|)*14tmL"], capsys)
+    assert code == 0, err
+    assert "pipeline-layout=Et*4|(t*4|)*14tmL" in out and "4×15, 1" in out
+    code, out, err = call_entry(args + ["--pipeline-layout", "Et*4|(t*4|)*13tmL"], capsys)
+    assert code != 0 and out == "" and "15 stages" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1

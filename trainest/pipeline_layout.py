@@ -1,0 +1,73 @@
+"""Megatron-Core's pipeline layout string (`--pipeline-model-parallel-layout`, docs/model.md §5.1): which
+layers each pipeline stage holds, e.g. DeepSeek-V3's "Et*4|(t*4|)*14tmL" in Megatron-Bridge (pp 16: the
+embedding and four layers on the first stage, four on each of the next fourteen, one layer, the
+multi-token-prediction module and the loss on the last).
+
+Syntax (Megatron-Core `PipelineParallelLayerLayout`): stages separated by `|`, p·v of them in the order
+virtual stage 0 of every rank, then virtual stage 1, ... (stage i runs on pipeline rank i mod p); in a
+stage, `E` the embedding, `t` a decoder layer, `m` a multi-token-prediction module, `L` the loss; `x*n`
+repeats one token, `(...)*n` a group; commas and spaces are ignored. Standard library only (the
+scenario reads it on every estimate).
+"""
+
+from __future__ import annotations
+
+import re
+
+from trainest.errors import SpecError
+
+TOKENS = {"E": "the embedding", "t": "a decoder layer", "m": "a multi-token-prediction module", "L": "the loss"}
+_GROUP = re.compile(r"\(([^()]*)\)\*(\d+)")
+_ONE = re.compile(r"(.)\*(\d+)")
+MAX_EXPANDED = 100_000          # characters of the unrolled layout (a typo such as t*99999999 is an error)
+
+
+def expand(text: str, where: str) -> list[str]:
+    """The stages of a layout string, each unrolled to its tokens (module docstring)."""
+    s = re.sub(r"[\s,]", "", text)
+    if not s:
+        raise SpecError(f"{where}: an empty pipeline layout; write its stages, e.g. 'Et*4|(t*4|)*14tmL'")
+
+    def repeat(m: re.Match) -> str:
+        out = m.group(1) * int(m.group(2))
+        if len(out) > MAX_EXPANDED:
+            raise SpecError(f"{where}: {text!r} unrolls to more than {MAX_EXPANDED:,} tokens")
+        return out
+    while _GROUP.search(s):
+        s = _GROUP.sub(repeat, s)
+    s = _ONE.sub(repeat, s)
+    bad = sorted(set(s) - set(TOKENS) - {"|"})
+    if bad:
+        raise SpecError(f"{where}: {text!r} has {', '.join(repr(c) for c in bad)}; a layout is stages separated "
+                        f"by '|' of " + ", ".join(f"{k} ({v})" for k, v in TOKENS.items())
+                        + ", with x*n and (...)*n repeats")
+    return s.split("|")
+
+
+def rank_layers(text: str, pp: int, vpp: int, layers: int, mtp_depth: int, where: str) -> tuple[int, ...]:
+    """Decoder layers on each pipeline rank (rank 0 first) of a layout string, checked against the
+    layout (p·v stages) and the model (its L layers, its MTP depth): the embedding opens the first stage,
+    the loss closes the last, the MTP modules sit on the last rank (where trainest times them, §15.10)."""
+    stages = expand(text, where)
+    if len(stages) != pp * vpp:
+        raise SpecError(f"{where}: {text!r} has {len(stages)} stages; the layout needs pp·vpp = {pp}·{vpp} = "
+                        f"{pp * vpp} (one per virtual stage, separated by '|')")
+    joined = "".join(stages)
+    if joined.count("E") != 1 or not stages[0].startswith("E"):
+        raise SpecError(f"{where}: {text!r}: the embedding 'E' must open the first stage, once")
+    if joined.count("L") != 1 or not stages[-1].endswith("L"):
+        raise SpecError(f"{where}: {text!r}: the loss 'L' must close the last stage, once")
+    if joined.count("t") != layers:
+        raise SpecError(f"{where}: {text!r} places {joined.count('t')} decoder layers 't'; the model has "
+                        f"layers={layers}")
+    if joined.count("m") != mtp_depth:
+        has = f"multi-token prediction of depth {mtp_depth}" if mtp_depth else "no multi-token prediction"
+        raise SpecError(f"{where}: {text!r} places {joined.count('m')} MTP modules 'm'; the model has {has}")
+    last = {i for i in range(len(stages)) if i % pp == pp - 1}
+    if any("m" in st for i, st in enumerate(stages) if i not in last):
+        raise SpecError(f"{where}: {text!r}: an MTP module 'm' on a stage of a rank other than the last is not "
+                        f"modelled (trainest times the modules with the loss, on the last rank)")
+    counts = [0] * pp
+    for i, st in enumerate(stages):
+        counts[i % pp] += st.count("t")
+    return tuple(counts)
