@@ -38,7 +38,8 @@ EFFICIENCY_KEYS = EFFICIENCY_FRACTIONS + ("gemm_half_dim", "fitted", "method")
 # written by `trainest calibrate` / tools/fit_defaults.py (see trainest/catalog.py EFFICIENCY_OPTIONAL)
 EFFICIENCY_OPTIONAL = ("low_precision_gemm", "flash2_attention", "layer_overhead_us", "overlap_contention", "fit_runs",
                        "host_us_per_kernel", "kernel_floor_us",
-                       "fit_mape_pct", "grouped_gemm", "all_to_all", "moe_fit_runs", "moe_fit_mape_pct")
+                       "fit_mape_pct", "grouped_gemm", "all_to_all", "moe_fit_runs", "moe_fit_mape_pct",
+                       "moe_fitted")
 
 MODEL_REQUIRED = (
     "name", "display_name", "source", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp",

@@ -197,6 +197,28 @@ def framework_host_outcome(outcome: tuple, prior: catalog.Hardware, check: bool)
     return new_hw, block, status, params
 
 
+def derived_moe_priors(blocks: dict, final_hw: dict, moe, moe_fitted: set[str], *, write: bool) -> None:
+    """Every hardware without MoE efficiencies of its own or of a sibling gets a derived MoE prior: the
+    shared grouped_gemm (a property of the software's grouped-GEMM path, fitted on every MoE run) and the
+    median of the fitted devices' all_to_all, marked `moe_fitted: false` (its estimates say so)."""
+    if not moe_fitted:
+        return
+    a2a = statistics.median(final_hw[n].efficiency.all_to_all for n in moe_fitted)
+    inherited_moe = {n for n, sib in SIBLINGS.items() if sib in moe_fitted and n not in moe_fitted}
+    for name in catalog.hardware_names():
+        block = blocks.get(name)
+        if name in moe_fitted or name in inherited_moe or not block or block.get("gemm") is None:
+            continue
+        block = {**block, "grouped_gemm": round(moe.grouped_gemm, 4), "all_to_all": round(a2a, 4),
+                 "moe_fitted": False}
+        blocks[name] = block
+        if name in final_hw:
+            final_hw[name] = catalog.with_efficiency(final_hw[name], grouped_gemm=moe.grouped_gemm, all_to_all=a2a,
+                                                     moe_fitted=False)
+        if write:
+            write_block(Path(catalog.load_hardware(name).path), block)
+
+
 def derived_outcome(hw: catalog.Hardware, own_blocks: dict, prior: catalog.Hardware) -> tuple:
     """(hardware, YAML block, how) for a device without enough runs and no fitted sibling: the median of
     the devices fitted on their own runs, by kind (import_hardware.derived_prior), else the generic prior."""
@@ -388,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
                                                      all_to_all=eff.all_to_all)
         if not args.check:
             write_block(Path(catalog.load_hardware(name).path), block)
+    derived_moe_priors(blocks, final_hw, moe, moe_fitted, write=not args.check)
 
     if not args.check:
         target = catalog.specs_dir() / catalog.CATALOG_CACHE_NAME

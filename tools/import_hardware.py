@@ -628,6 +628,18 @@ def existing_fitted_efficiency(path: Path) -> dict | None:
     return None
 
 
+def existing_moe_prior(path: Path) -> dict:
+    """The derived MoE prior (grouped_gemm, all_to_all, moe_fitted: false) tools/fit_defaults.py wrote into
+    an unfitted file's efficiency block (its derived_moe_priors, from the MoE fit): kept, else nothing."""
+    if not path.exists():
+        return {}
+    old = yaml.safe_load(path.read_text(encoding="utf-8"))
+    eff = old.get("efficiency") if isinstance(old, dict) else None
+    if not isinstance(eff, dict) or eff.get("moe_fitted") is not False:
+        return {}
+    return {k: eff[k] for k in ("grouped_gemm", "all_to_all", "moe_fitted") if k in eff}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("catalog", nargs="?", default=str(DEFAULT_CATALOG),
@@ -662,6 +674,8 @@ def main(argv: list[str] | None = None) -> int:
             doc["efficiency"] = fitted
         elif derived_prior(doc["kind"], own) is not None:
             doc["efficiency"] = derived_prior(doc["kind"], own)
+        if fitted is None:
+            doc["efficiency"].update(existing_moe_prior(path))
         text = render(doc)
         old = path.read_text(encoding="utf-8") if path.exists() else None
         if args.check:

@@ -319,6 +319,8 @@ def efficiency_block(hardware: Hardware, *, method: str, fit_runs: int | None, f
     if e.grouped_gemm != DEFAULT_GROUPED_GEMM or e.all_to_all != DEFAULT_ALL_TO_ALL:
         block["grouped_gemm"] = _round(e.grouped_gemm)
         block["all_to_all"] = _round(e.all_to_all)
+        if not e.moe_fitted:
+            block["moe_fitted"] = False
     return block
 
 

@@ -55,7 +55,7 @@ MEDIAN_PRIOR_PREFIX = "prior: median of"         # tools/import_hardware.py DERI
 EFFICIENCY_KEYS = ("gemm", "gemm_half_dim", "attention", "memory", "scale_up", "scale_out")
 EFFICIENCY_OPTIONAL = ("low_precision_gemm", "flash2_attention", "layer_overhead_us", "overlap_contention", "fitted",
                        "method", "fit_runs", "fit_mape_pct", "host_us_per_kernel", "kernel_floor_us",
-                       "grouped_gemm", "all_to_all", "moe_fit_runs", "moe_fit_mape_pct")
+                       "grouped_gemm", "all_to_all", "moe_fit_runs", "moe_fit_mape_pct", "moe_fitted")
 DEFAULT_GROUPED_GEMM = 1.0          # expert GEMMs at the dense GEMM's efficiency for their shape unless fitted
 # MoE dispatch/combine: all-to-all kernels reach ~0.8-0.95 of the link rate at large messages (DeepEP README:
 # about 153 of NVLink's ~160 GB/s within an H800 node and about 45 of a 50 GB/s RDMA NIC across nodes; NCCL
@@ -379,7 +379,8 @@ def _efficiency_from(data: dict, where: str, kind: str, flash2_prior: float = DE
                                 f"{where}.kernel_floor_us", allow_zero=True, maximum=10_000.0) * MICROSECOND,
         grouped_gemm=F.fraction(F.given(data, "grouped_gemm", DEFAULT_GROUPED_GEMM), f"{where}.grouped_gemm"),
         all_to_all=F.fraction(F.given(data, "all_to_all", DEFAULT_ALL_TO_ALL), f"{where}.all_to_all"),
-        moe_fitted=data.get("grouped_gemm") is not None,
+        # given MoE efficiencies are fitted ones unless the file says they are a derived prior (moe_fitted: false)
+        moe_fitted=F.boolean(F.given(data, "moe_fitted", data.get("grouped_gemm") is not None), f"{where}.moe_fitted"),
     )
 
 
