@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 from helpers import call_entry
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trainest.errors import SpecError
 from trainest.estimate import estimate
@@ -112,3 +114,40 @@ def test_the_cli_takes_it_and_a_bad_one_is_one_line(capsys):
     code, out, err = call_entry(args + ["--pipeline-layout", "Et*4|(t*4|)*13tmL"], capsys)
     assert code != 0 and out == "" and "15 stages" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+# --- properties over random layouts (hypothesis, derandomized) ------------------------------------------------------
+def _layout_of(counts: list[int]) -> str:
+    stages = [f"t*{c}" if c else "" for c in counts]
+    return "E" + "|".join(stages) + "L"
+
+
+def _with_counts(counts: list[int]):
+    model = {**DENSE["model"], "layers": sum(counts)}
+    return estimate(scenario_from_mapping({**DENSE, "model": model, "devices": 2 * len(counts),
+                                           "parallel": {"tp": 2, "pp": len(counts), "zero": 1,
+                                                        "pipeline_layout": _layout_of(counts)}}, "t"))
+
+
+COUNTS = st.lists(st.integers(1, 12), min_size=3, max_size=6)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(COUNTS, st.data())
+def test_one_more_layer_on_any_rank_never_makes_the_step_faster(counts, data):
+    rank = data.draw(st.integers(0, len(counts) - 1))
+    more = [c + (i == rank) for i, c in enumerate(counts)]
+    base, bigger = _with_counts(counts), _with_counts(more)
+    assert bigger.step.time_s >= base.step.time_s * (1 - 1e-9)
+    assert bigger.memory.per_device_bytes >= base.memory.per_device_bytes * (1 - 1e-9)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(COUNTS, st.randoms(use_true_random=False))
+def test_the_order_of_the_middle_ranks_does_not_matter(counts, rnd):
+    middle = counts[1:-1]
+    rnd.shuffle(middle)
+    shuffled = [counts[0], *middle, counts[-1]]
+    a, b = _with_counts(counts), _with_counts(shuffled)
+    assert b.step.time_s == a.step.time_s
+    assert b.memory.per_device_bytes == a.memory.per_device_bytes
