@@ -151,3 +151,50 @@ def test_the_order_of_the_middle_ranks_does_not_matter(counts, rnd):
     a, b = _with_counts(counts), _with_counts(shuffled)
     assert b.step.time_s == a.step.time_s
     assert b.memory.per_device_bytes == a.memory.per_device_bytes
+
+
+# --- the layout hint (advice.layout_hint) ----------------------------------------------------------------------------
+DSV3 = {"model": "deepseek-v3", "hardware": "h800-sxm", "devices": 2048, "precision": "fp8", "seq_len": 4096,
+        "global_batch": 15360, "recompute": "selective", "recompute_modules": ["layernorm", "mla_up_proj", "moe_act"],
+        "adam_moments": "bf16", "parallel": {"pp": 16, "ep": 64, "moe_overlap": "deepep", "pipeline_split": "balanced"}}
+
+
+def _hint(mapping):
+    from trainest.advice import layout_hint
+    s = scenario_from_mapping(mapping, "t")
+    return layout_hint(s, estimate(s))
+
+
+def test_the_hint_finds_the_layout_megatron_bridge_chose_for_deepseek_v3():
+    """The balanced split leaves the last of 16 stages two layers, the MTP module and two output heads;
+    the step model's best layout is the one Megatron-Bridge's DeepSeek-V3 recipe uses (model-shapes.yaml)."""
+    hint = _hint(DSV3)
+    assert hint is not None and "--pipeline-layout 'Et*4|(t*4|)*14tmL'" in hint and "4×15, 1" in hint
+    # what it says is what that layout estimates
+    laid = estimate(scenario_from_mapping({**DSV3, "parallel": {"pp": 16, "ep": 64, "moe_overlap": "deepep",
+                                                                "pipeline_layout": "Et*4|(t*4|)*14tmL"}}, "t"))
+    assert f"to {laid.step.time_s:.3g} s" in hint
+
+
+def test_the_hint_names_the_even_split_when_that_is_the_balanced_layout():
+    hint = _hint({"model": "gpt3-175b", "hardware": "a100-80gb-sxm", "devices": 1024, "global_batch": 1536,
+                  "parallel": {"tp": 8, "pp": 8, "pipeline_split": "balanced"}})
+    assert hint is not None and "--pipeline-split even" in hint and "12×8" in hint
+
+
+def test_no_hint_without_a_pipeline_with_a_layout_given_or_when_the_split_is_best():
+    assert _hint({**DENSE, "devices": 8, "parallel": {"tp": 2, "zero": 1}}) is None
+    assert _hint({**DSV3, "parallel": {"pp": 16, "ep": 64, "moe_overlap": "deepep",
+                                       "pipeline_layout": "Et*4|(t*4|)*14tmL"}}) is None
+    assert _hint({"model": "llama3-70b", "hardware": "h100-sxm", "devices": 64, "global_batch": 128,
+                  "parallel": {"tp": 4, "pp": 4}}) is None
+
+
+def test_the_hint_is_a_warning_on_stderr_and_in_the_json(capsys):
+    import json
+    args = ["estimate", "-m", "gpt3-175b", "-H", "a100-80gb-sxm", "-n", "1024", "--tp", "8", "--pp", "8",
+            "--pipeline-split", "balanced", "--global-batch", "1536"]
+    code, out, err = call_entry(args, capsys)
+    assert code == 0 and "Warning: pipeline stages uneven" in err and "uneven" not in out
+    code, out, err = call_entry(args + ["--json"], capsys)
+    assert code == 0 and any("pipeline stages uneven" in w for w in json.loads(out)["warnings"])

@@ -1,10 +1,12 @@
-"""Advice on a result: what would make a layout that does not fit in memory fit.
+"""Advice on a result: what would make a layout that does not fit in memory fit, and a pipeline layout
+that balances stages the even or balanced split leaves uneven (`layout_hint`).
 
 Every suggestion is an evaluated alternative, never a rule of thumb: single changes of what the user
 left open on the same devices (each estimated), the fastest layout that fits on the same device count
 (the plan search), and otherwise the smallest device count at which one fits, with its layout. Only
 changes that differ from what was given are named, and sharding is never suggested on one device.
-Runs only on the does-not-fit path (it imports numpy through the plan search)."""
+The does-not-fit advice imports numpy through the plan search; `layout_hint` evaluates a few dozen
+layouts with the step model alone (about 2 ms each) and runs only with a pipeline."""
 
 from __future__ import annotations
 
@@ -148,3 +150,60 @@ def modules_plan_note(result, space) -> str | None:
             f"{','.join(cheap)}) has a better plan: {_plan_words(e)}, "
             f"{1.0 - alt.scores[0] / result.scores[0]:.0%} better by the objective ({_reproduce(e)})")
 
+
+
+LAYOUT_HINT_MIN_GAIN = 0.02      # name a pipeline layout only when it shortens the step by at least this share
+
+
+def _rank_counts(layers: int, pp: int, first: int, last: int) -> tuple[int, ...] | None:
+    """Decoder layers per rank with `first` and `last` on the end ranks and the rest spread over the
+    middle ones (the earlier ones one more where it does not divide); None when that is impossible."""
+    rest = layers - first - last
+    if rest < 0 or (pp == 2 and rest):
+        return None
+    if pp == 2:
+        return (first, last)
+    q, r = divmod(rest, pp - 2)
+    return (first, *([q + 1] * r + [q] * (pp - 2 - r)), last)
+
+
+def layout_hint(s: Scenario, e: Estimate) -> str | None:
+    """A one-line hint when a pipeline layout (docs/model.md §5.1) would shorten the step by at least
+    LAYOUT_HINT_MIN_GAIN: every layout with u − 2 … u + 1 layers on the first rank and 0 … u + 1 on the
+    last (u = ⌈L/p⌉), the rest spread evenly over the middle ranks, evaluated by the step model; the
+    fastest that fits wherever the scenario fits. None without a pipeline, with a layout given, for hybrid
+    block patterns and DualPipe."""
+    from trainest.memory import memory_per_device
+    from trainest.pipeline_layout import layout_string
+    from trainest.scenario import job_of, layout_of
+    from trainest.step import step_terms
+    p, m = s.parallel, s.model
+    if p.pp == 1 or p.pipeline_layout is not None or m.hybrid is not None or p.pipeline_schedule == "dualpipe":
+        return None
+    job, base = job_of(s), layout_of(s)
+    u = -(-m.layers // p.pp)
+    tried = []
+    for first in range(max(u - 2, 0), u + 2):
+        for last in range(0, u + 2):
+            counts = _rank_counts(m.layers, p.pp, first, last)
+            if counts is not None:
+                laid = base._replace(pipeline_split="layout", rank_layers=counts)
+                tried.append((float(step_terms(job, laid).time_s), counts, laid))
+    for time_s, counts, laid in sorted(tried):
+        if time_s > e.step.time_s * (1.0 - LAYOUT_HINT_MIN_GAIN):
+            return None
+        need = float(memory_per_device(job, laid).total_bytes)
+        if e.memory.fits and need + e.memory.required_headroom_bytes > e.memory.capacity_bytes:
+            continue
+        from trainest.report.estimate import rank_layers_text
+        from trainest.step.schedule import stage_layers
+        heavy_n, last_n = stage_layers(m, float(p.pp), float(p.vpp), p.pipeline_split)
+        even = len(set(counts)) == 1 and (m.layers // p.pp) % p.vpp == 0
+        option = "--pipeline-split even" if even else \
+            f"--pipeline-layout '{layout_string(counts, p.vpp, m.mtp.depth if m.mtp is not None else 0)}'"
+        mtp = " and the MTP modules" if m.mtp is not None else ""
+        return (f"pipeline stages uneven: the {p.pipeline_split} split puts {heavy_n:g} layers on the heaviest stage "
+                f"and {last_n:g} with the loss{mtp} on the last; {option} (layers per rank {rank_layers_text(counts)}) "
+                f"would take the step from {e.step.time_s:.3g} to {time_s:.3g} s "
+                f"({100 * (time_s / e.step.time_s - 1):+.0f} %)")
+    return None

@@ -71,3 +71,28 @@ def rank_layers(text: str, pp: int, vpp: int, layers: int, mtp_depth: int, where
     for i, st in enumerate(stages):
         counts[i % pp] += st.count("t")
     return tuple(counts)
+
+
+def layout_string(counts: tuple[int, ...], vpp: int, mtp_depth: int) -> str:
+    """The layout string of `counts` decoder layers per rank, each rank's layers spread over its `vpp`
+    virtual stages (the first ones one more where they do not divide), the MTP modules and the loss on
+    the last stage; runs of equal middle stages written as (x|)*n."""
+    pp = len(counts)
+    chunks = [[c // vpp + (j < c % vpp) for j in range(vpp)] for c in counts]
+    stages = [chunks[i % pp][i // pp] for i in range(pp * vpp)]
+
+    def layers(n: int) -> str:
+        return "" if n == 0 else "t" if n == 1 else f"t*{n}"
+    body = [layers(n) for n in stages]
+    body[0] = "E" + body[0]
+    body[-1] = body[-1] + "m" * mtp_depth + "L"
+    if len(body) == 1:
+        return body[0]
+    text, i = body[0] + "|", 1
+    while i < len(body) - 1:             # the middle stages, each followed by its '|'
+        n = 1
+        while i + n < len(body) - 1 and body[i + n] == body[i]:
+            n += 1
+        text += f"({body[i]}|)*{n}" if n > 1 and body[i] else (body[i] + "|") * n
+        i += n
+    return text + body[-1]

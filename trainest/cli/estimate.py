@@ -83,6 +83,11 @@ def _estimate(values: dict[str, Any]) -> tuple[Any, list[str]]:
     if not result.memory.fits:
         from trainest.advice import fit_suggestions
         warnings.append(fit_suggestions(scenario, result))
+    elif scenario.parallel.pp > 1:
+        from trainest.advice import layout_hint
+        hint = layout_hint(scenario, result)
+        if hint:
+            warnings.append(hint)
     if result.training.cost_usd is None:
         warnings.append(f"no price for {scenario.hardware.name}: cost not computed; give --price-per-hour")
     warnings.extend(job_warnings(scenario))
