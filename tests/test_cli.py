@@ -282,6 +282,23 @@ def test_list_keeps_every_value_whole_on_an_80_column_terminal(what, capsys, mon
         assert "671 B" in row and "37.6 B" in row
 
 
+def test_the_default_device_count_is_one_node_at_most_eight_and_says_so(capsys):
+    """A DGX Spark, a laptop or one card is one device: an estimate without --devices on it is for that
+    one device, not for eight of them; the count is marked as a default."""
+    import json
+    for hardware, want in (("dgx-spark", 1), ("apple-m4-max", 1), ("h100-sxm", 8)):
+        code, out, err = call_entry(["estimate", "-H", hardware, "-m", "llama3-8b", "--finetune", "lora",
+                                     "--global-batch", "8", "--json"], capsys)
+        assert code == 0, err
+        assert json.loads(out)["inputs"]["devices"] == want, hardware
+    code, out, err = call_entry(["estimate", "-H", "dgx-spark", "-m", "llama3-8b", "--finetune", "lora",
+                                 "--global-batch", "8"], capsys)
+    assert "1 device  (default)" in out
+    code, out, err = call_entry(["estimate", "-H", "dgx-spark", "-m", "llama3-8b", "--finetune", "lora",
+                                 "--global-batch", "8", "-n", "2"], capsys)
+    assert "2 devices," in out and "2 devices  (default)" not in out
+
+
 def test_shell_completion(capsys):
     code, out, err = call_entry(["completion", "zsh"], capsys)
     assert code == 0 and out.startswith("#compdef trainest")

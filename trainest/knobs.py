@@ -77,7 +77,8 @@ K = Knob
 KNOBS: tuple[Knob, ...] = (
     K("model", ("--model", "-m"), "str", "Model preset name or YAML path.", "llama3-8b", job=True),
     K("hardware", ("--hardware", "-H"), "str", "Hardware catalog name or YAML path.", "h100-sxm", job=True),
-    K("devices", ("--devices", "--gpus", "-n"), "int", "Number of devices N.", "8, or tp·pp·cp rounded up"),
+    K("devices", ("--devices", "--gpus", "-n"), "int", "Number of devices N.",
+      "one node (at most 8), or tp·pp·cp rounded up"),
     K("devices_per_node", ("--devices-per-node",), "int", "Devices per node / host.", "hardware's", job=True),
     K("precision", ("--precision",), "choice", "GEMM precision (FP32 master weights and Adam state).", "bf16",
       "Precision", job=True),

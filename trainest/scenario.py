@@ -258,16 +258,21 @@ def _parallel_sizes(par: dict[str, Any], r: _Reader) -> dict[str, Any]:
     return sizes
 
 
-def _devices_and_dp(par: dict[str, Any], sizes: dict[str, Any], r: _Reader) -> tuple[int, int]:
-    """(devices N, data-parallel size d) with N = t·p·c·d: either may be derived from the other."""
+def _devices_and_dp(par: dict[str, Any], sizes: dict[str, Any], r: _Reader,
+                    devices_per_node: int = DEFAULT_DEVICES) -> tuple[int, int]:
+    """(devices N, data-parallel size d) with N = t·p·c·d: either may be derived from the other. Neither
+    given: one node's devices, at most DEFAULT_DEVICES (one DGX Spark, laptop or card is one device),
+    or the fewest above that which hold the model-parallel layout given."""
     tp, pp, cp, where = sizes["tp"], sizes["pp"], sizes["cp"], r.where
     model_parallel = tp * pp * cp
     if r.data.get("devices") is None and par.get("dp") is not None:
         devices = model_parallel * F.integer(par["dp"], f"{where}.parallel.dp")
         r.derived.append("devices")
     else:
-        # default: DEFAULT_DEVICES, or the fewest devices above it that hold the model-parallel layout given
-        default = -(-DEFAULT_DEVICES // model_parallel) * model_parallel
+        node = r.data.get("devices_per_node")      # as given (checked later), else the hardware's
+        node = node if isinstance(node, int) and not isinstance(node, bool) else devices_per_node
+        base = max(min(DEFAULT_DEVICES, node), 1)
+        default = -(-base // model_parallel) * model_parallel
         devices = F.integer(r.default("devices", default), f"{where}.devices", maximum=10**7)
     if par.get("dp") is None:
         if devices % model_parallel:
@@ -631,7 +636,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     par = {} if data.get("parallel") is None else data["parallel"]
     F.check_keys(par, f"{where}.parallel", (), PARALLEL_KEYS)
     sizes = _parallel_sizes(par, r)
-    devices, dp = _devices_and_dp(par, sizes, r)
+    devices, dp = _devices_and_dp(par, sizes, r, hardware.devices_per_node)
     dp_shard = _dp_shard(par, dp, sizes["zero"], where)
     devices_per_node = F.integer(r.default("devices_per_node", hardware.devices_per_node),
                                  f"{where}.devices_per_node", maximum=10**6)

@@ -186,8 +186,8 @@ def scenario_table(s: Scenario):
     return _key_value_table("Scenario", [
         ("model", mark("model", model_text(m))),
         ("sequence", mark("seq_len", f"{s.seq_len} tokens")),
-        ("hardware", mark("hardware", f"{s.hardware.name} ({s.hardware.display_name}), "
-                                      f"{plural(s.devices, 'device')}, {s.devices_per_node} per node")
+        ("hardware", mark("hardware", f"{s.hardware.name} ({s.hardware.display_name})") + ", "
+         + mark("devices", plural(s.devices, "device")) + f", {s.devices_per_node} per node"
          + probed_text(s)),
         ("efficiencies", efficiency_text(s)),
         ("precision", mark("precision", f"{s.precision} GEMMs, FP32 master weights and "
