@@ -198,3 +198,15 @@ def test_the_hint_is_a_warning_on_stderr_and_in_the_json(capsys):
     assert code == 0 and "Warning: pipeline stages uneven" in err and "uneven" not in out
     code, out, err = call_entry(args + ["--json"], capsys)
     assert code == 0 and any("pipeline stages uneven" in w for w in json.loads(out)["warnings"])
+
+
+def test_plan_notes_a_better_layout_for_its_winner(capsys):
+    """A plan is searched with the even and balanced splits only; when a layout would make its winner
+    faster, the plan says so (a note, on stderr and in the JSON warnings)."""
+    import json
+    args = ["plan", "-m", "nemotron-22b", "-H", "h100-sxm", "-n", "64", "--global-batch", "256", "--allow", "pp=4"]
+    code, out, err = call_entry(args, capsys)
+    assert code == 0 and "Note: plan 1, pipeline stages uneven" in err and "--pipeline-layout 'E" in err
+    code, out, err = call_entry(args + ["--json"], capsys)
+    notes = [w for w in json.loads(out)["warnings"] if "pipeline stages uneven" in w]
+    assert code == 0 and len(notes) == 1 and notes[0].startswith("note: plan 1")

@@ -207,3 +207,13 @@ def layout_hint(s: Scenario, e: Estimate) -> str | None:
                 f"would take the step from {e.step.time_s:.3g} to {time_s:.3g} s "
                 f"({100 * (time_s / e.step.time_s - 1):+.0f} %)")
     return None
+
+
+def winner_layout_note(result) -> str | None:
+    """`layout_hint` for the first plan of a search (a plan is searched with the even and the balanced
+    split only; a layout may do better), or None."""
+    if not result.plans or result.plans[0].scenario.parallel.pp == 1:
+        return None
+    best = result.plans[0]
+    hint = layout_hint(best.scenario, best)
+    return None if hint is None else f"plan 1, {hint}"

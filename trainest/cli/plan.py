@@ -59,7 +59,7 @@ def search_plans(values: dict[str, Any]) -> tuple[Any, Any, str | None]:
     """(SearchResult, DeviceSearch or None, a note on recompute modules or None) for the option values;
     raises SpecError on bad input."""
     from trainest import search as S
-    from trainest.advice import modules_plan_note
+    from trainest.advice import modules_plan_note, winner_layout_note
     from trainest.report import LazyProgress
     from trainest.units import parse_count, parse_duration_s
     config = values.get("config")
@@ -77,7 +77,8 @@ def search_plans(values: dict[str, Any]) -> tuple[Any, Any, str | None]:
     try:
         if lo == hi and deadline_s is None and budget_usd is None:
             result = S.search(base, lo, space, objective=objective, top=top, progress=progress)
-            return result, None, modules_plan_note(result, space)
+            notes = [n for n in (modules_plan_note(result, space), winner_layout_note(result)) if n]
+            return result, None, "; ".join(notes) or None
         counts = S.device_counts(lo, hi, _plain(values.get("device_counts") or "pow2"), base.devices_per_node)
         dsearch = S.smallest_devices(base, counts, space, deadline_s=deadline_s, budget_usd=budget_usd,
                                      objective=objective, top=top, progress=progress)
