@@ -210,3 +210,14 @@ def test_plan_notes_a_better_layout_for_its_winner(capsys):
     code, out, err = call_entry(args + ["--json"], capsys)
     notes = [w for w in json.loads(out)["warnings"] if "pipeline stages uneven" in w]
     assert code == 0 and len(notes) == 1 and notes[0].startswith("note: plan 1")
+
+
+def test_a_framework_that_splits_the_layers_itself_refuses_a_layout_and_gets_no_hint():
+    """Bad input: a layout under a framework that cannot place layers per stage (DeepSpeed's pipeline
+    partitions them itself) is an error naming those that can; no hint suggests one there."""
+    with pytest.raises(SpecError, match="megatron-deepspeed does not place layers per stage.*megatron-core"):
+        scenario_from_mapping({**DENSE, "framework": "megatron-deepspeed",
+                               "parallel": {**DENSE["parallel"], "pipeline_layout": "Et*7|t*8|t*8|t*7L"}}, "t")
+    gpt3 = {"model": "gpt3-175b", "hardware": "a100-80gb-sxm", "devices": 1024, "global_batch": 1536,
+            "parallel": {"tp": 8, "pp": 8, "pipeline_split": "balanced"}}
+    assert _hint(gpt3) is not None and _hint({**gpt3, "framework": "megatron-deepspeed"}) is None

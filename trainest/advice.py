@@ -172,13 +172,15 @@ def layout_hint(s: Scenario, e: Estimate) -> str | None:
     LAYOUT_HINT_MIN_GAIN: every layout with u − 2 … u + 1 layers on the first rank and 0 … u + 1 on the
     last (u = ⌈L/p⌉), the rest spread evenly over the middle ranks, evaluated by the step model; the
     fastest that fits wherever the scenario fits. None without a pipeline, with a layout given, for hybrid
-    block patterns and DualPipe."""
+    block patterns and DualPipe, and under a framework that splits the layers itself."""
+    from trainest.frameworks import FRAMEWORKS
     from trainest.memory import memory_per_device
     from trainest.pipeline_layout import layout_string
     from trainest.scenario import job_of, layout_of
     from trainest.step import step_terms
     p, m = s.parallel, s.model
-    if p.pp == 1 or p.pipeline_layout is not None or m.hybrid is not None or p.pipeline_schedule == "dualpipe":
+    if p.pp == 1 or p.pipeline_layout is not None or m.hybrid is not None or p.pipeline_schedule == "dualpipe" \
+            or not FRAMEWORKS[s.framework].stage_layout:
         return None
     job, base = job_of(s), layout_of(s)
     u = -(-m.layers // p.pp)

@@ -72,6 +72,7 @@ class Framework(NamedTuple):
     moe_seen: bool = False               # bundled measured mixture-of-experts runs use it (Megatron-Bridge)
     host_scale: float = 1.0              # its host time per kernel over plain PyTorch's (fitted: FITTED_FILE)
     expert_loop: str = "gemm"            # EXPERT_LOOPS: how its MoE layer launches the local experts' work
+    stage_layout: bool = False           # takes any layers per pipeline stage (a pipeline layout, docs/model.md §5.1)
 
     @property
     def dispatch_factor(self) -> float:
@@ -98,11 +99,12 @@ F = Framework
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     F("megatron-core", "python", "fused", True, True, True,
       "Megatron-LM/Megatron-Core: fused kernels (apex/TE), --overlap-grad-reduce, interleaved 1F1B "
-      "(Narayanan et al. 2021; megatron/core/pipeline_parallel/schedules.py)", megatron_softmax=True,
-      loss_bytes_per_logit=6.0, moe_seen=True),
+      "(Narayanan et al. 2021; megatron/core/pipeline_parallel/schedules.py); any layers per stage "
+      "(--pipeline-model-parallel-layout)", megatron_softmax=True,
+      loss_bytes_per_logit=6.0, moe_seen=True, stage_layout=True),
     F("nemo", "python", "fused", True, True, True,
       "NVIDIA NeMo 2 / Megatron-Bridge: Megatron-Core underneath (NeMo performance docs)", megatron_softmax=True,
-      loss_bytes_per_logit=6.0, moe_seen=True),
+      loss_bytes_per_logit=6.0, moe_seen=True, stage_layout=True),
     F("megatron-deepspeed", "python", "fused", True, False, True,
       "microsoft/Megatron-DeepSpeed: Megatron's fused kernels under the DeepSpeed engine; its 1F1B "
       "pipeline has no interleaved schedule (DeepSpeed PipelineEngine); gradient bucketing on by default; "
@@ -114,8 +116,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     F("torchtitan", "python", "eager", True, True, True,
       "pytorch/torchtitan: FSDP2 (gradient reduce-scatter overlapped), eager unless torch.compile, "
       "interleaved 1F1B among its pipeline schedules (torchtitan docs); with pipeline parallelism FSDP "
-      "does not reshard after forward and gradients sync on the last micro-batch only (parallelize_llama.py)",
-      pp_unsharded_zero3=True, loss_bytes_per_logit=12.0, expert_loop="grouped"),
+      "does not reshard after forward and gradients sync on the last micro-batch only (parallelize_llama.py); "
+      "stage boundaries anywhere (pipeline_parallel_split_points)",
+      pp_unsharded_zero3=True, loss_bytes_per_logit=12.0, expert_loop="grouped", stage_layout=True),
     F("maxtext", "xla", "fused", True, False, True,
       "google/maxtext: JAX/XLA, the step is one compiled program (XLA fuses element-wise ops; "
       "collectives scheduled by the compiler)", expert_loop="grouped"),

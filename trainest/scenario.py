@@ -452,6 +452,18 @@ def _check_schedule(sizes: dict[str, Any], dp: int, micro_batch: int, global_bat
                         f"that is a multiple of dp·micro_batch·pp = {dp * micro_batch * pp}")
 
 
+def _check_framework_pipeline(framework: str, vpp: int, layout: bool, where: str) -> None:
+    """What the framework's pipeline can run: the interleaved schedule (vpp > 1), a pipeline layout."""
+    fw = FRAMEWORKS[framework]
+    if layout and not fw.stage_layout:
+        raise SpecError(f"{where}.parallel.pipeline_layout: {framework} does not place layers per stage as asked "
+                        f"(its pipeline splits them itself); frameworks that do: "
+                        f"{', '.join(n for n, f in FRAMEWORKS.items() if f.stage_layout)}")
+    if vpp > 1 and not fw.interleaved:
+        raise SpecError(f"{where}: vpp={vpp} needs the interleaved pipeline schedule, which {framework} "
+                        f"does not have; use vpp=1 or a framework that has it")
+
+
 def _split_of(par: dict[str, Any], sizes: dict[str, Any], model: Model,
               where: str) -> tuple[str, str | None, tuple[int, ...]]:
     """(`pipeline_split`, the layout string, the decoder layers on each pipeline rank) of `parallel`: with
@@ -669,9 +681,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     if par.get("dp_overlap") is None:
         r.derive("parallel.dp_overlap")
     dp_overlap = F.boolean(par.get("dp_overlap", fw.dp_overlap), f"{where}.parallel.dp_overlap")
-    if sizes["vpp"] > 1 and not fw.interleaved:
-        raise SpecError(f"{where}: vpp={sizes['vpp']} needs the interleaved pipeline schedule, which {framework} "
-                        f"does not have; use vpp=1 or a framework that has it")
+    _check_framework_pipeline(framework, sizes["vpp"], par.get("pipeline_layout") is not None, where)
     tokens, price_usd, pue, grid = _run_costs(r, model, hardware)
     finetune = check_finetune(data.get("finetune"), model, precision, where)
     hybrid_support(model, recompute, finetune.method, where)

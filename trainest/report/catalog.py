@@ -110,6 +110,7 @@ def framework_rows() -> list[dict[str, Any]]:
              "dp_overlap": f.dp_overlap, "interleaved": f.interleaved, "seen": f.seen, "moe_seen": f.moe_seen,
              "megatron_softmax": f.megatron_softmax, "unfused_cross_entropy": f.unfused_cross_entropy,
              "loss_bytes_per_logit": f.loss_bytes_per_logit, "expert_loop": f.expert_loop,
+             "stage_layout": f.stage_layout,
              "source": f.source} for f in FRAMEWORKS.values()]
 
 
@@ -195,20 +196,21 @@ def print_frameworks(rows: list[dict[str, Any]]) -> None:
                   collapse_padding=True)
     # every value whole (the widest of each column); the headers wrap on a narrow terminal
     widths = {"name": max(len(r["name"]) for r in rows), "dispatch": 6, "host ×": 5, "kernels": 5}
-    for col in ("name", "dispatch", "host ×", "kernels", "overlap", "interl", "experts", "seen", "MoE"):
+    for col in ("name", "dispatch", "host ×", "kernels", "overlap", "interl", "layout", "experts", "seen", "MoE"):
         table.add_column(col, justify="right" if col == "host ×" else "left", min_width=widths.get(col, 3))
     for r in rows:
         fitted = "*" if r["host_scale"] != 1 else ""
         host = "0" if r["dispatch"] == "xla" else f"{r['host_scale']:.2f}{fitted}"
         table.add_row(r["name"], r["dispatch"], host, r["kernels"], _yes(r["dp_overlap"]), _yes(r["interleaved"]),
-                      r["expert_loop"], _yes(r["seen"]), _yes(r["moe_seen"]))
+                      _yes(r["stage_layout"]), r["expert_loop"], _yes(r["seen"]), _yes(r["moe_seen"]))
     con = console()
-    con.print(table)
+    print_table(con, table)
     con.print("dispatch: python (every kernel launched from Python) or xla (one compiled step, no host time per "
               "kernel); host ×: its host time per kernel over plain PyTorch's (the hardware's "
               "host_us_per_kernel; *: fitted on its measured small-kernel runs, specs/frameworks.json); "
               "kernels: its default element-wise kernels; overlap: the gradient reduction overlapped with the "
-              "backward by default; interl: has the interleaved pipeline schedule; experts: how its MoE layer "
+              "backward by default; interl: has the interleaved pipeline schedule; layout: takes any layers per "
+              "pipeline stage (--pipeline-layout); experts: how its MoE layer "
               "launches the local experts (gemm: a GEMM each, grouped: one kernel for all, python: each "
               "expert's MLP operator by operator; docs/model.md §15.2); seen: the bundled "
               "measured runs include it (else estimates say so); MoE: the same for mixture-of-experts runs. "
