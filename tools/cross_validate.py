@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from fit_defaults import KERNEL_SET, MIN_FIT_RUNS, SIBLINGS, in_fit_set, prior_hardware  # noqa: E402
+from fit_defaults import KERNEL_SET, MIN_FIT_RUNS, SIBLINGS, in_fit_set, prior_hardware, sibling_start  # noqa: E402
 
 from trainest import catalog  # noqa: E402
 from trainest.calibrate import fit_efficiency  # noqa: E402
@@ -37,9 +37,15 @@ def fitted_without(cases_by_hw: dict, hw_name: str, source: str) -> tuple[catalo
     hw = cases_by_hw[hw_name][0].scenario.hardware if hw_name in cases_by_hw else catalog.load_hardware(hw_name)
     fit = [c for c in cases_by_hw.get(hw_name, []) if c.source != source and in_fit_set(c.id)]
     if len(fit) >= MIN_FIT_RUNS:
-        # as the shipped fit: the small-kernel steps' fit split joins their hardware's fit (never a public source)
+        # as the shipped fit: the small-kernel steps' fit split joins their hardware's fit (never a public source),
+        # and the fit starts from the same die's fit where a sibling has one (fit_defaults.sibling_start)
         extra = KERNEL_FIT.get(hw_name, [])
-        return (fit_efficiency(fit + extra, prior_hardware(hw)).hardware,
+        start, parent = prior_hardware(hw), SIBLINGS.get(hw_name)
+        if parent:
+            parent_hw, parent_how = fitted_without(cases_by_hw, parent, source)
+            if "fitted on" in parent_how:
+                start = sibling_start(start, parent_hw)
+        return (fit_efficiency(fit + extra, start).hardware,
                 f"fitted on {len(fit)} runs of other sources" + (f" + {len(extra)} vTrain fit rows" if extra else ""))
     sibling = SIBLINGS.get(hw_name)
     if sibling:

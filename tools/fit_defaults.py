@@ -13,7 +13,10 @@ else to the HOLDOUT set. crc32 of the id is stable across machines, Python versi
 and a run keeps its side when other runs are added. Per hardware:
 
   * at least MIN_FIT_RUNS fit runs: start from the importer's PRIOR (tools/import_hardware.py, by
-    hardware kind, plus the catalog defaults for low_precision_gemm and layer_overhead_us) and fit with
+    hardware kind, plus the catalog defaults for low_precision_gemm and layer_overhead_us), or, for a
+    device whose SIBLINGS chain reaches a die fitted on its own runs (gb200, gb300 -> b200; a100-40gb ->
+    a100-80gb; h100-96gb-500w -> h100-sxm), from that fit (`sibling_start`: a hierarchical prior, so what
+    the device's own runs do not determine stays at the same die's value), and fit with
     `trainest.calibrate.fit_efficiency` (the `trainest calibrate` method) on the fit runs only; write
     ONLY the `efficiency:` block of specs/hardware/<name>.yaml (fitted: true), every other line unchanged;
   * fewer: a sibling die's fit (SIBLINGS), else the median of the devices fitted on their own runs, by kind
@@ -154,6 +157,29 @@ def inherited(hw: catalog.Hardware, sibling: catalog.Hardware) -> tuple[catalog.
               f"{sibling.efficiency.method.split(' on ')[-1] if ' on ' in sibling.efficiency.method else 'its runs'})")
     new_hw = replace(hw, efficiency=replace(e, method=method))
     return new_hw, efficiency_block(new_hw, method=method, fit_runs=None, fit_mape_pct=None, fitted=True)
+
+
+def fit_parent(name: str, by_hw: dict, fit_cases_of: dict) -> str | None:
+    """The device whose fit `name`'s fit starts from: the first along its SIBLINGS chain (gb300 -> b300 ->
+    b200) with enough fit runs of its own, else None (the generic prior)."""
+    seen, sib = {name}, SIBLINGS.get(name)
+    while sib is not None and sib not in seen:
+        if sib in by_hw and len(fit_cases_of.get(sib, [])) >= MIN_FIT_RUNS:
+            return sib
+        seen.add(sib)
+        sib = SIBLINGS.get(sib)
+    return None
+
+
+START_KEYS = ("gemm", "gemm_half_dim", "attention", "memory", "scale_up", "scale_out", "low_precision_gemm",
+              "flash2_attention")
+
+
+def sibling_start(prior: catalog.Hardware, parent: catalog.Hardware) -> catalog.Hardware:
+    """`prior` with the fitted fractions of the same die (`parent`, fitted on its own runs) as the fit's
+    start and pull: what this device's runs do not determine stays at the die's value, not the generic
+    prior's (the host time per kernel stays the system's prior)."""
+    return catalog.with_efficiency(prior, **{k: getattr(parent.efficiency, k) for k in START_KEYS})
 
 
 def fitted_outcome(fit_cases: list, prior: catalog.Hardware, unpulled: tuple[str, ...] = ()) -> tuple:
@@ -326,9 +352,12 @@ def main(argv: list[str] | None = None) -> int:
     own_blocks: dict[str, tuple[str, dict]] = {}
     outcome: dict[str, tuple] = {}         # name -> (new hardware, block, status, params)
     fit_cases_of = {name: [c for c in by_hw[name] if in_fit_set(c.id)] + kernel_fit.get(name, []) for name in by_hw}
-    for name in sorted(by_hw):
+    for name in sorted(by_hw, key=lambda n: (fit_parent(n, by_hw, fit_cases_of) is not None, n)):
         hw = by_hw[name][0].scenario.hardware
         prior_hw[name] = prior_hardware(hw)
+        parent = fit_parent(name, by_hw, fit_cases_of)
+        if parent is not None and parent in final_hw:       # start from the same die's fit (hierarchical prior)
+            prior_hw[name] = sibling_start(prior_hw[name], final_hw[parent])
         for c in by_hw[name]:
             split[c.id] = in_fit_set(c.id)
         if len(fit_cases_of[name]) >= MIN_FIT_RUNS:
@@ -617,7 +646,10 @@ The achievable efficiencies in `specs/hardware/<name>.yaml` (`efficiency:` block
 memory, scale_up, scale_out, low_precision_gemm, layer_overhead_us) are fitted by the method of
 `trainest calibrate` (`trainest/calibrate.py`): a robust (Huber) least-squares fit of ln(predicted /
 measured) step time — every metric is converted to an equivalent measured step time — plus a weak
-pull (λ = {PRIOR_WEIGHT:g}) towards the importer's prior, by a projected Levenberg–Marquardt inside
+pull (λ = {PRIOR_WEIGHT:g}) towards the start — the importer's prior, or for a device built on the same
+die as one fitted on its own runs (GB200 and GB300 after B200, the A100 40GB after the 80GB, the
+power-capped H100 after the H100 SXM) that die's fit, so that what its own runs do not determine
+stays at the die's value (`fit_defaults.sibling_start`) — by a projected Levenberg–Marquardt inside
 per-parameter physical bounds (listed under the table below). `low_precision_gemm` is fitted only when the
 runs include FP8/FP4, `layer_overhead_us` only when they include a model under 3 B parameters; a
 parameter no run is sensitive to stays at its prior. `overlap_contention` (docs/model.md §4.7) is not
