@@ -151,7 +151,6 @@ def modules_plan_note(result, space) -> str | None:
             f"{1.0 - alt.scores[0] / result.scores[0]:.0%} better by the objective ({_reproduce(e)})")
 
 
-
 LAYOUT_HINT_MIN_GAIN = 0.02      # name a pipeline layout only when it shortens the step by at least this share
 
 
@@ -175,7 +174,7 @@ def layout_hint(s: Scenario, e: Estimate) -> str | None:
     block patterns and DualPipe, and under a framework that splits the layers itself."""
     from trainest.frameworks import FRAMEWORKS
     from trainest.memory import memory_per_device
-    from trainest.pipeline_layout import layout_string
+    from trainest.pipeline_layout import layout_string, rank_layers_text
     from trainest.scenario import job_of, layout_of
     from trainest.step import step_terms
     p, m = s.parallel, s.model
@@ -197,7 +196,6 @@ def layout_hint(s: Scenario, e: Estimate) -> str | None:
         need = float(memory_per_device(job, laid).total_bytes)
         if e.memory.fits and need + e.memory.required_headroom_bytes > e.memory.capacity_bytes:
             continue
-        from trainest.report.estimate import rank_layers_text
         from trainest.step.schedule import stage_layers
         heavy_n, last_n = stage_layers(m, float(p.pp), float(p.vpp), p.pipeline_split)
         even = len(set(counts)) == 1 and (m.layers // p.pp) % p.vpp == 0

@@ -96,3 +96,14 @@ def layout_string(counts: tuple[int, ...], vpp: int, mtp_depth: int) -> str:
         text += f"({body[i]}|)*{n}" if n > 1 and body[i] else (body[i] + "|") * n
         i += n
     return text + body[-1]
+
+
+def rank_layers_text(counts: tuple[int, ...]) -> str:
+    """Layers per pipeline rank in few words: runs of equal counts as n×k ("5, 4×14, 2")."""
+    runs: list[list[int]] = []
+    for c in counts:
+        if runs and runs[-1][0] == c:
+            runs[-1][1] += 1
+        else:
+            runs.append([c, 1])
+    return ", ".join(f"{c}" if n == 1 else f"{c}×{n}" for c, n in runs)

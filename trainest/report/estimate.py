@@ -9,6 +9,7 @@ from trainest import SCHEMA_VERSION
 from trainest.catalog import Hardware, specs_dir
 from trainest.choices import DEFAULT_RECOMPUTE_MODULES
 from trainest.estimate import Estimate
+from trainest.pipeline_layout import rank_layers_text
 from trainest.report import clean, console, fmt_co2, fmt_gib, fmt_money, fmt_seconds, fmt_si, print_table
 from trainest.scenario import Scenario, scenario_mapping
 from trainest.step.schedule import bubble_slots
@@ -139,17 +140,6 @@ def layout_text(s: Scenario) -> str:
                                        (f"dp-collectives={p.dp_collectives}", p.dp_collectives != "hierarchical"))
               if shown]
     return " ".join([text, *extras])
-
-
-def rank_layers_text(counts: tuple[int, ...]) -> str:
-    """Layers per pipeline rank in few words: runs of equal counts as n×k ("5, 4×14, 2")."""
-    runs: list[list[int]] = []
-    for c in counts:
-        if runs and runs[-1][0] == c:
-            runs[-1][1] += 1
-        else:
-            runs.append([c, 1])
-    return ", ".join(f"{c}" if n == 1 else f"{c}×{n}" for c, n in runs)
 
 
 def model_text(m) -> str:
