@@ -221,3 +221,13 @@ def test_a_framework_that_splits_the_layers_itself_refuses_a_layout_and_gets_no_
     gpt3 = {"model": "gpt3-175b", "hardware": "a100-80gb-sxm", "devices": 1024, "global_batch": 1536,
             "parallel": {"tp": 8, "pp": 8, "pipeline_split": "balanced"}}
     assert _hint(gpt3) is not None and _hint({**gpt3, "framework": "megatron-deepspeed"}) is None
+
+
+def test_pp_comes_from_the_layout_when_not_given_and_is_shown_as_derived(capsys):
+    laid = _scenario(base={**DENSE, "parallel": {"tp": 2, "zero": 1}}, pipeline_layout="Et*7|t*8|t*8|t*7L")
+    assert laid.parallel.pp == 4 and "parallel.pp" in laid.derived
+    two = _scenario(base={**DENSE, "parallel": {"tp": 2, "zero": 1, "vpp": 2}},
+                    pipeline_layout="Et*4|t*4|t*4|t*4|t*4|t*4|t*3|t*3L")
+    assert two.parallel.pp == 4 and two.parallel.rank_layers == (8, 8, 7, 7)
+    code, out, err = call_entry(["estimate", "-m", "llama3-8b", "--tp", "2", "--pipeline-layout", "Et*16|t*16L"], capsys)
+    assert code == 0 and "pp=2 (from the layout)" in out

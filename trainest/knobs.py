@@ -127,7 +127,7 @@ KNOBS: tuple[Knob, ...] = (
       "--pipeline-layout).", "even", "PipelineSplit", group=PARALLEL),
     K("pipeline_layout", ("--pipeline-layout",), "str", "Megatron-Core's pipeline layout: the p·v stages "
       "separated by '|', E embedding, t decoder layer, m MTP module, L loss, x*n and (...)*n repeats, e.g. "
-      "'Et*4|(t*4|)*14tmL' (DeepSeek-V3, pp 16).", "none (the split)", group=PARALLEL),
+      "'Et*4|(t*4|)*14tmL' (DeepSeek-V3, pp 16); without --pp it sets pp.", "none (the split)", group=PARALLEL),
     K("dp_collectives", ("--dp-collectives",), "choice",
       "Data-parallel/ZeRO rings: hierarchical (every NIC of a node) or flat (one NIC per device, e.g. "
       "DeepSpeed ZeRO-3 of 2021).", "hierarchical", "DpCollectives", group=PARALLEL, job=True),

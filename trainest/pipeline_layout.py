@@ -44,6 +44,11 @@ def expand(text: str, where: str) -> list[str]:
     return s.split("|")
 
 
+def stage_count(text: str, where: str) -> int:
+    """How many stages (p·v) a layout string has: pp when it is not given is this over vpp."""
+    return len(expand(text, where))
+
+
 def rank_layers(text: str, pp: int, vpp: int, layers: int, mtp_depth: int, where: str) -> tuple[int, ...]:
     """Decoder layers on each pipeline rank (rank 0 first) of a layout string, checked against the
     layout (p·v stages) and the model (its L layers, its MTP depth): the embedding opens the first stage,

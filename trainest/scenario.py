@@ -241,6 +241,11 @@ def _parallel_sizes(par: dict[str, Any], r: _Reader) -> dict[str, Any]:
     w = f"{r.where}.parallel"
     sizes: dict[str, Any] = {k: F.integer(par.get(k, 1), f"{w}.{k}", maximum=10**6)
                              for k in ("tp", "pp", "cp", "vpp", "ep", "etp")}
+    if par.get("pp") is None and isinstance(par.get("pipeline_layout"), str):
+        # a layout without pp: its stages over vpp (pipeline_layout.stage_count; checked with the layout)
+        from trainest.pipeline_layout import stage_count
+        stages = stage_count(par["pipeline_layout"], f"{w}.pipeline_layout")
+        sizes["pp"] = stages // sizes["vpp"] if stages % sizes["vpp"] == 0 else sizes["pp"]
     default_zero = DEFAULT_ZERO if sizes["pp"] == 1 else DEFAULT_ZERO_WITH_PP
     zero = par.get("zero")
     if isinstance(zero, int) and not isinstance(zero, bool) and zero > 3:

@@ -127,7 +127,8 @@ def layout_text(s: Scenario) -> str:
     p = s.parallel
     zero_default = (" (default: FSDP)" if p.pp == 1 else " (default with pp > 1: distributed optimizer)") \
         if "parallel.zero" in s.derived else ""
-    text = (f"tp={p.tp} pp={p.pp} dp={p.dp}{' (derived)' if 'parallel.dp' in s.derived else ''} cp={p.cp} "
+    from_layout = " (from the layout)" if p.pipeline_layout and "parallel.pp" in s.derived else ""
+    text = (f"tp={p.tp} pp={p.pp}{from_layout} dp={p.dp}{' (derived)' if 'parallel.dp' in s.derived else ''} cp={p.cp} "
             f"vpp={p.vpp} zero={p.zero}{zero_default} sequence-parallel={'on' if p.sequence_parallel else 'off'}")
     if s.model.moe is not None:
         text += f" ep={p.ep}{' (default)' if 'parallel.ep' in s.derived else ''} etp={p.etp} edp={p.edp}"
