@@ -223,17 +223,18 @@ def framework_host_outcome(outcome: tuple, prior: catalog.Hardware, check: bool)
     return new_hw, block, status, params
 
 
-def derived_moe_priors(blocks: dict, final_hw: dict, moe, moe_fitted: set[str], *, write: bool) -> None:
-    """Every hardware without MoE efficiencies of its own or of a sibling gets a derived MoE prior: the
-    shared grouped_gemm (a property of the software's grouped-GEMM path, fitted on every MoE run) and the
-    median of the fitted devices' all_to_all, marked `moe_fitted: false` (its estimates say so)."""
+def derived_moe_priors(blocks: dict, final_hw: dict, moe, moe_fitted: set[str], has_moe: set[str], *,
+                       write: bool) -> None:
+    """Every hardware not in `has_moe` (MoE efficiencies of its own or of a sibling) gets a derived MoE
+    prior: the shared grouped_gemm (a property of the software's grouped-GEMM path, fitted on every MoE
+    run) and the median of the `moe_fitted` devices' all_to_all, marked `moe_fitted: false` (its estimates
+    say so)."""
     if not moe_fitted:
         return
     a2a = statistics.median(final_hw[n].efficiency.all_to_all for n in moe_fitted)
-    inherited_moe = {n for n, sib in SIBLINGS.items() if sib in moe_fitted and n not in moe_fitted}
     for name in catalog.hardware_names():
         block = blocks.get(name)
-        if name in moe_fitted or name in inherited_moe or not block or block.get("gemm") is None:
+        if name in has_moe or not block or block.get("gemm") is None:
             continue
         block = {**block, "grouped_gemm": round(moe.grouped_gemm, 4), "all_to_all": round(a2a, 4),
                  "moe_fitted": False}
@@ -427,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     split.update(moe.split)
     # a sibling without MoE runs of its own takes its sibling's MoE efficiencies (as it took the dense ones)
     moe_fitted = {row[0] for row in moe.rows if row[3] == "fitted"}
+    has_moe = set(moe_fitted)             # the devices with MoE efficiencies of their own or a sibling's
     for name, sibling in SIBLINGS.items():
         block = blocks.get(name)
         if name in moe_fitted or sibling not in moe_fitted or not block or block.get("gemm") is None:
@@ -434,12 +436,13 @@ def main(argv: list[str] | None = None) -> int:
         eff = final_hw[sibling].efficiency
         block = {**block, "grouped_gemm": round(eff.grouped_gemm, 4), "all_to_all": round(eff.all_to_all, 4)}
         blocks[name] = block
+        has_moe.add(name)
         if name in final_hw:
             final_hw[name] = catalog.with_efficiency(final_hw[name], grouped_gemm=eff.grouped_gemm,
                                                      all_to_all=eff.all_to_all)
         if not args.check:
             write_block(Path(catalog.load_hardware(name).path), block)
-    derived_moe_priors(blocks, final_hw, moe, moe_fitted, write=not args.check)
+    derived_moe_priors(blocks, final_hw, moe, moe_fitted, has_moe, write=not args.check)
 
     if not args.check:
         target = catalog.specs_dir() / catalog.CATALOG_CACHE_NAME

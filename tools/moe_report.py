@@ -74,8 +74,7 @@ def _all_to_all_fits(by_hw: dict[str, list[Case]], grouped: float, min_fit_runs:
     or None}) with `grouped` as every hardware's grouped_gemm and each hardware's all_to_all fitted."""
     import numpy as np
 
-    from trainest.calibrate import PRIOR_WEIGHT, huber, predicted_step_times_s
-    from trainest.validate import step_time_s_from_metric
+    from trainest.calibrate import PRIOR_WEIGHT, huber
 
     loss, results = 0.0, {}
     for name, hw_cases in by_hw.items():
@@ -86,9 +85,8 @@ def _all_to_all_fits(by_hw: dict[str, list[Case]], grouped: float, min_fit_runs:
         base = catalog.with_efficiency(moe_prior(hw_cases[0].scenario.hardware), grouped_gemm=grouped)
         result = fit_efficiency(fit_cases, base, names=("all_to_all",))
         results[name] = result
-        hw = result.hardware
-        r = np.log([float(predicted_step_times_s(c, hw, {})) / step_time_s_from_metric(c) for c in fit_cases])
-        x = hw.efficiency.all_to_all / catalog.DEFAULT_ALL_TO_ALL
+        r = np.log([a.step_ratio for a in result.after])      # the fit's own predictions of its runs
+        x = result.hardware.efficiency.all_to_all / catalog.DEFAULT_ALL_TO_ALL
         loss += float(np.sum(huber(r))) + len(fit_cases) * PRIOR_WEIGHT * (x - 1.0) ** 2
     return loss, results
 
@@ -144,7 +142,7 @@ def fit_moe(cases: list[Case], final_hw: dict[str, catalog.Hardware], blocks: di
             status = "fitted"
             block = dict(blocks.get(name) or {})
             block.update(grouped_gemm=round(grouped, 4), all_to_all=round(a2a, 4), moe_fit_runs=len(fit_cases),
-                         moe_fit_mape_pct=round(mape_pct(compare(c, new_hw) for c in fit_cases) or 0.0, 2))
+                         moe_fit_mape_pct=round(result.mape_after_pct or 0.0, 2))
             if write and block.get("gemm") is not None:
                 _write(new_hw, block)
         else:
