@@ -264,7 +264,7 @@ def _parallel_sizes(par: dict[str, Any], r: _Reader) -> dict[str, Any]:
 
 
 def _devices_and_dp(par: dict[str, Any], sizes: dict[str, Any], r: _Reader,
-                    devices_per_node: int = DEFAULT_DEVICES) -> tuple[int, int]:
+                    devices_per_node: int) -> tuple[int, int]:
     """(devices N, data-parallel size d) with N = t·p·c·d: either may be derived from the other. Neither
     given: one node's devices, at most DEFAULT_DEVICES (one DGX Spark, laptop or card is one device),
     or the fewest above that which hold the model-parallel layout given."""
