@@ -82,8 +82,6 @@ def test_hardware_list_parsing():
 
 
 def test_job_errors_are_the_users_not_every_hardwares():
-    with pytest.raises(SpecError, match="global batch"):
-        C.compare({"model": "gpt3-1.3b"}, ["h100-sxm", "b200"], "8")
     with pytest.raises(SpecError, match="unknown model"):
         C.compare({**JOB, "model": "nope"}, ["h100-sxm", "b200"], "8")
 
@@ -119,3 +117,12 @@ def test_plan_with_several_hardware_points_to_compare(capsys):
         assert code == 1 and out == "" and "trainest compare --hardware h100-sxm,b200" in err
     code, out, err = call_entry(["estimate", "--hardware", "h100-sxm,b200"], capsys)
     assert code == 1 and "trainest compare" in err
+
+
+def test_without_a_global_batch_compare_takes_the_estimates_default_and_says_so():
+    # 0.5M tokens of 2048-token sequences = 256, already a multiple of 16 devices
+    c = C.compare({"model": "gpt3-1.3b", "seq_len": 2048}, ["h100-sxm", "b200"], "16")
+    assert c.job.global_batch == 256 and "global_batch" in c.job.derived
+    assert all(en.estimate is not None and en.estimate.scenario.global_batch == 256 for en in c.entries)
+    given = C.compare({"model": "gpt3-1.3b", "seq_len": 2048, "global_batch": 256}, ["h100-sxm", "b200"], "16")
+    assert "global_batch" not in given.job.derived

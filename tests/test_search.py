@@ -196,7 +196,7 @@ def test_plan_table_output_and_allow_options():
 @pytest.mark.parametrize("args, needle", [
     (["--model", "gpt3-125m", "--devices", "11", "--global-batch", "8"], "no layout of 11 devices"),
     (["--model", "gpt3-175b", "--hardware", "a100-80gb-sxm", "--devices", "1", "--global-batch", "8"], "does not fit"),
-    (["--model", "gpt3-125m", "--devices", "8"], "global batch"),
+    (["--model", "gpt3-125m", "--devices", "8", "--global-batch-tokens", "0.3k"], "not a whole number"),
     (["--model", "gpt3-125m", "--devices", "8", "--global-batch", "8", "--allow", "zero=5"], "zero"),
     (["--model", "gpt3-175b", "--hardware", "a100-80gb-sxm", "--devices", "1..4", "--global-batch", "8"],
      "no layout fits at any device count in 1..4"),
@@ -470,3 +470,25 @@ def test_first_rows_are_lexsorts_first_rows():
         if among.size:
             sub = among[np.lexsort(tuple(k[among] for k in keys))]
             assert np.array_equal(S._first_rows(keys, 2, among), sub[:2])
+
+
+def test_a_search_without_a_global_batch_takes_the_estimates_default_rounded_to_the_device_count():
+    # 0.5M tokens at 8192 = 64 sequences, a multiple of 8 and of 64; at 96 devices rounded up to 96
+    for devices, expected in ((8, 64), (64, 64), (96, 96)):
+        base = S.job_scenario({"model": "llama3-8b", "hardware": "h100-sxm"}, default_batch_devices=devices)
+        assert base.global_batch == expected and "global_batch" in base.derived
+    with pytest.raises(SpecError, match="needs the global batch"):
+        S.job_scenario({"model": "llama3-8b", "hardware": "h100-sxm"})
+    given = S.job_scenario({"model": "llama3-8b", "hardware": "h100-sxm", "global_batch": 8}, default_batch_devices=8)
+    assert given.global_batch == 8 and "global_batch" not in given.derived
+
+
+def test_plan_without_a_global_batch_says_it_took_the_default():
+    res = run_cli("plan", "--model", "gpt3-125m", "--devices", "8")
+    assert res.exit_code == 0, res.output
+    assert "(default: 0.5M tokens, a multiple of the device count)" in res.stdout
+    doc = json.loads(run_cli("plan", "--model", "gpt3-125m", "--devices", "8", "--json").stdout)
+    assert doc["job"]["derived"] == ["global_batch"]
+    given = json.loads(run_cli("plan", "--model", "gpt3-125m", "--devices", "8", "--global-batch", "64",
+                               "--json").stdout)
+    assert "derived" not in given["job"]

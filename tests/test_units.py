@@ -8,7 +8,7 @@ import pytest
 
 from trainest import units
 from trainest.errors import SpecError
-from trainest.units import parse_bytes, parse_count, parse_duration_s
+from trainest.units import parse_bytes, parse_count, parse_duration_s, parse_length
 
 
 # ------------------------------------------------------------------------------------------ constants
@@ -90,3 +90,16 @@ def test_spec_error_is_a_value_error():
     """One error type, catchable as ValueError by library users."""
     with pytest.raises(ValueError):
         parse_count("nope")
+
+
+@pytest.mark.parametrize("text, expected", [("8192", 8192), ("8k", 8192), ("32K", 32768), ("4M", 4 * 2**20),
+                                            ("0.5M", 2**19), (".5M", 2**19), ("1.5k", 1536), (8192, 8192)])
+def test_parse_length_binary_suffixes_and_exact_decimal_mantissas(text, expected):
+    # the estimate prints its default batch as "0.5M tokens": the same text must be accepted back
+    assert parse_length(text) == expected
+
+
+@pytest.mark.parametrize("text", ["0.3k", "1.k5", "-1", "8x", "", "1e3"])
+def test_parse_length_refuses_what_is_not_a_whole_count(text):
+    with pytest.raises(SpecError, match="not a whole number"):
+        parse_length(text, "--global-batch-tokens")

@@ -117,8 +117,8 @@ def best_plan(mapping: dict, name: str, devices: str, space: S.SearchSpace, *, d
     if hw.unsupported_reason:
         return replace(entry, reason=f"not modelled: {hw.unsupported_reason}")
     try:
-        base = S.job_scenario({**mapping, "hardware": name}, f"hardware {hw.name}")
         lo, hi = S.parse_devices(devices)
+        base = S.job_scenario({**mapping, "hardware": name}, f"hardware {hw.name}", default_batch_devices=hi)
         if deadline_s is None and budget_usd is None:
             if lo != hi:
                 raise SpecError(f"--devices {devices}: a range needs --deadline or --budget")
@@ -162,7 +162,8 @@ def compare(mapping: dict, names: list[str], devices: str, space: S.SearchSpace 
     lo, hi = S.parse_devices(devices)
     if lo != hi and deadline_s is None and budget_usd is None:
         raise SpecError(f"--devices {devices}: a range needs --deadline or --budget")
-    job = S.job_scenario({**mapping, "hardware": DEFAULT_HARDWARE, "precision": DEFAULT_PRECISION}, "options")
+    job = S.job_scenario({**mapping, "hardware": DEFAULT_HARDWARE, "precision": DEFAULT_PRECISION}, "options",
+                         default_batch_devices=hi)
     job = replace(job, precision=mapping.get("precision") or DEFAULT_PRECISION)
     entries = []
     for i, name in enumerate(names):

@@ -133,7 +133,8 @@ KNOBS: tuple[Knob, ...] = (
       "DeepSpeed ZeRO-3 of 2021).", "hierarchical", "DpCollectives", group=PARALLEL, job=True),
     K("micro_batch", ("--micro-batch", "-b"), "int", "Micro-batch b, in sequences.", "1", searched=True),
     K("global_batch", ("--global-batch", "-B"), "int", "Global batch B, in sequences.",
-      "0.5M tokens (64 × 8192) in whole sequences, a multiple of dp × micro-batch", job=True),
+      "0.5M tokens (64 × 8192) in whole sequences, a multiple of dp × micro-batch (plan, compare: of the device "
+      "count)", job=True),
     K("global_batch_tokens", ("--global-batch-tokens",), "length", "Global batch in tokens (4M = 4·2^20), instead "
       "of --global-batch; must divide by the sequence length.", job=True),
     K("recompute", ("--recompute",), "choice", "Activation recomputation: selective = Megatron's (attention core); "

@@ -61,7 +61,16 @@ from trainest.frameworks import FRAMEWORKS
 from trainest.knobs import ALLOW_NAMES, ASKED_ONLY, JOB_KEYS, JOB_PARALLEL_KEYS, SEARCHED
 from trainest.layout import Job, Layout
 from trainest.memory import memory_per_device
-from trainest.scenario import FineTune, Parallel, Scenario, check_finetune, check_offload, job_of, scenario_from_mapping
+from trainest.scenario import (
+    FineTune,
+    Parallel,
+    Scenario,
+    check_finetune,
+    check_offload,
+    default_global_batch,
+    job_of,
+    scenario_from_mapping,
+)
 from trainest.step import step_terms
 from trainest.step.collectives import network_gap, tiers_of
 from trainest.step.compose import DP_KNOBS, LAYER_KNOBS, layer_terms, step_dp_traffic
@@ -556,12 +565,20 @@ def _joined(parts: list[Any], sizes: list[int]) -> Any:
 
 # ------------------------------------------------------------------------------------ the job
 
-def job_scenario(mapping: dict, where: str = "options") -> Scenario:
-    """Validate the job (a scenario mapping without a layout; `global_batch` required) once, as a
-    one-device scenario; plans replace its device count and layout (`plan_scenario`)."""
+def job_scenario(mapping: dict, where: str = "options", default_batch_devices: int | None = None) -> Scenario:
+    """Validate the job (a scenario mapping without a layout) once, as a one-device scenario; plans
+    replace its device count and layout (`plan_scenario`). Without a global batch: with
+    `default_batch_devices` the estimate's default (DEFAULT_TOKENS_PER_STEP in whole sequences) rounded up
+    to a multiple of that device count, so that every data-parallel size dividing it can run
+    micro-batch 1, marked derived; else an error."""
     if mapping.get("global_batch") is None and mapping.get("global_batch_tokens") is None:
-        raise SpecError(f"{where}: the plan search needs the global batch (--global-batch in sequences, or "
-                        f"--global-batch-tokens)")
+        if default_batch_devices is None:
+            raise SpecError(f"{where}: the plan search needs the global batch (--global-batch in sequences, or "
+                            f"--global-batch-tokens)")
+        seq_len = job_scenario({**mapping, "global_batch": 1}, where).seq_len
+        base = job_scenario({**mapping, "global_batch": default_global_batch(seq_len, default_batch_devices, 1)},
+                            where)
+        return replace(base, derived=base.derived + ("global_batch",))
     job = {k: v for k, v in mapping.items() if k in JOB_KEYS}
     # of the layout, only framework capabilities that hold for every plan carry over (tp_overlap,
     # dp_collectives)

@@ -65,9 +65,9 @@ def search_plans(values: dict[str, Any]) -> tuple[Any, Any, str | None]:
     config = values.get("config")
     mapping = job_mapping(values)
     devices = values.get("devices") or str(mapping.get("devices") or 8)
-    base = S.job_scenario(mapping, f"scenario {config!r}" if config else "options")
-    space = S.space_from_options(values.get("allow"), **{k: values.get(k) for k in MAXIMA})
     lo, hi = S.parse_devices(devices)
+    base = S.job_scenario(mapping, f"scenario {config!r}" if config else "options", default_batch_devices=hi)
+    space = S.space_from_options(values.get("allow"), **{k: values.get(k) for k in MAXIMA})
     deadline, budget = values.get("deadline"), values.get("budget")
     deadline_s = parse_duration_s(deadline, "--deadline") if deadline is not None else None
     budget_usd = parse_count(budget, "--budget") if budget is not None else None

@@ -8,7 +8,7 @@ from trainest import SCHEMA_VERSION
 from trainest.compare import Comparison, Entry, objective_value
 from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si
 from trainest.report.estimate import band_pct, band_source, estimate_dict
-from trainest.report.plan import _layout, estimate_args
+from trainest.report.plan import _layout, batch_default_note, estimate_args
 from trainest.scenario import scenario_mapping
 from trainest.units import GiB
 
@@ -40,6 +40,8 @@ def compare_dict(c: Comparison) -> dict[str, Any]:
     full = scenario_mapping(c.job)
     job = {**{k: full[k] for k in JOB_KEYS},
            "parallel": {k: full["parallel"][k] for k in ("tp_overlap", "dp_collectives")}}
+    if "global_batch" in c.job.derived:       # the estimate's default batch, not the user's
+        job["derived"] = ["global_batch"]
     return clean({"schema_version": SCHEMA_VERSION, "job": job,
                   "devices": c.devices, "deadline_s": c.deadline_s, "budget_usd": c.budget_usd,
                   "objective": c.objective, "compare": [entry_dict(en, c.objective) for en in c.entries]})
@@ -88,6 +90,8 @@ def print_compare(c: Comparison, job_args: str = "") -> None:
         t.add_row(*_cells(i, en), style="bold" if i == 1 else "")
     con.print(t)
     con.print(caption, style="dim")     # (as the table's caption, rich would size the columns by its text)
+    if note := batch_default_note(c.job):
+        con.print(f"Global batch {c.job.global_batch} x {c.job.seq_len} tokens{note}.")
     p = Table(title="Plans and where each band comes from", title_justify="left", box=box.SIMPLE_HEAD,
               pad_edge=False)
     for col in ("hardware", "plan", "recompute", "band from"):

@@ -7,7 +7,7 @@ from trainest.estimate import Estimate
 from trainest.knobs import estimate_args as knob_estimate_args
 from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si, print_table
 from trainest.report.estimate import band_pct, band_source, estimate_dict, hardware_dict, notes
-from trainest.scenario import scenario_mapping
+from trainest.scenario import Scenario, scenario_mapping
 from trainest.search import DeviceSearch, SearchResult, plan_knobs
 from trainest.units import GiB
 
@@ -30,11 +30,18 @@ def plan_dict(e: Estimate) -> dict:
             "band": full["band"], "estimate_args": estimate_args(e)}
 
 
+def batch_default_note(base: Scenario) -> str:
+    """' (default: ...)' after a search's global batch when the user gave none (search.job_scenario), else ''."""
+    return (" (default: 0.5M tokens, a multiple of the device count)" if "global_batch" in base.derived else "")
+
+
 def search_dict(r: SearchResult, devices_search: DeviceSearch | None = None) -> dict:
     """The `trainest plan --json` document."""
     job = scenario_mapping(r.base)
     for key in ("devices", "parallel", "micro_batch", "micro_batches", "recompute", "derived"):
         job.pop(key, None)
+    if "global_batch" in r.base.derived:     # the estimate's default batch, not the user's
+        job["derived"] = ["global_batch"]
     st = r.stats
     doc = {
         "schema_version": SCHEMA_VERSION,
@@ -94,7 +101,8 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
         con.print(f"Chosen: {ds.devices:,} devices, {ds.rule}.")
     con.print(f"[bold]{b.model.name}[/bold] ({b.model.params / 1e9:.1f} B params) on {r.devices:,} x "
               f"{b.hardware.name}, "
-              f"global batch {b.global_batch} x {b.seq_len} tokens, {b.precision}, {fmt_si(b.tokens)} tokens to train")
+              f"global batch {b.global_batch} x {b.seq_len} tokens{batch_default_note(b)}, {b.precision}, "
+              f"{fmt_si(b.tokens)} tokens to train")
     rej = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in st.rejected.items() if v)
     con.print(f"Searched {st.evaluated:,} plans in {st.seconds:.2f} s ({fmt_si(st.plans_per_s)} plans/s): "
               f"{st.feasible:,} feasible; rejected: {rej or 'none'}. Ranked by {r.objective}.")
