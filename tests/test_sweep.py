@@ -98,6 +98,19 @@ def test_csv_has_a_header_and_a_row_per_point():
     lines = csv_text(r).splitlines()
     assert lines[0].startswith("value,step_s") and len(lines) == 3
     assert lines[2].startswith("3,") and "is not divisible" in lines[2]
+    batch = r.points[0].estimate.scenario.global_batch
+    assert lines[0].endswith(",error,global_batch") and lines[1].endswith(f",{batch}")
+
+
+def test_a_derived_batch_that_changes_with_the_devices_is_shown(capsys):
+    # without --global-batch each point takes its own default (a multiple of dp): the table must say so
+    code, out, err = call_entry(["sweep", "--model", "gpt3-1.3b", "--devices", "8..512"], capsys)
+    assert code == 0, err
+    assert " batch " in out and "derived at each point" in out and "give --global-batch to hold it" in out
+    code, out, err = call_entry(["sweep", "--model", "gpt3-1.3b", "--devices", "8..512", "--global-batch", "512"],
+                                capsys)
+    assert code == 0, err
+    assert "derived at each point" not in out
 
 
 def test_png_without_matplotlib_says_how_to_install(monkeypatch, tmp_path):

@@ -43,7 +43,7 @@ def sweep_dict(r: SweepResult) -> dict[str, Any]:
 
 CSV_COLUMNS = ("value", "step_s", "step_s_low", "step_s_high", "tokens_per_s", "tokens_per_s_per_device", "mfu",
                "memory_gib", "fits", "days", "cost_usd", "energy_kwh", "co2_kg", "bottleneck", "scaling_efficiency",
-               "layout", "error")
+               "layout", "error", "global_batch")
 
 
 def csv_text(r: SweepResult) -> str:
@@ -54,7 +54,7 @@ def csv_text(r: SweepResult) -> str:
     for p, eff in zip(r.points, r.scaling_efficiency(), strict=True):
         e = p.estimate
         if e is None:
-            w.writerow([p.value] + [""] * (len(CSV_COLUMNS) - 2) + [p.error])
+            w.writerow([p.value] + [""] * (len(CSV_COLUMNS) - 3) + [p.error, ""])
             continue
         st, th, tr = e.step, e.throughput, e.training
         w.writerow([p.value, f"{st.time_s:.6g}", f"{st.time_s_low:.6g}", f"{st.time_s_high:.6g}",
@@ -63,7 +63,7 @@ def csv_text(r: SweepResult) -> str:
                     "" if tr.cost_usd is None else f"{tr.cost_usd:.2f}",
                     "" if tr.energy_kwh is None else f"{tr.energy_kwh:.6g}",
                     "" if tr.co2_kg is None else f"{tr.co2_kg:.6g}", st.bottleneck,
-                    "" if eff is None else f"{eff:.4f}", _layout(e), ""])
+                    "" if eff is None else f"{eff:.4f}", _layout(e), "", e.scenario.global_batch])
     return out.getvalue()
 
 
@@ -119,7 +119,9 @@ def print_sweep(r: SweepResult) -> None:
     con = console()
     t = Table(title=f"Sweep of {r.knob} ({'best plan' if r.plan else 'estimate'} at each value)",
               title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    cols = [r.knob, "step", "band", "tokens/s", "/device", "MFU", "GiB", "days", "cost", "bottleneck"]
+    batches = varying_batches(r)
+    cols = [r.knob] + (["batch"] if batches else []) + ["step", "band", "tokens/s", "/device", "MFU", "GiB", "days",
+                                                       "cost", "bottleneck"]
     cols += ["scaling"] if r.knob == "devices" else []
     for col in cols:
         t.add_column(col, justify="left" if col == "bottleneck" else "right", no_wrap=True)
@@ -129,13 +131,16 @@ def print_sweep(r: SweepResult) -> None:
             t.add_row(label(r, p.value), "—", "", f"does not run: {p.error[:60]}", *[""] * (len(cols) - 4))
             continue
         st, th, tr = e.step, e.throughput, e.training
-        row = [label(r, p.value), fmt_seconds(st.time_s), _band(e), fmt_si(th.tokens_per_s),
+        row = [label(r, p.value)] + ([f"{e.scenario.global_batch:,}"] if batches else [])
+        row += [fmt_seconds(st.time_s), _band(e), fmt_si(th.tokens_per_s),
                fmt_si(th.tokens_per_s_per_device), f"{th.mfu:.1%}",
                f"{e.memory.per_device_bytes / GiB:.1f}" + ("" if e.memory.fits else " ✗"), f"{tr.time_days:,.1f}",
                "n/a" if tr.cost_usd is None else "$" + fmt_si(tr.cost_usd).replace(" ", ""), st.bottleneck]
         row += [f"{eff:.0%}"] if r.knob == "devices" else []
         t.add_row(*row)
     con.print(t)
+    if batches:
+        con.print(f"batch: the global batch in sequences, {batches}; give --global-batch to hold it", style="dim")
     if r.plan:
         plans = Table(title="The plan at each value", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
         for col in (r.knob, "plan", "recompute"):
@@ -147,6 +152,17 @@ def print_sweep(r: SweepResult) -> None:
     con.print()
     for line in terminal_plot(r):
         con.print(line, markup=False, highlight=False)
+
+
+def varying_batches(r: SweepResult) -> str:
+    """How the global batch changes across the points when the user did not give it (each point's own
+    default: 0.5M tokens, a multiple of dp × micro-batch), e.g. 'derived at each point: 64 to 256'; '' when
+    it was given, is the swept knob, or is the same at every point."""
+    runs = [p.estimate.scenario for p in r.points if p.estimate is not None]
+    sizes = sorted({s.global_batch for s in runs})
+    if r.knob == "global_batch" or len(sizes) < 2 or not any("global_batch" in s.derived for s in runs):
+        return ""
+    return (f"derived at each point (0.5M tokens, a multiple of dp × micro-batch): {sizes[0]:,} to {sizes[-1]:,}")
 
 
 def _band(e: Any) -> str:
