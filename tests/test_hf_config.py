@@ -53,6 +53,16 @@ def test_config_gives_the_preset_shape(folder, preset):
     assert from_hf.name == folder and "config.json" in from_hf.source
 
 
+@pytest.mark.parametrize("folder, params", [
+    ("Phi-3-mini-4k-instruct", 3.82e9),    # microsoft/Phi-3-mini-4k-instruct: "3.8B parameters"
+    ("OLMo-2-1124-7B", 7.30e9),            # allenai/OLMo-2-1124-7B: 7.30B (model card)
+])
+def test_llama_shaped_configs_without_a_preset_load_with_their_published_size(folder, params):
+    m = load_model(str(CONFIGS / folder / "config.json"))
+    assert m.params == pytest.approx(params, rel=0.01) and m.mlp == "swiglu" and not m.tied_embeddings
+    assert m.seq_len == 4096 and m.name == folder
+
+
 def test_a_folder_holding_config_json_loads_the_same():
     assert load_model(str(CONFIGS / "Mixtral-8x7B-v0.1")) == load_model(str(CONFIGS / "Mixtral-8x7B-v0.1" / "config.json"))
 

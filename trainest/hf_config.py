@@ -116,7 +116,7 @@ def _dense(c: _Config, *, tied_default: bool = False, head_dim_required: bool = 
 
 
 def _llama(c: _Config) -> dict:
-    """Llama, Mistral, Qwen2, Qwen3 (dense): the common keys only."""
+    """Llama, Mistral, Qwen2, Qwen3, Phi-3/Phi-4, OLMo/OLMo 2, Granite (dense): the common keys only."""
     return _dense(c)
 
 
@@ -277,6 +277,10 @@ ARCHITECTURES: dict[str, tuple[Reader, bool]] = {
     "MistralForCausalLM": (_llama, False),
     "Qwen2ForCausalLM": (_llama, False),
     "Qwen3ForCausalLM": (_llama, False),
+    "Phi3ForCausalLM": (_llama, False),       # Phi-3 mini/medium, Phi-3.5 mini, Phi-4 (fused qkv, gate_up)
+    "OlmoForCausalLM": (_llama, False),
+    "Olmo2ForCausalLM": (_llama, False),      # OLMo 2: QK-norms, not counted
+    "GraniteForCausalLM": (_llama, False),    # IBM Granite 3: Llama shapes with scalar multipliers (no matmul)
     "GemmaForCausalLM": (_gemma, False),
     "Gemma2ForCausalLM": (_gemma, False),
     "Gemma3ForCausalLM": (_gemma, False),
