@@ -46,7 +46,7 @@ def job_key(s: Scenario) -> tuple:
     m = s.model
     return (m.layers, m.hidden, m.ffn_hidden, m.heads, m.kv_heads, m.vocab, m.mlp, m.tied_embeddings, m.head_dim,
             m.moe, m.mla, s.hardware.name, s.devices, s.devices_per_node, s.global_batch, s.seq_len, s.precision,
-            s.attention)
+            s.attention, s.finetune)
 
 
 @dataclass(frozen=True)
@@ -92,8 +92,9 @@ def collect() -> tuple[list[Row], list[str], float]:
             seen.add(key)
             pub = estimate(pub_s)
             jk = job_key(pub_s)
-            base = S.job_scenario({**{k: run[k] for k in S.JOB_KEYS if run.get(k) is not None}, "devices_per_node": pub_s.devices_per_node},
-                                  f"{name}.yaml: {rid}")
+            # the job as published, its fine-tuning method included (a LoRA run is searched as LoRA)
+            job = {k: run[k] for k in (*S.JOB_KEYS, "finetune") if run.get(k) is not None}
+            base = S.job_scenario({**job, "devices_per_node": pub_s.devices_per_node}, f"{name}.yaml: {rid}")
             if jk not in searches:
                 space = S.SearchSpace(max_tp=max(S.max_tp_default(base), pub_s.parallel.tp))
                 try:

@@ -492,3 +492,21 @@ def test_plan_without_a_global_batch_says_it_took_the_default():
     given = json.loads(run_cli("plan", "--model", "gpt3-125m", "--devices", "8", "--global-batch", "64",
                                "--json").stdout)
     assert "derived" not in given["job"]
+
+
+def test_when_nothing_fits_the_error_names_options_that_make_the_smallest_plan_fit():
+    """The advice used to be the same generic line whatever filled the memory ("a smaller global batch"
+    for a model whose weights and optimizer alone overflow); now it says what fills it and lists only
+    changes that were checked to make the smallest plan fit."""
+    job = ["--model", "llama3-70b", "--devices", "16", "--global-batch", "2"]
+    res = run_cli("plan", *job)
+    assert res.exit_code == 1 and res.stdout == "" and res.stderr.count("\n") == 1
+    assert "whatever the batch or sequence" in res.stderr and "smaller global batch" not in res.stderr
+    options = res.stderr.split("options: ")[1].strip().split(", ")
+    assert options[0] == "more devices" and "--offload optimizer" in options
+    for option in options[1:]:
+        assert run_cli("plan", *job, *option.split()).exit_code == 0, option
+    spark = run_cli("plan", "--model", "llama3-70b", "--hardware", "dgx-spark", "--devices", "1", "--global-batch", "2")
+    assert spark.exit_code == 1 and "--finetune qlora" in spark.stderr and "--offload" not in spark.stderr
+    long = run_cli("plan", "--model", "gpt3-1.3b", "--devices", "1", "--seq-len", "1048576", "--global-batch", "1")
+    assert long.exit_code == 1 and "are activations" in long.stderr and "a shorter sequence" in long.stderr

@@ -691,6 +691,60 @@ def _estimate_at(base: Scenario, devices: int, g: Grid, i: int) -> Estimate:
     return estimate(s)
 
 
+def no_fit_message(base: Scenario, devices: int, g: Grid, ev: Any, space: SearchSpace) -> str:
+    """Why no plan fits, from the plan that needs the least memory: its need against the device, what
+    fills it (the model states, which no batch or sequence shrinks, or the activations), and the
+    changes under which that plan fits (each checked on it: `fitting_changes`)."""
+    i = int(np.nanargmin(ev.memory_bytes))
+    need = float(ev.memory_bytes[i])
+    text = (f"{base.model.name} does not fit on {devices} x {base.hardware.name} in any of {g.size:,} plans: the "
+            f"smallest needs {need / 2**30:.1f} GiB per device, the device has "
+            f"{base.hardware.training_memory_bytes / 2**30:.1f} GiB"
+            + (f" of which {base.memory_headroom_bytes / 2**30:.1f} GiB stay free (--memory-headroom "
+               f"{base.memory_headroom})" if base.memory_headroom_bytes else ""))
+    smallest = _estimate_at(base, devices, g, i).scenario
+    mem = estimate(smallest).memory
+    states = mem.weights_bytes + mem.gradients_bytes + mem.optimizer_bytes + mem.overhead_bytes
+    usable = base.hardware.training_memory_bytes - base.memory_headroom_bytes
+    what = (f"of it {mem.activations_bytes / 2**30:.1f} GiB are activations" if states < usable else
+            f"its weights, gradients, optimizer state and fixed overhead alone take {states / 2**30:.1f} GiB, "
+            f"whatever the batch or sequence")
+    ways = ["more devices"] + (["a shorter sequence"] if states < usable else []) + fitting_changes(smallest, space)
+    return f"{text}; {what}; options: {', '.join(ways)}"
+
+
+def fitting_changes(s: Scenario, space: SearchSpace) -> list[str]:
+    """The options (as command-line text) under which the plan `s` fits: offload to host memory, BF16
+    Adam moments, LoRA, ZeRO-3 and full recompute where the search did not already try them; each is
+    estimated on `s`, so only what makes it fit is named."""
+    p = s.parallel
+    trials: list[tuple[str, Any]] = []
+    if space.offload is None and s.offload == "none":
+        trials += [(f"--offload {o}", lambda o=o: replace(s, offload=o)) for o in ("optimizer", "activations")]
+    if s.adam_moments == "fp32":
+        trials.append(("--adam-moments bf16", lambda: replace(s, adam_moments="bf16")))
+    if 3 not in space.zero and p.dp * p.cp > 1:
+        trials.append(("--allow zero=3", lambda: replace(s, parallel=replace(p, zero=3))))
+    if "full" not in space.recompute:
+        trials.append(("--allow recompute=full", lambda: replace(s, recompute="full")))
+    if s.finetune.method == "full" and space.finetune is None:     # adapters: the first that fits is named
+        trials += [(f"--finetune {m}", lambda m=m: replace(s, finetune=check_finetune(m, s.model, s.precision, m)))
+                   for m in ("lora", "qlora")]
+    found: list[str] = []
+    for text, changed in trials:
+        if text == "--finetune qlora" and "--finetune lora" in found:
+            continue
+        try:
+            trial = changed()
+            if text.startswith("--offload"):
+                check_offload(trial.offload, trial.hardware, text)
+            if estimate(trial).memory.fits:
+                found.append(text)
+        except SpecError:       # the change does not apply here (unified memory, no host described, ...)
+            continue
+    return found
+
+
 def no_layout_message(base: Scenario, devices: int, g: Grid) -> str:
     r = g.structural_rejects
     return (f"no layout of {devices} devices for {base.model.name}: tp·pp·cp (tp from {g.values['tp']}, "
@@ -737,13 +791,7 @@ def search(base: Scenario, devices: int, space: SearchSpace = SearchSpace(), *, 
     feasible = int(np.count_nonzero(ev.fits))
     evaluated = feasible + sum(rejected.values())
     if feasible == 0:
-        need = float(np.nanmin(ev.memory_bytes))
-        raise SpecError(f"{base.model.name} does not fit on {devices} x {base.hardware.name} in any of {g.size:,} "
-                        f"plans: the smallest needs {need / 2**30:.1f} GiB per device, the device has "
-                        f"{base.hardware.training_memory_bytes / 2**30:.1f} GiB"
-                        + (f" of which {base.memory_headroom_bytes / 2**30:.1f} GiB stay free (--memory-headroom "
-                           f"{base.memory_headroom})" if base.memory_headroom_bytes else "")
-                        + "; use more devices, a smaller global batch or sequence, or allow more sharding")
+        raise SpecError(no_fit_message(base, devices, g, ev, space))
     idx = np.flatnonzero(ev.fits)
     # by the objective, then memory, ZeRO stage and recomputation (np.lexsort's keys: the last first)
     ranking = (g.column("recompute", idx), g.column("zero", idx), ev.memory_bytes[idx], ev.time_s[idx] * scale)
