@@ -106,7 +106,8 @@ def test_a_derived_batch_that_changes_with_the_devices_is_shown(capsys):
     # without --global-batch each point takes its own default (a multiple of dp): the table must say so
     code, out, err = call_entry(["sweep", "--model", "gpt3-1.3b", "--devices", "8..512"], capsys)
     assert code == 0, err
-    assert " batch " in out and "derived at each point" in out and "give --global-batch to hold it" in out
+    text = " ".join(out.split())          # the note wraps at the terminal's width
+    assert " batch " in out and "derived at each point" in text and "give --global-batch to hold it" in text
     code, out, err = call_entry(["sweep", "--model", "gpt3-1.3b", "--devices", "8..512", "--global-batch", "512"],
                                 capsys)
     assert code == 0, err
@@ -153,8 +154,9 @@ def test_cli_table_json_csv(capsys):
 def test_cli_errors(capsys):
     code, out, err = call_entry(["sweep", "--devices", "8"], capsys)
     assert code == 1 and out == "" and "one knob as a range" in err
-    code, out, err = call_entry(["sweep", "--devices", "8..16", "--plan", "--model", "gpt3-1.3b"], capsys)
-    assert code == 1 and "global batch" in err
+    code, out, err = call_entry(["sweep", "--devices", "8..16", "--plan", "--model", "gpt3-1.3b", "--layers", "4"],
+                                capsys)
+    assert code == 1 and out == "" and "shape overrides need a model file" in err
 
 
 def test_sweep_never_imports_matplotlib_unless_asked():
@@ -164,3 +166,12 @@ def test_sweep_never_imports_matplotlib_unless_asked():
             "assert 'matplotlib' not in sys.modules, 'matplotlib imported'\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_sweep_plan_without_a_global_batch_holds_the_default_of_the_largest_count_and_says_so(capsys):
+    code, out, err = call_entry(["sweep", "--model", "gpt3-1.3b", "--devices", "8..32", "--plan", "--json"], capsys)
+    assert code == 0, err
+    batches = {p["inputs"]["global_batch"] for p in json.loads(out)["sweep"]}
+    assert len(batches) == 1 and batches.pop() % 32 == 0      # one batch, a multiple of the largest count
+    code, out, err = call_entry(["sweep", "--model", "gpt3-1.3b", "--devices", "8..32", "--plan"], capsys)
+    assert "at every point (default: 0.5M tokens, a multiple of the device count)" in " ".join(out.split())

@@ -141,13 +141,13 @@ def _point_estimate(mapping: dict[str, Any], shape: dict[str, Any]) -> tuple[Est
                                         f"device of {e.memory.capacity_bytes / 2**30:.1f}",)
 
 
-def _point_plan(mapping: dict[str, Any], k: Knob, value: Any) -> tuple[Estimate, tuple[str, ...]]:
+def _point_plan(mapping: dict[str, Any], k: Knob, value: Any, batch_devices: int) -> tuple[Estimate, tuple[str, ...]]:
     from trainest import search as S
     allow = []
     if k.searched:
         word = {True: "on", False: "off"}.get(value, value) if k.name == "sequence_parallel" else value
         allow = [f"{k.name}={word}"]
-    base = S.job_scenario(mapping, "options")
+    base = S.job_scenario(mapping, "options", default_batch_devices=batch_devices)
     res = S.search(base, int(mapping.get("devices") or 8), S.space_from_options(allow), top=1)
     return res.plans[0], ()
 
@@ -157,13 +157,14 @@ def sweep(mapping: dict[str, Any], k: Knob, values: list[Any], *, plan: bool = F
     """The estimate (or best plan) of the scenario `mapping` at each value of knob `k`."""
     if plan and shape:
         raise SpecError("sweep --plan takes the model as given: shape overrides need a model file")
-    if plan and k.name != "global_batch" and mapping.get("global_batch") is None:
-        raise SpecError("sweep --plan needs the global batch (--global-batch, in sequences)")
+    # without a global batch each plan takes the default of `plan` (0.5M tokens, a multiple of the device
+    # count): of the largest count swept, so that a devices sweep keeps one batch at every point
+    batch_devices = max(values) if k.name == "devices" else int(mapping.get("devices") or 8)
     points = []
     for i, value in enumerate(values):
         try:
             m = with_value(mapping, k, value)
-            e, warnings = _point_plan(m, k, value) if plan else _point_estimate(m, shape or {})
+            e, warnings = _point_plan(m, k, value, batch_devices) if plan else _point_estimate(m, shape or {})
             points.append(SweepPoint(value, e, "", warnings))
         except SpecError as exc:
             points.append(SweepPoint(value, None, str(exc)))

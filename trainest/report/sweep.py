@@ -119,7 +119,7 @@ def print_sweep(r: SweepResult) -> None:
     con = console()
     t = Table(title=f"Sweep of {r.knob} ({'best plan' if r.plan else 'estimate'} at each value)",
               title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    batches = varying_batches(r)
+    batches, batch_text = batch_note(r)
     cols = [r.knob] + (["batch"] if batches else []) + ["step", "band", "tokens/s", "/device", "MFU", "GiB", "days",
                                                        "cost", "bottleneck"]
     cols += ["scaling"] if r.knob == "devices" else []
@@ -139,8 +139,8 @@ def print_sweep(r: SweepResult) -> None:
         row += [f"{eff:.0%}"] if r.knob == "devices" else []
         t.add_row(*row)
     con.print(t)
-    if batches:
-        con.print(f"batch: the global batch in sequences, {batches}; give --global-batch to hold it", style="dim")
+    if batch_text:
+        con.print(batch_text, style="dim")
     if r.plan:
         plans = Table(title="The plan at each value", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
         for col in (r.knob, "plan", "recompute"):
@@ -154,15 +154,20 @@ def print_sweep(r: SweepResult) -> None:
         con.print(line, markup=False, highlight=False)
 
 
-def varying_batches(r: SweepResult) -> str:
-    """How the global batch changes across the points when the user did not give it (each point's own
-    default: 0.5M tokens, a multiple of dp × micro-batch), e.g. 'derived at each point: 64 to 256'; '' when
-    it was given, is the swept knob, or is the same at every point."""
+def batch_note(r: SweepResult) -> tuple[bool, str]:
+    """(show a batch column, the note under the table) when the user gave no global batch: each point
+    takes the default (0.5M tokens; a multiple of dp × micro-batch, with --plan of the largest device
+    count swept), which a table of steps must not hide. (False, '') when it was given or is swept."""
     runs = [p.estimate.scenario for p in r.points if p.estimate is not None]
+    if r.knob == "global_batch" or not any("global_batch" in s.derived for s in runs):
+        return False, ""
+    rule = "0.5M tokens, a multiple of the device count" if r.plan else "0.5M tokens, a multiple of dp × micro-batch"
     sizes = sorted({s.global_batch for s in runs})
-    if r.knob == "global_batch" or len(sizes) < 2 or not any("global_batch" in s.derived for s in runs):
-        return ""
-    return (f"derived at each point (0.5M tokens, a multiple of dp × micro-batch): {sizes[0]:,} to {sizes[-1]:,}")
+    if len(sizes) > 1:
+        return True, (f"batch: the global batch in sequences, derived at each point ({rule}): {sizes[0]:,} to "
+                      f"{sizes[-1]:,}; give --global-batch to hold it")
+    return False, (f"Global batch {sizes[0]:,} sequences at every point (default: {rule}); give --global-batch "
+                   f"to change it")
 
 
 def _band(e: Any) -> str:
