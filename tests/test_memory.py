@@ -378,3 +378,23 @@ def test_plan_and_compare_take_the_optimizer_and_framework_inputs(capsys):
     code, out, _ = call_entry(["compare", "--model", "llama3-8b", "--hardware", "h100-sxm,b200", "--devices", "8",
                                "--global-batch", "64", "--framework", "torchtitan", "--adam-moments", "bf16"], capsys)
     assert code == 0 and "--framework torchtitan --adam-moments bf16" in " ".join(out.split())
+
+
+def test_deepspeed_zero3_keeps_at_most_its_live_parameter_budget_gathered():
+    """FSDP gathers a whole block and prefetches the next: 2 layers. DeepSpeed ZeRO-3 gathers submodule
+    by submodule within stage3_max_live_parameters + stage3_prefetch_bucket_size (1.5e9): the same for a
+    model whose two layers are smaller than that, capped (but never below one MLP matrix) for one whose
+    layers are larger."""
+    from trainest.frameworks import DS_ZERO3_LIVE_PARAMS
+    kw = dict(dp=8.0, zero=3.0, micro_batches=1)
+    assert mem(framework="deepspeed", **kw).weights_bytes == pytest.approx(mem(**kw).weights_bytes)
+    big = model_from_mapping({"name": "wide", "layers": 4, "hidden": 16384, "ffn_hidden": 65536, "heads": 128,
+                              "vocab": 32000}, "t")
+    assert 2 * big.params_per_layer > DS_ZERO3_LIVE_PARAMS
+    fsdp, ds = mem(big, **kw), mem(big, framework="deepspeed", **kw)
+    sharded = big.params * 2.0 / 8.0 * 0.0      # bf16 ZeRO-3: no 16-bit shard, only the gathered layers
+    assert fsdp.weights_bytes == pytest.approx(sharded + 2.0 * big.params_per_layer * 2.0)
+    assert ds.weights_bytes == pytest.approx(sharded + DS_ZERO3_LIVE_PARAMS * 2.0)
+    assert ds.gradients_bytes == fsdp.gradients_bytes and ds.optimizer_bytes == fsdp.optimizer_bytes
+    tp8 = mem(big, framework="deepspeed", tp=8.0, **kw)      # a layer's share on 8 TP ranks fits the budget
+    assert tp8.weights_bytes == pytest.approx(mem(big, tp=8.0, **kw).weights_bytes)

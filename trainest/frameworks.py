@@ -43,6 +43,12 @@ A framework sets
   off when pipeline parallelism is on, "to avoid per-microbatch all-gathers"; the pipeline schedule
   syncs gradients only on the last micro-batch; FSDP2 accumulates unsynced gradients in its
   `reduce_dtype`, FP32). docs/model.md §7.2, `memory.py: zero_state_bytes`.
+- `zero3_live_params`: how many parameters ZeRO-3 keeps gathered at once. 0: a whole layer and the
+  prefetched next one (PyTorch FSDP wraps each transformer block: FSDP1 and FSDP2 gather a block and
+  prefetch one). DeepSpeed ZeRO-3 gathers submodule by submodule and releases what exceeds
+  `stage3_max_live_parameters` (default 1e9) while prefetching `stage3_prefetch_bucket_size` (default
+  5e8) ahead (DeepSpeed configuration docs, "ZeRO optimizations"): DS_ZERO3_LIVE_PARAMS = 1.5e9, and at
+  least the largest matrix, which must be whole to be multiplied (`memory.py: gathered_layer_params`).
 """
 
 from __future__ import annotations
@@ -52,6 +58,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 DISPATCH_HOST_FACTOR = {"python": 1.0, "xla": 0.0}   # host time per kernel, relative to the python class
+# DeepSpeed ZeRO-3's defaults: stage3_max_live_parameters 1e9 + stage3_prefetch_bucket_size 5e8 (module docstring)
+DS_ZERO3_LIVE_PARAMS = 1.0e9 + 5.0e8
 FITTED_FILE = "frameworks.json"     # in the bundled specs: the fitted host scales (tools/fit_defaults.py)
 
 
@@ -73,6 +81,7 @@ class Framework(NamedTuple):
     host_scale: float = 1.0              # its host time per kernel over plain PyTorch's (fitted: FITTED_FILE)
     expert_loop: str = "gemm"            # EXPERT_LOOPS: how its MoE layer launches the local experts' work
     stage_layout: bool = False           # takes any layers per pipeline stage (a pipeline layout, docs/model.md §5.1)
+    zero3_live_params: float = 0.0       # ZeRO-3's gathered parameters at once (0: two whole layers; module docstring)
 
     @property
     def dispatch_factor(self) -> float:
@@ -109,10 +118,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
       "microsoft/Megatron-DeepSpeed: Megatron's fused kernels under the DeepSpeed engine; its 1F1B "
       "pipeline has no interleaved schedule (DeepSpeed PipelineEngine); gradient bucketing on by default; "
       "the loss is megatron/core/tensor_parallel/cross_entropy.py's unfused vocab-parallel cross-entropy",
-      megatron_softmax=True, unfused_cross_entropy=True, loss_bytes_per_logit=6.0, expert_loop="python"),
+      megatron_softmax=True, unfused_cross_entropy=True, loss_bytes_per_logit=6.0, expert_loop="python",
+      zero3_live_params=DS_ZERO3_LIVE_PARAMS),
     F("deepspeed", "python", "eager", True, False, False,
-      "DeepSpeed ZeRO on Hugging Face/PyTorch models: eager kernels, overlap_comm (DeepSpeed config docs)",
-      expert_loop="python"),
+      "DeepSpeed ZeRO on Hugging Face/PyTorch models: eager kernels, overlap_comm (DeepSpeed config docs); "
+      "ZeRO-3 keeps at most stage3_max_live_parameters + stage3_prefetch_bucket_size gathered",
+      expert_loop="python", zero3_live_params=DS_ZERO3_LIVE_PARAMS),
     F("torchtitan", "python", "eager", True, True, True,
       "pytorch/torchtitan: FSDP2 (gradient reduce-scatter overlapped), eager unless torch.compile, "
       "interleaved 1F1B among its pipeline schedules (torchtitan docs); with pipeline parallelism FSDP "

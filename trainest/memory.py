@@ -100,6 +100,18 @@ def sharded_state_bytes(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
     return state[0] + expert[0], state[1] + expert[1], state[2] + expert[2]
 
 
+def gathered_layer_params(job: Job, layout: Layout, layer_params: Num) -> Num:
+    """Parameters ZeRO-3 holds gathered at once, per device: the layer being computed and the prefetched
+    next one (2·`layer_params`), or under a framework that gathers submodule by submodule up to a live
+    budget (`Framework.zero3_live_params`, DeepSpeed) the smaller of that and the budget, but at least
+    one MLP matrix (h·f/t: a matrix is gathered whole to be multiplied)."""
+    live = FRAMEWORKS[job.framework].zero3_live_params
+    if not live:
+        return 2.0 * layer_params
+    largest = job.model.hidden * job.model.ffn_hidden / layout.tp
+    return xp.minimum(2.0 * layer_params, xp.maximum(live, largest))
+
+
 def zero_state_bytes(job: Job, layout: Layout, params: Num, layer_params: Num, shard: Num) -> tuple[Num, Num, Num]:
     """(weights, gradients, optimizer state) [B] of `params` parameters per device whose ZeRO state is
     sharded over `shard` ranks, with `layer_params` of one layer gathered twice under ZeRO-3
@@ -111,7 +123,7 @@ def zero_state_bytes(job: Job, layout: Layout, params: Num, layer_params: Num, s
     w_bytes = weight_bytes_per_param(precision)
     no_16bit_shard = sharded3 * (1.0 if precision in ("bf16", "fp8", "fp4") else 0.0)
     weights = params * w_bytes / xp.where(zero >= 3, shard, 1.0) * (1.0 - no_16bit_shard)
-    weights = weights + sharded3 * 2.0 * layer_params * w_bytes
+    weights = weights + sharded3 * gathered_layer_params(job, layout, layer_params) * w_bytes
     grads = params * grad_bytes_per_param(precision) / xp.where(zero >= 2, shard, 1.0)
     optim = params * optimizer_bytes_per_param(precision, job.adam_moments) / xp.where(zero >= 1, shard, 1.0)
     if FRAMEWORKS[job.framework].pp_unsharded_zero3:
