@@ -63,6 +63,17 @@ def test_llama_shaped_configs_without_a_preset_load_with_their_published_size(fo
     assert m.seq_len == 4096 and m.name == folder
 
 
+def test_glm45_is_deepseek_v3s_moe_layout_on_grouped_query_attention():
+    """zai-org/GLM-4.5: 355B total, 32B active (model card); 3 leading dense layers, 160 routed experts
+    (8 a token) and one shared of width 1536, GQA with head_dim 128 (96·128 ≠ hidden 5120), one MTP layer."""
+    m = load_model(str(CONFIGS / "GLM-4.5" / "config.json"))
+    assert m.params == pytest.approx(355e9, rel=0.01)
+    # the published 32B active leaves out the input and output embeddings (2 × 151552 × 5120 = 1.55B)
+    assert m.active_params - 2 * 151552 * 5120 == pytest.approx(32e9, rel=0.02)
+    assert (m.moe.experts, m.moe.top_k, m.moe.dense_layers, m.moe.shared_experts) == (160, 8, 3, 1)
+    assert m.mla is None and m.head_dim == 128 and m.kv_heads == 8 and m.mtp is not None
+
+
 def test_a_folder_holding_config_json_loads_the_same():
     assert load_model(str(CONFIGS / "Mixtral-8x7B-v0.1")) == load_model(str(CONFIGS / "Mixtral-8x7B-v0.1" / "config.json"))
 

@@ -21,6 +21,7 @@ Keys read (HF -> trainest):
         interleave_moe_layer_step -> layer_frequency; n_group, topk_group (DeepSeek, when topk_group <
         n_group) -> router_groups, router_group_top_k
     MLA: q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim -> mla.*
+    GLM-4.5 (Glm4MoeForCausalLM): DeepSeek-V3's MoE keys above on grouped-query attention (head_dim)
     Nemotron-H / Nemotron 3 (NemotronHForCausalLM): hybrid_override_pattern -> hybrid.pattern;
         mamba_num_heads, mamba_head_dim, ssm_state_size, n_groups, conv_kernel, chunk_size -> hybrid.*;
         n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts,
@@ -175,6 +176,24 @@ def _deepseek(c: _Config) -> dict:
     sets it to qk_rope_head_dim) is not the attention width and is ignored."""
     mapping = _dense(c)
     mapping.pop("head_dim", None)
+    mapping.update(_deepseek_moe(c))
+    mapping["mla"] = {"q_lora_rank": c.integer("q_lora_rank", None), "kv_lora_rank": c.integer("kv_lora_rank"),
+                      "qk_nope_head_dim": c.integer("qk_nope_head_dim"),
+                      "qk_rope_head_dim": c.integer("qk_rope_head_dim"), "v_head_dim": c.integer("v_head_dim")}
+    return mapping
+
+
+def _glm4_moe(c: _Config) -> dict:
+    """GLM-4.5/4.6 (Glm4MoeForCausalLM): DeepSeek-V3's MoE layout (leading dense layers, shared expert,
+    group routing keys, MTP layers) on grouped-query attention with its own head_dim instead of MLA."""
+    mapping = _dense(c)
+    mapping.update(_deepseek_moe(c))
+    return mapping
+
+
+def _deepseek_moe(c: _Config) -> dict:
+    """The MoE and multi-token-prediction keys DeepSeek-V3's config layout shares with GLM-4.5."""
+    mapping: dict = {}
     frequency = c.integer("moe_layer_freq", 1)
     if frequency != 1:
         raise SpecError(f"{c.where}.moe_layer_freq: {frequency} is not expressible (DeepSeek's layer i is MoE when "
@@ -193,9 +212,6 @@ def _deepseek(c: _Config) -> dict:
     nextn = c.integer("num_nextn_predict_layers", 0, minimum=0)
     if nextn:                   # multi-token prediction (DeepSeek-V3: 1 MoE layer; Kimi K2: 0)
         mapping["mtp"] = {"depth": nextn, "pattern": "*E"}
-    mapping["mla"] = {"q_lora_rank": c.integer("q_lora_rank", None), "kv_lora_rank": c.integer("kv_lora_rank"),
-                      "qk_nope_head_dim": c.integer("qk_nope_head_dim"),
-                      "qk_rope_head_dim": c.integer("qk_rope_head_dim"), "v_head_dim": c.integer("v_head_dim")}
     return mapping
 
 
@@ -290,6 +306,7 @@ ARCHITECTURES: dict[str, tuple[Reader, bool]] = {
     "Qwen3MoeForCausalLM": (_qwen_moe, False),
     "DeepseekV2ForCausalLM": (_deepseek, False),
     "DeepseekV3ForCausalLM": (_deepseek, False),
+    "Glm4MoeForCausalLM": (_glm4_moe, False),
     "GptOssForCausalLM": (_gpt_oss, False),
     "Llama4ForCausalLM": (_llama4, False),
     "Llama4ForConditionalGeneration": (_llama4, True),
