@@ -6,7 +6,7 @@
 Method (trainest/band.py): each public run's residual r = measured / predicted step time, in two pools:
 `holdout` (runs not used to fit the shipped efficiencies, crc32(id) mod 100 >= 60, on hardware whose
 efficiencies are fitted) and `prior` (every public run predicted with the prior its device would ship with
-had it no runs: the median of the other fitted devices of its group, `fit_defaults.unseen_prior_hardware`,
+had it no runs: the median of the other fitted devices of its group, `fit_priors.unseen_prior_hardware`,
 else the importer's generic prior; what an uncalibrated device's estimate uses). Per group of runs (hardware, its family, scale, dense/MoE; every level of
 band.LEVELS with at least band.MIN_GROUP_RUNS runs) the split-conformal 80 % interval of r.
 
@@ -65,7 +65,7 @@ def _measured_step_s(case: Case) -> float:
 
 def pools() -> tuple[dict[str, list[B.Residual]], dict[str, str]]:
     """({pool: residuals}, {run id: source}) of the public runs."""
-    import fit_defaults as fd
+    import fit_priors as fd
 
     import import_hardware as ih
 

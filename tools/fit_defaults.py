@@ -35,7 +35,6 @@ import argparse
 import statistics
 import sys
 import time
-import zlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -53,8 +52,8 @@ from trainest.validate import (PUBLIC_SET, RunResult, build_report, compare, loa
 import finetune_report  # noqa: E402
 import moe_report  # noqa: E402
 import vtrain_report  # noqa: E402
+from fit_priors import FIT_PERCENT, in_fit_set, prior_hardware, unseen_prior_hardware  # noqa: E402,F401
 
-FIT_PERCENT = 60          # share of each hardware's runs used for fitting (by crc32 of the id)
 MIN_FIT_RUNS = 8          # fewer fit runs than this: inherit from a sibling, else keep the prior
 # Accelerators built on the same compute die as a fitted one, in the same kind of system: too few runs
 # of their own to fit, they inherit the sibling's fitted efficiencies (fractions of their OWN peaks and
@@ -78,25 +77,6 @@ KERNEL_SET = "vtrain-single-node"   # measured small-kernel steps whose fit spli
 KERNEL_FRAMEWORK = "megatron-deepspeed"   # what those steps ran: their host time per kernel is its, not the system's
 DOC = ROOT / "docs" / "validation.md"
 COMMAND = "python tools/fit_defaults.py"
-
-
-def in_fit_set(run_id: str) -> bool:
-    """The deterministic split: crc32(id) mod 100 < FIT_PERCENT."""
-    return zlib.crc32(run_id.encode("utf-8")) % 100 < FIT_PERCENT
-
-
-def prior_hardware(hw: catalog.Hardware) -> catalog.Hardware:
-    """`hw` with the importer's prior efficiency for its kind (not fitted)."""
-    import import_hardware as ih
-
-    prior = ih.EFFICIENCY_PRIOR_ACCELERATOR if hw.kind in ih.ACCELERATOR_PRIOR_KINDS else ih.EFFICIENCY_PRIOR_OTHER
-    return catalog.with_efficiency(hw, **{k: float(v) for k, v in prior.items()},
-                                   low_precision_gemm=catalog.DEFAULT_LOW_PRECISION_GEMM,
-                                   flash2_attention=hw.compute.flash2_relative,
-                                   layer_overhead_s=catalog.DEFAULT_LAYER_OVERHEAD_US * MICROSECOND,
-                                   host_per_kernel_s=catalog.DEFAULT_HOST_US_PER_KERNEL * MICROSECOND,
-                                   overlap_contention=catalog.default_overlap_contention(hw.kind),
-                                   fitted=False, method=ih.EFFICIENCY_METHOD)
 
 
 def _pct(x: float | None) -> str:
@@ -566,20 +546,6 @@ def same_configuration_markdown(results: list[RunResult]) -> str:
                          f"{r.measured_step_s:.2f} | {r.predicted_step_s:.2f} |")
     return ("The same configuration measured by both papers (same model, t, p, micro-batch and micro-batches "
             "per pipeline; d and v as published):\n\n" + "\n".join(lines)) if len(lines) > 2 else ""
-
-
-def unseen_prior_hardware(hw: catalog.Hardware, own_blocks: dict) -> catalog.Hardware:
-    """`hw` with the prior it would ship with had it no runs of its own: the median of the OTHER devices of
-    its group fitted on their own runs (import_hardware.derived_prior), else the importer's generic prior.
-    `own_blocks`: name -> (kind, efficiency block) of the devices fitted on their own runs."""
-    import import_hardware as ih
-    import yaml
-
-    block = ih.derived_prior(hw.kind, {n: v for n, v in own_blocks.items() if n != hw.name})
-    if block is None:
-        return prior_hardware(hw)
-    data = yaml.safe_load(replace_efficiency_block(Path(hw.path).read_text(encoding="utf-8"), block, hw.path))
-    return catalog.hardware_from_mapping(data, hw.path)
 
 
 def prior_rule_markdown(by_hw: dict, own_blocks: dict, final_hw: dict) -> str:

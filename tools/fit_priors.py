@@ -1,0 +1,48 @@
+"""The fit/holdout split and the prior efficiencies of the shipped fit, shared by tools/fit_defaults.py
+(which fits), tools/fit_bands.py (which measures the error bands on the holdout runs and on the priors)
+and tools/cross_validate.py. Nothing here is imported by trainest.
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+from trainest import catalog
+from trainest.calibrate import replace_efficiency_block
+from trainest.units import MICROSECOND
+
+FIT_PERCENT = 60          # share of each hardware's runs used for fitting (by crc32 of the id)
+
+
+def in_fit_set(run_id: str) -> bool:
+    """The deterministic split: crc32(id) mod 100 < FIT_PERCENT."""
+    return zlib.crc32(run_id.encode("utf-8")) % 100 < FIT_PERCENT
+
+
+def prior_hardware(hw: catalog.Hardware) -> catalog.Hardware:
+    """`hw` with the importer's prior efficiency for its kind (not fitted)."""
+    import import_hardware as ih
+
+    prior = ih.EFFICIENCY_PRIOR_ACCELERATOR if hw.kind in ih.ACCELERATOR_PRIOR_KINDS else ih.EFFICIENCY_PRIOR_OTHER
+    return catalog.with_efficiency(hw, **{k: float(v) for k, v in prior.items()},
+                                   low_precision_gemm=catalog.DEFAULT_LOW_PRECISION_GEMM,
+                                   flash2_attention=hw.compute.flash2_relative,
+                                   layer_overhead_s=catalog.DEFAULT_LAYER_OVERHEAD_US * MICROSECOND,
+                                   host_per_kernel_s=catalog.DEFAULT_HOST_US_PER_KERNEL * MICROSECOND,
+                                   overlap_contention=catalog.default_overlap_contention(hw.kind),
+                                   fitted=False, method=ih.EFFICIENCY_METHOD)
+
+
+def unseen_prior_hardware(hw: catalog.Hardware, own_blocks: dict) -> catalog.Hardware:
+    """`hw` with the prior it would ship with had it no runs of its own: the median of the OTHER devices of
+    its group fitted on their own runs (import_hardware.derived_prior), else the importer's generic prior.
+    `own_blocks`: name -> (kind, efficiency block) of the devices fitted on their own runs."""
+    import import_hardware as ih
+    import yaml
+
+    block = ih.derived_prior(hw.kind, {n: v for n, v in own_blocks.items() if n != hw.name})
+    if block is None:
+        return prior_hardware(hw)
+    data = yaml.safe_load(replace_efficiency_block(Path(hw.path).read_text(encoding="utf-8"), block, hw.path))
+    return catalog.hardware_from_mapping(data, hw.path)
