@@ -247,7 +247,7 @@ def test_deepseek_v3_attention_and_layers_by_hand():
 
 # Published totals and active counts; tolerance 2 % unless a reason is given.
 PUBLISHED = [
-    # preset, total B, active B, active counts the input embedding, tolerance, why
+    # preset, total B, active B, active counts the input embedding (None: neither table), tolerance, why
     ("mixtral-8x7b", 46.7, 12.9, True, 0.02, "Mistral AI announcement"),
     ("mixtral-8x22b", 141, 39, True, 0.02, "Mistral AI announcement"),
     ("qwen3-30b-a3b", 30.5, 3.3, True, 0.02, "model card; QK-norms not counted"),
@@ -262,6 +262,8 @@ PUBLISHED = [
     ("qwen3-0.6b", 0.6, None, True, 0.02, "model card"),
     ("qwen3-8b", 8.2, None, True, 0.02, "model card"),
     ("qwen3-32b", 32.8, None, True, 0.02, "model card"),
+    ("glm-4.5", 355, 32, None, 0.02, "model card; 32B without either embedding table"),
+    ("glm-4.5-air", 106, 12, None, 0.02, "model card; 12B without either embedding table"),
 ]
 
 
@@ -271,7 +273,9 @@ def test_preset_parameter_counts_match_the_published_ones(name, total, active, w
     m = load_model(name)
     assert m.params / 1e9 == pytest.approx(total, rel=tolerance), why
     if active is not None:
-        counted = m.active_params - (0 if with_input_embedding else m.vocab * m.hidden)
+        # with_input_embedding None: the published count leaves out both tables (input and output)
+        tables = {True: 0, False: 1, None: 2}[with_input_embedding]
+        counted = m.active_params - tables * m.vocab * m.hidden
         assert counted / 1e9 == pytest.approx(active, rel=tolerance), why
     assert m.active_params <= m.params
 

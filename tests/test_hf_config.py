@@ -44,6 +44,7 @@ def _write(tmp_path: Path, data, name: str = "config.json") -> str:
     ("DeepSeek-V3", "deepseek-v3"),
     ("Kimi-K2-Instruct", "kimi-k2"),
     ("Llama-4-Maverick-17B-128E", "llama4-maverick"),
+    ("GLM-4.5", "glm-4.5"),
 ])
 def test_config_gives_the_preset_shape(folder, preset):
     """Every field but name, source and the default sequence length (a chosen default) is the preset's."""
