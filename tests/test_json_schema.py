@@ -126,6 +126,15 @@ def test_plan_json_matches_schema():
     assert doc["plans"], "a small model on 8 GPUs has feasible plans"
 
 
+def test_plan_and_compare_json_with_the_default_batch_match_their_schemas():
+    """Without --global-batch the job says the batch was derived (job.derived), a key the schemas declare."""
+    plan = run_json("plan", "--model", "gpt3-125m", "--devices", "8")
+    check(plan, "plan")
+    compare = run_json("compare", "--model", "gpt3-125m", "--hardware", "h100-sxm,a100-80gb-sxm", "--devices", "8")
+    check(compare, "compare")
+    assert plan["job"]["derived"] == compare["job"]["derived"] == ["global_batch"]
+
+
 def test_validate_json_matches_schema():
     if not _has_json("validate"):
         pytest.skip("validate has no --json yet")
