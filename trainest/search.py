@@ -565,6 +565,13 @@ def _joined(parts: list[Any], sizes: list[int]) -> Any:
 
 # ------------------------------------------------------------------------------------ the job
 
+def default_devices(mapping: dict, where: str = "options") -> int:
+    """The device count a search takes when none is given: the estimate's, one node's devices of the job's
+    hardware, at most DEFAULT_DEVICES (one DGX Spark is one device, an H100 node eight)."""
+    from trainest.scenario import DEFAULT_DEVICES
+    return max(min(DEFAULT_DEVICES, job_scenario({**mapping, "global_batch": 1}, where).devices_per_node), 1)
+
+
 def job_scenario(mapping: dict, where: str = "options", default_batch_devices: int | None = None) -> Scenario:
     """Validate the job (a scenario mapping without a layout) once, as a one-device scenario; plans
     replace its device count and layout (`plan_scenario`). Without a global batch: with

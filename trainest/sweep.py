@@ -148,7 +148,7 @@ def _point_plan(mapping: dict[str, Any], k: Knob, value: Any, batch_devices: int
         word = {True: "on", False: "off"}.get(value, value) if k.name == "sequence_parallel" else value
         allow = [f"{k.name}={word}"]
     base = S.job_scenario(mapping, "options", default_batch_devices=batch_devices)
-    res = S.search(base, int(mapping.get("devices") or 8), S.space_from_options(allow), top=1)
+    res = S.search(base, int(mapping.get("devices") or batch_devices), S.space_from_options(allow), top=1)
     return res.plans[0], ()
 
 
@@ -159,7 +159,12 @@ def sweep(mapping: dict[str, Any], k: Knob, values: list[Any], *, plan: bool = F
         raise SpecError("sweep --plan takes the model as given: shape overrides need a model file")
     # without a global batch each plan takes the default of `plan` (0.5M tokens, a multiple of the device
     # count): of the largest count swept, so that a devices sweep keeps one batch at every point
-    batch_devices = max(values) if k.name == "devices" else int(mapping.get("devices") or 8)
+    if plan:
+        from trainest import search as S
+        batch_devices = max(values) if k.name == "devices" else int(mapping.get("devices")
+                                                                    or S.default_devices(mapping))
+    else:
+        batch_devices = 0               # (each estimate takes its own defaults)
     points = []
     for i, value in enumerate(values):
         try:

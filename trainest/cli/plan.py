@@ -58,15 +58,21 @@ def job_mapping(values: dict[str, Any]) -> dict[str, Any]:
 def search_plans(values: dict[str, Any]) -> tuple[Any, Any, str | None]:
     """(SearchResult, DeviceSearch or None, a note on recompute modules or None) for the option values;
     raises SpecError on bad input."""
+    from dataclasses import replace
+
     from trainest import search as S
     from trainest.advice import modules_plan_note, winner_layout_note
     from trainest.report import LazyProgress
     from trainest.units import parse_count, parse_duration_s
     config = values.get("config")
     mapping = job_mapping(values)
-    devices = values.get("devices") or str(mapping.get("devices") or 8)
+    where = f"scenario {config!r}" if config else "options"
+    given = values.get("devices") or mapping.get("devices")
+    devices = str(given or S.default_devices(mapping, where))
     lo, hi = S.parse_devices(devices)
-    base = S.job_scenario(mapping, f"scenario {config!r}" if config else "options", default_batch_devices=hi)
+    base = S.job_scenario(mapping, where, default_batch_devices=hi)
+    if given is None:               # shown as derived (report.plan: the header)
+        base = replace(base, derived=base.derived + ("devices",))
     space = S.space_from_options(values.get("allow"), **{k: values.get(k) for k in MAXIMA})
     deadline, budget = values.get("deadline"), values.get("budget")
     deadline_s = parse_duration_s(deadline, "--deadline") if deadline is not None else None

@@ -40,8 +40,9 @@ def search_dict(r: SearchResult, devices_search: DeviceSearch | None = None) -> 
     job = scenario_mapping(r.base)
     for key in ("devices", "parallel", "micro_batch", "micro_batches", "recompute", "derived"):
         job.pop(key, None)
-    if "global_batch" in r.base.derived:     # the estimate's default batch, not the user's
-        job["derived"] = ["global_batch"]
+    derived = [k for k in ("devices", "global_batch") if k in r.base.derived]    # defaults, not the user's
+    if derived:
+        job["derived"] = derived
     st = r.stats
     doc = {
         "schema_version": SCHEMA_VERSION,
@@ -99,8 +100,9 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
                       + (" <- chosen" if chosen else ""), style="bold" if chosen else "")
         print_table(con, t)
         con.print(f"Chosen: {ds.devices:,} devices, {ds.rule}.")
+    shown = " (default: one node, at most 8)" if "devices" in b.derived else ""
     con.print(f"[bold]{b.model.name}[/bold] ({b.model.params / 1e9:.1f} B params) on {r.devices:,} x "
-              f"{b.hardware.name}, "
+              f"{b.hardware.name}{shown}, "
               f"global batch {b.global_batch} x {b.seq_len} tokens{batch_default_note(b)}, {b.precision}, "
               f"{fmt_si(b.tokens)} tokens to train")
     rej = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in st.rejected.items() if v)
