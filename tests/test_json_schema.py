@@ -133,6 +133,9 @@ def test_plan_and_compare_json_with_the_default_batch_match_their_schemas():
     compare = run_json("compare", "--model", "gpt3-125m", "--hardware", "h100-sxm,a100-80gb-sxm", "--devices", "8")
     check(compare, "compare")
     assert plan["job"]["derived"] == compare["job"]["derived"] == ["global_batch"]
+    default = run_json("compare", "--model", "gpt3-125m", "--hardware", "h100-sxm,a100-80gb-sxm")
+    check(default, "compare")
+    assert default["job"]["derived"] == ["devices", "global_batch"] and default["devices"] == "8"
     spark = run_json("plan", "--model", "gpt3-125m", "--hardware", "dgx-spark")      # one Spark, not eight
     check(spark, "plan")
     assert spark["job"]["devices"] == 1 and spark["job"]["derived"] == ["devices", "global_batch"]

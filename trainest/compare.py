@@ -57,6 +57,7 @@ class Comparison:
     devices: str                       # the --devices text (a count or a range)
     deadline_s: float | None
     budget_usd: float | None
+    devices_default: bool = False      # no --devices given: the default count (shown as such)
 
 
 def objective_value(e: Estimate, objective: str) -> float | None:

@@ -30,7 +30,8 @@ def run_compare(values: dict[str, Any]) -> int:
     try:
         names = C.hardware_list(values.get("hardware"), bool(values.get("all_hardware")))
         mapping = {k: v for k, v in job_mapping({**values, "hardware": None}).items() if k != "hardware"}
-        devices = values.get("devices") or str(mapping.get("devices") or 8)
+        given = values.get("devices") or mapping.get("devices")
+        devices = str(given or 8)           # one count for every entry: 8 unless given
         deadline, budget = values.get("deadline"), values.get("budget")
         result = C.compare(
             mapping, names, devices, S.space_from_options(values.get("allow")),
@@ -43,8 +44,11 @@ def run_compare(values: dict[str, Any]) -> int:
         return EXIT_BAD_INPUT
     finally:
         progress.close()
+    from dataclasses import replace
+
     from trainest import report
     from trainest.report.compare import compare_dict, print_compare
+    result = replace(result, devices_default=given is None)
     warnings = compare_warnings(result)
     if values.get("json_out"):
         print(report.dumps({**compare_dict(result), "warnings": warnings}))

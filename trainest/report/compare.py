@@ -40,8 +40,9 @@ def compare_dict(c: Comparison) -> dict[str, Any]:
     full = scenario_mapping(c.job)
     job = {**{k: full[k] for k in JOB_KEYS},
            "parallel": {k: full["parallel"][k] for k in ("tp_overlap", "dp_collectives")}}
-    if "global_batch" in c.job.derived:       # the estimate's default batch, not the user's
-        job["derived"] = ["global_batch"]
+    derived = (["devices"] if c.devices_default else []) + (["global_batch"] if "global_batch" in c.job.derived else [])
+    if derived:                               # defaults, not the user's
+        job["derived"] = derived
     return clean({"schema_version": SCHEMA_VERSION, "job": job,
                   "devices": c.devices, "deadline_s": c.deadline_s, "budget_usd": c.budget_usd,
                   "objective": c.objective, "compare": [entry_dict(en, c.objective) for en in c.entries]})
@@ -68,7 +69,7 @@ def _how(c: Comparison) -> str:
         return f"the fewest devices in {c.devices} that finish within {fmt_seconds(c.deadline_s)}"
     if c.budget_usd is not None:
         return f"its fastest plan on {c.devices} devices that costs at most {fmt_money(c.budget_usd)}"
-    return f"its best plan on {c.devices} devices"
+    return f"its best plan on {c.devices} devices" + (" (default)" if c.devices_default else "")
 
 
 def print_compare(c: Comparison, job_args: str = "") -> None:
