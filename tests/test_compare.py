@@ -126,3 +126,8 @@ def test_without_a_global_batch_compare_takes_the_estimates_default_and_says_so(
     assert all(en.estimate is not None and en.estimate.scenario.global_batch == 256 for en in c.entries)
     given = C.compare({"model": "gpt3-1.3b", "seq_len": 2048, "global_batch": 256}, ["h100-sxm", "b200"], "16")
     assert "global_batch" not in given.job.derived
+
+
+def test_an_unknown_hardware_name_is_the_users_error_not_an_entry():
+    with pytest.raises(SpecError, match=r"--hardware: unknown hardware 'b20' \(did you mean 'b200'\?\)"):
+        C.hardware_list(["h100-sxm,b20"], False)

@@ -510,3 +510,22 @@ def test_when_nothing_fits_the_error_names_options_that_make_the_smallest_plan_f
     assert spark.exit_code == 1 and "--finetune qlora" in spark.stderr and "--offload" not in spark.stderr
     long = run_cli("plan", "--model", "gpt3-1.3b", "--devices", "1", "--seq-len", "1048576", "--global-batch", "1")
     assert long.exit_code == 1 and "are activations" in long.stderr and "a shorter sequence" in long.stderr
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--allow", "tp=3"], "--allow tp=3: does not divide the 32 heads of llama3-8b; allowed: 1, 2, 4, 8, 16, 32"),
+    (["--allow", "cp=3"], "--allow cp=3: does not divide seq_len=8192"),
+    (["--top", "0"], "--top 0 must be at least 1"),                    # it was replaced by 5, silently
+    (["--devices", "0"], "Error: --devices '0' must be"),              # the value once, not twice
+])
+def test_plan_refuses_what_it_cannot_search(args, needle):
+    res = run_cli("plan", "--model", "llama3-8b", *args)
+    assert res.exit_code == 1 and res.stdout == "" and needle in res.stderr and res.stderr.count("\n") == 1
+
+
+def test_plan_takes_the_batch_in_tokens_without_a_device_count():
+    """--global-batch-tokens without --devices: the default count's lookup must not add a batch in sequences
+    (it did: 'give the global batch once')."""
+    res = run_cli("plan", "--model", "llama3-8b", "--global-batch-tokens", "0.5M", "--json")
+    assert res.exit_code == 0, res.stderr
+    assert json.loads(res.stdout)["job"]["global_batch"] == 64

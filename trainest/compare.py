@@ -80,6 +80,11 @@ def hardware_list(names: Iterable[str] | None, all_hardware: bool) -> list[str]:
     if len(out) < 2:
         raise SpecError("compare needs at least two hardware entries: --hardware h100-sxm,b200 (or repeat "
                         "--hardware), or --all-hardware")
+    for name in out:                # a name that is no hardware is the user's typo, not an entry that cannot run
+        try:
+            load_hardware(name)
+        except SpecError as exc:
+            raise SpecError(f"--hardware: {exc}") from None
     return out
 
 

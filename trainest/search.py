@@ -172,8 +172,17 @@ def space_from_options(allow: list[str] | None = None, **maxima: int | None) -> 
 
 
 def check_space(base: Scenario, space: SearchSpace) -> None:
-    """The fine-tuning methods and offload modes `--allow` names must suit the job and the hardware
-    (the checks a scenario gets: no offload on unified memory, QLoRA at a 16/32-bit precision, ...)."""
+    """The values `--allow` names must suit the job and the hardware: tp dividing the heads and cp the
+    sequence (else no plan can take them), and the checks a scenario gets for the fine-tuning methods and
+    offload modes (no offload on unified memory, QLoRA at a 16/32-bit precision, ...)."""
+    m = base.model
+    heads = m.heads if m.hybrid is None else math.gcd(m.heads, m.hybrid.mamba.heads, m.hybrid.mamba.groups)
+    for knob, allowed, size, what in (("tp", space.tp, heads, f"the {heads} heads of {m.name}"),
+                                      ("cp", space.cp, base.seq_len, f"seq_len={base.seq_len}")):
+        bad = [v for v in allowed or () if size % v]
+        if bad:
+            raise SpecError(f"--allow {knob}={','.join(map(str, bad))}: does not divide {what}; allowed: "
+                            f"{', '.join(map(str, _divisors(size)))}")
     for offload in space.offload or ():
         check_offload(offload, base.hardware, "--allow offload")
     ft = base.finetune
@@ -569,7 +578,8 @@ def default_devices(mapping: dict, where: str = "options") -> int:
     """The device count a search takes when none is given: the estimate's, one node's devices of the job's
     hardware, at most DEFAULT_DEVICES (one DGX Spark is one device, an H100 node eight)."""
     from trainest.scenario import DEFAULT_DEVICES
-    return max(min(DEFAULT_DEVICES, job_scenario({**mapping, "global_batch": 1}, where).devices_per_node), 1)
+    job = {k: v for k, v in mapping.items() if k not in ("global_batch", "global_batch_tokens")}
+    return max(min(DEFAULT_DEVICES, job_scenario({**job, "global_batch": 1}, where).devices_per_node), 1)
 
 
 def job_scenario(mapping: dict, where: str = "options", default_batch_devices: int | None = None) -> Scenario:
@@ -831,7 +841,7 @@ def parse_devices(text: str) -> tuple[int, int]:
     lo_text, sep, hi_text = str(text).strip().partition("..")
     bounds = []
     for part in ((lo_text, hi_text) if sep else (lo_text,)):
-        value = parse_count(part.strip(), f"--devices {text!r}")
+        value = parse_count(part.strip(), f"--devices {text!r}:" if sep else "--devices")
         if value != int(value) or value > 10**7:
             raise SpecError(f"--devices {text!r}: {part.strip()!r} must be a whole number of devices up to 10,000,000")
         bounds.append(int(value))

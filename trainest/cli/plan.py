@@ -77,7 +77,9 @@ def search_plans(values: dict[str, Any]) -> tuple[Any, Any, str | None]:
     deadline, budget = values.get("deadline"), values.get("budget")
     deadline_s = parse_duration_s(deadline, "--deadline") if deadline is not None else None
     budget_usd = parse_count(budget, "--budget") if budget is not None else None
-    objective, top = _plain(values.get("objective") or "time"), values.get("top") or 5
+    objective = _plain(values.get("objective") or "time")
+    given_top = values.get("top")
+    top = 5 if given_top is None else int(given_top)      # --top 0 is refused by the search, not replaced
     progress = LazyProgress("searching plans" if lo == hi else "trying device counts",
                             enabled=not values.get("quiet") and not values.get("json_out"))
     try:
