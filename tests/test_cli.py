@@ -395,7 +395,12 @@ def test_one_is_singular(capsys, tmp_path, monkeypatch):
 def test_errors_name_options_not_internal_keys(capsys):
     from helpers import call_entry
     for args, flag in ((["--zero", "5"], "--zero"), (["--memory-headroom", "150%"], "--memory-headroom"),
-                       (["--pue", "0.5"], "--pue"), (["--micro-batch", "0"], "--micro-batch")):
+                       (["--pue", "0.5"], "--pue"), (["--micro-batch", "0"], "--micro-batch"),
+                       # a digit in the key (gco2) and the shape overrides, validated as the model's keys
+                       (["--grid-gco2-per-kwh", "-3"], "--grid-gco2-per-kwh"), (["--layers", "0"], "--layers"),
+                       (["--hidden", "0"], "--hidden"),
+                       # a bare number is bytes: 1.5 is a share or a size without its unit, not a margin
+                       (["--memory-headroom", "1.5"], "--memory-headroom")):
         code, out, err = call_entry(["estimate", *args], capsys)
         assert code == 1 and out == "" and flag in err and "options." not in err and "options:" not in err, err
 

@@ -389,7 +389,10 @@ def cli_message(text: str) -> str:
     by_path.update({f"moe.{key}": by_path[f"model.{name}"] for key, name in MOE_MESSAGE_KEYS.items()})
     text = re.sub(r"^options: ", "", text)
     text = re.sub(r"\bmodel (options\.moe\.)", r"\1", text)
-    return re.sub(r"\boptions\.((?:parallel\.|model\.|finetune\.|moe\.)?[a-z_]+)",
+    # a shape override is validated as the model's own key (`model options.layers`): its flag is --layers
+    text = re.sub(r"\bmodel options\.([a-z0-9_]+)",
+                  lambda m: by_path.get(f"model.{m.group(1)}", m.group(0)), text)
+    return re.sub(r"\boptions\.((?:parallel\.|model\.|finetune\.|moe\.)?[a-z0-9_]+)",
                   lambda m: by_path.get(m.group(1), m.group(0)), text)
 
 

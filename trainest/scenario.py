@@ -541,6 +541,10 @@ def memory_headroom_bytes(value: Any, capacity_bytes: float, where: str) -> tupl
     if text in ("0", "0.0"):
         return text, 0.0
     size = parse_bytes(value, where)
+    if size < 2**20 and not any(ch.isalpha() for ch in text.replace("e", "").replace("E", "")):
+        # a bare number is bytes: one below a MiB is a share or a size without its unit, not a margin
+        raise SpecError(f"{where}: {F.show(value)} is {size:g} bytes; give a share of capacity (e.g. 5%) or a size "
+                        f"with its unit (e.g. {text}GiB), or 0 for none")
     if size >= capacity_bytes:
         raise SpecError(f"{where}: {F.show(value)} is at least the device's whole memory "
                         f"({capacity_bytes / 2**30:.1f} GiB)")
