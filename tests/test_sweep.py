@@ -175,3 +175,17 @@ def test_sweep_plan_without_a_global_batch_holds_the_default_of_the_largest_coun
     assert len(batches) == 1 and batches.pop() % 32 == 0      # one batch, a multiple of the largest count
     code, out, err = call_entry(["sweep", "--model", "gpt3-1.3b", "--devices", "8..32", "--plan"], capsys)
     assert "at every point (default: 0.5M tokens, a multiple of the device count)" in " ".join(out.split())
+
+
+def test_a_point_that_does_not_run_keeps_the_table_whole_and_says_why_below(capsys):
+    """Its reason in a cell squeezed the other columns until rich cut the numbers ('7…')."""
+    code, out, err = call_entry(["sweep", "--precision", "bf16,fp8,fp4", "--hardware", "h100-sxm"], capsys)
+    assert code == 0, err
+    assert "…" not in out and "does not run" in out
+    assert "precision fp4 does not run: hardware 'h100-sxm' has no fp4 peak" in " ".join(out.split())
+
+
+def test_ranges_read_lengths_and_stages_as_the_single_options_do():
+    assert W.parse_values(BY_NAME["seq_len"], "2k..8k") == [2048, 4096, 8192]      # not 2000, 4000
+    assert W.parse_values(BY_NAME["zero"], "0..3") == [0, 1, 2, 3]
+    assert W.parse_values(BY_NAME["zero"], "0,3") == [0, 3]

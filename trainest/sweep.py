@@ -8,7 +8,8 @@ point that does not validate (a layout that does not divide, a precision the har
 that fits nowhere) is kept with its reason.
 
 Ranges: `a..b` doubles from a up to b (8..8192: 8, 16, ..., 8192), `a..b:s` steps by s (1024..4096:1024),
-`a,b,c` is a list (bf16,fp8,fp4). At most MAX_POINTS points.
+`a,b,c` is a list (bf16,fp8,fp4). At most MAX_POINTS points. A ZeRO range steps by one (0..3: every stage),
+and sequence lengths read as --seq-len reads them (2k..8k: 2048, 4096, 8192).
 
 Scaling efficiency (the device count swept): η(N) = (X(N) / N) / (X(N₀) / N₀), X the tokens per
 second and N₀ the first point that runs: 1 is linear (ideal) scaling.
@@ -23,7 +24,7 @@ from typing import Any
 from trainest.errors import SpecError
 from trainest.estimate import Estimate
 from trainest.knobs import BY_NAME, PARALLEL, SHAPE, SWEEP_RANGES, Knob
-from trainest.units import parse_count
+from trainest.units import parse_count, parse_length
 
 # the knobs `sweep` varies; with --plan, those the search varies are fixed at each value through the space
 SWEEPABLE = SWEEP_RANGES
@@ -62,9 +63,17 @@ def is_range(text: Any) -> bool:
     return isinstance(text, str) and (".." in text or "," in text)
 
 
+# knobs whose values may be 0 and whose a..b ranges step by one (a stage number, not a size that doubles)
+STAGE_KNOBS = ("zero",)
+
+
 def _number(k: Knob, text: str, where: str) -> Any:
     if k.name == "tokens":
         return parse_count(text, where)
+    if k.kind == "length":          # a sequence length as it is quoted: 8k = 8192, as --seq-len reads it
+        return parse_length(text, where)
+    if k.name in STAGE_KNOBS and text == "0":
+        return 0
     value = parse_count(text, where)
     if value != int(value):
         raise SpecError(f"{where}: {text!r} must be a whole number")
@@ -86,6 +95,8 @@ def parse_values(k: Knob, text: str) -> list[Any]:
         lo_text, _, rest = text.partition("..")
         hi_text, _, step_text = rest.partition(":")
         lo, hi = _number(k, lo_text.strip(), where), _number(k, hi_text.strip(), where)
+        if k.name in STAGE_KNOBS and not step_text:
+            step_text = "1"                 # 0..3: every stage
         if lo > hi or (lo <= 0 and not step_text):
             raise SpecError(f"{where}: the range is empty or does not double ({lo}..{hi})")
         if step_text:

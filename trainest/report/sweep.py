@@ -13,7 +13,7 @@ from typing import Any
 
 from trainest import SCHEMA_VERSION
 from trainest.errors import SpecError
-from trainest.report import clean, console, fmt_seconds, fmt_si
+from trainest.report import clean, console, fmt_seconds, fmt_si, print_table
 from trainest.report.estimate import band_pct, estimate_dict
 from trainest.report.plan import _layout
 from trainest.sweep import SweepResult
@@ -127,8 +127,8 @@ def print_sweep(r: SweepResult) -> None:
         t.add_column(col, justify="left" if col == "bottleneck" else "right", no_wrap=True)
     for p, eff in zip(r.points, r.scaling_efficiency(), strict=True):
         e = p.estimate
-        if e is None:
-            t.add_row(label(r, p.value), "—", "", f"does not run: {p.error[:60]}", *[""] * (len(cols) - 4))
+        if e is None:                   # the reason under the table: a long cell would squeeze the numbers
+            t.add_row(label(r, p.value), *([""] if batches else []), "does not run", *[""] * (len(cols) - 2 - batches))
             continue
         st, th, tr = e.step, e.throughput, e.training
         row = [label(r, p.value)] + ([f"{e.scenario.global_batch:,}"] if batches else [])
@@ -138,7 +138,10 @@ def print_sweep(r: SweepResult) -> None:
                "n/a" if tr.cost_usd is None else "$" + fmt_si(tr.cost_usd).replace(" ", ""), st.bottleneck]
         row += [f"{eff:.0%}"] if r.knob == "devices" else []
         t.add_row(*row)
-    con.print(t)
+    print_table(con, t)
+    for p in r.points:
+        if p.estimate is None:
+            con.print(f"{r.knob} {label(r, p.value)} does not run: {p.error}", highlight=False)
     if batch_text:
         con.print(batch_text, style="dim")
     if r.plan:
