@@ -26,7 +26,7 @@ JOB = {"model": "gpt3-1.3b", "hardware": "h100-sxm", "global_batch": 64, "parall
     ("devices", "24..200", [24, 48, 96, 192]),
     ("seq_len", "1024..4096:1024", [1024, 2048, 3072, 4096]),
     ("global_batch", "64,128,64", [64, 128]),
-    ("seq_len", "2K,4K", [2000, 4000]),
+    ("seq_len", "2K,4K", [2048, 4096]),        # as --seq-len reads 8k: 8192
     ("precision", "bf16,fp8,fp4", ["bf16", "fp8", "fp4"]),
 ])
 def test_parse_values(knob, text, values):
@@ -35,7 +35,7 @@ def test_parse_values(knob, text, values):
 
 @pytest.mark.parametrize(("knob", "text", "match"), [
     ("devices", "64..8", "empty"), ("precision", "bf16..fp8", "list"), ("precision", "bf16,int8", "int8"),
-    ("devices", "1..100000:1", "at most"), ("tp", "1.5,2", "whole"), ("seq_len", "1..8:0", "greater than 0"),
+    ("devices", "1..100000:1", "at most"), ("tp", "1.5,2", "whole"), ("seq_len", "1..8:0", "positive"),
 ])
 def test_parse_values_rejects(knob, text, match):
     with pytest.raises(SpecError, match=match):
