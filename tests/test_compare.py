@@ -131,3 +131,11 @@ def test_without_a_global_batch_compare_takes_the_estimates_default_and_says_so(
 def test_an_unknown_hardware_name_is_the_users_error_not_an_entry():
     with pytest.raises(SpecError, match=r"--hardware: unknown hardware 'b20' \(did you mean 'b200'\?\)"):
         C.hardware_list(["h100-sxm,b20"], False)
+
+
+def test_the_table_never_cuts_a_number_on_a_narrow_terminal():
+    from typer.testing import CliRunner
+
+    from trainest.cli import app
+    res = CliRunner().invoke(app, ["compare", "--hardware", "h100-sxm,b200"], env={"COLUMNS": "70"})
+    assert res.exit_code == 0 and "…" not in res.stdout, res.stdout

@@ -6,7 +6,7 @@ from typing import Any
 
 from trainest import SCHEMA_VERSION
 from trainest.compare import Comparison, Entry, objective_value
-from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si
+from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si, print_table
 from trainest.report.estimate import band_pct, band_source, estimate_dict
 from trainest.report.plan import _layout, batch_default_note, estimate_args
 from trainest.scenario import scenario_mapping
@@ -89,7 +89,7 @@ def print_compare(c: Comparison, job_args: str = "") -> None:
         t.add_column(col, justify="left" if col in ("hardware", "bottleneck") else "right", no_wrap=True)
     for i, en in enumerate(runnable, 1):
         t.add_row(*_cells(i, en), style="bold" if i == 1 else "")
-    con.print(t)
+    print_table(con, t)
     con.print(caption, style="dim")     # (as the table's caption, rich would size the columns by its text)
     if note := batch_default_note(c.job):
         con.print(f"Global batch {c.job.global_batch} x {c.job.seq_len} tokens{note}.")
@@ -100,7 +100,7 @@ def print_compare(c: Comparison, job_args: str = "") -> None:
     for en in runnable:
         assert en.estimate is not None
         p.add_row(en.hardware, _layout(en.estimate), en.estimate.scenario.recompute, band_source(en.estimate))
-    con.print(p)
+    print_table(con, p)
     if runnable and runnable[0].estimate is not None:
         con.print(f"Reproduce the first: [dim]trainest estimate {job_args + ' ' if job_args else ''}--hardware "
                   f"{runnable[0].hardware} {' '.join(estimate_args(runnable[0].estimate))}[/dim]", highlight=False)
