@@ -261,3 +261,15 @@ def test_a_runs_file_may_be_a_bare_list_whose_records_give_their_own_source(tmp_
     bare.write_text(_yaml.safe_dump([record]))
     with pytest.raises(_SpecError, match="no source"):
         _validate_runs([bare])
+
+
+def test_a_few_runs_that_do_not_validate_are_listed_with_their_reasons(tmp_path):
+    """A typo in your own runs file (a model that is no preset) was only counted ('1 not expressible');
+    its reason is now under the tables, with the suggestion."""
+    runs = tmp_path / "mine.yaml"
+    record = {"hardware": "h100-sxm", "devices": 8, "global_batch": 64, "measured": {"step_time_s": 8.0}}
+    runs.write_text(yaml.safe_dump({"source": "my cluster", "runs": [
+        {"id": "good", "model": "llama3-8b", **record}, {"id": "typo", "model": "llama9-8b", **record}]}))
+    res = runner.invoke(app, ["validate", "--runs", str(runs)], env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    assert "1 not expressible:" in res.stdout and "typo: does not validate: unknown model 'llama9-8b'" in res.stdout

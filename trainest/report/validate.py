@@ -117,6 +117,9 @@ def summary_table(title: str, groups: dict[str, Summary], key_title: str):
     return t
 
 
+MAX_REASONS_SHOWN = 10    # not-expressible runs listed with their reasons under the tables (more: --json)
+
+
 def print_validate(result: ValidationReport) -> None:
     """The per-run table and the summaries by source and by hardware, on stdout."""
     from rich.table import Table
@@ -136,5 +139,9 @@ def print_validate(result: ValidationReport) -> None:
     s = result.summary
     mape = "–" if s.mape_pct is None else f"{s.mape_pct:.1f} %"
     med = "–" if s.median_ape_pct is None else f"{s.median_ape_pct:.1f} %"
-    con.print(f"{plural(s.runs, 'run')} compared: MAPE {mape}, median {med}; {s.not_expressible} not expressible "
-              f"(`--json` lists them with their reasons)")
+    skipped = result.not_expressible
+    shown = skipped if len(skipped) <= MAX_REASONS_SHOWN else ()
+    con.print(f"{plural(s.runs, 'run')} compared: MAPE {mape}, median {med}; {s.not_expressible} not expressible"
+              + (":" if shown else " (`--json` lists them with their reasons)" if skipped else ""), highlight=False)
+    for n in shown:                 # a few (your own file's): each with its reason, a typo named where it is
+        con.print(f"  {n.id}: {n.reason}", highlight=False)
