@@ -166,3 +166,11 @@ def test_packed_length_beyond_the_sequence_is_one_line_naming_the_sequence():
     from trainest.scenario import scenario_from_mapping
     with pytest.raises(SpecError, match="packed_length: 9000 must be at most the sequence length 8192"):
         scenario_from_mapping({"seq_len": 8192, "packed_length": 9000}, "test")
+
+
+def test_a_runs_file_given_as_a_scenario_says_which_command_reads_it(tmp_path):
+    from trainest.scenario import load_scenario_file
+    path = tmp_path / "runs.yaml"
+    path.write_text("source: mine\nruns:\n- id: a\n  model: llama3-8b\n")
+    with pytest.raises(SpecError, match=r"is a runs file .*`trainest validate --runs "):
+        load_scenario_file(str(path))

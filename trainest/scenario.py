@@ -715,8 +715,13 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
 
 
 def load_scenario_file(path: str) -> dict[str, Any]:
-    """Read a scenario YAML (a mapping of scenario keys); validation happens in scenario_from_mapping."""
-    return F.load_yaml_mapping(Path(path), "scenario")
+    """Read a scenario YAML (a mapping of scenario keys); validation happens in scenario_from_mapping. A
+    runs file (its `runs:` list) is refused with the command that reads it."""
+    data = F.load_yaml_mapping(Path(path), "scenario")
+    if isinstance(data.get("runs"), list):
+        raise SpecError(f"scenario {path!r} is a runs file (a `runs:` list of measured runs); an estimate takes one "
+                        f"scenario: compare them all with `trainest validate --runs {path}`, or give one run's keys")
+    return data
 
 
 def scenario_mapping(s: Scenario) -> dict[str, Any]:
