@@ -306,8 +306,14 @@ def test_estimate_on_the_probed_file(probed_file, capsys):
     assert math.isfinite(step_s) and step_s > 0
 
 
-def test_default_bf16_estimate_on_a_cpu_file_says_which_precision_to_use(probed_file, capsys):
-    code, out, err = call_entry([*ESTIMATE, "--hardware", str(probed_file)], capsys)
+def test_an_estimate_on_a_cpu_file_takes_the_precision_it_has(probed_file, capsys):
+    """Without --precision the default is one the hardware has (fp32 here; it was bf16 and an error);
+    bf16 given is refused, naming what the file has."""
+    code, out, err = call_entry([*ESTIMATE, "--hardware", str(probed_file), "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["inputs"]["precision"] == "fp32" and "precision" in doc["inputs"]["derived"]
+    code, out, err = call_entry([*ESTIMATE, "--hardware", str(probed_file), "--precision", "bf16"], capsys)
     assert code == 1 and out == ""
     assert err.startswith("Error:") and "fp32" in err and len(err.strip().splitlines()) == 1
 

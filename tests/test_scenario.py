@@ -174,3 +174,13 @@ def test_a_runs_file_given_as_a_scenario_says_which_command_reads_it(tmp_path):
     path.write_text("source: mine\nruns:\n- id: a\n  model: llama3-8b\n")
     with pytest.raises(SpecError, match=r"is a runs file .*`trainest validate --runs "):
         load_scenario_file(str(path))
+
+
+def test_the_default_precision_is_one_the_hardware_has():
+    """bf16 by default; a V100 (no bf16) took bf16 and failed ('has no bf16 peak'), a CPU probe too."""
+    from trainest.scenario import scenario_from_mapping
+    v100 = scenario_from_mapping({"model": "gpt2-124m", "hardware": "v100-sxm2-32gb"}, "t")
+    assert v100.precision == "fp16" and "precision" in v100.derived
+    assert scenario_from_mapping({"model": "gpt2-124m", "hardware": "h100-sxm"}, "t").precision == "bf16"
+    with pytest.raises(SpecError, match="has no bf16 peak"):      # given, it is not replaced
+        scenario_from_mapping({"model": "gpt2-124m", "hardware": "v100-sxm2-32gb", "precision": "bf16"}, "t")

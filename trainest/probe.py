@@ -837,8 +837,8 @@ def cpu_peaks(cpu: CpuProbe) -> tuple[dict[str, float], list[str]]:
             notes.append(f"fp16 left out: numpy's float16 GEMM is {how}, "
                          f"{_gflops(rate)} GFLOP/s = {rate / fp32_rate:.2g}x the fp32 rate; a CPU run "
                          f"computes in fp32, so estimate with --precision fp32.")
-    notes.append("bf16 left out: numpy has no bfloat16 dtype, so no bf16 rate was measured; trainest's default "
-                 "--precision bf16 therefore fails on this file: use --precision fp32.")
+    notes.append("bf16 left out: numpy has no bfloat16 dtype, so no bf16 rate was measured; an estimate on this "
+                 "file without --precision takes the precision it has (fp16 where kept, else fp32).")
     fp64 = cpu.gemm_sweep("fp64")
     if fp64 is not None and fp64.best_rate_per_s is not None:
         notes.append(f"fp64 measured ({_gflops(fp64.best_rate_per_s)} GFLOP/s) but not a trainest precision; "

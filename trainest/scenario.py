@@ -652,7 +652,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     hardware = _hardware_from(r.default("hardware", DEFAULT_HARDWARE), where)
     seq_len = F.integer(parse_length(r.default("seq_len", model.seq_len), f"{where}.seq_len"), f"{where}.seq_len",
                         maximum=10**8)
-    precision = F.choice(r.default("precision", DEFAULT_PRECISION), f"{where}.precision", PRECISIONS)
+    precision = F.choice(r.default("precision", default_precision(hardware)), f"{where}.precision", PRECISIONS)
     hardware.peak(precision)  # raises with the list of supported precisions
     par = {} if data.get("parallel") is None else data["parallel"]
     F.check_keys(par, f"{where}.parallel", (), PARALLEL_KEYS)
@@ -712,6 +712,15 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
         grid_gco2_per_kwh=grid, finetune=finetune, offload=offload, derived=tuple(derived),
         memory_headroom=headroom, memory_headroom_bytes=headroom_bytes, packed_length=packed_length,
     )
+
+
+def default_precision(hardware: Hardware) -> str:
+    """DEFAULT_PRECISION where the hardware has its peak, else its first of fp16, tf32, fp32 (a CPU written
+    by `trainest probe` has only fp32; a V100 no bf16)."""
+    for p in (DEFAULT_PRECISION, "fp16", "tf32", "fp32"):
+        if p in hardware.peak_flops_per_s:
+            return p
+    return DEFAULT_PRECISION          # none of them: hardware.peak names what it has
 
 
 def load_scenario_file(path: str) -> dict[str, Any]:
