@@ -240,3 +240,15 @@ def test_a_lora_without_tokens_says_its_run_is_a_pre_training_budget(capsys):
     assert code == 0 and "pre-training default of 20 tokens per parameter" in err
     code, _, err = call_entry(args + ["--tokens", "200M"], capsys)
     assert code == 0 and "pre-training default" not in err
+
+
+def test_a_lora_run_without_tokens_takes_a_fine_tuning_set_not_a_pretraining_budget():
+    """The default of 20 tokens per parameter is a pre-training budget: for QLoRA of Llama 3 70B on one DGX
+    Spark it made the whole run 1.4 T tokens and 131,895 days. Adapters default to 100 M tokens; full
+    training keeps 20 per parameter; given tokens are kept."""
+    from trainest.scenario import DEFAULT_FINETUNE_TOKENS
+    base = {"model": "llama3-8b", "hardware": "h100-sxm", "devices": 8, "global_batch": 64}
+    lora = scenario_from_mapping({**base, "finetune": "lora"}, "t")
+    assert lora.tokens == DEFAULT_FINETUNE_TOKENS == 100e6 and "tokens" in lora.derived
+    assert scenario_from_mapping(base, "t").tokens == pytest.approx(20 * LLAMA8.params)
+    assert scenario_from_mapping({**base, "finetune": "qlora", "tokens": "2B"}, "t").tokens == 2e9

@@ -53,6 +53,9 @@ DEFAULT_HARDWARE = "h100-sxm"
 DEFAULT_DEVICES = 8
 DEFAULT_PRECISION = "bf16"
 DEFAULT_TOKENS_PER_PARAM = 20.0     # Hoffmann et al. 2022 (Chinchilla): ~20 training tokens per parameter
+# A LoRA/QLoRA fine-tune trains on a data set, not a compute-optimal budget: 100 M tokens (e.g. 2 epochs of 50k
+# examples of 1k tokens; Alpaca's 52k instructions are ~10 M tokens, Tulu 3's SFT mix ~1 B), docs/cases.md's yardstick
+DEFAULT_FINETUNE_TOKENS = 100e6
 DEFAULT_PUE = 1.2                   # typical modern data-centre power usage effectiveness
 # Carbon intensity of the world's electricity generation in 2023: 480 gCO2/kWh (Ember, Global Electricity
 # Review 2024, world power-sector CO2 intensity; the IEA's figures for the same year are within a few per
@@ -551,11 +554,19 @@ def memory_headroom_bytes(value: Any, capacity_bytes: float, where: str) -> tupl
     return text, size
 
 
-def _run_costs(r: _Reader, model: Model, hardware: Hardware) -> tuple[float, float | None, float, float]:
+def default_tokens(model: Model, finetune_method: str = "full") -> float:
+    """The tokens of the whole run when none are given: a pre-training budget of DEFAULT_TOKENS_PER_PARAM
+    per parameter (Chinchilla), or for adapters on a frozen base (LoRA, QLoRA) DEFAULT_FINETUNE_TOKENS, the
+    size of a fine-tuning set, not of the model."""
+    return DEFAULT_FINETUNE_TOKENS if finetune_method in ("lora", "qlora") else DEFAULT_TOKENS_PER_PARAM * model.params
+
+
+def _run_costs(r: _Reader, model: Model, hardware: Hardware,
+               finetune_method: str = "full") -> tuple[float, float | None, float, float]:
     """(tokens to train, USD per device-hour, PUE, grid carbon intensity [gCO2/kWh])."""
     where, data = r.where, r.data
     if data.get("tokens") is None:
-        tokens = DEFAULT_TOKENS_PER_PARAM * model.params
+        tokens = default_tokens(model, finetune_method)
         r.derived.append("tokens")
     else:
         tokens = parse_count(data["tokens"], f"{where}.tokens")
@@ -691,8 +702,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
         r.derive("parallel.dp_overlap")
     dp_overlap = F.boolean(par.get("dp_overlap", fw.dp_overlap), f"{where}.parallel.dp_overlap")
     _check_framework_pipeline(framework, sizes["vpp"], par.get("pipeline_layout") is not None, where)
-    tokens, price_usd, pue, grid = _run_costs(r, model, hardware)
     finetune = check_finetune(data.get("finetune"), model, precision, where)
+    tokens, price_usd, pue, grid = _run_costs(r, model, hardware, finetune.method)
     hybrid_support(model, recompute, finetune.method, where)
     offload = check_offload(data.get("offload", "none"), hardware, f"{where}.offload")
     if moments == "bf16" and offload.startswith("optimizer"):

@@ -318,12 +318,20 @@ def memory_table(e: Estimate):
     return t
 
 
+def tokens_default_text(s) -> str:
+    """How the default token count was set (scenario.default_tokens)."""
+    if s.finetune.method in ("lora", "qlora"):
+        return "100 M tokens for a LoRA/QLoRA fine-tune; give --tokens"
+    return "20 per parameter"
+
+
 def run_table(e: Estimate):
     tr, derived = e.training, set(e.scenario.derived)
     price = "" if tr.price_usd_per_hour is None else f" at ${tr.price_usd_per_hour:.2f}/device-hour"
     catalog_price = " (catalog price)" if "price_per_hour" in derived and tr.price_usd_per_hour is not None else ""
     return _key_value_table("Whole run", [
-        ("tokens", f"{fmt_si(tr.tokens)}" + ("  (default: 20 per parameter)" if "tokens" in derived else "")),
+        ("tokens", f"{fmt_si(tr.tokens)}" + (f"  (default: {tokens_default_text(e.scenario)})" if "tokens" in derived
+                                             else "")),
         ("steps", f"{tr.steps:,}"),
         ("wall time", f"{tr.time_days:.2f} days"
          + band_text(e, tr.time_s_low, tr.time_s_high, lambda lo, hi: f"{lo / 86400:.2f}–{hi / 86400:.2f} days")),
