@@ -231,15 +231,16 @@ def test_the_fine_tuning_warning_states_the_current_errors_on_the_lora_runs():
     assert f"{low} to {high:+d} %" in FINETUNE_WARNING
 
 
-def test_a_lora_without_tokens_says_its_run_is_a_pre_training_budget(capsys):
-    """LoRA/QLoRA without --tokens takes the pre-training default (20 per parameter): the whole-run numbers
-    then describe a pre-training run, and the estimate says so; with --tokens it does not."""
+def test_a_lora_without_tokens_says_what_its_run_assumes(capsys):
+    """LoRA/QLoRA without --tokens takes a fine-tuning set's default (100 M tokens), and the estimate says so
+    (it took the pre-training budget, 20 per parameter, and warned); with --tokens it says nothing."""
     from helpers import call_entry
     args = ["estimate", "--model", "llama3-8b", "--devices", "8", "--global-batch", "32", "--finetune", "lora"]
     code, _, err = call_entry(args, capsys)
-    assert code == 0 and "pre-training default of 20 tokens per parameter" in err
+    text = " ".join(err.split())
+    assert code == 0 and "lora without --tokens: the days, energy and cost are for 100 M tokens" in text
     code, _, err = call_entry(args + ["--tokens", "200M"], capsys)
-    assert code == 0 and "pre-training default" not in err
+    assert code == 0 and "without --tokens" not in err
 
 
 def test_a_lora_run_without_tokens_takes_a_fine_tuning_set_not_a_pretraining_budget():

@@ -184,3 +184,13 @@ def test_the_default_precision_is_one_the_hardware_has():
     assert scenario_from_mapping({"model": "gpt2-124m", "hardware": "h100-sxm"}, "t").precision == "bf16"
     with pytest.raises(SpecError, match="has no bf16 peak"):      # given, it is not replaced
         scenario_from_mapping({"model": "gpt2-124m", "hardware": "v100-sxm2-32gb", "precision": "bf16"}, "t")
+
+
+def test_the_default_framework_is_one_that_runs_on_the_hardware():
+    """Megatron-Core was the default everywhere, also where it does not run (Apple silicon, TPUs)."""
+    from trainest.scenario import scenario_from_mapping
+    for hardware, framework in (("h100-sxm", "megatron-core"), ("apple-m4-max", "mlx"), ("tpu-v5p", "maxtext")):
+        s = scenario_from_mapping({"model": "gpt2-124m", "hardware": hardware}, "t")
+        assert s.framework == framework and "framework" in s.derived, hardware
+    given = scenario_from_mapping({"model": "gpt2-124m", "hardware": "tpu-v5p", "framework": "torchtitan"}, "t")
+    assert given.framework == "torchtitan"

@@ -130,9 +130,10 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
       "does not reshard after forward and gradients sync on the last micro-batch only (parallelize_llama.py); "
       "stage boundaries anywhere (pipeline_parallel_split_points)",
       pp_unsharded_zero3=True, loss_bytes_per_logit=12.0, expert_loop="grouped", stage_layout=True),
-    F("maxtext", "xla", "fused", True, False, True,
+    F("maxtext", "xla", "fused", True, True, True,
       "google/maxtext: JAX/XLA, the step is one compiled program (XLA fuses element-wise ops; "
-      "collectives scheduled by the compiler)", expert_loop="grouped"),
+      "collectives scheduled by the compiler); its circular pipeline (num_pipeline_repeats > 1: each stage "
+      "holds several non-adjacent layer groups) is the interleaved schedule", expert_loop="grouped"),
     F("llm-foundry", "python", "fused", True, False, True,
       "mosaicml/llm-foundry (Composer): PyTorch FSDP, fused/flash kernels in its MPT models, no pipeline; "
       "flash-attn's fused cross-entropy by default (loss_fn: fused_crossentropy)", loss_bytes_per_logit=4.0,

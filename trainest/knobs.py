@@ -147,8 +147,8 @@ KNOBS: tuple[Knob, ...] = (
     K("attention", ("--attention",), "choice", "flash (best fused kernel: FA3/cuDNN on Hopper+), flash2 "
       "(FlashAttention-2) or standard (materialised scores).", "flash", "Attention", job=True),
     K("framework", ("--framework",), "choice", "Training framework: sets the kernels' host dispatch, the default "
-      "element-wise kernels and data-parallel overlap, and which pipeline schedules exist.", "megatron-core",
-      "Framework", job=True),
+      "element-wise kernels and data-parallel overlap, and which pipeline schedules exist.",
+      "megatron-core (Apple silicon: mlx, TPU: maxtext)", "Framework", job=True),
     K("packed_length", ("--packed-length",), "int", "Packed sequences: the mean length of the documents packed into "
       "each sequence, each attending only to itself (THD/varlen attention, cu_seqlens); not given: one document per "
       "sequence.", "unpacked", job=True),

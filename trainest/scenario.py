@@ -694,7 +694,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
         raise SpecError(f"{where}.packed_length: {packed} must be at most the sequence length {seq_len} (the mean "
                         f"length of the examples packed into one sequence)")
     packed_length = F.integer(packed, f"{where}.packed_length", maximum=seq_len, allow_none=True)
-    framework = F.choice(r.default("framework", DEFAULT_FRAMEWORK), f"{where}.framework", tuple(FRAMEWORKS))
+    framework = F.choice(r.default("framework", default_framework(hardware)), f"{where}.framework", tuple(FRAMEWORKS))
     fw = FRAMEWORKS[framework]
     kernels = F.choice(r.default("kernels", fw.kernels), f"{where}.kernels", KERNELS)
     moments = F.choice(r.default("adam_moments", "fp32"), f"{where}.adam_moments", ADAM_MOMENTS)
@@ -723,6 +723,16 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
         grid_gco2_per_kwh=grid, finetune=finetune, offload=offload, derived=tuple(derived),
         memory_headroom=headroom, memory_headroom_bytes=headroom_bytes, packed_length=packed_length,
     )
+
+
+# the framework an estimate takes when none is given, by the hardware's kind: Megatron-Core runs on GPUs, not on
+# Apple silicon (MLX is its training stack) or TPUs (JAX/XLA: MaxText)
+FRAMEWORK_BY_KIND = {"apple": "mlx", "tpu": "maxtext"}
+
+
+def default_framework(hardware: Hardware) -> str:
+    """DEFAULT_FRAMEWORK, or the one the hardware's kind runs (FRAMEWORK_BY_KIND)."""
+    return FRAMEWORK_BY_KIND.get(hardware.kind, DEFAULT_FRAMEWORK)
 
 
 def default_precision(hardware: Hardware) -> str:

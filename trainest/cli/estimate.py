@@ -111,9 +111,8 @@ FINETUNE_WARNING = ("{method}: on the 8 published LoRA runs trainest can express
                     "the measured (8 % MAPE, mostly too slow; docs/validation.md, 'Fine-tuning runs'); no "
                     "fine-tuning run is fitted")
 FINETUNE_ERROR_RANGE_PCT = (-17, 0)   # the range the warning states (tests/test_finetune.py checks it)
-FINETUNE_TOKENS_WARNING = ("{method} with the pre-training default of 20 tokens per parameter ({tokens:,.0f} B "
-                           "tokens): the days, energy and cost are a pre-training run's; give --tokens (the "
-                           "fine-tuning set's tokens times its epochs)")
+FINETUNE_TOKENS_WARNING = ("{method} without --tokens: the days, energy and cost are for {tokens} tokens, the default "
+                           "size of a fine-tuning set; give --tokens (your set's tokens times its epochs)")
 OFFLOAD_WARNING = ("offload {offload}: the host-link and host-memory efficiencies and the CPU-Adam rate are priors "
                    "(docs/model.md §14), not fitted: no measured offload run is in specs/runs")
 
@@ -140,7 +139,8 @@ def prior_warnings(scenario: Any, hardware: bool = True) -> list[str]:
     False: not the one about the scenario's hardware's MoE efficiencies)."""
     out = []
     if scenario.finetune.frozen and "tokens" in scenario.derived:
-        out.append(FINETUNE_TOKENS_WARNING.format(method=scenario.finetune.method, tokens=scenario.tokens / 1e9))
+        from trainest.units import fmt_si
+        out.append(FINETUNE_TOKENS_WARNING.format(method=scenario.finetune.method, tokens=fmt_si(scenario.tokens)))
     if scenario.model.moe is not None:
         from trainest.frameworks import FRAMEWORKS
         if not FRAMEWORKS[scenario.framework].moe_seen:
