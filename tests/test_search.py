@@ -529,3 +529,16 @@ def test_plan_takes_the_batch_in_tokens_without_a_device_count():
     res = run_cli("plan", "--model", "llama3-8b", "--global-batch-tokens", "0.5M", "--json")
     assert res.exit_code == 0, res.stderr
     assert json.loads(res.stdout)["job"]["global_batch"] == 64
+
+
+def test_adapter_plans_of_a_full_job_train_a_fine_tuning_set_by_default():
+    """--allow finetune=lora without --tokens: the LoRA plans took the job's pre-training budget (20 tokens per
+    parameter) for their days and cost; they take the fine-tuning default, and given tokens stay."""
+    from trainest.scenario import DEFAULT_FINETUNE_TOKENS
+    base = S.job_scenario({"model": "llama3-8b", "hardware": "h100-sxm", "global_batch": 32})
+    res = S.search(base, 8, S.space_from_options(["finetune=full,lora"]), top=50)
+    tokens = {e.scenario.finetune.method: e.scenario.tokens for e in res.plans}
+    assert tokens["lora"] == DEFAULT_FINETUNE_TOKENS and tokens.get("full", base.tokens) == base.tokens
+    given = S.job_scenario({"model": "llama3-8b", "hardware": "h100-sxm", "global_batch": 32, "tokens": "1B"})
+    res = S.search(given, 8, S.space_from_options(["finetune=lora"]), top=1)
+    assert res.plans[0].scenario.tokens == 1e9

@@ -68,6 +68,7 @@ from trainest.scenario import (
     check_finetune,
     check_offload,
     default_global_batch,
+    default_tokens,
     job_of,
     scenario_from_mapping,
 )
@@ -622,8 +623,10 @@ def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vp
                                                             else (ft.base_bits if ft.frozen and ft.base_bits != 4
                                                                   else 16))
     modules = base.recompute_modules if recompute == "selective" else DEFAULT_RECOMPUTE_MODULES
+    # a default token count follows the plan's method (a LoRA plan of a full job trains a fine-tuning set)
+    tokens = default_tokens(base.model, ft.method) if "tokens" in base.derived else base.tokens
     return replace(base, devices=devices, micro_batch=micro_batch, recompute=recompute, derived=derived,
-                   recompute_modules=modules,
+                   recompute_modules=modules, tokens=tokens,
                    finetune=ft, offload=base.offload if offload is None else offload,
                    parallel=Parallel(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero,
                                      sequence_parallel=sequence_parallel, tp_overlap=base.parallel.tp_overlap,

@@ -30,6 +30,16 @@ def plan_dict(e: Estimate) -> dict:
             "band": full["band"], "estimate_args": estimate_args(e)}
 
 
+def _adapter_tokens_note(r: SearchResult) -> str:
+    """' (LoRA/QLoRA plans: 100 M, ...)' when the search allowed adapters and the tokens are the default:
+    those plans train a fine-tuning set's default, not the job's pre-training budget (search.plan_scenario)."""
+    b = r.base
+    adapters = {e.scenario.tokens for e in r.plans if e.scenario.finetune.method in ("lora", "qlora")}
+    if "tokens" not in b.derived or not adapters or adapters == {b.tokens}:
+        return ""
+    return f" (LoRA/QLoRA plans: {fmt_si(min(adapters))}, a fine-tuning set's default; give --tokens)"
+
+
 def batch_default_note(base: Scenario) -> str:
     """' (default: ...)' after a search's global batch when the user gave none (search.job_scenario), else ''."""
     return (" (default: 0.5M tokens, a multiple of the device count)" if "global_batch" in base.derived else "")
@@ -104,7 +114,7 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
     con.print(f"[bold]{b.model.name}[/bold] ({b.model.params / 1e9:.1f} B params) on {r.devices:,} x "
               f"{b.hardware.name}{shown}, "
               f"global batch {b.global_batch} x {b.seq_len} tokens{batch_default_note(b)}, {b.precision}, "
-              f"{fmt_si(b.tokens)} tokens to train")
+              f"{fmt_si(b.tokens)} tokens to train{_adapter_tokens_note(r)}")
     rej = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in st.rejected.items() if v)
     con.print(f"Searched {st.evaluated:,} plans in {st.seconds:.2f} s ({fmt_si(st.plans_per_s)} plans/s): "
               f"{st.feasible:,} feasible; rejected: {rej or 'none'}. Ranked by {r.objective}.")
