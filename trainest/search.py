@@ -741,13 +741,13 @@ def fitting_changes(s: Scenario, space: SearchSpace) -> list[str]:
     trials: list[tuple[str, Any]] = []
     if space.offload is None and s.offload == "none":
         trials += [(f"--offload {o}", lambda o=o: replace(s, offload=o)) for o in ("optimizer", "activations")]
-    if s.adam_moments == "fp32":
+    if s.adam_moments == "fp32" and not s.offload.startswith("optimizer"):   # (BF16 moments: no CPU Adam)
         trials.append(("--adam-moments bf16", lambda: replace(s, adam_moments="bf16")))
     if 3 not in space.zero and p.dp * p.cp > 1:
         trials.append(("--allow zero=3", lambda: replace(s, parallel=replace(p, zero=3))))
     if "full" not in space.recompute:
         trials.append(("--allow recompute=full", lambda: replace(s, recompute="full")))
-    if s.finetune.method == "full" and space.finetune is None:     # adapters: the first that fits is named
+    if s.finetune.method == "full" and space.finetune is None and s.model.hybrid is None:   # the first that fits
         trials += [(f"--finetune {m}", lambda m=m: replace(s, finetune=check_finetune(m, s.model, s.precision, m)))
                    for m in ("lora", "qlora")]
     found: list[str] = []
