@@ -554,19 +554,26 @@ def memory_headroom_bytes(value: Any, capacity_bytes: float, where: str) -> tupl
     return text, size
 
 
-def default_tokens(model: Model, finetune_method: str = "full") -> float:
+def default_tokens(model: Model, finetune: FineTune) -> float:
     """The tokens of the whole run when none are given: a pre-training budget of DEFAULT_TOKENS_PER_PARAM
     per parameter (Chinchilla), or for adapters on a frozen base (LoRA, QLoRA) DEFAULT_FINETUNE_TOKENS, the
     size of a fine-tuning set, not of the model."""
-    return DEFAULT_FINETUNE_TOKENS if finetune_method in ("lora", "qlora") else DEFAULT_TOKENS_PER_PARAM * model.params
+    return DEFAULT_FINETUNE_TOKENS if finetune.frozen else DEFAULT_TOKENS_PER_PARAM * model.params
+
+
+def default_tokens_text(finetune: FineTune) -> str:
+    """How `default_tokens` set them, for the tables."""
+    from trainest.units import fmt_si
+    return (f"{fmt_si(DEFAULT_FINETUNE_TOKENS)} tokens for a LoRA/QLoRA fine-tune; give --tokens" if finetune.frozen
+            else f"{DEFAULT_TOKENS_PER_PARAM:g} per parameter")
 
 
 def _run_costs(r: _Reader, model: Model, hardware: Hardware,
-               finetune_method: str = "full") -> tuple[float, float | None, float, float]:
+               finetune: FineTune) -> tuple[float, float | None, float, float]:
     """(tokens to train, USD per device-hour, PUE, grid carbon intensity [gCO2/kWh])."""
     where, data = r.where, r.data
     if data.get("tokens") is None:
-        tokens = default_tokens(model, finetune_method)
+        tokens = default_tokens(model, finetune)
         r.derived.append("tokens")
     else:
         tokens = parse_count(data["tokens"], f"{where}.tokens")
@@ -703,7 +710,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     dp_overlap = F.boolean(par.get("dp_overlap", fw.dp_overlap), f"{where}.parallel.dp_overlap")
     _check_framework_pipeline(framework, sizes["vpp"], par.get("pipeline_layout") is not None, where)
     finetune = check_finetune(data.get("finetune"), model, precision, where)
-    tokens, price_usd, pue, grid = _run_costs(r, model, hardware, finetune.method)
+    tokens, price_usd, pue, grid = _run_costs(r, model, hardware, finetune)
     hybrid_support(model, recompute, finetune.method, where)
     offload = check_offload(data.get("offload", "none"), hardware, f"{where}.offload")
     if moments == "bf16" and offload.startswith("optimizer"):

@@ -624,7 +624,7 @@ def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vp
                                                                   else 16))
     modules = base.recompute_modules if recompute == "selective" else DEFAULT_RECOMPUTE_MODULES
     # a default token count follows the plan's method (a LoRA plan of a full job trains a fine-tuning set)
-    tokens = default_tokens(base.model, ft.method) if "tokens" in base.derived else base.tokens
+    tokens = default_tokens(base.model, ft) if "tokens" in base.derived else base.tokens
     return replace(base, devices=devices, micro_batch=micro_batch, recompute=recompute, derived=derived,
                    recompute_modules=modules, tokens=tokens,
                    finetune=ft, offload=base.offload if offload is None else offload,

@@ -25,13 +25,14 @@ def run_compare(values: dict[str, Any]) -> int:
     from trainest.cli.plan import job_mapping
     from trainest.errors import SpecError
     from trainest.report import LazyProgress
+    from trainest.scenario import DEFAULT_DEVICES
     from trainest.units import parse_count, parse_duration_s
     progress = LazyProgress("comparing hardware", enabled=not values.get("quiet") and not values.get("json_out"))
     try:
         names = C.hardware_list(values.get("hardware"), bool(values.get("all_hardware")))
         mapping = {k: v for k, v in job_mapping({**values, "hardware": None}).items() if k != "hardware"}
         given = values.get("devices") or mapping.get("devices")
-        devices = str(given or 8)           # one count for every entry: 8 unless given
+        devices = str(given or DEFAULT_DEVICES)     # one count for every entry unless given
         deadline, budget = values.get("deadline"), values.get("budget")
         result = C.compare(
             mapping, names, devices, S.space_from_options(values.get("allow")),

@@ -11,7 +11,7 @@ from trainest.choices import DEFAULT_RECOMPUTE_MODULES
 from trainest.estimate import Estimate
 from trainest.pipeline_layout import rank_layers_text
 from trainest.report import clean, console, fmt_co2, fmt_gib, fmt_money, fmt_seconds, fmt_si, print_table
-from trainest.scenario import Scenario, scenario_mapping
+from trainest.scenario import Scenario, default_tokens_text, scenario_mapping
 from trainest.step.schedule import bubble_slots
 from trainest.units import plural
 
@@ -318,20 +318,13 @@ def memory_table(e: Estimate):
     return t
 
 
-def tokens_default_text(s) -> str:
-    """How the default token count was set (scenario.default_tokens)."""
-    if s.finetune.method in ("lora", "qlora"):
-        return "100 M tokens for a LoRA/QLoRA fine-tune; give --tokens"
-    return "20 per parameter"
-
-
 def run_table(e: Estimate):
     tr, derived = e.training, set(e.scenario.derived)
     price = "" if tr.price_usd_per_hour is None else f" at ${tr.price_usd_per_hour:.2f}/device-hour"
     catalog_price = " (catalog price)" if "price_per_hour" in derived and tr.price_usd_per_hour is not None else ""
     return _key_value_table("Whole run", [
-        ("tokens", f"{fmt_si(tr.tokens)}" + (f"  (default: {tokens_default_text(e.scenario)})" if "tokens" in derived
-                                             else "")),
+        ("tokens", f"{fmt_si(tr.tokens)}" + (f"  (default: {default_tokens_text(e.scenario.finetune)})"
+                                             if "tokens" in derived else "")),
         ("steps", f"{tr.steps:,}"),
         ("wall time", f"{tr.time_days:.2f} days"
          + band_text(e, tr.time_s_low, tr.time_s_high, lambda lo, hi: f"{lo / 86400:.2f}–{hi / 86400:.2f} days")),

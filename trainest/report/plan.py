@@ -7,7 +7,7 @@ from trainest.estimate import Estimate
 from trainest.knobs import estimate_args as knob_estimate_args
 from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si, print_table
 from trainest.report.estimate import band_pct, band_source, estimate_dict, hardware_dict, notes
-from trainest.scenario import Scenario, scenario_mapping
+from trainest.scenario import DEFAULT_DEVICES, Scenario, scenario_mapping
 from trainest.search import DeviceSearch, SearchResult, plan_knobs
 from trainest.units import GiB
 
@@ -34,7 +34,7 @@ def _adapter_tokens_note(r: SearchResult) -> str:
     """' (LoRA/QLoRA plans: 100 M, ...)' when the search allowed adapters and the tokens are the default:
     those plans train a fine-tuning set's default, not the job's pre-training budget (search.plan_scenario)."""
     b = r.base
-    adapters = {e.scenario.tokens for e in r.plans if e.scenario.finetune.method in ("lora", "qlora")}
+    adapters = {e.scenario.tokens for e in r.plans if e.scenario.finetune.frozen}
     if "tokens" not in b.derived or not adapters or adapters == {b.tokens}:
         return ""
     return f" (LoRA/QLoRA plans: {fmt_si(min(adapters))}, a fine-tuning set's default; give --tokens)"
@@ -110,7 +110,7 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
                       + (" <- chosen" if chosen else ""), style="bold" if chosen else "")
         print_table(con, t)
         con.print(f"Chosen: {ds.devices:,} devices, {ds.rule}.")
-    shown = " (default: one node, at most 8)" if "devices" in b.derived else ""
+    shown = f" (default: one node, at most {DEFAULT_DEVICES})" if "devices" in b.derived else ""
     con.print(f"[bold]{b.model.name}[/bold] ({b.model.params / 1e9:.1f} B params) on {r.devices:,} x "
               f"{b.hardware.name}{shown}, "
               f"global batch {b.global_batch} x {b.seq_len} tokens{batch_default_note(b)}, {b.precision}, "
