@@ -325,6 +325,8 @@ BAD_HARDWARE = [
     ("scale-up-domain-zero", _mutated(H100, ("system", "scale_up_domain"), 0), ("scale_up_domain", "at least 1")),
     ("latency-negative", _mutated(H100, ("system", "scale_up_latency_us"), -3), ("scale_up_latency_us", "-3")),
     ("efficiency-list", _mutated(H100, ("efficiency",), [0.8]), ("efficiency", "expected a mapping")),
+    ("host-per-micro-batch-negative", _mutated(H100, ("efficiency", "host_ms_per_micro_batch"), -2),
+     ("efficiency.host_ms_per_micro_batch", "-2")),
 ]
 
 

@@ -191,7 +191,11 @@ def test_a_host_bound_step_says_so_and_a_device_bound_one_does_not():
     big = estimate(scenario_from_mapping({**base, "model": "gpt3-13b", "seq_len": 2048, "micro_batch": 4,
                                           "global_batch": 32}))
     assert small.step.bound_by == "host" and big.step.bound_by == "device"
-    assert big.step.overhead_detail_s["host_wait"] < 1e-3 * big.step.time_s
+    # a device-bound step waits for the host only at each micro-batch's synchronisation (its get_batch)
+    from trainest.scenario import job_of
+    from trainest.step.kernels import micro_batch_host_s
+    synced = 8 * micro_batch_host_s(job_of(big.scenario))
+    assert synced < big.step.overhead_detail_s["host_wait"] < synced + 1e-3 * big.step.time_s
 
 
 # ------------------------------------------------------------------------------------ Megatron's fused softmax
@@ -328,3 +332,57 @@ def test_list_frameworks_shows_each_and_its_fitted_host_scale(capsys):
     assert f"{FRAMEWORKS['megatron-deepspeed'].host_scale:.2f}*" in out
     code, out, _ = call_entry(["list", "frameworks", "--sort", "price"], capsys)
     assert code != 0 and out == ""
+
+
+# ------------------------------------------------------------------------ the host's work per micro-batch
+
+def test_only_a_framework_that_syncs_every_micro_batch_pays_its_host_time():
+    """docs/model.md §2.9: Megatron-DeepSpeed's get_batch copies the batch sizes to the host every
+    micro-batch, so its Python there is on the path; a framework whose device runs ahead pays nothing."""
+    from trainest.step.kernels import micro_batch_host_s
+    synced = [f.name for f in FRAMEWORKS.values() if f.micro_batch_sync]
+    assert synced == ["megatron-deepspeed"]
+    for name in FRAMEWORKS:
+        job, _ = job_and_layout(SMALL, A100, "fp16", "standard", **_kw(), framework=name)
+        t = micro_batch_host_s(job)
+        if name in synced:
+            f = FRAMEWORKS[name]
+            assert t == pytest.approx(A100.efficiency.host_per_micro_batch_s * f.micro_batch_host_scale) and t > 0
+        else:
+            assert t == 0.0
+
+
+def test_the_host_time_per_micro_batch_adds_once_per_micro_batch():
+    """Conservation: without a pipeline, raising the system's host time per micro-batch by δ makes the
+    step exactly m·δ longer (m micro-batches), all of it overhead, and changes nothing else."""
+    from trainest.frameworks import FRAMEWORKS as F
+    delta = 1e-3
+    for m in (1.0, 4.0, 16.0):
+        kw = dict(_kw(), global_batch=m, framework="megatron-deepspeed")
+        base = step_of(SMALL, A100, "fp16", "standard", **kw)
+        more = step_of(SMALL, with_efficiency(A100, host_per_micro_batch_s=A100.efficiency.host_per_micro_batch_s
+                                              + delta), "fp16", "standard", **kw)
+        added = m * delta * F["megatron-deepspeed"].micro_batch_host_scale
+        assert more.time_s - base.time_s == pytest.approx(added, rel=1e-9)
+        assert more.overhead_s - base.overhead_s == pytest.approx(added, rel=1e-9)
+        assert (more.compute_s, more.memory_s, more.communication_s) == (base.compute_s, base.memory_s,
+                                                                         base.communication_s)
+
+
+def test_megatron_deepspeeds_fitted_micro_batch_host_time_goes_with_the_framework():
+    import json
+
+    from trainest.frameworks import fitted_file
+    entry = json.loads(fitted_file().read_text())["frameworks"]["megatron-deepspeed"]
+    assert FRAMEWORKS["megatron-deepspeed"].micro_batch_host_scale == entry["micro_batch_host_scale"]
+    assert 0.1 < entry["host_ms_per_micro_batch"] < 20.0          # within calibrate's bounds, not at them
+    assert A100.efficiency.host_per_micro_batch_s == pytest.approx(entry["prior_host_ms_per_micro_batch"] * 1e-3)
+
+
+def test_calibrate_fits_the_micro_batch_host_time_only_where_a_run_syncs_there():
+    from trainest.calibrate import parameters_for
+    from trainest.validate import load_runs
+    vtrain = list(load_runs(run_set="vtrain-single-node").cases)[:5]
+    assert "host_per_micro_batch_s" in parameters_for(vtrain)
+    public_small = [c for c in load_runs(run_set="public").cases if c.scenario.model.params < 3e9][:5]
+    assert public_small and "host_per_micro_batch_s" not in parameters_for(public_small)

@@ -37,7 +37,7 @@ EFFICIENCY_FRACTIONS = ("gemm", "attention", "memory", "scale_up", "scale_out")
 EFFICIENCY_KEYS = EFFICIENCY_FRACTIONS + ("gemm_half_dim", "fitted", "method")
 # written by `trainest calibrate` / tools/fit_defaults.py (see trainest/catalog.py EFFICIENCY_OPTIONAL)
 EFFICIENCY_OPTIONAL = ("low_precision_gemm", "flash2_attention", "layer_overhead_us", "overlap_contention", "fit_runs",
-                       "host_us_per_kernel", "kernel_floor_us",
+                       "host_us_per_kernel", "host_ms_per_micro_batch", "kernel_floor_us",
                        "fit_mape_pct", "grouped_gemm", "all_to_all", "moe_fit_runs", "moe_fit_mape_pct",
                        "moe_fitted")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from trainest import catalog
 from trainest.calibrate import replace_efficiency_block
-from trainest.units import MICROSECOND
+from trainest.units import MICROSECOND, MILLISECOND
 
 FIT_PERCENT = 60          # share of each hardware's runs used for fitting (by crc32 of the id)
 
@@ -30,6 +30,7 @@ def prior_hardware(hw: catalog.Hardware) -> catalog.Hardware:
                                    flash2_attention=hw.compute.flash2_relative,
                                    layer_overhead_s=catalog.DEFAULT_LAYER_OVERHEAD_US * MICROSECOND,
                                    host_per_kernel_s=catalog.DEFAULT_HOST_US_PER_KERNEL * MICROSECOND,
+                                   host_per_micro_batch_s=catalog.DEFAULT_HOST_MS_PER_MICRO_BATCH * MILLISECOND,
                                    overlap_contention=catalog.default_overlap_contention(hw.kind),
                                    fitted=False, method=ih.EFFICIENCY_METHOD)
 

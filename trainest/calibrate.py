@@ -39,7 +39,8 @@ from trainest.catalog import (
     with_efficiency,
 )
 from trainest.errors import SpecError
-from trainest.units import MICROSECOND
+from trainest.frameworks import FRAMEWORKS
+from trainest.units import MICROSECOND, MILLISECOND
 from trainest.validate import Case, RunResult, mape_pct, result_for, step_time_s_from_metric
 
 MIN_FRACTION = 0.2                 # lowest efficiency fraction any parameter may take
@@ -73,6 +74,9 @@ BOUNDS = {"gemm": (0.45, 0.92), "attention": (MIN_FRACTION, 0.95), "memory": (0.
           # host time per kernel launched from Python: 5-200 µs (eager PyTorch dispatch is ~10-20 µs per
           # operator; framework hooks, autograd Functions and checkpointing wrappers add to it)
           "host_per_kernel_s": (5e-6, 200e-6),
+          # host time per micro-batch outside the kernels, where the framework synchronises there: 0-20 ms
+          # (a training loop's Python per micro-batch: the batch's fetch and broadcast, masks, loss bookkeeping)
+          "host_per_micro_batch_s": (0.0, 20e-3),
           # the GEMM shape factor's half dimension: 0-512 elements (on top of wave quantization)
           "gemm_half_dim": (0.0, 512.0),
           "grouped_gemm": (0.5, MAX_FRACTION), "all_to_all": (0.5, 0.95)}
@@ -119,14 +123,18 @@ def huber(r):
 def parameters_for(cases: Sequence[Case]) -> tuple[str, ...]:
     """The parameters the runs can inform: the base five, FP8 GEMM efficiency when a run uses FP8/FP4,
     and, when a run's model has fewer than SMALL_MODEL_PARAMS parameters (its kernels are small), the
-    host time per kernel and the GEMM shape factor's half dimension."""
+    host time per kernel and the GEMM shape factor's half dimension, and the host time per micro-batch
+    when such a run's framework synchronises at every micro-batch (`Framework.micro_batch_sync`)."""
     names = list(BASE_PARAMETERS)
     if any(c.scenario.precision in ("fp8", "fp4") for c in cases):
         names.append("low_precision_gemm")
     if any(c.scenario.attention == "flash2" for c in cases) and any(c.scenario.attention == "flash" for c in cases):
         names.append("flash2_attention")     # only separable from `attention` when both kernels appear
-    if any(c.scenario.model.params < SMALL_MODEL_PARAMS for c in cases):
+    small = [c for c in cases if c.scenario.model.params < SMALL_MODEL_PARAMS]
+    if small:
         names += ["host_per_kernel_s", "gemm_half_dim"]
+    if any(FRAMEWORKS[c.scenario.framework].micro_batch_sync for c in small):
+        names.append("host_per_micro_batch_s")
     if any(c.scenario.model.moe is not None for c in cases):
         names.extend(MOE_PARAMETERS)
     return tuple(names)
@@ -327,6 +335,7 @@ def efficiency_block(hardware: Hardware, *, method: str, fit_runs: int | None, f
                              "flash2_attention": _round(e.flash2_attention),
                              "layer_overhead_us": _round(e.layer_overhead_s / MICROSECOND),
                              "host_us_per_kernel": _round(e.host_per_kernel_s / MICROSECOND),
+                             "host_ms_per_micro_batch": _round(e.host_per_micro_batch_s / MILLISECOND),
                              "kernel_floor_us": _round(e.kernel_floor_s / MICROSECOND),
                              "overlap_contention": _round(e.overlap_contention),
                              "fitted": fitted, "method": method}

@@ -22,6 +22,7 @@ from trainest.hardware import (  # noqa: F401  (re-exported: the catalog's names
     DEFAULT_ALL_TO_ALL,
     DEFAULT_FLASH2_ATTENTION,
     DEFAULT_GROUPED_GEMM,
+    DEFAULT_HOST_MS_PER_MICRO_BATCH,
     DEFAULT_HOST_US_PER_KERNEL,
     DEFAULT_KERNEL_FLOOR_US,
     DEFAULT_LAYER_OVERHEAD_US,

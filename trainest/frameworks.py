@@ -10,6 +10,18 @@ A framework sets
   of one kernel) times the framework's `host_scale`: 1, but FITTED for a framework whose measured
   small-kernel steps say its layers cost more per kernel (Megatron-DeepSpeed: the vTrain rows;
   `specs/frameworks.json`, written by tools/fit_defaults.py; docs/model.md §2.9).
+- `micro_batch_sync`: whether the framework synchronises host and device at every micro-batch, so that
+  the host's Python for a micro-batch outside its kernels (fetching and broadcasting the batch, the
+  schedule's bookkeeping: the hardware's `efficiency.host_ms_per_micro_batch`, times the framework's
+  `micro_batch_host_scale`, FITTED like `host_scale`) is on the step's path (docs/model.md §2.9).
+  Megatron-DeepSpeed: every `get_batch` (and `get_batch_pipe` under its pipeline engine) calls
+  `tensor_parallel.broadcast_data`, which copies the batch's sizes back to the host
+  (`_build_key_size_numel_dictionaries`: `sizes_cuda.cpu()`): the host waits there for the device to
+  finish the previous micro-batch, and the device then waits for the host's Python before its first
+  kernel (older Megatron timers also call `torch.cuda.synchronize()` around each micro-batch's forward and
+  backward). Megatron-Core's `get_batch_on_this_tp_rank` broadcasts without a host copy, and the other
+  frameworks' loops let the device run ahead across micro-batches: False, their per-micro-batch Python
+  hides behind the device.
 - `kernels`: its element-wise kernels when the run does not say (fused | eager).
 - `dp_overlap`: whether it overlaps the data-parallel gradient reduction with the backward by
   default (bucketing). A run can say otherwise (`parallel.dp_overlap`).
@@ -82,6 +94,8 @@ class Framework(NamedTuple):
     expert_loop: str = "gemm"            # EXPERT_LOOPS: how its MoE layer launches the local experts' work
     stage_layout: bool = False           # takes any layers per pipeline stage (a pipeline layout, docs/model.md §5.1)
     zero3_live_params: float = 0.0       # ZeRO-3's gathered parameters at once (0: two whole layers; module docstring)
+    micro_batch_sync: bool = False       # host and device synchronised at every micro-batch (module docstring)
+    micro_batch_host_scale: float = 1.0  # its host time per micro-batch over the system's prior (fitted: FITTED_FILE)
 
     @property
     def dispatch_factor(self) -> float:
@@ -119,7 +133,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
       "pipeline has no interleaved schedule (DeepSpeed PipelineEngine); gradient bucketing on by default; "
       "the loss is megatron/core/tensor_parallel/cross_entropy.py's unfused vocab-parallel cross-entropy",
       megatron_softmax=True, unfused_cross_entropy=True, loss_bytes_per_logit=6.0, expert_loop="python",
-      zero3_live_params=DS_ZERO3_LIVE_PARAMS),
+      zero3_live_params=DS_ZERO3_LIVE_PARAMS, micro_batch_sync=True),
     F("deepspeed", "python", "eager", True, False, False,
       "DeepSpeed ZeRO on Hugging Face/PyTorch models: eager kernels, overlap_comm (DeepSpeed config docs); "
       "ZeRO-3 keeps at most stage3_max_live_parameters + stage3_prefetch_bucket_size gathered",
@@ -157,9 +171,13 @@ def fitted_file() -> Path | None:
     return None
 
 
-def set_host_scale(name: str, scale: float) -> None:
-    """Give framework `name` the host scale `scale` in this process (the fit, tools/fit_defaults.py)."""
-    FRAMEWORKS[name] = FRAMEWORKS[name]._replace(host_scale=float(scale))
+def set_host_scale(name: str, scale: float, micro_batch_scale: float | None = None) -> None:
+    """Give framework `name` the host scale `scale` (and, when given, the per-micro-batch host scale) in
+    this process (the fit, tools/fit_defaults.py)."""
+    f = FRAMEWORKS[name]._replace(host_scale=float(scale))
+    if micro_batch_scale is not None:
+        f = f._replace(micro_batch_host_scale=float(micro_batch_scale))
+    FRAMEWORKS[name] = f
 
 
 def _load_fitted() -> None:
@@ -168,7 +186,7 @@ def _load_fitted() -> None:
         return
     for name, entry in json.loads(path.read_text(encoding="utf-8")).get("frameworks", {}).items():
         if name in FRAMEWORKS:
-            set_host_scale(name, entry["host_scale"])
+            set_host_scale(name, entry["host_scale"], entry.get("micro_batch_host_scale"))
 
 
 _load_fitted()

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 from trainest import fields as F
 from trainest.choices import PRECISIONS
 from trainest.errors import SpecError
-from trainest.units import BITS_PER_BYTE, GB, MICROSECOND, TERA, MiB
+from trainest.units import BITS_PER_BYTE, GB, MICROSECOND, MILLISECOND, TERA, MiB
 
 # ----------------------------------------------------------------------------------------- hardware
 
@@ -32,6 +32,7 @@ class Efficiency:
     fitted: bool
     method: str
     host_per_kernel_s: float = 0.0   # host (CPU) time to dispatch one kernel from Python [s]
+    host_per_micro_batch_s: float = 0.0  # host time per micro-batch outside the kernels, where the framework syncs [s]
     kernel_floor_s: float = 0.0      # the shortest a kernel takes on the device (launch, ramp, drain) [s]
     grouped_gemm: float = 1.0        # MoE expert (grouped) GEMMs relative to `gemm` at the same shape
     all_to_all: float = 0.8          # fraction of the link rate (scale-up and scale-out) the MoE all-to-alls reach
@@ -54,7 +55,8 @@ CALIBRATE_METHOD_PREFIX = "trainest calibrate"   # the `method` of a profile `tr
 MEDIAN_PRIOR_PREFIX = "prior: median of"         # tools/import_hardware.py DERIVED_PRIOR_PREFIX
 EFFICIENCY_KEYS = ("gemm", "gemm_half_dim", "attention", "memory", "scale_up", "scale_out")
 EFFICIENCY_OPTIONAL = ("low_precision_gemm", "flash2_attention", "layer_overhead_us", "overlap_contention", "fitted",
-                       "method", "fit_runs", "fit_mape_pct", "host_us_per_kernel", "kernel_floor_us",
+                       "method", "fit_runs", "fit_mape_pct", "host_us_per_kernel", "host_ms_per_micro_batch",
+                       "kernel_floor_us",
                        "grouped_gemm", "all_to_all", "moe_fit_runs", "moe_fit_mape_pct", "moe_fitted")
 DEFAULT_GROUPED_GEMM = 1.0          # expert GEMMs at the dense GEMM's efficiency for their shape unless fitted
 # MoE dispatch/combine: all-to-all kernels reach ~0.8-0.95 of the link rate at large messages (DeepEP README:
@@ -72,6 +74,13 @@ DEFAULT_LAYER_OVERHEAD_US = 0.0
 # hooks. The prior of a hardware entry without a fitted value; fitted on measured small-kernel runs
 # (docs/model.md §2.9, docs/validation.md).
 DEFAULT_HOST_US_PER_KERNEL = 20.0
+# Host time per micro-batch outside the kernels: the training loop's Python for one micro-batch (the data
+# iterator's next batch, its broadcast to the tensor-parallel ranks, the masks and position ids, the loss
+# bookkeeping, the schedule's calls), of the order of a millisecond in a Megatron loop. It costs the step
+# only where the framework synchronises host and device at every micro-batch (`Framework.micro_batch_sync`:
+# the device then cannot run ahead of it); elsewhere it hides behind the device's queue. The prior of a
+# hardware entry; fitted on measured small-kernel runs of such a framework (docs/model.md §2.9).
+DEFAULT_HOST_MS_PER_MICRO_BATCH = 1.0
 # The shortest time a kernel occupies the device: launch latency plus the ramp-up and drain of its
 # thread blocks, ~3-5 µs on A100/H100 for back-to-back small kernels (CUDA C++ Best Practices Guide,
 # "kernel launch overhead"; the H200 measurement in bench/gpu_ground_truth.py measures it where a GPU is
@@ -375,6 +384,9 @@ def _efficiency_from(data: dict, where: str, kind: str, flash2_prior: float = DE
         method=F.text(data.get("method", ""), f"{where}.method") or "",
         host_per_kernel_s=F.number(F.given(data, "host_us_per_kernel", DEFAULT_HOST_US_PER_KERNEL),
                                    f"{where}.host_us_per_kernel", allow_zero=True, maximum=10_000.0) * MICROSECOND,
+        host_per_micro_batch_s=F.number(F.given(data, "host_ms_per_micro_batch", DEFAULT_HOST_MS_PER_MICRO_BATCH),
+                                        f"{where}.host_ms_per_micro_batch", allow_zero=True,
+                                        maximum=10_000.0) * MILLISECOND,
         kernel_floor_s=F.number(F.given(data, "kernel_floor_us", DEFAULT_KERNEL_FLOOR_US.get(kind, 0.0)),
                                 f"{where}.kernel_floor_us", allow_zero=True, maximum=10_000.0) * MICROSECOND,
         grouped_gemm=F.fraction(F.given(data, "grouped_gemm", DEFAULT_GROUPED_GEMM), f"{where}.grouped_gemm"),

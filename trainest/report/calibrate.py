@@ -9,7 +9,7 @@ from trainest import SCHEMA_VERSION
 from trainest.calibrate import BOUNDS, MIN_LEVERAGE, CalibrationResult, FittedParameter
 from trainest.catalog import Hardware
 from trainest.report import clean, console, print_table
-from trainest.units import MICROSECOND
+from trainest.units import MICROSECOND, MILLISECOND
 
 
 def _determined(p: FittedParameter) -> bool:
@@ -52,6 +52,12 @@ def summary_line(result: CalibrationResult) -> str:
             f"{'is' if len(result.fixed) == 1 else 'are'} set by the prior (regularised), not by the runs.")
 
 
+# the efficiency fields in seconds, shown in the unit (and under the key) of the hardware YAML
+HUMAN_UNITS = {"layer_overhead_s": (1 / MICROSECOND, "layer_overhead_us"),
+               "host_per_kernel_s": (1 / MICROSECOND, "host_us_per_kernel"),
+               "host_per_micro_batch_s": (1 / MILLISECOND, "host_ms_per_micro_batch")}
+
+
 def print_calibration(hardware: Hardware, result: CalibrationResult, output: Path) -> None:
     from rich.table import Table
     con = console()
@@ -60,7 +66,7 @@ def print_calibration(hardware: Hardware, result: CalibrationResult, output: Pat
     for col in ("parameter", "before", "after", "determined by the runs", "note"):
         t.add_column(col, justify="left" if col in ("parameter", "note") else "right")
     for p in result.parameters:
-        scale, label = (1 / MICROSECOND, "layer_overhead_us") if p.name == "layer_overhead_s" else (1.0, p.name)
+        scale, label = HUMAN_UNITS.get(p.name, (1.0, p.name))
         t.add_row(label, f"{p.start * scale:.4g}", f"{p.value * scale:.4g}",
                   f"{'yes' if _determined(p) else 'no'} ({p.leverage:.0%})", _note(p))
     print_table(con, t)

@@ -106,7 +106,11 @@ def model_architecture(model: Any) -> str:
 def framework_rows() -> list[dict[str, Any]]:
     """What each training framework does that the step model reads (trainest/frameworks.py)."""
     from trainest.frameworks import FRAMEWORKS
+    from trainest.hardware import DEFAULT_HOST_MS_PER_MICRO_BATCH
     return [{"name": f.name, "dispatch": f.dispatch, "host_scale": f.host_scale, "kernels": f.kernels,
+             "micro_batch_sync": f.micro_batch_sync,
+             "micro_batch_host_ms": (DEFAULT_HOST_MS_PER_MICRO_BATCH * f.micro_batch_host_scale * f.dispatch_factor
+                                     if f.micro_batch_sync else None),
              "dp_overlap": f.dp_overlap, "interleaved": f.interleaved, "seen": f.seen, "moe_seen": f.moe_seen,
              "megatron_softmax": f.megatron_softmax, "unfused_cross_entropy": f.unfused_cross_entropy,
              "loss_bytes_per_logit": f.loss_bytes_per_logit, "expert_loop": f.expert_loop,
@@ -196,18 +200,23 @@ def print_frameworks(rows: list[dict[str, Any]]) -> None:
                   collapse_padding=True)
     # every value whole (the widest of each column); the headers wrap on a narrow terminal
     widths = {"name": max(len(r["name"]) for r in rows), "dispatch": 6, "host ×": 5, "kernels": 5}
-    for col in ("name", "dispatch", "host ×", "kernels", "overlap", "interl", "layout", "experts", "seen", "MoE"):
-        table.add_column(col, justify="right" if col == "host ×" else "left", min_width=widths.get(col, 3))
+    for col in ("name", "dispatch", "host ×", "mb sync", "kernels", "overlap", "interl", "layout", "experts", "seen",
+                "MoE"):
+        table.add_column(col, justify="right" if col in ("host ×", "mb sync") else "left",
+                         min_width=widths.get(col, 3))
     for r in rows:
         fitted = "*" if r["host_scale"] != 1 else ""
         host = "0" if r["dispatch"] == "xla" else f"{r['host_scale']:.2f}{fitted}"
-        table.add_row(r["name"], r["dispatch"], host, r["kernels"], _yes(r["dp_overlap"]), _yes(r["interleaved"]),
+        mb = "–" if r["micro_batch_host_ms"] is None else f"{r['micro_batch_host_ms']:.2f} ms*"
+        table.add_row(r["name"], r["dispatch"], host, mb, r["kernels"], _yes(r["dp_overlap"]), _yes(r["interleaved"]),
                       _yes(r["stage_layout"]), r["expert_loop"], _yes(r["seen"]), _yes(r["moe_seen"]))
     con = console()
     print_table(con, table)
     con.print("dispatch: python (every kernel launched from Python) or xla (one compiled step, no host time per "
               "kernel); host ×: its host time per kernel over plain PyTorch's (the hardware's "
               "host_us_per_kernel; *: fitted on its measured small-kernel runs, specs/frameworks.json); "
+              "mb sync: the host's Python per micro-batch that is on the step's path because the framework "
+              "synchronises host and device there (fitted; –: it runs ahead of the device); "
               "kernels: its default element-wise kernels; overlap: the gradient reduction overlapped with the "
               "backward by default; interl: has the interleaved pipeline schedule; layout: takes any layers per "
               "pipeline stage (--pipeline-layout); experts: how its MoE layer "

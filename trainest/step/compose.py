@@ -13,7 +13,7 @@ from trainest.step.collectives import Tiers, tied_embedding_s, tiers_of
 from trainest.step.finetune import finetune_flops_delta, trainable_params_local
 from trainest.step.flops import model_flops_per_step, mtp_flops_per_step, recompute_flops_per_step
 from trainest.step.hybrid import BlockPass, block_passes, mix_blocks
-from trainest.step.kernels import head_parts, host_layer_s, host_pass_s, host_wait_s
+from trainest.step.kernels import head_parts, host_layer_s, host_pass_s, host_wait_s, micro_batch_host_s
 from trainest.step.layer import LayerPass, attention_block, layer_ops, layer_pass, logits_ops, mix_passes
 from trainest.step.moe import expert_host_layer_s, expert_host_pass_s, moe_layer
 from trainest.step.mtp import MtpPass, mtp_pass
@@ -309,7 +309,9 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
                           logits_c + logits_m + head.last_over_first_s(layout.pp) + mtp.device_s)
     n = stage.layers
     head_o, head_comm = head.on_path(layout.pp, stage.last_is_max)
-    head_o, head_comm = head_o + stage.last_is_max * mtp.overhead_s, head_comm + stage.last_is_max * mtp.comm_s
+    mb_host = micro_batch_host_s(job)     # the framework's host work per micro-batch where it syncs there
+    head_o = head_o + stage.last_is_max * mtp.overhead_s + mb_host
+    head_comm = head_comm + stage.last_is_max * mtp.comm_s
     stage_c, stage_m, stage_o = n * lp.compute_s, n * lp.memory_s, n * layer_overhead + head_o
     stage_pp = stage_pp_s(job, layout, shape, tiers, n * (lp.compute_s + lp.memory_s))
     params_local, expert_local = _stage_local_params(job, layout)
@@ -337,11 +339,9 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     off, offload_s, offload_serial, optimizer = offload_parts(job, layout, lp, n, optimizer)
     compute_s, memory_s, overhead_s = m * mb_c, m * mb_m + optimizer, m * stage_o
     communication_s = m * mb_comm + dp_exposed
-    # the upper bound: nothing overlapped (every collective in full, no contention), with the bubble
-    # of the longer micro-batch
+    # the upper bound: nothing overlapped (every collective in full, no contention), the longer bubble
     serial_layer = tp_total + cp.total_s + ep_total
-    # its layers wait on the host against their own (longer) device time
-    serial_overhead = layer_time_s(lp, host_layer, serial_layer)[1]
+    serial_overhead = layer_time_s(lp, host_layer, serial_layer)[1]    # host waits against that device time
     serial_typical = stage.heavy_layers * (lp.compute_s + lp.memory_s + serial_overhead + serial_layer) \
         + stage_pp + z3_comm
     mtp_serial = stage.last_is_max * (mtp.total_comm_s - mtp.comm_s)     # its collectives in full
@@ -359,7 +359,7 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
                      micro_batch_s=mb_c + mb_m + stage_o + mb_comm, no_overlap_time_s=no_overlap,
                      model_flops=mflops, hardware_flops=hflops, offload_s=offload_s,
                      host_s=m * (n * host_layer + head.host_on_path(layout.pp, stage.last_is_max)
-                                 + stage.last_is_max * mtp.host_s),
+                                 + stage.last_is_max * mtp.host_s + mb_host),
                      host_wait_s=m * (n * host_excess + head_o), layers_host_wait_s=m * n * host_excess,
                      host_bound=host_bound,
                      floor_s=m * n * lp.floor_s,
