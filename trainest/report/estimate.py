@@ -21,7 +21,7 @@ TERM_ABOUT = {
     "memory": "memory-bound kernels (norms, activations, optimizer) at achievable {memory} bandwidth",
     "communication": "exposed TP {tp} / CP {cp} / PP {pp} / DP {dp}{ep_text}",
     "bubble": "pipeline fill and drain, {bubble:.2f} micro-batch times ({bubble_rule})",
-    "overhead": "waiting for the host to launch kernels {host_wait} / kernel floors {kernel_floors}",
+    "overhead": "waiting for the host (kernel launches, Python) {host_wait} / kernel floors {kernel_floors}",
     "offload": "host link copies and the CPU's Adam step not hidden by the device's work ({link})",
 }
 
