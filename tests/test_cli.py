@@ -439,3 +439,14 @@ def test_piped_tables_honour_columns_and_never_cut_a_number(columns):
     est = subprocess.run([sys.executable, "-m", "trainest", "estimate"], capture_output=True, text=True, env=env,
                          timeout=120)
     assert max(len(ln) for ln in est.stdout.splitlines()) <= int(columns)
+
+
+def test_a_default_zero_stage_with_nothing_to_shard_says_so(capsys):
+    """dp = 1: the default ZeRO-3/FSDP has no data-parallel ranks to shard over; the table says so
+    instead of presenting the stage as if it did something."""
+    code, out, _ = call_entry(["estimate", "-m", "gpt2-350m", "-H", "a100-80gb-sxm", "-n", "8", "--tp", "8"], capsys)
+    text = " ".join(out.split())
+    assert code == 0 and "zero=3 (default: FSDP; nothing to shard with dp=1)" in text
+    code, out, _ = call_entry(["estimate", "-m", "gpt2-350m", "-H", "a100-80gb-sxm", "-n", "8"], capsys)
+    text = " ".join(out.split())
+    assert code == 0 and "zero=3 (default: FSDP)" in text and "nothing to shard" not in text

@@ -127,6 +127,8 @@ def layout_text(s: Scenario) -> str:
     p = s.parallel
     zero_default = (" (default: FSDP)" if p.pp == 1 else " (default with pp > 1: distributed optimizer)") \
         if "parallel.zero" in s.derived else ""
+    if zero_default and p.dp == 1 and (s.model.moe is None or p.edp == 1):
+        zero_default = zero_default[:-1] + "; nothing to shard with dp=1)"
     from_layout = " (from the layout)" if p.pipeline_layout and "parallel.pp" in s.derived else ""
     text = (f"tp={p.tp} pp={p.pp}{from_layout} dp={p.dp}{' (derived)' if 'parallel.dp' in s.derived else ''} cp={p.cp} "
             f"vpp={p.vpp} zero={p.zero}{zero_default} sequence-parallel={'on' if p.sequence_parallel else 'off'}")
