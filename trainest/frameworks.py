@@ -19,9 +19,12 @@ A framework sets
   (`_build_key_size_numel_dictionaries`: `sizes_cuda.cpu()`): the host waits there for the device to
   finish the previous micro-batch, and the device then waits for the host's Python before its first
   kernel (older Megatron timers also call `torch.cuda.synchronize()` around each micro-batch's forward and
-  backward). Megatron-Core's `get_batch_on_this_tp_rank` broadcasts without a host copy, and the other
-  frameworks' loops let the device run ahead across micro-batches: False, their per-micro-batch Python
-  hides behind the device.
+  backward). The Hugging Face Trainer (hf-accelerate) tests every micro-batch's loss for NaN/inf in
+  Python with its default `logging_nan_inf_filter=True` (`if ... torch.isnan(tr_loss_step) or
+  torch.isinf(tr_loss_step)` in `Trainer._inner_training_loop`), which reads the loss back to the host;
+  its scale is not fitted (no measured run): the system's prior. Megatron-Core's `get_batch_on_this_tp_rank`
+  broadcasts without a host copy, and the other frameworks' loops let the device run ahead across
+  micro-batches: False, their per-micro-batch Python hides behind the device.
 - `kernels`: its element-wise kernels when the run does not say (fused | eager).
 - `dp_overlap`: whether it overlaps the data-parallel gradient reduction with the backward by
   default (bucketing). A run can say otherwise (`parallel.dp_overlap`).
@@ -155,7 +158,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     F("olmo-core", "python", "fused", True, False, True,
       "allenai/OLMo-core: PyTorch FSDP2/HSDP, torch.compile in its recipes", expert_loop="grouped"),
     F("hf-accelerate", "python", "eager", True, False, False,
-      "Hugging Face Accelerate/Trainer (DDP/FSDP): eager transformers modules", expert_loop="python"),
+      "Hugging Face Accelerate/Trainer (DDP/FSDP): eager transformers modules; the Trainer reads every "
+      "micro-batch's loss back to test it for NaN/inf (logging_nan_inf_filter, on by default)", expert_loop="python",
+      micro_batch_sync=True),
     F("mlx", "python", "eager", True, False, True,
       "Apple MLX: lazy evaluation of eager operators on the unified-memory GPU", expert_loop="grouped"),
 )}

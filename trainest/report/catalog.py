@@ -103,6 +103,12 @@ def model_architecture(model: Any) -> str:
     return " ".join(parts) or "dense"
 
 
+def fitted_mb(row: dict[str, Any]) -> str:
+    """"*" where a framework's host time per micro-batch is fitted (its scale is not the prior's 1)."""
+    from trainest.frameworks import FRAMEWORKS
+    return "*" if FRAMEWORKS[row["name"]].micro_batch_host_scale != 1.0 else ""
+
+
 def framework_rows() -> list[dict[str, Any]]:
     """What each training framework does that the step model reads (trainest/frameworks.py)."""
     from trainest.frameworks import FRAMEWORKS
@@ -207,7 +213,7 @@ def print_frameworks(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         fitted = "*" if r["host_scale"] != 1 else ""
         host = "0" if r["dispatch"] == "xla" else f"{r['host_scale']:.2f}{fitted}"
-        mb = "–" if r["micro_batch_host_ms"] is None else f"{r['micro_batch_host_ms']:.2f} ms*"
+        mb = "–" if r["micro_batch_host_ms"] is None else f"{r['micro_batch_host_ms']:.2f} ms{fitted_mb(r)}"
         table.add_row(r["name"], r["dispatch"], host, mb, r["kernels"], _yes(r["dp_overlap"]), _yes(r["interleaved"]),
                       _yes(r["stage_layout"]), r["expert_loop"], _yes(r["seen"]), _yes(r["moe_seen"]))
     con = console()
@@ -216,7 +222,8 @@ def print_frameworks(rows: list[dict[str, Any]]) -> None:
               "kernel); host ×: its host time per kernel over plain PyTorch's (the hardware's "
               "host_us_per_kernel; *: fitted on its measured small-kernel runs, specs/frameworks.json); "
               "mb sync: the host's Python per micro-batch that is on the step's path because the framework "
-              "synchronises host and device there (fitted; –: it runs ahead of the device); "
+              "synchronises host and device there (*: fitted, else the prior host_ms_per_micro_batch; –: it runs "
+              "ahead of the device); "
               "kernels: its default element-wise kernels; overlap: the gradient reduction overlapped with the "
               "backward by default; interl: has the interleaved pipeline schedule; layout: takes any layers per "
               "pipeline stage (--pipeline-layout); experts: how its MoE layer "
