@@ -112,6 +112,13 @@ class Framework(NamedTuple):
         for python, 0 for a compiled step) times the framework's fitted `host_scale`."""
         return DISPATCH_HOST_FACTOR[self.dispatch] * self.host_scale
 
+    @property
+    def micro_batch_host_factor(self) -> float:
+        """Host time per micro-batch on the step's path relative to the system's: the fitted
+        `micro_batch_host_scale` times the dispatch factor where the framework synchronises at every
+        micro-batch (`micro_batch_sync`), else 0 (the device runs ahead of that Python)."""
+        return DISPATCH_HOST_FACTOR[self.dispatch] * self.micro_batch_host_scale if self.micro_batch_sync else 0.0
+
 
 # How a framework's MoE layer launches its local experts' work from the host (step/moe.py:
 # expert_pass_launches): `gemm` one GEMM per local expert in a host loop (Transformer Engine GroupedLinear,

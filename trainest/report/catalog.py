@@ -103,19 +103,13 @@ def model_architecture(model: Any) -> str:
     return " ".join(parts) or "dense"
 
 
-def fitted_mb(row: dict[str, Any]) -> str:
-    """"*" where a framework's host time per micro-batch is fitted (its scale is not the prior's 1)."""
-    from trainest.frameworks import FRAMEWORKS
-    return "*" if FRAMEWORKS[row["name"]].micro_batch_host_scale != 1.0 else ""
-
-
 def framework_rows() -> list[dict[str, Any]]:
     """What each training framework does that the step model reads (trainest/frameworks.py)."""
     from trainest.frameworks import FRAMEWORKS
     from trainest.hardware import DEFAULT_HOST_MS_PER_MICRO_BATCH
     return [{"name": f.name, "dispatch": f.dispatch, "host_scale": f.host_scale, "kernels": f.kernels,
              "micro_batch_sync": f.micro_batch_sync,
-             "micro_batch_host_ms": (DEFAULT_HOST_MS_PER_MICRO_BATCH * f.micro_batch_host_scale * f.dispatch_factor
+             "micro_batch_host_ms": (DEFAULT_HOST_MS_PER_MICRO_BATCH * f.micro_batch_host_factor
                                      if f.micro_batch_sync else None),
              "dp_overlap": f.dp_overlap, "interleaved": f.interleaved, "seen": f.seen, "moe_seen": f.moe_seen,
              "megatron_softmax": f.megatron_softmax, "unfused_cross_entropy": f.unfused_cross_entropy,
@@ -213,7 +207,9 @@ def print_frameworks(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         fitted = "*" if r["host_scale"] != 1 else ""
         host = "0" if r["dispatch"] == "xla" else f"{r['host_scale']:.2f}{fitted}"
-        mb = "–" if r["micro_batch_host_ms"] is None else f"{r['micro_batch_host_ms']:.2f} ms{fitted_mb(r)}"
+        from trainest.hardware import DEFAULT_HOST_MS_PER_MICRO_BATCH
+        mb_ms = r["micro_batch_host_ms"]
+        mb = "–" if mb_ms is None else f"{mb_ms:.2f} ms{'*' if mb_ms != DEFAULT_HOST_MS_PER_MICRO_BATCH else ''}"
         table.add_row(r["name"], r["dispatch"], host, mb, r["kernels"], _yes(r["dp_overlap"]), _yes(r["interleaved"]),
                       _yes(r["stage_layout"]), r["expert_loop"], _yes(r["seen"]), _yes(r["moe_seen"]))
     con = console()

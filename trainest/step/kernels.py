@@ -310,13 +310,9 @@ def host_per_kernel_s(job: Job) -> Num:
 
 def micro_batch_host_s(job: Job) -> Num:
     """The host's time per micro-batch outside its kernels that is on the step's path [s]: the system's
-    (`efficiency.host_per_micro_batch_s`) times the framework's fitted `micro_batch_host_scale` and its
-    dispatch factor, where the framework synchronises host and device at every micro-batch
-    (`Framework.micro_batch_sync`); 0 elsewhere (the device runs ahead of that Python)."""
-    f = FRAMEWORKS[job.framework]
-    if not f.micro_batch_sync:
-        return 0.0
-    return job.hardware.efficiency.host_per_micro_batch_s * f.micro_batch_host_scale * f.dispatch_factor
+    (`efficiency.host_per_micro_batch_s`) times the framework's `micro_batch_host_factor` (its fitted scale
+    where it synchronises host and device at every micro-batch, else 0)."""
+    return job.hardware.efficiency.host_per_micro_batch_s * FRAMEWORKS[job.framework].micro_batch_host_factor
 
 
 def host_pass_s(job: Job, layout: Layout) -> tuple[Num, Num]:
