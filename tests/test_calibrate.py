@@ -105,6 +105,16 @@ def test_fit_respects_bounds(synthetic_runs):
         assert 0.2 <= p.value <= 1.0
 
 
+def test_gemm_bound_is_the_measured_best_gemm_rate():
+    """The GEMM efficiency's upper bound is the device's measured best GEMM rate over its peak where one
+    was read (MI300X: 668 of 1307 TFLOP/s), else BOUNDS; other parameters keep BOUNDS."""
+    from trainest.calibrate import BOUNDS, bounds_of
+    mi300x, v5p = load_hardware("mi300x"), load_hardware("tpu-v5p")
+    assert bounds_of("gemm", mi300x) == (BOUNDS["gemm"][0], pytest.approx(668.0 / 1307.4))
+    assert bounds_of("gemm", v5p) == BOUNDS["gemm"]
+    assert bounds_of("memory", mi300x) == BOUNDS["memory"]
+
+
 def test_unconstrained_parameter_stays_at_its_start(synthetic_runs):
     """Single-node runs say nothing about scale_out: it must stay where it started."""
     cases = [c for c in load_runs([synthetic_runs]).cases if c.scenario.devices <= 8]

@@ -336,10 +336,37 @@ def test_an_uncalibrated_device_gets_the_median_of_the_fitted_devices_of_its_kin
              "asic": ("gpu", "cpu-gpu", "tpu")}[hw.kind]
     group = _own_fits(kinds)
     assert group and hw.efficiency.basis == "median prior"
-    for field in ("gemm", "attention", "memory", "scale_up", "scale_out"):
+    for field in ("attention", "memory", "scale_up", "scale_out"):
         median = statistics.median(getattr(g.efficiency, field) for g in group)
         assert getattr(hw.efficiency, field) == pytest.approx(median, rel=1e-3), field
+    # the GEMM efficiency: where the device's best measured GEMM rate is known, what the fitted devices
+    # reach of theirs, times its own (MI300X's GEMMs reach 51 % of its peak, H100's 80 %)
+    scaled = [g for g in group if g.matmul_ceiling is not None]
+    if hw.matmul_ceiling is not None and scaled:
+        reach = statistics.median(g.efficiency.gemm / g.matmul_ceiling for g in scaled)
+        expected = min(hw.matmul_ceiling * reach, hw.matmul_ceiling, 0.92)
+    else:
+        expected = statistics.median(g.efficiency.gemm for g in group)
+    assert hw.efficiency.gemm == pytest.approx(expected, rel=1e-3)
     assert all(g.name in hw.efficiency.method for g in group)
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_no_gemm_efficiency_above_the_measured_best_gemm_rate(name):
+    """A training step's GEMMs cannot run faster than the best GEMM a micro-benchmark finds on the device
+    (ml-engineering's maximum achievable matmul FLOP/s): the fit is bounded by it (GB300's fit sat at
+    0.92 of its peak, 2,300 TFLOP/s, above the 1,966 that Blackwell Ultra's measured fraction gives)."""
+    hw = load_hardware(name)
+    if hw.matmul_ceiling is not None:
+        assert hw.efficiency.gemm <= hw.matmul_ceiling + 1e-9
+
+
+def test_the_measured_gemm_ceiling_loads_in_si():
+    h100 = load_hardware("h100-sxm")
+    assert h100.compute.measured_matmul_flops_per_s == pytest.approx(794.5e12)
+    assert h100.matmul_ceiling == pytest.approx(794.5 / 989.0, rel=1e-3)
+    assert load_hardware("tpu-v5p").matmul_ceiling is None       # none read
+    assert load_hardware("rtx-5090").matmul_ceiling == 1.0       # measured above the datasheet peak: capped at 1
 
 
 def test_estimates_say_whether_the_hardware_is_calibrated(capsys):

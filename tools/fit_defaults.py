@@ -243,7 +243,7 @@ def derived_outcome(hw: catalog.Hardware, own_blocks: dict, prior: catalog.Hardw
     import import_hardware as ih
     import yaml
 
-    block = ih.derived_prior(hw.kind, own_blocks)
+    block = ih.derived_prior(hw.kind, own_blocks, hw.matmul_ceiling, ih.matmul_ceilings(Path(hw.path).parent))
     if block is None:     # the importer's generic prior stays as the importer wrote it (None: file unchanged)
         return prior, None, "generic prior kept (no fitted device of its kind)"
     data = yaml.safe_load(replace_efficiency_block(Path(hw.path).read_text(encoding="utf-8"), block, hw.path))
@@ -565,24 +565,28 @@ def prior_rule_markdown(by_hw: dict, own_blocks: dict, final_hw: dict) -> str:
     without them (the median of the other fitted devices of its group) and with the generic prior."""
     import import_hardware as ih
 
-    lines = ["| device | runs | generic prior MAPE % | median of the others MAPE % | own fit MAPE % |",
-             "|---|---:|---:|---:|---:|"]
-    weighted = {"generic": 0.0, "median": 0.0, "own": 0.0}
+    lines = ["| device | runs | generic prior MAPE % | median of the others, plain GEMM median MAPE % | "
+             "median of the others MAPE % | own fit MAPE % |", "|---|---:|---:|---:|---:|---:|"]
+    weighted = {"generic": 0.0, "plain": 0.0, "median": 0.0, "own": 0.0}
     total = 0
     for name in sorted(own_blocks):
         cases, hw = by_hw[name], final_hw[name]
         if ih.derived_prior(hw.kind, {n: v for n, v in own_blocks.items() if n != name}) is None:
             continue
         median_hw = unseen_prior_hardware(hw, own_blocks)
+        plain_hw = unseen_prior_hardware(hw, own_blocks, gemm_ceiling=False)
         errs = {"generic": mape_pct(compare(c, prior_hardware(hw)) for c in cases),
+                "plain": mape_pct(compare(c, plain_hw) for c in cases),
                 "median": mape_pct(compare(c, median_hw) for c in cases),
                 "own": mape_pct(compare(c, hw) for c in cases)}
-        lines.append(f"| {name} | {len(cases)} | {_pct(errs['generic'])} | {_pct(errs['median'])} | {_pct(errs['own'])} |")
+        lines.append(f"| {name} | {len(cases)} | {_pct(errs['generic'])} | {_pct(errs['plain'])} | "
+                     f"{_pct(errs['median'])} | {_pct(errs['own'])} |")
         total += len(cases)
         for k in weighted:
             weighted[k] += (errs[k] or 0.0) * len(cases)
     lines.append(f"| **all (run-weighted)** | {total} | {_pct(weighted['generic'] / total)} | "
-                 f"{_pct(weighted['median'] / total)} | {_pct(weighted['own'] / total)} |")
+                 f"{_pct(weighted['plain'] / total)} | {_pct(weighted['median'] / total)} | "
+                 f"{_pct(weighted['own'] / total)} |")
     return "\n".join(lines)
 
 
@@ -657,17 +661,28 @@ attention 0.2–0.95, memory 0.5–0.95, scale_up 0.4–0.95, scale_out 0.3–0.
 0.6–1, flash2_attention 0.3–1). Where a fitted value sits on a bound (for example memory = 0.5 on
 GB200 and the torchtitan H100s, gemm = 0.92 on GB300 and TPU v5p), the efficiency is compensating for
 a missing or mis-sized term of the step model rather than measuring the hardware; see "Where the
-model errs".
+model errs". The GEMM efficiency's upper bound is lower where the device's best dense 16-bit GEMM rate
+was measured (`compute.measured_matmul_tflops`, ml-engineering's maximum achievable matmul FLOP/s:
+H100 0.80 of its peak, B200 0.78, MI300X 0.51; GB200/GB300 from their B200/B300 dies' fractions): a
+training step's GEMMs cannot beat the best GEMM a sweep of shapes finds (GB300's fit had sat at 0.92,
+2,300 TFLOP/s, above the 1,966 Blackwell Ultra's fraction gives; bounded, its dense holdout MAPE went
+5.9 → 8.1 % and the dense holdout 5.5 → 5.8 %: the fit had absorbed something else into an impossible
+GEMM rate).
 
 ## Priors for devices without runs of their own
 
 A device with fewer than {MIN_FIT_RUNS} fit runs and no sibling die ships the per-parameter median of
 the devices fitted on their own runs, by kind (`tools/import_hardware.py: derived_prior`: GPUs from the
 fitted GPUs, TPUs from the fitted TPUs, Gaudi and Trainium from every fitted accelerator; Apple SoCs
-keep the generic prior). Such a block says `fitted: false`, and every estimate on it says
+keep the generic prior), except its GEMM efficiency where its best GEMM rate was measured: its
+measured fraction of peak times the median over the fitted devices of their fitted GEMM efficiency over
+their own measured fraction (training reaches about 0.9 of the best measured GEMM rate on A100, B200
+and GB200, 0.8 on H100; MI300X's GEMMs reach 0.51 of its peak where H100's reach 0.80, so the plain
+median made it 1.6× an H100). Such a block says `fitted: false`, and every estimate on it says
 `hardware.calibrated: false` (a footnote in the tables). How good is such a prior? Each device fitted
 on its own runs, predicted once more as if it had none: with the generic prior of the importer and
-with the median of the *other* fitted devices of its group (leave one device out). Expect an
+with the median of the *other* fitted devices of its group (leave one device out), with and without
+the GEMM efficiency scaled by the measured best GEMM rates. Expect an
 uncalibrated device's step times to be off by about this much, not by the holdout error above.
 
 {priors}

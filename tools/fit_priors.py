@@ -35,14 +35,17 @@ def prior_hardware(hw: catalog.Hardware) -> catalog.Hardware:
                                    fitted=False, method=ih.EFFICIENCY_METHOD)
 
 
-def unseen_prior_hardware(hw: catalog.Hardware, own_blocks: dict) -> catalog.Hardware:
+def unseen_prior_hardware(hw: catalog.Hardware, own_blocks: dict, gemm_ceiling: bool = True) -> catalog.Hardware:
     """`hw` with the prior it would ship with had it no runs of its own: the median of the OTHER devices of
     its group fitted on their own runs (import_hardware.derived_prior), else the importer's generic prior.
-    `own_blocks`: name -> (kind, efficiency block) of the devices fitted on their own runs."""
+    `own_blocks`: name -> (kind, efficiency block) of the devices fitted on their own runs; `gemm_ceiling`
+    False: the plain median GEMM efficiency, not scaled by the devices' measured best GEMM rates."""
     import import_hardware as ih
     import yaml
 
-    block = ih.derived_prior(hw.kind, {n: v for n, v in own_blocks.items() if n != hw.name})
+    ceiling = hw.matmul_ceiling if gemm_ceiling else None
+    block = ih.derived_prior(hw.kind, {n: v for n, v in own_blocks.items() if n != hw.name}, ceiling,
+                             ih.matmul_ceilings(Path(hw.path).parent))
     if block is None:
         return prior_hardware(hw)
     data = yaml.safe_load(replace_efficiency_block(Path(hw.path).read_text(encoding="utf-8"), block, hw.path))

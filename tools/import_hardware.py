@@ -99,10 +99,16 @@ def own_fit(block: object) -> bool:
     return isinstance(block, dict) and block.get("fitted") is True and INHERITED_MARK not in str(block.get("method"))
 
 
-def derived_prior(kind: str, fitted: dict[str, tuple[str, dict]]) -> dict | None:
+def derived_prior(kind: str, fitted: dict[str, tuple[str, dict]], ceiling: float | None = None,
+                  ceilings: dict[str, float] | None = None) -> dict | None:
     """The efficiency block of a device of `kind` without runs: the median of each parameter over the
     devices in `fitted` (name -> (kind, block), fitted on their own runs) of the kinds DERIVED_PRIOR_GROUPS
-    names, or None when there is none (then the generic prior stays)."""
+    names, or None when there is none (then the generic prior stays). Where the device's measured best GEMM
+    rate over its peak is known (`ceiling`, `matmul_ceiling`) and so is that of some fitted devices
+    (`ceilings`: name -> ceiling), its GEMM efficiency is its ceiling times the median over those devices of
+    their fitted GEMM efficiency over their ceiling (what training reaches of the best measured GEMM rate
+    carries over; a median of efficiencies would give a device whose GEMMs reach half their peak the
+    efficiency of one whose reach 80 %), at most the ceiling."""
     import statistics
 
     kinds = DERIVED_PRIOR_GROUPS.get(kind)
@@ -118,10 +124,40 @@ def derived_prior(kind: str, fitted: dict[str, tuple[str, dict]]) -> dict | None
     order = ("gemm", "gemm_half_dim", "attention", "memory", "scale_up", "scale_out", "low_precision_gemm",
              "layer_overhead_us")
     block = {k: block[k] for k in order}
+    scaled = sorted(n for n in group if ceilings and n in ceilings)
+    how = ""
+    if ceiling is not None and scaled:
+        reach = statistics.median(float(fitted[n][1]["gemm"]) / ceilings[n] for n in scaled)
+        block["gemm"] = _significant(min(ceiling * reach, ceiling, GEMM_PRIOR_MAX))
+        how = (f"; gemm: this device's measured best GEMM rate over its peak ({ceiling:.3g}) times the median "
+               f"over {', '.join(scaled)} of their fitted gemm over theirs ({reach:.3g})")
     block["fitted"] = False
     block["method"] = (f"{DERIVED_PRIOR_PREFIX} the {len(group)} {'/'.join(kinds)} devices fitted on their own runs "
-                       f"({', '.join(group)}), by tools/fit_defaults.py; not validated on measured runs of this device")
+                       f"({', '.join(group)}){how}, by tools/fit_defaults.py; not validated on measured runs of this "
+                       f"device")
     return block
+
+
+GEMM_PRIOR_MAX = 0.92      # = trainest/calibrate.py BOUNDS["gemm"][1] (this script imports only PyYAML)
+
+
+def doc_matmul_ceiling(doc: dict) -> float | None:
+    """A hardware document's measured best dense 16-bit GEMM rate over its 16-bit peak, at most 1 (mirrors
+    trainest's Hardware.matmul_ceiling); None where no measurement was read."""
+    measured = (doc.get("compute") or {}).get("measured_matmul_tflops")
+    peaks = doc.get("peak_tflops") or {}
+    peak = next((peaks[p] for p in ("bf16", "fp16", "tf32", "fp32") if peaks.get(p)), None)
+    return None if measured is None or not peak else min(1.0, float(measured) / float(peak))
+
+
+def matmul_ceilings(out: Path) -> dict[str, float]:
+    """name -> measured GEMM ceiling (doc_matmul_ceiling) of every hardware file in `out` that has one."""
+    found: dict[str, float] = {}
+    for path in sorted(out.glob("*.yaml")) if out.exists() else []:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if isinstance(doc, dict) and (c := doc_matmul_ceiling(doc)) is not None:
+            found[path.stem] = c
+    return found
 
 
 def fitted_blocks(out: Path) -> dict[str, tuple[str, dict]]:
@@ -173,7 +209,8 @@ FACT_SUBKEYS = {  # the keys each nested facts mapping may have (a typo is an er
     "host": ("system", "cpu", "devices", "cpu_cores", "memory_kind", "memory_gb", "memory_gb_per_s", "memory_channels",
              "memory_mt_per_s", "link"),
     "host.link": ("kind", "name", "gb_per_s", "shared_by", "pcie_gen", "pcie_lanes"),
-    "compute": ("units", "unit_name", "gemm_tile", "gemm_tile_from", "on_chip_cache_mib", "flash2_relative"),
+    "compute": ("units", "unit_name", "gemm_tile", "gemm_tile_from", "on_chip_cache_mib", "flash2_relative",
+                "measured_matmul_tflops"),
 }
 MODELLED_EXECUTION_MODEL = "gpu-like"
 
@@ -411,6 +448,8 @@ def compute_doc(spec: dict, rec: dict, derived: list[str], own_derived: list[str
         out["on_chip_cache_kind"] = rec["on_chip_cache_kind"]
     if "flash2_relative" in spec:
         out["flash2_relative"] = spec["flash2_relative"]
+    if "measured_matmul_tflops" in spec:      # the best dense 16-bit GEMM rate measured (MAMF): the GEMM ceiling
+        out["measured_matmul_tflops"] = spec["measured_matmul_tflops"]
     library_tile = spec.get("gemm_tile_from", "library") == "library"   # else the matrix unit's own size (read)
     if spec.get("gemm_tile") and library_tile and not any(d.startswith("compute.gemm_tile") for d in own_derived):
         derived.append(f"compute.gemm_tile = {spec['gemm_tile']}: the typical output tile of this hardware's GEMM "
@@ -665,15 +704,15 @@ def main(argv: list[str] | None = None) -> int:
                          f"{sorted(set(facts) - set(map(str, catalog)))} not in the catalog")
 
     changed = []
-    own = fitted_blocks(out)
+    own, ceilings = fitted_blocks(out), matmul_ceilings(out)
     for hw_id, rec in catalog.items():
         doc = apply_facts(str(hw_id), build(str(hw_id), rec), rec, facts[str(hw_id)], sources)
         path = out / f"{hw_id}.yaml"
         fitted = existing_fitted_efficiency(path)
         if fitted is not None:
             doc["efficiency"] = fitted
-        elif derived_prior(doc["kind"], own) is not None:
-            doc["efficiency"] = derived_prior(doc["kind"], own)
+        elif (prior := derived_prior(doc["kind"], own, doc_matmul_ceiling(doc), ceilings)) is not None:
+            doc["efficiency"] = prior
         if fitted is None:
             doc["efficiency"].update(existing_moe_prior(path))
         text = render(doc)

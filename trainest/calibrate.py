@@ -82,6 +82,14 @@ BOUNDS = {"gemm": (0.45, 0.92), "attention": (MIN_FRACTION, 0.95), "memory": (0.
           "grouped_gemm": (0.5, MAX_FRACTION), "all_to_all": (0.5, 0.95)}
 
 
+def bounds_of(name: str, hardware: Hardware) -> tuple[float, float]:
+    """The physical bounds of parameter `name` on `hardware` (BOUNDS): a GEMM efficiency never above the
+    best dense GEMM rate measured on the device over its peak (`Hardware.matmul_ceiling`, docs/model.md §10)."""
+    lo, hi = BOUNDS[name]
+    ceiling = hardware.matmul_ceiling if name == "gemm" else None
+    return (lo, hi) if ceiling is None else (min(lo, ceiling), min(hi, ceiling))
+
+
 RANK_TOLERANCE = 1e-3              # a singular value below this share of the largest does not count in the rank
 MIN_LEVERAGE = 0.5                 # determined by the runs: at least half of it lies in the Jacobian's row space
 
@@ -235,8 +243,8 @@ def _fit(cases: Sequence[Case], hardware: Hardware, names: tuple[str, ...],
     for j, _name in enumerate(names):     # a zero overhead cannot be a scale: use the catalog default instead
         if scale[j] <= 0:
             scale[j] = DEFAULT_LAYER_OVERHEAD_US * MICROSECOND
-    lo = np.array([BOUNDS[n][0] for n in names]) / scale
-    hi = np.array([BOUNDS[n][1] for n in names]) / scale
+    lo = np.array([bounds_of(n, hardware)[0] for n in names]) / scale
+    hi = np.array([bounds_of(n, hardware)[1] for n in names]) / scale
     x0 = np.clip(start / scale, lo, hi)
     n, k = len(cases), len(names)
     measured_s = np.array([step_time_s_from_metric(c) for c in cases])

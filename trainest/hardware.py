@@ -209,6 +209,9 @@ class Compute(NamedTuple):
     on_chip_cache_bytes: float | None = None  # L2 / last-level cache / SRAM [B]
     on_chip_cache_kind: str = ""
     flash2_relative: float = DEFAULT_FLASH2_ATTENTION   # FlashAttention-2 against the best fused attention kernel
+    # the best dense 16-bit GEMM rate measured on the device over a sweep of shapes (a micro-benchmark's maximum
+    # achievable matmul FLOP/s, MAMF) [FLOP/s]; None: none read. It bounds the fitted GEMM efficiency (§10).
+    measured_matmul_flops_per_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -271,6 +274,15 @@ class Hardware:
             if p in self.peak_flops_per_s:
                 return self.peak_flops_per_s[p]
         raise SpecError(f"hardware {self.name!r} has no 16- or 32-bit peak")
+
+    @property
+    def matmul_ceiling(self) -> float | None:
+        """The measured best dense 16-bit GEMM rate over the 16-bit peak, at most 1: the largest GEMM
+        efficiency a fit may take (docs/model.md §10); None where no measurement was read."""
+        measured = self.compute.measured_matmul_flops_per_s
+        if measured is None:
+            return None
+        return min(1.0, measured / self.peak_16bit_flops_per_s)
 
     @property
     def training_memory_bytes(self) -> float:
@@ -354,7 +366,8 @@ SYSTEM_KEYS = ("devices_per_node", "scale_up_name", "scale_up_gb_per_s", "scale_
 INTRA_NODE_KEYS = ("kind", "name", "gb_per_s", "latency_us", "peer_to_peer", "pcie_gen", "pcie_lanes")
 HOST_KEYS = ("system", "cpu", "devices", "cpu_cores", "memory_kind", "memory_gb", "memory_gb_per_s", "link")
 HOST_LINK_KEYS = ("kind", "name", "gb_per_s", "shared_by", "pcie_gen", "pcie_lanes")
-COMPUTE_KEYS = ("units", "unit_name", "gemm_tile", "on_chip_cache_mib", "on_chip_cache_kind", "flash2_relative")
+COMPUTE_KEYS = ("units", "unit_name", "gemm_tile", "on_chip_cache_mib", "on_chip_cache_kind", "flash2_relative",
+                "measured_matmul_tflops")
 MAX_GEMM_TILE = 4096      # elements per tile side (the largest in use: 320 on Groq, 256 on TPU MXUs and Gaudi MMEs)
 
 
@@ -503,7 +516,13 @@ def _compute_from(data: object, where: str) -> Compute:
         on_chip_cache_bytes=None if cache is None else cache * MiB,
         on_chip_cache_kind=F.text(d.get("on_chip_cache_kind") or "", f"{where}.on_chip_cache_kind") or "",
         flash2_relative=F.fraction(F.given(d, "flash2_relative", DEFAULT_FLASH2_ATTENTION), f"{where}.flash2_relative"),
+        measured_matmul_flops_per_s=_tera(F.number(d.get("measured_matmul_tflops"), f"{where}.measured_matmul_tflops",
+                                                   allow_none=True)),
     )
+
+
+def _tera(tflops: float | None) -> float | None:
+    return None if tflops is None else tflops * TERA
 
 
 def _memory_facts(mem: dict, where: str, capacity_gb: float) -> tuple[str | None, bool, float | None]:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from trainest import SCHEMA_VERSION
-from trainest.calibrate import BOUNDS, MIN_LEVERAGE, CalibrationResult, FittedParameter
+from trainest.calibrate import MIN_LEVERAGE, bounds_of, CalibrationResult, FittedParameter
 from trainest.catalog import Hardware
 from trainest.report import clean, console, print_table
 from trainest.units import MICROSECOND, MILLISECOND
@@ -28,14 +28,17 @@ def calibrate_dict(hardware: Hardware, result: CalibrationResult, output: Path) 
                   "parameters": params, "output": str(output)})
 
 
-def _note(p: FittedParameter) -> str:
+def _note(p: FittedParameter, hardware: Hardware) -> str:
     if not p.constrained:
         return "no run is sensitive to it: kept at its start"
     if p.leverage < MIN_LEVERAGE:
         return "set by the prior, not the runs"
     if p.at_bound:
-        lo, hi = BOUNDS[p.name]
-        return (f"at its {p.at_bound} bound ({lo if p.at_bound == 'lower' else hi:g}): compensating for a term the "
+        lo, hi = bounds_of(p.name, hardware)
+        ceiling = p.name == "gemm" and p.at_bound == "upper" and hardware.matmul_ceiling is not None \
+            and hi >= hardware.matmul_ceiling
+        which = "the device's measured best GEMM rate" if ceiling else f"its {p.at_bound} bound"
+        return (f"at {which} ({lo if p.at_bound == 'lower' else hi:.3g}): compensating for a term the "
                 f"model misses, not measuring the hardware")
     return ""
 
@@ -68,7 +71,7 @@ def print_calibration(hardware: Hardware, result: CalibrationResult, output: Pat
     for p in result.parameters:
         scale, label = HUMAN_UNITS.get(p.name, (1.0, p.name))
         t.add_row(label, f"{p.start * scale:.4g}", f"{p.value * scale:.4g}",
-                  f"{'yes' if _determined(p) else 'no'} ({p.leverage:.0%})", _note(p))
+                  f"{'yes' if _determined(p) else 'no'} ({p.leverage:.0%})", _note(p, hardware))
     print_table(con, t)
     con.print(summary_line(result))
     def pct(x: float | None) -> str:
