@@ -219,3 +219,64 @@ def test_flat_rings_use_one_nic_per_rank_across_domains():
     for n, stride in ((16.0, 1.0), (64.0, 2.0), (16.0, 8.0), (4.0, 1.0)):
         assert reduce_scatter_s(S, n, stride, flat) >= reduce_scatter_s(S, n, stride, tiers())
     assert all_reduce_s(S, 16.0, 8.0, flat) == all_reduce_s(S, 16.0, 8.0, tiers())
+
+
+# ------------------------------------------------------------------ node size and straddling groups
+
+def test_a_node_smaller_than_the_boards_is_a_smaller_scale_up_domain():
+    """A node-bound fabric (HGX: domain ≤ the default node) ends at the node: 4 H100 per node are a
+    4-GPU NVLink domain. A rack- or pod-scale fabric (NVL72, TPU ICI) keeps its domain whatever the node."""
+    h100, gb200, tpu = load_hardware("h100-sxm"), load_hardware("gb200"), load_hardware("tpu-v5p")
+    assert [tiers_of(h100, n).domain for n in (8, 4, 2, 1)] == [8, 4, 2, 1]
+    assert tiers_of(h100, 16).domain == 8 and tiers_of(h100, 16).node_extent == 16    # beyond the board
+    assert tiers_of(gb200, 4).domain == tiers_of(gb200, 8).domain == 72
+    assert tiers_of(tpu, 1).domain == tpu.scale_up_domain
+    # the NICs are per device: a group over 2-GPU nodes aggregates 2 of them (k = 2)
+    two = tiers_of(h100, 2)
+    assert bus_bandwidth_bytes_per_s(8.0, 1.0, two) == pytest.approx(min(two.up_bytes_per_s, 2 * two.out_bytes_per_s))
+
+
+def test_expert_parallel_time_grows_as_the_node_shrinks():
+    """moe.md #2: Qwen3-30B-A3B, 16 H100, ep 8: the all-to-all leaves NVLink once the node holds fewer than 8."""
+    from trainest.estimate import estimate
+    from trainest.scenario import scenario_from_mapping
+    ep = [estimate(scenario_from_mapping(
+        {"model": "qwen3-30b-a3b", "devices": 16, "devices_per_node": n, "seq_len": 4096, "global_batch": 256,
+         "parallel": {"ep": 8, "zero": 1}}, "t")).step.communication_detail_s["ep"] for n in (8, 4, 2, 1)]
+    assert ep[0] < ep[1] < ep[2] < ep[3]
+
+
+def test_the_job_spreads_over_the_fewest_domains_in_equal_shares():
+    assert comm.ranks_used_per_block(72, 144.0) == 72      # two full NVL72 racks
+    assert comm.ranks_used_per_block(72, 256.0) == 64      # four racks of 64 (Slurm block topology)
+    assert comm.ranks_used_per_block(72, 64.0) == 64       # one rack, partly used
+    assert comm.ranks_used_per_block(8, 64.0) == 8         # whole nodes
+    assert comm.ranks_used_per_block(8, math.inf) == 8     # N not said: the domain
+
+
+def test_groups_that_straddle_two_domains_run_at_the_network_rate():
+    """physics.md #3: tp 16 on two full 72-GPU racks: 72 % 16 ≠ 0, ranks 64–79 span both racks and split
+    8 + 8, so every TP group waits for that one's 8 NICs; in one rack, or 64 per rack, all are on NVLink."""
+    rack = tiers(domain=72)
+    assert bus_bandwidth_bytes_per_s(16.0, 1.0, rack._replace(devices=144.0)) == min(UP, 8 * OUT)
+    for devices in (64.0, 256.0):
+        assert bus_bandwidth_bytes_per_s(16.0, 1.0, rack._replace(devices=devices)) == UP
+    assert bus_bandwidth_bytes_per_s(8.0, 1.0, rack._replace(devices=144.0)) == UP       # 72 % 8 = 0
+    t = tiers(domain=72, up_lat=3e-6, out_lat=8e-6)._replace(devices=144.0)
+    assert ring_latency_s(16.0, 1.0, t) == pytest.approx(15 * 8e-6)
+    # vectorised as on floats
+    sizes = np.array([8.0, 16.0, 24.0, 36.0])
+    arr = bus_bandwidth_bytes_per_s(sizes, 1.0, rack._replace(devices=144.0))
+    assert list(arr) == [bus_bandwidth_bytes_per_s(float(n), 1.0, rack._replace(devices=144.0)) for n in sizes]
+
+
+def test_tensor_parallelism_straddling_nvl72_racks_is_slower_than_inside_one():
+    from trainest.estimate import estimate
+    from trainest.scenario import scenario_from_mapping
+
+    def tp_s(tp, devices):      # 8 micro-batches per step in every case
+        return estimate(scenario_from_mapping(
+            {"model": "llama3-70b", "hardware": "gb200", "devices": devices, "global_batch": 8 * devices // tp,
+             "parallel": {"tp": tp, "zero": 1, "sequence_parallel": True}}, "t")).step.communication_detail_s["tp"]
+    assert tp_s(16, 144) > 1.2 * tp_s(16, 64)
+    assert tp_s(8, 144) == pytest.approx(tp_s(8, 64), rel=1e-12)

@@ -110,3 +110,21 @@ def test_a_hybrid_mtp_pattern_uses_the_kinds_of_its_blocks():
     data = {**model_mapping(load_model("nemotron-3-nano")), "mtp": {"depth": 1, "pattern": "*-"}}
     with pytest.raises(SpecError, match=r"mtp.pattern: '\*-' must be one module's blocks: blocks of the kinds"):
         model_from_mapping(data, "m")
+
+
+def test_the_mtp_modules_all_to_alls_are_expert_parallel_traffic_not_tp():
+    """moe.md #4: DeepSeek-V3 at tp 1 has no TP traffic; its MTP module's all-to-alls count as EP, and the
+    step is the same sum of its terms."""
+    base = {"model": "deepseek-v3", "hardware": "gb200", "devices": 256, "precision": "fp8", "global_batch": 4096,
+            "parallel": {"pp": 4, "vpp": 4, "pipeline_split": "balanced", "ep": 64, "zero": 1}}
+    e = estimate(scenario_from_mapping(base, "t"))
+    detail = e.step.communication_detail_s
+    assert detail["tp"] == 0.0
+    assert sum(detail.values()) == pytest.approx(e.step.communication_s, rel=1e-12)
+    from trainest.scenario import job_of, layout_of
+    from trainest.step import step_terms
+    s = scenario_from_mapping(base, "t")
+    p = step_terms(job_of(s), layout_of(s)).parts
+    assert float(p.last_is_max) == 1.0 and float(p.mtp_ep_s) > 0.0 and float(p.head_tp_s) == 0.0
+    layers_ep = float(p.ep_exposed_s * p.layers * p.micro_batches)
+    assert detail["ep"] == pytest.approx(layers_ep + float(p.mtp_ep_s * p.micro_batches), rel=1e-12)

@@ -453,7 +453,8 @@ def test_shared_terms_give_the_whole_step_bit_for_bit():
                                dp_collectives=base.parallel.dp_collectives,
                                dp_overlap=1.0 if base.parallel.dp_overlap else 0.0,
                                moe_overlap=base.parallel.moe_overlap)
-                assert np.array_equal(step_terms(job_of(base), lay).time_s, ev.time_s[idx], equal_nan=True)
+                job = job_of(base)._replace(devices=float(n))     # the grid's N (base is the job on one device)
+                assert np.array_equal(step_terms(job, lay).time_s, ev.time_s[idx], equal_nan=True)
 
 
 def test_first_rows_are_lexsorts_first_rows():
@@ -542,3 +543,38 @@ def test_adapter_plans_of_a_full_job_train_a_fine_tuning_set_by_default():
     given = S.job_scenario({"model": "llama3-8b", "hardware": "h100-sxm", "global_batch": 32, "tokens": "1B"})
     res = S.search(given, 8, S.space_from_options(["finetune=lora"]), top=1)
     assert res.plans[0].scenario.tokens == 1e9
+
+
+def test_tp_overlap_gives_no_gain_to_tp_beyond_the_node_and_estimate_warns():
+    """physics.md #4: with --tp-overlap a TP group over two H100 nodes is timed exposed in the search, as in
+    estimate, and estimate says so (tp 8 inside the node keeps the overlap and no warning)."""
+    base = S.job_scenario({"model": "llama3-70b", "hardware": "h100-sxm", "global_batch": 128})
+    over = S.job_scenario({"model": "llama3-70b", "hardware": "h100-sxm", "global_batch": 128,
+                           "parallel": {"tp_overlap": True}})
+    space = S.SearchSpace(tp=(8, 16), zero=(1,), recompute=("selective",), sequence_parallel=(True,))
+    g = S.enumerate_plans(base, 64, space)
+    plain, hidden = S.evaluate_grid(base, g).time_s, S.evaluate_grid(over, g).time_s
+    ok = np.isfinite(plain)
+    wide, narrow = ok & (g.tp == 16), ok & (g.tp == 8)
+    assert wide.any() and narrow.any()
+    assert np.array_equal(hidden[wide], plain[wide])
+    assert (hidden[narrow] < plain[narrow]).all()
+    args = ("--model", "llama3-70b", "--devices", "32", "--sequence-parallel", "--global-batch", "32", "--tp-overlap",
+            "--json")
+    warned = json.loads(run_cli("estimate", *args, "--tp", "16").stdout)["warnings"]
+    assert any(w.startswith("tp_overlap: the 16-way TP groups span") for w in warned)
+    assert not any(w.startswith("tp_overlap") for w in json.loads(run_cli("estimate", *args, "--tp", "8").stdout)["warnings"])
+
+
+def test_the_search_times_straddling_groups_as_estimate_and_prefers_those_inside():
+    """physics.md #3: on 144 GB200 (two full NVL72 racks) tp 16 straddles; the vectorised grid (which knows its
+    144 devices) times it as estimate does, and the best plan keeps TP inside the racks."""
+    base = S.job_scenario({"model": "llama3-70b", "hardware": "gb200", "global_batch": 144})
+    g = S.enumerate_plans(base, 144, S.SearchSpace(tp=(8, 16), zero=(1,), sequence_parallel=(True,)))
+    ev = S.evaluate_grid(base, g)
+    wide = np.flatnonzero(ev.fits & (g.tp == 16))
+    assert wide.size
+    for i in wide[:: max(1, wide.size // 5)]:
+        assert S._estimate_at(base, 144, g, int(i)).step.time_s == pytest.approx(ev.time_s[i], rel=1e-12)
+    best = S.search(base, 144, S.SearchSpace(tp=(8, 16), zero=(1,), sequence_parallel=(True,)), top=1)
+    assert best.plans[0].scenario.parallel.tp == 8

@@ -349,6 +349,16 @@ def test_tp_overlap_never_exposes_more_than_no_overlap():
         assert terms(narrow, **base, tp_overlap=1).tp_comm_s <= terms(narrow, **base).tp_comm_s
 
 
+def test_tp_overlap_hides_nothing_when_the_tp_group_leaves_the_scale_up_domain():
+    """physics.md #4: userbuffers overlap runs inside one NVLink domain: tp 16 over two H100 nodes is exposed."""
+    base = dict(global_batch=16.0, tp=16, sp=1)
+    assert terms(GPT3_13B, **base, tp_overlap=1).tp_comm_s == terms(GPT3_13B, **base).tp_comm_s
+    tp = np.array([8.0, 16.0])
+    over = terms(GPT3_13B, global_batch=16.0, tp=tp, sp=1, tp_overlap=1).tp_comm_s
+    plain = terms(GPT3_13B, global_batch=16.0, tp=tp, sp=1).tp_comm_s
+    assert over[0] < plain[0] and over[1] == plain[1]
+
+
 def test_tp_overlap_hides_traffic_behind_large_gemms():
     base = dict(global_batch=16.0, tp=8, sp=1)
     assert terms(GPT3_13B, **base, tp_overlap=1).tp_comm_s < terms(GPT3_13B, **base).tp_comm_s

@@ -127,6 +127,26 @@ def plausibility_warnings(e: Estimate) -> list[str]:
     return out
 
 
+def tp_overlap_warning(s: Scenario) -> str | None:
+    """The warning when tp_overlap is asked for where it cannot act: a TP group that is not inside one
+    scale-up domain (it spans nodes, or some group straddles two domains) has its TP traffic counted
+    exposed, as Transformer Engine's communication/GEMM overlap (userbuffers) runs within one NVLink
+    domain (docs/model.md §4.1); None otherwise."""
+    from trainest.step.collectives import in_domain, ranks_used_per_block, tiers_of
+    tp = s.parallel.tp
+    if not s.parallel.tp_overlap or tp == 1:
+        return None
+    tiers = tiers_of(s.hardware, s.devices_per_node, float(s.devices))
+    if in_domain(float(tp), 1.0, tiers):
+        return None
+    used = ranks_used_per_block(tiers.domain, float(s.devices))
+    where = (f"span more than one scale-up domain of {tiers.domain}" if tp > used else
+             f"do not tile the {used} devices used per scale-up domain of {tiers.domain} (some group straddles two)")
+    return (f"tp_overlap: the {tp}-way TP groups {where} on {s.hardware.name}; Transformer Engine's TP "
+            f"communication/GEMM overlap runs inside one NVLink domain only, so their TP traffic is counted "
+            f"exposed (no overlap); a tp that fits the domain keeps the overlap")
+
+
 OVERLAP_POLICY = ("TP communication exposed (or pipelined with GEMMs with tp_overlap); PP communication exposed; "
                   "CP ring overlapped with attention; DP gradient reduction overlapped with the last micro-batch's "
                   "backward except one layer; ZeRO-1/2 weight all-gather overlapped with the first micro-batch's "

@@ -14,6 +14,7 @@ quarter of that, and every `trainest estimate` pays it.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, NamedTuple, Union
 
 from trainest import xp
@@ -54,6 +55,7 @@ class Job(NamedTuple):
     packed_length: float = 0.0  # mean document length of packed sequences [tokens] (0: unpacked)
     adam_moments: str = "fp32"  # AdamMoments: the dtype of Adam's two moments
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES   # what selective recompute re-runs
+    devices: float = math.inf   # N = t·p·c·d (inf: not said): whether a group may straddle two domains (§3.2)
 
     def recomputes(self, module: str) -> float:
         """1.0 when selective recompute re-runs `module` (choices.RECOMPUTE_MODULES), else 0.0."""

@@ -252,6 +252,11 @@ class Grid:
     def size(self) -> int:
         return int(self.row.size)
 
+    @property
+    def devices(self) -> float:
+        """N = t·p·c·d, the same for every plan of the grid (inf for an empty grid)."""
+        return float(self.tp[0] * self.pp[0] * self.cp[0] * self.dp[0]) if self.size else math.inf
+
     def table(self, knob: str) -> np.ndarray:
         """The values `knob` takes in its table (per layout row, or per combination)."""
         return self.rows[ROW_KNOBS.index(knob)] if knob in ROW_KNOBS else self.combos[COMBO_KNOBS.index(knob)]
@@ -442,7 +447,7 @@ def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> 
     mem = np.empty(n)
     host_ok = np.ones(n, dtype=bool)
     time_s = np.full(n, np.nan)
-    job = job_of(base)
+    job = job_of(base)._replace(devices=g.devices)     # base is the job on one device: the grid's N
     capacity = base.hardware.training_memory_bytes - base.memory_headroom_bytes   # unified: less the OS reserve
     host_capacity = base.hardware.host.memory_bytes_per_device
     tp_overlap = 1.0 if base.parallel.tp_overlap else 0.0

@@ -56,6 +56,22 @@ def ceil(x):
     return np.ceil(x)
 
 
+def fmod(a, b):
+    """The remainder of a / b with the sign of a (C fmod); exact for whole numbers."""
+    if _scalar(a, b):
+        return math.fmod(a, b)
+    import numpy as np
+    return np.fmod(a, b)
+
+
+def gcd(a, b):
+    """The greatest common divisor of a and b rounded to whole numbers, as a float."""
+    if _scalar(a, b):
+        return float(math.gcd(round(a), round(b)))
+    import numpy as np
+    return np.gcd(np.rint(a).astype(np.int64), np.rint(b).astype(np.int64)).astype(float)
+
+
 def mask(condition):
     """1.0 where condition holds, else 0.0."""
     if _scalar(condition):

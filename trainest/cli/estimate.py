@@ -78,8 +78,11 @@ def _estimate(values: dict[str, Any]) -> tuple[Any, list[str]]:
         if value is not None and not 0 < value < float("inf"):
             raise SpecError(f"{name} {value!r} must be a finite number greater than 0")
     result = estimate(scenario)
-    from trainest.estimate import plausibility_warnings
+    from trainest.estimate import plausibility_warnings, tp_overlap_warning
     warnings: list[str] = plausibility_warnings(result)
+    overlap = tp_overlap_warning(scenario)
+    if overlap:
+        warnings.append(overlap)
     if not result.memory.fits:
         from trainest.advice import fit_suggestions
         warnings.append(fit_suggestions(scenario, result))

@@ -8,6 +8,10 @@ PCIe cards) at the node's intra-node path (PCIe). A group that spans nodes is li
 with k of its ranks inside each node, the k NICs work in parallel (rail-optimised clusters), so
 the bus bandwidth is min(W_inner, k·W_out·η_out) (hierarchical/multi-ring NCCL). A flat ring
 (`aggregate_nics` false) leaves every node through one rank's NIC, so k = 1: W = min(W_inner, W_out).
+A group lies inside a domain only if every group of its kind does: the groups' blocks of n·stride
+consecutive ranks tile the U ranks the job uses per domain (the largest divisor of N not above D);
+otherwise some group straddles a boundary and, a ring or an all-to-all being as slow as its slowest
+link, the step runs at that group's pace (`inside`, `group_ranks_per_domain`).
 Devices without a scale-up fabric form their first tier over the intra-node path (PCIe, peer to
 peer or staged through host memory), and a path the hardware data lacks is never given a
 placeholder rate: `network_gap` says why such a layout cannot be estimated.
@@ -15,12 +19,16 @@ placeholder rate: `network_gap` says why such a layout cannot be estimated.
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from trainest import xp
 from trainest.catalog import Hardware, pcie_bytes_per_s
 from trainest.precision import grad_bytes_per_param
+
+if TYPE_CHECKING:
+    from trainest.layout import Job
 
 # The intra-node path of devices without a node-wide scale-up fabric is the host's PCIe
 # (Hardware.intra_node). Its nominal rate per direction (PCI-SIG: lanes x 2 GB/s for Gen4, 4 GB/s for
@@ -52,6 +60,7 @@ class Tiers(NamedTuple):
     node_bytes_per_s: float = math.inf   # inside a node, beyond the scale-up domain (≤ up_bytes_per_s)
     node_latency_s: float = 0.0
     node_domain: int = 0        # ranks per node when it exceeds the scale-up domain (0: none)
+    devices: float = math.inf   # N, the job's devices (inf: not said; every domain boundary may be crossed)
 
     @property
     def node_extent(self) -> int:
@@ -76,25 +85,44 @@ def intra_node_bytes_per_s(hardware: Hardware) -> tuple[float, float]:
     return rate * hardware.efficiency.scale_up, link.latency_s or hardware.scale_up_latency_s
 
 
-def tiers_of(hardware: Hardware, devices_per_node: int) -> Tiers:
+def scale_up_domain(hardware: Hardware, devices_per_node: int) -> int:
+    """D: the devices of one scale-up domain. A fabric that ends at the node (HGX/DGX boards, xGMI, PCIe
+    bridges: the file's domain is at most its default devices per node) has no more devices than the
+    node: min(scale_up_domain, devices_per_node), so a 4-GPU node is a 4-GPU NVLink domain. A fabric
+    that spans several nodes (NVL72/NVL36 racks, TPU pods' ICI: domain above the default node size)
+    keeps its domain whatever the node size; a device without a fabric has the node."""
+    if not hardware.scale_up_bytes_per_s:
+        return max(devices_per_node, 1)
+    domain = max(hardware.scale_up_domain, 1)
+    node_bound = domain <= hardware.devices_per_node
+    return max(min(domain, devices_per_node), 1) if node_bound else domain
+
+
+def tiers_of(hardware: Hardware, devices_per_node: int, devices: float = math.inf) -> Tiers:
     """The tiers with their achievable fractions applied (η_up, η_out from the hardware data; the
-    intra-node path by `intra_node_bytes_per_s`). Without a scale-up fabric the node's devices form
-    the first tier over the intra-node path; with a fabric smaller than the node (NVLink-bridged
-    PCIe cards) the rest of the node is the second tier."""
+    intra-node path by `intra_node_bytes_per_s`) over the `scale_up_domain` for this node size, for a
+    job of `devices` devices (inf: not said). Without a scale-up fabric the node's devices form the
+    first tier over the intra-node path; with a fabric smaller than the node (NVLink-bridged PCIe
+    cards) the rest of the node is the second tier."""
     eff = hardware.efficiency
     node_rate, node_lat = intra_node_bytes_per_s(hardware)
+    domain = scale_up_domain(hardware, devices_per_node)
     extra: dict = {}
     if hardware.scale_up_bytes_per_s:
-        up, up_lat, domain = hardware.scale_up_bytes_per_s * eff.scale_up, hardware.scale_up_latency_s, \
-            max(hardware.scale_up_domain, 1)
+        up, up_lat = hardware.scale_up_bytes_per_s * eff.scale_up, hardware.scale_up_latency_s
         if devices_per_node > domain:
             extra = {"node_bytes_per_s": math.nan if math.isnan(node_rate) else min(up, node_rate),
                      "node_latency_s": max(up_lat, node_lat), "node_domain": devices_per_node}
     else:
-        up, up_lat, domain = node_rate, node_lat, max(devices_per_node, 1)
+        up, up_lat = node_rate, node_lat
     out = hardware.scale_out_bytes_per_s * eff.scale_out if hardware.scale_out_bytes_per_s else math.nan
     return Tiers(up_bytes_per_s=up, up_latency_s=up_lat, domain=domain, out_bytes_per_s=out,
-                 out_latency_s=hardware.scale_out_latency_s, **extra)
+                 out_latency_s=hardware.scale_out_latency_s, devices=devices, **extra)
+
+
+def job_tiers(job: Job) -> Tiers:
+    """The tiers of a job's collectives: its hardware, node size and device count (`tiers_of`)."""
+    return tiers_of(job.hardware, job.devices_per_node, job.devices)
 
 
 def network_gap(hardware: Hardware, devices_per_node: int, devices: int, node_option: str = "devices_per_node",
@@ -139,15 +167,57 @@ def assumed_facts(hardware: Hardware, devices_per_node: int, devices: int) -> li
     return out
 
 
-def ranks_per_domain(size, stride, domain: int):
+def ranks_per_domain(size, stride, domain):
     """k: how many ranks of a group (size n, rank stride) share one domain of `domain` ranks (≥ 1, ≤ n)."""
     return xp.maximum(1.0, xp.minimum(size, domain / stride))
+
+
+@functools.lru_cache(maxsize=256)
+def ranks_used_per_block(span: int, devices: float) -> int:
+    """U: the ranks a job of N devices places in each block of `span` (a scale-up domain, a node): the
+    largest divisor of N not above the span, i.e. the job spreads over the fewest blocks that take equal
+    shares (256 GPUs on 72-GPU NVL72 racks: 4 racks of 64, as Slurm's block topology places them; 144:
+    2 full racks; N ≤ span: one block of N). The span itself when N is not said (inf) or N is a multiple
+    of it (every node-bound domain of a job of whole nodes)."""
+    if not math.isfinite(devices) or devices <= 0 or devices % span == 0:
+        return span
+    n = int(devices)
+    return max(d for d in range(1, min(span, n) + 1) if n % d == 0)
+
+
+def inside(size, stride, used):
+    """1 where every group of n ranks `stride` apart lies inside one block of which the job uses `used`
+    consecutive ranks (`ranks_used_per_block`): the groups' blocks of n·stride ranks tile it,
+    U % (n·stride) = 0. Otherwise some group straddles two blocks (tp 16 on two full NVL72 racks: ranks
+    64–79 span both), and the collective runs at that group's pace: a ring or an all-to-all is as slow
+    as its slowest link."""
+    return xp.fmod(used, size * stride) == 0
+
+
+def in_domain(size, stride, tiers: Tiers):
+    """1 where every group (n ranks, `stride` apart) lies inside one scale-up domain (`inside`)."""
+    return inside(size, stride, ranks_used_per_block(tiers.domain, tiers.devices))
+
+
+def in_node(size, stride, tiers: Tiers):
+    """1 where every group lies inside one node (E = max(D, devices per node) ranks, `inside`)."""
+    return inside(size, stride, ranks_used_per_block(tiers.node_extent, tiers.devices))
+
+
+def group_ranks_per_domain(size, stride, tiers: Tiers):
+    """k of a group that leaves the node, at its node with the fewest of its ranks: the U ranks the job
+    uses per node (`ranks_used_per_block`) and the group's n·stride ranks share blocks of gcd(U, n·stride)
+    ranks, the smallest piece a boundary cuts a group into (U when one divides the other, as for every
+    group of whole nodes; 8 for tp 16 on two full 72-GPU racks, whose ranks 64–79 split 8 + 8), so
+    k = max(1, min(n, gcd(U, n·stride)/stride)) (`ranks_per_domain`)."""
+    used = ranks_used_per_block(tiers.node_extent, tiers.devices)
+    return ranks_per_domain(size, stride, xp.gcd(used, size * stride))
 
 
 def _inner(size, stride, tiers: Tiers):
     """(bandwidth, latency) of the links a group uses inside its node: the scale-up tier while the
     group's ranks in a node lie in one scale-up domain, else the intra-node path (the slower)."""
-    k = ranks_per_domain(size, stride, tiers.node_extent)
+    k = group_ranks_per_domain(size, stride, tiers)
     in_up = k * stride <= tiers.domain
     # with one rank per node (k = 1) no link inside the node is used
     return (xp.where(k > 1, xp.where(in_up, tiers.up_bytes_per_s, tiers.node_bytes_per_s), math.inf),
@@ -158,20 +228,18 @@ def bus_bandwidth_bytes_per_s(size, stride, tiers: Tiers):
     """Per-rank bus bandwidth of a group: scale-up inside a domain, the intra-node path inside a node
     beyond it, else NIC-limited: min(W_inner, k·W_out) with k ranks of the group per node (see the
     module doc)."""
-    k = ranks_per_domain(size, stride, tiers.node_extent) if tiers.aggregate_nics else 1.0
-    extent = size * stride
+    k = group_ranks_per_domain(size, stride, tiers) if tiers.aggregate_nics else 1.0
     inner, _ = _inner(size, stride, tiers)
     across = xp.minimum(inner, k * tiers.out_bytes_per_s)
-    bw = xp.where(extent <= tiers.domain, tiers.up_bytes_per_s,
-                  xp.where(extent <= tiers.node_extent, tiers.node_bytes_per_s, across))
+    bw = xp.where(in_domain(size, stride, tiers), tiers.up_bytes_per_s,
+                  xp.where(in_node(size, stride, tiers), tiers.node_bytes_per_s, across))
     return xp.where(size > 1, bw, math.inf)     # one rank moves nothing, over whatever path
 
 
 def _hop_latency_s(size, stride, tiers: Tiers):
     """α of the slowest hop of a group spanning size·stride ranks."""
-    extent = size * stride
-    return xp.where(extent <= tiers.domain, tiers.up_latency_s,
-                    xp.where(extent <= tiers.node_extent, tiers.node_latency_s, tiers.out_latency_s))
+    return xp.where(in_domain(size, stride, tiers), tiers.up_latency_s,
+                    xp.where(in_node(size, stride, tiers), tiers.node_latency_s, tiers.out_latency_s))
 
 
 def ring_latency_s(size, stride, tiers: Tiers):
@@ -184,7 +252,7 @@ def ring_latency_s(size, stride, tiers: Tiers):
 def tree_latency_s(size, stride, tiers: Tiers):
     """Latency of a tree pass: (k−1)·α_inner inside a node + log2(n/k)·α_out across nodes (NCCL's
     double binary tree for all-reduce at scale) [s]."""
-    k = ranks_per_domain(size, stride, tiers.node_extent)
+    k = group_ranks_per_domain(size, stride, tiers)
     _, inner_latency = _inner(size, stride, tiers)
     return (k - 1.0) * inner_latency + xp.log2(xp.maximum(size / k, 1.0)) * tiers.out_latency_s
 
@@ -212,13 +280,12 @@ def send_recv_s(size_bytes, size, stride, tiers: Tiers):
     """Point-to-point transfer between neighbours of a group (n ranks, `stride` apart): S/W + α on
     the slowest link of the group: scale-up only when the whole group lies in one domain, the
     intra-node path when it lies in one node [s]."""
-    extent = size * stride
     # across nodes: the network, and the links inside a node that some neighbour pairs use
     up_hops = xp.where(stride < tiers.domain, tiers.up_bytes_per_s, math.inf)
     node_hops = xp.where(stride < tiers.node_extent, tiers.node_bytes_per_s, math.inf)
     across = xp.minimum(xp.minimum(up_hops, node_hops), tiers.out_bytes_per_s)
-    bw = xp.where(extent <= tiers.domain, tiers.up_bytes_per_s,
-                  xp.where(extent <= tiers.node_extent, tiers.node_bytes_per_s, across))
+    bw = xp.where(in_domain(size, stride, tiers), tiers.up_bytes_per_s,
+                  xp.where(in_node(size, stride, tiers), tiers.node_bytes_per_s, across))
     return size_bytes / xp.where(size > 1, bw, math.inf) + _hop_latency_s(size, stride, tiers)
 
 
@@ -231,16 +298,15 @@ def all_to_all_s(size_bytes, size, stride, tiers: Tiers):
     its own NIC, both at once: max((k−1)/n·S/W_inner, (n−k)/n·S/W_out) + α_out. The pairwise
     exchanges are issued together (NCCL group of sends and receives, DeepEP), so the latency is one
     hop's, not n−1. 0 for n = 1 (Lepikhin et al. 2020 GShard; scaling-book)."""
-    extent = size * stride
-    k = ranks_per_domain(size, stride, tiers.node_extent)
+    k = group_ranks_per_domain(size, stride, tiers)
     inner, _ = _inner(size, stride, tiers)
-    in_node_bw = xp.where(extent <= tiers.domain, tiers.up_bytes_per_s, tiers.node_bytes_per_s)
+    in_node_bw = xp.where(in_domain(size, stride, tiers), tiers.up_bytes_per_s, tiers.node_bytes_per_s)
     within = (size - 1.0) / size * size_bytes / in_node_bw
     across = xp.maximum((k - 1.0) / size * size_bytes / inner,
                         (size - k) / size * size_bytes / tiers.out_bytes_per_s)
     latency = _hop_latency_s(size, stride, tiers)
     # one rank exchanges nothing, over whatever (possibly absent) link
-    return xp.where(size > 1, xp.where(extent <= tiers.node_extent, within, across) + latency, 0.0)
+    return xp.where(size > 1, xp.where(in_node(size, stride, tiers), within, across) + latency, 0.0)
 
 
 def tied_embedding_s(job, layout, tiers: Tiers):

@@ -9,11 +9,11 @@ from typing import NamedTuple
 
 from trainest import xp
 from trainest.layout import Job, Layout, Num
-from trainest.step.collectives import Tiers, tied_embedding_s, tiers_of
+from trainest.step.collectives import Tiers, job_tiers, tied_embedding_s
 from trainest.step.finetune import finetune_flops_delta, trainable_params_local
 from trainest.step.flops import model_flops_per_step, mtp_flops_per_step, recompute_flops_per_step
 from trainest.step.hybrid import BlockPass, block_passes, mix_blocks
-from trainest.step.kernels import head_parts, host_layer_s, host_pass_s, host_wait_s, micro_batch_host_s
+from trainest.step.kernels import Head, head_parts, host_layer_s, host_pass_s, host_wait_s, micro_batch_host_s
 from trainest.step.layer import LayerPass, attention_block, layer_ops, layer_pass, logits_ops, mix_passes
 from trainest.step.moe import expert_host_layer_s, expert_host_pass_s, moe_layer
 from trainest.step.mtp import MtpPass, mtp_pass
@@ -57,7 +57,9 @@ class StepParts(NamedTuple):
     dp_exposed: DpExposed
     trained_params: Num          # parameters this device trains (the optimizer's, before its ZeRO shard)
     offload: Offload | None
-    head_tp_s: Num = 0.0         # TP collectives of the embedding and the loss on the slowest stage, one micro-batch
+    head_tp_s: Num = 0.0         # TP collectives of the embedding and the loss (and the MTP modules') on the slowest
+    #                              stage, one micro-batch
+    mtp_ep_s: Num = 0.0          # the MTP modules' expert all-to-alls on the slowest stage, one micro-batch
     tied_s: Num = 0.0            # the tied-embedding gradient all-reduce of the step
 
 
@@ -164,7 +166,7 @@ def layer_terms(job: Job, layout: Layout) -> LayerTerms:
     """The mean layer pass with its TP and EP traffic, the CP ring, the logits and the layer's host
     time (see LayerTerms)."""
     rates, shape = rates_of(job, layout), local_shape(job, layout)
-    tiers = tiers_of(job.hardware, job.devices_per_node)
+    tiers = job_tiers(job)
     mean = mean_layer(job, layout, rates, shape, tiers)
     logits = logits_ops(job, layout, rates, shape)
     logits_c, logits_m = bound_sums(logits)
@@ -177,14 +179,21 @@ def layer_terms(job: Job, layout: Layout) -> LayerTerms:
 
 class MtpTerms(NamedTuple):
     """The MTP modules of one micro-batch on the last stage [s]: compute- and memory-bound seconds, the
-    overhead (floors, host waits), the exposed and all collectives, the host's launches."""
+    overhead (floors, host waits), the exposed collectives (its blocks' and its loss's TP ones, its
+    blocks' expert all-to-alls) and all of them, the host's launches."""
 
     compute_s: Num = 0.0
     memory_s: Num = 0.0
     overhead_s: Num = 0.0
-    comm_s: Num = 0.0
+    tp_comm_s: Num = 0.0
+    ep_comm_s: Num = 0.0
     total_comm_s: Num = 0.0
     host_s: Num = 0.0
+
+    @property
+    def comm_s(self) -> Num:
+        """The exposed collectives, TP and EP."""
+        return self.tp_comm_s + self.ep_comm_s
 
     @property
     def device_s(self) -> Num:
@@ -199,13 +208,31 @@ def mtp_terms(mtp: MtpPass | None, host_layer: Num, logits_c: Num, logits_m: Num
     if mtp is None:
         return MtpTerms()
     host = mtp.host_layers * host_layer
-    comm = mtp.tp_exposed_s + mtp.ep_exposed_s
-    overhead = layer_time_s(mtp.lp, host, comm)[1]
+    overhead = layer_time_s(mtp.lp, host, mtp.tp_exposed_s + mtp.ep_exposed_s)[1]
     d = float(mtp.depth)
     return MtpTerms(compute_s=d * (mtp.lp.compute_s + mtp.extra_c + logits_c),
                     memory_s=d * (mtp.lp.memory_s + mtp.extra_m + logits_m),
-                    overhead_s=d * (overhead + loss_host_excess_s), comm_s=d * (comm + loss_tp_s),
+                    overhead_s=d * (overhead + loss_host_excess_s), tp_comm_s=d * (mtp.tp_exposed_s + loss_tp_s),
+                    ep_comm_s=d * mtp.ep_exposed_s,
                     total_comm_s=d * (mtp.tp_total_s + mtp.ep_total_s + loss_tp_s), host_s=d * host)
+
+
+class OffPath(NamedTuple):
+    """What one micro-batch on the slowest stage spends outside its layers [s]: the overhead (the head's
+    host waits, the MTP modules', the framework's per-micro-batch host work), the TP collectives (the
+    embedding's and the loss's, the MTP modules' blocks' and loss's) and the MTP blocks' expert all-to-alls."""
+
+    overhead_s: Num
+    tp_s: Num
+    ep_s: Num
+
+
+def off_layer_path(job: Job, layout: Layout, head: Head, mtp: MtpTerms, last_is_max: Num) -> OffPath:
+    """`OffPath` of the slowest stage: the head's part on it (`Head.on_path`), and where the last stage is
+    the slowest its MTP modules' overhead, TP collectives (booked as TP) and all-to-alls (booked as EP)."""
+    head_o, head_tp = head.on_path(layout.pp, last_is_max)
+    return OffPath(overhead_s=head_o + last_is_max * mtp.overhead_s + micro_batch_host_s(job),
+                   tp_s=head_tp + last_is_max * mtp.tp_comm_s, ep_s=last_is_max * mtp.ep_comm_s)
 
 
 def data_parallel_traffic(job: Job, layout: Layout, tiers: Tiers, trained_local: Num, expert_local: Num) -> DpTraffic:
@@ -241,7 +268,7 @@ def step_dp_traffic(job: Job, layout: Layout) -> DpTraffic:
     """The step's data-parallel collectives (`data_parallel_traffic`) of what this device trains of
     its stage; they depend on the layout only through DP_KNOBS and the pipeline split."""
     params_local, expert_local = _stage_local_params(job, layout)
-    return data_parallel_traffic(job, layout, _dp_tiers(tiers_of(job.hardware, job.devices_per_node), layout),
+    return data_parallel_traffic(job, layout, _dp_tiers(job_tiers(job), layout),
                                  trainable_params_local(job, layout, params_local), expert_local)
 
 
@@ -293,7 +320,7 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     layer terms and its data-parallel collectives when already computed (`layer_terms`,
     `step_dp_traffic` of plans with the same LAYER_KNOBS, DP_KNOBS)."""
     model, eff = job.model, job.hardware.efficiency
-    tiers = tiers_of(job.hardware, job.devices_per_node)
+    tiers = job_tiers(job)
     dp_tiers = _dp_tiers(tiers, layout)
     rates, shape = rates_of(job, layout), local_shape(job, layout)
     layer = layer if layer is not None else layer_terms(job, layout)
@@ -308,10 +335,8 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     stage = slowest_stage(model, layout, layer_s,
                           logits_c + logits_m + head.last_over_first_s(layout.pp) + mtp.device_s)
     n = stage.layers
-    head_o, head_comm = head.on_path(layout.pp, stage.last_is_max)
-    mb_host = micro_batch_host_s(job)     # the framework's host work per micro-batch where it syncs there
-    head_o = head_o + stage.last_is_max * mtp.overhead_s + mb_host
-    head_comm = head_comm + stage.last_is_max * mtp.comm_s
+    path = off_layer_path(job, layout, head, mtp, stage.last_is_max)
+    head_o, head_comm, mtp_ep = path.overhead_s, path.tp_s, path.ep_s
     stage_c, stage_m, stage_o = n * lp.compute_s, n * lp.memory_s, n * layer_overhead + head_o
     stage_pp = stage_pp_s(job, layout, shape, tiers, n * (lp.compute_s + lp.memory_s))
     params_local, expert_local = _stage_local_params(job, layout)
@@ -319,7 +344,7 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     # the window for ZeRO-3's traffic: the stage's work, less the attention time that hides CP
     stage_work = stage_c + stage_m + stage_o - n * (cp.hiding_fwd_s + cp.hiding_bwd_s)
     z3_exposed = overlapped_exposed_s(z3_comm, stage_work, z3_layer, eff.overlap_contention) * layout.z3
-    mb_comm = n * tp_layer + n * cp.exposed_s + n * ep_layer + stage_pp + z3_exposed + head_comm
+    mb_comm = n * tp_layer + n * cp.exposed_s + n * ep_layer + stage_pp + z3_exposed + head_comm + mtp_ep
     mb_c = stage_c + stage.last_is_max * (logits_c + mtp.compute_s)
     mb_m = stage_m + stage.last_is_max * (logits_m + mtp.memory_s)
     m = layout.micro_batches(job)
@@ -336,7 +361,7 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     dp_exposed = dp_parts.replica_s + dp_parts.reduce_s + dp_parts.gather_s + dp_parts.zero2_s + tied
     optimizer = optimizer_s(layout, trained_local, rates.memory_bytes_per_s, eff.kernel_floor_s, expert_local,
                             adam_bytes_per_param(job.adam_moments))
-    off, offload_s, offload_serial, optimizer = offload_parts(job, layout, lp, n, optimizer)
+    offload, offload_s, offload_serial, optimizer = offload_parts(job, layout, lp, n, optimizer)
     compute_s, memory_s, overhead_s = m * mb_c, m * mb_m + optimizer, m * stage_o
     communication_s = m * mb_comm + dp_exposed
     # the upper bound: nothing overlapped (every collective in full, no contention), the longer bubble
@@ -346,7 +371,7 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
         + stage_pp + z3_comm
     mtp_serial = stage.last_is_max * (mtp.total_comm_s - mtp.comm_s)     # its collectives in full
     no_overlap = (m * (mb_c + mb_m + n * serial_overhead + head_o + n * serial_layer + stage_pp + z3_comm + head_comm
-                       + mtp_serial)
+                       + mtp_ep + mtp_serial)
                   + optimizer
                   + serial_dp_s(layout, dp, m) + tied + bubble_s(layout, m, serial_typical) + offload_serial)
     mflops, hflops = step_flops(job, layout)
@@ -354,12 +379,12 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
                      compute_s=compute_s,
                      memory_s=memory_s, communication_s=communication_s, bubble_s=bubble, overhead_s=overhead_s,
                      tp_comm_s=m * (n * tp_layer + head_comm), cp_comm_s=m * (n * cp.exposed_s),
-                     pp_comm_s=m * stage_pp, ep_comm_s=m * (n * ep_layer),
+                     pp_comm_s=m * stage_pp, ep_comm_s=m * (n * ep_layer + mtp_ep),
                      dp_comm_s=dp_exposed + m * z3_exposed, optimizer_s=optimizer,
                      micro_batch_s=mb_c + mb_m + stage_o + mb_comm, no_overlap_time_s=no_overlap,
                      model_flops=mflops, hardware_flops=hflops, offload_s=offload_s,
                      host_s=m * (n * host_layer + head.host_on_path(layout.pp, stage.last_is_max)
-                                 + stage.last_is_max * mtp.host_s + mb_host),
+                                 + stage.last_is_max * mtp.host_s + micro_batch_host_s(job)),
                      host_wait_s=m * (n * host_excess + head_o), layers_host_wait_s=m * n * host_excess,
                      host_bound=host_bound,
                      floor_s=m * n * lp.floor_s,
@@ -367,4 +392,4 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
                                      tp_total_s=tp_total, tp_exposed_s=tp_layer, ep_total_s=ep_total,
                                      ep_exposed_s=ep_layer, cp=cp, pp_s=stage_pp, z3_s=z3_comm,
                                      z3_exposed_s=z3_exposed, dp=dp, dp_exposed=dp_parts, trained_params=trained_local,
-                                     offload=off, head_tp_s=head_comm, tied_s=tied))
+                                     offload=offload, head_tp_s=head_comm, mtp_ep_s=mtp_ep, tied_s=tied))

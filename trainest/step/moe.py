@@ -28,7 +28,7 @@ from trainest.frameworks import FRAMEWORKS
 from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
 from trainest.precision import MAIN_GRAD_BYTES
 from trainest.step import mla
-from trainest.step.collectives import Tiers, all_gather_s, all_to_all_s, ranks_per_domain
+from trainest.step.collectives import Tiers, all_gather_s, all_to_all_s, group_ranks_per_domain, in_node
 from trainest.step.kernels import EAGER_ACTIVATION_KERNELS, MOE_ROUTING_KERNELS, host_per_kernel_s
 from trainest.step.layer import (
     BACKWARD_TRAFFIC_RATIO,
@@ -342,12 +342,12 @@ def ep_all_to_all_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers) -> Nu
     size = dispatch_bytes(job, layout, x)
     t = all_to_all_tiers(job, tiers)
     n, stride = layout.ep, layout.etp
-    k = ranks_per_domain(n, stride, t.node_extent)
+    k = group_ranks_per_domain(n, stride, t)
     within = all_to_all_s(size, n, stride, t)
     nic = remote_domain_share(job, layout, t) * (n - k) / n * size / t.out_bytes_per_s
     inner_bw = xp.where(k * stride <= t.domain, t.up_bytes_per_s, t.node_bytes_per_s)
     across = xp.maximum((n - 1.0) / n * size / inner_bw, nic) + t.out_latency_s
-    return (xp.where(n * stride <= t.node_extent, within, across)
+    return (xp.where(in_node(n, stride, t), within, across)
             + all_gather_s(layout.etp * size, layout.etp, 1.0, tiers))
 
 
@@ -360,7 +360,7 @@ def remote_domain_share(job: Job, layout: Layout, tiers: Tiers) -> Num:
     K·(N − 1)/N copies. r = 1 for K = 1 or N = 1 and falls as K grows (Qwen3, K = 8, over 4 domains:
     r = 0.45; DeepSeek-V3 over 8 domains: 0.66 unrestricted, 0.45 with its 4 of 8 groups)."""
     moe = moe_of(job)
-    k = ranks_per_domain(layout.ep, layout.etp, tiers.node_extent)
+    k = group_ranks_per_domain(layout.ep, layout.etp, tiers)
     domains = xp.maximum(layout.ep / k, 1.0)
     return xp.where(domains > 1.0, domains * (1.0 - domain_miss_probability(moe, domains)) / moe.top_k, 1.0)
 

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from trainest.layout import ACTIVATION_BYTES, Job, Layout
 from trainest.precision import grad_bytes_per_param, weight_bytes_per_param
-from trainest.step.collectives import tiers_of
+from trainest.step.collectives import Tiers, in_domain, job_tiers
 from trainest.step.compose import StepParts, StepTerms
 from trainest.step.kernels import CE_TP_COLLECTIVES
 from trainest.step.moe import A2A_PER_LAYER_PASS, dispatch_bytes
@@ -78,8 +78,9 @@ def logits_rows(p: StepParts) -> list[StepOp]:
     return rows if on_path else [r._replace(exposed_s=0.0) for r in rows]
 
 
-def _group_tier(size: float, stride: float, domain: int) -> str:
-    return "network: scale-up" if size * stride <= domain else "network: scale-out"
+def _group_tier(size: float, stride: float, tiers: Tiers) -> str:
+    """The tier a group's collective runs on: scale-up when every such group lies in one domain."""
+    return "network: scale-up" if in_domain(size, stride, tiers) else "network: scale-out"
 
 
 def _collective(name: str, count: float, buffer: float, total: float, exposed: float, tier: str) -> StepOp:
@@ -91,25 +92,27 @@ def collective_rows(job: Job, layout: Layout, p: StepParts) -> list[StepOp]:
     """Each kind of collective with its buffers per step (S per collective × how many), its time
     and what shows (docs/model.md §4)."""
     x = local_shape(job, layout)
-    domain = tiers_of(job.hardware, job.devices_per_node).domain
+    tiers = job_tiers(job)
     tp, cp, pp, dp, m, n = (float(v) for v in (layout.tp, layout.cp, layout.pp, layout.dp, p.micro_batches, p.layers))
     per_layer = 4.0 + 2.0 * float(layout.full) + float(layout.op)
     act = ACTIVATION_BYTES * float(x.tokens) * job.model.hidden
     trained, w, g = float(p.trained_params), weight_bytes_per_param(job.precision), grad_bytes_per_param(job.precision)
     stage_weights = float(stage_params(job.model, layout.pp, layout.vpp, layout.split)) / tp
-    dp_tier = _group_tier(dp * cp, tp, domain)
+    dp_tier = _group_tier(dp * cp, tp, tiers)
     moe_share = 0.0 if job.model.moe is None else job.model.moe_layers / job.model.layers
     ep_calls = moe_share * A2A_PER_LAYER_PASS * (2.0 + float(job.moe_rerun(layout)))
     ep_buffer = 0.0 if job.model.moe is None else float(dispatch_bytes(job, layout, x))
     rows = [
         _collective("tp.all_reduce", per_layer * n * m, act, float(p.tp_total_s) * n * m,
-                    float(p.tp_exposed_s) * n * m, _group_tier(tp, 1.0, domain)),
+                    float(p.tp_exposed_s) * n * m, _group_tier(tp, 1.0, tiers)),
         _collective("cp.kv_ring", (cp - 1.0) * n * m, 2.0 * ACTIVATION_BYTES * float(x.tokens) * float(x.kv_local),
-                    float(p.cp.total_s) * n * m, float(p.cp.exposed_s) * n * m, _group_tier(cp, tp, domain)),
+                    float(p.cp.total_s) * n * m, float(p.cp.exposed_s) * n * m, _group_tier(cp, tp, tiers)),
         _collective("pp.send_recv", 2.0 * float(layout.vpp) * m, act / tp, float(p.pp_s) * m, float(p.pp_s) * m,
-                    _group_tier(pp, tp * cp * dp, domain)),
-        _collective("ep.all_to_all", ep_calls * n * m, ep_buffer, float(p.ep_total_s) * n * m,
-                    float(p.ep_exposed_s) * n * m, _group_tier(float(layout.ep), float(layout.etp), domain)),
+                    _group_tier(pp, tp * cp * dp, tiers)),
+        # the layers' all-to-alls and, on the slowest stage, the MTP modules' (their exposed time)
+        _collective("ep.all_to_all", ep_calls * n * m, ep_buffer, (float(p.ep_total_s) * n + float(p.mtp_ep_s)) * m,
+                    (float(p.ep_exposed_s) * n + float(p.mtp_ep_s)) * m,
+                    _group_tier(float(layout.ep), float(layout.etp), tiers)),
         _collective("zero3.gather_reduce", m, 2.0 * stage_weights * w + trained * g, float(p.z3_s) * m,
                     float(p.z3_exposed_s) * m, dp_tier),
         _collective("dp.grad_reduce", 1.0, trained * g, float(p.dp.reduce_s), float(p.dp_exposed.reduce_s), dp_tier),
@@ -118,11 +121,12 @@ def collective_rows(job: Job, layout: Layout, p: StepParts) -> list[StepOp]:
                     "network: scale-out"),
         _collective("zero2.grad_reduce_scatter", float(layout.z2) * (m - 1.0), trained * g,
                     float(layout.z2) * (m - 1.0) * float(p.dp.zero2_rs_s), float(p.dp_exposed.zero2_s), dp_tier),
-        # the embedding's and the loss's all-reduces (docs/model.md §2.9), on the slowest stage
+        # the embedding's and the loss's all-reduces (docs/model.md §2.9), and the MTP modules' TP ones, on the
+        # slowest stage
         _collective("tp.embedding_loss", m * (2.0 + CE_TP_COLLECTIVES), act, float(p.head_tp_s) * m,
-                    float(p.head_tp_s) * m, _group_tier(tp, 1.0, domain)),
+                    float(p.head_tp_s) * m, _group_tier(tp, 1.0, tiers)),
         _collective("pp.tied_embedding", 1.0, job.model.vocab * job.model.hidden / tp * g, float(p.tied_s),
-                    float(p.tied_s), _group_tier(2.0, tp * cp * dp * pp / 2.0, domain)),
+                    float(p.tied_s), _group_tier(2.0, tp * cp * dp * pp / 2.0, tiers)),
     ]
     return [r for r in rows if r.time_s > 0]
 

@@ -12,7 +12,7 @@ from typing import NamedTuple
 from trainest import xp
 from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
 from trainest.precision import grad_bytes_per_param, weight_bytes_per_param
-from trainest.step.collectives import Tiers, all_gather_s, all_reduce_s, reduce_scatter_s, send_recv_s
+from trainest.step.collectives import Tiers, all_gather_s, all_reduce_s, in_domain, reduce_scatter_s, send_recv_s
 from trainest.step.finetune import adapter_params_per_layer, frozen_layer_bytes
 from trainest.step.layer import LayerPass
 from trainest.step.rates import LocalShape
@@ -25,11 +25,20 @@ def tp_layer_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers, linear_s: 
     """(all, exposed) TP seconds of one layer pass: 2 all-reduces (or RS+AG with SP) of T·h forward,
     2 backward, 2 more when the forward is recomputed (op: 1, the all-gathers feeding the recomputed
     matmuls); `all_reduces` another count (a MoE layer's, step/moe.py). With tp_overlap (Megatron
-    --tp-comm-overlap) only what exceeds the GEMM time shows, at least TP_OVERLAP_RESIDUAL of it."""
+    --tp-comm-overlap) only what exceeds the GEMM time shows, at least TP_OVERLAP_RESIDUAL of it, where
+    the TP group lies in one scale-up domain (`tp_overlap_applies`); elsewhere all of it."""
     one = all_reduce_s(ACTIVATION_BYTES * x.tokens * job.model.hidden, layout.tp, 1.0, tiers)
     total = one * (4.0 + 2.0 * layout.full + layout.op if all_reduces is None else all_reduces)
     hidden = xp.maximum(total - linear_s, TP_OVERLAP_RESIDUAL * total)
-    return total, xp.where(layout.tp_overlap > 0, hidden, total)
+    return total, xp.where(tp_overlap_applies(layout, tiers), hidden, total)
+
+
+def tp_overlap_applies(layout: Layout, tiers: Tiers):
+    """1 where the TP collectives are pipelined with the GEMMs: tp_overlap on and every TP group inside
+    one scale-up domain (`in_domain`). Transformer Engine's userbuffers, behind Megatron's
+    --tp-comm-overlap, exchange the chunks over NVLink peer memory (CUDA IPC) within the domain; a
+    group that reaches another node over the network is not overlapped (its traffic is exposed)."""
+    return (layout.tp_overlap > 0) & in_domain(layout.tp, 1.0, tiers)
 
 
 class CpRing(NamedTuple):
