@@ -253,3 +253,13 @@ def test_a_lora_run_without_tokens_takes_a_fine_tuning_set_not_a_pretraining_bud
     assert lora.tokens == DEFAULT_FINETUNE_TOKENS == 100e6 and "tokens" in lora.derived
     assert scenario_from_mapping(base, "t").tokens == pytest.approx(20 * LLAMA8.params)
     assert scenario_from_mapping({**base, "finetune": "qlora", "tokens": "2B"}, "t").tokens == 2e9
+
+
+def test_the_step_never_gets_faster_as_the_lora_rank_grows():
+    """A larger rank does more adapter work, never less: the step time is non-decreasing in r (rank 1
+    was 20 % slower than rank 16: a skinny GEMM paid its tile padding twice, docs/model.md §2.2)."""
+    times = [est(model="llama3-8b", hardware="h100-sxm", devices=1, seq_len=2048, global_batch=8,
+                 recompute="full", finetune={"method": "lora", "rank": r}).step.time_s for r in range(1, 65)]
+    assert all(a <= b * (1 + 1e-12) for a, b in zip(times, times[1:]))
+    assert times[-1] / times[0] < 1.01       # the adapters' work is a small part of the step
+
