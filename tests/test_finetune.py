@@ -263,3 +263,47 @@ def test_the_step_never_gets_faster_as_the_lora_rank_grows():
     assert all(a <= b * (1 + 1e-12) for a, b in zip(times, times[1:]))
     assert times[-1] / times[0] < 1.01       # the adapters' work is a small part of the step
 
+
+PLAN_METHOD_CASES = [
+    # a QLoRA job searching LoRA too: the LoRA plans were scored with the job's 4-bit base and a 34 GiB
+    # LoRA plan ranked first on a 22.4 GiB card
+    (["--model", "llama2-13b", "--hardware", "rtx-4090", "--seq-len", "2048"], ["--finetune", "qlora"],
+     "finetune=lora,qlora"),
+    (["--model", "llama3-8b", "--hardware", "h100-sxm", "--seq-len", "2048"], ["--finetune", "qlora"],
+     "finetune=lora,qlora,full"),
+    # an 8-bit LoRA job searching QLoRA too: the reproduce line said --base-bits 8 --finetune qlora (exit 1)
+    (["--model", "llama3-8b", "--hardware", "h100-sxm", "--seq-len", "2048"], ["--finetune", "lora", "--base-bits", "8"],
+     "finetune=lora,qlora"),
+]
+
+
+@pytest.mark.parametrize(("job", "method", "allow"), PLAN_METHOD_CASES)
+def test_a_search_over_methods_scores_each_with_its_own_base(job, method, allow, capsys):
+    """Each plan of a search over fine-tuning methods is scored with the base its method implies (lora:
+    the job's 16/8-bit base, 16 for a QLoRA job; qlora: 4), so its ranked time and memory are what
+    `estimate` of its reproduce options gives, and the printed reproduce line runs and agrees."""
+    import json
+
+    from helpers import call_entry
+    argv = ["plan", *job, "--devices", "1", "--global-batch", "8", *method, "--allow", allow,
+            "--allow", "recompute=full"]
+    code, out, err = call_entry([*argv, "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    entries = doc["plans"] + [ru for ru in doc["runner_up_by_knob"].values() if ru]
+    for plan in entries:
+        code, out, err = call_entry(["estimate", *job, *plan["estimate_args"], "--json"], capsys)
+        assert code == 0, (plan["estimate_args"], err)
+        est_doc = json.loads(out)
+        assert est_doc["step"]["time_s"] == pytest.approx(plan["step"]["time_s"], rel=1e-9)
+        assert est_doc["memory"]["fits"] is True
+    winner = doc["plans"][0]["step"]["time_s"]
+    for ru in doc["runner_up_by_knob"].values():
+        if ru:
+            assert ru["objective_ratio"] == pytest.approx(ru["step"]["time_s"] / winner, rel=1e-9)
+    code, out, err = call_entry(argv, capsys)
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("Reproduce the winner: trainest estimate "))
+    code, out, err = call_entry(["estimate", *line.split("trainest estimate ", 1)[1].split(), "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["step"]["time_s"] == pytest.approx(winner, rel=1e-9)

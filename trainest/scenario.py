@@ -819,6 +819,13 @@ def is_finite_positive(x: float) -> bool:
 
 # ------------------------------------------------------------------ the step model's view of a scenario
 
+def lora_base_bits(ft: FineTune) -> int:
+    """The bits of the frozen base a LoRA plan of this job stores: the job's own 16 or 8 for a LoRA, 16
+    otherwise (a QLoRA job's base is 4-bit only under QLoRA; the step model takes QLoRA's NF4 from the
+    plan's method, `Layout.qlora`, so that a search over methods scores each with its own base)."""
+    return ft.base_bits if ft.method == "lora" else 16
+
+
 def job_of(s: Scenario, hardware: Hardware | None = None) -> Job:
     """The job of a scenario (on `hardware` instead of its own, e.g. with trial efficiencies)."""
     ft = s.finetune
@@ -826,7 +833,7 @@ def job_of(s: Scenario, hardware: Hardware | None = None) -> Job:
                kernels=s.kernels,
                seq_len=float(s.seq_len), global_batch=float(s.global_batch), devices_per_node=s.devices_per_node,
                framework=s.framework, lora_rank=float(ft.rank), lora_targets=ft.targets,
-               base_bits=float(ft.base_bits), packed_length=float(s.packed_length or 0), adam_moments=s.adam_moments,
+               base_bits=float(lora_base_bits(ft)), packed_length=float(s.packed_length or 0), adam_moments=s.adam_moments,
                recompute_modules=s.recompute_modules)
 
 

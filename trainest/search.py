@@ -70,6 +70,7 @@ from trainest.scenario import (
     default_global_batch,
     default_tokens,
     job_of,
+    lora_base_bits,
     scenario_from_mapping,
 )
 from trainest.step import step_terms
@@ -190,7 +191,7 @@ def check_space(base: Scenario, space: SearchSpace) -> None:
     for method in space.finetune or ():
         given = {"method": method} if method == "full" else \
             {"method": method, "rank": ft.rank, "targets": ft.targets,
-             "base_bits": 4 if method == "qlora" else (ft.base_bits if ft.base_bits != 4 else 16)}
+             "base_bits": 4 if method == "qlora" else lora_base_bits(ft)}
         check_finetune(given, base.model, base.precision, "--allow finetune")
 
 
@@ -620,8 +621,7 @@ def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vp
     ft = base.finetune
     if finetune is not None and finetune != ft.method:
         ft = FineTune() if finetune == "full" else replace(ft, method=finetune, base_bits=4 if finetune == "qlora"
-                                                            else (ft.base_bits if ft.frozen and ft.base_bits != 4
-                                                                  else 16))
+                                                            else lora_base_bits(ft))
     modules = base.recompute_modules if recompute == "selective" else DEFAULT_RECOMPUTE_MODULES
     # a default token count follows the plan's method (a LoRA plan of a full job trains a fine-tuning set)
     tokens = default_tokens(base.model, ft) if "tokens" in base.derived else base.tokens
