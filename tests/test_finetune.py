@@ -199,7 +199,7 @@ def test_cli_options_set_the_finetune_group(capsys):
     code, out, err = call_entry(["estimate", "--finetune", "lora", "--lora-rank", "8", "--lora-targets", "mlp",
                                  "--json"], capsys)
     assert code == 0, err
-    assert json.loads(out)["inputs"]["finetune"] == {"method": "lora", "rank": 8, "alpha": None, "targets": "mlp",
+    assert json.loads(out)["inputs"]["finetune"] == {"method": "lora", "rank": 8, "alpha": 8.0, "targets": "mlp",
                                                       "base_bits": 16}
     code, _, err = call_entry(["estimate", "--finetune", "lora", "--lora-rank", "0", "--json"], capsys)
     assert code == 1 and err.count("\n") == 1 and err.startswith("Error:") and "rank: 0" in err
@@ -307,3 +307,85 @@ def test_a_search_over_methods_scores_each_with_its_own_base(job, method, allow,
     code, out, err = call_entry(["estimate", *line.split("trainest estimate ", 1)[1].split(), "--json"], capsys)
     assert code == 0, err
     assert json.loads(out)["step"]["time_s"] == pytest.approx(winner, rel=1e-9)
+
+
+PLAN_8B = ["plan", "--model", "llama3-8b", "--hardware", "h100-sxm", "--devices", "1", "--seq-len", "2048",
+           "--global-batch", "8", "--allow", "recompute=full"]
+
+
+def _words(text):
+    return " ".join(text.replace("│", " ").split())
+
+
+@pytest.mark.parametrize(("extra", "shown"), [
+    (["--allow", "finetune=lora", "--lora-rank", "8"], "--finetune lora --lora-rank 8"),
+    (["--allow", "finetune=lora", "--lora-targets", "mlp"], "--finetune lora --lora-targets mlp"),
+    (["--allow", "finetune=qlora", "--base-bits", "4"], "--finetune qlora"),
+    (["--allow", "finetune=full,lora", "--lora-rank", "8"], "--finetune lora --lora-rank 8"),
+])
+def test_lora_options_apply_when_the_search_allows_a_lora_method(extra, shown, capsys):
+    """`plan --allow finetune=lora --lora-rank 8` searched LoRA plans but refused the rank: "the method is
+    full". The LoRA options now apply to the LoRA plans, and the reproduce line carries them."""
+    from helpers import call_entry
+    code, out, err = call_entry([*PLAN_8B, *extra], capsys)
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("Reproduce the winner:"))
+    assert line.endswith(shown)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--allow", "finetune=lora", "--lora-rank", "0"], "--lora-rank: 0 must be between 1 and the hidden size 4096"),
+    (["--allow", "finetune=lora", "--finetune", "full"],
+     "--finetune: full is not among the methods the search allows (--allow finetune=lora)"),
+    (["--allow", "finetune=lora", "--allow", "finetune=qlora"],
+     "--allow 'finetune=qlora': finetune is already given ('finetune=lora')"),
+    (["--allow", "mb=1", "--allow", "micro_batch=2"], "micro_batch is already given"),
+])
+def test_contradicting_method_options_are_one_clear_error(extra, message, capsys):
+    """A rank out of range gets the range error (it got "the method is full"); an explicit method the
+    --allow list excludes, and a knob given twice to --allow (the last one silently won), are errors."""
+    from helpers import call_entry
+    code, out, err = call_entry([*PLAN_8B, *extra], capsys)
+    assert (code, out) == (1, "")
+    assert message in _words(err) and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_lora_defaults_are_marked_derived_and_alpha_is_the_value_used(capsys):
+    """`--finetune qlora` alone lists the adapters' rank, alpha, targets and base under inputs.derived, the
+    table marks them (default), and alpha is the value used (= rank), not null; given ones are not derived."""
+    import json
+
+    from helpers import call_entry
+    args = ["estimate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--devices", "1", "--seq-len", "2048",
+            "--global-batch", "8", "--finetune", "qlora"]
+    code, out, err = call_entry([*args, "--json"], capsys)
+    inputs = json.loads(out)["inputs"]
+    assert code == 0 and {"finetune.rank", "finetune.alpha", "finetune.targets", "finetune.base_bits"} <= set(
+        inputs["derived"])
+    assert inputs["finetune"]["alpha"] == 16.0
+    code, out, err = call_entry([*args, "--lora-rank", "8", "--base-bits", "4", "--json"], capsys)
+    inputs = json.loads(out)["inputs"]
+    assert not {"finetune.rank", "finetune.base_bits"} & set(inputs["derived"]) and inputs["finetune"]["alpha"] == 8.0
+    code, out, err = call_entry(args, capsys)
+    assert code == 0 and ("qlora: rank 16 (default), alpha 16 (default), on every linear layer (default), frozen "
+                          "4-bit NF4 with double quantisation base (default)") in _words(out)
+
+
+@pytest.mark.parametrize("finetune", ["full", "lora", {"method": "full"}])
+def test_an_explicit_fine_tune_defaults_to_a_fine_tuning_set(finetune):
+    """A fine-tune given explicitly, full included (`--finetune full`, `finetune: {method: full}`), trains a
+    fine-tuning set by default (100 M tokens), not pre-training's 20 per parameter (161 G tokens for Llama
+    3 8B, 1,600× the LoRA default); without a method the job is pre-training and keeps 20 per parameter."""
+    from trainest.scenario import DEFAULT_FINETUNE_TOKENS
+    base = {"model": "llama3-8b", "hardware": "h100-sxm", "devices": 8, "global_batch": 64}
+    s = scenario_from_mapping({**base, "finetune": finetune}, "t")
+    assert s.tokens == DEFAULT_FINETUNE_TOKENS and "tokens" in s.derived
+    assert scenario_from_mapping(base, "t").tokens == pytest.approx(20 * LLAMA8.params)
+
+
+def test_a_full_fine_tune_without_tokens_warns_like_a_lora(capsys):
+    from helpers import call_entry
+    code, out, err = call_entry(["estimate", "--model", "llama3-8b", "--devices", "8", "--global-batch", "32",
+                                 "--finetune", "full"], capsys)
+    assert code == 0 and "full fine-tune without --tokens: the days, energy and cost are for 100 M tokens" in _words(err)
+    assert "100 M tokens for a fine-tune" in _words(out)

@@ -138,9 +138,11 @@ def prior_warnings(scenario: Any, hardware: bool = True) -> list[str]:
     """Warnings for the parts of an estimate that rest on unvalidated or biased numbers (`hardware`
     False: not the one about the scenario's hardware's MoE efficiencies)."""
     out = []
-    if scenario.finetune.frozen and "tokens" in scenario.derived:
+    if scenario.finetune.fine_tune and "tokens" in scenario.derived:
         from trainest.units import fmt_si
-        out.append(FINETUNE_TOKENS_WARNING.format(method=scenario.finetune.method, tokens=fmt_si(scenario.tokens)))
+        method = scenario.finetune.method
+        out.append(FINETUNE_TOKENS_WARNING.format(method="full fine-tune" if method == "full" else method,
+                                                  tokens=fmt_si(scenario.tokens)))
     if scenario.model.moe is not None:
         from trainest.frameworks import FRAMEWORKS
         if not FRAMEWORKS[scenario.framework].moe_seen:
