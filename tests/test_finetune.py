@@ -222,13 +222,18 @@ def test_plan_searches_fine_tuning_methods_when_asked(capsys):
 def test_the_fine_tuning_warning_states_the_current_errors_on_the_lora_runs():
     """The warning every LoRA/QLoRA estimate carries quotes the error range on the published LoRA runs;
     a model change that moves them must move the words too (it said 7-24 % after the packed-sequence fix)."""
-    from trainest.cli.estimate import FINETUNE_ERROR_RANGE_PCT, FINETUNE_WARNING
+    from pathlib import Path
+
+    from trainest.cli.estimate import FINETUNE_ERROR_STATS, FINETUNE_WARNING
     from trainest.validate import compare, load_runs
     errors = [compare(c).error_pct for c in load_runs(run_set="finetune").cases if c.scenario.finetune.frozen]
-    assert len(errors) == 8
-    assert (round(min(errors)), round(max(errors))) == FINETUNE_ERROR_RANGE_PCT
-    low, high = FINETUNE_ERROR_RANGE_PCT
-    assert f"{low} to {high:+d} %" in FINETUNE_WARNING
+    mape = sum(abs(e) for e in errors) / len(errors)
+    assert (len(errors), round(min(errors)), round(max(errors)), round(mape, 1)) == FINETUNE_ERROR_STATS
+    runs, low, high, stated = FINETUNE_ERROR_STATS
+    assert f"{runs} published LoRA runs" in FINETUNE_WARNING and f"{low} to {high:+d} %" in FINETUNE_WARNING
+    assert f"({stated:.1f} % MAPE" in FINETUNE_WARNING
+    model_md = " ".join((Path(__file__).resolve().parent.parent / "docs" / "model.md").read_text().split())
+    assert f"predicted with a MAPE of {stated:.1f} %, −{-low} to +{high} %" in model_md
 
 
 def test_a_lora_without_tokens_says_what_its_run_assumes(capsys):

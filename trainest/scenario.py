@@ -857,7 +857,8 @@ def job_of(s: Scenario, hardware: Hardware | None = None) -> Job:
                kernels=s.kernels,
                seq_len=float(s.seq_len), global_batch=float(s.global_batch), devices_per_node=s.devices_per_node,
                framework=s.framework, lora_rank=float(ft.rank), lora_targets=ft.targets,
-               base_bits=float(lora_base_bits(ft)), packed_length=float(s.packed_length or 0), adam_moments=s.adam_moments,
+               base_bits=float(lora_base_bits(ft)), packed_length=float(s.packed_length or 0),
+               adam_moments=s.adam_moments,
                recompute_modules=s.recompute_modules)
 
 

@@ -647,8 +647,8 @@ def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vp
     ft = base.finetune
     if finetune is not None and finetune != ft.method:
         derived = _finetune_derived(derived, base.finetune, finetune)
-        ft = FineTune(stated=ft.stated) if finetune == "full" else replace(ft, method=finetune, base_bits=4 if finetune == "qlora"
-                                                            else lora_base_bits(ft))
+        ft = (FineTune(stated=ft.stated) if finetune == "full"
+              else replace(ft, method=finetune, base_bits=4 if finetune == "qlora" else lora_base_bits(ft)))
     modules = base.recompute_modules if recompute == "selective" else DEFAULT_RECOMPUTE_MODULES
     # a default token count follows the plan's method (a LoRA plan of a full job trains a fine-tuning set)
     tokens = default_tokens(base.model, ft) if "tokens" in base.derived else base.tokens
