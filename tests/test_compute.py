@@ -118,3 +118,46 @@ def test_arrays_give_the_same_answer_as_floats():
         assert t.compute_bound_s[i] == pytest.approx(one.compute_bound_s)
     s = streaming_time(np.array([1.0, 2.0]), HBM)
     assert np.all(s.compute_s == 0.0) and s.memory_s[1] == pytest.approx(2 * s.memory_s[0])
+
+
+H100_UNITS, H100_TILE = 132, (128, 256)
+SKINNY = 64               # roofline.SKINNY_EDGE: a dimension this narrow gets a tile of its own width
+
+
+def _tiled(m, n, k):
+    """A GEMM on an H100-like device whose tiles are known (128×256, 132 units)."""
+    from trainest.step.rates import Rates
+    r = Rates(peak_flops_per_s=PEAK, gemm_peak_fraction=ETA, gemm_half_dim=HALF, memory_bytes_per_s=HBM,
+              attention_flops_per_s=PEAK, gemm_input_bytes=2.0, units=H100_UNITS, tile=H100_TILE)
+    return r.gemm(m, n, k)
+
+
+@given(m=st.integers(1, 20000), n=st.integers(1, 20000), k=st.integers(1, 20000), shrink=st.floats(0.01, 1.0))
+def test_a_gemm_never_gets_slower_as_a_dimension_shrinks(m, n, k, shrink):
+    """Shrinking M or N within its padded tiles, or a skinny one (≤ 64, a LoRA rank or a head width) to
+    anything smaller, or K below the split-K threshold (2·256), never raises a GEMM's time: the tile
+    padding is charged once (the fill), not again through the shape factor of the unfilled width (a
+    rank-1 LoRA adapter was 8× slower than a rank-16 one). (Across tile counts, the wave quantisation
+    and the smooth shape factor of the whole GEMM are not monotone together: docs/model.md §2.2.)"""
+    from trainest.step.roofline import padded_dim
+    base = _tiled(m, n, k)
+    for dim, tile, at in ((m, H100_TILE[0], 0), (n, H100_TILE[1], 1)):
+        small = max(1, int(dim * shrink))
+        if dim > SKINNY and padded_dim(small, tile) != padded_dim(dim, tile):
+            continue
+        shape = [m, n, k]
+        shape[at] = small
+        assert _tiled(*shape).compute_s <= base.compute_s * (1 + 1e-12)
+        assert _tiled(*shape).time_s <= base.time_s * (1 + 1e-12)
+    small_k = min(k, 511)
+    assert _tiled(m, n, max(1, int(small_k * shrink))).time_s <= _tiled(m, n, small_k).time_s * (1 + 1e-12)
+
+
+def test_a_skinny_gemm_costs_at_most_its_padded_tile_and_is_memory_bound():
+    """A rank-1 adapter GEMM (T×1 by 1×out, or T×in by in×1) costs no more compute than the rank-16 GEMM
+    its tile is padded to, and reading its T×in input takes longer: it is memory-bound."""
+    t, width = 16384.0, 14336.0
+    for r in (1.0, 2.0, 4.0, 8.0):
+        for skinny, padded in ((_tiled(t, r, width), _tiled(t, 16.0, width)), (_tiled(t, width, r), _tiled(t, width, 16.0))):
+            assert skinny.compute_s <= padded.compute_s * (1 + 1e-12)
+            assert skinny.memory_s > skinny.compute_s

@@ -16,7 +16,7 @@ from trainest.choices import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_MODULES
 from trainest.errors import SpecError
 from trainest.estimate import TIGHT_FIT_FRACTION, Estimate, estimate
 from trainest.scenario import Scenario
-from trainest.units import GiB
+from trainest.units import GiB, plural
 
 MAX_DEVICES_TRIED = 2**20        # the device-count search doubles up to this many devices
 
@@ -102,10 +102,10 @@ def smallest_fitting(s: Scenario) -> tuple[str, Estimate | None]:
             best = search(s, n, top=1).plans[0]
         except SpecError as exc:
             if "no scale-out network" in str(exc) or "path is unknown" in str(exc):
-                return f"no layout fits on up to {n // 2 if n > s.devices else n} devices ({exc})", None
+                return f"no layout fits on up to {plural(n // 2 if n > s.devices else n, 'device')} ({exc})", None
             n *= 2
             continue
-        where = "on the same devices" if n == s.devices else f"the smallest count that fits is {n} devices"
+        where = "on the same devices" if n == s.devices else f"the smallest count that fits is {plural(n, 'device')}"
         return f"{where}: {_plan_text(best)}", best
     return f"no layout fits on up to {MAX_DEVICES_TRIED:,} devices", None
 

@@ -172,8 +172,8 @@ KNOBS: tuple[Knob, ...] = (
     K("offload", ("--offload",), "choice", "Offload to host memory: optimizer (ZeRO-Offload: FP32 master and Adam "
       "state, CPU Adam), optimizer+weights (ZeRO-Infinity, FSDP CPU offload) or activations (checkpoints to the "
       "host and back).", "none", "Offload", searched=True, job=True),
-    K("tokens", ("--tokens",), "str", "Training tokens, e.g. 300B or 1.5T.", "20 per parameter (LoRA/QLoRA: 100M)",
-      job=True),
+    K("tokens", ("--tokens",), "str", "Training tokens, e.g. 300B or 1.5T.",
+      "20 per parameter (a fine-tune, --finetune given: 100M)", job=True),
     K("price_per_hour", ("--price-per-hour",), "float", "USD per device-hour.", "catalog price", job=True),
     K("pue", ("--pue",), "float", "Data-centre power usage effectiveness.", "1.2", job=True),
     K("grid_gco2_per_kwh", ("--grid-gco2-per-kwh",), "float", "Carbon intensity of the electricity, in gCO2 per kWh "
@@ -338,14 +338,27 @@ def value_in(mapping: dict[str, Any], k: Knob) -> Any:
     return mapping.get(k.yaml_key)
 
 
-# the knobs that select a plan's layout, in the order `estimate_args` writes them; those in
-# LAYOUT_DEFAULTS are left out at that value (the command line's own default)
+# the knobs that select a plan's layout, in the order `estimate_args` writes them, the fine-tuning method
+# and its adapters among them (a plan may change the method, and a LoRA's base with it); those at the
+# command line's own default (`_default_of`) are left out
 LAYOUT_ARGS = ("devices", "tp", "pp", "cp", "vpp", "ep", "etp", "zero", "sequence_parallel", "micro_batch",
                "global_batch", "recompute", "recompute_modules", "tp_overlap", "pipeline_split", "dp_collectives",
-               "dp_overlap", "moe_overlap", "pipeline_schedule", "finetune", "offload")
+               "dp_overlap", "moe_overlap", "pipeline_schedule", "finetune", "lora_rank", "lora_alpha", "lora_targets",
+               "base_bits", "offload")
 LAYOUT_DEFAULTS = {"ep": 1, "etp": 1, "tp_overlap": False, "pipeline_split": "even", "dp_collectives": "hierarchical",
                    "moe_overlap": "none", "pipeline_schedule": "1f1b", "finetune": "full", "offload": "none",
-                   "recompute_modules": ["core_attn"]}
+                   "recompute_modules": ["core_attn"], "lora_rank": 16, "lora_targets": "all"}
+
+
+def _default_of(name: str, mapping: dict[str, Any]) -> Any:
+    """The value `trainest estimate` takes for layout knob `name` when it is not given, for this scenario
+    mapping: LAYOUT_DEFAULTS, a LoRA's α (= its rank) and its base (QLoRA 4 bits, LoRA 16); None: no default."""
+    ft = mapping.get("finetune") or {}
+    if name == "lora_alpha":
+        return ft.get("rank")
+    if name == "base_bits":
+        return 4 if ft.get("method") == "qlora" else 16
+    return LAYOUT_DEFAULTS.get(name)
 
 
 def option_args(k: Knob, value: Any) -> list[str]:
@@ -365,7 +378,7 @@ def estimate_args(mapping: dict[str, Any]) -> list[str]:
     for name in LAYOUT_ARGS:
         k = BY_NAME[name]
         value = value_in(mapping, k)
-        if value is None or (name in LAYOUT_DEFAULTS and value == LAYOUT_DEFAULTS[name]):
+        if value is None or value == _default_of(name, mapping):
             continue
         if name == "dp_overlap" and value == FRAMEWORKS[mapping.get("framework") or DEFAULT_FRAMEWORK].dp_overlap:
             continue                  # the framework's own default

@@ -51,7 +51,8 @@ class Job(NamedTuple):
     framework: str = "megatron-core"   # trainest/frameworks.py
     lora_rank: float = 16.0     # r of the LoRA adapters (used where Layout.finetune is lora/qlora)
     lora_targets: str = "all"   # LoraTargets: attention | mlp | all
-    base_bits: float = 16.0     # bits per frozen base weight of a LoRA (QLoRA: always 4)
+    base_bits: float = 16.0     # bits per frozen base weight of a LoRA plan, 16 or 8 (scenario.lora_base_bits);
+                                # a QLoRA plan's 4-bit NF4 comes from its method (Layout.qlora)
     packed_length: float = 0.0  # mean document length of packed sequences [tokens] (0: unpacked)
     adam_moments: str = "fp32"  # AdamMoments: the dtype of Adam's two moments
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES   # what selective recompute re-runs

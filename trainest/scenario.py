@@ -143,11 +143,22 @@ class FineTune:
     alpha: float | None = None   # the adapter scale α/r; no cost (None: α = r)
     targets: str = DEFAULT_LORA_TARGETS   # LORA_TARGETS
     base_bits: int = 16          # 16 | 8 (LLM.int8) | 4 (NF4, QLoRA)
+    stated: bool = False         # the method was given (`finetune: full` too): a fine-tune, not pre-training
 
     @property
     def frozen(self) -> bool:
         """LoRA or QLoRA: the base weights are frozen."""
         return self.method != "full"
+
+    @property
+    def fine_tune(self) -> bool:
+        """A fine-tune (any method given, or adapters), which trains on a fine-tuning set; False: pre-training."""
+        return self.frozen or self.stated
+
+    @property
+    def scale(self) -> float:
+        """The adapter scale's α as used: the given one, else α = r (the documented default)."""
+        return float(self.rank) if self.alpha is None else self.alpha
 
 
 @dataclass(frozen=True)
@@ -556,15 +567,15 @@ def memory_headroom_bytes(value: Any, capacity_bytes: float, where: str) -> tupl
 
 def default_tokens(model: Model, finetune: FineTune) -> float:
     """The tokens of the whole run when none are given: a pre-training budget of DEFAULT_TOKENS_PER_PARAM
-    per parameter (Chinchilla), or for adapters on a frozen base (LoRA, QLoRA) DEFAULT_FINETUNE_TOKENS, the
-    size of a fine-tuning set, not of the model."""
-    return DEFAULT_FINETUNE_TOKENS if finetune.frozen else DEFAULT_TOKENS_PER_PARAM * model.params
+    per parameter (Chinchilla), or for a fine-tune (a method given, full, LoRA or QLoRA) DEFAULT_FINETUNE_TOKENS,
+    the size of a fine-tuning set, not of the model."""
+    return DEFAULT_FINETUNE_TOKENS if finetune.fine_tune else DEFAULT_TOKENS_PER_PARAM * model.params
 
 
 def default_tokens_text(finetune: FineTune) -> str:
     """How `default_tokens` set them, for the tables."""
     from trainest.units import fmt_si
-    return (f"{fmt_si(DEFAULT_FINETUNE_TOKENS)} tokens for a LoRA/QLoRA fine-tune; give --tokens" if finetune.frozen
+    return (f"{fmt_si(DEFAULT_FINETUNE_TOKENS)} tokens for a fine-tune; give --tokens" if finetune.fine_tune
             else f"{DEFAULT_TOKENS_PER_PARAM:g} per parameter")
 
 
@@ -597,6 +608,7 @@ def check_finetune(data: Any, model: Model, precision: str, where: str) -> FineT
         data = {"method": data}
     d = F.check_keys({} if data is None else data, w, (), FINETUNE_KEYS)
     method = F.choice(d.get("method", "full"), f"{w}.method", FINETUNES)
+    stated = d.get("method") is not None
     if method == "full":
         given = [k for k in ("rank", "alpha", "targets") if d.get(k) is not None]
         if given:
@@ -605,7 +617,7 @@ def check_finetune(data: Any, model: Model, precision: str, where: str) -> FineT
         if d.get("base_bits") not in (None, 16):
             raise SpecError(f"{w}.base_bits: {F.show(d['base_bits'])} is for a frozen, quantised base (LoRA: 8, "
                             f"QLoRA: 4); a full fine-tune trains 16-bit weights: use 16 or method lora/qlora")
-        return FineTune()
+        return FineTune(stated=stated)
     if model.moe is not None:
         raise SpecError(f"{w}.method: {method} of a mixture-of-experts model ({model.name}) is not modelled (adapters "
                         f"on routed experts); use method full")
@@ -624,7 +636,18 @@ def check_finetune(data: Any, model: Model, precision: str, where: str) -> FineT
     alpha = F.number(d.get("alpha"), f"{w}.alpha", allow_none=True, maximum=1e6)
     return FineTune(method=method, rank=rank, alpha=alpha,
                     targets=F.choice(d.get("targets", DEFAULT_LORA_TARGETS), f"{w}.targets", LORA_TARGETS),
-                    base_bits=bits)
+                    base_bits=bits, stated=stated)
+
+
+LORA_DEFAULT_KEYS = ("rank", "alpha", "targets", "base_bits")   # a LoRA's adapters: `finetune.<key>` when derived
+
+
+def finetune_defaults(data: Any, ft: FineTune) -> list[str]:
+    """The `finetune.<key>` values a LoRA/QLoRA took by default (not in the mapping), for `derived`."""
+    if not ft.frozen:
+        return []
+    given = {} if not isinstance(data, dict) else data
+    return [f"finetune.{k}" for k in LORA_DEFAULT_KEYS if given.get(k) is None]
 
 
 def check_offload(data: Any, hardware: Hardware, where: str) -> str:
@@ -710,6 +733,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     dp_overlap = F.boolean(par.get("dp_overlap", fw.dp_overlap), f"{where}.parallel.dp_overlap")
     _check_framework_pipeline(framework, sizes["vpp"], par.get("pipeline_layout") is not None, where)
     finetune = check_finetune(data.get("finetune"), model, precision, where)
+    derived += finetune_defaults(data.get("finetune"), finetune)
     tokens, price_usd, pue, grid = _run_costs(r, model, hardware, finetune)
     hybrid_support(model, recompute, finetune.method, where)
     offload = check_offload(data.get("offload", "none"), hardware, f"{where}.offload")
@@ -810,7 +834,7 @@ def finetune_mapping(ft: FineTune) -> dict[str, Any]:
     """The `finetune:` echo: the method, and for LoRA/QLoRA its adapters and base."""
     if not ft.frozen:
         return {"method": ft.method}
-    return {"method": ft.method, "rank": ft.rank, "alpha": ft.alpha, "targets": ft.targets, "base_bits": ft.base_bits}
+    return {"method": ft.method, "rank": ft.rank, "alpha": ft.scale, "targets": ft.targets, "base_bits": ft.base_bits}
 
 
 def is_finite_positive(x: float) -> bool:
@@ -819,6 +843,13 @@ def is_finite_positive(x: float) -> bool:
 
 # ------------------------------------------------------------------ the step model's view of a scenario
 
+def lora_base_bits(ft: FineTune) -> int:
+    """The bits of the frozen base a LoRA plan of this job stores: the job's own 16 or 8 for a LoRA, 16
+    otherwise (a QLoRA job's base is 4-bit only under QLoRA; the step model takes QLoRA's NF4 from the
+    plan's method, `Layout.qlora`, so that a search over methods scores each with its own base)."""
+    return ft.base_bits if ft.method == "lora" else 16
+
+
 def job_of(s: Scenario, hardware: Hardware | None = None) -> Job:
     """The job of a scenario (on `hardware` instead of its own, e.g. with trial efficiencies)."""
     ft = s.finetune
@@ -826,7 +857,8 @@ def job_of(s: Scenario, hardware: Hardware | None = None) -> Job:
                kernels=s.kernels,
                seq_len=float(s.seq_len), global_batch=float(s.global_batch), devices_per_node=s.devices_per_node,
                framework=s.framework, lora_rank=float(ft.rank), lora_targets=ft.targets,
-               base_bits=float(ft.base_bits), packed_length=float(s.packed_length or 0), adam_moments=s.adam_moments,
+               base_bits=float(lora_base_bits(ft)), packed_length=float(s.packed_length or 0),
+               adam_moments=s.adam_moments,
                recompute_modules=s.recompute_modules,
                # one device has no group to place; and a search's job (devices 1) is given its N by the grid
                devices=float(s.devices) if s.devices > 1 else math.inf)

@@ -70,6 +70,7 @@ from trainest.scenario import (
     default_global_batch,
     default_tokens,
     job_of,
+    lora_base_bits,
     scenario_from_mapping,
 )
 from trainest.step import step_terms
@@ -141,6 +142,7 @@ def space_from_options(allow: list[str] | None = None, **maxima: int | None) -> 
     KNOB is tp, pp, cp, vpp, micro_batch (mb), zero, recompute (none|selective|full|op), sp
     (sequence_parallel: on|off), finetune (full|lora|qlora) or offload (none|optimizer|...)."""
     values: dict[str, Any] = {}
+    seen: dict[str, str] = {}          # knob -> the --allow item that gave it
     for item in allow or []:
         key, sep, rest = item.partition("=")
         key = key.strip().lower().replace("-", "_")
@@ -148,6 +150,10 @@ def space_from_options(allow: list[str] | None = None, **maxima: int | None) -> 
         if not sep or key not in ALLOW_KEYS or not rest.strip():
             raise SpecError(f"{where}: use KNOB=V1,V2 with KNOB one of {', '.join(sorted(set(ALLOW_KEYS)))}")
         knob = ALLOW_KEYS[key]
+        if knob in seen:
+            raise SpecError(f"{where}: {knob} is already given ({seen[knob]!r}); give its values once, "
+                            f"--allow {key}=V1,V2")
+        seen[knob] = item
         if knob in WORD_KNOBS:
             vocabulary = WORD_KNOBS[knob]
             got = tuple(dict.fromkeys(v.strip().lower() for v in rest.split(",")))
@@ -172,6 +178,27 @@ def space_from_options(allow: list[str] | None = None, **maxima: int | None) -> 
     return SearchSpace(**options)
 
 
+def job_for_methods(mapping: dict[str, Any], space: SearchSpace, where: str) -> dict[str, Any]:
+    """The job mapping of a search over fine-tuning methods (`--allow finetune=...`): a method the job
+    gives must be one the search allows (else a SpecError: the two contradict each other); without one the
+    job takes an allowed method, a LoRA one where allowed (qlora for `base_bits: 4`), so that the LoRA
+    options (rank, targets, base bits) apply to the LoRA plans. The search is a fine-tune either way."""
+    allowed = space.finetune
+    if allowed is None:
+        return mapping
+    given = mapping.get("finetune")
+    ft: dict[str, Any] = {"method": given} if isinstance(given, str) else dict(given or {})
+    method = ft.get("method")
+    if method is not None:
+        if method in FINETUNES and method not in allowed:
+            raise SpecError(f"{where}.finetune.method: {method} is not among the methods the search allows "
+                            f"(--allow finetune={','.join(allowed)}); give one of them, or leave the method out")
+        return mapping
+    frozen = [m for m in allowed if m != "full"]
+    chosen = ("qlora" if "qlora" in frozen and ft.get("base_bits") == 4 else frozen[0]) if frozen else "full"
+    return {**mapping, "finetune": {**ft, "method": chosen}}
+
+
 def check_space(base: Scenario, space: SearchSpace) -> None:
     """The values `--allow` names must suit the job and the hardware: tp dividing the heads and cp the
     sequence (else no plan can take them), and the checks a scenario gets for the fine-tuning methods and
@@ -190,7 +217,7 @@ def check_space(base: Scenario, space: SearchSpace) -> None:
     for method in space.finetune or ():
         given = {"method": method} if method == "full" else \
             {"method": method, "rank": ft.rank, "targets": ft.targets,
-             "base_bits": 4 if method == "qlora" else (ft.base_bits if ft.base_bits != 4 else 16)}
+             "base_bits": 4 if method == "qlora" else lora_base_bits(ft)}
         check_finetune(given, base.model, base.precision, "--allow finetune")
 
 
@@ -624,9 +651,9 @@ def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vp
                     if not x.startswith("parallel.") and x not in ("micro_batch", "recompute", "devices"))
     ft = base.finetune
     if finetune is not None and finetune != ft.method:
-        ft = FineTune() if finetune == "full" else replace(ft, method=finetune, base_bits=4 if finetune == "qlora"
-                                                            else (ft.base_bits if ft.frozen and ft.base_bits != 4
-                                                                  else 16))
+        derived = _finetune_derived(derived, base.finetune, finetune)
+        ft = (FineTune(stated=ft.stated) if finetune == "full"
+              else replace(ft, method=finetune, base_bits=4 if finetune == "qlora" else lora_base_bits(ft)))
     modules = base.recompute_modules if recompute == "selective" else DEFAULT_RECOMPUTE_MODULES
     # a default token count follows the plan's method (a LoRA plan of a full job trains a fine-tuning set)
     tokens = default_tokens(base.model, ft) if "tokens" in base.derived else base.tokens
@@ -639,6 +666,17 @@ def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vp
                                      dp_overlap=base.parallel.dp_overlap, ep=ep, etp=etp,
                                      moe_overlap=base.parallel.moe_overlap,
                                      pipeline_schedule=base.parallel.pipeline_schedule))
+
+
+def _finetune_derived(derived: tuple[str, ...], job: FineTune, method: str) -> tuple[str, ...]:
+    """`derived` for a plan whose method is not the job's: a full plan has no adapters; a LoRA/QLoRA plan
+    keeps the job's adapters (all defaults where the job trained every weight) and takes its method's base."""
+    kept = tuple(x for x in derived if not x.startswith("finetune."))
+    if method == "full":
+        return kept
+    adapters = tuple(f"finetune.{k}" for k in ("rank", "alpha", "targets")
+                     if not job.frozen or f"finetune.{k}" in derived)
+    return kept + adapters + ("finetune.base_bits",)
 
 
 def plan_knobs(s: Scenario) -> dict:

@@ -70,10 +70,10 @@ def search_plans(values: dict[str, Any]) -> tuple[Any, Any, str | None]:
     given = values.get("devices") or mapping.get("devices")
     devices = str(given or S.default_devices(mapping, where))
     lo, hi = S.parse_devices(devices)
-    base = S.job_scenario(mapping, where, default_batch_devices=hi)
+    space = S.space_from_options(values.get("allow"), **{k: values.get(k) for k in MAXIMA})
+    base = S.job_scenario(S.job_for_methods(mapping, space, where), where, default_batch_devices=hi)
     if given is None:               # shown as derived (report.plan: the header)
         base = replace(base, derived=base.derived + ("devices",))
-    space = S.space_from_options(values.get("allow"), **{k: values.get(k) for k in MAXIMA})
     deadline, budget = values.get("deadline"), values.get("budget")
     deadline_s = parse_duration_s(deadline, "--deadline") if deadline is not None else None
     budget_usd = parse_count(budget, "--budget") if budget is not None else None

@@ -202,11 +202,20 @@ def scenario_table(s: Scenario):
     ])
 
 
+TARGET_WORDS = {"all": "every linear layer", "attention": "the attention linear layers",
+                "mlp": "the MLP linear layers"}
+
+
 def finetune_text(s: Scenario) -> str:
-    """A LoRA/QLoRA in words: method, rank, targets, base."""
+    """A LoRA/QLoRA in words: method, rank, α, targets, base; each marked (default) where it was derived."""
     ft = s.finetune
+
+    def mark(key: str) -> str:
+        return " (default)" if f"finetune.{key}" in s.derived else ""
+
     base = {16: "16-bit", 8: "8-bit (LLM.int8)", 4: "4-bit NF4 with double quantisation"}[ft.base_bits]
-    return f"{ft.method}: rank {ft.rank} on the {ft.targets} linear layers, frozen {base} base"
+    return (f"{ft.method}: rank {ft.rank}{mark('rank')}, alpha {ft.scale:g}{mark('alpha')}, on "
+            f"{TARGET_WORDS[ft.targets]}{mark('targets')}, frozen {base} base{mark('base_bits')}")
 
 
 def efficiency_text(s: Scenario) -> str:

@@ -125,7 +125,8 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
                  "c context, d data parallel, v virtual stages, "
                  + ("e expert parallel, et expert tensor parallel, " if b.model.moe is not None else "")
                  + "b micro-batch, z ZeRO, "
-                 "sp sequence parallel; step = compute + mem(ory-bound) + comm + bubble + overhead \\[s]; "
+                 "sp sequence parallel; step = compute + mem(ory-bound) + comm + bubble + overhead (+ the exposed "
+                 "host-link time of an offload plan) \\[s]; "
                  "GiB per device; days and cost to train the tokens")
     t.caption_justify = "left"
     for col in ("#", "plan", "recomp", "step", "compute", "mem", "comm", "bubble", "MFU", "GiB", "days", "cost"):

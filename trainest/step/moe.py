@@ -45,7 +45,7 @@ from trainest.step.layer import (
 )
 from trainest.step.overlap import overlapped_exposed_s
 from trainest.step.rates import BACKWARD, FORWARD, LocalShape, Rates
-from trainest.step.roofline import Op, OpTime, gemm_efficiency, gemm_flops, op_of, streaming_time
+from trainest.step.roofline import Op, OpTime, gemm_compute_efficiency, gemm_flops, op_of, streaming_time
 from trainest.step.traffic import tp_layer_s
 
 ROUTER_BYTES_PER_SCORE = 16.0     # FP32 router scores: softmax/sigmoid read + write, top-k read, routing map write
@@ -147,7 +147,8 @@ def expert_backward_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> 
 def gemm_with_bytes(r: Rates, m: Num, n: Num, k: Num, batch: Num, bytes_moved: Num) -> OpTime:
     """An (m×k)·(k×n) GEMM (one of `batch` in one kernel) at the device's GEMM rates that moves
     `bytes_moved` [B]."""
-    eff = gemm_efficiency(m, n, k, r.gemm_peak_fraction, r.gemm_half_dim) * r.wave(m, n, k, batch)
+    eff = gemm_compute_efficiency(m, n, k, peak_fraction=r.gemm_peak_fraction, half_dim=r.gemm_half_dim,
+                                  wave=r.wave(m, n, k, batch), padded=r.padded(m, n))
     return OpTime(compute_s=gemm_flops(m, n, k) / (r.peak_flops_per_s * eff),
                   memory_s=bytes_moved / r.memory_bytes_per_s)
 

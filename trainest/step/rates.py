@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from trainest import xp
 from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
-from trainest.step.roofline import Op, OpTime, dimension_factor, gemm_op, gemm_time, wave_efficiency
+from trainest.step.roofline import Op, OpTime, dimension_factor, gemm_op, gemm_time, padded_dim, wave_efficiency
 
 ATTENTION_HALF_SEQ = 512.0         # sequence length at which fused attention's length factor is 1/2
 ATTENTION_HALF_HEAD_DIM = 32.0     # head dimension at which its head-width factor is 1/2
@@ -36,7 +36,8 @@ class Rates(NamedTuple):
         wave = self.wave(m, n, k, batch)
         return gemm_time(m, n, k, peak_flops_per_s=self.peak_flops_per_s, peak_fraction=self.gemm_peak_fraction,
                          half_dim=self.gemm_half_dim, input_bytes=self.gemm_input_bytes,
-                         output_bytes=ACTIVATION_BYTES, memory_bytes_per_s=self.memory_bytes_per_s, wave=wave)
+                         output_bytes=ACTIVATION_BYTES, memory_bytes_per_s=self.memory_bytes_per_s, wave=wave,
+                         padded=self.padded(m, n))
 
     def wave(self, m: Num, n: Num, k: Num, batch: Num = 1.0) -> Num:
         """The share of the device's units the GEMM's tiles keep busy (1 where they are unknown)."""
@@ -44,12 +45,19 @@ class Rates(NamedTuple):
             return 1.0
         return wave_efficiency(m, n, k, units=self.units, tile_m=self.tile[0], tile_n=self.tile[1], batch=batch)
 
+    def padded(self, m: Num, n: Num) -> tuple[Num, Num] | None:
+        """The output dimensions rounded up to whole tiles (padded_dim); None where the tiles are unknown."""
+        if self.units is None or self.tile is None:
+            return None
+        return padded_dim(m, self.tile[0]), padded_dim(n, self.tile[1])
+
     def gemm_op(self, name: str, m: Num, n: Num, k: Num, phase: str = FORWARD, batch: Num = 1.0) -> Op:
         """The same GEMM as a named op with its FLOPs (2mnk) and bytes (one of `batch` alike in one kernel)."""
         return gemm_op(name, phase, m, n, k, peak_flops_per_s=self.peak_flops_per_s,
                        peak_fraction=self.gemm_peak_fraction, half_dim=self.gemm_half_dim,
                        input_bytes=self.gemm_input_bytes, output_bytes=ACTIVATION_BYTES,
-                       memory_bytes_per_s=self.memory_bytes_per_s, wave=self.wave(m, n, k, batch))
+                       memory_bytes_per_s=self.memory_bytes_per_s, wave=self.wave(m, n, k, batch),
+                       padded=self.padded(m, n))
 
 
 def attention_span(job: Job, layout: Layout) -> Num:

@@ -144,6 +144,13 @@ def wave_efficiency(m: Num, n: Num, k: Num, *, units: float, tile_m: Num, tile_n
     return fill * best
 
 
+def padded_dim(dim: Num, tile: Num) -> Num:
+    """A GEMM output dimension rounded up to whole tiles along it, ⌈x/t⌉·t with t = narrow_tile(x, tile)
+    [elements]: the work the tiles do whatever part of them is filled."""
+    edge = narrow_tile(dim, tile)
+    return xp.ceil(dim / edge) * edge
+
+
 def gemm_flops(m: Num, n: Num, k: Num) -> Num:
     """2·m·n·k [FLOP] for an (m×k)·(k×n) product."""
     return 2.0 * m * n * k
@@ -154,19 +161,35 @@ def gemm_bytes(m: Num, n: Num, k: Num, input_bytes: float, output_bytes: float) 
     return (m * k + k * n) * input_bytes + m * n * output_bytes
 
 
+def gemm_compute_efficiency(m: Num, n: Num, k: Num, *, peak_fraction: Num, half_dim: Num, wave: Num = 1.0,
+                            padded: tuple[Num, Num] | None = None) -> Num:
+    """η_c of a GEMM with its tiles: η_max · f(m̃)·f(ñ)·f(k) · w [fraction of dense peak], with m̃, ñ the
+    output dimensions rounded up to whole tiles (`padded`, from `padded_dim`; m and n where the device's
+    tiles are unknown) and w = `wave` (wave_efficiency: the tiles' fill times the share of units busy).
+    The padding is charged once: the fill in w scales the work to the padded tiles' (m̃·ñ·k), and the
+    shape factor sees the padded tile's width, not the filled part of it again; so a rank-1 adapter
+    costs what a rank-16 tile costs, never more, and no GEMM gets slower as a dimension shrinks
+    (docs/model.md §2.2)."""
+    pm, pn = (m, n) if padded is None else padded
+    return gemm_efficiency(pm, pn, k, peak_fraction, half_dim) * wave
+
+
 def gemm_time(m: Num, n: Num, k: Num, *, peak_flops_per_s: float, peak_fraction: Num, half_dim: Num,
-              input_bytes: float, output_bytes: float, memory_bytes_per_s: Num, wave: Num = 1.0) -> OpTime:
+              input_bytes: float, output_bytes: float, memory_bytes_per_s: Num, wave: Num = 1.0,
+              padded: tuple[Num, Num] | None = None) -> OpTime:
     """A GEMM on the roofline. memory_bytes_per_s is the achievable HBM bandwidth [B/s]; `wave` the
-    share of the units its tiles keep busy (wave_efficiency; 1 where the device's tiles are unknown)."""
-    eff = gemm_efficiency(m, n, k, peak_fraction, half_dim) * wave
+    share of the units its tiles keep busy (wave_efficiency; 1 where the device's tiles are unknown);
+    `padded` the output dimensions the shape factor sees (see `gemm_compute_efficiency`)."""
+    eff = gemm_compute_efficiency(m, n, k, peak_fraction=peak_fraction, half_dim=half_dim, wave=wave, padded=padded)
     return OpTime(compute_s=gemm_flops(m, n, k) / (peak_flops_per_s * eff),
                   memory_s=gemm_bytes(m, n, k, input_bytes, output_bytes) / memory_bytes_per_s)
 
 
 def gemm_op(name: str, phase: str, m: Num, n: Num, k: Num, *, peak_flops_per_s: float, peak_fraction: Num,
-            half_dim: Num, input_bytes: float, output_bytes: float, memory_bytes_per_s: Num, wave: Num = 1.0) -> Op:
+            half_dim: Num, input_bytes: float, output_bytes: float, memory_bytes_per_s: Num, wave: Num = 1.0,
+            padded: tuple[Num, Num] | None = None) -> Op:
     """`gemm_time` as a named op with its FLOPs (2mnk) and bytes (the same expressions, computed once)."""
-    eff = gemm_efficiency(m, n, k, peak_fraction, half_dim) * wave
+    eff = gemm_compute_efficiency(m, n, k, peak_fraction=peak_fraction, half_dim=half_dim, wave=wave, padded=padded)
     flops, bytes_moved = gemm_flops(m, n, k), gemm_bytes(m, n, k, input_bytes, output_bytes)
     return Op(name=name, phase=phase, flops=flops, bytes=bytes_moved, compute_s=flops / (peak_flops_per_s * eff),
               memory_s=bytes_moved / memory_bytes_per_s)
