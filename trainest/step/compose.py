@@ -348,7 +348,10 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     mb_c = stage_c + stage.last_is_max * (logits_c + mtp.compute_s)
     mb_m = stage_m + stage.last_is_max * (logits_m + mtp.memory_s)
     m = layout.micro_batches(job)
-    bubble = bubble_s(layout, m, stage.heavy_layers * layer_s + stage_pp + z3_exposed)
+    # a typical stage's micro-batch in the bubble: its layers and what of its ZeRO-3 traffic they leave
+    # exposed (the embedding's and the loss's work, head_o, hide nothing there: they are not in it)
+    z3_typical = overlapped_exposed_s(z3_comm, stage_work - head_o, z3_layer, eff.overlap_contention) * layout.z3
+    bubble = bubble_s(layout, m, stage.heavy_layers * layer_s + stage_pp + z3_typical)
     trained_local = trainable_params_local(job, layout, params_local)    # LoRA: the adapters only
     dp = dp if dp is not None else data_parallel_traffic(job, layout, dp_tiers, trained_local, expert_local)
     host_fwd, host_bwd = host_pass_s(job, layout)
