@@ -302,6 +302,16 @@ def stage_pp_s(job: Job, layout: Layout, shape: LocalShape, tiers: Tiers, work_s
     return overlapped_exposed_s(stage_pp, work_s, 0.0, job.hardware.efficiency.overlap_contention)
 
 
+def zero3_exposed_s(layout: Layout, z3_comm: Num, z3_layer: Num, stage_work: Num, head_o: Num,
+                    contention: Num) -> tuple[Num, Num]:
+    """(the stage's, a typical stage's) ZeRO-3 traffic left exposed per micro-batch [s]: hidden behind
+    the stage's work (overlapped_exposed_s); a typical stage's micro-batch in the bubble has its layers
+    only, so the embedding's and the loss's work (`head_o`) hide nothing there."""
+    stage = overlapped_exposed_s(z3_comm, stage_work, z3_layer, contention) * layout.z3
+    typical = overlapped_exposed_s(z3_comm, stage_work - head_o, z3_layer, contention) * layout.z3
+    return stage, typical
+
+
 def step_flops(job: Job, layout: Layout) -> tuple[Num, Num]:
     """(model, hardware) FLOPs of one step, all devices: the layers and the logits (§1), the MTP modules
     (§15.10), what recomputation adds, and a frozen base's missing weight gradients and its adapters."""
@@ -343,14 +353,11 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     z3_layer, z3_comm = zero3_s(job, layout, dp_tiers, n, params_local)
     # the window for ZeRO-3's traffic: the stage's work, less the attention time that hides CP
     stage_work = stage_c + stage_m + stage_o - n * (cp.hiding_fwd_s + cp.hiding_bwd_s)
-    z3_exposed = overlapped_exposed_s(z3_comm, stage_work, z3_layer, eff.overlap_contention) * layout.z3
+    z3_exposed, z3_typical = zero3_exposed_s(layout, z3_comm, z3_layer, stage_work, head_o, eff.overlap_contention)
     mb_comm = n * tp_layer + n * cp.exposed_s + n * ep_layer + stage_pp + z3_exposed + head_comm + mtp_ep
     mb_c = stage_c + stage.last_is_max * (logits_c + mtp.compute_s)
     mb_m = stage_m + stage.last_is_max * (logits_m + mtp.memory_s)
     m = layout.micro_batches(job)
-    # a typical stage's micro-batch in the bubble: its layers and what of its ZeRO-3 traffic they leave
-    # exposed (the embedding's and the loss's work, head_o, hide nothing there: they are not in it)
-    z3_typical = overlapped_exposed_s(z3_comm, stage_work - head_o, z3_layer, eff.overlap_contention) * layout.z3
     bubble = bubble_s(layout, m, stage.heavy_layers * layer_s + stage_pp + z3_typical)
     trained_local = trainable_params_local(job, layout, params_local)    # LoRA: the adapters only
     dp = dp if dp is not None else data_parallel_traffic(job, layout, dp_tiers, trained_local, expert_local)
