@@ -765,7 +765,8 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
     """The resolved scenario as a plain mapping (the `inputs` echo in JSON; loadable again)."""
     m = s.model
     model: dict[str, Any] = {"name": m.name, "layers": m.layers, "hidden": m.hidden, "ffn_hidden": m.ffn_hidden,
-                             "heads": m.heads, "kv_heads": m.kv_heads, "vocab": m.vocab, "mlp": m.mlp,
+                             "heads": m.heads, "kv_heads": m.kv_heads, "head_dim": m.head_dim, "vocab": m.vocab,
+                             "mlp": m.mlp,
                              "tied_embeddings": m.tied_embeddings, "dropout": m.dropout, "positional": m.positional,
                              "params": m.params, "active_params": m.active_params}
     # the mixture-of-experts, latent-attention, hybrid and MTP blocks as the model schema writes them (loadable again)
