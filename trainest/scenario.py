@@ -16,6 +16,7 @@ from trainest import fields as F
 from trainest.catalog import (
     Hardware,
     Model,
+    hardware_reference,
     load_hardware,
     load_model,
     model_from_mapping,
@@ -774,7 +775,7 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
     return {
         "model": model,
         "seq_len": s.seq_len,
-        "hardware": s.hardware.name,
+        "hardware": hardware_reference(s.hardware),   # a user's file by its path: a reload uses that profile
         "devices": s.devices,
         "devices_per_node": s.devices_per_node,
         "precision": s.precision,

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from trainest import SCHEMA_VERSION
-from trainest.catalog import Hardware, specs_dir
+from trainest.catalog import Hardware, is_bundled_hardware
 from trainest.choices import DEFAULT_RECOMPUTE_MODULES
 from trainest.estimate import Estimate
 from trainest.pipeline_layout import rank_layers_text
@@ -62,7 +61,7 @@ def hardware_dict(s: Scenario) -> dict[str, Any]:
 
 def is_bundled(hw: Any) -> bool:
     """True for a catalog entry (specs/hardware), False for a file the user gave (a profile, a probe)."""
-    return Path(hw.path).resolve().parent == (specs_dir() / "hardware").resolve()
+    return is_bundled_hardware(hw)
 
 
 def notes(s: Scenario) -> list[str]:
