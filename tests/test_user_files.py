@@ -97,3 +97,78 @@ def test_compare_shows_the_profile_and_reproduces_it_with_its_file(profile):
     again = json.loads(run("estimate", "--model", "llama3-8b", "--global-batch", "32",
                            *profiled["plan"]["estimate_args"], "--json").stdout)
     assert again["step"]["time_s"] == profiled["step"]["time_s"]
+
+
+# --------------------------------------------- 4. an echo's derived values are derived again under an override
+
+def _json(*args: str) -> dict:
+    r = run(*args)
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def _same(a: dict, b: dict) -> None:
+    assert a["step"]["time_s"] == b["step"]["time_s"]
+    assert a["training"] == b["training"]
+    for key in ("devices", "devices_per_node", "framework", "tokens", "price_per_hour", "global_batch", "parallel",
+                "precision", "kernels"):
+        assert a["inputs"][key] == b["inputs"][key], key
+
+
+@pytest.mark.parametrize("override", [["--hardware", "b200"], ["--hardware", "tpu-v5p"], ["--model", "llama3-70b"],
+                                      ["--devices", "64"]], ids=["b200", "tpu-v5p", "llama3-70b", "devices-64"])
+def test_an_echo_with_an_override_equals_the_override_alone(override, tmp_path):
+    doc = _json("estimate", "--json")
+    path = tmp_path / "d_in.json"
+    path.write_text(json.dumps(doc["inputs"]))
+    _same(_json("estimate", "--config", str(path), *override, "--json"), _json("estimate", *override, "--json"))
+
+
+def test_values_the_user_gave_stay_under_an_override(tmp_path):
+    doc = _json("estimate", "--global-batch", "128", "--tokens", "1T", "--price-per-hour", "2", "--json")
+    path = tmp_path / "in.yaml"
+    path.write_text(yaml.safe_dump(doc["inputs"]))
+    again = _json("estimate", "--config", str(path), "--hardware", "b200", "--json")
+    assert (again["inputs"]["global_batch"], again["inputs"]["tokens"], again["inputs"]["price_per_hour"]) == \
+        (128, 1e12, 2.0)
+    assert again["inputs"]["devices_per_node"] == _json("estimate", "--hardware", "b200", "--json")["inputs"][
+        "devices_per_node"]
+
+
+def test_a_shape_override_echo_reloads_with_its_shape(tmp_path):
+    doc = _json("estimate", "--layers", "20", "--json")      # the default model (derived), modified
+    again = reload(doc, tmp_path)
+    assert again.exit_code == 0, again.stderr
+    assert json.loads(again.stdout)["inputs"]["model"] == doc["inputs"]["model"]
+
+
+# ----------------------------------------------------------- 6. paths in a file are the file's
+
+def test_paths_in_a_runs_file_resolve_against_its_folder(profile, tmp_path, monkeypatch):
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "prof.yaml").write_text(profile.read_text())
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "m.yaml").write_text(yaml.safe_dump(
+        {"name": "mini", "layers": 4, "hidden": 1024, "ffn_hidden": 4096, "heads": 16, "vocab": 32000}))
+    runs = {"source": "mine", "runs": [
+        {"id": "p1", "model": "llama3-8b", "hardware": "prof.yaml", "devices": 8, "global_batch": 32,
+         "measured": {"step_time_s": 3.0}},
+        {"id": "p2", "model": "../cfg/m.yaml", "hardware": "h100-sxm", "devices": 8, "global_batch": 32,
+         "measured": {"step_time_s": 0.5}}]}
+    (sub / "r.yaml").write_text(yaml.safe_dump(runs))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    r = run("validate", "--runs", str(sub / "r.yaml"), "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["summary"]["runs"] == 2, doc["not_expressible"]
+
+
+def test_paths_in_a_config_resolve_against_its_folder(profile, tmp_path, monkeypatch):
+    (tmp_path / "prof.yaml").write_text(profile.read_text())
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"hardware": "prof.yaml", "global_batch": 32}))
+    monkeypatch.chdir(profile.parent.parent)
+    doc = _json("estimate", "--config", str(tmp_path / "s.yaml"), "--json")
+    assert doc["hardware"]["efficiency_basis"] == "profile"

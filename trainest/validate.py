@@ -38,7 +38,7 @@ from trainest import fields as F
 from trainest.catalog import Hardware, specs_dir
 from trainest.conventions import FLOPS_FORMULAS
 from trainest.errors import SpecError, show
-from trainest.scenario import RUN_ONLY_KEYS, SCENARIO_KEYS, Scenario, scenario_from_mapping
+from trainest.scenario import RUN_ONLY_KEYS, SCENARIO_KEYS, Scenario, relative_to_file, scenario_from_mapping
 from trainest.units import TERA, GiB
 
 SECONDS_PER_HOUR = 3600.0
@@ -190,6 +190,7 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
         for i, rec in enumerate(doc["runs"]):
             where = f"{path}: runs[{i}]"
             F.check_keys(rec, where, ("id",), SCENARIO_KEYS + RUN_ONLY_KEYS)
+            rec = relative_to_file(rec, path.parent)     # its model and hardware files are the runs file's
             run_id = F.text(rec["id"], f"{where}.id")
             where = f"{path}: run {run_id!r}"
             rec_set = file_set if rec.get("set") is None else run_set_of(rec, Path(where))
