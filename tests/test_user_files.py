@@ -152,9 +152,9 @@ def test_paths_in_a_runs_file_resolve_against_its_folder(profile, tmp_path, monk
     (tmp_path / "cfg" / "m.yaml").write_text(yaml.safe_dump(
         {"name": "mini", "layers": 4, "hidden": 1024, "ffn_hidden": 4096, "heads": 16, "vocab": 32000}))
     runs = {"source": "mine", "runs": [
-        {"id": "p1", "model": "llama3-8b", "hardware": "prof.yaml", "devices": 8, "global_batch": 32,
+        {"id": "p1", "model": "llama3-8b", "hardware": "prof.yaml", "devices": 8, "seq_len": 8192, "global_batch": 32,
          "measured": {"step_time_s": 3.0}},
-        {"id": "p2", "model": "../cfg/m.yaml", "hardware": "h100-sxm", "devices": 8, "global_batch": 32,
+        {"id": "p2", "model": "../cfg/m.yaml", "hardware": "h100-sxm", "devices": 8, "seq_len": 2048, "global_batch": 32,
          "measured": {"step_time_s": 0.5}}]}
     (sub / "r.yaml").write_text(yaml.safe_dump(runs))
     elsewhere = tmp_path / "elsewhere"
@@ -172,3 +172,108 @@ def test_paths_in_a_config_resolve_against_its_folder(profile, tmp_path, monkeyp
     monkeypatch.chdir(profile.parent.parent)
     doc = _json("estimate", "--config", str(tmp_path / "s.yaml"), "--json")
     assert doc["hardware"]["efficiency_basis"] == "profile"
+
+
+# ------------------------------------------------- 5, 7, 11, 12: a user's runs file is checked like input
+
+RUN = {"id": "r1", "model": "llama3-8b", "hardware": "h100-sxm", "devices": 8, "seq_len": 8192, "global_batch": 32,
+       "measured": {"step_time_s": 3.0}}
+
+
+def runs_file(tmp_path: Path, *runs: dict, name: str = "mine.yaml", **top) -> str:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({"source": "my cluster", "runs": list(runs), **top}))
+    return str(path)
+
+
+@pytest.mark.parametrize("change, named", [({"hardware": "h100-sxn"}, "h100-sxm"),
+                                           ({"framework": "megatron"}, "megatron-core"),
+                                           ({"precision": "bf17"}, "bf16"),
+                                           ({"parallel": {"tp": 3}}, "tp·pp·cp")],
+                         ids=["hardware", "framework", "precision", "tp3"])
+def test_a_bad_value_in_a_users_runs_file_is_an_error(tmp_path, change, named):
+    path = runs_file(tmp_path, {**RUN, **change})
+    for extra in ([], ["--json"]):
+        r = run("validate", "--runs", path, *extra)
+        assert r.exit_code == 1
+        assert r.stdout == ""
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: ")
+        assert "mine.yaml" in lines[0] and "'r1'" in lines[0] and named in lines[0]
+
+
+def test_a_user_run_marked_not_expressible_is_still_reported(tmp_path):
+    path = runs_file(tmp_path, RUN, {"id": "r2", "source": "x", "expressible": False, "reason": "hybrid"})
+    r = run("validate", "--runs", path, "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["summary"]["runs"] == 1 and [n["id"] for n in doc["not_expressible"]] == ["r2"]
+
+
+def test_nothing_compared_in_a_users_file_is_an_error(tmp_path):
+    path = runs_file(tmp_path, {"id": "r2", "expressible": False, "reason": "hybrid"})
+    r = run("validate", "--runs", path, "--json")
+    assert r.exit_code == 1 and r.stdout == ""
+    assert "no run of" in r.stderr and "hybrid" in r.stderr
+
+
+@pytest.mark.parametrize("missing", ["hardware", "devices", "global_batch", "seq_len"])
+def test_a_run_without_what_its_measurement_needs_is_an_error(tmp_path, missing):
+    path = runs_file(tmp_path, {k: v for k, v in RUN.items() if k != missing})
+    r = run("validate", "--runs", path)
+    assert r.exit_code == 1 and r.stdout == ""
+    assert f"missing required key {missing}" in r.stderr and "'r1'" in r.stderr
+
+
+def test_the_values_a_run_leaves_out_are_listed(tmp_path):
+    path = runs_file(tmp_path, RUN)
+    doc = json.loads(run("validate", "--runs", path, "--json").stdout)
+    assert {"precision", "micro_batch", "parallel.zero", "recompute"} <= set(doc["runs"][0]["derived"])
+    out = flat(run("validate", "--runs", path).stdout)
+    assert "taken from the defaults" in out and "r1: precision" in out
+
+
+def test_a_users_file_without_set_is_not_public(tmp_path):
+    doc = json.loads(run("validate", "--runs", runs_file(tmp_path, RUN, name="my-cluster.yaml"), "--json").stdout)
+    assert list(doc["by_set"]) == ["my-cluster"] and doc["runs"][0]["run_set"] == "my-cluster"
+    doc = json.loads(run("validate", "--runs", runs_file(tmp_path, RUN, name="Public.yaml"), "--json").stdout)
+    assert list(doc["by_set"]) == ["user"]
+
+
+def test_two_measured_metrics_that_disagree_warn(tmp_path):
+    path = runs_file(tmp_path, {**RUN, "measured": {"step_time_s": 4, "tokens_per_s": 10}})
+    r = run("validate", "--runs", path, "--json")
+    assert r.exit_code == 0
+    assert json.loads(r.stdout)["runs"][0]["metric"] == "step_time_s"
+    assert "Warning:" in r.stderr and "tokens_per_s" in r.stderr and "the metric compared" in r.stderr
+    agree = runs_file(tmp_path, {**RUN, "measured": {"step_time_s": 4, "tokens_per_s": 32 * 8192 / 4}}, name="b.yaml")
+    assert "Warning" not in run("validate", "--runs", agree, "--json").stderr
+
+
+# ------------------------------------------------------------ 8. runs that cannot fit in memory
+
+NOFIT = {"id": "70b-on-8", "model": "llama3-70b", "hardware": "h100-sxm", "devices": 8, "seq_len": 8192,
+         "global_batch": 32, "parallel": {"zero": 0}, "recompute": "none", "measured": {"step_time_s": 10.0}}
+
+
+def test_validate_flags_a_run_that_does_not_fit(tmp_path):
+    r = run("validate", "--runs", runs_file(tmp_path, NOFIT))
+    assert r.exit_code == 0, r.stderr
+    out = flat(r.stdout)
+    assert "+19" in out and "NO" in out and "does not fit in trainest's memory model" in out
+
+
+def test_calibrate_leaves_out_a_run_that_does_not_fit(tmp_path):
+    runs = runs_file(tmp_path, *CAL_RUNS["runs"], NOFIT)
+    r = run("calibrate", "--runs", runs, "-o", str(tmp_path / "p.yaml"), "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["runs"] == 3 and len(doc["left_out"]) == 1 and doc["left_out"][0].startswith("70b-on-8:")
+    alone = run("calibrate", "--runs", runs_file(tmp_path, NOFIT, name="n.yaml"), "-o", str(tmp_path / "q.yaml"))
+    assert alone.exit_code == 1 and alone.stdout == "" and "fits in trainest's memory model" in alone.stderr
+
+
+def test_calibrate_on_one_run_says_determines(tmp_path):
+    r = run("calibrate", "--runs", runs_file(tmp_path, CAL_RUNS["runs"][0]), "-o", str(tmp_path / "p.yaml"))
+    assert r.exit_code == 0, r.stderr
+    assert "The 1 run determines" in flat(r.stdout)
