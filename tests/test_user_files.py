@@ -277,3 +277,30 @@ def test_calibrate_on_one_run_says_determines(tmp_path):
     r = run("calibrate", "--runs", runs_file(tmp_path, CAL_RUNS["runs"][0]), "-o", str(tmp_path / "p.yaml"))
     assert r.exit_code == 0, r.stderr
     assert "The 1 run determines" in flat(r.stdout)
+
+
+# ------------------------------------------------------------------ 9. one gate contract: exit 3, JSON out
+
+@pytest.mark.parametrize("args", [
+    ["plan", "--model", "llama3-70b", "--devices", "256..2048", "--tokens", "15T", "--deadline", "30d"],
+    ["plan", "--model", "llama3-70b", "--devices", "256..2048", "--tokens", "15T", "--budget", "1000"],
+    ["compare", "--model", "llama3-70b", "--hardware", "h100-sxm,b200", "--devices", "64..256", "--tokens", "15T",
+     "--deadline", "1d"],
+    ["estimate", "--max-days", "1"],
+], ids=["plan-deadline", "plan-budget", "compare-deadline", "estimate-max-days"])
+def test_a_gate_not_met_exits_3_with_the_json_on_stdout(args):
+    r = run(*args, "--json")
+    assert r.exit_code == 3, r.stderr
+    json.loads(r.stdout)
+    assert "Gate failed:" in r.stderr
+    assert run(*args).exit_code == 3
+
+
+def test_plan_gate_json_says_it_was_not_met():
+    doc = json.loads(run("plan", "--model", "llama3-70b", "--devices", "256..2048", "--tokens", "15T",
+                         "--deadline", "30d", "--json").stdout)
+    assert doc["devices_search"]["gate_met"] is False and "within 30.0 days" in doc["devices_search"]["gate_failed"]
+    assert doc["devices_search"]["chosen"] == 2048          # the closest: the fastest count tried
+    met = json.loads(run("plan", "--model", "llama3-8b", "--devices", "8..64", "--tokens", "10B", "--deadline", "30d",
+                         "--json").stdout)
+    assert met["devices_search"]["gate_met"] is True

@@ -157,6 +157,8 @@ def best_plan(mapping: dict, name: str, devices: str, space: S.SearchSpace, *, d
                 return replace(entry, reason=why, tried=tried)
             return replace(entry, estimate=found.plans[0], result=found, tried=tried)
         ds = S.smallest_devices(base, counts, space, deadline_s=deadline_s, budget_usd=budget_usd, top=1)
+        if ds.gate_failed:
+            return replace(entry, reason=ds.gate_failed, devices_search=ds)
         return replace(entry, estimate=ds.result.plans[0], result=ds.result, devices_search=ds)
     except SpecError as exc:
         return replace(entry, reason=str(exc))

@@ -781,7 +781,8 @@ def underive(data: dict[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(listed, list) or not all(isinstance(k, str) for k in listed):
         raise SpecError(f"{where}.derived: {F.show(listed)} must be a list of the names of derived values (the "
                         f"`inputs.derived` of --json), e.g. [tokens, price_per_hour]")
-    par = data.get("parallel") if isinstance(data.get("parallel"), dict) else {}
+    given_par = data.get("parallel")
+    par: dict[str, Any] = given_par if isinstance(given_par, dict) else {}
     echoed = data.get("micro_batches")
     if echoed is not None and all(isinstance(v, int) and not isinstance(v, bool) and v > 0
                                   for v in (data.get("global_batch"), data.get("micro_batch"), par.get("dp"))):
