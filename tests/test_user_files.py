@@ -304,3 +304,16 @@ def test_plan_gate_json_says_it_was_not_met():
     met = json.loads(run("plan", "--model", "llama3-8b", "--devices", "8..64", "--tokens", "10B", "--deadline", "30d",
                          "--json").stdout)
     assert met["devices_search"]["gate_met"] is True
+
+
+# --------------------------------------------------------- 13. the band of a profile says whose it is
+
+def test_a_profiles_band_says_it_is_the_catalog_entrys(profile, tmp_path):
+    r = run("estimate", "--hardware", str(profile), "--global-batch", "32")
+    assert r.exit_code == 0, r.stderr
+    out = flat(r.stdout)
+    assert "this band is the catalog entry h100-sxm's, not the profile's" in out
+    assert "trainest calibrate on cal.yaml, 3 runs" in out
+    v = run("validate", "--runs", runs_file(tmp_path, RUN), "--hardware", str(profile))
+    assert v.exit_code == 0, v.stderr
+    assert f"Predicted with the hardware profile {profile}" in flat(v.stdout)

@@ -264,7 +264,18 @@ def band_line(e: Estimate) -> str:
     if b.runs == 0:
         return f"Error band: {b.note}"
     return (f"Error band: measured/predicted step time {b.low_ratio:.2f}–{b.high_ratio:.2f} "
-            f"(expected to hold {b.coverage:.0%} of runs like this) from {b.note}")
+            f"(expected to hold {b.coverage:.0%} of runs like this) from {b.note}{profile_band_note(e)}")
+
+
+def profile_band_note(e: Estimate) -> str:
+    """For a `trainest calibrate` profile: the band is its catalog entry's (the bundled fit's held-out runs),
+    while the efficiencies come from the user's runs (the profile's method: file, runs, date)."""
+    eff = e.scenario.hardware.efficiency
+    if eff.basis != "profile":
+        return ""
+    return (f"; this band is the catalog entry {e.scenario.hardware.name}'s, not the profile's: its efficiencies "
+            f"come from {eff.method} (how far off those runs still are: `trainest validate --runs ... "
+            f"--hardware {e.scenario.hardware.path}`)")
 
 
 def band_pct(e: Estimate) -> str:
@@ -282,7 +293,9 @@ def band_source(e: Estimate) -> str:
         return "no band data"
     what = "held-out runs" if b.pool == "holdout" else "runs, uncalibrated efficiencies"
     widened = ", widened: no run of its family" if "no run of its family" in b.note else ""
-    return f"{b.runs} {what}: {b.group}{widened}"
+    profile = " (the catalog entry's band; efficiencies from your profile)" \
+        if e.scenario.hardware.efficiency.basis == "profile" else ""
+    return f"{b.runs} {what}: {b.group}{widened}{profile}"
 
 
 def throughput_table(e: Estimate):
