@@ -317,3 +317,15 @@ def test_a_profiles_band_says_it_is_the_catalog_entrys(profile, tmp_path):
     v = run("validate", "--runs", runs_file(tmp_path, RUN), "--hardware", str(profile))
     assert v.exit_code == 0, v.stderr
     assert f"Predicted with the hardware profile {profile}" in flat(v.stdout)
+
+
+# ------------------------------------------------ 10. a sweep that changes the device count shows it
+
+def test_a_tp_sweep_without_devices_shows_the_device_count():
+    r = CliRunner().invoke(app, ["sweep", "--tp", "4..16"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.stderr
+    out = flat(r.stdout)
+    assert " tp devices step " in out and " 16 16 " in out
+    assert "the device count changes across the points (8 to 16" in out
+    held = CliRunner().invoke(app, ["sweep", "--tp", "1..4"], env={"COLUMNS": "200"})
+    assert " tp devices " not in flat(held.stdout)
