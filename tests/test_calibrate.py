@@ -161,7 +161,7 @@ def test_cli_writes_a_profile_that_estimate_accepts(synthetic_runs, tmp_path):
     assert eff["method"].startswith("trainest calibrate on synthetic.yaml, 9 runs, ")
     res = runner.invoke(app, ["estimate", "--hardware", str(out), "--model", "llama3-8b", "--devices", "8", "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["inputs"]["hardware"] == "h100-sxm"
+    assert json.loads(res.stdout)["inputs"]["hardware"] == str(out.resolve())   # the profile, reloadable
     assert load_hardware(str(out)).efficiency.gemm == pytest.approx(eff["gemm"])
 
 

@@ -53,3 +53,25 @@ def test_a_stale_micro_batches_echo_is_an_error(tmp_path):
     assert result.exit_code == 1
     assert result.stdout == ""
     assert "micro_batches" in result.stderr and "remove it" in result.stderr
+
+
+def _preset_names() -> list[str]:
+    from trainest.catalog import _catalog_files
+    return sorted(_catalog_files("models"))
+
+
+@pytest.mark.parametrize("preset", _preset_names())
+def test_every_presets_inputs_reload_as_the_same_model(preset, tmp_path):
+    """Every shape field the model holds (head_dim, MoE, MLA, hybrid, MTP) travels in inputs.model."""
+    runner = CliRunner()
+    first = runner.invoke(app, ["estimate", "--model", preset, "--json"])
+    assert first.exit_code == 0, first.stderr
+    doc = json.loads(first.stdout)
+    path = tmp_path / "inputs.json"
+    path.write_text(json.dumps(doc["inputs"]))
+    again = runner.invoke(app, ["estimate", "--config", str(path), "--json"])
+    assert again.exit_code == 0, again.stderr
+    doc2 = json.loads(again.stdout)
+    assert doc2["inputs"]["model"] == doc["inputs"]["model"]
+    assert doc2["step"]["time_s"] == doc["step"]["time_s"]
+    assert doc2["memory"] == doc["memory"]

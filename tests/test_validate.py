@@ -158,20 +158,33 @@ def test_filters(runs_file, tmp_path):
 runner = CliRunner()
 
 
-def test_cli_json_parses(runs_file):
-    path, _ = runs_file
-    res = runner.invoke(app, ["validate", "--runs", path, "--json"])
+@pytest.fixture()
+def cli_runs_file(runs_file, tmp_path):
+    """runs_file without the record that does not validate: in a file given with --runs it is an error."""
+    _, runs = runs_file
+    return write_runs(tmp_path, [r for r in runs if r["id"] != "badpp"], name="cli.yaml")
+
+
+def test_cli_json_parses(cli_runs_file):
+    res = runner.invoke(app, ["validate", "--runs", cli_runs_file, "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["schema_version"] == "1.0"
-    assert doc["summary"]["runs"] == 5 and doc["summary"]["not_expressible"] == 2
+    assert doc["summary"]["runs"] == 5 and doc["summary"]["not_expressible"] == 1
     assert {"id", "source", "hardware", "metric", "measured", "predicted", "error_pct"} <= set(doc["runs"][0])
-    assert {n["id"] for n in doc["not_expressible"]} == {"moe", "badpp"}
+    assert {n["id"] for n in doc["not_expressible"]} == {"moe"}
 
 
-def test_cli_runs_takes_several_files_after_one_flag(runs_file, tmp_path):
-    """`--runs A B` (the issue's `--runs FILE ...`) equals `--runs A --runs B`."""
+def test_cli_a_user_run_that_does_not_validate_is_an_error(runs_file):
     path, _ = runs_file
+    res = runner.invoke(app, ["validate", "--runs", path, "--json"])
+    assert res.exit_code == 1 and res.stdout == ""
+    assert "run 'badpp'" in res.stderr and "pp=8 does not divide layers=4" in res.stderr
+
+
+def test_cli_runs_takes_several_files_after_one_flag(cli_runs_file, tmp_path):
+    """`--runs A B` (the issue's `--runs FILE ...`) equals `--runs A --runs B`."""
+    path = cli_runs_file
     other = write_runs(tmp_path, [run("a100run", {"step_time_s": 1.0}, hardware="a100-80gb-sxm")], name="other.yaml")
     one = runner.invoke(app, ["validate", "--runs", path, other, "--json"])
     two = runner.invoke(app, ["validate", "--runs", path, "--runs", other, "--json"])
@@ -180,8 +193,8 @@ def test_cli_runs_takes_several_files_after_one_flag(runs_file, tmp_path):
     assert json.loads(one.stdout)["summary"]["runs"] == 6
 
 
-def test_cli_table_and_markdown(runs_file):
-    path, _ = runs_file
+def test_cli_table_and_markdown(cli_runs_file):
+    path = cli_runs_file
     res = runner.invoke(app, ["validate", "--runs", path])
     assert res.exit_code == 0 and "toks" in res.stdout
     res = runner.invoke(app, ["validate", "--runs", path, "--markdown"])
@@ -232,12 +245,13 @@ def test_cli_set_filter_json_by_set_and_unknown_set(tmp_path):
     res = runner.invoke(app, ["validate", "--runs", public, other, "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert set(doc["by_set"]) == {"public", "lab-node"} and {r["run_set"] for r in doc["runs"]} == {"public", "lab-node"}
+    # a user's file without `set:` is its file stem, not `public` (the published runs)
+    assert set(doc["by_set"]) == {"pub", "lab-node"} and {r["run_set"] for r in doc["runs"]} == {"pub", "lab-node"}
     res = runner.invoke(app, ["validate", "--runs", public, other, "--set", "lab-node", "--json"])
     assert res.exit_code == 0 and [r["id"] for r in json.loads(res.stdout)["runs"]] == ["o"]
     res = runner.invoke(app, ["validate", "--runs", public, other, "--set", "nope"])
     assert res.exit_code == 1 and res.stdout == ""
-    assert "--set 'nope'" in res.stderr and "lab-node, public" in res.stderr
+    assert "--set 'nope'" in res.stderr and "lab-node, pub" in res.stderr
     res = runner.invoke(app, ["validate", "--runs", public, other, "--markdown"])
     assert res.exit_code == 0 and "| set | runs |" in res.stdout
 
@@ -267,9 +281,12 @@ def test_a_few_runs_that_do_not_validate_are_listed_with_their_reasons(tmp_path)
     """A typo in your own runs file (a model that is no preset) was only counted ('1 not expressible');
     its reason is now under the tables, with the suggestion."""
     runs = tmp_path / "mine.yaml"
-    record = {"hardware": "h100-sxm", "devices": 8, "global_batch": 64, "measured": {"step_time_s": 8.0}}
+    record = {"hardware": "h100-sxm", "devices": 8, "seq_len": 8192, "global_batch": 64,
+              "measured": {"step_time_s": 8.0}}
     runs.write_text(yaml.safe_dump({"source": "my cluster", "runs": [
         {"id": "good", "model": "llama3-8b", **record}, {"id": "typo", "model": "llama9-8b", **record}]}))
     res = runner.invoke(app, ["validate", "--runs", str(runs)], env={"COLUMNS": "300"})
-    assert res.exit_code == 0, res.output
-    assert "1 not expressible:" in res.stdout and "typo: does not validate: unknown model 'llama9-8b'" in res.stdout
+    # a typo in a value of your own file is an error naming the run and the value (it was counted as not
+    # expressible, and validate exited 0)
+    assert res.exit_code == 1 and res.stdout == ""
+    assert "run 'typo'" in res.stderr and "unknown model 'llama9-8b'" in res.stderr

@@ -214,6 +214,25 @@ def _load_hardware_path(path: str) -> Hardware:
     return hardware_from_mapping(_read_spec(Path(path), "hardware"), path)
 
 
+def is_catalog_name(kind: str, value: str) -> bool:
+    """Whether `value` names a catalog entry of `kind` (`model`: a preset or its alias; `hardware`)."""
+    key = value.strip().lower()
+    if kind == "model":
+        return key in _catalog_files("models") or key in _model_aliases() or key in NOT_EXPRESSIBLE_MODELS
+    return key in _catalog_files("hardware")
+
+
+def is_bundled_hardware(hw: Hardware) -> bool:
+    """True for a catalog entry (specs/hardware), False for a file the user gave (a profile, a probe)."""
+    return Path(hw.path).resolve().parent == (specs_dir() / "hardware").resolve()
+
+
+def hardware_reference(hw: Hardware) -> str:
+    """What names this hardware again for `--hardware` / a scenario's `hardware:`: its catalog name, or the
+    absolute path of the user's file (a calibrated profile, a probe) so that a reload uses that file."""
+    return hw.name if is_bundled_hardware(hw) else str(Path(hw.path).resolve())
+
+
 def load_hardware(value: str) -> Hardware:
     """A catalog name (`h100-sxm`) or a path to a hardware YAML file."""
     value = str(value).strip()

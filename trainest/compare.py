@@ -20,10 +20,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from trainest import search as S
-from trainest.catalog import hardware_names, load_hardware
+from trainest.catalog import hardware_names, is_bundled_hardware, load_hardware
 from trainest.errors import SpecError
 from trainest.estimate import Estimate
 from trainest.scenario import DEFAULT_HARDWARE, DEFAULT_PRECISION
@@ -43,10 +44,26 @@ class Entry:
     result: S.SearchResult | None = None
     devices_search: S.DeviceSearch | None = None
     tried: tuple[tuple[int, float | None, float | None], ...] = ()   # budget mode: (N, run time, cost)
+    file: str | None = None            # the user's hardware file as given (a profile, a probe); None: catalog
+    efficiency_basis: str = ""         # Efficiency.basis: fitted, inherited, profile, median prior, prior
 
     @property
     def can_run(self) -> bool:
         return self.estimate is not None
+
+    @property
+    def reference(self) -> str:
+        """What `--hardware` takes to reproduce this entry: the file as given, else the catalog name."""
+        return self.file or self.hardware
+
+    @property
+    def label(self) -> str:
+        """The entry in a table: the catalog name, or a user file's name and what it is (two profiles of
+        one device, or a profile beside its catalog entry, must not look the same)."""
+        if self.file is None:
+            return self.hardware
+        what = "calibrated profile" if self.efficiency_basis == "profile" else "file"
+        return f"{Path(self.file).name} ({what} of {self.hardware})"
 
 
 @dataclass(frozen=True)
@@ -119,7 +136,8 @@ def best_plan(mapping: dict, name: str, devices: str, space: S.SearchSpace, *, d
         hw = load_hardware(name)
     except SpecError as exc:
         return Entry(name, name, False, None, str(exc))
-    entry = Entry(hw.name, hw.display_name, bool(hw.efficiency.fitted), None, "")
+    entry = Entry(hw.name, hw.display_name, bool(hw.efficiency.fitted), None, "",
+                  file=None if is_bundled_hardware(hw) else name, efficiency_basis=hw.efficiency.basis)
     if hw.unsupported_reason:
         return replace(entry, reason=f"not modelled: {hw.unsupported_reason}")
     try:
@@ -139,6 +157,8 @@ def best_plan(mapping: dict, name: str, devices: str, space: S.SearchSpace, *, d
                 return replace(entry, reason=why, tried=tried)
             return replace(entry, estimate=found.plans[0], result=found, tried=tried)
         ds = S.smallest_devices(base, counts, space, deadline_s=deadline_s, budget_usd=budget_usd, top=1)
+        if ds.gate_failed:
+            return replace(entry, reason=ds.gate_failed, devices_search=ds)
         return replace(entry, estimate=ds.result.plans[0], result=ds.result, devices_search=ds)
     except SpecError as exc:
         return replace(entry, reason=str(exc))
@@ -148,9 +168,9 @@ def rank(entries: Iterable[Entry], objective: str) -> tuple[Entry, ...]:
     """Entries that can run by the objective (those lacking its input after them), then the rest."""
     def key(e: Entry) -> tuple[int, float, str]:
         if e.estimate is None:
-            return (2, math.inf, e.hardware)
+            return (2, math.inf, e.label)
         value = objective_value(e.estimate, objective)
-        return (0, value, e.hardware) if value is not None else (1, e.estimate.training.time_s, e.hardware)
+        return (0, value, e.label) if value is not None else (1, e.estimate.training.time_s, e.label)
     return tuple(sorted(entries, key=key))
 
 

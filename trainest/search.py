@@ -933,8 +933,9 @@ class DeviceSearch:
     deadline_s: float | None
     budget_usd: float | None
     trials: tuple[DeviceTrial, ...]
-    result: SearchResult           # the plan search at the chosen count
+    result: SearchResult           # the plan search at the chosen count (gate not met: the closest count)
     rule: str = ""                 # how the count was chosen, in words (device_rule)
+    gate_failed: str = ""          # no count meets the deadline/budget: why, and the closest found ("": met)
 
     @property
     def devices(self) -> int:
@@ -1009,7 +1010,23 @@ def smallest_devices(base: Scenario, counts: list[int], space: SearchSpace = Sea
     if chosen is not None:
         return DeviceSearch(deadline_s=deadline_s, budget_usd=budget_usd, trials=tuple(trials),
                             result=results[chosen.devices], rule=rule)
-    raise SpecError(_none_meets(base, counts, trials, deadline_s, budget_usd))
+    closest = _closest(trials, budget_usd)
+    why = _none_meets(base, counts, trials, deadline_s, budget_usd)
+    if closest is None or (deadline_s is None and budget_usd is None):
+        raise SpecError(why)                  # nothing fits at any count: no plan to show
+    # a gate not met (deadline, budget): the closest count's plans, with why (the CLI exits 3, EXIT_GATE)
+    return DeviceSearch(deadline_s=deadline_s, budget_usd=budget_usd, trials=tuple(trials),
+                        result=results[closest.devices], rule=rule, gate_failed=why)
+
+
+def _closest(trials: list[DeviceTrial], budget_usd: float | None) -> DeviceTrial | None:
+    """The count nearest a gate none meets: the cheapest when a budget was given, else the fastest."""
+    ok = [t for t in trials if t.time_s is not None]
+    if not ok:
+        return None
+    if budget_usd is not None:
+        return min(ok, key=lambda t: (t.cost_usd if t.cost_usd is not None else math.inf, t.devices))
+    return min(ok, key=lambda t: t.time_s if t.time_s is not None else math.inf)
 
 
 def _none_meets(base: Scenario, counts: list[int], trials: list[DeviceTrial], deadline_s: float | None,

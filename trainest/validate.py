@@ -38,7 +38,7 @@ from trainest import fields as F
 from trainest.catalog import Hardware, specs_dir
 from trainest.conventions import FLOPS_FORMULAS
 from trainest.errors import SpecError, show
-from trainest.scenario import RUN_ONLY_KEYS, SCENARIO_KEYS, Scenario, scenario_from_mapping
+from trainest.scenario import RUN_ONLY_KEYS, SCENARIO_KEYS, Scenario, relative_to_file, scenario_from_mapping
 from trainest.units import TERA, GiB
 
 SECONDS_PER_HOUR = 3600.0
@@ -99,6 +99,7 @@ class LoadedRuns:
     cases: tuple[Case, ...]
     not_expressible: tuple[NotExpressible, ...]
     duplicates: tuple[str, ...] = ()     # ids of repeated transcriptions (`duplicate_of`), counted once
+    warnings: tuple[str, ...] = ()       # measured metrics of one run that disagree (metric_disagreements)
 
 
 def bundled_runs_files() -> list[Path]:
@@ -106,10 +107,10 @@ def bundled_runs_files() -> list[Path]:
     return sorted((specs_dir() / "runs").glob("*.yaml"))
 
 
-def run_sets(paths: Iterable[str | Path] | None = None) -> list[str]:
+def run_sets(paths: Iterable[str | Path] | None = None, *, user_files: bool = False) -> list[str]:
     """The run sets the runs files declare (the bundled files by default), sorted."""
     files = [Path(p) for p in paths] if paths else bundled_runs_files()
-    return sorted({run_set_of(runs_document(path), path) for path in files})
+    return sorted({run_set_of(runs_document(path), path, user_files) for path in files})
 
 
 def runs_document(path: Path) -> dict[str, Any]:
@@ -150,10 +151,22 @@ def _matches(text: str | None, pattern: str | None) -> bool:
     return pattern is None or (text is not None and pattern.lower() in str(text).lower())
 
 
-def run_set_of(doc: dict[str, Any], path: Path) -> str:
-    """The run set a runs file declares (`set:`, a lower-case name), `public` when absent."""
+USER_SET = "user"                   # the set of a user's runs file without `set:` whose name is no set name
+
+
+def user_set_name(path: Path) -> str:
+    """The set of a user's runs file without `set:`: its file stem, lower-cased (`my-cluster` for
+    my-cluster.yaml), or `user` when the stem is no set name: never `public`, the published runs."""
+    stem = path.stem.lower()
+    ok = stem and stem != PUBLIC_SET and all(c.isascii() and (c.isalnum() or c in "-_.") for c in stem)
+    return stem if ok else USER_SET
+
+
+def run_set_of(doc: dict[str, Any], path: Path, user_file: bool = False) -> str:
+    """The run set a runs file declares (`set:`, a lower-case name); when absent, `public` for a bundled
+    file and `user_set_name` for a user's (`user_file`: given with --runs)."""
     if doc.get("set") is None:
-        return PUBLIC_SET
+        return user_set_name(path) if user_file else PUBLIC_SET
     name = doc["set"]
     if not isinstance(name, str) or not name or name != name.lower() \
             or not all(c.isascii() and (c.isalnum() or c in "-_.") for c in name):
@@ -162,14 +175,55 @@ def run_set_of(doc: dict[str, Any], path: Path) -> str:
     return name
 
 
+# what a measured run cannot be interpreted without (every bundled record gives them; specs/README.md)
+REQUIRED_RUN_KEYS = ("model", "hardware", "devices", "seq_len")
+BATCH_RUN_KEYS = ("global_batch", "global_batch_tokens")
+METRIC_AGREEMENT = 0.01     # two given metrics whose step times differ by more than this share disagree
+
+
+def check_run_keys(rec: dict[str, Any], where: str) -> None:
+    """An expressible record gives model, hardware, devices, seq_len and a batch size: without them the
+    measurement is compared against a default scenario and its error means nothing."""
+    missing = [k for k in REQUIRED_RUN_KEYS if rec.get(k) is None]
+    if all(rec.get(k) is None for k in BATCH_RUN_KEYS):
+        missing.append("global_batch")
+    if missing:
+        raise SpecError(f"{where}: missing required key{'s' if len(missing) > 1 else ''} {', '.join(missing)}: a "
+                        f"measured run cannot be interpreted without {'them' if len(missing) > 1 else 'it'} (give "
+                        f"{', '.join(REQUIRED_RUN_KEYS)} and global_batch or global_batch_tokens; specs/README.md)")
+
+
+def metric_disagreements(case: Case, measured: dict[str, Any], where: str) -> list[str]:
+    """Warnings for the metrics of `measured` besides the one compared whose equivalent step time differs
+    from the compared one's by more than METRIC_AGREEMENT."""
+    out = []
+    compared_s = step_time_s_from_metric(case)
+    for metric in METRICS:
+        if metric == case.measurement.metric or measured.get(metric) is None:
+            continue
+        try:
+            other = measurement_from_mapping({k: v for k, v in measured.items()
+                                              if k not in METRICS or k == metric}, where)
+            other_s = step_time_s_from_metric(replace(case, measurement=other))
+        except SpecError:
+            continue     # (e.g. mfu without a flops_formula: not comparable, and not the metric compared)
+        if abs(other_s - compared_s) > METRIC_AGREEMENT * compared_s:
+            out.append(f"{where}: measured {metric} {measured[metric]} means a step of {other_s:.4g} s, but "
+                       f"{case.measurement.metric} {case.measurement.value:g} (the metric compared) means "
+                       f"{compared_s:.4g} s; they disagree by {abs(other_s / compared_s - 1):.0%}")
+    return out
+
+
 def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None = None,
-              hardware: str | None = None, run_set: str | None = None) -> LoadedRuns:
+              hardware: str | None = None, run_set: str | None = None, user_files: bool = False) -> LoadedRuns:
     """Read and check runs files; build a Scenario for every expressible record.
 
     `source` keeps records whose file stem, file-level or record `source` contains it (case-insensitive);
     `hardware` keeps records whose hardware name equals it; `run_set` keeps the records whose set equals
     it: the record's own `set:`, else its file's (`public` for neither). Schema errors (unknown keys, a bad
-    `measured`, duplicate ids) raise SpecError; a scenario that does not validate is not expressible.
+    `measured`, duplicate ids, a missing key a measurement needs) raise SpecError; a scenario that does not
+    validate is not expressible in a bundled file, and an error in a user's (`user_files`: given with --runs,
+    where it is a typo in a value, not a run trainest cannot express).
     """
     files = [Path(p) for p in paths] if paths else bundled_runs_files()
     if not files:
@@ -179,17 +233,19 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
     skipped: list[NotExpressible] = []
     seen: dict[str, str] = {}
     duplicates: list[str] = []
+    warnings: list[str] = []
     for path in files:
         doc = runs_document(path)
         F.check_keys(doc, str(path), RUNS_FILE_KEYS, RUNS_FILE_OPTIONAL_KEYS)
         file_source = None if doc.get("source") is None else F.text(doc["source"], f"{path}: source")
-        file_set = run_set_of(doc, path)
+        file_set = run_set_of(doc, path, user_files)
         if not isinstance(doc["runs"], list):
             raise SpecError(f"{path}: runs: expected a list of run records, got {type(doc['runs']).__name__}")
         group = path.stem
         for i, rec in enumerate(doc["runs"]):
             where = f"{path}: runs[{i}]"
             F.check_keys(rec, where, ("id",), SCENARIO_KEYS + RUN_ONLY_KEYS)
+            rec = relative_to_file(rec, path.parent)     # its model and hardware files are the runs file's
             run_id = F.text(rec["id"], f"{where}.id")
             where = f"{path}: run {run_id!r}"
             rec_set = file_set if rec.get("set") is None else run_set_of(rec, Path(where))
@@ -223,13 +279,20 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
             if rec.get("measured") is None:
                 raise SpecError(f"{where}: missing required key 'measured' (an expressible run needs a measurement)")
             measurement = measurement_from_mapping(rec["measured"], f"{where}.measured")
+            check_run_keys(rec, where)
             try:
                 scenario = scenario_from_mapping(rec, where)
             except SpecError as exc:
+                if user_files:
+                    text = str(exc) if str(exc).startswith(where) else f"{where}: {exc}"
+                    raise SpecError(f"{text} (fix the value, or mark the run `expressible: false` with a "
+                                    f"reason)") from None
                 skipped.append(NotExpressible(run_id, group, hw_name, f"does not validate: {exc}", rec_set))
                 continue
-            cases.append(Case(run_id, group, citation, scenario, measurement, confidence, rec_set))
-    return LoadedRuns(tuple(cases), tuple(skipped), tuple(duplicates))
+            case = Case(run_id, group, citation, scenario, measurement, confidence, rec_set)
+            warnings += metric_disagreements(case, rec["measured"], where)
+            cases.append(case)
+    return LoadedRuns(tuple(cases), tuple(skipped), tuple(duplicates), tuple(warnings))
 
 
 # ----------------------------------------------------------------------------------- metric algebra
@@ -326,6 +389,7 @@ class RunResult:
     active_params_b: float = 0.0                  # parameters one token uses [billions] (= params_b when dense)
     ep: int = 1
     etp: int = 1
+    derived: tuple[str, ...] = ()                 # the scenario values the record left out (defaults taken)
 
 
 ARCHITECTURES = ("dense", "moe", "hybrid")
@@ -363,7 +427,7 @@ def result_for(case: Case, predicted_step_s: float, bottleneck: str = "?", fits:
         zero=p.zero, sequence_parallel=p.sequence_parallel, recompute=s.recompute, precision=s.precision,
         seq_len=s.seq_len, micro_batch=s.micro_batch, global_batch=s.global_batch, confidence=case.confidence,
         citation=case.citation, run_set=case.run_set, model=s.model.name, architecture=architecture_of(s),
-        active_params_b=s.model.active_params / 1e9, ep=p.ep, etp=p.etp)
+        active_params_b=s.model.active_params / 1e9, ep=p.ep, etp=p.etp, derived=s.derived)
 
 
 @dataclass(frozen=True)
@@ -399,6 +463,8 @@ class ValidationReport:
     runs: tuple[RunResult, ...]
     not_expressible: tuple[NotExpressible, ...]
     duplicates: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()       # measured metrics of one run that disagree (LoadedRuns.warnings)
+    profile: str | None = None           # the hardware file the runs of its hardware were predicted with
 
     @property
     def by_set(self) -> dict[str, Summary]:
@@ -431,7 +497,7 @@ def build_report(results: Iterable[RunResult], skipped: Iterable[NotExpressible]
 
 
 def validate_runs(paths: Iterable[str | Path] | None = None, source: str | None = None, hardware: str | None = None,
-                  *, run_set: str | None = None,
+                  *, run_set: str | None = None, user_files: bool = False,
                   progress: Callable[[int, int], None] | None = None) -> ValidationReport:
     """Load runs (the bundled ones by default), predict each expressible one, compare, summarize.
 
@@ -444,7 +510,7 @@ def validate_runs(paths: Iterable[str | Path] | None = None, source: str | None 
         from trainest.catalog import load_hardware
         profile = load_hardware(hardware)
         hardware = profile.name
-    loaded = load_runs(paths, source=source, hardware=hardware, run_set=run_set)
+    loaded = load_runs(paths, source=source, hardware=hardware, run_set=run_set, user_files=user_files)
     results: list[RunResult] = []
     skipped = list(loaded.not_expressible)
     for i, case in enumerate(loaded.cases):
@@ -455,7 +521,8 @@ def validate_runs(paths: Iterable[str | Path] | None = None, source: str | None 
                                           f"cannot be estimated: {exc}", case.run_set))
         if progress is not None:
             progress(i + 1, len(loaded.cases))
-    return build_report(results, skipped, loaded.duplicates)
+    return replace(build_report(results, skipped, loaded.duplicates), warnings=loaded.warnings,
+                   profile=None if profile is None else profile.path)
 
 
 # --------------------------------------------------------------------------------------- the two bounds

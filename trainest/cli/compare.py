@@ -6,9 +6,10 @@ as `plan` does, calls trainest.compare and hands the result to trainest.report.c
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-from trainest.cli import EXIT_BAD_INPUT, EXIT_OK, error_line
+from trainest.cli import EXIT_BAD_INPUT, EXIT_GATE, EXIT_OK, error_line
 
 HELP = ("Compare hardware for one job: each entry at its best plan (at --devices N, or the fewest devices that "
         "meet --deadline, or the fastest within --budget), ranked by the objective, with the error band.")
@@ -59,6 +60,11 @@ def run_compare(values: dict[str, Any]) -> int:
         if not values.get("quiet"):
             for w in warnings:
                 report.warn(w)
+    if (deadline is not None or budget is not None) and not any(en.can_run for en in result.entries):
+        # a gate (--deadline, --budget) no entry meets: exit 3 as estimate's --max-days; the document is out
+        gates = [f"{flag} {v}" for flag, v in (("--deadline", deadline), ("--budget", budget)) if v is not None]
+        print(f"Gate failed: no hardware entry meets {' and '.join(gates)}", file=sys.stderr)
+        return EXIT_GATE
     return EXIT_OK
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from trainest.cli import EXIT_BAD_INPUT, EXIT_OK, error_line
+from trainest.cli import EXIT_BAD_INPUT, EXIT_GATE, EXIT_OK, error_line
 from trainest.knobs import KNOBS, LAYOUT_ARGS, given_args
 
 HELP = ("Search every parallel layout (tp, pp, cp, dp, virtual stages, micro-batch, ZeRO, recompute, "
@@ -112,11 +112,20 @@ def run_plan(values: dict[str, Any]) -> int:
         # the note rides with the warnings: what a script should read beside the plans
         warnings = warnings + ([f"note: {note}"] if note else [])
         print(report.dumps({**search_dict(result, dsearch), "warnings": warnings}))
-        return EXIT_OK
+        return gate_exit(dsearch)
     print_plan(result, dsearch, job_option_args(values))
     if not values.get("quiet"):
         for w in warnings:
             report.warn(w)
         if note:
             print(f"Note: {note}", file=sys.stderr)
+    return gate_exit(dsearch)
+
+
+def gate_exit(dsearch: Any) -> int:
+    """EXIT_GATE with the `Gate failed:` line on stderr when no device count meets --deadline/--budget (the
+    document, with the closest count, is on stdout as for a met gate: estimate's --max-days contract)."""
+    if dsearch is not None and dsearch.gate_failed:
+        print(f"Gate failed: {dsearch.gate_failed}", file=sys.stderr)
+        return EXIT_GATE
     return EXIT_OK

@@ -48,8 +48,10 @@ def validate(
     progress = LazyProgress("validating", enabled=not json_out and not markdown and sys.stderr.isatty())
     try:
         files = [*(runs or []), *(more_runs or [])]
-        result = validate_runs(files or None, source=source, hardware=hardware, run_set=run_set, progress=progress)
-        known_sets = run_sets(files or None) if run_set and not result.runs and not result.not_expressible else []
+        result = validate_runs(files or None, source=source, hardware=hardware, run_set=run_set,
+                               user_files=bool(files), progress=progress)
+        known_sets = run_sets(files or None, user_files=bool(files)) \
+            if run_set and not result.runs and not result.not_expressible else []
     except SpecError as exc:
         progress.close()
         fail(str(exc))
@@ -58,6 +60,13 @@ def validate(
         fail("no run matches" + (f" --source {source!r}" if source else "")
              + (f" --hardware {hardware!r}" if hardware else "")
              + (f" --set {run_set!r} (the runs files have the sets: {', '.join(known_sets)})" if run_set else ""))
+    if files and not result.runs:
+        reasons = "; ".join(f"{n.id}: {n.reason}" for n in result.not_expressible[:3])
+        fail(f"no run of {', '.join(files)} could be compared ({len(result.not_expressible)} not expressible"
+             + (f": {reasons}" if reasons else "") + ")")
+    from trainest.report import warn
+    for w in result.warnings:
+        warn(w)
     if json_out:
         from trainest.report import dumps
         print(dumps(report_dict(result)))

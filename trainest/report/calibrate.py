@@ -25,7 +25,7 @@ def calibrate_dict(hardware: Hardware, result: CalibrationResult, output: Path) 
                   "mape_before_pct": result.mape_before_pct, "mape_after_pct": result.mape_after_pct,
                   "iterations": result.iterations, "jacobian_rank": result.rank,
                   "condition_number": result.condition_number, "undetermined": list(result.fixed),
-                  "parameters": params, "output": str(output)})
+                  "parameters": params, "left_out": list(result.left_out), "output": str(output)})
 
 
 def _note(p: FittedParameter, hardware: Hardware) -> str:
@@ -47,10 +47,11 @@ def summary_line(result: CalibrationResult) -> str:
     """What the runs determine, in one sentence."""
     k = len(result.parameters)
     runs = f"{result.runs} run{'s' if result.runs != 1 else ''}"
+    verb = "determines" if result.runs == 1 else "determine"
     if result.rank >= k:
-        return (f"The {runs} determine all {k} parameters (Jacobian rank {result.rank}, condition number "
+        return (f"The {runs} {verb} all {k} parameters (Jacobian rank {result.rank}, condition number "
                 f"{result.condition_number:.3g}).")
-    return (f"The {runs} determine {result.rank} independent direction{'s' if result.rank != 1 else ''} of {k} "
+    return (f"The {runs} {verb} {result.rank} independent direction{'s' if result.rank != 1 else ''} of {k} "
             f"parameters (Jacobian rank {result.rank}): {', '.join(result.fixed) or 'none'} "
             f"{'is' if len(result.fixed) == 1 else 'are'} set by the prior (regularised), not by the runs.")
 
@@ -74,6 +75,11 @@ def print_calibration(hardware: Hardware, result: CalibrationResult, output: Pat
                   f"{'yes' if _determined(p) else 'no'} ({p.leverage:.0%})", _note(p, hardware))
     print_table(con, t)
     con.print(summary_line(result))
+    if result.left_out:
+        con.print(f"Left out of the fit ({len(result.left_out)}; a run trainest's memory model says does not fit is "
+                  f"probably mis-specified):", highlight=False)
+        for line in result.left_out:
+            con.print(f"  {line}", highlight=False)
     def pct(x: float | None) -> str:
         return "n/a" if x is None else f"{x:.1f} %"
     con.print(f"MAPE before {pct(result.mape_before_pct)}, after {pct(result.mape_after_pct)} "

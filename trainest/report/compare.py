@@ -17,6 +17,7 @@ def entry_dict(en: Entry, objective: str) -> dict[str, Any]:
     """One hardware: its plan (layout and the `trainest estimate` options that reproduce it) and the
     plan's step, throughput, memory, training and band exactly as `trainest estimate --json` gives them."""
     doc: dict[str, Any] = {"hardware": en.hardware, "display_name": en.display_name, "calibrated": en.calibrated,
+                           "file": en.file, "efficiency_basis": en.efficiency_basis or None,
                            "can_run": en.can_run, "reason": en.reason or None}
     e = en.estimate
     if e is None:
@@ -26,7 +27,7 @@ def entry_dict(en: Entry, objective: str) -> dict[str, Any]:
     inputs = full["inputs"]
     plan = {"devices": inputs["devices"], "parallel": inputs["parallel"], "micro_batch": inputs["micro_batch"],
             "micro_batches": inputs["micro_batches"], "recompute": inputs["recompute"],
-            "estimate_args": ["--hardware", en.hardware, *estimate_args(e)]}
+            "estimate_args": ["--hardware", en.reference, *estimate_args(e)]}
     return {**doc, "plan": plan, **{k: full[k] for k in ("step", "throughput", "memory", "training", "band")},
             "objective_value": objective_value(e, objective)}
 
@@ -57,7 +58,7 @@ def _cells(rank: int, en: Entry) -> list[str]:
     e = en.estimate
     assert e is not None
     st, tr = e.step, e.training
-    return [str(rank), en.hardware + ("" if en.calibrated else " *"), f"{e.scenario.devices:,}",
+    return [str(rank), en.label + ("" if en.calibrated else " *"), f"{e.scenario.devices:,}",
             fmt_seconds(st.time_s), f"{tr.time_days:,.1f}", "n/a" if tr.cost_usd is None else _money(tr.cost_usd),
             band_pct(e), "n/a" if tr.energy_kwh is None else f"{tr.energy_kwh / 1000:,.0f}",
             "n/a" if tr.co2_kg is None else f"{tr.co2_kg / 1000:,.0f}", f"{e.throughput.mfu:.0%}",
@@ -99,11 +100,11 @@ def print_compare(c: Comparison, job_args: str = "") -> None:
         p.add_column(col, no_wrap=col != "band from")
     for en in runnable:
         assert en.estimate is not None
-        p.add_row(en.hardware, _layout(en.estimate), en.estimate.scenario.recompute, band_source(en.estimate))
+        p.add_row(en.label, _layout(en.estimate), en.estimate.scenario.recompute, band_source(en.estimate))
     print_table(con, p)
     if runnable and runnable[0].estimate is not None:
         con.print(f"Reproduce the first: [dim]trainest estimate {job_args + ' ' if job_args else ''}--hardware "
-                  f"{runnable[0].hardware} {' '.join(estimate_args(runnable[0].estimate))}[/dim]", highlight=False)
+                  f"{runnable[0].reference} {' '.join(estimate_args(runnable[0].estimate))}[/dim]", highlight=False)
     for en in c.entries:
         if en.estimate is None:
-            con.print(f"[bold]{en.hardware}[/bold] cannot run this job: {en.reason}", highlight=False)
+            con.print(f"[bold]{en.label}[/bold] cannot run this job: {en.reason}", highlight=False)

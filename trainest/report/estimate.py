@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from trainest import SCHEMA_VERSION
-from trainest.catalog import Hardware, specs_dir
+from trainest.catalog import Hardware, is_bundled_hardware
 from trainest.choices import DEFAULT_RECOMPUTE_MODULES
 from trainest.estimate import Estimate
 from trainest.pipeline_layout import rank_layers_text
@@ -62,7 +61,7 @@ def hardware_dict(s: Scenario) -> dict[str, Any]:
 
 def is_bundled(hw: Any) -> bool:
     """True for a catalog entry (specs/hardware), False for a file the user gave (a profile, a probe)."""
-    return Path(hw.path).resolve().parent == (specs_dir() / "hardware").resolve()
+    return is_bundled_hardware(hw)
 
 
 def notes(s: Scenario) -> list[str]:
@@ -274,7 +273,18 @@ def band_line(e: Estimate) -> str:
     if b.runs == 0:
         return f"Error band: {b.note}"
     return (f"Error band: measured/predicted step time {b.low_ratio:.2f}–{b.high_ratio:.2f} "
-            f"(expected to hold {b.coverage:.0%} of runs like this) from {b.note}")
+            f"(expected to hold {b.coverage:.0%} of runs like this) from {b.note}{profile_band_note(e)}")
+
+
+def profile_band_note(e: Estimate) -> str:
+    """For a `trainest calibrate` profile: the band is its catalog entry's (the bundled fit's held-out runs),
+    while the efficiencies come from the user's runs (the profile's method: file, runs, date)."""
+    eff = e.scenario.hardware.efficiency
+    if eff.basis != "profile":
+        return ""
+    return (f"; this band is the catalog entry {e.scenario.hardware.name}'s, not the profile's: its efficiencies "
+            f"come from {eff.method} (how far off those runs still are: `trainest validate --runs ... "
+            f"--hardware {e.scenario.hardware.path}`)")
 
 
 def band_pct(e: Estimate) -> str:
@@ -292,7 +302,9 @@ def band_source(e: Estimate) -> str:
         return "no band data"
     what = "held-out runs" if b.pool == "holdout" else "runs, uncalibrated efficiencies"
     widened = ", widened: no run of its family" if "no run of its family" in b.note else ""
-    return f"{b.runs} {what}: {b.group}{widened}"
+    profile = " (the catalog entry's band; efficiencies from your profile)" \
+        if e.scenario.hardware.efficiency.basis == "profile" else ""
+    return f"{b.runs} {what}: {b.group}{widened}{profile}"
 
 
 def throughput_table(e: Estimate):

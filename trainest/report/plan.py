@@ -71,6 +71,7 @@ def search_dict(r: SearchResult, devices_search: DeviceSearch | None = None) -> 
         ds = devices_search
         doc["devices_search"] = {
             "deadline_s": ds.deadline_s, "budget_usd": ds.budget_usd, "chosen": ds.devices, "rule": ds.rule,
+            "gate_met": not ds.gate_failed, "gate_failed": ds.gate_failed or None,
             "tried": [{"devices": t.devices, "meets": t.meets, "time_s": t.time_s, "cost_usd": t.cost_usd,
                        "energy_kwh": t.energy_kwh, "note": t.note} for t in ds.trials]}
     return clean(doc)
@@ -109,7 +110,8 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
                       ("yes" if tr.meets else f"no{': ' + tr.note if tr.note and tr.time_s is not None else ''}")
                       + (" <- chosen" if chosen else ""), style="bold" if chosen else "")
         print_table(con, t)
-        con.print(f"Chosen: {ds.devices:,} devices, {ds.rule}.")
+        con.print(f"None meets it; shown: the closest, {ds.devices:,} devices." if ds.gate_failed
+                  else f"Chosen: {ds.devices:,} devices, {ds.rule}.")
     shown = f" (default: one node, at most {DEFAULT_DEVICES})" if "devices" in b.derived else ""
     con.print(f"[bold]{b.model.name}[/bold] ({b.model.params / 1e9:.1f} B params) on {r.devices:,} x "
               f"{b.hardware.name}{shown}, "

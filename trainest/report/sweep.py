@@ -120,7 +120,9 @@ def print_sweep(r: SweepResult) -> None:
     t = Table(title=f"Sweep of {r.knob} ({'best plan' if r.plan else 'estimate'} at each value)",
               title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     batches, batch_text = batch_note(r)
-    cols = [r.knob] + (["batch"] if batches else []) + ["step", "band", "tokens/s", "/device", "MFU", "GiB", "days",
+    devices, devices_text = devices_note(r)
+    extra = (["devices"] if devices else []) + (["batch"] if batches else [])
+    cols = [r.knob] + extra + ["step", "band", "tokens/s", "/device", "MFU", "GiB", "days",
                                                        "cost", "bottleneck"]
     cols += ["scaling"] if r.knob == "devices" else []
     for col in cols:
@@ -128,10 +130,11 @@ def print_sweep(r: SweepResult) -> None:
     for p, eff in zip(r.points, r.scaling_efficiency(), strict=True):
         e = p.estimate
         if e is None:                   # the reason under the table: a long cell would squeeze the numbers
-            t.add_row(label(r, p.value), *([""] if batches else []), "does not run", *[""] * (len(cols) - 2 - batches))
+            t.add_row(label(r, p.value), *[""] * len(extra), "does not run", *[""] * (len(cols) - 2 - len(extra)))
             continue
         st, th, tr = e.step, e.throughput, e.training
-        row = [label(r, p.value)] + ([f"{e.scenario.global_batch:,}"] if batches else [])
+        row = [label(r, p.value)] + ([f"{e.scenario.devices:,}"] if devices else []) \
+            + ([f"{e.scenario.global_batch:,}"] if batches else [])
         row += [fmt_seconds(st.time_s), _band(e), fmt_si(th.tokens_per_s),
                fmt_si(th.tokens_per_s_per_device), f"{th.mfu:.1%}",
                f"{e.memory.per_device_bytes / GiB:.1f}" + ("" if e.memory.fits else " ✗"), f"{tr.time_days:,.1f}",
@@ -142,6 +145,8 @@ def print_sweep(r: SweepResult) -> None:
     for p in r.points:
         if p.estimate is None:
             con.print(f"{r.knob} {label(r, p.value)} does not run: {p.error}", highlight=False)
+    if devices_text:
+        con.print(devices_text, style="dim")
     if batch_text:
         con.print(batch_text, style="dim")
     if r.plan:
@@ -155,6 +160,19 @@ def print_sweep(r: SweepResult) -> None:
     con.print()
     for line in terminal_plot(r):
         con.print(line, markup=False, highlight=False)
+
+
+def devices_note(r: SweepResult) -> tuple[bool, str]:
+    """(show a devices column, the note under the table) when the device count changes across the points of a
+    sweep of another knob (a tp sweep without --devices takes the fewest devices that hold tp·pp·cp): a
+    faster step on more devices must not read as a faster layout on the same machine."""
+    runs = [p.estimate.scenario for p in r.points if p.estimate is not None]
+    counts = sorted({s.devices for s in runs})
+    if r.knob == "devices" or len(counts) < 2:
+        return False, ""
+    given = "" if any("devices" not in s.derived for s in runs) else "; give --devices to hold it"
+    return True, (f"devices: the device count changes across the points ({counts[0]:,} to {counts[-1]:,}: the "
+                  f"default, at least tp·pp·cp{given})")
 
 
 def batch_note(r: SweepResult) -> tuple[bool, str]:

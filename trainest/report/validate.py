@@ -7,8 +7,9 @@ from dataclasses import asdict
 from typing import Any
 
 from trainest import SCHEMA_VERSION
+from trainest.calibrate import MISSPECIFIED_MEMORY_FACTOR
 from trainest.report import console, print_table
-from trainest.units import plural
+from trainest.units import GiB, plural
 from trainest.validate import METRICS, NotExpressible, RunResult, Summary, ValidationReport
 
 
@@ -117,6 +118,37 @@ def summary_table(title: str, groups: dict[str, Summary], key_title: str):
     return t
 
 
+# derived values that do not change a step's prediction (the whole run's tokens, price, power, CO2)
+NOT_STEP_VALUES = ("tokens", "price_per_hour", "pue", "grid_gco2_per_kwh")
+
+
+def run_notes(result: ValidationReport) -> list[str]:
+    """Notes under the per-run table: the profile the predictions used, the runs trainest's memory model says
+    do not fit, and the values runs left out (listed per run for a few runs, counted for many)."""
+    out = []
+    if result.profile is not None:
+        out.append(f"Predicted with the hardware profile {result.profile} (its efficiencies, not the catalog "
+                   f"entry's) for the runs on its hardware.")
+    nofit = [r for r in result.runs if not r.fits]
+    if nofit:
+        worst = max(nofit, key=lambda r: r.predicted_memory_bytes or 0.0)
+        needs = "" if worst.predicted_memory_bytes is None else \
+            f" ({worst.id} needs {worst.predicted_memory_bytes / GiB:,.0f} GiB per device)"
+        out.append(f"fits NO: {plural(len(nofit), 'run')} {'does' if len(nofit) == 1 else 'do'} not fit in trainest's "
+                   f"memory model{needs}: check its layout, zero and recompute; far over (more than "
+                   f"{MISSPECIFIED_MEMORY_FACTOR:g}x the device's memory) it is mis-specified, its error says little, "
+                   f"and `trainest calibrate` leaves it out of its fit.")
+    defaults = [(r.id, [k for k in r.derived if k not in NOT_STEP_VALUES]) for r in result.runs]
+    defaults = [(i, ks) for i, ks in defaults if ks]
+    if defaults and len(defaults) <= MAX_REASONS_SHOWN:
+        out.append("Values the runs file does not give, taken from the defaults (JSON: runs[].derived):")
+        out += [f"  {i}: {', '.join(ks)}" for i, ks in defaults]
+    elif defaults:
+        out.append(f"{plural(len(defaults), 'run')} take defaults for values the runs file does not give "
+                   f"(JSON: runs[].derived).")
+    return out
+
+
 MAX_REASONS_SHOWN = 10    # not-expressible runs listed with their reasons under the tables (more: --json)
 
 
@@ -126,12 +158,14 @@ def print_validate(result: ValidationReport) -> None:
 
     con = console()
     t = Table(title=f"Runs ({plural(len(result.runs), 'run')} compared)", title_justify="left")
-    for col in ("id", "hardware", "metric", "measured", "predicted", "error %"):
+    for col in ("id", "hardware", "metric", "measured", "predicted", "error %", "fits"):
         t.add_column(col, justify="right" if col in ("measured", "predicted", "error %") else "left")
     for r in result.runs:
         t.add_row(r.id, r.hardware, metric_label(r), fmt_value(r.measured, r.unit), fmt_value(r.predicted, r.unit),
-                  f"{r.error_pct:+.1f}")
+                  f"{r.error_pct:+.1f}", "yes" if r.fits else "NO")
     print_table(con, t)
+    for line in run_notes(result):
+        con.print(line, highlight=False)
     print_table(con, summary_table("By set", result.by_set, "set"))
     print_table(con, summary_table("By architecture", result.by_architecture, "architecture"))
     print_table(con, summary_table("By source", result.by_source, "source"))
