@@ -652,6 +652,15 @@ def check_offload(data: Any, hardware: Hardware, where: str) -> str:
     return offload
 
 
+def check_scenario_keys(data: Any, where: str) -> None:
+    """A scenario mapping's keys, and its `parallel` block's, are the schema's (specs/README.md): the one
+    check of `estimate`, `plan`, `compare` and `sweep` alike (a search reads only the job's keys of it, and
+    a misspelt key would otherwise change its answer unseen)."""
+    F.check_keys(data, where, (), SCENARIO_KEYS + RUN_ONLY_KEYS + ECHO_KEYS)
+    if data.get("parallel") is not None:
+        F.check_keys(data["parallel"], f"{where}.parallel", (), PARALLEL_KEYS)
+
+
 def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                           shape: dict[str, Any] | None = None) -> Scenario:
     """Validate a scenario mapping (schema in specs/README.md), fill the defaults of the one default
@@ -659,7 +668,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
 
     `shape` holds CLI shape overrides (layers, hidden, ...) applied on top of the model.
     """
-    F.check_keys(data, where, (), SCENARIO_KEYS + RUN_ONLY_KEYS + ECHO_KEYS)
+    check_scenario_keys(data, where)
     echoed_micro_batches = data.get("micro_batches")
     data = {k: v for k, v in data.items() if k not in ECHO_KEYS}
     derived: list[str] = []
@@ -673,7 +682,6 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     precision = F.choice(r.default("precision", default_precision(hardware)), f"{where}.precision", PRECISIONS)
     hardware.peak(precision)  # raises with the list of supported precisions
     par = {} if data.get("parallel") is None else data["parallel"]
-    F.check_keys(par, f"{where}.parallel", (), PARALLEL_KEYS)
     sizes = _parallel_sizes(par, r)
     devices, dp = _devices_and_dp(par, sizes, r, hardware.devices_per_node)
     dp_shard = _dp_shard(par, dp, sizes["zero"], where)
@@ -758,6 +766,7 @@ def load_scenario_file(path: str) -> dict[str, Any]:
     if isinstance(data.get("runs"), list):
         raise SpecError(f"scenario {path!r} is a runs file (a `runs:` list of measured runs); an estimate takes one "
                         f"scenario: compare them all with `trainest validate --runs {path}`, or give one run's keys")
+    check_scenario_keys(data, f"scenario {path!r}")     # every command that reads it alike
     return data
 
 

@@ -67,6 +67,7 @@ from trainest.scenario import (
     Scenario,
     check_finetune,
     check_offload,
+    check_scenario_keys,
     default_global_batch,
     default_tokens,
     job_of,
@@ -589,6 +590,7 @@ def job_scenario(mapping: dict, where: str = "options", default_batch_devices: i
     `default_batch_devices` the estimate's default (DEFAULT_TOKENS_PER_STEP in whole sequences) rounded up
     to a multiple of that device count, so that every data-parallel size dividing it can run
     micro-batch 1, marked derived; else an error."""
+    check_scenario_keys(mapping, where)
     if mapping.get("global_batch") is None and mapping.get("global_batch_tokens") is None:
         if default_batch_devices is None:
             raise SpecError(f"{where}: the plan search needs the global batch (--global-batch in sequences, or "
