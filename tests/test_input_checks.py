@@ -42,3 +42,53 @@ def test_every_command_refuses_unknown_config_keys(tmp_path, capsys, command, te
     path = tmp_path / "scen.yaml"
     path.write_text(text, encoding="utf-8")
     fails(capsys, [command[0], "--config", str(path), *command[1:]], "scen.yaml", *words)
+
+
+# ------------------------------------------------------------------ M5, M10: expert tensor parallelism as plan searches it
+
+@pytest.mark.parametrize("args,words", [
+    (["--model", "mixtral-8x7b", "--etp", "3", "--devices", "6"], ("--etp: 3", "expert_ffn_hidden=14336", "allowed")),
+    (["--model", "qwen3-30b-a3b", "--etp", "5", "--devices", "5"], ("--etp: 5", "expert_ffn_hidden=768")),
+    (["--model", "mixtral-8x7b", "--etp", "7", "--devices", "7"], ("--etp: 7", "tp=1", "allowed with tp=1: 1")),
+    (["--model", "mixtral-8x7b", "--tp", "2", "--etp", "4", "--devices", "8"], ("--etp: 4", "does not divide tp=2",
+                                                                                "1, 2")),
+    # the pair is blamed, with the values each may take given the other
+    (["--model", "mixtral-8x7b", "--tp", "2", "--ep", "8", "--etp", "2", "--devices", "8"],
+     ("--ep, --etp: ep·etp = 8·2 = 16", "8 ranks", "with --etp 2: --ep 1, 2, 4", "with --ep 8: --etp 1")),
+])
+def test_estimate_takes_only_the_expert_layouts_plan_searches(capsys, args, words):
+    fails(capsys, ["estimate", *args], *words)
+
+
+def test_every_expert_layout_plan_picks_is_one_estimate_takes():
+    """expert_layouts (the search) and the scenario check accept the same (ep, etp)."""
+    from trainest.errors import SpecError
+    from trainest.scenario import scenario_from_mapping
+    from trainest.search import SearchSpace, expert_layouts, job_scenario
+    base = job_scenario({"model": "mixtral-8x7b", "global_batch": 64})
+    for tp in (1, 2, 4, 8):
+        pairs = set(expert_layouts(base, 16, tp, SearchSpace()))
+        for ep in (1, 2, 3, 4, 8, 16):
+            for etp in (1, 2, 3, 4, 7, 8):
+                try:
+                    scenario_from_mapping({"model": "mixtral-8x7b", "devices": 16, "global_batch": 64,
+                                           "parallel": {"tp": tp, "ep": ep, "etp": etp}})
+                    ok = True
+                except SpecError:
+                    ok = False
+                assert ok == ((ep, etp) in pairs), (tp, ep, etp)
+
+
+# ------------------------------------------------------------------ M6: --allow ep= / etp= values no plan can take
+
+@pytest.mark.parametrize("args,words", [
+    (["--model", "mixtral-8x7b", "--allow", "ep=3"], ("--allow ep=3", "8 experts", "allowed: 1, 2, 4, 8")),
+    (["--model", "mixtral-8x7b", "--allow", "ep=16"], ("--allow ep=16", "8 experts", "allowed: 1, 2, 4, 8")),
+    (["--model", "mixtral-8x7b", "--allow", "etp=3"], ("--allow etp=3", "expert_ffn_hidden=14336",
+                                                       "allowed: 1, 2, 4, 8")),
+    (["--model", "llama3-8b", "--allow", "ep=2"], ("--allow ep=2", "llama3-8b is dense", "allowed: 1")),
+    (["--model", "mixtral-8x7b", "--devices", "16", "--global-batch", "256", "--allow", "tp=1", "--allow", "etp=2"],
+     ("--allow etp=2", "tp searched: 1", "allowed: 1")),
+])
+def test_plan_names_an_impossible_expert_allow_value(capsys, args, words):
+    fails(capsys, ["plan", "--devices", "8", *args], *words)

@@ -391,22 +391,36 @@ def recompute_modules_of(value: Any, recompute: str, model: Model, where: str) -
 
 
 def _check_experts(model: Model, sizes: dict[str, Any], dp: int, where: str) -> None:
-    """The expert layout: ep divides the experts, ep·etp divides the ranks of a pipeline stage
-    (Megatron-Core: ep·etp·edp = tp·cp·dp); a dense model takes ep = etp = 1."""
-    ep, etp, stage_ranks = sizes["ep"], sizes["etp"], sizes["tp"] * sizes["cp"] * dp
+    """The expert layout (docs/model.md §15, §15.8): ep divides the experts; etp divides the expert width
+    f_e (each routed expert's MLP is split etp ways) and tp (the expert tensor-parallel group is the
+    innermost part of the tensor-parallel group: the plan searches exactly these); ep·etp divides the ranks
+    of a pipeline stage (Megatron-Core: ep·etp·edp = tp·cp·dp). A dense model takes ep = etp = 1."""
+    ep, etp, tp, stage_ranks = sizes["ep"], sizes["etp"], sizes["tp"], sizes["tp"] * sizes["cp"] * dp
     if model.moe is None:
         for key in ("ep", "etp"):
             if sizes[key] != 1:
                 raise SpecError(f"{where}.parallel.{key}: {sizes[key]} needs a mixture-of-experts model, and "
                                 f"{model.name} is dense; allowed: 1")
         return
-    experts = model.moe.experts
+    experts, width = model.moe.experts, model.moe.expert_ffn_hidden
     if experts % ep:
         raise SpecError(f"{where}.parallel.ep: {ep} does not divide experts={experts}{_divisor_hint(experts)}")
+    etps = _divisors(math.gcd(tp, width))
+    if width % etp:
+        raise SpecError(f"{where}.parallel.etp: {etp} does not divide expert_ffn_hidden={width} (each routed "
+                        f"expert's width is split etp ways); allowed with tp={tp}: {', '.join(map(str, etps))}")
+    if tp % etp:
+        raise SpecError(f"{where}.parallel.etp: {etp} does not divide tp={tp} (the expert tensor-parallel group "
+                        f"lies inside the tensor-parallel group); allowed with tp={tp}: {', '.join(map(str, etps))}")
     if stage_ranks % (ep * etp):
-        raise SpecError(f"{where}.parallel.ep: ep·etp = {ep}·{etp} = {ep * etp} does not divide the ranks of a "
-                        f"pipeline stage, tp·cp·dp = {sizes['tp']}·{sizes['cp']}·{dp} = {stage_ranks}; "
-                        f"ep·etp must divide {stage_ranks}{_divisor_hint(stage_ranks)}")
+        cli = where == "options"
+        ep_name, etp_name = ("--ep", "--etp") if cli else ("parallel.ep", "parallel.etp")
+        eps = [e for e in _divisors(experts) if stage_ranks % (e * etp) == 0]
+        ks = [k for k in etps if stage_ranks % (ep * k) == 0]
+        with_ep = f"; with {ep_name} {ep}: {etp_name} {', '.join(map(str, ks))}" if ks else ""
+        raise SpecError(f"{where}: {ep_name}, {etp_name}: ep·etp = {ep}·{etp} = {ep * etp} does not divide the {stage_ranks} "
+                        f"ranks of a pipeline stage (tp·cp·dp = {tp}·{sizes['cp']}·{dp}), and their product must; "
+                        f"with {etp_name} {etp}: {ep_name} {', '.join(map(str, eps))}{with_ep}")
 
 
 def _batch(r: _Reader, dp: int, echoed_micro_batches: Any, seq_len: int, group: int) -> tuple[int, int]:

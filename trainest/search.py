@@ -185,6 +185,7 @@ def check_space(base: Scenario, space: SearchSpace) -> None:
         if bad:
             raise SpecError(f"--allow {knob}={','.join(map(str, bad))}: does not divide {what}; allowed: "
                             f"{', '.join(map(str, _divisors(size)))}")
+    _check_expert_space(base, space)
     for offload in space.offload or ():
         check_offload(offload, base.hardware, "--allow offload")
     ft = base.finetune
@@ -193,6 +194,41 @@ def check_space(base: Scenario, space: SearchSpace) -> None:
             {"method": method, "rank": ft.rank, "targets": ft.targets,
              "base_bits": 4 if method == "qlora" else (ft.base_bits if ft.base_bits != 4 else 16)}
         check_finetune(given, base.model, base.precision, "--allow finetune")
+
+
+def _check_expert_space(base: Scenario, space: SearchSpace) -> None:
+    """`--allow ep=` / `etp=` values no plan can take (docs/model.md §15.8): on a dense model anything but 1;
+    an ep not dividing the experts; an etp not dividing the expert width f_e or any tp searched."""
+    m = base.model
+    for knob in MOE_ONLY:
+        allowed = getattr(space, knob) or ()
+        if m.moe is None and any(v != 1 for v in allowed):
+            raise SpecError(f"--allow {knob}={','.join(map(str, allowed))}: {knob} needs a mixture-of-experts model, "
+                            f"and {m.name} is dense; allowed: 1")
+    if m.moe is None:
+        return
+    bad = [v for v in space.ep or () if m.moe.experts % v]
+    if bad:
+        raise SpecError(f"--allow ep={','.join(map(str, bad))}: does not divide the {m.moe.experts} experts of "
+                        f"{m.name}; allowed: {', '.join(map(str, _divisors(m.moe.experts)))}")
+    width, tps = m.moe.expert_ffn_hidden, tp_sizes(base, space)
+    fits = [k for k in _divisors(width) if any(t % k == 0 for t in tps)]
+    bad = [v for v in space.etp or () if v not in fits]
+    if bad:
+        raise SpecError(f"--allow etp={','.join(map(str, bad))}: expert tensor parallelism must divide the expert "
+                        f"width expert_ffn_hidden={width} and tp (tp searched: {', '.join(map(str, tps))}); "
+                        f"allowed: {', '.join(map(str, fits))}")
+
+
+def tp_sizes(base: Scenario, space: SearchSpace) -> list[int]:
+    """The tensor-parallel sizes searched: divisors of the heads (and of a hybrid model's Mamba-2 heads and
+    groups), those allowed, within `--max-tp` or, unless tp values are listed, the scale-up domain."""
+    m = base.model
+    # explicitly allowed tp values are taken as given; otherwise tp stays inside the scale-up domain
+    cap_tp = space.max_tp if space.max_tp is not None else (None if space.tp is not None else max_tp_default(base))
+    # a hybrid model's Mamba-2 blocks split their heads and groups over t too, and take no CP (scenario.py)
+    heads = m.heads if m.hybrid is None else math.gcd(m.heads, m.hybrid.mamba.heads, m.hybrid.mamba.groups)
+    return _choose(_divisors(heads), space.tp, cap_tp)
 
 
 def _divisors(n: int) -> list[int]:
@@ -356,11 +392,7 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     B = base.global_batch
     interleaved = FRAMEWORKS[base.framework].interleaved
     dualpipe = base.parallel.pipeline_schedule == "dualpipe"
-    # explicitly allowed tp values are taken as given; otherwise tp stays inside the scale-up domain
-    cap_tp = space.max_tp if space.max_tp is not None else (None if space.tp is not None else max_tp_default(base))
-    # a hybrid model's Mamba-2 blocks split their heads and groups over t too, and take no CP (scenario.py)
-    heads = m.heads if m.hybrid is None else math.gcd(m.heads, m.hybrid.mamba.heads, m.hybrid.mamba.groups)
-    tps = _choose(_divisors(heads), space.tp, cap_tp)
+    tps = tp_sizes(base, space)
     pps = pipeline_sizes(base, devices, space)
     cps = _choose(_divisors(base.seq_len), space.cp, space.max_cp) if m.hybrid is None else [1]
     zeros = list(space.zero)
