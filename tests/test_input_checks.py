@@ -92,3 +92,27 @@ def test_every_expert_layout_plan_picks_is_one_estimate_takes():
 ])
 def test_plan_names_an_impossible_expert_allow_value(capsys, args, words):
     fails(capsys, ["plan", "--devices", "8", *args], *words)
+
+
+# ------------------------------------------------------------------ M9: plan and compare take the shape overrides
+
+def test_plan_takes_the_moe_overrides_and_its_reproduce_line_carries_them(capsys):
+    import json
+    args = ["--model", "mixtral-8x7b", "--devices", "16", "--global-batch", "64", "--top", "1", "--json"]
+    code, out, err = call_entry(["plan", *args], capsys)
+    assert code == 0, err
+    plain = json.loads(out)["plans"][0]["step"]["time_s"]
+    for extra in (["--moe-imbalance", "1.5"], ["--experts", "4", "--top-k", "1"], ["--expert-ffn-hidden", "7168"]):
+        code, out, err = call_entry(["plan", *args, *extra], capsys)
+        assert code == 0, err
+        doc = json.loads(out)
+        assert doc["plans"][0]["step"]["time_s"] != plain, extra
+    code, out, err = call_entry(["plan", *args[:-1], "--moe-imbalance", "1.5"], capsys)
+    assert code == 0 and "--moe-imbalance 1.5" in flat(out)
+    code, out, err = call_entry(["compare", "--model", "mixtral-8x7b", "--experts", "4", "--devices", "16",
+                                 "--global-batch", "64", "--hardware", "h100-sxm,b200", "--json"], capsys)
+    assert code == 0, err
+
+
+def test_plan_refuses_a_bad_moe_override_as_estimate_does(capsys):
+    fails(capsys, ["plan", "--model", "mixtral-8x7b", "--top-k", "9"], "--top-k: 9", "experts=8")

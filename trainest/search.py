@@ -616,7 +616,8 @@ def default_devices(mapping: dict, where: str = "options") -> int:
     return max(min(DEFAULT_DEVICES, job_scenario({**job, "global_batch": 1}, where).devices_per_node), 1)
 
 
-def job_scenario(mapping: dict, where: str = "options", default_batch_devices: int | None = None) -> Scenario:
+def job_scenario(mapping: dict, where: str = "options", default_batch_devices: int | None = None,
+                 shape: dict | None = None) -> Scenario:
     """Validate the job (a scenario mapping without a layout) once, as a one-device scenario; plans
     replace its device count and layout (`plan_scenario`). Without a global batch: with
     `default_batch_devices` the estimate's default (DEFAULT_TOKENS_PER_STEP in whole sequences) rounded up
@@ -627,9 +628,9 @@ def job_scenario(mapping: dict, where: str = "options", default_batch_devices: i
         if default_batch_devices is None:
             raise SpecError(f"{where}: the plan search needs the global batch (--global-batch in sequences, or "
                             f"--global-batch-tokens)")
-        seq_len = job_scenario({**mapping, "global_batch": 1}, where).seq_len
+        seq_len = job_scenario({**mapping, "global_batch": 1}, where, shape=shape).seq_len
         base = job_scenario({**mapping, "global_batch": default_global_batch(seq_len, default_batch_devices, 1)},
-                            where)
+                            where, shape=shape)
         return replace(base, derived=base.derived + ("global_batch",))
     job = {k: v for k, v in mapping.items() if k in JOB_KEYS}
     # of the layout, only framework capabilities that hold for every plan carry over (tp_overlap,
@@ -640,7 +641,7 @@ def job_scenario(mapping: dict, where: str = "options", default_batch_devices: i
     # the recompute of every plan is the search's; modules say what its selective plans re-run
     recompute = "selective" if job.get("recompute_modules") is not None else "none"
     return scenario_from_mapping({**job, "devices": 1, "parallel": parallel, "micro_batch": 1, "recompute": recompute},
-                                 where)
+                                 where, shape=shape)
 
 
 def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vpp: int, micro_batch: int, zero: int,
