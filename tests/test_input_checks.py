@@ -116,3 +116,83 @@ def test_plan_takes_the_moe_overrides_and_its_reproduce_line_carries_them(capsys
 
 def test_plan_refuses_a_bad_moe_override_as_estimate_does(capsys):
     fails(capsys, ["plan", "--model", "mixtral-8x7b", "--top-k", "9"], "--top-k: 9", "experts=8")
+
+
+# ------------------------------------------------------------------ P5: what the named framework can run
+
+@pytest.mark.parametrize("args,words", [
+    (["--model", "llama3-70b", "--devices", "64", "--framework", "megatron-deepspeed", "--tp", "8", "--pp", "4",
+      "--zero", "2", "--sequence-parallel", "--global-batch", "64"],
+     ("--zero 2 with --pp 4", "megatron-deepspeed", "PipelineEngine", "allowed with a pipeline: --zero 0, 1")),
+    (["--model", "llama3-70b", "--devices", "64", "--framework", "deepspeed", "--pp", "4", "--zero", "3",
+      "--global-batch", "64"], ("--zero 3 with --pp 4", "deepspeed", "--zero 0, 1", "--pp 1")),
+    (["--framework", "torchtitan", "--zero", "1"], ("--zero 1", "torchtitan has no ZeRO-1", "--zero 0, 2, 3")),
+    (["--framework", "olmo-core", "--zero", "2"], ("--zero 2", "olmo-core has no ZeRO-2", "--zero 0, 3")),
+    (["--framework", "llm-foundry", "--pp", "2"], ("--pp 2", "llm-foundry has no pipeline parallelism", "--pp 1")),
+    (["--framework", "hf-accelerate", "--pp", "2"], ("--pp 2", "hf-accelerate has no pipeline")),
+])
+def test_estimate_refuses_a_layout_the_framework_cannot_run(capsys, args, words):
+    fails(capsys, ["estimate", *args], *words)
+
+
+def test_a_framework_file_error_names_the_keys(tmp_path, capsys):
+    path = tmp_path / "scen.yaml"
+    path.write_text("framework: deepspeed\ndevices: 8\nparallel:\n  pp: 2\n  zero: 2\n", encoding="utf-8")
+    fails(capsys, ["estimate", "--config", str(path)], "parallel.zero 2 with parallel.pp 2", "scen.yaml")
+
+
+@pytest.mark.parametrize("framework,pp,zero", [("torchtitan", 2, 3), ("olmo-core", 2, 3), ("deepspeed", 2, 1),
+                                               ("megatron-core", 2, 1), ("llm-foundry", 1, 3)])
+def test_the_default_zero_stage_is_one_the_framework_runs(framework, pp, zero):
+    from trainest.scenario import scenario_from_mapping
+    s = scenario_from_mapping({"framework": framework, "devices": 8, "parallel": {"pp": pp}})
+    assert s.parallel.zero == zero and "parallel.zero" in s.derived
+
+
+@pytest.mark.parametrize("framework,allowed", [
+    ("deepspeed", lambda pp, z: pp == 1 or z <= 1),
+    ("megatron-deepspeed", lambda pp, z: pp == 1 or z <= 1),
+    ("torchtitan", lambda pp, z: z != 1),
+    ("olmo-core", lambda pp, z: z in (0, 3)),
+    ("llm-foundry", lambda pp, z: pp == 1 and z != 1),
+])
+def test_plan_searches_only_what_the_framework_runs(framework, allowed):
+    """Every plan evaluated (not only the winner) is one the framework runs, and each of its layouts is one
+    `estimate` accepts."""
+    from trainest.frameworks import FRAMEWORKS
+    from trainest.search import SearchSpace, enumerate_plans, job_scenario
+    base = job_scenario({"model": "llama3-8b", "framework": framework, "global_batch": 64})
+    g = enumerate_plans(base, 16, SearchSpace())
+    pairs = set(zip(g.pp.astype(int).tolist(), g.zero.astype(int).tolist(), strict=True))
+    assert pairs and all(allowed(pp, z) for pp, z in pairs), sorted(pairs)
+    fw = FRAMEWORKS[framework]
+    assert {z for _, z in pairs} <= set(fw.zero_stages)
+    assert (max(pp for pp, _ in pairs) > 1) == fw.pipeline
+
+
+@pytest.mark.parametrize("framework,allow,words", [
+    ("torchtitan", ["zero=1"], ("--allow zero=1", "torchtitan has no ZeRO-1", "allowed under it: 0, 2, 3")),
+    ("llm-foundry", ["pp=2,4"], ("--allow pp=2,4", "no pipeline parallelism")),
+    ("deepspeed", ["pp=2", "zero=2,3"], ("--allow zero=2,3 with pp=2", "allowed with a pipeline: 0, 1")),
+])
+def test_plan_allow_of_what_the_framework_lacks_is_an_error(capsys, framework, allow, words):
+    fails(capsys, ["plan", "--framework", framework, *[w for a in allow for w in ("--allow", a)]], *words)
+
+
+def test_every_bundled_run_is_a_layout_its_framework_runs():
+    """The capability data holds what the sources ran: every measured run's (framework, pp, ZeRO)."""
+    from trainest.frameworks import FRAMEWORKS
+    from trainest.validate import load_runs
+    for case in load_runs().cases:
+        s = case.scenario
+        assert s.parallel.zero in FRAMEWORKS[s.framework].zero_stages_with(s.parallel.pp), case
+
+
+def test_list_frameworks_shows_the_zero_stages(capsys):
+    import json
+    code, out, err = call_entry(["list", "frameworks", "--json"], capsys)
+    rows = {r["name"]: r for r in json.loads(out)["frameworks"]}
+    assert rows["deepspeed"]["zero_stages"] == [0, 1, 2, 3] and rows["deepspeed"]["pp_zero_stages"] == [0, 1]
+    assert rows["llm-foundry"]["pipeline"] is False and rows["llm-foundry"]["pp_zero_stages"] == []
+    code, out, err = call_entry(["list", "frameworks"], capsys)
+    assert code == 0 and "0-3, pp: 0,1" in flat(out) and "0,2,3, no pp" in flat(out)

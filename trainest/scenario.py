@@ -238,9 +238,21 @@ def _hardware_from(value: Any, where: str) -> Hardware:
     return hardware
 
 
-def _parallel_sizes(par: dict[str, Any], r: _Reader) -> dict[str, Any]:
-    """tp, pp, cp, vpp, zero (fsdp = zero 3; default DEFAULT_ZERO, DEFAULT_ZERO_WITH_PP with pp > 1),
-    sequence_parallel and tp_overlap of `parallel`."""
+def default_zero(framework: str, pp: int) -> int:
+    """The ZeRO stage a layout takes when none is given: DEFAULT_ZERO, DEFAULT_ZERO_WITH_PP with pp > 1, where
+    the framework runs it (Framework.zero_stages_with); a framework without the distributed optimizer (ZeRO-1)
+    shards fully with a pipeline too (torchtitan, OLMo-core: FSDP2 with pipeline parallelism), else its highest."""
+    fw = FRAMEWORKS.get(framework, FRAMEWORKS[DEFAULT_FRAMEWORK])
+    stages = fw.zero_stages_with(pp) or fw.zero_stages
+    for z in ((DEFAULT_ZERO_WITH_PP,) if pp > 1 else ()) + (DEFAULT_ZERO,):
+        if z in stages:
+            return z
+    return max(stages)
+
+
+def _parallel_sizes(par: dict[str, Any], r: _Reader, framework: str) -> dict[str, Any]:
+    """tp, pp, cp, vpp, zero (fsdp = zero 3; default `default_zero`: DEFAULT_ZERO, DEFAULT_ZERO_WITH_PP with
+    pp > 1, where the framework has it), sequence_parallel and tp_overlap of `parallel`."""
     w = f"{r.where}.parallel"
     sizes: dict[str, Any] = {k: F.integer(par.get(k, 1), f"{w}.{k}", maximum=10**6)
                              for k in ("tp", "pp", "cp", "vpp", "ep", "etp")}
@@ -249,11 +261,11 @@ def _parallel_sizes(par: dict[str, Any], r: _Reader) -> dict[str, Any]:
         from trainest.pipeline_layout import stage_count
         stages = stage_count(par["pipeline_layout"], f"{w}.pipeline_layout")
         sizes["pp"] = stages // sizes["vpp"] if stages % sizes["vpp"] == 0 else sizes["pp"]
-    default_zero = DEFAULT_ZERO if sizes["pp"] == 1 else DEFAULT_ZERO_WITH_PP
     zero = par.get("zero")
     if isinstance(zero, int) and not isinstance(zero, bool) and zero > 3:
         raise SpecError(f"{w}.zero: {zero} is not a ZeRO stage; allowed: 0, 1, 2, 3 (at most 3)")
-    sizes["zero"] = F.integer(default_zero if zero is None else zero, f"{w}.zero", minimum=0, maximum=3)
+    sizes["zero"] = F.integer(default_zero(framework, sizes["pp"]) if zero is None else zero, f"{w}.zero",
+                              minimum=0, maximum=3)
     if par.get("fsdp") is not None and F.boolean(par["fsdp"], f"{w}.fsdp"):
         if par.get("zero") not in (None, 3):
             raise SpecError(f"{w}: fsdp means zero=3, but zero={par['zero']} was given")
@@ -418,8 +430,9 @@ def _check_experts(model: Model, sizes: dict[str, Any], dp: int, where: str) -> 
         eps = [e for e in _divisors(experts) if stage_ranks % (e * etp) == 0]
         ks = [k for k in etps if stage_ranks % (ep * k) == 0]
         with_ep = f"; with {ep_name} {ep}: {etp_name} {', '.join(map(str, ks))}" if ks else ""
-        raise SpecError(f"{where}: {ep_name}, {etp_name}: ep·etp = {ep}·{etp} = {ep * etp} does not divide the {stage_ranks} "
-                        f"ranks of a pipeline stage (tp·cp·dp = {tp}·{sizes['cp']}·{dp}), and their product must; "
+        raise SpecError(f"{where}: {ep_name}, {etp_name}: ep·etp = {ep}·{etp} = {ep * etp} does not divide the "
+                        f"{stage_ranks} ranks of a pipeline stage (tp·cp·dp = {tp}·{sizes['cp']}·{dp}), and their "
+                        f"product must; "
                         f"with {etp_name} {etp}: {ep_name} {', '.join(map(str, eps))}{with_ep}")
 
 
@@ -484,6 +497,29 @@ def _check_framework_pipeline(framework: str, vpp: int, layout: bool, where: str
     if vpp > 1 and not fw.interleaved:
         raise SpecError(f"{where}: vpp={vpp} needs the interleaved pipeline schedule, which {framework} "
                         f"does not have; use vpp=1 or a framework that has it")
+
+
+def _check_framework_zero(framework: str, pp: int, zero: int, derived: bool, where: str) -> None:
+    """What the framework's data parallelism runs (trainest/frameworks.py: `pipeline`, `zero_stages`,
+    `pp_zero_stages`, with their sources): pipeline parallelism at all, and the ZeRO stage with or without it."""
+    fw = FRAMEWORKS[framework]
+    cli = where == "options"
+    pp_name, zero_name = ("--pp", "--zero") if cli else ("parallel.pp", "parallel.zero")
+    if pp > 1 and not fw.pipeline:
+        raise SpecError(f"{where}: {pp_name} {pp}: {framework} has no pipeline parallelism; allowed under it: "
+                        f"{pp_name} 1 (frameworks with a pipeline: "
+                        f"{', '.join(n for n, f in FRAMEWORKS.items() if f.pipeline)})")
+    stages = fw.zero_stages_with(pp)
+    if zero in stages:
+        return
+    given = "" if not derived else " (the default)"
+    listed = ", ".join(map(str, stages))
+    if zero not in fw.zero_stages:
+        raise SpecError(f"{where}: {zero_name} {zero}{given}: {framework} has no ZeRO-{zero} (trainest/frameworks.py); "
+                        f"allowed under it: {zero_name} {listed}")
+    raise SpecError(f"{where}: {zero_name} {zero}{given} with {pp_name} {pp}: {framework} does not run ZeRO-{zero} "
+                    f"with pipeline parallelism (DeepSpeed's PipelineEngine: ZeRO-2 and ZeRO-3 are incompatible "
+                    f"with it); allowed with a pipeline: {zero_name} {listed}, or {pp_name} 1 for ZeRO-{zero}")
 
 
 def _split_of(par: dict[str, Any], sizes: dict[str, Any], model: Model,
@@ -696,7 +732,10 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     precision = F.choice(r.default("precision", default_precision(hardware)), f"{where}.precision", PRECISIONS)
     hardware.peak(precision)  # raises with the list of supported precisions
     par = {} if data.get("parallel") is None else data["parallel"]
-    sizes = _parallel_sizes(par, r)
+    # the framework (checked below) decides the default ZeRO stage: the one it runs
+    given_framework = data.get("framework")
+    sizes = _parallel_sizes(par, r, given_framework if isinstance(given_framework, str)
+                            else default_framework(hardware))
     devices, dp = _devices_and_dp(par, sizes, r, hardware.devices_per_node)
     dp_shard = _dp_shard(par, dp, sizes["zero"], where)
     devices_per_node = F.integer(r.default("devices_per_node", hardware.devices_per_node),
@@ -731,6 +770,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
         r.derive("parallel.dp_overlap")
     dp_overlap = F.boolean(par.get("dp_overlap", fw.dp_overlap), f"{where}.parallel.dp_overlap")
     _check_framework_pipeline(framework, sizes["vpp"], par.get("pipeline_layout") is not None, where)
+    _check_framework_zero(framework, sizes["pp"], sizes["zero"], "zero" not in par and "fsdp" not in par, where)
     finetune = check_finetune(data.get("finetune"), model, precision, where)
     tokens, price_usd, pue, grid = _run_costs(r, model, hardware, finetune)
     hybrid_support(model, recompute, finetune.method, where)

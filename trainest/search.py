@@ -186,6 +186,7 @@ def check_space(base: Scenario, space: SearchSpace) -> None:
             raise SpecError(f"--allow {knob}={','.join(map(str, bad))}: does not divide {what}; allowed: "
                             f"{', '.join(map(str, _divisors(size)))}")
     _check_expert_space(base, space)
+    _check_framework_space(base, space)
     for offload in space.offload or ():
         check_offload(offload, base.hardware, "--allow offload")
     ft = base.finetune
@@ -218,6 +219,31 @@ def _check_expert_space(base: Scenario, space: SearchSpace) -> None:
         raise SpecError(f"--allow etp={','.join(map(str, bad))}: expert tensor parallelism must divide the expert "
                         f"width expert_ffn_hidden={width} and tp (tp searched: {', '.join(map(str, tps))}); "
                         f"allowed: {', '.join(map(str, fits))}")
+
+
+def _check_framework_space(base: Scenario, space: SearchSpace) -> None:
+    """`--allow zero=` / `pp=` values the job's framework does not run (trainest/frameworks.py: `zero_stages`,
+    `pipeline`, `pp_zero_stages`): a stage it lacks, a pipeline it lacks, or only pipelines with only stages
+    its pipeline refuses."""
+    name, fw = base.framework, FRAMEWORKS[base.framework]
+    if space.zero != ZERO_STAGES:                      # listed by --allow
+        bad = [z for z in space.zero if z not in fw.zero_stages]
+        if bad:
+            raise SpecError(f"--allow zero={','.join(map(str, bad))}: {name} has no ZeRO-"
+                            f"{'/'.join(map(str, bad))} (trainest/frameworks.py); allowed under it: "
+                            f"{', '.join(map(str, fw.zero_stages))}")
+    pipelines = [p for p in space.pp or () if p > 1]
+    if space.pp is None or len(pipelines) < len(space.pp):
+        return                                         # p = 1 can be searched
+    if not fw.pipeline:
+        raise SpecError(f"--allow pp={','.join(map(str, pipelines))}: {name} has no pipeline parallelism; "
+                        f"allowed under it: 1")
+    with_pp = fw.zero_stages_with(2)
+    if not any(z in with_pp for z in space.zero):
+        raise SpecError(f"--allow zero={','.join(map(str, space.zero))} with pp={','.join(map(str, pipelines))}: "
+                        f"{name} does not run these ZeRO stages with pipeline parallelism (DeepSpeed's PipelineEngine: "
+                        f"ZeRO-2 and ZeRO-3 are incompatible with it); allowed with a pipeline: "
+                        f"{', '.join(map(str, with_pp))}")
 
 
 def tp_sizes(base: Scenario, space: SearchSpace) -> list[int]:
@@ -351,16 +377,20 @@ def expert_layouts(base: Scenario, stage_ranks: int, tp: int, space: SearchSpace
     return [(e, k) for e in eps for k in etps if stage_ranks % (e * k) == 0]
 
 
-def plan_indices(lay: np.ndarray, combo: np.ndarray, *, sp_off: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def plan_indices(lay: np.ndarray, combo: np.ndarray, *, sp_off: bool,
+                 pp_zero: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every layout row crossed with every (ZeRO, recompute, SP, finetune, offload) combination, row
     by row: each plan's row and combination, and the table of combinations (one array per
     COMBO_KNOBS entry). `sp_off`: SP off is allowed, so a t = 1 plan is kept once (at t = 1 SP on is
     the same plan); else t = 1 plans have no SP to turn on and take a copy of the combinations with SP
-    off (the table's second half)."""
+    off (the table's second half). `pp_zero`: whether each combination's ZeRO stage runs with pipeline
+    parallelism under the job's framework (`Framework.pp_zero_stages`); a row with p > 1 takes only those."""
     n_lay, n_combo = lay.shape[0], combo.shape[0]
     tp1 = lay[:, 0] == 1.0
     pick = np.broadcast_to(np.arange(n_combo), (n_lay, n_combo))
     same_zero = _one_replica(lay)[:, None] & _zero_above_the_least(combo)[None, :]
+    if pp_zero is not None and not pp_zero.all():      # the framework's pipeline refuses these stages
+        same_zero = same_zero | ((lay[:, 1] > 1.0)[:, None] & ~pp_zero[None, :])
     if sp_off:             # sequence parallelism splits along the TP group: at t = 1 "on" = "off"
         keep = ~(tp1[:, None] & (combo[None, :, 2] == 1.0)) & ~same_zero
         return np.repeat(np.arange(n_lay), keep.sum(axis=1)), pick[keep], np.ascontiguousarray(combo.T)
@@ -390,12 +420,15 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     """Every plan of `devices` devices for the job `base` within `space` (no heuristic pruning)."""
     m = base.model
     B = base.global_batch
-    interleaved = FRAMEWORKS[base.framework].interleaved
+    fw = FRAMEWORKS[base.framework]
+    interleaved = fw.interleaved
     dualpipe = base.parallel.pipeline_schedule == "dualpipe"
     tps = tp_sizes(base, space)
     pps = pipeline_sizes(base, devices, space)
     cps = _choose(_divisors(base.seq_len), space.cp, space.max_cp) if m.hybrid is None else [1]
-    zeros = list(space.zero)
+    if not fw.pipeline:                                      # a framework without a pipeline: p = 1 only
+        pps = [p for p in pps if p == 1]
+    zeros = [z for z in space.zero if z in fw.zero_stages]   # the stages the framework has (frameworks.py)
     recs = [float(RECOMPUTE_CODES[r]) for r in space.recompute if not (m.hybrid is not None and r == "op")]
     sps = [1.0 if s else 0.0 for s in space.sequence_parallel]
     finetunes = list(space.finetune or (base.finetune.method,))
@@ -439,7 +472,8 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     lay = np.concatenate(blocks) if blocks else np.empty((0, 9))
     combo = np.array([(z, r, s, f, o) for z in zeros for r in recs for s in sps for f, o in extra],
                      dtype=float).reshape(-1, 5)
-    row, pick, combos = plan_indices(lay, combo, sp_off=0.0 in sps)
+    pp_zero = np.isin(combo[:, 0], np.array(fw.zero_stages_with(2), dtype=float))
+    row, pick, combos = plan_indices(lay, combo, sp_off=0.0 in sps, pp_zero=pp_zero)
     values: dict[str, list[Any]] = {"tp": tps, "pp": pps, "cp": cps, "zero": zeros, "recompute": list(space.recompute),
               "sequence_parallel": list(space.sequence_parallel)}
     if space.finetune is not None:

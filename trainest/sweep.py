@@ -179,7 +179,8 @@ def sweep(mapping: dict[str, Any], k: Knob, values: list[Any], *, plan: bool = F
     for i, value in enumerate(values):
         try:
             m = with_value(mapping, k, value)
-            e, warnings = _point_plan(m, k, value, batch_devices, shape or {}) if plan else _point_estimate(m, shape or {})
+            e, warnings = (_point_plan(m, k, value, batch_devices, shape or {}) if plan
+                           else _point_estimate(m, shape or {}))
             points.append(SweepPoint(value, e, "", warnings))
         except SpecError as exc:
             points.append(SweepPoint(value, None, str(exc)))
