@@ -196,3 +196,18 @@ def test_list_frameworks_shows_the_zero_stages(capsys):
     assert rows["llm-foundry"]["pipeline"] is False and rows["llm-foundry"]["pp_zero_stages"] == []
     code, out, err = call_entry(["list", "frameworks"], capsys)
     assert code == 0 and "0-3, pp: 0,1" in flat(out) and "0,2,3, no pp" in flat(out)
+
+
+# ------------------------------------------------------------------ P-minor: fp8 where it has no higher peak
+
+@pytest.mark.parametrize("hardware,precision,warned", [("gaudi3", "fp8", True), ("tpu-v6e", "fp8", True),
+                                                       ("h100-sxm", "fp8", False), ("gaudi3", "bf16", False)])
+def test_low_precision_without_a_higher_peak_warns(capsys, hardware, precision, warned):
+    import json
+    code, out, err = call_entry(["estimate", "--hardware", hardware, "--precision", precision, "--json"], capsys)
+    assert code == 0, err
+    said = [w for w in json.loads(out)["warnings"] if "buys no GEMM speed" in w]
+    assert bool(said) == warned and (not warned or f"its {precision} peak" in said[0])
+    code, out, err = call_entry(["plan", "--hardware", hardware, "--precision", precision, "--top", "1", "--devices", "16"],
+                                capsys)
+    assert code == 0 and ("buys no GEMM speed" in flat(err)) == warned
