@@ -211,3 +211,32 @@ def test_low_precision_without_a_higher_peak_warns(capsys, hardware, precision, 
     code, out, err = call_entry(["plan", "--hardware", hardware, "--precision", precision, "--top", "1", "--devices", "16"],
                                 capsys)
     assert code == 0 and ("buys no GEMM speed" in flat(err)) == warned
+
+
+# ------------------------------------------------------------------ M10: error texts that say what the user can change
+
+@pytest.mark.parametrize("args,words,absent", [
+    (["--model", "deepseek-v3", "--experts", "8", "--top-k", "8"],
+     ("--top-k: 8 with 8 experts", "within 4 of 8 expert groups", "at most 4", "at least 16 experts"),
+     ("options.moe", "8 to 8")),
+    (["--model", "deepseek-v3", "--experts", "12"], ("--experts: 12", "8 equal groups", "a multiple of 8"), ()),
+    (["--model", "llama3-8b", "--top-k", "2"], ("--top-k: needs a mixture-of-experts model", "llama3-8b is dense"), ()),
+    (["--model", "deepseek-v3", "--pipeline-layout", "Et*4|(t*4|)*13tmL", "--devices", "64"],
+     ("--pipeline-layout", "57 decoder layers", "layers=61"), ("divisible",)),
+    (["--model", "llama3-8b", "--moe-overlap", "deepep"], ("--moe-overlap: deepep", "llama3-8b is dense",
+                                                           "allowed: none"), ()),
+])
+def test_error_names_what_to_change(capsys, args, words, absent):
+    err = fails(capsys, ["estimate", *args], *words)
+    assert not any(a in err for a in absent), err
+
+
+def test_a_config_error_names_the_files_key(tmp_path, capsys):
+    import json
+    from pathlib import Path
+    data = json.loads((Path(__file__).parent / "hf_configs" / "Mixtral-8x7B-v0.1" / "config.json").read_text())
+    folder = tmp_path / "topk9"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({**data, "num_experts_per_tok": 9}), encoding="utf-8")
+    fails(capsys, ["estimate", "--model", str(folder / "config.json")], "config.json.num_experts_per_tok", ": 9",
+          "at most experts=8")

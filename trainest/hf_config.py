@@ -375,14 +375,48 @@ def hf_model_mapping(data: dict, where: str) -> dict:
     return mapping
 
 
+# the config.json keys a model-schema key is read from (the first the file has is named in an error)
+HF_KEYS = {"layers": ("num_hidden_layers",), "hidden": ("hidden_size",), "ffn_hidden": ("intermediate_size",),
+           "heads": ("num_attention_heads",), "kv_heads": ("num_key_value_heads", "num_attention_heads"),
+           "vocab": ("vocab_size",), "head_dim": ("head_dim",), "seq_len": ("max_position_embeddings",),
+           "moe.experts": ("num_local_experts", "num_experts", "n_routed_experts"),
+           "moe.top_k": ("num_experts_per_tok",),
+           "moe.expert_ffn_hidden": ("moe_intermediate_size", "intermediate_size"),
+           "moe.shared_experts": ("n_shared_experts",),
+           "moe.shared_expert_ffn_hidden": ("shared_expert_intermediate_size", "moe_shared_expert_intermediate_size"),
+           "moe.dense_layers": ("first_k_dense_replace", "mlp_only_layers"),
+           "moe.router_groups": ("n_group",), "moe.router_group_top_k": ("topk_group",)}
+
+
+def hf_model(data: dict, where: str) -> Any:
+    """The validated Model of a parsed config.json: `hf_model_mapping` through `catalog.model_from_mapping`,
+    whose errors name the file's own key (`num_experts_per_tok`, not the schema's `moe.top_k`)."""
+    import re
+
+    from trainest.catalog import model_from_mapping
+    mapping = hf_model_mapping(data, where)
+    try:
+        return model_from_mapping(mapping, where)
+    except SpecError as exc:
+        nested = data.get("text_config")
+        config: dict = nested if isinstance(nested, dict) else data
+        prefix = where + ("" if config is data else ".text_config")
+
+        def named(m: re.Match) -> str:
+            keys = [k for k in HF_KEYS.get(m.group(1), ()) if k in config]
+            return f"{prefix}.{keys[0]} (trainest's {m.group(1)})" if keys else m.group(0)
+        text = re.sub(re.escape(where) + r"\.((?:moe\.)?[a-z_]+)", named, str(exc))
+        raise SpecError(text) from None
+
+
 def _default_name(where: str) -> str:
     """The folder a config.json sits in (its model id, usually), else the file's stem."""
     path = Path(where)
     return path.parent.name if path.name == "config.json" and path.parent.name else path.stem
 
 
-def read_hf_config(path: Path) -> dict:
-    """Read a config.json file and make its model mapping (errors name the file)."""
+def read_hf_config(path: Path) -> Any:
+    """Read a config.json file: its parsed JSON (errors name the file); `hf_model` makes the Model."""
     name = F.show(str(path), F.MAX_SHOWN_PATH_CHARS)
     try:
         if not path.exists():
@@ -404,4 +438,4 @@ def read_hf_config(path: Path) -> dict:
         raise SpecError(f"model file {name} holds a number too long to read") from None
     except RecursionError:
         raise SpecError(f"model file {name} is nested too deeply") from None
-    return hf_model_mapping(data, str(path))
+    return data

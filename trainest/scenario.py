@@ -499,6 +499,21 @@ def _check_framework_pipeline(framework: str, vpp: int, layout: bool, where: str
                         f"does not have; use vpp=1 or a framework that has it")
 
 
+def _moe_overlap_of(par: dict[str, Any], model: Model, where: str) -> str:
+    """`parallel.moe_overlap` (MOE_OVERLAPS); as ep and etp, refused on a dense model unless none."""
+    moe_overlap = F.choice(par.get("moe_overlap", "none"), f"{where}.parallel.moe_overlap", MOE_OVERLAPS)
+    if moe_overlap != "none" and model.moe is None:
+        raise SpecError(f"{where}.parallel.moe_overlap: {moe_overlap} needs a mixture-of-experts model (it hides "
+                        f"the MoE all-to-alls), and {model.name} is dense; allowed: none")
+    return moe_overlap
+
+
+def _check_framework(framework: str, sizes: dict[str, Any], par: dict[str, Any], where: str) -> None:
+    """What the framework runs of the layout: its pipeline schedules and layouts, its ZeRO stages."""
+    _check_framework_pipeline(framework, sizes["vpp"], par.get("pipeline_layout") is not None, where)
+    _check_framework_zero(framework, sizes["pp"], sizes["zero"], "zero" not in par and "fsdp" not in par, where)
+
+
 def _check_framework_zero(framework: str, pp: int, zero: int, derived: bool, where: str) -> None:
     """What the framework's data parallelism runs (trainest/frameworks.py: `pipeline`, `zero_stages`,
     `pp_zero_stages`, with their sources): pipeline parallelism at all, and the ZeRO stage with or without it."""
@@ -733,17 +748,17 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     hardware.peak(precision)  # raises with the list of supported precisions
     par = {} if data.get("parallel") is None else data["parallel"]
     # the framework (checked below) decides the default ZeRO stage: the one it runs
-    given_framework = data.get("framework")
-    sizes = _parallel_sizes(par, r, given_framework if isinstance(given_framework, str)
+    sizes = _parallel_sizes(par, r, data["framework"] if isinstance(data.get("framework"), str)
                             else default_framework(hardware))
+    # a pipeline layout is checked first: its layer count, not the device count it implies, is what to fix
+    split, layout_text, ranks = _split_of(par, sizes, model, where)
     devices, dp = _devices_and_dp(par, sizes, r, hardware.devices_per_node)
     dp_shard = _dp_shard(par, dp, sizes["zero"], where)
     devices_per_node = F.integer(r.default("devices_per_node", hardware.devices_per_node),
                                  f"{where}.devices_per_node", maximum=10**6)
-    split, layout_text, ranks = _split_of(par, sizes, model, where)
     dp_collectives = F.choice(par.get("dp_collectives", "hierarchical"), f"{where}.parallel.dp_collectives",
                               DP_COLLECTIVES)
-    moe_overlap = F.choice(par.get("moe_overlap", "none"), f"{where}.parallel.moe_overlap", MOE_OVERLAPS)
+    moe_overlap = _moe_overlap_of(par, model, where)
     _check_layout(model, seq_len, sizes, split, where)
     _check_network(hardware, devices_per_node, devices, where)
     micro_batch, global_batch = _batch(r, dp, echoed_micro_batches, seq_len, sizes["pp"] if sizes["vpp"] > 1 else 1)
@@ -769,8 +784,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     if par.get("dp_overlap") is None:
         r.derive("parallel.dp_overlap")
     dp_overlap = F.boolean(par.get("dp_overlap", fw.dp_overlap), f"{where}.parallel.dp_overlap")
-    _check_framework_pipeline(framework, sizes["vpp"], par.get("pipeline_layout") is not None, where)
-    _check_framework_zero(framework, sizes["pp"], sizes["zero"], "zero" not in par and "fsdp" not in par, where)
+    _check_framework(framework, sizes, par, where)
     finetune = check_finetune(data.get("finetune"), model, precision, where)
     tokens, price_usd, pue, grid = _run_costs(r, model, hardware, finetune)
     hybrid_support(model, recompute, finetune.method, where)
