@@ -409,7 +409,8 @@ def test_moe_errors_name_their_options(capsys):
     """The MoE checks run inside the model's moe: block and on ep·etp: their errors still name the flags."""
     from helpers import call_entry
     moe = ["--model", "mixtral-8x7b"]
-    for args, flag in ((["--ep", "3"], "--ep"), (["--devices", "8", "--ep", "8", "--etp", "2"], "--ep"),
+    for args, flag in ((["--ep", "3"], "--ep"), (["--devices", "8", "--ep", "8", "--etp", "2"], "--etp"),
+                       (["--devices", "8", "--tp", "2", "--ep", "8", "--etp", "2"], "--ep, --etp"),
                        (["--top-k", "9"], "--top-k"), (["--moe-imbalance", "0.5"], "--moe-imbalance"),
                        (["--finetune", "lora"], "--finetune")):
         code, out, err = call_entry(["estimate", *moe, *args], capsys)

@@ -79,11 +79,35 @@ def test_a_folder_holding_config_json_loads_the_same():
     assert load_model(str(CONFIGS / "Mixtral-8x7B-v0.1")) == load_model(str(CONFIGS / "Mixtral-8x7B-v0.1" / "config.json"))
 
 
-def test_seq_len_is_max_position_embeddings_capped():
+def test_seq_len_is_the_pretraining_length_capped():
     assert load_model(str(CONFIGS / "Meta-Llama-3-8B")).seq_len == 8192               # 8192 positions
-    assert load_model(str(CONFIGS / "DeepSeek-V3")).seq_len == HF_SEQ_LEN_CAP == 8192  # 163840 positions
+    assert load_model(str(CONFIGS / "Mistral-7B-v0.1")).seq_len == HF_SEQ_LEN_CAP == 8192  # 32768 positions
+    assert load_model(str(CONFIGS / "DeepSeek-V3")).seq_len == 4096     # rope_scaling: 4096 before YaRN
+    assert load_model(str(CONFIGS / "Qwen3-30B-A3B")).seq_len == 4096   # the architecture's pre-training length
     data = {**_config("Meta-Llama-3-8B"), "max_position_embeddings": 2048}
     assert model_from_hf_config(data, "t").seq_len == 2048
+    data = {**_config("Meta-Llama-3-8B"), "max_position_embeddings": 131072,
+            "rope_scaling": {"rope_type": "llama3", "original_max_position_embeddings": 8192}}
+    assert model_from_hf_config(data, "t").seq_len == 8192
+
+
+# every fixture with a preset of the same model (moe.md M7: the config.json defaulted to 8192 tokens, the
+# preset to 4096, so README's Qwen3 config example was not the preset's answer)
+MATCHING_PRESETS = {"DeepSeek-V3": "deepseek-v3", "GLM-4.5": "glm-4.5", "Kimi-K2-Instruct": "kimi-k2",
+                    "Llama-4-Maverick-17B-128E": "llama4-maverick", "Meta-Llama-3-8B": "llama3-8b",
+                    "Mistral-7B-v0.1": "mistral-7b", "Mixtral-8x7B-v0.1": "mixtral-8x7b",
+                    "Qwen3-30B-A3B": "qwen3-30b-a3b", "Qwen3-8B": "qwen3-8b", "gpt-oss-120b": "gpt-oss-120b"}
+
+
+@pytest.mark.parametrize("folder,preset", MATCHING_PRESETS.items())
+def test_a_config_with_default_flags_estimates_as_its_preset(folder, preset):
+    from trainest.estimate import estimate
+    from trainest.scenario import scenario_from_mapping
+    config = estimate(scenario_from_mapping({"model": str(CONFIGS / folder / "config.json")}))
+    ours = estimate(scenario_from_mapping({"model": preset}))
+    assert config.scenario.seq_len == ours.scenario.seq_len and "seq_len" in config.scenario.derived
+    assert config.step.time_s == ours.step.time_s
+    assert config.memory.per_device_bytes == ours.memory.per_device_bytes
 
 
 def test_dense_estimate_from_a_config_equals_the_presets():

@@ -390,7 +390,9 @@ def test_mla_down_projections_are_replicated_over_tensor_parallel_ranks():
 
 @pytest.mark.parametrize(("parallel", "words"), [
     ({"ep": 3}, ("ep: 3", "experts=128")),
-    ({"ep": 8, "etp": 2}, ("ep·etp", "16", "8")),
+    ({"tp": 2, "ep": 8, "etp": 2}, ("parallel.ep, parallel.etp: ep·etp", "16", "8 ranks", "parallel.ep 1, 2, 4")),
+    ({"etp": 5}, ("parallel.etp: 5", "expert_ffn_hidden=768", "allowed with tp=1: 1")),
+    ({"tp": 2, "etp": 4}, ("parallel.etp: 4", "does not divide tp=2", "allowed with tp=2: 1, 2")),
 ])
 def test_bad_expert_layouts_name_the_value(parallel, words):
     with pytest.raises(SpecError) as err:

@@ -15,6 +15,7 @@ from dataclasses import replace
 from trainest.choices import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_MODULES
 from trainest.errors import SpecError
 from trainest.estimate import TIGHT_FIT_FRACTION, Estimate, estimate
+from trainest.frameworks import FRAMEWORKS
 from trainest.scenario import Scenario
 from trainest.units import GiB, plural
 
@@ -24,6 +25,8 @@ MAX_DEVICES_TRIED = 2**20        # the device-count search doubles up to this ma
 def _single_changes(s: Scenario) -> list[tuple[str, Scenario]]:
     """Alternatives that change one knob on the same devices, only to values not already given."""
     p = s.parallel
+    fw = FRAMEWORKS[s.framework]
+    runs = fw.zero_stages_with(p.pp)      # only what the framework runs (trainest/frameworks.py)
     tries: list[tuple[str, Scenario]] = []
     cheap = cheap_recompute_modules(s)
     if s.recompute in ("none", "selective") and s.recompute_modules == DEFAULT_RECOMPUTE_MODULES and cheap:
@@ -33,7 +36,8 @@ def _single_changes(s: Scenario) -> list[tuple[str, Scenario]]:
     if s.recompute != "full":
         tries.append(("--recompute full", replace(s, recompute="full")))
     if p.shard * p.cp > 1:                 # ZeRO shards over the data-parallel (x CP) group: not on one rank
-        tries += [(f"--zero {z}", replace(s, parallel=replace(p, zero=z))) for z in range(p.zero + 1, 4)]
+        tries += [(f"--zero {z}", replace(s, parallel=replace(p, zero=z))) for z in range(p.zero + 1, 4)
+                  if z in runs]
     if p.tp > 1 and not p.sequence_parallel:
         tries.append(("--sequence-parallel", replace(s, parallel=replace(p, sequence_parallel=True))))
     if s.micro_batch > 1:
@@ -43,7 +47,7 @@ def _single_changes(s: Scenario) -> list[tuple[str, Scenario]]:
         divides = s.model.heads % k == 0 if knob == "tp" else s.model.layers % k == 0
         if p.dp % 2 == 0 and divides:
             new = replace(p, **{knob: k}, dp=p.dp // 2, dp_shard=0)
-            if s.global_batch % (new.dp * s.micro_batch) == 0:
+            if s.global_batch % (new.dp * s.micro_batch) == 0 and new.zero in fw.zero_stages_with(new.pp):
                 tries.append((f"--{knob} {k}", replace(s, parallel=new)))
     return tries
 

@@ -257,13 +257,13 @@ def _load_model_path(path: str) -> Model:
 def model_from_hf_config(data: dict, where: str) -> Model:
     """The Model of a parsed Hugging Face config.json (trainest/hf_config.py reads it into a mapping)."""
     from trainest import hf_config  # only here: a YAML or preset model never pays for it (start-up time)
-    return model_from_mapping(hf_config.hf_model_mapping(data, where), where)
+    return hf_config.hf_model(data, where)
 
 
 @functools.cache
 def _load_hf_config_path(path: str) -> Model:
     from trainest import hf_config  # only here: a YAML or preset model never pays for it (start-up time)
-    return model_from_mapping(hf_config.read_hf_config(Path(path)), path)
+    return hf_config.hf_model(hf_config.read_hf_config(Path(path)), path)
 
 
 # Models people ask for that trainest cannot express, and why (said instead of "unknown model").

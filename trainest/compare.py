@@ -130,7 +130,7 @@ def _fastest_within_budget(base: Any, counts: list[int], space: S.SearchSpace,
 
 
 def best_plan(mapping: dict, name: str, devices: str, space: S.SearchSpace, *, deadline_s: float | None,
-              budget_usd: float | None, device_counts: str = "pow2") -> Entry:
+              budget_usd: float | None, device_counts: str = "pow2", shape: dict | None = None) -> Entry:
     """The entry of hardware `name` for the job `mapping` (a scenario mapping without hardware)."""
     try:
         hw = load_hardware(name)
@@ -142,7 +142,8 @@ def best_plan(mapping: dict, name: str, devices: str, space: S.SearchSpace, *, d
         return replace(entry, reason=f"not modelled: {hw.unsupported_reason}")
     try:
         lo, hi = S.parse_devices(devices)
-        base = S.job_scenario({**mapping, "hardware": name}, f"hardware {hw.name}", default_batch_devices=hi)
+        base = S.job_scenario({**mapping, "hardware": name}, f"hardware {hw.name}", default_batch_devices=hi,
+                              shape=shape)
         if deadline_s is None and budget_usd is None:
             if lo != hi:
                 raise SpecError(f"--devices {devices}: a range needs --deadline or --budget")
@@ -179,7 +180,8 @@ ANY_PLAN = S.SearchSpace()
 
 def compare(mapping: dict, names: list[str], devices: str, space: S.SearchSpace = ANY_PLAN, *,
             objective: str = "time", deadline_s: float | None = None, budget_usd: float | None = None,
-            device_counts: str = "pow2", progress: Progress | None = None) -> Comparison:
+            device_counts: str = "pow2", progress: Progress | None = None,
+            shape: dict | None = None) -> Comparison:
     """Every hardware of `names` at its best plan for the job `mapping`, ranked by `objective`."""
     if objective not in ("time", "cost", "energy"):
         raise SpecError(f"--objective {objective!r} is not one of time, cost, energy")
@@ -189,12 +191,12 @@ def compare(mapping: dict, names: list[str], devices: str, space: S.SearchSpace 
     if lo != hi and deadline_s is None and budget_usd is None:
         raise SpecError(f"--devices {devices}: a range needs --deadline or --budget")
     job = S.job_scenario({**mapping, "hardware": DEFAULT_HARDWARE, "precision": DEFAULT_PRECISION}, "options",
-                         default_batch_devices=hi)
+                         default_batch_devices=hi, shape=shape)
     job = replace(job, precision=mapping.get("precision") or DEFAULT_PRECISION)
     entries = []
     for i, name in enumerate(names):
         entries.append(best_plan(mapping, name, devices, space, deadline_s=deadline_s, budget_usd=budget_usd,
-                                 device_counts=device_counts))
+                                 device_counts=device_counts, shape=shape))
         if progress is not None:
             progress(i + 1, len(names))
     return Comparison(rank(entries, objective), job, objective, devices, deadline_s, budget_usd)

@@ -58,6 +58,26 @@ A framework sets
   off when pipeline parallelism is on, "to avoid per-microbatch all-gathers"; the pipeline schedule
   syncs gradients only on the last micro-batch; FSDP2 accumulates unsynced gradients in its
   `reduce_dtype`, FP32). docs/model.md §7.2, `memory.py: zero_state_bytes`.
+- `zero_stages`: the ZeRO stages (docs/model.md §4.4, §7.2) it has. All four where it has them or it was not
+  examined. Megatron-Core and NeMo (Megatron-Bridge): 0 DDP, 1 the distributed optimizer
+  (--use-distributed-optimizer), 2 and 3 Megatron-FSDP's `optim_grads` and `optim_grads_params` (megatron-core
+  0.16 `megatron/core/distributed/fsdp/src/megatron_fsdp/fully_shard.py`: "'optim_grads' / 2: Shards gradients and
+  optimizer states, which is conceptually similar to 'ZeRO-2'"; torch FSDP2 is 3 too). DeepSpeed and
+  Megatron-DeepSpeed: 0-3 (`zero_optimization.stage`). torchtitan: 0 (DDP/`data_parallel_replicate_degree`),
+  2 (FSDP2 with `fsdp_reshard_after_forward: never`, which torchtitan itself calls "ZeRO-2 style FSDP",
+  torchtitan 0.3 `experiments/graph_trainer/graph_pp/pipeline.py`), 3 (FSDP2): FSDP2 has no optimizer-only
+  sharding, so no ZeRO-1. llm-foundry (Composer's PyTorch FSDP `sharding_strategy`): NO_SHARD 0,
+  SHARD_GRAD_OP 2, FULL_SHARD 3 (mosaicml 0.32 `composer/distributed/dist_strategy.py`), no ZeRO-1. OLMo-core:
+  `DataParallelType` ddp, fsdp, hsdp (ai2-olmo-core 3.0 `olmo_core/distributed/parallel/data_parallel.py`): 0
+  and 3.
+- `pipeline`: whether it has pipeline parallelism. llm-foundry (Composer: FSDP only) and the Hugging Face
+  Trainer (DDP/FSDP/DeepSpeed ZeRO on a transformers model; Accelerate's pipeline, `prepare_pippy`, is for
+  inference) do not.
+- `pp_zero_stages`: the ZeRO stages it runs together with pipeline parallelism. DeepSpeed's PipelineEngine
+  refuses ZeRO-2 and -3 (`deepspeed/runtime/pipe/engine.py`, `PipelineEngine.__init__`: "ZeRO-2 and ZeRO-3 are
+  incompatible with pipeline parallelism"): DeepSpeed and Megatron-DeepSpeed (its pipeline is that engine) run
+  0 and 1 with pp > 1. The others: their `zero_stages` (torchtitan and OLMo-core run FSDP2 with pipeline
+  parallelism, `pp_unsharded_zero3`).
 - `zero3_live_params`: how many parameters ZeRO-3 keeps gathered at once. 0: a whole layer and the
   prefetched next one (PyTorch FSDP wraps each transformer block: FSDP1 and FSDP2 gather a block and
   prefetch one). DeepSpeed ZeRO-3 gathers submodule by submodule and releases what exceeds
@@ -73,6 +93,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 DISPATCH_HOST_FACTOR = {"python": 1.0, "xla": 0.0}   # host time per kernel, relative to the python class
+ZERO_STAGES = (0, 1, 2, 3)          # every ZeRO stage: a framework that has them all, or was not examined
+DEEPSPEED_PP_ZERO = (0, 1)          # DeepSpeed's PipelineEngine: ZeRO-2 and -3 are incompatible with a pipeline
+FSDP2_ZERO = (0, 3)                 # PyTorch FSDP2: DDP (replicate) or fully sharded, no optimizer-only sharding
 # DeepSpeed ZeRO-3's defaults: stage3_max_live_parameters 1e9 + stage3_prefetch_bucket_size 5e8 (module docstring)
 DS_ZERO3_LIVE_PARAMS = 1.0e9 + 5.0e8
 FITTED_FILE = "frameworks.json"     # in the bundled specs: the fitted host scales (tools/fit_defaults.py)
@@ -99,6 +122,15 @@ class Framework(NamedTuple):
     zero3_live_params: float = 0.0       # ZeRO-3's gathered parameters at once (0: two whole layers; module docstring)
     micro_batch_sync: bool = False       # host and device synchronised at every micro-batch (module docstring)
     micro_batch_host_scale: float = 1.0  # its host time per micro-batch over the system's prior (fitted: FITTED_FILE)
+    zero_stages: tuple[int, ...] = ZERO_STAGES      # the ZeRO stages it has (module docstring)
+    pipeline: bool = True                           # has pipeline parallelism
+    pp_zero_stages: tuple[int, ...] = ZERO_STAGES   # the ZeRO stages it runs with pipeline parallelism
+
+    def zero_stages_with(self, pp: int) -> tuple[int, ...]:
+        """The ZeRO stages it runs with `pp` pipeline stages (none: it has no pipeline)."""
+        if pp == 1:
+            return self.zero_stages
+        return tuple(z for z in self.pp_zero_stages if z in self.zero_stages) if self.pipeline else ()
 
     @property
     def dispatch_factor(self) -> float:
@@ -143,17 +175,18 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
       "pipeline has no interleaved schedule (DeepSpeed PipelineEngine); gradient bucketing on by default; "
       "the loss is megatron/core/tensor_parallel/cross_entropy.py's unfused vocab-parallel cross-entropy",
       megatron_softmax=True, unfused_cross_entropy=True, loss_bytes_per_logit=6.0, expert_loop="python",
-      zero3_live_params=DS_ZERO3_LIVE_PARAMS, micro_batch_sync=True),
+      zero3_live_params=DS_ZERO3_LIVE_PARAMS, micro_batch_sync=True, pp_zero_stages=DEEPSPEED_PP_ZERO),
     F("deepspeed", "python", "eager", True, False, False,
       "DeepSpeed ZeRO on Hugging Face/PyTorch models: eager kernels, overlap_comm (DeepSpeed config docs); "
       "ZeRO-3 keeps at most stage3_max_live_parameters + stage3_prefetch_bucket_size gathered",
-      expert_loop="python", zero3_live_params=DS_ZERO3_LIVE_PARAMS),
+      expert_loop="python", zero3_live_params=DS_ZERO3_LIVE_PARAMS, pp_zero_stages=DEEPSPEED_PP_ZERO),
     F("torchtitan", "python", "eager", True, True, True,
       "pytorch/torchtitan: FSDP2 (gradient reduce-scatter overlapped), eager unless torch.compile, "
       "interleaved 1F1B among its pipeline schedules (torchtitan docs); with pipeline parallelism FSDP "
       "does not reshard after forward and gradients sync on the last micro-batch only (parallelize_llama.py); "
       "stage boundaries anywhere (pipeline_parallel_split_points)",
-      pp_unsharded_zero3=True, loss_bytes_per_logit=12.0, expert_loop="grouped", stage_layout=True),
+      pp_unsharded_zero3=True, loss_bytes_per_logit=12.0, expert_loop="grouped", stage_layout=True,
+      zero_stages=(0, 2, 3)),
     F("maxtext", "xla", "fused", True, True, True,
       "google/maxtext: JAX/XLA, the step is one compiled program (XLA fuses element-wise ops; "
       "collectives scheduled by the compiler); its circular pipeline (num_pipeline_repeats > 1: each stage "
@@ -161,13 +194,14 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     F("llm-foundry", "python", "fused", True, False, True,
       "mosaicml/llm-foundry (Composer): PyTorch FSDP, fused/flash kernels in its MPT models, no pipeline; "
       "flash-attn's fused cross-entropy by default (loss_fn: fused_crossentropy)", loss_bytes_per_logit=4.0,
-      expert_loop="grouped"),
+      expert_loop="grouped", zero_stages=(0, 2, 3), pipeline=False),
     F("olmo-core", "python", "fused", True, False, True,
-      "allenai/OLMo-core: PyTorch FSDP2/HSDP, torch.compile in its recipes", expert_loop="grouped"),
+      "allenai/OLMo-core: PyTorch FSDP2/HSDP or DDP (DataParallelType), torch.compile in its recipes",
+      expert_loop="grouped", zero_stages=FSDP2_ZERO),
     F("hf-accelerate", "python", "eager", True, False, False,
       "Hugging Face Accelerate/Trainer (DDP/FSDP): eager transformers modules; the Trainer reads every "
       "micro-batch's loss back to test it for NaN/inf (logging_nan_inf_filter, on by default)", expert_loop="python",
-      micro_batch_sync=True),
+      micro_batch_sync=True, pipeline=False),
     F("mlx", "python", "eager", True, False, True,
       "Apple MLX: lazy evaluation of eager operators on the unified-memory GPU", expert_loop="grouped"),
 )}

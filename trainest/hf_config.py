@@ -10,7 +10,8 @@ Keys read (HF -> trainest):
     num_attention_heads -> heads         num_key_value_heads -> kv_heads (default: heads)
     head_dim -> head_dim (default hidden/heads; MLA: qk_nope_head_dim + qk_rope_head_dim)
     vocab_size -> vocab                  tie_word_embeddings -> tied_embeddings (default: the architecture's)
-    max_position_embeddings -> seq_len, capped at HF_SEQ_LEN_CAP
+    rope_scaling.original_max_position_embeddings, else the architecture's pre-training length, else
+        max_position_embeddings -> seq_len, capped at HF_SEQ_LEN_CAP (pretraining_seq_len)
     hidden_act / hidden_activation -> mlp: every supported architecture has a gated (3-matrix) MLP, which
         trainest calls `swiglu` whatever the activation (SiLU, GeLU: the matmuls are the same)
     attention_dropout, hidden_dropout... > 0 -> dropout
@@ -48,8 +49,17 @@ from trainest.errors import SpecError, did_you_mean
 
 # Long-context positions are mostly reached by a later context-extension phase; pre-training runs at
 # 4K-8K tokens (Llama 3: 8192; DeepSeek-V3, Qwen3, Kimi K2: 4096). The default sequence length of a
-# config-derived model is max_position_embeddings, capped here (override it with --seq-len / seq_len).
+# config-derived model is that pre-training length, the rule the presets' `seq_len` follows
+# (`pretraining_seq_len`): the context before RoPE scaling (rope_scaling.original_max_position_embeddings:
+# DeepSeek-V3, GPT-OSS 4096, Llama 3.1 8192), else the architecture's (PRETRAINING_SEQ_LEN), else
+# max_position_embeddings; capped here (override it with --seq-len / seq_len).
 HF_SEQ_LEN_CAP = 8192
+# the pre-training length of the architectures whose presets train shorter than their positions, without a
+# rope_scaling that says so (specs/models: qwen3-*, qwen3-30b-a3b, kimi-k2, mixtral-8x7b, glm-4.5 `seq_len`):
+# Qwen3 dense and MoE (the Qwen3 technical report's general stage: 4,096 tokens), DeepSeek-V3's architecture
+# (also Kimi K2: 4,096), Mixtral and GLM-4.5 (the presets' chosen 4096 of their 32K / 128K)
+PRETRAINING_SEQ_LEN = {"Qwen3ForCausalLM": 4096, "Qwen3MoeForCausalLM": 4096, "DeepseekV3ForCausalLM": 4096,
+                       "MixtralForCausalLM": 4096, "Glm4MoeForCausalLM": 4096}
 # The activations a gated MLP of these architectures uses (the MLP has 3 matrices whichever it is).
 GATED_ACTIVATIONS = ("silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_new", "gelu_fast", "gelu_python",
                      "quick_gelu", "relu")
@@ -88,6 +98,20 @@ class _Config:
 
 # ----------------------------------------------------------------------------------------- readers
 
+def pretraining_seq_len(c: _Config) -> int:
+    """The default sequence length of a config [tokens]: the context before RoPE scaling, else the
+    architecture's pre-training length, else max_position_embeddings; at most max_position_embeddings
+    and HF_SEQ_LEN_CAP (see HF_SEQ_LEN_CAP)."""
+    max_positions = c.integer("max_position_embeddings", HF_SEQ_LEN_CAP)
+    scaling = c.raw("rope_scaling", None)
+    original = scaling.get("original_max_position_embeddings") if isinstance(scaling, dict) else None
+    if isinstance(original, int) and not isinstance(original, bool) and original > 0:
+        length = original
+    else:
+        length = PRETRAINING_SEQ_LEN.get(c.architecture, max_positions)
+    return min(length, max_positions, HF_SEQ_LEN_CAP)
+
+
 def _dense(c: _Config, *, tied_default: bool = False, head_dim_required: bool = False) -> dict:
     """The dense keys every supported architecture shares (Llama layout: gated MLP, GQA, RMSNorm)."""
     heads = c.integer("num_attention_heads")
@@ -96,7 +120,6 @@ def _dense(c: _Config, *, tied_default: bool = False, head_dim_required: bool = 
         raise SpecError(f"{c.where}.hidden_act: {F.show(act)} is not an activation trainest knows for "
                         f"{c.architecture}{did_you_mean(str(act), GATED_ACTIVATIONS)}; "
                         f"allowed: {', '.join(GATED_ACTIVATIONS)}")
-    max_positions = c.integer("max_position_embeddings", HF_SEQ_LEN_CAP)
     dropout = any(F.number(c.raw(k, 0.0), f"{c.where}.{k}", allow_zero=True) > 0 for k in DROPOUT_KEYS)
     mapping = {
         "layers": c.integer("num_hidden_layers"),
@@ -106,7 +129,7 @@ def _dense(c: _Config, *, tied_default: bool = False, head_dim_required: bool = 
         "kv_heads": c.integer("num_key_value_heads", heads),
         "vocab": c.integer("vocab_size"),
         "mlp": "swiglu",
-        "seq_len": min(max_positions, HF_SEQ_LEN_CAP),
+        "seq_len": pretraining_seq_len(c),
         "tied_embeddings": c.boolean("tie_word_embeddings", tied_default),
         "dropout": dropout,
         "positional": "rope",       # every supported architecture rotates Q and K (RoPE and its YaRN/NTK variants)
@@ -352,14 +375,48 @@ def hf_model_mapping(data: dict, where: str) -> dict:
     return mapping
 
 
+# the config.json keys a model-schema key is read from (the first the file has is named in an error)
+HF_KEYS = {"layers": ("num_hidden_layers",), "hidden": ("hidden_size",), "ffn_hidden": ("intermediate_size",),
+           "heads": ("num_attention_heads",), "kv_heads": ("num_key_value_heads", "num_attention_heads"),
+           "vocab": ("vocab_size",), "head_dim": ("head_dim",), "seq_len": ("max_position_embeddings",),
+           "moe.experts": ("num_local_experts", "num_experts", "n_routed_experts"),
+           "moe.top_k": ("num_experts_per_tok",),
+           "moe.expert_ffn_hidden": ("moe_intermediate_size", "intermediate_size"),
+           "moe.shared_experts": ("n_shared_experts",),
+           "moe.shared_expert_ffn_hidden": ("shared_expert_intermediate_size", "moe_shared_expert_intermediate_size"),
+           "moe.dense_layers": ("first_k_dense_replace", "mlp_only_layers"),
+           "moe.router_groups": ("n_group",), "moe.router_group_top_k": ("topk_group",)}
+
+
+def hf_model(data: dict, where: str) -> Any:
+    """The validated Model of a parsed config.json: `hf_model_mapping` through `catalog.model_from_mapping`,
+    whose errors name the file's own key (`num_experts_per_tok`, not the schema's `moe.top_k`)."""
+    import re
+
+    from trainest.catalog import model_from_mapping
+    mapping = hf_model_mapping(data, where)
+    try:
+        return model_from_mapping(mapping, where)
+    except SpecError as exc:
+        nested = data.get("text_config")
+        config: dict = nested if isinstance(nested, dict) else data
+        prefix = where + ("" if config is data else ".text_config")
+
+        def named(m: re.Match) -> str:
+            keys = [k for k in HF_KEYS.get(m.group(1), ()) if k in config]
+            return f"{prefix}.{keys[0]} (trainest's {m.group(1)})" if keys else m.group(0)
+        text = re.sub(re.escape(where) + r"\.((?:moe\.)?[a-z_]+)", named, str(exc))
+        raise SpecError(text) from None
+
+
 def _default_name(where: str) -> str:
     """The folder a config.json sits in (its model id, usually), else the file's stem."""
     path = Path(where)
     return path.parent.name if path.name == "config.json" and path.parent.name else path.stem
 
 
-def read_hf_config(path: Path) -> dict:
-    """Read a config.json file and make its model mapping (errors name the file)."""
+def read_hf_config(path: Path) -> Any:
+    """Read a config.json file: its parsed JSON (errors name the file); `hf_model` makes the Model."""
     name = F.show(str(path), F.MAX_SHOWN_PATH_CHARS)
     try:
         if not path.exists():
@@ -381,4 +438,4 @@ def read_hf_config(path: Path) -> dict:
         raise SpecError(f"model file {name} holds a number too long to read") from None
     except RecursionError:
         raise SpecError(f"model file {name} is nested too deeply") from None
-    return hf_model_mapping(data, str(path))
+    return data

@@ -543,6 +543,29 @@ def _moe_from(data: object, where: str, layers: int) -> MoE:
                router_group_top_k=picked, latent_size=latent)
 
 
+def _check_router_groups(model: Model, moe: dict) -> None:
+    """The group-limited routing a preset keeps (router_groups G, router_group_top_k g: no option sets them)
+    still holds for the experts and top_k the options give; else an error naming those options: the
+    experts must split into the G groups, and the g groups a token may use must hold top_k experts."""
+    e = model.moe
+    if e is None or e.router_groups <= 1:
+        return
+    groups, picked = e.router_groups, e.router_group_top_k
+    experts, top_k = moe.get("experts", e.experts), moe.get("top_k", e.top_k)
+    if not isinstance(experts, int) or not isinstance(top_k, int) or not 1 <= top_k <= experts:
+        return                                 # the model's own checks name the bad value
+    how = (f"{model.name} routes each token within {picked} of {groups} expert groups (group-limited routing: "
+           f"its router_groups and router_group_top_k, which no option sets)")
+    if experts % groups:
+        raise SpecError(f"model options.moe.experts: {experts} does not split into {groups} equal groups: {how}; "
+                        f"allowed: a multiple of {groups}")
+    reach = picked * experts // groups
+    if top_k > reach:
+        raise SpecError(f"model options.moe.top_k: {top_k} with {experts} experts: {how}, which hold {reach} "
+                        f"experts; allowed: a top_k of at most {reach}, or at least {-(-top_k * groups // picked)} "
+                        f"experts")
+
+
 def _router_groups_from(data: dict, where: str, experts: int, top_k: int) -> tuple[int, int]:
     """(G, g) of group-limited routing: G groups dividing the experts, g of them per token, enough
     experts in g groups for top_k; without `router_groups` no limit (1, 1)."""
@@ -712,7 +735,8 @@ def with_shape(model: Model, **overrides: object) -> Model:
     if moe_changed:
         if model.moe is None:
             if "experts" not in moe_changed or "top_k" not in moe_changed:
-                raise SpecError(f"model options: {', '.join(sorted(moe_changed))} need a mixture-of-experts model, "
+                raise SpecError(f"{', '.join(f'model options.moe.{k}' for k in sorted(moe_changed))}: "
+                                f"{'needs' if len(moe_changed) == 1 else 'need'} a mixture-of-experts model, "
                                 f"and {model.name} is dense; give both experts and top_k to make its MLPs mixtures "
                                 f"of experts")
             data["moe"] = {"expert_ffn_hidden": model.ffn_hidden}
@@ -720,6 +744,8 @@ def with_shape(model: Model, **overrides: object) -> Model:
               and model.moe.shared_width == model.moe.expert_ffn_hidden):
             data["moe"]["shared_expert_ffn_hidden"] = moe_changed["expert_ffn_hidden"]
         data["moe"].update(moe_changed)
+        if model.moe is not None:
+            _check_router_groups(model, data["moe"])
     data.update(changed)
     data["name"] = name
     return model_from_mapping(data, "model options")

@@ -250,9 +250,21 @@ def _hardware_from(value: Any, where: str) -> Hardware:
     return hardware
 
 
-def _parallel_sizes(par: dict[str, Any], r: _Reader) -> dict[str, Any]:
-    """tp, pp, cp, vpp, zero (fsdp = zero 3; default DEFAULT_ZERO, DEFAULT_ZERO_WITH_PP with pp > 1),
-    sequence_parallel and tp_overlap of `parallel`."""
+def default_zero(framework: str, pp: int) -> int:
+    """The ZeRO stage a layout takes when none is given: DEFAULT_ZERO, DEFAULT_ZERO_WITH_PP with pp > 1, where
+    the framework runs it (Framework.zero_stages_with); a framework without the distributed optimizer (ZeRO-1)
+    shards fully with a pipeline too (torchtitan, OLMo-core: FSDP2 with pipeline parallelism), else its highest."""
+    fw = FRAMEWORKS.get(framework, FRAMEWORKS[DEFAULT_FRAMEWORK])
+    stages = fw.zero_stages_with(pp) or fw.zero_stages
+    for z in ((DEFAULT_ZERO_WITH_PP,) if pp > 1 else ()) + (DEFAULT_ZERO,):
+        if z in stages:
+            return z
+    return max(stages)
+
+
+def _parallel_sizes(par: dict[str, Any], r: _Reader, framework: str) -> dict[str, Any]:
+    """tp, pp, cp, vpp, zero (fsdp = zero 3; default `default_zero`: DEFAULT_ZERO, DEFAULT_ZERO_WITH_PP with
+    pp > 1, where the framework has it), sequence_parallel and tp_overlap of `parallel`."""
     w = f"{r.where}.parallel"
     sizes: dict[str, Any] = {k: F.integer(par.get(k, 1), f"{w}.{k}", maximum=10**6)
                              for k in ("tp", "pp", "cp", "vpp", "ep", "etp")}
@@ -261,11 +273,11 @@ def _parallel_sizes(par: dict[str, Any], r: _Reader) -> dict[str, Any]:
         from trainest.pipeline_layout import stage_count
         stages = stage_count(par["pipeline_layout"], f"{w}.pipeline_layout")
         sizes["pp"] = stages // sizes["vpp"] if stages % sizes["vpp"] == 0 else sizes["pp"]
-    default_zero = DEFAULT_ZERO if sizes["pp"] == 1 else DEFAULT_ZERO_WITH_PP
     zero = par.get("zero")
     if isinstance(zero, int) and not isinstance(zero, bool) and zero > 3:
         raise SpecError(f"{w}.zero: {zero} is not a ZeRO stage; allowed: 0, 1, 2, 3 (at most 3)")
-    sizes["zero"] = F.integer(default_zero if zero is None else zero, f"{w}.zero", minimum=0, maximum=3)
+    sizes["zero"] = F.integer(default_zero(framework, sizes["pp"]) if zero is None else zero, f"{w}.zero",
+                              minimum=0, maximum=3)
     if par.get("fsdp") is not None and F.boolean(par["fsdp"], f"{w}.fsdp"):
         if par.get("zero") not in (None, 3):
             raise SpecError(f"{w}: fsdp means zero=3, but zero={par['zero']} was given")
@@ -403,22 +415,37 @@ def recompute_modules_of(value: Any, recompute: str, model: Model, where: str) -
 
 
 def _check_experts(model: Model, sizes: dict[str, Any], dp: int, where: str) -> None:
-    """The expert layout: ep divides the experts, ep·etp divides the ranks of a pipeline stage
-    (Megatron-Core: ep·etp·edp = tp·cp·dp); a dense model takes ep = etp = 1."""
-    ep, etp, stage_ranks = sizes["ep"], sizes["etp"], sizes["tp"] * sizes["cp"] * dp
+    """The expert layout (docs/model.md §15, §15.8): ep divides the experts; etp divides the expert width
+    f_e (each routed expert's MLP is split etp ways) and tp (the expert tensor-parallel group is the
+    innermost part of the tensor-parallel group: the plan searches exactly these); ep·etp divides the ranks
+    of a pipeline stage (Megatron-Core: ep·etp·edp = tp·cp·dp). A dense model takes ep = etp = 1."""
+    ep, etp, tp, stage_ranks = sizes["ep"], sizes["etp"], sizes["tp"], sizes["tp"] * sizes["cp"] * dp
     if model.moe is None:
         for key in ("ep", "etp"):
             if sizes[key] != 1:
                 raise SpecError(f"{where}.parallel.{key}: {sizes[key]} needs a mixture-of-experts model, and "
                                 f"{model.name} is dense; allowed: 1")
         return
-    experts = model.moe.experts
+    experts, width = model.moe.experts, model.moe.expert_ffn_hidden
     if experts % ep:
         raise SpecError(f"{where}.parallel.ep: {ep} does not divide experts={experts}{_divisor_hint(experts)}")
+    etps = _divisors(math.gcd(tp, width))
+    if width % etp:
+        raise SpecError(f"{where}.parallel.etp: {etp} does not divide expert_ffn_hidden={width} (each routed "
+                        f"expert's width is split etp ways); allowed with tp={tp}: {', '.join(map(str, etps))}")
+    if tp % etp:
+        raise SpecError(f"{where}.parallel.etp: {etp} does not divide tp={tp} (the expert tensor-parallel group "
+                        f"lies inside the tensor-parallel group); allowed with tp={tp}: {', '.join(map(str, etps))}")
     if stage_ranks % (ep * etp):
-        raise SpecError(f"{where}.parallel.ep: ep·etp = {ep}·{etp} = {ep * etp} does not divide the ranks of a "
-                        f"pipeline stage, tp·cp·dp = {sizes['tp']}·{sizes['cp']}·{dp} = {stage_ranks}; "
-                        f"ep·etp must divide {stage_ranks}{_divisor_hint(stage_ranks)}")
+        cli = where == "options"
+        ep_name, etp_name = ("--ep", "--etp") if cli else ("parallel.ep", "parallel.etp")
+        eps = [e for e in _divisors(experts) if stage_ranks % (e * etp) == 0]
+        ks = [k for k in etps if stage_ranks % (ep * k) == 0]
+        with_ep = f"; with {ep_name} {ep}: {etp_name} {', '.join(map(str, ks))}" if ks else ""
+        raise SpecError(f"{where}: {ep_name}, {etp_name}: ep·etp = {ep}·{etp} = {ep * etp} does not divide the "
+                        f"{stage_ranks} ranks of a pipeline stage (tp·cp·dp = {tp}·{sizes['cp']}·{dp}), and their "
+                        f"product must; "
+                        f"with {etp_name} {etp}: {ep_name} {', '.join(map(str, eps))}{with_ep}")
 
 
 def _batch(r: _Reader, dp: int, echoed_micro_batches: Any, seq_len: int, group: int) -> tuple[int, int]:
@@ -482,6 +509,44 @@ def _check_framework_pipeline(framework: str, vpp: int, layout: bool, where: str
     if vpp > 1 and not fw.interleaved:
         raise SpecError(f"{where}: vpp={vpp} needs the interleaved pipeline schedule, which {framework} "
                         f"does not have; use vpp=1 or a framework that has it")
+
+
+def _moe_overlap_of(par: dict[str, Any], model: Model, where: str) -> str:
+    """`parallel.moe_overlap` (MOE_OVERLAPS); as ep and etp, refused on a dense model unless none."""
+    moe_overlap = F.choice(par.get("moe_overlap", "none"), f"{where}.parallel.moe_overlap", MOE_OVERLAPS)
+    if moe_overlap != "none" and model.moe is None:
+        raise SpecError(f"{where}.parallel.moe_overlap: {moe_overlap} needs a mixture-of-experts model (it hides "
+                        f"the MoE all-to-alls), and {model.name} is dense; allowed: none")
+    return moe_overlap
+
+
+def _check_framework(framework: str, sizes: dict[str, Any], par: dict[str, Any], where: str) -> None:
+    """What the framework runs of the layout: its pipeline schedules and layouts, its ZeRO stages."""
+    _check_framework_pipeline(framework, sizes["vpp"], par.get("pipeline_layout") is not None, where)
+    _check_framework_zero(framework, sizes["pp"], sizes["zero"], "zero" not in par and "fsdp" not in par, where)
+
+
+def _check_framework_zero(framework: str, pp: int, zero: int, derived: bool, where: str) -> None:
+    """What the framework's data parallelism runs (trainest/frameworks.py: `pipeline`, `zero_stages`,
+    `pp_zero_stages`, with their sources): pipeline parallelism at all, and the ZeRO stage with or without it."""
+    fw = FRAMEWORKS[framework]
+    cli = where == "options"
+    pp_name, zero_name = ("--pp", "--zero") if cli else ("parallel.pp", "parallel.zero")
+    if pp > 1 and not fw.pipeline:
+        raise SpecError(f"{where}: {pp_name} {pp}: {framework} has no pipeline parallelism; allowed under it: "
+                        f"{pp_name} 1 (frameworks with a pipeline: "
+                        f"{', '.join(n for n, f in FRAMEWORKS.items() if f.pipeline)})")
+    stages = fw.zero_stages_with(pp)
+    if zero in stages:
+        return
+    given = "" if not derived else " (the default)"
+    listed = ", ".join(map(str, stages))
+    if zero not in fw.zero_stages:
+        raise SpecError(f"{where}: {zero_name} {zero}{given}: {framework} has no ZeRO-{zero} (trainest/frameworks.py); "
+                        f"allowed under it: {zero_name} {listed}")
+    raise SpecError(f"{where}: {zero_name} {zero}{given} with {pp_name} {pp}: {framework} does not run ZeRO-{zero} "
+                    f"with pipeline parallelism (DeepSpeed's PipelineEngine: ZeRO-2 and ZeRO-3 are incompatible "
+                    f"with it); allowed with a pipeline: {zero_name} {listed}, or {pp_name} 1 for ZeRO-{zero}")
 
 
 def _split_of(par: dict[str, Any], sizes: dict[str, Any], model: Model,
@@ -676,6 +741,15 @@ def check_offload(data: Any, hardware: Hardware, where: str) -> str:
     return offload
 
 
+def check_scenario_keys(data: Any, where: str) -> None:
+    """A scenario mapping's keys, and its `parallel` block's, are the schema's (specs/README.md): the one
+    check of `estimate`, `plan`, `compare` and `sweep` alike (a search reads only the job's keys of it, and
+    a misspelt key would otherwise change its answer unseen)."""
+    F.check_keys(data, where, (), SCENARIO_KEYS + RUN_ONLY_KEYS + ECHO_KEYS)
+    if data.get("parallel") is not None:
+        F.check_keys(data["parallel"], f"{where}.parallel", (), PARALLEL_KEYS)
+
+
 def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                           shape: dict[str, Any] | None = None) -> Scenario:
     """Validate a scenario mapping (schema in specs/README.md), fill the defaults of the one default
@@ -683,7 +757,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
 
     `shape` holds CLI shape overrides (layers, hidden, ...) applied on top of the model.
     """
-    F.check_keys(data, where, (), SCENARIO_KEYS + RUN_ONLY_KEYS + ECHO_KEYS)
+    check_scenario_keys(data, where)
     echoed_micro_batches = data.get("micro_batches")
     data = {k: v for k, v in data.items() if k not in ECHO_KEYS}
     derived: list[str] = []
@@ -697,16 +771,18 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     precision = F.choice(r.default("precision", default_precision(hardware)), f"{where}.precision", PRECISIONS)
     hardware.peak(precision)  # raises with the list of supported precisions
     par = {} if data.get("parallel") is None else data["parallel"]
-    F.check_keys(par, f"{where}.parallel", (), PARALLEL_KEYS)
-    sizes = _parallel_sizes(par, r)
+    # the framework (checked below) decides the default ZeRO stage: the one it runs
+    sizes = _parallel_sizes(par, r, data["framework"] if isinstance(data.get("framework"), str)
+                            else default_framework(hardware))
+    # a pipeline layout is checked first: its layer count, not the device count it implies, is what to fix
+    split, layout_text, ranks = _split_of(par, sizes, model, where)
     devices, dp = _devices_and_dp(par, sizes, r, hardware.devices_per_node)
     dp_shard = _dp_shard(par, dp, sizes["zero"], where)
     devices_per_node = F.integer(r.default("devices_per_node", hardware.devices_per_node),
                                  f"{where}.devices_per_node", maximum=10**6)
-    split, layout_text, ranks = _split_of(par, sizes, model, where)
     dp_collectives = F.choice(par.get("dp_collectives", "hierarchical"), f"{where}.parallel.dp_collectives",
                               DP_COLLECTIVES)
-    moe_overlap = F.choice(par.get("moe_overlap", "none"), f"{where}.parallel.moe_overlap", MOE_OVERLAPS)
+    moe_overlap = _moe_overlap_of(par, model, where)
     _check_layout(model, seq_len, sizes, split, where)
     _check_network(hardware, devices_per_node, devices, where)
     micro_batch, global_batch = _batch(r, dp, echoed_micro_batches, seq_len, sizes["pp"] if sizes["vpp"] > 1 else 1)
@@ -732,7 +808,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     if par.get("dp_overlap") is None:
         r.derive("parallel.dp_overlap")
     dp_overlap = F.boolean(par.get("dp_overlap", fw.dp_overlap), f"{where}.parallel.dp_overlap")
-    _check_framework_pipeline(framework, sizes["vpp"], par.get("pipeline_layout") is not None, where)
+    _check_framework(framework, sizes, par, where)
     finetune = check_finetune(data.get("finetune"), model, precision, where)
     derived += finetune_defaults(data.get("finetune"), finetune)
     tokens, price_usd, pue, grid = _run_costs(r, model, hardware, finetune)
@@ -784,6 +860,7 @@ def load_scenario_file(path: str) -> dict[str, Any]:
     if isinstance(data.get("runs"), list):
         raise SpecError(f"scenario {path!r} is a runs file (a `runs:` list of measured runs); an estimate takes one "
                         f"scenario: compare them all with `trainest validate --runs {path}`, or give one run's keys")
+    check_scenario_keys(data, f"scenario {path!r}")     # every command that reads it alike
     return underive(relative_to_file(data, Path(path).parent), f"scenario {path!r}")
 
 

@@ -67,6 +67,7 @@ from trainest.scenario import (
     Scenario,
     check_finetune,
     check_offload,
+    check_scenario_keys,
     default_global_batch,
     default_tokens,
     job_of,
@@ -211,6 +212,8 @@ def check_space(base: Scenario, space: SearchSpace) -> None:
         if bad:
             raise SpecError(f"--allow {knob}={','.join(map(str, bad))}: does not divide {what}; allowed: "
                             f"{', '.join(map(str, _divisors(size)))}")
+    _check_expert_space(base, space)
+    _check_framework_space(base, space)
     for offload in space.offload or ():
         check_offload(offload, base.hardware, "--allow offload")
     ft = base.finetune
@@ -219,6 +222,66 @@ def check_space(base: Scenario, space: SearchSpace) -> None:
             {"method": method, "rank": ft.rank, "targets": ft.targets,
              "base_bits": 4 if method == "qlora" else lora_base_bits(ft)}
         check_finetune(given, base.model, base.precision, "--allow finetune")
+
+
+def _check_expert_space(base: Scenario, space: SearchSpace) -> None:
+    """`--allow ep=` / `etp=` values no plan can take (docs/model.md §15.8): on a dense model anything but 1;
+    an ep not dividing the experts; an etp not dividing the expert width f_e or any tp searched."""
+    m = base.model
+    for knob in MOE_ONLY:
+        allowed = getattr(space, knob) or ()
+        if m.moe is None and any(v != 1 for v in allowed):
+            raise SpecError(f"--allow {knob}={','.join(map(str, allowed))}: {knob} needs a mixture-of-experts model, "
+                            f"and {m.name} is dense; allowed: 1")
+    if m.moe is None:
+        return
+    bad = [v for v in space.ep or () if m.moe.experts % v]
+    if bad:
+        raise SpecError(f"--allow ep={','.join(map(str, bad))}: does not divide the {m.moe.experts} experts of "
+                        f"{m.name}; allowed: {', '.join(map(str, _divisors(m.moe.experts)))}")
+    width, tps = m.moe.expert_ffn_hidden, tp_sizes(base, space)
+    fits = [k for k in _divisors(width) if any(t % k == 0 for t in tps)]
+    bad = [v for v in space.etp or () if v not in fits]
+    if bad:
+        raise SpecError(f"--allow etp={','.join(map(str, bad))}: expert tensor parallelism must divide the expert "
+                        f"width expert_ffn_hidden={width} and tp (tp searched: {', '.join(map(str, tps))}); "
+                        f"allowed: {', '.join(map(str, fits))}")
+
+
+def _check_framework_space(base: Scenario, space: SearchSpace) -> None:
+    """`--allow zero=` / `pp=` values the job's framework does not run (trainest/frameworks.py: `zero_stages`,
+    `pipeline`, `pp_zero_stages`): a stage it lacks, a pipeline it lacks, or only pipelines with only stages
+    its pipeline refuses."""
+    name, fw = base.framework, FRAMEWORKS[base.framework]
+    if space.zero != ZERO_STAGES:                      # listed by --allow
+        bad = [z for z in space.zero if z not in fw.zero_stages]
+        if bad:
+            raise SpecError(f"--allow zero={','.join(map(str, bad))}: {name} has no ZeRO-"
+                            f"{'/'.join(map(str, bad))} (trainest/frameworks.py); allowed under it: "
+                            f"{', '.join(map(str, fw.zero_stages))}")
+    pipelines = [p for p in space.pp or () if p > 1]
+    if space.pp is None or len(pipelines) < len(space.pp):
+        return                                         # p = 1 can be searched
+    if not fw.pipeline:
+        raise SpecError(f"--allow pp={','.join(map(str, pipelines))}: {name} has no pipeline parallelism; "
+                        f"allowed under it: 1")
+    with_pp = fw.zero_stages_with(2)
+    if not any(z in with_pp for z in space.zero):
+        raise SpecError(f"--allow zero={','.join(map(str, space.zero))} with pp={','.join(map(str, pipelines))}: "
+                        f"{name} does not run these ZeRO stages with pipeline parallelism (DeepSpeed's PipelineEngine: "
+                        f"ZeRO-2 and ZeRO-3 are incompatible with it); allowed with a pipeline: "
+                        f"{', '.join(map(str, with_pp))}")
+
+
+def tp_sizes(base: Scenario, space: SearchSpace) -> list[int]:
+    """The tensor-parallel sizes searched: divisors of the heads (and of a hybrid model's Mamba-2 heads and
+    groups), those allowed, within `--max-tp` or, unless tp values are listed, the scale-up domain."""
+    m = base.model
+    # explicitly allowed tp values are taken as given; otherwise tp stays inside the scale-up domain
+    cap_tp = space.max_tp if space.max_tp is not None else (None if space.tp is not None else max_tp_default(base))
+    # a hybrid model's Mamba-2 blocks split their heads and groups over t too, and take no CP (scenario.py)
+    heads = m.heads if m.hybrid is None else math.gcd(m.heads, m.hybrid.mamba.heads, m.hybrid.mamba.groups)
+    return _choose(_divisors(heads), space.tp, cap_tp)
 
 
 def _divisors(n: int) -> list[int]:
@@ -346,16 +409,20 @@ def expert_layouts(base: Scenario, stage_ranks: int, tp: int, space: SearchSpace
     return [(e, k) for e in eps for k in etps if stage_ranks % (e * k) == 0]
 
 
-def plan_indices(lay: np.ndarray, combo: np.ndarray, *, sp_off: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def plan_indices(lay: np.ndarray, combo: np.ndarray, *, sp_off: bool,
+                 pp_zero: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every layout row crossed with every (ZeRO, recompute, SP, finetune, offload) combination, row
     by row: each plan's row and combination, and the table of combinations (one array per
     COMBO_KNOBS entry). `sp_off`: SP off is allowed, so a t = 1 plan is kept once (at t = 1 SP on is
     the same plan); else t = 1 plans have no SP to turn on and take a copy of the combinations with SP
-    off (the table's second half)."""
+    off (the table's second half). `pp_zero`: whether each combination's ZeRO stage runs with pipeline
+    parallelism under the job's framework (`Framework.pp_zero_stages`); a row with p > 1 takes only those."""
     n_lay, n_combo = lay.shape[0], combo.shape[0]
     tp1 = lay[:, 0] == 1.0
     pick = np.broadcast_to(np.arange(n_combo), (n_lay, n_combo))
     same_zero = _one_replica(lay)[:, None] & _zero_above_the_least(combo)[None, :]
+    if pp_zero is not None and not pp_zero.all():      # the framework's pipeline refuses these stages
+        same_zero = same_zero | ((lay[:, 1] > 1.0)[:, None] & ~pp_zero[None, :])
     if sp_off:             # sequence parallelism splits along the TP group: at t = 1 "on" = "off"
         keep = ~(tp1[:, None] & (combo[None, :, 2] == 1.0)) & ~same_zero
         return np.repeat(np.arange(n_lay), keep.sum(axis=1)), pick[keep], np.ascontiguousarray(combo.T)
@@ -385,16 +452,15 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     """Every plan of `devices` devices for the job `base` within `space` (no heuristic pruning)."""
     m = base.model
     B = base.global_batch
-    interleaved = FRAMEWORKS[base.framework].interleaved
+    fw = FRAMEWORKS[base.framework]
+    interleaved = fw.interleaved
     dualpipe = base.parallel.pipeline_schedule == "dualpipe"
-    # explicitly allowed tp values are taken as given; otherwise tp stays inside the scale-up domain
-    cap_tp = space.max_tp if space.max_tp is not None else (None if space.tp is not None else max_tp_default(base))
-    # a hybrid model's Mamba-2 blocks split their heads and groups over t too, and take no CP (scenario.py)
-    heads = m.heads if m.hybrid is None else math.gcd(m.heads, m.hybrid.mamba.heads, m.hybrid.mamba.groups)
-    tps = _choose(_divisors(heads), space.tp, cap_tp)
+    tps = tp_sizes(base, space)
     pps = pipeline_sizes(base, devices, space)
     cps = _choose(_divisors(base.seq_len), space.cp, space.max_cp) if m.hybrid is None else [1]
-    zeros = list(space.zero)
+    if not fw.pipeline:                                      # a framework without a pipeline: p = 1 only
+        pps = [p for p in pps if p == 1]
+    zeros = [z for z in space.zero if z in fw.zero_stages]   # the stages the framework has (frameworks.py)
     recs = [float(RECOMPUTE_CODES[r]) for r in space.recompute if not (m.hybrid is not None and r == "op")]
     sps = [1.0 if s else 0.0 for s in space.sequence_parallel]
     finetunes = list(space.finetune or (base.finetune.method,))
@@ -438,7 +504,8 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     lay = np.concatenate(blocks) if blocks else np.empty((0, 9))
     combo = np.array([(z, r, s, f, o) for z in zeros for r in recs for s in sps for f, o in extra],
                      dtype=float).reshape(-1, 5)
-    row, pick, combos = plan_indices(lay, combo, sp_off=0.0 in sps)
+    pp_zero = np.isin(combo[:, 0], np.array(fw.zero_stages_with(2), dtype=float))
+    row, pick, combos = plan_indices(lay, combo, sp_off=0.0 in sps, pp_zero=pp_zero)
     values: dict[str, list[Any]] = {"tp": tps, "pp": pps, "cp": cps, "zero": zeros, "recompute": list(space.recompute),
               "sequence_parallel": list(space.sequence_parallel)}
     if space.finetune is not None:
@@ -615,19 +682,21 @@ def default_devices(mapping: dict, where: str = "options") -> int:
     return max(min(DEFAULT_DEVICES, job_scenario({**job, "global_batch": 1}, where).devices_per_node), 1)
 
 
-def job_scenario(mapping: dict, where: str = "options", default_batch_devices: int | None = None) -> Scenario:
+def job_scenario(mapping: dict, where: str = "options", default_batch_devices: int | None = None,
+                 shape: dict | None = None) -> Scenario:
     """Validate the job (a scenario mapping without a layout) once, as a one-device scenario; plans
     replace its device count and layout (`plan_scenario`). Without a global batch: with
     `default_batch_devices` the estimate's default (DEFAULT_TOKENS_PER_STEP in whole sequences) rounded up
     to a multiple of that device count, so that every data-parallel size dividing it can run
     micro-batch 1, marked derived; else an error."""
+    check_scenario_keys(mapping, where)
     if mapping.get("global_batch") is None and mapping.get("global_batch_tokens") is None:
         if default_batch_devices is None:
             raise SpecError(f"{where}: the plan search needs the global batch (--global-batch in sequences, or "
                             f"--global-batch-tokens)")
-        seq_len = job_scenario({**mapping, "global_batch": 1}, where).seq_len
+        seq_len = job_scenario({**mapping, "global_batch": 1}, where, shape=shape).seq_len
         base = job_scenario({**mapping, "global_batch": default_global_batch(seq_len, default_batch_devices, 1)},
-                            where)
+                            where, shape=shape)
         return replace(base, derived=base.derived + ("global_batch",))
     job = {k: v for k, v in mapping.items() if k in JOB_KEYS}
     # of the layout, only framework capabilities that hold for every plan carry over (tp_overlap,
@@ -638,7 +707,7 @@ def job_scenario(mapping: dict, where: str = "options", default_batch_devices: i
     # the recompute of every plan is the search's; modules say what its selective plans re-run
     recompute = "selective" if job.get("recompute_modules") is not None else "none"
     return scenario_from_mapping({**job, "devices": 1, "parallel": parallel, "micro_batch": 1, "recompute": recompute},
-                                 where)
+                                 where, shape=shape)
 
 
 def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vpp: int, micro_batch: int, zero: int,

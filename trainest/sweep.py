@@ -152,13 +152,14 @@ def _point_estimate(mapping: dict[str, Any], shape: dict[str, Any]) -> tuple[Est
                                         f"device of {e.memory.capacity_bytes / 2**30:.1f}",)
 
 
-def _point_plan(mapping: dict[str, Any], k: Knob, value: Any, batch_devices: int) -> tuple[Estimate, tuple[str, ...]]:
+def _point_plan(mapping: dict[str, Any], k: Knob, value: Any, batch_devices: int,
+                shape: dict[str, Any]) -> tuple[Estimate, tuple[str, ...]]:
     from trainest import search as S
     allow = []
     if k.searched:
         word = {True: "on", False: "off"}.get(value, value) if k.name == "sequence_parallel" else value
         allow = [f"{k.name}={word}"]
-    base = S.job_scenario(mapping, "options", default_batch_devices=batch_devices)
+    base = S.job_scenario(mapping, "options", default_batch_devices=batch_devices, shape=shape)
     res = S.search(base, int(mapping.get("devices") or batch_devices), S.space_from_options(allow), top=1)
     return res.plans[0], ()
 
@@ -166,8 +167,6 @@ def _point_plan(mapping: dict[str, Any], k: Knob, value: Any, batch_devices: int
 def sweep(mapping: dict[str, Any], k: Knob, values: list[Any], *, plan: bool = False,
           shape: dict[str, Any] | None = None, progress: Progress | None = None) -> SweepResult:
     """The estimate (or best plan) of the scenario `mapping` at each value of knob `k`."""
-    if plan and shape:
-        raise SpecError("sweep --plan takes the model as given: shape overrides need a model file")
     # without a global batch each plan takes the default of `plan` (0.5M tokens, a multiple of the device
     # count): of the largest count swept, so that a devices sweep keeps one batch at every point
     if plan:
@@ -180,7 +179,8 @@ def sweep(mapping: dict[str, Any], k: Knob, values: list[Any], *, plan: bool = F
     for i, value in enumerate(values):
         try:
             m = with_value(mapping, k, value)
-            e, warnings = _point_plan(m, k, value, batch_devices) if plan else _point_estimate(m, shape or {})
+            e, warnings = (_point_plan(m, k, value, batch_devices, shape or {}) if plan
+                           else _point_estimate(m, shape or {}))
             points.append(SweepPoint(value, e, "", warnings))
         except SpecError as exc:
             points.append(SweepPoint(value, None, str(exc)))

@@ -31,7 +31,8 @@ def run_compare(values: dict[str, Any]) -> int:
     progress = LazyProgress("comparing hardware", enabled=not values.get("quiet") and not values.get("json_out"))
     try:
         names = C.hardware_list(values.get("hardware"), bool(values.get("all_hardware")))
-        mapping = {k: v for k, v in job_mapping({**values, "hardware": None}).items() if k != "hardware"}
+        job, shape = job_mapping({**values, "hardware": None})
+        mapping = {k: v for k, v in job.items() if k != "hardware"}
         given = values.get("devices") or mapping.get("devices")
         devices = str(given or DEFAULT_DEVICES)     # one count for every entry unless given
         deadline, budget = values.get("deadline"), values.get("budget")
@@ -40,7 +41,7 @@ def run_compare(values: dict[str, Any]) -> int:
             objective=_plain(values.get("objective") or "time"),
             deadline_s=parse_duration_s(deadline, "--deadline") if deadline is not None else None,
             budget_usd=parse_count(budget, "--budget") if budget is not None else None,
-            device_counts=_plain(values.get("device_counts") or "pow2"), progress=progress)
+            device_counts=_plain(values.get("device_counts") or "pow2"), progress=progress, shape=shape)
     except SpecError as exc:
         error_line(str(exc))
         return EXIT_BAD_INPUT

@@ -103,10 +103,30 @@ def job_warnings(scenario: Any, hardware: bool = True) -> list[str]:
     `hardware` False leaves out the one about the scenario's own hardware, for compare)."""
     from trainest.frameworks import FRAMEWORKS
     out = []
+    if hardware and (note := low_precision_warning(scenario)):
+        out.append(note)
     if not FRAMEWORKS[scenario.framework].seen:
         out.append(f"framework {scenario.framework}: no bundled measured run uses it; its host dispatch and "
                    f"defaults (trainest/frameworks.py) are not validated")
     return out + prior_warnings(scenario, hardware)
+
+
+LOW_PRECISION_WARNING = ("precision {precision} on {hardware}: its {precision} peak ({peak:g} TFLOP/s) is no higher "
+                         "than its bf16 peak ({bf16:g}), so {precision} buys no GEMM speed there: its casts and the "
+                         "low-precision GEMM factor (efficiency.low_precision_gemm) make the step slower than bf16's")
+
+
+def low_precision_warning(scenario: Any) -> str | None:
+    """A warning when the scenario's low precision (fp8, fp4) has no higher dense peak than bf16 on its
+    hardware (Gaudi 3, TPU v6e in the catalog): the estimate then comes out slower than bf16's (the casts and
+    `efficiency.low_precision_gemm`, docs/model.md §2.1), which reads like a mistake unless it is said."""
+    hw, precision = scenario.hardware, scenario.precision
+    if precision not in ("fp8", "fp4") or "bf16" not in hw.peak_flops_per_s:
+        return None
+    peak, bf16 = hw.peak(precision), hw.peak("bf16")
+    if peak > bf16:
+        return None
+    return LOW_PRECISION_WARNING.format(precision=precision, hardware=hw.name, peak=peak / 1e12, bf16=bf16 / 1e12)
 
 
 # Numbers an estimate rests on that no measured run has checked (docs/model.md §13, §14).

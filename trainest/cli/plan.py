@@ -44,15 +44,13 @@ def job_option_args(values: dict[str, Any], leave_out: tuple[str, ...] = ()) -> 
         k.name for k in KNOBS if k.job and k.name not in skip)))
 
 
-def job_mapping(values: dict[str, Any]) -> dict[str, Any]:
-    """The job's scenario mapping: the config file, overridden by the job options given (the knobs
-    a plan keeps for every plan, in their groups: parallel.tp_overlap, finetune.rank, ...)."""
-    from trainest.cli.estimate import merge
-    from trainest.knobs import KNOBS, mapping_from_values
-    from trainest.scenario import load_scenario_file
-    config = values.get("config")
-    given, _ = mapping_from_values({k.name: values.get(k.name) for k in KNOBS if k.job})
-    return merge(load_scenario_file(config) if config else {}, given)
+def job_mapping(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the job's scenario mapping, the model's shape overrides): the config file, overridden by the job
+    options given (the knobs a plan keeps for every plan, in their groups: parallel.tp_overlap,
+    finetune.rank, ...; the shape overrides as `estimate` applies them)."""
+    from trainest.cli.estimate import scenario_mapping_from_options
+    from trainest.knobs import KNOBS
+    return scenario_mapping_from_options(values.get("config"), {k.name: values.get(k.name) for k in KNOBS if k.job})
 
 
 def search_plans(values: dict[str, Any]) -> tuple[Any, Any, str | None]:
@@ -65,13 +63,13 @@ def search_plans(values: dict[str, Any]) -> tuple[Any, Any, str | None]:
     from trainest.report import LazyProgress
     from trainest.units import parse_count, parse_duration_s
     config = values.get("config")
-    mapping = job_mapping(values)
+    mapping, shape = job_mapping(values)
     where = f"scenario {config!r}" if config else "options"
     given = values.get("devices") or mapping.get("devices")
     devices = str(given or S.default_devices(mapping, where))
     lo, hi = S.parse_devices(devices)
     space = S.space_from_options(values.get("allow"), **{k: values.get(k) for k in MAXIMA})
-    base = S.job_scenario(S.job_for_methods(mapping, space, where), where, default_batch_devices=hi)
+    base = S.job_scenario(S.job_for_methods(mapping, space, where), where, default_batch_devices=hi, shape=shape)
     if given is None:               # shown as derived (report.plan: the header)
         base = replace(base, derived=base.derived + ("devices",))
     deadline, budget = values.get("deadline"), values.get("budget")

@@ -114,8 +114,23 @@ def framework_rows() -> list[dict[str, Any]]:
              "dp_overlap": f.dp_overlap, "interleaved": f.interleaved, "seen": f.seen, "moe_seen": f.moe_seen,
              "megatron_softmax": f.megatron_softmax, "unfused_cross_entropy": f.unfused_cross_entropy,
              "loss_bytes_per_logit": f.loss_bytes_per_logit, "expert_loop": f.expert_loop,
-             "stage_layout": f.stage_layout,
+             "stage_layout": f.stage_layout, "zero_stages": list(f.zero_stages), "pipeline": f.pipeline,
+             "pp_zero_stages": list(f.zero_stages_with(2)),
              "source": f.source} for f in FRAMEWORKS.values()]
+
+
+def _stages(stages: list[int]) -> str:
+    """ZeRO stages in few characters: 0-3 for all, else 0,2,3."""
+    return "0-3" if stages == [0, 1, 2, 3] else ",".join(map(str, stages))
+
+
+def zero_text(row: dict[str, Any]) -> str:
+    """A framework's ZeRO stages, and those it runs with a pipeline where they differ ("0-3, pp: 0,1"), or
+    that it has no pipeline ("0,2,3, no pp")."""
+    stages = _stages(row["zero_stages"])
+    if not row["pipeline"]:
+        return f"{stages}, no pp"
+    return stages if row["pp_zero_stages"] == row["zero_stages"] else f"{stages}, pp: {_stages(row['pp_zero_stages'])}"
 
 
 def list_dict(what: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -200,8 +215,8 @@ def print_frameworks(rows: list[dict[str, Any]]) -> None:
                   collapse_padding=True)
     # every value whole (the widest of each column); the headers wrap on a narrow terminal
     widths = {"name": max(len(r["name"]) for r in rows), "dispatch": 6, "host ×": 5, "kernels": 5}
-    for col in ("name", "dispatch", "host ×", "mb sync", "kernels", "overlap", "interl", "layout", "experts", "seen",
-                "MoE"):
+    for col in ("name", "dispatch", "host ×", "mb sync", "kernels", "overlap", "ZeRO", "interl", "layout", "experts",
+                "seen", "MoE"):
         table.add_column(col, justify="right" if col in ("host ×", "mb sync") else "left",
                          min_width=widths.get(col, 3))
     for r in rows:
@@ -210,7 +225,8 @@ def print_frameworks(rows: list[dict[str, Any]]) -> None:
         from trainest.hardware import DEFAULT_HOST_MS_PER_MICRO_BATCH
         mb_ms = r["micro_batch_host_ms"]
         mb = "–" if mb_ms is None else f"{mb_ms:.2f} ms{'*' if mb_ms != DEFAULT_HOST_MS_PER_MICRO_BATCH else ''}"
-        table.add_row(r["name"], r["dispatch"], host, mb, r["kernels"], _yes(r["dp_overlap"]), _yes(r["interleaved"]),
+        table.add_row(r["name"], r["dispatch"], host, mb, r["kernels"], _yes(r["dp_overlap"]), zero_text(r),
+                      _yes(r["interleaved"]),
                       _yes(r["stage_layout"]), r["expert_loop"], _yes(r["seen"]), _yes(r["moe_seen"]))
     con = console()
     print_table(con, table)
@@ -221,7 +237,9 @@ def print_frameworks(rows: list[dict[str, Any]]) -> None:
               "synchronises host and device there (*: fitted, else the prior host_ms_per_micro_batch; –: it runs "
               "ahead of the device); "
               "kernels: its default element-wise kernels; overlap: the gradient reduction overlapped with the "
-              "backward by default; interl: has the interleaved pipeline schedule; layout: takes any layers per "
+              "backward by default; ZeRO: the ZeRO stages it has (pp: those it runs with pipeline parallelism; "
+              "no pp: it has no pipeline; sources in trainest/frameworks.py); interl: has the interleaved pipeline "
+              "schedule; layout: takes any layers per "
               "pipeline stage (--pipeline-layout); experts: how its MoE layer "
               "launches the local experts (gemm: a GEMM each, grouped: one kernel for all, python: each "
               "expert's MLP operator by operator; docs/model.md §15.2); seen: the bundled "

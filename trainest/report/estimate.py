@@ -124,7 +124,8 @@ def _key_value_table(title: str, rows: list[tuple[str, str]], **options: Any):
 def layout_text(s: Scenario) -> str:
     """The parallel layout in words, with the framework settings that differ from the defaults."""
     p = s.parallel
-    zero_default = (" (default: FSDP)" if p.pp == 1 else " (default with pp > 1: distributed optimizer)") \
+    what = {3: "FSDP", 1: "distributed optimizer"}.get(p.zero, f"ZeRO-{p.zero}")
+    zero_default = (f" (default: {what})" if p.pp == 1 else f" (default with pp > 1: {what})") \
         if "parallel.zero" in s.derived else ""
     if zero_default and p.dp == 1 and (s.model.moe is None or p.edp == 1):
         zero_default = zero_default[:-1] + "; nothing to shard with dp=1)"
