@@ -750,6 +750,14 @@ def check_scenario_keys(data: Any, where: str) -> None:
         F.check_keys(data["parallel"], f"{where}.parallel", (), PARALLEL_KEYS)
 
 
+def _packed_length_of(packed: Any, seq_len: int, where: str) -> int | None:
+    """`packed_length`: the mean length of the examples packed into one sequence, at most the sequence."""
+    if isinstance(packed, int) and not isinstance(packed, bool) and packed > seq_len:
+        raise SpecError(f"{where}.packed_length: {packed} must be at most the sequence length {seq_len} (the mean "
+                        f"length of the examples packed into one sequence)")
+    return F.integer(packed, f"{where}.packed_length", maximum=seq_len, allow_none=True)
+
+
 def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                           shape: dict[str, Any] | None = None) -> Scenario:
     """Validate a scenario mapping (schema in specs/README.md), fill the defaults of the one default
@@ -796,11 +804,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     recompute = F.choice(r.default("recompute", DEFAULT_RECOMPUTE), f"{where}.recompute", RECOMPUTES)
     modules = recompute_modules_of(data.get("recompute_modules"), recompute, model, f"{where}.recompute_modules")
     attention = F.choice(r.default("attention", "flash"), f"{where}.attention", ATTENTIONS)
-    packed = data.get("packed_length")
-    if isinstance(packed, int) and not isinstance(packed, bool) and packed > seq_len:
-        raise SpecError(f"{where}.packed_length: {packed} must be at most the sequence length {seq_len} (the mean "
-                        f"length of the examples packed into one sequence)")
-    packed_length = F.integer(packed, f"{where}.packed_length", maximum=seq_len, allow_none=True)
+    packed_length = _packed_length_of(data.get("packed_length"), seq_len, where)
     framework = F.choice(r.default("framework", default_framework(hardware)), f"{where}.framework", tuple(FRAMEWORKS))
     fw = FRAMEWORKS[framework]
     kernels = F.choice(r.default("kernels", fw.kernels), f"{where}.kernels", KERNELS)
