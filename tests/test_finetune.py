@@ -96,6 +96,29 @@ def test_frozen_base_keeps_no_gradients_and_no_optimizer_state_for_it():
     assert lora.weights_bytes == pytest.approx(full.weights_bytes, rel=0.05)   # 16-bit base + adapters
 
 
+@pytest.mark.parametrize("precision", ["fp32", "tf32"])
+def test_an_unquantised_lora_base_is_stored_at_the_training_precision(precision):
+    """base_bits 16 means unquantised: an FP32/TF32 run holds its frozen base in FP32, 4 B per parameter
+    (Llama 3 8B: 8.03 B × 4 B ≈ 30 GiB, not the 15 GiB of a 16-bit base), as its full fine-tune does."""
+    one = {"hardware": "h100-sxm", "devices": 1, "seq_len": 2048, "global_batch": 1, "recompute": "full"}
+    bf16 = est(**one, finetune="lora").memory
+    fp32 = est(**one, finetune="lora", precision=precision).memory
+    full = est(**one, precision=precision).memory
+    params = LLAMA8.params
+    assert fp32.weights_bytes == pytest.approx(4.0 * params, rel=0.01)
+    assert fp32.weights_bytes == pytest.approx(full.weights_bytes, rel=0.01)
+    assert fp32.weights_bytes == pytest.approx(2.0 * bf16.weights_bytes, rel=1e-3)
+
+
+def test_a_qlora_dequantises_to_the_compute_dtype():
+    """bitsandbytes casts the dequantised weight to the input's dtype (`.to(A.dtype)`): the copy a pass
+    writes and its GEMM reads is 4 B at FP32, 2 B at BF16."""
+    one = {**LAYOUT_8XH100, "finetune": "qlora"}
+    bf16, fp32 = ops_of(**one)[("dequant", "forward")], ops_of(**one, precision="fp32")[("dequant", "forward")]
+    q = 0.5 + DOUBLE_QUANT_BITS_PER_PARAM / 8
+    assert fp32.bytes / bf16.bytes == pytest.approx((q + 4.0) / (q + 2.0), rel=1e-12)
+
+
 def test_qlora_stores_nf4_with_double_quantisation():
     """0.5 B + 0.127 bits per linear weight (Dettmers et al. 2023 §3); norms and embeddings 16-bit."""
     assert DOUBLE_QUANT_BITS_PER_PARAM == pytest.approx(0.127, abs=5e-4)

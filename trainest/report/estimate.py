@@ -10,6 +10,7 @@ from trainest.catalog import Hardware, specs_dir
 from trainest.choices import DEFAULT_RECOMPUTE_MODULES
 from trainest.estimate import Estimate
 from trainest.pipeline_layout import rank_layers_text
+from trainest.precision import weight_bytes_per_param
 from trainest.report import clean, console, fmt_co2, fmt_gib, fmt_money, fmt_seconds, fmt_si, print_table
 from trainest.scenario import Scenario, default_tokens_text, scenario_mapping
 from trainest.step.schedule import bubble_slots
@@ -205,7 +206,8 @@ def scenario_table(s: Scenario):
 def finetune_text(s: Scenario) -> str:
     """A LoRA/QLoRA in words: method, rank, targets, base."""
     ft = s.finetune
-    base = {16: "16-bit", 8: "8-bit (LLM.int8)", 4: "4-bit NF4 with double quantisation"}[ft.base_bits]
+    unquantised = f"{8 * weight_bytes_per_param(s.precision):.0f}-bit"      # stored at the training precision
+    base = {16: unquantised, 8: "8-bit (LLM.int8)", 4: "4-bit NF4 with double quantisation"}[ft.base_bits]
     return f"{ft.method}: rank {ft.rank} on the {ft.targets} linear layers, frozen {base} base"
 
 
