@@ -15,6 +15,7 @@ from trainest.band import Band, arch_of, band_for
 from trainest.memory import MemoryBreakdown, memory_per_device
 from trainest.scenario import Scenario, job_of, layout_of
 from trainest.step import StepTerms, step_terms
+from trainest.step.finetune import trainable_params
 from trainest.units import fmt_seconds
 
 TERMS = ("compute", "memory", "communication", "bubble", "overhead", "offload")
@@ -86,6 +87,7 @@ class TrainingResult(NamedTuple):
     time_s_high: float
     cost_usd_low: float | None
     cost_usd_high: float | None
+    trainable_params: float         # parameters the run trains, whole model: all, or a LoRA's adapters
 
 
 class Estimate(NamedTuple):
@@ -215,7 +217,8 @@ def estimate(s: Scenario) -> Estimate:
                            co2_kg=training.co2_kg(energy, s.grid_gco2_per_kwh), grid_gco2_per_kwh=s.grid_gco2_per_kwh,
                            time_s_low=run_s * band.low_ratio, time_s_high=run_s * band.high_ratio,
                            cost_usd_low=None if cost is None else cost * band.low_ratio,
-                           cost_usd_high=None if cost is None else cost * band.high_ratio)
+                           cost_usd_high=None if cost is None else cost * band.high_ratio,
+                           trainable_params=float(trainable_params(job, layout)))
     return Estimate(scenario=s, step=step, throughput=throughput, memory=memory, training=train, band=band)
 
 

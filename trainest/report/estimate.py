@@ -9,6 +9,7 @@ from trainest import SCHEMA_VERSION
 from trainest.catalog import Hardware, specs_dir
 from trainest.choices import DEFAULT_RECOMPUTE_MODULES
 from trainest.estimate import Estimate
+from trainest.frameworks import FRAMEWORKS
 from trainest.pipeline_layout import rank_layers_text
 from trainest.precision import weight_bytes_per_param
 from trainest.report import clean, console, fmt_co2, fmt_gib, fmt_money, fmt_seconds, fmt_si, print_table
@@ -211,6 +212,16 @@ def finetune_text(s: Scenario) -> str:
     return f"{ft.method}: rank {ft.rank} on the {ft.targets} linear layers, frozen {base} base"
 
 
+def trainable_text(e: Estimate) -> str:
+    """The parameters the run trains: all of them, or a LoRA's adapters with their share and granularity."""
+    s, n = e.scenario, e.training.trainable_params
+    if not s.finetune.frozen:
+        return f"{n:,.0f} (all)"
+    fused = FRAMEWORKS[s.framework].lora_fused
+    where = "fused QKV and up/gate adapters" if fused else "an adapter per q, k, v, o, gate, up, down projection"
+    return f"{n:,.0f} ({n / s.model.params:.2%} of {s.model.params / 1e9:.2f} B; {s.framework}: {where})"
+
+
 def efficiency_text(s: Scenario) -> str:
     """Where the hardware's achievable efficiencies come from, with the file for a user's file or profile."""
     e = s.hardware.efficiency
@@ -329,6 +340,7 @@ def run_table(e: Estimate):
     return _key_value_table("Whole run", [
         ("tokens", f"{fmt_si(tr.tokens)}" + (f"  (default: {default_tokens_text(e.scenario.finetune)})"
                                              if "tokens" in derived else "")),
+        ("trainable params", trainable_text(e)),
         ("steps", f"{tr.steps:,}"),
         ("wall time", f"{tr.time_days:.2f} days"
          + band_text(e, tr.time_s_low, tr.time_s_high, lambda lo, hi: f"{lo / 86400:.2f}–{hi / 86400:.2f} days")),

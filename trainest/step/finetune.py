@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from trainest import xp
 from trainest.catalog import Model
+from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
 from trainest.precision import weight_bytes_per_param
 from trainest.step.roofline import Op, op_of, streaming_time
@@ -63,15 +64,22 @@ class Adapted(NamedTuple):
 
 
 def adapted_matrices(job: Job, layout: Layout, kv_local: Num) -> list[Adapted]:
-    """The linear layers the job's targets adapt, one adapter per GEMM of trainest's layer (§2.3):
-    the fused QKV projection and the output projection (attention), the fused up/gate and the down
-    projection (mlp), as Megatron-LM, NeMo and Megatron-Bridge adapt them; with their per-device widths.
-    kv_local = max(g, t)·d_h/t. (PEFT adapts q, k, v, gate and up separately: 3·r·h more adapter
-    parameters per layer, and three more thin GEMMs reading the layer input, not counted.)"""
+    """The linear layers the job's targets adapt, with their per-device widths (kv_local = max(g, t)·d_h/t),
+    at the framework's adapter granularity (`Framework.lora_fused`, trainest/frameworks.py): fused, one
+    adapter per GEMM of trainest's layer (§2.3), the QKV projection and the output projection
+    (attention), the up/gate and the down projection (mlp), as Megatron-LM, NeMo and Megatron-Bridge
+    adapt them; separate, one per projection, q, k, v and o, gate, up and down, as PEFT's all-linear
+    and mlx-lm do: each extra projection adds r·h parameters (its own A reads the layer input: 3·r·h
+    per layer with SwiGLU, 2 for q, k, v and 1 for gate, up) and two thin GEMMs."""
     m, tp, r = job.model, layout.tp, job.lora_rank
     h, f, q = float(m.hidden), float(m.ffn_hidden), float(m.heads * m.head_dim)
-    attention = [("qkv", h, q / tp + 2.0 * kv_local), ("proj", q / tp, h)]
-    mlp = [("mlp_up", h, (m.mlp_matrices - 1.0) * f / tp), ("mlp_down", f / tp, h)]
+    if FRAMEWORKS[job.framework].lora_fused:
+        attention = [("qkv", h, q / tp + 2.0 * kv_local), ("proj", q / tp, h)]
+        mlp = [("mlp_up", h, (m.mlp_matrices - 1.0) * f / tp), ("mlp_down", f / tp, h)]
+    else:
+        attention = [("q", h, q / tp), ("k", h, kv_local), ("v", h, kv_local), ("proj", q / tp, h)]
+        ups = [("mlp_gate", h, f / tp)] if m.mlp_matrices > 2 else []
+        mlp = [*ups, ("mlp_up", h, f / tp), ("mlp_down", f / tp, h)]
     chosen = {"attention": attention, "mlp": mlp, "all": attention + mlp}
     out = []
     for name, n_in, n_out in chosen[job.lora_targets]:
@@ -194,6 +202,15 @@ def trainable_params_local(job: Job, layout: Layout, params_local: Num) -> Num:
     if xp.off(layout.finetune):
         return params_local
     return xp.where(layout.frozen > 0, adapter_params_local(job, layout), params_local)
+
+
+def trainable_params(job: Job, layout: Layout) -> Num:
+    """Parameters the run trains, whole model (not per device): every parameter P for a full
+    fine-tune, the adapters' L·Σ r·(in + out) (t = 1) for LoRA/QLoRA [params]."""
+    if xp.off(layout.finetune):
+        return float(job.model.params)
+    adapters = job.model.layers * adapter_params_per_layer(job, layout._replace(tp=1.0, sp=0.0))
+    return xp.where(layout.frozen > 0, adapters, float(job.model.params))
 
 
 def adapter_flops_per_token(job: Job, layout: Layout) -> Num:
