@@ -16,7 +16,7 @@ from trainest.memory import MemoryBreakdown, memory_per_device
 from trainest.scenario import Scenario, job_of, layout_of
 from trainest.step import StepTerms, step_terms
 from trainest.step.finetune import trainable_params
-from trainest.units import fmt_seconds
+from trainest.units import GiB, fmt_seconds
 
 TERMS = ("compute", "memory", "communication", "bubble", "overhead", "offload")
 
@@ -174,6 +174,16 @@ def memory_result(s: Scenario, mem: MemoryBreakdown) -> MemoryResult:
                         activations_bytes=float(mem.activations_bytes), overhead_bytes=float(mem.overhead_bytes),
                         host_bytes=host, host_capacity_bytes=host_capacity, device_fits=device_fits,
                         host_fits=host_fits, required_headroom_bytes=s.memory_headroom_bytes)
+
+
+def host_misfit_words(m: MemoryResult) -> str:
+    """Why the offloaded part does not fit in host memory, in words: what it needs per device against what
+    the host gives each device ('' where it fits)."""
+    if m.host_fits:
+        return ""
+    have = "an unknown amount (the hardware entry gives no host memory)" if m.host_capacity_bytes is None \
+        else f"{m.host_capacity_bytes / GiB:.1f} GiB"
+    return f"the offloaded state needs {m.host_bytes / GiB:.1f} GiB per device, the host has {have}"
 
 
 def estimate(s: Scenario) -> Estimate:

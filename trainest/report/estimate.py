@@ -8,7 +8,7 @@ from typing import Any
 from trainest import SCHEMA_VERSION
 from trainest.catalog import Hardware, specs_dir
 from trainest.choices import DEFAULT_RECOMPUTE_MODULES
-from trainest.estimate import Estimate
+from trainest.estimate import Estimate, host_misfit_words
 from trainest.frameworks import FRAMEWORKS
 from trainest.pipeline_layout import rank_layers_text
 from trainest.precision import weight_bytes_per_param
@@ -317,9 +317,12 @@ def memory_table(e: Estimate):
     hw = e.scenario.hardware
     left = " left to training" if hw.memory_unified else ""
     margin = me.required_headroom_bytes
-    verdict = "fits" if me.fits else "DOES NOT FIT"
+    verdict = "fits" if me.device_fits else "DOES NOT FIT"
     if margin:
         verdict += f", keeping {fmt_gib(margin)} free (--memory-headroom {e.scenario.memory_headroom})"
+    if not me.host_fits:           # the offloaded part: what does not fit is the host's memory
+        verdict = ("the device part fits; " if me.device_fits else verdict + "; ") \
+            + f"DOES NOT FIT in host memory: {host_misfit_words(me)}"
     t = Table(title=f"Memory per device: {fmt_gib(me.per_device_bytes)} of {fmt_gib(me.capacity_bytes)}{left} "
                     f"({verdict})", title_justify="left", min_width=62)
     t.add_column("part")
