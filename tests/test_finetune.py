@@ -77,6 +77,65 @@ def test_adapter_flops_are_2_t_r_in_plus_out_per_adapted_matrix():
     assert [a.name for a in adapted_matrices(job._replace(lora_targets="mlp"), layout, kv)] == ["mlp_up", "mlp_down"]
 
 
+# PEFT's print_trainable_parameters for Llama 3 8B, r = 16: all-linear 41,943,040; q, k, v, o 13,631,488
+PEFT_LLAMA3_8B_R16 = {"all": 41_943_040, "attention": 13_631_488, "mlp": 28_311_552}
+
+
+@pytest.mark.parametrize("targets", ["all", "attention", "mlp"])
+@pytest.mark.parametrize("framework", ["hf-accelerate", "deepspeed", "torchtitan", "llm-foundry", "olmo-core"])
+def test_peft_frameworks_adapt_each_projection_as_peft_counts(targets, framework):
+    """PEFT adapts q, k, v, o, gate, up and down separately: r·(in + out) each, its exact trainable count."""
+    run = {"hardware": "h100-sxm", "devices": 1, "seq_len": 2048, "global_batch": 8, "framework": framework,
+           "finetune": {"method": "lora", "targets": targets}}
+    assert est(**run).training.trainable_params == PEFT_LLAMA3_8B_R16[targets]
+
+
+@pytest.mark.parametrize("framework", ["megatron-core", "nemo", "megatron-deepspeed"])
+def test_megatron_frameworks_adapt_the_fused_qkv_and_up_gate_matrices(framework):
+    """Megatron's ParallelLinearAdapter on linear_qkv, linear_proj, linear_fc1, linear_fc2: 4 per layer,
+    3·r·h fewer parameters per layer than PEFT's 7 (Llama 3 8B, r = 16: 35,651,584 in all)."""
+    run = {"hardware": "h100-sxm", "devices": 1, "seq_len": 2048, "global_batch": 8, "framework": framework,
+           "finetune": "lora"}
+    assert est(**run).training.trainable_params == PEFT_LLAMA3_8B_R16["all"] - LLAMA8.layers * 3 * 16 * LLAMA8.hidden
+    assert est(**{**run, "finetune": "full"}).training.trainable_params == LLAMA8.params
+
+
+def test_separate_adapters_add_thin_gemms_reading_the_layer_input_and_their_activations():
+    """Seven adapters per layer under PEFT (hf-accelerate): q, k and v each read the layer input in their
+    own x·A GEMM, gate and up too, and each keeps its T×r x·A for the backward."""
+    one = {"hardware": "h100-sxm", "devices": 1, "seq_len": 2048, "global_batch": 1, "finetune": "lora"}
+    peft, fused = ops_of(**one, framework="hf-accelerate"), ops_of(**one, framework="megatron-core")
+    adapters = sorted({name.split(".")[0] for name, phase in peft if ".lora_a" in name})
+    assert adapters == ["k", "mlp_down", "mlp_gate", "mlp_up", "proj", "q", "v"]
+    assert sorted({name.split(".")[0] for name, _ in fused if ".lora_a" in name}) == ["mlp_down", "mlp_up", "proj",
+                                                                                       "qkv"]
+    m = LLAMA8
+    assert peft[("q.lora_a", "forward")].flops == pytest.approx(m.layers * 2 * 2048 * 16 * m.hidden)
+    from trainest.layout import Layout
+    from trainest.step.finetune import adapter_activation_bytes_per_layer
+    layout = Layout(tp=1.0, pp=1.0, dp=1.0, cp=1.0, vpp=1.0, micro_batch=1.0, zero=0.0, sp=0.0, recompute=0.0,
+                    finetune=1.0)
+    kept = {fw: adapter_activation_bytes_per_layer(_job()._replace(framework=fw), layout)
+            for fw in ("hf-accelerate", "megatron-core")}
+    assert kept["hf-accelerate"] == pytest.approx(7 * 2.0 * 2048 * 16)          # x·A of 7 adapters, 16-bit
+    assert kept["megatron-core"] == pytest.approx(4 * 2.0 * 2048 * 16)
+
+
+def test_the_estimate_shows_the_trainable_parameters(capsys):
+    import json
+
+    from helpers import call_entry
+    args = ["estimate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--devices", "1", "--global-batch", "8",
+            "--finetune", "lora", "--framework", "hf-accelerate"]
+    code, out, err = call_entry(args, capsys)
+    assert code == 0
+    text = " ".join(out.replace("│", " ").split())
+    assert "trainable params 41,943,040 (0.52% of 8.03 B; hf-accelerate: an adapter per q, k, v, o, gate, up, " \
+           "down projection)" in text
+    code, out, err = call_entry([*args, "--json"], capsys)
+    assert code == 0 and json.loads(out)["training"]["trainable_params"] == 41_943_040
+
+
 def test_lora_model_flops_drop_one_forward_of_the_linear_gemms_and_add_three_of_the_adapters():
     full, lora = est(**LAYOUT_8XH100), est(**LAYOUT_8XH100, finetune={"method": "lora", "rank": 16})
     tokens = 32 * 2048
@@ -94,6 +153,29 @@ def test_frozen_base_keeps_no_gradients_and_no_optimizer_state_for_it():
     assert lora.gradients_bytes < full.gradients_bytes / 50
     assert lora.optimizer_bytes < full.optimizer_bytes / 50
     assert lora.weights_bytes == pytest.approx(full.weights_bytes, rel=0.05)   # 16-bit base + adapters
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32"])
+def test_an_unquantised_lora_base_is_stored_at_the_training_precision(precision):
+    """base_bits 16 means unquantised: an FP32/TF32 run holds its frozen base in FP32, 4 B per parameter
+    (Llama 3 8B: 8.03 B × 4 B ≈ 30 GiB, not the 15 GiB of a 16-bit base), as its full fine-tune does."""
+    one = {"hardware": "h100-sxm", "devices": 1, "seq_len": 2048, "global_batch": 1, "recompute": "full"}
+    bf16 = est(**one, finetune="lora").memory
+    fp32 = est(**one, finetune="lora", precision=precision).memory
+    full = est(**one, precision=precision).memory
+    params = LLAMA8.params
+    assert fp32.weights_bytes == pytest.approx(4.0 * params, rel=0.01)
+    assert fp32.weights_bytes == pytest.approx(full.weights_bytes, rel=0.01)
+    assert fp32.weights_bytes == pytest.approx(2.0 * bf16.weights_bytes, rel=1e-3)
+
+
+def test_a_qlora_dequantises_to_the_compute_dtype():
+    """bitsandbytes casts the dequantised weight to the input's dtype (`.to(A.dtype)`): the copy a pass
+    writes and its GEMM reads is 4 B at FP32, 2 B at BF16."""
+    one = {**LAYOUT_8XH100, "finetune": "qlora"}
+    bf16, fp32 = ops_of(**one)[("dequant", "forward")], ops_of(**one, precision="fp32")[("dequant", "forward")]
+    q = 0.5 + DOUBLE_QUANT_BITS_PER_PARAM / 8
+    assert fp32.bytes / bf16.bytes == pytest.approx((q + 4.0) / (q + 2.0), rel=1e-12)
 
 
 def test_qlora_stores_nf4_with_double_quantisation():
@@ -394,3 +476,20 @@ def test_a_full_fine_tune_without_tokens_warns_like_a_lora(capsys):
                                  "--finetune", "full"], capsys)
     assert code == 0 and "full fine-tune without --tokens: the days, energy and cost are for 100 M tokens" in _words(err)
     assert "100 M tokens for a fine-tune" in _words(out)
+def test_list_frameworks_says_each_frameworks_adapter_granularity(capsys):
+    """`list frameworks` (table column lora, JSON lora_granularity): fused for the Megatron family, separate
+    (PEFT, mlx-lm) for the rest."""
+    import json
+
+    from helpers import call_entry
+
+    from trainest.frameworks import FRAMEWORKS
+    code, out, err = call_entry(["list", "frameworks", "--json"], capsys)
+    assert code == 0 and err == ""
+    granularity = {r["name"]: r["lora_granularity"] for r in json.loads(out)["frameworks"]}
+    assert granularity == {name: "fused" if name in ("megatron-core", "nemo", "megatron-deepspeed") else "separate"
+                           for name in FRAMEWORKS}
+    code, out, err = call_entry(["list", "frameworks"], capsys)
+    lines = (line.split() for line in out.splitlines())
+    rows = {cells[0]: cells for cells in lines if cells and cells[0] in FRAMEWORKS}
+    assert "fused" in rows["nemo"] and "separate" in rows["mlx"]

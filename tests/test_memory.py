@@ -398,3 +398,26 @@ def test_deepspeed_zero3_keeps_at_most_its_live_parameter_budget_gathered():
     assert ds.gradients_bytes == fsdp.gradients_bytes and ds.optimizer_bytes == fsdp.optimizer_bytes
     tp8 = mem(big, framework="deepspeed", tp=8.0, **kw)      # a layer's share on 8 TP ranks fits the budget
     assert tp8.weights_bytes == pytest.approx(mem(big, tp=8.0, **kw).weights_bytes)
+
+
+# ------------------------------------------------------------------------------ element bytes per precision
+
+@pytest.mark.parametrize("recompute", [0.0, 1.0, 2.0])
+def test_fp32_and_tf32_activations_are_twice_the_bf16_ones(recompute):
+    """FP32/TF32 training keeps its activations in FP32 (e = 4), 16-bit mixed precision in 16 bit (e = 2):
+    the same layout keeps twice the bytes per layer (Llama 3: no dropout masks, whose 1 B does not scale)."""
+    from trainest.catalog import load_model
+    llama = load_model("llama3-8b")
+
+    def kept(precision):
+        return activation_bytes_per_layer(llama, precision=precision, micro_batch=2.0, seq_len=2048.0,
+                                          recompute=recompute)[0]
+    assert kept("fp32") == pytest.approx(2.0 * kept("bf16"), rel=1e-12)
+    assert kept("tf32") == kept("fp32")
+    assert kept("fp16") == kept("bf16")
+
+
+def test_fp8_and_fp4_keep_16_bit_activations():
+    """FP8/FP4 recipes cast their GEMM inputs inside the GEMM: the tensors between kernels stay 16-bit."""
+    from trainest.layout import ELEMENT_BYTES
+    assert ELEMENT_BYTES == {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 2.0, "fp4": 2.0}

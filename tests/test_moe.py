@@ -13,7 +13,7 @@ from helpers import call_entry, job_and_layout, memory_of, step_of
 
 from trainest.catalog import load_hardware, load_model, model_from_mapping, with_efficiency
 from trainest.errors import SpecError
-from trainest.layout import ACTIVATION_BYTES
+ACTIVATION_BYTES = 2.0   # e at bf16 (trainest.layout.ELEMENT_BYTES)
 from trainest.scenario import scenario_from_mapping, scenario_mapping
 from trainest.step import layer as L
 from trainest.step import rates as R

@@ -86,6 +86,30 @@ def test_what_does_not_fit_in_host_memory_does_not_fit():
     assert e.memory.device_fits and not e.memory.host_fits and not e.memory.fits
 
 
+def test_a_host_memory_overflow_is_reported_as_one(capsys):
+    """When only the offloaded part is too big, the headline and the warning name the host memory (needed
+    against what the host has), not the device's numbers, which fit (table and JSON)."""
+    import json
+
+    from helpers import call_entry
+    args = ["estimate", "--model", "llama3-70b", "--hardware", "gh200", "--devices", "1", "--seq-len", "4096",
+            "--global-batch", "16", "--recompute", "full", "--offload", "optimizer+weights"]
+    code, out, err = call_entry(args, capsys)
+    assert code == 0
+    text, warned = " ".join(out.replace("│", " ").split()), " ".join(err.split())
+    assert "(the device part fits; DOES NOT FIT in host memory: the offloaded state needs 1182.7 GiB per device, " \
+           "the host has 447.0 GiB)" in text
+    assert "Warning: does not fit in host memory: the offloaded state needs 1182.7 GiB per device, the host has " \
+           "447.0 GiB per device (the device part, 18.1 GiB of gh200's 134.1 GiB, fits)" in warned
+    assert "needs 18.1 GiB per device, gh200 has" not in warned
+    code, out, err = call_entry([*args, "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["memory"]["fits"] is False and doc["memory"]["device_fits"] is True
+    assert doc["memory"]["host_fits"] is False
+    assert any(w.startswith("does not fit in host memory: the offloaded state needs 1182.7 GiB")
+               for w in doc["warnings"])
+
+
 def test_offload_time_is_a_term_of_the_step():
     e = est(hardware="h100-sxm", offload="optimizer")
     st = e.step

@@ -11,10 +11,10 @@ import pytest
 from trainest.catalog import load_hardware, load_model, model_from_mapping, with_efficiency
 from trainest.step.collectives import all_gather_s, all_reduce_s, reduce_scatter_s, tiers_of
 from helpers import step_of
-from trainest.layout import ACTIVATION_BYTES
+ACTIVATION_BYTES = 2.0   # e at bf16 (trainest.layout.ELEMENT_BYTES)
 from trainest.memory import MAIN_GRAD_BYTES, stage_params
 from trainest.step.flops import CAUSAL_FRACTION, layer_flops_forward, model_flops_per_step
-from trainest.step.layer import EAGER_EXTRA_F_WIDE_PASSES, EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT, ROPE_PASSES
+from trainest.step.layer import EAGER_EXTRA_F_WIDE_PASSES, EAGER_EXTRA_H_WIDE_PASSES, ROPE_PASSES
 from trainest.step.schedule import bubble_slots
 
 A100 = load_hardware("a100-80gb-sxm")
@@ -590,7 +590,7 @@ def test_eager_kernels_add_only_element_wise_traffic():
         fused = step_of(m, hw, "bf16", "flash", **kw)
         eager = step_of(m, hw, "bf16", "flash", **kw, kernels="eager")
         rope = (ROPE_PASSES["eager"] - ROPE_PASSES["fused"]) * ACTIVATION_BYTES * s * (m.heads + m.kv_heads) * m.head_dim
-        extra_fwd = (EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT * s * m.hidden
+        extra_fwd = (EAGER_EXTRA_H_WIDE_PASSES * ACTIVATION_BYTES * s * m.hidden
                      + EAGER_EXTRA_F_WIDE_PASSES["swiglu"] * ACTIVATION_BYTES * s * m.ffn_hidden + rope) / mem_bw
         assert eager.memory_s - fused.memory_s == pytest.approx(B * m.layers * passes * extra_fwd, rel=1e-9)
         assert eager.compute_s == fused.compute_s
@@ -741,3 +741,21 @@ def test_rope_adds_two_passes_of_queries_and_keys_fused_and_ten_eager():
     job_l, lay_l = job_and_layout(learned, H100, "bf16", "flash")
     assert elementwise_bytes(job_a, lay_a, local_shape(job_a, lay_a)) == elementwise_bytes(
         job_l, lay_l, local_shape(job_l, lay_l))
+
+
+@pytest.mark.parametrize("op", ["elementwise", "tp.all_reduce"])
+def test_an_fp32_memory_bound_op_takes_twice_the_bf16_one(op):
+    """The element-wise kernels move e-byte activations: 4 B at FP32, 2 B at BF16, so a memory-bound op
+    takes twice as long, and a collective of activations moves twice the bytes; GPT-2 has dropout: its masks are in the 15 h-wide passes."""
+    from trainest.estimate import estimate_ops
+    from trainest.scenario import scenario_from_mapping
+
+    def row(precision):
+        ops, _ = estimate_ops(scenario_from_mapping({"model": "gpt2-350m", "hardware": "a100-80gb-sxm", "devices": 2,
+                                                     "seq_len": 1024, "global_batch": 2, "precision": precision,
+                                                     "parallel": {"tp": 2}}, "test"))
+        return next(o for o in ops if o.name == op and o.phase in ("forward", "step"))
+    bf16, fp32 = row("bf16"), row("fp32")
+    assert fp32.bytes == pytest.approx(2.0 * bf16.bytes, rel=1e-12)
+    if op == "elementwise":                      # the collective adds its latency, which does not scale
+        assert fp32.time_s == pytest.approx(2.0 * bf16.time_s, rel=1e-12)

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from trainest.choices import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_MODULES
 from trainest.errors import SpecError
-from trainest.estimate import TIGHT_FIT_FRACTION, Estimate, estimate
+from trainest.estimate import TIGHT_FIT_FRACTION, Estimate, estimate, host_misfit_words
 from trainest.frameworks import FRAMEWORKS
 from trainest.scenario import Scenario
 from trainest.units import GiB, plural
@@ -127,8 +127,12 @@ def fit_suggestions(s: Scenario, e: Estimate) -> str:
     fixes = _fitting_single_changes(s)
     hint = ("; would fit with: " + ", ".join(fixes)) if fixes else ""
     found, _ = smallest_fitting(s)
-    return f"does not fit: needs {need:.1f} GiB per device, {s.hardware.name} has {have:.1f} GiB{kept}{maybe}{hint}; " \
-           f"{found}"
+    if not e.memory.host_fits and e.memory.device_fits:   # only the offloaded part is too big: say so
+        return f"does not fit in host memory: {host_misfit_words(e.memory)} per device " \
+               f"(the device part, {need:.1f} GiB of {s.hardware.name}'s {have:.1f} GiB, fits){hint}; {found}"
+    host = f"; and in host memory {host_misfit_words(e.memory)}" if not e.memory.host_fits else ""
+    return f"does not fit: needs {need:.1f} GiB per device, {s.hardware.name} has {have:.1f} GiB{kept}{maybe}{host}" \
+           f"{hint}; {found}"
 
 
 def modules_plan_note(result, space) -> str | None:

@@ -15,7 +15,8 @@ from trainest.band import Band, arch_of, band_for
 from trainest.memory import MemoryBreakdown, memory_per_device
 from trainest.scenario import Scenario, job_of, layout_of
 from trainest.step import StepTerms, step_terms
-from trainest.units import fmt_seconds
+from trainest.step.finetune import trainable_params
+from trainest.units import GiB, fmt_seconds
 
 TERMS = ("compute", "memory", "communication", "bubble", "overhead", "offload")
 
@@ -86,6 +87,7 @@ class TrainingResult(NamedTuple):
     time_s_high: float
     cost_usd_low: float | None
     cost_usd_high: float | None
+    trainable_params: float         # parameters the run trains, whole model: all, or a LoRA's adapters
 
 
 class Estimate(NamedTuple):
@@ -194,6 +196,16 @@ def memory_result(s: Scenario, mem: MemoryBreakdown) -> MemoryResult:
                         host_fits=host_fits, required_headroom_bytes=s.memory_headroom_bytes)
 
 
+def host_misfit_words(m: MemoryResult) -> str:
+    """Why the offloaded part does not fit in host memory, in words: what it needs per device against what
+    the host gives each device ('' where it fits)."""
+    if m.host_fits:
+        return ""
+    have = "an unknown amount (the hardware entry gives no host memory)" if m.host_capacity_bytes is None \
+        else f"{m.host_capacity_bytes / GiB:.1f} GiB"
+    return f"the offloaded state needs {m.host_bytes / GiB:.1f} GiB per device, the host has {have}"
+
+
 def estimate(s: Scenario) -> Estimate:
     """Estimate one scenario: step breakdown, throughput, memory and whole-run totals."""
     job, layout = job_of(s), layout_of(s)
@@ -235,7 +247,8 @@ def estimate(s: Scenario) -> Estimate:
                            co2_kg=training.co2_kg(energy, s.grid_gco2_per_kwh), grid_gco2_per_kwh=s.grid_gco2_per_kwh,
                            time_s_low=run_s * band.low_ratio, time_s_high=run_s * band.high_ratio,
                            cost_usd_low=None if cost is None else cost * band.low_ratio,
-                           cost_usd_high=None if cost is None else cost * band.high_ratio)
+                           cost_usd_high=None if cost is None else cost * band.high_ratio,
+                           trainable_params=float(trainable_params(job, layout)))
     return Estimate(scenario=s, step=step, throughput=throughput, memory=memory, training=train, band=band)
 
 

@@ -84,6 +84,20 @@ A framework sets
   `stage3_max_live_parameters` (default 1e9) while prefetching `stage3_prefetch_bucket_size` (default
   5e8) ahead (DeepSpeed configuration docs, "ZeRO optimizations"): DS_ZERO3_LIVE_PARAMS = 1.5e9, and at
   least the largest matrix, which must be whole to be multiplied (`memory.py: gathered_layer_params`).
+- `lora_fused`: the adapter granularity of a LoRA/QLoRA (docs/model.md §13.1). True: one adapter on
+  each of the layer's fused matrices, the QKV projection and the up/gate projection (with the output and
+  down projections: 4 per layer), as Megatron-Core's `ParallelLinearAdapter` on `linear_qkv` and
+  `linear_fc1` (NeMo 2 / Megatron-Bridge PEFT `target_modules: linear_qkv, linear_proj, linear_fc1,
+  linear_fc2`; Megatron-DeepSpeed's models have the same fused `query_key_value` and
+  `dense_h_to_4h`). False: one per projection, q, k, v, o, gate, up, down (7 per layer), as Hugging
+  Face PEFT's `target_modules="all-linear"` on a transformers model (`q_proj`, `k_proj`, `v_proj`,
+  `o_proj`, `gate_proj`, `up_proj`, `down_proj`), which is what the Hugging Face Trainer/Accelerate,
+  DeepSpeed on HF models and llm-foundry (its `peft_config` on Hugging Face models) run; torchtitan and
+  OLMo-core have no LoRA of their own, their users take PEFT, and their models keep the q, k, v and the
+  gate and up weights apart too; mlx-lm's LoRA
+  adapts `q_proj`, `k_proj`, `v_proj`, `o_proj`, `gate_proj`, `up_proj`, `down_proj` separately (its
+  default `lora_layers: 16` adapts only the last 16 layers: not modelled, every layer is adapted); MaxText
+  has no LoRA trainer of its own and keeps query, key and value as separate projections: assumed separate.
 """
 
 from __future__ import annotations
@@ -125,12 +139,19 @@ class Framework(NamedTuple):
     zero_stages: tuple[int, ...] = ZERO_STAGES      # the ZeRO stages it has (module docstring)
     pipeline: bool = True                           # has pipeline parallelism
     pp_zero_stages: tuple[int, ...] = ZERO_STAGES   # the ZeRO stages it runs with pipeline parallelism
+    lora_fused: bool = False             # LoRA adapters on the fused QKV and up/gate matrices, not per projection
 
     def zero_stages_with(self, pp: int) -> tuple[int, ...]:
         """The ZeRO stages it runs with `pp` pipeline stages (none: it has no pipeline)."""
         if pp == 1:
             return self.zero_stages
         return tuple(z for z in self.pp_zero_stages if z in self.zero_stages) if self.pipeline else ()
+
+    @property
+    def lora_granularity(self) -> str:
+        """A LoRA's adapters: `fused` (one per fused QKV and up/gate matrix, Megatron) or `separate` (one per
+        q, k, v, o, gate, up and down projection, PEFT)."""
+        return "fused" if self.lora_fused else "separate"
 
     @property
     def dispatch_factor(self) -> float:
@@ -165,17 +186,19 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     F("megatron-core", "python", "fused", True, True, True,
       "Megatron-LM/Megatron-Core: fused kernels (apex/TE), --overlap-grad-reduce, interleaved 1F1B "
       "(Narayanan et al. 2021; megatron/core/pipeline_parallel/schedules.py); any layers per stage "
-      "(--pipeline-model-parallel-layout)", megatron_softmax=True,
-      loss_bytes_per_logit=6.0, moe_seen=True, stage_layout=True),
+      "(--pipeline-model-parallel-layout); LoRA on linear_qkv and linear_fc1 (ParallelLinearAdapter)",
+      megatron_softmax=True, loss_bytes_per_logit=6.0, moe_seen=True, stage_layout=True, lora_fused=True),
     F("nemo", "python", "fused", True, True, True,
-      "NVIDIA NeMo 2 / Megatron-Bridge: Megatron-Core underneath (NeMo performance docs)", megatron_softmax=True,
-      loss_bytes_per_logit=6.0, moe_seen=True, stage_layout=True),
+      "NVIDIA NeMo 2 / Megatron-Bridge: Megatron-Core underneath (NeMo performance docs); its PEFT LoRA targets "
+      "linear_qkv, linear_proj, linear_fc1, linear_fc2", megatron_softmax=True,
+      loss_bytes_per_logit=6.0, moe_seen=True, stage_layout=True, lora_fused=True),
     F("megatron-deepspeed", "python", "fused", True, False, True,
       "microsoft/Megatron-DeepSpeed: Megatron's fused kernels under the DeepSpeed engine; its 1F1B "
       "pipeline has no interleaved schedule (DeepSpeed PipelineEngine); gradient bucketing on by default; "
       "the loss is megatron/core/tensor_parallel/cross_entropy.py's unfused vocab-parallel cross-entropy",
       megatron_softmax=True, unfused_cross_entropy=True, loss_bytes_per_logit=6.0, expert_loop="python",
-      zero3_live_params=DS_ZERO3_LIVE_PARAMS, micro_batch_sync=True, pp_zero_stages=DEEPSPEED_PP_ZERO),
+      zero3_live_params=DS_ZERO3_LIVE_PARAMS, micro_batch_sync=True, pp_zero_stages=DEEPSPEED_PP_ZERO,
+      lora_fused=True),
     F("deepspeed", "python", "eager", True, False, False,
       "DeepSpeed ZeRO on Hugging Face/PyTorch models: eager kernels, overlap_comm (DeepSpeed config docs); "
       "ZeRO-3 keeps at most stage3_max_live_parameters + stage3_prefetch_bucket_size gathered",
@@ -200,10 +223,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
       expert_loop="grouped", zero_stages=FSDP2_ZERO),
     F("hf-accelerate", "python", "eager", True, False, False,
       "Hugging Face Accelerate/Trainer (DDP/FSDP): eager transformers modules; the Trainer reads every "
-      "micro-batch's loss back to test it for NaN/inf (logging_nan_inf_filter, on by default)", expert_loop="python",
+      "micro-batch's loss back to test it for NaN/inf (logging_nan_inf_filter, on by default); PEFT LoRA on "
+      "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj", expert_loop="python",
       micro_batch_sync=True, pipeline=False),
     F("mlx", "python", "eager", True, False, True,
-      "Apple MLX: lazy evaluation of eager operators on the unified-memory GPU", expert_loop="grouped"),
+      "Apple MLX: lazy evaluation of eager operators on the unified-memory GPU; mlx-lm's LoRA adapts q, k, v, o, "
+      "gate, up and down projections separately", expert_loop="grouped"),
 )}
 DEFAULT_FRAMEWORK = "megatron-core"
 

@@ -166,9 +166,12 @@ KNOBS: tuple[Knob, ...] = (
     K("lora_alpha", ("--lora-alpha",), "float", "LoRA scale α (the adapter output is multiplied by α/r; it does not "
       "change the cost).", "rank", group=FINETUNE, key="alpha", job=True),
     K("lora_targets", ("--lora-targets",), "choice", "Linear layers that get adapters: attention (q, k, v, o), mlp "
-      "(gate, up, down) or all (PEFT's all-linear).", "all", "LoraTargets", group=FINETUNE, key="targets", job=True),
-    K("base_bits", ("--base-bits",), "int", "Bits per frozen base weight: 16, 8 (LLM.int8, LoRA only) or 4 (NF4, "
-      "QLoRA only).", "16; qlora: 4", group=FINETUNE, job=True),
+      "(gate, up, down) or all (PEFT's all-linear). One adapter per projection (PEFT, mlx-lm), or one per fused "
+      "QKV and up/gate matrix under megatron-core, nemo and megatron-deepspeed (list frameworks: lora).", "all",
+      "LoraTargets", group=FINETUNE, key="targets", job=True),
+    K("base_bits", ("--base-bits",), "int", "Bits per frozen base weight: 16 (unquantised: stored at the training "
+      "precision, 2 B per weight, 4 B at fp32/tf32), 8 (LLM.int8, LoRA only) or 4 (NF4, QLoRA only).", "16; qlora: 4",
+      group=FINETUNE, job=True),
     K("offload", ("--offload",), "choice", "Offload to host memory: optimizer (ZeRO-Offload: FP32 master and Adam "
       "state, CPU Adam), optimizer+weights (ZeRO-Infinity, FSDP CPU offload) or activations (checkpoints to the "
       "host and back).", "none", "Offload", searched=True, job=True),

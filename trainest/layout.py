@@ -33,7 +33,11 @@ if TYPE_CHECKING:
 
 Num = Union[float, "np.ndarray"]     # a knob's value: one float, or one per plan
 
-ACTIVATION_BYTES = 2.0             # 16-bit activations between kernels
+# Bytes of one activation element, the tensors between kernels (docs/model.md, notation e): FP32/TF32
+# training keeps them in FP32 (TF32 is FP32 storage with TF32 tensor-core math); BF16/FP16 mixed
+# precision in 16 bit, and so do the FP8/FP4 recipes (their GEMM inputs are cast inside the GEMM:
+# GEMM_INPUT_BYTES, the casts' traffic in step/layer.py).
+ELEMENT_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 2.0, "fp4": 2.0}
 GEMM_INPUT_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
 
 
@@ -81,6 +85,11 @@ class Job(NamedTuple):
     def gemm_input_bytes(self) -> float:
         """Bytes per GEMM input element at the run's precision [B]."""
         return GEMM_INPUT_BYTES[self.precision]
+
+    @property
+    def element_bytes(self) -> float:
+        """e: bytes per activation element at the run's precision, 4 for FP32/TF32, else 2 [B]."""
+        return ELEMENT_BYTES[self.precision]
 
     @property
     def tokens_per_step(self) -> float:

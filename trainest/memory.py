@@ -35,7 +35,7 @@ from trainest.step.finetune import (
     frozen_layer_bytes,
     frozen_weight_bytes,
 )
-from trainest.step.offload import IN_FLIGHT_LAYERS, OFFLOAD_GRAD_BYTES, host_bytes, offload_state
+from trainest.step.offload import IN_FLIGHT_LAYERS, host_bytes, offload_grad_bytes, offload_state
 from trainest.step.schedule import dualpipe_copies, stage_dense_params, stage_expert_params, stage_layers, stage_params
 from trainest.units import GiB
 
@@ -182,7 +182,7 @@ def offloaded_device_bytes(job: Job, layout: Layout, on_device: tuple[Num, Num, 
     weights, grads, optim, activations = on_device
     state = offload_state(job, layout)
     opt, wts, acts = layout.offload_optimizer > 0, layout.offload_weights > 0, layout.offload_activations > 0
-    streamed_grads = IN_FLIGHT_LAYERS * OFFLOAD_GRAD_BYTES * state.trained_per_layer
+    streamed_grads = IN_FLIGHT_LAYERS * offload_grad_bytes(job) * state.trained_per_layer
     kept_layers = state.layers * xp.minimum(layout.micro_batches(job), layout.pp) * state.activation_bytes_per_layer
     streamed_acts = activations - kept_layers + IN_FLIGHT_LAYERS * state.activation_bytes_per_layer
     return (xp.where(wts, IN_FLIGHT_LAYERS * state.layer_weight_bytes, weights), xp.where(opt, streamed_grads, grads),

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainest.errors import SpecError
-from trainest.estimate import Estimate
+from trainest.estimate import Estimate, host_misfit_words
 from trainest.knobs import BY_NAME, PARALLEL, SHAPE, SWEEP_RANGES, Knob
 from trainest.units import parse_count, parse_length
 
@@ -148,8 +148,15 @@ def _point_estimate(mapping: dict[str, Any], shape: dict[str, Any]) -> tuple[Est
     from trainest.scenario import scenario_from_mapping
     s = scenario_from_mapping(mapping, "options", shape=shape)
     e = estimate(s)
-    return e, () if e.memory.fits else (f"does not fit: needs {e.memory.per_device_bytes / 2**30:.1f} GiB per "
-                                        f"device of {e.memory.capacity_bytes / 2**30:.1f}",)
+    return e, () if e.memory.fits else (misfit_words(e),)
+
+
+def misfit_words(e: Estimate) -> str:
+    """Why a point does not fit: the device's memory, or the host's (offload)."""
+    if not e.memory.host_fits and e.memory.device_fits:
+        return f"does not fit in host memory: {host_misfit_words(e.memory)}"
+    return f"does not fit: needs {e.memory.per_device_bytes / 2**30:.1f} GiB per device of " \
+           f"{e.memory.capacity_bytes / 2**30:.1f}" + ("" if e.memory.host_fits else "; and the host memory")
 
 
 def _point_plan(mapping: dict[str, Any], k: Knob, value: Any, batch_devices: int,

@@ -7,8 +7,10 @@ from typing import Any
 from trainest import SCHEMA_VERSION
 from trainest.catalog import Hardware, is_bundled_hardware
 from trainest.choices import DEFAULT_RECOMPUTE_MODULES
-from trainest.estimate import Estimate
+from trainest.estimate import Estimate, host_misfit_words
+from trainest.frameworks import FRAMEWORKS
 from trainest.pipeline_layout import rank_layers_text
+from trainest.precision import weight_bytes_per_param
 from trainest.report import clean, console, fmt_co2, fmt_gib, fmt_money, fmt_seconds, fmt_si, print_table
 from trainest.scenario import Scenario, default_tokens_text, scenario_mapping
 from trainest.step.schedule import bubble_slots
@@ -213,9 +215,20 @@ def finetune_text(s: Scenario) -> str:
     def mark(key: str) -> str:
         return " (default)" if f"finetune.{key}" in s.derived else ""
 
-    base = {16: "16-bit", 8: "8-bit (LLM.int8)", 4: "4-bit NF4 with double quantisation"}[ft.base_bits]
+    unquantised = f"{8 * weight_bytes_per_param(s.precision):.0f}-bit"      # stored at the training precision
+    base = {16: unquantised, 8: "8-bit (LLM.int8)", 4: "4-bit NF4 with double quantisation"}[ft.base_bits]
     return (f"{ft.method}: rank {ft.rank}{mark('rank')}, alpha {ft.scale:g}{mark('alpha')}, on "
             f"{TARGET_WORDS[ft.targets]}{mark('targets')}, frozen {base} base{mark('base_bits')}")
+
+
+def trainable_text(e: Estimate) -> str:
+    """The parameters the run trains: all of them, or a LoRA's adapters with their share and granularity."""
+    s, n = e.scenario, e.training.trainable_params
+    if not s.finetune.frozen:
+        return f"{n:,.0f} (all)"
+    fused = FRAMEWORKS[s.framework].lora_fused
+    where = "fused QKV and up/gate adapters" if fused else "an adapter per q, k, v, o, gate, up, down projection"
+    return f"{n:,.0f} ({n / s.model.params:.2%} of {s.model.params / 1e9:.2f} B; {s.framework}: {where})"
 
 
 def efficiency_text(s: Scenario) -> str:
@@ -326,9 +339,12 @@ def memory_table(e: Estimate):
     hw = e.scenario.hardware
     left = " left to training" if hw.memory_unified else ""
     margin = me.required_headroom_bytes
-    verdict = "fits" if me.fits else "DOES NOT FIT"
+    verdict = "fits" if me.device_fits else "DOES NOT FIT"
     if margin:
         verdict += f", keeping {fmt_gib(margin)} free (--memory-headroom {e.scenario.memory_headroom})"
+    if not me.host_fits:           # the offloaded part: what does not fit is the host's memory
+        verdict = ("the device part fits; " if me.device_fits else verdict + "; ") \
+            + f"DOES NOT FIT in host memory: {host_misfit_words(me)}"
     t = Table(title=f"Memory per device: {fmt_gib(me.per_device_bytes)} of {fmt_gib(me.capacity_bytes)}{left} "
                     f"({verdict})", title_justify="left", min_width=62)
     t.add_column("part")
@@ -349,6 +365,7 @@ def run_table(e: Estimate):
     return _key_value_table("Whole run", [
         ("tokens", f"{fmt_si(tr.tokens)}" + (f"  (default: {default_tokens_text(e.scenario.finetune)})"
                                              if "tokens" in derived else "")),
+        ("trainable params", trainable_text(e)),
         ("steps", f"{tr.steps:,}"),
         ("wall time", f"{tr.time_days:.2f} days"
          + band_text(e, tr.time_s_low, tr.time_s_high, lambda lo, hi: f"{lo / 86400:.2f}–{hi / 86400:.2f} days")),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from trainest import xp
-from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.layout import Job, Layout, Num
 from trainest.step.finetune import adapter_activation_bytes_per_layer
 from trainest.step.moe import expert_load_factor
 
@@ -42,7 +42,7 @@ def activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]:
     if job.model.moe is not None or job.model.mla is not None:
         return mean_activation_bytes_per_layer(job, layout)
     model, tp, cp, seq_len, micro_batch = job.model, layout.tp, layout.cp, job.seq_len, layout.micro_batch
-    e = ACTIVATION_BYTES
+    e = job.element_bytes
     g8 = FP8_SAVED_INPUT_BYTES if job.low_precision else e      # bytes of a saved GEMM input
     h, f = model.hidden, model.ffn_hidden
     tokens = layout.tokens(job)
@@ -88,7 +88,7 @@ class ActivationParts(NamedTuple):
 def common_activation_parts(job: Job, layout: Layout) -> ActivationParts:
     """The parts every kind of layer shares: the replicated h-wide tensors, the attention scores of
     standard attention, the layer input (the formulas of activation_bytes_per_layer)."""
-    model, e = job.model, ACTIVATION_BYTES
+    model, e = job.model, job.element_bytes
     g8 = FP8_SAVED_INPUT_BYTES if job.low_precision else e
     tokens, sp_div = layout.tokens(job), layout.sp_div
     mask = DROPOUT_MASK_BYTES if model.dropout else 0.0
@@ -112,7 +112,7 @@ def scores_kept(job: Job, layout: Layout) -> Num:
 def norm_output_bytes(job: Job, layout: Layout) -> Num:
     """The two norms' outputs (the QKV and MLP-up GEMM inputs, g8 bytes each) a layer keeps, which
     layernorm recompute drops: 2·g8·T·h (÷t with SP) [B]."""
-    g8 = FP8_SAVED_INPUT_BYTES if job.low_precision else ACTIVATION_BYTES
+    g8 = FP8_SAVED_INPUT_BYTES if job.low_precision else job.element_bytes
     return 2.0 * g8 * layout.tokens(job) * job.model.hidden / layout.sp_div
 
 
@@ -123,7 +123,7 @@ def selective_savings(job: Job, layout: Layout) -> tuple[Num, Num, Num, Num]:
     a dense MLP's activations with mlp; a MoE block's: the routed experts' activation output (the
     down-projection input, g8·c·f_e) with moe_act and the shared experts' with shared_experts; all it
     keeps with moe). Each is × the selective mask."""
-    m, e = job.model, ACTIVATION_BYTES
+    m, e = job.model, job.element_bytes
     g8 = FP8_SAVED_INPUT_BYTES if job.low_precision else e
     tokens, sel = layout.tokens(job), layout.selective
     common = job.recomputes("layernorm") * norm_output_bytes(job, layout)
@@ -151,7 +151,7 @@ def attention_activation_bytes(job: Job, layout: Layout) -> tuple[Num, Num]:
     output, of which V is a view; the context) plus the latents, replicated over t like their
     projections: T·(e·(r_q + r_kv + d_r) + g8·(r_q + r_kv)) (the down-projections' outputs and their
     normed copies, the up-projections' inputs); op keeps Q, V and the context: e·T·a·(d_qk + 2·d_v)/t."""
-    m, e = job.model, ACTIVATION_BYTES
+    m, e = job.model, job.element_bytes
     g8 = FP8_SAVED_INPUT_BYTES if job.low_precision else e
     tokens, tp = layout.tokens(job), layout.tp
     if m.mla is None:
@@ -171,7 +171,7 @@ def dense_mlp_activation_bytes(job: Job, layout: Layout) -> tuple[Num, Num]:
     """(kept, kept by op recompute) of a dense MLP [B]: e·T·(k_f − 1)·f/t + g8·T·f/t (the up
     projections' outputs; the down projection's input); op keeps the first matmul's output and with
     SwiGLU the down projection's h-wide output: e·T·(f/t [+ h])."""
-    m, e = job.model, ACTIVATION_BYTES
+    m, e = job.model, job.element_bytes
     g8 = FP8_SAVED_INPUT_BYTES if job.low_precision else e
     tokens, f = layout.tokens(job), m.ffn_hidden
     return (tokens * (e * (m.mlp_matrices - 1.0) * f + g8 * f) / layout.tp,
@@ -193,7 +193,7 @@ def moe_mlp_activation_bytes(job: Job, layout: Layout) -> tuple[Num, Num]:
     of the output gradient and keeps no expert outputs; the shared experts as a dense MLP of width
     S·f_s. Op keeps the router's scores, the first matmul's outputs e·(c·f_e + T·S·f_s/t) and with
     SwiGLU the h-wide outputs e·(T_in·K + T)·h."""
-    m, moe, e = job.model, job.model.moe, ACTIVATION_BYTES
+    m, moe, e = job.model, job.model.moe, job.element_bytes
     if moe is None:
         raise ValueError(f"{m.name} has no mixture-of-experts layers")
     g8 = FP8_SAVED_INPUT_BYTES if job.low_precision else e
@@ -225,7 +225,7 @@ def dispatch_buffer_bytes(job: Job, layout: Layout) -> Num:
     if moe is None:
         return 0.0
     t_in = layout.tokens(job) / layout.tp
-    return ACTIVATION_BYTES * job.model.expert_hidden * (t_in * moe.top_k + layout.etp * moe_copies(job, layout))
+    return job.element_bytes * job.model.expert_hidden * (t_in * moe.top_k + layout.etp * moe_copies(job, layout))
 
 
 def mean_activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]:
@@ -256,7 +256,7 @@ def mamba_activation_bytes(job: Job, layout: Layout) -> Num:
     mamba_split_conv1d_scan_combined saves the input projection's output and the scan's output and
     recomputes the convolution; the output projection keeps its input): e·T·(2·d_in + 2GN + H)/t +
     e·T·d_in/t + g8·T·d_in/t."""
-    b, e = job.model.mamba, ACTIVATION_BYTES
+    b, e = job.model.mamba, job.element_bytes
     g8 = FP8_SAVED_INPUT_BYTES if job.low_precision else e
     tokens = layout.tokens(job)
     return tokens * (e * (b.in_proj_width + b.inner) + g8 * b.inner) / layout.tp

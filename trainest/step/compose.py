@@ -170,7 +170,8 @@ def layer_terms(job: Job, layout: Layout) -> LayerTerms:
     mean = mean_layer(job, layout, rates, shape, tiers)
     logits = logits_ops(job, layout, rates, shape)
     logits_c, logits_m = bound_sums(logits)
-    return LayerTerms(mean=mean, cp=cp_ring(layout, shape, tiers, mean.lp, job.hardware.efficiency.overlap_contention),
+    cp = cp_ring(job, layout, shape, tiers, mean.lp, job.hardware.efficiency.overlap_contention)
+    return LayerTerms(mean=mean, cp=cp,
                       logits=logits, logits_c=logits_c,
                       logits_m=logits_m,
                       host_layer_s=host_layer_s(job, layout) + expert_host_layer_s(job, layout),

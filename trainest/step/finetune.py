@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from trainest import xp
 from trainest.catalog import Model
-from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.frameworks import FRAMEWORKS
+from trainest.layout import Job, Layout, Num
+from trainest.precision import weight_bytes_per_param
 from trainest.step.roofline import Op, op_of, streaming_time
 from trainest.step.schedule import stage_layers
 
@@ -34,7 +36,6 @@ if TYPE_CHECKING:
 NF4_BYTES_PER_PARAM = 0.5                  # 4-bit NormalFloat
 DOUBLE_QUANT_BITS_PER_PARAM = 8.0 / 64.0 + 32.0 / (64.0 * 256.0)   # 0.127: 8-bit absmax per 64, FP32 per 256 blocks
 INT8_BYTES_PER_PARAM = 1.0                 # LLM.int8 (the row-wise FP32 scale, 4 B per output row, is not counted)
-DEQUANT_COPY_BYTES = ACTIVATION_BYTES      # the 16-bit copy each dequantisation writes, and the GEMM reads
 # Merging an adapter's output into the base output, in 16-bit passes over its elements, beyond what the
 # GEMMs themselves read and write. Eager PyTorch (PEFT's `result + lora_B(lora_A(x)) * scaling`,
 # Megatron's `linear_output + adapter(x) * alpha/dim`) scales it (read, write) and adds it (read both,
@@ -63,15 +64,22 @@ class Adapted(NamedTuple):
 
 
 def adapted_matrices(job: Job, layout: Layout, kv_local: Num) -> list[Adapted]:
-    """The linear layers the job's targets adapt, one adapter per GEMM of trainest's layer (§2.3):
-    the fused QKV projection and the output projection (attention), the fused up/gate and the down
-    projection (mlp), as Megatron-LM, NeMo and Megatron-Bridge adapt them; with their per-device widths.
-    kv_local = max(g, t)·d_h/t. (PEFT adapts q, k, v, gate and up separately: 3·r·h more adapter
-    parameters per layer, and three more thin GEMMs reading the layer input, not counted.)"""
+    """The linear layers the job's targets adapt, with their per-device widths (kv_local = max(g, t)·d_h/t),
+    at the framework's adapter granularity (`Framework.lora_fused`, trainest/frameworks.py): fused, one
+    adapter per GEMM of trainest's layer (§2.3), the QKV projection and the output projection
+    (attention), the up/gate and the down projection (mlp), as Megatron-LM, NeMo and Megatron-Bridge
+    adapt them; separate, one per projection, q, k, v and o, gate, up and down, as PEFT's all-linear
+    and mlx-lm do: each extra projection adds r·h parameters (its own A reads the layer input: 3·r·h
+    per layer with SwiGLU, 2 for q, k, v and 1 for gate, up) and two thin GEMMs."""
     m, tp, r = job.model, layout.tp, job.lora_rank
     h, f, q = float(m.hidden), float(m.ffn_hidden), float(m.heads * m.head_dim)
-    attention = [("qkv", h, q / tp + 2.0 * kv_local), ("proj", q / tp, h)]
-    mlp = [("mlp_up", h, (m.mlp_matrices - 1.0) * f / tp), ("mlp_down", f / tp, h)]
+    if FRAMEWORKS[job.framework].lora_fused:
+        attention = [("qkv", h, q / tp + 2.0 * kv_local), ("proj", q / tp, h)]
+        mlp = [("mlp_up", h, (m.mlp_matrices - 1.0) * f / tp), ("mlp_down", f / tp, h)]
+    else:
+        attention = [("q", h, q / tp), ("k", h, kv_local), ("v", h, kv_local), ("proj", q / tp, h)]
+        ups = [("mlp_gate", h, f / tp)] if m.mlp_matrices > 2 else []
+        mlp = [*ups, ("mlp_up", h, f / tp), ("mlp_down", f / tp, h)]
     chosen = {"attention": attention, "mlp": mlp, "all": attention + mlp}
     out = []
     for name, n_in, n_out in chosen[job.lora_targets]:
@@ -91,7 +99,7 @@ def adapter_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[list
     x·A (a GEMM T×in_local by in_local×r) and (x·A)·B (T×r by r×out_local), the merge of the adapter
     output (LORA_MERGE_PASSES · e · T · width), and backward twice each GEMM with the merge's own
     traffic."""
-    frozen, e, t = layout.frozen, ACTIVATION_BYTES, x.tokens
+    frozen, e, t = layout.frozen, job.element_bytes, x.tokens
     merge_passes, merge_out_passes = LORA_MERGE_PASSES[job.kernels], LORA_MERGE_BACKWARD_OUT_PASSES[job.kernels]
     merge_in_passes = LORA_MERGE_BACKWARD_IN_PASSES[job.kernels]
     fwd: list[Op] = []
@@ -114,8 +122,9 @@ def adapter_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[list
 
 def base_bytes_per_param(job: Job, layout: Layout) -> Num:
     """Bytes per parameter of a frozen base linear weight: 0.5 + 0.127/8 for QLoRA's NF4 with
-    double quantisation, 1 for an 8-bit LoRA base, 2 for a 16-bit one [B]."""
-    lora = INT8_BYTES_PER_PARAM if job.base_bits == 8 else job.base_bits / 8.0
+    double quantisation, 1 for an 8-bit LoRA base; an unquantised base (base_bits 16) is stored at the
+    training precision's working-weight bytes w: 2, or 4 for FP32/TF32 [B]."""
+    lora = INT8_BYTES_PER_PARAM if job.base_bits == 8 else weight_bytes_per_param(job.precision)
     return xp.where(layout.qlora > 0, NF4_BYTES_PER_PARAM + DOUBLE_QUANT_BITS_PER_PARAM / 8.0, lora)
 
 
@@ -133,10 +142,10 @@ def linear_params_per_layer(model: Model) -> float:
 def dequant_op(job: Job, layout: Layout, r: Rates, phase: str) -> Op:
     """One pass's dequantisation of a layer's quantised linear weights on one device: read the
     quantised weights (with their absmax) and write the 16-bit copy the GEMMs then read,
-    (bytes per base param + 2) · P_linear/t, memory-bound (bitsandbytes `dequantize_4bit`); 0 where
-    the base is not quantised."""
+    (bytes per base param + e) · P_linear/t, memory-bound (bitsandbytes `dequantize_4bit`, then
+    `.to(A.dtype)`: the copy has the GEMM input's dtype, e bytes); 0 where the base is not quantised."""
     params = linear_params_per_layer(job.model) / layout.tp
-    bytes_moved = quantised(job, layout) * params * (base_bytes_per_param(job, layout) + DEQUANT_COPY_BYTES)
+    bytes_moved = quantised(job, layout) * params * (base_bytes_per_param(job, layout) + job.element_bytes)
     return op_of("dequant", phase, 0.0, bytes_moved, streaming_time(bytes_moved, r.memory_bytes_per_s))
 
 
@@ -148,35 +157,37 @@ def finetune_layer_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tup
 
 
 def dequant_workspace_bytes(job: Job, layout: Layout) -> Num:
-    """The 16-bit copy of the largest dequantised weight, alive during its GEMM [B] (0 unquantised)."""
+    """The dequantised copy (e bytes per weight) of the largest quantised weight, alive during its GEMM
+    [B] (0 unquantised)."""
     m = job.model
     widest = max(m.hidden * m.ffn_hidden, m.hidden * (m.heads + 2 * m.kv_heads) * m.head_dim)
-    return quantised(job, layout) * DEQUANT_COPY_BYTES * widest / layout.tp
+    return quantised(job, layout) * job.element_bytes * widest / layout.tp
 
 
 def adapter_activation_bytes_per_layer(job: Job, layout: Layout) -> Num:
-    """What the adapters of one layer keep for the backward, one micro-batch [B]: x·A (T×r, 16-bit)
-    per adapted matrix (B's weight gradient needs it; A's reuses the base layer's saved input)."""
+    """What the adapters of one layer keep for the backward, one micro-batch [B]: x·A (T×r, e bytes
+    per element) per adapted matrix (B's weight gradient needs it; A's reuses the base layer's saved input)."""
     kv_local = xp.maximum(job.model.kv_heads, layout.tp) * job.model.head_dim / layout.tp
     n = len(adapted_matrices(job, layout, kv_local))
-    return layout.frozen * n * ACTIVATION_BYTES * layout.tokens(job) * job.lora_rank
+    return layout.frozen * n * job.element_bytes * layout.tokens(job) * job.lora_rank
 
 
 def frozen_layer_bytes(job: Job, layout: Layout) -> Num:
     """Stored bytes of one frozen layer on one device: its linear weights at the base's bytes per
-    parameter, its norms at 2 B (what ZeRO-3/FSDP gathers, and what weight offload fetches) [B]."""
+    parameter, its norms at the working-weight bytes w (what ZeRO-3/FSDP gathers, and what weight offload
+    fetches) [B]."""
     linear = linear_params_per_layer(job.model) / layout.tp
     rest = job.model.params_per_layer / layout.tp - linear
-    return linear * base_bytes_per_param(job, layout) + rest * ACTIVATION_BYTES
+    return linear * base_bytes_per_param(job, layout) + rest * weight_bytes_per_param(job.precision)
 
 
 def frozen_weight_bytes(job: Job, layout: Layout, params_local: Num) -> Num:
     """Bytes of the frozen base weights of the heaviest stage on one device, before ZeRO-3 sharding:
     the layers' linear weights at the base's bytes per parameter, the rest (norms, embeddings, output
-    layer) at 2 B [B]."""
+    layer) at the working-weight bytes w [B]."""
     heavy, _ = stage_layers(job.model, layout.pp, layout.vpp, layout.split)
     linear = heavy * linear_params_per_layer(job.model) / layout.tp
-    return linear * base_bytes_per_param(job, layout) + (params_local - linear) * ACTIVATION_BYTES
+    return linear * base_bytes_per_param(job, layout) + (params_local - linear) * weight_bytes_per_param(job.precision)
 
 
 def adapter_params_local(job: Job, layout: Layout) -> Num:
@@ -191,6 +202,15 @@ def trainable_params_local(job: Job, layout: Layout, params_local: Num) -> Num:
     if xp.off(layout.finetune):
         return params_local
     return xp.where(layout.frozen > 0, adapter_params_local(job, layout), params_local)
+
+
+def trainable_params(job: Job, layout: Layout) -> Num:
+    """Parameters the run trains, whole model (not per device): every parameter P for a full
+    fine-tune, the adapters' L·Σ r·(in + out) (t = 1) for LoRA/QLoRA [params]."""
+    if xp.off(layout.finetune):
+        return float(job.model.params)
+    adapters = job.model.layers * adapter_params_per_layer(job, layout._replace(tp=1.0, sp=0.0))
+    return xp.where(layout.frozen > 0, adapters, float(job.model.params))
 
 
 def adapter_flops_per_token(job: Job, layout: Layout) -> Num:

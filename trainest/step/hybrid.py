@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from trainest import xp
-from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.layout import Job, Layout, Num
 from trainest.step import mla
 from trainest.step.collectives import Tiers
 from trainest.step.flops import CAUSAL_FRACTION, ssd_flops_per_token
@@ -79,7 +79,7 @@ def ssd_op(job: Job, layout: Layout, r: Rates, x: LocalShape) -> Op:
     b = job.model.mamba
     tp = layout.tp
     flops = ssd_flops_per_token(job.model, CAUSAL_FRACTION) * x.tokens / tp
-    per_token = (ACTIVATION_BYTES * (2.0 * b.inner + 2.0 * b.groups * b.state_dim + b.heads)
+    per_token = (job.element_bytes * (2.0 * b.inner + 2.0 * b.groups * b.state_dim + b.heads)
                  + SSD_STATE_BYTES * b.heads * b.head_dim * b.state_dim / b.chunk
                  + SSD_SCORE_BYTES * b.groups * b.chunk)
     moved = per_token * x.tokens / tp
@@ -92,7 +92,7 @@ def conv_op(job: Job, layout: Layout, r: Rates, x: LocalShape) -> Op:
     CONV_PASSES 16-bit passes per channel and token, memory-bound."""
     b = job.model.mamba
     elements = x.tokens * b.conv_channels / layout.tp
-    moved = CONV_PASSES * ACTIVATION_BYTES * elements
+    moved = CONV_PASSES * job.element_bytes * elements
     return op_of("conv", FORWARD, 2.0 * b.conv_kernel * elements, moved,
                  streaming_time(moved, r.memory_bytes_per_s))
 
@@ -128,13 +128,13 @@ def block_elementwise_bytes(job: Job, layout: Layout, x: LocalShape, kind: str) 
         return half + attention_casts + extra + rope_bytes(job, layout, x)
     if kind == "-":
         width = m.ffn_hidden / layout.tp
-        return (half + f_wide_passes(job) * ACTIVATION_BYTES * T * width
+        return (half + f_wide_passes(job) * job.element_bytes * T * width
                 + casts(job, T * (m.hidden / sp + width)))
     if kind == "E":
         return moe_elementwise_bytes(job, layout, x) - attention_half_bytes(job, layout, x)
     b = m.mamba
     inner = b.inner / layout.tp
-    return half + GATED_NORM_PASSES * ACTIVATION_BYTES * T * inner + casts(job, T * (m.hidden / sp + inner))
+    return half + GATED_NORM_PASSES * job.element_bytes * T * inner + casts(job, T * (m.hidden / sp + inner))
 
 
 def attention_half_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:

@@ -37,7 +37,7 @@ from typing import NamedTuple
 from trainest import xp
 from trainest.choices import DEFAULT_RECOMPUTE_MODULES
 from trainest.frameworks import FRAMEWORKS
-from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.layout import Job, Layout, Num
 from trainest.step.collectives import Tiers, all_reduce_s
 from trainest.step.roofline import Op, OpTime, op_of, streaming_time
 from trainest.step.schedule import first_is_heavy
@@ -385,7 +385,7 @@ def head_tp_s(job: Job, layout: Layout, tokens: Num, tiers: Tiers) -> tuple[Num,
     the vocab-parallel embedding's all-reduce of T·h (forward); the logits' input-gradient all-reduce of
     T·h (backward) and the cross-entropy's three all-reduces of T FP32 values; 0 without TP."""
     h = job.model.hidden
-    act = all_reduce_s(ACTIVATION_BYTES * tokens * h, layout.tp, 1.0, tiers)
+    act = all_reduce_s(job.element_bytes * tokens * h, layout.tp, 1.0, tiers)
     small = all_reduce_s(4.0 * tokens, layout.tp, 1.0, tiers)
     tp = layout.tp > 1
     return xp.where(tp, act, 0.0), xp.where(tp, act + CE_TP_COLLECTIVES * small, 0.0)

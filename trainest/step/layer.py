@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from trainest import xp
 from trainest.choices import DEFAULT_RECOMPUTE_MODULES
-from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.layout import Job, Layout, Num
 from trainest.step import mla
 from trainest.step.finetune import finetune_layer_ops
 from trainest.step.flops import CAUSAL_FRACTION
@@ -46,12 +46,12 @@ from trainest.step.roofline import (
 
 FLASH_BACKWARD_FLOP_RATIO = 2.5    # FlashAttention-2 backward: 5 matmuls vs 2 in forward (Dao 2023)
 FLASH_BACKWARD_EFFICIENCY = 0.85   # backward reaches ~0.85 of forward's FLOP/s (Dao 2023, Fig. 5-6)
-H_WIDE_BYTES_PER_ELEMENT = 15 * ACTIVATION_BYTES   # norms, residual adds, dropout on h-wide tensors, fwd
+H_WIDE_PASSES = 15.0               # reads+writes of h-wide tensors by norms, residual adds, dropout, fwd (× e)
 F_WIDE_PASSES = {"gelu": 2.0, "swiglu": 3.0}       # reads+writes of f-wide tensors by the activation, fwd
 # eager PyTorch (no torch.compile): one kernel per operator. Each of the 2 norms computes in FP32 through
 # ~7 kernels (cast, square, mean, rsqrt-scale, cast back, weight) moving ~18 h-wide 16-bit tensors'
 # worth instead of 2 (read, write); SwiGLU runs silu and the product separately (5 passes, not 3).
-EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT = 2 * (18 - 2) * ACTIVATION_BYTES
+EAGER_EXTRA_H_WIDE_PASSES = 2.0 * (18 - 2)   # × e
 EAGER_EXTRA_F_WIDE_PASSES = {"gelu": 0.0, "swiglu": 2.0}
 SOFTMAX_BYTES_PER_SCORE = 9.0      # standard attention: scale/mask/softmax/dropout over s×s, fwd
 # without dropout: the two bias-dropout-adds write no 1-byte mask, and the s×s dropout (read 2, write 2
@@ -106,7 +106,7 @@ def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[li
         # Q·Kᵀ over d_qk and softmax·V over d_v (= 4·score·d_h without MLA); read Q, K, V, write O; packed
         # sequences compute each document's own causal block (packed_fraction)
         flops = 2.0 * x.score_elements * (m.qk_head_dim + m.v_head_dim) * CAUSAL_FRACTION * packed_fraction(job)
-        bytes_moved = ACTIVATION_BYTES * x.tokens * (2.0 * x.q_width / layout.tp + 2.0 * x.kv_local) if m.mla is None \
+        bytes_moved = job.element_bytes * x.tokens * (2.0 * x.q_width / layout.tp + 2.0 * x.kv_local) if m.mla is None \
             else mla.attention_bytes(job, layout, x)
         fwd = fused_time(flops, bytes_moved, r.attention_flops_per_s, r.memory_bytes_per_s)
         bwd = fused_time(FLASH_BACKWARD_FLOP_RATIO * flops, 2.0 * bytes_moved,
@@ -131,11 +131,12 @@ def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[li
 
 def h_wide_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
     """Forward bytes of the h-wide element-wise kernels of one layer (norms, residual adds, dropout;
-    ÷t with SP) [B]; eager PyTorch adds its FP32 norm kernels."""
+    ÷t with SP) [B]: (H_WIDE_PASSES·e − the dropout masks' bytes without dropout) per element; eager
+    PyTorch adds its FP32 norm kernels (EAGER_EXTRA_H_WIDE_PASSES·e)."""
     no_dropout = 0.0 if job.model.dropout else 1.0
     eager = 1.0 if job.kernels == "eager" else 0.0
-    h_wide = (H_WIDE_BYTES_PER_ELEMENT - no_dropout * NO_DROPOUT_H_WIDE_SAVING
-              + eager * EAGER_EXTRA_H_WIDE_BYTES_PER_ELEMENT)
+    h_wide = ((H_WIDE_PASSES + eager * EAGER_EXTRA_H_WIDE_PASSES) * job.element_bytes
+              - no_dropout * NO_DROPOUT_H_WIDE_SAVING)
     return h_wide * x.tokens * job.model.hidden / layout.sp_div
 
 
@@ -154,7 +155,7 @@ def elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
     m = job.model
     sp_div = layout.sp_div
     total = (h_wide_bytes(job, layout, x)
-             + f_wide_passes(job) * ACTIVATION_BYTES * x.tokens * m.ffn_hidden / layout.tp)
+             + f_wide_passes(job) * job.element_bytes * x.tokens * m.ffn_hidden / layout.tp)
     if job.low_precision:
         total = total + LOW_PRECISION_CAST_PASSES * x.tokens * (3.0 * m.hidden / sp_div + m.ffn_hidden / layout.tp)
     if m.mla is not None:
@@ -169,7 +170,7 @@ def rope_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
     if m.positional != "rope" or m.mla is not None:
         return 0.0
     passes = ROPE_PASSES["eager" if job.kernels == "eager" else "fused"]
-    return passes * ACTIVATION_BYTES * x.tokens * (m.heads + m.kv_heads) * m.head_dim / layout.tp
+    return passes * job.element_bytes * x.tokens * (m.heads + m.kv_heads) * m.head_dim / layout.tp
 
 
 def elementwise_op(job: Job, layout: Layout, r: Rates, x: LocalShape) -> Op:
@@ -222,7 +223,7 @@ def dense_mlp(job: Job, layout: Layout, r: Rates, x: LocalShape) -> MlpPart:
 def activation_op(job: Job, r: Rates, name: str, elements: Num) -> Op:
     """The activation function over `elements` f-wide values, forward: its reads and writes
     (`f_wide_passes`) of 16-bit values [an op for what a recompute module re-runs]."""
-    b = f_wide_passes(job) * ACTIVATION_BYTES * elements
+    b = f_wide_passes(job) * job.element_bytes * elements
     return op_of(name, FORWARD, 0.0 * b, b, streaming_time(b, r.memory_bytes_per_s))
 
 
@@ -240,7 +241,7 @@ def selective_ops(job: Job, layout: Layout, r: Rates, x: LocalShape, attn: list[
         return attn
     ops: list[Op] = list(attn) if job.recomputes("core_attn") else []
     if job.recomputes("layernorm"):
-        b = NORM_RECOMPUTE_PASSES * ACTIVATION_BYTES * x.tokens * job.model.hidden / layout.sp_div
+        b = NORM_RECOMPUTE_PASSES * job.element_bytes * x.tokens * job.model.hidden / layout.sp_div
         ops.append(op_of("layernorm", FORWARD, 0.0 * b, b, streaming_time(b, r.memory_bytes_per_s)))
     if job.recomputes("mla_up_proj") and job.model.mla is not None:
         ops += [o for o in attention_linear if o.name in ("mla.q_up", "mla.kv_up")]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.layout import Job, Layout, Num
 from trainest.step.roofline import Op
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def attention_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
     """Bytes the fused attention kernel moves on the compressed heads, forward [B]: read Q and K
     (a/t·d_qk each) and V (a/t·d_v), write O (a/t·d_v): e·T·a/t·(2·d_qk + 2·d_v)."""
     m = job.model
-    return ACTIVATION_BYTES * x.tokens * m.heads / layout.tp * (2.0 * m.qk_head_dim + 2.0 * m.v_head_dim)
+    return job.element_bytes * x.tokens * m.heads / layout.tp * (2.0 * m.qk_head_dim + 2.0 * m.v_head_dim)
 
 
 def latent_width(job: Job) -> float:
@@ -66,7 +66,7 @@ def rope_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
     """RoPE and the concatenation of the no-RoPE and RoPE parts of the queries and keys, forward [B]:
     ROPE_COPY_PASSES·2·e·T·a/t·d_qk (part of `elementwise_bytes`; what mla_up_proj recompute re-runs
     with the up-projections)."""
-    return ACTIVATION_BYTES * x.tokens * ROPE_COPY_PASSES * 2.0 * job.model.heads / layout.tp * job.model.qk_head_dim
+    return job.element_bytes * x.tokens * ROPE_COPY_PASSES * 2.0 * job.model.heads / layout.tp * job.model.qk_head_dim
 
 
 def elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
@@ -75,5 +75,5 @@ def elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
     concatenation of the no-RoPE and RoPE parts of the queries and keys
     (ROPE_COPY_PASSES·2·e·T·a/t·d_qk)."""
     m = job.model
-    return ACTIVATION_BYTES * x.tokens * (NORM_PASSES * latent_width(job)
+    return job.element_bytes * x.tokens * (NORM_PASSES * latent_width(job)
                                           + ROPE_COPY_PASSES * 2.0 * m.heads / layout.tp * m.qk_head_dim)

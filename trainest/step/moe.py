@@ -25,7 +25,7 @@ from typing import NamedTuple
 from trainest import xp
 from trainest.catalog import MoE
 from trainest.frameworks import FRAMEWORKS
-from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.layout import Job, Layout, Num
 from trainest.precision import MAIN_GRAD_BYTES
 from trainest.step import mla
 from trainest.step.collectives import Tiers, all_gather_s, all_to_all_s, group_ranks_per_domain, in_node
@@ -134,7 +134,7 @@ def expert_backward_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> 
     for name, n, k in (("experts_up", (m.mlp_matrices - 1.0) * width, m.expert_hidden),
                        ("experts_down", m.expert_hidden, width)):
         # dgrad: (T×n)·(n×k) -> T×k; wgrad: (k×T)·(T×n) -> k×n accumulated into FP32
-        dgrad_bytes = (tokens * n + n * k) * r.gemm_input_bytes + tokens * k * ACTIVATION_BYTES
+        dgrad_bytes = (tokens * n + n * k) * r.gemm_input_bytes + tokens * k * job.element_bytes
         wgrad_bytes = (tokens * k + tokens * n) * r.gemm_input_bytes + 2.0 * MAIN_GRAD_BYTES * k * n
         for kind, (mm, nn, kk), moved in (("dgrad", (tokens, k, n), dgrad_bytes),
                                           ("wgrad", (k, n, tokens), wgrad_bytes)):
@@ -193,7 +193,7 @@ def permutation_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
     copies of each token, write one): e·h·(2·T_in·(1 + K) + 4·t_e·I·T_in·K)."""
     moe = moe_of(job)
     t_in = moe_tokens_per_rank(layout, x)
-    return ACTIVATION_BYTES * job.model.expert_hidden * (2.0 * t_in * (1.0 + moe.top_k)
+    return job.element_bytes * job.model.expert_hidden * (2.0 * t_in * (1.0 + moe.top_k)
                                                   + SORT_PASSES * layout.etp * routed_copies(job, layout, x))
 
 
@@ -211,7 +211,7 @@ def moe_elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
     copies = routed_copies(job, layout, x)
     shared = x.tokens * moe.shared_experts * moe.shared_width / layout.tp
     total = (h_wide_bytes(job, layout, x)
-             + f_wide_passes(job) * ACTIVATION_BYTES * (copies * moe.expert_ffn_hidden + shared)
+             + f_wide_passes(job) * job.element_bytes * (copies * moe.expert_ffn_hidden + shared)
              + permutation_bytes(job, layout, x) + router_bytes(job, layout, x))
     if job.low_precision:
         has_shared = 1.0 if moe.shared_experts else 0.0
@@ -317,7 +317,7 @@ def expert_host_layer_s(job: Job, layout: Layout) -> Num:
 
 def dispatch_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
     """e·I·T_in·K·h: the bytes one all-to-all moves for the busiest rank (16-bit token rows) [B]."""
-    return ACTIVATION_BYTES * routed_copies(job, layout, x) * job.model.expert_hidden
+    return job.element_bytes * routed_copies(job, layout, x) * job.model.expert_hidden
 
 
 def all_to_all_tiers(job: Job, tiers: Tiers) -> Tiers:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.layout import Job, Layout, Num
 from trainest.step.collectives import Tiers
 from trainest.step.hybrid import BlockPass, block_passes, mix_blocks
 from trainest.step.layer import BACKWARD_TRAFFIC_RATIO, LayerPass, layer_pass
@@ -73,7 +73,7 @@ def mtp_pass(job: Job, layout: Layout, r: Rates, x: LocalShape, tiers: Tiers,
     lp, tp_total, tp_exposed, ep_total, ep_exposed = mix_blocks(units)
     h = m.hidden
     proj = r.gemm_op("mtp.proj", x.tokens, h, 2.0 * h)
-    norms = MTP_NORMS * 2.0 * ACTIVATION_BYTES * x.tokens * h / layout.sp_div * (1.0 + BACKWARD_TRAFFIC_RATIO)
+    norms = MTP_NORMS * 2.0 * job.element_bytes * x.tokens * h / layout.sp_div * (1.0 + BACKWARD_TRAFFIC_RATIO)
     norm_op = op_of("mtp.norms", "forward", 0.0 * norms, norms, streaming_time(norms, r.memory_bytes_per_s))
     c, mm = bound_sums([proj, proj, proj, norm_op])
     return MtpPass(depth=mtp.depth, lp=lp, tp_total_s=tp_total, tp_exposed_s=tp_exposed, ep_total_s=ep_total,

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from trainest import xp
 from trainest.catalog import Hardware
-from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.layout import Job, Layout, Num
 from trainest.precision import weight_bytes_per_param
 from trainest.step.activations import activation_bytes_per_layer
 from trainest.step.finetune import (
@@ -47,7 +47,6 @@ HOST_MEMORY_EFFICIENCY = 0.7
 # 1e9 / (0.22 s · 48 cores) ≈ 1e8 parameters per second per core. Recalled from the paper, not
 # re-checked against its text here: treat it as a prior.
 CPU_ADAM_PARAMS_PER_S_PER_CORE = 1.0e8
-OFFLOAD_GRAD_BYTES = 2.0          # the 16-bit gradients sent to the host (DeepSpeed copies fp16/bf16 grads)
 # host memory per offloaded (trained) parameter: FP32 master 4 + Adam m, v 8 + the FP32 gradient
 # accumulation buffer 4 (ZeRO-Offload keeps the 16M bytes of state of an M-parameter model on the CPU)
 HOST_OPTIMIZER_BYTES_PER_PARAM = 16.0
@@ -128,6 +127,12 @@ def host_bytes(layout: Layout, state: OffloadState, micro_batches: Num) -> Num:
             * xp.minimum(micro_batches, layout.pp))
 
 
+def offload_grad_bytes(job: Job) -> float:
+    """Bytes per gradient sent to the host: the working gradients, in the working weights' dtype
+    (DeepSpeed copies the fp16/bf16 gradients; FP32 ones at FP32/TF32) [B]."""
+    return weight_bytes_per_param(job.precision)
+
+
 class Offload(NamedTuple):
     """One step's host-side work [s] (0 without offload): what each part takes and what shows."""
 
@@ -153,8 +158,8 @@ def offload_terms(job: Job, layout: Layout, state: OffloadState, layers: Num, fo
     m, opt, weights, acts = layout.micro_batches(job), layout.offload_optimizer, layout.offload_weights, \
         layout.offload_activations
     link = rates.link_bytes_per_s
-    grads = opt * OFFLOAD_GRAD_BYTES * state.trained_params / link                # per micro-batch
-    up = opt * (1.0 - weights) * ACTIVATION_BYTES * state.trained_params / link   # once per step
+    grads = opt * offload_grad_bytes(job) * state.trained_params / link               # per micro-batch
+    up = opt * (1.0 - weights) * weight_bytes_per_param(job.precision) * state.trained_params / link   # once per step
     fetch = weights * state.weight_bytes / link                                   # per pass
     act = acts * layers * state.activation_bytes_per_layer / link                 # per direction, per micro-batch
     adam = opt * cpu_adam_s(state.trained_params, rates)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from trainest.layout import ACTIVATION_BYTES, Job, Layout
+from trainest.layout import Job, Layout
 from trainest.precision import grad_bytes_per_param, weight_bytes_per_param
 from trainest.step.collectives import Tiers, in_domain, job_tiers
 from trainest.step.compose import StepParts, StepTerms
@@ -95,7 +95,7 @@ def collective_rows(job: Job, layout: Layout, p: StepParts) -> list[StepOp]:
     tiers = job_tiers(job)
     tp, cp, pp, dp, m, n = (float(v) for v in (layout.tp, layout.cp, layout.pp, layout.dp, p.micro_batches, p.layers))
     per_layer = 4.0 + 2.0 * float(layout.full) + float(layout.op)
-    act = ACTIVATION_BYTES * float(x.tokens) * job.model.hidden
+    act = job.element_bytes * float(x.tokens) * job.model.hidden
     trained, w, g = float(p.trained_params), weight_bytes_per_param(job.precision), grad_bytes_per_param(job.precision)
     stage_weights = float(stage_params(job.model, layout.pp, layout.vpp, layout.split)) / tp
     dp_tier = _group_tier(dp * cp, tp, tiers)
@@ -105,7 +105,7 @@ def collective_rows(job: Job, layout: Layout, p: StepParts) -> list[StepOp]:
     rows = [
         _collective("tp.all_reduce", per_layer * n * m, act, float(p.tp_total_s) * n * m,
                     float(p.tp_exposed_s) * n * m, _group_tier(tp, 1.0, tiers)),
-        _collective("cp.kv_ring", (cp - 1.0) * n * m, 2.0 * ACTIVATION_BYTES * float(x.tokens) * float(x.kv_local),
+        _collective("cp.kv_ring", (cp - 1.0) * n * m, 2.0 * job.element_bytes * float(x.tokens) * float(x.kv_local),
                     float(p.cp.total_s) * n * m, float(p.cp.exposed_s) * n * m, _group_tier(cp, tp, tiers)),
         _collective("pp.send_recv", 2.0 * float(layout.vpp) * m, act / tp, float(p.pp_s) * m, float(p.pp_s) * m,
                     _group_tier(pp, tp * cp * dp, tiers)),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from trainest import xp
-from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.layout import Job, Layout, Num
 from trainest.step.roofline import Op, OpTime, dimension_factor, gemm_op, gemm_time, padded_dim, wave_efficiency
 
 ATTENTION_HALF_SEQ = 512.0         # sequence length at which fused attention's length factor is 1/2
@@ -27,16 +27,17 @@ class Rates(NamedTuple):
     memory_bytes_per_s: Num
     attention_flops_per_s: Num
     gemm_input_bytes: float
+    element_bytes: float                # e: bytes of the activations a GEMM writes (Job.element_bytes)
     units: int | None = None            # compute units (SMs/CUs) the GEMM tiles spread over
     tile: tuple[int, int] | None = None   # the output tile of one unit (t_m, t_n)
 
     def gemm(self, m: Num, n: Num, k: Num, batch: Num = 1.0) -> OpTime:
-        """An (m×k)·(k×n) GEMM (one of `batch` alike in one kernel) at these rates, writing 16-bit
-        activations; its tiles spread over the device's units (wave_efficiency) where they are known."""
+        """An (m×k)·(k×n) GEMM (one of `batch` alike in one kernel) at these rates, writing
+        activations of e bytes; its tiles spread over the device's units (wave_efficiency) where they are known."""
         wave = self.wave(m, n, k, batch)
         return gemm_time(m, n, k, peak_flops_per_s=self.peak_flops_per_s, peak_fraction=self.gemm_peak_fraction,
                          half_dim=self.gemm_half_dim, input_bytes=self.gemm_input_bytes,
-                         output_bytes=ACTIVATION_BYTES, memory_bytes_per_s=self.memory_bytes_per_s, wave=wave,
+                         output_bytes=self.element_bytes, memory_bytes_per_s=self.memory_bytes_per_s, wave=wave,
                          padded=self.padded(m, n))
 
     def wave(self, m: Num, n: Num, k: Num, batch: Num = 1.0) -> Num:
@@ -55,7 +56,7 @@ class Rates(NamedTuple):
         """The same GEMM as a named op with its FLOPs (2mnk) and bytes (one of `batch` alike in one kernel)."""
         return gemm_op(name, phase, m, n, k, peak_flops_per_s=self.peak_flops_per_s,
                        peak_fraction=self.gemm_peak_fraction, half_dim=self.gemm_half_dim,
-                       input_bytes=self.gemm_input_bytes, output_bytes=ACTIVATION_BYTES,
+                       input_bytes=self.gemm_input_bytes, output_bytes=self.element_bytes,
                        memory_bytes_per_s=self.memory_bytes_per_s, wave=self.wave(m, n, k, batch),
                        padded=self.padded(m, n))
 
@@ -97,6 +98,7 @@ def rates_of(job: Job, layout: Layout) -> Rates:
                  gemm_peak_fraction=eff.gemm * (eff.low_precision_gemm if job.low_precision else 1.0),
                  gemm_half_dim=eff.gemm_half_dim, memory_bytes_per_s=hw.memory_bytes_per_s * eff.memory,
                  attention_flops_per_s=attention_flops_per_s(job, layout), gemm_input_bytes=job.gemm_input_bytes,
+                 element_bytes=job.element_bytes,
                  units=hw.compute_units,
                  tile=None if hw.gemm_tile_m is None or hw.gemm_tile_n is None else (hw.gemm_tile_m, hw.gemm_tile_n))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from trainest import xp
-from trainest.layout import ACTIVATION_BYTES, Job, Layout, Num
+from trainest.layout import Job, Layout, Num
 from trainest.precision import grad_bytes_per_param, weight_bytes_per_param
 from trainest.step.collectives import Tiers, all_gather_s, all_reduce_s, in_domain, reduce_scatter_s, send_recv_s
 from trainest.step.finetune import adapter_params_per_layer, frozen_layer_bytes
@@ -27,7 +27,7 @@ def tp_layer_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers, linear_s: 
     matmuls); `all_reduces` another count (a MoE layer's, step/moe.py). With tp_overlap (Megatron
     --tp-comm-overlap) only what exceeds the GEMM time shows, at least TP_OVERLAP_RESIDUAL of it, where
     the TP group lies in one scale-up domain (`tp_overlap_applies`); elsewhere all of it."""
-    one = all_reduce_s(ACTIVATION_BYTES * x.tokens * job.model.hidden, layout.tp, 1.0, tiers)
+    one = all_reduce_s(job.element_bytes * x.tokens * job.model.hidden, layout.tp, 1.0, tiers)
     total = one * (4.0 + 2.0 * layout.full + layout.op if all_reduces is None else all_reduces)
     hidden = xp.maximum(total - linear_s, TP_OVERLAP_RESIDUAL * total)
     return total, xp.where(tp_overlap_applies(layout, tiers), hidden, total)
@@ -51,12 +51,12 @@ class CpRing(NamedTuple):
     total_s: Num                # every ring step, nothing hidden
 
 
-def cp_ring(layout: Layout, x: LocalShape, tiers: Tiers, lp: LayerPass, contention: Num = 0.0) -> CpRing:
+def cp_ring(job: Job, layout: Layout, x: LocalShape, tiers: Tiers, lp: LayerPass, contention: Num = 0.0) -> CpRing:
     """K,V chunks of 2·e·T·(g·d_h/t) bytes go around the c ranks (stride t): (c−1) steps forward,
     twice that backward, overlapped with the attention computation; the forward runs again under
     full and selective recompute. What hides costs the contention share κ of it, as every hidden
     collective does (§4.7: overlapped_exposed_s's rule, with no bucket left over)."""
-    chunk = 2.0 * ACTIVATION_BYTES * x.tokens * x.kv_local
+    chunk = 2.0 * job.element_bytes * x.tokens * x.kv_local
     fwd = (layout.cp - 1.0) * send_recv_s(chunk, layout.cp, layout.tp, tiers) * xp.mask(layout.cp > 1)
     passes = 1.0 + layout.full + layout.selective
     fwd_exposed = xp.maximum(fwd - lp.attn_fwd_s, contention * xp.minimum(fwd, lp.attn_fwd_s))
@@ -71,7 +71,7 @@ def pp_p2p_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers) -> Num:
     """Each of the v chunks sends its activations forward and its gradients backward: 2·v
     transfers of e·T·h/t bytes (scatter/gather, Narayanan 2021 §4.1) to the neighbour stage,
     stride t·c·d [s per micro-batch]."""
-    size = ACTIVATION_BYTES * x.tokens * job.model.hidden / layout.tp
+    size = job.element_bytes * x.tokens * job.model.hidden / layout.tp
     stride = layout.tp * layout.cp * layout.dp
     return 2.0 * layout.vpp * send_recv_s(size, layout.pp, stride, tiers) * xp.mask(layout.pp > 1)
 
