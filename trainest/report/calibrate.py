@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from trainest import SCHEMA_VERSION
-from trainest.calibrate import MIN_LEVERAGE, bounds_of, CalibrationResult, FittedParameter
+from trainest.calibrate import MIN_LEVERAGE, CalibrationResult, FittedParameter, bounds_of
 from trainest.catalog import Hardware
 from trainest.report import clean, console, print_table
 from trainest.units import MICROSECOND, MILLISECOND
