@@ -709,7 +709,11 @@ LORA_DEFAULT_KEYS = ("rank", "alpha", "targets", "base_bits")   # a LoRA's adapt
 
 
 def finetune_defaults(data: Any, ft: FineTune) -> list[str]:
-    """The `finetune.<key>` values a LoRA/QLoRA took by default (not in the mapping), for `derived`."""
+    """The `finetune.<key>` values a LoRA/QLoRA took by default (not in the mapping), for `derived`; `finetune`
+    itself when no method was given (pre-training: its echo `{method: full}` reloads as pre-training, not
+    as a stated full fine-tune)."""
+    if not ft.stated:
+        return ["finetune"]
     if not ft.frozen:
         return []
     given = {} if not isinstance(data, dict) else data
