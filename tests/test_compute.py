@@ -128,7 +128,7 @@ def _tiled(m, n, k):
     """A GEMM on an H100-like device whose tiles are known (128×256, 132 units)."""
     from trainest.step.rates import Rates
     r = Rates(peak_flops_per_s=PEAK, gemm_peak_fraction=ETA, gemm_half_dim=HALF, memory_bytes_per_s=HBM,
-              attention_flops_per_s=PEAK, gemm_input_bytes=2.0, units=H100_UNITS, tile=H100_TILE)
+              attention_flops_per_s=PEAK, gemm_input_bytes=2.0, element_bytes=2.0, units=H100_UNITS, tile=H100_TILE)
     return r.gemm(m, n, k)
 
 
