@@ -451,3 +451,16 @@ def test_a_default_zero_stage_with_nothing_to_shard_says_so(capsys):
     code, out, _ = call_entry(["estimate", "-m", "gpt2-350m", "-H", "a100-80gb-sxm", "-n", "8"], capsys)
     text = " ".join(out.replace("│", " ").split())
     assert code == 0 and "zero=3 (default: FSDP)" in text and "nothing to shard" not in text
+
+
+def test_gates_take_durations_and_amounts_as_deadline_and_tokens_do():
+    """`--max-days 1d` / `12h` and `--max-cost 10k` were refused while `plan --deadline 30d` and `--tokens 300B`
+    took such values; a bare --max-days number is still days."""
+    for days in ("1", "1d", "24h"):
+        result = invoke("estimate", "--max-days", days, "--json")
+        assert result.exit_code == 3 and "--max-days 1" in result.stderr, days
+    result = invoke("estimate", "--max-cost", "10k", "--json")
+    assert result.exit_code == 3 and "--max-cost $10,000" in result.stderr
+    for bad in (("--max-days", "1x"), ("--max-cost", "ten")):
+        result = invoke("estimate", *bad)
+        assert result.exit_code == 1 and result.stdout == "" and bad[1] in result.stderr

@@ -187,8 +187,10 @@ KNOBS: tuple[Knob, ...] = (
 
 COMMAND_KNOBS: tuple[Knob, ...] = (
     K("config", ("--config", "-c"), "str", "Scenario YAML; options given here override it.", group=COMMAND),
-    K("max_days", ("--max-days",), "float", "CI gate: exit 3 if the run takes longer.", group=COMMAND),
-    K("max_cost", ("--max-cost",), "float", "CI gate: exit 3 if the run costs more (USD).", group=COMMAND),
+    K("max_days", ("--max-days",), "str", "CI gate: exit 3 if the run takes longer: days (30), or a duration "
+      "as --deadline takes it (30d, 12h, 2w).", group=COMMAND),
+    K("max_cost", ("--max-cost",), "str", "CI gate: exit 3 if the run costs more (USD): 250000, 250k, 1.5M.",
+      group=COMMAND),
     K("require_fit", ("--require-fit",), "flag", "CI gate: exit 3 if it does not fit in memory.", group=COMMAND),
     K("ops", ("--ops",), "flag", "Also list every operation of the step on the roofline (FLOPs, bytes, intensity, "
       "the device's ridge point, bound, time, share); with --json, an `ops` list.", group=COMMAND),

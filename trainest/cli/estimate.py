@@ -7,6 +7,7 @@ module level: it is on the start-up path of every `trainest estimate`.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any
 
@@ -49,9 +50,34 @@ def scenario_mapping_from_options(config: str | None, values: dict[str, Any]) ->
     return mapping, shape
 
 
+def gate_limits(values: dict[str, Any]) -> tuple[float | None, float | None]:
+    """(--max-days in days, --max-cost in USD) as given: a bare number of days or a duration as --deadline
+    takes it (30d, 12h, 2w); a count as --tokens takes it (250k, 1.5M); None where not given."""
+    from trainest.errors import SpecError
+    from trainest.units import SECONDS_PER_DAY, parse_count, parse_duration_s
+    days, cost = values.get("max_days"), values.get("max_cost")
+    if days is not None:
+        text = str(days).strip()
+        try:
+            days = float(text)              # a bare number: days
+        except ValueError:
+            days = None
+            with contextlib.suppress(SpecError):
+                days = parse_duration_s(text, "--max-days") / SECONDS_PER_DAY
+        if days is None or not 0 < days < float("inf"):
+            raise SpecError(f"--max-days {text!r} must be a duration greater than 0: days (30), or 30d, 12h, 2w")
+    if cost is not None:
+        try:
+            cost = parse_count(str(cost).strip(), "--max-cost")
+        except SpecError:
+            raise SpecError(f"--max-cost {str(cost)!r} must be an amount of USD greater than 0, e.g. 250000, 250k "
+                            f"or 1.5M") from None
+    return days, cost
+
+
 def _gates(values: dict[str, Any], result: Any) -> list[str]:
     """The CI gates the result breaks (--max-days, --max-cost, --require-fit)."""
-    max_days, max_cost = values.get("max_days"), values.get("max_cost")
+    max_days, max_cost = gate_limits(values)
     broken = []
     if max_days is not None and result.training.time_days > max_days:
         broken.append(f"training takes {result.training.time_days:.2f} days > --max-days {max_days:g}")
@@ -68,15 +94,12 @@ def _gates(values: dict[str, Any], result: Any) -> list[str]:
 
 def _estimate(values: dict[str, Any]) -> tuple[Any, list[str]]:
     """(Estimate, warnings) of the option values; raises SpecError on bad input."""
-    from trainest.errors import SpecError
     from trainest.estimate import estimate
     from trainest.scenario import scenario_from_mapping
     config = values.get("config")
     mapping, shape = scenario_mapping_from_options(config, values)
     scenario = scenario_from_mapping(mapping, f"scenario {config!r}" if config else "options", shape=shape)
-    for name, value in (("--max-days", values.get("max_days")), ("--max-cost", values.get("max_cost"))):
-        if value is not None and not 0 < value < float("inf"):
-            raise SpecError(f"{name} {value!r} must be a finite number greater than 0")
+    gate_limits(values)          # bad gate values are bad input before anything is estimated
     result = estimate(scenario)
     from trainest.estimate import plausibility_warnings, tp_overlap_warning
     warnings: list[str] = plausibility_warnings(result)
