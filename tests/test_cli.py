@@ -464,3 +464,9 @@ def test_gates_take_durations_and_amounts_as_deadline_and_tokens_do():
     for bad in (("--max-days", "1x"), ("--max-cost", "ten")):
         result = invoke("estimate", *bad)
         assert result.exit_code == 1 and result.stdout == "" and bad[1] in result.stderr
+
+
+def test_the_layout_row_marks_the_parallel_sizes_that_were_defaults():
+    """tp, pp, cp, vpp and sequence-parallel are listed in inputs.derived; the table said nothing."""
+    words = " ".join(invoke("estimate", "--tp", "2").stdout.replace("│", " ").split())
+    assert "(pp, cp, vpp, sequence-parallel: default)" in words

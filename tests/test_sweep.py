@@ -190,3 +190,14 @@ def test_ranges_read_lengths_and_stages_as_the_single_options_do():
     assert W.parse_values(BY_NAME["seq_len"], "2k..8k") == [2048, 4096, 8192]      # not 2000, 4000
     assert W.parse_values(BY_NAME["zero"], "0..3") == [0, 1, 2, 3]
     assert W.parse_values(BY_NAME["zero"], "0,3") == [0, 3]
+
+
+def test_csv_writes_whole_values_as_integers_and_a_short_range_says_where_it_stopped(capsys):
+    """`--tokens 1T..4T --csv` wrote 1000000000000.0; `--devices 8..100` stopped at 64 without a word."""
+    code, out, err = call_entry(["sweep", "--tokens", "1T..4T", "--csv"], capsys)
+    assert code == 0 and [line.split(",")[0] for line in out.splitlines()[1:]] == [
+        "1000000000000", "2000000000000", "4000000000000"]
+    code, out, err = call_entry(["sweep", "--devices", "8..100"], capsys)
+    assert code == 0 and "stops at 64 (128 is past 100)" in " ".join(err.split())
+    code, out, err = call_entry(["sweep", "--devices", "8..64"], capsys)
+    assert code == 0 and "stops at" not in err

@@ -120,6 +120,17 @@ def parse_values(k: Knob, text: str) -> list[Any]:
     return values
 
 
+def range_note(k: Knob, text: str, points: list[Any]) -> str | None:
+    """A note when a doubling range `a..b` stops short of b (8..100 sweeps 8, 16, 32, 64), else None."""
+    if ".." not in text or ":" in text or k.kind == "choice" or not points:
+        return None
+    hi = _number(k, text.partition("..")[2].strip(), f"--{k.name.replace('_', '-')} {text!r}")
+    if points[-1] == hi:
+        return None
+    return (f"--{k.name.replace('_', '-')} {text}: a range doubles from its start, so it stops at {points[-1]} "
+            f"({points[-1] * 2} is past {hi}); give a step (a..b:s) for every s-th value")
+
+
 def swept_knob(values: dict[str, Any]) -> tuple[Knob, list[Any]]:
     """(the knob, its values) of the one option given as a range or list; SpecError otherwise."""
     swept = [name for name in SWEEPABLE if is_range(values.get(name))]

@@ -35,12 +35,13 @@ def run_sweep(values: dict[str, Any]) -> int:
     """Run `trainest sweep` for parsed option values; print JSON, CSV or table and plot; exit code."""
     from trainest import report
     from trainest.errors import SpecError
-    from trainest.sweep import sweep, swept_knob
+    from trainest.sweep import range_note, sweep, swept_knob
     quiet = bool(values.get("quiet"))
     progress = report.LazyProgress("sweeping", enabled=not quiet and not values.get("json_out")
                                    and not values.get("csv"))
     try:
         knob, points = swept_knob(values)
+        note = range_note(knob, str(values[knob.name]), points)
         mapping, shape = _mapping(values, knob.name)
         result = sweep(mapping, knob, points, plan=bool(values.get("plan")), shape=shape, progress=progress)
         progress.close()
@@ -56,6 +57,8 @@ def run_sweep(values: dict[str, Any]) -> int:
         print(csv_text(result), end="")
     else:
         print_sweep(result)
+    if note and not quiet:
+        print(f"Note: {note}", file=sys.stderr)
     if not quiet:
         for path in written:
             print(f"wrote {path}", file=sys.stderr)

@@ -134,6 +134,10 @@ def layout_text(s: Scenario) -> str:
     from_layout = " (from the layout)" if p.pipeline_layout and "parallel.pp" in s.derived else ""
     text = (f"tp={p.tp} pp={p.pp}{from_layout} dp={p.dp}{' (derived)' if 'parallel.dp' in s.derived else ''} cp={p.cp} "
             f"vpp={p.vpp} zero={p.zero}{zero_default} sequence-parallel={'on' if p.sequence_parallel else 'off'}")
+    defaults = [name.replace("_", "-") for name in ("tp", "pp", "cp", "vpp", "sequence_parallel")
+                if f"parallel.{name}" in s.derived and not (name == "pp" and from_layout)]
+    if defaults:
+        text += f" ({', '.join(defaults)}: default)"
     if s.model.moe is not None:
         text += f" ep={p.ep}{' (default)' if 'parallel.ep' in s.derived else ''} etp={p.etp} edp={p.edp}"
     extras = [text for text, shown in (("tp-overlap=on", p.tp_overlap), (f"dp-shard={p.dp_shard}", p.dp_shard),

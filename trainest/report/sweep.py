@@ -46,6 +46,12 @@ CSV_COLUMNS = ("value", "step_s", "step_s_low", "step_s_high", "tokens_per_s", "
                "layout", "error", "global_batch")
 
 
+def csv_value(value: Any) -> Any:
+    """A swept value as a CSV cell: a whole float as an integer (1e12 tokens as 1000000000000, not
+    1000000000000.0)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def csv_text(r: SweepResult) -> str:
     """One CSV row per point (CSV_COLUMNS; empty cells where a point does not run)."""
     out = io.StringIO()
@@ -54,10 +60,10 @@ def csv_text(r: SweepResult) -> str:
     for p, eff in zip(r.points, r.scaling_efficiency(), strict=True):
         e = p.estimate
         if e is None:
-            w.writerow([p.value] + [""] * (len(CSV_COLUMNS) - 3) + [p.error, ""])
+            w.writerow([csv_value(p.value)] + [""] * (len(CSV_COLUMNS) - 3) + [p.error, ""])
             continue
         st, th, tr = e.step, e.throughput, e.training
-        w.writerow([p.value, f"{st.time_s:.6g}", f"{st.time_s_low:.6g}", f"{st.time_s_high:.6g}",
+        w.writerow([csv_value(p.value), f"{st.time_s:.6g}", f"{st.time_s_low:.6g}", f"{st.time_s_high:.6g}",
                     f"{th.tokens_per_s:.6g}", f"{th.tokens_per_s_per_device:.6g}", f"{th.mfu:.4f}",
                     f"{e.memory.per_device_bytes / GiB:.2f}", e.memory.fits, f"{tr.time_days:.4g}",
                     "" if tr.cost_usd is None else f"{tr.cost_usd:.2f}",
