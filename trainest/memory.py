@@ -112,6 +112,14 @@ def gathered_layer_params(job: Job, layout: Layout, layer_params: Num) -> Num:
     return xp.minimum(2.0 * layer_params, xp.maximum(live, largest))
 
 
+def master_only_shard(job: Job, layout: Layout, shard: Num) -> Num:
+    """1 where ZeRO-3 keeps no 16-bit copy of a device's shard: FSDP-style mixed precision holds the FP32
+    master shard (counted with the optimizer state) and casts it to 16 bit when it gathers a layer
+    (BF16/FP8/FP4 runs sharded over more than one rank); else 0."""
+    sharded3 = xp.mask((layout.zero >= 3) * (shard > 1))
+    return sharded3 * (1.0 if job.precision in ("bf16", "fp8", "fp4") else 0.0)
+
+
 def zero_state_bytes(job: Job, layout: Layout, params: Num, layer_params: Num, shard: Num) -> tuple[Num, Num, Num]:
     """(weights, gradients, optimizer state) [B] of `params` parameters per device whose ZeRO state is
     sharded over `shard` ranks, with `layer_params` of one layer gathered twice under ZeRO-3
@@ -121,7 +129,7 @@ def zero_state_bytes(job: Job, layout: Layout, params: Num, layer_params: Num, s
     precision, zero = job.precision, layout.zero
     sharded3 = xp.mask((zero >= 3) * (shard > 1))
     w_bytes = weight_bytes_per_param(precision)
-    no_16bit_shard = sharded3 * (1.0 if precision in ("bf16", "fp8", "fp4") else 0.0)
+    no_16bit_shard = master_only_shard(job, layout, shard)
     weights = params * w_bytes / xp.where(zero >= 3, shard, 1.0) * (1.0 - no_16bit_shard)
     weights = weights + sharded3 * gathered_layer_params(job, layout, layer_params) * w_bytes
     grads = params * grad_bytes_per_param(precision) / xp.where(zero >= 2, shard, 1.0)
@@ -185,6 +193,10 @@ def offloaded_device_bytes(job: Job, layout: Layout, on_device: tuple[Num, Num, 
     streamed_grads = IN_FLIGHT_LAYERS * offload_grad_bytes(job) * state.trained_per_layer
     kept_layers = state.layers * xp.minimum(layout.micro_batches(job), layout.pp) * state.activation_bytes_per_layer
     streamed_acts = activations - kept_layers + IN_FLIGHT_LAYERS * state.activation_bytes_per_layer
+    # the FP32 master shard goes to the host with the optimizer: the device then holds its 16-bit shard, which
+    # the host's Adam updates and sends back every step (ZeRO-Offload; §14.1), where ZeRO-3 had counted none
+    unsharded_16bit = master_only_shard(job, layout, layout.shard * layout.cp) * (1.0 - layout.frozen)
+    weights = weights + xp.where(opt, unsharded_16bit * state.weight_bytes, 0.0)
     return (xp.where(wts, IN_FLIGHT_LAYERS * state.layer_weight_bytes, weights), xp.where(opt, streamed_grads, grads),
             xp.where(opt, 0.0 * optim, optim), xp.where(acts, xp.maximum(streamed_acts, 0.0), activations),
             host_bytes(layout, state, layout.micro_batches(job)))
