@@ -387,3 +387,29 @@ def test_unreadable_file(tmp_path):
         assert_clean_failure(*invoke(["estimate", "--config", str(path)]), 1, ("cannot be read",))
     finally:
         path.chmod(0o600)
+
+
+def test_a_fit_hint_is_a_valid_scenario(capsys):
+    """`--ep 8` on 8 devices that does not fit suggested `--pp 2`, after which ep 8 no longer divides a
+    stage's 4 ranks (exit 1). Every suggested change is now checked as a scenario; offload is suggested
+    where the host can take it; the fastest-plan words name the expert-parallel size they change."""
+    from helpers import call_entry
+    code, out, err = call_entry(["estimate", "--model", "qwen3-30b-a3b", "--devices", "8", "--ep", "8",
+                                 "--global-batch", "512"], capsys)
+    words = " ".join(err.split())
+    assert code == 0 and "--pp 2" not in words.split("would fit with:")[1].split(";")[0]
+    assert "--offload optimizer" in words and " ep 4 " in words
+
+
+@pytest.mark.parametrize(("hardware", "framework"), [("tpu-v5p", "megatron-core"), ("h100-sxm", "mlx"),
+                                                     ("apple-m2-ultra", "torchtitan"), ("tpu-v5p", "deepspeed")])
+def test_a_framework_on_hardware_it_does_not_run_on_is_one_error(hardware, framework, capsys):
+    """Megatron on a TPU, MLX on an H100, torchtitan on Apple silicon ran without a word (issue 12: a
+    framework that cannot run what is asked is an error that says so); the defaults still run."""
+    from helpers import call_entry
+    code, out, err = call_entry(["estimate", "--hardware", hardware, "--devices", "1", "--framework", framework],
+                                capsys)
+    assert (code, out) == (1, "") and err.count("\n") == 1
+    assert f"{framework} does not run on {hardware}" in err and "frameworks that do:" in err
+    code, out, err = call_entry(["estimate", "--hardware", hardware, "--devices", "1", "--json"], capsys)
+    assert code == 0

@@ -42,6 +42,8 @@ def _single_changes(s: Scenario) -> list[tuple[str, Scenario]]:
         tries.append(("--sequence-parallel", replace(s, parallel=replace(p, sequence_parallel=True))))
     if s.micro_batch > 1:
         tries.append(("--micro-batch 1", replace(s, micro_batch=1)))
+    if s.offload == "none" and not s.hardware.memory_unified:
+        tries.append(("--offload optimizer", replace(s, offload="optimizer")))
     for knob in ("tp", "pp"):
         k = getattr(p, knob) * 2
         divides = s.model.heads % k == 0 if knob == "tp" else s.model.layers % k == 0
@@ -66,9 +68,14 @@ def cheap_recompute_modules(s: Scenario) -> tuple[str, ...]:
 
 
 def _fitting_single_changes(s: Scenario) -> list[str]:
+    """The labels of the single changes whose scenario is valid (checked as given, so that every rule of
+    the scenario applies: an expert-parallel size that no longer divides a stage's ranks, an offload the
+    host cannot take) and fits."""
+    from trainest.scenario import scenario_from_mapping, scenario_mapping
     fixes = []
     for label, alt in _single_changes(s):
         try:
+            scenario_from_mapping(scenario_mapping(alt), "advice")
             if estimate(alt).memory.fits:
                 fixes.append(label)
         except SpecError:   # an alternative that is itself invalid is simply not suggested
@@ -80,6 +87,7 @@ def _plan_words(e: Estimate) -> str:
     """A plan's layout, step time and memory, in words."""
     s, p = e.scenario, e.scenario.parallel
     layout = (f"tp {p.tp} pp {p.pp} cp {p.cp} dp {p.dp}" + (f" vpp {p.vpp}" if p.vpp > 1 else "")
+              + (f" ep {p.ep}" + (f" etp {p.etp}" if p.etp > 1 else "") if s.model.moe is not None else "")
               + f" zero {p.zero} micro-batch {s.micro_batch} recompute {s.recompute}")
     return f"{layout}, {e.step.time_s:.3g} s per step, {e.memory.per_device_bytes / GiB:.1f} GiB per device"
 

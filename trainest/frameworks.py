@@ -140,6 +140,9 @@ class Framework(NamedTuple):
     pipeline: bool = True                           # has pipeline parallelism
     pp_zero_stages: tuple[int, ...] = ZERO_STAGES   # the ZeRO stages it runs with pipeline parallelism
     lora_fused: bool = False             # LoRA adapters on the fused QKV and up/gate matrices, not per projection
+    # the hardware kinds (catalog `kind`) it runs on: the CUDA/ROCm stacks not on TPUs or Apple silicon, MLX
+    # only on Apple silicon (and a CPU), MaxText not on Apple silicon; any: Hugging Face (MPS, torch_xla)
+    runs_on: tuple[str, ...] = ("gpu", "cpu-gpu", "asic", "wafer", "cpu")
 
     def zero_stages_with(self, pp: int) -> tuple[int, ...]:
         """The ZeRO stages it runs with `pp` pipeline stages (none: it has no pipeline)."""
@@ -213,7 +216,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     F("maxtext", "xla", "fused", True, True, True,
       "google/maxtext: JAX/XLA, the step is one compiled program (XLA fuses element-wise ops; "
       "collectives scheduled by the compiler); its circular pipeline (num_pipeline_repeats > 1: each stage "
-      "holds several non-adjacent layer groups) is the interleaved schedule", expert_loop="grouped"),
+      "holds several non-adjacent layer groups) is the interleaved schedule", expert_loop="grouped",
+      runs_on=("tpu", "gpu", "cpu-gpu", "cpu")),
     F("llm-foundry", "python", "fused", True, False, True,
       "mosaicml/llm-foundry (Composer): PyTorch FSDP, fused/flash kernels in its MPT models, no pipeline; "
       "flash-attn's fused cross-entropy by default (loss_fn: fused_crossentropy)", loss_bytes_per_logit=4.0,
@@ -225,10 +229,10 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
       "Hugging Face Accelerate/Trainer (DDP/FSDP): eager transformers modules; the Trainer reads every "
       "micro-batch's loss back to test it for NaN/inf (logging_nan_inf_filter, on by default); PEFT LoRA on "
       "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj", expert_loop="python",
-      micro_batch_sync=True, pipeline=False),
+      micro_batch_sync=True, pipeline=False, runs_on=("gpu", "cpu-gpu", "tpu", "asic", "wafer", "apple", "cpu")),
     F("mlx", "python", "eager", True, False, True,
       "Apple MLX: lazy evaluation of eager operators on the unified-memory GPU; mlx-lm's LoRA adapts q, k, v, o, "
-      "gate, up and down projections separately", expert_loop="grouped"),
+      "gate, up and down projections separately", expert_loop="grouped", runs_on=("apple", "cpu")),
 )}
 DEFAULT_FRAMEWORK = "megatron-core"
 

@@ -526,6 +526,16 @@ def _check_framework(framework: str, sizes: dict[str, Any], par: dict[str, Any],
     _check_framework_zero(framework, sizes["pp"], sizes["zero"], "zero" not in par and "fsdp" not in par, where)
 
 
+def _check_framework_hardware(framework: str, hardware: Hardware, where: str) -> None:
+    """The framework runs on this kind of hardware (`Framework.runs_on`): no Megatron on a TPU, no MLX on a GPU."""
+    fw = FRAMEWORKS[framework]
+    if hardware.kind in fw.runs_on:
+        return
+    name = "--framework" if where == "options" else f"{where}.framework"
+    able = ", ".join(n for n, f in FRAMEWORKS.items() if hardware.kind in f.runs_on)
+    raise SpecError(f"{name}: {framework} does not run on {hardware.name} ({hardware.kind}); frameworks that do: {able}")
+
+
 def _check_framework_zero(framework: str, pp: int, zero: int, derived: bool, where: str) -> None:
     """What the framework's data parallelism runs (trainest/frameworks.py: `pipeline`, `zero_stages`,
     `pp_zero_stages`, with their sources): pipeline parallelism at all, and the ZeRO stage with or without it."""
@@ -817,6 +827,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
         r.derive("parallel.dp_overlap")
     dp_overlap = F.boolean(par.get("dp_overlap", fw.dp_overlap), f"{where}.parallel.dp_overlap")
     _check_framework(framework, sizes, par, where)
+    _check_framework_hardware(framework, hardware, where)
     finetune = check_finetune(data.get("finetune"), model, precision, where)
     derived += finetune_defaults(data.get("finetune"), finetune)
     tokens, price_usd, pue, grid = _run_costs(r, model, hardware, finetune)
