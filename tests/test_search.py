@@ -580,3 +580,21 @@ def test_the_search_times_straddling_groups_as_estimate_and_prefers_those_inside
         assert S._estimate_at(base, 144, g, int(i)).step.time_s == pytest.approx(ev.time_s[i], rel=1e-12)
     best = S.search(base, 144, S.SearchSpace(tp=(8, 16), zero=(1,), sequence_parallel=(True,)), top=1)
     assert best.plans[0].scenario.parallel.tp == 8
+
+
+def test_a_cost_objective_over_a_device_range_picks_the_cheapest_count(capsys):
+    """`plan --devices 8..128 --objective cost` chose 8 devices, "the fewest that fit", where 16 were cheaper
+    (and twice as fast); the table said "the fastest plan at each" of plans ranked by cost."""
+    import json
+
+    from helpers import call_entry
+    code, out, err = call_entry(["plan", "--model", "llama3-8b", "--devices", "8..128", "--tokens", "1T",
+                                 "--objective", "cost", "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    trials = [t for t in doc["devices_search"]["tried"] if t["meets"]]
+    cheapest = min(trials, key=lambda t: t["cost_usd"])
+    assert doc["devices_search"]["chosen"] == doc["plans"][0]["devices"] == cheapest["devices"] != 8
+    code, out, err = call_entry(["plan", "--model", "llama3-8b", "--devices", "8..128", "--tokens", "1T",
+                                 "--objective", "cost"], capsys)
+    assert "the cheapest plan at each" in out and "the cheapest count that fits" in " ".join(out.split())

@@ -1021,10 +1021,17 @@ BUDGET_RULES = {"time": "the fastest count within the budget", "cost": "the chea
                 "energy": "the count using the least energy within the budget"}
 
 
+OBJECTIVE_RULES = {"cost": "the cheapest count", "energy": "the count using the least energy"}
+
+
 def device_rule(deadline_s: float | None, budget_usd: float | None, objective: str) -> str:
-    """The rule that picks a count of a --devices range, in words."""
+    """The rule that picks a count of a --devices range, in words: by the budget; else, for a cost or
+    energy objective, the best count by it (that meets the deadline); else the fewest that meet the
+    deadline, or fit (the fastest count is the largest one)."""
     if budget_usd is not None:
         return BUDGET_RULES[objective] + (" and the deadline" if deadline_s is not None else "")
+    if objective in OBJECTIVE_RULES:
+        return OBJECTIVE_RULES[objective] + (" that meets the deadline" if deadline_s is not None else " that fits")
     return DEADLINE_RULE if deadline_s is not None else FIT_RULE
 
 
@@ -1048,7 +1055,7 @@ def _pick(trials: list[DeviceTrial], budget_usd: float | None, objective: str) -
     meeting = [t for t in trials if t.meets]
     if not meeting:
         return None
-    if budget_usd is None:
+    if budget_usd is None and objective not in OBJECTIVE_RULES:
         return meeting[0]                    # counts are tried smallest first
     key = {"time": lambda t: t.time_s, "cost": lambda t: t.cost_usd, "energy": lambda t: t.energy_kwh}[objective]
     return min(meeting, key=lambda t: (math.inf if key(t) is None else key(t), t.devices))
@@ -1072,8 +1079,8 @@ def smallest_devices(base: Scenario, counts: list[int], space: SearchSpace = Sea
             results[n] = res
         if progress is not None:
             progress(i + 1, len(counts))
-        if trial.meets and budget_usd is None and deadline_s is not None:
-            break                             # the fewest that meet the deadline: larger counts only cost more
+        if trial.meets and budget_usd is None and deadline_s is not None and objective not in OBJECTIVE_RULES:
+            break                             # the fewest that meet the deadline: the rule needs no larger count
     rule = device_rule(deadline_s, budget_usd, objective)
     chosen = _pick(trials, budget_usd, objective)
     if chosen is not None:

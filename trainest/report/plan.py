@@ -98,7 +98,8 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
     b = r.base
     st = r.stats
     if ds is not None:
-        t = Table(title="Device counts tried: the fastest plan at each", title_justify="left",
+        best = {"time": "the fastest plan", "cost": "the cheapest plan", "energy": "the plan using the least energy"}
+        t = Table(title=f"Device counts tried: {best.get(r.objective, 'the best plan')} at each", title_justify="left",
                   box=box.SIMPLE_HEAD)
         for col in ("devices", "best time to train", "cost", "meets"):
             t.add_column(col, justify="right" if col != "meets" else "left", no_wrap=col != "meets")
