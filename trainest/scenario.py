@@ -533,7 +533,8 @@ def _check_framework_hardware(framework: str, hardware: Hardware, where: str) ->
         return
     name = "--framework" if where == "options" else f"{where}.framework"
     able = ", ".join(n for n, f in FRAMEWORKS.items() if hardware.kind in f.runs_on)
-    raise SpecError(f"{name}: {framework} does not run on {hardware.name} ({hardware.kind}); frameworks that do: {able}")
+    raise SpecError(f"{name}: {framework} does not run on {hardware.name} ({hardware.kind}); frameworks that "
+                    f"do: {able}")
 
 
 def _check_framework_zero(framework: str, pp: int, zero: int, derived: bool, where: str) -> None:

@@ -956,7 +956,8 @@ def parse_devices(text: str) -> tuple[int, int]:
     lo_text, sep, hi_text = str(text).strip().partition("..")
     bounds = []
     for part in ((lo_text, hi_text) if sep else (lo_text,)):
-        value = parse_count(part.strip(), f"--devices {text!r}:" if sep else "--devices")
+        value = parse_count(part.strip(), f"--devices {text!r}:" if sep else "--devices",
+                            "64, 8..1024 or 8..1024:8")
         if value != int(value) or value > 10**7:
             raise SpecError(f"--devices {text!r}: {part.strip()!r} must be a whole number of devices up to 10,000,000")
         bounds.append(int(value))

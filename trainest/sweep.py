@@ -74,7 +74,7 @@ def _number(k: Knob, text: str, where: str) -> Any:
         return parse_length(text, where)
     if k.name in STAGE_KNOBS and text == "0":
         return 0
-    value = parse_count(text, where)
+    value = parse_count(text, where, "8..64, 8..64:8 or 1,2,4")
     if value != int(value):
         raise SpecError(f"{where}: {text!r} must be a whole number")
     return int(value)

@@ -61,18 +61,19 @@ def _from_number(value: int | float, what: str) -> float:
     return _finite_positive(number, value, what)
 
 
-def parse_count(text: str | int | float, what: str = "count") -> float:
-    """Parse a count such as `300B`, `1.5T`, `7e9` or `2000000` into a float.
+def parse_count(text: str | int | float, what: str = "count", examples: str = "300B, 1.5T or 2e12") -> float:
+    """Parse a count such as `300B`, `1.5T`, `7e9` or `2000000` into a float; `examples` are named in the
+    error (tokens by default).
 
     Suffixes are decimal: K=1e3, M=1e6, B (or G)=1e9, T=1e12, P=1e15.
     """
     if isinstance(text, bool) or not isinstance(text, (str, int, float)):
-        raise SpecError(f"{what} {show(text)} is not a number; use e.g. 300B, 1.5T or 2e12")
+        raise SpecError(f"{what} {show(text)} is not a number; use e.g. {examples}")
     if isinstance(text, (int, float)):
         return _from_number(text, what)
     match = re.fullmatch(_NUMBER + r"\s*([A-Za-z]?)", text.strip())
     if not match or match.group(2).upper() not in _COUNT_SUFFIX:
-        raise SpecError(f"{what} {show(text)} is not a number; use e.g. 300B, 1.5T or 2e12")
+        raise SpecError(f"{what} {show(text)} is not a number; use e.g. {examples}")
     return _finite_positive(float(match.group(1)) * _COUNT_SUFFIX[match.group(2).upper()], text, what)
 
 

@@ -40,7 +40,7 @@ def run_compare(values: dict[str, Any]) -> int:
             mapping, names, devices, S.space_from_options(values.get("allow")),
             objective=_plain(values.get("objective") or "time"),
             deadline_s=parse_duration_s(deadline, "--deadline") if deadline is not None else None,
-            budget_usd=parse_count(budget, "--budget") if budget is not None else None,
+            budget_usd=parse_count(budget, "--budget", "2e6, 250k or 1.5M (USD)") if budget is not None else None,
             device_counts=_plain(values.get("device_counts") or "pow2"), progress=progress, shape=shape)
     except SpecError as exc:
         error_line(str(exc))

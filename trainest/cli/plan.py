@@ -74,7 +74,7 @@ def search_plans(values: dict[str, Any]) -> tuple[Any, Any, str | None]:
         base = replace(base, derived=base.derived + ("devices",))
     deadline, budget = values.get("deadline"), values.get("budget")
     deadline_s = parse_duration_s(deadline, "--deadline") if deadline is not None else None
-    budget_usd = parse_count(budget, "--budget") if budget is not None else None
+    budget_usd = parse_count(budget, "--budget", "2e6, 250k or 1.5M (USD)") if budget is not None else None
     objective = _plain(values.get("objective") or "time")
     given_top = values.get("top")
     top = 5 if given_top is None else int(given_top)      # --top 0 is refused by the search, not replaced
