@@ -413,3 +413,16 @@ def test_a_framework_on_hardware_it_does_not_run_on_is_one_error(hardware, frame
     assert f"{framework} does not run on {hardware}" in err and "frameworks that do:" in err
     code, out, err = call_entry(["estimate", "--hardware", hardware, "--devices", "1", "--json"], capsys)
     assert code == 0
+
+
+def test_no_fit_on_a_node_without_a_network_says_so_plainly(tmp_path, capsys):
+    """4 GPUs without a scale-out network that do not fit: the warning pasted the 8-device network error
+    into "no layout fits on up to 4 devices"; and 256 PCIe cards were told to "give --devices-per-node 256"."""
+    from helpers import call_entry
+    code, out, err = call_entry(["estimate", "--model", "llama2-13b", "--hardware", "rtx-4090", "--devices", "4",
+                                 "--devices-per-node", "4", "--seq-len", "2048", "--global-batch", "16"], capsys)
+    words = " ".join(err.split())
+    assert code == 0 and "no layout fits on up to 4 devices, and 8 would need a path between nodes" in words
+    assert "span 2 nodes" not in words
+    code, out, err = call_entry(["estimate", "--hardware", "l4", "--devices", "256"], capsys)
+    assert code == 1 and "--devices-per-node 256" not in err

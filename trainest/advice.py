@@ -114,7 +114,11 @@ def smallest_fitting(s: Scenario) -> tuple[str, Estimate | None]:
             best = search(s, n, top=1).plans[0]
         except SpecError as exc:
             if "no scale-out network" in str(exc) or "path is unknown" in str(exc):
-                return f"no layout fits on up to {plural(n // 2 if n > s.devices else n, 'device')} ({exc})", None
+                if n == s.devices:
+                    return f"no layout fits ({exc})", None
+                return (f"no layout fits on up to {plural(n // 2, 'device')}, and {n} would need a path between "
+                        f"nodes that {s.hardware.name}'s entry does not give (a hardware file with "
+                        f"system.scale_out_gbit_per_s, or --devices-per-node if they share one server)"), None
             n *= 2
             continue
         where = "on the same devices" if n == s.devices else f"the smallest count that fits is {plural(n, 'device')}"

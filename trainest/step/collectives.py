@@ -125,6 +125,9 @@ def job_tiers(job: Job) -> Tiers:
     return tiers_of(job.hardware, job.devices_per_node, job.devices)
 
 
+MAX_DEVICES_PER_SERVER = 16     # the most accelerators one server takes (PCIe cards: 8-10 in a 4U chassis)
+
+
 def network_gap(hardware: Hardware, devices_per_node: int, devices: int, node_option: str = "devices_per_node",
                 hardware_option: str = "hardware") -> str | None:
     """Why `devices` devices cannot be joined by the paths the hardware data lists (a group would
@@ -141,8 +144,9 @@ def network_gap(hardware: Hardware, devices_per_node: int, devices: int, node_op
     if devices > t.node_extent and math.isnan(t.out_bytes_per_s):
         nodes = -(-devices // t.node_extent)
         kind = hardware.scale_out_kind or "not given"
-        inside = ("" if hardware.intra_node.kind in (None, "none") else
-                  f"; if they share one server give {node_option} {devices} ({hardware.intra_node.name or 'PCIe'})")
+        one_server = devices <= MAX_DEVICES_PER_SERVER and hardware.intra_node.kind not in (None, "none")
+        inside = (f"; if they share one server give {node_option} {devices} ({hardware.intra_node.name or 'PCIe'})"
+                  if one_server else "")
         return (f"{devices} {name} devices span {nodes} nodes of {t.node_extent} (devices per node), and {name} has "
                 f"no scale-out network in the catalog (scale_out_kind: {kind}){inside}; or give {hardware_option} FILE "
                 f"with system.scale_out_gbit_per_s (the NIC bandwidth per device)")
