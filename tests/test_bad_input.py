@@ -426,3 +426,21 @@ def test_no_fit_on_a_node_without_a_network_says_so_plainly(tmp_path, capsys):
     assert "span 2 nodes" not in words
     code, out, err = call_entry(["estimate", "--hardware", "l4", "--devices", "256"], capsys)
     assert code == 1 and "--devices-per-node 256" not in err
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--framework", "hf-accelerate", "--recompute", "selective"], "selective is not a recompute mode of hf-accelerate"),
+    (["--framework", "deepspeed", "--tp", "2", "--tp-overlap"], "deepspeed does not pipeline its TP collectives"),
+    (["--framework", "megatron-core", "--recompute", "op"], "op is not a recompute mode of megatron-core"),
+])
+def test_a_recompute_or_overlap_the_framework_lacks_is_one_error(args, words, capsys):
+    """Megatron's selective recompute under the Hugging Face Trainer, TE's TP overlap under DeepSpeed ran
+    without a word; a framework's default recompute is its own (the Trainer: none, torchtitan: op)."""
+    import json
+
+    from helpers import call_entry
+    code, out, err = call_entry(["estimate", *args], capsys)
+    assert (code, out) == (1, "") and words in " ".join(err.split())
+    for framework, default in (("hf-accelerate", "none"), ("torchtitan", "op"), ("megatron-core", "selective")):
+        code, out, err = call_entry(["estimate", "--framework", framework, "--json"], capsys)
+        assert code == 0 and json.loads(out)["inputs"]["recompute"] == default

@@ -123,7 +123,8 @@ def test_tensor_parallelism_splits_the_mamba_heads_and_groups():
 
 @pytest.mark.parametrize("over, message", [
     ({"parallel": {"cp": 2, "ep": 4}}, r"cp=2: context parallelism over .*Mamba-2 blocks is not modelled"),
-    ({"recompute": "op"}, r"recompute: op is not modelled for .*hybrid blocks"),
+    ({"recompute": "op", "framework": "olmo-core", "parallel": {"ep": 4, "zero": 3}},
+     r"recompute: op is not modelled for .*hybrid blocks"),
     ({"finetune": "lora"}, r"finetune.*lora .*not modelled"),
 ])
 def test_what_is_not_modelled_is_one_clear_error(over, message):

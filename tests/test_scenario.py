@@ -192,5 +192,5 @@ def test_the_default_framework_is_one_that_runs_on_the_hardware():
     for hardware, framework in (("h100-sxm", "megatron-core"), ("apple-m4-max", "mlx"), ("tpu-v5p", "maxtext")):
         s = scenario_from_mapping({"model": "gpt2-124m", "hardware": hardware}, "t")
         assert s.framework == framework and "framework" in s.derived, hardware
-    given = scenario_from_mapping({"model": "gpt2-124m", "hardware": "tpu-v5p", "framework": "torchtitan"}, "t")
-    assert given.framework == "torchtitan"
+    given = scenario_from_mapping({"model": "gpt2-124m", "hardware": "tpu-v5p", "framework": "hf-accelerate"}, "t")
+    assert given.framework == "hf-accelerate"           # torch_xla; torchtitan on a TPU is refused (test_bad_input)

@@ -132,7 +132,7 @@ def test_fast_reader_values():
                              "--max-cost", "1e6", "--sequence-parallel", "--tp", "2", "--tp", "8", "-q", "--json",
                              "--model=", "--tokens", "300B"])
     assert v["devices"] == 64 and v["micro_batch"] == 2 and v["global_batch"] == 128 and v["tp"] == 8
-    assert v["precision"] == "fp8" and v["pue"] == 1.25 and v["max_cost"] == 1e6 and v["tokens"] == "300B"
+    assert v["precision"] == "fp8" and v["pue"] == 1.25 and v["max_cost"] == "1e6" and v["tokens"] == "300B"
     assert v["sequence_parallel"] is True and v["quiet"] is True and v["json_out"] is True and v["model"] == ""
     assert v["hardware"] is None and v["fsdp"] is False and set(v) == {o.name for o in ESTIMATE_OPTIONS}
     assert parse_estimate_argv(["--sequence-parallel", "--no-sequence-parallel"])["sequence_parallel"] is False

@@ -143,6 +143,17 @@ class Framework(NamedTuple):
     # the hardware kinds (catalog `kind`) it runs on: the CUDA/ROCm stacks not on TPUs or Apple silicon, MLX
     # only on Apple silicon (and a CPU), MaxText not on Apple silicon; any: Hugging Face (MPS, torch_xla)
     runs_on: tuple[str, ...] = ("gpu", "cpu-gpu", "asic", "wafer", "cpu")
+    # its activation recomputation (trainest's modes): Megatron's selective (the attention core) only in the
+    # Megatron family and MaxText's remat policies; torchtitan's and OLMo-core's per-op checkpointing (op);
+    # the others checkpoint whole layers (full) or nothing
+    recompute_modes: tuple[str, ...] = ("none", "selective", "full")
+    tp_overlap: bool = False             # pipelines TP collectives with GEMMs (TE userbuffers; torchtitan's async TP)
+
+    @property
+    def default_recompute(self) -> str:
+        """Its recompute when none is given: Megatron's selective where it has it, else per-op checkpointing
+        where it has that (torchtitan's default), else none (the Hugging Face Trainer, DeepSpeed, Composer)."""
+        return next(m for m in ("selective", "op", "none") if m in self.recompute_modes)
 
     def zero_stages_with(self, pp: int) -> tuple[int, ...]:
         """The ZeRO stages it runs with `pp` pipeline stages (none: it has no pipeline)."""
@@ -190,11 +201,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
       "Megatron-LM/Megatron-Core: fused kernels (apex/TE), --overlap-grad-reduce, interleaved 1F1B "
       "(Narayanan et al. 2021; megatron/core/pipeline_parallel/schedules.py); any layers per stage "
       "(--pipeline-model-parallel-layout); LoRA on linear_qkv and linear_fc1 (ParallelLinearAdapter)",
-      megatron_softmax=True, loss_bytes_per_logit=6.0, moe_seen=True, stage_layout=True, lora_fused=True),
+      megatron_softmax=True, loss_bytes_per_logit=6.0, moe_seen=True, stage_layout=True, lora_fused=True,
+      tp_overlap=True),
     F("nemo", "python", "fused", True, True, True,
       "NVIDIA NeMo 2 / Megatron-Bridge: Megatron-Core underneath (NeMo performance docs); its PEFT LoRA targets "
       "linear_qkv, linear_proj, linear_fc1, linear_fc2", megatron_softmax=True,
-      loss_bytes_per_logit=6.0, moe_seen=True, stage_layout=True, lora_fused=True),
+      loss_bytes_per_logit=6.0, moe_seen=True, stage_layout=True, lora_fused=True, tp_overlap=True),
     F("megatron-deepspeed", "python", "fused", True, False, True,
       "microsoft/Megatron-DeepSpeed: Megatron's fused kernels under the DeepSpeed engine; its 1F1B "
       "pipeline has no interleaved schedule (DeepSpeed PipelineEngine); gradient bucketing on by default; "
@@ -205,14 +217,15 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     F("deepspeed", "python", "eager", True, False, False,
       "DeepSpeed ZeRO on Hugging Face/PyTorch models: eager kernels, overlap_comm (DeepSpeed config docs); "
       "ZeRO-3 keeps at most stage3_max_live_parameters + stage3_prefetch_bucket_size gathered",
-      expert_loop="python", zero3_live_params=DS_ZERO3_LIVE_PARAMS, pp_zero_stages=DEEPSPEED_PP_ZERO),
+      expert_loop="python", zero3_live_params=DS_ZERO3_LIVE_PARAMS, pp_zero_stages=DEEPSPEED_PP_ZERO,
+      recompute_modes=("none", "full")),
     F("torchtitan", "python", "eager", True, True, True,
       "pytorch/torchtitan: FSDP2 (gradient reduce-scatter overlapped), eager unless torch.compile, "
       "interleaved 1F1B among its pipeline schedules (torchtitan docs); with pipeline parallelism FSDP "
       "does not reshard after forward and gradients sync on the last micro-batch only (parallelize_llama.py); "
       "stage boundaries anywhere (pipeline_parallel_split_points)",
       pp_unsharded_zero3=True, loss_bytes_per_logit=12.0, expert_loop="grouped", stage_layout=True,
-      zero_stages=(0, 2, 3)),
+      zero_stages=(0, 2, 3), recompute_modes=("none", "op", "full"), tp_overlap=True),
     F("maxtext", "xla", "fused", True, True, True,
       "google/maxtext: JAX/XLA, the step is one compiled program (XLA fuses element-wise ops; "
       "collectives scheduled by the compiler); its circular pipeline (num_pipeline_repeats > 1: each stage "
@@ -221,18 +234,20 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     F("llm-foundry", "python", "fused", True, False, True,
       "mosaicml/llm-foundry (Composer): PyTorch FSDP, fused/flash kernels in its MPT models, no pipeline; "
       "flash-attn's fused cross-entropy by default (loss_fn: fused_crossentropy)", loss_bytes_per_logit=4.0,
-      expert_loop="grouped", zero_stages=(0, 2, 3), pipeline=False),
+      expert_loop="grouped", zero_stages=(0, 2, 3), pipeline=False, recompute_modes=("none", "full")),
     F("olmo-core", "python", "fused", True, False, True,
       "allenai/OLMo-core: PyTorch FSDP2/HSDP or DDP (DataParallelType), torch.compile in its recipes",
-      expert_loop="grouped", zero_stages=FSDP2_ZERO),
+      expert_loop="grouped", zero_stages=FSDP2_ZERO, recompute_modes=("none", "op", "full")),
     F("hf-accelerate", "python", "eager", True, False, False,
       "Hugging Face Accelerate/Trainer (DDP/FSDP): eager transformers modules; the Trainer reads every "
       "micro-batch's loss back to test it for NaN/inf (logging_nan_inf_filter, on by default); PEFT LoRA on "
       "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj", expert_loop="python",
-      micro_batch_sync=True, pipeline=False, runs_on=("gpu", "cpu-gpu", "tpu", "asic", "wafer", "apple", "cpu")),
+      micro_batch_sync=True, pipeline=False, runs_on=("gpu", "cpu-gpu", "tpu", "asic", "wafer", "apple", "cpu"),
+      recompute_modes=("none", "full")),
     F("mlx", "python", "eager", True, False, True,
       "Apple MLX: lazy evaluation of eager operators on the unified-memory GPU; mlx-lm's LoRA adapts q, k, v, o, "
-      "gate, up and down projections separately", expert_loop="grouped", runs_on=("apple", "cpu")),
+      "gate, up and down projections separately", expert_loop="grouped", runs_on=("apple", "cpu"),
+      recompute_modes=("none", "full")),
 )}
 DEFAULT_FRAMEWORK = "megatron-core"
 

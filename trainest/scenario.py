@@ -80,7 +80,6 @@ DEFAULT_MEMORY_HEADROOM = "5%"
 # 8B on one 8-GPU H100 node with FSDP, selective recompute and a 0.5M-token batch (torchtitan's Llama 3
 # 8B recipe: FSDP on 8 GPUs). Every knob a user leaves out keeps its default where that is valid with
 # what was given, and is marked derived:
-DEFAULT_RECOMPUTE = "selective"     # Megatron's selective recompute: the attention core only (cheap, saves the s² part)
 DEFAULT_ZERO = 3                    # FSDP / ZeRO-3 without pipeline parallelism (torchtitan, PyTorch FSDP) ...
 DEFAULT_ZERO_WITH_PP = 1            # ... the distributed optimizer (ZeRO-1) with it (Megatron-LM): ZeRO-3 would
                                     #     gather every stage's weights again for every micro-batch
@@ -523,7 +522,25 @@ def _moe_overlap_of(par: dict[str, Any], model: Model, where: str) -> str:
 def _check_framework(framework: str, sizes: dict[str, Any], par: dict[str, Any], where: str) -> None:
     """What the framework runs of the layout: its pipeline schedules and layouts, its ZeRO stages."""
     _check_framework_pipeline(framework, sizes["vpp"], par.get("pipeline_layout") is not None, where)
+    if sizes["tp_overlap"] and not FRAMEWORKS[framework].tp_overlap:
+        name = "--tp-overlap" if where == "options" else f"{where}.parallel.tp_overlap"
+        raise SpecError(f"{name}: {framework} does not pipeline its TP collectives with the GEMMs (Transformer "
+                        f"Engine's userbuffers, torchtitan's async TP); frameworks that do: "
+                        f"{', '.join(n for n, f in FRAMEWORKS.items() if f.tp_overlap)}")
     _check_framework_zero(framework, sizes["pp"], sizes["zero"], "zero" not in par and "fsdp" not in par, where)
+
+
+def _recompute_of(r: _Reader, framework: str, where: str) -> str:
+    """`recompute`: one of the framework's modes (`Framework.recompute_modes`), by default its own
+    (`Framework.default_recompute`: Megatron's selective, torchtitan's per-op, else none)."""
+    fw = FRAMEWORKS[framework]
+    recompute = F.choice(r.default("recompute", fw.default_recompute), f"{where}.recompute", RECOMPUTES)
+    if recompute not in fw.recompute_modes:
+        name = "--recompute" if where == "options" else f"{where}.recompute"
+        raise SpecError(f"{name}: {recompute} is not a recompute mode of {framework}; allowed under it: "
+                        f"{', '.join(fw.recompute_modes)} (selective is Megatron's, op torchtitan's per-op "
+                        f"checkpointing)")
+    return recompute
 
 
 def _check_framework_hardware(framework: str, hardware: Hardware, where: str) -> None:
@@ -816,12 +833,12 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                 r.derive(f"parallel.{key}")
     schedule = _schedule_of(par, sizes, global_batch // (dp * micro_batch), where)
     _check_schedule(sizes, dp, micro_batch, global_batch, where)
-    recompute = F.choice(r.default("recompute", DEFAULT_RECOMPUTE), f"{where}.recompute", RECOMPUTES)
+    framework = F.choice(r.default("framework", default_framework(hardware)), f"{where}.framework", tuple(FRAMEWORKS))
+    fw = FRAMEWORKS[framework]
+    recompute = _recompute_of(r, framework, where)
     modules = recompute_modules_of(data.get("recompute_modules"), recompute, model, f"{where}.recompute_modules")
     attention = F.choice(r.default("attention", "flash"), f"{where}.attention", ATTENTIONS)
     packed_length = _packed_length_of(data.get("packed_length"), seq_len, where)
-    framework = F.choice(r.default("framework", default_framework(hardware)), f"{where}.framework", tuple(FRAMEWORKS))
-    fw = FRAMEWORKS[framework]
     kernels = F.choice(r.default("kernels", fw.kernels), f"{where}.kernels", KERNELS)
     moments = F.choice(r.default("adam_moments", "fp32"), f"{where}.adam_moments", ADAM_MOMENTS)
     if par.get("dp_overlap") is None:

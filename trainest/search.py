@@ -253,6 +253,9 @@ def _check_framework_space(base: Scenario, space: SearchSpace) -> None:
     `pipeline`, `pp_zero_stages`): a stage it lacks, a pipeline it lacks, or only pipelines with only stages
     its pipeline refuses."""
     name, fw = base.framework, FRAMEWORKS[base.framework]
+    if not any(r in fw.recompute_modes for r in space.recompute):
+        raise SpecError(f"--allow recompute={','.join(space.recompute)}: not a recompute mode of {name}; allowed "
+                        f"under it: {', '.join(fw.recompute_modes)}")
     if space.zero != ZERO_STAGES:                      # listed by --allow
         bad = [z for z in space.zero if z not in fw.zero_stages]
         if bad:
@@ -461,7 +464,8 @@ def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
     if not fw.pipeline:                                      # a framework without a pipeline: p = 1 only
         pps = [p for p in pps if p == 1]
     zeros = [z for z in space.zero if z in fw.zero_stages]   # the stages the framework has (frameworks.py)
-    recs = [float(RECOMPUTE_CODES[r]) for r in space.recompute if not (m.hybrid is not None and r == "op")]
+    recs = [float(RECOMPUTE_CODES[r]) for r in space.recompute         # the framework's modes (frameworks.py)
+            if r in fw.recompute_modes and not (m.hybrid is not None and r == "op")]
     sps = [1.0 if s else 0.0 for s in space.sequence_parallel]
     finetunes = list(space.finetune or (base.finetune.method,))
     offloads = list(space.offload or (base.offload,))

@@ -116,7 +116,7 @@ def framework_rows() -> list[dict[str, Any]]:
              "loss_bytes_per_logit": f.loss_bytes_per_logit, "expert_loop": f.expert_loop,
              "stage_layout": f.stage_layout, "zero_stages": list(f.zero_stages), "pipeline": f.pipeline,
              "pp_zero_stages": list(f.zero_stages_with(2)), "lora_granularity": f.lora_granularity,
-             "runs_on": list(f.runs_on),
+             "runs_on": list(f.runs_on), "recompute_modes": list(f.recompute_modes), "tp_overlap": f.tp_overlap,
              "source": f.source} for f in FRAMEWORKS.values()]
 
 
