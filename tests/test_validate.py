@@ -290,3 +290,31 @@ def test_a_few_runs_that_do_not_validate_are_listed_with_their_reasons(tmp_path)
     # expressible, and validate exited 0)
     assert res.exit_code == 1 and res.stdout == ""
     assert "run 'typo'" in res.stderr and "unknown model 'llama9-8b'" in res.stderr
+
+
+def err_text(res) -> str:
+    return " ".join(res.stderr.replace("│", " ").split())
+
+
+def out_text(res) -> str:
+    return " ".join(res.stdout.replace("│", " ").replace("┃", " ").split())
+
+
+# ----------------------------------------------------------------- fsdp: false is plain data parallel
+
+def test_cli_fsdp_false_run_is_predicted_without_sharding(tmp_path):
+    big = {"model": "llama3-8b", "seq_len": 8192, "hardware": "h100-sxm", "devices": 8, "precision": "bf16",
+           "micro_batch": 1, "global_batch": 8, "recompute": "selective"}
+    path = write_runs(tmp_path, [{"id": "ddp", **big, "parallel": {"fsdp": False}, "measured": {"step_time_s": 1.3}},
+                                 {"id": "z0", **big, "parallel": {"zero": 0}, "measured": {"step_time_s": 1.3}}])
+    res = runner.invoke(app, ["validate", "--runs", path, "--json"])
+    assert res.exit_code == 0, res.output
+    ddp, z0 = json.loads(res.stdout)["runs"]
+    assert ddp["zero"] == 0 and ddp["fits"] is False and "parallel.zero" not in ddp["derived"]
+    assert ddp["predicted_step_s"] == z0["predicted_step_s"]
+    bad = write_runs(tmp_path, [{"id": "r1", **big, "parallel": {"fsdp": False, "zero": 3},
+                                 "measured": {"step_time_s": 1.3}}], name="bad.yaml")
+    res = runner.invoke(app, ["validate", "--runs", bad])
+    assert res.exit_code == 1 and res.stdout == ""
+    assert "run 'r1'" in err_text(res) and "fsdp: false contradicts zero=3" in err_text(res)
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
