@@ -318,3 +318,37 @@ def test_cli_fsdp_false_run_is_predicted_without_sharding(tmp_path):
     assert res.exit_code == 1 and res.stdout == ""
     assert "run 'r1'" in err_text(res) and "fsdp: false contradicts zero=3" in err_text(res)
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------- impossible measurements are bad input
+
+LLAMA_8X_H100 = {"model": "llama3-8b", "seq_len": 8192, "hardware": "h100-sxm", "devices": 8, "precision": "bf16",
+                 "micro_batch": 1, "global_batch": 8, "parallel": {"dp": 8, "zero": 3}, "framework": "torchtitan",
+                 "recompute": "op"}
+
+
+@pytest.mark.parametrize("measured, metric, cause", [
+    ({"tokens_per_s": 600000}, "tokens_per_s", "may count more devices than the run's 8"),
+    ({"step_time_s": 0.01}, "step_time_s", "one micro-batch"),
+    ({"tflops_per_device": 8000, "flops_formula": "megatron-core"}, "tflops_per_device", "whole job's"),
+    ({"device_hours": 1, "tokens": 1e9}, "device_hours", "wall-clock hours"),
+])
+def test_cli_a_measurement_faster_than_the_peak_is_bad_input(tmp_path, measured, metric, cause):
+    path = write_runs(tmp_path, [{"id": "fast", **LLAMA_8X_H100, "measured": measured}])
+    for cmd in (["validate", "--runs", path], ["validate", "--runs", path, "--json"],
+                ["calibrate", "--runs", path, "-o", str(tmp_path / "p.yaml")]):
+        res = runner.invoke(app, cmd)
+        assert res.exit_code == 1 and res.stdout == "", (cmd, res.output)
+        err = err_text(res)
+        assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+        assert "run 'fast'" in err and f"measured.{metric}" in err and "implied MFU of" in err, err
+        assert "at most 100 %" in err and cause in err, err
+    assert not (tmp_path / "p.yaml").exists()
+
+
+def test_cli_a_slow_measurement_is_kept(tmp_path):
+    """tokens_per_s 6500 on 8 H100 (a per-device figure in the total's place) is slow, not impossible."""
+    path = write_runs(tmp_path, [{"id": "slow", **LLAMA_8X_H100, "measured": {"tokens_per_s": 6500}}])
+    res = runner.invoke(app, ["validate", "--runs", path, "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["runs"][0]["error_pct"] > 500

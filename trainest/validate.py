@@ -214,6 +214,48 @@ def metric_disagreements(case: Case, measured: dict[str, Any], where: str) -> li
     return out
 
 
+# why a measurement can mean a step faster than the device's peak: the likely slip, per metric
+IMPOSSIBLE_CAUSES = {
+    "step_time_s": "it may be the time of one micro-batch or of one device's share, not of one optimizer step "
+                   "of global_batch sequences (the file's value is the whole step's)",
+    "tokens_per_s": "it may count more devices than the run's {devices} (the file's value is the tokens/s of the "
+                    "run's {devices} devices together), or devices or model may not be the run's",
+    "tflops_per_device": "it may be the whole job's TFLOP/s (the file's value is per device), or flops_formula may "
+                         "not be the source's",
+    "mfu": "flops_formula may count fewer FLOPs than the source's",
+    "device_hours": "it may be wall-clock hours (the file's value is hours × devices), or tokens may be more "
+                    "than the run trained",
+}
+
+
+def implied_mfu(case: Case, model_flops_per_step: float) -> float:
+    """The MFU the measurement implies: model FLOPs of one step (trainest's count) over the measured step
+    time t, the devices N and the dense peak C at the run's precision: F / (t·N·C). Above 1 is impossible."""
+    s = case.scenario
+    return model_flops_per_step / (step_time_s_from_metric(case) * s.devices * s.hardware.peak(s.precision))
+
+
+def check_possible(case: Case, where: str) -> None:
+    """SpecError when the measurement means model FLOPs per device per second above the device's peak at
+    the run's precision (`implied_mfu` > 1): no run goes faster than its hardware, so the value was
+    transcribed in another unit or for another job. A slow measurement is legitimate and is kept."""
+    from trainest.estimate import estimate
+
+    try:
+        flops = estimate(case.scenario).throughput.model_flops_per_step
+    except SpecError:
+        return                  # not estimable: the comparison says so (not expressible)
+    mfu = implied_mfu(case, flops)
+    if mfu <= 1.0:
+        return
+    s, meas = case.scenario, case.measurement
+    value = f"{meas.value:g}" if meas.metric != "mfu" else f"{meas.value:g} ({meas.flops_formula})"
+    cause = IMPOSSIBLE_CAUSES[meas.metric].format(devices=s.devices)
+    raise SpecError(f"{where}.{meas.metric}: {value} means a step of {step_time_s_from_metric(case):.4g} s, an "
+                    f"implied MFU of {mfu * 100:.0f} % of {s.hardware.name}'s {s.precision} peak on {s.devices} "
+                    f"devices, faster than the hardware can run (allowed: an implied MFU of at most 100 %); {cause}")
+
+
 def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None = None,
               hardware: str | None = None, run_set: str | None = None, user_files: bool = False) -> LoadedRuns:
     """Read and check runs files; build a Scenario for every expressible record.
@@ -290,6 +332,8 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
                 skipped.append(NotExpressible(run_id, group, hw_name, f"does not validate: {exc}", rec_set))
                 continue
             case = Case(run_id, group, citation, scenario, measurement, confidence, rec_set)
+            if user_files:
+                check_possible(case, f"{where}.measured")
             warnings += metric_disagreements(case, rec["measured"], where)
             cases.append(case)
     return LoadedRuns(tuple(cases), tuple(skipped), tuple(duplicates), tuple(warnings))
