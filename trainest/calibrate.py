@@ -119,6 +119,7 @@ class CalibrationResult:
     condition_number: float = 1.0   # largest / smallest singular value of that Jacobian (inf when rank-deficient)
     fixed: tuple[str, ...] = ()     # not determined by the runs (leverage < MIN_LEVERAGE): the prior sets them
     left_out: tuple[str, ...] = ()  # runs not fitted: "id: why" (they do not fit in trainest's memory model)
+    warnings: tuple[str, ...] = ()  # what the fit folds into the hardware's efficiencies, or cannot show (fit_warnings)
 
 
 def huber(r):
@@ -448,7 +449,47 @@ def calibrate_runs(paths: Sequence[str], hardware: str | None = None) -> tuple[H
     if not cases:
         raise SpecError(f"no run of {', '.join(paths)} fits in trainest's memory model, so none can be fitted: "
                         + "; ".join(left_out[:3]) + "; check their layout, zero and recompute")
-    return hw, replace(fit_efficiency(cases, hw, hold_undetermined=True), left_out=tuple(left_out))
+    result = fit_efficiency(cases, hw, hold_undetermined=True)
+    return hw, replace(result, left_out=tuple(left_out), warnings=tuple(fit_warnings(cases, result)))
+
+
+def _counted(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} ({v} run{'s' if v != 1 else ''})" for k, v in sorted(counts.items()))
+
+
+def run_kind(case: Case) -> str:
+    """What a run trains beyond plain pre-training: `lora` / `qlora` fine-tuning, `offload optimizer`, ...;
+    `plain training` (pre-training or a full fine-tune, on the device) for neither."""
+    s = case.scenario
+    parts = ([s.finetune.method] if s.finetune.method != "full" else []) + \
+        ([f"offload {s.offload}"] if s.offload != "none" else [])
+    return " + ".join(parts) or "plain training"
+
+
+def fit_warnings(cases: Sequence[Case], result: CalibrationResult) -> list[str]:
+    """Warnings about what a fit means: runs of several frameworks, or fine-tuning / offload runs mixed with
+    plain pre-training, whose differences the fit folds into the one hardware's efficiencies; and a fit with
+    no more runs than the parameters it sets, whose MAPE after measures the fit, not a prediction."""
+    out = []
+    hw = result.hardware.name
+    frameworks: dict[str, int] = {}
+    kinds: dict[str, int] = {}
+    for c in cases:
+        frameworks[c.scenario.framework] = frameworks.get(c.scenario.framework, 0) + 1
+        kinds[run_kind(c)] = kinds.get(run_kind(c), 0) + 1
+    if len(frameworks) > 1:
+        out.append(f"the fitted runs use {len(frameworks)} frameworks: {_counted(frameworks)}; their differences "
+                   f"(host dispatch, overlap, kernels) go into {hw}'s efficiencies: calibrate one framework at a time")
+    if len(kinds) > 1:
+        out.append(f"the fitted runs mix {_counted(kinds)}; what trainest's fine-tuning and offload terms miss goes "
+                   f"into {hw}'s efficiencies: calibrate them apart")
+    free = len(result.parameters) - len(result.fixed)
+    if 0 < result.runs <= free:
+        out.append(f"{result.runs} run{'s' if result.runs != 1 else ''} for the {free} parameters the fit sets: "
+                   f"'MAPE after' measures how closely the fit matches these runs, not how well the profile "
+                   f"predicts new ones; keep some runs out of the fit and compare them with "
+                   f"`trainest validate --runs FILE --hardware PROFILE`")
+    return out
 
 
 # A run whose memory trainest counts above this multiple of the device's is left out of a fit. The memory
