@@ -352,3 +352,26 @@ def test_cli_a_slow_measurement_is_kept(tmp_path):
     res = runner.invoke(app, ["validate", "--runs", path, "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["runs"][0]["error_pct"] > 500
+
+
+# ------------------------------------------------------------ validate carries the framework caveats
+
+def test_cli_runs_carry_their_framework_and_the_table_names_unvalidated_ones(tmp_path):
+    runs = [run("mc", {"step_time_s": 0.5}, framework="megatron-core"),
+            run("ds1", {"step_time_s": 0.5}, framework="deepspeed", parallel={"tp": 1, "pp": 1}),
+            run("ds2", {"step_time_s": 0.5}, framework="deepspeed", parallel={"tp": 1, "pp": 1}, offload="optimizer"),
+            run("hf", {"step_time_s": 0.5}, framework="hf-accelerate", parallel={"tp": 1, "pp": 1},
+                finetune="lora")]
+    path = write_runs(tmp_path, runs)
+    res = runner.invoke(app, ["validate", "--runs", path, "--json"])
+    assert res.exit_code == 0, res.output
+    got = {r["id"]: (r["framework"], r["finetune"], r["offload"]) for r in json.loads(res.stdout)["runs"]}
+    assert got == {"mc": ("megatron-core", "full", "none"), "ds1": ("deepspeed", "full", "none"),
+                   "ds2": ("deepspeed", "full", "optimizer"), "hf": ("hf-accelerate", "lora", "none")}
+    res = runner.invoke(app, ["validate", "--runs", path])
+    assert res.exit_code == 0, res.output
+    out = out_text(res)
+    assert "No bundled measured run uses the frameworks deepspeed (2 runs), hf-accelerate (1 run)" in out, out
+    assert "not validated" in out and "megatron-core (" not in out
+    only_seen = write_runs(tmp_path, runs[:1], name="seen.yaml")
+    assert "No bundled measured run uses" not in out_text(runner.invoke(app, ["validate", "--runs", only_seen]))

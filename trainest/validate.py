@@ -434,6 +434,9 @@ class RunResult:
     ep: int = 1
     etp: int = 1
     derived: tuple[str, ...] = ()                 # the scenario values the record left out (defaults taken)
+    framework: str = ""                           # the training framework the run was predicted for (frameworks.py)
+    finetune: str = "full"                        # FINETUNES: full | lora | qlora
+    offload: str = "none"                         # OFFLOADS: none | optimizer | optimizer+weights | activations
 
 
 ARCHITECTURES = ("dense", "moe", "hybrid")
@@ -471,7 +474,8 @@ def result_for(case: Case, predicted_step_s: float, bottleneck: str = "?", fits:
         zero=p.zero, sequence_parallel=p.sequence_parallel, recompute=s.recompute, precision=s.precision,
         seq_len=s.seq_len, micro_batch=s.micro_batch, global_batch=s.global_batch, confidence=case.confidence,
         citation=case.citation, run_set=case.run_set, model=s.model.name, architecture=architecture_of(s),
-        active_params_b=s.model.active_params / 1e9, ep=p.ep, etp=p.etp, derived=s.derived)
+        active_params_b=s.model.active_params / 1e9, ep=p.ep, etp=p.etp, derived=s.derived, framework=s.framework,
+        finetune=s.finetune.method, offload=s.offload)
 
 
 @dataclass(frozen=True)

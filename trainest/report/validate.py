@@ -8,6 +8,7 @@ from typing import Any
 
 from trainest import SCHEMA_VERSION
 from trainest.calibrate import MISSPECIFIED_MEMORY_FACTOR
+from trainest.frameworks import unseen_frameworks
 from trainest.report import console, print_table
 from trainest.units import GiB, plural
 from trainest.validate import METRICS, NotExpressible, RunResult, Summary, ValidationReport
@@ -138,6 +139,13 @@ def run_notes(result: ValidationReport) -> list[str]:
                    f"memory model{needs}: check its layout, zero and recompute; far over (more than "
                    f"{MISSPECIFIED_MEMORY_FACTOR:g}x the device's memory) it is mis-specified, its error says little, "
                    f"and `trainest calibrate` leaves it out of its fit.")
+    unseen = unseen_frameworks(r.framework for r in result.runs)
+    if unseen:
+        names = ", ".join(f"{k} ({plural(v, 'run')})" for k, v in unseen.items())
+        s, its = ("", "its") if len(unseen) == 1 else ("s", "their")
+        out.append(f"No bundled measured run uses the framework{s} {names}: {its} host dispatch and defaults "
+                   f"(trainest/frameworks.py) are not validated, so {its} runs' errors include that (JSON: "
+                   f"runs[].framework).")
     defaults = [(r.id, [k for k in r.derived if k not in NOT_STEP_VALUES]) for r in result.runs]
     defaults = [(i, ks) for i, ks in defaults if ks]
     if defaults and len(defaults) <= MAX_REASONS_SHOWN:
