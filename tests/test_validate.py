@@ -375,3 +375,31 @@ def test_cli_runs_carry_their_framework_and_the_table_names_unvalidated_ones(tmp
     assert "not validated" in out and "megatron-core (" not in out
     only_seen = write_runs(tmp_path, runs[:1], name="seen.yaml")
     assert "No bundled measured run uses" not in out_text(runner.invoke(app, ["validate", "--runs", only_seen]))
+
+
+# --------------------------------------------------------------------------- measured peak memory
+
+def test_cli_measured_peak_memory_is_shown_against_the_prediction(tmp_path):
+    path = write_runs(tmp_path, [run("mem", {"step_time_s": 0.5, "peak_memory_gib": 20.0}),
+                                 run("nomem", {"step_time_s": 0.5})])
+    doc = json.loads(runner.invoke(app, ["validate", "--runs", path, "--json"]).stdout)
+    predicted_gib = doc["runs"][0]["predicted_memory_bytes"] / 2**30
+    res = runner.invoke(app, ["validate", "--runs", path])
+    assert res.exit_code == 0, res.output
+    out = out_text(res)
+    assert f"mem: 20 GiB measured, {predicted_gib:.4g} GiB predicted ({(predicted_gib / 20 - 1) * 100:+.1f} %)" in out
+    assert out.count("GiB measured") == 1
+    none = write_runs(tmp_path, [run("nomem", {"step_time_s": 0.5})], name="none.yaml")
+    assert "Peak memory per device" not in out_text(runner.invoke(app, ["validate", "--runs", none]))
+
+
+def test_cli_measured_peak_memory_above_the_device_is_bad_input(tmp_path):
+    path = write_runs(tmp_path, [run("big", {"step_time_s": 1.3, "peak_memory_gib": 200})])
+    for cmd in (["validate", "--runs", path, "--json"], ["calibrate", "--runs", path, "-o", str(tmp_path / "p.yaml")]):
+        res = runner.invoke(app, cmd)
+        assert res.exit_code == 1 and res.stdout == "" and len(res.stderr.strip().splitlines()) == 1
+        err = err_text(res)
+        assert "run 'big'" in err and "peak_memory_gib: 200 is more than a h100-sxm holds" in err, err
+        assert "at most 80 GiB per device" in err
+    ok = write_runs(tmp_path, [run("full", {"step_time_s": 0.5, "peak_memory_gib": 79.6})], name="ok.yaml")
+    assert runner.invoke(app, ["validate", "--runs", ok, "--json"]).exit_code == 0    # an 80 GB H100 holds 80 GiB

@@ -39,7 +39,7 @@ from trainest.catalog import Hardware, specs_dir
 from trainest.conventions import FLOPS_FORMULAS
 from trainest.errors import SpecError, show
 from trainest.scenario import RUN_ONLY_KEYS, SCENARIO_KEYS, Scenario, relative_to_file, scenario_from_mapping
-from trainest.units import TERA, GiB
+from trainest.units import GB, TERA, GiB
 
 SECONDS_PER_HOUR = 3600.0
 RUNS_FILE_KEYS = ("runs",)
@@ -256,6 +256,23 @@ def check_possible(case: Case, where: str) -> None:
                     f"devices, faster than the hardware can run (allowed: an implied MFU of at most 100 %); {cause}")
 
 
+def peak_memory_limit_bytes(hardware: Hardware) -> float:
+    """The most memory a device can report as its peak [B]: the vendor's capacity figure read as GiB, since
+    "80 GB" parts hold 80 GiB (H100: 81,559 MiB) and frameworks report GiB (torch.cuda.max_memory_*)."""
+    return hardware.memory_bytes / GB * GiB
+
+
+def check_peak_memory(case: Case, where: str) -> None:
+    """SpecError when the measured peak memory per device is more than the device holds: it is then another
+    quantity (the node's or the job's), not one device's peak."""
+    peak, hw = case.measurement.peak_memory_bytes, case.scenario.hardware
+    if peak is None or peak <= peak_memory_limit_bytes(hw):
+        return
+    raise SpecError(f"{where}.peak_memory_gib: {peak / GiB:g} is more than a {hw.name} holds "
+                    f"({hw.memory_bytes / GB:g} GB; allowed: at most {peak_memory_limit_bytes(hw) / GiB:g} GiB per "
+                    f"device); it may be the node's or the job's total (the file's value is one device's peak)")
+
+
 def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None = None,
               hardware: str | None = None, run_set: str | None = None, user_files: bool = False) -> LoadedRuns:
     """Read and check runs files; build a Scenario for every expressible record.
@@ -334,6 +351,7 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
             case = Case(run_id, group, citation, scenario, measurement, confidence, rec_set)
             if user_files:
                 check_possible(case, f"{where}.measured")
+                check_peak_memory(case, f"{where}.measured")
             warnings += metric_disagreements(case, rec["measured"], where)
             cases.append(case)
     return LoadedRuns(tuple(cases), tuple(skipped), tuple(duplicates), tuple(warnings))

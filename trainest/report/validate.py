@@ -146,6 +146,7 @@ def run_notes(result: ValidationReport) -> list[str]:
         out.append(f"No bundled measured run uses the framework{s} {names}: {its} host dispatch and defaults "
                    f"(trainest/frameworks.py) are not validated, so {its} runs' errors include that (JSON: "
                    f"runs[].framework).")
+    out += memory_notes(result.runs)
     defaults = [(r.id, [k for k in r.derived if k not in NOT_STEP_VALUES]) for r in result.runs]
     defaults = [(i, ks) for i, ks in defaults if ks]
     if defaults and len(defaults) <= MAX_REASONS_SHOWN:
@@ -155,6 +156,25 @@ def run_notes(result: ValidationReport) -> list[str]:
         out.append(f"{plural(len(defaults), 'run')} take defaults for values the runs file does not give "
                    f"(JSON: runs[].derived).")
     return out
+
+
+def memory_notes(runs: Iterable[RunResult]) -> list[str]:
+    """The runs that give a measured peak memory: measured vs predicted per device, one line per run for a
+    few runs, the mean and largest error for many."""
+    pairs = [(r.id, r.measured_memory_bytes, r.predicted_memory_bytes) for r in runs
+             if r.measured_memory_bytes is not None and r.predicted_memory_bytes is not None]
+    if not pairs:
+        return []
+    errors = [(p / m - 1.0) * 100.0 for _, m, p in pairs]
+    if len(pairs) <= MAX_REASONS_SHOWN:
+        return ["Peak memory per device, measured vs predicted (JSON: runs[].measured_memory_bytes, "
+                "predicted_memory_bytes):"] + \
+            [f"  {i}: {m / GiB:.4g} GiB measured, {p / GiB:.4g} GiB predicted ({e:+.1f} %)"
+             for (i, m, p), e in zip(pairs, errors, strict=True)]
+    worst = max(range(len(pairs)), key=lambda k: abs(errors[k]))
+    return [f"Peak memory per device: {plural(len(pairs), 'run')} give a measured peak; the predicted one is "
+            f"{sum(abs(e) for e in errors) / len(errors):.1f} % off on average, at most {errors[worst]:+.1f} % "
+            f"({pairs[worst][0]}) (JSON: runs[].measured_memory_bytes, predicted_memory_bytes)."]
 
 
 MAX_REASONS_SHOWN = 10    # not-expressible runs listed with their reasons under the tables (more: --json)
