@@ -403,3 +403,28 @@ def test_cli_measured_peak_memory_above_the_device_is_bad_input(tmp_path):
         assert "at most 80 GiB per device" in err
     ok = write_runs(tmp_path, [run("full", {"step_time_s": 0.5, "peak_memory_gib": 79.6})], name="ok.yaml")
     assert runner.invoke(app, ["validate", "--runs", ok, "--json"]).exit_code == 0    # an 80 GB H100 holds 80 GiB
+
+
+# ------------------------------------------------------- the MAPE without the mis-specified runs
+
+def test_cli_mape_without_the_misspecified_runs(tmp_path):
+    """A 70B on 8 H100 without sharding needs far more than the device's memory: its error says little; the
+    summary keeps it (unchanged meaning) and gives the MAPE without it alongside."""
+    nofit = {"id": "70b-on-8", "model": "llama3-70b", "hardware": "h100-sxm", "devices": 8, "seq_len": 8192,
+             "global_batch": 32, "parallel": {"zero": 0}, "recompute": "none", "measured": {"step_time_s": 20.0}}
+    path = write_runs(tmp_path, [run("ok", {"step_time_s": 0.5}), nofit])
+    res = runner.invoke(app, ["validate", "--runs", path, "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    errors = {r["id"]: abs(r["error_pct"]) for r in doc["runs"]}
+    assert [r["misspecified"] for r in doc["runs"]] == [False, True] and doc["misspecified"] == ["70b-on-8"]
+    assert doc["summary"]["runs"] == 2
+    assert doc["summary"]["mape_pct"] == pytest.approx((errors["ok"] + errors["70b-on-8"]) / 2)
+    assert doc["summary_without_misspecified"]["runs"] == 1
+    assert doc["summary_without_misspecified"]["mape_pct"] == pytest.approx(errors["ok"])
+    out = out_text(runner.invoke(app, ["validate", "--runs", path]))
+    assert (f"2 runs compared: MAPE {doc['summary']['mape_pct']:.1f} %" in out
+            and f"without the 1 mis-specified run (more than 1.5x the device's memory): MAPE {errors['ok']:.1f} %"
+            in out), out
+    one = write_runs(tmp_path, [run("ok", {"step_time_s": 0.5})], name="one.yaml")
+    assert "mis-specified run" not in out_text(runner.invoke(app, ["validate", "--runs", one]))

@@ -41,7 +41,14 @@ from trainest.catalog import (
 from trainest.errors import SpecError
 from trainest.frameworks import FRAMEWORKS
 from trainest.units import MICROSECOND, MILLISECOND, GiB
-from trainest.validate import Case, RunResult, mape_pct, result_for, step_time_s_from_metric
+from trainest.validate import (  # noqa: F401 - MISSPECIFIED_MEMORY_FACTOR re-exported
+    MISSPECIFIED_MEMORY_FACTOR,
+    Case,
+    RunResult,
+    mape_pct,
+    result_for,
+    step_time_s_from_metric,
+)
 
 MIN_FRACTION = 0.2                 # lowest efficiency fraction any parameter may take
 MAX_FRACTION = 1.0
@@ -492,10 +499,6 @@ def fit_warnings(cases: Sequence[Case], result: CalibrationResult) -> list[str]:
     return out
 
 
-# A run whose memory trainest counts above this multiple of the device's is left out of a fit. The memory
-# model is some 10-15 % off the measured peaks (docs/validation.md, memory); a run it puts 50 % over the
-# device (the report's 70B on 8 H100 without sharding: 25x) did not run as written: it is mis-specified.
-MISSPECIFIED_MEMORY_FACTOR = 1.5
 
 
 def split_fitting(cases: Sequence[Case], hardware: Hardware) -> tuple[list[Case], list[str]]:

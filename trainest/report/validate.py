@@ -7,11 +7,10 @@ from dataclasses import asdict
 from typing import Any
 
 from trainest import SCHEMA_VERSION
-from trainest.calibrate import MISSPECIFIED_MEMORY_FACTOR
 from trainest.frameworks import unseen_frameworks
 from trainest.report import console, print_table
 from trainest.units import GiB, plural
-from trainest.validate import METRICS, NotExpressible, RunResult, Summary, ValidationReport
+from trainest.validate import METRICS, MISSPECIFIED_MEMORY_FACTOR, NotExpressible, RunResult, Summary, ValidationReport
 
 
 def summary_dict(s: Summary) -> dict[str, Any]:
@@ -27,6 +26,8 @@ def report_dict(report: ValidationReport) -> dict[str, Any]:
             "by_hardware": {k: summary_dict(v) for k, v in report.by_hardware.items()},
             "by_set": {k: summary_dict(v) for k, v in report.by_set.items()},
             "by_architecture": {k: summary_dict(v) for k, v in report.by_architecture.items()},
+            "summary_without_misspecified": summary_dict(report.without_misspecified),
+            "misspecified": [r.id for r in report.runs if r.misspecified],
             "runs": [asdict(r) for r in report.runs],
             "duplicates_skipped": list(report.duplicates),
             "not_expressible": [{"id": n.id, "source": n.source, "hardware": n.hardware, "reason": n.reason,
@@ -203,7 +204,16 @@ def print_validate(result: ValidationReport) -> None:
     med = "–" if s.median_ape_pct is None else f"{s.median_ape_pct:.1f} %"
     skipped = result.not_expressible
     shown = skipped if len(skipped) <= MAX_REASONS_SHOWN else ()
-    con.print(f"{plural(s.runs, 'run')} compared: MAPE {mape}, median {med}; {s.not_expressible} not expressible"
-              + (":" if shown else " (`--json` lists them with their reasons)" if skipped else ""), highlight=False)
+    bad = [r for r in result.runs if r.misspecified]
+    if bad and len(bad) < len(result.runs):
+        w = result.without_misspecified
+        without = (f"; without the {plural(len(bad), 'mis-specified run')} (more than {MISSPECIFIED_MEMORY_FACTOR:g}x "
+                   f"the device's memory): MAPE {_pct(w.mape_pct)} %, median {_pct(w.median_ape_pct)} % "
+                   f"({plural(w.runs, 'run')})")
+    else:
+        without = ""
+    con.print(f"{plural(s.runs, 'run')} compared: MAPE {mape}, median {med}{without}; {s.not_expressible} not "
+              f"expressible" + (":" if shown else " (`--json` lists them with their reasons)" if skipped else ""),
+              highlight=False)
     for n in shown:                 # a few (your own file's): each with its reason, a typo named where it is
         con.print(f"  {n.id}: {n.reason}", highlight=False)
