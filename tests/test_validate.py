@@ -428,3 +428,21 @@ def test_cli_mape_without_the_misspecified_runs(tmp_path):
             in out), out
     one = write_runs(tmp_path, [run("ok", {"step_time_s": 0.5})], name="one.yaml")
     assert "mis-specified run" not in out_text(runner.invoke(app, ["validate", "--runs", one]))
+
+
+# --------------------------------------------------------- measured.tokens parses as a run's tokens
+
+@pytest.mark.parametrize("tokens", ["10.0e9", "10B", "10000M", 1e10, 10_000_000_000])
+def test_measured_tokens_parse_as_the_run_level_tokens(tmp_path, tokens):
+    path = write_runs(tmp_path, [run("h", {"device_hours": 100.0, "tokens": tokens}, tokens=tokens)])
+    res = runner.invoke(app, ["validate", "--runs", path, "--json"])
+    assert res.exit_code == 0, res.output
+    (case,) = load_runs([path], user_files=True).cases
+    assert case.measurement.tokens == 1e10 and case.scenario.tokens == 1e10
+
+
+def test_measured_tokens_that_are_no_count_are_one_clear_error(tmp_path):
+    path = write_runs(tmp_path, [run("h", {"device_hours": 100.0, "tokens": "10X"})])
+    res = runner.invoke(app, ["validate", "--runs", path])
+    assert res.exit_code == 1 and res.stdout == "" and len(res.stderr.strip().splitlines()) == 1
+    assert "run 'h'.measured.tokens: '10X' is not a number; use e.g. 300B, 1.5T or 2e12" in err_text(res)

@@ -39,7 +39,7 @@ from trainest.catalog import Hardware, specs_dir
 from trainest.conventions import FLOPS_FORMULAS
 from trainest.errors import SpecError, show
 from trainest.scenario import RUN_ONLY_KEYS, SCENARIO_KEYS, Scenario, relative_to_file, scenario_from_mapping
-from trainest.units import GB, TERA, GiB
+from trainest.units import GB, TERA, GiB, parse_count
 
 SECONDS_PER_HOUR = 3600.0
 RUNS_FILE_KEYS = ("runs",)
@@ -141,7 +141,9 @@ def measurement_from_mapping(data: Any, where: str) -> Measurement:
         raise SpecError(f"{where}.mfu: {value!r} must be a fraction in (0, 1] (0.42 = 42 %)")
     tokens = None
     if metric == "device_hours":
-        tokens = F.number(data.get("tokens"), f"{where}.tokens")
+        if data.get("tokens") is None:
+            raise SpecError(f"{where}.tokens: a number is required (device_hours needs the tokens trained, e.g. 10B)")
+        tokens = parse_count(data["tokens"], f"{where}.tokens:")    # as a run's `tokens:` (300B, 3.0e11)
     peak = F.number(data.get("peak_memory_gib"), f"{where}.peak_memory_gib", allow_none=True)
     return Measurement(metric=metric, value=value, flops_formula=formula, tokens=tokens,
                        peak_memory_bytes=None if peak is None else peak * GiB)
