@@ -446,3 +446,50 @@ def test_measured_tokens_that_are_no_count_are_one_clear_error(tmp_path):
     res = runner.invoke(app, ["validate", "--runs", path])
     assert res.exit_code == 1 and res.stdout == "" and len(res.stderr.strip().splitlines()) == 1
     assert "run 'h'.measured.tokens: '10X' is not a number; use e.g. 300B, 1.5T or 2e12" in err_text(res)
+
+
+# --------------------------------------------------------------- mfu_peak: an FP8 run's MFU vs bf16
+
+FP8_RUN = {**LLAMA_8X_H100, "precision": "fp8", "recompute": "selective"}
+
+
+def test_mfu_peak_bf16_reads_an_fp8_mfu_against_the_bf16_peak(tmp_path):
+    path = write_runs(tmp_path, [
+        {"id": "fp8peak", **FP8_RUN, "measured": {"mfu": 0.45, "flops_formula": "megatron-core"}},
+        {"id": "bf16peak", **FP8_RUN, "measured": {"mfu": 0.45, "flops_formula": "megatron-core", "mfu_peak": "bf16"}},
+        {"id": "same", **FP8_RUN, "measured": {"mfu": 0.45, "flops_formula": "megatron-core",
+                                               "mfu_peak": "precision"}}])
+    fp8, bf16, same = load_runs([path], user_files=True).cases
+    hw = fp8.scenario.hardware
+    assert (fp8.measurement.mfu_peak, bf16.measurement.mfu_peak) == ("precision", "bf16")
+    # the same MFU against a peak half as high means twice the step time
+    assert step_time_s_from_metric(bf16) == pytest.approx(step_time_s_from_metric(fp8) * hw.peak("fp8") /
+                                                          hw.peak("bf16"), rel=1e-12)
+    assert step_time_s_from_metric(same) == step_time_s_from_metric(fp8)
+    res = runner.invoke(app, ["validate", "--runs", path, "--json"])
+    assert res.exit_code == 0, res.output
+    assert [r["mfu_peak"] for r in json.loads(res.stdout)["runs"]] == ["precision", "bf16", "precision"]
+    assert "MFU (megatron-core, bf16 peak)" in out_text(runner.invoke(app, ["validate", "--runs", path]))
+
+
+def test_fp8_mfu_that_disagrees_by_the_peak_ratio_names_mfu_peak(tmp_path):
+    tokens = {"id": "tt", **FP8_RUN, "measured": {"tokens_per_s": 61400, "mfu": 0.45, "flops_formula": "megatron-core"}}
+    res = runner.invoke(app, ["validate", "--runs", write_runs(tmp_path, [tokens]), "--json"])
+    assert res.exit_code == 0, res.output
+    err = err_text(res)
+    assert "disagree by 50%" in err and "the mfu may be a fraction of the bf16 peak" in err
+    assert "give measured.mfu_peak: bf16" in err
+    tokens["measured"]["mfu_peak"] = "bf16"
+    res = runner.invoke(app, ["validate", "--runs", write_runs(tmp_path, [tokens], name="b.yaml"), "--json"])
+    assert res.exit_code == 0 and "mfu_peak" not in res.stderr
+    bf16 = {"id": "b", **LLAMA_8X_H100, "measured": {"tokens_per_s": 50000, "mfu": 0.2, "flops_formula":
+                                                      "megatron-core"}}
+    res = runner.invoke(app, ["validate", "--runs", write_runs(tmp_path, [bf16], name="c.yaml"), "--json"])
+    assert "disagree" in res.stderr and "mfu_peak" not in res.stderr      # a bf16 run: no such hint
+
+
+def test_mfu_peak_is_checked(tmp_path):
+    for measured, text in [({"mfu": 0.4, "flops_formula": "megatron-core", "mfu_peak": "fp8"}, "mfu_peak: 'fp8'"),
+                           ({"step_time_s": 1.0, "mfu_peak": "bf16"}, "no mfu is given")]:
+        res = runner.invoke(app, ["validate", "--runs", write_runs(tmp_path, [run("m", measured)])])
+        assert res.exit_code == 1 and res.stdout == "" and text in err_text(res), res.stderr

@@ -8,7 +8,8 @@ unit (the first one present, in this order):
     tokens_per_s                        tokens per second, all devices together
     tflops_per_device + flops_formula   the source's TFLOP/s per device, reproduced with the source's
                                         own FLOP count F (trainest.conventions.FLOPS_FORMULAS)
-    mfu + flops_formula                 the source's MFU (fraction of the dense peak of the run's precision)
+    mfu + flops_formula                 the source's MFU (fraction of the dense peak of the run's precision;
+                                        of the bf16 peak with mfu_peak: bf16, as torchtitan reports FP8 runs)
     device_hours + tokens               device-hours to train `tokens` tokens
 
 Every metric is a monotonic function of the step time t, so one pair of functions converts both ways
@@ -46,7 +47,10 @@ RUNS_FILE_KEYS = ("runs",)
 RUNS_FILE_OPTIONAL_KEYS = ("source", "set")   # source: the default of records that give none
 PUBLIC_SET = "public"               # the run set of a runs file without `set:` (published runs)
 MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens",
-                 "peak_memory_gib")
+                 "peak_memory_gib", "mfu_peak")
+# the peak an `mfu` is a fraction of: the dense peak of the run's precision (the default), or the bf16 peak, which
+# torchtitan and other loggers divide by even for an FP8 run
+MFU_PEAKS = ("precision", "bf16")
 CONFIDENCE = ("high", "medium", "low")
 
 # metric -> (label, unit); the order is the order of preference when a record has several.
@@ -70,6 +74,7 @@ class Measurement:
     flops_formula: str | None       # FLOPS_FORMULAS key, for tflops_per_device and mfu
     tokens: float | None            # training tokens, for device_hours
     peak_memory_bytes: float | None = None   # published peak device memory, when the source gives it
+    mfu_peak: str = "precision"     # MFU_PEAKS: the peak an mfu is a fraction of
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,10 @@ def measurement_from_mapping(data: Any, where: str) -> Measurement:
         if data.get("flops_formula") is None:
             raise SpecError(f"{where}: {metric} needs flops_formula (one of {', '.join(FLOPS_FORMULAS)})")
         formula = F.choice(data["flops_formula"], f"{where}.flops_formula", tuple(FLOPS_FORMULAS))
+    mfu_peak = F.choice(data.get("mfu_peak", "precision"), f"{where}.mfu_peak", MFU_PEAKS)
+    if data.get("mfu_peak") is not None and data.get("mfu") is None:
+        raise SpecError(f"{where}.mfu_peak: {mfu_peak} says which peak an mfu is a fraction of, and no mfu is given; "
+                        f"give mfu, or drop mfu_peak")
     if metric == "mfu" and value > 1.0:
         raise SpecError(f"{where}.mfu: {value!r} must be a fraction in (0, 1] (0.42 = 42 %)")
     tokens = None
@@ -146,7 +155,7 @@ def measurement_from_mapping(data: Any, where: str) -> Measurement:
         tokens = parse_count(data["tokens"], f"{where}.tokens:")    # as a run's `tokens:` (300B, 3.0e11)
     peak = F.number(data.get("peak_memory_gib"), f"{where}.peak_memory_gib", allow_none=True)
     return Measurement(metric=metric, value=value, flops_formula=formula, tokens=tokens,
-                       peak_memory_bytes=None if peak is None else peak * GiB)
+                       peak_memory_bytes=None if peak is None else peak * GiB, mfu_peak=mfu_peak)
 
 
 def _matches(text: str | None, pattern: str | None) -> bool:
@@ -215,9 +224,14 @@ def metric_disagreements(case: Case, measured: dict[str, Any], where: str) -> li
         except SpecError:
             continue     # (e.g. mfu without a flops_formula: not comparable, and not the metric compared)
         if abs(other_s - compared_s) > METRIC_AGREEMENT * compared_s:
+            hint = ""
+            if "mfu" in (metric, case.measurement.metric) and bf16_peak_mfu_likely(case, other, other_s, compared_s):
+                hint = (f"; the mfu may be a fraction of the bf16 peak (torchtitan and others report it so for "
+                        f"{case.scenario.precision} runs), not of the {case.scenario.precision} peak: if so, give "
+                        f"measured.mfu_peak: bf16")
             out.append(f"{where}: measured {metric} {measured[metric]} means a step of {other_s:.4g} s, but "
                        f"{case.measurement.metric} {case.measurement.value:g} (the metric compared) means "
-                       f"{compared_s:.4g} s; they disagree by {abs(other_s / compared_s - 1):.0%}")
+                       f"{compared_s:.4g} s; they disagree by {abs(other_s / compared_s - 1):.0%}{hint}")
     return out
 
 
@@ -278,6 +292,24 @@ def check_peak_memory(case: Case, where: str) -> None:
     raise SpecError(f"{where}.peak_memory_gib: {peak / GiB:g} is more than a {hw.name} holds "
                     f"({hw.memory_bytes / GB:g} GB; allowed: at most {peak_memory_limit_bytes(hw) / GiB:g} GiB per "
                     f"device); it may be the node's or the job's total (the file's value is one device's peak)")
+
+
+BF16_PEAK_MATCH = 0.1     # an mfu's step within 10 % of the bf16-peak reading: it was probably read against it
+
+
+def bf16_peak_mfu_likely(case: Case, other: Measurement, other_s: float, compared_s: float) -> bool:
+    """Whether an mfu read against the run's low-precision peak (mfu_peak: precision) disagrees with the other
+    metric by the ratio of the bf16 peak to that peak (~2x for FP8): the mfu was then a fraction of the bf16 peak."""
+    s = case.scenario
+    mfu_meas, mfu_s, rest_s = (other, other_s, compared_s) if other.metric == "mfu" else \
+        (case.measurement, compared_s, other_s)
+    if s.precision == "bf16" or mfu_meas.mfu_peak == "bf16":
+        return False
+    try:
+        ratio = s.hardware.peak("bf16") / s.hardware.peak(s.precision)
+    except SpecError:
+        return False
+    return ratio < 1.0 and abs(mfu_s / rest_s / ratio - 1.0) < BF16_PEAK_MATCH
 
 
 def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None = None,
@@ -397,7 +429,8 @@ def metric_from_step_time_s(case: Case, step_s: float) -> float:
     if meas.metric == "tflops_per_device":
         return source_flops_per_step(case) / (step_s * s.devices) / TERA
     if meas.metric == "mfu":
-        return source_flops_per_step(case) / (step_s * s.devices * s.hardware.peak(s.precision))
+        peak = s.hardware.peak("bf16" if meas.mfu_peak == "bf16" else s.precision)
+        return source_flops_per_step(case) / (step_s * s.devices * peak)
     if meas.tokens is None:
         raise SpecError(f"run {case.id!r}: device_hours needs the tokens trained")
     return meas.tokens / s.tokens_per_step * step_s * s.devices / SECONDS_PER_HOUR
@@ -463,6 +496,7 @@ class RunResult:
     finetune: str = "full"                        # FINETUNES: full | lora | qlora
     offload: str = "none"                         # OFFLOADS: none | optimizer | optimizer+weights | activations
     misspecified: bool = False                    # needs more than MISSPECIFIED_MEMORY_FACTOR x the device's memory
+    mfu_peak: str | None = None                   # metric mfu: MFU_PEAKS, the peak it is a fraction of
 
 
 ARCHITECTURES = ("dense", "moe", "hybrid")
@@ -502,7 +536,7 @@ def result_for(case: Case, predicted_step_s: float, bottleneck: str = "?", fits:
         seq_len=s.seq_len, micro_batch=s.micro_batch, global_batch=s.global_batch, confidence=case.confidence,
         citation=case.citation, run_set=case.run_set, model=s.model.name, architecture=architecture_of(s),
         active_params_b=s.model.active_params / 1e9, ep=p.ep, etp=p.etp, derived=s.derived, framework=s.framework,
-        finetune=s.finetune.method, offload=s.offload)
+        finetune=s.finetune.method, offload=s.offload, mfu_peak=meas.mfu_peak if meas.metric == "mfu" else None)
 
 
 @dataclass(frozen=True)

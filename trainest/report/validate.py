@@ -47,7 +47,8 @@ def _pct(x: float | None) -> str:
 
 def metric_label(r: RunResult) -> str:
     label = METRICS[r.metric][0]
-    return f"{label} ({r.flops_formula})" if r.flops_formula else label
+    details = [x for x in (r.flops_formula, "bf16 peak" if r.mfu_peak == "bf16" else None) if x]
+    return f"{label} ({', '.join(details)})" if details else label
 
 
 def summary_markdown(groups: dict[str, Summary], title: str) -> str:
