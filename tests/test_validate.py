@@ -493,3 +493,22 @@ def test_mfu_peak_is_checked(tmp_path):
                            ({"step_time_s": 1.0, "mfu_peak": "bf16"}, "no mfu is given")]:
         res = runner.invoke(app, ["validate", "--runs", write_runs(tmp_path, [run("m", measured)])])
         assert res.exit_code == 1 and res.stdout == "" and text in err_text(res), res.stderr
+
+
+# ------------------------------------------------------------------------------------- cosmetic
+
+def test_measured_and_predicted_show_the_same_significant_digits():
+    from trainest.report.validate import fmt_value
+    assert (fmt_value(52000, "tokens/s"), fmt_value(53750.4, "tokens/s")) == ("52,000", "53,750")
+    assert fmt_value(46096, "tokens/s") == "46,100" and fmt_value(5.12e6, "tokens/s") == "5,120,000"
+    assert (fmt_value(0.135, "s"), fmt_value(0.08763, "s")) == ("0.1350", "0.08763")
+    assert (fmt_value(20, "s"), fmt_value(29.294, "s")) == ("20.00", "29.29")
+    assert fmt_value(1.5e8, "tokens/s") == "1.500e+08" and fmt_value(0.45, "fraction") == "45.0 %"
+
+
+def test_a_profile_fitted_to_one_run_says_run(tmp_path):
+    path = write_runs(tmp_path, [run("one", {"step_time_s": 0.5})])
+    res = runner.invoke(app, ["calibrate", "--runs", path, "-o", str(tmp_path / "p.yaml")])
+    assert res.exit_code == 0, res.output
+    head = " ".join((tmp_path / "p.yaml").read_text().split())
+    assert "fitted to 1 measured run (tiny.yaml)" in head and "measured runs" not in head

@@ -40,7 +40,7 @@ from trainest.catalog import (
 )
 from trainest.errors import SpecError
 from trainest.frameworks import FRAMEWORKS
-from trainest.units import MICROSECOND, MILLISECOND, GiB
+from trainest.units import MICROSECOND, MILLISECOND, GiB, plural
 from trainest.validate import (  # noqa: F401 - MISSPECIFIED_MEMORY_FACTOR re-exported
     MISSPECIFIED_MEMORY_FACTOR,
     Case,
@@ -418,7 +418,8 @@ def profile_header(hardware: Hardware, result: CalibrationResult, runs_label: st
     undetermined = (f"# Not determined by these runs (set by the prior): {', '.join(result.fixed)}.\n"
                     if result.fixed else "")
     return (f"# Calibrated profile of {hardware.name}, written by `trainest calibrate` on {day}: its efficiency block\n"
-            f"# was fitted to {result.runs} measured runs ({runs_label}); MAPE {pct(result.mape_before_pct)} before, "
+            f"# was fitted to {plural(result.runs, 'measured run')} ({runs_label}); MAPE "
+            f"{pct(result.mape_before_pct)} before, "
             f"{pct(result.mape_after_pct)} after.\n"
             f"# Jacobian rank {result.rank} of {len(result.parameters)} parameters. The other facts are copied from "
             f"{Path(hardware.path).name}.\n{undetermined}"

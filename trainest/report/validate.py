@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from typing import Any
@@ -35,10 +36,16 @@ def report_dict(report: ValidationReport) -> dict[str, Any]:
 
 
 def fmt_value(value: float, unit: str) -> str:
-    """A measured or predicted value for a table: 4 significant digits, MFU as a percentage."""
+    """A measured or predicted value for a table: 4 significant digits, trailing zeros kept so that the two
+    columns read alike (52,000 beside 53,750, not 5.2e+04 beside 5.375e+04; 0.1350 beside 0.08760), whole
+    thousands to millions grouped; MFU as a percentage."""
     if unit == "fraction":
         return f"{value * 100:.1f} %"
-    return f"{value:.4g}"
+    if not math.isfinite(value) or value == 0:
+        return f"{value:g}"
+    if 1e3 <= abs(value) < 1e7:
+        return f"{float(f'{value:.4g}'):,.0f}"
+    return f"{value:#.4g}"
 
 
 def _pct(x: float | None) -> str:
