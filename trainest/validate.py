@@ -312,6 +312,15 @@ def bf16_peak_mfu_likely(case: Case, other: Measurement, other_s: float, compare
     return ratio < 1.0 and abs(mfu_s / rest_s / ratio - 1.0) < BF16_PEAK_MATCH
 
 
+def check_measurement(case: Case, where: str, user_file: bool) -> None:
+    """In a user's runs file (given with --runs): a measurement faster than the hardware, or a peak memory
+    above what the device holds, is an error (`check_possible`, `check_peak_memory`). Bundled files mark
+    such records not expressible."""
+    if user_file:
+        check_possible(case, where)
+        check_peak_memory(case, where)
+
+
 def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None = None,
               hardware: str | None = None, run_set: str | None = None, user_files: bool = False) -> LoadedRuns:
     """Read and check runs files; build a Scenario for every expressible record.
@@ -388,9 +397,7 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
                 skipped.append(NotExpressible(run_id, group, hw_name, f"does not validate: {exc}", rec_set))
                 continue
             case = Case(run_id, group, citation, scenario, measurement, confidence, rec_set)
-            if user_files:
-                check_possible(case, f"{where}.measured")
-                check_peak_memory(case, f"{where}.measured")
+            check_measurement(case, f"{where}.measured", user_files)
             warnings += metric_disagreements(case, rec["measured"], where)
             cases.append(case)
     return LoadedRuns(tuple(cases), tuple(skipped), tuple(duplicates), tuple(warnings))
