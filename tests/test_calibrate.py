@@ -233,3 +233,42 @@ def test_three_runs_for_five_parameters_say_what_they_do_not_determine(synthetic
     assert json.loads(res.stdout)["summary"]["mape_pct"] == pytest.approx(doc["mape_after_pct"], rel=2e-2)
     shown = runner.invoke(app, ["estimate", "--hardware", str(out), "--devices", "8"], env={"COLUMNS": "300"})
     assert str(out) in shown.stdout and "calibrated profile" in shown.stdout
+
+
+def _err(res) -> str:
+    return " ".join(res.stderr.split())
+
+
+def test_cli_warns_when_the_fit_folds_frameworks_or_fine_tuning_into_the_hardware(synthetic_runs, tmp_path):
+    """One framework, more runs than parameters: no warning. Runs of two frameworks, or a LoRA run among
+    plain ones: a warning on stderr and in `warnings`, naming them; the fit still runs."""
+    res = runner.invoke(app, ["calibrate", "--runs", synthetic_runs, "-o", str(tmp_path / "a.yaml"), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["warnings"] == [] and res.stderr == ""
+    doc = yaml.safe_load(Path(synthetic_runs).read_text())
+    first = doc["runs"][0]
+    doc["runs"] = [first, {**first, "id": "tt", "framework": "torchtitan"},
+                   {**first, "id": "lora", "finetune": "lora"}, *doc["runs"][1:]]
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_text(yaml.safe_dump(doc))
+    res = runner.invoke(app, ["calibrate", "--runs", str(mixed), "-o", str(tmp_path / "b.yaml"), "--json"])
+    assert res.exit_code == 0, res.output
+    warnings = json.loads(res.stdout)["warnings"]
+    assert len(warnings) == 2, warnings
+    assert "2 frameworks" in warnings[0] and "torchtitan (1 run)" in warnings[0]
+    assert "go into h100-sxm's efficiencies" in warnings[0] and "one framework at a time" in warnings[0]
+    assert "lora (1 run)" in warnings[1] and "plain training" in warnings[1]
+    assert all(f"Warning: {' '.join(w.split())}" in _err(res) for w in warnings)
+    text = runner.invoke(app, ["calibrate", "--runs", str(mixed), "-o", str(tmp_path / "c.yaml")])
+    assert text.exit_code == 0 and "Warning:" not in text.stdout and "one framework at a time" in _err(text)
+
+
+def test_cli_warns_that_an_exactly_determined_fit_says_nothing_of_new_runs(synthetic_runs, tmp_path):
+    doc = yaml.safe_load(Path(synthetic_runs).read_text())
+    one = tmp_path / "one.yaml"
+    one.write_text(yaml.safe_dump({**doc, "runs": doc["runs"][:1]}))
+    res = runner.invoke(app, ["calibrate", "--runs", str(one), "-o", str(tmp_path / "p.yaml"), "--json"])
+    assert res.exit_code == 0, res.output
+    (w,) = json.loads(res.stdout)["warnings"]
+    assert w.startswith("1 run for the ") and "'MAPE after' measures how closely the fit matches" in w
+    assert "not how well the profile predicts new ones" in _err(res)

@@ -194,3 +194,19 @@ def test_the_default_framework_is_one_that_runs_on_the_hardware():
         assert s.framework == framework and "framework" in s.derived, hardware
     given = scenario_from_mapping({"model": "gpt2-124m", "hardware": "tpu-v5p", "framework": "hf-accelerate"}, "t")
     assert given.framework == "hf-accelerate"           # torch_xla; torchtitan on a TPU is refused (test_bad_input)
+
+
+def test_fsdp_false_means_plain_data_parallel_not_the_default_zero_3():
+    """`fsdp: false` is a user's "not FSDP": zero 0 (plain DDP), not the default ZeRO-3, and not derived."""
+    s = make(model="gpt3-1.3b", parallel={"fsdp": False})
+    assert s.parallel.zero == 0 and "parallel.zero" not in s.derived
+    assert make(model="gpt3-1.3b", parallel={"fsdp": False, "zero": 1}).parallel.zero == 1
+    assert "parallel.zero" not in make(model="gpt3-1.3b", parallel={"fsdp": True}).derived
+    assert "parallel.zero" in make(model="gpt3-1.3b").derived
+
+
+def test_fsdp_false_with_zero_3_is_a_contradiction():
+    with pytest.raises(SpecError, match=r"fsdp: false contradicts zero=3.*allowed with fsdp: false: zero 0, 1 or 2"):
+        make(model="gpt3-1.3b", parallel={"fsdp": False, "zero": 3})
+    with pytest.raises(SpecError, match="fsdp means zero=3, but zero=2"):
+        make(model="gpt3-1.3b", parallel={"fsdp": True, "zero": 2})

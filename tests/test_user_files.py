@@ -252,15 +252,16 @@ def test_two_measured_metrics_that_disagree_warn(tmp_path):
 
 # ------------------------------------------------------------ 8. runs that cannot fit in memory
 
+# (20 s: 75 % MFU, a possible measurement; 10 s would be 149 %, faster than the device, an error)
 NOFIT = {"id": "70b-on-8", "model": "llama3-70b", "hardware": "h100-sxm", "devices": 8, "seq_len": 8192,
-         "global_batch": 32, "parallel": {"zero": 0}, "recompute": "none", "measured": {"step_time_s": 10.0}}
+         "global_batch": 32, "parallel": {"zero": 0}, "recompute": "none", "measured": {"step_time_s": 20.0}}
 
 
 def test_validate_flags_a_run_that_does_not_fit(tmp_path):
     r = run("validate", "--runs", runs_file(tmp_path, NOFIT))
     assert r.exit_code == 0, r.stderr
     out = flat(r.stdout)
-    assert "+19" in out and "NO" in out and "does not fit in trainest's memory model" in out
+    assert "+46.5" in out and "NO" in out and "does not fit in trainest's memory model" in out
 
 
 def test_calibrate_leaves_out_a_run_that_does_not_fit(tmp_path):

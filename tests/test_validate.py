@@ -290,3 +290,225 @@ def test_a_few_runs_that_do_not_validate_are_listed_with_their_reasons(tmp_path)
     # expressible, and validate exited 0)
     assert res.exit_code == 1 and res.stdout == ""
     assert "run 'typo'" in res.stderr and "unknown model 'llama9-8b'" in res.stderr
+
+
+def err_text(res) -> str:
+    return " ".join(res.stderr.replace("│", " ").split())
+
+
+def out_text(res) -> str:
+    return " ".join(res.stdout.replace("│", " ").replace("┃", " ").split())
+
+
+# ----------------------------------------------------------------- fsdp: false is plain data parallel
+
+def test_cli_fsdp_false_run_is_predicted_without_sharding(tmp_path):
+    big = {"model": "llama3-8b", "seq_len": 8192, "hardware": "h100-sxm", "devices": 8, "precision": "bf16",
+           "micro_batch": 1, "global_batch": 8, "recompute": "selective"}
+    path = write_runs(tmp_path, [{"id": "ddp", **big, "parallel": {"fsdp": False}, "measured": {"step_time_s": 1.3}},
+                                 {"id": "z0", **big, "parallel": {"zero": 0}, "measured": {"step_time_s": 1.3}}])
+    res = runner.invoke(app, ["validate", "--runs", path, "--json"])
+    assert res.exit_code == 0, res.output
+    ddp, z0 = json.loads(res.stdout)["runs"]
+    assert ddp["zero"] == 0 and ddp["fits"] is False and "parallel.zero" not in ddp["derived"]
+    assert ddp["predicted_step_s"] == z0["predicted_step_s"]
+    bad = write_runs(tmp_path, [{"id": "r1", **big, "parallel": {"fsdp": False, "zero": 3},
+                                 "measured": {"step_time_s": 1.3}}], name="bad.yaml")
+    res = runner.invoke(app, ["validate", "--runs", bad])
+    assert res.exit_code == 1 and res.stdout == ""
+    assert "run 'r1'" in err_text(res) and "fsdp: false contradicts zero=3" in err_text(res)
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------- impossible measurements are bad input
+
+LLAMA_8X_H100 = {"model": "llama3-8b", "seq_len": 8192, "hardware": "h100-sxm", "devices": 8, "precision": "bf16",
+                 "micro_batch": 1, "global_batch": 8, "parallel": {"dp": 8, "zero": 3}, "framework": "torchtitan",
+                 "recompute": "op"}
+
+
+@pytest.mark.parametrize("measured, metric, cause", [
+    ({"tokens_per_s": 600000}, "tokens_per_s", "may count more devices than the run's 8"),
+    ({"step_time_s": 0.01}, "step_time_s", "one micro-batch"),
+    ({"tflops_per_device": 8000, "flops_formula": "megatron-core"}, "tflops_per_device", "whole job's"),
+    ({"device_hours": 1, "tokens": 1e9}, "device_hours", "wall-clock hours"),
+])
+def test_cli_a_measurement_faster_than_the_peak_is_bad_input(tmp_path, measured, metric, cause):
+    path = write_runs(tmp_path, [{"id": "fast", **LLAMA_8X_H100, "measured": measured}])
+    for cmd in (["validate", "--runs", path], ["validate", "--runs", path, "--json"],
+                ["calibrate", "--runs", path, "-o", str(tmp_path / "p.yaml")]):
+        res = runner.invoke(app, cmd)
+        assert res.exit_code == 1 and res.stdout == "", (cmd, res.output)
+        err = err_text(res)
+        assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+        assert "run 'fast'" in err and f"measured.{metric}" in err and "implied MFU of" in err, err
+        assert "at most 100 %" in err and cause in err, err
+    assert not (tmp_path / "p.yaml").exists()
+
+
+def test_cli_a_slow_measurement_is_kept(tmp_path):
+    """tokens_per_s 6500 on 8 H100 (a per-device figure in the total's place) is slow, not impossible."""
+    path = write_runs(tmp_path, [{"id": "slow", **LLAMA_8X_H100, "measured": {"tokens_per_s": 6500}}])
+    res = runner.invoke(app, ["validate", "--runs", path, "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["runs"][0]["error_pct"] > 500
+
+
+# ------------------------------------------------------------ validate carries the framework caveats
+
+def test_cli_runs_carry_their_framework_and_the_table_names_unvalidated_ones(tmp_path):
+    runs = [run("mc", {"step_time_s": 0.5}, framework="megatron-core"),
+            run("ds1", {"step_time_s": 0.5}, framework="deepspeed", parallel={"tp": 1, "pp": 1}),
+            run("ds2", {"step_time_s": 0.5}, framework="deepspeed", parallel={"tp": 1, "pp": 1}, offload="optimizer"),
+            run("hf", {"step_time_s": 0.5}, framework="hf-accelerate", parallel={"tp": 1, "pp": 1},
+                finetune="lora")]
+    path = write_runs(tmp_path, runs)
+    res = runner.invoke(app, ["validate", "--runs", path, "--json"])
+    assert res.exit_code == 0, res.output
+    got = {r["id"]: (r["framework"], r["finetune"], r["offload"]) for r in json.loads(res.stdout)["runs"]}
+    assert got == {"mc": ("megatron-core", "full", "none"), "ds1": ("deepspeed", "full", "none"),
+                   "ds2": ("deepspeed", "full", "optimizer"), "hf": ("hf-accelerate", "lora", "none")}
+    res = runner.invoke(app, ["validate", "--runs", path])
+    assert res.exit_code == 0, res.output
+    out = out_text(res)
+    assert "No bundled measured run uses the frameworks deepspeed (2 runs), hf-accelerate (1 run)" in out, out
+    assert "not validated" in out and "megatron-core (" not in out
+    only_seen = write_runs(tmp_path, runs[:1], name="seen.yaml")
+    assert "No bundled measured run uses" not in out_text(runner.invoke(app, ["validate", "--runs", only_seen]))
+
+
+# --------------------------------------------------------------------------- measured peak memory
+
+def test_cli_measured_peak_memory_is_shown_against_the_prediction(tmp_path):
+    path = write_runs(tmp_path, [run("mem", {"step_time_s": 0.5, "peak_memory_gib": 20.0}),
+                                 run("nomem", {"step_time_s": 0.5})])
+    doc = json.loads(runner.invoke(app, ["validate", "--runs", path, "--json"]).stdout)
+    predicted_gib = doc["runs"][0]["predicted_memory_bytes"] / 2**30
+    res = runner.invoke(app, ["validate", "--runs", path])
+    assert res.exit_code == 0, res.output
+    out = out_text(res)
+    assert f"mem: 20 GiB measured, {predicted_gib:.4g} GiB predicted ({(predicted_gib / 20 - 1) * 100:+.1f} %)" in out
+    assert out.count("GiB measured") == 1
+    none = write_runs(tmp_path, [run("nomem", {"step_time_s": 0.5})], name="none.yaml")
+    assert "Peak memory per device" not in out_text(runner.invoke(app, ["validate", "--runs", none]))
+
+
+def test_cli_measured_peak_memory_above_the_device_is_bad_input(tmp_path):
+    path = write_runs(tmp_path, [run("big", {"step_time_s": 1.3, "peak_memory_gib": 200})])
+    for cmd in (["validate", "--runs", path, "--json"], ["calibrate", "--runs", path, "-o", str(tmp_path / "p.yaml")]):
+        res = runner.invoke(app, cmd)
+        assert res.exit_code == 1 and res.stdout == "" and len(res.stderr.strip().splitlines()) == 1
+        err = err_text(res)
+        assert "run 'big'" in err and "peak_memory_gib: 200 is more than a h100-sxm holds" in err, err
+        assert "at most 80 GiB per device" in err
+    ok = write_runs(tmp_path, [run("full", {"step_time_s": 0.5, "peak_memory_gib": 79.6})], name="ok.yaml")
+    assert runner.invoke(app, ["validate", "--runs", ok, "--json"]).exit_code == 0    # an 80 GB H100 holds 80 GiB
+
+
+# ------------------------------------------------------- the MAPE without the mis-specified runs
+
+def test_cli_mape_without_the_misspecified_runs(tmp_path):
+    """A 70B on 8 H100 without sharding needs far more than the device's memory: its error says little; the
+    summary keeps it (unchanged meaning) and gives the MAPE without it alongside."""
+    nofit = {"id": "70b-on-8", "model": "llama3-70b", "hardware": "h100-sxm", "devices": 8, "seq_len": 8192,
+             "global_batch": 32, "parallel": {"zero": 0}, "recompute": "none", "measured": {"step_time_s": 20.0}}
+    path = write_runs(tmp_path, [run("ok", {"step_time_s": 0.5}), nofit])
+    res = runner.invoke(app, ["validate", "--runs", path, "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    errors = {r["id"]: abs(r["error_pct"]) for r in doc["runs"]}
+    assert [r["misspecified"] for r in doc["runs"]] == [False, True] and doc["misspecified"] == ["70b-on-8"]
+    assert doc["summary"]["runs"] == 2
+    assert doc["summary"]["mape_pct"] == pytest.approx((errors["ok"] + errors["70b-on-8"]) / 2)
+    assert doc["summary_without_misspecified"]["runs"] == 1
+    assert doc["summary_without_misspecified"]["mape_pct"] == pytest.approx(errors["ok"])
+    out = out_text(runner.invoke(app, ["validate", "--runs", path]))
+    assert (f"2 runs compared: MAPE {doc['summary']['mape_pct']:.1f} %" in out
+            and f"without the 1 mis-specified run (more than 1.5x the device's memory): MAPE {errors['ok']:.1f} %"
+            in out), out
+    one = write_runs(tmp_path, [run("ok", {"step_time_s": 0.5})], name="one.yaml")
+    assert "mis-specified run" not in out_text(runner.invoke(app, ["validate", "--runs", one]))
+
+
+# --------------------------------------------------------- measured.tokens parses as a run's tokens
+
+@pytest.mark.parametrize("tokens", ["10.0e9", "10B", "10000M", 1e10, 10_000_000_000])
+def test_measured_tokens_parse_as_the_run_level_tokens(tmp_path, tokens):
+    path = write_runs(tmp_path, [run("h", {"device_hours": 100.0, "tokens": tokens}, tokens=tokens)])
+    res = runner.invoke(app, ["validate", "--runs", path, "--json"])
+    assert res.exit_code == 0, res.output
+    (case,) = load_runs([path], user_files=True).cases
+    assert case.measurement.tokens == 1e10 and case.scenario.tokens == 1e10
+
+
+def test_measured_tokens_that_are_no_count_are_one_clear_error(tmp_path):
+    path = write_runs(tmp_path, [run("h", {"device_hours": 100.0, "tokens": "10X"})])
+    res = runner.invoke(app, ["validate", "--runs", path])
+    assert res.exit_code == 1 and res.stdout == "" and len(res.stderr.strip().splitlines()) == 1
+    assert "run 'h'.measured.tokens: '10X' is not a number; use e.g. 300B, 1.5T or 2e12" in err_text(res)
+
+
+# --------------------------------------------------------------- mfu_peak: an FP8 run's MFU vs bf16
+
+FP8_RUN = {**LLAMA_8X_H100, "precision": "fp8", "recompute": "selective"}
+
+
+def test_mfu_peak_bf16_reads_an_fp8_mfu_against_the_bf16_peak(tmp_path):
+    path = write_runs(tmp_path, [
+        {"id": "fp8peak", **FP8_RUN, "measured": {"mfu": 0.45, "flops_formula": "megatron-core"}},
+        {"id": "bf16peak", **FP8_RUN, "measured": {"mfu": 0.45, "flops_formula": "megatron-core", "mfu_peak": "bf16"}},
+        {"id": "same", **FP8_RUN, "measured": {"mfu": 0.45, "flops_formula": "megatron-core",
+                                               "mfu_peak": "precision"}}])
+    fp8, bf16, same = load_runs([path], user_files=True).cases
+    hw = fp8.scenario.hardware
+    assert (fp8.measurement.mfu_peak, bf16.measurement.mfu_peak) == ("precision", "bf16")
+    # the same MFU against a peak half as high means twice the step time
+    assert step_time_s_from_metric(bf16) == pytest.approx(step_time_s_from_metric(fp8) * hw.peak("fp8") /
+                                                          hw.peak("bf16"), rel=1e-12)
+    assert step_time_s_from_metric(same) == step_time_s_from_metric(fp8)
+    res = runner.invoke(app, ["validate", "--runs", path, "--json"])
+    assert res.exit_code == 0, res.output
+    assert [r["mfu_peak"] for r in json.loads(res.stdout)["runs"]] == ["precision", "bf16", "precision"]
+    assert "MFU (megatron-core, bf16 peak)" in out_text(runner.invoke(app, ["validate", "--runs", path]))
+
+
+def test_fp8_mfu_that_disagrees_by_the_peak_ratio_names_mfu_peak(tmp_path):
+    tokens = {"id": "tt", **FP8_RUN, "measured": {"tokens_per_s": 61400, "mfu": 0.45, "flops_formula": "megatron-core"}}
+    res = runner.invoke(app, ["validate", "--runs", write_runs(tmp_path, [tokens]), "--json"])
+    assert res.exit_code == 0, res.output
+    err = err_text(res)
+    assert "disagree by 50%" in err and "the mfu may be a fraction of the bf16 peak" in err
+    assert "give measured.mfu_peak: bf16" in err
+    tokens["measured"]["mfu_peak"] = "bf16"
+    res = runner.invoke(app, ["validate", "--runs", write_runs(tmp_path, [tokens], name="b.yaml"), "--json"])
+    assert res.exit_code == 0 and "mfu_peak" not in res.stderr
+    bf16 = {"id": "b", **LLAMA_8X_H100, "measured": {"tokens_per_s": 50000, "mfu": 0.2, "flops_formula":
+                                                      "megatron-core"}}
+    res = runner.invoke(app, ["validate", "--runs", write_runs(tmp_path, [bf16], name="c.yaml"), "--json"])
+    assert "disagree" in res.stderr and "mfu_peak" not in res.stderr      # a bf16 run: no such hint
+
+
+def test_mfu_peak_is_checked(tmp_path):
+    for measured, text in [({"mfu": 0.4, "flops_formula": "megatron-core", "mfu_peak": "fp8"}, "mfu_peak: 'fp8'"),
+                           ({"step_time_s": 1.0, "mfu_peak": "bf16"}, "no mfu is given")]:
+        res = runner.invoke(app, ["validate", "--runs", write_runs(tmp_path, [run("m", measured)])])
+        assert res.exit_code == 1 and res.stdout == "" and text in err_text(res), res.stderr
+
+
+# ------------------------------------------------------------------------------------- cosmetic
+
+def test_measured_and_predicted_show_the_same_significant_digits():
+    from trainest.report.validate import fmt_value
+    assert (fmt_value(52000, "tokens/s"), fmt_value(53750.4, "tokens/s")) == ("52,000", "53,750")
+    assert fmt_value(46096, "tokens/s") == "46,100" and fmt_value(5.12e6, "tokens/s") == "5,120,000"
+    assert (fmt_value(0.135, "s"), fmt_value(0.08763, "s")) == ("0.1350", "0.08763")
+    assert (fmt_value(20, "s"), fmt_value(29.294, "s")) == ("20.00", "29.29")
+    assert fmt_value(1.5e8, "tokens/s") == "1.500e+08" and fmt_value(0.45, "fraction") == "45.0 %"
+
+
+def test_a_profile_fitted_to_one_run_says_run(tmp_path):
+    path = write_runs(tmp_path, [run("one", {"step_time_s": 0.5})])
+    res = runner.invoke(app, ["calibrate", "--runs", path, "-o", str(tmp_path / "p.yaml")])
+    assert res.exit_code == 0, res.output
+    head = " ".join((tmp_path / "p.yaml").read_text().split())
+    assert "fitted to 1 measured run (tiny.yaml)" in head and "measured runs" not in head

@@ -40,8 +40,15 @@ from trainest.catalog import (
 )
 from trainest.errors import SpecError
 from trainest.frameworks import FRAMEWORKS
-from trainest.units import MICROSECOND, MILLISECOND, GiB
-from trainest.validate import Case, RunResult, mape_pct, result_for, step_time_s_from_metric
+from trainest.units import MICROSECOND, MILLISECOND, GiB, plural
+from trainest.validate import (  # noqa: F401 - MISSPECIFIED_MEMORY_FACTOR re-exported
+    MISSPECIFIED_MEMORY_FACTOR,
+    Case,
+    RunResult,
+    mape_pct,
+    result_for,
+    step_time_s_from_metric,
+)
 
 MIN_FRACTION = 0.2                 # lowest efficiency fraction any parameter may take
 MAX_FRACTION = 1.0
@@ -119,6 +126,7 @@ class CalibrationResult:
     condition_number: float = 1.0   # largest / smallest singular value of that Jacobian (inf when rank-deficient)
     fixed: tuple[str, ...] = ()     # not determined by the runs (leverage < MIN_LEVERAGE): the prior sets them
     left_out: tuple[str, ...] = ()  # runs not fitted: "id: why" (they do not fit in trainest's memory model)
+    warnings: tuple[str, ...] = ()  # what the fit folds into the hardware's efficiencies, or cannot show (fit_warnings)
 
 
 def huber(r):
@@ -410,7 +418,8 @@ def profile_header(hardware: Hardware, result: CalibrationResult, runs_label: st
     undetermined = (f"# Not determined by these runs (set by the prior): {', '.join(result.fixed)}.\n"
                     if result.fixed else "")
     return (f"# Calibrated profile of {hardware.name}, written by `trainest calibrate` on {day}: its efficiency block\n"
-            f"# was fitted to {result.runs} measured runs ({runs_label}); MAPE {pct(result.mape_before_pct)} before, "
+            f"# was fitted to {plural(result.runs, 'measured run')} ({runs_label}); MAPE "
+            f"{pct(result.mape_before_pct)} before, "
             f"{pct(result.mape_after_pct)} after.\n"
             f"# Jacobian rank {result.rank} of {len(result.parameters)} parameters. The other facts are copied from "
             f"{Path(hardware.path).name}.\n{undetermined}"
@@ -448,13 +457,49 @@ def calibrate_runs(paths: Sequence[str], hardware: str | None = None) -> tuple[H
     if not cases:
         raise SpecError(f"no run of {', '.join(paths)} fits in trainest's memory model, so none can be fitted: "
                         + "; ".join(left_out[:3]) + "; check their layout, zero and recompute")
-    return hw, replace(fit_efficiency(cases, hw, hold_undetermined=True), left_out=tuple(left_out))
+    result = fit_efficiency(cases, hw, hold_undetermined=True)
+    return hw, replace(result, left_out=tuple(left_out), warnings=tuple(fit_warnings(cases, result)))
 
 
-# A run whose memory trainest counts above this multiple of the device's is left out of a fit. The memory
-# model is some 10-15 % off the measured peaks (docs/validation.md, memory); a run it puts 50 % over the
-# device (the report's 70B on 8 H100 without sharding: 25x) did not run as written: it is mis-specified.
-MISSPECIFIED_MEMORY_FACTOR = 1.5
+def _counted(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} ({v} run{'s' if v != 1 else ''})" for k, v in sorted(counts.items()))
+
+
+def run_kind(case: Case) -> str:
+    """What a run trains beyond plain pre-training: `lora` / `qlora` fine-tuning, `offload optimizer`, ...;
+    `plain training` (pre-training or a full fine-tune, on the device) for neither."""
+    s = case.scenario
+    parts = ([s.finetune.method] if s.finetune.method != "full" else []) + \
+        ([f"offload {s.offload}"] if s.offload != "none" else [])
+    return " + ".join(parts) or "plain training"
+
+
+def fit_warnings(cases: Sequence[Case], result: CalibrationResult) -> list[str]:
+    """Warnings about what a fit means: runs of several frameworks, or fine-tuning / offload runs mixed with
+    plain pre-training, whose differences the fit folds into the one hardware's efficiencies; and a fit with
+    no more runs than the parameters it sets, whose MAPE after measures the fit, not a prediction."""
+    out = []
+    hw = result.hardware.name
+    frameworks: dict[str, int] = {}
+    kinds: dict[str, int] = {}
+    for c in cases:
+        frameworks[c.scenario.framework] = frameworks.get(c.scenario.framework, 0) + 1
+        kinds[run_kind(c)] = kinds.get(run_kind(c), 0) + 1
+    if len(frameworks) > 1:
+        out.append(f"the fitted runs use {len(frameworks)} frameworks: {_counted(frameworks)}; their differences "
+                   f"(host dispatch, overlap, kernels) go into {hw}'s efficiencies: calibrate one framework at a time")
+    if len(kinds) > 1:
+        out.append(f"the fitted runs mix {_counted(kinds)}; what trainest's fine-tuning and offload terms miss goes "
+                   f"into {hw}'s efficiencies: calibrate them apart")
+    free = len(result.parameters) - len(result.fixed)
+    if 0 < result.runs <= free:
+        out.append(f"{result.runs} run{'s' if result.runs != 1 else ''} for the {free} parameters the fit sets: "
+                   f"'MAPE after' measures how closely the fit matches these runs, not how well the profile "
+                   f"predicts new ones; keep some runs out of the fit and compare them with "
+                   f"`trainest validate --runs FILE --hardware PROFILE`")
+    return out
+
+
 
 
 def split_fitting(cases: Sequence[Case], hardware: Hardware) -> tuple[list[Case], list[str]]:

@@ -103,6 +103,7 @@ A framework sets
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -113,6 +114,20 @@ FSDP2_ZERO = (0, 3)                 # PyTorch FSDP2: DDP (replicate) or fully sh
 # DeepSpeed ZeRO-3's defaults: stage3_max_live_parameters 1e9 + stage3_prefetch_bucket_size 5e8 (module docstring)
 DS_ZERO3_LIVE_PARAMS = 1.0e9 + 5.0e8
 FITTED_FILE = "frameworks.json"     # in the bundled specs: the fitted host scales (tools/fit_defaults.py)
+
+
+# what an estimate under a framework no bundled measured run uses rests on (`Framework.seen` false)
+NOT_SEEN_NOTE = ("no bundled measured run uses it; its host dispatch and defaults (trainest/frameworks.py) are not "
+                 "validated")
+
+
+def unseen_frameworks(names: Iterable[str]) -> dict[str, int]:
+    """How many of `names` (one framework per run) name each framework no bundled measured run uses, sorted."""
+    counts: dict[str, int] = {}
+    for name in names:
+        if name in FRAMEWORKS and not FRAMEWORKS[name].seen:
+            counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 class Framework(NamedTuple):

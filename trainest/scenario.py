@@ -275,14 +275,21 @@ def _parallel_sizes(par: dict[str, Any], r: _Reader, framework: str) -> dict[str
     zero = par.get("zero")
     if isinstance(zero, int) and not isinstance(zero, bool) and zero > 3:
         raise SpecError(f"{w}.zero: {zero} is not a ZeRO stage; allowed: 0, 1, 2, 3 (at most 3)")
-    sizes["zero"] = F.integer(default_zero(framework, sizes["pp"]) if zero is None else zero, f"{w}.zero",
-                              minimum=0, maximum=3)
-    if par.get("fsdp") is not None and F.boolean(par["fsdp"], f"{w}.fsdp"):
-        if par.get("zero") not in (None, 3):
-            raise SpecError(f"{w}: fsdp means zero=3, but zero={par['zero']} was given")
-        sizes["zero"] = 3
+    fsdp = None if par.get("fsdp") is None else F.boolean(par["fsdp"], f"{w}.fsdp")
+    # fsdp: true is zero 3; fsdp: false says "not fully sharded": plain data parallelism (zero 0) unless a
+    # zero stage below 3 is given. Either way the stage is the user's, not derived.
+    if fsdp is None:
+        default = default_zero(framework, sizes["pp"])
+    else:
+        default = 3 if fsdp else 0
+    sizes["zero"] = F.integer(default if zero is None else zero, f"{w}.zero", minimum=0, maximum=3)
+    if fsdp is True and zero is not None and sizes["zero"] != 3:
+        raise SpecError(f"{w}: fsdp means zero=3, but zero={zero} was given")
+    if fsdp is False and sizes["zero"] == 3:
+        raise SpecError(f"{w}: fsdp: false contradicts zero=3 (ZeRO-3 is fully sharded data parallel); allowed "
+                        f"with fsdp: false: zero 0, 1 or 2 (or drop fsdp)")
     for key in ("tp", "pp", "cp", "vpp", "zero", "sequence_parallel"):
-        if par.get(key) is None:
+        if par.get(key) is None and not (key == "zero" and fsdp is not None):
             r.derive(f"parallel.{key}")
     sizes["sequence_parallel"] = F.boolean(par.get("sequence_parallel", False), f"{w}.sequence_parallel")
     sizes["tp_overlap"] = F.boolean(par.get("tp_overlap", False), f"{w}.tp_overlap")

@@ -8,7 +8,8 @@ unit (the first one present, in this order):
     tokens_per_s                        tokens per second, all devices together
     tflops_per_device + flops_formula   the source's TFLOP/s per device, reproduced with the source's
                                         own FLOP count F (trainest.conventions.FLOPS_FORMULAS)
-    mfu + flops_formula                 the source's MFU (fraction of the dense peak of the run's precision)
+    mfu + flops_formula                 the source's MFU (fraction of the dense peak of the run's precision;
+                                        of the bf16 peak with mfu_peak: bf16, as torchtitan reports FP8 runs)
     device_hours + tokens               device-hours to train `tokens` tokens
 
 Every metric is a monotonic function of the step time t, so one pair of functions converts both ways
@@ -39,14 +40,17 @@ from trainest.catalog import Hardware, specs_dir
 from trainest.conventions import FLOPS_FORMULAS
 from trainest.errors import SpecError, show
 from trainest.scenario import RUN_ONLY_KEYS, SCENARIO_KEYS, Scenario, relative_to_file, scenario_from_mapping
-from trainest.units import TERA, GiB
+from trainest.units import GB, TERA, GiB, parse_count
 
 SECONDS_PER_HOUR = 3600.0
 RUNS_FILE_KEYS = ("runs",)
 RUNS_FILE_OPTIONAL_KEYS = ("source", "set")   # source: the default of records that give none
 PUBLIC_SET = "public"               # the run set of a runs file without `set:` (published runs)
 MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens",
-                 "peak_memory_gib")
+                 "peak_memory_gib", "mfu_peak")
+# the peak an `mfu` is a fraction of: the dense peak of the run's precision (the default), or the bf16 peak, which
+# torchtitan and other loggers divide by even for an FP8 run
+MFU_PEAKS = ("precision", "bf16")
 CONFIDENCE = ("high", "medium", "low")
 
 # metric -> (label, unit); the order is the order of preference when a record has several.
@@ -70,6 +74,7 @@ class Measurement:
     flops_formula: str | None       # FLOPS_FORMULAS key, for tflops_per_device and mfu
     tokens: float | None            # training tokens, for device_hours
     peak_memory_bytes: float | None = None   # published peak device memory, when the source gives it
+    mfu_peak: str = "precision"     # MFU_PEAKS: the peak an mfu is a fraction of
 
 
 @dataclass(frozen=True)
@@ -137,14 +142,20 @@ def measurement_from_mapping(data: Any, where: str) -> Measurement:
         if data.get("flops_formula") is None:
             raise SpecError(f"{where}: {metric} needs flops_formula (one of {', '.join(FLOPS_FORMULAS)})")
         formula = F.choice(data["flops_formula"], f"{where}.flops_formula", tuple(FLOPS_FORMULAS))
+    mfu_peak = F.choice(data.get("mfu_peak", "precision"), f"{where}.mfu_peak", MFU_PEAKS)
+    if data.get("mfu_peak") is not None and data.get("mfu") is None:
+        raise SpecError(f"{where}.mfu_peak: {mfu_peak} says which peak an mfu is a fraction of, and no mfu is given; "
+                        f"give mfu, or drop mfu_peak")
     if metric == "mfu" and value > 1.0:
         raise SpecError(f"{where}.mfu: {value!r} must be a fraction in (0, 1] (0.42 = 42 %)")
     tokens = None
     if metric == "device_hours":
-        tokens = F.number(data.get("tokens"), f"{where}.tokens")
+        if data.get("tokens") is None:
+            raise SpecError(f"{where}.tokens: a number is required (device_hours needs the tokens trained, e.g. 10B)")
+        tokens = parse_count(data["tokens"], f"{where}.tokens:")    # as a run's `tokens:` (300B, 3.0e11)
     peak = F.number(data.get("peak_memory_gib"), f"{where}.peak_memory_gib", allow_none=True)
     return Measurement(metric=metric, value=value, flops_formula=formula, tokens=tokens,
-                       peak_memory_bytes=None if peak is None else peak * GiB)
+                       peak_memory_bytes=None if peak is None else peak * GiB, mfu_peak=mfu_peak)
 
 
 def _matches(text: str | None, pattern: str | None) -> bool:
@@ -178,6 +189,11 @@ def run_set_of(doc: dict[str, Any], path: Path, user_file: bool = False) -> str:
 # what a measured run cannot be interpreted without (every bundled record gives them; specs/README.md)
 REQUIRED_RUN_KEYS = ("model", "hardware", "devices", "seq_len")
 BATCH_RUN_KEYS = ("global_batch", "global_batch_tokens")
+# A run whose memory trainest counts above this multiple of the device's is mis-specified: the memory
+# model is some 10-15 % off the measured peaks (docs/validation.md, memory); a run it puts 50 % over the
+# device (the report's 70B on 8 H100 without sharding: 25x) did not run as written. `calibrate` leaves it out
+# of its fit, and `validate` gives its MAPE without such runs too (`ValidationReport.without_misspecified`).
+MISSPECIFIED_MEMORY_FACTOR = 1.5
 METRIC_AGREEMENT = 0.01     # two given metrics whose step times differ by more than this share disagree
 
 
@@ -208,10 +224,101 @@ def metric_disagreements(case: Case, measured: dict[str, Any], where: str) -> li
         except SpecError:
             continue     # (e.g. mfu without a flops_formula: not comparable, and not the metric compared)
         if abs(other_s - compared_s) > METRIC_AGREEMENT * compared_s:
+            hint = ""
+            if "mfu" in (metric, case.measurement.metric) and bf16_peak_mfu_likely(case, other, other_s, compared_s):
+                hint = (f"; the mfu may be a fraction of the bf16 peak (torchtitan and others report it so for "
+                        f"{case.scenario.precision} runs), not of the {case.scenario.precision} peak: if so, give "
+                        f"measured.mfu_peak: bf16")
             out.append(f"{where}: measured {metric} {measured[metric]} means a step of {other_s:.4g} s, but "
                        f"{case.measurement.metric} {case.measurement.value:g} (the metric compared) means "
-                       f"{compared_s:.4g} s; they disagree by {abs(other_s / compared_s - 1):.0%}")
+                       f"{compared_s:.4g} s; they disagree by {abs(other_s / compared_s - 1):.0%}{hint}")
     return out
+
+
+# why a measurement can mean a step faster than the device's peak: the likely slip, per metric
+IMPOSSIBLE_CAUSES = {
+    "step_time_s": "it may be the time of one micro-batch or of one device's share, not of one optimizer step "
+                   "of global_batch sequences (the file's value is the whole step's)",
+    "tokens_per_s": "it may count more devices than the run's {devices} (the file's value is the tokens/s of the "
+                    "run's {devices} devices together), or devices or model may not be the run's",
+    "tflops_per_device": "it may be the whole job's TFLOP/s (the file's value is per device), or flops_formula may "
+                         "not be the source's",
+    "mfu": "flops_formula may count fewer FLOPs than the source's",
+    "device_hours": "it may be wall-clock hours (the file's value is hours × devices), or tokens may be more "
+                    "than the run trained",
+}
+
+
+def implied_mfu(case: Case, model_flops_per_step: float) -> float:
+    """The MFU the measurement implies: model FLOPs of one step (trainest's count) over the measured step
+    time t, the devices N and the dense peak C at the run's precision: F / (t·N·C). Above 1 is impossible."""
+    s = case.scenario
+    return model_flops_per_step / (step_time_s_from_metric(case) * s.devices * s.hardware.peak(s.precision))
+
+
+def check_possible(case: Case, where: str) -> None:
+    """SpecError when the measurement means model FLOPs per device per second above the device's peak at
+    the run's precision (`implied_mfu` > 1): no run goes faster than its hardware, so the value was
+    transcribed in another unit or for another job. A slow measurement is legitimate and is kept."""
+    from trainest.estimate import estimate
+
+    try:
+        flops = estimate(case.scenario).throughput.model_flops_per_step
+    except SpecError:
+        return                  # not estimable: the comparison says so (not expressible)
+    mfu = implied_mfu(case, flops)
+    if mfu <= 1.0:
+        return
+    s, meas = case.scenario, case.measurement
+    value = f"{meas.value:g}" if meas.metric != "mfu" else f"{meas.value:g} ({meas.flops_formula})"
+    cause = IMPOSSIBLE_CAUSES[meas.metric].format(devices=s.devices)
+    raise SpecError(f"{where}.{meas.metric}: {value} means a step of {step_time_s_from_metric(case):.4g} s, an "
+                    f"implied MFU of {mfu * 100:.0f} % of {s.hardware.name}'s {s.precision} peak on {s.devices} "
+                    f"devices, faster than the hardware can run (allowed: an implied MFU of at most 100 %); {cause}")
+
+
+def peak_memory_limit_bytes(hardware: Hardware) -> float:
+    """The most memory a device can report as its peak [B]: the vendor's capacity figure read as GiB, since
+    "80 GB" parts hold 80 GiB (H100: 81,559 MiB) and frameworks report GiB (torch.cuda.max_memory_*)."""
+    return hardware.memory_bytes / GB * GiB
+
+
+def check_peak_memory(case: Case, where: str) -> None:
+    """SpecError when the measured peak memory per device is more than the device holds: it is then another
+    quantity (the node's or the job's), not one device's peak."""
+    peak, hw = case.measurement.peak_memory_bytes, case.scenario.hardware
+    if peak is None or peak <= peak_memory_limit_bytes(hw):
+        return
+    raise SpecError(f"{where}.peak_memory_gib: {peak / GiB:g} is more than a {hw.name} holds "
+                    f"({hw.memory_bytes / GB:g} GB; allowed: at most {peak_memory_limit_bytes(hw) / GiB:g} GiB per "
+                    f"device); it may be the node's or the job's total (the file's value is one device's peak)")
+
+
+BF16_PEAK_MATCH = 0.1     # an mfu's step within 10 % of the bf16-peak reading: it was probably read against it
+
+
+def bf16_peak_mfu_likely(case: Case, other: Measurement, other_s: float, compared_s: float) -> bool:
+    """Whether an mfu read against the run's low-precision peak (mfu_peak: precision) disagrees with the other
+    metric by the ratio of the bf16 peak to that peak (~2x for FP8): the mfu was then a fraction of the bf16 peak."""
+    s = case.scenario
+    mfu_meas, mfu_s, rest_s = (other, other_s, compared_s) if other.metric == "mfu" else \
+        (case.measurement, compared_s, other_s)
+    if s.precision == "bf16" or mfu_meas.mfu_peak == "bf16":
+        return False
+    try:
+        ratio = s.hardware.peak("bf16") / s.hardware.peak(s.precision)
+    except SpecError:
+        return False
+    return ratio < 1.0 and abs(mfu_s / rest_s / ratio - 1.0) < BF16_PEAK_MATCH
+
+
+def check_measurement(case: Case, where: str, user_file: bool) -> None:
+    """In a user's runs file (given with --runs): a measurement faster than the hardware, or a peak memory
+    above what the device holds, is an error (`check_possible`, `check_peak_memory`). Bundled files mark
+    such records not expressible."""
+    if user_file:
+        check_possible(case, where)
+        check_peak_memory(case, where)
 
 
 def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None = None,
@@ -290,6 +397,7 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
                 skipped.append(NotExpressible(run_id, group, hw_name, f"does not validate: {exc}", rec_set))
                 continue
             case = Case(run_id, group, citation, scenario, measurement, confidence, rec_set)
+            check_measurement(case, f"{where}.measured", user_files)
             warnings += metric_disagreements(case, rec["measured"], where)
             cases.append(case)
     return LoadedRuns(tuple(cases), tuple(skipped), tuple(duplicates), tuple(warnings))
@@ -328,7 +436,8 @@ def metric_from_step_time_s(case: Case, step_s: float) -> float:
     if meas.metric == "tflops_per_device":
         return source_flops_per_step(case) / (step_s * s.devices) / TERA
     if meas.metric == "mfu":
-        return source_flops_per_step(case) / (step_s * s.devices * s.hardware.peak(s.precision))
+        peak = s.hardware.peak("bf16" if meas.mfu_peak == "bf16" else s.precision)
+        return source_flops_per_step(case) / (step_s * s.devices * peak)
     if meas.tokens is None:
         raise SpecError(f"run {case.id!r}: device_hours needs the tokens trained")
     return meas.tokens / s.tokens_per_step * step_s * s.devices / SECONDS_PER_HOUR
@@ -390,6 +499,11 @@ class RunResult:
     ep: int = 1
     etp: int = 1
     derived: tuple[str, ...] = ()                 # the scenario values the record left out (defaults taken)
+    framework: str = ""                           # the training framework the run was predicted for (frameworks.py)
+    finetune: str = "full"                        # FINETUNES: full | lora | qlora
+    offload: str = "none"                         # OFFLOADS: none | optimizer | optimizer+weights | activations
+    misspecified: bool = False                    # needs more than MISSPECIFIED_MEMORY_FACTOR x the device's memory
+    mfu_peak: str | None = None                   # metric mfu: MFU_PEAKS, the peak it is a fraction of
 
 
 ARCHITECTURES = ("dense", "moe", "hybrid")
@@ -410,7 +524,8 @@ def compare(case: Case, hardware: Hardware | None = None) -> RunResult:
     return replace(result_for(replace(case, scenario=s), e.step.time_s, e.step.bottleneck, e.memory.fits),
                    measured_memory_bytes=case.measurement.peak_memory_bytes,
                    predicted_memory_bytes=e.memory.per_device_bytes,
-                   predicted_no_overlap_step_s=e.step.no_overlap_time_s)
+                   predicted_no_overlap_step_s=e.step.no_overlap_time_s,
+                   misspecified=e.memory.per_device_bytes > MISSPECIFIED_MEMORY_FACTOR * e.memory.capacity_bytes)
 
 
 def result_for(case: Case, predicted_step_s: float, bottleneck: str = "?", fits: bool = True) -> RunResult:
@@ -427,7 +542,8 @@ def result_for(case: Case, predicted_step_s: float, bottleneck: str = "?", fits:
         zero=p.zero, sequence_parallel=p.sequence_parallel, recompute=s.recompute, precision=s.precision,
         seq_len=s.seq_len, micro_batch=s.micro_batch, global_batch=s.global_batch, confidence=case.confidence,
         citation=case.citation, run_set=case.run_set, model=s.model.name, architecture=architecture_of(s),
-        active_params_b=s.model.active_params / 1e9, ep=p.ep, etp=p.etp, derived=s.derived)
+        active_params_b=s.model.active_params / 1e9, ep=p.ep, etp=p.etp, derived=s.derived, framework=s.framework,
+        finetune=s.finetune.method, offload=s.offload, mfu_peak=meas.mfu_peak if meas.metric == "mfu" else None)
 
 
 @dataclass(frozen=True)
@@ -465,6 +581,12 @@ class ValidationReport:
     duplicates: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()       # measured metrics of one run that disagree (LoadedRuns.warnings)
     profile: str | None = None           # the hardware file the runs of its hardware were predicted with
+
+    @property
+    def without_misspecified(self) -> Summary:
+        """The summary of the runs that are not mis-specified (`RunResult.misspecified`: more than
+        MISSPECIFIED_MEMORY_FACTOR times the device's memory), whose errors say little."""
+        return summarize([r for r in self.runs if not r.misspecified], self.summary.not_expressible)
 
     @property
     def by_set(self) -> dict[str, Summary]:

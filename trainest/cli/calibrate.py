@@ -40,7 +40,10 @@ def calibrate(
             raise SpecError(f"--output {str(output)!r} cannot be written: {exc.strerror}") from None
     except SpecError as exc:
         fail(str(exc))
+    from trainest.report import warn
     from trainest.report.calibrate import calibrate_dict, print_calibration
+    for w in result.warnings:
+        warn(w)
     if json_out:
         from trainest.report import dumps
         print(dumps(calibrate_dict(start_hw, result, output)))

@@ -124,13 +124,12 @@ def job_warnings(scenario: Any, hardware: bool = True) -> list[str]:
     """What every estimate of this job rests on that no measured run checked, whatever its layout: a
     framework no bundled run uses, and the `prior_warnings` (estimate, plan and compare say them alike;
     `hardware` False leaves out the one about the scenario's own hardware, for compare)."""
-    from trainest.frameworks import FRAMEWORKS
+    from trainest.frameworks import FRAMEWORKS, NOT_SEEN_NOTE
     out = []
     if hardware and (note := low_precision_warning(scenario)):
         out.append(note)
     if not FRAMEWORKS[scenario.framework].seen:
-        out.append(f"framework {scenario.framework}: no bundled measured run uses it; its host dispatch and "
-                   f"defaults (trainest/frameworks.py) are not validated")
+        out.append(f"framework {scenario.framework}: {NOT_SEEN_NOTE}")
     return out + prior_warnings(scenario, hardware)
 
 

@@ -25,7 +25,8 @@ def calibrate_dict(hardware: Hardware, result: CalibrationResult, output: Path) 
                   "mape_before_pct": result.mape_before_pct, "mape_after_pct": result.mape_after_pct,
                   "iterations": result.iterations, "jacobian_rank": result.rank,
                   "condition_number": result.condition_number, "undetermined": list(result.fixed),
-                  "parameters": params, "left_out": list(result.left_out), "output": str(output)})
+                  "parameters": params, "left_out": list(result.left_out), "warnings": list(result.warnings),
+                  "output": str(output)})
 
 
 def _note(p: FittedParameter, hardware: Hardware) -> str:

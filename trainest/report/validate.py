@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from typing import Any
 
 from trainest import SCHEMA_VERSION
-from trainest.calibrate import MISSPECIFIED_MEMORY_FACTOR
+from trainest.frameworks import unseen_frameworks
 from trainest.report import console, print_table
 from trainest.units import GiB, plural
-from trainest.validate import METRICS, NotExpressible, RunResult, Summary, ValidationReport
+from trainest.validate import METRICS, MISSPECIFIED_MEMORY_FACTOR, NotExpressible, RunResult, Summary, ValidationReport
 
 
 def summary_dict(s: Summary) -> dict[str, Any]:
@@ -26,6 +27,8 @@ def report_dict(report: ValidationReport) -> dict[str, Any]:
             "by_hardware": {k: summary_dict(v) for k, v in report.by_hardware.items()},
             "by_set": {k: summary_dict(v) for k, v in report.by_set.items()},
             "by_architecture": {k: summary_dict(v) for k, v in report.by_architecture.items()},
+            "summary_without_misspecified": summary_dict(report.without_misspecified),
+            "misspecified": [r.id for r in report.runs if r.misspecified],
             "runs": [asdict(r) for r in report.runs],
             "duplicates_skipped": list(report.duplicates),
             "not_expressible": [{"id": n.id, "source": n.source, "hardware": n.hardware, "reason": n.reason,
@@ -33,10 +36,16 @@ def report_dict(report: ValidationReport) -> dict[str, Any]:
 
 
 def fmt_value(value: float, unit: str) -> str:
-    """A measured or predicted value for a table: 4 significant digits, MFU as a percentage."""
+    """A measured or predicted value for a table: 4 significant digits, trailing zeros kept so that the two
+    columns read alike (52,000 beside 53,750, not 5.2e+04 beside 5.375e+04; 0.1350 beside 0.08760), whole
+    thousands to millions grouped; MFU as a percentage."""
     if unit == "fraction":
         return f"{value * 100:.1f} %"
-    return f"{value:.4g}"
+    if not math.isfinite(value) or value == 0:
+        return f"{value:g}"
+    if 1e3 <= abs(value) < 1e7:
+        return f"{float(f'{value:.4g}'):,.0f}"
+    return f"{value:#.4g}"
 
 
 def _pct(x: float | None) -> str:
@@ -45,7 +54,8 @@ def _pct(x: float | None) -> str:
 
 def metric_label(r: RunResult) -> str:
     label = METRICS[r.metric][0]
-    return f"{label} ({r.flops_formula})" if r.flops_formula else label
+    details = [x for x in (r.flops_formula, "bf16 peak" if r.mfu_peak == "bf16" else None) if x]
+    return f"{label} ({', '.join(details)})" if details else label
 
 
 def summary_markdown(groups: dict[str, Summary], title: str) -> str:
@@ -138,6 +148,14 @@ def run_notes(result: ValidationReport) -> list[str]:
                    f"memory model{needs}: check its layout, zero and recompute; far over (more than "
                    f"{MISSPECIFIED_MEMORY_FACTOR:g}x the device's memory) it is mis-specified, its error says little, "
                    f"and `trainest calibrate` leaves it out of its fit.")
+    unseen = unseen_frameworks(r.framework for r in result.runs)
+    if unseen:
+        names = ", ".join(f"{k} ({plural(v, 'run')})" for k, v in unseen.items())
+        s, its = ("", "its") if len(unseen) == 1 else ("s", "their")
+        out.append(f"No bundled measured run uses the framework{s} {names}: {its} host dispatch and defaults "
+                   f"(trainest/frameworks.py) are not validated, so {its} runs' errors include that (JSON: "
+                   f"runs[].framework).")
+    out += memory_notes(result.runs)
     defaults = [(r.id, [k for k in r.derived if k not in NOT_STEP_VALUES]) for r in result.runs]
     defaults = [(i, ks) for i, ks in defaults if ks]
     if defaults and len(defaults) <= MAX_REASONS_SHOWN:
@@ -147,6 +165,25 @@ def run_notes(result: ValidationReport) -> list[str]:
         out.append(f"{plural(len(defaults), 'run')} take defaults for values the runs file does not give "
                    f"(JSON: runs[].derived).")
     return out
+
+
+def memory_notes(runs: Iterable[RunResult]) -> list[str]:
+    """The runs that give a measured peak memory: measured vs predicted per device, one line per run for a
+    few runs, the mean and largest error for many."""
+    pairs = [(r.id, r.measured_memory_bytes, r.predicted_memory_bytes) for r in runs
+             if r.measured_memory_bytes is not None and r.predicted_memory_bytes is not None]
+    if not pairs:
+        return []
+    errors = [(p / m - 1.0) * 100.0 for _, m, p in pairs]
+    if len(pairs) <= MAX_REASONS_SHOWN:
+        return ["Peak memory per device, measured vs predicted (JSON: runs[].measured_memory_bytes, "
+                "predicted_memory_bytes):"] + \
+            [f"  {i}: {m / GiB:.4g} GiB measured, {p / GiB:.4g} GiB predicted ({e:+.1f} %)"
+             for (i, m, p), e in zip(pairs, errors, strict=True)]
+    worst = max(range(len(pairs)), key=lambda k: abs(errors[k]))
+    return [f"Peak memory per device: {plural(len(pairs), 'run')} give a measured peak; the predicted one is "
+            f"{sum(abs(e) for e in errors) / len(errors):.1f} % off on average, at most {errors[worst]:+.1f} % "
+            f"({pairs[worst][0]}) (JSON: runs[].measured_memory_bytes, predicted_memory_bytes)."]
 
 
 MAX_REASONS_SHOWN = 10    # not-expressible runs listed with their reasons under the tables (more: --json)
@@ -175,7 +212,16 @@ def print_validate(result: ValidationReport) -> None:
     med = "–" if s.median_ape_pct is None else f"{s.median_ape_pct:.1f} %"
     skipped = result.not_expressible
     shown = skipped if len(skipped) <= MAX_REASONS_SHOWN else ()
-    con.print(f"{plural(s.runs, 'run')} compared: MAPE {mape}, median {med}; {s.not_expressible} not expressible"
-              + (":" if shown else " (`--json` lists them with their reasons)" if skipped else ""), highlight=False)
+    bad = [r for r in result.runs if r.misspecified]
+    if bad and len(bad) < len(result.runs):
+        w = result.without_misspecified
+        without = (f"; without the {plural(len(bad), 'mis-specified run')} (more than {MISSPECIFIED_MEMORY_FACTOR:g}x "
+                   f"the device's memory): MAPE {_pct(w.mape_pct)} %, median {_pct(w.median_ape_pct)} % "
+                   f"({plural(w.runs, 'run')})")
+    else:
+        without = ""
+    con.print(f"{plural(s.runs, 'run')} compared: MAPE {mape}, median {med}{without}; {s.not_expressible} not "
+              f"expressible" + (":" if shown else " (`--json` lists them with their reasons)" if skipped else ""),
+              highlight=False)
     for n in shown:                 # a few (your own file's): each with its reason, a typo named where it is
         con.print(f"  {n.id}: {n.reason}", highlight=False)
