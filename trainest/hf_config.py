@@ -393,7 +393,7 @@ def hf_model(data: dict, where: str) -> Any:
     whose errors name the file's own key (`num_experts_per_tok`, not the schema's `moe.top_k`)."""
     import re
 
-    from trainest.catalog import model_from_mapping
+    from trainest.models import model_from_mapping
     mapping = hf_model_mapping(data, where)
     try:
         return model_from_mapping(mapping, where)
