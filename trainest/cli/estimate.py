@@ -148,7 +148,8 @@ def low_precision_warning(scenario: Any) -> str | None:
     peak, bf16 = hw.peak(precision), hw.peak("bf16")
     if peak > bf16:
         return None
-    return LOW_PRECISION_WARNING.format(precision=precision, hardware=hw.name, peak=peak / 1e12, bf16=bf16 / 1e12)
+    from trainest.units import TERA
+    return LOW_PRECISION_WARNING.format(precision=precision, hardware=hw.name, peak=peak / TERA, bf16=bf16 / TERA)
 
 
 # Numbers an estimate rests on that no measured run has checked (docs/model.md §13, §14).
