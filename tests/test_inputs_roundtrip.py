@@ -26,18 +26,22 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("args", CASES, ids=["default", "korthikanti", "405b-balanced-hsdp", "shape-override-cp",
-                                             "deepspeed-flat"])
-def test_inputs_echo_loads_again_and_reproduces_the_estimate(args, tmp_path):
+def _reloaded(args: list[str], path) -> tuple[dict, dict]:
+    """(the estimate's JSON, the JSON of `--config` of its inputs echo written to `path`, YAML or JSON)."""
     runner = CliRunner()
     first = runner.invoke(app, ["estimate", *args, "--json"])
     assert first.exit_code == 0, first.stderr
     doc = json.loads(first.stdout)
-    path = tmp_path / "inputs.yaml"
-    path.write_text(yaml.safe_dump(doc["inputs"]))
+    path.write_text(json.dumps(doc["inputs"]) if path.suffix == ".json" else yaml.safe_dump(doc["inputs"]))
     again = runner.invoke(app, ["estimate", "--config", str(path), "--json"])
     assert again.exit_code == 0, again.stderr
-    doc2 = json.loads(again.stdout)
+    return doc, json.loads(again.stdout)
+
+
+@pytest.mark.parametrize("args", CASES, ids=["default", "korthikanti", "405b-balanced-hsdp", "shape-override-cp",
+                                             "deepspeed-flat"])
+def test_inputs_echo_loads_again_and_reproduces_the_estimate(args, tmp_path):
+    doc, doc2 = _reloaded(args, tmp_path / "inputs.yaml")
     assert doc2["step"] == doc["step"]
     assert doc2["memory"] == doc["memory"]
     assert doc2["inputs"]["parallel"] == doc["inputs"]["parallel"]
@@ -63,15 +67,7 @@ def _preset_names() -> list[str]:
 @pytest.mark.parametrize("preset", _preset_names())
 def test_every_presets_inputs_reload_as_the_same_model(preset, tmp_path):
     """Every shape field the model holds (head_dim, MoE, MLA, hybrid, MTP) travels in inputs.model."""
-    runner = CliRunner()
-    first = runner.invoke(app, ["estimate", "--model", preset, "--json"])
-    assert first.exit_code == 0, first.stderr
-    doc = json.loads(first.stdout)
-    path = tmp_path / "inputs.json"
-    path.write_text(json.dumps(doc["inputs"]))
-    again = runner.invoke(app, ["estimate", "--config", str(path), "--json"])
-    assert again.exit_code == 0, again.stderr
-    doc2 = json.loads(again.stdout)
+    doc, doc2 = _reloaded(["--model", preset], tmp_path / "inputs.json")
     assert doc2["inputs"]["model"] == doc["inputs"]["model"]
     assert doc2["step"]["time_s"] == doc["step"]["time_s"]
     assert doc2["memory"] == doc["memory"]
