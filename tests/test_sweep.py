@@ -93,6 +93,21 @@ def test_terminal_plot_has_a_row_per_point_and_marks_the_ideal():
     assert "█" * 40 not in rows[2]
 
 
+def test_terminal_plot_fits_an_80_column_terminal(monkeypatch, capsys):
+    """COLUMNS=80: the plot's rows (with the scaling column, or a point that does not fit) never wrap."""
+    r = W.sweep({**JOB, "global_batch": 512}, BY_NAME["devices"], [8, 64, 512])
+    assert all(len(line) <= 80 for line in terminal_plot(r, 80))
+    r = W.sweep({**JOB, "devices": 1, "global_batch": 8}, BY_NAME["seq_len"], [1024, 65536])
+    assert any("(does not fit)" in line for line in terminal_plot(r, 80))
+    assert all(len(line) <= 80 for line in terminal_plot(r, 80))
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = call_entry(["sweep", "--model", "qwen3-0.6b", "--devices", "1", "--global-batch", "8",
+                               "--seq-len", "1024..32768", "--finetune", "lora"], capsys)
+    assert code == 0
+    plot = out[out.index("\nseq_len "):].strip("\n").splitlines()
+    assert len(plot) == 7 and all(len(line) <= 80 for line in plot)        # a header and 6 rows, none wrapped
+
+
 def test_csv_has_a_header_and_a_row_per_point():
     r = W.sweep({**JOB, "devices": 8}, BY_NAME["tp"], [1, 3])
     lines = csv_text(r).splitlines()

@@ -21,6 +21,8 @@ from trainest.units import GiB
 
 BAR_WIDTH = 40              # characters of the throughput bar at its largest
 MFU_WIDTH = 12              # characters of the MFU bar at 100 %
+MIN_BAR_WIDTH = 20          # the narrowest the throughput bar gets on a narrow console
+MIN_MFU_WIDTH = 5           # and the MFU bar
 EIGHTHS = " ▏▎▍▌▋▊▉█"
 PLOT_EXTRA = 'pip install "trainest[plot]"'
 
@@ -87,8 +89,11 @@ def bar(fraction: float, width: int) -> str:
     return ("█" * full + (EIGHTHS[rest] if rest else "")).ljust(width)
 
 
-def terminal_plot(r: SweepResult) -> list[str]:
-    """The plot as lines of plain text (module docstring)."""
+def terminal_plot(r: SweepResult, columns: int | None = None) -> list[str]:
+    """The plot as lines of plain text (module docstring), each at most `columns` characters wide when
+    given (the console's width): the bars shrink (throughput to MIN_BAR_WIDTH, MFU to MIN_MFU_WIDTH) so
+    that a row never wraps; a reason why a point does not run that is too long is left to the line under
+    the table."""
     ok = [p for p in r.points if p.estimate is not None]
     if not ok:
         return ["(no point runs: nothing to plot)"]
@@ -98,20 +103,30 @@ def terminal_plot(r: SweepResult) -> list[str]:
     ideal = rate(ok[0].estimate) / top if devices and ok[0].estimate is not None else None
     width = max(len(r.knob), *(len(label(r, p.value)) for p in r.points))
     title = "tokens/s per device (┆ ideal)" if devices else "tokens/s"
+    bar_width, mfu_width = BAR_WIDTH, MFU_WIDTH
+    if columns is not None:
+        # a row: label, step, bar, rate, MFU bar, MFU, then the scaling (its header is 9 wide) and '(does not fit)' where shown
+        fixed = width + 2 + 9 + 2 + 1 + 8 + 2 + 1 + 4 + (9 if devices else 0) \
+            + (16 if any(not p.estimate.memory.fits for p in ok if p.estimate is not None) else 0)
+        spare = columns - fixed
+        mfu_width = max(MIN_MFU_WIDTH, min(MFU_WIDTH, spare - MIN_BAR_WIDTH))
+        bar_width = max(MIN_BAR_WIDTH, min(BAR_WIDTH, spare - mfu_width))
     lines = (["┆ marks the ideal: the first point's tokens/s per device (linear scaling)"] if devices else []) + \
-        [f"{r.knob:>{width}}  {'step':>9}  {title:<{BAR_WIDTH + 9}}  {'MFU':<{MFU_WIDTH + 5}}"
-         + ("  scaling" if devices else "")]
+        [(f"{r.knob:>{width}}  {'step':>9}  {title:<{bar_width + 9}}  {'MFU':<{mfu_width + 5}}"
+          + ("  scaling" if devices else "")).rstrip()]
     for p, eff in zip(r.points, r.scaling_efficiency(), strict=True):
         e = p.estimate
         if e is None:
-            lines.append(f"{label(r, p.value):>{width}}  {'—':>9}  does not run: {p.error[:70]}")
+            head = f"{label(r, p.value):>{width}}  {'—':>9}  does not run"
+            room = 70 if columns is None else columns - len(head) - 2
+            lines.append(head + (f": {p.error}" if len(p.error) <= room else " (the reason is under the table)"))
             continue
-        body = bar(rate(e) / top, BAR_WIDTH)
+        body = bar(rate(e) / top, bar_width)
         if ideal is not None:
-            at = min(BAR_WIDTH - 1, max(0, round(ideal * BAR_WIDTH) - 1))
+            at = min(bar_width - 1, max(0, round(ideal * bar_width) - 1))
             body = body[:at] + ("┆" if body[at] == " " else body[at]) + body[at + 1:]
         lines.append(f"{label(r, p.value):>{width}}  {fmt_seconds(e.step.time_s):>9}  {body} {fmt_si(rate(e)):>8}  "
-                     f"{bar(e.throughput.mfu, MFU_WIDTH)} {e.throughput.mfu:>4.0%}"
+                     f"{bar(e.throughput.mfu, mfu_width)} {e.throughput.mfu:>4.0%}"
                      + (f"  {eff:>6.0%}" if eff is not None else "")
                      + ("  (does not fit)" if not e.memory.fits else ""))
     return lines
@@ -164,7 +179,7 @@ def print_sweep(r: SweepResult) -> None:
                 plans.add_row(label(r, p.value), _layout(p.estimate), p.estimate.scenario.recompute)
         con.print(plans)
     con.print()
-    for line in terminal_plot(r):
+    for line in terminal_plot(r, con.width):
         con.print(line, markup=False, highlight=False)
 
 
