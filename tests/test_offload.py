@@ -167,3 +167,23 @@ def test_zero3_optimizer_offload_keeps_the_16_bit_shard_on_the_device():
     shard = 8.03e9 * 2.0 / 8
     assert offloaded.weights_bytes == pytest.approx(plain.weights_bytes + shard, rel=0.01)
     assert offloaded.optimizer_bytes == 0.0
+
+
+def test_plan_on_one_device_lists_an_offload_plan_once_not_once_per_zero_stage(capsys):
+    """With nothing to shard every ZeRO stage is the same offload plan (same step, same memory): the top of
+    `plan --devices 1 --offload optimizer` was z0, z1, z2, z3 of one plan. It is listed once, at ZeRO-1 (the
+    least stage ZeRO-Offload runs on), and the other plans differ in something."""
+    import json
+
+    from helpers import call_entry
+    code, out, err = call_entry(["plan", "--model", "llama3-8b", "--hardware", "h100-sxm", "--devices", "1",
+                                 "--offload", "optimizer", "--json"], capsys)
+    assert code == 0, err
+    plans = json.loads(out)["plans"]
+    assert {p["parallel"]["zero"] for p in plans} == {1}
+    keys = [(p["micro_batch"], p["recompute"]) for p in plans]
+    assert len(keys) == len(set(keys))
+    code, out, err = call_entry(["plan", "--model", "llama3-8b", "--hardware", "h100-sxm", "--devices", "8",
+                                 "--global-batch", "64", "--offload", "optimizer", "--json"], capsys)
+    assert code == 0, err                          # on 8 replicas the stages differ and are all searched
+    assert len({p["parallel"]["zero"] for p in json.loads(out)["plans"]}) > 1

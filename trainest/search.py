@@ -445,10 +445,17 @@ def _one_replica(lay: np.ndarray) -> np.ndarray:
 
 
 def _zero_above_the_least(combo: np.ndarray) -> np.ndarray:
-    """Combinations whose ZeRO stage is above the least searched one, without offload (ZeRO-Offload
-    needs its stage even on one replica): on a row of one replica they repeat that plan."""
-    least = combo[:, 0].min() if combo.size else 0.0
-    return (combo[:, 0] > least) & (combo[:, 4] == float(OFFLOAD_CODES["none"]))
+    """Combinations that on a row of one replica repeat another plan: without offload, a ZeRO stage above
+    the least searched one; with offload, any stage but the least searched from 1 up (ZeRO-Offload runs
+    on a ZeRO stage, DeepSpeed's 1-3; with nothing to shard every stage is the same step and memory, so
+    plans z0..z3 with the same offload filled the top of a one-device plan)."""
+    if not combo.size:
+        return np.zeros(0, dtype=bool)
+    stage, plain = combo[:, 0], combo[:, 4] == float(OFFLOAD_CODES["none"])
+    least = stage.min()
+    staged = stage[~plain & (stage >= 1.0)]
+    least_offload = staged.min() if staged.size else (stage[~plain].min() if (~plain).any() else least)
+    return np.where(plain, stage > least, stage != least_offload)
 
 
 def enumerate_plans(base: Scenario, devices: int, space: SearchSpace) -> Grid:
