@@ -136,6 +136,10 @@ BAD_OPTIONS = [
     ("config-missing-file", ["--config", "no-such-scenario.yaml"], 1, ("scenario file", "does not exist")),
     ("unknown-option", ["--gpu", "8"], 2, ("--gpu",)),
     ("missing-value", ["--devices"], 2, ("--devices",)),
+    # DualPipe without a pipeline was accepted, warned as if applied, and estimated as 1F1B
+    ("dualpipe-pp-1", ["--pipeline-schedule", "dualpipe", "--pp", "1"], 1,
+     ("--pipeline-schedule", "dualpipe needs a pipeline", "pp=1", "even pp")),
+    ("dualpipe-pp-default", ["--pipeline-schedule", "dualpipe"], 1, ("--pipeline-schedule", "pp=1")),
 ]
 
 

@@ -75,3 +75,25 @@ def test_plan_searches_only_what_dualpipe_runs():
         m = p.scenario.global_batch // (par.dp * p.scenario.micro_batch)
         assert par.pipeline_schedule == "dualpipe" and par.vpp == 1
         assert par.pp == 1 or (par.pp % 2 == 0 and m >= par.pp and m % 2 == 0)
+
+
+def test_plan_whose_winner_has_no_pipeline_says_dualpipe_does_not_apply_and_reproduces_without_it(capsys):
+    """The winner of `plan --pipeline-schedule dualpipe` on one node has pp 1: its reproducing command gave
+    `--pipeline-schedule dualpipe` (which an estimate refuses at pp 1) and the warning described DualPipe's
+    bubble and memory as if applied."""
+    import json
+
+    from helpers import call_entry
+    args = ["plan", "--model", "llama3.2-3b", "--devices", "8", "--global-batch", "64", "--pipeline-schedule",
+            "dualpipe"]
+    code, out, err = call_entry(args, capsys)
+    assert code == 0, err
+    reproduce = next(line for line in out.splitlines() if line.startswith("Reproduce the winner:"))
+    assert " --pp 1 " in reproduce and "dualpipe" not in reproduce
+    assert "the best plan has no pipeline (pp 1), so DualPipe does not apply" in err
+    assert "DeepSeek-V3's schedule from its report" not in err
+    code, out, err = call_entry([*args, "--json"], capsys)
+    doc = json.loads(out)
+    assert "dualpipe" not in doc["plans"][0]["estimate_args"]
+    code, out, err = call_entry(["estimate", *reproduce.split("trainest estimate ")[1].split(), "--json"], capsys)
+    assert code == 0, err

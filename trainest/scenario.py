@@ -638,6 +638,15 @@ def _check_dualpipe(sizes: dict[str, Any], micro_batches: int, where: str) -> No
                         f"step of at least pp={pp} (half are fed from each end); m = {micro_batches}")
 
 
+def require_a_pipeline_for_dualpipe(s: Scenario, where: str) -> None:
+    """An estimate asked for DualPipe without a pipeline (pp 1, given or by default) is bad input: there is no
+    schedule to apply, and its step would silently be 1F1B's. (`plan` and `sweep` keep pp 1 with it: a plan
+    search weighs pipelines against none, and the plan's reproducing command leaves the schedule out.)"""
+    if s.parallel.pipeline_schedule == "dualpipe" and s.parallel.pp == 1:
+        raise SpecError(f"{where}.parallel.pipeline_schedule: dualpipe needs a pipeline, and pp=1 has none to "
+                        f"schedule (the step would be 1F1B's); give an even pp (2, 4, ...) or leave the schedule out")
+
+
 def memory_headroom_bytes(value: Any, capacity_bytes: float, where: str) -> tuple[str, float]:
     """(the margin as given, in bytes) of `memory_headroom`: "5%" (of capacity), "2GiB", "8e9" or 0."""
     from trainest.units import parse_bytes

@@ -98,7 +98,10 @@ def _estimate(values: dict[str, Any]) -> tuple[Any, list[str]]:
     from trainest.scenario import scenario_from_mapping
     config = values.get("config")
     mapping, shape = scenario_mapping_from_options(config, values)
-    scenario = scenario_from_mapping(mapping, f"scenario {config!r}" if config else "options", shape=shape)
+    where = f"scenario {config!r}" if config else "options"
+    scenario = scenario_from_mapping(mapping, where, shape=shape)
+    from trainest.scenario import require_a_pipeline_for_dualpipe
+    require_a_pipeline_for_dualpipe(scenario, where)
     gate_limits(values)          # bad gate values are bad input before anything is estimated
     result = estimate(scenario)
     from trainest.estimate import plausibility_warnings, tp_overlap_warning

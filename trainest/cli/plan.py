@@ -93,6 +93,10 @@ def search_plans(values: dict[str, Any]) -> tuple[Any, Any, str | None]:
         progress.close()
 
 
+DUALPIPE_NO_PIPELINE = ("pipeline_schedule dualpipe: the best plan has no pipeline (pp 1), so DualPipe does not "
+                        "apply to it; its step is the same without the schedule")
+
+
 def run_plan(values: dict[str, Any]) -> int:
     """Run `trainest plan` for parsed option values; print JSON or tables; return the exit code."""
     from trainest.errors import SpecError
@@ -106,6 +110,10 @@ def run_plan(values: dict[str, Any]) -> int:
     from trainest.cli.estimate import job_warnings
     from trainest.report.plan import print_plan, search_dict
     warnings = job_warnings(result.base)
+    if result.base.parallel.pipeline_schedule == "dualpipe" and result.plans and \
+            result.plans[0].scenario.parallel.pp == 1:         # the schedule does not apply to the winner
+        from trainest.cli.estimate import DUALPIPE_WARNING
+        warnings = [DUALPIPE_NO_PIPELINE if w == DUALPIPE_WARNING else w for w in warnings]
     if values.get("json_out"):
         # the note rides with the warnings: what a script should read beside the plans
         warnings = warnings + ([f"note: {note}"] if note else [])
