@@ -216,3 +216,24 @@ def test_csv_writes_whole_values_as_integers_and_a_short_range_says_where_it_sto
     assert code == 0 and "stops at 64 (128 is past 100)" in " ".join(err.split())
     code, out, err = call_entry(["sweep", "--devices", "8..64"], capsys)
     assert code == 0 and "stops at" not in err
+
+
+def test_sweep_flags_what_estimate_flags(capsys):
+    """A sweep on uncalibrated hardware, of a LoRA under a framework no run measured, said none of what
+    `estimate` says of each of its points: the uncalibrated note, the framework and fine-tuning warnings.
+    They come once (not once per point), and in each point's JSON warnings as `estimate --json` has them."""
+    args = ["sweep", "--model", "qwen3-0.6b", "--hardware", "dgx-spark", "--devices", "1", "--global-batch", "8",
+            "--seq-len", "1024,2048", "--finetune", "lora", "--framework", "hf-accelerate"]
+    code, out, err = call_entry(args, capsys)
+    assert code == 0, err
+    assert "Note: dgx-spark's efficiencies are not validated on measured runs" in " ".join(out.split())
+    assert err.count("Warning: framework hf-accelerate: no bundled measured run uses it") == 1
+    assert err.count("no fine-tuning run is fitted") == 1 and "seq_len=1024: framework" not in err
+    code, out, _ = call_entry([*args, "--json"], capsys)
+    _, est, _ = call_entry(["estimate", *args[1:-6], "--seq-len", "1024", "--finetune", "lora", "--framework",
+                            "hf-accelerate", "--json"], capsys)
+    point = json.loads(out)["sweep"][0]
+    assert set(json.loads(est)["warnings"]) - {w for w in json.loads(est)["warnings"] if "price" in w} \
+        <= set(point["warnings"])
+    code, _, err = call_entry([*args, "--quiet"], capsys)
+    assert code == 0 and err == ""

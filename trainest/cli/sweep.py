@@ -51,6 +51,7 @@ def run_sweep(values: dict[str, Any]) -> int:
         error_line(str(exc))
         return EXIT_BAD_INPUT
     from trainest.report.sweep import csv_text, print_sweep, sweep_dict
+    result, common = _with_job_warnings(result)
     if values.get("json_out"):
         print(report.dumps(sweep_dict(result)))
     elif values.get("csv"):
@@ -62,7 +63,26 @@ def run_sweep(values: dict[str, Any]) -> int:
     if not quiet:
         for path in written:
             print(f"wrote {path}", file=sys.stderr)
+        for w in common:
+            report.warn(w)
         for p in result.points:
             for w in p.warnings:
-                report.warn(f"{result.knob}={p.value}: {w}")
+                if w not in common:
+                    report.warn(f"{result.knob}={p.value}: {w}")
     return EXIT_OK
+
+
+def _with_job_warnings(result: Any) -> tuple[Any, list[str]]:
+    """(the result with each point's job warnings added, as `estimate --json` has them: an unmeasured
+    framework, a fine-tune's default tokens and error, offload priors..., cli.estimate.job_warnings; the
+    warnings every runnable point has, said once rather than once per point)."""
+    from dataclasses import replace
+
+    from trainest.cli.estimate import job_warnings
+    points = tuple(p if p.estimate is None else
+                   replace(p, warnings=p.warnings + tuple(w for w in job_warnings(p.estimate.scenario)
+                                                          if w not in p.warnings))
+                   for p in result.points)
+    runs = [p.warnings for p in points if p.estimate is not None]
+    common = [w for w in runs[0] if all(w in other for other in runs[1:])] if runs else []
+    return replace(result, points=points), common

@@ -14,7 +14,7 @@ from typing import Any
 from trainest import SCHEMA_VERSION
 from trainest.errors import SpecError
 from trainest.report import clean, console, fmt_seconds, fmt_si, print_table
-from trainest.report.estimate import band_pct, estimate_dict
+from trainest.report.estimate import band_pct, estimate_dict, notes
 from trainest.report.plan import _layout
 from trainest.sweep import SweepResult
 from trainest.units import GiB
@@ -181,6 +181,12 @@ def print_sweep(r: SweepResult) -> None:
     con.print()
     for line in terminal_plot(r, con.width):
         con.print(line, markup=False, highlight=False)
+    seen: list[str] = []                 # numbers trainest cannot stand behind, as estimate and plan note them
+    for p in r.points:
+        if p.estimate is not None:
+            seen += [n for n in notes(p.estimate.scenario) if n not in seen]
+    for note in seen:
+        con.print(f"Note: {note}", style="dim", highlight=False)
 
 
 def devices_note(r: SweepResult) -> tuple[bool, str]:
