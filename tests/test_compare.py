@@ -141,3 +141,16 @@ def test_the_table_never_cuts_a_number_on_a_narrow_terminal():
     from trainest.cli import app
     res = CliRunner().invoke(app, ["compare", "--hardware", "h100-sxm,b200"], env={"COLUMNS": "70"})
     assert res.exit_code == 0 and "…" not in res.stdout, res.stdout
+
+
+def test_a_one_machine_fine_tune_compares_in_kwh_and_kg_on_1_device(capsys):
+    """Every MWh and t CO2 cell of a small fine-tune read 0 (and the title `on 1 devices`)."""
+    from helpers import call_entry
+    code, out, err = call_entry(["compare", "--model", "qwen3-0.6b", "--hardware", "h100-sxm,rtx-4090", "--devices",
+                                 "1", "--finetune", "lora", "--tokens", "20M"], capsys)
+    assert code == 0, err
+    head = out.splitlines()
+    assert "each at its best plan on 1 device;" in head[0]
+    assert "kWh  kg CO2" in head[2] and "MWh" not in head[2]
+    row = head[4].split()                          # # hardware N step unit days cost band(4 words) kWh kg ...
+    assert row[1] == "h100-sxm" and float(row[11]) > 0 and float(row[12]) > 0

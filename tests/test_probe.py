@@ -214,6 +214,20 @@ def test_cpu_mapping_takes_power_and_price_from_a_base_entry():
     assert mapping["peak_tflops"] == {"fp32": pytest.approx(0.1)}       # the rates stay measured
 
 
+def test_an_estimate_on_a_probed_cpu_states_its_peak_not_0(tmp_path, capsys):
+    """A CPU's 0.1 TFLOP/s peak read `0.1 TFLOP/s of 0 peak (fp32)`, and its small run's CO2 `0 kg`."""
+    from helpers import call_entry
+    path = tmp_path / "cpu.yaml"
+    mapping = probe.hardware_mapping(fake_cpu(), None, name="cpu")
+    probe.write_hardware_yaml({**mapping, "power_w": 65}, path)
+    code, out, err = call_entry(["estimate", "--hardware", str(path), "--precision", "fp32", "--model", "gpt2-124m",
+                                 "--devices", "1", "--global-batch", "8", "--seq-len", "256", "--tokens", "1M"], capsys)
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "of 0 peak" not in text and "GFLOP/s of 100 GFLOP/s peak (fp32)" in text
+    assert "│ 0 kg CO2" not in text and " kg CO2 at 480 gCO2/kWh" in text
+
+
 def test_gpu_mapping_with_a_catalog_base():
     base = load_hardware("h200-sxm")
     mapping = probe.hardware_mapping(fake_cpu(), fake_gpu(), base=base, name="probed-h200")

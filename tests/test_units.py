@@ -103,3 +103,11 @@ def test_parse_length_binary_suffixes_and_exact_decimal_mantissas(text, expected
 def test_parse_length_refuses_what_is_not_a_whole_count(text):
     with pytest.raises(SpecError, match="not a whole number"):
         parse_length(text, "--global-batch-tokens")
+
+
+def test_fmt_amount_keeps_small_whole_run_amounts_readable():
+    """A fine-tune on one machine: 0.48 kg CO2, 0.75 kWh, 4.4 device-hours, not `0`, `1`, `4`."""
+    from trainest.units import fmt_amount, fmt_co2
+    assert [fmt_amount(x) for x in (0, 0.0004, 0.48, 4.37, 99.4, 1234.5)] == \
+        ["0", "<0.001", "0.48", "4.4", "99", "1,234"]
+    assert fmt_co2(0.48) == "0.48 kg CO2" and fmt_co2(2500) == "2.5 t CO2"

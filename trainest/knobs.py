@@ -112,7 +112,8 @@ KNOBS: tuple[Knob, ...] = (
       "MoeOverlap", group=PARALLEL, job=True),
     K("pipeline_schedule", ("--pipeline-schedule",), "choice", "Pipeline schedule: 1f1b (Megatron's 1F1B, "
       "interleaved with --vpp > 1) or dualpipe (DeepSeek-V3's bidirectional schedule: smaller bubble, two stages' "
-      "weights per device, its all-to-alls hidden; needs an even --pp of 2 or more and --vpp 1).", "1f1b", "PipelineSchedule", group=PARALLEL, job=True),
+      "weights per device, its all-to-alls hidden; needs an even --pp of 2 or more and --vpp 1).", "1f1b",
+      "PipelineSchedule", group=PARALLEL, job=True),
     K("zero", ("--zero",), "int", "ZeRO stage 0-3.", "3 (FSDP); 1 with --pp > 1", group=PARALLEL, searched=True),
     K("fsdp", ("--fsdp",), "flag", "Fully sharded data parallel (= --zero 3).", group=PARALLEL),
     K("sequence_parallel", ("--sequence-parallel/--no-sequence-parallel",), "switch",

@@ -169,8 +169,18 @@ def fmt_money(x: float | None) -> str:
     return "n/a (no price: use --price-per-hour)" if x is None else f"${x:,.0f}"
 
 
+def fmt_amount(x: float) -> str:
+    """A whole-run amount (kWh, kg, device-hours, MWh): thousands separators from 100 up, else two
+    significant digits, so that a small fine-tune's 0.48 kg is not `0` (below 0.001: `<0.001`)."""
+    if x >= 100:
+        return f"{x:,.0f}"
+    if x == 0:
+        return "0"
+    return "<0.001" if x < 0.001 else f"{x:.2g}"
+
+
 def fmt_co2(kg: float | None) -> str:
-    """CO2 mass: tonnes (t) from one tonne up, else kg."""
+    """CO2 mass: tonnes (t) from one tonne up, else kg (fmt_amount: 0.48 kg, not 0)."""
     if kg is None:
         return "n/a"
-    return f"{kg / 1000:,.1f} t CO2" if kg >= 1000 else f"{kg:,.0f} kg CO2"
+    return f"{kg / 1000:,.1f} t CO2" if kg >= 1000 else f"{fmt_amount(kg)} kg CO2"

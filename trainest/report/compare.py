@@ -10,7 +10,7 @@ from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si, prin
 from trainest.report.estimate import band_pct, band_source, estimate_dict
 from trainest.report.plan import _layout, batch_default_note, estimate_args
 from trainest.scenario import scenario_mapping
-from trainest.units import GiB
+from trainest.units import GiB, fmt_amount
 
 
 def entry_dict(en: Entry, objective: str) -> dict[str, Any]:
@@ -54,15 +54,26 @@ def _money(x: float) -> str:
     return "$" + fmt_si(x).replace(" ", "")
 
 
-def _cells(rank: int, en: Entry) -> list[str]:
+def _cells(rank: int, en: Entry, kilo: bool = False) -> list[str]:
+    """A row of the table; `kilo`: energy in kWh and CO2 in kg (every run under a MWh), else MWh and t."""
     e = en.estimate
     assert e is not None
     st, tr = e.step, e.training
+    scale = 1 if kilo else 1000
+    days = f"{tr.time_days:,.1f}" if tr.time_days >= 0.1 else fmt_amount(tr.time_days)
     return [str(rank), en.label + ("" if en.calibrated else " *"), f"{e.scenario.devices:,}",
-            fmt_seconds(st.time_s), f"{tr.time_days:,.1f}", "n/a" if tr.cost_usd is None else _money(tr.cost_usd),
-            band_pct(e), "n/a" if tr.energy_kwh is None else f"{tr.energy_kwh / 1000:,.0f}",
-            "n/a" if tr.co2_kg is None else f"{tr.co2_kg / 1000:,.0f}", f"{e.throughput.mfu:.0%}",
+            fmt_seconds(st.time_s), days, "n/a" if tr.cost_usd is None else _money(tr.cost_usd),
+            band_pct(e), "n/a" if tr.energy_kwh is None else fmt_amount(tr.energy_kwh / scale),
+            "n/a" if tr.co2_kg is None else fmt_amount(tr.co2_kg / scale), f"{e.throughput.mfu:.0%}",
             f"{e.memory.per_device_bytes / GiB:.0f}", st.bottleneck]
+
+
+def small_runs(entries: list[Entry]) -> bool:
+    """Every run's energy under a MWh (a fine-tune on one machine): the table gives kWh and kg CO2, whose
+    digits say something, rather than a column of 0 (or <0.001) MWh and t."""
+    energies = [en.estimate.training.energy_kwh for en in entries if en.estimate is not None]
+    known = [x for x in energies if x is not None]
+    return bool(known) and max(known) < 1000
 
 
 def _how(c: Comparison) -> str:
@@ -70,7 +81,8 @@ def _how(c: Comparison) -> str:
         return f"the fewest devices in {c.devices} that finish within {fmt_seconds(c.deadline_s)}"
     if c.budget_usd is not None:
         return f"its fastest plan on {c.devices} devices that costs at most {fmt_money(c.budget_usd)}"
-    return f"its best plan on {c.devices} devices" + (" (default)" if c.devices_default else "")
+    return f"its best plan on {c.devices} {'device' if str(c.devices) == '1' else 'devices'}" \
+        + (" (default)" if c.devices_default else "")
 
 
 def print_compare(c: Comparison, job_args: str = "") -> None:
@@ -84,12 +96,15 @@ def print_compare(c: Comparison, job_args: str = "") -> None:
     t = Table(title=f"{len(runnable)} of {len(c.entries)} hardware entries, each at {_how(c)}; ranked by "
                     f"{c.objective}", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     caption = ("N devices; step and days to train the tokens; cost at catalog prices; band: the error band of "
-                 "step, days and cost (measured/predicted of runs like this); MWh at rated power × PUE; t CO2 at "
+                 "step, days and cost (measured/predicted of runs like this); {energy} at rated power × PUE; {co2} at "
                  "the grid intensity; MFU; GiB per device; * = not calibrated on measured runs (wider band)")
-    for col in ("#", "hardware", "N", "step", "days", "cost", "band", "MWh", "t CO2", "MFU", "GiB", "bottleneck"):
+    kilo = small_runs(runnable)
+    energy, co2 = ("kWh", "kg CO2") if kilo else ("MWh", "t CO2")
+    caption = caption.format(energy=energy, co2=co2)
+    for col in ("#", "hardware", "N", "step", "days", "cost", "band", energy, co2, "MFU", "GiB", "bottleneck"):
         t.add_column(col, justify="left" if col in ("hardware", "bottleneck") else "right", no_wrap=True)
     for i, en in enumerate(runnable, 1):
-        t.add_row(*_cells(i, en), style="bold" if i == 1 else "")
+        t.add_row(*_cells(i, en, kilo), style="bold" if i == 1 else "")
     print_table(con, t)
     con.print(caption, style="dim")     # (as the table's caption, rich would size the columns by its text)
     if note := batch_default_note(c.job):

@@ -14,7 +14,7 @@ from trainest.precision import weight_bytes_per_param
 from trainest.report import clean, console, fmt_co2, fmt_gib, fmt_money, fmt_seconds, fmt_si, print_table
 from trainest.scenario import Scenario, default_tokens_text, scenario_mapping
 from trainest.step.schedule import bubble_slots
-from trainest.units import plural
+from trainest.units import TERA, fmt_amount, plural
 
 NO_OVERLAP_SHOWN_ABOVE = 0.005     # show the no-overlap bound when it exceeds the step by more than this
 TERM_ABOUT = {
@@ -325,12 +325,20 @@ def band_source(e: Estimate) -> str:
     return f"{b.runs} {what}: {b.group}{widened}{profile}"
 
 
+def flops_of_peak(tflops: float, peak_tflops: float) -> str:
+    """`238.7 TFLOP/s of 989`: a peak of a TFLOP/s and up in TFLOP/s; below (a CPU, a probed laptop) both in
+    the SI prefix that keeps their digits (`58.0 GFLOP/s of 67.1 GFLOP/s`, not `0.1 TFLOP/s of 0`)."""
+    if peak_tflops >= 1:
+        return f"{tflops:.1f} TFLOP/s of {peak_tflops:.0f}"
+    return f"{fmt_si(tflops * TERA, 'FLOP/s')} of {fmt_si(peak_tflops * TERA, 'FLOP/s')}"
+
+
 def throughput_table(e: Estimate):
     th = e.throughput
     return _key_value_table("Throughput", [
         ("tokens/s", f"{fmt_si(th.tokens_per_s)} total, {fmt_si(th.tokens_per_s_per_device)} per device"),
-        ("model FLOP/s per device", f"{th.model_tflops_per_device:.1f} TFLOP/s of {th.peak_tflops_per_device:.0f}"
-                                    f" peak ({e.scenario.precision})"),
+        ("model FLOP/s per device", flops_of_peak(th.model_tflops_per_device, th.peak_tflops_per_device)
+         + f" peak ({e.scenario.precision})"),
         ("MFU / HFU", f"{th.mfu:.1%} / {th.hfu:.1%}" + (
             " (fine-tuning: the FLOPs a frozen base needs, forward + data gradients + adapters)"
             if e.scenario.finetune.frozen else "")),
@@ -373,9 +381,9 @@ def run_table(e: Estimate):
         ("steps", f"{tr.steps:,}"),
         ("wall time", f"{tr.time_days:.2f} days"
          + band_text(e, tr.time_s_low, tr.time_s_high, lambda lo, hi: f"{lo / 86400:.2f}–{hi / 86400:.2f} days")),
-        ("device-hours", f"{tr.device_hours:,.0f}"),
+        ("device-hours", fmt_amount(tr.device_hours)),
         ("energy", "n/a (device power unknown)" if tr.energy_kwh is None else
-         f"{tr.energy_kwh:,.0f} kWh (rated power, PUE {tr.pue:g})"),
+         f"{fmt_amount(tr.energy_kwh)} kWh (rated power, PUE {tr.pue:g})"),
         ("CO2", "n/a (device power unknown)" if tr.co2_kg is None else
          f"{fmt_co2(tr.co2_kg)} at {tr.grid_gco2_per_kwh:g} gCO2/kWh"
          + ("  (default: world average 2023)" if "grid_gco2_per_kwh" in derived else "")),

@@ -105,7 +105,8 @@ def terminal_plot(r: SweepResult, columns: int | None = None) -> list[str]:
     title = "tokens/s per device (┆ ideal)" if devices else "tokens/s"
     bar_width, mfu_width = BAR_WIDTH, MFU_WIDTH
     if columns is not None:
-        # a row: label, step, bar, rate, MFU bar, MFU, then the scaling (its header is 9 wide) and '(does not fit)' where shown
+        # a row: label, step, bar, rate, MFU bar, MFU, then the scaling (its header is 9 wide) and
+        # '(does not fit)' where shown
         fixed = width + 2 + 9 + 2 + 1 + 8 + 2 + 1 + 4 + (9 if devices else 0) \
             + (16 if any(not p.estimate.memory.fits for p in ok if p.estimate is not None) else 0)
         spare = columns - fixed
