@@ -470,3 +470,16 @@ def test_the_layout_row_marks_the_parallel_sizes_that_were_defaults():
     """tp, pp, cp, vpp and sequence-parallel are listed in inputs.derived; the table said nothing."""
     words = " ".join(invoke("estimate", "--tp", "2").stdout.replace("│", " ").split())
     assert "(pp, cp, vpp, sequence-parallel: default)" in words
+
+
+def test_plan_help_says_what_plan_does_without_a_global_batch_and_with_quiet(capsys):
+    """`plan --help` called --global-batch required (plan takes 0.5M tokens without it) and --quiet 'No
+    progress bar.' (it silences the warnings too)."""
+    result = invoke("plan", "--help", env={"COLUMNS": "200"})
+    text = " ".join(result.stdout.split())
+    assert "is required" not in text and "0.5M tokens in whole sequences" in text
+    assert "No progress bar, no warnings." in text
+    code, out, err = call_entry(["plan", "--model", "qwen3-0.6b", "--hardware", "dgx-spark", "--devices", "1",
+                                 "--finetune", "lora", "--quiet"], capsys)
+    assert code == 0 and "Global batch" not in err and err == ""
+    assert "(default: 0.5M tokens, a multiple of the device count)" in " ".join(out.split())

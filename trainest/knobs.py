@@ -206,7 +206,7 @@ BY_NAME: dict[str, Knob] = {k.name: k for k in ESTIMATE_OPTIONS}
 _PLAN_HELP = {
     "devices": "Device count N, or a range such as 256..8192 (with --deadline, --budget, or neither: the fewest "
                "that fit, and the fastest plan per count).",
-    "global_batch": "Global batch B, in sequences (this or --global-batch-tokens is required).",
+    "global_batch": "Global batch B, in sequences (or --global-batch-tokens).",
     "tp_overlap": "Every plan pipelines its TP collectives with the GEMMs (Megatron --tp-comm-overlap).",
     "dp_collectives": "How every plan's data-parallel/ZeRO rings use the NICs: hierarchical (every NIC of a node) "
                       "or flat (one NIC per device, e.g. DeepSpeed ZeRO-3 of 2021).",
@@ -223,7 +223,9 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
     BY_NAME["hardware"]._replace(kind="list", help="Hardware catalog name or YAML path (one; to compare several, "
                                                    "use trainest compare)."),
     BY_NAME["devices"]._replace(kind="str", help=_PLAN_HELP["devices"]),
-    BY_NAME["global_batch"]._replace(help=_PLAN_HELP["global_batch"], show_default=None),
+    BY_NAME["global_batch"]._replace(help=_PLAN_HELP["global_batch"],
+                                     show_default="0.5M tokens in whole sequences, a multiple of the (largest) "
+                                                  "device count"),
     BY_NAME["global_batch_tokens"],
     *(k for k in KNOBS if k.group == SHAPE),      # the model's shape overrides, as estimate takes them
     *(BY_NAME[n] for n in ("precision", "seq_len", "devices_per_node", "attention", "framework", "kernels",
@@ -255,7 +257,7 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
     K("device_counts", ("--device-counts",), "choice", "Counts tried in a --devices range: powers of two, or "
       "multiples of the node size.", "pow2", "DeviceCounts", group=COMMAND, value="pow2"),
     BY_NAME["json_out"],
-    BY_NAME["quiet"]._replace(help="No progress bar."),
+    BY_NAME["quiet"]._replace(help="No progress bar, no warnings."),
 )
 
 # `trainest compare`: plan's job and search options, over several hardware entries
@@ -282,7 +284,7 @@ COMPARE_OPTIONS: tuple[Knob, ...] = (
                                      "most this many USD, e.g. 2e6."),
     _BY_PLAN["device_counts"], _BY_PLAN["allow"],
     BY_NAME["json_out"],
-    BY_NAME["quiet"]._replace(help="No progress bar, no notes."),
+    BY_NAME["quiet"]._replace(help="No progress bar, no warnings, no notes."),
 )
 
 # `trainest sweep`: estimate's inputs, of which the sweepable take a range or a list (trainest.sweep.SWEEPABLE)
