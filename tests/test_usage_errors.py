@@ -37,3 +37,11 @@ def test_no_arguments_prints_the_help():
     r = run([])
     assert "estimate" in r.stdout and "Usage" in r.stdout
     assert "Traceback" not in r.stderr
+
+
+def test_sweep_csv_and_json_together_is_one_clear_error(capsys):
+    """`sweep --csv --json` printed the JSON and dropped the CSV without a word."""
+    from helpers import call_entry
+    code, out, err = call_entry(["sweep", "--devices", "8,16", "--global-batch", "64", "--csv", "--json"], capsys)
+    assert (code, out) == (1, "") and err.count("\n") == 1
+    assert err.startswith("Error: --csv and --json") and "one of them" in err

@@ -36,6 +36,9 @@ def run_sweep(values: dict[str, Any]) -> int:
     from trainest import report
     from trainest.errors import SpecError
     from trainest.sweep import range_note, sweep, swept_knob
+    if values.get("csv") and values.get("json_out"):
+        error_line("--csv and --json both print the points on stdout; give one of them")
+        return EXIT_BAD_INPUT
     quiet = bool(values.get("quiet"))
     progress = report.LazyProgress("sweeping", enabled=not quiet and not values.get("json_out")
                                    and not values.get("csv"))
