@@ -140,6 +140,9 @@ BAD_OPTIONS = [
     ("dualpipe-pp-1", ["--pipeline-schedule", "dualpipe", "--pp", "1"], 1,
      ("--pipeline-schedule", "dualpipe needs a pipeline", "pp=1", "even pp")),
     ("dualpipe-pp-default", ["--pipeline-schedule", "dualpipe"], 1, ("--pipeline-schedule", "pp=1")),
+    # an adapter option without --finetune: the method is full because none was given, and the message says so
+    ("lora-rank-without-finetune", ["--lora-rank", "16"], 1,
+     ("--lora-rank", "LoRA/QLoRA adapters only", "full (the default: no fine-tuning method given)", "--finetune")),
 ]
 
 

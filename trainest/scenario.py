@@ -722,8 +722,9 @@ def check_finetune(data: Any, model: Model, precision: str, where: str) -> FineT
     if method == "full":
         given = [k for k in ("rank", "alpha", "targets") if d.get(k) is not None]
         if given:
+            how = "full" if stated else "full (the default: no fine-tuning method given)"
             raise SpecError(f"{w}.{given[0]}: {F.show(d[given[0]])} applies to LoRA/QLoRA adapters only, and the "
-                            f"method is full; give method lora or qlora (--finetune)")
+                            f"method is {how}; give method lora or qlora (--finetune)")
         if d.get("base_bits") not in (None, 16):
             raise SpecError(f"{w}.base_bits: {F.show(d['base_bits'])} is for a frozen, quantised base (LoRA: 8, "
                             f"QLoRA: 4); a full fine-tune trains 16-bit weights: use 16 or method lora/qlora")
