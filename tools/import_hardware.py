@@ -254,8 +254,16 @@ DEVICES_PER_NODE_CHOICES: dict[str, tuple[int, str]] = {
 }
 
 # --- Gap-filling values: schema fields that the catalog leaves null but trainest needs -------------------------------
-# Each is listed in the file's derived_fields with this reason. Keep this table short and documented.
+# (and the peaks whose catalog figure is not the rate training runs at). Each is listed in the file's derived_fields
+# with this reason. Keep this table short and documented.
+GEFORCE_FP16_REASON = (
+    "peak_tflops.fp16 = {v}: the fp32-accumulate rate (the bf16 figure), not the catalog's {c} (fp16 accumulate): "
+    "GeForce cards halve 16-bit tensor math with fp32 accumulate, and training's fp16 GEMMs (PyTorch autocast, "
+    "cuBLAS CUBLAS_COMPUTE_32F) accumulate in fp32, as the catalog's own notes say"
+)
 ASSUMED_VALUES: dict[str, dict[str, tuple[float, str]]] = {
+    "rtx-4090": {"peak_tflops.fp16": (165.2, GEFORCE_FP16_REASON.format(v=165.2, c=330.3))},
+    "rtx-5090": {"peak_tflops.fp16": (209.5, GEFORCE_FP16_REASON.format(v=209.5, c=419))},
     "cerebras-wse-3": {
         "peak_tflops.fp16": (
             62500,
