@@ -813,9 +813,10 @@ def _sweep_record(s: Sweep, unit: str) -> dict[str, Any]:
 def cpu_peaks(cpu: CpuProbe) -> tuple[dict[str, float], list[str]]:
     """peak_tflops from the CPU's measured GEMM rates, and notes on what was left out and why.
 
-    fp32 is numpy's BLAS rate. A 16-bit rate is given only when at least FAST_16BIT_MIN_RATIO of the
-    fp32 rate: numpy's float16 GEMM is an emulated loop far slower than fp32, which no trainer
-    would run in, and numpy has no bfloat16 at all. fp64 is recorded but trainest has no fp64 peak.
+    fp32 is numpy's BLAS rate. A 16-bit rate is given only when a BLAS computed it and it is at least
+    FAST_16BIT_MIN_RATIO of the fp32 rate: numpy's float16 GEMM is an emulated loop far slower than fp32,
+    which no trainer would run in (never a peak, even when a busy machine measured fp32 low), and numpy
+    has no bfloat16 at all. fp64 is recorded but trainest has no fp64 peak.
     """
     fp32 = cpu.gemm_sweep("fp32")
     fp32_best = None if fp32 is None else fp32.best
@@ -828,10 +829,10 @@ def cpu_peaks(cpu: CpuProbe) -> tuple[dict[str, float], list[str]]:
     fp16 = cpu.gemm_sweep("fp16")
     if fp16 is not None and fp16.best_rate_per_s is not None:
         rate = fp16.best_rate_per_s
-        if rate >= FAST_16BIT_MIN_RATIO * fp32_rate:
+        if not fp16.emulated and rate >= FAST_16BIT_MIN_RATIO * fp32_rate:
             peaks["fp16"] = _tflops(rate)
-            notes.append(f"peak_tflops.fp16 = the measured numpy float16 GEMM rate ({_gflops(rate)} GFLOP/s"
-                         f"{', emulated' if fp16.emulated else ''}), at least the fp32 rate.")
+            notes.append(f"peak_tflops.fp16 = the measured numpy float16 GEMM rate ({_gflops(rate)} GFLOP/s), "
+                         f"at least the fp32 rate.")
         else:
             how = "emulated (no BLAS)" if fp16.emulated else "slow"
             notes.append(f"fp16 left out: numpy's float16 GEMM is {how}, "
