@@ -37,7 +37,7 @@ from typing import Any
 from trainest import SCHEMA_VERSION  # noqa: F401 - re-exported
 from trainest import fields as F
 from trainest.catalog import Hardware, specs_dir
-from trainest.conventions import FLOPS_FORMULAS
+from trainest.conventions import ACTIVE_PARAM_FORMULAS, FLOPS_FORMULAS
 from trainest.errors import SpecError, show
 from trainest.scenario import RUN_ONLY_KEYS, SCENARIO_KEYS, Scenario, relative_to_file, scenario_from_mapping
 from trainest.units import GB, TERA, GiB, parse_count
@@ -397,6 +397,15 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
                 skipped.append(NotExpressible(run_id, group, hw_name, f"does not validate: {exc}", rec_set))
                 continue
             case = Case(run_id, group, citation, scenario, measurement, confidence, rec_set)
+            if measurement.flops_formula is not None:
+                try:
+                    source_flops_per_step(case)     # a formula that cannot count this model: said here
+                except SpecError as exc:
+                    text = str(exc).replace(f"run {run_id!r}: ", "")
+                    if user_files:
+                        raise SpecError(f"{where}.measured.flops_formula: {text}") from None
+                    skipped.append(NotExpressible(run_id, group, hw_name, f"does not validate: {text}", rec_set))
+                    continue
             check_measurement(case, f"{where}.measured", user_files)
             warnings += metric_disagreements(case, rec["measured"], where)
             cases.append(case)
@@ -408,9 +417,12 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
 def source_flops_per_step(case: Case) -> float:
     """F: FLOPs of one step under the source's own convention (FLOPS_FORMULAS[flops_formula]) [FLOP]."""
     m, s = case.scenario.model, case.scenario
-    if case.measurement.flops_formula is None:
+    formula = case.measurement.flops_formula
+    if formula is None:
         raise SpecError(f"run {case.id!r}: its metric needs a flops_formula")
-    fn = FLOPS_FORMULAS[case.measurement.flops_formula]
+    if m.moe is not None or m.mla is not None or m.hybrid is not None:
+        return active_flops_per_step(case, formula)
+    fn = FLOPS_FORMULAS[formula]
     kwargs: dict[str, Any] = dict(layers=m.layers, hidden=m.hidden, ffn_hidden=m.ffn_hidden, heads=m.heads,
                                   kv_heads=m.kv_heads, vocab=m.vocab, mlp=m.mlp, seq_len=s.seq_len,
                                   global_batch=s.global_batch)
@@ -420,6 +432,28 @@ def source_flops_per_step(case: Case) -> float:
     if "tied_embeddings" in accepted:
         kwargs["tied_embeddings"] = m.tied_embeddings
     return float(fn(**kwargs))
+
+
+def active_flops_per_step(case: Case, formula: str) -> float:
+    """F of a mixture-of-experts, latent-attention or hybrid model under `formula`, one of
+    ACTIVE_PARAM_FORMULAS: 6 FLOPs per active matmul parameter per token N_a (the active parameters less
+    the input embedding: the routed experts a token goes to, the shared ones, MLA's projections, Mamba
+    blocks), plus for palm/torchtitan the attention scores 6·L_a·a·(d_qk + d_v)·s per token (L_a layers
+    with attention). The other formulas are a dense transformer's closed forms and would count each MoE
+    layer as one dense MLP of ffn_hidden: a SpecError naming the ones that apply."""
+    m, s = case.scenario.model, case.scenario
+    kind = "a hybrid Mamba model" if m.hybrid is not None else "a mixture of experts" if m.moe is not None \
+        else "a latent-attention (MLA) model"
+    if formula not in ACTIVE_PARAM_FORMULAS:
+        raise SpecError(f"run {case.id!r}: flops_formula {formula} counts a dense transformer's FLOPs and "
+                        f"{m.name} is {kind} (its MoE layers would count as one dense MLP); allowed for it: "
+                        f"{', '.join(ACTIVE_PARAM_FORMULAS)} (6 FLOPs per active parameter per token; palm and "
+                        f"torchtitan add the attention scores), or give step_time_s or tokens_per_s")
+    active_matmul = m.active_params - m.embedding_params + m.vocab * m.hidden     # the logit layer multiplies
+    per_token = 6.0 * active_matmul
+    if formula != "6n":
+        per_token += 6.0 * m.attention_layers * m.heads * (m.qk_head_dim + m.v_head_dim) * s.seq_len
+    return per_token * s.tokens_per_step
 
 
 def metric_from_step_time_s(case: Case, step_s: float) -> float:
