@@ -86,3 +86,77 @@ def test_torchtitan_mfu_is_palms_count(tmp_path):
         rec = {**LLAMA, "measured": {"mfu": 0.4, "flops_formula": formula}}
         step = measured_step_s(tmp_path, rec, f"{formula}.yaml")
         assert step == pytest.approx(per_token * tokens_per_step(LLAMA) / (0.4 * 8 * peak), rel=1e-9)
+
+
+# ------------------------------------------------------------------------------------ tokens/s per device
+
+def test_tokens_per_s_per_device_is_one_devices_share(tmp_path):
+    total = measured_step_s(tmp_path, LLAMA, "total.yaml")
+    per_device = measured_step_s(tmp_path, {**LLAMA, "measured": {"tokens_per_s_per_device": 50400 / 8}}, "pd.yaml")
+    assert per_device == pytest.approx(total, rel=1e-12)
+    doc = json.loads(run("validate", "--runs", str(tmp_path / "pd.yaml"), "--json").stdout)
+    assert doc["runs"][0]["metric"] == "tokens_per_s_per_device"
+    assert doc["runs"][0]["predicted"] == pytest.approx(doc["runs"][0]["predicted_step_s"] ** -1 * 8192 * 8 / 8)
+
+
+def test_a_whole_jobs_tokens_per_s_given_per_device_is_an_error(tmp_path):
+    line = one_error(run("validate", "--runs", runs_file(tmp_path, {**LLAMA, "measured": {
+        "tokens_per_s_per_device": 50400 * 8}})))
+    assert "tokens_per_s_per_device" in line and "one device's" in line
+
+
+# --------------------------------------------------- other tools' names: one line naming trainest's name
+
+@pytest.mark.parametrize("key, value, named", [
+    ("seq_length", 8192, "'seq_len'"), ("max_seq_length", 8192, "'seq_len'"), ("sequence_length", 8192, "'seq_len'"),
+    ("global_batch_size", 8, "'global_batch'"), ("micro_batch_size", 1, "'micro_batch'"),
+    ("gradient_accumulation_steps", 4, "gradient_accumulation_steps, in sequences"), ("num_gpus", 8, "'devices'"),
+], ids=lambda x: str(x))
+def test_another_tools_run_key_names_trainests(tmp_path, key, value, named):
+    line = one_error(run("validate", "--runs", runs_file(tmp_path, {**LLAMA, key: value})))
+    assert f"unknown key {key!r}" in line and named in line
+
+
+@pytest.mark.parametrize("measured, named", [
+    ({"step_time_ms": 1300}, "'step_time_s'? in seconds: the milliseconds / 1000"),
+    ({"tps": 6300}, "'tokens_per_s_per_device'"), ({"tokens_per_s_per_gpu": 6300}, "'tokens_per_s_per_device'"),
+    ({"tflops_per_gpu": 400}, "'tflops_per_device'"), ({"mfu_pct": 40}, "a fraction"),
+], ids=lambda x: str(x))
+def test_another_tools_measured_key_names_trainests(tmp_path, measured, named):
+    line = one_error(run("validate", "--runs", runs_file(tmp_path, {**LLAMA, "measured": measured})))
+    assert "unknown key" in line and named in line
+
+
+def test_another_tools_parallel_key_names_trainests(tmp_path):
+    line = one_error(run("validate", "--runs", runs_file(tmp_path, {**LLAMA, "parallel": {
+        "tensor_model_parallel_size": 1}})))
+    assert "'tensor_model_parallel_size'" in line and "did you mean 'tp'" in line
+
+
+@pytest.mark.parametrize("framework, named", [("composer", "llm-foundry"), ("accelerate", "hf-accelerate"),
+                                              ("megatron-lm", "megatron-core"), ("deepspeed-moe", "deepspeed"),
+                                              ("megablocks", "Megablocks is an MoE layer")])
+def test_a_framework_by_another_name_is_an_error_naming_trainests(tmp_path, framework, named):
+    line = one_error(run("validate", "--runs", runs_file(tmp_path, {**LLAMA, "framework": framework})))
+    assert f"{framework!r} is not allowed" in line and named in line and "'l8'" in line
+
+
+@pytest.mark.parametrize("name, entry", [("NVIDIA H100 80GB HBM3", "h100-sxm"), ("A100-SXM4-40GB", "a100-40gb-sxm"),
+                                         ("AMD Instinct MI300X", "mi300x"), ("TPU v5p", "tpu-v5p"),
+                                         ("NVIDIA GeForce RTX 4090", "rtx-4090")])
+def test_a_device_name_as_nvidia_smi_prints_it_names_the_catalog_entry(tmp_path, name, entry):
+    line = one_error(run("validate", "--runs", runs_file(tmp_path, {**LLAMA, "hardware": name})))
+    assert f"did you mean {entry!r}?" in line and "'l8'" in line
+
+
+def test_a_prefix_of_several_hardware_names_lists_them():
+    r = run("estimate", "--hardware", "h100")
+    assert r.exit_code == 1 and "'h100-pcie'" in r.stderr and "'h100-sxm'" in r.stderr
+
+
+@pytest.mark.parametrize("model, named", [("meta-llama/Meta-Llama-3-8B", "its preset is 'llama3-8b'"),
+                                          ("mistralai/Mixtral-8x7B-v0.1", "its preset is 'mixtral-8x7b'"),
+                                          ("deepseek-ai/DeepSeek-V2-Lite", "huggingface-cli download")])
+def test_a_hub_model_name_says_what_to_give(tmp_path, model, named):
+    line = one_error(run("validate", "--runs", runs_file(tmp_path, {**LLAMA, "model": model})))
+    assert "Hugging Face Hub name" in line and named in line and f"model {model!r}" in line

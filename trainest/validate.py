@@ -6,6 +6,7 @@ unit (the first one present, in this order):
 
     step_time_s                         seconds per optimizer step
     tokens_per_s                        tokens per second, all devices together
+    tokens_per_s_per_device             tokens per second of one device (torchtitan's tps, NeMo's per GPU)
     tflops_per_device + flops_formula   the source's TFLOP/s per device, reproduced with the source's
                                         own FLOP count F (trainest.conventions.FLOPS_FORMULAS)
     mfu + flops_formula                 the source's MFU (fraction of the dense peak of the run's precision;
@@ -46,7 +47,7 @@ SECONDS_PER_HOUR = 3600.0
 RUNS_FILE_KEYS = ("runs",)
 RUNS_FILE_OPTIONAL_KEYS = ("source", "set")   # source: the default of records that give none
 PUBLIC_SET = "public"               # the run set of a runs file without `set:` (published runs)
-MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens",
+MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_device", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens",
                  "peak_memory_gib", "mfu_peak")
 # the peak an `mfu` is a fraction of: the dense peak of the run's precision (the default), or the bf16 peak, which
 # torchtitan and other loggers divide by even for an FP8 run
@@ -57,6 +58,7 @@ CONFIDENCE = ("high", "medium", "low")
 METRICS: dict[str, tuple[str, str]] = {
     "step_time_s": ("step time", "s"),
     "tokens_per_s": ("tokens/s", "tokens/s"),
+    "tokens_per_s_per_device": ("tokens/s per device", "tokens/s"),
     "tflops_per_device": ("TFLOP/s per device", "TFLOP/s"),
     "mfu": ("MFU", "fraction"),
     "device_hours": ("device-hours", "h"),
@@ -241,6 +243,8 @@ IMPOSSIBLE_CAUSES = {
                    "of global_batch sequences (the file's value is the whole step's)",
     "tokens_per_s": "it may count more devices than the run's {devices} (the file's value is the tokens/s of the "
                     "run's {devices} devices together), or devices or model may not be the run's",
+    "tokens_per_s_per_device": "it may be the whole job's tokens/s (the file's value is one device's; the total "
+                               "is tokens_per_s), or devices or model may not be the run's",
     "tflops_per_device": "it may be the whole job's TFLOP/s (the file's value is per device), or flops_formula may "
                          "not be the source's",
     "mfu": "flops_formula may count fewer FLOPs than the source's",
@@ -321,6 +325,33 @@ def check_measurement(case: Case, where: str, user_file: bool) -> None:
         check_peak_memory(case, where)
 
 
+def run_scenario(rec: dict[str, Any], where: str, user_file: bool) -> Scenario | str:
+    """A record's Scenario; one that does not validate is a SpecError in a user's file (a typo in a value) and
+    the not-expressible reason (a str) in a bundled one."""
+    try:
+        return scenario_from_mapping(rec, where)
+    except SpecError as exc:
+        if user_file:
+            text = str(exc) if str(exc).startswith(where) else f"{where}: {exc}"
+            raise SpecError(f"{text} (fix the value, or mark the run `expressible: false` with a reason)") from None
+        return f"does not validate: {exc}"
+
+
+def check_formula(case: Case, where: str, user_file: bool) -> str | None:
+    """Whether the case's flops_formula can count its model (`source_flops_per_step`): None when it can or
+    the metric needs none; else a SpecError in a user's file, the not-expressible reason in a bundled one."""
+    if case.measurement.flops_formula is None:
+        return None
+    try:
+        source_flops_per_step(case)
+    except SpecError as exc:
+        text = str(exc).replace(f"run {case.id!r}: ", "")
+        if user_file:
+            raise SpecError(f"{where}.measured.flops_formula: {text}") from None
+        return f"does not validate: {text}"
+    return None
+
+
 def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None = None,
               hardware: str | None = None, run_set: str | None = None, user_files: bool = False) -> LoadedRuns:
     """Read and check runs files; build a Scenario for every expressible record.
@@ -387,25 +418,15 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
                 raise SpecError(f"{where}: missing required key 'measured' (an expressible run needs a measurement)")
             measurement = measurement_from_mapping(rec["measured"], f"{where}.measured")
             check_run_keys(rec, where)
-            try:
-                scenario = scenario_from_mapping(rec, where)
-            except SpecError as exc:
-                if user_files:
-                    text = str(exc) if str(exc).startswith(where) else f"{where}: {exc}"
-                    raise SpecError(f"{text} (fix the value, or mark the run `expressible: false` with a "
-                                    f"reason)") from None
-                skipped.append(NotExpressible(run_id, group, hw_name, f"does not validate: {exc}", rec_set))
+            scenario = run_scenario(rec, where, user_files)
+            if isinstance(scenario, str):
+                skipped.append(NotExpressible(run_id, group, hw_name, scenario, rec_set))
                 continue
             case = Case(run_id, group, citation, scenario, measurement, confidence, rec_set)
-            if measurement.flops_formula is not None:
-                try:
-                    source_flops_per_step(case)     # a formula that cannot count this model: said here
-                except SpecError as exc:
-                    text = str(exc).replace(f"run {run_id!r}: ", "")
-                    if user_files:
-                        raise SpecError(f"{where}.measured.flops_formula: {text}") from None
-                    skipped.append(NotExpressible(run_id, group, hw_name, f"does not validate: {text}", rec_set))
-                    continue
+            problem = check_formula(case, where, user_files)
+            if problem is not None:
+                skipped.append(NotExpressible(run_id, group, hw_name, problem, rec_set))
+                continue
             check_measurement(case, f"{where}.measured", user_files)
             warnings += metric_disagreements(case, rec["measured"], where)
             cases.append(case)
@@ -459,7 +480,7 @@ def active_flops_per_step(case: Case, formula: str) -> float:
 def metric_from_step_time_s(case: Case, step_s: float) -> float:
     """The case's metric for a step time t [s], with N devices, B·s tokens per step, C the dense peak:
 
-    step_time_s = t;  tokens_per_s = B·s / t;  tflops_per_device = F / (t·N) / 10¹²;
+    step_time_s = t;  tokens_per_s = B·s / t;  tokens_per_s_per_device = B·s / (t·N);  tflops_per_device = F / (t·N) / 10¹²;
     mfu = F / (t·N·C);  device_hours = tokens / (B·s) · t · N / 3600.
     """
     s, meas = case.scenario, case.measurement
@@ -467,6 +488,8 @@ def metric_from_step_time_s(case: Case, step_s: float) -> float:
         return step_s
     if meas.metric == "tokens_per_s":
         return s.tokens_per_step / step_s
+    if meas.metric == "tokens_per_s_per_device":
+        return s.tokens_per_step / (step_s * s.devices)
     if meas.metric == "tflops_per_device":
         return source_flops_per_step(case) / (step_s * s.devices) / TERA
     if meas.metric == "mfu":
