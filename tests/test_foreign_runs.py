@@ -160,3 +160,21 @@ def test_a_prefix_of_several_hardware_names_lists_them():
 def test_a_hub_model_name_says_what_to_give(tmp_path, model, named):
     line = one_error(run("validate", "--runs", runs_file(tmp_path, {**LLAMA, "model": model})))
     assert "Hugging Face Hub name" in line and named in line and f"model {model!r}" in line
+
+
+# ---------------------------------------------------------------- what the comparison rests on, in --json
+
+def test_json_carries_warnings_unseen_frameworks_and_uncalibrated_hardware(tmp_path):
+    mi300x = {**LLAMA, "id": "amd", "hardware": "mi300x", "framework": "megatron-core", "recompute": "full",
+              "measured": {"step_time_s": 2.0, "tokens_per_s": 1000.0}}
+    moe = {**MIXTRAL, "framework": "deepspeed", "parallel": {"dp": 64, "ep": 8, "zero": 2}}
+    r = run("validate", "--runs", runs_file(tmp_path, mi300x, moe), "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert len(doc["warnings"]) == 1 and "'amd'" in doc["warnings"][0] and "Warning:" in r.stderr
+    assert doc["unseen_frameworks"] == {"deepspeed": 1} and doc["moe_unseen_frameworks"] == {"deepspeed": 1}
+    assert doc["uncalibrated_hardware"] == {"mi300x": 1}
+    assert {x["id"]: x["hardware_calibrated"] for x in doc["runs"]} == {"amd": False, "mx": True}
+    text = " ".join(run("validate", "--runs", str(tmp_path / "mine.yaml")).stdout.split())
+    assert "No bundled measured mixture-of-experts run uses deepspeed (1 run)" in text
+    assert "Efficiencies not fitted on measured runs of this hardware" in text and "mi300x (1 run)" in text

@@ -561,6 +561,7 @@ class RunResult:
     offload: str = "none"                         # OFFLOADS: none | optimizer | optimizer+weights | activations
     misspecified: bool = False                    # needs more than MISSPECIFIED_MEMORY_FACTOR x the device's memory
     mfu_peak: str | None = None                   # metric mfu: MFU_PEAKS, the peak it is a fraction of
+    hardware_calibrated: bool = True              # the hardware's efficiencies fitted on measured runs (else priors)
 
 
 ARCHITECTURES = ("dense", "moe", "hybrid")
@@ -582,6 +583,7 @@ def compare(case: Case, hardware: Hardware | None = None) -> RunResult:
                    measured_memory_bytes=case.measurement.peak_memory_bytes,
                    predicted_memory_bytes=e.memory.per_device_bytes,
                    predicted_no_overlap_step_s=e.step.no_overlap_time_s,
+                   hardware_calibrated=bool(s.hardware.efficiency.fitted),
                    misspecified=e.memory.per_device_bytes > MISSPECIFIED_MEMORY_FACTOR * e.memory.capacity_bytes)
 
 
