@@ -47,7 +47,8 @@ SECONDS_PER_HOUR = 3600.0
 RUNS_FILE_KEYS = ("runs",)
 RUNS_FILE_OPTIONAL_KEYS = ("source", "set")   # source: the default of records that give none
 PUBLIC_SET = "public"               # the run set of a runs file without `set:` (published runs)
-MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_device", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens",
+MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_device", "tflops_per_device", "mfu", "flops_formula",
+                 "device_hours", "tokens",
                  "peak_memory_gib", "mfu_peak")
 # the peak an `mfu` is a fraction of: the dense peak of the run's precision (the default), or the bf16 peak, which
 # torchtitan and other loggers divide by even for an FP8 run
@@ -480,8 +481,8 @@ def active_flops_per_step(case: Case, formula: str) -> float:
 def metric_from_step_time_s(case: Case, step_s: float) -> float:
     """The case's metric for a step time t [s], with N devices, B·s tokens per step, C the dense peak:
 
-    step_time_s = t;  tokens_per_s = B·s / t;  tokens_per_s_per_device = B·s / (t·N);  tflops_per_device = F / (t·N) / 10¹²;
-    mfu = F / (t·N·C);  device_hours = tokens / (B·s) · t · N / 3600.
+    step_time_s = t;  tokens_per_s = B·s / t;  tokens_per_s_per_device = B·s / (t·N);
+    tflops_per_device = F / (t·N) / 10¹²;  mfu = F / (t·N·C);  device_hours = tokens / (B·s) · t · N / 3600.
     """
     s, meas = case.scenario, case.measurement
     if meas.metric == "step_time_s":
