@@ -245,8 +245,23 @@ def load_hardware(value: str) -> Hardware:
     if "," in value and all(part.strip().lower() in files for part in value.split(",")):
         raise SpecError(f"hardware {F.show(value)} names several entries; an estimate or a plan takes one: compare "
                         f"them with `trainest compare --hardware {value}`")
-    raise SpecError(f"unknown hardware {F.show(value)}{did_you_mean(key, files)}; run `trainest list hardware` "
+    raise SpecError(f"unknown hardware {F.show(value)}{_hardware_hint(value, files)}; run `trainest list hardware` "
                     f"for the catalog, or give a path to a hardware YAML file")
+
+
+def _hardware_hint(value: str, files: dict[str, Path]) -> str:
+    """' (did you mean X?)': the catalog entry of a device name as nvidia-smi, rocm-smi or PyTorch print it
+    ("NVIDIA H100 80GB HBM3", "A100-SXM4-40GB", "AMD Instinct MI300X", "TPU v5p"), else the closest names."""
+    from trainest.probe import catalog_match  # only on the error path (start-up time)
+    squeezed = value.lower().replace(" ", "").replace("-", "").replace("_", "")
+    if any(n.startswith(value.strip().lower()) for n in files):
+        return did_you_mean(value.lower(), files)      # the start of several names (`h100`): each of them
+    match = catalog_match(value) or next((n for n in files if n.replace("-", "") == squeezed), None)
+    if match is None and squeezed.startswith(("tpu", "googletpu")):
+        match = next((n for n in files if n.startswith("tpu") and squeezed.endswith(n[3:].replace("-", ""))), None)
+    if match is not None and match in files:
+        return f" (did you mean {match!r}? the catalog's name for {value.strip()})"
+    return did_you_mean(value.lower(), files)
 
 
 @functools.cache
@@ -289,6 +304,36 @@ def _hf_config_file(value: str) -> Path | None:
     return Path(value) / "config.json"
 
 
+def _exists(value: str) -> bool:
+    try:
+        return Path(value).exists()
+    except OSError:   # a name too long for the file system is no file
+        return False
+
+
+def is_hub_name(value: str) -> bool:
+    """`org/name` (a Hugging Face Hub repository id such as meta-llama/Meta-Llama-3-8B) that is no file."""
+    parts = value.split("/")
+    return (len(parts) == 2 and all(parts) and not value.startswith((".", "~"))
+            and not value.endswith((".yaml", ".yml", ".json")) and not _exists(value))
+
+
+def _hub_name_error(value: str) -> str:
+    """The error for a Hub repository id: the preset of the same name when there is one, else how to read its
+    config.json (trainest reads configs offline, it does not download)."""
+    name = value.split("/")[1].lower()
+    names = set(_catalog_files("models")) | set(_model_aliases())
+    squeezed = name.replace("meta-", "").replace("-hf", "").replace("-v0.1", "").replace("-", "").replace("_", "")
+    preset = name if name in names else next((n for n in sorted(names) if n.replace("-", "") == squeezed), None)
+    if preset is not None:
+        canonical = _model_aliases()[preset].stem if preset in _model_aliases() else preset
+        return (f"model {F.show(value)} is a Hugging Face Hub name, not a file (trainest reads no network): its "
+                f"preset is {canonical!r} (model: {canonical}), or give the path of its downloaded config.json")
+    return (f"model {F.show(value)} is a Hugging Face Hub name, not a file (trainest reads no network): download "
+            f"its config.json (huggingface-cli download {value} config.json) and give that path, or a preset "
+            f"(`trainest list models`)")
+
+
 def load_model(value: str) -> Model:
     """A preset name (`llama3-8b`), a path to a model YAML file, or a Hugging Face `config.json` (or
     the folder holding it; read offline by trainest/hf_config.py)."""
@@ -300,13 +345,17 @@ def load_model(value: str) -> Model:
     hf = _hf_config_file(value)
     if hf is not None:
         return _load_hf_config_path(str(hf))
-    if _looks_like_path(value):
+    if _looks_like_path(value) and not is_hub_name(value):
         return _load_model_path(value)
+    if is_hub_name(value):
+        raise SpecError(_hub_name_error(value))
     if key in _model_aliases():
         return _load_model_path(str(_model_aliases()[key]))
     if key in NOT_EXPRESSIBLE_MODELS:
         raise SpecError(f"model {F.show(value)} is not expressible in trainest: {NOT_EXPRESSIBLE_MODELS[key]}")
     hint = did_you_mean(key, set(files) | set(_model_aliases()))
+    if "/" in value and not value.startswith((".", "/")) and value.count("/") == 1:
+        raise SpecError(_hub_name_error(value))
     raise SpecError(f"unknown model {F.show(value)}{hint}; run "
                     f"`trainest list models` for the presets, or give a path to a model YAML file or a Hugging Face "
                     f"config.json")

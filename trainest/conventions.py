@@ -33,6 +33,7 @@ __all__ = [
     "llm_foundry_params",
     "maxtext",
     "six_n",
+    "palm",
     "matmul_params",
     "FLOPS_FORMULAS",
 ]
@@ -225,6 +226,21 @@ def six_n(*, layers, hidden, ffn_hidden, heads, kv_heads, vocab, mlp, seq_len, g
     return 6.0 * N * global_batch * seq_len
 
 
+def palm(*, layers, hidden, ffn_hidden, heads, kv_heads, vocab, mlp, seq_len, global_batch,
+         head_dim=None) -> float:
+    """PaLM's model FLOPs (Chowdhery et al. 2022, Appendix B), which torchtitan's MFU
+    (``get_num_flop_per_token``) and nanoGPT's ``estimate_mfu`` use: 6 FLOPs per non-embedding
+    parameter per token plus the attention scores, not halved for causality, no recompute.
+
+    F = (6 N + 12 l a d s) * B * s      with N = :func:`matmul_params` (the parameters without the input
+                                        embedding, the logit projection included) and d the head dim
+    """
+    N = matmul_params(layers=layers, hidden=hidden, ffn_hidden=ffn_hidden, heads=heads,
+                      kv_heads=kv_heads, vocab=vocab, mlp=mlp, head_dim=head_dim)
+    d = head_dim if head_dim else hidden / heads
+    return (6.0 * N + 12.0 * layers * heads * d * seq_len) * global_batch * seq_len
+
+
 FLOPS_FORMULAS: dict[str, Callable[..., float]] = {
     "narayanan-eq3": narayanan_eq3,
     "korthikanti-eq7": korthikanti_eq7,
@@ -233,4 +249,11 @@ FLOPS_FORMULAS: dict[str, Callable[..., float]] = {
     "llm-foundry": llm_foundry,
     "maxtext": maxtext,
     "6n": six_n,
+    "palm": palm,
+    "torchtitan": palm,     # torchtitan's MFU is PaLM's count (its get_num_flop_per_token)
 }
+
+# the formulas that count any model from its active matmul parameters and attention layers (a mixture of
+# experts, latent attention, Mamba blocks: `validate.source_flops_per_step`); the others are closed forms of
+# a dense transformer's shape and would count an MoE layer as one dense MLP
+ACTIVE_PARAM_FORMULAS = ("6n", "palm", "torchtitan")

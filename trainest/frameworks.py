@@ -130,6 +130,16 @@ def unseen_frameworks(names: Iterable[str]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def moe_unseen_frameworks(runs: Iterable[tuple[str, bool]]) -> dict[str, int]:
+    """How many of `runs` ((framework, is a mixture of experts) per run) are mixture-of-experts runs under a
+    framework no bundled measured MoE run uses (`moe_seen` false), per framework, sorted."""
+    counts: dict[str, int] = {}
+    for name, moe in runs:
+        if moe and name in FRAMEWORKS and not FRAMEWORKS[name].moe_seen:
+            counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 class Framework(NamedTuple):
     """What a training framework does (see the module docstring)."""
 

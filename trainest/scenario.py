@@ -964,7 +964,7 @@ def relative_to_file(data: dict[str, Any], folder: Path) -> dict[str, Any]:
     """`data` with its relative model and hardware paths (`prof.yaml`, `../cfg/config.json`) made relative to
     `folder`, the folder of the file that holds them, so that the file means the same from any working
     directory. Catalog names (`h100-sxm`, `llama3-8b`) and absolute paths stay."""
-    from trainest.catalog import is_catalog_name
+    from trainest.catalog import is_catalog_name, is_hub_name
     out = dict(data)
     for key in PATH_KEYS:
         value = data.get(key)
@@ -974,6 +974,8 @@ def relative_to_file(data: dict[str, Any], folder: Path) -> dict[str, Any]:
         named_as_path = "/" in value or value.lower().endswith((".yaml", ".yml", ".json")) or (folder / path).exists()
         if path.is_absolute() or not named_as_path:    # (a mistyped name keeps its did-you-mean error)
             continue
+        if key == "model" and is_hub_name(value.strip()) and not (folder / path).exists():
+            continue     # a Hugging Face Hub id (meta-llama/Meta-Llama-3-8B): load_model says what to give
         if (folder / path).exists() or not path.exists():   # (a path that only the working directory has: as given)
             out[key] = str(folder / path)
     return out

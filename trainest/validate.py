@@ -6,6 +6,7 @@ unit (the first one present, in this order):
 
     step_time_s                         seconds per optimizer step
     tokens_per_s                        tokens per second, all devices together
+    tokens_per_s_per_device             tokens per second of one device (torchtitan's tps, NeMo's per GPU)
     tflops_per_device + flops_formula   the source's TFLOP/s per device, reproduced with the source's
                                         own FLOP count F (trainest.conventions.FLOPS_FORMULAS)
     mfu + flops_formula                 the source's MFU (fraction of the dense peak of the run's precision;
@@ -37,7 +38,7 @@ from typing import Any
 from trainest import SCHEMA_VERSION  # noqa: F401 - re-exported
 from trainest import fields as F
 from trainest.catalog import Hardware, specs_dir
-from trainest.conventions import FLOPS_FORMULAS
+from trainest.conventions import ACTIVE_PARAM_FORMULAS, FLOPS_FORMULAS
 from trainest.errors import SpecError, show
 from trainest.scenario import RUN_ONLY_KEYS, SCENARIO_KEYS, Scenario, relative_to_file, scenario_from_mapping
 from trainest.units import GB, TERA, GiB, parse_count
@@ -46,7 +47,8 @@ SECONDS_PER_HOUR = 3600.0
 RUNS_FILE_KEYS = ("runs",)
 RUNS_FILE_OPTIONAL_KEYS = ("source", "set")   # source: the default of records that give none
 PUBLIC_SET = "public"               # the run set of a runs file without `set:` (published runs)
-MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens",
+MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_device", "tflops_per_device", "mfu", "flops_formula",
+                 "device_hours", "tokens",
                  "peak_memory_gib", "mfu_peak")
 # the peak an `mfu` is a fraction of: the dense peak of the run's precision (the default), or the bf16 peak, which
 # torchtitan and other loggers divide by even for an FP8 run
@@ -57,6 +59,7 @@ CONFIDENCE = ("high", "medium", "low")
 METRICS: dict[str, tuple[str, str]] = {
     "step_time_s": ("step time", "s"),
     "tokens_per_s": ("tokens/s", "tokens/s"),
+    "tokens_per_s_per_device": ("tokens/s per device", "tokens/s"),
     "tflops_per_device": ("TFLOP/s per device", "TFLOP/s"),
     "mfu": ("MFU", "fraction"),
     "device_hours": ("device-hours", "h"),
@@ -241,6 +244,8 @@ IMPOSSIBLE_CAUSES = {
                    "of global_batch sequences (the file's value is the whole step's)",
     "tokens_per_s": "it may count more devices than the run's {devices} (the file's value is the tokens/s of the "
                     "run's {devices} devices together), or devices or model may not be the run's",
+    "tokens_per_s_per_device": "it may be the whole job's tokens/s (the file's value is one device's; the total "
+                               "is tokens_per_s), or devices or model may not be the run's",
     "tflops_per_device": "it may be the whole job's TFLOP/s (the file's value is per device), or flops_formula may "
                          "not be the source's",
     "mfu": "flops_formula may count fewer FLOPs than the source's",
@@ -321,6 +326,33 @@ def check_measurement(case: Case, where: str, user_file: bool) -> None:
         check_peak_memory(case, where)
 
 
+def run_scenario(rec: dict[str, Any], where: str, user_file: bool) -> Scenario | str:
+    """A record's Scenario; one that does not validate is a SpecError in a user's file (a typo in a value) and
+    the not-expressible reason (a str) in a bundled one."""
+    try:
+        return scenario_from_mapping(rec, where)
+    except SpecError as exc:
+        if user_file:
+            text = str(exc) if str(exc).startswith(where) else f"{where}: {exc}"
+            raise SpecError(f"{text} (fix the value, or mark the run `expressible: false` with a reason)") from None
+        return f"does not validate: {exc}"
+
+
+def check_formula(case: Case, where: str, user_file: bool) -> str | None:
+    """Whether the case's flops_formula can count its model (`source_flops_per_step`): None when it can or
+    the metric needs none; else a SpecError in a user's file, the not-expressible reason in a bundled one."""
+    if case.measurement.flops_formula is None:
+        return None
+    try:
+        source_flops_per_step(case)
+    except SpecError as exc:
+        text = str(exc).replace(f"run {case.id!r}: ", "")
+        if user_file:
+            raise SpecError(f"{where}.measured.flops_formula: {text}") from None
+        return f"does not validate: {text}"
+    return None
+
+
 def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None = None,
               hardware: str | None = None, run_set: str | None = None, user_files: bool = False) -> LoadedRuns:
     """Read and check runs files; build a Scenario for every expressible record.
@@ -387,16 +419,15 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
                 raise SpecError(f"{where}: missing required key 'measured' (an expressible run needs a measurement)")
             measurement = measurement_from_mapping(rec["measured"], f"{where}.measured")
             check_run_keys(rec, where)
-            try:
-                scenario = scenario_from_mapping(rec, where)
-            except SpecError as exc:
-                if user_files:
-                    text = str(exc) if str(exc).startswith(where) else f"{where}: {exc}"
-                    raise SpecError(f"{text} (fix the value, or mark the run `expressible: false` with a "
-                                    f"reason)") from None
-                skipped.append(NotExpressible(run_id, group, hw_name, f"does not validate: {exc}", rec_set))
+            scenario = run_scenario(rec, where, user_files)
+            if isinstance(scenario, str):
+                skipped.append(NotExpressible(run_id, group, hw_name, scenario, rec_set))
                 continue
             case = Case(run_id, group, citation, scenario, measurement, confidence, rec_set)
+            problem = check_formula(case, where, user_files)
+            if problem is not None:
+                skipped.append(NotExpressible(run_id, group, hw_name, problem, rec_set))
+                continue
             check_measurement(case, f"{where}.measured", user_files)
             warnings += metric_disagreements(case, rec["measured"], where)
             cases.append(case)
@@ -408,9 +439,12 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
 def source_flops_per_step(case: Case) -> float:
     """F: FLOPs of one step under the source's own convention (FLOPS_FORMULAS[flops_formula]) [FLOP]."""
     m, s = case.scenario.model, case.scenario
-    if case.measurement.flops_formula is None:
+    formula = case.measurement.flops_formula
+    if formula is None:
         raise SpecError(f"run {case.id!r}: its metric needs a flops_formula")
-    fn = FLOPS_FORMULAS[case.measurement.flops_formula]
+    if m.moe is not None or m.mla is not None or m.hybrid is not None:
+        return active_flops_per_step(case, formula)
+    fn = FLOPS_FORMULAS[formula]
     kwargs: dict[str, Any] = dict(layers=m.layers, hidden=m.hidden, ffn_hidden=m.ffn_hidden, heads=m.heads,
                                   kv_heads=m.kv_heads, vocab=m.vocab, mlp=m.mlp, seq_len=s.seq_len,
                                   global_batch=s.global_batch)
@@ -422,17 +456,41 @@ def source_flops_per_step(case: Case) -> float:
     return float(fn(**kwargs))
 
 
+def active_flops_per_step(case: Case, formula: str) -> float:
+    """F of a mixture-of-experts, latent-attention or hybrid model under `formula`, one of
+    ACTIVE_PARAM_FORMULAS: 6 FLOPs per active matmul parameter per token N_a (the active parameters less
+    the input embedding: the routed experts a token goes to, the shared ones, MLA's projections, Mamba
+    blocks), plus for palm/torchtitan the attention scores 6·L_a·a·(d_qk + d_v)·s per token (L_a layers
+    with attention). The other formulas are a dense transformer's closed forms and would count each MoE
+    layer as one dense MLP of ffn_hidden: a SpecError naming the ones that apply."""
+    m, s = case.scenario.model, case.scenario
+    kind = "a hybrid Mamba model" if m.hybrid is not None else "a mixture of experts" if m.moe is not None \
+        else "a latent-attention (MLA) model"
+    if formula not in ACTIVE_PARAM_FORMULAS:
+        raise SpecError(f"run {case.id!r}: flops_formula {formula} counts a dense transformer's FLOPs and "
+                        f"{m.name} is {kind} (its MoE layers would count as one dense MLP); allowed for it: "
+                        f"{', '.join(ACTIVE_PARAM_FORMULAS)} (6 FLOPs per active parameter per token; palm and "
+                        f"torchtitan add the attention scores), or give step_time_s or tokens_per_s")
+    active_matmul = m.active_params - m.embedding_params + m.vocab * m.hidden     # the logit layer multiplies
+    per_token = 6.0 * active_matmul
+    if formula != "6n":
+        per_token += 6.0 * m.attention_layers * m.heads * (m.qk_head_dim + m.v_head_dim) * s.seq_len
+    return per_token * s.tokens_per_step
+
+
 def metric_from_step_time_s(case: Case, step_s: float) -> float:
     """The case's metric for a step time t [s], with N devices, B·s tokens per step, C the dense peak:
 
-    step_time_s = t;  tokens_per_s = B·s / t;  tflops_per_device = F / (t·N) / 10¹²;
-    mfu = F / (t·N·C);  device_hours = tokens / (B·s) · t · N / 3600.
+    step_time_s = t;  tokens_per_s = B·s / t;  tokens_per_s_per_device = B·s / (t·N);
+    tflops_per_device = F / (t·N) / 10¹²;  mfu = F / (t·N·C);  device_hours = tokens / (B·s) · t · N / 3600.
     """
     s, meas = case.scenario, case.measurement
     if meas.metric == "step_time_s":
         return step_s
     if meas.metric == "tokens_per_s":
         return s.tokens_per_step / step_s
+    if meas.metric == "tokens_per_s_per_device":
+        return s.tokens_per_step / (step_s * s.devices)
     if meas.metric == "tflops_per_device":
         return source_flops_per_step(case) / (step_s * s.devices) / TERA
     if meas.metric == "mfu":
@@ -504,6 +562,7 @@ class RunResult:
     offload: str = "none"                         # OFFLOADS: none | optimizer | optimizer+weights | activations
     misspecified: bool = False                    # needs more than MISSPECIFIED_MEMORY_FACTOR x the device's memory
     mfu_peak: str | None = None                   # metric mfu: MFU_PEAKS, the peak it is a fraction of
+    hardware_calibrated: bool = True              # the hardware's efficiencies fitted on measured runs (else priors)
 
 
 ARCHITECTURES = ("dense", "moe", "hybrid")
@@ -525,6 +584,7 @@ def compare(case: Case, hardware: Hardware | None = None) -> RunResult:
                    measured_memory_bytes=case.measurement.peak_memory_bytes,
                    predicted_memory_bytes=e.memory.per_device_bytes,
                    predicted_no_overlap_step_s=e.step.no_overlap_time_s,
+                   hardware_calibrated=bool(s.hardware.efficiency.fitted),
                    misspecified=e.memory.per_device_bytes > MISSPECIFIED_MEMORY_FACTOR * e.memory.capacity_bytes)
 
 

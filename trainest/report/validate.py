@@ -8,7 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 from trainest import SCHEMA_VERSION
-from trainest.frameworks import unseen_frameworks
+from trainest.frameworks import moe_unseen_frameworks, unseen_frameworks
 from trainest.report import console, print_table
 from trainest.units import GiB, plural
 from trainest.validate import METRICS, MISSPECIFIED_MEMORY_FACTOR, NotExpressible, RunResult, Summary, ValidationReport
@@ -31,8 +31,21 @@ def report_dict(report: ValidationReport) -> dict[str, Any]:
             "misspecified": [r.id for r in report.runs if r.misspecified],
             "runs": [asdict(r) for r in report.runs],
             "duplicates_skipped": list(report.duplicates),
+            "warnings": list(report.warnings),
+            "unseen_frameworks": unseen_frameworks(r.framework for r in report.runs),
+            "moe_unseen_frameworks": moe_unseen_frameworks((r.framework, r.architecture == "moe") for r in report.runs),
+            "uncalibrated_hardware": uncalibrated_hardware(report.runs),
             "not_expressible": [{"id": n.id, "source": n.source, "hardware": n.hardware, "reason": n.reason,
                                  "run_set": n.run_set} for n in report.not_expressible]}
+
+
+def uncalibrated_hardware(runs: Iterable[RunResult]) -> dict[str, int]:
+    """Runs per hardware whose efficiencies are priors, not fitted on measured runs, sorted."""
+    counts: dict[str, int] = {}
+    for r in runs:
+        if not r.hardware_calibrated:
+            counts[r.hardware] = counts.get(r.hardware, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def fmt_value(value: float, unit: str) -> str:
@@ -155,6 +168,17 @@ def run_notes(result: ValidationReport) -> list[str]:
         out.append(f"No bundled measured run uses the framework{s} {names}: {its} host dispatch and defaults "
                    f"(trainest/frameworks.py) are not validated, so {its} runs' errors include that (JSON: "
                    f"runs[].framework).")
+    moe_unseen = moe_unseen_frameworks((r.framework, r.architecture == "moe") for r in result.runs)
+    if moe_unseen:
+        names = ", ".join(f"{k} ({plural(v, 'run')})" for k, v in moe_unseen.items())
+        out.append(f"No bundled measured mixture-of-experts run uses {names}: its MoE layer (expert loop, "
+                   f"all-to-alls) is predicted, not validated (the MoE runs are Megatron-Core/NeMo's; JSON: "
+                   f"moe_unseen_frameworks).")
+    priors = uncalibrated_hardware(result.runs)
+    if priors:
+        names = ", ".join(f"{k} ({plural(v, 'run')})" for k, v in priors.items())
+        out.append(f"Efficiencies not fitted on measured runs of this hardware (priors: expect larger errors; "
+                   f"`trainest calibrate` fits them to your runs): {names} (JSON: uncalibrated_hardware).")
     out += memory_notes(result.runs)
     defaults = [(r.id, [k for k in r.derived if k not in NOT_STEP_VALUES]) for r in result.runs]
     defaults = [(i, ks) for i, ks in defaults if ks]
