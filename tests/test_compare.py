@@ -154,3 +154,19 @@ def test_a_one_machine_fine_tune_compares_in_kwh_and_kg_on_1_device(capsys):
     assert "kWh  kg CO2" in head[2] and "MWh" not in head[2]
     row = head[4].split()                          # # hardware N step unit days cost band(4 words) kWh kg ...
     assert row[1] == "h100-sxm" and float(row[11]) > 0 and float(row[12]) > 0
+
+
+def test_compare_takes_the_fine_tuning_and_memory_options_plan_takes(capsys):
+    """--offload, --base-bits, --lora-alpha, --memory-headroom, --dp-overlap and --pipeline-schedule reach every
+    entry's job as in `plan` (compare had none of them: a fine-tune that fits only with offload could not be asked)."""
+    args = ["compare", "--model", "llama3-8b", "--hardware", "h100-sxm,a100-80gb-sxm", "--devices", "1",
+            "--finetune", "qlora", "--base-bits", "4", "--lora-alpha", "32", "--seq-len", "2048",
+            "--global-batch", "8", "--memory-headroom", "10%", "--json"]
+    code, out, err = call_entry(args + ["--offload", "optimizer"], capsys)
+    assert code == 0, err
+    entries = json.loads(out)["compare"]
+    assert all(e["can_run"] for e in entries)
+    assert all("--offload" in e["plan"]["estimate_args"] for e in entries)
+    code, out, err = call_entry(args, capsys)
+    assert code == 0, err
+    assert not any("--offload" in e["plan"]["estimate_args"] for e in json.loads(out)["compare"])

@@ -272,11 +272,13 @@ COMPARE_OPTIONS: tuple[Knob, ...] = (
     _BY_PLAN["global_batch"],
     *(k for k in KNOBS if k.group == SHAPE),
     *(BY_NAME[n] for n in ("precision", "seq_len", "attention", "framework", "kernels", "packed_length",
-                           "adam_moments", "recompute_modules", "finetune", "lora_rank", "lora_targets", "tokens",
-                           "pue", "grid_gco2_per_kwh")),
+                           "adam_moments", "recompute_modules", "finetune", "lora_rank", "lora_alpha", "lora_targets",
+                           "base_bits", "offload", "tokens", "pue", "grid_gco2_per_kwh", "memory_headroom")),
+    _BY_PLAN["global_batch_tokens"],
     _BY_PLAN["config"]._replace(help="Scenario YAML for the job (its hardware, layout, micro-batch and recompute are "
                                      "ignored); options override it."),
-    _BY_PLAN["tp_overlap"], _BY_PLAN["dp_collectives"], _BY_PLAN["moe_overlap"],
+    _BY_PLAN["tp_overlap"], _BY_PLAN["dp_collectives"], _BY_PLAN["dp_overlap"], _BY_PLAN["moe_overlap"],
+    _BY_PLAN["pipeline_schedule"],
     _BY_PLAN["objective"]._replace(help="Rank the hardware by the whole run's time, cost or energy."),
     _BY_PLAN["deadline"]._replace(help="With a --devices range: each hardware at the fewest devices that train the "
                                        "tokens within this time, e.g. 30d."),
