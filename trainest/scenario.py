@@ -979,7 +979,8 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
                              "params": m.params, "active_params": m.active_params}
     # the mixture-of-experts, latent-attention, hybrid, MTP and attention-window blocks as the model schema writes
     # them (loadable again)
-    model.update({k: v for k, v in model_mapping(m).items() if k in ("moe", "mla", "hybrid", "mtp", "attention_window")})
+    blocks = ("moe", "mla", "hybrid", "mtp", "attention_window")
+    model.update({k: v for k, v in model_mapping(m).items() if k in blocks})
     return {
         "model": model,
         "seq_len": s.seq_len,

@@ -13,7 +13,7 @@ from trainest.step.rates import window_fraction
 CAUSAL_FRACTION = 0.5              # causal attention computes about half of the s×s scores
 
 
-def mean_window_fraction(model: Model, seq_len: Num) -> Num:
+def mean_window_fraction(model: Model, seq_len: float) -> float:
     """The share of the causal scores the model's mean attention layer computes: (L_a − L_w + L_w·φ_w)/L_a,
     φ_w the window's share over s tokens (rates.window_fraction; unpacked: model FLOPs do not count packing);
     1 without a window [1]."""
@@ -142,7 +142,7 @@ def model_flops_per_step(model: Model, seq_len: Num, global_batch: Num, causal: 
     """3 × forward FLOPs of all layers plus the logits GEMM, for B·s tokens (no recompute) [FLOP]. The
     causal attention counts what a window computes (`mean_window_fraction`, docs/model.md §1)."""
     tokens = global_batch * seq_len
-    frac = CAUSAL_FRACTION * mean_window_fraction(model, seq_len) if causal else 1.0
+    frac = CAUSAL_FRACTION * mean_window_fraction(model, float(seq_len)) if causal else 1.0
     fwd = model.layers * layer_flops_forward(model, tokens, seq_len, frac) + 2.0 * tokens * model.hidden * model.vocab
     return 3.0 * fwd
 
@@ -155,7 +155,7 @@ def mtp_flops_per_step(model: Model, seq_len: Num, global_batch: Num, causal: bo
     if mtp is None:
         return 0.0
     tokens = global_batch * seq_len
-    frac = CAUSAL_FRACTION * mean_window_fraction(model, seq_len) if causal else 1.0
+    frac = CAUSAL_FRACTION * mean_window_fraction(model, float(seq_len)) if causal else 1.0
     weights = sum(model.block_params(k, active=True) for k in mtp.pattern) + 2.0 * model.hidden ** 2
     core = mtp.pattern.count("*") * attention_core_flops_per_token(model, seq_len, frac)
     if "M" in mtp.pattern:

@@ -124,8 +124,8 @@ def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[li
     if job.attention in ("flash", "flash2"):
         # Q·Kᵀ over d_qk and softmax·V over d_v (= 4·score·d_h without MLA); read Q, K, V, write O; packed
         # sequences compute each document's own causal block (packed_fraction)
-        scores = 2.0 * x.score_elements * (m.qk_head_dim + m.v_head_dim) * CAUSAL_FRACTION
-        flops = scores * packed_fraction(job)
+        causal_flops = 2.0 * x.score_elements * (m.qk_head_dim + m.v_head_dim) * CAUSAL_FRACTION
+        flops = causal_flops * packed_fraction(job)
         bytes_moved = job.element_bytes * x.tokens * (2.0 * x.q_width / layout.tp + 2.0 * x.kv_local) if m.mla is None \
             else mla.attention_bytes(job, layout, x)
         window = m.attention_window
@@ -134,7 +134,8 @@ def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[li
             return [fwd], [bwd]
         windowed = m.windowed_layers / m.attention_layers
         parts = [("attention", 1.0 - windowed, flops, r.attention_flops_per_s),
-                 ("attention.window", windowed, scores * windowed_layer_fraction(job), r.window_attention_flops_per_s)]
+                 ("attention.window", windowed, causal_flops * windowed_layer_fraction(job),
+                  r.window_attention_flops_per_s)]
         kernels = [(fused_attention_ops(name, f, bytes_moved, rate, r), share) for name, share, f, rate in parts
                    if share > 0.0]
         return [f.scaled(share) for (f, _), share in kernels], [b.scaled(share) for (_, b), share in kernels]
