@@ -354,3 +354,29 @@ def test_the_scenario_table_names_the_window():
                            env={"COLUMNS": "200"})
     assert result.exit_code == 0
     assert "attention flash (sliding window 128 on 12 of 24 layers)" in result.stdout
+
+
+def test_the_plan_search_times_windowed_models_as_estimate_does():
+    """The vectorised search (arrays of layouts, cp among them: the window's span is min(s/c, w)) gives each
+    plan the step time `estimate` gives it."""
+    import numpy as np
+
+    from trainest import search as S
+    from trainest.choices import RECOMPUTES
+
+    job = {"model": "mistral-7b", "hardware": "h100-sxm", "global_batch": 32, "seq_len": 32768}
+    base = S.job_scenario(job)
+    n = 16
+    g = S.enumerate_plans(base, n, S.SearchSpace())
+    ev = S.evaluate_grid(base, g)
+    fit_idx = np.flatnonzero(ev.fits)
+    cps = {int(g.cp[i]) for i in fit_idx}
+    assert len(cps) > 1
+    sample = np.random.default_rng(3).choice(fit_idx, min(12, fit_idx.size), replace=False)
+    for i in sample:
+        s = scenario_from_mapping({**job, "devices": n,
+                                   "parallel": {"tp": int(g.tp[i]), "pp": int(g.pp[i]), "cp": int(g.cp[i]),
+                                                "vpp": int(g.vpp[i]), "zero": int(g.zero[i]),
+                                                "sequence_parallel": bool(g.sp[i])},
+                                   "micro_batch": int(g.micro_batch[i]), "recompute": RECOMPUTES[int(g.recompute[i])]})
+        assert ev.time_s[i] == pytest.approx(estimate(s).step.time_s, rel=1e-9)
