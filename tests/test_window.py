@@ -380,3 +380,10 @@ def test_the_plan_search_times_windowed_models_as_estimate_does():
                                                 "sequence_parallel": bool(g.sp[i])},
                                    "micro_batch": int(g.micro_batch[i]), "recompute": RECOMPUTES[int(g.recompute[i])]})
         assert ev.time_s[i] == pytest.approx(estimate(s).step.time_s, rel=1e-9)
+
+
+def test_fewer_layers_than_the_global_period_keep_every_layer_windowed():
+    """--layers 1 on GPT-OSS (every 2nd layer global): its one layer is layer 0, a sliding one."""
+    m = with_shape(load_model("gpt-oss-120b"), layers=1)
+    assert m.attention_window.global_every == 0 and m.windowed_layers == 1
+    assert with_shape(load_model("gpt-oss-120b"), layers=6).windowed_layers == 3

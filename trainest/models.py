@@ -495,10 +495,11 @@ def _window_from(data: object, where: str, attention_layers: int) -> AttentionWi
     every_value = F.given(data, "global_every", 0)
     every = F.integer(every_value, f"{where}.global_every", minimum=0, maximum=10**5)
     if every == 1 or every > attention_layers:
+        allowed = "0 (every layer windowed)" + (f" or 2 to {attention_layers} (every k-th layer keeps full attention)"
+                                                if attention_layers >= 2 else "")
         raise SpecError(f"{where}.global_every: {F.show(every_value)} does not fit the {attention_layers} attention "
-                        f"layers; allowed: 0 (every layer windowed) or 2 to {attention_layers} (every k-th layer "
-                        f"keeps full attention)" + ("; 1 would make every layer global: leave attention_window out"
-                                                    if every == 1 else ""))
+                        f"layers; allowed: {allowed}" + ("; 1 would make every layer global: leave attention_window out"
+                                                         if every == 1 else ""))
     return AttentionWindow(size=size, kind=kind, global_every=every)
 
 
@@ -786,6 +787,9 @@ def with_shape(model: Model, **overrides: object) -> Model:
     if "heads" in changed and "kv_heads" not in changed and model.kv_heads == model.heads:
         changed["kv_heads"] = changed["heads"]
     name = f"{model.name} (modified: {', '.join(sorted(changed))})"
+    window, layers = data.get("attention_window"), changed.get("layers")
+    if window is not None and isinstance(layers, int) and model.hybrid is None and window["global_every"] > layers:
+        window["global_every"] = 0        # every k-th of fewer than k layers: none of them global
     if "attention_window" in changed:     # the window size; a model without one gets it on every layer, sliding
         data["attention_window"] = {**data.get("attention_window", {"kind": "sliding", "global_every": 0}),
                                     "size": changed.pop("attention_window")}
