@@ -47,7 +47,7 @@ RUN_REQUIRED = {"id", "source", "model", "seq_len", "hardware", "devices", "prec
 # accepts for models whose attention width heads*head_dim differs from hidden (MaxText synthetic models)
 MODEL_KEYS = {"name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp", "tied_embeddings",
               "dropout", "positional"}
-MODEL_EXTRA_KEYS = {"head_dim", "moe", "mla", "hybrid", "mtp"}   # mixture-of-experts, latent-attention, hybrid, MTP
+MODEL_EXTRA_KEYS = {"head_dim", "moe", "mla", "hybrid", "mtp", "attention_window"}   # MoE, MLA, hybrid, MTP, local attention
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard", "dp_overlap",
                  "pipeline_split", "dp_collectives", "ep", "etp"}
 MEASURED_KEYS = {"step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens",

@@ -45,7 +45,8 @@ MODEL_REQUIRED = (
     "name", "display_name", "source", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp",
     "seq_len", "tied_embeddings", "dropout",
 )
-MODEL_OPTIONAL = ("aliases", "notes", "head_dim", "moe", "mla", "positional", "hybrid", "mtp")
+MODEL_OPTIONAL = ("aliases", "notes", "head_dim", "moe", "mla", "positional", "hybrid", "mtp", "attention_window")
+WINDOW_KEYS = ("size", "kind", "global_every")
 MODEL_MLPS = ("gelu", "swiglu")
 MODEL_INTS = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len")
 MOE_REQUIRED = ("experts", "top_k", "expert_ffn_hidden")
@@ -200,6 +201,13 @@ def test_model_file(path: Path):
         _check_moe(d["moe"], d, w)
     if "mla" in d:
         _check_mla(d["mla"], d, w)
+    if "attention_window" in d:
+        window = d["attention_window"]
+        _check_keys(window, f"{w}: attention_window", ("size",), WINDOW_KEYS[1:])
+        _positive_int(window["size"], f"{w}: attention_window.size")
+        assert window.get("kind", "sliding") in ("sliding", "chunked"), f"{w}: attention_window.kind"
+        every = window.get("global_every", 0)
+        assert every == 0 or 2 <= every <= d["layers"], f"{w}: attention_window.global_every {every!r}"
 
 
 def _check_moe(moe: dict, d: dict, w: str) -> None:

@@ -759,8 +759,15 @@ class Importer:
                                  f"{model['mtp']['depth']}, blocks {model['mtp']['pattern']}"
                                  + (", one shared module" if model["mtp"].get("shared") else ""))
                 if shape.get("sliding_window") and shape.get("moe"):
-                    notes.append(f"sliding-window attention ({shape['sliding_window']}) modelled as full causal "
-                                 f"attention over seq_len")
+                    window = window_block(shape["sliding_window"])
+                    if window is not None:
+                        model["attention_window"] = window
+                        notes.append(f"sliding-window attention from model-shapes.yaml ({shape['sliding_window']}): "
+                                     f"attention_window size {window['size']}, every 2nd "
+                                     f"layer full")
+                    else:
+                        notes.append(f"sliding-window attention ({shape['sliding_window']}) modelled as full causal "
+                                     f"attention over seq_len")
                 if shape.get("linear_bias") and shape.get("moe"):
                     notes.append("linear biases (and GPT-OSS attention sinks) not counted")
         if not expressed_moe and not (shape or {}).get("moe"):
@@ -1411,6 +1418,14 @@ def summary(result) -> str:
             lines.append(f"{'':24s}{n:4d} not expressible: {k}")
     lines.append(f"total {total}")
     return "\n".join(lines)
+
+
+def window_block(text: object) -> dict | None:
+    """The model schema's attention_window of a model-shapes.yaml `sliding_window` text that says a window
+    on alternating layers ('128 on alternating layers (even layer_idx sliding, odd full): ...': layer 0
+    sliding, every 2nd full); None for any other text (kept as a note)."""
+    m = re.match(r"\s*(\d+) on alternating layers \(even layer_idx sliding, odd full\)", str(text))
+    return None if m is None else {"size": int(m.group(1)), "kind": "sliding", "global_every": 2}
 
 
 def main(argv=None):

@@ -15,6 +15,10 @@ PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")   # GEMM precision (
 LOW_PRECISIONS = ("fp8", "fp4")                               # GEMMs below 16 bit (cast per GEMM)
 FULL_PRECISIONS = ("fp32", "tf32")                            # 32-bit weights, no master copy
 MLPS = ("gelu", "swiglu")             # GeLU: 2 matrices (h→f→h); SwiGLU: 3 (gate, up, down)
+# a model's local attention (attention_window.kind): sliding (each query sees the w keys up to itself:
+# Longformer, Mistral, Gemma 2/3, GPT-OSS) or chunked (block diagonal: each query sees its own chunk of c
+# keys up to itself: Llama 4)
+WINDOW_KINDS = ("sliding", "chunked")
 # activation recomputation: selective = Megatron's (the attention core); full = the whole layer;
 # op = torchtitan's per-op selective checkpointing (every second matmul and the element-wise ops
 # recomputed, attention saved). The code is the number the vectorised model carries (Layout.recompute).

@@ -28,8 +28,16 @@ Keys read (HF -> trainest):
         n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts,
         moe_shared_expert_intermediate_size, moe_latent_size -> moe.*; mlp_hidden_act relu2 -> mlp gelu
 
-Approximated (the config has it, trainest's model does not): sliding-window and chunked attention
-(Mistral, Gemma 2/3, GPT-OSS, Llama 4) count as full causal attention; biases (Qwen2 QKV, GPT-OSS),
+    Local attention (`attention_window`, `attention_window_mapping`): layer_types (sliding_attention /
+        chunked_attention / full_attention per layer) -> the kind and global_every, with sliding_window or
+        attention_chunk_size -> size; without layer_types: sliding_window on every layer (Mistral, Mixtral,
+        Phi-3; Qwen2/Qwen3 only with use_sliding_window true, on the layers from max_window_layers on),
+        Gemma 2 and GPT-OSS on every other layer (layer 0 sliding), Gemma 3 every sliding_window_pattern-th
+        layer global (default 6, transformers' Gemma3TextConfig), Llama 4 attention_chunk_size chunked on
+        the RoPE layers of no_rope_layers (0 = NoPE, global; default every no_rope_layer_interval = 4th
+        layer global, transformers' Llama4TextConfig)
+
+Approximated (the config has it, trainest's model does not): biases (Qwen2 QKV, GPT-OSS),
 attention sinks, QK-norms and extra norms (Gemma 2/3 have four per layer) are not counted; logit
 soft-capping, embedding scaling and RoPE variants change no matmul; DeepSeek's
 num_nextn_predict_layers is read as mtp.depth (one MoE layer per depth, docs/model.md §15.10); vision
@@ -257,6 +265,90 @@ def _llama4(c: _Config) -> dict:
     return mapping
 
 
+# architectures whose attention reads sliding_window (the others, Llama and OLMo among them, ignore the key)
+SLIDING_WINDOW_ARCHITECTURES = ("MistralForCausalLM", "MixtralForCausalLM", "Phi3ForCausalLM", "Qwen2ForCausalLM",
+                                "Qwen3ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "Gemma2ForCausalLM",
+                                "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration", "GptOssForCausalLM")
+# use_sliding_window gates the window (Qwen2/Qwen3 configs; transformers' default false)
+GATED_WINDOW_ARCHITECTURES = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM")
+# every k-th layer global when the config has no layer_types (transformers' defaults of these configs)
+ALTERNATING_WINDOW = {"Gemma2ForCausalLM": 2, "GptOssForCausalLM": 2}
+LAYER_TYPES = {"full_attention": None, "sliding_attention": "sliding", "chunked_attention": "chunked"}
+
+
+def _global_every(where: str, windowed: list[bool]) -> int:
+    """k of a per-layer list (True = windowed): 0 when every layer is windowed, else the k for which layer i
+    is global exactly when (i + 1) mod k = 0; SpecError for another layout (trainest counts every k-th)."""
+    if all(windowed):
+        return 0
+    first = windowed.index(False) + 1
+    if first >= 2 and all(w == bool((i + 1) % first) for i, w in enumerate(windowed)):
+        return first
+    layout = "".join("w" if w else "G" for w in windowed)
+    raise SpecError(f"{where}: windowed (w) and global (G) layers {layout} are not expressible: trainest's "
+                    f"attention_window makes every k-th layer global (layers k-1, 2k-1, ...) or none")
+
+
+def attention_window_mapping(c: _Config, layers: int) -> dict | None:
+    """The model schema's attention_window of a config (the module docstring lists the keys), None for
+    full causal attention on every layer."""
+    arch = c.architecture
+    if c.has("layer_types"):
+        types = c.raw("layer_types")
+        if not isinstance(types, list) or len(types) != layers or any(t not in LAYER_TYPES for t in types):
+            raise SpecError(f"{c.where}.layer_types: {F.show(types)} must list one of {', '.join(LAYER_TYPES)} for "
+                            f"each of the {layers} layers")
+        kinds = {LAYER_TYPES[t] for t in types} - {None}
+        if not kinds:
+            return None
+        if len(kinds) > 1:
+            raise SpecError(f"{c.where}.layer_types: sliding and chunked layers in one model are not expressible; "
+                            f"allowed: one window kind beside full_attention")
+        kind = kinds.pop()
+        size = c.integer("sliding_window" if kind == "sliding" else "attention_chunk_size")
+        every = _global_every(f"{c.where}.layer_types", [LAYER_TYPES[t] is not None for t in types])
+        return {"size": size, "kind": kind, "global_every": every}
+    if arch.startswith("Llama4"):
+        chunk = c.integer("attention_chunk_size", None)
+        if chunk is None:
+            return None
+        rope = c.raw("no_rope_layers", None)
+        if rope:
+            if not isinstance(rope, list) or len(rope) != layers or any(v not in (0, 1) for v in rope):
+                raise SpecError(f"{c.where}.no_rope_layers: {F.show(rope)} must give 1 (RoPE, chunked) or 0 (NoPE, "
+                                f"global) for each of the {layers} layers")
+            every = _global_every(f"{c.where}.no_rope_layers", [v == 1 for v in rope])
+        else:
+            every = c.integer("no_rope_layer_interval", 4)
+        return _window_of(chunk, "chunked", every, layers)
+    if arch not in SLIDING_WINDOW_ARCHITECTURES or not c.has("sliding_window"):
+        return None
+    if arch in GATED_WINDOW_ARCHITECTURES:
+        if not c.boolean("use_sliding_window", False):
+            return None
+        first = c.integer("max_window_layers", 0, minimum=0)     # layers from this index on are windowed
+        if first >= layers:
+            return None
+        if first:
+            raise SpecError(f"{c.where}.max_window_layers: {first} full-attention layers before {layers - first} "
+                            f"windowed ones are not expressible (trainest's attention_window makes every k-th layer "
+                            f"global); allowed: 0 or at least num_hidden_layers={layers}")
+    size = c.integer("sliding_window")
+    if arch.startswith("Gemma3"):
+        every = c.integer("sliding_window_pattern", 6)
+    else:
+        every = ALTERNATING_WINDOW.get(arch, 0)
+    return _window_of(size, "sliding", every, layers)
+
+
+def _window_of(size: int, kind: str, every: int, layers: int) -> dict | None:
+    """The attention_window mapping of a window on all but every k-th of `layers` layers: None when every
+    layer is global (k = 1), global_every 0 when none is (k = 0 or k > layers)."""
+    if every == 1:
+        return None
+    return {"size": size, "kind": kind, "global_every": every if every <= layers else 0}
+
+
 Reader = Callable[[_Config], dict]
 # architecture -> (reader, read the nested text_config of a multimodal config)
 NEMOTRON_H_MLP_ACTIVATIONS = ("relu2",)   # squared ReLU: a non-gated 2-matrix MLP (trainest's `gelu` MLP)
@@ -368,7 +460,12 @@ def hf_model_mapping(data: dict, where: str) -> dict:
             raise SpecError(f"{config_where}: {F.show(config)} must be an object (key: value)")
         if "tie_word_embeddings" not in config and "tie_word_embeddings" in data:
             config = {**config, "tie_word_embeddings": data["tie_word_embeddings"]}
-    mapping = reader(_Config(config, config_where, arch))
+    c = _Config(config, config_where, arch)
+    mapping = reader(c)
+    if mapping.get("hybrid") is None:
+        window = attention_window_mapping(c, mapping["layers"])
+        if window is not None:
+            mapping["attention_window"] = window
     name = data.get("_name_or_path")
     mapping["name"] = name if isinstance(name, str) and name.strip() else _default_name(where)
     mapping["source"] = f"Hugging Face config.json {where} ({arch})"

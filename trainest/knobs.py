@@ -98,6 +98,9 @@ KNOBS: tuple[Knob, ...] = (
       group=SHAPE, job=True),
     K("moe_imbalance", ("--moe-imbalance",), "float", "Override: tokens on the busiest expert over the mean "
       "(1 = forced balance).", group=SHAPE, job=True),
+    K("attention_window", ("--attention-window",), "int", "Override: the window (sliding) or chunk (chunked) "
+      "length w in tokens of the model's windowed attention layers (a model YAML's attention_window.size); a model "
+      "without one gets a sliding window of w on every layer.", group=SHAPE, job=True),
     K("tp", ("--tp",), "int", "Tensor-parallel size t.", "1", group=PARALLEL, searched=True),
     K("pp", ("--pp",), "int", "Pipeline-parallel size p.", "1", group=PARALLEL, searched=True),
     K("dp", ("--dp",), "int", "Data-parallel size d.", "N/(t·p·c)", group=PARALLEL),
@@ -418,6 +421,7 @@ def cli_message(text: str) -> str:
     by_path.update({f"moe.{key}": by_path[f"model.{name}"] for key, name in MOE_MESSAGE_KEYS.items()})
     text = re.sub(r"^options: ", "", text)
     text = re.sub(r"\bmodel (options\.moe\.)", r"\1", text)
+    text = re.sub(r"\bmodel options\.attention_window\.size\b", by_path["model.attention_window"], text)
     # a shape override is validated as the model's own key (`model options.layers`): its flag is --layers
     text = re.sub(r"\bmodel options\.([a-z0-9_]+)",
                   lambda m: by_path.get(f"model.{m.group(1)}", m.group(0)), text)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from trainest import fields as F
-from trainest.choices import MLPS
+from trainest.choices import MLPS, WINDOW_KINDS
 from trainest.errors import SpecError
 
 MLP_KINDS = MLPS
@@ -101,6 +101,23 @@ class Mamba(NamedTuple):
                 + self.inner + self.inner * hidden)
 
 
+class AttentionWindow(NamedTuple):
+    """Local attention on some of a model's attention layers (Beltagy et al. 2020, Longformer; Jiang et al.
+    2023, Mistral 7B; Gemma 2/3; OpenAI 2025, gpt-oss; Meta 2025, Llama 4 chunked attention): `sliding`, each
+    query attends to the w keys ending at itself; `chunked`, the sequence is cut into chunks of w tokens and
+    each query attends causally within its own chunk. Every `global_every`-th attention layer (counting the
+    k-th: layer i with (i + 1) mod k = 0) keeps full causal attention; 0: every attention layer is windowed.
+    Which layers they are does not change the estimate (the mean layer weighs the two kinds by their counts)."""
+
+    size: int                    # w: window (sliding) or chunk (chunked) length [tokens]
+    kind: str = "sliding"        # WINDOW_KINDS
+    global_every: int = 0        # k: every k-th attention layer is global (full causal); 0 = none is
+
+    def windowed_layers(self, attention_layers: int) -> int:
+        """L_w = L_a − L_a // k: the attention layers that use the window (all of them when k = 0)."""
+        return attention_layers if self.global_every == 0 else attention_layers - attention_layers // self.global_every
+
+
 HYBRID_BLOCKS = {"M": "Mamba-2", "*": "attention", "E": "MoE MLP", "-": "dense MLP"}
 
 
@@ -158,6 +175,7 @@ class Model:
     positional: str = "learned"   # POSITIONALS: rope (rotary on Q and K every pass) | learned | alibi | none
     hybrid: Hybrid | None = None  # a block pattern of Mamba-2, attention and MLP blocks; None = transformer layers
     mtp: MTP | None = None        # multi-token prediction modules after the last layer; None = none
+    attention_window: AttentionWindow | None = None   # local (sliding/chunked) attention; None = full causal everywhere
 
     @property
     def mlp_matrices(self) -> int:
@@ -186,6 +204,12 @@ class Model:
     def attention_layers(self) -> int:
         """L_a: layers (blocks) with attention: every layer of a transformer, a hybrid model's * blocks."""
         return self.layers if self.hybrid is None else self.hybrid.count("*")
+
+    @property
+    def windowed_layers(self) -> int:
+        """L_w: attention layers with a sliding or chunked window (0 without `attention_window`)."""
+        w = self.attention_window
+        return 0 if w is None else w.windowed_layers(self.attention_layers)
 
     @property
     def mamba(self) -> Mamba:
@@ -442,7 +466,7 @@ POSITIONALS = ("rope", "learned", "alibi", "none")   # position encodings (only 
 MODEL_REQUIRED = ("layers", "hidden", "ffn_hidden", "heads", "vocab")
 MODEL_OPTIONAL = ("name", "display_name", "source", "kv_heads", "mlp", "seq_len", "tied_embeddings", "aliases", "notes",
                   "params_b", "head_dim", "params", "active_params", "dropout", "moe", "mla", "positional", "hybrid",
-                  "mtp")
+                  "mtp", "attention_window")
 MOE_REQUIRED = ("experts", "top_k", "expert_ffn_hidden")
 MOE_OPTIONAL = ("shared_experts", "shared_expert_ffn_hidden", "dense_layers", "layer_frequency", "capacity_factor",
                 "imbalance", "router_groups", "router_group_top_k", "latent_size")
@@ -452,6 +476,31 @@ MTP_REQUIRED = ("depth",)
 MTP_OPTIONAL = ("pattern", "shared")
 HYBRID_REQUIRED = ("pattern", "mamba_heads", "mamba_head_dim", "state_dim", "groups")
 HYBRID_OPTIONAL = ("conv_kernel", "chunk")
+WINDOW_REQUIRED = ("size",)
+WINDOW_OPTIONAL = ("kind", "global_every")
+MAX_WINDOW_TOKENS = 10**8      # the sequence lengths trainest accepts (scenario seq_len)
+
+
+def _window_from(data: object, where: str, attention_layers: int) -> AttentionWindow:
+    """Validate an `attention_window:` mapping (specs/README.md): size a positive whole number of tokens;
+    kind sliding | chunked (default sliding); global_every 0 (every attention layer windowed, the default)
+    or 2..L_a (every k-th attention layer global: at least one layer of each kind)."""
+    data = F.check_keys(data, where, WINDOW_REQUIRED, WINDOW_OPTIONAL)
+    try:
+        size = F.integer(data["size"], f"{where}.size", maximum=MAX_WINDOW_TOKENS)
+    except SpecError:
+        raise SpecError(f"{where}.size: {F.show(data['size'])} must be a positive whole number of tokens, at most "
+                        f"{MAX_WINDOW_TOKENS:,} (the window or chunk length, e.g. 128 or 4096)") from None
+    kind = F.choice(F.given(data, "kind", "sliding"), f"{where}.kind", WINDOW_KINDS)
+    every_value = F.given(data, "global_every", 0)
+    every = F.integer(every_value, f"{where}.global_every", minimum=0, maximum=10**5)
+    if every == 1 or every > attention_layers:
+        allowed = "0 (every layer windowed)" + (f" or 2 to {attention_layers} (every k-th layer keeps full attention)"
+                                                if attention_layers >= 2 else "")
+        raise SpecError(f"{where}.global_every: {F.show(every_value)} does not fit the {attention_layers} attention "
+                        f"layers; allowed: {allowed}" + ("; 1 would make every layer global: leave attention_window out"
+                                                         if every == 1 else ""))
+    return AttentionWindow(size=size, kind=kind, global_every=every)
 
 
 def _mtp_from(data: object, where: str, moe: MoE | None, hybrid: Hybrid | None) -> MTP:
@@ -671,6 +720,8 @@ def model_from_mapping(data: dict, where: str, *, default_seq_len: int = 2048) -
         positional=F.choice(F.given(data, "positional", "learned"), f"{where}.positional", POSITIONALS),
         hybrid=hybrid,
         mtp=None if data.get("mtp") is None else _mtp_from(data["mtp"], f"{where}.mtp", moe, hybrid),
+        attention_window=None if data.get("attention_window") is None else _window_from(
+            data["attention_window"], f"{where}.attention_window", layers if hybrid is None else hybrid.count("*")),
     )
 
 
@@ -699,6 +750,9 @@ def model_mapping(model: Model) -> dict:
                        "v_head_dim": a.v_head_dim}
     if model.mtp is not None:
         data["mtp"] = {"depth": model.mtp.depth, "pattern": model.mtp.pattern, "shared": model.mtp.shared}
+    if model.attention_window is not None:
+        w = model.attention_window
+        data["attention_window"] = {"size": w.size, "kind": w.kind, "global_every": w.global_every}
     if model.hybrid is not None:
         b = model.hybrid.mamba
         data["hybrid"] = {"pattern": model.hybrid.pattern, "mamba_heads": b.heads, "mamba_head_dim": b.head_dim,
@@ -717,6 +771,8 @@ def with_shape(model: Model, **overrides: object) -> Model:
     """A copy of `model` with shape fields replaced (None means keep), re-validated.
 
     Dense keys: layers, hidden, ffn_hidden, heads, kv_heads, vocab, mlp (and any other Model field).
+    attention_window: the window (or chunk) size of the model's windowed layers; a model without a window
+    gets a sliding window of that size on every attention layer.
     MoE keys (MOE_OVERRIDES): experts, top_k, expert_ffn_hidden, moe_imbalance. Shared experts as wide as
     the routed ones stay as wide when expert_ffn_hidden changes (as MHA's kv_heads follow heads). On a
     dense model, experts (with top_k; expert_ffn_hidden defaults to ffn_hidden) makes every MLP a
@@ -731,6 +787,12 @@ def with_shape(model: Model, **overrides: object) -> Model:
     if "heads" in changed and "kv_heads" not in changed and model.kv_heads == model.heads:
         changed["kv_heads"] = changed["heads"]
     name = f"{model.name} (modified: {', '.join(sorted(changed))})"
+    window, layers = data.get("attention_window"), changed.get("layers")
+    if window is not None and isinstance(layers, int) and model.hybrid is None and window["global_every"] > layers:
+        window["global_every"] = 0        # every k-th of fewer than k layers: none of them global
+    if "attention_window" in changed:     # the window size; a model without one gets it on every layer, sliding
+        data["attention_window"] = {**data.get("attention_window", {"kind": "sliding", "global_every": 0}),
+                                    "size": changed.pop("attention_window")}
     moe_changed = {MOE_OVERRIDES[k]: changed.pop(k) for k in list(changed) if k in MOE_OVERRIDES}
     if moe_changed:
         if model.moe is None:

@@ -989,8 +989,10 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
                              "mlp": m.mlp, "seq_len": m.seq_len,
                              "tied_embeddings": m.tied_embeddings, "dropout": m.dropout, "positional": m.positional,
                              "params": m.params, "active_params": m.active_params}
-    # the mixture-of-experts, latent-attention, hybrid and MTP blocks as the model schema writes them (loadable again)
-    model.update({k: v for k, v in model_mapping(m).items() if k in ("moe", "mla", "hybrid", "mtp")})
+    # the mixture-of-experts, latent-attention, hybrid, MTP and attention-window blocks as the model schema writes
+    # them (loadable again)
+    blocks = ("moe", "mla", "hybrid", "mtp", "attention_window")
+    model.update({k: v for k, v in model_mapping(m).items() if k in blocks})
     return {
         "model": model,
         "seq_len": s.seq_len,

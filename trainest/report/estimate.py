@@ -167,11 +167,23 @@ def model_text(m) -> str:
     if m.mla is not None:
         a = m.mla
         text += f"; MLA r_q={a.q_lora_rank} r_kv={a.kv_lora_rank} d_qk={a.qk_head_dim} d_v={a.v_head_dim}"
+    if m.attention_window is not None:
+        text += f"; {window_text(m)}"
     if m.hybrid is not None:
         b = m.hybrid.mamba
         text += (f"; hybrid blocks: {m.mamba_layers} Mamba-2 (H={b.heads} P={b.head_dim} N={b.state_dim} "
                  f"G={b.groups}), {m.attention_layers} attention, {m.moe_layers} MoE, {m.dense_layers_count} dense MLP")
     return text
+
+
+def window_text(m) -> str:
+    """A model's local attention in words: 'sliding window 128 on 18 of 36 layers', 'chunked attention (8192)
+    on 36 of 48 layers' ('' without a window)."""
+    w = m.attention_window
+    if w is None:
+        return ""
+    what = f"sliding window {w.size}" if w.kind == "sliding" else f"chunked attention ({w.size}-token chunks)"
+    return f"{what} on {m.windowed_layers} of {m.attention_layers} {'attention blocks' if m.hybrid else 'layers'}"
 
 
 def scenario_table(s: Scenario):
@@ -199,6 +211,8 @@ def scenario_table(s: Scenario):
         ("recompute", mark("recompute", s.recompute + (f" of {', '.join(s.recompute_modules)}"
                                                         if s.recompute_modules != DEFAULT_RECOMPUTE_MODULES else ""))
          + f", attention {s.attention}"
+         + (f" ({window_text(m)}{': all s×s scores computed' if s.attention == 'standard' else ''})"
+            if m.attention_window is not None else "")
          + (f", kernels {s.kernels}" if s.kernels != "fused" else "")),
         ("framework", mark("framework", s.framework)
          + ("" if s.parallel.dp_overlap else ", gradient reduction not overlapped")),

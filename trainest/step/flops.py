@@ -8,8 +8,20 @@ from __future__ import annotations
 
 from trainest.catalog import Model
 from trainest.layout import Job, Layout, Num
+from trainest.step.rates import window_fraction
 
 CAUSAL_FRACTION = 0.5              # causal attention computes about half of the s×s scores
+
+
+def mean_window_fraction(model: Model, seq_len: float) -> float:
+    """The share of the causal scores the model's mean attention layer computes: (L_a − L_w + L_w·φ_w)/L_a,
+    φ_w the window's share over s tokens (rates.window_fraction; unpacked: model FLOPs do not count packing);
+    1 without a window [1]."""
+    window = model.attention_window
+    if window is None:
+        return 1.0
+    windowed = model.windowed_layers / model.attention_layers
+    return 1.0 - windowed + windowed * window_fraction(window.kind, float(window.size), float(seq_len))
 
 
 def attention_core_flops_per_token(model: Model, seq_len: Num, causal_fraction: float = 1.0) -> Num:
@@ -127,9 +139,10 @@ def mean_layer_flops_forward(model: Model, tokens: Num, seq_len: Num, causal_fra
 
 
 def model_flops_per_step(model: Model, seq_len: Num, global_batch: Num, causal: bool = True) -> Num:
-    """3 × forward FLOPs of all layers plus the logits GEMM, for B·s tokens (no recompute) [FLOP]."""
+    """3 × forward FLOPs of all layers plus the logits GEMM, for B·s tokens (no recompute) [FLOP]. The
+    causal attention counts what a window computes (`mean_window_fraction`, docs/model.md §1)."""
     tokens = global_batch * seq_len
-    frac = CAUSAL_FRACTION if causal else 1.0
+    frac = CAUSAL_FRACTION * mean_window_fraction(model, float(seq_len)) if causal else 1.0
     fwd = model.layers * layer_flops_forward(model, tokens, seq_len, frac) + 2.0 * tokens * model.hidden * model.vocab
     return 3.0 * fwd
 
@@ -142,7 +155,7 @@ def mtp_flops_per_step(model: Model, seq_len: Num, global_batch: Num, causal: bo
     if mtp is None:
         return 0.0
     tokens = global_batch * seq_len
-    frac = CAUSAL_FRACTION if causal else 1.0
+    frac = CAUSAL_FRACTION * mean_window_fraction(model, float(seq_len)) if causal else 1.0
     weights = sum(model.block_params(k, active=True) for k in mtp.pattern) + 2.0 * model.hidden ** 2
     core = mtp.pattern.count("*") * attention_core_flops_per_token(model, seq_len, frac)
     if "M" in mtp.pattern:
@@ -171,8 +184,11 @@ def op_recompute_params(model: Model) -> float:
 def recompute_flops_per_step(job: Job, layout: Layout) -> Num:
     """FLOPs the hardware computes beyond the model FLOPs, all devices [FLOP]: the recomputed
     forward (full: the layer; selective: the attention core; op: 2·(h·g·d_h + a·d_h·h + h·f) per
-    token), and with standard attention the masked half of the scores in every pass."""
+    token), and with standard attention the masked half of the scores in every pass. A window: the
+    recomputed attention is the window's (`mean_window_fraction` φ̄); standard attention computes the
+    whole s×s scores whatever the mask, so its extra is (2 − φ̄) causal halves per pass, not 1."""
     model, s = job.model, job.seq_len
+    window = mean_window_fraction(model, s)
     tokens_step = job.tokens_per_step
     attn_fwd_per_token: Num
     op_params: float
@@ -187,11 +203,12 @@ def recompute_flops_per_step(job: Job, layout: Layout) -> Num:
     # a hybrid model's attention is in its attention blocks only: the scores' FLOPs per mean block
     attn_fwd_per_token = attn_fwd_per_token * model.attention_layers / model.layers
     extra = tokens_step * model.layers * (
-        layout.full * layer_flops_forward(model, 1.0, s, CAUSAL_FRACTION)
-        + layout.selective * (core * attn_fwd_per_token + 2.0 * selective_module_params(job))
+        layout.full * layer_flops_forward(model, 1.0, s, CAUSAL_FRACTION * window)
+        + layout.selective * (core * attn_fwd_per_token * window + 2.0 * selective_module_params(job))
         + layout.op * 2.0 * op_params)
     if job.attention == "standard":
-        extra = extra + tokens_step * model.layers * attn_fwd_per_token * (3.0 + layout.full + layout.selective * core)
+        extra = extra + tokens_step * model.layers * attn_fwd_per_token * (2.0 - window) * (
+            3.0 + layout.full + layout.selective * core)
     return extra
 
 

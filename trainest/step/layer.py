@@ -35,6 +35,7 @@ from trainest.step.rates import (
     LocalShape,
     Rates,
     packed_fraction,
+    windowed_layer_fraction,
 )
 from trainest.step.roofline import (
     Op,
@@ -97,22 +98,47 @@ def linear_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
                                                           m.mlp_matrices)
 
 
+def fused_attention_ops(name: str, flops: Num, bytes_moved: Num, flops_per_s: Num,
+                        r: Rates) -> tuple[Op, Op]:
+    """(forward, backward) of one fused-attention kernel: `flops` at `flops_per_s`, reading Q, K, V and
+    writing O (`bytes_moved`); the backward 2.5× the FLOPs at 0.85× the rate and twice the bytes."""
+    fwd = fused_time(flops, bytes_moved, flops_per_s, r.memory_bytes_per_s)
+    bwd = fused_time(FLASH_BACKWARD_FLOP_RATIO * flops, 2.0 * bytes_moved, flops_per_s * FLASH_BACKWARD_EFFICIENCY,
+                     r.memory_bytes_per_s)
+    return (op_of(name, FORWARD, flops, bytes_moved, fwd),
+            op_of(name, BACKWARD, FLASH_BACKWARD_FLOP_RATIO * flops, 2.0 * bytes_moved, bwd))
+
+
 def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[list[Op], list[Op]]:
     """(forward parts, backward parts) of attention. Fused: 4·b·(a/t)·s_c·s·d_h·causal FLOPs reading
     Q, K, V and writing O; backward 2.5× the FLOPs at 0.85× the rate. Standard: the score and
-    context GEMMs per (sequence, head) and the softmax traffic over s×s; backward twice each."""
+    context GEMMs per (sequence, head) and the softmax traffic over s×s; backward twice each.
+
+    A model with an attention window (docs/model.md §2.4.1): fused attention is the mean of its layers,
+    `attention` for the L_a − L_w global layers (weight (L_a − L_w)/L_a) and `attention.window` for the L_w
+    windowed ones (weight L_w/L_a), whose kernel computes φ (`windowed_layer_fraction`) of the causal scores
+    at the FLOP/s of its shorter key loop (`windowed_span`); the bytes (Q, K, V, O) are the same. Standard
+    attention materialises the whole s×s scores whatever the mask (Megatron's fused softmax masks them
+    after the score GEMM): no saving there."""
     m = job.model
     if job.attention in ("flash", "flash2"):
         # Q·Kᵀ over d_qk and softmax·V over d_v (= 4·score·d_h without MLA); read Q, K, V, write O; packed
         # sequences compute each document's own causal block (packed_fraction)
-        flops = 2.0 * x.score_elements * (m.qk_head_dim + m.v_head_dim) * CAUSAL_FRACTION * packed_fraction(job)
+        causal_flops = 2.0 * x.score_elements * (m.qk_head_dim + m.v_head_dim) * CAUSAL_FRACTION
+        flops = causal_flops * packed_fraction(job)
         bytes_moved = job.element_bytes * x.tokens * (2.0 * x.q_width / layout.tp + 2.0 * x.kv_local) if m.mla is None \
             else mla.attention_bytes(job, layout, x)
-        fwd = fused_time(flops, bytes_moved, r.attention_flops_per_s, r.memory_bytes_per_s)
-        bwd = fused_time(FLASH_BACKWARD_FLOP_RATIO * flops, 2.0 * bytes_moved,
-                         r.attention_flops_per_s * FLASH_BACKWARD_EFFICIENCY, r.memory_bytes_per_s)
-        return ([op_of("attention", FORWARD, flops, bytes_moved, fwd)],
-                [op_of("attention", BACKWARD, FLASH_BACKWARD_FLOP_RATIO * flops, 2.0 * bytes_moved, bwd)])
+        window = m.attention_window
+        if window is None or r.window_attention_flops_per_s is None:
+            fwd, bwd = fused_attention_ops("attention", flops, bytes_moved, r.attention_flops_per_s, r)
+            return [fwd], [bwd]
+        windowed = m.windowed_layers / m.attention_layers
+        parts = [("attention", 1.0 - windowed, flops, r.attention_flops_per_s),
+                 ("attention.window", windowed, causal_flops * windowed_layer_fraction(job),
+                  r.window_attention_flops_per_s)]
+        kernels = [(fused_attention_ops(name, f, bytes_moved, rate, r), share) for name, share, f, rate in parts
+                   if share > 0.0]
+        return [f.scaled(share) for (f, _), share in kernels], [b.scaled(share) for (_, b), share in kernels]
     s_c = job.seq_len / layout.cp
     scale = layout.micro_batch * x.heads_local
     scores = r.gemm_op("attention.scores", s_c, job.seq_len, m.qk_head_dim, batch=scale).scaled(scale)

@@ -30,6 +30,9 @@ class Rates(NamedTuple):
     element_bytes: float                # e: bytes of the activations a GEMM writes (Job.element_bytes)
     units: int | None = None            # compute units (SMs/CUs) the GEMM tiles spread over
     tile: tuple[int, int] | None = None   # the output tile of one unit (t_m, t_n)
+    # fused attention's FLOP/s in a windowed layer (its tiles loop over the window only: windowed_span);
+    # None for a model without a window
+    window_attention_flops_per_s: Num | None = None
 
     def gemm(self, m: Num, n: Num, k: Num, batch: Num = 1.0) -> OpTime:
         """An (m×k)·(k×n) GEMM (one of `batch` alike in one kernel) at these rates, writing
@@ -76,17 +79,75 @@ def packed_fraction(job: Job) -> float:
     return 1.0 if job.packed_length <= 0 else min(1.0, job.packed_length / job.seq_len)
 
 
-def attention_flops_per_s(job: Job, layout: Layout) -> Num:
+def sliding_window_fraction(window: float, seq_len: float) -> float:
+    """The share of a causal mask's score elements a sliding window of w keys computes over s tokens:
+    query i (0-based) sees min(i + 1, w) keys, Σ = w·s − w(w − 1)/2 of the causal triangle's s(s + 1)/2,
+
+        φ_w = (w·s − w(w − 1)/2) / (s(s + 1)/2) ≈ (2w/s)·(1 − w/(2s))   for w < s;   1 for w ≥ s
+
+    (Beltagy et al. 2020, Longformer §3.1; Jiang et al. 2023, Mistral 7B §2) [w, s: tokens; φ: 1]."""
+    if window >= seq_len:
+        return 1.0
+    return (window * seq_len - window * (window - 1.0) / 2.0) / (seq_len * (seq_len + 1.0) / 2.0)
+
+
+def chunked_fraction(chunk: float, seq_len: float) -> float:
+    """The share of a causal mask's score elements chunked attention computes over s tokens: the
+    sequence is cut into n = ⌊s/c⌋ chunks of c tokens and a last one of r = s − n·c, each query attends
+    causally within its own chunk (block diagonal, Meta 2025, Llama 4 `attention_chunk_size`):
+
+        φ_c = (n·c(c + 1)/2 + r(r + 1)/2) / (s(s + 1)/2) ≈ c/s   for c < s;   1 for c ≥ s
+
+    (the same as packed documents of length c, `packed_fraction`) [c, s: tokens; φ: 1]."""
+    if chunk >= seq_len:
+        return 1.0
+    n = float(int(seq_len // chunk))
+    rest = seq_len - n * chunk
+    return (n * chunk * (chunk + 1.0) / 2.0 + rest * (rest + 1.0) / 2.0) / (seq_len * (seq_len + 1.0) / 2.0)
+
+
+def window_fraction(kind: str, size: float, seq_len: float) -> float:
+    """φ of a `kind` window (sliding_window_fraction, chunked_fraction) of `size` tokens over s tokens [1]."""
+    return sliding_window_fraction(size, seq_len) if kind == "sliding" else chunked_fraction(size, seq_len)
+
+
+def windowed_layer_fraction(job: Job) -> float:
+    """The share of a full causal mask's score elements that one windowed layer computes, packing
+    included: documents of mean length L attend within themselves (packed_fraction, L/s) and the window
+    restarts in each document, so the window's share is taken over the document, φ_w(w, L):
+
+        φ = packed_fraction · φ_w(w, min(L, s))
+
+    A document no longer than the window is unaffected (φ_w = 1); unpacked, L = s. For chunked attention
+    chunks sit at fixed positions, not per document, so this is its approximation (≈ min(c, L)/s) [1]."""
+    window = job.model.attention_window
+    if window is None:
+        return packed_fraction(job)
+    length = float(job.seq_len if job.packed_length <= 0 else min(job.packed_length, job.seq_len))
+    return packed_fraction(job) * window_fraction(window.kind, float(window.size), length)
+
+
+def windowed_span(job: Job, layout: Layout) -> Num:
+    """The key length a fused-attention kernel's tiles loop over in a windowed layer: the layer's span
+    (`attention_span`), at most the window or chunk w: a query tile visits only the key tiles of its
+    window [tokens] (what sets the length factor of `attention_flops_per_s`)."""
+    span = attention_span(job, layout)
+    window = job.model.attention_window
+    return span if window is None else xp.minimum(span, float(window.size))
+
+
+def attention_flops_per_s(job: Job, layout: Layout, span: Num | None = None) -> Num:
     """Fused attention's achievable FLOP/s: min(16-bit peak, run's peak) · η_attn · s_c/(s_c + 512) ·
     d_h/(d_h + 32) (· η_flash2 for FlashAttention-2), with s_c = s/c the per-rank sequence
     (FlashAttention-2 benchmarks, Dao 2023 Fig. 4-6) [FLOP/s]. Attention runs in 16 bit (FP8/FP4
     recipes keep it there), or at the run's own peak when lower (FP32/TF32), so MFU stays <= 1.
-    Packed sequences: the length factor takes the document length (`attention_span`)."""
+    Packed sequences: the length factor takes the document length (`attention_span`); a windowed layer
+    gives its own `span` (`windowed_span`)."""
     hw, eff, m = job.hardware, job.hardware.efficiency, job.model
     # MLA: the query/key and value widths differ (d_n + d_r, d_v); the kernel's two products use one each
     head_width = m.head_dim if m.mla is None else (m.qk_head_dim + m.v_head_dim) / 2.0
     return (min(hw.peak_16bit_flops_per_s, hw.peak(job.precision)) * eff.attention
-            * dimension_factor(attention_span(job, layout), ATTENTION_HALF_SEQ)
+            * dimension_factor(attention_span(job, layout) if span is None else span, ATTENTION_HALF_SEQ)
             * dimension_factor(head_width, ATTENTION_HALF_HEAD_DIM)
             * (eff.flash2_attention if job.attention == "flash2" else 1.0))
 
@@ -100,7 +161,9 @@ def rates_of(job: Job, layout: Layout) -> Rates:
                  attention_flops_per_s=attention_flops_per_s(job, layout), gemm_input_bytes=job.gemm_input_bytes,
                  element_bytes=job.element_bytes,
                  units=hw.compute_units,
-                 tile=None if hw.gemm_tile_m is None or hw.gemm_tile_n is None else (hw.gemm_tile_m, hw.gemm_tile_n))
+                 tile=None if hw.gemm_tile_m is None or hw.gemm_tile_n is None else (hw.gemm_tile_m, hw.gemm_tile_n),
+                 window_attention_flops_per_s=None if job.model.attention_window is None
+                 else attention_flops_per_s(job, layout, windowed_span(job, layout)))
 
 
 class LocalShape(NamedTuple):
