@@ -310,6 +310,13 @@ def test_shell_completion(capsys):
     env = {**os.environ, "_TRAINEST_COMPLETE": "complete_bash", "COMP_WORDS": "trainest com", "COMP_CWORD": "1"}
     proc = subprocess.run([script], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0 and "compare" in proc.stdout.split()
+    # catalog names complete too: --hardware (the last of a comma list) and --model
+    for words, cword, expected, absent in (("trainest estimate --hardware h1", "3", "h100-sxm", "h200-sxm"),
+                                           ("trainest compare --hardware h100-sxm,b2", "3", "h100-sxm,b200", "b200"),
+                                           ("trainest plan --model qwen3-3", "3", "qwen3-30b-a3b", "qwen3-8b")):
+        env = {**os.environ, "_TRAINEST_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": cword}
+        proc = subprocess.run([script], capture_output=True, text=True, env=env, timeout=60)
+        assert proc.returncode == 0 and expected in proc.stdout.split() and absent not in proc.stdout.split()
 
 
 def test_bare_estimate_and_one_naming_the_default_model_are_the_same_scenario(capsys):

@@ -19,6 +19,30 @@ OPTION = BY_NAME
 _VALUE_TYPES = {"int": int, "float": float, "str": str, "length": str}   # lengths: parsed by the scenario
 
 
+def _name_completer(names: Callable[[], list[str]]) -> Callable[[str], list[str]]:
+    """A shell-completion callback offering the catalog's names that start with what was typed; after a
+    comma (`--hardware h100-sxm,b2`) it completes the last name of the list. Runs only in completion mode."""
+    def complete(incomplete: str) -> list[str]:
+        done, _, last = incomplete.rpartition(",")
+        head = done + "," if done else ""
+        return [head + n for n in names() if n.startswith(last.lower())]
+    return complete
+
+
+def _hardware_names() -> list[str]:
+    from trainest.catalog import hardware_names
+    return hardware_names()
+
+
+def _model_names() -> list[str]:
+    from trainest.catalog import model_names
+    return model_names()
+
+
+# options whose values are catalog names: completed from the catalog (file paths are the shell's to complete)
+NAME_COMPLETION = {"hardware": _name_completer(_hardware_names), "model": _name_completer(_model_names)}
+
+
 def option_annotation(o: Knob | str, **changes: Any) -> Any:
     """`Annotated[type, typer.Option(...)]` for one option of the table (by object or name);
     `changes` replace fields of the option (e.g. a command-specific help text)."""
@@ -30,7 +54,8 @@ def option_annotation(o: Knob | str, **changes: Any) -> Any:
     shown: bool | str = True if o.show_default is None else o.show_default
     first, *more = o.flags
     # choices are case-insensitive, like hardware and model names and the YAML keys (`--precision FP8`)
-    option = typer.Option(first, *more, help=o.help, show_default=shown, case_sensitive=o.kind != "choice")
+    option = typer.Option(first, *more, help=o.help, show_default=shown, case_sensitive=o.kind != "choice",
+                          autocompletion=NAME_COMPLETION.get(o.name))
     if o.kind == "flag":
         return Annotated[bool, option]
     if o.kind == "list":
