@@ -104,11 +104,15 @@ def test_spanning_group_is_never_faster_than_the_same_group_inside_a_domain():
     assert spanning > inside
 
 
-def test_ring_latency_is_n_minus_one_hops_of_the_slowest_link():
+def test_ring_latency_counts_its_network_and_its_inner_steps_apart():
+    """n − 1 steps; a ring over nodes visits each node's k ranks in a row, so n/k − 1 of its steps cross
+    the network and n − n/k stay on the scale-up links (NCCL's tuning model)."""
     t = tiers(up_lat=3e-6, out_lat=8e-6)
-    assert ring_latency_s(8.0, 1.0, t) == pytest.approx(7 * 3e-6)      # inside one domain
-    assert ring_latency_s(64.0, 1.0, t) == pytest.approx(63 * 8e-6)    # leaves the domain: α_out
+    assert ring_latency_s(8.0, 1.0, t) == pytest.approx(7 * 3e-6)                  # inside one domain
+    assert ring_latency_s(64.0, 1.0, t) == pytest.approx(7 * 8e-6 + 56 * 3e-6)     # 8 nodes of 8
+    assert ring_latency_s(16.0, 8.0, t) == pytest.approx(15 * 8e-6)                # one rank per node: all network
     assert ring_latency_s(1.0, 1.0, t) == 0.0
+    assert ring_latency_s(64.0, 1.0, t) < 63 * 8e-6                                # below n − 1 network hops
 
 
 def test_tree_latency_is_ring_inside_and_log_across_domains():
@@ -263,7 +267,7 @@ def test_groups_that_straddle_two_domains_run_at_the_network_rate():
         assert bus_bandwidth_bytes_per_s(16.0, 1.0, rack._replace(devices=devices)) == UP
     assert bus_bandwidth_bytes_per_s(8.0, 1.0, rack._replace(devices=144.0)) == UP       # 72 % 8 = 0
     t = tiers(domain=72, up_lat=3e-6, out_lat=8e-6)._replace(devices=144.0)
-    assert ring_latency_s(16.0, 1.0, t) == pytest.approx(15 * 8e-6)
+    assert ring_latency_s(16.0, 1.0, t) == pytest.approx(1 * 8e-6 + 14 * 3e-6)   # 8 + 8: one crossing each way
     # vectorised as on floats
     sizes = np.array([8.0, 16.0, 24.0, 36.0])
     arr = bus_bandwidth_bytes_per_s(sizes, 1.0, rack._replace(devices=144.0))
@@ -280,3 +284,48 @@ def test_tensor_parallelism_straddling_nvl72_racks_is_slower_than_inside_one():
              "parallel": {"tp": tp, "zero": 1, "sequence_parallel": True}}, "t")).step.communication_detail_s["tp"]
     assert tp_s(16, 144) > 1.2 * tp_s(16, 64)
     assert tp_s(8, 144) == pytest.approx(tp_s(8, 64), rel=1e-12)
+
+
+# ------------------------------------------------------------------ data-parallel buckets: one latency per call
+
+def _dp_job(framework, devices, zero=2, model="gpt3-1.3b"):
+    from trainest.estimate import job_of, layout_of
+    from trainest.scenario import scenario_from_mapping
+    s = scenario_from_mapping({"model": model, "hardware": "h100-sxm", "devices": devices, "framework": framework,
+                               "global_batch": devices, "micro_batch": 1, "seq_len": 2048,
+                               "parallel": {"tp": 1, "pp": 1, "dp": devices, "zero": zero}})
+    return job_of(s), layout_of(s)
+
+
+def test_dp_collectives_are_bucketed_as_the_framework_does():
+    """Megatron-Core reduces its gradients in buckets of max(40M, 1M·d) parameters, DeepSpeed in 5e8-element
+    buckets, PyTorch FSDP (llm-foundry, torchtitan) once per wrapped block, i.e. per layer."""
+    from trainest.step.traffic import dp_collective_calls
+    job, lay = _dp_job("megatron-core", 64)
+    assert dp_collective_calls(job, lay, 1.3e9) == math.ceil(1.3e9 / 64e6)     # B = 1M · 64 > 40M
+    job, lay = _dp_job("megatron-core", 8)
+    assert dp_collective_calls(job, lay, 1.3e9) == math.ceil(1.3e9 / 40e6)
+    assert dp_collective_calls(*_dp_job("deepspeed", 8), 1.3e9) == 3
+    assert dp_collective_calls(*_dp_job("deepspeed", 8), 1e6) == 1
+    job, lay = _dp_job("llm-foundry", 8)
+    assert dp_collective_calls(job, lay, 1.3e9) == job.model.layers
+
+
+def test_bucketing_moves_the_same_bytes_and_pays_one_latency_per_call():
+    """Split into n calls, a collective keeps its bandwidth term and pays n latencies: with latency-free
+    links the per-layer (FSDP) and the bucketed (Megatron) reductions cost the same; with the catalog's
+    latencies the per-layer one costs (n − n')·the ring latency more, which grows with the ranks (the
+    multi-node llm-foundry runs slow down from 128 to 512 GPUs at a fixed per-GPU batch)."""
+    from trainest.step.collectives import job_tiers, ring_latency_s
+    from trainest.step.traffic import dp_collective_calls, dp_traffic
+    for devices in (128, 512):
+        (fsdp, lay), (mcore, lay_m) = _dp_job("llm-foundry", devices), _dp_job("megatron-core", devices)
+        p = 1.3e9
+        free = job_tiers(fsdp)._replace(up_latency_s=0.0, out_latency_s=0.0, node_latency_s=0.0)
+        a, b = dp_traffic(fsdp, lay, free, p), dp_traffic(mcore, lay_m, free, p)
+        assert a.reduce_s == pytest.approx(b.reduce_s, rel=1e-12) and a.gather_s == pytest.approx(b.gather_s, rel=1e-12)
+        tiers = job_tiers(fsdp)
+        n, n_m = dp_collective_calls(fsdp, lay, p), dp_collective_calls(mcore, lay_m, p)
+        extra = dp_traffic(fsdp, lay, tiers, p).reduce_s - dp_traffic(mcore, lay_m, tiers, p).reduce_s
+        assert extra == pytest.approx((n - n_m) * ring_latency_s(float(devices), 1.0, tiers), rel=1e-9)
+        assert extra > 0

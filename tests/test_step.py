@@ -4,6 +4,7 @@ pipeline bubble, the FLOP counts against their closed forms)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -270,11 +271,19 @@ def test_dp_traffic_when_nothing_hides_it():
     m, d, t_ = GPT3_13B, 16.0, 8.0
     P = stage_params(m, 1.0) / t_
     z0 = terms(m, hw, tp=t_, dp=d, global_batch=16.0)
-    assert z0.dp_comm_s == pytest.approx(all_reduce_s(P * MAIN_GRAD_BYTES, d, t_, tiers), rel=1e-9)
+    assert z0.dp_comm_s == pytest.approx(bucketed(all_reduce_s, P * MAIN_GRAD_BYTES, P, d, d, t_, tiers), rel=1e-9)
     z1 = terms(m, hw, tp=t_, dp=d, zero=1, global_batch=16.0)
-    expected = reduce_scatter_s(P * MAIN_GRAD_BYTES, d, t_, tiers) + all_gather_s(P * 2.0, d, t_, tiers)
+    expected = (bucketed(reduce_scatter_s, P * MAIN_GRAD_BYTES, P, d, d, t_, tiers)
+                + bucketed(all_gather_s, P * 2.0, P, d, d, t_, tiers))
     assert z1.dp_comm_s == pytest.approx(expected, rel=1e-9)
 
+
+
+def bucketed(collective, size_bytes, params, dp, *args):
+    """A data-parallel collective as Megatron-Core runs it (the default framework): ⌈P/B⌉ calls of
+    B = max(40M, 1M·d) parameters each, the same bytes in all (traffic.dp_collective_calls)."""
+    calls = max(math.ceil(params / max(40e6, 1e6 * dp)), 1)
+    return calls * collective(size_bytes / calls, *args)
 
 NO_CONTENTION = with_efficiency(A100, overlap_contention=0.0)
 
@@ -283,7 +292,8 @@ def test_dp_reduction_hides_behind_backward_except_one_layer():
     m, d = load_model("gpt3-1.3b"), 8.0
     tiers = tiers_of(A100, A100.devices_per_node)
     t = terms(m, NO_CONTENTION, dp=d, micro_batch=4, global_batch=32.0 * 4)
-    full = all_reduce_s(stage_params(m, 1.0) * MAIN_GRAD_BYTES, d, 1.0, tiers)
+    p = stage_params(m, 1.0)
+    full = bucketed(all_reduce_s, p * MAIN_GRAD_BYTES, p, d, d, 1.0, tiers)
     assert t.dp_comm_s == pytest.approx(full / m.layers, rel=1e-9)
 
 
@@ -293,7 +303,8 @@ def test_hidden_traffic_costs_its_contention_share():
     off the compute cores (TPU ICI DMA)."""
     m, d = load_model("gpt3-1.3b"), 8.0
     tiers = tiers_of(A100, A100.devices_per_node)
-    full = all_reduce_s(stage_params(m, 1.0) * MAIN_GRAD_BYTES, d, 1.0, tiers)
+    p = stage_params(m, 1.0)
+    full = bucketed(all_reduce_s, p * MAIN_GRAD_BYTES, p, d, d, 1.0, tiers)
     kappa = A100.efficiency.overlap_contention
     assert kappa == pytest.approx(0.15)
     t = terms(m, dp=d, micro_batch=4, global_batch=32.0 * 4)
@@ -322,8 +333,8 @@ def test_zero1_weight_gather_hides_behind_the_forward_except_one_layer():
     tiers = tiers_of(A100, A100.devices_per_node)
     t = terms(m, NO_CONTENTION, dp=d, zero=1, micro_batch=4, global_batch=32.0 * 4)
     p = stage_params(m, 1.0)
-    rs = reduce_scatter_s(p * MAIN_GRAD_BYTES, d, 1.0, tiers)
-    ag = all_gather_s(p * 2.0, d, 1.0, tiers)
+    rs = bucketed(reduce_scatter_s, p * MAIN_GRAD_BYTES, p, d, d, 1.0, tiers)
+    ag = bucketed(all_gather_s, p * 2.0, p, d, d, 1.0, tiers)
     assert t.dp_comm_s == pytest.approx((rs + ag) / m.layers, rel=1e-9)
     # with a slow network neither window is big enough: all of both transfers beyond the windows show,
     # and the gather never shows more than it costs
@@ -412,9 +423,9 @@ def test_hybrid_sharding_replica_all_reduce_is_never_hidden():
     kw = dict(seq_len=2048.0, global_batch=64.0, devices_per_node=8, tp=1.0, pp=1.0, dp=16.0, cp=1.0, vpp=1.0,
               micro_batch=4.0, zero=1.0, sp=0.0, recompute=0.0)
     hsdp = step_of(GPT3_13B, NO_CONTENTION, "bf16", "flash", **kw, dp_shard=8.0)
-    replica = all_reduce_s(P / 8 * MAIN_GRAD_BYTES, 2.0, 8.0, tiers)
-    one_layer = (reduce_scatter_s(P * MAIN_GRAD_BYTES, 8.0, 1.0, tiers) + all_gather_s(P * 2.0, 8.0, 1.0, tiers)) \
-        / GPT3_13B.layers
+    replica = bucketed(all_reduce_s, P / 8 * MAIN_GRAD_BYTES, P, 16.0, 2.0, 8.0, tiers)
+    one_layer = (bucketed(reduce_scatter_s, P * MAIN_GRAD_BYTES, P, 16.0, 8.0, 1.0, tiers)
+                 + bucketed(all_gather_s, P * 2.0, P, 16.0, 8.0, 1.0, tiers)) / GPT3_13B.layers
     assert hsdp.dp_comm_s == pytest.approx(replica + one_layer, rel=1e-9)
 
 

@@ -26,6 +26,14 @@ A framework sets
   broadcasts without a host copy, and the other frameworks' loops let the device run ahead across
   micro-batches: False, their per-micro-batch Python hides behind the device.
 - `kernels`: its element-wise kernels when the run does not say (fused | eager).
+- `dp_bucket_params`, `dp_bucket_params_per_rank`: how many collectives carry the data-parallel gradients
+  (and, with ZeRO-1/2, the updated weights) each step, each paying its own latency (docs/model.md §4.3):
+  one per bucket of max(dp_bucket_params, dp_bucket_params_per_rank·dp) parameters, Megatron-Core's DDP
+  (`bucket_size = max(40_000_000, 1_000_000 * data_parallel_world_size)` in
+  `distributed_data_parallel.py`) and DeepSpeed's (`reduce_bucket_size` and `allgather_bucket_size`,
+  5e8 elements by default); 0: one per layer, PyTorch FSDP wrapping each transformer block (llm-foundry,
+  torchtitan, OLMo-core, Accelerate's FSDP with its transformer auto-wrap policy), MaxText's per-layer
+  scan, MLX.
 - `dp_overlap`: whether it overlaps the data-parallel gradient reduction with the backward by
   default (bucketing). A run can say otherwise (`parallel.dp_overlap`).
 - `interleaved`: whether it has the interleaved (virtual-stage) pipeline schedule.
@@ -173,6 +181,10 @@ class Framework(NamedTuple):
     # the others checkpoint whole layers (full) or nothing
     recompute_modes: tuple[str, ...] = ("none", "selective", "full")
     tp_overlap: bool = False             # pipelines TP collectives with GEMMs (TE userbuffers; torchtitan's async TP)
+    # its data-parallel gradient collectives per step: one per bucket of max(dp_bucket_params,
+    # dp_bucket_params_per_rank·dp) parameters, or (0) one per layer: FSDP's units (module docstring)
+    dp_bucket_params: float = 0.0
+    dp_bucket_params_per_rank: float = 0.0
 
     @property
     def default_recompute(self) -> str:
@@ -221,29 +233,35 @@ class Framework(NamedTuple):
 EXPERT_LOOPS = ("gemm", "grouped", "python")
 
 F = Framework
+# data-parallel gradient buckets [parameters]: Megatron-Core DDP's max(40M, 1M·dp); DeepSpeed's 5e8-element buckets
+MEGATRON_BUCKET_PARAMS = 40e6
+MEGATRON_BUCKET_PER_RANK = 1e6
+DEEPSPEED_BUCKET_PARAMS = 5e8
+
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     F("megatron-core", "python", "fused", True, True, True,
       "Megatron-LM/Megatron-Core: fused kernels (apex/TE), --overlap-grad-reduce, interleaved 1F1B "
       "(Narayanan et al. 2021; megatron/core/pipeline_parallel/schedules.py); any layers per stage "
       "(--pipeline-model-parallel-layout); LoRA on linear_qkv and linear_fc1 (ParallelLinearAdapter)",
       megatron_softmax=True, loss_bytes_per_logit=6.0, moe_seen=True, stage_layout=True, lora_fused=True,
-      tp_overlap=True),
+      tp_overlap=True, dp_bucket_params=MEGATRON_BUCKET_PARAMS, dp_bucket_params_per_rank=MEGATRON_BUCKET_PER_RANK),
     F("nemo", "python", "fused", True, True, True,
       "NVIDIA NeMo 2 / Megatron-Bridge: Megatron-Core underneath (NeMo performance docs); its PEFT LoRA targets "
       "linear_qkv, linear_proj, linear_fc1, linear_fc2", megatron_softmax=True,
-      loss_bytes_per_logit=6.0, moe_seen=True, stage_layout=True, lora_fused=True, tp_overlap=True),
+      loss_bytes_per_logit=6.0, moe_seen=True, stage_layout=True, lora_fused=True, tp_overlap=True,
+      dp_bucket_params=MEGATRON_BUCKET_PARAMS, dp_bucket_params_per_rank=MEGATRON_BUCKET_PER_RANK),
     F("megatron-deepspeed", "python", "fused", True, False, True,
       "microsoft/Megatron-DeepSpeed: Megatron's fused kernels under the DeepSpeed engine; its 1F1B "
       "pipeline has no interleaved schedule (DeepSpeed PipelineEngine); gradient bucketing on by default; "
       "the loss is megatron/core/tensor_parallel/cross_entropy.py's unfused vocab-parallel cross-entropy",
       megatron_softmax=True, unfused_cross_entropy=True, loss_bytes_per_logit=6.0, expert_loop="python",
       zero3_live_params=DS_ZERO3_LIVE_PARAMS, micro_batch_sync=True, pp_zero_stages=DEEPSPEED_PP_ZERO,
-      lora_fused=True),
+      lora_fused=True, dp_bucket_params=DEEPSPEED_BUCKET_PARAMS),
     F("deepspeed", "python", "eager", True, False, False,
       "DeepSpeed ZeRO on Hugging Face/PyTorch models: eager kernels, overlap_comm (DeepSpeed config docs); "
       "ZeRO-3 keeps at most stage3_max_live_parameters + stage3_prefetch_bucket_size gathered",
       expert_loop="python", zero3_live_params=DS_ZERO3_LIVE_PARAMS, pp_zero_stages=DEEPSPEED_PP_ZERO,
-      recompute_modes=("none", "full")),
+      recompute_modes=("none", "full"), dp_bucket_params=DEEPSPEED_BUCKET_PARAMS),
     F("torchtitan", "python", "eager", True, True, True,
       "pytorch/torchtitan: FSDP2 (gradient reduce-scatter overlapped), eager unless torch.compile, "
       "interleaved 1F1B among its pipeline schedules (torchtitan docs); with pipeline parallelism FSDP "

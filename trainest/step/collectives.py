@@ -247,10 +247,17 @@ def _hop_latency_s(size, stride, tiers: Tiers):
 
 
 def ring_latency_s(size, stride, tiers: Tiers):
-    """Latency of one ring pass over the group: (n−1)·α, with α of the slowest link in the ring
-    (α_out once the ring leaves the node). NCCL runs reduce-scatter and all-gather as rings only, so
-    this term grows linearly with n [s]."""
-    return (size - 1.0) * _hop_latency_s(size, stride, tiers)
+    """Latency of one ring pass over the group: n−1 steps [s]. Inside one domain (or node) every step
+    is a hop on its links: (n−1)·α. A ring over nodes visits a node's k ranks in a row, so of its n−1
+    steps n/k − 1 cross the network and the others stay inside a node: (n/k − 1)·α_out + (n − n/k)·α_inner
+    (NCCL's tuning model counts a ring's intra- and inter-node steps apart, `ncclTopoTuneModel`). NCCL
+    runs reduce-scatter and all-gather as rings only, so this term grows linearly with n."""
+    k = group_ranks_per_domain(size, stride, tiers)
+    _, inner_latency = _inner(size, stride, tiers)
+    nodes = size / k
+    across = (nodes - 1.0) * tiers.out_latency_s + (size - nodes) * inner_latency
+    inside_s = (size - 1.0) * _hop_latency_s(size, stride, tiers)
+    return xp.where(in_node(size, stride, tiers), inside_s, across)
 
 
 def tree_latency_s(size, stride, tiers: Tiers):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from trainest import xp
+from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
 from trainest.precision import grad_bytes_per_param, weight_bytes_per_param
 from trainest.step.collectives import Tiers, all_gather_s, all_reduce_s, in_domain, reduce_scatter_s, send_recv_s
@@ -146,19 +147,35 @@ def expert_dp_groups(layout: Layout) -> DpGroups:
                     stride=layout.expert_group)
 
 
+def dp_collective_calls(job: Job, layout: Layout, params_local: Num) -> Num:
+    """n_b: the collectives each data-parallel reduction (and ZeRO-1/2's weight gather) of a step is split
+    into, each paying its own latency (docs/model.md §4.3): ⌈P_local / B⌉ buckets of B = max(B_0, B_r·d)
+    parameters (Megatron-Core, DeepSpeed: `Framework.dp_bucket_params`), or one per layer of the stage
+    (PyTorch FSDP's per-block units and the frameworks like it: dp_bucket_params 0); at least 1."""
+    f = FRAMEWORKS[job.framework]
+    if f.dp_bucket_params <= 0.0:
+        return xp.maximum(job.model.layers / layout.pp, 1.0)
+    bucket = xp.maximum(f.dp_bucket_params, f.dp_bucket_params_per_rank * layout.dp)
+    return xp.maximum(xp.ceil(params_local / bucket), 1.0)
+
+
 def dp_traffic(job: Job, layout: Layout, tiers: Tiers, params_local: Num, groups: DpGroups | None = None) -> DpTraffic:
     """Gradients are reduced over the d·c ranks with the same tensor rank (stride t); ZeRO state is
-    sharded over d_shard·c; the d/d_shard replicas all-reduce their shard (stride d_shard·c·t).
-    `groups`: another kind of parameter's groups (the experts', expert_dp_groups)."""
+    sharded over d_shard·c; the d/d_shard replicas all-reduce their shard (stride d_shard·c·t). Each
+    collective runs as n_b calls of 1/n_b of the bytes (`dp_collective_calls`): the same bandwidth term,
+    n_b latencies. `groups`: another kind of parameter's groups (the experts', expert_dp_groups)."""
     w, g = weight_bytes_per_param(job.precision), grad_bytes_per_param(job.precision)
     grad_group, shard_group, replicas, stride = groups or dense_dp_groups(layout)
     z0, zero12 = layout.z0, layout.zero12
-    reduce = (z0 * all_reduce_s(params_local * g, grad_group, stride, tiers)
-              + zero12 * reduce_scatter_s(params_local * g, shard_group, stride, tiers))
-    replica = (1.0 - z0) * all_reduce_s(params_local / shard_group * g, replicas, stride * shard_group, tiers)
+    calls = dp_collective_calls(job, layout, params_local)
+    per_call = params_local / calls
+    reduce = calls * (z0 * all_reduce_s(per_call * g, grad_group, stride, tiers)
+                      + zero12 * reduce_scatter_s(per_call * g, shard_group, stride, tiers))
+    replica = (1.0 - z0) * calls * all_reduce_s(per_call / shard_group * g, replicas, stride * shard_group, tiers)
     return DpTraffic(reduce_s=reduce * (1.0 - layout.z3),
-                     gather_s=zero12 * all_gather_s(params_local * w, shard_group, stride, tiers),
-                     replica_s=replica, zero2_rs_s=reduce_scatter_s(params_local * g, shard_group, stride, tiers))
+                     gather_s=zero12 * calls * all_gather_s(per_call * w, shard_group, stride, tiers),
+                     replica_s=replica,
+                     zero2_rs_s=calls * reduce_scatter_s(per_call * g, shard_group, stride, tiers))
 
 
 def add_dp_traffic(a: DpTraffic, b: DpTraffic) -> DpTraffic:
