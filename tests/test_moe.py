@@ -521,3 +521,13 @@ def test_compare_says_which_entries_have_prior_moe_efficiencies_and_reproduces_i
     code, est, _ = call_entry(["estimate"] + " ".join(argv).split() + ["--json"], capsys)
     first = doc["compare"][0]
     assert code == 0 and json.loads(est)["step"]["time_s"] == pytest.approx(first["step"]["time_s"], rel=1e-9)
+
+
+def test_the_scenario_says_when_the_experts_are_assumed_force_balanced(capsys):
+    """'imbalance 1' did not say that 1 is forced balance (the benchmarks' router, not a trained one's)."""
+    code, out, err = call_entry(["estimate", "--model", "mixtral-8x7b", "--devices", "16", "--ep", "8"], capsys)
+    assert code == 0 and "imbalance 1 (forced balance)" in " ".join(out.split()), out
+    code, out, err = call_entry(["estimate", "--model", "mixtral-8x7b", "--devices", "16", "--ep", "8",
+                                 "--moe-imbalance", "1.3"], capsys)
+    text = " ".join(out.split())
+    assert code == 0 and "imbalance 1.3" in text and "forced balance" not in text, out
