@@ -531,3 +531,9 @@ def test_the_scenario_says_when_the_experts_are_assumed_force_balanced(capsys):
                                  "--moe-imbalance", "1.3"], capsys)
     text = " ".join(out.split())
     assert code == 0 and "imbalance 1.3" in text and "forced balance" not in text, out
+
+
+def test_plan_names_the_active_parameters_its_mfu_counts(capsys):
+    """plan's header gave a MoE's total parameters only, where estimate gives total and active."""
+    code, out, err = call_entry(["plan", "--model", "mixtral-8x7b", "--devices", "16", "--allow", "zero=1"], capsys)
+    assert code == 0 and "mixtral-8x7b (46.7 B params, 12.9 B active) on 16 x h100-sxm" in " ".join(out.split()), err
