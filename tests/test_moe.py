@@ -537,3 +537,12 @@ def test_plan_names_the_active_parameters_its_mfu_counts(capsys):
     """plan's header gave a MoE's total parameters only, where estimate gives total and active."""
     code, out, err = call_entry(["plan", "--model", "mixtral-8x7b", "--devices", "16", "--allow", "zero=1"], capsys)
     assert code == 0 and "mixtral-8x7b (46.7 B params, 12.9 B active) on 16 x h100-sxm" in " ".join(out.split()), err
+
+
+def test_mla_ranks_that_do_not_fit_overridden_heads_say_how_many_heads_they_need(capsys):
+    """--heads 7 on DeepSeek-V3 named q_lora_rank and a product of 1344 without the heads in it."""
+    code, out, err = call_entry(["estimate", "--model", "deepseek-v3", "--heads", "7", "--devices", "64"], capsys)
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1
+    assert "= 7·(128 + 64) = 1344" in err and "these ranks need heads >= 9" in err, err
+    code, out, err = call_entry(["estimate", "--model", "kimi-k2", "--heads", "2", "--devices", "64"], capsys)
+    assert code == 1 and "these ranks need heads >= 9" in err, err      # the q rank's 9, not the kv rank's 3
