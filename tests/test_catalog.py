@@ -310,7 +310,8 @@ def test_invalid_moe(change, message):
 
 @pytest.mark.parametrize("change, message", [
     ({"kv_lora_rank": 256},
-     r"t\.mla\.kv_lora_rank: 256 must be less than hidden=256 and heads·\(qk_nope_head_dim \+ v_head_dim\) = 224"),
+     r"t\.mla\.kv_lora_rank: 256 must be less than hidden=256 and heads·\(qk_nope_head_dim \+ v_head_dim\) = "
+     r"\d+·\(\d+ \+ \d+\) = 224"),
     ({"kv_lora_rank": 230}, r"t\.mla\.kv_lora_rank: 230 must be less than"),      # fits hidden, not the heads
     ({"q_lora_rank": 300}, r"t\.mla\.q_lora_rank: 300 must be less than hidden=256"),
     ({"qk_nope_head_dim": 0}, r"t\.mla\.qk_nope_head_dim: 0 must be at least 1"),

@@ -521,3 +521,28 @@ def test_compare_says_which_entries_have_prior_moe_efficiencies_and_reproduces_i
     code, est, _ = call_entry(["estimate"] + " ".join(argv).split() + ["--json"], capsys)
     first = doc["compare"][0]
     assert code == 0 and json.loads(est)["step"]["time_s"] == pytest.approx(first["step"]["time_s"], rel=1e-9)
+
+
+def test_the_scenario_says_when_the_experts_are_assumed_force_balanced(capsys):
+    """'imbalance 1' did not say that 1 is forced balance (the benchmarks' router, not a trained one's)."""
+    code, out, err = call_entry(["estimate", "--model", "mixtral-8x7b", "--devices", "16", "--ep", "8"], capsys)
+    assert code == 0 and "imbalance 1 (forced balance)" in " ".join(out.split()), out
+    code, out, err = call_entry(["estimate", "--model", "mixtral-8x7b", "--devices", "16", "--ep", "8",
+                                 "--moe-imbalance", "1.3"], capsys)
+    text = " ".join(out.split())
+    assert code == 0 and "imbalance 1.3" in text and "forced balance" not in text, out
+
+
+def test_plan_names_the_active_parameters_its_mfu_counts(capsys):
+    """plan's header gave a MoE's total parameters only, where estimate gives total and active."""
+    code, out, err = call_entry(["plan", "--model", "mixtral-8x7b", "--devices", "16", "--allow", "zero=1"], capsys)
+    assert code == 0 and "mixtral-8x7b (46.7 B params, 12.9 B active) on 16 x h100-sxm" in " ".join(out.split()), err
+
+
+def test_mla_ranks_that_do_not_fit_overridden_heads_say_how_many_heads_they_need(capsys):
+    """--heads 7 on DeepSeek-V3 named q_lora_rank and a product of 1344 without the heads in it."""
+    code, out, err = call_entry(["estimate", "--model", "deepseek-v3", "--heads", "7", "--devices", "64"], capsys)
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1
+    assert "= 7·(128 + 64) = 1344" in err and "these ranks need heads >= 9" in err, err
+    code, out, err = call_entry(["estimate", "--model", "kimi-k2", "--heads", "2", "--devices", "64"], capsys)
+    assert code == 1 and "these ranks need heads >= 9" in err, err      # the q rank's 9, not the kv rank's 3

@@ -237,3 +237,24 @@ def test_sweep_flags_what_estimate_flags(capsys):
         <= set(point["warnings"])
     code, _, err = call_entry([*args, "--quiet"], capsys)
     assert code == 0 and err == ""
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["--model", "mixtral-8x7b", "--ep", "3"], "Error: --ep: 3 does not divide experts=8; try 1, 2, 4, 8"),
+    (["--model", "mixtral-8x7b", "--finetune", "lora"], "Error: --finetune: lora of a mixture-of-experts model"),
+    (["--model", "llama3-8b", "--ep", "2"], "Error: --ep: 2 needs a mixture-of-experts model"),
+])
+def test_an_input_that_fails_at_every_value_is_bad_input_as_estimate_says_it(capsys, args, line):
+    """Every point failed with one reason that has nothing to do with the swept value: it printed a
+    table of 'does not run' rows, naming options.parallel.ep, and exited 0."""
+    code, out, err = call_entry(["sweep", "--devices", "8..16", *args], capsys)
+    assert code == 1 and out == "" and err.startswith(line) and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+
+
+def test_a_point_that_does_not_run_says_why_as_the_error_line_would(capsys):
+    """A point's reason read `options: tp=3 ...`, the scenario's path, where estimate's error line has none."""
+    code, out, err = call_entry(["sweep", "--tp", "1,3", "--devices", "24", "--json"], capsys)
+    assert code == 0, err
+    errors = [p["error"] for p in json.loads(out)["sweep"] if p["error"]]
+    assert errors == ["tp=3 does not divide heads=32; try 1, 2, 4, 8, 16, 32"], errors

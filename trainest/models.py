@@ -644,12 +644,17 @@ def _mla_from(data: object, where: str, hidden: int, heads: int) -> MLA:
         raise SpecError(f"{where}.qk_rope_head_dim: {rope} must be even (RoPE rotates pairs of dimensions)")
     kv_rank = F.integer(data["kv_lora_rank"], f"{where}.kv_lora_rank", maximum=10**7)
     q_rank = F.integer(data.get("q_lora_rank"), f"{where}.q_lora_rank", maximum=10**7, allow_none=True)
-    factors = (("kv_lora_rank", kv_rank, heads * (nope + v), "heads·(qk_nope_head_dim + v_head_dim)"),
-               ("q_lora_rank", q_rank, heads * (nope + rope), "heads·(qk_nope_head_dim + qk_rope_head_dim)"))
-    for key, rank, out, out_text in factors:
+    factors = (("kv_lora_rank", kv_rank, nope + v, "heads·(qk_nope_head_dim + v_head_dim)", f"({nope} + {v})"),
+               ("q_lora_rank", q_rank, nope + rope, "heads·(qk_nope_head_dim + qk_rope_head_dim)",
+                f"({nope} + {rope})"))
+    for key, rank, per_head, out_text, sum_text in factors:
+        out = heads * per_head
         if rank is not None and rank >= min(hidden, out):
-            raise SpecError(f"{where}.{key}: {rank} must be less than hidden={hidden} and {out_text} = {out} "
-                            f"(a low-rank latent of the projection)")
+            # the heads may come from an override (--heads): say how many these ranks need
+            need = max(r // per + 1 for _, r, per, _, _ in factors if r is not None)
+            fewest = f"; these ranks need heads >= {need}" if rank < hidden else ""
+            raise SpecError(f"{where}.{key}: {rank} must be less than hidden={hidden} and {out_text} = "
+                            f"{heads}·{sum_text} = {out} (a low-rank latent of the projection){fewest}")
     return MLA(q_lora_rank=q_rank, kv_lora_rank=kv_rank, qk_nope_head_dim=nope, qk_rope_head_dim=rope, v_head_dim=v)
 
 

@@ -163,6 +163,7 @@ def model_text(m) -> str:
         text += (f"; MoE E={e.experts} top-{e.top_k} f_e={e.expert_ffn_hidden}"
                  + (f" shared {e.shared_experts}×{e.shared_width}" if e.shared_experts else "")
                  + f", {m.moe_layers} of {m.layers} layers, imbalance {e.imbalance:g}"
+                 + (" (forced balance)" if e.imbalance == 1.0 else "")
                  + (f", capacity {e.capacity_factor:g}" if e.capacity_factor is not None else ""))
     if m.mla is not None:
         a = m.mla

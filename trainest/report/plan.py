@@ -114,7 +114,8 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
         con.print(f"None meets it; shown: the closest, {ds.devices:,} devices." if ds.gate_failed
                   else f"Chosen: {ds.devices:,} devices, {ds.rule}.")
     shown = f" (default: one node, at most {DEFAULT_DEVICES})" if "devices" in b.derived else ""
-    con.print(f"[bold]{b.model.name}[/bold] ({b.model.params / 1e9:.1f} B params) on {r.devices:,} x "
+    active = "" if b.model.moe is None else f", {b.model.active_params / 1e9:.1f} B active"
+    con.print(f"[bold]{b.model.name}[/bold] ({b.model.params / 1e9:.1f} B params{active}) on {r.devices:,} x "
               f"{b.hardware.name}{shown}, "
               f"global batch {b.global_batch} x {b.seq_len} tokens{batch_default_note(b)}, {b.precision}, "
               f"{fmt_si(b.tokens)} tokens to train{_adapter_tokens_note(r)}")
