@@ -266,3 +266,23 @@ def test_specs_readme_shows_only_keys_the_loader_accepts_and_names_every_key_it_
     words = set(re.findall(r"\b\w+\b", section))
     unnamed = sorted(k for k in accepted if k not in words)
     assert not unnamed, f"{what} keys the loader accepts that specs/README.md does not name: {unnamed}"
+
+
+def test_every_yaml_key_docs_inputs_lists_is_one_the_loaders_accept():
+    """docs/inputs.md's YAML column: a scenario key, a parallel or finetune key, or (a shape override) the
+    model mapping's own key, `model.moe.<key>` and `model.attention_window.size` included; and every
+    scenario key the loader accepts is listed."""
+    from trainest import models as M
+    from trainest.knobs import FINETUNE_KEYS, PARALLEL_KEYS
+    from trainest.scenario import SCENARIO_KEYS
+    inputs = (ROOT / "docs" / "inputs.md").read_text(encoding="utf-8")
+    listed = re.findall(r"^\| `--[^|]*\| `([\w.]+)` \|", inputs, re.M)
+    assert len(listed) > 40
+    accepted = ({k for k in SCENARIO_KEYS if k not in ("parallel", "finetune")} | {"finetune"}
+                | {f"parallel.{k}" for k in PARALLEL_KEYS} | {f"finetune.{k}" for k in FINETUNE_KEYS}
+                | {f"model.{k}" for k in M.MODEL_REQUIRED + M.MODEL_OPTIONAL}
+                | {f"model.moe.{k}" for k in M.MOE_REQUIRED + M.MOE_OPTIONAL}
+                | {f"model.attention_window.{k}" for k in M.WINDOW_REQUIRED + M.WINDOW_OPTIONAL})
+    assert not [k for k in listed if k not in accepted], "docs/inputs.md lists keys no loader accepts"
+    assert not [k for k in SCENARIO_KEYS if k not in ("parallel", "finetune") and k not in listed]
+    assert not [k for k in PARALLEL_KEYS if f"parallel.{k}" not in listed]
