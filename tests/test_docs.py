@@ -286,3 +286,16 @@ def test_every_yaml_key_docs_inputs_lists_is_one_the_loaders_accept():
     assert not [k for k in listed if k not in accepted], "docs/inputs.md lists keys no loader accepts"
     assert not [k for k in SCENARIO_KEYS if k not in ("parallel", "finetune") and k not in listed]
     assert not [k for k in PARALLEL_KEYS if f"parallel.{k}" not in listed]
+
+
+def test_every_module_constant_and_class_docs_model_names_exists():
+    """`module.CONSTANT` and `module.Class[.attr]` in docs/model.md (`calibrate.BOUNDS`, `catalog.Efficiency`,
+    `choices.ATTENTIONS`) name what the module has (lower-case `a.b` are JSON and YAML paths, not checked)."""
+    modules = {p.stem: str(p.relative_to(ROOT)) for folder in ("step", ".")      # trainest/x.py before step/x.py
+               for p in (ROOT / "trainest" / folder).glob("*.py") if p.stem != "__init__"}
+    bad = []
+    for match in re.finditer(r"`([a-z_]+)\.([A-Z][\w.]*)`", MODEL_DOC):
+        module, name = match.groups()
+        if module in modules and not resolve(modules[module], name):
+            bad.append(f"docs/model.md:{MODEL_DOC[:match.start()].count(chr(10)) + 1}: {module}.{name}")
+    assert not bad, bad
