@@ -299,3 +299,14 @@ def test_every_module_constant_and_class_docs_model_names_exists():
         if module in modules and not resolve(modules[module], name):
             bad.append(f"docs/model.md:{MODEL_DOC[:match.start()].count(chr(10)) + 1}: {module}.{name}")
     assert not bad, bad
+
+
+def test_every_test_docs_model_cites_exists():
+    """The `Tests:` of docs/model.md name test functions (or test modules) that exist."""
+    defined = set()
+    for path in (ROOT / "tests").glob("test_*.py"):
+        defined.add(path.stem)
+        defined |= set(re.findall(r"^\s*def (test_\w+)", path.read_text(encoding="utf-8"), re.M))
+    cited = set(re.findall(r"\b(test_[a-z0-9_]+)", MODEL_DOC))
+    assert len(cited) > 100
+    assert not sorted(cited - defined), "docs/model.md cites tests that do not exist"
