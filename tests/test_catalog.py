@@ -355,7 +355,7 @@ def test_every_preset_round_trips_through_its_mapping():
 
 
 def test_every_preset_is_modelled():
-    """MoE and MLA presets are modelled (docs/model.md §13): nothing the step model lacks."""
+    """MoE and MLA presets are modelled (docs/model.md §15): nothing the step model lacks."""
     for name in model_names():
         assert unmodelled_features(load_model(name)) == (), name
     assert isinstance(load_model("mixtral-8x7b").moe, MoE) and isinstance(load_model("kimi-k2").mla, MLA)

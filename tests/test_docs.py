@@ -113,3 +113,200 @@ def test_the_inputs_echo_has_a_knob_for_every_key():
         assert set(echo) <= top, set(echo) - top
         assert set(echo["parallel"]) <= {k.yaml_key for k in KNOBS if k.group == PARALLEL}
         assert set(echo["finetune"]) <= {k.yaml_key for k in KNOBS if k.group == FINETUNE}
+
+
+# --------------------------------------------------------------- every file pointer, everywhere in model.md
+
+# files docs/model.md names that are not this repository's (the sources' code it cites)
+EXTERNAL_FILES = {"prepare_packed_ft_dataset.py", "megatron/core/pipeline_parallel/schedules.py", "parallelize_llama.py",
+                  "theoretical_memory_usage.py", "tensor_parallel/cross_entropy.py", "train.py",
+                  "models/mpt/modeling_mpt.py", "losses/cross_entropy.py", "transformer/moe/experts.py",
+                  "transformer/moe/token_dispatcher.py", "multi_token_prediction.py", "moe.py"}
+REPO_FILES = sorted(str(p.relative_to(ROOT)) for folder in ("trainest", "tools", "bench", "tests")
+                    for p in (ROOT / folder).rglob("*.py"))
+FILE_POINTER = re.compile(r"`([\w/]+\.py)(?::\s*([^`]*))?`")
+
+
+def _defined_names(path: Path) -> set[str]:
+    """The top-level names a module defines or imports (functions, classes, assignments)."""
+    import ast
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def file_pointers() -> list[tuple[int, str, str | None]]:
+    """(line, file, name or None) for every `file.py` and `file.py: name, name (...)` in docs/model.md,
+    inside or outside a `Code:` bullet."""
+    out = []
+    for match in FILE_POINTER.finditer(MODEL_DOC):
+        line = MODEL_DOC[:match.start()].count("\n") + 1
+        names = re.findall(r"[A-Za-z_][\w.]*", re.sub(r"\([^)]*\)", "", match.group(2) or ""))
+        out += [(line, match.group(1), n) for n in names if n != "and"] or [(line, match.group(1), None)]
+    return out
+
+
+def test_every_file_docs_model_names_exists_and_defines_what_it_names():
+    bad = []
+    for line, path, name in file_pointers():
+        found = [f for f in REPO_FILES if f == path or f.endswith("/" + path)]
+        if not found:
+            if path not in EXTERNAL_FILES:
+                bad.append(f"docs/model.md:{line}: {path} is no file of this repository (nor a known source's)")
+            continue
+        if name is None:
+            continue
+        file = found[0]
+        if file.startswith("trainest/"):
+            ok = resolve(file, name)
+        else:
+            ok = name.split(".")[0] in _defined_names(ROOT / file)
+        if not ok:
+            bad.append(f"docs/model.md:{line}: {file} has no {name}")
+    assert not bad, "\n".join(bad)
+
+
+# ------------------------------------------------------------------ sections referenced by number exist
+
+SECTIONS = set(re.findall(r"^#{2,4} (\d+(?:\.\d+)*)\.? ", MODEL_DOC, re.M))
+
+
+def test_the_step_package_map_names_every_module_and_a_section_that_exists():
+    """trainest/step/__init__.py maps each module of the package to its part of docs/model.md."""
+    import trainest.step
+    doc = inspect.getdoc(trainest.step) or ""
+    mapped = dict(re.findall(r"^\s*(\w+)\.py\s+§(\d+(?:\.\d+)*)", doc, re.M))
+    modules = {p.stem for p in (ROOT / "trainest" / "step").glob("*.py") if p.stem != "__init__"}
+    assert set(mapped) == modules, f"missing {sorted(modules - set(mapped))}, stale {sorted(set(mapped) - modules)}"
+    assert not {s for s in mapped.values() if s not in SECTIONS}, "a section the map names is not in docs/model.md"
+
+
+def test_every_docs_model_section_reference_exists():
+    """`docs/model.md §x.y` anywhere in the code, the tests, the tools and the other docs names a section of it."""
+    bad = []
+    files = [ROOT / f for f in REPO_FILES] + [ROOT / "README.md", ROOT / "specs" / "README.md",
+                                             *sorted((ROOT / "docs").glob("*.md"))]
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        for match in re.finditer(r"docs/model\.md,? (§[\d.]+(?:(?:,| and) §[\d.]+)*)", text):
+            for section in re.findall(r"§(\d+(?:\.\d+)*)", match.group(1)):
+                if section not in SECTIONS:
+                    bad.append(f"{path.relative_to(ROOT)}: docs/model.md §{section}")
+    assert not bad, bad
+
+
+# ------------------------------------------------------- specs/README.md's schemas against the loaders
+
+def _schema_blocks() -> dict[str, tuple[str, dict]]:
+    """specs/README.md's three YAML examples, by file kind: (the section's text, the parsed example)."""
+    import yaml
+    text = (ROOT / "specs" / "README.md").read_text(encoding="utf-8")
+    heads = [m.start() for m in re.finditer(r"^## ", text, re.M)] + [len(text)]
+    out = {}
+    for start, end in zip(heads, heads[1:]):
+        section = text[start:end]
+        kind = re.match(r"## (\w+)/", section)
+        block = re.search(r"```yaml\n(.*?)```", section, re.S)
+        if kind and block:
+            out[kind.group(1)] = (section, yaml.safe_load(block.group(1)))
+    return out
+
+
+def _schema_pairs():
+    from trainest import hardware as H
+    from trainest import models as M
+    from trainest.knobs import FINETUNE_KEYS, PARALLEL_KEYS
+    from trainest.scenario import RUN_ONLY_KEYS, SCENARIO_KEYS
+    from trainest.validate import MEASURED_KEYS, RUNS_FILE_KEYS, RUNS_FILE_OPTIONAL_KEYS
+    blocks = _schema_blocks()
+    hw_text, hw = blocks["hardware"]
+    md_text, md = blocks["models"]
+    runs_text, runs = blocks["runs"]
+    run = runs["runs"][0]
+    return [
+        ("hardware", hw_text, hw, H.HW_REQUIRED + H.HW_OPTIONAL),
+        ("hardware.peak_tflops", hw_text, hw["peak_tflops"], H.PRECISIONS),
+        ("hardware.memory", hw_text, hw["memory"], H.MEMORY_REQUIRED + H.MEMORY_OPTIONAL),
+        ("hardware.compute", hw_text, hw["compute"], H.COMPUTE_KEYS),
+        ("hardware.system", hw_text, hw["system"], H.SYSTEM_KEYS),
+        ("hardware.system.intra_node", hw_text, hw["system"]["intra_node"], H.INTRA_NODE_KEYS),
+        ("hardware.host", hw_text, hw["host"], H.HOST_KEYS),
+        ("hardware.host.link", hw_text, hw["host"]["link"], H.HOST_LINK_KEYS),
+        ("hardware.efficiency", hw_text, hw["efficiency"], H.EFFICIENCY_KEYS + H.EFFICIENCY_OPTIONAL),
+        ("model", md_text, md, M.MODEL_REQUIRED + M.MODEL_OPTIONAL),
+        ("model.moe", md_text, md["moe"], M.MOE_REQUIRED + M.MOE_OPTIONAL),
+        ("model.mla", md_text, md["mla"], M.MLA_REQUIRED + M.MLA_OPTIONAL),
+        ("model.mtp", md_text, md["mtp"], M.MTP_REQUIRED + M.MTP_OPTIONAL),
+        ("model.hybrid", md_text, md["hybrid"], M.HYBRID_REQUIRED + M.HYBRID_OPTIONAL),
+        ("model.attention_window", md_text, md["attention_window"], M.WINDOW_REQUIRED + M.WINDOW_OPTIONAL),
+        ("runs file", runs_text, runs, RUNS_FILE_KEYS + RUNS_FILE_OPTIONAL_KEYS),
+        ("run / scenario", runs_text, run, SCENARIO_KEYS + RUN_ONLY_KEYS),
+        ("run.parallel", runs_text, run["parallel"], PARALLEL_KEYS),
+        ("run.finetune", runs_text, run["finetune"], FINETUNE_KEYS),
+        ("run.measured", runs_text, run["measured"], MEASURED_KEYS),
+    ]
+
+
+@pytest.mark.parametrize(("what", "section", "example", "accepted"), _schema_pairs(), ids=lambda x: x if isinstance(x, str) and "\n" not in x else "")
+def test_specs_readme_shows_only_keys_the_loader_accepts_and_names_every_key_it_accepts(what, section, example,
+                                                                                           accepted):
+    """Each YAML example of specs/README.md: a key it shows is one its loader (trainest/hardware.py,
+    models.py, scenario.py, validate.py) accepts, and a key the loader accepts is named in that file
+    kind's section (in the example, in its comments or in the text)."""
+    shown = set(example)
+    assert shown <= set(accepted), f"specs/README.md shows {what} keys the loader rejects: {sorted(shown - set(accepted))}"
+    words = set(re.findall(r"\b\w+\b", section))
+    unnamed = sorted(k for k in accepted if k not in words)
+    assert not unnamed, f"{what} keys the loader accepts that specs/README.md does not name: {unnamed}"
+
+
+def test_every_yaml_key_docs_inputs_lists_is_one_the_loaders_accept():
+    """docs/inputs.md's YAML column: a scenario key, a parallel or finetune key, or (a shape override) the
+    model mapping's own key, `model.moe.<key>` and `model.attention_window.size` included; and every
+    scenario key the loader accepts is listed."""
+    from trainest import models as M
+    from trainest.knobs import FINETUNE_KEYS, PARALLEL_KEYS
+    from trainest.scenario import SCENARIO_KEYS
+    inputs = (ROOT / "docs" / "inputs.md").read_text(encoding="utf-8")
+    listed = re.findall(r"^\| `--[^|]*\| `([\w.]+)` \|", inputs, re.M)
+    assert len(listed) > 40
+    accepted = ({k for k in SCENARIO_KEYS if k not in ("parallel", "finetune")} | {"finetune"}
+                | {f"parallel.{k}" for k in PARALLEL_KEYS} | {f"finetune.{k}" for k in FINETUNE_KEYS}
+                | {f"model.{k}" for k in M.MODEL_REQUIRED + M.MODEL_OPTIONAL}
+                | {f"model.moe.{k}" for k in M.MOE_REQUIRED + M.MOE_OPTIONAL}
+                | {f"model.attention_window.{k}" for k in M.WINDOW_REQUIRED + M.WINDOW_OPTIONAL})
+    assert not [k for k in listed if k not in accepted], "docs/inputs.md lists keys no loader accepts"
+    assert not [k for k in SCENARIO_KEYS if k not in ("parallel", "finetune") and k not in listed]
+    assert not [k for k in PARALLEL_KEYS if f"parallel.{k}" not in listed]
+
+
+def test_every_module_constant_and_class_docs_model_names_exists():
+    """`module.CONSTANT` and `module.Class[.attr]` in docs/model.md (`calibrate.BOUNDS`, `catalog.Efficiency`,
+    `choices.ATTENTIONS`) name what the module has (lower-case `a.b` are JSON and YAML paths, not checked)."""
+    modules = {p.stem: str(p.relative_to(ROOT)) for folder in ("step", ".")      # trainest/x.py before step/x.py
+               for p in (ROOT / "trainest" / folder).glob("*.py") if p.stem != "__init__"}
+    bad = []
+    for match in re.finditer(r"`([a-z_]+)\.([A-Z][\w.]*)`", MODEL_DOC):
+        module, name = match.groups()
+        if module in modules and not resolve(modules[module], name):
+            bad.append(f"docs/model.md:{MODEL_DOC[:match.start()].count(chr(10)) + 1}: {module}.{name}")
+    assert not bad, bad
+
+
+def test_every_test_docs_model_cites_exists():
+    """The `Tests:` of docs/model.md name test functions (or test modules) that exist."""
+    defined = set()
+    for path in (ROOT / "tests").glob("test_*.py"):
+        defined.add(path.stem)
+        defined |= set(re.findall(r"^\s*def (test_\w+)", path.read_text(encoding="utf-8"), re.M))
+    cited = set(re.findall(r"\b(test_[a-z0-9_]+)", MODEL_DOC))
+    assert len(cited) > 100
+    assert not sorted(cited - defined), "docs/model.md cites tests that do not exist"

@@ -77,12 +77,31 @@ ESTIMATE_CASES = {
                     "--global-batch", "8", "--ops"),
     "dgx-spark-ops": ("--hardware", "dgx-spark", "--devices", "1", "--model", "llama3.2-3b", "--seq-len", "256",
                       "--global-batch", "8", "--ops"),
+    # the newest inputs: a sliding window with MoE (inputs.model.attention_window, active_params, ep traffic),
+    # MLA with the all-to-alls hidden, a hybrid Mamba-2 model, a window given on the command line
+    "moe-window": ("--model", "gpt-oss-20b", "--devices", "8", "--ep", "8", "--seq-len", "4096", "--global-batch", "64"),
+    "mla-deepep": ("--model", "deepseek-v3", "--hardware", "gb200", "--devices", "256", "--pp", "4",
+                   "--pipeline-split", "balanced", "--ep", "64",
+                   "--zero", "1", "--precision", "fp8", "--global-batch", "4096", "--moe-overlap", "deepep",
+                   "--recompute-modules", "layernorm,mla_up_proj,moe_act"),
+    "hybrid": ("--model", "nemotron-3-nano", "--devices", "16", "--ep", "8", "--zero", "1", "--precision", "fp8",
+               "--global-batch", "256", "--recompute", "full"),
+    "window-option-ops": ("--attention-window", "4096", "--seq-len", "16384", "--global-batch", "16", "--ops"),
 }
 
 
 @pytest.mark.parametrize("args", ESTIMATE_CASES.values(), ids=ESTIMATE_CASES.keys())
 def test_estimate_json_matches_schema(args):
     check(run_json("estimate", *args), "estimate")
+
+
+def test_the_estimate_cases_carry_the_newest_keys():
+    """The keys the schema check above must see: the window and active parameters of the model echo, the
+    expert-parallel traffic."""
+    doc = run_json("estimate", *ESTIMATE_CASES["moe-window"])
+    assert doc["inputs"]["model"]["attention_window"] == {"size": 128, "kind": "sliding", "global_every": 2}
+    assert doc["inputs"]["model"]["active_params"] < doc["inputs"]["model"]["params"]
+    assert doc["step"]["communication_detail_s"]["ep"] > 0
 
 
 def test_estimate_json_from_a_config_file(tmp_path):
@@ -147,6 +166,57 @@ def test_validate_json_matches_schema():
     doc = run_json("validate", "--source", "korthikanti2022")
     check(doc, "validate")
     assert doc["runs"]
+
+
+WARNED_RUNS = """source: schema test
+runs:
+  - id: dense-unseen
+    model: llama3-8b
+    seq_len: 8192
+    hardware: mi300x
+    devices: 8
+    precision: bf16
+    parallel: {tp: 1, pp: 1, dp: 8, zero: 3}
+    micro_batch: 1
+    global_batch: 64
+    recompute: none
+    framework: deepspeed
+    measured: {step_time_s: 9.0, tokens_per_s: 30000}
+  - id: moe-unseen
+    model: gpt-oss-20b
+    seq_len: 4096
+    hardware: h100-sxm
+    devices: 8
+    precision: bf16
+    parallel: {tp: 1, pp: 1, dp: 8, ep: 8, zero: 3}
+    micro_batch: 1
+    global_batch: 64
+    recompute: full
+    framework: torchtitan
+    measured: {step_time_s: 3.0}
+"""
+
+
+def test_validate_json_with_warnings_unseen_frameworks_and_uncalibrated_hardware_matches_schema(tmp_path):
+    """The keys validate fills only for some runs: two metrics that disagree (warnings), a framework no bundled
+    run uses (unseen_frameworks), a MoE run under a framework no bundled MoE run uses, hardware with prior
+    efficiencies (uncalibrated_hardware, runs[].hardware_calibrated)."""
+    runs = tmp_path / "runs.yaml"
+    runs.write_text(WARNED_RUNS, encoding="utf-8")
+    doc = run_json("validate", "--runs", str(runs))
+    check(doc, "validate")
+    assert len(doc["warnings"]) == 1 and "disagree" in doc["warnings"][0]
+    assert doc["unseen_frameworks"] == {"deepspeed": 1}
+    assert doc["moe_unseen_frameworks"] == {"torchtitan": 1}
+    assert doc["uncalibrated_hardware"] == {"mi300x": 1}
+    assert [r["hardware_calibrated"] for r in doc["runs"]] == [False, True]
+
+
+def test_validate_json_of_every_bundled_run_matches_schema():
+    """All bundled sets at once: MoE, MLA, hybrid, windowed and fine-tuning runs, vTrain rows."""
+    doc = run_json("validate")
+    check(doc, "validate")
+    assert {r["architecture"] for r in doc["runs"]} >= {"dense", "moe"}
 
 
 def test_calibrate_json_matches_schema(tmp_path):

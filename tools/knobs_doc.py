@@ -12,9 +12,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trainest.knobs import COMMAND_KNOBS, COMPARE_OPTIONS, KNOBS, PLAN_OPTIONS, SWEEP_OPTIONS, SWEEP_RANGES, Knob  # noqa: E402
+from trainest.knobs import (  # noqa: E402
+    COMMAND_KNOBS,
+    COMPARE_OPTIONS,
+    KNOBS,
+    MOE_MESSAGE_KEYS,
+    PLAN_OPTIONS,
+    SHAPE,
+    SWEEP_OPTIONS,
+    SWEEP_RANGES,
+    Knob,
+)
 
 OUT = ROOT / "docs" / "inputs.md"
+
+# a shape override's key in a model mapping (models.py: the MoE keys sit in its moe: block, the window's size in
+# attention_window:), where it is not `model.<name>`
+MODEL_KEYS = {**{name: f"model.moe.{key}" for key, name in MOE_MESSAGE_KEYS.items()},
+              "attention_window": "model.attention_window.size"}
+
+
+def _yaml_key(k: Knob) -> str:
+    return MODEL_KEYS.get(k.name, k.path) if k.group == SHAPE else k.path
 
 
 def _values(k: Knob) -> str:
@@ -28,7 +47,7 @@ def _row(k: Knob, *, yaml: bool) -> str:
     flags = ", ".join(f"`{f}`" for f in k.flags)
     default = k.show_default if k.show_default is not None else ("" if k.default in (None, False) else str(k.default))
     where = [w for w, on in (("plan varies it", k.searched), ("plan keeps it for every plan", k.job)) if on]
-    cells = [flags] + ([f"`{k.path}`"] if yaml else []) + [_values(k), default, k.help.replace("|", "\\|"),
+    cells = [flags] + ([f"`{_yaml_key(k)}`"] if yaml else []) + [_values(k), default, k.help.replace("|", "\\|"),
                                                            "; ".join(where)]
     return "| " + " | ".join(cells) + " |"
 
@@ -38,7 +57,9 @@ def document() -> str:
             "Every input of `trainest estimate` (the command-line option and the scenario / runs YAML key it",
             "sets) and of `trainest plan`, `compare` and `sweep`, generated from the knob table in `trainest/knobs.py` by",
             "`python tools/knobs_doc.py`; do not edit by hand. A value not given is derived and shown as",
-            "`(default)` in the output.", "",
+            "`(default)` in the output. The shape overrides (`--layers` ... `--attention-window`) change a preset or",
+            "a model file on the command line; in a scenario file the model is given whole, and their YAML key is",
+            "that model mapping's (`model: {layers: 32, moe: {experts: 8, top_k: 2, ...}, ...}`, specs/README.md).", "",
             "## Scenario (`estimate`, scenario and runs YAML)", "",
             "| option | YAML key | values | default | what it is | plan |", "|---|---|---|---|---|---|"]
     rows = [_row(k, yaml=True) for k in KNOBS]

@@ -1,7 +1,7 @@
 """FLOPs of a training step (docs/model.md §1): model FLOPs (forward + backward, no recompute) and
 the hardware FLOPs that recomputation and materialised attention scores add. A mixture-of-experts
-model counts the weights each token uses (its active parameters, §13.1), and multi-head latent
-attention its own projections and head widths (§13.5).
+model counts the weights each token uses (its active parameters, §15.1), and multi-head latent
+attention its own projections and head widths (§15.5).
 Sources: Narayanan et al. 2021 §5.1 (per-layer count), Korthikanti et al. 2022 (MFU vs HFU)."""
 
 from __future__ import annotations
