@@ -249,10 +249,31 @@ def load_hardware(value: str) -> Hardware:
                     f"for the catalog, or give a path to a hardware YAML file")
 
 
+# device name fragment -> catalog entry, most specific first ("GH200" before "H200"); the same
+# table as bench/gpu_ground_truth.py's CATALOG_NAMES, extended; `trainest probe`
+# names its file's base entry with it, and an unknown --hardware suggests the entry of a device name.
+# Matched case-insensitively.
+CATALOG_NAMES = (("GH200", "gh200"), ("GB200", "gb200"), ("GB300", "gb300"), ("H200", "h200-sxm"),
+                 ("H100 PCIe", "h100-pcie"), ("H100", "h100-sxm"), ("H800", "h800-sxm"),
+                 ("A100-SXM4-80GB", "a100-80gb-sxm"), ("A100 80GB PCIe", "a100-80gb-pcie"),
+                 ("A100-PCIE-80GB", "a100-80gb-pcie"), ("A100-SXM4-40GB", "a100-40gb-sxm"), ("B200", "b200"),
+                 ("B300", "b300"), ("L40S", "l40s"), ("L4", "l4"), ("RTX 4090", "rtx-4090"), ("RTX 5090", "rtx-5090"),
+                 ("V100", "v100-sxm2-32gb"), ("MI355X", "mi355x"), ("MI325X", "mi325x"), ("MI300X", "mi300x"),
+                 ("MI250X", "mi250x"))
+
+def catalog_match(device_name: str) -> str | None:
+    """The catalog entry for a device name as PyTorch reports it ("NVIDIA H100 80GB HBM3"), or None."""
+    low = device_name.lower()
+    for fragment, name in CATALOG_NAMES:
+        if fragment.lower() in low:
+            return name
+    return None
+
+
+
 def _hardware_hint(value: str, files: dict[str, Path]) -> str:
     """' (did you mean X?)': the catalog entry of a device name as nvidia-smi, rocm-smi or PyTorch print it
     ("NVIDIA H100 80GB HBM3", "A100-SXM4-40GB", "AMD Instinct MI300X", "TPU v5p"), else the closest names."""
-    from trainest.probe import catalog_match  # only on the error path (start-up time)
     squeezed = value.lower().replace(" ", "").replace("-", "").replace("_", "")
     if any(n.startswith(value.strip().lower()) for n in files):
         return did_you_mean(value.lower(), files)      # the start of several names (`h100`): each of them

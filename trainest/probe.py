@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainest import __version__
-from trainest.catalog import Hardware, hardware_from_mapping
+from trainest.catalog import CATALOG_NAMES, Hardware, catalog_match, hardware_from_mapping  # noqa: F401 (re-exported)
 from trainest.choices import PRECISIONS
 from trainest.errors import SpecError, show
 from trainest.units import BITS_PER_BYTE, GB, GIGA, MICROSECOND, TERA, GiB, KiB, MiB
@@ -81,16 +81,6 @@ FP8_MIN_CAPABILITY = (8, 9)          # NVIDIA Ada/Hopper and newer have FP8 tens
 CPU_BUDGET_MAX_S = 20.0              # run_probe never gives the CPU probe more (more barely changes the rates)
 GPU_RUN_CPU_SHARE = 0.15             # with a GPU, the host CPU gets this share of run_probe's budget
 GPU_RUN_GPU_SHARE = 0.65             # and the GPU this share; the rest covers importing torch and CUDA start-up
-
-# device name fragment -> catalog entry, most specific first ("GH200" before "H200"); the same
-# table as bench/gpu_ground_truth.py's CATALOG_NAMES, extended. Matched case-insensitively.
-CATALOG_NAMES = (("GH200", "gh200"), ("GB200", "gb200"), ("GB300", "gb300"), ("H200", "h200-sxm"),
-                 ("H100 PCIe", "h100-pcie"), ("H100", "h100-sxm"), ("H800", "h800-sxm"),
-                 ("A100-SXM4-80GB", "a100-80gb-sxm"), ("A100 80GB PCIe", "a100-80gb-pcie"),
-                 ("A100-PCIE-80GB", "a100-80gb-pcie"), ("A100-SXM4-40GB", "a100-40gb-sxm"), ("B200", "b200"),
-                 ("B300", "b300"), ("L40S", "l40s"), ("L4", "l4"), ("RTX 4090", "rtx-4090"), ("RTX 5090", "rtx-5090"),
-                 ("V100", "v100-sxm2-32gb"), ("MI355X", "mi355x"), ("MI325X", "mi325x"), ("MI300X", "mi300x"),
-                 ("MI250X", "mi250x"))
 
 COPY_CONVENTION = "read+write: 2·B bytes per copy of a B-byte buffer (datasheet memory-bandwidth convention)"
 PEER_CONVENTION = "one direction: B bytes per copy of a B-byte buffer from device 0 to device 1"
@@ -312,15 +302,6 @@ def round_sig(x: float, digits: int = 4) -> float:
     if x == 0 or not math.isfinite(x):
         return x
     return round(x, digits - 1 - int(math.floor(math.log10(abs(x)))))
-
-
-def catalog_match(device_name: str) -> str | None:
-    """The catalog entry for a device name as PyTorch reports it ("NVIDIA H100 80GB HBM3"), or None."""
-    low = device_name.lower()
-    for fragment, name in CATALOG_NAMES:
-        if fragment.lower() in low:
-            return name
-    return None
 
 
 def now_iso() -> str:
