@@ -169,13 +169,12 @@ def dp_traffic(job: Job, layout: Layout, tiers: Tiers, params_local: Num, groups
     z0, zero12 = layout.z0, layout.zero12
     calls = dp_collective_calls(job, layout, params_local)
     per_call = params_local / calls
-    reduce = calls * (z0 * all_reduce_s(per_call * g, grad_group, stride, tiers)
-                      + zero12 * reduce_scatter_s(per_call * g, shard_group, stride, tiers))
+    scatter = calls * reduce_scatter_s(per_call * g, shard_group, stride, tiers)
+    reduce = z0 * calls * all_reduce_s(per_call * g, grad_group, stride, tiers) + zero12 * scatter
     replica = (1.0 - z0) * calls * all_reduce_s(per_call / shard_group * g, replicas, stride * shard_group, tiers)
     return DpTraffic(reduce_s=reduce * (1.0 - layout.z3),
                      gather_s=zero12 * calls * all_gather_s(per_call * w, shard_group, stride, tiers),
-                     replica_s=replica,
-                     zero2_rs_s=calls * reduce_scatter_s(per_call * g, shard_group, stride, tiers))
+                     replica_s=replica, zero2_rs_s=scatter)
 
 
 def add_dp_traffic(a: DpTraffic, b: DpTraffic) -> DpTraffic:
