@@ -264,6 +264,15 @@ PUBLISHED = [
     ("qwen3-32b", 32.8, None, True, 0.02, "model card"),
     ("glm-4.5", 355, 32, None, 0.02, "model card; 32B without either embedding table"),
     ("glm-4.5-air", 106, 12, None, 0.02, "model card; 12B without either embedding table"),
+    ("gemma-2-2b", 2.614, None, True, 0.001, "Gemma 2 report Table 1, 590M + 2024M; extra norms not counted"),
+    ("gemma-2-9b", 9.242, None, True, 0.001, "Gemma 2 report Table 1, 918M + 8324M"),
+    ("gemma-2-27b", 27.227, None, True, 0.001, "Gemma 2 report Table 1, 1180M + 26047M"),
+    ("gemma-3-1b", 1.000, None, True, 0.002, "Gemma 3 report Table 1, 302M + 698M"),
+    # Gemma 3 4B-27B: the text decoder of Table 1 (embedding, which holds the 3-6M multimodal projector, plus
+    # non-embedding); the 417M SigLIP vision encoder in the published 4.3B / 12.2B / 27.4B is not modelled
+    ("gemma-3-4b", 3.884, None, True, 0.002, "Gemma 3 report Table 1, 675M + 3209M, no vision encoder"),
+    ("gemma-3-12b", 11.771, None, True, 0.002, "Gemma 3 report Table 1, 1012M + 10759M, no vision encoder"),
+    ("gemma-3-27b", 27.016, None, True, 0.002, "Gemma 3 report Table 1, 1416M + 25600M, no vision encoder"),
 ]
 
 

@@ -45,6 +45,13 @@ def _write(tmp_path: Path, data, name: str = "config.json") -> str:
     ("Kimi-K2-Instruct", "kimi-k2"),
     ("Llama-4-Maverick-17B-128E", "llama4-maverick"),
     ("GLM-4.5", "glm-4.5"),
+    ("gemma-2-2b", "gemma-2-2b"),
+    ("gemma-2-9b", "gemma-2-9b"),
+    ("gemma-2-27b", "gemma-2-27b"),
+    ("gemma-3-1b-pt", "gemma-3-1b"),
+    ("gemma-3-4b-pt", "gemma-3-4b"),       # text_config without heads, KV heads, head_dim, vocab: Gemma3TextConfig's
+    ("gemma-3-12b-pt", "gemma-3-12b"),
+    ("gemma-3-27b-pt", "gemma-3-27b"),
 ])
 def test_config_gives_the_preset_shape(folder, preset):
     """Every field but name, source and the default sequence length (a chosen default) is the preset's."""
@@ -96,7 +103,10 @@ def test_seq_len_is_the_pretraining_length_capped():
 MATCHING_PRESETS = {"DeepSeek-V3": "deepseek-v3", "GLM-4.5": "glm-4.5", "Kimi-K2-Instruct": "kimi-k2",
                     "Llama-4-Maverick-17B-128E": "llama4-maverick", "Meta-Llama-3-8B": "llama3-8b",
                     "Mistral-7B-v0.1": "mistral-7b", "Mixtral-8x7B-v0.1": "mixtral-8x7b",
-                    "Qwen3-30B-A3B": "qwen3-30b-a3b", "Qwen3-8B": "qwen3-8b", "gpt-oss-120b": "gpt-oss-120b"}
+                    "Qwen3-30B-A3B": "qwen3-30b-a3b", "Qwen3-8B": "qwen3-8b", "gpt-oss-120b": "gpt-oss-120b",
+                    "gemma-2-2b": "gemma-2-2b", "gemma-2-9b": "gemma-2-9b", "gemma-2-27b": "gemma-2-27b",
+                    "gemma-3-1b-pt": "gemma-3-1b", "gemma-3-4b-pt": "gemma-3-4b", "gemma-3-12b-pt": "gemma-3-12b",
+                    "gemma-3-27b-pt": "gemma-3-27b"}
 
 
 @pytest.mark.parametrize("folder,preset", MATCHING_PRESETS.items())
@@ -137,6 +147,18 @@ def test_gemma2_uses_hidden_activation():
     m = load_model(str(CONFIGS / "gemma-2-9b"))
     assert m.kv_heads == 8 and m.tied_embeddings
     assert m.params / 1e9 == pytest.approx(9.24, rel=0.01)
+
+
+def test_gemma3_text_config_keys_left_out_are_gemma3textconfigs_defaults():
+    """google/gemma-3-4b-pt saves no num_attention_heads, num_key_value_heads, head_dim or vocab_size in its
+    text_config (transformers fills 8, 4, 256, 262208); a key the file gives wins (27B: head_dim 128). Other
+    architectures still need the keys."""
+    m = load_model(str(CONFIGS / "gemma-3-4b-pt"))
+    assert (m.heads, m.kv_heads, m.head_dim, m.vocab) == (8, 4, 256, 262208)
+    assert load_model(str(CONFIGS / "gemma-3-27b-pt")).head_dim == 128
+    data = {k: v for k, v in _config("gemma-2-9b").items() if k != "vocab_size"}
+    with pytest.raises(SpecError, match=r"missing 'vocab_size', which Gemma2ForCausalLM needs"):
+        model_from_hf_config(data, "c.json")
 
 
 def test_multimodal_config_reads_its_text_config():

@@ -42,7 +42,9 @@ attention sinks, QK-norms and extra norms (Gemma 2/3 have four per layer) are no
 soft-capping, embedding scaling and RoPE variants change no matmul; DeepSeek's
 num_nextn_predict_layers is read as mtp.depth (one MoE layer per depth, docs/model.md §15.10); vision
 towers of multimodal configs (Llama 4, Gemma 3) are left out, only their text_config is read. Keys
-absent from a config are not filled with transformers' class defaults (except the ones named above): they are errors.
+absent from a config are not filled with transformers' class defaults (except the ones named above, and Gemma 3's
+num_attention_heads 8, num_key_value_heads 4, head_dim 256 and vocab_size 262208, which Google's multimodal Gemma 3
+files leave to Gemma3TextConfig): they are errors.
 """
 
 from __future__ import annotations
@@ -152,8 +154,17 @@ def _llama(c: _Config) -> dict:
     return _dense(c)
 
 
+# transformers' Gemma3TextConfig defaults for the keys Google's Gemma 3 multimodal config.json files leave out of
+# their text_config (google/gemma-3-4b-pt saves no heads, KV heads, head_dim or vocab_size; 12B and 27B no vocab_size)
+GEMMA3_TEXT_DEFAULTS = {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 262208}
+
+
 def _gemma(c: _Config) -> dict:
-    """Gemma 1/2/3: tied embeddings by default; head_dim is not hidden/heads (Gemma 7B: 256, not 192)."""
+    """Gemma 1/2/3: tied embeddings by default; head_dim is not hidden/heads (Gemma 7B: 256, not 192);
+    Gemma 3 keys absent from the file take GEMMA3_TEXT_DEFAULTS, as transformers does."""
+    if c.architecture.startswith("Gemma3"):
+        c = _Config({**GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in c.data.items() if v is not None}}, c.where,
+                    c.architecture)
     return _dense(c, tied_default=True, head_dim_required=True)
 
 
