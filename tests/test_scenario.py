@@ -152,12 +152,14 @@ def test_bad_memory_headroom_is_one_clear_error(value, message):
         make(model="gpt3-1.3b", hardware="h100-sxm", memory_headroom=value)
 
 
-def test_lora_of_a_mixture_of_experts_model_is_refused_with_one_line():
-    """Adapters on routed experts are not modelled: one clear error, not a dense LoRA's numbers."""
+def test_lora_of_a_hybrid_moe_model_is_refused_with_one_line():
+    """Adapters in hybrid Mamba-2 blocks are not modelled: one clear error, not a transformer LoRA's numbers
+    (a transformer MoE model's LoRA is modelled: tests/test_finetune_moe.py)."""
     from trainest.errors import SpecError
     from trainest.scenario import scenario_from_mapping
-    with pytest.raises(SpecError, match="mixture-of-experts model .* is not modelled"):
-        scenario_from_mapping({"model": "mixtral-8x7b", "finetune": "lora"}, "test")
+    with pytest.raises(SpecError, match="adapters in hybrid Mamba-2 models are not modelled"):
+        scenario_from_mapping({"model": "nemotron-3-nano", "finetune": "lora"}, "test")
+    assert scenario_from_mapping({"model": "mixtral-8x7b", "finetune": "lora"}, "test").finetune.method == "lora"
 
 
 def test_packed_length_beyond_the_sequence_is_one_line_naming_the_sequence():

@@ -241,7 +241,7 @@ def test_sweep_flags_what_estimate_flags(capsys):
 
 @pytest.mark.parametrize(("args", "line"), [
     (["--model", "mixtral-8x7b", "--ep", "3"], "Error: --ep: 3 does not divide experts=8; try 1, 2, 4, 8"),
-    (["--model", "mixtral-8x7b", "--finetune", "lora"], "Error: --finetune: lora of a mixture-of-experts model"),
+    (["--model", "nemotron-3-nano", "--finetune", "lora"], "Error: --finetune: lora adapters in hybrid Mamba-2"),
     (["--model", "llama3-8b", "--ep", "2"], "Error: --ep: 2 needs a mixture-of-experts model"),
 ])
 def test_an_input_that_fails_at_every_value_is_bad_input_as_estimate_says_it(capsys, args, line):

@@ -31,7 +31,10 @@ from trainest.step.activations import (
 )
 from trainest.step.finetune import (
     adapter_params_local,
+    base_bytes_per_param,
     dequant_workspace_bytes,
+    expert_adapter_params_local,
+    frozen_expert_layer_bytes,
     frozen_layer_bytes,
     frozen_weight_bytes,
 )
@@ -97,6 +100,9 @@ def sharded_state_bytes(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
                      / layout.expert_group)
     expert = zero_state_bytes(job, layout, experts_local, model.expert_params_per_layer / layout.expert_group,
                               layout.expert_shard)
+    if not xp.off(layout.finetune):      # a frozen base: each kind at its stored bytes, with its adapters' state
+        state = finetune_state_bytes(job, layout, params_local, state)
+        expert = expert_finetune_state_bytes(job, layout, experts_local, expert)
     return state[0] + expert[0], state[1] + expert[1], state[2] + expert[2]
 
 
@@ -143,20 +149,43 @@ def zero_state_bytes(job: Job, layout: Layout, params: Num, layer_params: Num, s
 
 def finetune_state_bytes(job: Job, layout: Layout, params_local: Num,
                          full: tuple[Num, Num, Num]) -> tuple[Num, Num, Num]:
-    """(weights, gradients, optimizer state) where the base is frozen (LoRA/QLoRA) [B]: the frozen base
-    at its stored bytes (16-bit, 8-bit, or NF4 with double quantisation; sharded by ZeRO-3, which also
-    holds two gathered layers), the 16-bit copy of the widest dequantised matrix, and the adapters'
-    16-bit weights, gradients and Adam state, sharded like a full model's; `full` where not frozen."""
-    zero, shard = layout.zero, layout.shard * layout.cp
+    """(weights, gradients, optimizer state) where the base is frozen (LoRA/QLoRA) [B], but the routed
+    experts' (`expert_finetune_state_bytes`): the frozen base at its stored bytes (16-bit, 8-bit, or
+    NF4 with double quantisation; sharded by ZeRO-3, which also holds two gathered layers), the
+    16-bit copy of the widest dequantised matrix, and the adapters' 16-bit weights, gradients and
+    Adam state, sharded like a full model's; `full` where not frozen."""
+    frozen = (frozen_weight_bytes(job, layout, params_local), frozen_layer_bytes(job, layout))
+    state = frozen_state_bytes(job, layout, frozen, adapter_params_local(job, layout), layout.shard * layout.cp)
+    weights = state[0] + dequant_workspace_bytes(job, layout)
+    mask = layout.frozen > 0
+    return xp.where(mask, weights, full[0]), xp.where(mask, state[1], full[1]), xp.where(mask, state[2], full[2])
+
+
+def expert_finetune_state_bytes(job: Job, layout: Layout, experts_local: Num,
+                                full: tuple[Num, Num, Num]) -> tuple[Num, Num, Num]:
+    """The routed experts' (weights, gradients, optimizer state) where the base is frozen [B]: the
+    stage's `experts_local` at the base's stored bytes and their adapters' state, sharded over the
+    expert shard group (the expert data-parallel ranks); `full` where not frozen."""
+    frozen = (experts_local * base_bytes_per_param(job, layout), frozen_expert_layer_bytes(job, layout))
+    state = frozen_state_bytes(job, layout, frozen, expert_adapter_params_local(job, layout), layout.expert_shard)
+    mask = layout.frozen > 0
+    return xp.where(mask, state[0], full[0]), xp.where(mask, state[1], full[1]), xp.where(mask, state[2], full[2])
+
+
+def frozen_state_bytes(job: Job, layout: Layout, frozen: tuple[Num, Num], adapters: Num,
+                       shard: Num) -> tuple[Num, Num, Num]:
+    """(weights, gradients, optimizer state) of frozen weights (`frozen`: the stage's stored bytes and
+    one layer's) and `adapters` trained parameters whose ZeRO state is sharded over `shard` ranks [B]:
+    ZeRO-3 shards the stored bytes and holds two gathered layers; the adapters' 16-bit weights,
+    gradients and Adam state shard per ZeRO stage."""
+    zero = layout.zero
     sharded3 = xp.mask((zero >= 3) * (shard > 1))
-    adapters = adapter_params_local(job, layout)
-    base = frozen_weight_bytes(job, layout, params_local) / xp.where(zero >= 3, shard, 1.0)
-    weights = (base + sharded3 * 2.0 * frozen_layer_bytes(job, layout) + dequant_workspace_bytes(job, layout)
+    stored, layer = frozen
+    weights = (stored / xp.where(zero >= 3, shard, 1.0) + sharded3 * 2.0 * layer
                + adapters * weight_bytes_per_param(job.precision) / xp.where(zero >= 3, shard, 1.0))
     grads = adapters * grad_bytes_per_param(job.precision) / xp.where(zero >= 2, shard, 1.0)
     optim = adapters * optimizer_bytes_per_param(job.precision, job.adam_moments) / xp.where(zero >= 1, shard, 1.0)
-    frozen = layout.frozen > 0
-    return xp.where(frozen, weights, full[0]), xp.where(frozen, grads, full[1]), xp.where(frozen, optim, full[2])
+    return weights, grads, optim
 
 
 def activation_bytes(job: Job, layout: Layout) -> Num:

@@ -378,8 +378,8 @@ def hybrid_support(model: Model, recompute: str, finetune_method: str, where: st
         raise SpecError(f"{where}.recompute: op is not modelled for {model.name}'s hybrid blocks; allowed: none, "
                         f"selective, full")
     if finetune_method != "full":
-        raise SpecError(f"{where}.finetune: {finetune_method} adapters in hybrid Mamba-2 models are not modelled; "
-                        f"allowed: full fine-tuning (finetune: full) or pre-training")
+        raise SpecError(f"{where}.finetune.method: {finetune_method} adapters in hybrid Mamba-2 models are not "
+                        f"modelled; allowed: full fine-tuning (finetune: full) or pre-training")
 
 
 def default_global_batch(seq_len: int, dp: int, micro_batch: int, group: int = 1) -> int:
@@ -729,9 +729,6 @@ def check_finetune(data: Any, model: Model, precision: str, where: str) -> FineT
             raise SpecError(f"{w}.base_bits: {F.show(d['base_bits'])} is for a frozen, quantised base (LoRA: 8, "
                             f"QLoRA: 4); a full fine-tune trains 16-bit weights: use 16 or method lora/qlora")
         return FineTune(stated=stated)
-    if model.moe is not None:
-        raise SpecError(f"{w}.method: {method} of a mixture-of-experts model ({model.name}) is not modelled (adapters "
-                        f"on routed experts); use method full")
     rank = F.integer(d.get("rank", DEFAULT_LORA_RANK), f"{w}.rank", minimum=-10**12, maximum=10**12)
     if not 1 <= rank <= model.hidden:
         raise SpecError(f"{w}.rank: {rank} must be between 1 and the hidden size {model.hidden} of {model.name}")

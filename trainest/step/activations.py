@@ -231,7 +231,8 @@ def dispatch_buffer_bytes(job: Job, layout: Layout) -> Num:
 def mean_activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]:
     """(kept, re-materialised) of the mean layer of a MoE and/or MLA model [B]: the common parts, the
     attention block's and the MLP's (dense layers weighted L_d/L, MoE layers L_m/L); under full
-    recompute the layer input, under op recompute what its policy saves (activation_bytes_per_layer)."""
+    recompute the layer input, under op recompute what its policy saves (activation_bytes_per_layer);
+    a LoRA's adapters' x·A in every mode (`adapter_activation_bytes_per_layer`)."""
     model = job.model
     common = common_activation_parts(job, layout)
     attention, attention_op = attention_activation_bytes(job, layout)
@@ -248,6 +249,9 @@ def mean_activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]
         kept = kept + weight * xp.where(layout.full > 0, common.full_input,
                                         xp.where(layout.op > 0, op_saved, stored))
         rematerialised = rematerialised + weight * (common.replicated + attention + mlp + common.scores_all)
+    if not xp.off(layout.finetune):      # LoRA/QLoRA: x·A of each adapter, the routed experts' over their rows
+        adapters = adapter_activation_bytes_per_layer(job, layout, layout.etp * moe_copies(job, layout))
+        kept, rematerialised = kept + adapters, rematerialised + adapters
     return kept, rematerialised
 
 

@@ -10,7 +10,7 @@ from typing import NamedTuple
 from trainest import xp
 from trainest.layout import Job, Layout, Num
 from trainest.step.collectives import Tiers, job_tiers, tied_embedding_s
-from trainest.step.finetune import finetune_flops_delta, trainable_params_local
+from trainest.step.finetune import finetune_flops_delta, trainable_expert_params_local, trainable_params_local
 from trainest.step.flops import model_flops_per_step, mtp_flops_per_step, recompute_flops_per_step
 from trainest.step.hybrid import BlockPass, block_passes, mix_blocks
 from trainest.step.kernels import Head, head_parts, host_layer_s, host_pass_s, host_wait_s, micro_batch_host_s
@@ -270,7 +270,8 @@ def step_dp_traffic(job: Job, layout: Layout) -> DpTraffic:
     its stage; they depend on the layout only through DP_KNOBS and the pipeline split."""
     params_local, expert_local = _stage_local_params(job, layout)
     return data_parallel_traffic(job, layout, _dp_tiers(job_tiers(job), layout),
-                                 trainable_params_local(job, layout, params_local), expert_local)
+                                 trainable_params_local(job, layout, params_local),
+                                 trainable_expert_params_local(job, layout, expert_local))
 
 
 def offload_parts(job: Job, layout: Layout, lp: LayerPass, layers: Num, optimizer: Num) -> tuple:
@@ -361,7 +362,8 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     m = layout.micro_batches(job)
     bubble = bubble_s(layout, m, stage.heavy_layers * layer_s + stage_pp + z3_typical)
     trained_local = trainable_params_local(job, layout, params_local)    # LoRA: the adapters only
-    dp = dp if dp is not None else data_parallel_traffic(job, layout, dp_tiers, trained_local, expert_local)
+    trained_experts = trainable_expert_params_local(job, layout, expert_local)
+    dp = dp if dp is not None else data_parallel_traffic(job, layout, dp_tiers, trained_local, trained_experts)
     host_fwd, host_bwd = host_pass_s(job, layout)
     expert_fwd, expert_bwd = expert_host_pass_s(job, layout)      # MoE: per-expert launches (step/moe.py)
     windows = dp_windows_s(layout, lp, cp, n, z3_comm, stage_work, (host_fwd + expert_fwd, host_bwd + expert_bwd),
@@ -370,7 +372,7 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     # tied input and output embeddings on different stages: their gradients all-reduced once per step
     tied = tied_embedding_s(job, layout, tiers)
     dp_exposed = dp_parts.replica_s + dp_parts.reduce_s + dp_parts.gather_s + dp_parts.zero2_s + tied
-    optimizer = optimizer_s(layout, trained_local, rates.memory_bytes_per_s, eff.kernel_floor_s, expert_local,
+    optimizer = optimizer_s(layout, trained_local, rates.memory_bytes_per_s, eff.kernel_floor_s, trained_experts,
                             adam_bytes_per_param(job.adam_moments))
     offload, offload_s, offload_serial, optimizer = offload_parts(job, layout, lp, n, optimizer)
     compute_s, memory_s, overhead_s = m * mb_c, m * mb_m + optimizer, m * stage_o

@@ -39,6 +39,7 @@ from trainest.choices import DEFAULT_RECOMPUTE_MODULES
 from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
 from trainest.step.collectives import Tiers, all_reduce_s
+from trainest.step.finetune import mean_adapter_kernels
 from trainest.step.roofline import Op, OpTime, op_of, streaming_time
 from trainest.step.schedule import first_is_heavy
 
@@ -258,16 +259,17 @@ def softmax_fallback_ops(job: Job, layout: Layout, memory_bytes_per_s: Num,
 
 
 def pass_kernels(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
-    """(forward, backward, recomputed) kernels one layer launches for one micro-batch; the
-    recomputation runs again the forward (full), the attention core (selective) or 3 GEMMs and the
-    element-wise kernels (op). A hybrid model: its mean block's (`hybrid_pass_kernels`)."""
+    """(forward, backward, recomputed) kernels one layer launches for one micro-batch, a LoRA's adapters
+    among them; the recomputation runs again the forward (full), the attention core (selective) or 3
+    GEMMs and the element-wise kernels (op). A hybrid model: its mean block's (`hybrid_pass_kernels`)."""
     if job.model.hybrid is not None:
         return hybrid_pass_kernels(job, layout)
     attn_fwd, attn_bwd = attention_kernels(job, layout)
     elementwise = elementwise_kernels(job) + moe_layer_share(job) * MOE_ROUTING_KERNELS
     gemms = gemm_kernels(job)
-    forward = gemms + attn_fwd + elementwise
-    backward = gemms * GEMM_BACKWARD_KERNELS + attn_bwd + ELEMENTWISE_BACKWARD_RATIO * elementwise
+    adapters_fwd, adapters_bwd = mean_adapter_kernels(job, layout)       # LoRA/QLoRA (step/finetune.py)
+    forward = gemms + attn_fwd + elementwise + adapters_fwd
+    backward = gemms * GEMM_BACKWARD_KERNELS + attn_bwd + ELEMENTWISE_BACKWARD_RATIO * elementwise + adapters_bwd
     recompute = layout.full * forward + layout.selective * selective_kernels(job, attn_fwd) \
         + layout.op * (3.0 + elementwise)
     return forward, backward, recompute

@@ -233,6 +233,8 @@ class MlpPart(NamedTuple):
     extra_kernels: float = 0.0
     elementwise_backward: Op | None = None   # None: elementwise_backward(elementwise); a MoE block's own
     modules: tuple[tuple[str, list[Op]], ...] = ()   # (recompute module, the forward ops it re-runs)
+    kind: str = "dense"                      # dense | moe: which adapters a LoRA puts on it (step/finetune.py)
+    expert_rows: Num = 0.0                   # a MoE block's rows per local expert, the busiest rank's (I·n_e)
 
 
 def dense_mlp(job: Job, layout: Layout, r: Rates, x: LocalShape) -> MlpPart:
@@ -377,7 +379,7 @@ def layer_ops(job: Job, layout: Layout, r: Rates, x: LocalShape, mlp: MlpPart | 
     ew_bwd = mlp.elementwise_backward if mlp.elementwise_backward is not None else elementwise_backward(mlp.elementwise)
     bwd = linear_bwd + attn_bwd + [ew_bwd]
     if not xp.off(layout.finetune):
-        ft_fwd, ft_bwd = finetune_layer_ops(job, layout, r, x)
+        ft_fwd, ft_bwd = finetune_layer_ops(job, layout, r, x, mlp.kind, mlp.expert_rows)
         fwd, bwd = fwd + ft_fwd, bwd + ft_bwd
     return LayerOps(forward=fwd, backward=bwd, attention_forward=attn_fwd, attention_backward=attn_bwd,
                     recomputed=recompute_ops(job, layout, r, x, fwd, attn_fwd, attn_linear, mlp),

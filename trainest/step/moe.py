@@ -44,7 +44,7 @@ from trainest.step.layer import (
     mlp_gemms,
 )
 from trainest.step.overlap import overlapped_exposed_s
-from trainest.step.rates import BACKWARD, FORWARD, LocalShape, Rates
+from trainest.step.rates import BACKWARD, FORWARD, LocalShape, Rates, grouped_gemm
 from trainest.step.roofline import Op, OpTime, gemm_compute_efficiency, gemm_flops, op_of, streaming_time
 from trainest.step.traffic import tp_layer_s
 
@@ -98,16 +98,6 @@ def tokens_per_local_expert(job: Job, layout: Layout, x: LocalShape) -> Num:
     return layout.ep * layout.etp * moe_tokens_per_rank(layout, x) * moe.top_k / moe.experts
 
 
-def grouped_gemm(r: Rates, name: str, groups: Num, m: Num, n: Num, k: Num, efficiency: Num = 1.0) -> Op:
-    """A grouped GEMM: `groups` GEMMs of (m×k)·(k×n) in one kernel, their tiles spread over the
-    device's units together (wave_efficiency with batch = groups), each group's small m lowering the
-    rate as a small GEMM does, times `efficiency` (`efficiency.grouped_gemm`: the grouped kernel
-    against a dense GEMM)."""
-    one = r.gemm_op(name, m, n, k, batch=groups)
-    return Op(name=name, phase=FORWARD, flops=groups * one.flops, bytes=groups * one.bytes,
-              compute_s=groups * one.compute_s / efficiency, memory_s=groups * one.memory_s)
-
-
 def expert_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
     """The routed experts of one rank, forward: E/e local experts, each with I·n_e tokens on the
     busiest rank, up (and gate) (I·n_e × (k_f − 1)·f_e/t_e × h) and down (I·n_e × h × f_e/t_e)."""
@@ -119,13 +109,13 @@ def expert_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
             grouped_gemm(r, "experts_down", groups, tokens, m.expert_hidden, width, eff)]
 
 
-def expert_backward_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
+def expert_backward_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape, trained: Num = 1.0) -> list[Op]:
     """The routed experts' backward, GEMM by GEMM: for up and down, the input gradient (dgrad: read
     the output gradient and the weights, write the input gradient) and the weight gradient (wgrad:
     read the inputs and the output gradient, accumulate into the FP32 main gradient: read and write
     MAIN_GRAD_BYTES each, Megatron's fused gradient accumulation). Each has the forward's FLOPs. The
     weights of E/e experts are large next to their I·n_e rows, so wgrad can be memory-bound where the
-    forward is not (the dense GEMMs keep backward = 2 × forward)."""
+    forward is not (the dense GEMMs keep backward = 2 × forward). wgrad × `trained` (0 for a frozen base)."""
     m, moe = job.model, moe_of(job)
     tokens = expert_load_factor(moe) * tokens_per_local_expert(job, layout, x)
     width = moe.expert_ffn_hidden / layout.etp
@@ -139,8 +129,9 @@ def expert_backward_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> 
         for kind, (mm, nn, kk), moved in (("dgrad", (tokens, k, n), dgrad_bytes),
                                           ("wgrad", (k, n, tokens), wgrad_bytes)):
             g = gemm_with_bytes(r, mm, nn, kk, groups, moved)
-            out.append(op_of(f"{name}.{kind}", BACKWARD, groups * gemm_flops(mm, nn, kk), groups * moved,
-                             OpTime(groups * g.compute_s / eff, groups * g.memory_s)))
+            op = op_of(f"{name}.{kind}", BACKWARD, groups * gemm_flops(mm, nn, kk), groups * moved,
+                       OpTime(groups * g.compute_s / eff, groups * g.memory_s))
+            out.append(op.scaled(trained) if kind == "wgrad" else op)
     return out
 
 
@@ -244,9 +235,12 @@ def moe_mlp(job: Job, layout: Layout, r: Rates, x: LocalShape) -> MlpPart:
     # what each recompute module re-runs (layer.py: selective_ops): the whole block, the routed experts'
     # activation, the shared experts
     modules = (("moe", dense + experts + [block] + acts), ("moe_act", acts[:1]), ("shared_experts", shared + acts[1:]))
-    return MlpPart(gemms=dense + experts, gradients=gradient_ops(dense) + expert_backward_gemms(job, layout, r, x),
+    trained: Num = 1.0 if xp.off(layout.finetune) else 1.0 - layout.frozen     # a frozen base: no weight gradients
+    return MlpPart(gemms=dense + experts,
+                   gradients=gradient_ops(dense, trained) + expert_backward_gemms(job, layout, r, x, trained),
                    elementwise=elementwise, op_recompute=[experts[-1]] + shared[-1:],
-                   extra_kernels=MOE_ROUTING_KERNELS, elementwise_backward=elementwise_bwd, modules=modules)
+                   extra_kernels=MOE_ROUTING_KERNELS, elementwise_backward=elementwise_bwd, modules=modules,
+                   kind="moe", expert_rows=expert_load_factor(moe) * tokens_per_local_expert(job, layout, x))
 
 
 def moe_elementwise_backward_bytes(job: Job, layout: Layout, x: LocalShape, forward_bytes: Num) -> Num:

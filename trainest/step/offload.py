@@ -29,12 +29,16 @@ from trainest.precision import weight_bytes_per_param
 from trainest.step.activations import activation_bytes_per_layer
 from trainest.step.finetune import (
     adapter_params_per_layer,
+    base_bytes_per_param,
+    expert_adapter_params_per_layer,
+    frozen_expert_layer_bytes,
     frozen_layer_bytes,
     frozen_weight_bytes,
+    trainable_expert_params_local,
     trainable_params_local,
 )
 from trainest.step.optimizer import OPTIMIZER_BYTES_PER_PARAM
-from trainest.step.schedule import stage_layers, stage_params
+from trainest.step.schedule import stage_dense_params, stage_expert_params, stage_layers
 
 # Host<->device copies from pinned memory reach ~80 % of the link's nominal rate per direction (PCIe 4.0
 # x16: ~25 of 31.5 GB/s in NVIDIA's bandwidthTest and nvbandwidth); a prior, not fitted: no published
@@ -97,23 +101,35 @@ class OffloadState(NamedTuple):
 def offload_state(job: Job, layout: Layout) -> OffloadState:
     """The offloaded quantities of a job and layout: trained parameters (all, or a LoRA's adapters)
     of this device's optimizer shard, the stage's stored weights (16-bit, or a frozen base's), and
-    one layer's kept activations."""
+    one layer's kept activations. A MoE model's routed experts count at their share on this device
+    (÷e·t_e, their optimizer and ZeRO-3 shards over the expert shard group), the rest ÷t."""
     model = job.model
     heavy, _ = stage_layers(model, layout.pp, layout.vpp, layout.split)
-    params_local = stage_params(model, layout.pp, layout.vpp, layout.split) / layout.tp
+    params_local = stage_dense_params(model, layout.pp, layout.vpp, layout.split) / layout.tp
+    experts_local = stage_expert_params(model, layout.pp, layout.vpp, layout.split) / layout.expert_group
     w = weight_bytes_per_param(job.precision)
     z3 = xp.where(layout.zero >= 3, layout.shard * layout.cp, 1.0)
+    z3_experts = xp.where(layout.zero >= 3, layout.expert_shard, 1.0)
     optimizer_shard = xp.where(layout.zero >= 1, layout.shard * layout.cp, 1.0)
-    weights, layer_weights = params_local * w, model.params_per_layer / layout.tp * w
-    trained_layer: Num = model.params_per_layer / layout.tp
+    expert_optimizer_shard = xp.where(layout.zero >= 1, layout.expert_shard, 1.0)
+    dense_layer = (model.params_per_layer - model.expert_params_per_layer) / layout.tp
+    expert_layer = model.expert_params_per_layer / layout.expert_group
+    weights, expert_weights = params_local * w, experts_local * w
+    layer_weights = (dense_layer + expert_layer) * w
+    trained_layer: Num = dense_layer + expert_layer
     if not xp.off(layout.finetune):
         frozen = layout.frozen > 0
         weights = xp.where(frozen, frozen_weight_bytes(job, layout, params_local), weights)
-        layer_weights = xp.where(frozen, frozen_layer_bytes(job, layout), layer_weights)
-        trained_layer = xp.where(frozen, adapter_params_per_layer(job, layout), trained_layer)
+        expert_weights = xp.where(frozen, experts_local * base_bytes_per_param(job, layout), expert_weights)
+        layer_weights = xp.where(frozen, frozen_layer_bytes(job, layout) + frozen_expert_layer_bytes(job, layout),
+                                 layer_weights)
+        trained_layer = xp.where(frozen, adapter_params_per_layer(job, layout)
+                                 + expert_adapter_params_per_layer(job, layout), trained_layer)
     kept, _ = activation_bytes_per_layer(job, layout)
-    return OffloadState(trained_params=trainable_params_local(job, layout, params_local) / optimizer_shard,
-                        trained_per_layer=trained_layer, weight_bytes=weights / z3, layer_weight_bytes=layer_weights,
+    trained = (trainable_params_local(job, layout, params_local) / optimizer_shard
+               + trainable_expert_params_local(job, layout, experts_local) / expert_optimizer_shard)
+    return OffloadState(trained_params=trained, trained_per_layer=trained_layer,
+                        weight_bytes=weights / z3 + expert_weights / z3_experts, layer_weight_bytes=layer_weights,
                         activation_bytes_per_layer=kept, layers=heavy)
 
 

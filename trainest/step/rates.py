@@ -187,3 +187,13 @@ def local_shape(job: Job, layout: Layout) -> LocalShape:
                       kv_local=kv_local,
                       score_elements=layout.micro_batch * (m.heads / layout.tp) * (job.seq_len / layout.cp)
                       * job.seq_len)
+
+
+def grouped_gemm(r: Rates, name: str, groups: Num, m: Num, n: Num, k: Num, efficiency: Num = 1.0) -> Op:
+    """A grouped GEMM: `groups` GEMMs of (m×k)·(k×n) in one kernel, their tiles spread over the
+    device's units together (wave_efficiency with batch = groups), each group's small m lowering the
+    rate as a small GEMM does, times `efficiency` (`efficiency.grouped_gemm`: the grouped kernel
+    against a dense GEMM)."""
+    one = r.gemm_op(name, m, n, k, batch=groups)
+    return Op(name=name, phase=FORWARD, flops=groups * one.flops, bytes=groups * one.bytes,
+              compute_s=groups * one.compute_s / efficiency, memory_s=groups * one.memory_s)

@@ -14,7 +14,12 @@ from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
 from trainest.precision import grad_bytes_per_param, weight_bytes_per_param
 from trainest.step.collectives import Tiers, all_gather_s, all_reduce_s, in_domain, reduce_scatter_s, send_recv_s
-from trainest.step.finetune import adapter_params_per_layer, frozen_layer_bytes
+from trainest.step.finetune import (
+    adapter_params_per_layer,
+    expert_adapter_params_per_layer,
+    frozen_expert_layer_bytes,
+    frozen_layer_bytes,
+)
 from trainest.step.layer import LayerPass
 from trainest.step.rates import LocalShape
 
@@ -107,11 +112,17 @@ def zero3_s(job: Job, layout: Layout, tiers: Tiers, stage_layers: Num, params_lo
 def expert_zero3_layer_s(job: Job, layout: Layout, tiers: Tiers) -> Num:
     """ZeRO-3 traffic of one layer's routed experts per micro-batch [s]: the mean expert parameters
     per layer ÷ e·t_e, all-gathered twice and reduce-scattered once over the expert shard group (the
-    expert data-parallel ranks, stride e·t_e)."""
+    expert data-parallel ranks, stride e·t_e); a frozen base gathers its stored bytes (NF4: ~0.5 B per
+    parameter) and reduces its adapters' gradients only."""
     w, g = weight_bytes_per_param(job.precision), grad_bytes_per_param(job.precision)
     params = job.model.expert_params_per_layer / layout.expert_group
     group, stride = layout.expert_shard, layout.expert_group
-    return 2.0 * all_gather_s(params * w, group, stride, tiers) + reduce_scatter_s(params * g, group, stride, tiers)
+    gather, reduce = params * w, params * g
+    if not xp.off(layout.finetune):      # a frozen base: its stored bytes gathered, the adapters' gradients reduced
+        frozen = layout.frozen > 0
+        gather = xp.where(frozen, frozen_expert_layer_bytes(job, layout), gather)
+        reduce = xp.where(frozen, expert_adapter_params_per_layer(job, layout) * g, reduce)
+    return 2.0 * all_gather_s(gather, group, stride, tiers) + reduce_scatter_s(reduce, group, stride, tiers)
 
 
 class DpTraffic(NamedTuple):
