@@ -36,15 +36,14 @@ def ops_of(**m):
 LAYOUT_8XH100 = {"hardware": "h100-sxm", "devices": 8, "seq_len": 2048, "global_batch": 32, "parallel": {"zero": 3}}
 
 
-@pytest.mark.parametrize(("hardware", "highest"), [("h100-sxm", 0.8), ("b200", 0.82)])
-def test_lora_on_llama3_8b_takes_0_6_to_0_8_of_the_full_fine_tune(hardware, highest):
+@pytest.mark.parametrize("hardware", ["h100-sxm", "b200"])
+def test_lora_on_llama3_8b_takes_0_6_to_0_8_of_the_full_fine_tune(hardware):
     """Issue 14's target: the frozen base drops the weight gradients (1/3 of the GEMMs), the adapters
     add a little, attention and the element-wise work stay: 8 GPUs, FSDP, s = 2048. On a B200 the
-    layer's GEMMs are short enough that the adapters' 24 extra kernel launches per layer (their GEMMs,
-    data and weight gradients: `adapter_kernels`) show in the host time: 0.80 there."""
+    layer's GEMMs are short enough that the adapters' kernel launches show in the host time: 0.79."""
     layout = {**LAYOUT_8XH100, "hardware": hardware}
     ratio = est(**layout, finetune="lora").step.time_s / est(**layout).step.time_s
-    assert 0.6 <= ratio <= highest, ratio
+    assert 0.6 <= ratio <= 0.8, ratio
 
 
 def test_the_lora_saving_shrinks_as_attention_grows():

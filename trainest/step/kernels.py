@@ -260,8 +260,9 @@ def softmax_fallback_ops(job: Job, layout: Layout, memory_bytes_per_s: Num,
 
 def pass_kernels(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
     """(forward, backward, recomputed) kernels one layer launches for one micro-batch, a LoRA's adapters
-    among them; the recomputation runs again the forward (full), the attention core (selective) or 3
-    GEMMs and the element-wise kernels (op). A hybrid model: its mean block's (`hybrid_pass_kernels`)."""
+    among them (and its frozen GEMMs' weight gradients not); the recomputation runs again the forward
+    (full), the attention core (selective) or 3 GEMMs and the element-wise kernels (op). A hybrid
+    model: its mean block's (`hybrid_pass_kernels`)."""
     if job.model.hybrid is not None:
         return hybrid_pass_kernels(job, layout)
     attn_fwd, attn_bwd = attention_kernels(job, layout)
@@ -269,7 +270,9 @@ def pass_kernels(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
     gemms = gemm_kernels(job)
     adapters_fwd, adapters_bwd = mean_adapter_kernels(job, layout)       # LoRA/QLoRA (step/finetune.py)
     forward = gemms + attn_fwd + elementwise + adapters_fwd
-    backward = gemms * GEMM_BACKWARD_KERNELS + attn_bwd + ELEMENTWISE_BACKWARD_RATIO * elementwise + adapters_bwd
+    frozen = 0.0 if xp.off(layout.finetune) else layout.frozen      # a frozen base: no weight-gradient GEMMs
+    backward = (gemms * (GEMM_BACKWARD_KERNELS - frozen) + attn_bwd + ELEMENTWISE_BACKWARD_RATIO * elementwise
+                + adapters_bwd)
     recompute = layout.full * forward + layout.selective * selective_kernels(job, attn_fwd) \
         + layout.op * (3.0 + elementwise)
     return forward, backward, recompute

@@ -261,21 +261,23 @@ def expert_pass_launches(job: Job, layout: Layout) -> tuple[Num, Num]:
     PYTHON_LOOP_EXTRA_LAUNCHES routing operators in place of the two GEMMs). Per local expert: forward
     EXPERT_GEMM_LAUNCHES GEMMs (+
     EXPERT_CAST_LAUNCHES + EXPERT_PAD_LAUNCHES with FP8/FP4: each GEMM input's quantisation and the
-    rows' padding to the FP8 alignment); backward twice the GEMMs (dgrad, wgrad) and as many casts and
-    paddings; full recompute (and the `moe` recompute module) runs the forward's again, op recompute
-    the down projection."""
+    rows' padding to the FP8 alignment); backward twice the GEMMs (dgrad, wgrad; a frozen base's experts
+    no wgrad) and as many casts and paddings; full recompute (and the `moe` recompute module) runs the
+    forward's again, op recompute the down projection."""
     moe = moe_of(job)
     loop = FRAMEWORKS[job.framework].expert_loop
     if loop == "grouped":                # one kernel per grouped GEMM: counted with the layer's GEMMs
         return 0.0, 0.0
     low = 1.0 if job.low_precision else 0.0
     per_pass_casts = low * (EXPERT_CAST_LAUNCHES + EXPERT_PAD_LAUNCHES)
-    gemms = EXPERT_GEMM_LAUNCHES
+    gemms = weight_gemms = EXPERT_GEMM_LAUNCHES
     if loop == "python":                 # the expert's MLP operator by operator, in the Python loop
         act = EAGER_ACTIVATION_KERNELS[job.model.mlp]
-        gemms = job.model.mlp_matrices + act + PYTHON_LOOP_EXTRA_LAUNCHES
+        gemms, weight_gemms = job.model.mlp_matrices + act + PYTHON_LOOP_EXTRA_LAUNCHES, float(job.model.mlp_matrices)
+    frozen = 0.0 if xp.off(layout.finetune) else layout.frozen      # a frozen expert launches no weight gradient
     forward = gemms + per_pass_casts
-    backward = (2.0 * gemms + per_pass_casts + job.moe_rerun(layout) * forward + layout.op * 0.5 * gemms)
+    backward = (2.0 * gemms - frozen * weight_gemms + per_pass_casts + job.moe_rerun(layout) * forward
+                + layout.op * 0.5 * gemms)
     local_experts = moe.experts / layout.ep
     return local_experts * forward, local_experts * backward
 
