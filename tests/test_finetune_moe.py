@@ -121,3 +121,17 @@ def test_plan_searches_expert_parallelism_for_a_moe_lora_and_its_pick_reproduces
     best = result.plans[0]
     assert best.scenario.finetune.method == "lora" and eps - {1}
     assert estimate(best.scenario).step.time_s == pytest.approx(best.step.time_s, rel=1e-6)
+
+
+@pytest.mark.parametrize("framework", ["megatron-core", "hf-accelerate"])
+def test_frozen_experts_launch_no_weight_gradient_gemms(framework):
+    """A frozen expert's backward launches its data gradients only: per local expert, the host loop's
+    backward loses one launch per expert GEMM (EXPERT_GEMM_LAUNCHES; a Python loop: its k_f matrices)."""
+    from trainest.step.moe import EXPERT_GEMM_LAUNCHES, expert_pass_launches
+    job, layout = job_layout(framework=framework, parallel={"ep": 8})
+    fwd_full, bwd_full = expert_pass_launches(job, layout)
+    job, layout = job_layout(framework=framework, parallel={"ep": 8}, finetune="lora")
+    fwd_lora, bwd_lora = expert_pass_launches(job, layout)
+    wgrads = EXPERT_GEMM_LAUNCHES if framework == "megatron-core" else MIXTRAL.mlp_matrices
+    assert fwd_lora == pytest.approx(fwd_full)
+    assert bwd_full - bwd_lora == pytest.approx(MIXTRAL.moe.experts / 8 * wgrads)

@@ -263,26 +263,29 @@ def expert_pass_launches(job: Job, layout: Layout) -> tuple[Num, Num]:
     EXPERT_CAST_LAUNCHES + EXPERT_PAD_LAUNCHES with FP8/FP4: each GEMM input's quantisation and the
     rows' padding to the FP8 alignment); backward twice the GEMMs (dgrad, wgrad) and as many casts and
     paddings; full recompute (and the `moe` recompute module) runs the forward's again, op recompute
-    the down projection."""
+    the down projection. A frozen base (LoRA/QLoRA) launches no weight gradient: its expert GEMMs'
+    wgrad (EXPERT_GEMM_LAUNCHES, or the k_f matrices in a Python loop) × φ_f drop from the backward."""
     moe = moe_of(job)
     loop = FRAMEWORKS[job.framework].expert_loop
     if loop == "grouped":                # one kernel per grouped GEMM: counted with the layer's GEMMs
         return 0.0, 0.0
     low = 1.0 if job.low_precision else 0.0
     per_pass_casts = low * (EXPERT_CAST_LAUNCHES + EXPERT_PAD_LAUNCHES)
-    gemms = EXPERT_GEMM_LAUNCHES
+    gemms, weight_gemms = EXPERT_GEMM_LAUNCHES, EXPERT_GEMM_LAUNCHES
     if loop == "python":                 # the expert's MLP operator by operator, in the Python loop
         act = EAGER_ACTIVATION_KERNELS[job.model.mlp]
-        gemms = job.model.mlp_matrices + act + PYTHON_LOOP_EXTRA_LAUNCHES
+        gemms, weight_gemms = job.model.mlp_matrices + act + PYTHON_LOOP_EXTRA_LAUNCHES, job.model.mlp_matrices
+    frozen: Num = 0.0 if xp.off(layout.finetune) else layout.frozen
     forward = gemms + per_pass_casts
-    backward = (2.0 * gemms + per_pass_casts + job.moe_rerun(layout) * forward + layout.op * 0.5 * gemms)
+    backward = (2.0 * gemms - frozen * weight_gemms + per_pass_casts + job.moe_rerun(layout) * forward
+                + layout.op * 0.5 * gemms)
     local_experts = moe.experts / layout.ep
     return local_experts * forward, local_experts * backward
 
 
 def expert_launches(job: Job, layout: Layout) -> Num:
     """Host launches of one MoE layer's grouped expert MLP, expert by expert, per micro-batch, all
-    passes: E/e × (EXPERT_GEMM_LAUNCHES·(3 + [full] + [op]/2) + [FP8/FP4]·(EXPERT_CAST_LAUNCHES +
+    passes: E/e × (EXPERT_GEMM_LAUNCHES·(3 − φ_f + [full] + [op]/2) + [FP8/FP4]·(EXPERT_CAST_LAUNCHES +
     EXPERT_PAD_LAUNCHES)·(2 + [full])) (Transformer Engine GroupedLinear: one GEMM per local expert,
     launched from the host; `expert_pass_launches`). Every launch costs the host τ_host like any
     kernel (docs/model.md §2.9): with E/e = 16 and few rows per expert (micro-batch 1) the layer
