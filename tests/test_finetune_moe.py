@@ -135,3 +135,21 @@ def test_frozen_experts_launch_no_weight_gradient_gemms(framework):
     wgrads = EXPERT_GEMM_LAUNCHES if framework == "megatron-core" else MIXTRAL.mlp_matrices
     assert fwd_lora == pytest.approx(fwd_full)
     assert bwd_full - bwd_lora == pytest.approx(MIXTRAL.moe.experts / 8 * wgrads)
+
+
+def test_dualpipe_devices_hold_two_stages_of_adapters_and_frozen_weights():
+    """DualPipe: each device holds two stages (schedule.py: dualpipe_copies), so twice the adapters'
+    gradients and Adam state and, QLoRA, twice the stored base (the dequantised copy once)."""
+    from trainest.memory import sharded_state_bytes
+    from trainest.step.finetune import dequant_workspace_bytes
+    state = {}
+    for schedule in ("1f1b", "dualpipe"):
+        s = scenario_from_mapping({"model": "deepseek-v3", "hardware": "h100-sxm", "devices": 64, "finetune": "qlora",
+                                   "parallel": {"pp": 4, "ep": 8, "zero": 1, "pipeline_split": "balanced",
+                                                "pipeline_schedule": schedule}}, "test")
+        job, layout = job_of(s), layout_of(s)
+        state[schedule] = sharded_state_bytes(job, layout)
+    workspace = dequant_workspace_bytes(job, layout)
+    assert state["dualpipe"][0] - workspace == pytest.approx(2.0 * (state["1f1b"][0] - workspace))
+    assert state["dualpipe"][1] == pytest.approx(2.0 * state["1f1b"][1])
+    assert state["dualpipe"][2] == pytest.approx(2.0 * state["1f1b"][2])

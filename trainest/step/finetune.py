@@ -29,7 +29,7 @@ from trainest.layout import Job, Layout, Num
 from trainest.precision import weight_bytes_per_param
 from trainest.step.rates import grouped_gemm
 from trainest.step.roofline import Op, op_of, streaming_time
-from trainest.step.schedule import stage_layers
+from trainest.step.schedule import dualpipe_copies, stage_layers
 
 if TYPE_CHECKING:
     from trainest.step.rates import LocalShape, Rates
@@ -351,23 +351,25 @@ def frozen_expert_layer_bytes(job: Job, layout: Layout) -> Num:
 def frozen_weight_bytes(job: Job, layout: Layout, params_local: Num) -> Num:
     """Bytes of the frozen base weights of the heaviest stage on one device but its routed experts',
     before ZeRO-3 sharding: the layers' linear weights at the base's bytes per parameter, the rest
-    (norms, embeddings, output layer) at the working-weight bytes w [B]."""
+    (norms, embeddings, output layer) at the working-weight bytes w; DualPipe's two stages' layers
+    (`dualpipe_copies`, as `params_local` counts them) [B]."""
     heavy, _ = stage_layers(job.model, layout.pp, layout.vpp, layout.split)
-    linear = heavy * linear_params_per_layer(job.model) / layout.tp
+    linear = dualpipe_copies(layout) * heavy * linear_params_per_layer(job.model) / layout.tp
     return linear * base_bytes_per_param(job, layout) + (params_local - linear) * weight_bytes_per_param(job.precision)
 
 
 def adapter_params_local(job: Job, layout: Layout) -> Num:
     """Trained adapter parameters on one device of the heaviest stage but the routed experts' (its
-    layers × the mean layer's)."""
+    layers × the mean layer's; × 2 with DualPipe, whose devices hold two stages, `dualpipe_copies`)."""
     heavy, _ = stage_layers(job.model, layout.pp, layout.vpp, layout.split)
-    return heavy * adapter_params_per_layer(job, layout)
+    return dualpipe_copies(layout) * heavy * adapter_params_per_layer(job, layout)
 
 
 def expert_adapter_params_local(job: Job, layout: Layout) -> Num:
-    """The routed experts' trained adapter parameters on one device of the heaviest stage."""
+    """The routed experts' trained adapter parameters on one device of the heaviest stage (× 2 with
+    DualPipe, `dualpipe_copies`)."""
     heavy, _ = stage_layers(job.model, layout.pp, layout.vpp, layout.split)
-    return heavy * expert_adapter_params_per_layer(job, layout)
+    return dualpipe_copies(layout) * heavy * expert_adapter_params_per_layer(job, layout)
 
 
 def trainable_params_local(job: Job, layout: Layout, params_local: Num) -> Num:
