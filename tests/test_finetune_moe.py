@@ -153,3 +153,14 @@ def test_dualpipe_devices_hold_two_stages_of_adapters_and_frozen_weights():
     assert state["dualpipe"][0] - workspace == pytest.approx(2.0 * (state["1f1b"][0] - workspace))
     assert state["dualpipe"][1] == pytest.approx(2.0 * state["1f1b"][1])
     assert state["dualpipe"][2] == pytest.approx(2.0 * state["1f1b"][2])
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_qlora_dequantised_copy_of_mla_is_its_widest_real_matrix(tp):
+    """MLA has no fused QKV: DeepSeek-V3's widest quantised matrix is a dense layer's MLP matrix (7168 ×
+    18432 ÷ t; its output projection is 128·128 × 7168 ÷ t), not h·(a + 2g)·d_h."""
+    from trainest.step.finetune import dequant_workspace_bytes
+    s = scenario_from_mapping({"model": "deepseek-v3", "hardware": "h100-sxm", "devices": 8, "finetune": "qlora",
+                               "parallel": {"tp": tp, "ep": 8 // tp}}, "test")
+    job, layout = job_of(s), layout_of(s)
+    assert dequant_workspace_bytes(job, layout) == pytest.approx(2.0 * 7168 * 18432 / tp)

@@ -305,13 +305,26 @@ def finetune_layer_ops(job: Job, layout: Layout, r: Rates, x: LocalShape, kind: 
     return (fwd + [dequant_op(job, layout, r, "forward", kind)], bwd + [dequant_op(job, layout, r, "backward", kind)])
 
 
+def widest_attention_params(job: Job, layout: Layout) -> Num:
+    """The largest attention weight on one device [params]: the fused QKV, h·(a + 2g)·d_h/t; MLA, which
+    has none, its largest projection (the query and KV down-projections replicated over t, the
+    up-projections and the output ÷t: `attention_adapters`' shapes)."""
+    m = job.model
+    if m.mla is None:
+        return m.hidden * (m.heads + 2 * m.kv_heads) * m.head_dim / layout.tp
+    widest: Num = 0.0
+    for a in attention_adapters(job, layout, kv_width_local(job, layout)):
+        widest = xp.maximum(widest, a.in_local * a.out_local)
+    return widest
+
+
 def dequant_workspace_bytes(job: Job, layout: Layout) -> Num:
     """The dequantised copy (e bytes per weight) of the largest quantised weight, alive during its GEMM
-    [B] (0 unquantised): the fused QKV, a dense MLP matrix, a routed expert's (÷t_e) or the shared
-    experts' matrix."""
+    [B] (0 unquantised): the fused QKV (MLA: its largest projection, `widest_attention_params`), a
+    dense MLP matrix, a routed expert's (÷t_e) or the shared experts' matrix."""
     m = job.model
-    widest: Num = max(m.hidden * m.ffn_hidden if m.dense_layers_count else 0,
-                      m.hidden * (m.heads + 2 * m.kv_heads) * m.head_dim) / layout.tp
+    dense = m.hidden * m.ffn_hidden / layout.tp if m.dense_layers_count else 0.0
+    widest: Num = xp.maximum(dense, widest_attention_params(job, layout))
     if m.moe is not None:
         shared = m.hidden * m.moe.shared_experts * m.moe.shared_width / layout.tp
         widest = xp.maximum(xp.maximum(widest, shared), m.expert_hidden * m.moe.expert_ffn_hidden / layout.etp)
