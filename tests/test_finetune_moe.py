@@ -164,3 +164,13 @@ def test_qlora_dequantised_copy_of_mla_is_its_widest_real_matrix(tp):
                                "parallel": {"tp": tp, "ep": 8 // tp}}, "test")
     job, layout = job_of(s), layout_of(s)
     assert dequant_workspace_bytes(job, layout) == pytest.approx(2.0 * 7168 * 18432 / tp)
+
+
+def test_attention_only_lora_of_a_moe_model_does_not_claim_expert_adapters():
+    """--lora-targets attention leaves the routed experts unadapted: the warning says so, and still that
+    no measured MoE fine-tuning run checks it."""
+    from trainest.cli.estimate import prior_warnings
+    warnings = [w for w in prior_warnings(scenario(finetune={"method": "lora", "targets": "attention"}))
+                if "mixture-of-experts model" in w]
+    assert len(warnings) == 1 and "no measured" in warnings[0]
+    assert "every routed expert gets its own adapters" not in warnings[0]
