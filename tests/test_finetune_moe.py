@@ -121,3 +121,56 @@ def test_plan_searches_expert_parallelism_for_a_moe_lora_and_its_pick_reproduces
     best = result.plans[0]
     assert best.scenario.finetune.method == "lora" and eps - {1}
     assert estimate(best.scenario).step.time_s == pytest.approx(best.step.time_s, rel=1e-6)
+
+
+@pytest.mark.parametrize("framework", ["megatron-core", "hf-accelerate"])
+def test_frozen_experts_launch_no_weight_gradient_gemms(framework):
+    """A frozen expert's backward launches its data gradients only: per local expert, the host loop's
+    backward loses one launch per expert GEMM (EXPERT_GEMM_LAUNCHES; a Python loop: its k_f matrices)."""
+    from trainest.step.moe import EXPERT_GEMM_LAUNCHES, expert_pass_launches
+    job, layout = job_layout(framework=framework, parallel={"ep": 8})
+    fwd_full, bwd_full = expert_pass_launches(job, layout)
+    job, layout = job_layout(framework=framework, parallel={"ep": 8}, finetune="lora")
+    fwd_lora, bwd_lora = expert_pass_launches(job, layout)
+    wgrads = EXPERT_GEMM_LAUNCHES if framework == "megatron-core" else MIXTRAL.mlp_matrices
+    assert fwd_lora == pytest.approx(fwd_full)
+    assert bwd_full - bwd_lora == pytest.approx(MIXTRAL.moe.experts / 8 * wgrads)
+
+
+def test_dualpipe_devices_hold_two_stages_of_adapters_and_frozen_weights():
+    """DualPipe: each device holds two stages (schedule.py: dualpipe_copies), so twice the adapters'
+    gradients and Adam state and, QLoRA, twice the stored base (the dequantised copy once)."""
+    from trainest.memory import sharded_state_bytes
+    from trainest.step.finetune import dequant_workspace_bytes
+    state = {}
+    for schedule in ("1f1b", "dualpipe"):
+        s = scenario_from_mapping({"model": "deepseek-v3", "hardware": "h100-sxm", "devices": 64, "finetune": "qlora",
+                                   "parallel": {"pp": 4, "ep": 8, "zero": 1, "pipeline_split": "balanced",
+                                                "pipeline_schedule": schedule}}, "test")
+        job, layout = job_of(s), layout_of(s)
+        state[schedule] = sharded_state_bytes(job, layout)
+    workspace = dequant_workspace_bytes(job, layout)
+    assert state["dualpipe"][0] - workspace == pytest.approx(2.0 * (state["1f1b"][0] - workspace))
+    assert state["dualpipe"][1] == pytest.approx(2.0 * state["1f1b"][1])
+    assert state["dualpipe"][2] == pytest.approx(2.0 * state["1f1b"][2])
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_qlora_dequantised_copy_of_mla_is_its_widest_real_matrix(tp):
+    """MLA has no fused QKV: DeepSeek-V3's widest quantised matrix is a dense layer's MLP matrix (7168 ×
+    18432 ÷ t; its output projection is 128·128 × 7168 ÷ t), not h·(a + 2g)·d_h."""
+    from trainest.step.finetune import dequant_workspace_bytes
+    s = scenario_from_mapping({"model": "deepseek-v3", "hardware": "h100-sxm", "devices": 8, "finetune": "qlora",
+                               "parallel": {"tp": tp, "ep": 8 // tp}}, "test")
+    job, layout = job_of(s), layout_of(s)
+    assert dequant_workspace_bytes(job, layout) == pytest.approx(2.0 * 7168 * 18432 / tp)
+
+
+def test_attention_only_lora_of_a_moe_model_does_not_claim_expert_adapters():
+    """--lora-targets attention leaves the routed experts unadapted: the warning says so, and still that
+    no measured MoE fine-tuning run checks it."""
+    from trainest.cli.estimate import prior_warnings
+    warnings = [w for w in prior_warnings(scenario(finetune={"method": "lora", "targets": "attention"}))
+                if "mixture-of-experts model" in w]
+    assert len(warnings) == 1 and "no measured" in warnings[0]
+    assert "every routed expert gets its own adapters" not in warnings[0]

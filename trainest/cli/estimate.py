@@ -168,6 +168,9 @@ FINETUNE_TOKENS_WARNING = ("{method} without --tokens: the days, energy and cost
 MOE_FINETUNE_WARNING = ("{method} of a mixture-of-experts model: every routed expert gets its own adapters (PEFT's "
                         "gate_proj/up_proj/down_proj per expert; docs/model.md §13.5), run as grouped GEMMs or expert "
                         "by expert as {framework} launches its experts; no measured MoE fine-tuning run checks it")
+MOE_ATTENTION_FINETUNE_WARNING = ("{method} of a mixture-of-experts model, attention adapters only (--lora-targets "
+                                  "attention: the routed experts frozen, unadapted; docs/model.md §13.5); no measured "
+                                  "MoE fine-tuning run checks it")
 OFFLOAD_WARNING = ("offload {offload}: the host-link and host-memory efficiencies and the CPU-Adam rate are priors "
                    "(docs/model.md §14), not fitted: no measured offload run is in specs/runs")
 
@@ -216,7 +219,8 @@ def prior_warnings(scenario: Any, hardware: bool = True) -> list[str]:
     if scenario.finetune.frozen:
         out.append(FINETUNE_WARNING.format(method=scenario.finetune.method))
         if scenario.model.moe is not None:
-            out.append(MOE_FINETUNE_WARNING.format(method=scenario.finetune.method, framework=scenario.framework))
+            text = MOE_ATTENTION_FINETUNE_WARNING if scenario.finetune.targets == "attention" else MOE_FINETUNE_WARNING
+            out.append(text.format(method=scenario.finetune.method, framework=scenario.framework))
     if scenario.offload != "none":
         out.append(OFFLOAD_WARNING.format(offload=scenario.offload))
     return out

@@ -29,7 +29,7 @@ from trainest.layout import Job, Layout, Num
 from trainest.precision import weight_bytes_per_param
 from trainest.step.rates import grouped_gemm
 from trainest.step.roofline import Op, op_of, streaming_time
-from trainest.step.schedule import stage_layers
+from trainest.step.schedule import dualpipe_copies, stage_layers
 
 if TYPE_CHECKING:
     from trainest.step.rates import LocalShape, Rates
@@ -305,13 +305,26 @@ def finetune_layer_ops(job: Job, layout: Layout, r: Rates, x: LocalShape, kind: 
     return (fwd + [dequant_op(job, layout, r, "forward", kind)], bwd + [dequant_op(job, layout, r, "backward", kind)])
 
 
+def widest_attention_params(job: Job, layout: Layout) -> Num:
+    """The largest attention weight on one device [params]: the fused QKV, h·(a + 2g)·d_h/t; MLA, which
+    has none, its largest projection (the query and KV down-projections replicated over t, the
+    up-projections and the output ÷t: `attention_adapters`' shapes)."""
+    m = job.model
+    if m.mla is None:
+        return m.hidden * (m.heads + 2 * m.kv_heads) * m.head_dim / layout.tp
+    widest: Num = 0.0
+    for a in attention_adapters(job, layout, kv_width_local(job, layout)):
+        widest = xp.maximum(widest, a.in_local * a.out_local)
+    return widest
+
+
 def dequant_workspace_bytes(job: Job, layout: Layout) -> Num:
     """The dequantised copy (e bytes per weight) of the largest quantised weight, alive during its GEMM
-    [B] (0 unquantised): the fused QKV, a dense MLP matrix, a routed expert's (÷t_e) or the shared
-    experts' matrix."""
+    [B] (0 unquantised): the fused QKV (MLA: its largest projection, `widest_attention_params`), a
+    dense MLP matrix, a routed expert's (÷t_e) or the shared experts' matrix."""
     m = job.model
-    widest: Num = max(m.hidden * m.ffn_hidden if m.dense_layers_count else 0,
-                      m.hidden * (m.heads + 2 * m.kv_heads) * m.head_dim) / layout.tp
+    dense = m.hidden * m.ffn_hidden / layout.tp if m.dense_layers_count else 0.0
+    widest: Num = xp.maximum(dense, widest_attention_params(job, layout))
     if m.moe is not None:
         shared = m.hidden * m.moe.shared_experts * m.moe.shared_width / layout.tp
         widest = xp.maximum(xp.maximum(widest, shared), m.expert_hidden * m.moe.expert_ffn_hidden / layout.etp)
@@ -351,23 +364,25 @@ def frozen_expert_layer_bytes(job: Job, layout: Layout) -> Num:
 def frozen_weight_bytes(job: Job, layout: Layout, params_local: Num) -> Num:
     """Bytes of the frozen base weights of the heaviest stage on one device but its routed experts',
     before ZeRO-3 sharding: the layers' linear weights at the base's bytes per parameter, the rest
-    (norms, embeddings, output layer) at the working-weight bytes w [B]."""
+    (norms, embeddings, output layer) at the working-weight bytes w; DualPipe's two stages' layers
+    (`dualpipe_copies`, as `params_local` counts them) [B]."""
     heavy, _ = stage_layers(job.model, layout.pp, layout.vpp, layout.split)
-    linear = heavy * linear_params_per_layer(job.model) / layout.tp
+    linear = dualpipe_copies(layout) * heavy * linear_params_per_layer(job.model) / layout.tp
     return linear * base_bytes_per_param(job, layout) + (params_local - linear) * weight_bytes_per_param(job.precision)
 
 
 def adapter_params_local(job: Job, layout: Layout) -> Num:
     """Trained adapter parameters on one device of the heaviest stage but the routed experts' (its
-    layers × the mean layer's)."""
+    layers × the mean layer's; × 2 with DualPipe, whose devices hold two stages, `dualpipe_copies`)."""
     heavy, _ = stage_layers(job.model, layout.pp, layout.vpp, layout.split)
-    return heavy * adapter_params_per_layer(job, layout)
+    return dualpipe_copies(layout) * heavy * adapter_params_per_layer(job, layout)
 
 
 def expert_adapter_params_local(job: Job, layout: Layout) -> Num:
-    """The routed experts' trained adapter parameters on one device of the heaviest stage."""
+    """The routed experts' trained adapter parameters on one device of the heaviest stage (× 2 with
+    DualPipe, `dualpipe_copies`)."""
     heavy, _ = stage_layers(job.model, layout.pp, layout.vpp, layout.split)
-    return heavy * expert_adapter_params_per_layer(job, layout)
+    return dualpipe_copies(layout) * heavy * expert_adapter_params_per_layer(job, layout)
 
 
 def trainable_params_local(job: Job, layout: Layout, params_local: Num) -> Num:

@@ -284,7 +284,7 @@ def expert_pass_launches(job: Job, layout: Layout) -> tuple[Num, Num]:
 
 def expert_launches(job: Job, layout: Layout) -> Num:
     """Host launches of one MoE layer's grouped expert MLP, expert by expert, per micro-batch, all
-    passes: E/e × (EXPERT_GEMM_LAUNCHES·(3 + [full] + [op]/2) + [FP8/FP4]·(EXPERT_CAST_LAUNCHES +
+    passes: E/e × (EXPERT_GEMM_LAUNCHES·(3 − φ_f + [full] + [op]/2) + [FP8/FP4]·(EXPERT_CAST_LAUNCHES +
     EXPERT_PAD_LAUNCHES)·(2 + [full])) (Transformer Engine GroupedLinear: one GEMM per local expert,
     launched from the host; `expert_pass_launches`). Every launch costs the host τ_host like any
     kernel (docs/model.md §2.9): with E/e = 16 and few rows per expert (micro-batch 1) the layer
