@@ -12,11 +12,11 @@ from trainest.estimate import estimate, estimate_ops
 from trainest.scenario import job_of, layout_of, scenario_from_mapping
 from trainest.step.finetune import (
     adapter_flops_per_token,
-    adapter_kernels,
     expert_adapter_params_per_layer,
     layer_adapter_params,
     trainable_params,
 )
+from trainest.step.kernels import adapter_kernels
 
 MIXTRAL = load_model("mixtral-8x7b")
 NODE = {"hardware": "h100-sxm", "devices": 8, "seq_len": 4096, "global_batch": 32}

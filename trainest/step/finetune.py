@@ -50,11 +50,6 @@ LORA_MERGE_PASSES = {"eager": 5.0, "fused": 1.0}
 LORA_MERGE_BACKWARD_OUT_PASSES = {"eager": 2.0, "fused": 0.0}
 LORA_MERGE_BACKWARD_IN_PASSES = {"eager": 3.0, "fused": 1.0}
 ADAPTER_BACKWARD_RATIO = 2.0               # A and B: a data and a weight gradient each, each ≈ the forward
-# Kernels of an adapter's merge per pass beyond its two GEMMs: eager PyTorch scales the adapter output
-# and adds it (2 kernels; backward: the scaled gradient for B and the add of the input gradients, 2);
-# fused kernels fold both into the GEMMs' alpha and beta (0).
-LORA_MERGE_KERNELS = {"eager": 2.0, "fused": 0.0}
-GEMM_BACKWARD_KERNELS = 2.0                # data gradient and weight gradient (as step/kernels.py)
 
 
 class Adapted(NamedTuple):
@@ -227,33 +222,6 @@ def adapter_ops(job: Job, layout: Layout, r: Rates, x: LocalShape, kind: str = "
         ops.append(op_of("lora_merge", phase, 0.0, frozen * bytes_moved,
                          streaming_time(frozen * bytes_moved, r.memory_bytes_per_s)))
     return fwd, bwd
-
-
-def adapter_kernels(job: Job, layout: Layout, kind: str = "dense") -> tuple[Num, Num]:
-    """(forward, backward) kernels the adapters of one layer of `kind` launch per micro-batch: per
-    adapted matrix its two GEMMs and, unfused, the merge's scale and add (LORA_MERGE_KERNELS); backward
-    the GEMMs' data and weight gradients and the merge's (the scaled gradient, the added input
-    gradient). A MoE layer's routed experts' adapters launch once per grouped GEMM, or once per local
-    expert where the framework loops over the experts (`Framework.expert_loop`: python, gemm)."""
-    layer, expert = layer_adapters(job, layout, kv_width_local(job, layout), kind)
-    merge = LORA_MERGE_KERNELS[job.kernels]
-    forward_per, backward_per = 2.0 + merge, 2.0 * GEMM_BACKWARD_KERNELS + merge
-    per_expert: Num = 0.0
-    if expert and job.model.moe is not None:
-        loops = FRAMEWORKS[job.framework].expert_loop != "grouped"
-        per_expert = len(expert) * (job.model.moe.experts / layout.ep if loops else 1.0)
-    count = len(layer) + per_expert
-    return count * forward_per, count * backward_per
-
-
-def mean_adapter_kernels(job: Job, layout: Layout) -> tuple[Num, Num]:
-    """(forward, backward) adapter kernels of the mean layer (`adapter_kernels` of each kind at its
-    share of the layers), × the frozen mask; (0, 0) without adapters."""
-    if xp.off(layout.finetune):
-        return 0.0, 0.0
-    dense = adapter_kernels(job, layout, "dense") if job.model.dense_layers_count else (0.0, 0.0)
-    moe = adapter_kernels(job, layout, "moe") if job.model.moe is not None else (0.0, 0.0)
-    return (layout.frozen * _layer_mean(job, dense[0], moe[0]), layout.frozen * _layer_mean(job, dense[1], moe[1]))
 
 
 def base_bytes_per_param(job: Job, layout: Layout) -> Num:

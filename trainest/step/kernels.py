@@ -39,7 +39,7 @@ from trainest.choices import DEFAULT_RECOMPUTE_MODULES
 from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
 from trainest.step.collectives import Tiers, all_reduce_s
-from trainest.step.finetune import mean_adapter_kernels
+from trainest.step.finetune import kv_width_local, layer_adapters
 from trainest.step.roofline import Op, OpTime, op_of, streaming_time
 from trainest.step.schedule import first_is_heavy
 
@@ -72,6 +72,41 @@ def gemm_kernels(job: Job) -> float:
 def moe_layer_share(job: Job) -> float:
     """L_m/L: the share of the layers that are MoE layers (0 for a dense model)."""
     return 0.0 if job.model.moe is None else job.model.moe_layers / job.model.layers
+
+# Kernels of an adapter's merge per pass beyond its two GEMMs: eager PyTorch scales the adapter output
+# and adds it (2 kernels; backward: the scaled gradient for B and the add of the input gradients, 2);
+# fused kernels fold both into the GEMMs' alpha and beta (0).
+LORA_MERGE_KERNELS = {"eager": 2.0, "fused": 0.0}
+
+
+def adapter_kernels(job: Job, layout: Layout, kind: str = "dense") -> tuple[Num, Num]:
+    """(forward, backward) kernels the adapters of one layer of `kind` launch per micro-batch: per
+    adapted matrix its two GEMMs and, unfused, the merge's scale and add (LORA_MERGE_KERNELS); backward
+    the GEMMs' data and weight gradients and the merge's (the scaled gradient, the added input
+    gradient). A MoE layer's routed experts' adapters launch once per grouped GEMM, or once per local
+    expert where the framework loops over the experts (`Framework.expert_loop`: python, gemm)."""
+    layer, expert = layer_adapters(job, layout, kv_width_local(job, layout), kind)
+    merge = LORA_MERGE_KERNELS[job.kernels]
+    forward_per, backward_per = 2.0 + merge, 2.0 * GEMM_BACKWARD_KERNELS + merge
+    per_expert: Num = 0.0
+    if expert and job.model.moe is not None:
+        loops = FRAMEWORKS[job.framework].expert_loop != "grouped"
+        per_expert = len(expert) * (job.model.moe.experts / layout.ep if loops else 1.0)
+    count = len(layer) + per_expert
+    return count * forward_per, count * backward_per
+
+
+def mean_adapter_kernels(job: Job, layout: Layout) -> tuple[Num, Num]:
+    """(forward, backward) adapter kernels of the mean layer (`adapter_kernels` of each kind at its
+    share of the layers), × the frozen mask; (0, 0) without adapters."""
+    if xp.off(layout.finetune):
+        return 0.0, 0.0
+    dense = adapter_kernels(job, layout, "dense") if job.model.dense_layers_count else (0.0, 0.0)
+    moe = adapter_kernels(job, layout, "moe") if job.model.moe is not None else (0.0, 0.0)
+    share = moe_layer_share(job)
+    return (layout.frozen * ((1.0 - share) * dense[0] + share * moe[0]),
+            layout.frozen * ((1.0 - share) * dense[1] + share * moe[1]))
+
 
 # Megatron's fused scale-mask-softmax (megatron/model/fused_softmax.py, megatron/core/fusions/fused_softmax.py:
 # FusedScaleMaskSoftmax.is_kernel_available) takes 16-bit scores with 16 < s_k <= 4096, s % 4 == 0 and, for the
