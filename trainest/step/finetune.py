@@ -141,10 +141,7 @@ def kv_width_local(job: Job, layout: Layout) -> Num:
 
 def _params(adapters: list[Adapted]) -> Num:
     """Σ r·(in_local + out_local) [params]."""
-    total: Num = 0.0
-    for a in adapters:
-        total = total + a.params
-    return total
+    return sum((a.params for a in adapters), 0.0)
 
 
 def layer_adapter_params(job: Job, layout: Layout, kind: str = "dense", experts: Num | None = None) -> tuple[Num, Num]:
@@ -158,8 +155,9 @@ def layer_adapter_params(job: Job, layout: Layout, kind: str = "dense", experts:
     return _params(layer), count * _params(expert)
 
 
-def _layer_mean(job: Job, dense: Num, moe: Num) -> Num:
-    """(L_d·dense + L_m·moe)/L: the mean over the model's layers of a per-layer quantity of each kind."""
+def layer_kind_mean(job: Job, dense: Num, moe: Num) -> Num:
+    """(L_d·dense + L_m·moe)/L: the mean over the model's layers of a per-layer quantity of each kind
+    (a dense model: `dense`)."""
     m = job.model
     return (m.dense_layers_count * dense + m.moe_layers * moe) / m.layers
 
@@ -170,7 +168,7 @@ def mean_adapter_params(job: Job, layout: Layout) -> tuple[Num, Num]:
     if job.model.moe is None:
         return dense, 0.0
     layer, experts = layer_adapter_params(job, layout, "moe")
-    return _layer_mean(job, dense, layer), _layer_mean(job, 0.0, experts)
+    return layer_kind_mean(job, dense, layer), layer_kind_mean(job, 0.0, experts)
 
 
 def adapter_params_per_layer(job: Job, layout: Layout) -> Num:
@@ -311,7 +309,7 @@ def adapter_activation_bytes_per_layer(job: Job, layout: Layout, routed_rows: Nu
     if job.model.moe is not None:
         layer, expert = layer_adapters(job, layout, kv_local, "moe")
         moe = len(layer) * tokens + len(expert) * routed_rows
-    return layout.frozen * e * rank * _layer_mean(job, dense * tokens, moe)
+    return layout.frozen * e * rank * layer_kind_mean(job, dense * tokens, moe)
 
 
 def frozen_layer_bytes(job: Job, layout: Layout) -> Num:
@@ -393,7 +391,7 @@ def adapter_flops_per_token(job: Job, layout: Layout) -> Num:
     if job.model.moe is not None:
         layer, experts = layer_adapter_params(job, whole, "moe", experts=float(job.model.moe.top_k))
         moe = layer + experts
-    return 2.0 * _layer_mean(job, dense, moe)
+    return 2.0 * layer_kind_mean(job, dense, moe)
 
 
 def active_linear_params(model: Model) -> float:

@@ -39,7 +39,7 @@ from trainest.choices import DEFAULT_RECOMPUTE_MODULES
 from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
 from trainest.step.collectives import Tiers, all_reduce_s
-from trainest.step.finetune import kv_width_local, layer_adapters
+from trainest.step.finetune import kv_width_local, layer_adapters, layer_kind_mean
 from trainest.step.roofline import Op, OpTime, op_of, streaming_time
 from trainest.step.schedule import first_is_heavy
 
@@ -103,9 +103,8 @@ def mean_adapter_kernels(job: Job, layout: Layout) -> tuple[Num, Num]:
         return 0.0, 0.0
     dense = adapter_kernels(job, layout, "dense") if job.model.dense_layers_count else (0.0, 0.0)
     moe = adapter_kernels(job, layout, "moe") if job.model.moe is not None else (0.0, 0.0)
-    share = moe_layer_share(job)
-    return (layout.frozen * ((1.0 - share) * dense[0] + share * moe[0]),
-            layout.frozen * ((1.0 - share) * dense[1] + share * moe[1]))
+    return (layout.frozen * layer_kind_mean(job, dense[0], moe[0]),
+            layout.frozen * layer_kind_mean(job, dense[1], moe[1]))
 
 
 # Megatron's fused scale-mask-softmax (megatron/model/fused_softmax.py, megatron/core/fusions/fused_softmax.py:
