@@ -187,6 +187,7 @@ def test_qlora_stores_nf4_with_double_quantisation():
         tp=1.0, pp=1.0, dp=1.0, cp=1.0, vpp=1.0, micro_batch=1.0, zero=0.0, sp=0.0, recompute=0.0,
         finetune=2.0)) == pytest.approx(0.5 + 0.127 / 8, abs=1e-4)
     one = {"hardware": "h100-sxm", "devices": 1, "seq_len": 2048, "global_batch": 1, "recompute": "full"}
+    one["framework"] = "hf-accelerate"            # a QLoRA framework, for both
     lora, qlora = est(**one, finetune="lora").memory, est(**one, finetune="qlora").memory
     linear = LLAMA8.layers * linear_params_per_layer(LLAMA8)
     saved = linear * (2.0 - (0.5 + DOUBLE_QUANT_BITS_PER_PARAM / 8))
@@ -494,3 +495,75 @@ def test_list_frameworks_says_each_frameworks_adapter_granularity(capsys):
     lines = (line.split() for line in out.splitlines())
     rows = {cells[0]: cells for cells in lines if cells and cells[0] in FRAMEWORKS}
     assert "fused" in rows["nemo"] and "separate" in rows["mlx"]
+
+
+# ------------------------------------------------------------------------ which frameworks run a QLoRA
+
+def test_a_qlora_takes_the_hugging_face_stack_by_default_and_says_why(capsys):
+    """bitsandbytes' 4-bit layers are a Hugging Face PEFT stack: a QLoRA that names no framework runs under
+    hf-accelerate (mlx on Apple silicon), shown as derived with the reason; a LoRA keeps Megatron-Core."""
+    from helpers import call_entry
+    one = {"hardware": "h100-sxm", "devices": 1, "seq_len": 2048, "global_batch": 8}
+    qlora = scenario_from_mapping({**one, "finetune": "qlora"}, "test")
+    assert qlora.framework == "hf-accelerate" and "framework" in qlora.derived
+    assert scenario_from_mapping({**one, "finetune": "lora"}, "test").framework == "megatron-core"
+    assert scenario_from_mapping({**one, "hardware": "apple-m4-max", "finetune": "qlora"}, "test").framework == "mlx"
+    code, out, err = call_entry(["estimate", "--model", "llama3-8b", "--devices", "1", "--seq-len", "2048",
+                                 "--global-batch", "8", "--finetune", "qlora"], capsys)
+    assert code == 0, err
+    assert "default for a QLoRA" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("framework", ["megatron-core", "nemo", "megatron-deepspeed", "torchtitan", "olmo-core"])
+def test_a_qlora_under_a_framework_without_4_bit_layers_is_refused(framework, capsys):
+    from helpers import call_entry
+    code, out, err = call_entry(["estimate", "--model", "llama3-8b", "--devices", "1", "--finetune", "qlora",
+                                 "--framework", framework], capsys)
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert f"--framework: {framework} has no QLoRA" in err and "hf-accelerate" in err
+
+
+def test_a_layout_the_qlora_default_framework_lacks_names_it_as_the_default(capsys):
+    """--pp 2 with a QLoRA: the refusal says the framework was a QLoRA's default, not the user's choice."""
+    from helpers import call_entry
+    code, out, err = call_entry(["estimate", "--model", "llama3-8b", "--devices", "2", "--pp", "2",
+                                 "--finetune", "qlora"], capsys)
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "hf-accelerate (the default framework of a QLoRA) has no pipeline parallelism" in err
+    code, out, err = call_entry(["estimate", "--model", "llama3-8b", "--devices", "2", "--pp", "2",
+                                 "--finetune", "qlora", "--framework", "deepspeed"], capsys)
+    assert code == 0, err
+
+
+def test_a_search_with_qlora_plans_runs_every_method_under_one_qlora_framework(capsys):
+    """`--allow finetune=lora,qlora` without a framework searches under the QLoRA default (shown in the header),
+    and a LoRA plan's reproduce options name that framework (an estimate of a LoRA would take Megatron-Core);
+    under a framework given without QLoRA the search refuses the QLoRA plans."""
+    import json
+
+    from helpers import call_entry
+    job = ["plan", "--model", "llama3-8b", "--hardware", "h100-sxm", "--devices", "1", "--global-batch", "8",
+           "--seq-len", "2048", "--finetune", "lora", "--allow", "finetune=lora,qlora"]
+    code, out, err = call_entry([*job, "--json"], capsys)
+    assert code == 0, err
+    plans = json.loads(out)["plans"]
+    assert {p["finetune"] for p in plans} <= {"lora", "qlora"}
+    for plan in plans:
+        framework = plan["estimate_args"][plan["estimate_args"].index("--framework") + 1] \
+            if "--framework" in plan["estimate_args"] else None
+        assert framework == (None if plan["finetune"] == "qlora" else "hf-accelerate")
+    code, out, err = call_entry(job, capsys)
+    assert code == 0 and "framework hf-accelerate (default for QLoRA" in " ".join(out.split())
+    code, out, err = call_entry([*job, "--framework", "megatron-core"], capsys)
+    assert code == 1 and out == "" and "--allow finetune=qlora: megatron-core has no QLoRA" in err
+
+
+def test_the_no_fit_advice_names_qlora_only_where_it_can_run(capsys):
+    """Llama 3 70B on one DGX Spark: `--finetune qlora` fits (under the Hugging Face stack, the default); with
+    Megatron-Core given it cannot run, so it is not offered."""
+    from helpers import call_entry
+    job = ["plan", "--model", "llama3-70b", "--hardware", "dgx-spark", "--devices", "1", "--global-batch", "2"]
+    code, out, err = call_entry(job, capsys)
+    assert code == 1 and "--finetune qlora" in err
+    code, out, err = call_entry([*job, "--framework", "megatron-core"], capsys)
+    assert code == 1 and "--finetune qlora" not in err

@@ -139,12 +139,14 @@ def test_frozen_experts_launch_no_weight_gradient_gemms(framework):
 
 def test_dualpipe_devices_hold_two_stages_of_adapters_and_frozen_weights():
     """DualPipe: each device holds two stages (schedule.py: dualpipe_copies), so twice the adapters'
-    gradients and Adam state and, QLoRA, twice the stored base (the dequantised copy once)."""
+    gradients and Adam state and, with a quantised base, twice the stored base (the dequantised copy once).
+    An 8-bit LoRA: Megatron's DualPipe has no QLoRA (a QLoRA runs under the Hugging Face stack)."""
     from trainest.memory import sharded_state_bytes
     from trainest.step.finetune import dequant_workspace_bytes
     state = {}
     for schedule in ("1f1b", "dualpipe"):
-        s = scenario_from_mapping({"model": "deepseek-v3", "hardware": "h100-sxm", "devices": 64, "finetune": "qlora",
+        s = scenario_from_mapping({"model": "deepseek-v3", "hardware": "h100-sxm", "devices": 64,
+                                   "finetune": {"method": "lora", "base_bits": 8},
                                    "parallel": {"pp": 4, "ep": 8, "zero": 1, "pipeline_split": "balanced",
                                                 "pipeline_schedule": schedule}}, "test")
         job, layout = job_of(s), layout_of(s)

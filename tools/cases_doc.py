@@ -242,7 +242,10 @@ QLoRA stores the base in 4-bit NF4 with double quantisation (0.516 B per paramet
 its 16-bit embeddings), so 70B fits one DGX Spark and one H100; it pays for it with one dequantisation
 of every weight per pass (read 0.5 B, write 2 B per parameter), memory-bound traffic that makes a QLoRA
 step slower than a LoRA step, and on the Spark's 273 GB/s nearly as slow as a full fine-tune's would
-be. With gradient checkpointing the saving of a LoRA is smaller than without (the recomputed forward is
+be. The QLoRA rows run under a QLoRA's default framework, the Hugging Face stack (hf-accelerate: PEFT
+and bitsandbytes' 4-bit layers, eager kernels, the loss read back every micro-batch), the full and LoRA
+rows under Megatron-Core: part of a QLoRA step's extra time is that stack's (`--framework` compares them
+under one). With gradient checkpointing the saving of a LoRA is smaller than without (the recomputed forward is
 not saved by freezing): 0.75–0.86 of a full fine-tune's step here. MFU counts what a frozen base needs
 (forward, data gradients and the adapters: about 2/3 of a full fine-tune's FLOPs), so it is lower than
 a full fine-tune's at a similar speed."""

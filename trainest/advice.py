@@ -95,8 +95,9 @@ def _plan_words(e: Estimate) -> str:
 def _reproduce(e: Estimate) -> str:
     """The `trainest estimate` options that reproduce a plan's layout."""
     from trainest.knobs import estimate_args
-    from trainest.scenario import scenario_mapping
-    return f"trainest estimate ... {' '.join(estimate_args(scenario_mapping(e.scenario)))}"
+    from trainest.scenario import framework_args, scenario_mapping
+    args = estimate_args(scenario_mapping(e.scenario)) + framework_args(e.scenario)
+    return f"trainest estimate ... {' '.join(args)}"
 
 
 def _plan_text(e: Estimate) -> str:

@@ -106,6 +106,15 @@ A framework sets
   adapts `q_proj`, `k_proj`, `v_proj`, `o_proj`, `gate_proj`, `up_proj`, `down_proj` separately (its
   default `lora_layers: 16` adapts only the last 16 layers: not modelled, every layer is adapted); MaxText
   has no LoRA trainer of its own and keeps query, key and value as separate projections: assumed separate.
+- `qlora`: whether it runs QLoRA, LoRA on a 4-bit NF4 base (docs/model.md §13.2). QLoRA is bitsandbytes'
+  `Linear4bit` layers under PEFT on a Hugging Face transformers model, the stack Dettmers et al. 2023 released
+  and trained with: it runs where such models are trained, the Hugging Face Trainer/Accelerate (also under
+  FSDP, bitsandbytes' `bnb_4bit_quant_storage`), DeepSpeed on those models (ZeRO-3 with 4-bit layers, the
+  PEFT/Accelerate guides) and llm-foundry's `hf_causal_lm` with a `peft_config`; mlx-lm fine-tunes LoRA
+  adapters on a 4-bit quantised model (its own affine 4-bit format, modelled as NF4). The Megatron family
+  (Megatron-Core, NeMo 2/Megatron-Bridge, whose PEFT adapts 16-bit linear layers, and Megatron-DeepSpeed),
+  torchtitan, OLMo-core and MaxText have no 4-bit base layer: a QLoRA under them is refused, and a QLoRA
+  that names no framework takes `QLORA_FRAMEWORK` (the Hugging Face stack; mlx on Apple silicon).
 """
 
 from __future__ import annotations
@@ -173,6 +182,7 @@ class Framework(NamedTuple):
     pipeline: bool = True                           # has pipeline parallelism
     pp_zero_stages: tuple[int, ...] = ZERO_STAGES   # the ZeRO stages it runs with pipeline parallelism
     lora_fused: bool = False             # LoRA adapters on the fused QKV and up/gate matrices, not per projection
+    qlora: bool = False                  # runs QLoRA: bitsandbytes' 4-bit layers under PEFT (module docstring)
     # the hardware kinds (catalog `kind`) it runs on: the CUDA/ROCm stacks not on TPUs or Apple silicon, MLX
     # only on Apple silicon (and a CPU), MaxText not on Apple silicon; any: Hugging Face (MPS, torch_xla)
     runs_on: tuple[str, ...] = ("gpu", "cpu-gpu", "asic", "wafer", "cpu")
@@ -261,7 +271,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
       "DeepSpeed ZeRO on Hugging Face/PyTorch models: eager kernels, overlap_comm (DeepSpeed config docs); "
       "ZeRO-3 keeps at most stage3_max_live_parameters + stage3_prefetch_bucket_size gathered",
       expert_loop="python", zero3_live_params=DS_ZERO3_LIVE_PARAMS, pp_zero_stages=DEEPSPEED_PP_ZERO,
-      recompute_modes=("none", "full"), dp_bucket_params=DEEPSPEED_BUCKET_PARAMS),
+      recompute_modes=("none", "full"), dp_bucket_params=DEEPSPEED_BUCKET_PARAMS, qlora=True),
     F("torchtitan", "python", "eager", True, True, True,
       "pytorch/torchtitan: FSDP2 (gradient reduce-scatter overlapped), eager unless torch.compile, "
       "interleaved 1F1B among its pipeline schedules (torchtitan docs); with pipeline parallelism FSDP "
@@ -277,7 +287,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     F("llm-foundry", "python", "fused", True, False, True,
       "mosaicml/llm-foundry (Composer): PyTorch FSDP, fused/flash kernels in its MPT models, no pipeline; "
       "flash-attn's fused cross-entropy by default (loss_fn: fused_crossentropy)", loss_bytes_per_logit=4.0,
-      expert_loop="grouped", zero_stages=(0, 2, 3), pipeline=False, recompute_modes=("none", "full")),
+      expert_loop="grouped", zero_stages=(0, 2, 3), pipeline=False, recompute_modes=("none", "full"), qlora=True),
     F("olmo-core", "python", "fused", True, False, True,
       "allenai/OLMo-core: PyTorch FSDP2/HSDP or DDP (DataParallelType), torch.compile in its recipes",
       expert_loop="grouped", zero_stages=FSDP2_ZERO, recompute_modes=("none", "op", "full")),
@@ -286,13 +296,14 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
       "micro-batch's loss back to test it for NaN/inf (logging_nan_inf_filter, on by default); PEFT LoRA on "
       "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj", expert_loop="python",
       micro_batch_sync=True, pipeline=False, runs_on=("gpu", "cpu-gpu", "tpu", "asic", "wafer", "apple", "cpu"),
-      recompute_modes=("none", "full")),
+      recompute_modes=("none", "full"), qlora=True),
     F("mlx", "python", "eager", True, False, True,
       "Apple MLX: lazy evaluation of eager operators on the unified-memory GPU; mlx-lm's LoRA adapts q, k, v, o, "
       "gate, up and down projections separately", expert_loop="grouped", runs_on=("apple", "cpu"),
-      recompute_modes=("none", "full")),
+      recompute_modes=("none", "full"), qlora=True),
 )}
 DEFAULT_FRAMEWORK = "megatron-core"
+QLORA_FRAMEWORK = "hf-accelerate"    # a QLoRA's framework when none is given (module docstring: `qlora`)
 
 
 def fitted_file() -> Path | None:

@@ -44,7 +44,7 @@ from trainest.choices import (
     RECOMPUTES,
 )
 from trainest.errors import SpecError
-from trainest.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
+from trainest.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, QLORA_FRAMEWORK
 from trainest.knobs import FINETUNE, FINETUNE_KEYS, KNOBS, PARALLEL, PARALLEL_KEYS, SCENARIO
 from trainest.layout import Job, Layout
 from trainest.units import parse_count, parse_length
@@ -505,15 +505,16 @@ def _check_schedule(sizes: dict[str, Any], dp: int, micro_batch: int, global_bat
                         f"that is a multiple of dp·micro_batch·pp = {dp * micro_batch * pp}")
 
 
-def _check_framework_pipeline(framework: str, vpp: int, layout: bool, where: str) -> None:
+def _check_framework_pipeline(framework: str, vpp: int, layout: bool, where: str, label: str = "") -> None:
     """What the framework's pipeline can run: the interleaved schedule (vpp > 1), a pipeline layout."""
+    named = label or framework      # the framework in the messages
     fw = FRAMEWORKS[framework]
     if layout and not fw.stage_layout:
-        raise SpecError(f"{where}.parallel.pipeline_layout: {framework} does not place layers per stage as asked "
+        raise SpecError(f"{where}.parallel.pipeline_layout: {named} does not place layers per stage as asked "
                         f"(its pipeline splits them itself); frameworks that do: "
                         f"{', '.join(n for n, f in FRAMEWORKS.items() if f.stage_layout)}")
     if vpp > 1 and not fw.interleaved:
-        raise SpecError(f"{where}: vpp={vpp} needs the interleaved pipeline schedule, which {framework} "
+        raise SpecError(f"{where}: vpp={vpp} needs the interleaved pipeline schedule, which {named} "
                         f"does not have; use vpp=1 or a framework that has it")
 
 
@@ -526,25 +527,29 @@ def _moe_overlap_of(par: dict[str, Any], model: Model, where: str) -> str:
     return moe_overlap
 
 
-def _check_framework(framework: str, sizes: dict[str, Any], par: dict[str, Any], where: str) -> None:
+def _check_framework(framework: str, sizes: dict[str, Any], par: dict[str, Any], where: str,
+                     label: str = "") -> None:
     """What the framework runs of the layout: its pipeline schedules and layouts, its ZeRO stages."""
-    _check_framework_pipeline(framework, sizes["vpp"], par.get("pipeline_layout") is not None, where)
+    named = label or framework      # the framework in the messages
+    _check_framework_pipeline(framework, sizes["vpp"], par.get("pipeline_layout") is not None, where, label)
     if sizes["tp_overlap"] and not FRAMEWORKS[framework].tp_overlap:
         name = "--tp-overlap" if where == "options" else f"{where}.parallel.tp_overlap"
-        raise SpecError(f"{name}: {framework} does not pipeline its TP collectives with the GEMMs (Transformer "
+        raise SpecError(f"{name}: {named} does not pipeline its TP collectives with the GEMMs (Transformer "
                         f"Engine's userbuffers, torchtitan's async TP); frameworks that do: "
                         f"{', '.join(n for n, f in FRAMEWORKS.items() if f.tp_overlap)}")
-    _check_framework_zero(framework, sizes["pp"], sizes["zero"], "zero" not in par and "fsdp" not in par, where)
+    _check_framework_zero(framework, sizes["pp"], sizes["zero"], "zero" not in par and "fsdp" not in par, where,
+                          label)
 
 
-def _recompute_of(r: _Reader, framework: str, where: str) -> str:
+def _recompute_of(r: _Reader, framework: str, where: str, label: str = "") -> str:
     """`recompute`: one of the framework's modes (`Framework.recompute_modes`), by default its own
     (`Framework.default_recompute`: Megatron's selective, torchtitan's per-op, else none)."""
+    named = label or framework      # the framework in the messages
     fw = FRAMEWORKS[framework]
     recompute = F.choice(r.default("recompute", fw.default_recompute), f"{where}.recompute", RECOMPUTES)
     if recompute not in fw.recompute_modes:
         name = "--recompute" if where == "options" else f"{where}.recompute"
-        raise SpecError(f"{name}: {recompute} is not a recompute mode of {framework}; allowed under it: "
+        raise SpecError(f"{name}: {recompute} is not a recompute mode of {named}; allowed under it: "
                         f"{', '.join(fw.recompute_modes)} (selective is Megatron's, op torchtitan's per-op "
                         f"checkpointing)")
     return recompute
@@ -561,14 +566,15 @@ def _check_framework_hardware(framework: str, hardware: Hardware, where: str) ->
                     f"do: {able}")
 
 
-def _check_framework_zero(framework: str, pp: int, zero: int, derived: bool, where: str) -> None:
+def _check_framework_zero(framework: str, pp: int, zero: int, derived: bool, where: str, label: str = "") -> None:
     """What the framework's data parallelism runs (trainest/frameworks.py: `pipeline`, `zero_stages`,
     `pp_zero_stages`, with their sources): pipeline parallelism at all, and the ZeRO stage with or without it."""
+    named = label or framework      # the framework in the messages
     fw = FRAMEWORKS[framework]
     cli = where == "options"
     pp_name, zero_name = ("--pp", "--zero") if cli else ("parallel.pp", "parallel.zero")
     if pp > 1 and not fw.pipeline:
-        raise SpecError(f"{where}: {pp_name} {pp}: {framework} has no pipeline parallelism; allowed under it: "
+        raise SpecError(f"{where}: {pp_name} {pp}: {named} has no pipeline parallelism; allowed under it: "
                         f"{pp_name} 1 (frameworks with a pipeline: "
                         f"{', '.join(n for n, f in FRAMEWORKS.items() if f.pipeline)})")
     stages = fw.zero_stages_with(pp)
@@ -577,9 +583,9 @@ def _check_framework_zero(framework: str, pp: int, zero: int, derived: bool, whe
     given = "" if not derived else " (the default)"
     listed = ", ".join(map(str, stages))
     if zero not in fw.zero_stages:
-        raise SpecError(f"{where}: {zero_name} {zero}{given}: {framework} has no ZeRO-{zero} (trainest/frameworks.py); "
+        raise SpecError(f"{where}: {zero_name} {zero}{given}: {named} has no ZeRO-{zero} (trainest/frameworks.py); "
                         f"allowed under it: {zero_name} {listed}")
-    raise SpecError(f"{where}: {zero_name} {zero}{given} with {pp_name} {pp}: {framework} does not run ZeRO-{zero} "
+    raise SpecError(f"{where}: {zero_name} {zero}{given} with {pp_name} {pp}: {named} does not run ZeRO-{zero} "
                     f"with pipeline parallelism (DeepSpeed's PipelineEngine: ZeRO-2 and ZeRO-3 are incompatible "
                     f"with it); allowed with a pipeline: {zero_name} {listed}, or {pp_name} 1 for ZeRO-{zero}")
 
@@ -826,8 +832,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     hardware.peak(precision)  # raises with the list of supported precisions
     par = {} if data.get("parallel") is None else data["parallel"]
     # the framework (checked below) decides the default ZeRO stage: the one it runs
-    sizes = _parallel_sizes(par, r, data["framework"] if isinstance(data.get("framework"), str)
-                            else default_framework(hardware))
+    method = finetune_method_given(data.get("finetune"))   # a QLoRA's framework is not Megatron's
+    sizes = _parallel_sizes(par, r, _framework_given(data) or default_framework(hardware, method))
     # a pipeline layout is checked first: its layer count, not the device count it implies, is what to fix
     split, layout_text, ranks = _split_of(par, sizes, model, where)
     devices, dp = _devices_and_dp(par, sizes, r, hardware.devices_per_node)
@@ -847,9 +853,11 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                 r.derive(f"parallel.{key}")
     schedule = _schedule_of(par, sizes, global_batch // (dp * micro_batch), where)
     _check_schedule(sizes, dp, micro_batch, global_batch, where)
-    framework = F.choice(r.default("framework", default_framework(hardware)), f"{where}.framework", tuple(FRAMEWORKS))
+    framework = F.choice(r.default("framework", default_framework(hardware, method)), f"{where}.framework",
+                         tuple(FRAMEWORKS))
     fw = FRAMEWORKS[framework]
-    recompute = _recompute_of(r, framework, where)
+    label = _framework_label(framework, hardware, "framework" in derived)
+    recompute = _recompute_of(r, framework, where, label)
     modules = recompute_modules_of(data.get("recompute_modules"), recompute, model, f"{where}.recompute_modules")
     attention = F.choice(r.default("attention", "flash"), f"{where}.attention", ATTENTIONS)
     packed_length = _packed_length_of(data.get("packed_length"), seq_len, where)
@@ -858,9 +866,9 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     if par.get("dp_overlap") is None:
         r.derive("parallel.dp_overlap")
     dp_overlap = F.boolean(par.get("dp_overlap", fw.dp_overlap), f"{where}.parallel.dp_overlap")
-    _check_framework(framework, sizes, par, where)
+    _check_framework(framework, sizes, par, where, label)
     _check_framework_hardware(framework, hardware, where)
-    finetune = check_finetune(data.get("finetune"), model, precision, where)
+    finetune = _finetune_of(data.get("finetune"), model, precision, framework, where)
     derived += finetune_defaults(data.get("finetune"), finetune)
     tokens, price_usd, pue, grid = _run_costs(r, model, hardware, finetune)
     hybrid_support(model, recompute, finetune.method, where)
@@ -889,9 +897,58 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
 FRAMEWORK_BY_KIND = {"apple": "mlx", "tpu": "maxtext"}
 
 
-def default_framework(hardware: Hardware) -> str:
-    """DEFAULT_FRAMEWORK, or the one the hardware's kind runs (FRAMEWORK_BY_KIND)."""
-    return FRAMEWORK_BY_KIND.get(hardware.kind, DEFAULT_FRAMEWORK)
+def default_framework(hardware: Hardware, method: str = "full") -> str:
+    """DEFAULT_FRAMEWORK, or the one the hardware's kind runs (FRAMEWORK_BY_KIND); for a QLoRA, QLORA_FRAMEWORK
+    where the kind's own has no QLoRA and that one runs on it (bitsandbytes' 4-bit layers are a Hugging Face
+    stack: trainest/frameworks.py, `qlora`)."""
+    framework = FRAMEWORK_BY_KIND.get(hardware.kind, DEFAULT_FRAMEWORK)
+    if method == "qlora" and not FRAMEWORKS[framework].qlora and hardware.kind in FRAMEWORKS[QLORA_FRAMEWORK].runs_on:
+        return QLORA_FRAMEWORK
+    return framework
+
+
+def _framework_label(framework: str, hardware: Hardware, derived: bool) -> str:
+    """How a framework that refuses the layout is named: as a QLoRA's default where a QLoRA chose it ('' else)."""
+    return f"{framework} (the default framework of a QLoRA)" if derived and framework != default_framework(hardware) \
+        else ""
+
+
+def framework_args(s: Scenario) -> list[str]:
+    """`--framework F` where a plan's scenario took its framework by default and an estimate of the plan's own
+    method would take another (a LoRA plan of a QLoRA job: the job's Hugging Face stack, not Megatron-Core);
+    else nothing (the framework given is among the job's own options)."""
+    if "framework" in s.derived and s.framework != default_framework(s.hardware, s.finetune.method):
+        return ["--framework", s.framework]
+    return []
+
+
+def _finetune_of(data: Any, model: Model, precision: str, framework: str, where: str) -> FineTune:
+    """`check_finetune`, and the framework runs its method (`check_framework_finetune`)."""
+    finetune = check_finetune(data, model, precision, where)
+    check_framework_finetune(framework, finetune.method, "--framework" if where == "options" else f"{where}.framework")
+    return finetune
+
+
+def _framework_given(data: dict[str, Any]) -> str | None:
+    """The scenario's `framework:` where it is a word (checked later), else None."""
+    return data["framework"] if isinstance(data.get("framework"), str) else None
+
+
+def finetune_method_given(data: Any) -> str:
+    """The fine-tuning method a scenario's `finetune:` names (a word or `{method: ...}`), unchecked, or full:
+    what the default framework depends on before `check_finetune` reads the rest."""
+    method = data.get("method") if isinstance(data, dict) else data
+    return method if isinstance(method, str) else "full"
+
+
+def check_framework_finetune(framework: str, method: str, name: str) -> None:
+    """A QLoRA runs only under a framework with bitsandbytes' 4-bit layers (`Framework.qlora`); `name` is the
+    option or key that asked for it."""
+    if method != "qlora" or FRAMEWORKS[framework].qlora:
+        return
+    raise SpecError(f"{name}: {framework} has no QLoRA (no 4-bit NF4 base layer: bitsandbytes' Linear4bit is a "
+                    f"Hugging Face PEFT stack); frameworks that run it: "
+                    f"{', '.join(n for n, f in FRAMEWORKS.items() if f.qlora)} (--framework)")
 
 
 def default_precision(hardware: Hardware) -> str:

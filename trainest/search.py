@@ -66,8 +66,10 @@ from trainest.scenario import (
     Parallel,
     Scenario,
     check_finetune,
+    check_framework_finetune,
     check_offload,
     check_scenario_keys,
+    default_framework,
     default_global_batch,
     default_tokens,
     job_of,
@@ -200,6 +202,22 @@ def job_for_methods(mapping: dict[str, Any], space: SearchSpace, where: str) -> 
     return {**mapping, "finetune": {**ft, "method": chosen}}
 
 
+def with_search_framework(base: Scenario, mapping: dict[str, Any], space: SearchSpace, where: str,
+                          default_batch_devices: int | None = None, shape: dict | None = None) -> Scenario:
+    """The job `base` of a search that allows QLoRA plans (`--allow finetune=...,qlora`) under a framework it
+    took by default and that has no QLoRA: the job under a QLoRA's default framework instead (shown as
+    derived), so that every method searched runs under the one framework; else `base`."""
+    if ("qlora" not in (space.finetune or ()) or "framework" not in base.derived
+            or FRAMEWORKS[base.framework].qlora):
+        return base
+    name = default_framework(base.hardware, "qlora")
+    if not FRAMEWORKS[name].qlora:
+        return base
+    job = job_scenario({**job_for_methods(mapping, space, where), "framework": name}, where,
+                       default_batch_devices=default_batch_devices, shape=shape)
+    return replace(job, derived=job.derived + ("framework",))
+
+
 def check_space(base: Scenario, space: SearchSpace) -> None:
     """The values `--allow` names must suit the job and the hardware: tp dividing the heads and cp the
     sequence (else no plan can take them), and the checks a scenario gets for the fine-tuning methods and
@@ -218,6 +236,7 @@ def check_space(base: Scenario, space: SearchSpace) -> None:
         check_offload(offload, base.hardware, "--allow offload")
     ft = base.finetune
     for method in space.finetune or ():
+        check_framework_finetune(base.framework, method, f"--allow finetune={method}")
         given = {"method": method} if method == "full" else \
             {"method": method, "rank": ft.rank, "targets": ft.targets,
              "base_bits": 4 if method == "qlora" else lora_base_bits(ft)}
@@ -871,8 +890,7 @@ def fitting_changes(s: Scenario, space: SearchSpace) -> list[str]:
     if "full" not in space.recompute:
         trials.append(("--allow recompute=full", lambda: replace(s, recompute="full")))
     if s.finetune.method == "full" and space.finetune is None and s.model.hybrid is None:   # the first that fits
-        trials += [(f"--finetune {m}", lambda m=m: replace(s, finetune=check_finetune(m, s.model, s.precision, m)))
-                   for m in ("lora", "qlora")]
+        trials += [(f"--finetune {m}", lambda m=m: _with_method(s, m)) for m in ("lora", "qlora")]
     found: list[str] = []
     for text, changed in trials:
         if text == "--finetune qlora" and "--finetune lora" in found:
@@ -886,6 +904,23 @@ def fitting_changes(s: Scenario, space: SearchSpace) -> list[str]:
         except SpecError:       # the change does not apply here (unified memory, no host described, ...)
             continue
     return found
+
+
+def _with_method(s: Scenario, method: str) -> Scenario:
+    """The plan `s` fine-tuned by `method`, as `--finetune method` would run it: a QLoRA under a framework with
+    no QLoRA takes a QLoRA's default framework where the framework was derived (with its kernels, and full
+    recompute for a mode it lacks); a SpecError where it cannot (a framework given, a pipeline it lacks)."""
+    ft = check_finetune(method, s.model, s.precision, method)
+    if method != "qlora" or FRAMEWORKS[s.framework].qlora or "framework" not in s.derived:
+        check_framework_finetune(s.framework, method, f"--finetune {method}")
+        return replace(s, finetune=ft)
+    name = default_framework(s.hardware, method)
+    fw = FRAMEWORKS[name]
+    check_framework_finetune(name, method, f"--finetune {method}")
+    if s.parallel.pp > 1 and not fw.pipeline:
+        raise SpecError(f"--finetune {method}: {name} has no pipeline parallelism")
+    return replace(s, finetune=ft, framework=name, kernels=fw.kernels if "kernels" in s.derived else s.kernels,
+                   recompute=s.recompute if s.recompute in fw.recompute_modes else "full")
 
 
 def no_layout_message(base: Scenario, devices: int, g: Grid) -> str:

@@ -70,6 +70,7 @@ def search_plans(values: dict[str, Any]) -> tuple[Any, Any, str | None]:
     lo, hi = S.parse_devices(devices)
     space = S.space_from_options(values.get("allow"), **{k: values.get(k) for k in MAXIMA})
     base = S.job_scenario(S.job_for_methods(mapping, space, where), where, default_batch_devices=hi, shape=shape)
+    base = S.with_search_framework(base, mapping, space, where, default_batch_devices=hi, shape=shape)
     if given is None:               # shown as derived (report.plan: the header)
         base = replace(base, derived=base.derived + ("devices",))
     deadline, budget = values.get("deadline"), values.get("budget")

@@ -116,6 +116,7 @@ def framework_rows() -> list[dict[str, Any]]:
              "loss_bytes_per_logit": f.loss_bytes_per_logit, "expert_loop": f.expert_loop,
              "stage_layout": f.stage_layout, "zero_stages": list(f.zero_stages), "pipeline": f.pipeline,
              "pp_zero_stages": list(f.zero_stages_with(2)), "lora_granularity": f.lora_granularity,
+             "qlora": f.qlora,
              "runs_on": list(f.runs_on), "recompute_modes": list(f.recompute_modes), "tp_overlap": f.tp_overlap,
              "source": f.source} for f in FRAMEWORKS.values()]
 
@@ -217,7 +218,7 @@ def print_frameworks(rows: list[dict[str, Any]]) -> None:
     # every value whole (the widest of each column); the headers wrap on a narrow terminal
     widths = {"name": max(len(r["name"]) for r in rows), "dispatch": 6, "host ×": 5, "kernels": 5}
     for col in ("name", "dispatch", "host ×", "mb sync", "kernels", "overlap", "ZeRO", "interl", "layout", "experts",
-                "lora", "seen", "MoE"):
+                "lora", "qlora", "seen", "MoE"):
         table.add_column(col, justify="right" if col in ("host ×", "mb sync") else "left",
                          min_width=widths.get(col, 3))
     for r in rows:
@@ -228,7 +229,8 @@ def print_frameworks(rows: list[dict[str, Any]]) -> None:
         mb = "–" if mb_ms is None else f"{mb_ms:.2f} ms{'*' if mb_ms != DEFAULT_HOST_MS_PER_MICRO_BATCH else ''}"
         table.add_row(r["name"], r["dispatch"], host, mb, r["kernels"], _yes(r["dp_overlap"]), zero_text(r),
                       _yes(r["interleaved"]),
-                      _yes(r["stage_layout"]), r["expert_loop"], r["lora_granularity"], _yes(r["seen"]),
+                      _yes(r["stage_layout"]), r["expert_loop"], r["lora_granularity"], _yes(r["qlora"]),
+                      _yes(r["seen"]),
                       _yes(r["moe_seen"]))
     con = console()
     print_table(con, table)
@@ -246,6 +248,7 @@ def print_frameworks(rows: list[dict[str, Any]]) -> None:
               "launches the local experts (gemm: a GEMM each, grouped: one kernel for all, python: each "
               "expert's MLP operator by operator; docs/model.md §15.2); lora: a LoRA's adapters, fused (one on each "
               "fused QKV and up/gate matrix, Megatron) or separate (one per q, k, v, o, gate, up, down projection, "
-              "PEFT; docs/model.md §13.1); seen: the bundled "
+              "PEFT; docs/model.md §13.1); qlora: runs a QLoRA (bitsandbytes' 4-bit layers; docs/model.md §13.2); "
+              "seen: the bundled "
               "measured runs include it (else estimates say so); MoE: the same for mixture-of-experts runs. "
               "Sources and the loss's bytes: --json; docs/model.md §2.9.", style="dim")

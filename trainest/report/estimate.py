@@ -8,7 +8,7 @@ from trainest import SCHEMA_VERSION
 from trainest.catalog import Hardware, is_bundled_hardware
 from trainest.choices import DEFAULT_RECOMPUTE_MODULES
 from trainest.estimate import Estimate, host_misfit_words
-from trainest.frameworks import FRAMEWORKS
+from trainest.frameworks import FRAMEWORKS, QLORA_FRAMEWORK
 from trainest.pipeline_layout import rank_layers_text
 from trainest.precision import weight_bytes_per_param
 from trainest.report import clean, console, fmt_co2, fmt_gib, fmt_money, fmt_seconds, fmt_si, print_table
@@ -215,12 +215,23 @@ def scenario_table(s: Scenario):
          + (f" ({window_text(m)}{': all s×s scores computed' if s.attention == 'standard' else ''})"
             if m.attention_window is not None else "")
          + (f", kernels {s.kernels}" if s.kernels != "fused" else "")),
-        ("framework", mark("framework", s.framework)
+        ("framework", framework_text(s, "framework" in derived)
          + ("" if s.parallel.dp_overlap else ", gradient reduction not overlapped")),
         *([("fine-tuning", finetune_text(s))] if s.finetune.frozen else []),
         *([("offload", f"{s.offload} to host memory over {host_link_words(s.hardware)}")] if s.offload != "none"
           else []),
     ])
+
+
+def framework_text(s: Scenario, derived: bool) -> str:
+    """The framework, marked (default) where derived, and why where a QLoRA chose it (trainest/frameworks.py:
+    `qlora`)."""
+    if not derived:
+        return s.framework
+    if s.finetune.method == "qlora" and s.framework == QLORA_FRAMEWORK:
+        return (f"{s.framework}  [dim](default for a QLoRA: bitsandbytes' 4-bit layers run under Hugging Face "
+                f"PEFT)[/dim]")
+    return f"{s.framework}  [dim](default)[/dim]"
 
 
 TARGET_WORDS = {"all": "every linear layer", "attention": "the attention linear layers",

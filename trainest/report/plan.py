@@ -4,18 +4,27 @@ from __future__ import annotations
 
 from trainest import SCHEMA_VERSION
 from trainest.estimate import Estimate
+from trainest.frameworks import FRAMEWORKS
 from trainest.knobs import estimate_args as knob_estimate_args
 from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si, print_table
 from trainest.report.estimate import band_pct, band_source, estimate_dict, hardware_dict, notes
-from trainest.scenario import DEFAULT_DEVICES, Scenario, scenario_mapping
+from trainest.scenario import DEFAULT_DEVICES, Scenario, default_framework, framework_args, scenario_mapping
 from trainest.search import DeviceSearch, SearchResult, plan_knobs
 from trainest.units import GiB
+
+
+def _framework_note(b: Scenario) -> str:
+    """', framework F (default for QLoRA ...)' where a QLoRA chose the framework (a search with QLoRA plans runs
+    every method under it); '' else."""
+    if "framework" in b.derived and FRAMEWORKS[b.framework].qlora and b.framework != default_framework(b.hardware):
+        return f", framework {b.framework} (default for QLoRA: bitsandbytes' 4-bit layers run under Hugging Face PEFT)"
+    return ""
 
 
 def estimate_args(e: Estimate) -> list[str]:
     """The `trainest estimate` options that select this plan's device count and layout
     (trainest.knobs.estimate_args of its inputs)."""
-    return knob_estimate_args(scenario_mapping(e.scenario))
+    return knob_estimate_args(scenario_mapping(e.scenario)) + framework_args(e.scenario)
 
 
 def plan_dict(e: Estimate) -> dict:
@@ -118,7 +127,7 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
     con.print(f"[bold]{b.model.name}[/bold] ({b.model.params / 1e9:.1f} B params{active}) on {r.devices:,} x "
               f"{b.hardware.name}{shown}, "
               f"global batch {b.global_batch} x {b.seq_len} tokens{batch_default_note(b)}, {b.precision}, "
-              f"{fmt_si(b.tokens)} tokens to train{_adapter_tokens_note(r)}")
+              f"{fmt_si(b.tokens)} tokens to train{_adapter_tokens_note(r)}{_framework_note(b)}")
     rej = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in st.rejected.items() if v)
     con.print(f"Searched {st.evaluated:,} plans in {st.seconds:.2f} s ({fmt_si(st.plans_per_s)} plans/s): "
               f"{st.feasible:,} feasible; rejected: {rej or 'none'}. Ranked by {r.objective}.")
