@@ -136,6 +136,11 @@ BAD_OPTIONS = [
     ("config-missing-file", ["--config", "no-such-scenario.yaml"], 1, ("scenario file", "does not exist")),
     ("unknown-option", ["--gpu", "8"], 2, ("--gpu",)),
     ("missing-value", ["--devices"], 2, ("--devices",)),
+    # a repeat count past the unrolled limit was built first: MemoryError (traceback), or 1.2 GB and 15 s
+    ("pipeline-layout-huge-repeat", ["--pipeline-layout", "Et*999999999999|L"], 1,
+     ("--pipeline-layout", "unrolls to more than 100,000 tokens")),
+    ("pipeline-layout-many-repeats", ["--pp", "2", "--devices", "8", "--pipeline-layout", "(t*99999|)*12000"], 1,
+     ("--pipeline-layout", "unrolls to more than 100,000 tokens")),
     # DualPipe without a pipeline was accepted, warned as if applied, and estimated as 1F1B
     ("dualpipe-pp-1", ["--pipeline-schedule", "dualpipe", "--pp", "1"], 1,
      ("--pipeline-schedule", "dualpipe needs a pipeline", "pp=1", "even pp")),
