@@ -136,6 +136,11 @@ BAD_OPTIONS = [
     ("config-missing-file", ["--config", "no-such-scenario.yaml"], 1, ("scenario file", "does not exist")),
     ("unknown-option", ["--gpu", "8"], 2, ("--gpu",)),
     ("missing-value", ["--devices"], 2, ("--devices",)),
+    # a repeat count past the unrolled limit was built first: MemoryError (traceback), or 1.2 GB and 15 s
+    ("pipeline-layout-huge-repeat", ["--pipeline-layout", "Et*999999999999|L"], 1,
+     ("--pipeline-layout", "unrolls to more than 100,000 tokens")),
+    ("pipeline-layout-many-repeats", ["--pp", "2", "--devices", "8", "--pipeline-layout", "(t*99999|)*12000"], 1,
+     ("--pipeline-layout", "unrolls to more than 100,000 tokens")),
     # DualPipe without a pipeline was accepted, warned as if applied, and estimated as 1F1B
     ("dualpipe-pp-1", ["--pipeline-schedule", "dualpipe", "--pp", "1"], 1,
      ("--pipeline-schedule", "dualpipe needs a pipeline", "pp=1", "even pp")),
@@ -451,3 +456,22 @@ def test_a_recompute_or_overlap_the_framework_lacks_is_one_error(args, words, ca
     for framework, default in (("hf-accelerate", "none"), ("torchtitan", "op"), ("megatron-core", "selective")):
         code, out, err = call_entry(["estimate", "--framework", framework, "--json"], capsys)
         assert code == 0 and json.loads(out)["inputs"]["recompute"] == default
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["estimate", "--config", ""], ("scenario file '' is an empty name",)),
+    (["plan", "--config", ""], ("scenario file '' is an empty name",)),
+    (["compare", "--hardware", "h100-sxm,b200", "--config", ""], ("scenario file '' is an empty name",)),
+    (["sweep", "--devices", "8..16", "--config", ""], ("scenario file '' is an empty name",)),
+    (["plan", "--hardware", ""], ("--hardware ''", "names no hardware")),
+    (["plan", "--hardware", " , "], ("--hardware ' , '", "names no hardware")),
+    (["plan", "--devices", ""], ("--devices ''", "is not a number")),
+    (["compare", "--hardware", "h100-sxm,b200", "--devices", ""], ("--devices ''", "is not a number")),
+    (["sweep", "--devices", "8..16", "--png", ""], ("--png ''", "empty file name")),
+    (["sweep", "--devices", "8..16", "--svg", " "], ("--svg ' '", "empty file name")),
+], ids=lambda v: "-".join(v) if isinstance(v, list) else None)
+def test_a_blank_value_is_refused_not_dropped(args, words, capsys):
+    """`--config ''`, `plan --hardware ''`, `plan --devices ''` and `sweep --png ''` were taken as not given
+    (the default scenario, hardware and device count; no figure) and exited 0."""
+    assert_clean_failure(*invoke([*args, "--quiet"] if args[0] != "estimate" else args), 1, words)
+    assert_clean_failure(*invoke_entry(args, capsys), 1, words)

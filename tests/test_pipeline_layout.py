@@ -90,6 +90,18 @@ def test_each_rule_is_one_clear_error(parallel, words):
     assert all(w in str(err.value) for w in words), str(err.value)
 
 
+@pytest.mark.parametrize("text", ["Et*999999999999|L", "(t*99999|)*12000", "((t|)*300)*300", "Et*" + "9" * 5000 + "|L"])
+def test_a_layout_too_long_to_unroll_is_refused_before_it_is_built(text):
+    # t*999999999999 raised MemoryError, (t*99999|)*12000 built 1.2 GB in 15 s, 5000 digits a ValueError
+    with pytest.raises(SpecError, match="unrolls to more than 100,000 tokens") as err:
+        expand(text, "--pipeline-layout")
+    assert len(str(err.value)) < 200
+
+
+def test_leading_zeros_in_a_repeat_count_are_the_count():
+    assert expand("Et*0000000000000000016|tL", "t") == ["E" + "t" * 16, "tL"]
+
+
 def test_mtp_on_a_rank_other_than_the_last_is_an_error():
     with pytest.raises(SpecError, match="other than the last is not modelled"):
         scenario_from_mapping({"model": "deepseek-v3", "hardware": "h800-sxm", "devices": 256, "precision": "fp8",

@@ -210,6 +210,23 @@ def test_cli_errors(tmp_path):
     assert runner.invoke(app, ["validate", "--no-such-option"]).exit_code == 2
 
 
+@pytest.mark.parametrize("args", [["--set", ""], ["--hardware", ""], ["--source", " "], ["--runs", ""]],
+                         ids=["set", "hardware", "source", "runs"])
+def test_cli_a_blank_filter_is_an_error(args):
+    # --hardware '' was dropped (every hardware's runs validated), --set '' said only "no run matches",
+    # --runs '' named the directory '.'
+    res = runner.invoke(app, ["validate", *args])
+    assert res.exit_code == 1 and res.stdout == "", res.stdout[:200]
+    assert res.stderr.startswith("Error: ") and len(res.stderr.splitlines()) == 1, res.stderr
+    assert (f"{args[0]} {args[1]!r} is empty" if args[0] != "--runs" else "runs file '' is an empty name") in res.stderr
+
+
+def test_cli_calibrate_a_blank_runs_file_is_an_error(tmp_path):
+    res = runner.invoke(app, ["calibrate", "--runs", "", "-o", str(tmp_path / "p.yaml")])
+    assert res.exit_code == 1 and res.stdout == "" and res.stderr == "Error: runs file '' is an empty name; give a " \
+        "runs YAML file\n"
+
+
 # --- run sets: a runs file's `set:` (absent: public) ----------------------------------------------------
 
 def test_a_files_set_reaches_every_case_and_result_and_groups_the_report(tmp_path):

@@ -28,13 +28,26 @@ def expand(text: str, where: str) -> list[str]:
     if not s:
         raise SpecError(f"{where}: an empty pipeline layout; write its stages, e.g. 'Et*4|(t*4|)*14tmL'")
 
+    shown = text if len(text) <= 80 else text[:60] + "..."
+    too_long = f"{where}: {shown!r} unrolls to more than {MAX_EXPANDED:,} tokens"
+    grown = 0          # characters the repeats of the current pass add to s
+
     def repeat(m: re.Match) -> str:
-        out = m.group(1) * int(m.group(2))
-        if len(out) > MAX_EXPANDED:
-            raise SpecError(f"{where}: {text!r} unrolls to more than {MAX_EXPANDED:,} tokens")
-        return out
+        # the size is checked before the repeat is built (t*999999999999 would exhaust memory), and over
+        # every repeat of the pass (12,000 repeats of t*99999 are each short, together 1.2 GB)
+        nonlocal grown
+        digits = m.group(2).lstrip("0") or "0"
+        if len(digits) > len(str(MAX_EXPANDED)):
+            raise SpecError(too_long)
+        size = len(m.group(1)) * int(digits)
+        grown += size - len(m.group(0))
+        if size > MAX_EXPANDED or len(s) + grown > MAX_EXPANDED:
+            raise SpecError(too_long)
+        return m.group(1) * int(digits)
     while _GROUP.search(s):
+        grown = 0
         s = _GROUP.sub(repeat, s)
+    grown = 0
     s = _ONE.sub(repeat, s)
     bad = sorted(set(s) - set(TOKENS) - {"|"})
     if bad:

@@ -964,6 +964,8 @@ def load_scenario_file(path: str) -> dict[str, Any]:
     """Read a scenario YAML (a mapping of scenario keys); validation happens in scenario_from_mapping. A
     runs file (its `runs:` list) is refused with the command that reads it. Paths in it (model, hardware)
     are the file's (`relative_to_file`); an `inputs` echo's derived values are derived again (`underive`)."""
+    if not path.strip():     # Path('') is the directory '.'
+        raise SpecError(f"scenario file {path!r} is an empty name; give a scenario YAML file")
     data = F.load_yaml_mapping(Path(path), "scenario")
     if isinstance(data.get("runs"), list):
         raise SpecError(f"scenario {path!r} is a runs file (a `runs:` list of measured runs); an estimate takes one "

@@ -1000,10 +1000,13 @@ def search(base: Scenario, devices: int, space: SearchSpace = SearchSpace(), *, 
 def parse_devices(text: str) -> tuple[int, int]:
     """`1024` -> (1024, 1024); `256..8192` -> (256, 8192). Counts may use K (1K = 1000)."""
     lo_text, sep, hi_text = str(text).strip().partition("..")
+    if sep and ":" in hi_text:      # sweep's a..b:s; the hint below once offered it here too
+        raise SpecError(f"--devices {text!r}: a range takes no step here; the counts tried in it are "
+                        f"--device-counts pow2 (the default) or node (multiples of the node size)")
     bounds = []
     for part in ((lo_text, hi_text) if sep else (lo_text,)):
         value = parse_count(part.strip(), f"--devices {text!r}:" if sep else "--devices",
-                            "64, 8..1024 or 8..1024:8")
+                            "64 or 8..1024 (--device-counts picks the counts in a range)")
         if value != int(value) or value > 10**7:
             raise SpecError(f"--devices {text!r}: {part.strip()!r} must be a whole number of devices up to 10,000,000")
         bounds.append(int(value))

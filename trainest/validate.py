@@ -115,9 +115,18 @@ def bundled_runs_files() -> list[Path]:
     return sorted((specs_dir() / "runs").glob("*.yaml"))
 
 
+def runs_files(paths: Iterable[str | Path]) -> list[Path]:
+    """The runs files given by name; a blank name is an error (Path('') is the directory '.')."""
+    names = [str(p) for p in paths]
+    blank = [name for name in names if not name.strip()]
+    if blank:
+        raise SpecError(f"runs file {blank[0]!r} is an empty name; give a runs YAML file")
+    return [Path(name) for name in names]
+
+
 def run_sets(paths: Iterable[str | Path] | None = None, *, user_files: bool = False) -> list[str]:
     """The run sets the runs files declare (the bundled files by default), sorted."""
-    files = [Path(p) for p in paths] if paths else bundled_runs_files()
+    files = runs_files(paths) if paths else bundled_runs_files()
     return sorted({run_set_of(runs_document(path), path, user_files) for path in files})
 
 
@@ -364,7 +373,7 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
     validate is not expressible in a bundled file, and an error in a user's (`user_files`: given with --runs,
     where it is a typo in a value, not a run trainest cannot express).
     """
-    files = [Path(p) for p in paths] if paths else bundled_runs_files()
+    files = runs_files(paths) if paths else bundled_runs_files()
     if not files:
         raise SpecError(f"no runs files found in {specs_dir() / 'runs'}")
     hw_filter = hardware.strip().lower() if hardware else None

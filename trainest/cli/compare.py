@@ -33,8 +33,8 @@ def run_compare(values: dict[str, Any]) -> int:
         names = C.hardware_list(values.get("hardware"), bool(values.get("all_hardware")))
         job, shape = job_mapping({**values, "hardware": None})
         mapping = {k: v for k, v in job.items() if k != "hardware"}
-        given = values.get("devices") or mapping.get("devices")
-        devices = str(given or DEFAULT_DEVICES)     # one count for every entry unless given
+        given = values["devices"] if values.get("devices") is not None else mapping.get("devices")
+        devices = str(given if given is not None else DEFAULT_DEVICES)     # one count for every entry unless given
         deadline, budget = values.get("deadline"), values.get("budget")
         result = C.compare(
             mapping, names, devices, S.space_from_options(values.get("allow")),

@@ -37,7 +37,7 @@ def scenario_mapping_from_options(config: str | None, values: dict[str, Any]) ->
     neither gives takes the one default scenario's value (trainest.scenario)."""
     from trainest.knobs import mapping_from_values
     from trainest.scenario import load_scenario_file
-    base = load_scenario_file(config) if config else {}
+    base = load_scenario_file(config) if config is not None else {}
     given, shape = mapping_from_values(values)
     mapping = merge(base, given)
     if shape and isinstance(mapping.get("model"), dict):
@@ -98,7 +98,7 @@ def _estimate(values: dict[str, Any]) -> tuple[Any, list[str]]:
     from trainest.scenario import scenario_from_mapping
     config = values.get("config")
     mapping, shape = scenario_mapping_from_options(config, values)
-    where = f"scenario {config!r}" if config else "options"
+    where = f"scenario {config!r}" if config is not None else "options"
     scenario = scenario_from_mapping(mapping, where, shape=shape)
     from trainest.scenario import require_a_pipeline_for_dualpipe
     require_a_pipeline_for_dualpipe(scenario, where)

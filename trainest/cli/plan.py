@@ -26,13 +26,17 @@ def one_hardware(given: Any) -> str | None:
     """The single hardware of `plan --hardware` (a list: the option may be repeated), or a SpecError
     pointing to `trainest compare` when several are given (repeated, or a comma list)."""
     from trainest.errors import SpecError
-    if given is None or isinstance(given, str):
-        return given
-    names = [n.strip() for text in given for n in str(text).split(",") if n.strip()]
+    if given is None:
+        return None
+    texts = [given] if isinstance(given, str) else [str(text) for text in given]
+    names = [n.strip() for text in texts for n in text.split(",") if n.strip()]
+    if not names:
+        raise SpecError(f"--hardware {', '.join(map(repr, texts))} names no hardware; give a catalog name "
+                        f"(trainest list hardware) or a hardware YAML file")
     if len(names) > 1:
         raise SpecError(f"plan searches one hardware, and --hardware names {len(names)} ({', '.join(names)}); "
                         f"compare them with: trainest compare --hardware {','.join(names)} ...")
-    return names[0] if names else None
+    return names[0]
 
 
 def job_option_args(values: dict[str, Any], leave_out: tuple[str, ...] = ()) -> str:
@@ -64,9 +68,9 @@ def search_plans(values: dict[str, Any]) -> tuple[Any, Any, str | None]:
     from trainest.units import parse_count, parse_duration_s
     config = values.get("config")
     mapping, shape = job_mapping(values)
-    where = f"scenario {config!r}" if config else "options"
-    given = values.get("devices") or mapping.get("devices")
-    devices = str(given or S.default_devices(mapping, where))
+    where = f"scenario {config!r}" if config is not None else "options"
+    given = values["devices"] if values.get("devices") is not None else mapping.get("devices")
+    devices = str(given if given is not None else S.default_devices(mapping, where))
     lo, hi = S.parse_devices(devices)
     space = S.space_from_options(values.get("allow"), **{k: values.get(k) for k in MAXIMA})
     base = S.job_scenario(S.job_for_methods(mapping, space, where), where, default_batch_devices=hi, shape=shape)

@@ -28,7 +28,7 @@ def _mapping(values: dict[str, Any], swept: str) -> tuple[dict, dict]:
 
 def _write_figures(result: Any, values: dict[str, Any]) -> list[str]:
     from trainest.report.sweep import write_figure
-    return [write_figure(result, values[fmt], fmt) for fmt in ("png", "svg") if values.get(fmt)]
+    return [write_figure(result, values[fmt], fmt) for fmt in ("png", "svg") if values.get(fmt) is not None]
 
 
 def run_sweep(values: dict[str, Any]) -> int:

@@ -44,6 +44,12 @@ def validate(
 
     if json_out and markdown:
         fail("--json and --markdown are exclusive; choose one")
+    # a blank filter would keep every run (--source '') or be dropped (--hardware '', --set ''): refuse it
+    for flag, value, wanted in (("--source", source, "the text its source contains"),
+                                ("--hardware", hardware, "a catalog name or a hardware file"),
+                                ("--set", run_set, "a set name, e.g. public")):
+        if value is not None and not value.strip():
+            fail(f"{flag} {value!r} is empty; give {wanted}, or leave {flag} out for every run")
     from trainest.report import LazyProgress
     progress = LazyProgress("validating", enabled=not json_out and not markdown and sys.stderr.isatty())
     try:

@@ -227,6 +227,8 @@ def _band(e: Any) -> str:
 def write_figure(r: SweepResult, path: str, fmt: str) -> str:
     """Write the sweep as a PNG or SVG figure (step time with its band, throughput with the ideal when
     the device count is swept, MFU); SpecError with the install line when matplotlib is missing."""
+    if not path.strip():
+        raise SpecError(f"--{fmt} {path!r} is an empty file name; give one such as sweep.{fmt}")
     try:
         import matplotlib
         matplotlib.use("Agg")
