@@ -111,7 +111,8 @@ A framework sets
   and trained with: it runs where such models are trained, the Hugging Face Trainer/Accelerate (also under
   FSDP, bitsandbytes' `bnb_4bit_quant_storage`), DeepSpeed on those models (ZeRO-3 with 4-bit layers, the
   PEFT/Accelerate guides) and llm-foundry's `hf_causal_lm` with a `peft_config`; mlx-lm fine-tunes LoRA
-  adapters on a 4-bit quantised model (its own affine 4-bit format, modelled as NF4). The Megatron family
+  adapters on a 4-bit quantised model (its own affine 4-bit format and a fused quantised matmul, modelled
+  as NF4 dequantised each pass). The Megatron family
   (Megatron-Core, NeMo 2/Megatron-Bridge, whose PEFT adapts 16-bit linear layers, and Megatron-DeepSpeed),
   torchtitan, OLMo-core and MaxText have no 4-bit base layer: a QLoRA under them is refused, and a QLoRA
   that names no framework takes `QLORA_FRAMEWORK` (the Hugging Face stack; mlx on Apple silicon).
