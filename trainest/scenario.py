@@ -907,10 +907,14 @@ def default_framework(hardware: Hardware, method: str = "full") -> str:
     return framework
 
 
+def chosen_by_qlora(framework: str, hardware: Hardware, derived: bool) -> bool:
+    """The framework was not given and is not the hardware's default: a QLoRA chose it (`default_framework`)."""
+    return derived and framework != default_framework(hardware)
+
+
 def _framework_label(framework: str, hardware: Hardware, derived: bool) -> str:
     """How a framework that refuses the layout is named: as a QLoRA's default where a QLoRA chose it ('' else)."""
-    return f"{framework} (the default framework of a QLoRA)" if derived and framework != default_framework(hardware) \
-        else ""
+    return f"{framework} (the default framework of a QLoRA)" if chosen_by_qlora(framework, hardware, derived) else ""
 
 
 def framework_args(s: Scenario) -> list[str]:

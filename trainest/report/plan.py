@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from trainest import SCHEMA_VERSION
 from trainest.estimate import Estimate
-from trainest.frameworks import FRAMEWORKS
 from trainest.knobs import estimate_args as knob_estimate_args
 from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si, print_table
 from trainest.report.estimate import band_pct, band_source, estimate_dict, hardware_dict, notes
-from trainest.scenario import DEFAULT_DEVICES, Scenario, default_framework, framework_args, scenario_mapping
+from trainest.scenario import DEFAULT_DEVICES, Scenario, chosen_by_qlora, framework_args, scenario_mapping
 from trainest.search import DeviceSearch, SearchResult, plan_knobs
 from trainest.units import GiB
 
@@ -16,7 +15,7 @@ from trainest.units import GiB
 def _framework_note(b: Scenario) -> str:
     """', framework F (default for QLoRA ...)' where a QLoRA chose the framework (a search with QLoRA plans runs
     every method under it); '' else."""
-    if "framework" in b.derived and FRAMEWORKS[b.framework].qlora and b.framework != default_framework(b.hardware):
+    if chosen_by_qlora(b.framework, b.hardware, "framework" in b.derived):
         return f", framework {b.framework} (default for QLoRA: bitsandbytes' 4-bit layers run under Hugging Face PEFT)"
     return ""
 
