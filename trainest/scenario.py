@@ -869,6 +869,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     _check_framework(framework, sizes, par, where, label)
     _check_framework_hardware(framework, hardware, where)
     finetune = _finetune_of(data.get("finetune"), model, precision, framework, where)
+    check_quantised_base(finetune.base_bits if finetune.frozen else 16, hardware, framework,
+                         "--finetune" if where == "options" else f"{where}.finetune")
     derived += finetune_defaults(data.get("finetune"), finetune)
     tokens, price_usd, pue, grid = _run_costs(r, model, hardware, finetune)
     hybrid_support(model, recompute, finetune.method, where)
@@ -943,6 +945,14 @@ def finetune_method_given(data: Any) -> str:
     what the default framework depends on before `check_finetune` reads the rest."""
     method = data.get("method") if isinstance(data, dict) else data
     return method if isinstance(method, str) else "full"
+
+
+def check_quantised_base(base_bits: int, hardware: Hardware, framework: str, name: str) -> None:
+    """A quantised frozen base (QLoRA, LLM.int8) only where its kernels exist (frameworks.quantised_base_refusal)."""
+    from trainest.frameworks import quantised_base_refusal
+    why = quantised_base_refusal(hardware.kind, hardware.vendor, hardware.name, base_bits, framework)
+    if why:
+        raise SpecError(f"{name}: {why}")
 
 
 def check_framework_finetune(framework: str, method: str, name: str) -> None:

@@ -67,6 +67,7 @@ from trainest.scenario import (
     Scenario,
     check_finetune,
     check_framework_finetune,
+    check_quantised_base,
     check_offload,
     check_scenario_keys,
     default_framework,
@@ -237,6 +238,8 @@ def check_space(base: Scenario, space: SearchSpace) -> None:
     ft = base.finetune
     for method in space.finetune or ():
         check_framework_finetune(base.framework, method, f"--allow finetune={method}")
+        if method == "qlora":
+            check_quantised_base(4, base.hardware, base.framework, f"--allow finetune={method}")
         given = {"method": method} if method == "full" else \
             {"method": method, "rank": ft.rank, "targets": ft.targets,
              "base_bits": 4 if method == "qlora" else lora_base_bits(ft)}
@@ -911,6 +914,8 @@ def _with_method(s: Scenario, method: str) -> Scenario:
     no QLoRA takes a QLoRA's default framework where the framework was derived (with its kernels, and full
     recompute for a mode it lacks); a SpecError where it cannot (a framework given, a pipeline it lacks)."""
     ft = check_finetune(method, s.model, s.precision, method)
+    if method == "qlora":
+        check_quantised_base(4, s.hardware, s.framework, f"--finetune {method}")
     if method != "qlora" or FRAMEWORKS[s.framework].qlora or "framework" not in s.derived:
         check_framework_finetune(s.framework, method, f"--finetune {method}")
         return replace(s, finetune=ft)
