@@ -13,8 +13,8 @@ from typing import Any
 
 from trainest.units import fmt_co2, fmt_gib, fmt_money, fmt_seconds, fmt_si
 
-__all__ = ["LazyProgress", "clean", "command_line", "console", "dumps", "fmt_co2", "fmt_gib", "fmt_money", "fmt_seconds", "fmt_si",
-           "print_command", "warn"]
+__all__ = ["LazyProgress", "clean", "command_line", "console", "dumps", "fmt_co2", "fmt_gib", "fmt_money",
+           "fmt_seconds", "fmt_si", "print_command", "warn"]
 
 
 def clean(value: Any) -> Any:
