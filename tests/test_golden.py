@@ -35,6 +35,7 @@ def test_a_new_key_is_not_a_difference_and_a_missing_one_is():
     want = {"step": {"time_s": 1.0}, "inputs": {"devices": 8}}
     assert golden.differences(want, {"step": {"time_s": 1.0, "new_s": 2.0}, "inputs": {"devices": 8, "knob": 1}}) == []
     assert golden.differences(want, {"step": {}, "inputs": {"devices": 8}}) == [".step.time_s: missing"]
-    assert golden.differences(want, {"step": {"time_s": 1.0}, "inputs": {"devices": 16}}) == [".inputs.devices: 8 -> 16"]
+    moved = {"step": {"time_s": 1.0}, "inputs": {"devices": 16}}
+    assert golden.differences(want, moved) == [".inputs.devices: 8 -> 16"]
     assert golden.differences({"a": [1, 2]}, {"a": [1, 2, 3]}) == [".a: 2 items -> 3"]
     assert golden.differences({"a": "x"}, {"a": "y"}) and golden.differences({"a": None}, {"a": 0.0})
