@@ -251,7 +251,7 @@ def test_model_names_and_aliases_are_unique():
             owner[key] = path.name
 
 
-# --- importer output is in sync with the shared catalog ----------------------------------------------------------------
+# --- importer output is in sync with the shared catalog -----------------------------------------------------------
 def test_hardware_files_match_the_catalog():
     proc = subprocess.run(
         [sys.executable, str(IMPORTER), str(CATALOG), "--out", str(HARDWARE_DIR), "--check"],

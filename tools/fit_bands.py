@@ -275,7 +275,8 @@ def stale_paths(shipped: object, fresh: object, path: str = "") -> list[str]:
     if isinstance(shipped, list) and isinstance(fresh, list):
         if len(shipped) != len(fresh):
             return [f"{path}: {len(shipped)} items -> {len(fresh)}"]
-        return [d for i, (a, b) in enumerate(zip(shipped, fresh, strict=True)) for d in stale_paths(a, b, f"{path}[{i}]")]
+        pairs = enumerate(zip(shipped, fresh, strict=True))
+        return [d for i, (a, b) in pairs for d in stale_paths(a, b, f"{path}[{i}]")]
     numbers = (int, float)
     if isinstance(shipped, numbers) and isinstance(fresh, numbers) and not isinstance(shipped, bool) \
             and not isinstance(fresh, bool):
