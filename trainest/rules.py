@@ -90,9 +90,9 @@ def divisors(n: int) -> list[int]:
     return sorted(set(small + [n // k for k in small]))
 
 
-def divisor_hint(n: int) -> str:
-    """"; try 1, 2, 4 ..." (up to 16 divisors of n), or nothing for a huge n."""
-    divs = divisors(n) if n <= 100_000 else []
+def divisor_hint(n: Num) -> str:
+    """"; try 1, 2, 4 ..." (up to 16 divisors of n, one layout's size), or nothing for a huge n."""
+    divs = divisors(int(n)) if n <= 100_000 else []
     return "; try " + ", ".join(str(k) for k in divs[:16]) + (" ..." if len(divs) > 16 else "") if divs else ""
 
 
@@ -264,5 +264,6 @@ def admissible(candidates: Iterable[int], knob: str, rules: Iterable[Rule], f: F
     values = np.asarray(list(candidates), dtype=np.int64)
     if values.size == 0:
         return []
-    ok = np.broadcast_to(holds(rules, f._replace(**{knob: values})), values.shape)
+    changed: dict[str, Any] = {knob: values}
+    ok = np.broadcast_to(holds(rules, f._replace(**changed)), values.shape)
     return [int(v) for v in values[ok]]

@@ -75,7 +75,6 @@ def finetune_mapping(ft: FineTune) -> dict[str, Any]:
     return {"method": ft.method, "rank": ft.rank, "alpha": ft.scale, "targets": ft.targets, "base_bits": ft.base_bits}
 
 
-# ------------------------------------------------------------------ the step model's view of a scenario
 
 def lora_base_bits(ft: FineTune) -> int:
     """The bits of the frozen base a LoRA plan of this job stores: the job's own 16 or 8 for a LoRA, 16
