@@ -90,7 +90,8 @@ def search_plans(values: dict[str, Any]) -> tuple[Any, Any, str | None]:
             result = S.search(base, lo, space, objective=objective, top=top, progress=progress)
             notes = [n for n in (modules_plan_note(result, space), winner_layout_note(result)) if n]
             return result, None, "; ".join(notes) or None
-        counts = S.device_counts(lo, hi, _plain(values.get("device_counts") or "pow2"), base.devices_per_node)
+        counts = S.device_counts(lo, hi, _plain(values.get("device_counts") or "pow2"), base.devices_per_node,
+                                 S.device_step(devices))
         dsearch = S.smallest_devices(base, counts, space, deadline_s=deadline_s, budget_usd=budget_usd,
                                      objective=objective, top=top, progress=progress)
         return dsearch.result, dsearch, None
