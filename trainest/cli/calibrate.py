@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from trainest.cli import fail
-from trainest.cli.options import JsonFlag
+from trainest.cli.options import JsonFlag, QuietFlag
 from trainest.cli.validate import MoreRunsArg
 
 
@@ -23,6 +23,7 @@ def calibrate(
         "--hardware", "-H",
         help="Hardware to fit (catalog name or YAML path); required when the runs use several.")] = None,
     json_out: JsonFlag = False,
+    quiet: QuietFlag = False,
 ) -> None:
     """Fit one hardware's efficiency fields to measured runs and write a hardware profile YAML."""
     from trainest.calibrate import calibrate_runs, profile_text
@@ -42,7 +43,7 @@ def calibrate(
         fail(str(exc))
     from trainest.report import warn
     from trainest.report.calibrate import calibrate_dict, print_calibration
-    for w in result.warnings:
+    for w in [] if quiet else result.warnings:
         warn(w)
     if json_out:
         from trainest.report import dumps
