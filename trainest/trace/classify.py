@@ -47,20 +47,21 @@ RULES: tuple[Rule, ...] = (
     # MoE expert GEMMs: grouped GEMMs (DeepGEMM, CUTLASS grouped, Megatron's GroupedMLP), trainest's experts_*
     # (DeepGEMM's namespace is `grouped_gemm::` for its dense kernels too: the kernel's own name decides)
     Rule("grouped_gemm", "grouped_gemm", r"[mk]_grouped|grouped_?gemm(?!::)|gemm_?grouped|moe_gemm|^experts_"),
-    # FP8/FP4 casts and the transposes that go with them; before element-wise (their names hold "transpose")
-    Rule("cast", "memory_bound", r"cast|quantize|fp8|to_fp4|amax|scale_inv|batched_transpose|utils::transpose"),
     # dense GEMMs: cuBLAS(Lt) sm80/sm90/xmma/nvjet kernels, CUTLASS device kernels, Triton matmuls, trainest's
     # linear layers (qkv, proj, MLP, MLA projections, shared experts, router, logits, LoRA adapters)
     Rule("gemm", "gemm", r"gemm|xmma|nvjet|cutlass|cublas|matmul|\bsm\d\d_|s\d+gemm"
                          r"|^(dense\.)?(qkv|proj|mlp_up|mlp_down|mla\.|shared_|router|logits|lora|adapter|mamba_in"
                          r"|mamba_out)"),
+    # FP8/FP4 casts and the transposes that go with them; after the GEMMs (a GEMM's name may say fp8),
+    # before element-wise (their names hold "transpose")
+    Rule("cast", "memory_bound", r"cast|quantize|to_fp8|to_fp4|amax|scale_inv|batched_transpose|utils::transpose"),
     # norms
     Rule("norm", "memory_bound", r"norm"),
     # everything element-wise or a reduction: ATen's elementwise/reduce kernels, activations, rotary, softmax,
     # top-k, gather/scatter, fills, the loss, dequantisation, trainest's elementwise and cross_entropy
     Rule("elementwise", "memory_bound", r"elementwise|reduce_kernel|vectorized|unrolled|rotary|rope|swiglu|gelu|silu"
                                         r"|softmax|topk|gather|scatter|fill|cross_entropy|dequant|dropout|add|mul|div"
-                                        r"|arange|index|sum|mean|sigmoid|neg|expand|mapping|count|unique|aux|"
+                                        r"|arange|index|sum|mean|sigmoid|neg|expand|mapping|count|unique|aux|reduce|"
                                         r"distribution|^elementwise$"),
 )
 

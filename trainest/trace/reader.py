@@ -127,7 +127,7 @@ def _read_chrome(p: Path, doc: Any) -> Trace:
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
         if cat in KERNEL_CATEGORIES:
             kernels.append(Kernel(name, float(e["ts"]) * MICROSECOND, float(e["dur"]) * MICROSECOND,
-                                  str(args.get("stream", e.get("tid"))), int(_int(args.get("device", e.get("pid")))),
+                                  str(args.get("stream", e.get("tid"))), _int(args.get("device", e.get("pid"))) or 0,
                                   launches.get(args.get("correlation")), float(_num(args.get("bytes")) or 0.0)))
         elif cat in ANNOTATION_CATEGORIES:
             ranges.append(Range(name, float(e["ts"]) * MICROSECOND, float(e["dur"]) * MICROSECOND))
@@ -271,7 +271,8 @@ def _gap_steps(kernels: tuple[Kernel, ...]) -> tuple[str, list[Window]]:
     if not positive:
         return "one window (no step marks)", [Window("window", tuple(ks))]
     threshold = max(GAP_FACTOR * positive[len(positive) // 2], GAP_MIN_S)
-    windows, current = [], [ks[0]]
+    windows: list[Window] = []
+    current = [ks[0]]
     for k, g in zip(ks[1:], gaps, strict=True):
         if g > threshold:
             windows.append(Window(f"step {len(windows)}", tuple(current)))
