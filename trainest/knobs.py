@@ -291,6 +291,9 @@ COMPARE_OPTIONS: tuple[Knob, ...] = (
     _BY_PLAN["budget"]._replace(help="With a --devices range: each hardware at its fastest plan whose run costs at "
                                      "most this many USD, e.g. 2e6."),
     _BY_PLAN["device_counts"], _BY_PLAN["allow"],
+    BY_NAME["price_per_hour"]._replace(kind="str", help="USD per device-hour: one price for every entry (2.5), or "
+                                       "per hardware, name=price comma-separated (h100-sxm=2.5,tpu-v5p=4.2); an "
+                                       "entry not named keeps its catalog price."),
     BY_NAME["json_out"],
     BY_NAME["quiet"]._replace(help="No progress bar, no warnings, no notes."),
 )

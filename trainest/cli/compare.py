@@ -31,7 +31,7 @@ def run_compare(values: dict[str, Any]) -> int:
     progress = LazyProgress("comparing hardware", enabled=not values.get("quiet") and not values.get("json_out"))
     try:
         names = C.hardware_list(values.get("hardware"), bool(values.get("all_hardware")))
-        job, shape = job_mapping({**values, "hardware": None})
+        job, shape = job_mapping({**values, "hardware": None, "price_per_hour": None})
         mapping = {k: v for k, v in job.items() if k != "hardware"}
         given = values["devices"] if values.get("devices") is not None else mapping.get("devices")
         devices = str(given if given is not None else DEFAULT_DEVICES)     # one count for every entry unless given
@@ -41,7 +41,8 @@ def run_compare(values: dict[str, Any]) -> int:
             objective=_plain(values.get("objective") or "time"),
             deadline_s=parse_duration_s(deadline, "--deadline") if deadline is not None else None,
             budget_usd=parse_count(budget, "--budget", "2e6, 250k or 1.5M (USD)") if budget is not None else None,
-            device_counts=_plain(values.get("device_counts") or "pow2"), progress=progress, shape=shape)
+            device_counts=_plain(values.get("device_counts") or "pow2"), progress=progress, shape=shape,
+            prices=C.parse_prices(values.get("price_per_hour"), names))
     except SpecError as exc:
         error_line(str(exc))
         return EXIT_BAD_INPUT
@@ -57,7 +58,7 @@ def run_compare(values: dict[str, Any]) -> int:
         print(report.dumps({**compare_dict(result), "warnings": warnings}))
     else:
         from trainest.cli.plan import job_option_args
-        print_compare(result, job_option_args(values, leave_out=("hardware",)))
+        print_compare(result, job_option_args(values, leave_out=("hardware", "price_per_hour")))
         if not values.get("quiet"):
             for w in warnings:
                 report.warn(w)

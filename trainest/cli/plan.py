@@ -39,13 +39,13 @@ def one_hardware(given: Any) -> str | None:
     return names[0]
 
 
-def job_option_args(values: dict[str, Any], leave_out: tuple[str, ...] = ()) -> str:
+def job_option_args(values: dict[str, Any], leave_out: tuple[str, ...] = ()) -> list[str]:
     """The job options as given (the config file and the knobs a plan keeps for every plan), as the
     `trainest estimate` arguments that reproduce a plan with its layout's; the global batch is among the
     layout's arguments, in sequences, however it was given. `leave_out`: knobs the caller sets itself."""
     skip = LAYOUT_ARGS + ("global_batch_tokens",) + leave_out
-    return " ".join(given_args(values, ("config",)) + given_args(values, tuple(
-        k.name for k in KNOBS if k.job and k.name not in skip)))
+    return given_args(values, ("config",)) + given_args(values, tuple(
+        k.name for k in KNOBS if k.job and k.name not in skip))
 
 
 def job_mapping(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from trainest import SCHEMA_VERSION
 from trainest.estimate import Estimate
 from trainest.knobs import estimate_args as knob_estimate_args
-from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si, print_table
+from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si, print_command, print_table
 from trainest.report.estimate import band_pct, band_source, estimate_dict, hardware_dict, notes
 from trainest.scenario import DEFAULT_DEVICES, Scenario, chosen_by_qlora, framework_args, scenario_mapping
 from trainest.search import DeviceSearch, SearchResult, plan_knobs
@@ -96,7 +96,7 @@ def _layout(e) -> str:
             + (f" off:{s.offload}" if s.offload != "none" else ""))
 
 
-def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
+def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: list[str]) -> None:
     """The plan tables on stdout: device counts tried, the search, the top plans, the runner-ups and
     the command that reproduces the winner."""
     from rich import box
@@ -165,9 +165,7 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
     print_table(con, t)
     con.print(f"Error band of the winner: {band_pct(w)} on the step, days and cost ({band_source(w)})",
               highlight=False)
-    # one line, never hard-wrapped (so that it can be pasted from a pipe or a narrow terminal)
-    con.print("Reproduce the winner: [dim]trainest estimate " + (job_args + " " if job_args else "")
-              + " ".join(estimate_args(w)) + "[/dim]", soft_wrap=True)
+    print_command(con, "Reproduce the winner", ["estimate", *job_args, *estimate_args(w)])
     for note in notes(w.scenario):
         con.print(f"Note: {note}")
 
