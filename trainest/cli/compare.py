@@ -67,8 +67,8 @@ def run_compare(values: dict[str, Any]) -> int:
                 report.warn(w)
     if (deadline is not None or budget is not None) and not any(en.can_run for en in result.entries):
         # a gate (--deadline, --budget) no entry meets: exit 3 as estimate's --max-days; the document is out
-        gates = [f"{flag} {v}" for flag, v in (("--deadline", deadline), ("--budget", budget)) if v is not None]
-        print(f"Gate failed: no hardware entry meets {' and '.join(gates)}", file=sys.stderr)
+        given = [f"{flag} {v}" for flag, v in (("--deadline", deadline), ("--budget", budget)) if v is not None]
+        print(f"Gate failed: no hardware entry meets {' and '.join(given)}", file=sys.stderr)
         return EXIT_GATE
     return EXIT_OK
 
