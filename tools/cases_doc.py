@@ -257,12 +257,13 @@ def document() -> str:
     return "\n".join(lines)
 
 
-CASE5_INTRO = """Llama 3.2 3B, a full fine-tune on one GH200, s = 4096, 16 sequences per step, full recompute. No measured
-GH200 profile is bundled with trainest, so this case uses the step's own predicted timeline
+CASE5_INTRO = """Llama 3.2 3B, a full fine-tune on one GH200, s = 4096, 16 sequences per step, full recompute. No
+measured GH200 profile is bundled with trainest, so this case uses the step's own predicted timeline
 (`estimate --timeline`, a Chrome trace) as the profile: every number below is reproducible, and with a
-PyTorch profiler trace (`.json`, `.json.gz`) or an Nsight Systems SQLite export of your own step you give that
-file instead. `calibrate --trace` finds the step, sorts every kernel into a class, sets each class beside the
-model's prediction with its bound, fits the efficiencies the classes determine, and writes a hardware profile."""
+PyTorch profiler trace (`.json`, `.json.gz`) or an Nsight Systems SQLite export of your own step you
+give that file instead. `calibrate --trace` finds the step, sorts every kernel into a class, sets each
+class beside the model's prediction with its bound, fits the efficiencies the classes determine, and
+writes a hardware profile."""
 
 CASE5_CALIBRATE_TEXT = """Reading it. The bound column says what each class waits on: the GEMMs and attention on the
 tensor cores, the norms, activations, casts and the optimizer on the HBM, the idle time on the host and
@@ -273,15 +274,16 @@ its start value; a class more than 2x off is named in a warning and not fitted (
 not match what ran). Here the profile is the model's own step, so the fit returns the start values: the
 round trip that tests/test_trace.py checks with efficiencies the timeline was made with."""
 
-CASE5_TEXT = """Reading it. The what-ifs start from the calibrated profile (`--hardware gh200-mine.yaml`). Moving
-the optimizer (FP32 master weights and Adam's moments, 16 B per parameter) to Grace's LPDDR5X over
-NVLink-C2C (450 GB/s per direction) takes 50 GiB off the HBM and costs the gradients' copy down and the weights' copy up plus the CPU's Adam, after the backward.
-trainest has no separate unified-memory mode for GH200 (its file says memory.unified false: HBM and
-LPDDR5X are two memories joined by C2C); CUDA unified memory that pages the weights and the optimizer
-over C2C is what `--offload optimizer+weights` models: each pass fetches its layers' weights over the link,
-behind the computation where the link keeps up. FP8 GEMMs have twice the BF16 peak: the compute-bound
-GEMMs shrink, the casts add memory traffic, attention stays 16-bit. Llama 3 8B does not fit one GH200
-without offload (case 2); with the optimizer offloaded it does."""
+CASE5_TEXT = """Reading it. The what-ifs start from the calibrated profile (`--hardware gh200-mine.yaml`). Moving the
+optimizer (FP32 master weights and Adam's moments, 16 B per parameter) to Grace's LPDDR5X over
+NVLink-C2C (450 GB/s per direction) takes 50 GiB off the HBM and costs the gradients' copy down and the
+weights' copy up plus the CPU's Adam, after the backward. trainest has no separate unified-memory mode
+for GH200 (its file says memory.unified false: HBM and LPDDR5X are two memories joined by C2C); CUDA
+unified memory that pages the weights and the optimizer over C2C is what `--offload optimizer+weights`
+models: each pass fetches its layers' weights over the link, behind the computation where the link keeps
+up. FP8 GEMMs have twice the BF16 peak: the compute-bound GEMMs shrink, the casts add memory traffic,
+attention stays 16-bit. Llama 3 8B does not fit one GH200 without offload (case 2); with the optimizer
+offloaded it does."""
 
 CASE1_TEXT = """Reading it. A GEMM of T tokens by a weight matrix does about T FLOPs per byte of the weight it
 reads (2·T·K·N FLOPs over 2·K·N bytes, plus the activations): its arithmetic intensity is ~T FLOP/B

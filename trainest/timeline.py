@@ -36,8 +36,8 @@ COMPUTE, TP_STREAM, CP_STREAM, EP_STREAM, DP_STREAM, PP_STREAM, HOST, OFFLOAD = 
 TRACKS = (COMPUTE, TP_STREAM, CP_STREAM, EP_STREAM, DP_STREAM, PP_STREAM, HOST, OFFLOAD)
 # what a slice off the critical path counts as
 HIDDEN = "hidden"
-HIDDEN_LANE = " (overlapped)"
-ROUNDING = 1e-12                    # a residual of the step's sums below this share of the step is rounding       # the lane of a stream that holds its hidden traffic
+HIDDEN_LANE = " (overlapped)"       # the lane of a stream that holds its hidden traffic
+ROUNDING = 1e-12                    # a residual of the step's sums below this share of the step is rounding
 TERMS = ("compute", "memory", "communication", "bubble", "overhead", "offload")
 
 
