@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from trainest.cli import fail
-from trainest.cli.options import JsonFlag, option_annotation
+from trainest.cli.options import JsonFlag, QuietFlag, option_annotation
 from trainest.cli.validate import MoreRunsArg
 from trainest.knobs import KNOBS
 
@@ -36,6 +36,7 @@ _OWN: dict[str, Any] = {
     "config": (Annotated[str | None, typer.Option("--config", "-c", help="Scenario YAML of the traced run "
                                                   "(--trace); options given here override it.")], None),
     "json_out": (JsonFlag, False),
+    "quiet": (QuietFlag, False),
 }
 
 
@@ -60,7 +61,7 @@ def _body(values: dict[str, Any]) -> None:
         fail(str(exc))
     from trainest.report import warn
     from trainest.report.calibrate import calibrate_dict, print_calibration
-    for w in result.warnings:
+    for w in [] if values.get("quiet") else result.warnings:
         warn(w)
     if values.get("json_out"):
         from trainest.report import dumps
@@ -93,7 +94,7 @@ def _trace(values: dict[str, Any], output: Path) -> None:
         fail(str(exc))
     from trainest.report import warn
     from trainest.report.trace import print_trace, trace_dict
-    for w in result.warnings:
+    for w in [] if values.get("quiet") else result.warnings:
         warn(w)
     if values.get("json_out"):
         from trainest.report import dumps
