@@ -282,3 +282,15 @@ def test_a_missing_trace_file_is_one_line(tmp_path, capsys):
     with pytest.raises(SpecError, match="no such file"):
         read_trace(str(tmp_path / "nope.json"))
     assert model_class("qkv") == "gemm"
+
+
+def test_the_trace_json_matches_its_schema(tmp_path, capsys):
+    import jsonschema
+    from test_json_schema import undocumented_keys
+
+    sch = json.loads((Path(__file__).parent.parent / "docs" / "schema" / "calibrate-trace.schema.json").read_text())
+    code, out, err = call_entry(["calibrate", "--trace", str(DEEPSEEK), *DEEPSEEK_ARGS, "-o", str(tmp_path / "p.yaml"),
+                                 "--json"], capsys)
+    doc = json.loads(out)
+    jsonschema.validate(doc, sch, cls=jsonschema.Draft202012Validator)
+    assert not undocumented_keys(doc, sch)
