@@ -97,6 +97,7 @@ class Estimate(NamedTuple):
     memory: MemoryResult
     training: TrainingResult
     band: Band                      # measured/predicted step time of validated runs like this one (trainest.band)
+    warnings: tuple[str, ...] = ()  # what the numbers rest on or look like (trainest.caveats.assess attaches them)
 
 
 # A layout predicted over capacity by at most this fraction is reported as possibly fitting: of the 460

@@ -70,9 +70,9 @@ def run_compare(values: dict[str, Any]) -> int:
 
 
 def compare_warnings(c: Any) -> list[str]:
-    """The job's warnings (`cli.estimate.job_warnings`) and, for a MoE model, the entries whose MoE
+    """The job's warnings (`caveats.job_warnings`) and, for a MoE model, the entries whose MoE
     efficiencies are priors."""
-    from trainest.cli.estimate import job_warnings
+    from trainest.caveats import job_warnings
     out = job_warnings(c.job, hardware=False)
     if c.job.model.moe is not None:
         priors = [e.hardware for e in c.entries if e.can_run and not e.estimate.scenario.hardware.efficiency.moe_fitted]
