@@ -34,10 +34,21 @@ def estimate_warnings(scenario: Scenario, result: Estimate) -> list[str]:
         hint = layout_hint(scenario, result)
         if hint:
             warnings.append(hint)
-    if result.training.cost_usd is None:
-        warnings.append(f"no price for {scenario.hardware.name}: cost not computed; give --price-per-hour")
+    warnings.extend(price_warnings(scenario))
     warnings.extend(job_warnings(scenario))
     return warnings
+
+
+def price_warnings(scenario: Any) -> list[str]:
+    """No price (and why the catalog has none), or a catalog price over a year old or undated."""
+    hw = scenario.hardware
+    if scenario.price_usd_per_hour is None:
+        return [f"no price for {hw.name} ({hw.price_unknown or 'none in its file'}): cost not computed; give "
+                f"--price-per-hour USD per device-hour"]
+    if "price_per_hour" in scenario.derived and hw.price_stale:
+        return [f"the catalog price of {hw.name} (${hw.price_usd_per_hour:.2f}/device-hour) may be out of date: "
+                f"{hw.price_stale}; give --price-per-hour for a current one"]
+    return []
 
 
 def job_warnings(scenario: Any, hardware: bool = True) -> list[str]:

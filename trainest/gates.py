@@ -44,17 +44,30 @@ def gates_of(max_days: Any = None, max_cost: Any = None, require_fit: bool = Fal
     return Gates(max_days=days, max_cost=cost, require_fit=bool(require_fit))
 
 
+def gate(flag: str, limit: float | None, value: float | None, passed: bool, message: str) -> dict[str, Any]:
+    """One CI gate as the JSON documents name it: its flag, limit, the value checked, whether it passed, why not."""
+    return {"gate": flag, "limit": limit, "value": value, "passed": passed, "message": "" if passed else message}
+
+
+def gate_results(gates: Gates, result: Estimate) -> list[dict[str, Any]]:
+    """Every CI gate given (--max-days [days], --max-cost [USD], --require-fit [bytes per device]), checked."""
+    tr, me = result.training, result.memory
+    out = []
+    if gates.max_days is not None:
+        out.append(gate("--max-days", gates.max_days, tr.time_days, tr.time_days <= gates.max_days,
+                        f"training takes {tr.time_days:.2f} days > --max-days {gates.max_days:g}"))
+    if gates.max_cost is not None:
+        out.append(gate("--max-cost", gates.max_cost, tr.cost_usd,
+                        tr.cost_usd is not None and tr.cost_usd <= gates.max_cost,
+                        "--max-cost given but no price is known; give --price-per-hour" if tr.cost_usd is None else
+                        f"training costs ${tr.cost_usd:,.0f} > --max-cost ${gates.max_cost:,.0f}"))
+    if gates.require_fit:
+        out.append(gate("--require-fit", me.capacity_bytes, me.per_device_bytes, bool(me.fits),
+                        f"needs {me.per_device_bytes / 2**30:.1f} GiB per device > "
+                        f"{me.capacity_bytes / 2**30:.1f} GiB (--require-fit)"))
+    return out
+
+
 def broken_gates(gates: Gates, result: Estimate) -> list[str]:
     """The gates `result` breaks, each in words."""
-    broken = []
-    if gates.max_days is not None and result.training.time_days > gates.max_days:
-        broken.append(f"training takes {result.training.time_days:.2f} days > --max-days {gates.max_days:g}")
-    if gates.max_cost is not None:
-        if result.training.cost_usd is None:
-            broken.append("--max-cost given but no price is known; give --price-per-hour")
-        elif result.training.cost_usd > gates.max_cost:
-            broken.append(f"training costs ${result.training.cost_usd:,.0f} > --max-cost ${gates.max_cost:,.0f}")
-    if gates.require_fit and not result.memory.fits:
-        broken.append(f"needs {result.memory.per_device_bytes / 2**30:.1f} GiB per device > "
-                      f"{result.memory.capacity_bytes / 2**30:.1f} GiB (--require-fit)")
-    return broken
+    return [g["message"] for g in gate_results(gates, result) if not g["passed"]]

@@ -91,14 +91,17 @@ def run_estimate(values: dict[str, Any]) -> int:
         error_line(str(exc))
         return EXIT_BAD_INPUT
     from trainest import report
-    from trainest.gates import broken_gates
+    from trainest.gates import broken_gates, gate_results
     from trainest.report.estimate import estimate_dict, print_estimate
     ops = None
     if values.get("ops"):
         from trainest.estimate import estimate_ops
         ops = estimate_ops(result.scenario)
     if values.get("json_out"):
-        print(report.dumps(estimate_dict(result, list(result.warnings), ops)))
+        doc = estimate_dict(result, list(result.warnings), ops)
+        if checked := gate_results(gates, result):
+            doc["gates"] = report.clean(checked)
+        print(report.dumps(doc))
     else:
         print_estimate(result, ops)
     if not values.get("quiet"):
