@@ -76,7 +76,7 @@ def run_compare(values: dict[str, Any]) -> int:
 def compare_gates(c: Any) -> list[dict[str, Any]]:
     """--deadline [s] and --budget [USD] as JSON gates: passed when some entry meets them (the value: the best
     entry's run time or cost); [] when neither was given."""
-    from trainest.cli.estimate import gate
+    from trainest.gates import gate
     ran = [en.estimate for en in c.entries if en.can_run]
     met = bool(ran)
     out = []

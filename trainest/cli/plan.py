@@ -140,7 +140,7 @@ def run_plan(values: dict[str, Any]) -> int:
 def plan_gates(dsearch: Any) -> list[dict[str, Any]]:
     """--deadline [s] and --budget [USD] as JSON gates, checked on the count shown (the chosen one, or the closest
     when none meets them); [] when neither was given."""
-    from trainest.cli.estimate import gate
+    from trainest.gates import gate
     if dsearch is None:
         return []
     shown = next(t for t in dsearch.trials if t.devices == dsearch.devices)
