@@ -12,24 +12,29 @@ if TYPE_CHECKING:
 
 
 def assess(scenario: Scenario) -> Estimate:
-    """The estimate of `scenario` with its warnings attached (`Estimate.warnings`: `estimate_warnings`)."""
+    """The estimate of `scenario` with its warnings attached (`Estimate.warnings`: `estimate_warnings`) and,
+    where it does not fit, what would (`Estimate.fit_advice`: advice.fit_advice)."""
     from trainest.estimate import estimate
     result = estimate(scenario)
-    return result._replace(warnings=tuple(estimate_warnings(scenario, result)))
+    advice = None
+    if not result.memory.fits:
+        from trainest.advice import fit_advice
+        advice = fit_advice(scenario, result)
+    return result._replace(warnings=tuple(estimate_warnings(scenario, result, advice)), fit_advice=advice)
 
 
-def estimate_warnings(scenario: Scenario, result: Estimate) -> list[str]:
+def estimate_warnings(scenario: Scenario, result: Estimate, advice: Any = None) -> list[str]:
     """The warnings of one estimate: implausible inputs or results, TP overlap the framework lacks, how it
-    would fit (or a pipeline layout that would be faster), no price, and the job's (`job_warnings`)."""
+    would fit (`advice`, an advice.FitAdvice, where it does not) or a pipeline layout that would be faster, the
+    price, and the job's (`job_warnings`)."""
     from trainest.estimate import plausibility_warnings, tp_overlap_warning
     warnings: list[str] = plausibility_warnings(result)
     overlap = tp_overlap_warning(scenario)
     if overlap:
         warnings.append(overlap)
-    if not result.memory.fits:
-        from trainest.advice import fit_suggestions
-        warnings.append(fit_suggestions(scenario, result))
-    elif scenario.parallel.pp > 1:
+    if advice is not None:
+        warnings.append(advice.text)
+    elif result.memory.fits and scenario.parallel.pp > 1:
         from trainest.advice import layout_hint
         hint = layout_hint(scenario, result)
         if hint:

@@ -97,15 +97,23 @@ def run_estimate(values: dict[str, Any]) -> int:
     if values.get("ops"):
         from trainest.estimate import estimate_ops
         ops = estimate_ops(result.scenario)
+    advice, warnings = result.fit_advice, list(result.warnings)
     if values.get("json_out"):
-        doc = estimate_dict(result, list(result.warnings), ops)
+        doc = estimate_dict(result, warnings, ops)
+        if advice is not None:
+            from trainest.cli.nofit import fit_advice_dict
+            doc["fit_advice"] = report.clean(fit_advice_dict(values, advice))
         if checked := gate_results(gates, result):
             doc["gates"] = report.clean(checked)
         print(report.dumps(doc))
     else:
+        if advice is not None:           # the first lines: what fits, as commands that paste (also under -q)
+            from trainest.cli.nofit import print_no_fit
+            print_no_fit(values, advice)
+            warnings = [w for w in warnings if w != advice.text]
         print_estimate(result, ops)
     if not values.get("quiet"):
-        for w in result.warnings:
+        for w in warnings:
             report.warn(w)
     broken = broken_gates(gates, result)
     for b in broken:
