@@ -119,6 +119,9 @@ def _estimate(values: dict[str, Any]) -> tuple[Any, list[str]]:
             warnings.append(hint)
     warnings.extend(price_warnings(scenario))
     warnings.extend(job_warnings(scenario))
+    from trainest.adapter_cost import slower_than_full_warning
+    if slower := slower_than_full_warning(result):
+        warnings.append(slower)
     return result, warnings
 
 
