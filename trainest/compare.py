@@ -182,7 +182,7 @@ def best_plan(mapping: dict, name: str, devices: str, space: S.SearchSpace, *, d
                 raise SpecError(f"--devices {devices}: a range needs --deadline or --budget")
             res = S.search(base, lo, space, top=1)
             return replace(entry, estimate=res.plans[0], result=res)
-        counts = S.device_counts(lo, hi, device_counts, base.devices_per_node)
+        counts = S.device_counts(lo, hi, device_counts, base.devices_per_node, S.device_step(devices))
         if budget_usd is not None and base.price_usd_per_hour is None:
             return replace(entry, reason=f"no price for {hw.name} ({hw.price_unknown}): a --budget cannot be judged; "
                                          f"give --price-per-hour {hw.name}=USD")

@@ -90,7 +90,8 @@ def search_plans(values: dict[str, Any]) -> tuple[Any, Any, str | None]:
             result = S.search(base, lo, space, objective=objective, top=top, progress=progress)
             notes = [n for n in (modules_plan_note(result, space), winner_layout_note(result)) if n]
             return result, None, "; ".join(notes) or None
-        counts = S.device_counts(lo, hi, _plain(values.get("device_counts") or "pow2"), base.devices_per_node)
+        counts = S.device_counts(lo, hi, _plain(values.get("device_counts") or "pow2"), base.devices_per_node,
+                                 S.device_step(devices))
         dsearch = S.smallest_devices(base, counts, space, deadline_s=deadline_s, budget_usd=budget_usd,
                                      objective=objective, top=top, progress=progress)
         return dsearch.result, dsearch, None
@@ -122,7 +123,10 @@ def run_plan(values: dict[str, Any]) -> int:
     if values.get("json_out"):
         # the note rides with the warnings: what a script should read beside the plans
         warnings = warnings + ([f"note: {note}"] if note else [])
-        print(report.dumps({**search_dict(result, dsearch), "warnings": warnings}))
+        doc = {**search_dict(result, dsearch), "warnings": warnings}
+        if gates := plan_gates(dsearch):
+            doc["gates"] = report.clean(gates)
+        print(report.dumps(doc))
         return gate_exit(dsearch)
     print_plan(result, dsearch, job_option_args(values))
     if not values.get("quiet"):
@@ -131,6 +135,23 @@ def run_plan(values: dict[str, Any]) -> int:
         if note:
             print(f"Note: {note}", file=sys.stderr)
     return gate_exit(dsearch)
+
+
+def plan_gates(dsearch: Any) -> list[dict[str, Any]]:
+    """--deadline [s] and --budget [USD] as JSON gates, checked on the count shown (the chosen one, or the closest
+    when none meets them); [] when neither was given."""
+    from trainest.cli.estimate import gate
+    if dsearch is None:
+        return []
+    shown = next(t for t in dsearch.trials if t.devices == dsearch.devices)
+    out = []
+    if dsearch.deadline_s is not None:
+        out.append(gate("--deadline", dsearch.deadline_s, shown.time_s,
+                        shown.time_s is not None and shown.time_s <= dsearch.deadline_s, dsearch.gate_failed))
+    if dsearch.budget_usd is not None:
+        out.append(gate("--budget", dsearch.budget_usd, shown.cost_usd,
+                        shown.cost_usd is not None and shown.cost_usd <= dsearch.budget_usd, dsearch.gate_failed))
+    return out
 
 
 def gate_exit(dsearch: Any) -> int:
