@@ -104,8 +104,9 @@ def _gates(values: dict[str, Any], result: Any) -> list[str]:
     return [g["message"] for g in gate_results(values, result) if not g["passed"]]
 
 
-def _estimate(values: dict[str, Any]) -> tuple[Any, list[str]]:
-    """(Estimate, warnings) of the option values; raises SpecError on bad input."""
+def _estimate(values: dict[str, Any]) -> tuple[Any, list[str], Any]:
+    """(Estimate, warnings, advice.FitAdvice where it does not fit else None) of the option values; raises
+    SpecError on bad input."""
     from trainest.estimate import estimate
     from trainest.scenario import scenario_from_mapping
     config = values.get("config")
@@ -121,9 +122,11 @@ def _estimate(values: dict[str, Any]) -> tuple[Any, list[str]]:
     overlap = tp_overlap_warning(scenario)
     if overlap:
         warnings.append(overlap)
+    advice = None
     if not result.memory.fits:
-        from trainest.advice import fit_suggestions
-        warnings.append(fit_suggestions(scenario, result))
+        from trainest.advice import fit_advice
+        advice = fit_advice(scenario, result)
+        warnings.append(advice.text)
     elif scenario.parallel.pp > 1:
         from trainest.advice import layout_hint
         hint = layout_hint(scenario, result)
@@ -134,7 +137,7 @@ def _estimate(values: dict[str, Any]) -> tuple[Any, list[str]]:
     from trainest.adapter_cost import slower_than_full_warning
     if slower := slower_than_full_warning(result):
         warnings.append(slower)
-    return result, warnings
+    return result, warnings, advice
 
 
 def price_warnings(scenario: Any) -> list[str]:
@@ -273,7 +276,7 @@ def run_estimate(values: dict[str, Any]) -> int:
     (JSON or tables) and warnings; return the exit code (0, 1 bad input, 3 a CI gate broken)."""
     from trainest.errors import SpecError
     try:
-        result, warnings = _estimate(values)
+        result, warnings, advice = _estimate(values)
     except SpecError as exc:
         error_line(str(exc))
         return EXIT_BAD_INPUT
@@ -291,10 +294,17 @@ def run_estimate(values: dict[str, Any]) -> int:
         ops = estimate_ops(result.scenario)
     if values.get("json_out"):
         doc = estimate_dict(result, warnings, ops)
+        if advice is not None:
+            from trainest.cli.nofit import fit_advice_dict
+            doc["fit_advice"] = report.clean(fit_advice_dict(values, advice))
         if gates := gate_results(values, result):
             doc["gates"] = report.clean(gates)
         print(report.dumps(doc))
     else:
+        if advice is not None:           # the first lines: what fits, as commands that paste (also under -q)
+            from trainest.cli.nofit import print_no_fit
+            print_no_fit(values, advice)
+            warnings = [w for w in warnings if w != advice.text]
         print_estimate(result, ops)
     if not values.get("quiet"):
         for w in warnings:
