@@ -104,8 +104,10 @@ def _estimate(values: dict[str, Any]) -> tuple[Any, list[str]]:
     require_a_pipeline_for_dualpipe(scenario, where)
     gate_limits(values)          # bad gate values are bad input before anything is estimated
     result = estimate(scenario)
-    from trainest.estimate import plausibility_warnings, tp_overlap_warning
+    from trainest.estimate import low_precision_slower_warning, plausibility_warnings, tp_overlap_warning
     warnings: list[str] = plausibility_warnings(result)
+    if slower := low_precision_slower_warning(result):
+        warnings.append(slower)
     overlap = tp_overlap_warning(scenario)
     if overlap:
         warnings.append(overlap)
