@@ -44,12 +44,12 @@ def test_case1_dgx_spark_is_memory_bound_at_few_tokens_per_gemm_and_compute_boun
 def test_case2_offload_fits_and_nvlink_c2c_beats_pcie():
     c = cases()
     _, docs = c.case2()
-    for hw in ("gh200", "h100-sxm"):
+    for hw in ("gh200", "h100-pcie"):
         assert not docs[(hw, "none")]["memory"]["fits"]
         assert docs[(hw, "optimizer")]["memory"]["fits"] and docs[(hw, "optimizer+weights")]["memory"]["fits"]
-    gh, h100 = docs[("gh200", "optimizer")]["step"], docs[("h100-sxm", "optimizer")]["step"]
-    assert gh["shares"]["offload"] < 0.15 and 0.35 < h100["shares"]["offload"] < 0.5
-    assert docs[("h100-sxm", "optimizer+weights")]["step"]["time_s"] > h100["time_s"]
+    gh, h100 = docs[("gh200", "optimizer")]["step"], docs[("h100-pcie", "optimizer")]["step"]
+    assert gh["shares"]["offload"] < 0.15 and 0.25 < h100["shares"]["offload"] < 0.45     # "a third of the step"
+    assert docs[("h100-pcie", "optimizer+weights")]["step"]["time_s"] > h100["time_s"]
 
 
 def test_case3_fp4_helps_less_than_its_peak_and_the_memory_bound_share_grows():
