@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import resource
 import subprocess
 import sys
 import tempfile
@@ -25,10 +26,14 @@ DENSE_ARGS = ["--model", "llama3-8b", "--devices", "16", "--tp", "2", "--pp", "2
               "--global-batch", "64"]
 
 
-def _run(args: list[str]) -> float:
+def _run(args: list[str]) -> tuple[float, float]:
+    """(wall, CPU) seconds of one command: on a shared machine the wall time counts the others' load too."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "trainest", *args], check=True, capture_output=True)
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> None:
@@ -40,8 +45,8 @@ def main() -> None:
         for label, path, args in (("deepseek-v3 H800 (published)", plain, DEEPSEEK_ARGS),
                                   ("llama3-8b timeline (trainest)", mine, DENSE_ARGS)):
             mb = path.stat().st_size / 1e6
-            s = _run(["calibrate", "--trace", str(path), *args, "-o", str(Path(d) / "p.yaml"), "--json"])
-            print(json.dumps({"trace": label, "mb": round(mb, 2), "calibrate_s": round(s, 3)}))
+            wall, cpu = _run(["calibrate", "--trace", str(path), *args, "-o", str(Path(d) / "p.yaml"), "--json"])
+            print(json.dumps({"trace": label, "mb": round(mb, 2), "wall_s": round(wall, 3), "cpu_s": round(cpu, 3)}))
 
 
 if __name__ == "__main__":

@@ -79,3 +79,16 @@ def test_case4_what_fits_where():
             t = {ft: docs[(model, ft, hw, n)]["step"]["time_s"] for ft in ("full", "lora", "qlora")}
             assert t["lora"] < t["qlora"]
             assert 0.75 <= t["lora"] / t["full"] <= 0.9     # memory-bound on a DGX Spark: LoRA saves less
+
+
+def test_case5_gh200_profile_reads_back_and_the_what_ifs_say_what_the_text_says():
+    c = cases()
+    *_, docs = c.case5()
+    cal = docs["calibrate"]
+    assert all(p["value"] == pytest.approx(p["start"], rel=1e-3) for p in cal["parameters"])     # the round trip
+    assert {r["class"]: r["bound"] for r in cal["classes"]}["gemm"] == "compute"
+    base, opt = docs["as profiled"], docs["CPU offload of the optimizer over NVLink-C2C"]
+    freed = (base["memory"]["per_device_bytes"] - opt["memory"]["per_device_bytes"]) / 2**30
+    assert 45 < freed < 55 and opt["step"]["offload_s"] > 0                                  # "takes 50 GiB off"
+    assert docs["mixed precision FP8"]["step"]["time_s"] < base["step"]["time_s"]
+    assert docs["Llama 3 8B, optimizer offload"]["memory"]["fits"]

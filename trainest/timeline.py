@@ -37,6 +37,7 @@ TRACKS = (COMPUTE, TP_STREAM, CP_STREAM, EP_STREAM, DP_STREAM, PP_STREAM, HOST, 
 # what a slice off the critical path counts as
 HIDDEN = "hidden"
 HIDDEN_LANE = " (overlapped)"       # the lane of a stream that holds its hidden traffic
+ROUNDING = 1e-12                    # a residual of the step's sums below this share of the step is rounding
 TERMS = ("compute", "memory", "communication", "bubble", "overhead", "offload")
 
 
@@ -218,7 +219,9 @@ def _micro_batch_rest(terms: StepTerms, p: StepParts, per: _PerLayer) -> dict[st
     comp = float(terms.compute_s) / m - n * float(lp.compute_s) - last * logits_c
     mem = (float(terms.memory_s) - float(terms.optimizer_s)) / m - n * float(lp.memory_s) - last * (logits_t - logits_c)
     over = float(terms.overhead_s) / m - n * sum(per.overhead)
-    return {"compute": comp, "memory": mem, "overhead": over}
+    # rounding of the step's own sums (no MTP, no head host time) is no slice
+    floor = ROUNDING * float(terms.time_s) / m
+    return {k: v if v > floor else 0.0 for k, v in (("compute", comp), ("memory", mem), ("overhead", over))}
 
 
 class _Hidden(NamedTuple):

@@ -11,6 +11,7 @@ a generic copy) come first. A kernel no row matches is `unclassified` and report
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import NamedTuple
 
 
@@ -68,8 +69,10 @@ RULES: tuple[Rule, ...] = (
 _COMPILED = tuple((r, re.compile(r.pattern, re.IGNORECASE)) for r in RULES)
 
 
+@lru_cache(maxsize=65536)
 def classify(name: str) -> Rule | None:
-    """The first rule whose pattern the kernel name matches, None when none does."""
+    """The first rule whose pattern the kernel name matches, None when none does (cached: a trace repeats its
+    kernels' names thousands of times)."""
     for rule, rx in _COMPILED:
         if rx.search(name):
             return rule
