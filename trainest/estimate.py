@@ -134,10 +134,11 @@ def plausibility_warnings(e: Estimate) -> list[str]:
 LOW_PRECISION_SLOWER_WARNING = ("precision {precision} is slower than bf16 here ({slow} vs {fast} per step) although "
                                 "{hardware}'s {precision} peak is higher: {reason}")
 PER_EXPERT_CAST_REASON = ("the layers are host-bound, and {precision} adds to each of its {local:g} local experts, "
-                          "launched one by one, the quantisation of every expert GEMM's input ({extra:g} more host "
-                          "launches per MoE layer and micro-batch than bf16's {base:g}; docs/model.md §15.2): more "
-                          "host time than its faster GEMMs save. A larger micro-batch, or more expert parallelism "
-                          "(fewer local experts), lets the device hide them")
+                          "launched one by one, the quantisation of every expert GEMM's input and the padding of its "
+                          "rows ({extra:g} more host launches per MoE layer and micro-batch than bf16's {base:g}; "
+                          "docs/model.md §15.2): more host time than its faster GEMMs save. A larger micro-batch, "
+                          "more expert parallelism (fewer local experts) or --cuda-graphs full lets the device hide "
+                          "them")
 CAST_REASON = ("its casts of every GEMM input (element-wise traffic, docs/model.md §2.1) and the low-precision GEMM "
                "factor (efficiency.low_precision_gemm) cost more than its faster GEMMs save at this layout")
 

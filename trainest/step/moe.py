@@ -59,14 +59,10 @@ A2A_PER_LAYER_PASS = 2.0          # dispatch + combine in a forward (their gradi
 # cuBLAS GEMM per group, issued from the host in a loop; Megatron-Core TEGroupedMLP):
 EXPERT_GEMM_LAUNCHES = 2.0        # per local expert and forward: fc1 (up and gate), fc2 (down)
 # FP8/FP4 adds, per local expert and GEMM, the quantisation of its input (forward: the two GEMMs'
-# inputs; backward: the two output gradients; Transformer Engine's split quantisation of the grouped
-# input runs one quantise per expert for the current-scaling and block-scaled recipes the recipes use),
-# and per layer Megatron-Core's Fp8Padding/Fp8Unpadding of the experts' rows to the FP8 GEMM's
-# alignment: Transformer Engine pads all the experts' rows in one multi-tensor kernel
-# (tex.fused_multi_row_padding) and unpads them in one torch.cat, each way (forward: pad fc1's input,
-# unpad fc2's output; backward: their inverses), not one kernel per expert
+# inputs; backward: the two output gradients) and Megatron-Core's Fp8Padding/Fp8Unpadding of the
+# expert's rows to the FP8 GEMM's alignment (one kernel each way per expert, forward and backward)
 EXPERT_CAST_LAUNCHES = 2.0        # per local expert and pass (forward; as many backward)
-LAYER_PAD_LAUNCHES = 2.0          # per MoE layer and pass (forward; as many backward), whatever E/e
+EXPERT_PAD_LAUNCHES = 2.0         # per local expert and pass (forward; as many backward)
 # A Python loop over the local experts (frameworks.py: expert_loop "python"; transformers'
 # MixtralSparseMoeBlock: torch.where over the routing mask, gather the rows, the MLP's GEMMs and
 # activation, the routing-weight product, index_add into the output) launches per expert and forward
@@ -273,9 +269,8 @@ def expert_pass_launches(job: Job, layout: Layout) -> tuple[Num, Num]:
     loop = FRAMEWORKS[job.framework].expert_loop
     if loop == "grouped":                # one kernel per grouped GEMM: counted with the layer's GEMMs
         return 0.0, 0.0
-    local_experts = moe.experts / layout.ep
     low = 1.0 if job.low_precision else 0.0
-    per_pass_casts = low * (EXPERT_CAST_LAUNCHES + LAYER_PAD_LAUNCHES / local_experts)
+    per_pass_casts = low * (EXPERT_CAST_LAUNCHES + EXPERT_PAD_LAUNCHES)
     gemms = weight_gemms = EXPERT_GEMM_LAUNCHES
     if loop == "python":                 # the expert's MLP operator by operator, in the Python loop
         act = EAGER_ACTIVATION_KERNELS[job.model.mlp]
@@ -284,13 +279,14 @@ def expert_pass_launches(job: Job, layout: Layout) -> tuple[Num, Num]:
     forward = gemms + per_pass_casts
     backward = (2.0 * gemms - frozen * weight_gemms + per_pass_casts + job.moe_rerun(layout) * forward
                 + layout.op * 0.5 * gemms)
+    local_experts = moe.experts / layout.ep
     return local_experts * forward, local_experts * backward
 
 
 def expert_launches(job: Job, layout: Layout) -> Num:
     """Host launches of one MoE layer's grouped expert MLP, expert by expert, per micro-batch, all
-    passes: E/e × (EXPERT_GEMM_LAUNCHES·(3 − φ_f + [full] + [op]/2) + [FP8/FP4]·EXPERT_CAST_LAUNCHES·(2 + [full]))
-    + [FP8/FP4]·LAYER_PAD_LAUNCHES·(2 + [full]) (Transformer Engine GroupedLinear: one GEMM per local expert,
+    passes: E/e × (EXPERT_GEMM_LAUNCHES·(3 − φ_f + [full] + [op]/2) + [FP8/FP4]·(EXPERT_CAST_LAUNCHES +
+    EXPERT_PAD_LAUNCHES)·(2 + [full])) (Transformer Engine GroupedLinear: one GEMM per local expert,
     launched from the host; `expert_pass_launches`). Every launch costs the host τ_host like any
     kernel (docs/model.md §2.9): with E/e = 16 and few rows per expert (micro-batch 1) the layer
     becomes host-bound."""
