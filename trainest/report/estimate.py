@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainest import SCHEMA_VERSION
+from trainest.band import plain_words
 from trainest.catalog import Hardware, is_bundled_hardware
 from trainest.choices import DEFAULT_RECOMPUTE_MODULES
 from trainest.estimate import Estimate, host_misfit_words
@@ -289,7 +290,7 @@ def step_table(e: Estimate):
     hw = e.scenario.hardware
     neck = f"{st.bottleneck} ({memory_words(hw)})" if st.bottleneck == "memory" else st.bottleneck
     host = ("; host-bound: the device waits for kernel launches" if st.bound_by == "host" else "")
-    t = Table(title=f"Step: {fmt_seconds(st.time_s)}{band_text(e, st.time_s_low, st.time_s_high)}, "
+    t = Table(title=f"Step: {fmt_seconds(st.time_s)}{band_text(e, st.time_s_low, st.time_s_high, say_why=True)}, "
                     f"bottleneck: {neck}{bound}{host}", title_justify="left")
     t.add_column("term")
     t.add_column("time", justify="right")
@@ -316,11 +317,14 @@ def seconds_range(low: float, high: float) -> str:
     return f"{low / scale:.3g}–{high / scale:.3g} {unit}"
 
 
-def band_text(e: Estimate, low: float | None, high: float | None, fmt=seconds_range) -> str:
-    """` (80 % band 7.21–9.18 s)` beside a value (empty when there is no band)."""
+def band_text(e: Estimate, low: float | None, high: float | None, fmt=seconds_range, say_why: bool = False) -> str:
+    """` (80 % band 7.21–9.18 s)` beside a value (empty when there is no band); `say_why`: on hardware not
+    calibrated on measured runs, the band says so (it is then the error of uncalibrated estimates)."""
     if low is None or high is None or low != low or high != high:
         return ""
-    return f" ({e.band.coverage:.0%} band {fmt(low, high)})"
+    why = (f"; {e.scenario.hardware.name} is not calibrated: no measured run of it"
+           if say_why and not e.band.calibrated else "")
+    return f" ({e.band.coverage:.0%} band {fmt(low, high)}{why})"
 
 
 def band_line(e: Estimate) -> str:
@@ -328,8 +332,10 @@ def band_line(e: Estimate) -> str:
     b = e.band
     if b.runs == 0:
         return f"Error band: {b.note}"
+    plain = plain_words(b)
     return (f"Error band: measured/predicted step time {b.low_ratio:.2f}–{b.high_ratio:.2f} "
-            f"(expected to hold {b.coverage:.0%} of runs like this) from {b.note}{profile_band_note(e)}")
+            f"(expected to hold {b.coverage:.0%} of runs like this) from {b.note}{profile_band_note(e)}"
+            + (f". {plain}" if plain else ""))
 
 
 def profile_band_note(e: Estimate) -> str:
