@@ -18,7 +18,6 @@ import math
 from typing import TYPE_CHECKING, NamedTuple, Union
 
 from trainest import xp
-from trainest.catalog import Hardware, Model
 from trainest.choices import (
     DEFAULT_RECOMPUTE_MODULES,
     FINETUNE_CODES,
@@ -27,6 +26,8 @@ from trainest.choices import (
     OFFLOAD_CODES,
     RECOMPUTE_CODES,
 )
+from trainest.hardware import Hardware
+from trainest.models import Model
 
 if TYPE_CHECKING:
     import numpy as np
@@ -61,6 +62,7 @@ class Job(NamedTuple):
     adam_moments: str = "fp32"  # AdamMoments: the dtype of Adam's two moments
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES   # what selective recompute re-runs
     devices: float = math.inf   # N = t·p·c·d (inf: not said): whether a group may straddle two domains (§3.2)
+    cuda_graphs: str = "none"   # CudaGraphs: none | partial (the static-shape parts) | full (every layer), §2.10
 
     def recomputes(self, module: str) -> float:
         """1.0 when selective recompute re-runs `module` (choices.RECOMPUTE_MODULES), else 0.0."""

@@ -24,9 +24,9 @@ import math
 from typing import NamedTuple
 
 from trainest import xp
-from trainest.catalog import MoE
 from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
+from trainest.model_blocks import MoE
 from trainest.precision import MAIN_GRAD_BYTES
 from trainest.step import mla
 from trainest.step.collectives import Tiers, all_gather_s, all_to_all_s, group_ranks_per_domain, in_node
@@ -299,6 +299,8 @@ def expert_host_pass_s(job: Job, layout: Layout) -> tuple[Num, Num]:
     L_m/L · expert_pass_launches · τ_host ((0, 0) for a dense model). Added to the layer's host
     passes (§2.9, §15.2)."""
     if job.model.moe is None:
+        return 0.0, 0.0
+    if job.cuda_graphs == "full":        # captured with the layer (static expert shapes), §2.10
         return 0.0, 0.0
     forward, backward = expert_pass_launches(job, layout)
     scale = job.model.moe_layers / job.model.layers * host_per_kernel_s(job)
