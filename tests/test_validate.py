@@ -417,7 +417,7 @@ def test_cli_measured_peak_memory_above_the_device_is_bad_input(tmp_path):
         assert res.exit_code == 1 and res.stdout == "" and len(res.stderr.strip().splitlines()) == 1
         err = err_text(res)
         assert "run 'big'" in err and "peak_memory_gib: 200 is more than a h100-sxm holds" in err, err
-        assert "at most 80 GiB per device" in err
+        assert "at most 79.6 GiB per device" in err         # 81,559 MiB: what an H100 80GB exposes
     ok = write_runs(tmp_path, [run("full", {"step_time_s": 0.5, "peak_memory_gib": 79.6})], name="ok.yaml")
     assert runner.invoke(app, ["validate", "--runs", ok, "--json"]).exit_code == 0    # an 80 GB H100 holds 80 GiB
 

@@ -121,9 +121,21 @@ def gathered_layer_params(job: Job, layout: Layout, layer_params: Num) -> Num:
 def master_only_shard(job: Job, layout: Layout, shard: Num) -> Num:
     """1 where ZeRO-3 keeps no 16-bit copy of a device's shard: FSDP-style mixed precision holds the FP32
     master shard (counted with the optimizer state) and casts it to 16 bit when it gathers a layer
-    (BF16/FP8/FP4 runs sharded over more than one rank); else 0."""
-    sharded3 = xp.mask((layout.zero >= 3) * (shard > 1))
-    return sharded3 * (1.0 if job.precision in ("bf16", "fp8", "fp4") else 0.0)
+    (BF16/FP8/FP4 runs); else 0. This holds over a single shard rank too (d = 1: the "shard" is the
+    whole stage, still kept in FP32 and cast layer by layer), so ZeRO-3 counts 16 B per parameter at
+    every d and trading data for tensor parallelism on the same devices never adds a 16-bit copy
+    (issue 32 item 6). `shard` is kept for the callers' symmetry; the rule does not depend on it."""
+    del shard
+    zero3 = xp.mask(layout.zero >= 3)
+    return zero3 * (1.0 if job.precision in ("bf16", "fp8", "fp4") else 0.0)
+
+
+def gathers_layers(job: Job, layout: Layout, shard: Num) -> Num:
+    """1 where ZeRO-3 materialises 16-bit layers one at a time: the shard is split over more than one
+    rank (all-gathered), or it is an FP32 master cast to 16 bit per layer (`master_only_shard`); 0 where
+    a single rank keeps its whole 16-bit stage (nothing to gather)."""
+    zero3 = xp.mask(layout.zero >= 3)
+    return zero3 * xp.maximum(xp.mask(shard > 1), master_only_shard(job, layout, shard))
 
 
 def zero_state_bytes(job: Job, layout: Layout, params: Num, layer_params: Num, shard: Num) -> tuple[Num, Num, Num]:
@@ -137,7 +149,7 @@ def zero_state_bytes(job: Job, layout: Layout, params: Num, layer_params: Num, s
     w_bytes = weight_bytes_per_param(precision)
     no_16bit_shard = master_only_shard(job, layout, shard)
     weights = params * w_bytes / xp.where(zero >= 3, shard, 1.0) * (1.0 - no_16bit_shard)
-    weights = weights + sharded3 * gathered_layer_params(job, layout, layer_params) * w_bytes
+    weights = weights + gathers_layers(job, layout, shard) * gathered_layer_params(job, layout, layer_params) * w_bytes
     grads = params * grad_bytes_per_param(precision) / xp.where(zero >= 2, shard, 1.0)
     optim = params * optimizer_bytes_per_param(precision, job.adam_moments) / xp.where(zero >= 1, shard, 1.0)
     if FRAMEWORKS[job.framework].pp_unsharded_zero3:

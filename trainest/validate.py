@@ -292,8 +292,11 @@ def check_possible(case: Case, where: str) -> None:
 
 
 def peak_memory_limit_bytes(hardware: Hardware) -> float:
-    """The most memory a device can report as its peak [B]: the vendor's capacity figure read as GiB, since
-    "80 GB" parts hold 80 GiB (H100: 81,559 MiB) and frameworks report GiB (torch.cuda.max_memory_*)."""
+    """The most memory a device can report as its peak [B]: what a program sees (`Hardware.device_memory_bytes`:
+    H100 80GB 81,559 MiB), or where the file gives no usable size the vendor's capacity figure read as GiB,
+    since "80 GB" parts hold 80 GiB and frameworks report GiB (torch.cuda.max_memory_*)."""
+    if hardware.usable_memory_bytes is not None:
+        return hardware.usable_memory_bytes
     return hardware.memory_bytes / GB * GiB
 
 
@@ -304,7 +307,7 @@ def check_peak_memory(case: Case, where: str) -> None:
     if peak is None or peak <= peak_memory_limit_bytes(hw):
         return
     raise SpecError(f"{where}.peak_memory_gib: {peak / GiB:g} is more than a {hw.name} holds "
-                    f"({hw.memory_bytes / GB:g} GB; allowed: at most {peak_memory_limit_bytes(hw) / GiB:g} GiB per "
+                    f"({hw.memory_bytes / GB:g} GB; allowed: at most {peak_memory_limit_bytes(hw) / GiB:.1f} GiB per "
                     f"device); it may be the node's or the job's total (the file's value is one device's peak)")
 
 
