@@ -371,7 +371,8 @@ HW_OPTIONAL = ("display_name", "vendor", "kind", "launch_year", "power_w", "pric
 MEMORY_REQUIRED = ("capacity_gb", "bandwidth_gb_per_s")
 # A usable size above the capacity by more than this is a typo: a vendor's "GB" read as GiB is 7.4 % more.
 USABLE_OVER_CAPACITY_MAX = 1.1
-MEMORY_OPTIONAL = ("type", "kind", "unified", "os_reserve_gb", "usable_mib", "usable_source")    # "type" is free text, accepted, not read
+# "type" is free text, accepted, not read
+MEMORY_OPTIONAL = ("type", "kind", "unified", "os_reserve_gb", "usable_mib", "usable_source")
 SYSTEM_KEYS = ("devices_per_node", "scale_up_name", "scale_up_gb_per_s", "scale_up_domain", "scale_up_latency_us",
                "scale_out_gbit_per_s", "scale_out_latency_us", "scale_out_kind", "scale_out_name", "intra_node")
 INTRA_NODE_KEYS = ("kind", "name", "gb_per_s", "latency_us", "peer_to_peer", "pcie_gen", "pcie_lanes")
@@ -565,7 +566,8 @@ def _usable_memory(mem: dict, where: str, capacity_gb: float,
     usable = mib * MiB
     if usable > USABLE_OVER_CAPACITY_MAX * capacity_gb * GB:
         raise SpecError(f"{where}.usable_mib: {F.show(mem.get('usable_mib'))} MiB is more than the capacity "
-                        f"({capacity_gb:g} GB) read as GiB; allowed: at most {USABLE_OVER_CAPACITY_MAX * capacity_gb * GB / MiB:,.0f}")
+                        f"({capacity_gb:g} GB) read as GiB; allowed: at most "
+                        f"{USABLE_OVER_CAPACITY_MAX * capacity_gb * GB / MiB:,.0f}")
     if os_reserve_bytes is not None and usable <= os_reserve_bytes:
         raise SpecError(f"{where}.usable_mib: {F.show(mem.get('usable_mib'))} MiB must be more than os_reserve_gb")
     return usable, source
