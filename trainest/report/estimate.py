@@ -387,8 +387,15 @@ def memory_table(e: Estimate):
                     f"({verdict})", title_justify="left", min_width=62)
     t.add_column("part")
     t.add_column("size", justify="right")
-    for k in ("weights", "gradients", "optimizer", "activations", "overhead"):
+    for k in ("weights", "gradients", "optimizer", "activations"):
         t.add_row(k, fmt_gib(getattr(me, f"{k}_bytes")))
+    t.add_row("  of which the loss's logits", fmt_gib(me.logits_bytes), style="dim")
+    t.add_row("= tensors (torch max_memory_allocated)", fmt_gib(me.allocated_bytes), style="bold")
+    t.add_row("allocator reserve and fragmentation", fmt_gib(me.allocator_bytes))
+    t.add_row("= reserved (torch max_memory_reserved)", fmt_gib(me.reserved_bytes), style="bold")
+    t.add_row("CUDA/ROCm context", fmt_gib(me.context_bytes))
+    t.add_row("NCCL buffers", fmt_gib(me.nccl_bytes))
+    t.add_row("= device (nvidia-smi; the fit uses it)", fmt_gib(me.per_device_bytes), style="bold")
     if me.host_bytes:
         have = "unknown" if me.host_capacity_bytes is None else fmt_gib(me.host_capacity_bytes)
         t.add_row("host memory (offloaded)", f"{fmt_gib(me.host_bytes)} of {have}"
