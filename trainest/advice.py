@@ -16,7 +16,7 @@ from trainest.choices import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_MODULES
 from trainest.errors import SpecError
 from trainest.estimate import TIGHT_FIT_FRACTION, Estimate, estimate, host_misfit_words
 from trainest.frameworks import FRAMEWORKS
-from trainest.scenario import Scenario
+from trainest.scenario import Scenario, layout_of
 from trainest.units import GiB, plural
 
 MAX_DEVICES_TRIED = 2**20        # the device-count search doubles up to this many devices
@@ -35,7 +35,7 @@ def _single_changes(s: Scenario) -> list[tuple[str, Scenario]]:
         tries.append((label, replace(s, recompute="selective", recompute_modules=cheap)))
     if s.recompute != "full":
         tries.append(("--recompute full", replace(s, recompute="full")))
-    if p.shard * p.cp > 1:                 # ZeRO shards over the data-parallel (x CP) group: not on one rank
+    if layout_of(s).shard * p.cp > 1:      # ZeRO shards over the data-parallel (x CP) group: not on one rank
         tries += [(f"--zero {z}", replace(s, parallel=replace(p, zero=z))) for z in range(p.zero + 1, 4)
                   if z in runs]
     if p.tp > 1 and not p.sequence_parallel:
@@ -196,7 +196,7 @@ def layout_hint(s: Scenario, e: Estimate) -> str | None:
     from trainest.frameworks import FRAMEWORKS
     from trainest.memory import memory_per_device
     from trainest.pipeline_layout import layout_string, rank_layers_text
-    from trainest.scenario import job_of, layout_of
+    from trainest.scenario import job_of
     from trainest.step import step_terms
     p, m = s.parallel, s.model
     if p.pp == 1 or p.pipeline_layout is not None or m.hybrid is not None or p.pipeline_schedule == "dualpipe" \

@@ -198,6 +198,9 @@ COMMAND_KNOBS: tuple[Knob, ...] = (
     K("require_fit", ("--require-fit",), "flag", "CI gate: exit 3 if it does not fit in memory.", group=COMMAND),
     K("ops", ("--ops",), "flag", "Also list every operation of the step on the roofline (FLOPs, bytes, intensity, "
       "the device's ridge point, bound, time, share); with --json, an `ops` list.", group=COMMAND),
+    K("timeline", ("--timeline",), "str", "Also write the predicted step as a Chrome trace to this JSON file "
+      "(Perfetto, chrome://tracing): one track per stream, every op of every micro-batch (docs/model.md §17).",
+      group=COMMAND),
     K("json_out", ("--json",), "flag", "Print one JSON object on stdout.", group=COMMAND),
     K("quiet", ("--quiet", "-q"), "flag", "Silence warnings.", group=COMMAND),
 )

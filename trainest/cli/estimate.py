@@ -226,6 +226,22 @@ def prior_warnings(scenario: Any, hardware: bool = True) -> list[str]:
     return out
 
 
+def write_timeline(scenario: Any, path: str) -> None:
+    """Write the predicted step of `scenario` as a Chrome trace to `path` (trainest.timeline); raises
+    SpecError when the file cannot be written."""
+    import json
+
+    from trainest.errors import SpecError
+    from trainest.report.timeline import chrome_trace
+    from trainest.timeline import step_timeline
+    doc = chrome_trace(step_timeline(scenario), scenario.model.name)
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, allow_nan=False)
+    except OSError as exc:
+        raise SpecError(f"--timeline {path!r} cannot be written: {exc.strerror}") from None
+
+
 def run_estimate(values: dict[str, Any]) -> int:
     """Run `trainest estimate` for parsed option values (keys: the knob names); print the result
     (JSON or tables) and warnings; return the exit code (0, 1 bad input, 3 a CI gate broken)."""
@@ -237,6 +253,12 @@ def run_estimate(values: dict[str, Any]) -> int:
         return EXIT_BAD_INPUT
     from trainest import report
     from trainest.report.estimate import estimate_dict, print_estimate
+    if values.get("timeline"):
+        try:
+            write_timeline(result.scenario, values["timeline"])
+        except SpecError as exc:
+            error_line(str(exc))
+            return EXIT_BAD_INPUT
     ops = None
     if values.get("ops"):
         from trainest.estimate import estimate_ops

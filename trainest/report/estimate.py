@@ -12,7 +12,7 @@ from trainest.frameworks import FRAMEWORKS, QLORA_FRAMEWORK
 from trainest.pipeline_layout import rank_layers_text
 from trainest.precision import weight_bytes_per_param
 from trainest.report import clean, console, fmt_co2, fmt_gib, fmt_money, fmt_seconds, fmt_si, print_table
-from trainest.scenario import Scenario, default_tokens_text, scenario_mapping
+from trainest.scenario import Scenario, default_tokens_text, layout_of, scenario_mapping
 from trainest.step.schedule import bubble_slots
 from trainest.units import TERA, fmt_amount, plural
 
@@ -129,7 +129,7 @@ def layout_text(s: Scenario) -> str:
     what = {3: "FSDP", 1: "distributed optimizer"}.get(p.zero, f"ZeRO-{p.zero}")
     zero_default = (f" (default: {what})" if p.pp == 1 else f" (default with pp > 1: {what})") \
         if "parallel.zero" in s.derived else ""
-    if zero_default and p.dp == 1 and (s.model.moe is None or p.edp == 1):
+    if zero_default and p.dp == 1 and (s.model.moe is None or layout_of(s).edp == 1):
         zero_default = zero_default[:-1] + "; nothing to shard with dp=1)"
     from_layout = " (from the layout)" if p.pipeline_layout and "parallel.pp" in s.derived else ""
     text = (f"tp={p.tp} pp={p.pp}{from_layout} dp={p.dp}{' (derived)' if 'parallel.dp' in s.derived else ''} cp={p.cp} "
@@ -139,7 +139,8 @@ def layout_text(s: Scenario) -> str:
     if defaults:
         text += f" ({', '.join(defaults)}: default)"
     if s.model.moe is not None:
-        text += f" ep={p.ep}{' (default)' if 'parallel.ep' in s.derived else ''} etp={p.etp} edp={p.edp}"
+        edp = int(layout_of(s).edp)
+        text += f" ep={p.ep}{' (default)' if 'parallel.ep' in s.derived else ''} etp={p.etp} edp={edp}"
     extras = [text for text, shown in (("tp-overlap=on", p.tp_overlap), (f"dp-shard={p.dp_shard}", p.dp_shard),
                                        (f"moe-overlap={p.moe_overlap}", s.model.moe is not None),
                                        (f"pipeline-split={p.pipeline_split}", p.pipeline_split == "balanced"),
