@@ -378,7 +378,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
         raise SpecError(f"{where}.adam_moments: bf16 with offload {offload!r} is not modelled (the CPU Adam of "
                         f"ZeRO-Offload keeps FP32 moments); allowed with it: fp32")
     headroom, headroom_bytes = memory_headroom_bytes(r.default("memory_headroom", DEFAULT_MEMORY_HEADROOM),
-                                                     hardware.memory_bytes, f"{where}.memory_headroom")
+                                                     hardware.device_memory_bytes, f"{where}.memory_headroom")
     return Scenario(
         model=model, hardware=hardware, seq_len=seq_len, devices=devices, devices_per_node=devices_per_node,
         precision=precision, parallel=Parallel(**sizes, dp=dp, dp_shard=0 if dp_shard == dp else dp_shard,
