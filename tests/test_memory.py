@@ -479,3 +479,42 @@ def test_fp8_and_fp4_keep_16_bit_activations():
     """FP8/FP4 recipes cast their GEMM inputs inside the GEMM: the tensors between kernels stay 16-bit."""
     from trainest.layout import ELEMENT_BYTES
     assert ELEMENT_BYTES == {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 2.0, "fp4": 2.0}
+
+
+@pytest.mark.parametrize("optimizer, state, traffic", [("adamw", 8.0, 34.0), ("adamw-8bit", 2.0 * (1 + 4 / 2048), 22.0),
+                                                       ("adafactor", 0.0, 18.0), ("sgd", 4.0, 26.0)])
+def test_each_optimizer_keeps_its_state_and_moves_its_bytes(optimizer, state, traffic):
+    """Issue 34: the optimizer sets the state beside the FP32 master and, consistently, the step's traffic:
+    AdamW's 34 B less 2·(8 − state)."""
+    from trainest.estimate import estimate
+    from trainest.precision import optimizer_bytes_per_param
+    from trainest.scenario import scenario_from_mapping
+    from trainest.step.optimizer import adam_bytes_per_param
+    assert optimizer_bytes_per_param("bf16", "fp32", optimizer) == pytest.approx(4.0 + state)
+    assert optimizer_bytes_per_param("fp32", "fp32", optimizer) == pytest.approx(state)
+    assert adam_bytes_per_param("fp32", optimizer) == pytest.approx(traffic, abs=0.01)
+    base = {"model": "llama3-8b", "devices": 8, "global_batch": 64, "parallel": {"zero": 1}}
+    adamw, other = (estimate(scenario_from_mapping({**base, "optimizer": o})) for o in ("adamw", optimizer))
+    assert other.memory.optimizer_bytes == pytest.approx(adamw.memory.optimizer_bytes * (4.0 + state) / 12.0)
+    for k in ("weights_bytes", "gradients_bytes", "activations_bytes"):
+        assert getattr(other.memory, k) == getattr(adamw.memory, k)
+    assert other.step.optimizer_s <= adamw.step.optimizer_s
+
+
+def test_optimizer_refusals_name_the_allowed_values(capsys):
+    from helpers import call_entry
+    from trainest.errors import SpecError
+    from trainest.scenario import scenario_from_mapping
+    base = {"model": "llama3-8b", "devices": 8, "global_batch": 64}
+    with pytest.raises(SpecError, match="adam_moments: bf16 is the dtype of AdamW's moments; optimizer 'sgd'"):
+        scenario_from_mapping({**base, "optimizer": "sgd", "adam_moments": "bf16"})
+    with pytest.raises(SpecError, match="optimizer: 'adafactor' with offload 'optimizer' is not modelled"):
+        scenario_from_mapping({**base, "optimizer": "adafactor", "offload": "optimizer", "devices": 1,
+                               "hardware": "gh200", "global_batch": 8})
+    with pytest.raises(SpecError, match="optimizer"):
+        scenario_from_mapping({**base, "optimizer": "lion"})
+    code, out, err = call_entry(["estimate", "--model", "llama3-8b", "--optimizer", "lion"], capsys)
+    assert code != 0 and out == "" and "adamw-8bit" in err and "Traceback" not in err
+    code, out, _ = call_entry(["plan", "--model", "llama3-8b", "--devices", "8", "--global-batch", "64",
+                               "--optimizer", "adamw-8bit"], capsys)
+    assert code == 0 and "--optimizer adamw-8bit" in " ".join(out.split())

@@ -190,7 +190,8 @@ def zero_state_bytes(job: Job, layout: Layout, params: Num, layer_params: Num, s
     weights = params * w_bytes / xp.where(zero >= 3, shard, 1.0) * (1.0 - no_16bit_shard)
     weights = weights + gathers_layers(job, layout, shard) * gathered_layer_params(job, layout, layer_params) * w_bytes
     grads = params * grad_bytes_per_param(precision) / xp.where(zero >= 2, shard, 1.0)
-    optim = params * optimizer_bytes_per_param(precision, job.adam_moments) / xp.where(zero >= 1, shard, 1.0)
+    state_bytes = optimizer_bytes_per_param(precision, job.adam_moments, job.optimizer)
+    optim = params * state_bytes / xp.where(zero >= 1, shard, 1.0)
     if FRAMEWORKS[job.framework].pp_unsharded_zero3:
         gathered = sharded3 * xp.mask(layout.pp > 1)
         weights = weights + gathered * (params * w_bytes - weights)
@@ -235,7 +236,8 @@ def frozen_state_bytes(job: Job, layout: Layout, frozen: tuple[Num, Num], adapte
     weights = (stored / xp.where(zero >= 3, shard, 1.0) + sharded3 * 2.0 * layer
                + adapters * weight_bytes_per_param(job.precision) / xp.where(zero >= 3, shard, 1.0))
     grads = adapters * grad_bytes_per_param(job.precision) / xp.where(zero >= 2, shard, 1.0)
-    optim = adapters * optimizer_bytes_per_param(job.precision, job.adam_moments) / xp.where(zero >= 1, shard, 1.0)
+    state_bytes = optimizer_bytes_per_param(job.precision, job.adam_moments, job.optimizer)
+    optim = adapters * state_bytes / xp.where(zero >= 1, shard, 1.0)
     return weights, grads, optim
 
 

@@ -204,7 +204,7 @@ def scenario_table(s: Scenario):
          + probed_text(s)),
         ("efficiencies", efficiency_text(s)),
         ("precision", mark("precision", f"{s.precision} GEMMs, FP32 master weights and "
-                                        + ("Adam state" if s.adam_moments == "fp32" else "BF16 Adam moments"))),
+                                        + optimizer_words(s))),
         ("parallel", layout_text(s)),
         ("batch", f"micro-batch {s.micro_batch}{' (default)' if 'micro_batch' in derived else ''}, global "
                   f"{plural(s.global_batch, 'sequence')}{_batch_default(s) if 'global_batch' in derived else ''}"
@@ -370,6 +370,14 @@ def throughput_table(e: Estimate):
             " (fine-tuning: the FLOPs a frozen base needs, forward + data gradients + adapters)"
             if e.scenario.finetune.frozen else "")),
     ])
+
+
+def optimizer_words(s: Scenario) -> str:
+    """The optimizer's state in words: "Adam state", "BF16 Adam moments", "8-bit AdamW state", ..."""
+    if s.optimizer == "adamw":
+        return "Adam state" if s.adam_moments == "fp32" else "BF16 Adam moments"
+    return {"adamw-8bit": "8-bit AdamW state", "adafactor": "Adafactor's factored state",
+            "sgd": "SGD momentum"}[s.optimizer]
 
 
 def memory_table(e: Estimate):

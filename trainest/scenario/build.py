@@ -21,6 +21,7 @@ from trainest.choices import (
     DP_COLLECTIVES,
     KERNELS,
     MOE_OVERLAPS,
+    OPTIMIZERS,
     PIPELINE_SCHEDULES,
     PIPELINE_SPLITS,
     PRECISIONS,
@@ -33,6 +34,7 @@ from trainest.scenario.checks import (
     check_finetune,
     check_network,
     check_offload,
+    check_optimizer,
     check_scenario_keys,
     default_global_batch,
     default_precision,
@@ -364,6 +366,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     packed_length = packed_length_of(data.get("packed_length"), seq_len, where)
     kernels = F.choice(r.default("kernels", fw.kernels), f"{where}.kernels", KERNELS)
     moments = F.choice(r.default("adam_moments", "fp32"), f"{where}.adam_moments", ADAM_MOMENTS)
+    optimizer = F.choice(r.default("optimizer", "adamw"), f"{where}.optimizer", OPTIMIZERS)
     if par.get("dp_overlap") is None:
         r.derive("parallel.dp_overlap")
     dp_overlap = F.boolean(par.get("dp_overlap", fw.dp_overlap), f"{where}.parallel.dp_overlap")
@@ -374,6 +377,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     tokens, price_usd, pue, grid = _run_costs(r, model, hardware, finetune)
     hybrid_support(model, recompute, finetune.method, where)
     offload = check_offload(data.get("offload", "none"), hardware, f"{where}.offload")
+    check_optimizer(optimizer, moments, offload, where)
     if moments == "bf16" and offload.startswith("optimizer"):
         raise SpecError(f"{where}.adam_moments: bf16 with offload {offload!r} is not modelled (the CPU Adam of "
                         f"ZeRO-Offload keeps FP32 moments); allowed with it: fp32")
@@ -387,7 +391,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                                                moe_overlap=moe_overlap, pipeline_schedule=schedule),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
         tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, framework=framework,
-        adam_moments=moments, recompute_modules=modules,
+        adam_moments=moments, optimizer=optimizer, recompute_modules=modules,
         grid_gco2_per_kwh=grid, finetune=finetune, offload=offload, derived=tuple(derived),
         memory_headroom=headroom, memory_headroom_bytes=headroom_bytes, packed_length=packed_length,
     )
