@@ -44,8 +44,9 @@ def test_case1_dgx_spark_is_memory_bound_at_few_tokens_per_gemm_and_compute_boun
 def test_case2_offload_fits_and_nvlink_c2c_beats_pcie():
     c = cases()
     _, docs = c.case2()
+    # the GH200 exposes 141 GiB (issue 34), in which the run just fits without offload; the H100's 79.6 do not
+    assert not docs[("h100-sxm", "none")]["memory"]["fits"] and docs[("gh200", "none")]["memory"]["fits"]
     for hw in ("gh200", "h100-sxm"):
-        assert not docs[(hw, "none")]["memory"]["fits"]
         assert docs[(hw, "optimizer")]["memory"]["fits"] and docs[(hw, "optimizer+weights")]["memory"]["fits"]
     gh, h100 = docs[("gh200", "optimizer")]["step"], docs[("h100-sxm", "optimizer")]["step"]
     assert gh["shares"]["offload"] < 0.15 and 0.35 < h100["shares"]["offload"] < 0.5
