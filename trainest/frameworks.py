@@ -310,6 +310,25 @@ DECLARED: tuple[Framework, ...] = (
 DEFAULT_FRAMEWORK = "megatron-core"
 QLORA_FRAMEWORK = "hf-accelerate"    # a QLoRA's framework when none is given (module docstring: `qlora`)
 
+# where a quantised base's kernels exist (QLoRA's 4-bit NF4, LoRA's 8-bit LLM.int8): bitsandbytes ships CUDA and ROCm
+# kernels (NVIDIA and AMD GPUs, the Grace superchips and the DGX Spark: kinds gpu and cpu-gpu), mlx-lm its quantised
+# matmul on Apple silicon (apple). None for TPUs (XLA), Trainium (Neuron), Gaudi (SynapseAI) or the other ASICs, and
+# no framework of the catalog brings its own there: a quantised base on them is refused (`quantised_base_refusal`).
+QUANTISED_BASE_KINDS = ("gpu", "cpu-gpu", "apple")
+_VENDOR_STACK = {"Google": "XLA (TPU)", "AWS": "AWS Neuron (Trainium)", "Intel": "Intel Gaudi's SynapseAI"}
+
+
+def quantised_base_refusal(kind: str, vendor: str, hardware_name: str, base_bits: int, framework: str) -> str | None:
+    """Why a frozen base of `base_bits` bits cannot run on hardware of `kind` (None: it can, or the base is 16-bit):
+    its kernels (bitsandbytes' NF4/int8 layers, mlx-lm's quantised matmul) exist only on QUANTISED_BASE_KINDS."""
+    if base_bits >= 16 or kind in QUANTISED_BASE_KINDS:
+        return None
+    what = "QLoRA's 4-bit NF4 base" if base_bits == 4 else "an 8-bit (LLM.int8) base"
+    why = f"{_VENDOR_STACK.get(vendor, f'the {vendor or kind} software stack')} has no such layer"
+    return (f"{what} has no kernels on {hardware_name}: bitsandbytes' quantised layers run on NVIDIA and AMD GPUs "
+            f"(CUDA, ROCm) and mlx-lm's on Apple silicon; {why}, and {framework} does not bring them. Alternatives: "
+            f"--finetune lora with a 16-bit base (--base-bits 16), or a GPU (e.g. --hardware h100-sxm)")
+
 
 def fitted_file() -> Path | None:
     """specs/frameworks.json of the installed package or the source tree (None: not there)."""

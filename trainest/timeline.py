@@ -36,6 +36,8 @@ COMPUTE, TP_STREAM, CP_STREAM, EP_STREAM, DP_STREAM, PP_STREAM, HOST, OFFLOAD = 
 TRACKS = (COMPUTE, TP_STREAM, CP_STREAM, EP_STREAM, DP_STREAM, PP_STREAM, HOST, OFFLOAD)
 # what a slice off the critical path counts as
 HIDDEN = "hidden"
+HIDDEN_LANE = " (overlapped)"       # the lane of a stream that holds its hidden traffic
+ROUNDING = 1e-12                    # a residual of the step's sums below this share of the step is rounding
 TERMS = ("compute", "memory", "communication", "bubble", "overhead", "offload")
 
 
@@ -76,7 +78,7 @@ class Timeline(NamedTuple):
 
 
 class _Cursor:
-    """Lays critical slices end to end on the step's path; hidden ones beside it."""
+    """Lays critical slices end to end on the step's path; hidden ones over the work that hides them."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -91,21 +93,23 @@ class _Cursor:
         self.track_end[track] = self.now
 
     def beside(self, name: str, track: str, start_s: float, duration_s: float, **kw) -> None:
-        """A slice off the critical path, not before the track's last one ends."""
+        """A slice off the critical path from `start_s`, or where the track's last one ends."""
         if duration_s <= 0.0:
             return
         start = max(start_s, self.track_end.get(track, 0.0))
         self.out.append(Slice(name, track, start, duration_s, HIDDEN, **kw))
         self.track_end[track] = start + duration_s
 
-    def hidden_then_exposed(self, name: str, track: str, total_s: float, exposed_s: float, term: str, **kw) -> None:
-        """A collective whose hidden part ran under the work before now and whose exposed part is on the path."""
-        hidden = max(total_s - exposed_s, 0.0)
-        start = max(self.now - hidden, self.track_end.get(track, 0.0))
-        if hidden > 0.0 and self.now > start:       # drawn within the work before now (shorter if the track is busy)
-            self.out.append(Slice(name + " (hidden)", track, start, self.now - start, HIDDEN, **kw))
-            self.track_end[track] = self.now
-        self.put(name, track, exposed_s, term, **kw)
+    def hide(self, name: str, track: str, region: tuple[float, float], hidden_s: float, at_end: bool, **kw) -> None:
+        """The hidden part of a collective (or copy) over the work `region` that hides it: ending with the region
+        (`at_end`, a reduction behind the backward) or starting with it (a prefetch)."""
+        a, b = region
+        if hidden_s <= 0.0:
+            return
+        lane = track + HIDDEN_LANE          # its own lane: hidden traffic overlaps the stream's exposed slices in time
+        start = max(b - hidden_s if at_end else a, self.track_end.get(lane, 0.0))
+        self.out.append(Slice(name + " (hidden)", track, start, hidden_s, HIDDEN, **kw))
+        self.track_end[lane] = start + hidden_s
 
 
 def _op_slice(c: _Cursor, op: Op, weight: float, mb: int, layer: int | None, phase: str) -> None:
@@ -124,6 +128,7 @@ class _PerLayer(NamedTuple):
     cp: tuple[float, float, float, float]
     ep: tuple[float, float, float, float]
     host: tuple[float, float]
+    fwd_share: float                            # the forward's share of the pass's device time
 
 
 def _split(value: float, share_fwd: float) -> tuple[float, float]:
@@ -143,7 +148,8 @@ def _per_layer(job: Job, layout: Layout, terms: StepTerms, p: StepParts) -> _Per
     host = float(host_layer_s(job, layout) + expert_host_layer_s(job, layout))
     return _PerLayer(overhead=_split(overhead, share), tp=comm(float(p.tp_exposed_s), float(p.tp_total_s)),
                      cp=comm(float(p.cp.exposed_s), float(p.cp.total_s)),
-                     ep=comm(float(p.ep_exposed_s), float(p.ep_total_s)), host=_split(host, share))
+                     ep=comm(float(p.ep_exposed_s), float(p.ep_total_s)), host=_split(host, share),
+                     fwd_share=share)
 
 
 def _layer_weights(layers: float) -> list[float]:
@@ -153,11 +159,12 @@ def _layer_weights(layers: float) -> list[float]:
     return [1.0] * whole + ([rest] if rest > 1e-9 else [])
 
 
-def _pass(c: _Cursor, p: StepParts, per: _PerLayer, mb: int, backward: bool) -> None:
-    """One micro-batch's forward or backward through the stage's layers."""
+def _pass(c: _Cursor, p: StepParts, per: _PerLayer, mb: int, backward: bool) -> tuple[float, float]:
+    """One micro-batch's forward or backward through the stage's layers; returns the pass's span."""
     ops = p.layer.ops
     i = 1 if backward else 0
     phase = "backward" if backward else "forward"
+    first = c.now
     for layer, w in enumerate(_layer_weights(float(p.layers))):
         start = c.now
         c.beside("launch", HOST, start, per.host[i] * w, phase=phase, micro_batch=mb, layer=layer, bound="host")
@@ -173,12 +180,15 @@ def _pass(c: _Cursor, p: StepParts, per: _PerLayer, mb: int, backward: bool) -> 
             for op, ph in run:
                 if float(op.time_s) > 0:
                     _op_slice(c, op, w, mb, layer, ph)
+        ops_region = (start, c.now)
         c.put("layer overhead", COMPUTE, per.overhead[i] * w, "overhead", phase=phase, micro_batch=mb, layer=layer,
               bound="host")
         for name, track, v in (("tp.collectives", TP_STREAM, per.tp), ("cp.kv_ring", CP_STREAM, per.cp),
                                ("ep.all_to_all", EP_STREAM, per.ep)):
-            c.hidden_then_exposed(name, track, v[2 + i] * w, v[i] * w, "communication", phase=phase, micro_batch=mb,
-                                  layer=layer, bound="network")
+            kw = {"phase": phase, "micro_batch": mb, "layer": layer, "bound": "network"}
+            c.hide(name, track, ops_region, max(v[2 + i] - v[i], 0.0) * w, at_end=True, **kw)
+            c.put(name, track, v[i] * w, "communication", **kw)
+    return first, c.now
 
 
 def _order(m: int, p: StepParts, layout: Layout) -> list[tuple[int, bool]]:
@@ -209,55 +219,98 @@ def _micro_batch_rest(terms: StepTerms, p: StepParts, per: _PerLayer) -> dict[st
     comp = float(terms.compute_s) / m - n * float(lp.compute_s) - last * logits_c
     mem = (float(terms.memory_s) - float(terms.optimizer_s)) / m - n * float(lp.memory_s) - last * (logits_t - logits_c)
     over = float(terms.overhead_s) / m - n * sum(per.overhead)
-    return {"compute": comp, "memory": mem, "overhead": over}
+    # rounding of the step's own sums (no MTP, no head host time) is no slice
+    floor = ROUNDING * float(terms.time_s) / m
+    return {k: v if v > floor else 0.0 for k, v in (("compute", comp), ("memory", mem), ("overhead", over))}
 
 
-def _micro_batch(c: _Cursor, p: StepParts, per: _PerLayer, rest: dict[str, float], mb: int, backward: bool) -> None:
+class _Hidden(NamedTuple):
+    """Per micro-batch pass, the step-level traffic that hides behind it [s]: (hidden, exposed) pairs."""
+
+    zero2: tuple[float, float]          # ZeRO-2's reduce-scatter of each micro-batch but the last
+    offload: dict[str, tuple[float, float]]     # host-link copies per pass (hidden only; exposed at the tail)
+
+
+def _hidden_parts(p: StepParts, layout: Layout) -> _Hidden:
+    m = float(p.micro_batches)
+    rs_total = float(layout.z2) * (m - 1.0) * float(p.dp.zero2_rs_s)
+    rs_exposed = float(p.dp_exposed.zero2_s)
+    each = 1.0 / (m - 1.0) if m > 1 else 0.0
+    off: dict[str, tuple[float, float]] = {}
+    if p.offload is not None:
+        o = p.offload
+        off = {"offload.grads_down": (0.0, max(float(o.grads_down_s - o.grads_exposed_s), 0.0) / m),
+               "offload.weights_fetch": (max(float(o.fetch_s - o.fetch_exposed_s), 0.0) / (2 * m),) * 2,
+               "offload.activations": (max(float(o.activations_s - o.activations_exposed_s), 0.0) / (2 * m),) * 2}
+    return _Hidden(zero2=(max(rs_total - rs_exposed, 0.0) * each, rs_exposed * each), offload=off)
+
+
+def _micro_batch(c: _Cursor, p: StepParts, per: _PerLayer, rest: dict[str, float], mb: int, backward: bool,
+                 hid: _Hidden) -> None:
     """One micro-batch's forward or its backward on the stage, with what comes with it."""
     phase = "backward" if backward else "forward"
-    share = 0.5                 # the head's and the MTP modules' work, the sends: half with each pass
+    half = 0.5                  # the head's and the MTP modules' work, the sends: half with each pass
     kw = {"phase": phase, "micro_batch": mb}
+    net = {"bound": "network", **kw}
+    m = int(round(float(p.micro_batches)))
     if not backward:
-        c.hidden_then_exposed("zero3.gather", DP_STREAM, float(p.z3_s) * share, float(p.z3_exposed_s) * share,
-                              "communication", bound="network", **kw)
-        c.put("embedding/loss host", COMPUTE, rest["overhead"] * share, "overhead", bound="host", **kw)
-        _pass(c, p, per, mb, backward=False)
+        c.put("embedding/loss host", COMPUTE, rest["overhead"] * half, "overhead", bound="host", **kw)
+        region = _pass(c, p, per, mb, backward=False)
+        z3_h = max(float(p.z3_s) - float(p.z3_exposed_s), 0.0)
+        fwd_share = per.fwd_share
+        c.hide("zero3.gather", DP_STREAM, region, z3_h * fwd_share, at_end=False, **net)
+        c.put("zero3.gather", DP_STREAM, float(p.z3_exposed_s) * fwd_share, "communication", **net)
+        if mb == 0:
+            ex = p.dp_exposed
+            c.hide("dp.weight_gather", DP_STREAM, region, max(float(p.dp.gather_s - ex.gather_s), 0.0), at_end=False,
+                   bound="network")
+            c.put("dp.weight_gather", DP_STREAM, float(ex.gather_s), "communication", bound="network")
+        for name, (f, _) in hid.offload.items():
+            c.hide(name, OFFLOAD, region, f, at_end=False, bound="host link", **kw)
     last = float(p.last_is_max) > 0
     logits = [o for o in p.logits if (o.phase == "forward") != backward] if last else []
     if backward:
         for o in logits:
             _op_slice(c, o, 1.0, mb, None, phase)
-    c.put("mtp modules", COMPUTE, rest["compute"] * share, "compute", bound="compute", **kw)
-    c.put("mtp modules", COMPUTE, rest["memory"] * share, "memory", bound="memory", **kw)
+    c.put("mtp modules", COMPUTE, rest["compute"] * half, "compute", bound="compute", **kw)
+    c.put("mtp modules", COMPUTE, rest["memory"] * half, "memory", bound="memory", **kw)
     if not backward:
         for o in logits:
             _op_slice(c, o, 1.0, mb, None, phase)
-    c.put("tp.embedding_loss", TP_STREAM, float(p.head_tp_s) * share, "communication", bound="network", **kw)
-    c.put("ep.mtp_all_to_all", EP_STREAM, float(p.mtp_ep_s) * share, "communication", bound="network", **kw)
-    c.put("pp.send_recv", PP_STREAM, float(p.pp_s) * share, "communication", bound="network", **kw)
+    c.put("tp.embedding_loss", TP_STREAM, float(p.head_tp_s) * half, "communication", **net)
+    c.put("ep.mtp_all_to_all", EP_STREAM, float(p.mtp_ep_s) * half, "communication", **net)
+    c.put("pp.send_recv", PP_STREAM, float(p.pp_s) * half, "communication", **net)
     if backward:
-        _pass(c, p, per, mb, backward=True)
-        c.put("embedding/loss host", COMPUTE, rest["overhead"] * share, "overhead", bound="host", **kw)
-        c.hidden_then_exposed("zero3.reduce", DP_STREAM, float(p.z3_s) * share, float(p.z3_exposed_s) * share,
-                              "communication", bound="network", **kw)
+        region = _pass(c, p, per, mb, backward=True)
+        c.put("embedding/loss host", COMPUTE, rest["overhead"] * half, "overhead", bound="host", **kw)
+        z3_h = max(float(p.z3_s) - float(p.z3_exposed_s), 0.0)
+        bwd_share = 1.0 - per.fwd_share
+        c.hide("zero3.reduce", DP_STREAM, region, z3_h * bwd_share, at_end=True, **net)
+        c.put("zero3.reduce", DP_STREAM, float(p.z3_exposed_s) * bwd_share, "communication", **net)
+        if mb < m - 1:
+            c.hide("zero2.grad_reduce_scatter", DP_STREAM, region, hid.zero2[0], at_end=True, **net)
+            c.put("zero2.grad_reduce_scatter", DP_STREAM, hid.zero2[1], "communication", **net)
+        else:
+            ex = p.dp_exposed
+            c.hide("dp.grad_reduce", DP_STREAM, region, max(float(p.dp.reduce_s - ex.reduce_s), 0.0), at_end=True,
+                   bound="network")
+        for name, (_, b) in hid.offload.items():
+            c.hide(name, OFFLOAD, region, b, at_end=True, bound="host link", **kw)
 
 
 def _step_tail(c: _Cursor, terms: StepTerms, p: StepParts) -> None:
-    """After the last backward: the data-parallel collectives' exposed parts, the optimizer, the offload."""
-    dp, ex = p.dp, p.dp_exposed
-    for name, total, exposed in (("dp.grad_reduce", dp.reduce_s, ex.reduce_s),
-                                 ("dp.replica_all_reduce", dp.replica_s, ex.replica_s),
-                                 ("zero2.grad_reduce_scatter", (float(p.micro_batches) - 1.0) * float(dp.zero2_rs_s),
-                                  ex.zero2_s),
-                                 ("pp.tied_embedding", p.tied_s, p.tied_s)):
-        c.hidden_then_exposed(name, DP_STREAM, float(total), float(exposed), "communication", bound="network")
+    """After the last backward: the data-parallel collectives' exposed parts, the optimizer, the offload's."""
+    ex = p.dp_exposed
+    for name, exposed in (("dp.grad_reduce", ex.reduce_s), ("dp.replica_all_reduce", ex.replica_s),
+                          ("pp.tied_embedding", p.tied_s)):
+        c.put(name, DP_STREAM, float(exposed), "communication", bound="network")
     c.put("optimizer.adam", COMPUTE, float(terms.optimizer_s), "memory", bound="memory")
     off = p.offload
     if off is not None:
-        for name, total, exposed in (("offload.grads_down", off.grads_down_s, off.grads_exposed_s),
-                                     ("offload.weights_fetch", off.fetch_s, off.fetch_exposed_s),
-                                     ("offload.activations", off.activations_s, off.activations_exposed_s)):
-            c.hidden_then_exposed(name, OFFLOAD, float(total), float(exposed), "offload", bound="host link")
+        for name, exposed in (("offload.grads_down", off.grads_exposed_s),
+                              ("offload.weights_fetch", off.fetch_exposed_s),
+                              ("offload.activations", off.activations_exposed_s)):
+            c.put(name, OFFLOAD, float(exposed), "offload", bound="host link")
         c.put("offload.cpu_adam / weights_up", OFFLOAD, float(off.tail_s), "offload", bound="host")
         # what offload_s holds beyond its named parts (0 by the model's own sum; kept so the path adds up)
         named = float(off.grads_exposed_s + off.fetch_exposed_s + off.activations_exposed_s + off.tail_s)
@@ -284,12 +337,10 @@ def step_timeline(s: Scenario) -> Timeline:
     rest = _micro_batch_rest(terms, p, per)
     c = _Cursor()
     bubble = float(terms.bubble_s)
-    ex = p.dp_exposed
-    c.hidden_then_exposed("dp.weight_gather", DP_STREAM, float(p.dp.gather_s), float(ex.gather_s), "communication",
-                          bound="network")
+    hid = _hidden_parts(p, layout)
     c.put("pipeline fill", COMPUTE, bubble / 2.0, "bubble")
     for mb, backward in _order(m, p, layout):
-        _micro_batch(c, p, per, rest, mb, backward)
+        _micro_batch(c, p, per, rest, mb, backward, hid)
     c.put("pipeline drain", COMPUTE, bubble / 2.0, "bubble")
     _step_tail(c, terms, p)
     breakdown = {k: float(getattr(terms, f"{k}_s")) for k in TERMS}

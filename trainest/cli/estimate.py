@@ -75,25 +75,38 @@ def gate_limits(values: dict[str, Any]) -> tuple[float | None, float | None]:
     return days, cost
 
 
-def _gates(values: dict[str, Any], result: Any) -> list[str]:
-    """The CI gates the result breaks (--max-days, --max-cost, --require-fit)."""
+def gate(flag: str, limit: float | None, value: float | None, passed: bool, message: str) -> dict[str, Any]:
+    """One CI gate as the JSON documents name it: its flag, limit, the value checked, whether it passed, why not."""
+    return {"gate": flag, "limit": limit, "value": value, "passed": passed, "message": "" if passed else message}
+
+
+def gate_results(values: dict[str, Any], result: Any) -> list[dict[str, Any]]:
+    """Every CI gate given (--max-days [days], --max-cost [USD], --require-fit [bytes per device]), checked."""
     max_days, max_cost = gate_limits(values)
-    broken = []
-    if max_days is not None and result.training.time_days > max_days:
-        broken.append(f"training takes {result.training.time_days:.2f} days > --max-days {max_days:g}")
+    tr, me = result.training, result.memory
+    out = []
+    if max_days is not None:
+        out.append(gate("--max-days", max_days, tr.time_days, tr.time_days <= max_days,
+                        f"training takes {tr.time_days:.2f} days > --max-days {max_days:g}"))
     if max_cost is not None:
-        if result.training.cost_usd is None:
-            broken.append("--max-cost given but no price is known; give --price-per-hour")
-        elif result.training.cost_usd > max_cost:
-            broken.append(f"training costs ${result.training.cost_usd:,.0f} > --max-cost ${max_cost:,.0f}")
-    if values.get("require_fit") and not result.memory.fits:
-        broken.append(f"needs {result.memory.per_device_bytes / 2**30:.1f} GiB per device > "
-                      f"{result.memory.capacity_bytes / 2**30:.1f} GiB (--require-fit)")
-    return broken
+        out.append(gate("--max-cost", max_cost, tr.cost_usd, tr.cost_usd is not None and tr.cost_usd <= max_cost,
+                        "--max-cost given but no price is known; give --price-per-hour" if tr.cost_usd is None else
+                        f"training costs ${tr.cost_usd:,.0f} > --max-cost ${max_cost:,.0f}"))
+    if values.get("require_fit"):
+        out.append(gate("--require-fit", me.capacity_bytes, me.per_device_bytes, bool(me.fits),
+                        f"needs {me.per_device_bytes / 2**30:.1f} GiB per device > "
+                        f"{me.capacity_bytes / 2**30:.1f} GiB (--require-fit)"))
+    return out
 
 
-def _estimate(values: dict[str, Any]) -> tuple[Any, list[str]]:
-    """(Estimate, warnings) of the option values; raises SpecError on bad input."""
+def _gates(values: dict[str, Any], result: Any) -> list[str]:
+    """The CI gates the result breaks (--max-days, --max-cost, --require-fit), in words."""
+    return [g["message"] for g in gate_results(values, result) if not g["passed"]]
+
+
+def _estimate(values: dict[str, Any]) -> tuple[Any, list[str], Any]:
+    """(Estimate, warnings, advice.FitAdvice where it does not fit else None) of the option values; raises
+    SpecError on bad input."""
     from trainest.estimate import estimate
     from trainest.scenario import scenario_from_mapping
     config = values.get("config")
@@ -109,18 +122,31 @@ def _estimate(values: dict[str, Any]) -> tuple[Any, list[str]]:
     overlap = tp_overlap_warning(scenario)
     if overlap:
         warnings.append(overlap)
+    advice = None
     if not result.memory.fits:
-        from trainest.advice import fit_suggestions
-        warnings.append(fit_suggestions(scenario, result))
+        from trainest.advice import fit_advice
+        advice = fit_advice(scenario, result)
+        warnings.append(advice.text)
     elif scenario.parallel.pp > 1:
         from trainest.advice import layout_hint
         hint = layout_hint(scenario, result)
         if hint:
             warnings.append(hint)
-    if result.training.cost_usd is None:
-        warnings.append(f"no price for {scenario.hardware.name}: cost not computed; give --price-per-hour")
+    warnings.extend(price_warnings(scenario))
     warnings.extend(job_warnings(scenario))
-    return result, warnings
+    return result, warnings, advice
+
+
+def price_warnings(scenario: Any) -> list[str]:
+    """No price (and why the catalog has none), or a catalog price over a year old or undated."""
+    hw = scenario.hardware
+    if scenario.price_usd_per_hour is None:
+        return [f"no price for {hw.name} ({hw.price_unknown or 'none in its file'}): cost not computed; give "
+                f"--price-per-hour USD per device-hour"]
+    if "price_per_hour" in scenario.derived and hw.price_stale:
+        return [f"the catalog price of {hw.name} (${hw.price_usd_per_hour:.2f}/device-hour) may be out of date: "
+                f"{hw.price_stale}; give --price-per-hour for a current one"]
+    return []
 
 
 def job_warnings(scenario: Any, hardware: bool = True) -> list[str]:
@@ -247,7 +273,7 @@ def run_estimate(values: dict[str, Any]) -> int:
     (JSON or tables) and warnings; return the exit code (0, 1 bad input, 3 a CI gate broken)."""
     from trainest.errors import SpecError
     try:
-        result, warnings = _estimate(values)
+        result, warnings, advice = _estimate(values)
     except SpecError as exc:
         error_line(str(exc))
         return EXIT_BAD_INPUT
@@ -264,8 +290,18 @@ def run_estimate(values: dict[str, Any]) -> int:
         from trainest.estimate import estimate_ops
         ops = estimate_ops(result.scenario)
     if values.get("json_out"):
-        print(report.dumps(estimate_dict(result, warnings, ops)))
+        doc = estimate_dict(result, warnings, ops)
+        if advice is not None:
+            from trainest.cli.nofit import fit_advice_dict
+            doc["fit_advice"] = report.clean(fit_advice_dict(values, advice))
+        if gates := gate_results(values, result):
+            doc["gates"] = report.clean(gates)
+        print(report.dumps(doc))
     else:
+        if advice is not None:           # the first lines: what fits, as commands that paste (also under -q)
+            from trainest.cli.nofit import print_no_fit
+            print_no_fit(values, advice)
+            warnings = [w for w in warnings if w != advice.text]
         print_estimate(result, ops)
     if not values.get("quiet"):
         for w in warnings:

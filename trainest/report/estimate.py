@@ -41,6 +41,16 @@ def host_link_words(hw: Hardware) -> str:
     return f"{link.name or link.kind}, {rate / 1e9:.0f} GB/s per direction" if rate else (link.kind or "unknown")
 
 
+def host_words(hw: Hardware) -> str:
+    """The host an offload uses, per device, and whether it is the file's or a typical server's (derived)."""
+    h = hw.host
+    if h.memory_bytes_per_device is None or h.cpu_cores_per_device is None or h.memory_bytes_per_s_per_device is None:
+        return ""
+    what = f"{h.system} (derived: the file gives none)" if h.derived else (h.system or "the file's host")
+    return (f"; host: {what}, per device {h.cpu_cores_per_device:g} cores, {h.memory_bytes_per_device / 1e9:.0f} GB at "
+            f"{h.memory_bytes_per_s_per_device / 1e9:.0f} GB/s")
+
+
 BASIS_WORDS = {
     "fitted": "fitted on measured runs of this device",
     "inherited": "inherited from a sibling die's fit",
@@ -219,7 +229,8 @@ def scenario_table(s: Scenario):
         ("framework", framework_text(s, "framework" in derived)
          + ("" if s.parallel.dp_overlap else ", gradient reduction not overlapped")),
         *([("fine-tuning", finetune_text(s))] if s.finetune.frozen else []),
-        *([("offload", f"{s.offload} to host memory over {host_link_words(s.hardware)}")] if s.offload != "none"
+        *([("offload", f"{s.offload} to host memory over {host_link_words(s.hardware)}"
+                       + host_words(s.hardware))] if s.offload != "none"
           else []),
     ])
 
@@ -412,10 +423,23 @@ def memory_table(e: Estimate):
     return t
 
 
+def price_label(hw: Any) -> str:
+    """Where a catalog price comes from: on-demand with its date, or a workstation's amortised purchase; a stale
+    one flagged."""
+    if hw.purchase is not None:
+        text = (f"catalog: ${hw.purchase.usd:,.0f} purchase amortised over {hw.purchase.amortisation_years:g} years "
+                f"of continuous use")
+    else:
+        text = f"catalog on-demand price, {hw.price_date or 'undated'}"
+    return text + (f"; STALE: {hw.price_stale}" if hw.price_stale else "")
+
+
 def run_table(e: Estimate):
     tr, derived = e.training, set(e.scenario.derived)
     price = "" if tr.price_usd_per_hour is None else f" at ${tr.price_usd_per_hour:.2f}/device-hour"
-    catalog_price = " (catalog price)" if "price_per_hour" in derived and tr.price_usd_per_hour is not None else ""
+    catalog_price = ""
+    if "price_per_hour" in derived and tr.price_usd_per_hour is not None:
+        catalog_price = f" ({price_label(e.scenario.hardware)})"
     return _key_value_table("Whole run", [
         ("tokens", f"{fmt_si(tr.tokens)}" + (f"  (default: {default_tokens_text(e.scenario.finetune)})"
                                              if "tokens" in derived else "")),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainest.timeline import TRACKS, Timeline
+from trainest.timeline import HIDDEN_LANE, TRACKS, Timeline
 from trainest.units import MICROSECOND
 
 PID = 0                         # the device
@@ -22,8 +22,11 @@ GENERATOR = "trainest"
 KERNEL, CPU_OP, ANNOTATION, MODEL = "kernel", "cpu_op", "user_annotation", "trainest"
 
 
-def _tid(track: str) -> int:
-    return TRACKS.index(track) + 1
+LANE_OFFSET = 100                   # a stream's lane of hidden (overlapped) traffic: its thread id + this
+
+
+def _tid(track: str, hidden: bool = False) -> int:
+    return TRACKS.index(track) + 1 + (LANE_OFFSET if hidden else 0)
 
 
 def chrome_trace(t: Timeline, scenario_label: str = "") -> dict[str, Any]:
@@ -36,7 +39,13 @@ def chrome_trace(t: Timeline, scenario_label: str = "") -> dict[str, Any]:
         pid = HOST_PID if track == "host dispatch" else PID
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": _tid(track), "args": {"name": track}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": _tid(track),
-                       "args": {"sort_index": _tid(track)}})
+                       "args": {"sort_index": 2 * _tid(track)}})
+        if track != "host dispatch":
+            lane = _tid(track, hidden=True)
+            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": lane,
+                           "args": {"name": track + HIDDEN_LANE}})
+            events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": lane,
+                           "args": {"sort_index": 2 * _tid(track) + 1}})
     events.append({"ph": "X", "cat": ANNOTATION, "name": "ProfilerStep#0", "pid": HOST_PID, "tid": 0, "ts": 0.0,
                    "dur": t.step_s / MICROSECOND, "args": {"step_s": t.step_s}})
     for sl in t.slices:
@@ -54,7 +63,8 @@ def chrome_trace(t: Timeline, scenario_label: str = "") -> dict[str, Any]:
         if sl.bytes:
             args["bytes"] = sl.bytes
         events.append({"ph": "X", "cat": cat, "name": sl.name, "pid": HOST_PID if on_host else PID,
-                       "tid": _tid(sl.track), "ts": sl.start_s / MICROSECOND, "dur": sl.duration_s / MICROSECOND,
+                       "tid": _tid(sl.track, not sl.critical and not on_host),
+                       "ts": sl.start_s / MICROSECOND, "dur": sl.duration_s / MICROSECOND,
                        "args": args})
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"generator": GENERATOR, "scenario": scenario_label, "step_s": t.step_s,

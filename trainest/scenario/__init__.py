@@ -48,6 +48,7 @@ from trainest.scenario.files import (
 from trainest.scenario.framework import (
     FRAMEWORK_BY_KIND,
     check_framework_finetune,
+    check_quantised_base,
     chosen_by_qlora,
     default_framework,
     default_zero,
@@ -84,7 +85,8 @@ __all__ = [
     "DEFAULT_PUE", "DEFAULT_TOKENS_PER_PARAM", "DEFAULT_TOKENS_PER_STEP", "DEFAULT_ZERO", "DEFAULT_ZERO_WITH_PP",
     "ECHO_KEYS", "FRAMEWORK_BY_KIND", "KEPT_WHEN_DERIVED", "LORA_DEFAULT_KEYS", "PARALLEL_KEYS", "PATH_KEYS",
     "QLORA_PRECISIONS", "RUN_ONLY_KEYS", "SCENARIO_KEYS", "FineTune", "Parallel", "Scenario",
-    "check_finetune", "check_framework_finetune", "check_offload", "check_scenario_keys", "chosen_by_qlora",
+    "check_finetune", "check_framework_finetune", "check_quantised_base", "check_offload", "check_scenario_keys",
+    "chosen_by_qlora",
     "default_framework", "default_global_batch", "default_precision", "default_tokens", "default_tokens_text",
     "default_zero", "finetune_defaults", "finetune_mapping", "finetune_method_given", "framework_args",
     "hybrid_support", "is_finite_positive", "job_of", "layout_of", "load_scenario_file", "lora_base_bits",

@@ -49,6 +49,7 @@ from trainest.scenario.framework import (
     check_framework,
     check_framework_finetune,
     check_framework_hardware,
+    check_quantised_base,
     default_framework,
     default_zero,
     finetune_method_given,
@@ -372,7 +373,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     dp_overlap = F.boolean(par.get("dp_overlap", fw.dp_overlap), f"{where}.parallel.dp_overlap")
     check_framework(framework, sizes, par, where, label)
     check_framework_hardware(framework, hardware, where)
-    finetune = _finetune_of(data.get("finetune"), model, precision, framework, where)
+    finetune = _finetune_of(data.get("finetune"), model, precision, framework, where, hardware)
     derived += finetune_defaults(data.get("finetune"), finetune)
     tokens, price_usd, pue, grid = _run_costs(r, model, hardware, finetune)
     hybrid_support(model, recompute, finetune.method, where)
@@ -397,8 +398,12 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     )
 
 
-def _finetune_of(data: Any, model: Model, precision: str, framework: str, where: str) -> FineTune:
-    """`check_finetune`, and the framework runs its method (`check_framework_finetune`)."""
+def _finetune_of(data: Any, model: Model, precision: str, framework: str, where: str,
+                 hardware: Hardware) -> FineTune:
+    """`check_finetune`, the framework runs its method (`check_framework_finetune`), and a quantised base's
+    kernels exist on the hardware (`check_quantised_base`)."""
     finetune = check_finetune(data, model, precision, where)
     check_framework_finetune(framework, finetune.method, "--framework" if where == "options" else f"{where}.framework")
+    check_quantised_base(finetune.base_bits if finetune.frozen else 16, hardware, framework,
+                         "--finetune" if where == "options" else f"{where}.finetune")
     return finetune

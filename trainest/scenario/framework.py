@@ -134,6 +134,14 @@ def finetune_method_given(data: Any) -> str:
     return method if isinstance(method, str) else "full"
 
 
+def check_quantised_base(base_bits: int, hardware: Hardware, framework: str, name: str) -> None:
+    """A quantised frozen base (QLoRA, LLM.int8) only where its kernels exist (frameworks.quantised_base_refusal)."""
+    from trainest.frameworks import quantised_base_refusal
+    why = quantised_base_refusal(hardware.kind, hardware.vendor, hardware.name, base_bits, framework)
+    if why:
+        raise SpecError(f"{name}: {why}")
+
+
 def check_framework_finetune(framework: str, method: str, name: str) -> None:
     """A QLoRA runs only under a framework with bitsandbytes' 4-bit layers (`Framework.qlora`); `name` is the
     option or key that asked for it."""

@@ -45,6 +45,7 @@ from trainest.search.devices import (
     DeviceTrial,
     device_counts,
     device_rule,
+    device_step,
     parse_devices,
     smallest_devices,
 )
@@ -104,6 +105,6 @@ __all__ = [
     "SearchResult", "SearchSpace", "SearchStats", "_estimate_at", "_first_rows", "check_space", "default_devices",
     "device_counts", "device_rule", "enumerate_plans", "evaluate_grid", "expert_layouts", "fitting_changes",
     "job_for_methods", "job_scenario", "max_tp_default", "no_fit_message", "no_layout_message",
-    "objective_scale", "parse_devices", "pipeline_sizes", "plan_indices", "plan_knobs", "plan_scenario",
+    "objective_scale", "parse_devices", "device_step", "pipeline_sizes", "plan_indices", "plan_knobs", "plan_scenario",
     "search", "smallest_devices", "space_from_options", "tp_sizes", "with_search_framework",
 ]

@@ -25,15 +25,16 @@ MAX_DEVICE_COUNTS = 4096   # a device range may hold at most this many candidate
 
 
 def parse_devices(text: str) -> tuple[int, int]:
-    """`1024` -> (1024, 1024); `256..8192` -> (256, 8192). Counts may use K (1K = 1000)."""
+    """`1024` -> (1024, 1024); `256..8192` and `256..8192:256` -> (256, 8192). Counts may use K (1K = 1000);
+    the step of a range is `device_step`'s."""
     lo_text, sep, hi_text = str(text).strip().partition("..")
-    if sep and ":" in hi_text:      # sweep's a..b:s; the hint below once offered it here too
-        raise SpecError(f"--devices {text!r}: a range takes no step here; the counts tried in it are "
-                        f"--device-counts pow2 (the default) or node (multiples of the node size)")
+    if sep and ":" in hi_text:
+        hi_text = hi_text.partition(":")[0]
+        device_step(text)           # checked here too: every caller validates the whole text
     bounds = []
     for part in ((lo_text, hi_text) if sep else (lo_text,)):
         value = parse_count(part.strip(), f"--devices {text!r}:" if sep else "--devices",
-                            "64 or 8..1024 (--device-counts picks the counts in a range)")
+                            "64, 8..1024 (--device-counts picks the counts) or 8..1024:8 (every 8th)")
         if value != int(value) or value > 10**7:
             raise SpecError(f"--devices {text!r}: {part.strip()!r} must be a whole number of devices up to 10,000,000")
         bounds.append(int(value))
@@ -43,11 +44,27 @@ def parse_devices(text: str) -> tuple[int, int]:
     return lo, hi
 
 
-def device_counts(lo: int, hi: int, mode: str, devices_per_node: int) -> list[int]:
-    """Candidate device counts in [lo, hi]: powers of two ("pow2") or multiples of the node size ("node")."""
+def device_step(text: str) -> int | None:
+    """The step of a range `LO..HI:STEP` (every STEP-th count from LO), None without one."""
+    _, sep, hi_text = str(text).strip().partition("..")
+    if not sep or ":" not in hi_text:
+        return None
+    step_text = hi_text.partition(":")[2].strip()
+    if not step_text.isdigit() or int(step_text) < 1:
+        raise SpecError(f"--devices {text!r}: the step {step_text!r} must be a whole number of devices of at least 1, "
+                        f"e.g. 256..8192:256")
+    return int(step_text)
+
+
+def device_counts(lo: int, hi: int, mode: str, devices_per_node: int, step: int | None = None) -> list[int]:
+    """Candidate device counts in [lo, hi]: every `step`-th from lo when a step is given, else powers of two
+    ("pow2") or multiples of the node size ("node")."""
     if lo == hi:
         return [lo]
-    if mode == "pow2":
+    if step is not None:
+        counts = list(range(lo, hi + 1, step))
+        what = f"count from {lo} by {step}"
+    elif mode == "pow2":
         counts = [2**k for k in range(0, hi.bit_length() + 1) if lo <= 2**k <= hi]
         what = "power of two"
     elif mode == "node":
@@ -60,7 +77,7 @@ def device_counts(lo: int, hi: int, mode: str, devices_per_node: int) -> list[in
         raise SpecError(f"--devices {lo}..{hi}: no {what} in that range")
     if len(counts) > MAX_DEVICE_COUNTS:
         raise SpecError(f"--devices {lo}..{hi}: {len(counts)} candidate counts (at most {MAX_DEVICE_COUNTS}); "
-                        f"narrow the range or use --device-counts pow2")
+                        f"narrow the range, give a larger step (LO..HI:STEP) or use --device-counts pow2")
     return counts
 
 

@@ -18,6 +18,7 @@ from trainest.scenario import (
     check_finetune,
     check_framework_finetune,
     check_offload,
+    check_quantised_base,
     default_framework,
 )
 from trainest.search.evaluate import Progress, evaluate_grid
@@ -131,6 +132,8 @@ def _with_method(s: Scenario, method: str) -> Scenario:
     no QLoRA takes a QLoRA's default framework where the framework was derived (with its kernels, and full
     recompute for a mode it lacks); a SpecError where it cannot (a framework given, a pipeline it lacks)."""
     ft = check_finetune(method, s.model, s.precision, method)
+    if method == "qlora":
+        check_quantised_base(4, s.hardware, s.framework, f"--finetune {method}")
     if method != "qlora" or FRAMEWORKS[s.framework].qlora or "framework" not in s.derived:
         check_framework_finetune(s.framework, method, f"--finetune {method}")
         return replace(s, finetune=ft)

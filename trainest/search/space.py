@@ -22,6 +22,7 @@ from trainest.scenario import (
     check_finetune,
     check_framework_finetune,
     check_offload,
+    check_quantised_base,
     lora_base_bits,
 )
 from trainest.step.collectives import tiers_of
@@ -169,6 +170,8 @@ def check_space(base: Scenario, space: SearchSpace) -> None:
     ft = base.finetune
     for method in space.finetune or ():
         check_framework_finetune(base.framework, method, f"--allow finetune={method}")
+        if method == "qlora":
+            check_quantised_base(4, base.hardware, base.framework, f"--allow finetune={method}")
         given = {"method": method} if method == "full" else \
             {"method": method, "rank": ft.rank, "targets": ft.targets,
              "base_bits": 4 if method == "qlora" else lora_base_bits(ft)}
