@@ -299,8 +299,8 @@ fitted bandwidth fraction is lower than the Spark's prior), so there the same GE
 compute-bound; the step is 7× (H100, HBM3) and 16× (B200, HBM3e) shorter than the Spark's."""
 
 CASE2_TEXT = """Reading it. Without offload the model does not fit on the H100 (the Adam state alone is 96 GB)
-and only just fits in the 141 GiB a GH200 exposes to a program. Optimizer offload (ZeRO-Offload) keeps the 16-bit weights and two layers' gradients on the
-device; every micro-batch's backward sends its gradients down the host link, behind the backward, and
+and only just fits in the 141 GiB a GH200 exposes to a program. Optimizer offload (ZeRO-Offload) keeps
+the 16-bit weights and two layers' gradients on the device; every micro-batch's backward sends its gradients down the host link, behind the backward, and
 after the last one the CPU runs Adam and the updated weights come back up. On GH200 the link is
 NVLink-C2C (450 GB/s per direction) and Grace's 72 cores and 500 GB/s of LPDDR5X run Adam in about
 a second: offload costs 12 % of the step. The H100 PCIe card's file gives no host (it depends on the
