@@ -90,6 +90,7 @@ def test_case5_gh200_profile_reads_back_and_the_what_ifs_say_what_the_text_says(
     assert {r["class"]: r["bound"] for r in cal["classes"]}["gemm"] == "compute"
     base, opt = docs["as profiled"], docs["CPU offload of the optimizer over NVLink-C2C"]
     freed = (base["memory"]["per_device_bytes"] - opt["memory"]["per_device_bytes"]) / 2**30
-    assert 45 < freed < 55 and opt["step"]["offload_s"] > 0                                  # "takes 50 GiB off"
+    # "takes 44 GiB off": 16 B per parameter leave, the 16-bit copy (2 B) returns (ZeRO-3 at d = 1 kept none)
+    assert 40 < freed < 48 and opt["step"]["offload_s"] > 0
     assert docs["mixed precision FP8"]["step"]["time_s"] < base["step"]["time_s"]
     assert docs["Llama 3 8B, optimizer offload"]["memory"]["fits"]

@@ -276,7 +276,8 @@ round trip that tests/test_trace.py checks with efficiencies the timeline was ma
 
 CASE5_TEXT = """Reading it. The what-ifs start from the calibrated profile (`--hardware gh200-mine.yaml`). Moving the
 optimizer (FP32 master weights and Adam's moments, 16 B per parameter) to Grace's LPDDR5X over
-NVLink-C2C (450 GB/s per direction) takes 50 GiB off the HBM and costs the gradients' copy down and the
+NVLink-C2C (450 GB/s per direction) takes 44 GiB off the HBM (the 16-bit copy the GPU then computes
+with, 2 B per parameter, comes back) and costs the gradients' copy down and the
 weights' copy up plus the CPU's Adam, after the backward. trainest has no separate unified-memory mode
 for GH200 (its file says memory.unified false: HBM and LPDDR5X are two memories joined by C2C); CUDA
 unified memory that pages the weights and the optimizer over C2C is what `--offload optimizer+weights`

@@ -367,7 +367,6 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     packed_length = packed_length_of(data.get("packed_length"), seq_len, where)
     kernels = F.choice(r.default("kernels", fw.kernels), f"{where}.kernels", KERNELS)
     moments = F.choice(r.default("adam_moments", "fp32"), f"{where}.adam_moments", ADAM_MOMENTS)
-    optimizer = F.choice(r.default("optimizer", "adamw"), f"{where}.optimizer", OPTIMIZERS)
     if par.get("dp_overlap") is None:
         r.derive("parallel.dp_overlap")
     dp_overlap = F.boolean(par.get("dp_overlap", fw.dp_overlap), f"{where}.parallel.dp_overlap")
@@ -378,7 +377,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     tokens, price_usd, pue, grid = _run_costs(r, model, hardware, finetune)
     hybrid_support(model, recompute, finetune.method, where)
     offload = check_offload(data.get("offload", "none"), hardware, f"{where}.offload")
-    check_optimizer(optimizer, moments, offload, where)
+    optimizer = check_optimizer(F.choice(r.default("optimizer", "adamw"), f"{where}.optimizer", OPTIMIZERS), moments,
+                                offload, where)
     if moments == "bf16" and offload.startswith("optimizer"):
         raise SpecError(f"{where}.adam_moments: bf16 with offload {offload!r} is not modelled (the CPU Adam of "
                         f"ZeRO-Offload keeps FP32 moments); allowed with it: fp32")
