@@ -78,7 +78,9 @@ def pools() -> tuple[dict[str, list[B.Residual]], dict[str, str]]:
         if hw.efficiency.fitted and not fd.in_fit_set(c.id):
             holdout.append(residual(c, compare(c).predicted_step_s))
         # the prior an uncalibrated device ships with: the median of the other fitted devices of its group
-        prior_hw = priors.setdefault(hw.name, fd.unseen_prior_hardware(hw, own_blocks))
+        if hw.name not in priors:         # (not setdefault: its default would be built for every run)
+            priors[hw.name] = fd.unseen_prior_hardware(hw, own_blocks)
+        prior_hw = priors[hw.name]
         prior.append(residual(c, compare(c, prior_hw).predicted_step_s))   # type: ignore[arg-type]
     return {"holdout": holdout, "prior": prior}, {c.id: c.source for c in cases}
 

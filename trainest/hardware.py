@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from trainest import fields as F
-from trainest.choices import PRECISIONS
+from trainest.choices import HARDWARE_KINDS, PRECISIONS
 from trainest.errors import SpecError
 from trainest.prices import DEFAULT_AMORTISATION_YEARS, Purchase, amortised_usd_per_hour, staleness
 from trainest.units import BITS_PER_BYTE, GB, MICROSECOND, MILLISECOND, TERA, MiB
@@ -721,7 +721,7 @@ def hardware_from_mapping(data: dict, where: str) -> Hardware:
                         f"{F.show(sys_.get('scale_out_gbit_per_s'))}")
     devices_per_node = F.integer(sys_["devices_per_node"], f"{where}.system.devices_per_node")
     domain = F.integer(F.given(sys_, "scale_up_domain", 1), f"{where}.system.scale_up_domain")
-    kind = F.text(data.get("kind") or "gpu", f"{where}.kind")
+    kind = F.choice(F.given(data, "kind", "gpu"), f"{where}.kind", HARDWARE_KINDS)
     execution_model, unsupported_reason = _execution_from(data, where)
     probed, probed_on = _probed_from(data.get("extra"), where)
     compute = Compute() if data.get("compute") is None else _compute_from(data["compute"], f"{where}.compute")

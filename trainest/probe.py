@@ -59,6 +59,7 @@ from trainest.probe_record import (  # noqa: F401 (re-exported: trainest.probe i
 )
 from trainest.probe_timing import (  # noqa: F401 (re-exported: trainest.probe is the probe's one entry)
     BLOCKS_PER_SIZE,
+    COPY_BUFFER_BYTES_PER_BUDGET_S,
     COPY_BUFFER_L3_MULTIPLE,
     COPY_BUFFER_MAX_BYTES,
     COPY_BUFFER_MIN_BYTES,
@@ -85,6 +86,7 @@ from trainest.probe_timing import (  # noqa: F401 (re-exported: trainest.probe i
     MIN_BLOCK_S,
     NUMPY_BLAS_DTYPES,
     PEER_CONVENTION,
+    PROBE_BUDGET_S,
     Budget,
     CpuProbe,
     GpuProbe,
@@ -143,10 +145,13 @@ def _gemm_sizes_that_fit(sizes: Iterable[int], itemsize: int, free_bytes: float 
     return tuple(n for n in sizes if 3 * n * n * itemsize <= GEMM_MAX_MEMORY_FRACTION * free_bytes)
 
 
-def copy_buffer_bytes(l3_bytes: float | None, available_bytes: float | None) -> int:
+def copy_buffer_bytes(l3_bytes: float | None, available_bytes: float | None, budget_s: float | None = None) -> int:
     """One copy buffer [bytes]: COPY_BUFFER_L3_MULTIPLE × L3, within [COPY_BUFFER_MIN_BYTES,
-    COPY_BUFFER_MAX_BYTES] and at most COPY_MAX_MEMORY_FRACTION of available memory; a multiple of 4 KiB."""
+    COPY_BUFFER_MAX_BYTES], at most COPY_BUFFER_BYTES_PER_BUDGET_S per second of the probe's `budget_s` (not
+    below the minimum) and COPY_MAX_MEMORY_FRACTION of available memory; a multiple of 4 KiB."""
     size = COPY_BUFFER_L3_MULTIPLE * (l3_bytes or DEFAULT_L3_BYTES)
+    if budget_s is not None:
+        size = min(size, COPY_BUFFER_BYTES_PER_BUDGET_S * budget_s)
     size = min(max(size, COPY_BUFFER_MIN_BYTES), COPY_BUFFER_MAX_BYTES)
     if available_bytes:
         size = min(size, COPY_MAX_MEMORY_FRACTION * available_bytes)
@@ -225,7 +230,7 @@ def probe_cpu(budget_s: float = 20.0) -> CpuProbe:
 
     budget = Budget(budget_s, CPU_BUDGET_SHARES, start=t_start)
     sweeps = {}
-    buffer = copy_buffer_bytes(l3, free)
+    buffer = copy_buffer_bytes(l3, free, budget_s)
     copies = []
     for label in CPU_ORDER:
         if label == "copy":
@@ -442,8 +447,9 @@ def run_probe(output: str, *, budget_s: float = 60.0, quiet: bool = False) -> in
 
     t0 = time.perf_counter()
     try:
-        if not (isinstance(budget_s, (int, float)) and math.isfinite(budget_s) and budget_s > 0):
-            raise SpecError(f"--budget {show(budget_s)} must be a positive number of seconds")
+        low, high = PROBE_BUDGET_S
+        if isinstance(budget_s, bool) or not (isinstance(budget_s, (int, float)) and low <= budget_s <= high):
+            raise SpecError(f"--budget {show(budget_s)} must be a number of seconds from {low:g} to {high:g}")
         path = check_output_path(output)      # before spending the budget
         reason = gpu_unavailable_reason()
         if reason is None:

@@ -38,6 +38,10 @@ COPY_BUFFER_L3_MULTIPLE = 2          # each copy buffer is this many times the L
 COPY_BUFFER_MIN_BYTES = 64 * MiB
 COPY_BUFFER_MAX_BYTES = 2 * GiB
 COPY_MAX_MEMORY_FRACTION = 1 / 8     # each of the two buffers at most this share of available memory
+# the copy buffers grow with the budget (a short probe allocates little): at most this many bytes per second of
+# the probe's budget each, but never below COPY_BUFFER_MIN_BYTES (which still streams DRAM, not L3)
+COPY_BUFFER_BYTES_PER_BUDGET_S = 256 * MiB
+PROBE_BUDGET_S = (0.1, 3600.0)       # run_probe's budget [s]: the CPU gets at most CPU_BUDGET_MAX_S of it anyway
 DEFAULT_L3_BYTES = 32 * MiB          # when the L3 size cannot be read (a large server L3 of 2020-2024)
 FAST_16BIT_MIN_RATIO = 1.0           # a 16-bit GEMM rate becomes a peak only when it is at least the fp32 rate
 

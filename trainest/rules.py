@@ -188,6 +188,13 @@ DUALPIPE_MICRO_BATCHES = Rule(
                  f"least pp={f.pp} (half are fed from each end); m = {f.micro_batches}",
     reason="interleaving_indivisible")
 DUALPIPE = (DUALPIPE_PP, DUALPIPE_VPP, DUALPIPE_MICRO_BATCHES)
+# an estimate of DualPipe without a pipeline has no schedule to apply (its step would silently be 1F1B's);
+# `plan` and `sweep` keep pp 1 with it (a search weighs pipelines against none): scenario_from_mapping's
+# `schedules_need_a_pipeline`
+DUALPIPE_NEEDS_PP = Rule(
+    "dualpipe_needs_a_pipeline", "parallel.pipeline_schedule", lambda f: (not f.dualpipe) | (f.pp > 1),
+    lambda f, w: f"{w}.parallel.pipeline_schedule: dualpipe needs a pipeline, and pp=1 has none to schedule (the "
+                 f"step would be 1F1B's); give an even pp (2, 4, ...) or leave the schedule out")
 
 # ---- the experts (docs/model.md §15, §15.8): ep divides the experts; etp divides the expert width f_e (each
 # routed expert's MLP is split etp ways) and tp (the expert tensor-parallel group is the innermost part of the
@@ -231,7 +238,8 @@ EXPERT_GROUP = Rule(
     _expert_group_message)
 EXPERTS = (DENSE_EP, DENSE_ETP, EP_EXPERTS, ETP_WIDTH, ETP_TP, EXPERT_GROUP)
 
-RULES = LAYOUT + (DEVICES, BATCH) + SHARDING + (INTERLEAVING,) + DUALPIPE + EXPERTS   # every rule, once
+RULES = (LAYOUT + (DEVICES, BATCH) + SHARDING + (INTERLEAVING,) + DUALPIPE + (DUALPIPE_NEEDS_PP,)  # every rule, once
+         + EXPERTS)
 
 
 def holds(rules: Iterable[Rule], f: Facts) -> Mask:

@@ -7,6 +7,7 @@ Parses options, calls trainest.calibrate or trainest.trace.calibrate, hands the 
 from __future__ import annotations
 
 import inspect
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,7 +26,7 @@ _OWN: dict[str, Any] = {
     "runs": (Annotated[list[str] | None, typer.Option("--runs", help="Runs YAML file with measured runs "
                                                       "(repeatable).")], None),
     "more_runs": (MoreRunsArg, None),
-    "output": (Annotated[Path, typer.Option("--output", "-o", help="Where to write the calibrated hardware YAML.")],
+    "output": (Annotated[str, typer.Option("--output", "-o", help="Where to write the calibrated hardware YAML.")],
                inspect.Parameter.empty),
     "trace": (Annotated[list[str] | None, typer.Option(
         "--trace", help="A profiler trace of the scenario: PyTorch profiler JSON (.json, .json.gz) or an Nsight "
@@ -40,11 +41,23 @@ _OWN: dict[str, Any] = {
 }
 
 
-def _body(values: dict[str, Any]) -> None:
-    output: Path = values["output"]
+def output_path(output: str) -> Path:
+    """--output as a file path: a blank name (Path('') is the folder '.') or a folder is refused."""
     from trainest.errors import SpecError
-    if output.is_dir():
-        fail(f"--output {str(output)!r} is a directory; give a file name such as profile.yaml")
+    if not output.strip():
+        raise SpecError(f"--output {output!r} is an empty name; give a file name such as profile.yaml")
+    path = Path(output)
+    if path.is_dir():
+        raise SpecError(f"--output {output!r} is a directory; give a file name such as profile.yaml")
+    return path
+
+
+def _body(values: dict[str, Any]) -> None:
+    from trainest.errors import SpecError
+    try:
+        output = output_path(values["output"])
+    except SpecError as exc:
+        fail(str(exc))
     if values.get("trace"):
         if values.get("runs") or values.get("more_runs"):
             fail("give --runs or --trace, not both")
@@ -54,11 +67,15 @@ def _body(values: dict[str, Any]) -> None:
     if not runs:
         fail("give --runs FILE (measured runs) or --trace FILE (a profiler trace with its scenario's options)")
     from trainest.calibrate import calibrate_runs, profile_text
+    from trainest.report import LazyProgress
+    progress = LazyProgress("calibrating", enabled=not values.get("json_out") and sys.stderr.isatty())
     try:
-        start_hw, result = calibrate_runs(runs, values.get("hardware"))
+        start_hw, result = calibrate_runs(runs, values.get("hardware"), progress=progress)
         _write(output, profile_text(start_hw, result, ", ".join(Path(r).name for r in runs)))
     except SpecError as exc:
+        progress.close()
         fail(str(exc))
+    progress.close()
     from trainest.report import warn
     from trainest.report.calibrate import calibrate_dict, print_calibration
     for w in [] if values.get("quiet") else result.warnings:

@@ -76,7 +76,7 @@ def run_compare(values: dict[str, Any]) -> int:
 def compare_gates(c: Any) -> list[dict[str, Any]]:
     """--deadline [s] and --budget [USD] as JSON gates: passed when some entry meets them (the value: the best
     entry's run time or cost); [] when neither was given."""
-    from trainest.cli.estimate import gate
+    from trainest.gates import gate
     ran = [en.estimate for en in c.entries if en.can_run]
     met = bool(ran)
     out = []
@@ -91,9 +91,9 @@ def compare_gates(c: Any) -> list[dict[str, Any]]:
 
 
 def compare_warnings(c: Any) -> list[str]:
-    """The job's warnings (`cli.estimate.job_warnings`) and, for a MoE model, the entries whose MoE
+    """The job's warnings (`caveats.job_warnings`) and, for a MoE model, the entries whose MoE
     efficiencies are priors."""
-    from trainest.cli.estimate import job_warnings
+    from trainest.caveats import job_warnings
     out = job_warnings(c.job, hardware=False)
     if c.job.model.moe is not None:
         priors = [e.hardware for e in c.entries if e.can_run and not e.estimate.scenario.hardware.efficiency.moe_fitted]

@@ -113,12 +113,12 @@ def run_plan(values: dict[str, Any]) -> int:
         error_line(str(exc))
         return EXIT_BAD_INPUT
     from trainest import report
-    from trainest.cli.estimate import job_warnings
+    from trainest.caveats import job_warnings
     from trainest.report.plan import print_plan, search_dict
     warnings = job_warnings(result.base)
     if result.base.parallel.pipeline_schedule == "dualpipe" and result.plans and \
             result.plans[0].scenario.parallel.pp == 1:         # the schedule does not apply to the winner
-        from trainest.cli.estimate import DUALPIPE_WARNING
+        from trainest.caveats import DUALPIPE_WARNING
         warnings = [DUALPIPE_NO_PIPELINE if w == DUALPIPE_WARNING else w for w in warnings]
     if values.get("json_out"):
         # the note rides with the warnings: what a script should read beside the plans
@@ -140,7 +140,7 @@ def run_plan(values: dict[str, Any]) -> int:
 def plan_gates(dsearch: Any) -> list[dict[str, Any]]:
     """--deadline [s] and --budget [USD] as JSON gates, checked on the count shown (the chosen one, or the closest
     when none meets them); [] when neither was given."""
-    from trainest.cli.estimate import gate
+    from trainest.gates import gate
     if dsearch is None:
         return []
     shown = next(t for t in dsearch.trials if t.devices == dsearch.devices)

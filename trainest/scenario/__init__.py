@@ -17,10 +17,7 @@ Everything is re-exported here: `from trainest.scenario import scenario_from_map
 """
 
 from trainest.knobs import PARALLEL_KEYS
-from trainest.scenario.build import (
-    require_a_pipeline_for_dualpipe,
-    scenario_from_mapping,
-)
+from trainest.scenario.build import scenario_from_mapping
 from trainest.scenario.checks import (
     LORA_DEFAULT_KEYS,
     check_finetune,
@@ -90,6 +87,6 @@ __all__ = [
     "default_framework", "default_global_batch", "default_precision", "default_tokens", "default_tokens_text",
     "default_zero", "finetune_defaults", "finetune_mapping", "finetune_method_given", "framework_args",
     "hybrid_support", "is_finite_positive", "job_of", "layout_of", "load_scenario_file", "lora_base_bits",
-    "memory_headroom_bytes", "recompute_modules_of", "relative_to_file", "require_a_pipeline_for_dualpipe",
+    "memory_headroom_bytes", "recompute_modules_of", "relative_to_file",
     "scenario_from_mapping", "scenario_mapping", "underive",
 ]

@@ -92,6 +92,14 @@ class _Reader:
             return value
         return self.data[key]
 
+    def default_in(self, block: dict[str, Any], key: str, value: Any) -> Any:
+        """block[name] of a nested `key` (`parallel.dp_overlap`), or `value` (recorded as derived) when absent."""
+        name = key.rsplit(".", 1)[-1]
+        if block.get(name) is None:
+            self.derive(key)
+            return value
+        return block[name]
+
     def derive(self, key: str) -> None:
         if key not in self.derived:
             self.derived.append(key)
@@ -283,15 +291,6 @@ def _schedule_of(par: dict[str, Any], sizes: dict[str, Any], dp: int, micro_batc
     return schedule
 
 
-def require_a_pipeline_for_dualpipe(s: Scenario, where: str) -> None:
-    """An estimate asked for DualPipe without a pipeline (pp 1, given or by default) is bad input: there is no
-    schedule to apply, and its step would silently be 1F1B's. (`plan` and `sweep` keep pp 1 with it: a plan
-    search weighs pipelines against none, and the plan's reproducing command leaves the schedule out.)"""
-    if s.parallel.pipeline_schedule == "dualpipe" and s.parallel.pp == 1:
-        raise SpecError(f"{where}.parallel.pipeline_schedule: dualpipe needs a pipeline, and pp=1 has none to "
-                        f"schedule (the step would be 1F1B's); give an even pp (2, 4, ...) or leave the schedule out")
-
-
 def _run_costs(r: _Reader, model: Model, hardware: Hardware,
                finetune: FineTune) -> tuple[float, float | None, float, float]:
     """(tokens to train, USD per device-hour, PUE, grid carbon intensity [gCO2/kWh])."""
@@ -314,12 +313,29 @@ def _run_costs(r: _Reader, model: Model, hardware: Hardware,
     return tokens, price_usd, pue, grid
 
 
+def _optimizer_of(r: _Reader, moments: str, offload: str, where: str) -> str:
+    """`optimizer` (default adamw), checked against the moments' dtype and the offload (check_optimizer)."""
+    return check_optimizer(F.choice(r.default("optimizer", "adamw"), f"{where}.optimizer", OPTIMIZERS), moments,
+                           offload, where)
+
+
+def _offload_of(data: dict[str, Any], hardware: Hardware, moments: str, where: str) -> str:
+    """`offload` (check_offload); BF16 Adam moments are refused with an offloaded optimizer."""
+    offload = check_offload(data.get("offload", "none"), hardware, f"{where}.offload")
+    if moments == "bf16" and offload.startswith("optimizer"):
+        raise SpecError(f"{where}.adam_moments: bf16 with offload {offload!r} is not modelled (the CPU Adam of "
+                        f"ZeRO-Offload keeps FP32 moments); allowed with it: fp32")
+    return offload
+
+
 def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
-                          shape: dict[str, Any] | None = None) -> Scenario:
+                          shape: dict[str, Any] | None = None, schedules_need_a_pipeline: bool = False) -> Scenario:
     """Validate a scenario mapping (schema in specs/README.md), fill the defaults of the one default
     scenario (above) where that is valid with what was given, check divisibility.
 
-    `shape` holds CLI shape overrides (layers, hidden, ...) applied on top of the model.
+    `shape` holds CLI shape overrides (layers, hidden, ...) applied on top of the model;
+    `schedules_need_a_pipeline`: a schedule without a pipeline to apply it to is refused (an estimate's,
+    rules.DUALPIPE_NEEDS_PP; a plan search weighs pp 1 against pipelines).
     """
     check_scenario_keys(data, where)
     echoed_micro_batches = data.get("micro_batches")
@@ -367,23 +383,19 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     packed_length = packed_length_of(data.get("packed_length"), seq_len, where)
     kernels = F.choice(r.default("kernels", fw.kernels), f"{where}.kernels", KERNELS)
     moments = F.choice(r.default("adam_moments", "fp32"), f"{where}.adam_moments", ADAM_MOMENTS)
-    if par.get("dp_overlap") is None:
-        r.derive("parallel.dp_overlap")
-    dp_overlap = F.boolean(par.get("dp_overlap", fw.dp_overlap), f"{where}.parallel.dp_overlap")
+    dp_overlap = F.boolean(r.default_in(par, "parallel.dp_overlap", fw.dp_overlap), f"{where}.parallel.dp_overlap")
     check_framework(framework, sizes, par, where, label)
     check_framework_hardware(framework, hardware, where)
     finetune = _finetune_of(data.get("finetune"), model, precision, framework, where, hardware)
     derived += finetune_defaults(data.get("finetune"), finetune)
     tokens, price_usd, pue, grid = _run_costs(r, model, hardware, finetune)
     hybrid_support(model, recompute, finetune.method, where)
-    offload = check_offload(data.get("offload", "none"), hardware, f"{where}.offload")
-    optimizer = check_optimizer(F.choice(r.default("optimizer", "adamw"), f"{where}.optimizer", OPTIMIZERS), moments,
-                                offload, where)
-    if moments == "bf16" and offload.startswith("optimizer"):
-        raise SpecError(f"{where}.adam_moments: bf16 with offload {offload!r} is not modelled (the CPU Adam of "
-                        f"ZeRO-Offload keeps FP32 moments); allowed with it: fp32")
+    offload = _offload_of(data, hardware, moments, where)
+    optimizer = _optimizer_of(r, moments, offload, where)
     headroom, headroom_bytes = memory_headroom_bytes(r.default("memory_headroom", DEFAULT_MEMORY_HEADROOM),
                                                      hardware.device_memory_bytes, f"{where}.memory_headroom")
+    if schedules_need_a_pipeline:
+        rules.check((rules.DUALPIPE_NEEDS_PP,), Facts(pp=sizes["pp"], dualpipe=schedule == "dualpipe"), where)
     return Scenario(
         model=model, hardware=hardware, seq_len=seq_len, devices=devices, devices_per_node=devices_per_node,
         precision=precision, parallel=Parallel(**sizes, dp=dp, dp_shard=0 if dp_shard == dp else dp_shard,

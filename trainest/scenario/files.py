@@ -37,8 +37,10 @@ def underive(data: dict[str, Any], where: str) -> dict[str, Any]:
     """A scenario mapping without the values its `derived` list names (an `inputs` echo of `--json`), so that
     they are derived again for the scenario loaded, with its overrides: an echo reloaded alone gives the same
     scenario; with `--hardware b200` its price, node size and framework are b200's, with `--model` its tokens
-    the new model's, with `--devices` its dp. The echoed micro_batches must still agree with the file's own
-    batch (an edited echo), and go with the values it is derived from."""
+    the new model's, with `--devices` its dp. A listed value that is not what the file's other values derive
+    (an edited echo: `devices: 16`, `seq_len: 4096`) is the user's: it is kept, validated and no longer derived
+    (`edited_values`). The echoed micro_batches must still agree with the file's own batch, and go with the
+    values it is derived from."""
     listed = data.get("derived")
     if listed is None:
         return data
@@ -54,16 +56,53 @@ def underive(data: dict[str, Any], where: str) -> dict[str, Any]:
         if F.integer(echoed, f"{where}.micro_batches") != expected:
             raise SpecError(f"{where}.micro_batches: {echoed!r} is derived and must equal global_batch / "
                             f"(dp · micro_batch) = {expected}; remove it")
-    dropped = [k for k in listed if k not in KEPT_WHEN_DERIVED]
+    derivable = [k for k in listed if k not in KEPT_WHEN_DERIVED]
+    plain = _without(data, derivable, full_shard=True)
+    edited = edited_values(data, plain, derivable, where)
+    return plain if not edited else _without(data, [k for k in derivable if k not in edited],
+                                             full_shard=not any(k.startswith("parallel.") for k in edited))
+
+
+def _without(data: dict[str, Any], dropped: list[str], *, full_shard: bool) -> dict[str, Any]:
+    """`data` without `derived` and the values `dropped` names (`parallel.<key>` inside `parallel`); dp_shard,
+    echoed as dp when the ZeRO state is sharded over all of dp, goes with dp (`full_shard`); micro_batches with
+    the values it is derived from (BATCH_KEYS)."""
+    par = data.get("parallel") if isinstance(data.get("parallel"), dict) else {}
     out = {k: v for k, v in data.items() if k != "derived" and k not in dropped}
     if par and any(k.startswith("parallel.") for k in dropped):
-        # dp_shard is echoed as dp when the ZeRO state is sharded over all of dp: derived with dp
-        full_shard = "parallel.dp" in dropped and par.get("dp_shard") == par.get("dp")
+        whole = full_shard and "parallel.dp" in dropped and par.get("dp_shard") == par.get("dp")
         out["parallel"] = {k: v for k, v in par.items()
-                           if f"parallel.{k}" not in dropped and not (k == "dp_shard" and full_shard)}
+                           if f"parallel.{k}" not in dropped and not (k == "dp_shard" and whole)}
     if any(k in dropped for k in BATCH_KEYS):
         out.pop("micro_batches", None)
     return out
+
+
+_ABSENT = object()
+
+
+def _value_at(mapping: dict[str, Any], name: str) -> Any:
+    """The value of a derived name (`devices`, `parallel.dp`, `finetune.rank`) in a scenario mapping."""
+    value: Any = mapping
+    for part in name.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return _ABSENT
+        value = value[part]
+    return value
+
+
+def edited_values(data: dict[str, Any], plain: dict[str, Any], derivable: list[str], where: str) -> list[str]:
+    """The names in `derivable` whose value in `data` is not the one the rest of the file derives (the scenario
+    of `plain`, `data` without them): values edited after the echo was written. When the rest does not make a
+    scenario on its own, none can be told from an edit: every value given is kept (and validated)."""
+    from trainest.scenario.build import scenario_from_mapping
+    from trainest.scenario.echo import scenario_mapping
+    given = [k for k in derivable if _value_at(data, k) is not _ABSENT]
+    try:
+        again = scenario_mapping(scenario_from_mapping(plain, where))
+    except SpecError:
+        return given
+    return [k for k in given if _value_at(data, k) != _value_at(again, k)]
 
 
 PATH_KEYS = ("model", "hardware")

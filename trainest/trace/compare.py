@@ -208,6 +208,27 @@ def class_rows(measured: Measured, predicted: dict[str, float], with_idle: bool)
     return rows
 
 
+GEMM_PAIR = ("gemm", "grouped_gemm")
+JOINT = "+"                         # a class of the fit that sums classes names cannot tell apart
+
+
+def joint_gemm_row(rows: list[ClassRow]) -> ClassRow | None:
+    """The dense and the grouped GEMMs as one class, where each is off by more than OFF_FACTOR in opposite
+    directions and their sum is not: a framework may run some expert GEMMs as dense kernels (DeepGEMM's per-expert
+    weight gradients in DeepSeek's trace), which kernel names cannot tell from the dense layers' GEMMs."""
+    by = {r.name: r for r in rows}
+    if not all(n in by and by[n].ratio is not None for n in GEMM_PAIR):
+        return None
+    a, b = (by[n] for n in GEMM_PAIR)
+    if a.ratio is None or b.ratio is None:      # (checked above; for the type checker)
+        return None
+    meas, pred = a.measured_s + b.measured_s, a.predicted_s + b.predicted_s
+    split = (a.ratio > OFF_FACTOR and b.ratio < 1.0 / OFF_FACTOR) or (b.ratio > OFF_FACTOR and a.ratio < 1 / OFF_FACTOR)
+    if not split or not 1.0 / OFF_FACTOR <= meas / pred <= OFF_FACTOR:
+        return None
+    return ClassRow(JOINT.join(GEMM_PAIR), meas, pred, "compute")
+
+
 def mismatch_warnings(rows: list[ClassRow], measured: Measured, layers: float | None) -> list[str]:
     """What the trace says that the fit cannot use, or that says the scenario is not what ran."""
     out = []
@@ -218,8 +239,15 @@ def mismatch_warnings(rows: list[ClassRow], measured: Measured, layers: float | 
         names = ", ".join(n[:60] for n, _ in measured.unclassified[:3])
         out.append(f"{measured.path}: only {measured.classified_share:.0%} of the kernel time is classified "
                    f"(largest unclassified: {names})")
+    joint = joint_gemm_row(rows)
+    if joint is not None:
+        both = joint.measured_s / joint.predicted_s
+        out.append(f"classes gemm and grouped_gemm: measured {rows_ratio(rows, 'gemm'):.2f}x and "
+                   f"{rows_ratio(rows, 'grouped_gemm'):.2f}x the prediction, their sum {both:.2f}x: the trace runs "
+                   f"some expert GEMMs as dense kernels (names cannot tell them apart); the GEMMs are fitted as one "
+                   f"class")
     for r in rows:
-        if r.name in (UNCLASSIFIED, IDLE) or r.measured_s <= 0:
+        if r.name in (UNCLASSIFIED, IDLE) or r.measured_s <= 0 or (joint is not None and r.name in GEMM_PAIR):
             continue
         if r.predicted_s <= 0:
             out.append(f"class {r.name}: {r.measured_s * 1e3:.3g} ms measured per step, none predicted: the scenario "
@@ -231,6 +259,10 @@ def mismatch_warnings(rows: list[ClassRow], measured: Measured, layers: float | 
     return out
 
 
+def rows_ratio(rows: list[ClassRow], name: str) -> float:
+    return next(r.ratio for r in rows if r.name == name and r.ratio is not None)
+
+
 def fit_classes(s: Scenario, rows: list[ClassRow], layers: float | None,
                 hardware: Hardware | None = None) -> tuple[Hardware, tuple[FittedParameter, ...], int, float]:
     """(fitted hardware, parameters, rank, condition number) of the efficiencies fitted to the classes whose
@@ -238,6 +270,9 @@ def fit_classes(s: Scenario, rows: list[ClassRow], layers: float | None,
     import numpy as np
 
     hw = hardware or s.hardware
+    joint = joint_gemm_row(rows)
+    if joint is not None:
+        rows = [r for r in rows if r.name not in GEMM_PAIR] + [joint]
     used = [r for r in rows if r.name not in (UNCLASSIFIED,) and r.measured_s > 0 and r.predicted_s > 0
             and r.ratio is not None and 1.0 / OFF_FACTOR <= r.ratio <= OFF_FACTOR]
     if not used:
@@ -260,7 +295,8 @@ def fit_classes(s: Scenario, rows: list[ClassRow], layers: float | None,
         values = {n: start[j] * x[:, j] for j, n in enumerate(names)}
         job = job0._replace(hardware=with_efficiency(hw, **values))
         pred = predicted_classes(job, layout, layers)
-        cols = [np.broadcast_to(np.asarray(pred.get(r.name, 0.0), dtype=float), (x.shape[0],)) for r in used]
+        cols = [np.broadcast_to(np.asarray(sum(pred.get(n, 0.0) for n in r.name.split(JOINT)), dtype=float),
+                                (x.shape[0],)) for r in used]
         return np.log(np.maximum(np.array(cols), 1e-300) / meas[:, None])
 
     x = np.clip(np.ones(len(names)), lo, hi)
