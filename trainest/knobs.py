@@ -89,7 +89,7 @@ PANELS: dict[str, tuple[str, ...]] = {
                "pipeline_layout", "recompute", "recompute_modules", "offload", "attention", "kernels", "framework",
                "plan", "allow", "max_tp", "max_pp", "max_cp", "max_vpp", "max_micro_batch"),
     "Batch": ("micro_batch", "global_batch", "global_batch_tokens", "seq_len", "packed_length"),
-    "Precision": ("precision", "adam_moments"),
+    "Precision": ("precision", "adam_moments", "optimizer"),
     "Fine-tuning": ("finetune", "lora_rank", "lora_alpha", "lora_targets", "base_bits"),
     "Run and cost": ("tokens", "price_per_hour", "pue", "grid_gco2_per_kwh", "objective", "deadline", "budget",
                      "max_days", "max_cost", "require_fit"),
