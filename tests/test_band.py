@@ -74,6 +74,7 @@ def test_lookup_without_any_run_of_the_architecture_says_so():
     groups = {"prior": B.build_groups(_residuals(25, "a", 1.0))}
     b = B.lookup(groups, hardware="x", family="", scale="node", arch="moe", calibrated=False)
     assert b.level == "none" and "no measured moe run" in b.note and b.low_ratio < b.high_ratio
+    assert b.unknowns == ("no measured moe run",) and "little is known" in B.plain_words(b)
 
 
 def test_every_estimate_carries_its_band():
@@ -94,6 +95,8 @@ def test_uncalibrated_hardware_gets_a_wider_band_and_says_so():
     uncalibrated = estimate(scenario_from_mapping({**job, "hardware": "mi300x"})).band
     assert not uncalibrated.calibrated and uncalibrated.pool == "prior"
     assert "not calibrated" in uncalibrated.note and "no run of its family" in uncalibrated.note
+    assert "mi300x has no measured run" in uncalibrated.unknowns and not calibrated.unknowns
+    assert "little is known" in B.plain_words(uncalibrated) and B.plain_words(calibrated) == ""
     width = lambda b: math.log(b.high_ratio / b.low_ratio)   # noqa: E731
     assert width(uncalibrated) > 2 * width(calibrated)
 

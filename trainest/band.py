@@ -85,6 +85,7 @@ class Band(NamedTuple):
     pool: str                   # a key of POOLS
     calibrated: bool            # the hardware's efficiencies are fitted on measured runs
     note: str                   # where the band comes from, and why it is wider, in one line
+    unknowns: tuple[str, ...] = ()   # what the scenario has that no validated run has (the band is wide for it)
 
 
 def scale_bucket(devices: int, devices_per_node: int) -> str:
@@ -162,12 +163,15 @@ def lookup(groups: dict[str, dict[str, list[float]]], *, hardware: str, family: 
         words = _group_words(level, hardware, family, scale, arch)
         why = [] if i == 0 else [f"fewer than {MIN_GROUP_RUNS} validated runs of {hardware} at this scale: "
                                  f"from {words}"]
+        unknowns = []
         if not calibrated:
             why.append(f"{hardware} is not calibrated: the error of uncalibrated (prior) efficiencies")
+            unknowns.append(f"{hardware} has no measured run")
         if unseen:
             why.append(f"no run of its family: widened to cover {cov:.0%} of a left-out family's runs")
+            unknowns.append("no run of its hardware family")
         return Band(low, high, cov, int(runs), level, words, pool, calibrated,
-                    "; ".join([f"{int(runs)} {POOLS[pool]} ({words})", *why]))
+                    "; ".join([f"{int(runs)} {POOLS[pool]} ({words})", *why]), tuple(unknowns))
     return _fallback(groups, hardware, arch, calibrated)
 
 
@@ -181,7 +185,7 @@ def _fallback(groups: dict[str, dict[str, list[float]]], hardware: str, arch: st
     other = key.rsplit("|", 1)[1]
     return Band(low, high, cov, int(runs), "none", f"all hardware, {other}", "prior", calibrated,
                 f"no measured {arch} run validates this estimate: the band of uncalibrated {other} estimates "
-                f"({int(runs)} runs), likely too narrow")
+                f"({int(runs)} runs), likely too narrow", (f"no measured {arch} run",))
 
 
 @functools.cache
@@ -207,3 +211,10 @@ def band_for(hardware: Any, devices: int, devices_per_node: int, arch: str) -> B
     return lookup(doc.get("groups", {}), hardware=hardware.name, family=doc.get("families", {}).get(hardware.name, ""),
                   scale=scale_bucket(devices, devices_per_node), arch=arch,
                   calibrated=bool(hardware.efficiency.fitted))
+
+
+def plain_words(band: Band) -> str:
+    """One plain sentence when the band is wide because little is known about the scenario ("" otherwise)."""
+    if not band.unknowns:
+        return ""
+    return "The band is wide because little is known here: " + "; ".join(band.unknowns) + "."
