@@ -147,6 +147,48 @@ def plausibility_warnings(e: Estimate) -> list[str]:
     return out
 
 
+LOW_PRECISION_SLOWER_WARNING = ("precision {precision} is slower than bf16 here ({slow} vs {fast} per step) although "
+                                "{hardware}'s {precision} peak is higher: {reason}")
+PER_EXPERT_CAST_REASON = ("the layers are host-bound, and {precision} adds to each of its {local:g} local experts, "
+                          "launched one by one, the quantisation of every expert GEMM's input and the padding of its "
+                          "rows ({extra:g} more host launches per MoE layer and micro-batch than bf16's {base:g}; "
+                          "docs/model.md §15.2): more host time than its faster GEMMs save. A larger micro-batch, "
+                          "more expert parallelism (fewer local experts) or --cuda-graphs full lets the device hide "
+                          "them")
+CAST_REASON = ("its casts of every GEMM input (element-wise traffic, docs/model.md §2.1) and the low-precision GEMM "
+               "factor (efficiency.low_precision_gemm) cost more than its faster GEMMs save at this layout")
+
+
+def low_precision_slower_warning(e: Estimate) -> str | None:
+    """Why a low-precision (fp8, fp4) estimate is slower than the same scenario in bf16 on hardware whose
+    low-precision peak is higher (issue 32.5): a MoE model launched expert by expert whose layers are
+    host-bound gets the per-expert input quantisations as host launches (`moe.expert_pass_launches`);
+    otherwise the casts' traffic outweighs the faster GEMMs. None where it is not slower (or bf16 has no
+    peak, or the peaks are equal: `low_precision_warning` says that)."""
+    from dataclasses import replace
+
+    from trainest.choices import LOW_PRECISIONS
+    s = e.scenario
+    hw = s.hardware
+    if s.precision not in LOW_PRECISIONS or "bf16" not in hw.peak_flops_per_s:
+        return None
+    if hw.peak(s.precision) <= hw.peak("bf16"):
+        return None
+    bf16 = estimate(replace(s, precision="bf16"))
+    if bf16.step.time_s >= e.step.time_s:
+        return None
+    reason = CAST_REASON
+    if s.model.moe is not None and e.step.bound_by == "host":
+        from trainest.step.moe import expert_launches
+        job, layout = job_of(s), layout_of(s)
+        low, base = float(expert_launches(job, layout)), float(expert_launches(job_of(bf16.scenario), layout))
+        if low > base:
+            reason = PER_EXPERT_CAST_REASON.format(precision=s.precision, local=s.model.moe.experts / s.parallel.ep,
+                                                   extra=low - base, base=base)
+    return LOW_PRECISION_SLOWER_WARNING.format(precision=s.precision, slow=fmt_seconds(e.step.time_s),
+                                               fast=fmt_seconds(bf16.step.time_s), hardware=hw.name, reason=reason)
+
+
 def tp_overlap_warning(s: Scenario) -> str | None:
     """The warning when tp_overlap is asked for where it cannot act: a TP group that is not inside one
     scale-up domain (it spans nodes, or some group straddles two domains) has its TP traffic counted

@@ -39,7 +39,7 @@ def entry_dict(en: Entry, objective: str) -> dict[str, Any]:
             "objective_value": objective_value(e, objective)}
 
 
-JOB_KEYS = ("model", "seq_len", "precision", "global_batch", "attention", "kernels", "tokens", "pue",
+JOB_KEYS = ("model", "seq_len", "precision", "global_batch", "attention", "kernels", "cuda_graphs", "tokens", "pue",
             "grid_gco2_per_kwh")
 
 

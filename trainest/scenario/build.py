@@ -18,6 +18,7 @@ from trainest.catalog import (
 from trainest.choices import (
     ADAM_MOMENTS,
     ATTENTIONS,
+    CUDA_GRAPHS,
     DP_COLLECTIVES,
     KERNELS,
     MOE_OVERLAPS,
@@ -382,6 +383,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     attention = F.choice(r.default("attention", "flash"), f"{where}.attention", ATTENTIONS)
     packed_length = packed_length_of(data.get("packed_length"), seq_len, where)
     kernels = F.choice(r.default("kernels", fw.kernels), f"{where}.kernels", KERNELS)
+    cuda_graphs = F.choice(r.default("cuda_graphs", "none"), f"{where}.cuda_graphs", CUDA_GRAPHS)
     moments = F.choice(r.default("adam_moments", "fp32"), f"{where}.adam_moments", ADAM_MOMENTS)
     dp_overlap = F.boolean(r.default_in(par, "parallel.dp_overlap", fw.dp_overlap), f"{where}.parallel.dp_overlap")
     check_framework(framework, sizes, par, where, label)
@@ -403,7 +405,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                                                dp_collectives=dp_collectives, dp_overlap=dp_overlap,
                                                moe_overlap=moe_overlap, pipeline_schedule=schedule),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
-        tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, framework=framework,
+        tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, cuda_graphs=cuda_graphs,
+        framework=framework,
         adam_moments=moments, optimizer=optimizer, recompute_modules=modules,
         grid_gco2_per_kwh=grid, finetune=finetune, offload=offload, derived=tuple(derived),
         memory_headroom=headroom, memory_headroom_bytes=headroom_bytes, packed_length=packed_length,
