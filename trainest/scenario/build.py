@@ -393,7 +393,6 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     tokens, price_usd, pue, grid = _run_costs(r, model, hardware, finetune)
     hybrid_support(model, recompute, finetune.method, where)
     offload = _offload_of(data, hardware, moments, where)
-    optimizer = _optimizer_of(r, moments, offload, where)
     headroom, headroom_bytes = memory_headroom_bytes(r.default("memory_headroom", DEFAULT_MEMORY_HEADROOM),
                                                      hardware.device_memory_bytes, f"{where}.memory_headroom")
     if schedules_need_a_pipeline:
@@ -406,9 +405,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                                                moe_overlap=moe_overlap, pipeline_schedule=schedule),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
         tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, cuda_graphs=cuda_graphs,
-        framework=framework,
-        adam_moments=moments, optimizer=optimizer, recompute_modules=modules,
-        grid_gco2_per_kwh=grid, finetune=finetune, offload=offload, derived=tuple(derived),
+        framework=framework, adam_moments=moments, optimizer=_optimizer_of(r, moments, offload, where),
+        recompute_modules=modules, grid_gco2_per_kwh=grid, finetune=finetune, offload=offload, derived=tuple(derived),
         memory_headroom=headroom, memory_headroom_bytes=headroom_bytes, packed_length=packed_length,
     )
 
