@@ -37,6 +37,7 @@ ATTENTIONS = ("flash", "flash2", "standard")
 # element-wise kernels: fused (Megatron/Transformer Engine, torch.compile, XLA) or eager (PyTorch
 # without torch.compile: one kernel per operator, FP32 norms)
 KERNELS = ("fused", "eager")
+OPTIMIZERS = ("adamw", "adamw-8bit", "adafactor", "sgd")   # the optimizer and its state (docs/model.md §7.2)
 ADAM_MOMENTS = ("fp32", "bf16")   # the dtype of Adam's two moments (DeepSeek-V3 keeps them in BF16)
 # pipeline split: even (L/p layers per stage) or balanced (the embedding and the loss count as one
 # layer each: Megatron's account-for-embedding-and-loss split)
@@ -78,7 +79,7 @@ VOCABULARIES: dict[str, tuple[str, ...]] = {
     "CudaGraphs": CUDA_GRAPHS,
     "PipelineSchedule": PIPELINE_SCHEDULES,
     "Objective": OBJECTIVES, "DeviceCounts": DEVICE_COUNTS, "Framework": FRAMEWORKS, "Finetune": FINETUNES,
-    "LoraTargets": LORA_TARGETS, "Offload": OFFLOADS, "AdamMoments": ADAM_MOMENTS,
+    "LoraTargets": LORA_TARGETS, "Offload": OFFLOADS, "AdamMoments": ADAM_MOMENTS, "Optimizer": OPTIMIZERS,
 }
 
 

@@ -54,6 +54,11 @@ class ThroughputResult(NamedTuple):
     peak_tflops_per_device: float
 
 
+# The total the "fits" verdict compares with the usable capacity: the device's (nvidia-smi: tensors, allocator
+# reserve, CUDA context, NCCL buffers), since all of them must be in the device's memory at the peak.
+FITS_COMPARES = "device (tensors + allocator reserve + CUDA/ROCm context + NCCL buffers; nvidia-smi)"
+
+
 class MemoryResult(NamedTuple):
     per_device_bytes: float
     capacity_bytes: float
@@ -69,6 +74,17 @@ class MemoryResult(NamedTuple):
     device_fits: bool               # the device part fits in the memory left to training
     host_fits: bool                 # the offloaded part fits in host memory (True without offload)
     required_headroom_bytes: float = 0.0   # the margin the fit decision keeps free (scenario memory_headroom)
+    # per_device_bytes line by line (docs/model.md §7.5): the tensors' lines above (logits_bytes is part of
+    # activations_bytes) and the runtime's (overhead_bytes = allocator + context + NCCL), and the totals to compare
+    # with torch.cuda.max_memory_allocated (allocated_bytes), max_memory_reserved (reserved_bytes) and nvidia-smi
+    # (per_device_bytes, which `fits` uses: fits_compares)
+    logits_bytes: float = 0.0
+    allocator_bytes: float = 0.0
+    context_bytes: float = 0.0
+    nccl_bytes: float = 0.0
+    allocated_bytes: float = 0.0
+    reserved_bytes: float = 0.0
+    fits_compares: str = FITS_COMPARES
 
 
 class TrainingResult(NamedTuple):
@@ -237,7 +253,10 @@ def memory_result(s: Scenario, mem: MemoryBreakdown) -> MemoryResult:
                         gradients_bytes=float(mem.gradients_bytes), optimizer_bytes=float(mem.optimizer_bytes),
                         activations_bytes=float(mem.activations_bytes), overhead_bytes=float(mem.overhead_bytes),
                         host_bytes=host, host_capacity_bytes=host_capacity, device_fits=device_fits,
-                        host_fits=host_fits, required_headroom_bytes=s.memory_headroom_bytes)
+                        host_fits=host_fits, required_headroom_bytes=s.memory_headroom_bytes,
+                        logits_bytes=float(mem.logits_bytes), allocator_bytes=float(mem.allocator_bytes),
+                        context_bytes=float(mem.context_bytes), nccl_bytes=float(mem.nccl_bytes),
+                        allocated_bytes=float(mem.allocated_bytes), reserved_bytes=float(mem.reserved_bytes))
 
 
 def host_misfit_words(m: MemoryResult) -> str:

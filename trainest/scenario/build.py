@@ -22,6 +22,7 @@ from trainest.choices import (
     DP_COLLECTIVES,
     KERNELS,
     MOE_OVERLAPS,
+    OPTIMIZERS,
     PIPELINE_SCHEDULES,
     PIPELINE_SPLITS,
     PRECISIONS,
@@ -34,6 +35,7 @@ from trainest.scenario.checks import (
     check_finetune,
     check_network,
     check_offload,
+    check_optimizer,
     check_scenario_keys,
     default_global_batch,
     default_precision,
@@ -312,6 +314,12 @@ def _run_costs(r: _Reader, model: Model, hardware: Hardware,
     return tokens, price_usd, pue, grid
 
 
+def _optimizer_of(r: _Reader, moments: str, offload: str, where: str) -> str:
+    """`optimizer` (default adamw), checked against the moments' dtype and the offload (check_optimizer)."""
+    return check_optimizer(F.choice(r.default("optimizer", "adamw"), f"{where}.optimizer", OPTIMIZERS), moments,
+                           offload, where)
+
+
 def _offload_of(data: dict[str, Any], hardware: Hardware, moments: str, where: str) -> str:
     """`offload` (check_offload); BF16 Adam moments are refused with an offloaded optimizer."""
     offload = check_offload(data.get("offload", "none"), hardware, f"{where}.offload")
@@ -386,7 +394,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     hybrid_support(model, recompute, finetune.method, where)
     offload = _offload_of(data, hardware, moments, where)
     headroom, headroom_bytes = memory_headroom_bytes(r.default("memory_headroom", DEFAULT_MEMORY_HEADROOM),
-                                                     hardware.memory_bytes, f"{where}.memory_headroom")
+                                                     hardware.device_memory_bytes, f"{where}.memory_headroom")
     if schedules_need_a_pipeline:
         rules.check((rules.DUALPIPE_NEEDS_PP,), Facts(pp=sizes["pp"], dualpipe=schedule == "dualpipe"), where)
     return Scenario(
@@ -397,9 +405,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                                                moe_overlap=moe_overlap, pipeline_schedule=schedule),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
         tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, cuda_graphs=cuda_graphs,
-        framework=framework,
-        adam_moments=moments, recompute_modules=modules,
-        grid_gco2_per_kwh=grid, finetune=finetune, offload=offload, derived=tuple(derived),
+        framework=framework, adam_moments=moments, optimizer=_optimizer_of(r, moments, offload, where),
+        recompute_modules=modules, grid_gco2_per_kwh=grid, finetune=finetune, offload=offload, derived=tuple(derived),
         memory_headroom=headroom, memory_headroom_bytes=headroom_bytes, packed_length=packed_length,
     )
 

@@ -58,6 +58,7 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
         "kernels": s.kernels,
         "cuda_graphs": s.cuda_graphs,
         "adam_moments": s.adam_moments,
+        "optimizer": s.optimizer,
         "finetune": finetune_mapping(s.finetune),
         "offload": s.offload,
         "tokens": s.tokens,
@@ -92,7 +93,7 @@ def job_of(s: Scenario, hardware: Hardware | None = None) -> Job:
                seq_len=float(s.seq_len), global_batch=float(s.global_batch), devices_per_node=s.devices_per_node,
                framework=s.framework, lora_rank=float(ft.rank), lora_targets=ft.targets,
                base_bits=float(lora_base_bits(ft)), packed_length=float(s.packed_length or 0),
-               adam_moments=s.adam_moments,
+               adam_moments=s.adam_moments, optimizer=s.optimizer,
                recompute_modules=s.recompute_modules,
                # one device has no group to place; and a search's job (devices 1) is given its N by the grid
                devices=float(s.devices) if s.devices > 1 else math.inf)

@@ -178,6 +178,7 @@ class Scenario:
     offload: str = "none"           # OFFLOADS (docs/model.md §14)
     packed_length: int | None = None   # mean document length of packed sequences (None: unpacked; docs/model.md §2.4)
     adam_moments: str = "fp32"         # ADAM_MOMENTS: the dtype of Adam's two moments (docs/model.md §7.1)
+    optimizer: str = "adamw"           # OPTIMIZERS: the optimizer, whose state it keeps (docs/model.md §7.2)
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES   # what selective re-runs (docs/model.md §2.6)
     derived: tuple[str, ...] = field(default=())   # names of values filled by defaults
     memory_headroom: str = DEFAULT_MEMORY_HEADROOM   # as given: a share of capacity ("5%") or a size ("2GiB")
