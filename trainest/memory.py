@@ -188,7 +188,9 @@ def zero_state_bytes(job: Job, layout: Layout, params: Num, layer_params: Num, s
     w_bytes = weight_bytes_per_param(precision)
     no_16bit_shard = master_only_shard(job, layout, shard)
     weights = params * w_bytes / xp.where(zero >= 3, shard, 1.0) * (1.0 - no_16bit_shard)
-    weights = weights + gathers_layers(job, layout, shard) * gathered_layer_params(job, layout, layer_params) * w_bytes
+    # never more gathered than the stage holds: a one-layer stage has no next layer to prefetch
+    gathered = xp.minimum(gathered_layer_params(job, layout, layer_params), params)
+    weights = weights + gathers_layers(job, layout, shard) * gathered * w_bytes
     grads = params * grad_bytes_per_param(precision) / xp.where(zero >= 2, shard, 1.0)
     state_bytes = optimizer_bytes_per_param(precision, job.adam_moments, job.optimizer)
     optim = params * state_bytes / xp.where(zero >= 1, shard, 1.0)
