@@ -20,12 +20,13 @@ derandomized with no shrinking and no database: a failure is reproducible and fa
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import io
+import functools
+import importlib.util
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, assume, example, given, settings
@@ -343,17 +344,19 @@ def test_fp8_is_never_slower_than_bf16_on_fp8_hardware_unless_a_warning_says_why
 
 # ------------------------------------------------------------------------- 6. the command line agrees
 
+@functools.cache
+def _golden():
+    """tools/golden.py, whose run_cli the goldens use too."""
+    path = Path(__file__).resolve().parent.parent / "tools" / "golden.py"
+    spec = importlib.util.spec_from_file_location("golden", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _cli(argv: list[str]) -> tuple[int, str]:
-    """(exit code, stdout) of `trainest ARGV`, in process."""
-    from trainest.cli.main import main
-    out = io.StringIO()
-    code = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        try:
-            main(argv)
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, out.getvalue()
+    """(exit code, stdout) of `trainest ARGV`, in process (tools/golden.py: run_cli)."""
+    return _golden().run_cli(argv)
 
 
 def _json(argv: list[str]) -> dict | None:
