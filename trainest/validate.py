@@ -42,6 +42,14 @@ from trainest.conventions import ACTIVE_PARAM_FORMULAS, FLOPS_FORMULAS
 from trainest.errors import SpecError, show
 from trainest.scenario import RUN_ONLY_KEYS, SCENARIO_KEYS, Scenario, relative_to_file, scenario_from_mapping
 from trainest.units import GB, TERA, GiB, parse_count
+from trainest.validate_memory import (
+    MEMORY_ONLY_METRIC,
+    MEMORY_SETTINGS,
+    PEAK_MEMORY_COMPARED,
+    PEAK_MEMORY_KINDS,
+    MemoryResult,
+    memory_result,
+)
 
 SECONDS_PER_HOUR = 3600.0
 RUNS_FILE_KEYS = ("runs",)
@@ -50,13 +58,6 @@ PUBLIC_SET = "public"               # the run set of a runs file without `set:` 
 MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_device", "tflops_per_device", "mfu", "flops_formula",
                  "device_hours", "tokens",
                  "peak_memory_gib", "peak_memory_kind", "mfu_peak")
-# What a published peak memory measured (docs/model.md §7.5) and the predicted total it is compared with:
-# allocated / active (torch.cuda.max_memory_allocated, peak active bytes): the tensors; reserved
-# (max_memory_reserved): + the allocator's reserve; device (nvidia-smi, NVML): + the CUDA context and NCCL;
-# unspecified (a column that does not say): compared as reserved, what most trainers' logs print.
-PEAK_MEMORY_KINDS = ("allocated", "active", "reserved", "device", "unspecified")
-PEAK_MEMORY_COMPARED = {"allocated": "allocated_bytes", "active": "allocated_bytes", "reserved": "reserved_bytes",
-                        "device": "per_device_bytes", "unspecified": "reserved_bytes"}
 # the peak an `mfu` is a fraction of: the dense peak of the run's precision (the default), or the bf16 peak, which
 # torchtitan and other loggers divide by even for an FP8 run
 MFU_PEAKS = ("precision", "bf16")
@@ -116,6 +117,7 @@ class LoadedRuns:
     not_expressible: tuple[NotExpressible, ...]
     duplicates: tuple[str, ...] = ()     # ids of repeated transcriptions (`duplicate_of`), counted once
     warnings: tuple[str, ...] = ()       # measured metrics of one run that disagree (metric_disagreements)
+    memory_cases: tuple[Case, ...] = ()  # runs that give a peak memory and no step metric (validate_memory.py)
 
 
 def bundled_runs_files() -> list[Path]:
@@ -160,9 +162,10 @@ def runs_document(path: Path) -> dict[str, Any]:
 def measurement_from_mapping(data: Any, where: str) -> Measurement:
     """Validate a `measured` mapping and pick its metric (the first of METRICS present)."""
     F.check_keys(data, where, (), MEASURED_KEYS)
-    present = [m for m in METRICS if data.get(m) is not None]
+    present = [m for m in METRICS if data.get(m) is not None] or \
+        ([MEMORY_ONLY_METRIC] if data.get(MEMORY_ONLY_METRIC) is not None else [])
     if not present:
-        raise SpecError(f"{where}: no measured value; give one of {', '.join(METRICS)}")
+        raise SpecError(f"{where}: no measured value; give one of {', '.join(METRICS)}, or peak_memory_gib alone")
     metric = present[0]
     value = F.number(data[metric], f"{where}.{metric}")
     formula = None
@@ -355,7 +358,8 @@ def check_measurement(case: Case, where: str, user_file: bool) -> None:
     above what the device holds, is an error (`check_possible`, `check_peak_memory`). Bundled files mark
     such records not expressible."""
     if user_file:
-        check_possible(case, where)
+        if case.measurement.metric != MEMORY_ONLY_METRIC:
+            check_possible(case, where)
         check_peak_memory(case, where)
 
 
@@ -402,6 +406,7 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
         raise SpecError(f"no runs files found in {specs_dir() / 'runs'}")
     hw_filter = hardware.strip().lower() if hardware else None
     cases: list[Case] = []
+    memory_cases: list[Case] = []
     skipped: list[NotExpressible] = []
     seen: dict[str, str] = {}
     duplicates: list[str] = []
@@ -462,9 +467,12 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
                 skipped.append(NotExpressible(run_id, group, hw_name, problem, rec_set))
                 continue
             check_measurement(case, f"{where}.measured", user_files)
+            if measurement.metric == MEMORY_ONLY_METRIC:
+                memory_cases.append(case)
+                continue
             warnings += metric_disagreements(case, rec["measured"], where)
             cases.append(case)
-    return LoadedRuns(tuple(cases), tuple(skipped), tuple(duplicates), tuple(warnings))
+    return LoadedRuns(tuple(cases), tuple(skipped), tuple(duplicates), tuple(warnings), tuple(memory_cases))
 
 
 # ----------------------------------------------------------------------------------- metric algebra
@@ -679,6 +687,12 @@ class ValidationReport:
     duplicates: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()       # measured metrics of one run that disagree (LoadedRuns.warnings)
     profile: str | None = None           # the hardware file the runs of its hardware were predicted with
+    memory_runs: tuple[MemoryResult, ...] = ()   # the memory-only runs' comparisons (LoadedRuns.memory_cases)
+
+    @property
+    def memory(self) -> tuple[MemoryResult, ...]:
+        """Every measured peak memory compared: the step runs' that give one, then the memory-only runs'."""
+        return tuple(run_memory(r) for r in self.runs if r.measured_memory_bytes is not None) + self.memory_runs
 
     @property
     def without_misspecified(self) -> Summary:
@@ -733,16 +747,39 @@ def validate_runs(paths: Iterable[str | Path] | None = None, source: str | None 
     loaded = load_runs(paths, source=source, hardware=hardware, run_set=run_set, user_files=user_files)
     results: list[RunResult] = []
     skipped = list(loaded.not_expressible)
-    for i, case in enumerate(loaded.cases):
+    memory: list[MemoryResult] = []
+    every = loaded.cases + loaded.memory_cases
+    for i, case in enumerate(every):
         try:
-            results.append(compare(case, profile))
+            if case.measurement.metric == MEMORY_ONLY_METRIC:
+                memory.append(compare_memory(case, profile))
+            else:
+                results.append(compare(case, profile))
         except SpecError as exc:
             skipped.append(NotExpressible(case.id, case.source, case.scenario.hardware.name,
                                           f"cannot be estimated: {exc}", case.run_set))
         if progress is not None:
-            progress(i + 1, len(loaded.cases))
+            progress(i + 1, len(every))
     return replace(build_report(results, skipped, loaded.duplicates), warnings=loaded.warnings,
-                   profile=None if profile is None else profile.path)
+                   profile=None if profile is None else profile.path, memory_runs=tuple(memory))
+
+
+def compare_memory(case: Case, hardware: Hardware | None = None) -> MemoryResult:
+    """Predict a memory-only run (a measured peak memory, no step metric) and compare like with like."""
+    from trainest.estimate import estimate
+
+    s = case.scenario if hardware is None else replace(case.scenario, hardware=hardware)
+    return memory_result(case, estimate(s).memory, s.hardware.name)
+
+
+def run_memory(r: RunResult) -> MemoryResult:
+    """The MemoryResult of a step run that gives a measured peak memory."""
+    kind = r.measured_memory_kind or "unspecified"
+    return MemoryResult(id=r.id, source=r.source, hardware=r.hardware, run_set=r.run_set, kind=kind,
+                        compared_with=PEAK_MEMORY_COMPARED[kind].removesuffix("_bytes"),
+                        measured_bytes=float(r.measured_memory_bytes or 0.0),
+                        predicted_bytes=float(r.predicted_memory_bytes or 0.0), fits=r.fits,
+                        unstated=tuple(k for k in MEMORY_SETTINGS if k in r.derived))
 
 
 # --------------------------------------------------------------------------------------- the two bounds
