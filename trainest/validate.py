@@ -44,11 +44,11 @@ from trainest.scenario import RUN_ONLY_KEYS, SCENARIO_KEYS, Scenario, relative_t
 from trainest.units import GB, TERA, GiB, parse_count
 from trainest.validate_memory import (
     MEMORY_ONLY_METRIC,
-    MEMORY_SETTINGS,
     PEAK_MEMORY_COMPARED,
     PEAK_MEMORY_KINDS,
     MemoryResult,
-    memory_result,
+    compare_memory,
+    run_memory,
 )
 
 SECONDS_PER_HOUR = 3600.0
@@ -114,10 +114,16 @@ class NotExpressible:
 @dataclass(frozen=True)
 class LoadedRuns:
     cases: tuple[Case, ...]
+    memory_cases: tuple[Case, ...]       # runs that give a peak memory and no step metric (validate_memory.py)
     not_expressible: tuple[NotExpressible, ...]
     duplicates: tuple[str, ...] = ()     # ids of repeated transcriptions (`duplicate_of`), counted once
     warnings: tuple[str, ...] = ()       # measured metrics of one run that disagree (metric_disagreements)
-    memory_cases: tuple[Case, ...] = ()  # runs that give a peak memory and no step metric (validate_memory.py)
+
+
+def split_memory_only(cases: list[Case]) -> tuple[tuple[Case, ...], tuple[Case, ...]]:
+    """(the runs with a step metric, the memory-only runs) of `cases`."""
+    memory = tuple(c for c in cases if c.measurement.metric == MEMORY_ONLY_METRIC)
+    return tuple(c for c in cases if c.measurement.metric != MEMORY_ONLY_METRIC), memory
 
 
 def bundled_runs_files() -> list[Path]:
@@ -248,6 +254,8 @@ def check_run_keys(rec: dict[str, Any], where: str) -> None:
 def metric_disagreements(case: Case, measured: dict[str, Any], where: str) -> list[str]:
     """Warnings for the metrics of `measured` besides the one compared whose equivalent step time differs
     from the compared one's by more than METRIC_AGREEMENT."""
+    if case.measurement.metric == MEMORY_ONLY_METRIC:
+        return []           # a memory-only run: no step metric to disagree with
     out = []
     compared_s = step_time_s_from_metric(case)
     for metric in METRICS:
@@ -406,7 +414,6 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
         raise SpecError(f"no runs files found in {specs_dir() / 'runs'}")
     hw_filter = hardware.strip().lower() if hardware else None
     cases: list[Case] = []
-    memory_cases: list[Case] = []
     skipped: list[NotExpressible] = []
     seen: dict[str, str] = {}
     duplicates: list[str] = []
@@ -467,12 +474,9 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
                 skipped.append(NotExpressible(run_id, group, hw_name, problem, rec_set))
                 continue
             check_measurement(case, f"{where}.measured", user_files)
-            if measurement.metric == MEMORY_ONLY_METRIC:
-                memory_cases.append(case)
-                continue
             warnings += metric_disagreements(case, rec["measured"], where)
             cases.append(case)
-    return LoadedRuns(tuple(cases), tuple(skipped), tuple(duplicates), tuple(warnings), tuple(memory_cases))
+    return LoadedRuns(*split_memory_only(cases), tuple(skipped), tuple(duplicates), tuple(warnings))
 
 
 # ----------------------------------------------------------------------------------- metric algebra
@@ -762,24 +766,6 @@ def validate_runs(paths: Iterable[str | Path] | None = None, source: str | None 
             progress(i + 1, len(every))
     return replace(build_report(results, skipped, loaded.duplicates), warnings=loaded.warnings,
                    profile=None if profile is None else profile.path, memory_runs=tuple(memory))
-
-
-def compare_memory(case: Case, hardware: Hardware | None = None) -> MemoryResult:
-    """Predict a memory-only run (a measured peak memory, no step metric) and compare like with like."""
-    from trainest.estimate import estimate
-
-    s = case.scenario if hardware is None else replace(case.scenario, hardware=hardware)
-    return memory_result(case, estimate(s).memory, s.hardware.name)
-
-
-def run_memory(r: RunResult) -> MemoryResult:
-    """The MemoryResult of a step run that gives a measured peak memory."""
-    kind = r.measured_memory_kind or "unspecified"
-    return MemoryResult(id=r.id, source=r.source, hardware=r.hardware, run_set=r.run_set, kind=kind,
-                        compared_with=PEAK_MEMORY_COMPARED[kind].removesuffix("_bytes"),
-                        measured_bytes=float(r.measured_memory_bytes or 0.0),
-                        predicted_bytes=float(r.predicted_memory_bytes or 0.0), fits=r.fits,
-                        unstated=tuple(k for k in MEMORY_SETTINGS if k in r.derived))
 
 
 # --------------------------------------------------------------------------------------- the two bounds

@@ -90,3 +90,24 @@ def by_kind(results: Iterable[MemoryResult]) -> dict[str, MemorySummary]:
         if s is not None:
             out[kind] = s
     return out
+
+
+def compare_memory(case: Any, hardware: Any = None) -> MemoryResult:
+    """Predict a memory-only run (a validate.Case with a measured peak memory and no step metric) on its hardware
+    (or on `hardware`, a profile) and compare like with like."""
+    from dataclasses import replace
+
+    from trainest.estimate import estimate
+
+    s = case.scenario if hardware is None else replace(case.scenario, hardware=hardware)
+    return memory_result(case, estimate(s).memory, s.hardware.name)
+
+
+def run_memory(r: Any) -> MemoryResult:
+    """The MemoryResult of a step run (a validate.RunResult) that gives a measured peak memory."""
+    kind = r.measured_memory_kind or "unspecified"
+    return MemoryResult(id=r.id, source=r.source, hardware=r.hardware, run_set=r.run_set, kind=kind,
+                        compared_with=PEAK_MEMORY_COMPARED[kind].removesuffix("_bytes"),
+                        measured_bytes=float(r.measured_memory_bytes or 0.0),
+                        predicted_bytes=float(r.predicted_memory_bytes or 0.0), fits=r.fits,
+                        unstated=tuple(k for k in MEMORY_SETTINGS if k in r.derived))
