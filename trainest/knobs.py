@@ -85,7 +85,8 @@ PANELS: dict[str, tuple[str, ...]] = {
               "top_k", "expert_ffn_hidden", "moe_imbalance", "attention_window"),
     "Hardware": ("hardware", "all_hardware", "devices", "devices_per_node", "device_counts", "memory_headroom"),
     "Layout": ("tp", "pp", "dp", "cp", "vpp", "ep", "etp", "zero", "fsdp", "dp_shard", "sequence_parallel",
-               "tp_overlap", "dp_overlap", "dp_collectives", "moe_overlap", "pipeline_schedule", "pipeline_split",
+               "tp_overlap", "dp_overlap", "dp_collectives", "moe_overlap", "moe_dispatcher", "pipeline_schedule",
+               "pipeline_split",
                "pipeline_layout", "recompute", "recompute_modules", "offload", "attention", "kernels", "cuda_graphs",
                "framework", "plan", "allow", "max_tp", "max_pp", "max_cp", "max_vpp", "max_micro_batch"),
     "Batch": ("micro_batch", "global_batch", "global_batch_tokens", "seq_len", "packed_length"),
@@ -137,6 +138,11 @@ KNOBS: tuple[Knob, ...] = (
     K("moe_overlap", ("--moe-overlap",), "choice", "What the framework overlaps of the MoE all-to-alls: none "
       "(exposed) or deepep (hidden behind another micro-batch's computation, DeepEP/DualPipe-style).", "none",
       "MoeOverlap", group=PARALLEL, job=True),
+    K("moe_dispatcher", ("--moe-dispatcher",), "choice", "The MoE token dispatcher: alltoall (NCCL's all-to-all, "
+      "Megatron-Core's alltoall dispatcher: every token copy sent, the host reads the token counts each layer), "
+      "deepep (DeepEP's kernels: a token sent once per remote domain, 20 SMs, the host waits for the counts) or "
+      "hybridep (NVIDIA's HybridEP: deduplicated, 32 SMs, capacity-sized buffers without a host wait); "
+      "docs/model.md §15.11.", "alltoall", "MoeDispatcher", job=True),
     K("pipeline_schedule", ("--pipeline-schedule",), "choice", "Pipeline schedule: 1f1b (Megatron's 1F1B, "
       "interleaved with --vpp > 1) or dualpipe (DeepSeek-V3's bidirectional schedule: smaller bubble, two stages' "
       "weights per device, its all-to-alls hidden; needs an even --pp of 2 or more and --vpp 1).", "1f1b",
@@ -269,8 +275,8 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
     BY_NAME["global_batch_tokens"],
     *(k for k in KNOBS if k.group == SHAPE),      # the model's shape overrides, as estimate takes them
     *(BY_NAME[n] for n in ("precision", "seq_len", "devices_per_node", "attention", "framework", "kernels",
-                           "cuda_graphs", "packed_length", "adam_moments", "optimizer", "recompute_modules", "finetune",
-                           "lora_rank",
+                           "cuda_graphs", "moe_dispatcher", "packed_length", "adam_moments", "optimizer",
+                           "recompute_modules", "finetune", "lora_rank",
                            "lora_alpha", "lora_targets",
                            "base_bits", "offload", "tokens", "price_per_hour", "pue", "grid_gco2_per_kwh",
                            "memory_headroom")),
@@ -313,8 +319,9 @@ COMPARE_OPTIONS: tuple[Knob, ...] = (
                                       "(fastest within it)."),
     _BY_PLAN["global_batch"],
     *(k for k in KNOBS if k.group == SHAPE),
-    *(BY_NAME[n] for n in ("precision", "seq_len", "attention", "framework", "kernels", "cuda_graphs", "packed_length",
-                           "adam_moments", "optimizer", "recompute_modules", "finetune", "lora_rank", "lora_alpha",
+    *(BY_NAME[n] for n in ("precision", "seq_len", "attention", "framework", "kernels", "cuda_graphs",
+                           "moe_dispatcher", "packed_length", "adam_moments", "optimizer", "recompute_modules",
+                           "finetune", "lora_rank", "lora_alpha",
                            "lora_targets",
                            "base_bits", "offload", "tokens", "pue", "grid_gco2_per_kwh", "memory_headroom")),
     _BY_PLAN["global_batch_tokens"],

@@ -39,7 +39,8 @@ def entry_dict(en: Entry, objective: str) -> dict[str, Any]:
             "objective_value": objective_value(e, objective)}
 
 
-JOB_KEYS = ("model", "seq_len", "precision", "global_batch", "attention", "kernels", "cuda_graphs", "tokens", "pue",
+JOB_KEYS = ("model", "seq_len", "precision", "global_batch", "attention", "kernels", "cuda_graphs", "moe_dispatcher",
+            "tokens", "pue",
             "grid_gco2_per_kwh")
 
 

@@ -21,6 +21,7 @@ from trainest.choices import (
     CUDA_GRAPHS,
     DP_COLLECTIVES,
     KERNELS,
+    MOE_DISPATCHERS,
     MOE_OVERLAPS,
     OPTIMIZERS,
     PIPELINE_SCHEDULES,
@@ -232,6 +233,16 @@ def _check_schedule(sizes: dict[str, Any], dp: int, micro_batch: int, global_bat
                                              global_batch=global_batch), where)
 
 
+def _moe_dispatcher_of(r: _Reader, model: Model, where: str) -> str:
+    """`moe_dispatcher` (MOE_DISPATCHERS; derived: alltoall, what Megatron-Core, NeMo and the other frameworks
+    run unless DeepEP or HybridEP is switched on); deepep and hybridep need a mixture-of-experts model."""
+    dispatcher = F.choice(r.default("moe_dispatcher", "alltoall"), f"{where}.moe_dispatcher", MOE_DISPATCHERS)
+    if dispatcher != "alltoall" and model.moe is None:
+        raise SpecError(f"{where}.moe_dispatcher: {dispatcher} needs a mixture-of-experts model (it dispatches "
+                        f"tokens to experts); {model.name} is dense: leave it at alltoall")
+    return dispatcher
+
+
 def _moe_overlap_of(par: dict[str, Any], model: Model, where: str) -> str:
     """`parallel.moe_overlap` (MOE_OVERLAPS); as ep and etp, refused on a dense model unless none."""
     moe_overlap = F.choice(par.get("moe_overlap", "none"), f"{where}.parallel.moe_overlap", MOE_OVERLAPS)
@@ -384,6 +395,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     packed_length = packed_length_of(data.get("packed_length"), seq_len, where)
     kernels = F.choice(r.default("kernels", fw.kernels), f"{where}.kernels", KERNELS)
     cuda_graphs = F.choice(r.default("cuda_graphs", "none"), f"{where}.cuda_graphs", CUDA_GRAPHS)
+    dispatcher = _moe_dispatcher_of(r, model, where)
     moments = F.choice(r.default("adam_moments", "fp32"), f"{where}.adam_moments", ADAM_MOMENTS)
     dp_overlap = F.boolean(r.default_in(par, "parallel.dp_overlap", fw.dp_overlap), f"{where}.parallel.dp_overlap")
     check_framework(framework, sizes, par, where, label)
@@ -405,6 +417,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                                                moe_overlap=moe_overlap, pipeline_schedule=schedule),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
         tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, cuda_graphs=cuda_graphs,
+        moe_dispatcher=dispatcher,
         framework=framework, adam_moments=moments, optimizer=_optimizer_of(r, moments, offload, where),
         recompute_modules=modules, grid_gco2_per_kwh=grid, finetune=finetune, offload=offload, derived=tuple(derived),
         memory_headroom=headroom, memory_headroom_bytes=headroom_bytes, packed_length=packed_length,

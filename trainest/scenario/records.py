@@ -172,6 +172,7 @@ class Scenario:
     pue: float
     kernels: str = "fused"          # element-wise kernels: fused | eager (docs/model.md §2.5)
     cuda_graphs: str = "none"       # CUDA_GRAPHS: none | partial | full (docs/model.md §2.10)
+    moe_dispatcher: str = "alltoall"   # MOE_DISPATCHERS: alltoall | deepep | hybridep (docs/model.md §15.11)
     framework: str = DEFAULT_FRAMEWORK   # trainest/frameworks.py
     grid_gco2_per_kwh: float = DEFAULT_GRID_GCO2_PER_KWH   # carbon intensity of the electricity [gCO2/kWh]
     finetune: FineTune = FineTune()
