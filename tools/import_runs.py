@@ -9,6 +9,8 @@ Reads  <reference>/runs-megatron-public.yaml   (73 records)
        <reference>/hardware.yaml               (catalog ids, to validate hardware names)
        <reference>/megatron-bridge-recipes.yaml (the settings each Megatron-Bridge run's recipe resolved to:
                                                 tools/recipe_settings.py)
+       <reference>/memory-given.yaml           (35 records of measured peak memory, no step time: read by
+                                                tools/memory_runs.py into specs/runs/memory-given.yaml, `set: memory`)
 writes specs/runs/<source-slug>.yaml, one file per source, each {source: ..., runs: [...]} (plus
 `set: NAME` for a source that is not one of the public runs; absent = `public`).
 
@@ -32,6 +34,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import memory_runs  # noqa: E402
 from recipe_settings import Recipes, settings_of  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,8 +54,10 @@ A100_UNSTATED_WHY = ("the entry of every A100 record that does not say 40GB; the
                      "source notes say: docs/validation.md, vTrain section")
 
 RUN_KEYS = ("id", "set", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
-            "parallel", "micro_batch", "global_batch", "recompute", "recompute_modules", "attention", "packed_length",
-            "framework", "kernels", "cuda_graphs", "moe_dispatcher", "adam_moments", "finetune", "measured", "expressible", "reason", "confidence", "notes", "duplicate_of")
+            "master_weights", "grad_dtype", "parallel", "micro_batch", "global_batch", "recompute", "recompute_modules",
+            "attention", "packed_length", "framework", "kernels", "cuda_graphs", "moe_dispatcher", "adam_moments", "loss",
+            "optimizer", "optimizer_in_backward", "offload", "finetune", "measured", "expressible", "reason",
+            "confidence", "notes", "duplicate_of")
 
 # LoRA/QLoRA runs: written with the record-level `set: finetune`, so that the public accuracy gates and the
 # fit of the shipped efficiencies leave them out (no efficiency is fitted to a fine-tuning run: they test
@@ -1487,9 +1492,23 @@ def main(argv=None):
     for runs in result.values():
         for run in runs:
             assert set(run) <= set(RUN_KEYS), run["id"]
+    memory = memory_runs.convert_all(_read_yaml(args.reference / memory_runs.FILE))
+    for run in memory:
+        assert set(run) <= set(RUN_KEYS), run["id"]
     if not args.check:
         write(args.out, result)
+        write_memory(args.out, memory)
     print(summary(result))
+    print(f"{memory_runs.SLUG:20s} {len(memory):4d} runs, {sum(r['expressible'] for r in memory):4d} expressible, "
+          f"measured: peak_memory_gib (set {memory_runs.RUN_SET})")
+
+
+def write_memory(out_dir: Path, runs: list) -> None:
+    """specs/runs/memory-given.yaml: the memory-only runs (tools/memory_runs.py), `set: memory`."""
+    doc = OrderedDict(source=memory_runs.TITLE, set=memory_runs.RUN_SET, runs=runs)
+    text = HEADER + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=110, allow_unicode=True,
+                              default_flow_style=False)
+    (out_dir / f"{memory_runs.SLUG}.yaml").write_text(text)
 
 
 if __name__ == "__main__":
