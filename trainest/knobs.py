@@ -23,10 +23,11 @@ Standard library only: this module is on the start-up path of every `trainest es
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from trainest.choices import VOCABULARIES
 from trainest.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
+from trainest.record import NamedTuple
 
 # groups: where a knob's value lives in a scenario mapping
 SHAPE = "shape"          # model.<key>: overrides of the model's shape
