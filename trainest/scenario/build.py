@@ -201,6 +201,14 @@ def _check_experts(model: Model, sizes: dict[str, Any], dp: int, where: str) -> 
                                         etp=sizes["etp"]), where)
 
 
+def _derive_expert_sizes(model: Model, par: dict[str, Any], r: _Reader) -> None:
+    """A mixture of experts' ep and etp not given are derived (a dense model has none)."""
+    if model.moe is not None:
+        for key in ("ep", "etp"):
+            if par.get(key) is None:
+                r.derive(f"parallel.{key}")
+
+
 def _batch(r: _Reader, dp: int, echoed_micro_batches: Any, seq_len: int, group: int) -> tuple[int, int]:
     """(micro-batch b, global batch B); B must divide by d·b (the echoed micro_batches must agree)."""
     where = r.where
@@ -405,10 +413,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     check_network(hardware, devices_per_node, devices, where)
     micro_batch, global_batch = _batch(r, dp, echoed_micro_batches, seq_len, sizes["pp"] if sizes["vpp"] > 1 else 1)
     _check_experts(model, sizes, dp, where)
-    if model.moe is not None:
-        for key in ("ep", "etp"):
-            if par.get(key) is None:
-                r.derive(f"parallel.{key}")
+    _derive_expert_sizes(model, par, r)
     schedule = _schedule_of(par, sizes, dp, micro_batch, global_batch, where)
     _check_schedule(sizes, dp, micro_batch, global_batch, where)
     framework = F.choice(r.default("framework", default_framework(hardware, method)), at(where, "framework"),
