@@ -521,8 +521,56 @@ def test_fused_attention_rate_rises_with_the_per_rank_sequence_length():
     expected = (hw.peak("bf16") * hw.efficiency.attention * 4096.0 / (4096.0 + ATTENTION_HALF_SEQ)
                 * d_h / (d_h + ATTENTION_HALF_HEAD_DIM))
     assert rates[2] == pytest.approx(expected, rel=1e-6)
-    # context parallelism shortens the sequence each rank's kernel sees
-    assert _attention_flops_per_s(4096.0, cp=2.0) == pytest.approx(_attention_flops_per_s(2048.0), rel=1e-6)
+    # context parallelism shortens the sequence each rank's kernel sees, and the ring's later steps see
+    # half of it (one chunk of 2c): slower than one kernel over the rank's s/c
+    assert _attention_flops_per_s(4096.0, cp=2.0) < _attention_flops_per_s(2048.0)
+    assert _attention_flops_per_s(1024.0) < _attention_flops_per_s(4096.0, cp=2.0)
+
+
+def test_a_context_parallel_ring_runs_its_steps_on_half_chunks():
+    """ring_length_factor: s/(s + x_½) at c = 1; the c steps' mean rate, the first at the rank's span s,
+    the c − 1 others at s/2; between the rates at s/2 and s for every c, falling as c grows, → the rate
+    at s/2 for many steps and → 1 for a long span."""
+    from trainest.step.rates import ATTENTION_HALF_SEQ, ring_length_factor
+    span = 2048.0
+    whole, half = span / (span + ATTENTION_HALF_SEQ), (span / 2) / (span / 2 + ATTENTION_HALF_SEQ)
+    assert ring_length_factor(span, 1.0) == pytest.approx(whole, rel=1e-12)
+    ring = [ring_length_factor(span, c) for c in (2.0, 4.0, 8.0, 1e6)]
+    assert all(half < f < whole for f in ring[:-1])
+    assert all(a > b for a, b in zip(ring, ring[1:]))
+    assert ring[-1] == pytest.approx(half, rel=1e-5)
+    assert ring_length_factor(span, 2.0) == pytest.approx(2.0 / (1.0 / whole + 1.0 / half), rel=1e-12)
+    assert ring_length_factor(1e9, 8.0) == pytest.approx(1.0, rel=1e-5)
+
+
+def test_a_context_parallel_ring_merges_partial_results_and_launches_per_step():
+    """Each ring step after the first writes a partial output that is merged into the running one (4
+    e-byte passes of the rank's output forward; of dQ, dK, dV backward) and launches the fused kernels
+    again with its send/receive and merges: nothing at c = 1, growing with c, bounded in bytes by the
+    whole sequence's."""
+    from helpers import job_and_layout
+    from trainest.step.kernels import CP_STEP_EXTRA_KERNELS, FLASH_KERNELS, attention_kernels
+    from trainest.step.layer import CP_MERGE_PASSES, cp_merge_ops
+    from trainest.step.rates import local_shape, rates_of
+    m = load_model("llama3-8b")
+    merged = {}
+    for c in (1.0, 2.0, 4.0, 16.0):
+        job, lay = job_and_layout(m, A100, seq_len=32768.0, cp=c, tp=2.0, global_batch=1.0)
+        x = local_shape(job, lay)
+        ops = cp_merge_ops(job, lay, rates_of(job, lay), x)
+        merged[c] = sum(o.bytes for o in ops)
+        if c == 1.0:
+            assert ops == [] and attention_kernels(job, lay) == FLASH_KERNELS
+            continue
+        out = 2.0 * x.tokens * m.heads * m.head_dim / 2.0
+        assert ops[0].bytes == pytest.approx(CP_MERGE_PASSES * (c - 1.0) * out, rel=1e-12)
+        assert ops[1].bytes == pytest.approx(ops[0].bytes * (1.0 + 2.0 * m.kv_heads / m.heads), rel=1e-12)
+        fwd, bwd = attention_kernels(job, lay)
+        assert fwd == c * FLASH_KERNELS[0] + (c - 1.0) * CP_STEP_EXTRA_KERNELS[0]
+        assert bwd == c * FLASH_KERNELS[1] + (c - 1.0) * CP_STEP_EXTRA_KERNELS[1]
+    assert merged[1.0] == 0.0 < merged[2.0] < merged[4.0] < merged[16.0]
+    whole = 2.0 * 32768.0 * m.heads * m.head_dim / 2.0 * CP_MERGE_PASSES * (1.0 + (1.0 + 2.0 * m.kv_heads / m.heads))
+    assert merged[16.0] < whole
 
 
 def test_standard_attention_hardware_flops_count_the_masked_half():

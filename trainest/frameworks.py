@@ -28,7 +28,7 @@ A framework sets
 - `kernels`: its element-wise kernels when the run does not say (fused | eager).
 - `dp_bucket_params`, `dp_bucket_params_per_rank`: how many collectives carry the data-parallel gradients
   (and, with ZeRO-1/2, the updated weights) each step, each paying its own latency (docs/model.md §4.3):
-  one per bucket of max(dp_bucket_params, dp_bucket_params_per_rank·dp) parameters, Megatron-Core's DDP
+  one per bucket of max(dp_bucket_params, dp_bucket_params_per_rank·dp·cp) parameters, Megatron-Core's DDP
   (`bucket_size = max(40_000_000, 1_000_000 * data_parallel_world_size)` in
   `distributed_data_parallel.py`) and DeepSpeed's (`reduce_bucket_size` and `allgather_bucket_size`,
   5e8 elements by default); 0: one per layer, PyTorch FSDP wrapping each transformer block (llm-foundry,
@@ -203,7 +203,7 @@ class Framework(NamedTuple):
     recompute_modes: tuple[str, ...] = ("none", "selective", "full")
     tp_overlap: bool = False             # pipelines TP collectives with GEMMs (TE userbuffers; torchtitan's async TP)
     # its data-parallel gradient collectives per step: one per bucket of max(dp_bucket_params,
-    # dp_bucket_params_per_rank·dp) parameters, or (0) one per layer: FSDP's units (module docstring)
+    # dp_bucket_params_per_rank·dp·cp) parameters, or (0) one per layer: FSDP's units (module docstring)
     dp_bucket_params: float = 0.0
     dp_bucket_params_per_rank: float = 0.0
     # ZeRO-1/2's all-gather of the updated weights hidden behind the next step's first forward, bucket by

@@ -164,13 +164,15 @@ def expert_dp_groups(layout: Layout) -> DpGroups:
 
 def dp_collective_calls(job: Job, layout: Layout, params_local: Num) -> Num:
     """n_b: the collectives each data-parallel reduction (and ZeRO-1/2's weight gather) of a step is split
-    into, each paying its own latency (docs/model.md §4.3): ⌈P_local / B⌉ buckets of B = max(B_0, B_r·d)
-    parameters (Megatron-Core, DeepSpeed: `Framework.dp_bucket_params`), or one per layer of the stage
-    (PyTorch FSDP's per-block units and the frameworks like it: dp_bucket_params 0); at least 1."""
+    into, each paying its own latency (docs/model.md §4.4): ⌈P_local / B⌉ buckets of B = max(B_0, B_r·d·c)
+    parameters (Megatron-Core, DeepSpeed: `Framework.dp_bucket_params`): the per-rank term keeps each
+    ring chunk B/(d·c) of the gradients' d·c-rank reduction bandwidth-bound, so it counts the context-
+    parallel ranks the gradients are reduced over; or one per layer of the stage (PyTorch FSDP's
+    per-block units and the frameworks like it: dp_bucket_params 0); at least 1."""
     f = FRAMEWORKS[job.framework]
     if f.dp_bucket_params <= 0.0:
         return xp.maximum(job.model.layers / layout.pp, 1.0)
-    bucket = xp.maximum(f.dp_bucket_params, f.dp_bucket_params_per_rank * layout.dp)
+    bucket = xp.maximum(f.dp_bucket_params, f.dp_bucket_params_per_rank * layout.dp * layout.cp)
     return xp.maximum(xp.ceil(params_local / bucket), 1.0)
 
 
