@@ -29,12 +29,16 @@ REFERENCE = reference_dir()
 MEGATRON_REF = REFERENCE / "runs-megatron-public.yaml"
 VENDORS_REF = REFERENCE / "runs-vendors-public.yaml"
 VTRAIN_REF = REFERENCE / "runs-vtrain-single-fit.yaml"
+MEMORY_REF = REFERENCE / "memory-given.yaml"
+MEMORY_FILE = "memory-given.yaml"
+MEMORY_SET = "memory"
 
 # --- schema: specs/README.md, runs/SOURCE.yaml ------------------------------------------------------
 FILE_KEYS = {"source", "runs"}
 FILE_OPTIONAL_KEYS = {"set"}                  # absent: the public runs
 VTRAIN_SET = "vtrain-single-node"
 RUN_KEYS = {"id", "set", "finetune", "packed_length", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
+            "master_weights", "grad_dtype", "loss", "optimizer", "optimizer_in_backward", "offload",
             "parallel", "micro_batch", "global_batch", "recompute", "attention", "framework", "kernels", "measured",
             "expressible", "reason",
             "confidence",
@@ -50,7 +54,7 @@ MODEL_EXTRA_KEYS = {"head_dim", "moe", "mla", "hybrid", "mtp", "attention_window
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard", "dp_overlap",
                  "pipeline_split", "dp_collectives", "ep", "etp"}
 MEASURED_KEYS = {"step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens",
-                 "peak_memory_gib"}
+                 "peak_memory_gib", "peak_memory_kind"}
 PRECISIONS = {"bf16", "fp16", "fp8", "fp4", "fp32", "tf32"}
 RECOMPUTE = {"none", "selective", "full", "op"}
 CONFIDENCE = {"high", "medium", "low"}
@@ -69,7 +73,7 @@ BY_ID = {run["id"]: run for _, run in RUNS}
 
 
 def _reference_records() -> list[dict]:
-    return list(_load(MEGATRON_REF)) + list(_load(VENDORS_REF)) + list(_load(VTRAIN_REF))
+    return list(_load(MEGATRON_REF)) + list(_load(VENDORS_REF)) + list(_load(VTRAIN_REF)) + list(_load(MEMORY_REF))
 
 
 def _shape(run: dict) -> dict:
@@ -85,7 +89,7 @@ def test_run_files_exist():
 
 def test_every_reference_record_appears_exactly_once():
     ref_ids = [r["id"] for r in _reference_records()]
-    assert len(ref_ids) == len(set(ref_ids)) == 734 + 720
+    assert len(ref_ids) == len(set(ref_ids)) == 734 + 720 + 35
     counts = Counter(run["id"] for _, run in RUNS)
     duplicated = sorted(i for i, n in counts.items() if n > 1)
     assert not duplicated, f"ids written more than once: {duplicated[:10]}"
@@ -155,7 +159,8 @@ def _check_expressible(run: dict, w: str) -> None:
         assert par["pipeline_split"] == "balanced" and m["layers"] + 2 >= par["pp"] * par["vpp"], w
     assert run["global_batch"] % (par["dp"] * run["micro_batch"]) == 0, f"{w}: global batch"
     primary = {"step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "device_hours"} & set(run["measured"])
-    assert len(primary) == 1, f"{w}: exactly one measured metric expected, got {sorted(primary)}"
+    memory_only = not primary and "peak_memory_gib" in run["measured"]     # a memory-only run (memory-given.yaml)
+    assert len(primary) == 1 or memory_only, f"{w}: exactly one measured metric expected, got {sorted(primary)}"
     for v in run["measured"].values():
         assert isinstance(v, str) or v > 0, f"{w}: measured value {v!r}"
 
@@ -177,6 +182,7 @@ def test_expressible_runs_load_as_scenarios():
 def test_only_the_vtrain_file_leaves_the_public_set():
     sets = {p.name: _load(p).get("set", "public") for p in RUN_FILES}
     assert sets.pop("vtrain-single.yaml") == VTRAIN_SET
+    assert sets.pop(MEMORY_FILE) == MEMORY_SET
     assert set(sets.values()) == {"public"}, sets
 
 
@@ -310,7 +316,8 @@ def test_lora_rows_carry_their_method_and_their_own_set():
     """Issue 14: every LoRA/QLoRA record has `finetune:` and `set: finetune` (kept out of the public gates
     and the fit); those with their facts known are expressible, the rest say why not."""
     from trainest.validate import load_runs
-    rows = [run for path in RUN_FILES for run in _load(path)["runs"] if "lora" in run["id"].lower()]
+    rows = [run for path in RUN_FILES if path.name != MEMORY_FILE for run in _load(path)["runs"]
+            if "lora" in run["id"].lower()]     # (memory-given.yaml: memory-only runs of their own set)
     assert len(rows) == 12 and all(r["set"] == "finetune" and r["finetune"]["method"] in ("lora", "qlora")
                                    for r in rows)
     loaded = load_runs(run_set="finetune")
@@ -319,3 +326,32 @@ def test_lora_rows_carry_their_method_and_their_own_set():
     assert "does not count plain training tokens" in reasons["dgx-spark-llama3.1-8b-lora"]
     assert "adapters on the last 4 layers only" in reasons["mlx-lora-mistral7b-m1max"]
     assert not {c.id for c in load_runs(run_set="public").cases} & {c.id for c in loaded.cases}
+
+
+# --- the memory-given rows: memory-only runs of their own set, what each measured kept --------------------------
+def test_memory_records_keep_the_measured_peak_and_its_kind():
+    """Issue 34: every memory-given.yaml record is a run of `set: memory` whose measured peak (GiB) and memory kind
+    are the reference's; a record that ran gives its peak and no step metric, an OOM row is kept not expressible."""
+    refs = {r["id"]: r for r in _load(MEMORY_REF)}
+    doc = _load(RUNS_DIR / MEMORY_FILE)
+    assert doc["set"] == MEMORY_SET and len(doc["runs"]) == len(refs) == 35
+    kinds = {"allocated": "allocated", "active": "active", "device used": "device", "unspecified": "unspecified"}
+    for run in doc["runs"]:
+        ref = refs[run["id"]]
+        if ref["measured_peak_memory_gib"] is None:
+            assert not run["expressible"] and "OOM" in run["reason"], run["id"]
+            continue
+        assert run["measured"]["peak_memory_gib"] == pytest.approx(ref["measured_peak_memory_gib"]), run["id"]
+        want = next(v for k, v in kinds.items() if ref["memory_kind"].startswith(k))
+        assert run["measured"]["peak_memory_kind"] == want, run["id"]
+        assert (run["seq_len"], run["micro_batch"], run["devices"]) == \
+            (ref["seq_len"], ref["micro_batch"], ref["devices"]), run["id"]
+    assert sum(r["expressible"] for r in doc["runs"]) == 29       # the BERT encoders and the two OOM rows are not
+
+
+def test_memory_runs_are_compared_per_kind_and_not_as_step_times():
+    from trainest.validate import validate_runs
+    report = validate_runs(run_set=MEMORY_SET)
+    assert not report.runs and len(report.memory_runs) == 29
+    assert {m.kind for m in report.memory_runs} == {"allocated", "active", "unspecified"}
+    assert all(m.measured_bytes > 0 and m.predicted_bytes > 0 for m in report.memory_runs)

@@ -7,6 +7,8 @@ Reads  <reference>/runs-megatron-public.yaml   (73 records)
                                                 `set: vtrain-single-node`, reported apart)
        <reference>/model-shapes.yaml           (architectures of models the runs only name)
        <reference>/hardware.yaml               (catalog ids, to validate hardware names)
+       <reference>/memory-given.yaml           (35 records of measured peak memory, no step time: read by
+                                                tools/memory_runs.py into specs/runs/memory-given.yaml, `set: memory`)
 writes specs/runs/<source-slug>.yaml, one file per source, each {source: ..., runs: [...]} (plus
 `set: NAME` for a source that is not one of the public runs; absent = `public`).
 
@@ -29,6 +31,9 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import memory_runs  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_REFERENCE = REPO.parent / "shared" / "reference"
 DEFAULT_OUT = REPO / "specs" / "runs"
@@ -46,8 +51,9 @@ A100_UNSTATED_WHY = ("the entry of every A100 record that does not say 40GB; the
                      "source notes say: docs/validation.md, vTrain section")
 
 RUN_KEYS = ("id", "set", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
-            "parallel", "micro_batch", "global_batch", "recompute", "attention", "packed_length", "framework",
-            "kernels", "finetune", "measured", "expressible", "reason", "confidence", "notes", "duplicate_of")
+            "master_weights", "grad_dtype", "parallel", "micro_batch", "global_batch", "recompute", "attention",
+            "packed_length", "framework", "kernels", "loss", "optimizer", "optimizer_in_backward", "offload",
+            "finetune", "measured", "expressible", "reason", "confidence", "notes", "duplicate_of")
 
 # LoRA/QLoRA runs: written with the record-level `set: finetune`, so that the public accuracy gates and the
 # fit of the shipped efficiencies leave them out (no efficiency is fitted to a fine-tuning run: they test
@@ -1442,9 +1448,23 @@ def main(argv=None):
     for runs in result.values():
         for run in runs:
             assert set(run) <= set(RUN_KEYS), run["id"]
+    memory = memory_runs.convert_all(_read_yaml(args.reference / memory_runs.FILE))
+    for run in memory:
+        assert set(run) <= set(RUN_KEYS), run["id"]
     if not args.check:
         write(args.out, result)
+        write_memory(args.out, memory)
     print(summary(result))
+    print(f"{memory_runs.SLUG:20s} {len(memory):4d} runs, {sum(r['expressible'] for r in memory):4d} expressible, "
+          f"measured: peak_memory_gib (set {memory_runs.RUN_SET})")
+
+
+def write_memory(out_dir: Path, runs: list) -> None:
+    """specs/runs/memory-given.yaml: the memory-only runs (tools/memory_runs.py), `set: memory`."""
+    doc = OrderedDict(source=memory_runs.TITLE, set=memory_runs.RUN_SET, runs=runs)
+    text = HEADER + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=110, allow_unicode=True,
+                              default_flow_style=False)
+    (out_dir / f"{memory_runs.SLUG}.yaml").write_text(text)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ quarter of that, and every `trainest estimate` pays it.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple, Union
+from typing import TYPE_CHECKING, Union
 
 from trainest import xp
 from trainest.choices import (
@@ -28,6 +28,7 @@ from trainest.choices import (
 )
 from trainest.hardware import Hardware
 from trainest.models import Model
+from trainest.record import NamedTuple
 
 if TYPE_CHECKING:
     import numpy as np

@@ -5,11 +5,10 @@ numpy arrays (the plan search, calibration)."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from trainest import xp
 from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
+from trainest.record import NamedTuple
 from trainest.step.collectives import Tiers, job_tiers, tied_embedding_s
 from trainest.step.finetune import finetune_flops_delta, trainable_expert_params_local, trainable_params_local
 from trainest.step.flops import model_flops_per_step, mtp_flops_per_step, recompute_flops_per_step

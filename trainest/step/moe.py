@@ -21,13 +21,13 @@ al. 2021 (Switch Transformer: capacity factor, token dropping); Rajbhandari et a
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 from trainest import xp
 from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
 from trainest.model_blocks import MoE
 from trainest.precision import MAIN_GRAD_BYTES
+from trainest.record import NamedTuple
 from trainest.step import mla
 from trainest.step.collectives import Tiers, all_gather_s, all_to_all_s, group_ranks_per_domain, in_node
 from trainest.step.kernels import EAGER_ACTIVATION_KERNELS, MOE_ROUTING_KERNELS, host_per_kernel_s
