@@ -28,15 +28,20 @@ def test_every_simple_knob_is_an_option_of_every_command_and_a_scenario_key():
         assert k.name in COMPARE_JOB_KEYS
 
 
+# a mixture-of-experts model, so that every knob's every value applies (moe_dispatcher's deepep and hybridep
+# need experts)
+MODEL = "mixtral-8x7b"
+
+
 @pytest.mark.parametrize("knob", [k.name for k in SIMPLE])
 def test_a_simple_knob_is_read_echoed_and_handed_to_the_job(knob):
     """Not given: the fallback, listed as derived; given (every allowed word, or the fallback for a number):
     kept, not derived, echoed, and the Job's field; a plan's job keeps it too."""
     k = BY_NAME[knob]
-    s = scenario_from_mapping({"model": "llama3-8b"})
+    s = scenario_from_mapping({"model": MODEL})
     assert s.knob(knob) == k.fallback and knob in s.derived and scenario_mapping(s)[knob] == k.fallback
     for value in k.choice_values or (k.fallback,):
-        s = scenario_from_mapping({"model": "llama3-8b", knob: value})
+        s = scenario_from_mapping({"model": MODEL, knob: value})
         assert s.knob(knob) == value and knob not in s.derived
         assert scenario_mapping(s)[knob] == value and getattr(job_of(s), knob) == value
-        assert job_scenario({"model": "llama3-8b", "global_batch": 64, knob: value}).knob(knob) == value
+        assert job_scenario({"model": MODEL, "global_batch": 64, knob: value}).knob(knob) == value

@@ -216,6 +216,12 @@ KNOBS: tuple[Knob, ...] = (
       "per pass; a MoE model's expert inputs padded to a capacity). Removes host launch time, not device work "
       "(docs/model.md §2.10).", "none", ("none", "partial", "full"), job=True, fallback="none",
       help_panel="Layout"),
+    K("moe_dispatcher", ("--moe-dispatcher",), "choice", "The MoE token dispatcher: alltoall (NCCL's all-to-all, "
+      "Megatron-Core's alltoall dispatcher: every token copy sent, the host reads the token counts each layer), "
+      "deepep (DeepEP's kernels: a token sent once per remote domain, 20 SMs, the host waits for the counts) or "
+      "hybridep (NVIDIA's HybridEP: deduplicated, 32 SMs, capacity-sized buffers without a host wait); "
+      "docs/model.md §15.11.", "alltoall", ("alltoall", "deepep", "hybridep"), job=True, fallback="alltoall",
+      help_panel="Layout"),
     K("finetune", ("--finetune",), "choice", "Fine-tuning: full (every weight trained), lora (frozen base weights "
       "and low-rank adapters, Hu et al. 2021) or qlora (LoRA on a 4-bit NF4 base, Dettmers et al. 2023).", "full",
       "Finetune", group=FINETUNE, key="method", searched=True, job=True),

@@ -232,6 +232,13 @@ def _check_schedule(sizes: dict[str, Any], dp: int, micro_batch: int, global_bat
                                              global_batch=global_batch), where)
 
 
+def _check_moe_dispatcher(dispatcher: str, model: Model, where: str) -> None:
+    """deepep and hybridep dispatch tokens to experts: they need a mixture-of-experts model."""
+    if dispatcher != "alltoall" and model.moe is None:
+        raise SpecError(f"{where}.moe_dispatcher: {dispatcher} needs a mixture-of-experts model (it dispatches "
+                        f"tokens to experts); {model.name} is dense: leave it at alltoall")
+
+
 def _moe_overlap_of(par: dict[str, Any], model: Model, where: str) -> str:
     """`parallel.moe_overlap` (MOE_OVERLAPS); as ep and etp, refused on a dense model unless none."""
     moe_overlap = F.choice(par.get("moe_overlap", "none"), f"{where}.parallel.moe_overlap", MOE_OVERLAPS)
@@ -407,6 +414,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     packed_length = packed_length_of(data.get("packed_length"), seq_len, where)
     kernels = F.choice(r.default("kernels", fw.kernels), f"{where}.kernels", KERNELS)
     knobs = simple_knobs(r)
+    _check_moe_dispatcher(dict(knobs)["moe_dispatcher"], model, where)
     moments = F.choice(r.default("adam_moments", "fp32"), f"{where}.adam_moments", ADAM_MOMENTS)
     dp_overlap = F.boolean(r.default_in(par, "parallel.dp_overlap", fw.dp_overlap), f"{where}.parallel.dp_overlap")
     check_framework(framework, sizes, par, where, label)
