@@ -7,6 +7,7 @@ import pytest
 from helpers import call_entry, job_and_layout, step_of
 from test_moe import H100, MOE, moe_model
 
+from trainest.catalog import with_efficiency
 from trainest.errors import SpecError
 from trainest.scenario import scenario_from_mapping
 from trainest.step import moe as M
@@ -41,18 +42,21 @@ def test_nccl_all_to_all_sends_every_copy_across_domains_deepep_and_hybridep_onc
 
 def test_a_hidden_dispatch_slows_the_computation_by_the_sms_it_keeps():
     """Hidden behind another micro-batch (moe_overlap deepep), DeepEP's kernels keep 20 of the device's
-    SMs: what shows grows by 20/U of the hidden time; HybridEP's 32 by 32/U; NCCL's cost is the contention
-    share κ alone. Exposed (moe_overlap none), all three show the all-to-alls in full."""
-    units = H100.compute_units
+    SMs and HybridEP's 32: what shows is max(κ, s/U) of the hidden time; NCCL's is the hardware's contention
+    share κ. Exposed (moe_overlap none), all three show the all-to-alls in full."""
+    units, kappa = H100.compute_units, 0.1
+    hw = with_efficiency(H100, overlap_contention=kappa)
     exposed = {}
     for d in ("alltoall", "deepep", "hybridep"):
-        job, layout, _, x = local(MOE, dp=8.0, ep=8.0, moe_overlap="deepep", moe_dispatcher=d)
+        job, layout = job_and_layout(MOE, hw, seq_len=2048.0, dp=8.0, ep=8.0, moe_overlap="deepep", moe_dispatcher=d)
+        x = R.local_shape(job, layout)
         tiers = tiers_of(job.hardware, job.devices_per_node)
         total, exposed[d] = M.ep_layer_s(job, layout, x, tiers, 1.0)       # a window far longer than the a2a
-        none = local(MOE, dp=8.0, ep=8.0, moe_dispatcher=d)
-        assert M.ep_layer_s(none[0], none[1], none[3], tiers, 1.0) == (pytest.approx(total), pytest.approx(total))
+        none = job_and_layout(MOE, hw, seq_len=2048.0, dp=8.0, ep=8.0, moe_dispatcher=d)
+        assert M.ep_layer_s(*none, x, tiers, 1.0) == (pytest.approx(total), pytest.approx(total))
+    assert exposed["alltoall"] == pytest.approx(kappa * total)
     for d, sms in (("deepep", 20.0), ("hybridep", 32.0)):
-        assert exposed[d] == pytest.approx(exposed["alltoall"] + sms / units * (total - exposed["alltoall"]))
+        assert exposed[d] == pytest.approx(max(kappa, sms / units) * total)
     assert exposed["alltoall"] < exposed["deepep"] < exposed["hybridep"] < total
 
 
