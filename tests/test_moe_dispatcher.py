@@ -4,6 +4,7 @@ beside computation, and whether the host waits on it; and its input at the bound
 from __future__ import annotations
 
 import pytest
+import yaml
 from helpers import call_entry, job_and_layout, step_of
 from test_moe import H100, MOE, moe_model
 
@@ -93,3 +94,31 @@ def test_the_dispatcher_is_an_input_checked_at_the_boundary(capsys):
     assert code == 1 and out == "" and len(err.strip().splitlines()) == 1 and "hybridep" in err
     code, out, err = call_entry(["estimate", "--model", "qwen3-30b-a3b", "--moe-dispatcher", "nccl"], capsys)
     assert code == 2 and out == "" and "nccl" in err
+
+
+# --- the recipes' settings trainest has no input for, named where a run that ran is called no-fit -------------
+def test_every_bundled_moe_run_called_no_fit_names_the_settings_its_record_lacks():
+    """Issue 33: a bundled mixture-of-experts (or hybrid) Megatron-Bridge run that ran is called "does not fit"
+    only where its record states settings trainest has no input for (`unmodelled`: FP8 parameters, BF16
+    gradient buffers, activation offloading...), and the validate output names them."""
+    from trainest.report.validate import run_notes
+    from trainest.validate import validate_runs
+    report = validate_runs(["specs/runs/megatron-bridge.yaml"])
+    nofit = [r for r in report.runs if not r.fits and r.architecture in ("moe", "hybrid")]
+    assert all(r.unmodelled for r in nofit), [r.id for r in nofit if not r.unmodelled]
+    notes = "\n".join(run_notes(report))
+    for r in nofit:
+        assert f"{r.id} does not fit; its record states settings trainest has no input for" in notes
+        assert ", ".join(r.unmodelled) in notes
+
+
+def test_a_runs_files_unmodelled_settings_are_a_list_of_words(tmp_path, capsys):
+    run = {"id": "r", "source": "s", "model": "qwen3-30b-a3b", "hardware": "h100-sxm", "devices": 8, "seq_len": 4096,
+           "global_batch": 64, "parallel": {"ep": 8}, "measured": {"step_time_s": 5.0}}
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": [dict(run, unmodelled=["fp8_param true"])]}))
+    from trainest.validate import load_runs
+    assert load_runs([path]).cases[0].unmodelled == ("fp8_param true",)
+    path.write_text(yaml.safe_dump({"runs": [dict(run, unmodelled="fp8_param true")]}))
+    code, out, err = call_entry(["validate", str(path)], capsys)
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1 and "unmodelled" in err
