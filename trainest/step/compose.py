@@ -377,8 +377,7 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     trained_local = trainable_params_local(job, layout, params_local)    # LoRA: the adapters only
     trained_experts = trainable_expert_params_local(job, layout, expert_local)
     dp = dp if dp is not None else data_parallel_traffic(job, layout, dp_tiers, trained_local, trained_experts)
-    host_fwd, host_bwd = host_pass_s(job, layout)
-    expert_fwd, expert_bwd = expert_host_pass_s(job, layout)      # MoE: per-expert launches (step/moe.py)
+    (host_fwd, host_bwd), (expert_fwd, expert_bwd) = host_pass_s(job, layout), expert_host_pass_s(job, layout)  # MoE
     windows = dp_windows_s(layout, lp, cp, n, z3_comm, stage_work, (host_fwd + expert_fwd, host_bwd + expert_bwd),
                            host_excess, FRAMEWORKS[job.framework].dp_gather_overlap)
     dp_parts = dp_exposed_parts(layout, dp, windows, eff.overlap_contention, m)
