@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from trainest import xp
 from trainest.layout import Job, Layout, Num
+from trainest.precision import grad_bytes_per_param
 from trainest.step.collectives import Tiers, job_tiers, tied_embedding_s
 from trainest.step.finetune import finetune_flops_delta, trainable_expert_params_local, trainable_params_local
 from trainest.step.flops import model_flops_per_step, mtp_flops_per_step, recompute_flops_per_step
@@ -374,7 +375,8 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     tied = tied_embedding_s(job, layout, tiers)
     dp_exposed = dp_parts.replica_s + dp_parts.reduce_s + dp_parts.gather_s + dp_parts.zero2_s + tied
     optimizer = optimizer_s(layout, trained_local, rates.memory_bytes_per_s, eff.kernel_floor_s, trained_experts,
-                            adam_bytes_per_param(job.adam_moments, job.optimizer))
+                            adam_bytes_per_param(job.adam_moments, job.optimizer, job.master_weights, job.grad_bytes,
+                                                 grad_bytes_per_param(job.precision, "auto", "fp32")))
     offload, offload_s, offload_serial, optimizer = offload_parts(job, layout, lp, n, optimizer)
     compute_s, memory_s, overhead_s = m * mb_c, m * mb_m + optimizer, m * stage_o
     communication_s = m * mb_comm + dp_exposed
