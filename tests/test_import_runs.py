@@ -39,7 +39,8 @@ FILE_OPTIONAL_KEYS = {"set"}                  # absent: the public runs
 VTRAIN_SET = "vtrain-single-node"
 RUN_KEYS = {"id", "set", "finetune", "packed_length", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
             "master_weights", "grad_dtype", "loss", "optimizer", "optimizer_in_backward", "offload",
-            "parallel", "micro_batch", "global_batch", "recompute", "attention", "framework", "kernels", "measured",
+            "parallel", "micro_batch", "global_batch", "recompute", "recompute_modules", "attention", "framework", "kernels",
+            "cuda_graphs", "moe_dispatcher", "adam_moments", "measured",
             "expressible", "reason",
             "confidence",
             "notes",
@@ -52,7 +53,7 @@ MODEL_KEYS = {"name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vo
               "dropout", "positional"}
 MODEL_EXTRA_KEYS = {"head_dim", "moe", "mla", "hybrid", "mtp", "attention_window"}   # MoE, MLA, hybrid, MTP, local attention
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard", "dp_overlap",
-                 "pipeline_split", "dp_collectives", "ep", "etp"}
+                 "pipeline_split", "dp_collectives", "ep", "etp", "moe_overlap"}
 MEASURED_KEYS = {"step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens",
                  "peak_memory_gib", "peak_memory_kind"}
 PRECISIONS = {"bf16", "fp16", "fp8", "fp4", "fp32", "tf32"}
@@ -118,7 +119,8 @@ def test_run_file_keys(path: Path):
         # a MoE model with no dense layer has no dense MLP width (ffn_hidden)
         required = MODEL_KEYS - ({"ffn_hidden"} if "moe" in model and not model["moe"].get("dense_layers") else set())
         assert required <= set(model), f"{w}: model lacks {sorted(required - set(model))}"
-        optional = {"tp_overlap", "dp_shard", "pipeline_split", "dp_collectives", "dp_overlap", "ep", "etp"}
+        optional = {"tp_overlap", "dp_shard", "pipeline_split", "dp_collectives", "dp_overlap", "ep", "etp",
+                    "moe_overlap"}
         assert PARALLEL_KEYS - optional <= set(run["parallel"]) <= PARALLEL_KEYS, \
             f"{w}: parallel keys {sorted(run['parallel'])}"
         assert set(run["measured"]) <= MEASURED_KEYS, f"{w}: measured keys {sorted(run['measured'])}"
@@ -328,6 +330,51 @@ def test_lora_rows_carry_their_method_and_their_own_set():
     assert "does not count plain training tokens" in reasons["dgx-spark-llama3.1-8b-lora"]
     assert "adapters on the last 4 layers only" in reasons["mlx-lora-mistral7b-m1max"]
     assert not {c.id for c in load_runs(run_set="public").cases} & {c.id for c in loaded.cases}
+
+
+# --- the Megatron-Bridge recipes' settings (tools/recipe_settings.py, issue 33) ----------------------
+def _recipe(**sections):
+    return {"settings": {sec: {k: {"value": v} for k, v in kv.items()} for sec, kv in sections.items()}}
+
+
+def test_recipe_settings_map_to_inputs_the_same_way_for_every_record():
+    sys.path.insert(0, str(REPO / "tools"))
+    from recipe_settings import cuda_graphs_of, dispatcher_of, recompute_of
+    assert cuda_graphs_of(_recipe(cuda_graph={"cuda_graph_impl": "full_iteration", "cuda_graph_scope": []}))[0] == "full"
+    assert cuda_graphs_of(_recipe(cuda_graph={"cuda_graph_impl": "transformer_engine",
+                                              "cuda_graph_scope": ["attn", "moe_router", "moe_preprocess"]}))[0] \
+        == "partial"
+    assert cuda_graphs_of(_recipe(cuda_graph={"cuda_graph_impl": "transformer_engine",
+                                              "cuda_graph_scope": ["attn", "moe"]}))[0] == "full"
+    # a scope without an implementation is not active
+    assert cuda_graphs_of(_recipe(cuda_graph={"cuda_graph_impl": "none", "cuda_graph_scope": "full"}))[0] == "none"
+    assert dispatcher_of(_recipe(moe={"moe_token_dispatcher_type": "flex",
+                                      "moe_flex_dispatcher_backend": "hybridep"}))[0] == "hybridep"
+    # a flex backend named while the dispatcher is alltoall is not used
+    assert dispatcher_of(_recipe(moe={"moe_token_dispatcher_type": "alltoall",
+                                      "moe_flex_dispatcher_backend": "deepep"}))[0] == "alltoall"
+    assert dispatcher_of(_recipe(moe={"moe_token_dispatcher_type": "alltoall", "moe_enable_deepep": True}))[0] \
+        == "deepep"
+    assert recompute_of(_recipe(recompute={"recompute_granularity": None,
+                                           "recompute_modules": ["core_attn"]})) == ("none", [], [])
+    assert recompute_of(_recipe(recompute={"recompute_granularity": "selective",
+                                           "recompute_modules": ["mla_up_proj", "mlp"]}))[:2] \
+        == ("selective", ["mla_up_proj", "mlp"])
+    assert recompute_of(_recipe(recompute={"recompute_granularity": "selective", "recompute_modules": []}))[0] == "none"
+
+
+def test_megatron_bridge_runs_carry_their_recipes_settings():
+    runs = _load(RUNS_DIR / "megatron-bridge.yaml")["runs"]
+    expressible = [r for r in runs if r["expressible"]]
+    with_recipe = [r for r in expressible if "recipe settings (" in r["notes"]]
+    assert len(with_recipe) >= 0.9 * len(expressible)
+    for r in with_recipe:
+        assert r["cuda_graphs"] in ("none", "partial", "full")
+        if "moe" in r["model"]:
+            assert r["moe_dispatcher"] in ("alltoall", "deepep", "hybridep")
+            assert r["parallel"]["moe_overlap"] in ("none", "deepep")
+    others = [r for r in expressible if r not in with_recipe]
+    assert all("no recipe record matched" in r["notes"] for r in others)
 
 
 # --- the memory-given rows: memory-only runs of their own set, what each measured kept --------------------------

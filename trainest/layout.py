@@ -15,7 +15,7 @@ quarter of that, and every `trainest estimate` pays it.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple, Union
+from typing import TYPE_CHECKING, Union
 
 from trainest import xp
 from trainest.choices import (
@@ -29,6 +29,7 @@ from trainest.choices import (
 from trainest.hardware import Hardware
 from trainest.models import Model
 from trainest.precision import grad_bytes_per_param
+from trainest.record import NamedTuple
 
 if TYPE_CHECKING:
     import numpy as np
@@ -65,6 +66,7 @@ class Job(NamedTuple):
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES   # what selective recompute re-runs
     devices: float = math.inf   # N = t·p·c·d (inf: not said): whether a group may straddle two domains (§3.2)
     cuda_graphs: str = "none"   # CudaGraphs: none | partial (the static-shape parts) | full (every layer), §2.10
+    moe_dispatcher: str = "alltoall"   # MoeDispatcher: alltoall (NCCL) | deepep | hybridep, §15.11
     master_weights: str = "fp32"     # fp32 (mixed precision's FP32 master) | none (pure 16-bit), docs/model.md §7.2
     grad_dtype: str = "auto"         # auto | fp32 | bf16: the gradients' dtype (precision.grad_bytes_per_param)
     optimizer_in_backward: bool = False   # the optimizer step fused into the backward (gradients freed per layer)

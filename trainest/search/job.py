@@ -11,9 +11,9 @@ from trainest.choices import (
     DEFAULT_RECOMPUTE_MODULES,
     OBJECTIVES,
 )
-from trainest.errors import SpecError
+from trainest.errors import SpecError, head
 from trainest.frameworks import FRAMEWORKS
-from trainest.knobs import JOB_KEYS, JOB_PARALLEL_KEYS
+from trainest.knobs import CLI, JOB_KEYS, JOB_PARALLEL_KEYS
 from trainest.scenario import (
     FineTune,
     Parallel,
@@ -45,7 +45,7 @@ def with_search_framework(base: Scenario, mapping: dict[str, Any], space: Search
 
 
 
-def default_devices(mapping: dict, where: str = "options") -> int:
+def default_devices(mapping: dict, where: str = CLI) -> int:
     """The device count a search takes when none is given: the estimate's, one node's devices of the job's
     hardware, at most DEFAULT_DEVICES (one DGX Spark is one device, an H100 node eight)."""
     from trainest.scenario import DEFAULT_DEVICES
@@ -53,7 +53,7 @@ def default_devices(mapping: dict, where: str = "options") -> int:
     return max(min(DEFAULT_DEVICES, job_scenario({**job, "global_batch": 1}, where).devices_per_node), 1)
 
 
-def job_scenario(mapping: dict, where: str = "options", default_batch_devices: int | None = None,
+def job_scenario(mapping: dict, where: str = CLI, default_batch_devices: int | None = None,
                  shape: dict | None = None) -> Scenario:
     """Validate the job (a scenario mapping without a layout) once, as a one-device scenario; plans
     replace its device count and layout (`plan_scenario`). Without a global batch: with
@@ -63,7 +63,7 @@ def job_scenario(mapping: dict, where: str = "options", default_batch_devices: i
     check_scenario_keys(mapping, where)
     if mapping.get("global_batch") is None and mapping.get("global_batch_tokens") is None:
         if default_batch_devices is None:
-            raise SpecError(f"{where}: the plan search needs the global batch (--global-batch in sequences, or "
+            raise SpecError(f"{head(where)}the plan search needs the global batch (--global-batch in sequences, or "
                             f"--global-batch-tokens)")
         seq_len = job_scenario({**mapping, "global_batch": 1}, where, shape=shape).seq_len
         base = job_scenario({**mapping, "global_batch": default_global_batch(seq_len, default_batch_devices, 1)},
