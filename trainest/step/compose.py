@@ -8,7 +8,6 @@ from __future__ import annotations
 from trainest import xp
 from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
-from trainest.precision import grad_bytes_per_param
 from trainest.record import NamedTuple
 from trainest.step.collectives import Tiers, job_tiers, tied_embedding_s
 from trainest.step.finetune import finetune_flops_delta, trainable_expert_params_local, trainable_params_local
@@ -19,7 +18,7 @@ from trainest.step.layer import LayerPass, attention_block, layer_ops, layer_pas
 from trainest.step.moe import dispatch_sync_segment_s, expert_host_layer_s, expert_host_pass_s, moe_layer
 from trainest.step.mtp import MtpPass, mtp_pass
 from trainest.step.offload import Offload, offload_state, offload_terms
-from trainest.step.optimizer import adam_bytes_per_param, optimizer_s
+from trainest.step.optimizer import job_adam_bytes, optimizer_s
 from trainest.step.overlap import DpExposed, dp_exposed_parts, dp_windows_s, overlapped_exposed_s, serial_dp_s
 from trainest.step.rates import LocalShape, Rates, local_shape, rates_of
 from trainest.step.roofline import Op, bound_sums
@@ -378,8 +377,7 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     trained_local = trainable_params_local(job, layout, params_local)    # LoRA: the adapters only
     trained_experts = trainable_expert_params_local(job, layout, expert_local)
     dp = dp if dp is not None else data_parallel_traffic(job, layout, dp_tiers, trained_local, trained_experts)
-    host_fwd, host_bwd = host_pass_s(job, layout)
-    expert_fwd, expert_bwd = expert_host_pass_s(job, layout)      # MoE: per-expert launches (step/moe.py)
+    (host_fwd, host_bwd), (expert_fwd, expert_bwd) = host_pass_s(job, layout), expert_host_pass_s(job, layout)  # MoE
     windows = dp_windows_s(layout, lp, cp, n, z3_comm, stage_work, (host_fwd + expert_fwd, host_bwd + expert_bwd),
                            host_excess, FRAMEWORKS[job.framework].dp_gather_overlap)
     dp_parts = dp_exposed_parts(layout, dp, windows, eff.overlap_contention, m)
@@ -387,8 +385,7 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     tied = tied_embedding_s(job, layout, tiers)
     dp_exposed = dp_parts.replica_s + dp_parts.reduce_s + dp_parts.gather_s + dp_parts.zero2_s + tied
     optimizer = optimizer_s(layout, trained_local, rates.memory_bytes_per_s, eff.kernel_floor_s, trained_experts,
-                            adam_bytes_per_param(job.adam_moments, job.optimizer, job.master_weights, job.grad_bytes,
-                                                 grad_bytes_per_param(job.precision, "auto", "fp32")))
+                            job_adam_bytes(job))
     offload, offload_s, offload_serial, optimizer = offload_parts(job, layout, lp, n, optimizer)
     compute_s, memory_s, overhead_s = m * mb_c, m * mb_m + optimizer, m * stage_o
     communication_s = m * mb_comm + dp_exposed

@@ -5,8 +5,14 @@ clipping), each at least the device's kernel floor."""
 from __future__ import annotations
 
 from trainest import xp
-from trainest.layout import Layout, Num
-from trainest.precision import MAIN_GRAD_BYTES, MASTER_WEIGHT_BYTES, MOMENT_BYTES, optimizer_state_bytes
+from trainest.layout import Job, Layout, Num
+from trainest.precision import (
+    MAIN_GRAD_BYTES,
+    MASTER_WEIGHT_BYTES,
+    MOMENT_BYTES,
+    grad_bytes_per_param,
+    optimizer_state_bytes,
+)
 
 OPTIMIZER_BYTES_PER_PARAM = 34.0   # Adam: r/w FP32 master, m, v (24) + read grad (4) + norm (4) + write weights (2)
 # apex/DeepSpeed multi_tensor_apply (csrc/multi_tensor_apply.cuh): a launch covers at most 320 blocks of one
@@ -48,3 +54,10 @@ def optimizer_s(layout: Layout, params_local: Num, memory_bytes_per_s: Num, kern
     opt_params = opt_params + expert_local / xp.where(layout.zero >= 1, layout.expert_shard, 1.0)
     return xp.maximum(opt_params * bytes_per_param / memory_bytes_per_s,
                       optimizer_kernels(opt_params) * kernel_floor_s)
+
+
+def job_adam_bytes(job: Job) -> float:
+    """`adam_bytes_per_param` of a job: its moments, optimizer, master weights and gradient bytes against the
+    gradients its precision keeps by default (what the 34 B assume)."""
+    return adam_bytes_per_param(job.adam_moments, job.optimizer, job.master_weights, job.grad_bytes,
+                                grad_bytes_per_param(job.precision, "auto", "fp32"))
