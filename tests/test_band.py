@@ -58,7 +58,7 @@ def _residuals(n: int, hardware: str, ratio: float) -> list[B.Residual]:
 
 
 def test_lookup_falls_back_to_broader_groups_and_says_so():
-    groups = {"holdout": B.build_groups(_residuals(25, "a", 1.0) + _residuals(5, "b", 1.2))}
+    groups = {B.CALIBRATED: B.build_groups(_residuals(25, "a", 1.0) + _residuals(5, "b", 1.2))}
     own = B.lookup(groups, hardware="a", family="fam", scale="node", arch="dense", calibrated=True)
     assert own.level == "hardware+scale" and own.runs == 25 and "fewer" not in own.note
     other = B.lookup(groups, hardware="b", family="fam", scale="node", arch="dense", calibrated=True)
@@ -75,7 +75,7 @@ def test_every_estimate_carries_its_band():
     e = estimate(scenario_from_mapping({"model": "llama3-8b", "hardware": "h100-sxm", "devices": 64,
                                         "parallel": {"zero": 3}, "global_batch": 256}))
     b = e.band
-    assert b.calibrated and b.pool == "holdout" and b.runs >= B.MIN_GROUP_RUNS
+    assert b.calibrated and b.pool == B.CALIBRATED and b.runs >= B.MIN_GROUP_RUNS and not b.unknowns
     assert b.low_ratio < 1.0 < b.high_ratio and b.coverage >= B.COVERAGE
     assert e.step.time_s_low == pytest.approx(e.step.time_s * b.low_ratio)
     assert e.step.time_s_high == pytest.approx(e.step.time_s * b.high_ratio)
@@ -89,6 +89,7 @@ def test_uncalibrated_hardware_gets_a_wider_band_and_says_so():
     uncalibrated = estimate(scenario_from_mapping({**job, "hardware": "mi300x"})).band
     assert not uncalibrated.calibrated and uncalibrated.pool == "prior"
     assert "not calibrated" in uncalibrated.note and "no run of its family" in uncalibrated.note
+    assert "little is known" in B.plain_words(uncalibrated) and "mi300x has no measured run" in uncalibrated.unknowns
     width = lambda b: math.log(b.high_ratio / b.low_ratio)   # noqa: E731
     assert width(uncalibrated) > 2 * width(calibrated)
 
@@ -100,7 +101,7 @@ def test_shipped_bands_are_what_the_validation_command_computes(fresh):
     assert fit_bands.same(shipped, fresh), "specs/bands.json is stale: run python tools/fit_bands.py"
 
 
-@pytest.mark.parametrize("pool", ["holdout", "prior"])
+@pytest.mark.parametrize("pool", [B.CALIBRATED, "prior"])
 def test_band_covers_the_share_of_held_out_runs_it_claims(fresh, pool):
     loo = fresh["checks"][pool]["leave_one_out"]
     n, claimed = loo["runs"], loo["claimed"]
@@ -120,3 +121,40 @@ def test_band_loading_is_small_and_needs_no_numpy():
     assert path.stat().st_size < 20_000
     source = Path(B.__file__).read_text(encoding="utf-8")
     assert "numpy" not in source and "yaml" not in source
+
+
+def test_a_framework_without_validated_runs_widens_the_band_and_says_so():
+    """Issue 31: a framework no validated run used gets the band widened by the factor a left-out framework
+    needs (leave-one-framework-out), and the band names it as unknown."""
+    groups = {B.CALIBRATED: B.build_groups(_residuals(25, "a", 1.0))}
+    seen = B.lookup(groups, hardware="a", family="fam", scale="node", arch="dense", calibrated=True)
+    unseen = B.lookup(groups, hardware="a", family="fam", scale="node", arch="dense", calibrated=True,
+                      framework_factor=2.0, framework="newfw")
+    width = lambda b: math.log(b.high_ratio / b.low_ratio)   # noqa: E731
+    assert width(unseen) == pytest.approx(2.0 * width(seen), rel=1e-3)
+    assert math.sqrt(unseen.low_ratio * unseen.high_ratio) == pytest.approx(math.sqrt(seen.low_ratio * seen.high_ratio),
+                                                                           rel=1e-3)
+    assert "no validated run of the framework newfw" in unseen.note and unseen.unknowns and not seen.unknowns
+
+
+def test_shipped_band_widens_for_a_framework_no_validated_run_used():
+    doc = B.load_bands()
+    validated = set(doc["frameworks_validated"])
+    from trainest.frameworks import FRAMEWORKS
+    missing = sorted(set(FRAMEWORKS) - validated)
+    assert doc["unseen_framework_widening"] >= 1.0
+    if not missing or doc["unseen_framework_widening"] == 1.0:
+        pytest.skip("every framework has validated runs, or a left-out framework needs no widening")
+    job = {"model": "llama3-8b", "hardware": "h100-sxm", "devices": 64, "global_batch": 256}
+    known = estimate(scenario_from_mapping({**job, "framework": sorted(validated & set(FRAMEWORKS))[0]})).band
+    unknown = estimate(scenario_from_mapping({**job, "framework": missing[0]})).band
+    assert unknown.high_ratio / unknown.low_ratio > known.high_ratio / known.low_ratio
+    assert any(missing[0] in u for u in unknown.unknowns)
+
+
+def test_one_source_left_out_coverage_is_reported_per_group(fresh):
+    """The headline check (docs/validation.md): each source judged by bands built from the others alone."""
+    o = fresh["checks"]["one_source_left_out"]
+    assert o["all"]["runs"] >= 500
+    for key in fit_bands.GROUPINGS:
+        assert sum(v["runs"] for v in o[key].values()) == o["all"]["runs"]

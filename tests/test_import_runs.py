@@ -28,7 +28,9 @@ REFERENCE = Path(os.environ.get("TRAINEST_REFERENCE", REPO.parent / "shared" / "
 MEGATRON_REF = REFERENCE / "runs-megatron-public.yaml"
 VENDORS_REF = REFERENCE / "runs-vendors-public.yaml"
 VTRAIN_REF = REFERENCE / "runs-vtrain-single-fit.yaml"
-needs_reference = pytest.mark.skipif(not (MEGATRON_REF.exists() and VENDORS_REF.exists() and VTRAIN_REF.exists()),
+HUNT_REF = REFERENCE / "runs-hunt-2026-12-given.yaml"
+needs_reference = pytest.mark.skipif(not (MEGATRON_REF.exists() and VENDORS_REF.exists() and VTRAIN_REF.exists()
+                                          and HUNT_REF.exists()),
                                      reason="shared reference runs not present")
 
 # --- schema: specs/README.md, runs/SOURCE.yaml ------------------------------------------------------
@@ -70,7 +72,7 @@ BY_ID = {run["id"]: run for _, run in RUNS}
 
 
 def _reference_records() -> list[dict]:
-    return list(_load(MEGATRON_REF)) + list(_load(VENDORS_REF)) + list(_load(VTRAIN_REF))
+    return list(_load(MEGATRON_REF)) + list(_load(VENDORS_REF)) + list(_load(VTRAIN_REF)) + list(_load(HUNT_REF))
 
 
 def _shape(run: dict) -> dict:
@@ -87,7 +89,7 @@ def test_run_files_exist():
 @needs_reference
 def test_every_reference_record_appears_exactly_once():
     ref_ids = [r["id"] for r in _reference_records()]
-    assert len(ref_ids) == len(set(ref_ids)) == 734 + 720
+    assert len(ref_ids) == len(set(ref_ids)) == 734 + 720 + 136
     counts = Counter(run["id"] for _, run in RUNS)
     duplicated = sorted(i for i, n in counts.items() if n > 1)
     assert not duplicated, f"ids written more than once: {duplicated[:10]}"
@@ -317,12 +319,39 @@ def test_lora_rows_carry_their_method_and_their_own_set():
     """Issue 14: every LoRA/QLoRA record has `finetune:` and `set: finetune` (kept out of the public gates
     and the fit); those with their facts known are expressible, the rest say why not."""
     from trainest.validate import load_runs
-    rows = [run for path in RUN_FILES for run in _load(path)["runs"] if "lora" in run["id"].lower()]
+    rows = [run for path in RUN_FILES for run in _load(path)["runs"] if "lora" in run["id"].lower()
+            and not run["id"].startswith("mlperf-")]
     assert len(rows) == 12 and all(r["set"] == "finetune" and r["finetune"]["method"] in ("lora", "qlora")
                                    for r in rows)
+    loaded = load_runs(run_set="finetune", source="nemo")
     loaded = load_runs(run_set="finetune")
+    loaded = type(loaded)(tuple(c for c in loaded.cases if c.source != "mlperf-training"),
+                          tuple(n for n in loaded.not_expressible if n.source != "mlperf-training"))
     assert len(loaded.cases) == 8 and all(c.scenario.finetune.frozen for c in loaded.cases)
     reasons = {n.id: n.reason for n in loaded.not_expressible}
     assert "does not count plain training tokens" in reasons["dgx-spark-llama3.1-8b-lora"]
     assert "adapters on the last 4 layers only" in reasons["mlx-lora-mistral7b-m1max"]
     assert not {c.id for c in load_runs(run_set="public").cases} & {c.id for c in loaded.cases}
+
+
+def test_hunt_records_keep_their_stack_network_and_adapters():
+    """Issue 31: the second batch of published sources (runs-hunt-2026-12-given.yaml). InternEvo's A100 nodes
+    have 4x100 Gb RoCE per 8 GPUs (the variant file with 50 Gb/s per GPU); the MLPerf LoRA rows are fine-tuning
+    (their own set) with the record's rank, under the stack each record names; a card without a catalog entry
+    (the 600 W H200 NVL) is not expressible and says so."""
+    from trainest.catalog import load_hardware
+    runs = {run["id"]: run for path in RUN_FILES if path.stem in ("internevo", "mlperf-training")
+            for run in _load(path)["runs"]}
+    intern = [r for r in runs.values() if r["id"].startswith("internevo-")]
+    assert len(intern) == 54 and {r["hardware"] for r in intern} == {"a100-80gb-sxm-roce400"}
+    assert all("set" not in r and r["framework"] == "megatron-core" and r["expressible"] for r in intern)
+    variant, base = load_hardware("a100-80gb-sxm-roce400"), load_hardware("a100-80gb-sxm")
+    assert variant.scale_out_bytes_per_s == pytest.approx(base.scale_out_bytes_per_s / 4)
+    lora = [r for r in runs.values() if "llama2-70b-lora" in r["id"]]
+    assert lora and all(r["set"] == "finetune" and r["finetune"]["rank"] == 16 for r in lora)
+    by_hw = {}
+    for r in lora:
+        by_hw.setdefault(r["hardware"], set()).add(r.get("framework"))
+    assert by_hw["mi300x"] == {"megatron-core"} and by_hw["gaudi2"] == {"deepspeed"} and by_hw["b200"] == {"nemo"}
+    nvl = [r for r in lora if r["hardware"] is None]
+    assert nvl and all("unknown hardware" in r["reason"] for r in nvl)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainest import SCHEMA_VERSION
+from trainest.band import CALIBRATED, plain_words
 from trainest.catalog import Hardware, is_bundled_hardware
 from trainest.choices import DEFAULT_RECOMPUTE_MODULES
 from trainest.estimate import Estimate, host_misfit_words
@@ -316,8 +317,10 @@ def band_line(e: Estimate) -> str:
     b = e.band
     if b.runs == 0:
         return f"Error band: {b.note}"
+    plain = plain_words(b)
     return (f"Error band: measured/predicted step time {b.low_ratio:.2f}–{b.high_ratio:.2f} "
-            f"(expected to hold {b.coverage:.0%} of runs like this) from {b.note}{profile_band_note(e)}")
+            f"(expected to hold {b.coverage:.0%} of runs like this) from {b.note}{profile_band_note(e)}"
+            + (f". {plain}" if plain else ""))
 
 
 def profile_band_note(e: Estimate) -> str:
@@ -344,7 +347,7 @@ def band_source(e: Estimate) -> str:
     b = e.band
     if b.runs == 0:
         return "no band data"
-    what = "held-out runs" if b.pool == "holdout" else "runs, uncalibrated efficiencies"
+    what = "runs of sources left out of the fit" if b.pool == CALIBRATED else "runs, uncalibrated efficiencies"
     widened = ", widened: no run of its family" if "no run of its family" in b.note else ""
     profile = " (the catalog entry's band; efficiencies from your profile)" \
         if e.scenario.hardware.efficiency.basis == "profile" else ""
