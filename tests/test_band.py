@@ -91,7 +91,7 @@ def test_uncalibrated_hardware_gets_a_wider_band_and_says_so():
     assert "not calibrated" in uncalibrated.note and "no run of its family" in uncalibrated.note
     assert "little is known" in B.plain_words(uncalibrated) and "mi300x has no measured run" in uncalibrated.unknowns
     width = lambda b: math.log(b.high_ratio / b.low_ratio)   # noqa: E731
-    assert width(uncalibrated) > 2 * width(calibrated)
+    assert width(uncalibrated) > 1.5 * width(calibrated)    # the calibrated band is of sources left out (issue 31)
 
 
 def test_shipped_bands_are_what_the_validation_command_computes(fresh):

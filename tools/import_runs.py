@@ -512,6 +512,15 @@ def map_hardware(text: str | None):
     return None, None
 
 
+def catalog_network(hardware: str) -> bool:
+    """Whether the hardware file of `hardware` (specs/hardware) gives a scale-out network rate."""
+    path = REPO / "specs" / "hardware" / f"{hardware}.yaml"
+    if not path.is_file():
+        return True
+    system = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("system") or {}
+    return system.get("scale_out_gbit_per_s") is not None
+
+
 def devices_per_node_from_text(text: str | None):
     if not text:
         return None
@@ -1141,6 +1150,10 @@ class Importer:
                 bad.append(f"global_batch={gbs} is not a multiple of dp*micro_batch={dp * micro}")
             if dp is None or tp * pp * cp * dp != devices:
                 bad.append(f"tp*pp*cp*dp does not equal devices={devices}")
+            per_node = r["devices_per_node"] or devices_per_node_from_text(r["hardware"])
+            if hardware and per_node and devices > per_node and not catalog_network(hardware):
+                bad.append(f"{devices} devices over nodes of {per_node}, and the {hardware} entry has no scale-out "
+                           f"network rate (the record does not state one)")
             reasons.extend(bad)
 
         # ---- recompute -----------------------------------------------------------------------
