@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
+import lzma
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
 
 def call_entry(args: list[str], capsys) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of the console script's entry point `trainest ARGS`, in process."""
@@ -56,3 +64,19 @@ def activations_of(model, *, precision="bf16", attention="flash", **knobs):
     """`activation_bytes_per_layer` (kept, re-materialised) of keyword knobs."""
     from trainest.memory import activation_bytes_per_layer
     return activation_bytes_per_layer(*job_and_layout(model, None, precision, attention, **knobs))
+
+
+# ----------------------------------------------------------------- the vendored shared reference
+
+@functools.lru_cache(maxsize=1)
+def reference_dir() -> Path:
+    """The shared reference files the importer tests read: $TRAINEST_REFERENCE when set, else the copies
+    vendored in tests/reference/*.xz (tools/vendor_reference.py), unpacked once into a temporary folder."""
+    given = os.environ.get("TRAINEST_REFERENCE")
+    if given:
+        return Path(given)
+    out = Path(tempfile.mkdtemp(prefix="trainest-reference-"))
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
+    for packed in sorted((Path(__file__).resolve().parent / "reference").glob("*.xz")):
+        (out / packed.stem).write_bytes(lzma.decompress(packed.read_bytes()))
+    return out

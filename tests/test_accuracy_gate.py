@@ -79,7 +79,7 @@ def test_moe_errors_do_not_regress(full_report):
 
 @pytest.mark.xfail(reason="issue 13 target (≤ 10 % MAPE on the holdout MoE runs) not met: 17.5 %. Identical inputs "
                           "re-measured in successive Megatron-Bridge releases differ by up to 1.8x (docs/validation.md)",
-                   strict=False)
+                   strict=True)
 def test_target_moe_holdout(full_report):
     _, holdout = _moe_split(full_report)
     assert mape_pct(holdout) <= TARGET_MOE_HOLDOUT_PCT
@@ -113,7 +113,7 @@ def test_paper_tables_do_not_regress(report):
 
 @pytest.mark.xfail(reason="issue 3 target (≤ 5 % on the Korthikanti/Narayanan A100 tables) not met yet: 5.3 %. "
                           "Narayanan Table 2's DeepSpeed ZeRO-3 rows at micro-batch 4 are compute-bound at ~141 TFLOP/s "
-                          "per GPU, ~20 % below trainest's compute; the other 27 rows are at 3.6 %", strict=False)
+                          "per GPU, ~20 % below trainest's compute; the other 27 rows are at 3.6 %", strict=True)
 def test_target_paper_tables(report):
     paper = _paper_runs(report)
     assert paper and mape_pct(paper) <= TARGET_PAPER_TABLES_PCT

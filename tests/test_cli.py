@@ -138,7 +138,9 @@ def test_max_days_gate(baseline):
     days = baseline["training"]["time_days"]
     result = invoke("estimate", "--max-days", f"{days / 2}", "--json")
     assert result.exit_code == 3
-    assert json.loads(result.stdout) == baseline, "results still go to stdout"
+    doc = json.loads(result.stdout)
+    assert doc.pop("gates")[0]["gate"] == "--max-days"      # the JSON names the gate
+    assert doc == baseline, "results still go to stdout"
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("Gate failed:") and "--max-days" in lines[0]
     assert f"{days:.2f} days" in lines[0]
@@ -363,7 +365,7 @@ def test_advice_names_only_changes_that_fit_and_a_layout_that_fits():
     from trainest.scenario import scenario_from_mapping
     s, text = _advice({"model": "llama3-8b", "devices": 8, "parallel": {"zero": 0}, "recompute": "none"})
     assert "would fit with: --zero 3" in text and "--recompute full" not in text.split(";")[1]
-    args = text.split("trainest estimate ... ")[1].rstrip(")").split()
+    args = text.split("estimate options ")[1].rstrip(")").split()
     layout = {a: b for a, b in zip(args, args[1:] + [""]) if a.startswith("--") and not b.startswith("--")}
     alt = scenario_from_mapping({"model": "llama3-8b", "devices": int(layout["--devices"]),
                                  "parallel": {"tp": int(layout["--tp"]), "pp": int(layout["--pp"]),
@@ -492,3 +494,28 @@ def test_plan_help_says_what_plan_does_without_a_global_batch_and_with_quiet(cap
                                  "--finetune", "lora", "--quiet"], capsys)
     assert code == 0 and "Global batch" not in err and err == ""
     assert "(default: 0.5M tokens, a multiple of the device count)" in " ".join(out.split())
+
+
+# ------------------------------------------------------------------------- -q and the gates in the JSON
+
+def test_every_command_takes_quiet():
+    import typer.main
+    for name, command in typer.main.get_command(app).commands.items():
+        flags = {opt for param in command.params for opt in getattr(param, "opts", [])}
+        assert {"--quiet", "-q"} <= flags, f"trainest {name} has no -q"
+
+
+@pytest.mark.parametrize("args", [["list", "hardware", "-q"], ["validate", "--set", "finetune", "-q"]])
+def test_quiet_silences_stderr(args):
+    result = invoke(*args)
+    assert result.exit_code == 0 and result.stderr == ""
+
+
+def test_the_json_names_the_gate_that_failed():
+    result = invoke("estimate", "--json", "--max-days", "1", "--max-cost", "1e9", "--require-fit")
+    assert result.exit_code == 3
+    gates = {g["gate"]: g for g in json.loads(result.stdout)["gates"]}
+    assert not gates["--max-days"]["passed"] and gates["--max-days"]["value"] > 1
+    assert gates["--max-cost"]["passed"] and gates["--require-fit"]["passed"]
+    assert gates["--max-days"]["message"] in result.stderr
+    assert "gates" not in json.loads(invoke("estimate", "--json").stdout)         # no gate given: no key

@@ -308,7 +308,7 @@ def test_the_fine_tuning_warning_states_the_current_errors_on_the_lora_runs():
     a model change that moves them must move the words too (it said 7-24 % after the packed-sequence fix)."""
     from pathlib import Path
 
-    from trainest.cli.estimate import FINETUNE_ERROR_STATS, FINETUNE_WARNING
+    from trainest.caveats import FINETUNE_ERROR_STATS, FINETUNE_WARNING
     from trainest.validate import compare, load_runs
     errors = [compare(c).error_pct for c in load_runs(run_set="finetune").cases if c.scenario.finetune.frozen]
     mape = sum(abs(e) for e in errors) / len(errors)

@@ -105,7 +105,7 @@ def test_a_python_expert_loop_launches_every_local_experts_adapters():
 
 
 def test_moe_lora_is_flagged_as_unvalidated():
-    from trainest.cli.estimate import prior_warnings
+    from trainest.caveats import prior_warnings
     assert any("mixture-of-experts model" in w and "no measured" in w
                for w in prior_warnings(scenario(finetune="lora")))
     assert not any("mixture-of-experts model:" in w for w in prior_warnings(scenario()))
@@ -171,7 +171,7 @@ def test_qlora_dequantised_copy_of_mla_is_its_widest_real_matrix(tp):
 def test_attention_only_lora_of_a_moe_model_does_not_claim_expert_adapters():
     """--lora-targets attention leaves the routed experts unadapted: the warning says so, and still that
     no measured MoE fine-tuning run checks it."""
-    from trainest.cli.estimate import prior_warnings
+    from trainest.caveats import prior_warnings
     warnings = [w for w in prior_warnings(scenario(finetune={"method": "lora", "targets": "attention"}))
                 if "mixture-of-experts model" in w]
     assert len(warnings) == 1 and "no measured" in warnings[0]

@@ -157,8 +157,12 @@ def test_host_memory_per_device_of_a_reference_node():
     assert h100.host.cpu_cores_per_device == 14
     assert gh200.host.memory_bytes_per_device == 480e9 and gh200.host.memory_bytes_per_s_per_device == 500e9
     assert gh200.host.cpu_cores_per_device == 72
-    unknown = load_hardware("l40s").host
-    assert unknown.memory_bytes_per_device is None and unknown.cpu_cores_per_device is None
+    # a PCIe card whose file gives no host: the typical dual-socket server of its PCIe generation, said so
+    l40s = load_hardware("l40s").host
+    assert l40s.link.pcie_gen == 4 and l40s.derived
+    assert l40s.memory_bytes_per_device == 1000e9 / 8 and l40s.cpu_cores_per_device == 128 / 8
+    assert l40s.memory_bytes_per_s_per_device == pytest.approx(409.6e9 / 8)      # 2 sockets x 8 x DDR4-3200
+    assert not h100.host.derived                       # a host the file gives is kept as given
 
 
 def test_kernel_facts():

@@ -184,7 +184,7 @@ def test_cli_estimate_of_a_hybrid_model():
 def test_the_hybrid_warning_states_the_current_errors_on_the_nemotron_runs():
     """Every hybrid estimate says what the measured hybrid runs say of it (those with LatentMoE apart):
     a model change that moves their errors must move the words too."""
-    from trainest.cli.estimate import HYBRID_ERROR_RANGE_PCT, LATENT_MOE_ERROR_RANGE_PCT, job_warnings
+    from trainest.caveats import HYBRID_ERROR_RANGE_PCT, LATENT_MOE_ERROR_RANGE_PCT, job_warnings
     from trainest.validate import compare, load_runs
     plain, latent = [], []
     for c in load_runs(run_set="public").cases:

@@ -2,13 +2,13 @@
 runs schema of specs/README.md, plus the FLOP conventions of trainest/conventions.py against the
 numbers the sources published.
 
-Tests that need the shared reference (../shared/reference, or $TRAINEST_REFERENCE) skip without it.
+The shared reference files they compare with are vendored in tests/reference/ (tools/vendor_reference.py;
+$TRAINEST_REFERENCE points them at another copy), so every test runs in any clone.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import reference_dir
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -24,7 +25,7 @@ from trainest.conventions import FLOPS_FORMULAS  # noqa: E402
 
 RUNS_DIR = REPO / "specs" / "runs"
 HARDWARE_DIR = REPO / "specs" / "hardware"
-REFERENCE = Path(os.environ.get("TRAINEST_REFERENCE", REPO.parent / "shared" / "reference"))
+REFERENCE = reference_dir()
 MEGATRON_REF = REFERENCE / "runs-megatron-public.yaml"
 VENDORS_REF = REFERENCE / "runs-vendors-public.yaml"
 VTRAIN_REF = REFERENCE / "runs-vtrain-single-fit.yaml"
@@ -86,7 +87,6 @@ def test_run_files_exist():
     assert RUN_FILES, f"no run files in {RUNS_DIR}; run python tools/import_runs.py"
 
 
-@needs_reference
 def test_every_reference_record_appears_exactly_once():
     ref_ids = [r["id"] for r in _reference_records()]
     assert len(ref_ids) == len(set(ref_ids)) == 734 + 720 + 136
@@ -184,7 +184,6 @@ def test_only_the_vtrain_file_leaves_the_public_set():
     assert set(sets.values()) == {"public"}, sets
 
 
-@needs_reference
 def test_vtrain_records_keep_the_facts():
     refs = {r["id"]: r for r in _load(VTRAIN_REF)}
     runs = _load(RUNS_DIR / "vtrain-single.yaml")["runs"]
@@ -212,7 +211,6 @@ def test_vtrain_records_keep_the_facts():
 
 
 # --- (c) Narayanan 2021: Eq. 3 turns the published TFLOP/s back into the iteration time -----------------
-@needs_reference
 def test_narayanan_eq3_reproduces_derived_iteration_times():
     eq3 = FLOPS_FORMULAS["narayanan-eq3"]
     checked = 0
@@ -245,7 +243,6 @@ def test_korthikanti_table5_gpt3_175b():
 
 
 # --- the conventions reproduce what the sources published ----------------------------------------------
-@needs_reference
 def test_korthikanti_eq7_reproduces_published_mfu():
     eq7 = FLOPS_FORMULAS["korthikanti-eq7"]
     for ref in _load(MEGATRON_REF):
@@ -262,7 +259,6 @@ def _tflops_from_tokens(run: dict, formula: str) -> float:
     return per_token * run["measured"]["tokens_per_s"] / run["devices"] / 1e12
 
 
-@needs_reference
 @pytest.mark.parametrize("prefix, formula, rel", [
     ("nemo2407-pre-", "megatron-core", 0.01),          # NeMo 24.07: full (non-causal) attention
     # Megatron-Bridge 25.09+: causal attention discounted. Most rows agree to 0.2 %; the 26.04.01 table's
@@ -303,7 +299,6 @@ def test_formula_names():
 
 
 # --- the files are what the importer writes ----------------------------------------------------------------
-@needs_reference
 def test_run_files_are_in_sync_with_the_importer(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "tools" / "import_runs.py"), "--reference", str(REFERENCE),
                            "--out", str(tmp_path)], capture_output=True, text=True)

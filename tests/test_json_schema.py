@@ -293,3 +293,18 @@ def test_sweep_json_matches_schema(args):
     doc = run_json("sweep", *args)
     check(doc, "sweep")
     assert doc["sweep"]
+
+
+@pytest.mark.parametrize(("command", "args"), [
+    ("estimate", ["estimate", "--max-days", "1", "--require-fit"]),
+    ("plan", ["plan", "--model", "llama3.2-3b", "--devices", "8..16", "--deadline", "1h"]),
+    ("compare", ["compare", "--hardware", "h100-sxm,b200", "--model", "llama3.2-3b", "--devices", "8..16",
+                 "--budget", "10"]),
+])
+def test_the_gates_match_the_schemas(capsys, command, args):
+    from helpers import call_entry
+    code, out, _ = call_entry([*args, "--json", "-q"], capsys)
+    assert code == 3
+    doc = json.loads(out)
+    assert doc["gates"] and not all(g["passed"] for g in doc["gates"])
+    check(doc, command)

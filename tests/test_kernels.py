@@ -9,7 +9,7 @@ import pytest
 from helpers import call_entry, job_and_layout, step_of
 
 from trainest.catalog import load_hardware, model_from_mapping, with_efficiency
-from trainest.frameworks import FRAMEWORKS
+from trainest.frameworks import FRAMEWORKS, substituted
 from trainest.step.collectives import tied_embedding_s, tiers_of
 from trainest.step.kernels import (
     HEAD_HOST_PER_KERNEL_S,
@@ -223,13 +223,9 @@ def test_the_fp32_fallback_adds_kernels_bytes_and_time():
     assert softmax_fallback_ops(job, two, 1e12, 1e6) == ([], [])
     # the same shape without the fallback (a framework without Megatron's softmax) is faster
     megatron = step_of(SMALL, A100, "fp16", "standard", **_kw(tp=8.0, micro_batch=1.0, framework="megatron-deepspeed"))
-    saved = FRAMEWORKS["megatron-deepspeed"]
-    plain = saved._replace(megatron_softmax=False)
-    try:
-        FRAMEWORKS["megatron-deepspeed"] = plain
+    plain = FRAMEWORKS["megatron-deepspeed"]._replace(megatron_softmax=False)
+    with substituted(plain):
         fused = step_of(SMALL, A100, "fp16", "standard", **_kw(tp=8.0, micro_batch=1.0, framework="megatron-deepspeed"))
-    finally:
-        FRAMEWORKS["megatron-deepspeed"] = saved
     assert megatron.time_s > fused.time_s
 
 
@@ -388,3 +384,12 @@ def test_calibrate_fits_the_micro_batch_host_time_only_where_a_run_syncs_there()
     assert "host_per_micro_batch_s" in parameters_for(vtrain)
     public_small = [c for c in load_runs(run_set="public").cases if c.scenario.model.params < 3e9][:5]
     assert public_small and "host_per_micro_batch_s" not in parameters_for(public_small)
+
+
+def test_the_framework_registry_is_read_only_and_names_the_choices():
+    """FRAMEWORKS is built once (no code changes it by assignment), in the order and with the names of the
+    --framework vocabulary (choices.FRAMEWORKS)."""
+    from trainest.choices import FRAMEWORKS as NAMES
+    assert tuple(FRAMEWORKS) == NAMES
+    with pytest.raises(TypeError):
+        FRAMEWORKS["megatron-core"] = FRAMEWORKS["nemo"]   # type: ignore[index]

@@ -41,8 +41,8 @@ DENSE_MODEL = model_from_mapping(DENSE, "test")
 MOE = moe_model()
 
 
-def local(model, **knobs):
-    job, layout = job_and_layout(model, H100, seq_len=2048.0, **knobs)
+def local(model, hw=None, **knobs):
+    job, layout = job_and_layout(model, hw or H100, seq_len=2048.0, **knobs)
     return job, layout, R.rates_of(job, layout), R.local_shape(job, layout)
 
 
@@ -546,3 +546,28 @@ def test_mla_ranks_that_do_not_fit_overridden_heads_say_how_many_heads_they_need
     assert "= 7·(128 + 64) = 1344" in err and "these ranks need heads >= 9" in err, err
     code, out, err = call_entry(["estimate", "--model", "kimi-k2", "--heads", "2", "--devices", "64"], capsys)
     assert code == 1 and "these ranks need heads >= 9" in err, err      # the q rank's 9, not the kv rank's 3
+
+
+def test_expert_parallelism_over_devices_without_a_scale_up_link_is_finite(capsys):
+    """Issue 32.1: two DGX Spark (one device per node, no scale-up fabric: its rate is NaN, 'not given')
+    with ep 2: each rank is alone in its node, so the dispatch crosses only the network and forwards
+    nothing over a scale-up link. estimate gave a NaN step with exit 0; the plan search dropped such
+    layouts as non_finite."""
+    code, out, _ = call_entry(["estimate", "--model", "mixtral-8x7b", "--hardware", "dgx-spark", "--devices", "2",
+                               "--ep", "2", "--json"], capsys)
+    assert code == 0
+    step = json.loads(out)["step"]
+    assert step["time_s"] is not None and np.isfinite(step["time_s"]) and step["time_s"] > 0
+    assert step["communication_detail_s"]["ep"] > 0 and step["communication_detail_s"]["dp"] > 0
+    hw = load_hardware("dgx-spark")
+    job, layout, r, x = local(load_model("mixtral-8x7b"), hw=hw, devices_per_node=1, dp=2.0, ep=2.0)
+    tiers = tiers_of(hw, 1, 2.0)
+    a2a = M.all_to_all_tiers(job, tiers)
+    size = M.dispatch_bytes(job, layout, x)
+    # top-2 of 8 experts over 2 one-rank domains: what the network carries, plus one hop
+    share = M.remote_domain_share(job, layout, a2a)
+    assert M.ep_all_to_all_s(job, layout, x, tiers) == pytest.approx(share * size / 2 / a2a.out_bytes_per_s
+                                                                      + a2a.out_latency_s)
+    code, out, _ = call_entry(["plan", "--model", "mixtral-8x7b", "--hardware", "dgx-spark", "--devices", "4",
+                               "--finetune", "qlora", "--json"], capsys)
+    assert code == 0 and json.loads(out)["search"]["rejected"]["non_finite"] == 0

@@ -122,12 +122,20 @@ def test_offload_time_is_a_term_of_the_step():
     ("dgx-spark", "does not apply to dgx-spark: its memory is unified"),
     ("apple-m4-max", "does not apply to apple-m4-max: its memory is unified"),
     ("tpu-v5p", "needs the host link (CPU to device) of tpu-v5p"),
-    ("h100-pcie", "needs the host's CPU cores, memory and memory bandwidth"),
 ])
 def test_bad_offload_is_one_clear_error(hardware, message):
     import re
     with pytest.raises(SpecError, match=re.escape(message)):
         scenario_from_mapping({**ONE, "hardware": hardware, "offload": "optimizer"}, "test")
+
+
+def test_a_pcie_card_offloads_to_the_typical_server_of_its_generation():
+    """h100-pcie's file gives no host (server-dependent): the default is a dual-socket PCIe Gen5 server, stated as
+    derived; the offload estimate runs on it and moves with a host given instead."""
+    e = est(hardware="h100-pcie", offload="optimizer")
+    host = e.scenario.hardware.host
+    assert host.derived and "Gen5" in host.system and host.link.pcie_gen == 5
+    assert e.step.offload_s >= 0 and e.memory.host_capacity_bytes == pytest.approx(2000e9 / 8)
 
 
 def test_unified_memory_fits_against_the_memory_left_to_training():

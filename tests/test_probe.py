@@ -289,8 +289,8 @@ def probed_file(cpu_probe, tmp_path_factory):
     return path
 
 
-def test_cpu_probe_measures_positive_finite_rates_within_budget(cpu_probe):
-    assert cpu_probe.elapsed_s < 2 * CPU_TEST_BUDGET_S + 1.0
+def test_cpu_probe_measures_positive_finite_rates(cpu_probe):
+    """Whether it keeps to its budget is a wall-clock matter: bench/bench_probe.py."""
     for label in ("fp32", "fp64", "fp16"):
         rate = cpu_probe.gemm_sweep(label).best_rate_per_s
         assert rate is not None and math.isfinite(rate) and rate > 0, label
@@ -419,7 +419,6 @@ def test_gpu_probe_control_flow_on_a_fake_torch(monkeypatch, count, tmp_path):
     assert [s.label for s in gpu.gemm] == ["bf16", "fp16", "tf32", "fp32", "fp8"]
     assert all(s.best_rate_per_s > 0 for s in gpu.gemm) and gpu.copy.best_rate_per_s > 0
     assert gpu.launch_floor_s > 0 and (gpu.peer is not None) == (count > 1)
-    assert gpu.elapsed_s < 0.5 * 2 + 0.5
     assert sys.modules["torch"].backends.cuda.matmul.allow_tf32 is False      # restored
     mapping = probe.hardware_mapping(None, gpu, base=load_hardware(probe.catalog_match(gpu.device_name)))
     assert load_hardware(str(probe.write_hardware_yaml(mapping, tmp_path / "h200.yaml"))).devices_per_node == count

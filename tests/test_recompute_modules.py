@@ -136,7 +136,7 @@ def test_plan_notes_a_better_plan_with_the_cheap_modules_and_says_nothing_when_t
     doc = json.loads(out)
     notes = [w for w in doc["warnings"] if w.startswith("note: selective recompute of layernorm, mla_up_proj, moe_act")]
     assert len(notes) == 1
-    args = notes[0].split("(trainest estimate ... ")[1].rstrip(")").split()
+    args = notes[0].split("(estimate options ")[1].rstrip(")").split()
     code, out, _ = call_entry(["estimate", "--model", "deepseek-v3", "--hardware", "h100-sxm", "--precision", "fp8",
                                *args, "--json"], capsys)
     assert code == 0 and json.loads(out)["step"]["time_s"] < doc["plans"][0]["step"]["time_s"]

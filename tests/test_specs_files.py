@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import reference_dir
 
 REPO = Path(__file__).resolve().parent.parent
 HARDWARE_DIR = REPO / "specs" / "hardware"
 MODELS_DIR = REPO / "specs" / "models"
-CATALOG = REPO / ".." / "shared" / "reference" / "hardware.yaml"
+CATALOG = reference_dir() / "hardware.yaml"      # the shared reference catalog, vendored in tests/reference/
 IMPORTER = REPO / "tools" / "import_hardware.py"
 
 # --- schema (specs/README.md) ------------------------------------------------------------------------------------
@@ -24,7 +25,7 @@ HW_REQUIRED = (
     "name", "display_name", "vendor", "kind", "launch_year", "peak_tflops", "memory", "power_w",
     "price_usd_per_hour", "system", "efficiency", "source", "execution_model", "compute", "host",
 )
-HW_OPTIONAL = ("price_source", "notes", "derived_fields", "unsupported_reason")
+HW_OPTIONAL = ("price_source", "notes", "derived_fields", "unsupported_reason", "price_unknown", "purchase")
 HW_KINDS = ("gpu", "tpu", "asic", "wafer", "apple", "cpu-gpu")
 PEAK_KEYS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 MEMORY_KEYS = ("capacity_gb", "bandwidth_gb_per_s")
@@ -135,8 +136,14 @@ def test_hardware_file(path: Path):
     _positive(d["price_usd_per_hour"], f"{w}: price_usd_per_hour", nullable=True)
     if d["price_usd_per_hour"] is not None:
         _text(d.get("price_source"), f"{w}: price_source (required when a price is given)")
+        assert "purchase" not in d and "price_unknown" not in d, f"{w}: an hourly price, a purchase or no price"
     else:
         _text(d.get("price_source"), f"{w}: price_source", nullable=True)
+        if "purchase" in d:
+            _positive(d["purchase"]["usd"], f"{w}: purchase.usd")
+            _text(d["purchase"]["source"], f"{w}: purchase.source")
+        else:             # no price: the file says why (the reference has none, it is not sold...)
+            _text(d.get("price_unknown"), f"{w}: price_unknown (required when there is no price)")
 
     sysd = d["system"]
     _check_keys(sysd, f"{w}: system", SYSTEM_KEYS)
@@ -250,8 +257,7 @@ def test_model_names_and_aliases_are_unique():
             owner[key] = path.name
 
 
-# --- importer output is in sync with the shared catalog (only where the catalog is present) ------------------------
-@pytest.mark.skipif(not CATALOG.exists(), reason="shared reference catalog not present")
+# --- importer output is in sync with the shared catalog -----------------------------------------------------------
 def test_hardware_files_match_the_catalog():
     proc = subprocess.run(
         [sys.executable, str(IMPORTER), str(CATALOG), "--out", str(HARDWARE_DIR), "--check"],

@@ -87,7 +87,7 @@ def case1() -> tuple[list[str], dict]:
 
 # ----------------------------------------------------------------------------------------- case 2
 
-CASE2 = [(hw, off) for hw in ("gh200", "h100-sxm") for off in ("none", "optimizer", "optimizer+weights")]
+CASE2 = [(hw, off) for hw in ("gh200", "h100-pcie") for off in ("none", "optimizer", "optimizer+weights")]
 
 
 def case2_args(hw: str, off: str) -> list[str]:
@@ -174,21 +174,70 @@ priors (docs/validation.md), so read them as physics, not as measurements._
 """
 
 
+# ----------------------------------------------------------------------------------------- case 5
+
+CASE5_ARGS = ["--model", "llama3.2-3b", "--hardware", "gh200", "--devices", "1", "--seq-len", "4096",
+              "--global-batch", "16", "--recompute", "full"]
+CASE5_WHAT_IF = [("as profiled", []), ("CPU offload of the optimizer over NVLink-C2C", ["--offload", "optimizer"]),
+                 ("optimizer and weights in host memory (unified memory over C2C)", ["--offload", "optimizer+weights"]),
+                 ("mixed precision FP8", ["--precision", "fp8"]),
+                 ("Llama 3 8B, optimizer offload", ["--model", "llama3-8b", "--offload", "optimizer"])]
+
+
+def calibrate_json(args: list[str]) -> dict[str, Any]:
+    """`trainest calibrate ARGS --json` in process: its JSON document."""
+    from trainest.cli.main import main
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            main(["calibrate", *args, "--json"])
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                raise RuntimeError(f"trainest calibrate {' '.join(args)} exited {exc.code}") from None
+    return json.loads(out.getvalue())
+
+
+def case5() -> tuple[list[str], list[str], list[str], dict]:
+    """(the class table, the fitted parameters, the what-if table, the documents) of the GH200 case: the step's
+    timeline as its profile, read back by calibrate --trace, then what-ifs on the written profile."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        trace, profile = str(Path(d) / "gh200-step.json"), str(Path(d) / "gh200-mine.yaml")
+        run([*CASE5_ARGS, "--timeline", trace])
+        cal = calibrate_json(["--trace", trace, *CASE5_ARGS, "-o", profile])
+        rows = [[c["class"], f"{c['measured_s'] * 1e3:,.1f} ms", f"{c['predicted_s'] * 1e3:,.1f} ms", c["bound"]]
+                for c in cal["classes"]]
+        params = [[p["name"], f"{p['start']:.4g}", f"{p['value']:.4g}",
+                   "determined" if p["constrained"] else "not constrained: kept"] for p in cal["parameters"]]
+        what, docs = [], {"calibrate": cal}
+        for label, extra in CASE5_WHAT_IF:
+            args = [profile if a == "gh200" else a for a in CASE5_ARGS] + extra
+            doc = run(args)
+            docs[label] = doc
+            st = doc["step"]
+            what.append([label, fits(doc), f"{st['time_s']:.2f} s", st["bottleneck"],
+                         f"{st['offload_s']:.2f} s", f"{doc['throughput']['tokens_per_s']:,.0f}"])
+    return (table(["class", "measured", "predicted", "bound"], rows),
+            table(["efficiency", "start", "fitted", "what the trace says"], params),
+            table(["what if", "memory", "step", "bottleneck", "offload", "tokens/s"], what), docs)
+
+
 def document() -> str:
     t1, _ = case1()
     t2, _ = case2()
     t3, _ = case3()
     t4, _ = case4()
+    c5, p5, w5, _ = case5()
     lines = [INTRO, "## 1. DGX Spark: which training steps are memory-bound, and what makes them compute-bound", "",
              "Llama 3.2 3B, a full fine-tune, one device, full recompute, 64 sequences per step:", "", "```",
              command(case1_args("dgx-spark", 256, 1)),
              "# and the same on h100-sxm and b200, with --seq-len 256|2048 and --micro-batch 1|16|4", "```", "",
              *t1, "",
-             CASE1_TEXT, "", "## 2. GH200: offload over NVLink-C2C, and the same on an H100 over PCIe Gen5", "",
+             CASE1_TEXT, "", "## 2. GH200: offload over NVLink-C2C, and the same on an H100 PCIe card", "",
              "Llama 3 8B, a full fine-tune (18 B per parameter of weights, gradients and Adam state: 144 GB), "
              "one device, s = 4096, 16 sequences per step, full recompute:", "", "```",
              command(case2_args("gh200", "optimizer")), "# and --offload none | optimizer | optimizer+weights, on "
-             "gh200 and h100-sxm", "```", "", *t2, "", CASE2_TEXT, "",
+             "gh200 and h100-pcie", "```", "", *t2, "", CASE2_TEXT, "",
              "## 3. FP4 on Blackwell: where FP4 GEMMs help and where memory traffic caps the gain", "", "```",
              command(case3_args("b200", "fp4")), command(case3_args("dgx-spark", "fp4")),
              "# and --precision bf16 | fp8 | fp4 on b200, gb200, dgx-spark", "```", "", *t3, "", CASE3_TEXT, "",
@@ -197,9 +246,44 @@ def document() -> str:
              "linear layer (the defaults), FSDP (ZeRO-3) on 8 GPUs:", "", "```",
              command(case4_args("llama3-70b", "qlora", "dgx-spark", 1)),
              "# and --model llama3-8b | llama3-70b, --finetune full | lora | qlora, on 1 dgx-spark, 1 h100-sxm, "
-             "8 h100-sxm (--zero 3)", "```", "", *t4, "", CASE4_TEXT, ""]
+             "8 h100-sxm (--zero 3)", "```", "", *t4, "", CASE4_TEXT, "",
+             "## 5. GH200: profile a step, read the bound per class, calibrate, then ask what would change", "",
+             CASE5_INTRO, "", "```", command([*CASE5_ARGS, "--timeline", "gh200-step.json"]),
+             "trainest calibrate --trace gh200-step.json " + " ".join(CASE5_ARGS) + " -o gh200-mine.yaml", "```", "",
+             *c5, "", *p5, "", CASE5_CALIBRATE_TEXT, "", "```",
+             command([*("gh200-mine.yaml" if a == "gh200" else a for a in CASE5_ARGS), "--offload", "optimizer"]),
+             "# and --offload optimizer+weights, --precision fp8, --model llama3-8b --offload optimizer", "```", "",
+             *w5, "", CASE5_TEXT, ""]
     return "\n".join(lines)
 
+
+CASE5_INTRO = """Llama 3.2 3B, a full fine-tune on one GH200, s = 4096, 16 sequences per step, full recompute. No
+measured GH200 profile is bundled with trainest, so this case uses the step's own predicted timeline
+(`estimate --timeline`, a Chrome trace) as the profile: every number below is reproducible, and with a
+PyTorch profiler trace (`.json`, `.json.gz`) or an Nsight Systems SQLite export of your own step you
+give that file instead. `calibrate --trace` finds the step, sorts every kernel into a class, sets each
+class beside the model's prediction with its bound, fits the efficiencies the classes determine, and
+writes a hardware profile."""
+
+CASE5_CALIBRATE_TEXT = """Reading it. The bound column says what each class waits on: the GEMMs and attention on the
+tensor cores, the norms, activations, casts and the optimizer on the HBM, the idle time on the host and
+the schedule. A profile of your own step differs from the prediction class by class: the fit moves the
+efficiency behind each class (gemm for the GEMMs, attention, memory for the memory-bound kernels, the
+network's for the collectives, host time per kernel for the idle time) and keeps what no class measures at
+its start value; a class more than 2x off is named in a warning and not fitted (the scenario given does
+not match what ran). Here the profile is the model's own step, so the fit returns the start values: the
+round trip that tests/test_trace.py checks with efficiencies the timeline was made with."""
+
+CASE5_TEXT = """Reading it. The what-ifs start from the calibrated profile (`--hardware gh200-mine.yaml`). Moving the
+optimizer (FP32 master weights and Adam's moments, 16 B per parameter) to Grace's LPDDR5X over
+NVLink-C2C (450 GB/s per direction) takes 50 GiB off the HBM and costs the gradients' copy down and the
+weights' copy up plus the CPU's Adam, after the backward. trainest has no separate unified-memory mode
+for GH200 (its file says memory.unified false: HBM and LPDDR5X are two memories joined by C2C); CUDA
+unified memory that pages the weights and the optimizer over C2C is what `--offload optimizer+weights`
+models: each pass fetches its layers' weights over the link, behind the computation where the link keeps
+up. FP8 GEMMs have twice the BF16 peak: the compute-bound GEMMs shrink, the casts add memory traffic,
+attention stays 16-bit. Llama 3 8B does not fit one GH200 without offload (case 2); with the optimizer
+offloaded it does."""
 
 CASE1_TEXT = """Reading it. A GEMM of T tokens by a weight matrix does about T FLOPs per byte of the weight it
 reads (2·T·K·N FLOPs over 2·K·N bytes, plus the activations): its arithmetic intensity is ~T FLOP/B
@@ -219,9 +303,11 @@ CASE2_TEXT = """Reading it. Without offload the model does not fit on either dev
 device; every micro-batch's backward sends its gradients down the host link, behind the backward, and
 after the last one the CPU runs Adam and the updated weights come back up. On GH200 the link is
 NVLink-C2C (450 GB/s per direction) and Grace's 72 cores and 500 GB/s of LPDDR5X run Adam in about
-a second: offload costs 12 % of the step. On one GPU of a DGX H100 the link is PCIe Gen5 x16 (64 GB/s)
-and the GPU's share of the host is 14 cores and 77 GB/s of DDR5: the CPU's Adam step takes several
-seconds and bounds the offload (43 % of the step). Offloading the weights too leaves two layers on
+a second: offload costs 12 % of the step. The H100 PCIe card's file gives no host (it depends on the
+server), so trainest takes the typical dual-socket PCIe Gen5 server, as a DGX H100's host, and says
+so (derived): the link is PCIe Gen5 x16 (64 GB/s) and the GPU's share of the host is 14 cores and
+77 GB/s of DDR5: the CPU's Adam step takes several seconds and bounds the offload (a third of the
+step). Offloading the weights too leaves two layers on
 the device; their fetch for every pass hides behind the computation on GH200, but over PCIe it does
 not, and it becomes the largest part."""
 

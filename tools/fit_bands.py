@@ -440,6 +440,27 @@ def same(a: dict, b: dict) -> bool:
     return all(abs(x - y) <= REL_TOL * max(abs(x), abs(y), 1e-12) for x, y in pairs)
 
 
+def stale_paths(shipped: object, fresh: object, path: str = "") -> list[str]:
+    """Where `fresh` differs from `shipped` (numbers beyond REL_TOL, anything else exactly): what
+    --check prints when the shipped file is stale."""
+    if isinstance(shipped, dict) and isinstance(fresh, dict):
+        out = [f"{path}.{k}: {'missing' if k not in fresh else 'new'}" for k in sorted(set(shipped) ^ set(fresh))]
+        for k in [k for k in shipped if k in fresh]:
+            out += stale_paths(shipped[k], fresh[k], f"{path}.{k}")
+        return out
+    if isinstance(shipped, list) and isinstance(fresh, list):
+        if len(shipped) != len(fresh):
+            return [f"{path}: {len(shipped)} items -> {len(fresh)}"]
+        pairs = enumerate(zip(shipped, fresh, strict=True))
+        return [d for i, (a, b) in pairs for d in stale_paths(a, b, f"{path}[{i}]")]
+    numbers = (int, float)
+    if isinstance(shipped, numbers) and isinstance(fresh, numbers) and not isinstance(shipped, bool) \
+            and not isinstance(fresh, bool):
+        close = abs(shipped - fresh) <= REL_TOL * max(abs(shipped), abs(fresh), 1e-12)
+        return [] if close else [f"{path}: {shipped!r} -> {fresh!r}"]
+    return [] if shipped == fresh else [f"{path}: {shipped!r} -> {fresh!r}"]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="compare with specs/bands.json; write nothing")
@@ -460,7 +481,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = json.loads(target.read_text(encoding="utf-8")) if target.exists() else {}
         if not same(current, doc):
-            print(f"{target} is stale: run {COMMAND}", file=sys.stderr)
+            diffs = stale_paths(current, doc) if current else ["the file is missing"]
+            print(f"{target} is stale ({len(diffs)} differences, e.g. {'; '.join(diffs[:3])}): the error bands no "
+                  f"longer match the model and the runs; run {COMMAND} and commit specs/bands.json", file=sys.stderr)
             return 1
         print(f"{target}: up to date", file=sys.stderr)
         return 0

@@ -34,6 +34,8 @@ from typing import Any
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+from trainest.prices import NO_PRICE_REASON  # noqa: E402
 DEFAULT_CATALOG = REPO_ROOT / ".." / "shared" / "reference" / "hardware.yaml"
 DEFAULT_OUT = REPO_ROOT / "specs" / "hardware"
 FACTS = REPO_ROOT / "tools" / "hardware_facts.yaml"
@@ -201,7 +203,7 @@ SCALE_UP_FABRIC_KINDS = ("nvswitch", "nvlink", "xgmi", "ici", "neuronlink", "roc
 INTRA_NODE_PCIE_LATENCY_US = 10.0  # assumption: = trainest/comm.py's PCIe fallback latency; no measured figure read
 DRAM_BYTES_PER_TRANSFER = 8  # one 64-bit DDR channel moves 8 bytes per transfer
 FACT_KEYS = ("execution_model", "unsupported_reason", "memory_kind", "memory_unified", "os_reserve_gb", "intra_node",
-             "scale_out", "host", "compute", "unknown", "sources", "notes", "derived")
+             "scale_out", "host", "compute", "unknown", "sources", "notes", "derived", "purchase")
 FACT_REQUIRED = ("intra_node", "scale_out", "host", "compute")
 FACT_SUBKEYS = {  # the keys each nested facts mapping may have (a typo is an error, not a silent null)
     "intra_node": ("kind", "name", "gb_per_s", "latency_us", "peer_to_peer", "pcie_gen", "pcie_lanes"),
@@ -533,6 +535,17 @@ def apply_facts(hw_id: str, doc: dict, rec: dict, facts: dict, sources: dict[str
     compute = compute_doc(facts["compute"], rec, derived, facts.get("derived") or [])
     derived.extend(facts.get("derived") or [])
 
+    if "purchase" in facts:       # a workstation: sold, not rented (trainest/prices.py)
+        extra = sorted(set(facts["purchase"]) - {"usd", "source", "amortisation_years"})
+        if extra or doc.get("price_usd_per_hour") is not None:
+            raise SystemExit(f"{FACTS.name} {hw_id}.purchase: unknown keys {extra}, or the catalog has an hourly price")
+        with_purchase: dict[str, Any] = {}
+        for key, value in doc.items():
+            if key != "price_unknown":
+                with_purchase[key] = value
+            if key == "price_source":
+                with_purchase["purchase"] = dict(facts["purchase"])
+        doc = with_purchase
     out: dict[str, Any] = {}
     for key, value in doc.items():
         if key == "launch_year":
@@ -642,6 +655,7 @@ def build(hw_id: str, rec: dict) -> dict:
         "power_w": plain_number(rec.get("power_W")),
         "price_usd_per_hour": plain_number(price.get("usd_per_accelerator_hour")),
         "price_source": price_source(price),
+        **({} if price.get("usd_per_accelerator_hour") is not None else {"price_unknown": NO_PRICE_REASON}),
         "system": {
             "devices_per_node": dpn,
             "scale_up_name": up.get("name"),

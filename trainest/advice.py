@@ -10,13 +10,13 @@ layouts with the step model alone (about 2 ms each) and runs only with a pipelin
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from trainest.choices import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_MODULES
 from trainest.errors import SpecError
 from trainest.estimate import TIGHT_FIT_FRACTION, Estimate, estimate, host_misfit_words
 from trainest.frameworks import FRAMEWORKS
-from trainest.scenario import Scenario
+from trainest.scenario import Scenario, layout_of
 from trainest.units import GiB, plural
 
 MAX_DEVICES_TRIED = 2**20        # the device-count search doubles up to this many devices
@@ -35,7 +35,7 @@ def _single_changes(s: Scenario) -> list[tuple[str, Scenario]]:
         tries.append((label, replace(s, recompute="selective", recompute_modules=cheap)))
     if s.recompute != "full":
         tries.append(("--recompute full", replace(s, recompute="full")))
-    if p.shard * p.cp > 1:                 # ZeRO shards over the data-parallel (x CP) group: not on one rank
+    if layout_of(s).shard * p.cp > 1:      # ZeRO shards over the data-parallel (x CP) group: not on one rank
         tries += [(f"--zero {z}", replace(s, parallel=replace(p, zero=z))) for z in range(p.zero + 1, 4)
                   if z in runs]
     if p.tp > 1 and not p.sequence_parallel:
@@ -83,7 +83,7 @@ def _fitting_single_changes(s: Scenario) -> list[str]:
     return fixes
 
 
-def _plan_words(e: Estimate) -> str:
+def plan_words(e: Estimate) -> str:
     """A plan's layout, step time and memory, in words."""
     s, p = e.scenario, e.scenario.parallel
     layout = (f"tp {p.tp} pp {p.pp} cp {p.cp} dp {p.dp}" + (f" vpp {p.vpp}" if p.vpp > 1 else "")
@@ -97,12 +97,41 @@ def _reproduce(e: Estimate) -> str:
     from trainest.knobs import estimate_args
     from trainest.scenario import framework_args, scenario_mapping
     args = estimate_args(scenario_mapping(e.scenario)) + framework_args(e.scenario)
-    return f"trainest estimate ... {' '.join(args)}"
+    return f"estimate options {' '.join(args)}"
 
 
 def _plan_text(e: Estimate) -> str:
     """A plan's layout and the estimate options that reproduce it."""
-    return f"{_plan_words(e)} ({_reproduce(e)})"
+    return f"{plan_words(e)} ({_reproduce(e)})"
+
+
+def reproduce_args(e: Estimate) -> list[str]:
+    """The `trainest estimate` options that select a plan's device count and layout."""
+    from trainest.knobs import estimate_args
+    from trainest.scenario import framework_args, scenario_mapping
+    return estimate_args(scenario_mapping(e.scenario)) + framework_args(e.scenario)
+
+
+@dataclass(frozen=True)
+class FitAdvice:
+    """What to do when a scenario does not fit: the single changes that fit (option words), and the fastest
+    layout that fits on the same devices or on the smallest count that has one (`best`, None: none found)."""
+
+    need_bytes: float
+    capacity_bytes: float
+    changes: tuple[str, ...]          # e.g. "--recompute full", "--offload optimizer"
+    best: Estimate | None
+    same_devices: bool                # `best` is on the scenario's own device count
+    text: str                         # the one-line warning (fit_suggestions)
+
+
+def fit_advice(s: Scenario, e: Estimate) -> FitAdvice:
+    """`FitAdvice` of a scenario that does not fit (each suggestion estimated)."""
+    fixes = _fitting_single_changes(s)
+    found, best = smallest_fitting(s)
+    same = best is not None and best.scenario.devices == s.devices
+    return FitAdvice(need_bytes=e.memory.per_device_bytes, capacity_bytes=e.memory.capacity_bytes,
+                     changes=tuple(fixes), best=best, same_devices=same, text=_misfit_text(s, e, fixes, found))
 
 
 def smallest_fitting(s: Scenario) -> tuple[str, Estimate | None]:
@@ -130,6 +159,10 @@ def smallest_fitting(s: Scenario) -> tuple[str, Estimate | None]:
 def fit_suggestions(s: Scenario, e: Estimate) -> str:
     """A one-line 'does not fit' warning: the single changes that would make it fit, and the fastest
     layout that fits on these devices or on the smallest device count that has one."""
+    return fit_advice(s, e).text
+
+
+def _misfit_text(s: Scenario, e: Estimate, fixes: list[str], found: str) -> str:
     need = e.memory.per_device_bytes / GiB
     have = e.memory.capacity_bytes / GiB
     margin = e.memory.required_headroom_bytes / GiB
@@ -137,9 +170,7 @@ def fit_suggestions(s: Scenario, e: Estimate) -> str:
     over = need / have - 1.0
     maybe = (f" (over by {100 * over:.0f} %, within the memory model's error on published runs: it may fit; "
              f"docs/validation.md)") if 0.0 < over <= TIGHT_FIT_FRACTION else ""
-    fixes = _fitting_single_changes(s)
     hint = ("; would fit with: " + ", ".join(fixes)) if fixes else ""
-    found, _ = smallest_fitting(s)
     if not e.memory.host_fits and e.memory.device_fits:   # only the offloaded part is too big: say so
         return f"does not fit in host memory: {host_misfit_words(e.memory)} per device " \
                f"(the device part, {need:.1f} GiB of {s.hardware.name}'s {have:.1f} GiB, fits){hint}; {found}"
@@ -168,7 +199,7 @@ def modules_plan_note(result, space) -> str | None:
         return None
     e = alt.plans[0]
     return (f"selective recompute of {', '.join(cheap)} (Megatron-Core's recompute modules, --recompute-modules "
-            f"{','.join(cheap)}) has a better plan: {_plan_words(e)}, "
+            f"{','.join(cheap)}) has a better plan: {plan_words(e)}, "
             f"{1.0 - alt.scores[0] / result.scores[0]:.0%} better by the objective ({_reproduce(e)})")
 
 
@@ -196,7 +227,7 @@ def layout_hint(s: Scenario, e: Estimate) -> str | None:
     from trainest.frameworks import FRAMEWORKS
     from trainest.memory import memory_per_device
     from trainest.pipeline_layout import layout_string, rank_layers_text
-    from trainest.scenario import job_of, layout_of
+    from trainest.scenario import job_of
     from trainest.step import step_terms
     p, m = s.parallel, s.model
     if p.pp == 1 or p.pipeline_layout is not None or m.hybrid is not None or p.pipeline_schedule == "dualpipe" \

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -87,6 +87,8 @@ BOUNDS = {"gemm": (0.45, 0.92), "attention": (MIN_FRACTION, 0.95), "memory": (0.
           # the GEMM shape factor's half dimension: 0-512 elements (on top of wave quantization)
           "gemm_half_dim": (0.0, 512.0),
           "grouped_gemm": (0.5, MAX_FRACTION), "all_to_all": (0.5, 0.95)}
+
+Progress = Callable[[int, int], None]   # (runs evaluated, runs) of one pass of the fit
 
 
 def bounds_of(name: str, hardware: Hardware) -> tuple[float, float]:
@@ -167,8 +169,9 @@ def predicted_step_times_s(case: Case, hardware: Hardware, values: dict[str, Any
     return step_terms(job_of(s, with_efficiency(hardware, **values)), layout_of(s)).time_s
 
 
-def _log_residuals(cases, measured_s, hardware, names, scale, x):
-    """ln(t_pred/t_meas) for every case (rows) at every parameter set (rows of x, shape (m, k))."""
+def _log_residuals(cases, measured_s, hardware, names, scale, x, progress=None):
+    """ln(t_pred/t_meas) for every case (rows) at every parameter set (rows of x, shape (m, k));
+    `progress(done, total)` after each case, when given."""
     import numpy as np
 
     x = np.atleast_2d(x)
@@ -176,6 +179,8 @@ def _log_residuals(cases, measured_s, hardware, names, scale, x):
     out = np.empty((len(cases), x.shape[0]))
     for i, c in enumerate(cases):
         out[i] = np.broadcast_to(np.asarray(predicted_step_times_s(c, hardware, values), dtype=float), (x.shape[0],))
+        if progress is not None:
+            progress(i + 1, len(cases))
     return np.log(out / measured_s[:, None])
 
 
@@ -199,7 +204,8 @@ def identifiability(jac) -> tuple[int, float, list[float]]:
 
 def fit_efficiency(cases: Sequence[Case], hardware: Hardware | None = None,
                    names: Sequence[str] | None = None, prior_weight: float = PRIOR_WEIGHT,
-                   unpulled: Sequence[str] = (), hold_undetermined: bool = False) -> CalibrationResult:
+                   unpulled: Sequence[str] = (), hold_undetermined: bool = False,
+                   progress: Progress | None = None) -> CalibrationResult:
     """Fit the efficiency of `hardware` (default: the runs' own) to `cases` (see module docstring),
     and say what the runs determine (`identifiability` of the Jacobian at the solution). Directions the
     runs do not see (rank below the number of parameters: fewer independent runs than parameters, or
@@ -212,35 +218,37 @@ def fit_efficiency(cases: Sequence[Case], hardware: Hardware | None = None,
     at their start values and the rest refitted (`_held_refit`), so that they are exactly the prior: what
     `trainest calibrate` does, whose table says so. The shipped fit (tools/fit_defaults.py) keeps the
     partly seen directions: with tens of runs per device and a holdout to check them they carry
-    information (held, the public dense holdout MAPE goes 5.5 → 6.0 %, GB300's 5.9 → 10.7 %)."""
+    information (held, the public dense holdout MAPE goes 5.5 → 6.0 %, GB300's 5.9 → 10.7 %). `progress(done,
+    total)` is called as each pass over the runs goes (the CLI's progress bar)."""
     if not cases:
         raise SpecError("calibrate: no expressible runs to fit")
     hardware = hardware or cases[0].scenario.hardware
     names = tuple(names or parameters_for(cases))
-    result = _fit(cases, hardware, names, prior_weight, tuple(unpulled))
+    result = _fit(cases, hardware, names, prior_weight, tuple(unpulled), progress)
     if result.rank == 0:
         raise SpecError(f"calibrate: the {len(cases)} runs do not determine any of {', '.join(names)} (no run's step "
                         f"time moves with them); add runs whose time depends on compute, memory or the network")
     undetermined = tuple(p.name for p in result.parameters if not p.constrained or p.leverage < MIN_LEVERAGE)
     if hold_undetermined and undetermined and len(undetermined) < len(names):
-        result = _held_refit(cases, hardware, names, undetermined, result, prior_weight, tuple(unpulled))
+        result = _held_refit(cases, hardware, names, undetermined, result, prior_weight, tuple(unpulled), progress)
     return replace(result, fixed=undetermined)
 
 
 def _held_refit(cases: Sequence[Case], hardware: Hardware, names: tuple[str, ...], held: tuple[str, ...],
-                first: CalibrationResult, prior_weight: float, unpulled: tuple[str, ...]) -> CalibrationResult:
+                first: CalibrationResult, prior_weight: float, unpulled: tuple[str, ...],
+                progress: Progress | None = None) -> CalibrationResult:
     """The fit again with the parameters the runs do not determine (`held`) at their start values: the
     first pass moves them along directions the runs barely see, so that "set by the prior" would not be
     true. The rank and condition number stay the first pass's (what the runs see of all `names`)."""
     kept = tuple(n for n in names if n not in held)
-    second = _fit(cases, hardware, kept, prior_weight, tuple(u for u in unpulled if u in kept))
+    second = _fit(cases, hardware, kept, prior_weight, tuple(u for u in unpulled if u in kept), progress)
     refit = {p.name: p for p in second.parameters}
     params = tuple(refit.get(p.name, replace(p, value=p.start, at_bound=None)) for p in first.parameters)
     return replace(second, parameters=params, rank=first.rank, condition_number=first.condition_number)
 
 
 def _fit(cases: Sequence[Case], hardware: Hardware, names: tuple[str, ...],
-         prior_weight: float, unpulled: tuple[str, ...] = ()) -> CalibrationResult:
+         prior_weight: float, unpulled: tuple[str, ...] = (), progress: Progress | None = None) -> CalibrationResult:
     """The projected Levenberg–Marquardt fit of `names` (module docstring), with the identifiability of
     the solution."""
     import numpy as np
@@ -264,7 +272,7 @@ def _fit(cases: Sequence[Case], hardware: Hardware, names: tuple[str, ...],
         return float(np.mean(huber(r_cases)) + np.sum(pull * (x - x0) ** 2))
 
     x = x0.copy()
-    r = _log_residuals(cases, measured_s, hardware, names, scale, x)[:, 0]
+    r = _log_residuals(cases, measured_s, hardware, names, scale, x, progress)[:, 0]
     cost = objective(r, x)
     damping = 1e-2
     iterations = 0
@@ -272,7 +280,7 @@ def _fit(cases: Sequence[Case], hardware: Hardware, names: tuple[str, ...],
         # forward differences, stepping inwards at an upper bound
         h = np.where(x + FD_STEP <= hi, FD_STEP, -FD_STEP)
         points = np.vstack([x] + [x + np.eye(k)[j] * h[j] for j in range(k)])
-        res = _log_residuals(cases, measured_s, hardware, names, scale, points)
+        res = _log_residuals(cases, measured_s, hardware, names, scale, points, progress)
         r = res[:, 0]
         jac = (res[:, 1:] - r[:, None]) / h[None, :]
         # stacked least squares: rows (1/√n)·r_i and √λ·(x_j − x0_j)
@@ -291,7 +299,7 @@ def _fit(cases: Sequence[Case], hardware: Hardware, names: tuple[str, ...],
             af = a[np.ix_(free, free)]
             step[free] = np.linalg.solve(af + damping * np.diag(np.diag(af)), -g[free])
             x_new = np.clip(x + step, lo, hi)
-            r_new = _log_residuals(cases, measured_s, hardware, names, scale, x_new)[:, 0]
+            r_new = _log_residuals(cases, measured_s, hardware, names, scale, x_new, progress)[:, 0]
             cost_new = objective(r_new, x_new)
             if cost_new < cost:
                 improved = True
@@ -430,8 +438,10 @@ def hardware_names_of(cases: Sequence[Case]) -> list[str]:
     return sorted({c.scenario.hardware.name for c in cases})
 
 
-def calibrate_runs(paths: Sequence[str], hardware: str | None = None) -> tuple[Hardware, CalibrationResult]:
-    """Load runs files, pick one hardware (by name or a hardware YAML path), fit it.
+def calibrate_runs(paths: Sequence[str], hardware: str | None = None,
+                   progress: Progress | None = None) -> tuple[Hardware, CalibrationResult]:
+    """Load runs files, pick one hardware (by name or a hardware YAML path), fit it (`progress` as
+    `fit_efficiency`).
 
     Returns (the starting hardware, the result). Several hardware names without `hardware`: SpecError."""
     from trainest.catalog import load_hardware
@@ -457,7 +467,7 @@ def calibrate_runs(paths: Sequence[str], hardware: str | None = None) -> tuple[H
     if not cases:
         raise SpecError(f"no run of {', '.join(paths)} fits in trainest's memory model, so none can be fitted: "
                         + "; ".join(left_out[:3]) + "; check their layout, zero and recompute")
-    result = fit_efficiency(cases, hw, hold_undetermined=True)
+    result = fit_efficiency(cases, hw, hold_undetermined=True, progress=progress)
     return hw, replace(result, left_out=tuple(left_out), warnings=tuple(fit_warnings(cases, result)))
 
 

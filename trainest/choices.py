@@ -43,6 +43,10 @@ ADAM_MOMENTS = ("fp32", "bf16")   # the dtype of Adam's two moments (DeepSeek-V3
 PIPELINE_SPLITS = ("even", "balanced", "layout")   # layout: as parallel.pipeline_layout places them
 # data-parallel/ZeRO rings: hierarchical (every NIC of a node) or flat (one NIC per rank)
 DP_COLLECTIVES = ("hierarchical", "flat")
+# the kind of a hardware entry (its `kind:`), what a framework runs on (Framework.runs_on): a discrete GPU, a
+# CPU-GPU superchip (GH200, GB200), a TPU, another accelerator ASIC (Gaudi, Trainium, MI-class NPUs), a wafer-scale
+# engine, Apple silicon, a CPU
+HARDWARE_KINDS = ("gpu", "cpu-gpu", "tpu", "asic", "wafer", "apple", "cpu")
 # the training framework (trainest/frameworks.py says what each does)
 FRAMEWORKS = ("megatron-core", "nemo", "megatron-deepspeed", "deepspeed", "torchtitan", "maxtext", "llm-foundry",
               "olmo-core", "hf-accelerate", "mlx")

@@ -105,6 +105,35 @@ def hardware_list(names: Iterable[str] | None, all_hardware: bool) -> list[str]:
     return out
 
 
+def parse_prices(text: str | None, names: list[str]) -> dict[str, float]:
+    """USD per device-hour by hardware name from `--price-per-hour`: one number for every entry (2.5), or
+    name=price pairs, comma-separated (h100-sxm=2.5,tpu-v5p=4.2; entries not named keep their catalog price);
+    {} when not given."""
+    if text is None:
+        return {}
+    from trainest import fields as F
+    out: dict[str, float] = {}
+    for part in (p.strip() for p in str(text).split(",")):
+        name, sep, value = part.rpartition("=")
+        name = name.strip()
+        if not part or (sep and not name):
+            raise SpecError(f"--price-per-hour {text!r}: expected USD per device-hour (2.5) or name=price pairs "
+                            f"(h100-sxm=2.5,tpu-v5p=4.2)")
+        if sep and name not in names:
+            raise SpecError(f"--price-per-hour: {name!r} is not among the hardware compared ({', '.join(names)})")
+        try:
+            price = F.number(float(value), "--price-per-hour", allow_zero=True, maximum=1e6)
+        except ValueError:
+            raise SpecError(f"--price-per-hour {value!r}: not a number of USD per device-hour") from None
+        if not sep:
+            if len(str(text).split(",")) > 1:
+                raise SpecError(f"--price-per-hour {text!r}: one number for every entry, or name=price pairs, "
+                                f"not both")
+            return dict.fromkeys(names, price)
+        out[name] = price
+    return out
+
+
 def _fastest_within_budget(base: Any, counts: list[int], space: S.SearchSpace,
                            budget_usd: float) -> tuple[S.SearchResult | None, tuple, str]:
     """(the search at the count whose best plan is fastest within budget, every count tried, why none)."""
@@ -130,8 +159,12 @@ def _fastest_within_budget(base: Any, counts: list[int], space: S.SearchSpace,
 
 
 def best_plan(mapping: dict, name: str, devices: str, space: S.SearchSpace, *, deadline_s: float | None,
-              budget_usd: float | None, device_counts: str = "pow2", shape: dict | None = None) -> Entry:
-    """The entry of hardware `name` for the job `mapping` (a scenario mapping without hardware)."""
+              budget_usd: float | None, device_counts: str = "pow2", shape: dict | None = None,
+              price_usd_per_hour: float | None = None) -> Entry:
+    """The entry of hardware `name` for the job `mapping` (a scenario mapping without hardware), at
+    `price_usd_per_hour` (None: the catalog's)."""
+    if price_usd_per_hour is not None:
+        mapping = {**mapping, "price_per_hour": price_usd_per_hour}
     try:
         hw = load_hardware(name)
     except SpecError as exc:
@@ -149,9 +182,10 @@ def best_plan(mapping: dict, name: str, devices: str, space: S.SearchSpace, *, d
                 raise SpecError(f"--devices {devices}: a range needs --deadline or --budget")
             res = S.search(base, lo, space, top=1)
             return replace(entry, estimate=res.plans[0], result=res)
-        counts = S.device_counts(lo, hi, device_counts, base.devices_per_node)
+        counts = S.device_counts(lo, hi, device_counts, base.devices_per_node, S.device_step(devices))
         if budget_usd is not None and base.price_usd_per_hour is None:
-            return replace(entry, reason=f"no price for {hw.name} in the catalog: a --budget cannot be judged")
+            return replace(entry, reason=f"no price for {hw.name} ({hw.price_unknown}): a --budget cannot be judged; "
+                                         f"give --price-per-hour {hw.name}=USD")
         if deadline_s is None and budget_usd is not None:
             found, tried, why = _fastest_within_budget(base, counts, space, budget_usd)
             if found is None:
@@ -181,8 +215,9 @@ ANY_PLAN = S.SearchSpace()
 def compare(mapping: dict, names: list[str], devices: str, space: S.SearchSpace = ANY_PLAN, *,
             objective: str = "time", deadline_s: float | None = None, budget_usd: float | None = None,
             device_counts: str = "pow2", progress: Progress | None = None,
-            shape: dict | None = None) -> Comparison:
-    """Every hardware of `names` at its best plan for the job `mapping`, ranked by `objective`."""
+            shape: dict | None = None, prices: dict[str, float] | None = None) -> Comparison:
+    """Every hardware of `names` at its best plan for the job `mapping`, ranked by `objective`, each at its
+    price of `prices` (USD per device-hour by name; the catalog's where not given)."""
     if objective not in ("time", "cost", "energy"):
         raise SpecError(f"--objective {objective!r} is not one of time, cost, energy")
     # errors of the job itself (model, batch, tokens, --devices) are the user's, not every hardware's: checked
@@ -196,7 +231,8 @@ def compare(mapping: dict, names: list[str], devices: str, space: S.SearchSpace 
     entries = []
     for i, name in enumerate(names):
         entries.append(best_plan(mapping, name, devices, space, deadline_s=deadline_s, budget_usd=budget_usd,
-                                 device_counts=device_counts, shape=shape))
+                                 device_counts=device_counts, shape=shape,
+                                 price_usd_per_hour=(prices or {}).get(name)))
         if progress is not None:
             progress(i + 1, len(names))
     return Comparison(rank(entries, objective), job, objective, devices, deadline_s, budget_usd)

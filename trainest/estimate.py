@@ -5,7 +5,7 @@ NamedTuple is a quarter of the cost to define, and every `trainest estimate` def
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from trainest import (
     SCHEMA_VERSION,  # noqa: F401 - re-exported
@@ -97,6 +97,8 @@ class Estimate(NamedTuple):
     memory: MemoryResult
     training: TrainingResult
     band: Band                      # measured/predicted step time of validated runs like this one (trainest.band)
+    warnings: tuple[str, ...] = ()  # what the numbers rest on or look like (trainest.caveats.assess attaches them)
+    fit_advice: Any = None          # advice.FitAdvice where it does not fit (caveats.assess), else None
 
 
 # A layout predicted over capacity by at most this fraction is reported as possibly fitting: of the 460

@@ -46,12 +46,21 @@ def load_yaml(path: Path, what: str) -> Any:
         raise SpecError(f"{what} file {name} cannot be read: {exc.strerror}") from None
     try:
         # the C (libyaml) safe loader when present: ~10x faster on the large runs files
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - safe loader
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+        try:
+            node = loader.get_single_node()
+            if node is not None:
+                strict_yaml(node, f"{what} file {name}")
+            data = None if node is None else loader.construct_document(node)
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or "invalid YAML"
         raise SpecError(f"{what} file {name} is not valid YAML{where}: {problem}") from None
+    except SpecError:
+        raise
     except ValueError:       # an integer literal over Python's 4300-digit conversion limit
         raise SpecError(f"{what} file {name} holds a number too long to read") from None
     except RecursionError:   # PyYAML composes nested collections recursively
@@ -61,6 +70,57 @@ def load_yaml(path: Path, what: str) -> Any:
     if data is None:
         raise SpecError(f"{what} file {name} is empty")
     return data
+
+
+INT_TAG, FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+DECIMAL_INT_CHARS = frozenset("0123456789_+-")
+
+
+def _number_form(node: Any) -> str | None:
+    """What is wrong with a plain YAML 1.1 number a reader would misread, or None: a base-60 (`1:04` is 64),
+    hexadecimal (`0x40`), octal (`0o17`, `017` is 15) or binary (`0b11`) integer, an infinity or a NaN."""
+    text = str(node.value).lstrip("+-")
+    if node.style or node.tag not in (INT_TAG, FLOAT_TAG):      # quoted: text (libyaml gives plain as '')
+        return None
+    if ":" in text:
+        return "a YAML 1.1 base-60 number"
+    if node.tag == FLOAT_TAG:
+        return "not a finite number" if text.lower() in (".inf", ".nan") else None
+    if text[:2].lower() in ("0x", "0o", "0b"):
+        return {"x": "a hexadecimal", "o": "an octal", "b": "a binary"}[text[1].lower()] + " number"
+    if len(text.replace("_", "")) > 1 and text.startswith("0") or not set(text) <= DECIMAL_INT_CHARS:
+        return "a YAML 1.1 octal number (a leading 0)"
+    return None
+
+
+def strict_yaml(root: Any, where: str) -> None:
+    """Refuse what YAML reads without a word but a person would not mean: a key given twice in one mapping
+    (the last one would win), and the YAML 1.1 number forms of `_number_form`; each named by its key path."""
+    import yaml
+    stack: list[tuple[Any, str]] = [(root, "")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[tuple[str, str], int] = {}
+            for key, value in node.value:
+                name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
+                at = f"{path}.{name}" if path else name
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    line = key.start_mark.line + 1
+                    if (key.tag, name) in seen:
+                        raise SpecError(f"{where}: key {at} is given twice (lines {seen[key.tag, name]} and {line}); "
+                                        f"give it once")
+                    seen[key.tag, name] = line
+                stack.append((value, at))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, f"{path}[{i}]") for i, item in enumerate(node.value))
+        elif isinstance(node, yaml.ScalarNode) and (problem := _number_form(node)) is not None:
+            shown = f"{where}: {path or 'the value'}: {node.value}"
+            if problem == "not a finite number":
+                raise SpecError(f"{shown} is not a finite number; allowed: a finite number in decimal digits")
+            read = yaml.safe_load(str(node.value))
+            raise SpecError(f"{shown} is {problem}, which YAML 1.1 reads as {read}; write the number in decimal "
+                            f"digits (or quote it as text)")
 
 
 MAX_NESTING = 32   # no trainest file nests deeper than 4 levels; the limit does not depend on the YAML library

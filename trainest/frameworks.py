@@ -121,9 +121,13 @@ A framework sets
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from types import MappingProxyType
 from typing import NamedTuple
+
+from trainest.choices import FRAMEWORKS as FRAMEWORK_NAMES
 
 DISPATCH_HOST_FACTOR = {"python": 1.0, "xla": 0.0}   # host time per kernel, relative to the python class
 ZERO_STAGES = (0, 1, 2, 3)          # every ZeRO stage: a framework that has them all, or was not examined
@@ -249,7 +253,7 @@ MEGATRON_BUCKET_PARAMS = 40e6
 MEGATRON_BUCKET_PER_RANK = 1e6
 DEEPSPEED_BUCKET_PARAMS = 5e8
 
-FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
+DECLARED: tuple[Framework, ...] = (
     F("megatron-core", "python", "fused", True, True, True,
       "Megatron-LM/Megatron-Core: fused kernels (apex/TE), --overlap-grad-reduce, interleaved 1F1B "
       "(Narayanan et al. 2021; megatron/core/pipeline_parallel/schedules.py); any layers per stage "
@@ -302,9 +306,28 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
       "Apple MLX: lazy evaluation of eager operators on the unified-memory GPU; mlx-lm's LoRA adapts q, k, v, o, "
       "gate, up and down projections separately", expert_loop="grouped", runs_on=("apple", "cpu"),
       recompute_modes=("none", "full"), qlora=True),
-)}
+)
 DEFAULT_FRAMEWORK = "megatron-core"
 QLORA_FRAMEWORK = "hf-accelerate"    # a QLoRA's framework when none is given (module docstring: `qlora`)
+
+# where a quantised base's kernels exist (QLoRA's 4-bit NF4, LoRA's 8-bit LLM.int8): bitsandbytes ships CUDA and ROCm
+# kernels (NVIDIA and AMD GPUs, the Grace superchips and the DGX Spark: kinds gpu and cpu-gpu), mlx-lm its quantised
+# matmul on Apple silicon (apple). None for TPUs (XLA), Trainium (Neuron), Gaudi (SynapseAI) or the other ASICs, and
+# no framework of the catalog brings its own there: a quantised base on them is refused (`quantised_base_refusal`).
+QUANTISED_BASE_KINDS = ("gpu", "cpu-gpu", "apple")
+_VENDOR_STACK = {"Google": "XLA (TPU)", "AWS": "AWS Neuron (Trainium)", "Intel": "Intel Gaudi's SynapseAI"}
+
+
+def quantised_base_refusal(kind: str, vendor: str, hardware_name: str, base_bits: int, framework: str) -> str | None:
+    """Why a frozen base of `base_bits` bits cannot run on hardware of `kind` (None: it can, or the base is 16-bit):
+    its kernels (bitsandbytes' NF4/int8 layers, mlx-lm's quantised matmul) exist only on QUANTISED_BASE_KINDS."""
+    if base_bits >= 16 or kind in QUANTISED_BASE_KINDS:
+        return None
+    what = "QLoRA's 4-bit NF4 base" if base_bits == 4 else "an 8-bit (LLM.int8) base"
+    why = f"{_VENDOR_STACK.get(vendor, f'the {vendor or kind} software stack')} has no such layer"
+    return (f"{what} has no kernels on {hardware_name}: bitsandbytes' quantised layers run on NVIDIA and AMD GPUs "
+            f"(CUDA, ROCm) and mlx-lm's on Apple silicon; {why}, and {framework} does not bring them. Alternatives: "
+            f"--finetune lora with a 16-bit base (--base-bits 16), or a GPU (e.g. --hardware h100-sxm)")
 
 
 def fitted_file() -> Path | None:
@@ -316,22 +339,43 @@ def fitted_file() -> Path | None:
     return None
 
 
+def with_fitted(declared: Iterable[Framework], path: Path | None) -> dict[str, Framework]:
+    """The frameworks by name, each with the host scales fitted for it in `path` (specs/frameworks.json;
+    tools/fit_defaults.py), if any."""
+    fitted = {} if path is None else json.loads(path.read_text(encoding="utf-8")).get("frameworks", {})
+    table = {}
+    for f in declared:
+        entry = fitted.get(f.name)
+        if entry is not None:
+            f = f._replace(host_scale=float(entry["host_scale"]))
+            if entry.get("micro_batch_host_scale") is not None:
+                f = f._replace(micro_batch_host_scale=float(entry["micro_batch_host_scale"]))
+        table[f.name] = f
+    return table
+
+
+if tuple(f.name for f in DECLARED) != FRAMEWORK_NAMES:      # the vocabulary of --framework (choices.py)
+    raise ImportError(f"trainest.frameworks declares {[f.name for f in DECLARED]}, but choices.FRAMEWORKS lists "
+                      f"{list(FRAMEWORK_NAMES)}: the two must name the same frameworks in the same order")
+_TABLE: dict[str, Framework] = with_fitted(DECLARED, fitted_file())
+FRAMEWORKS: Mapping[str, Framework] = MappingProxyType(_TABLE)   # read-only: built once, at import
+
+
 def set_host_scale(name: str, scale: float, micro_batch_scale: float | None = None) -> None:
     """Give framework `name` the host scale `scale` (and, when given, the per-micro-batch host scale) in
-    this process (the fit, tools/fit_defaults.py)."""
-    f = FRAMEWORKS[name]._replace(host_scale=float(scale))
+    this process: the fit's trial values (tools/fit_defaults.py), its one writer."""
+    f = _TABLE[name]._replace(host_scale=float(scale))
     if micro_batch_scale is not None:
         f = f._replace(micro_batch_host_scale=float(micro_batch_scale))
-    FRAMEWORKS[name] = f
+    _TABLE[name] = f
 
 
-def _load_fitted() -> None:
-    path = fitted_file()
-    if path is None:
-        return
-    for name, entry in json.loads(path.read_text(encoding="utf-8")).get("frameworks", {}).items():
-        if name in FRAMEWORKS:
-            set_host_scale(name, entry["host_scale"], entry.get("micro_batch_host_scale"))
-
-
-_load_fitted()
+@contextmanager
+def substituted(framework: Framework) -> Iterator[None]:
+    """Within the block, `framework` replaces the framework of its name (a test of one capability)."""
+    saved = _TABLE[framework.name]
+    _TABLE[framework.name] = framework
+    try:
+        yield
+    finally:
+        _TABLE[framework.name] = saved

@@ -9,8 +9,9 @@ from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from trainest import fields as F
-from trainest.choices import PRECISIONS
+from trainest.choices import HARDWARE_KINDS, PRECISIONS
 from trainest.errors import SpecError
+from trainest.prices import DEFAULT_AMORTISATION_YEARS, Purchase, amortised_usd_per_hour, staleness
 from trainest.units import BITS_PER_BYTE, GB, MICROSECOND, MILLISECOND, TERA, MiB
 
 # ----------------------------------------------------------------------------------------- hardware
@@ -180,6 +181,12 @@ class Host(NamedTuple):
     memory_bytes: float | None = None         # per host [B]; None on unified devices (device memory is host memory)
     memory_bytes_per_s: float | None = None   # per host, peak [B/s]
     link: HostLink = HostLink()
+    derived: str = ""                         # "": read from the file; else which figures are a typical server's
+
+    @property
+    def known(self) -> bool:
+        """Cores, memory and its bandwidth are all given (offload can be estimated)."""
+        return None not in (self.cpu_cores, self.memory_bytes, self.memory_bytes_per_s, self.devices)
 
     def _per_device(self, value: float | None) -> float | None:
         return None if value is None or self.devices is None else value / self.devices
@@ -197,6 +204,51 @@ class Host(NamedTuple):
     def memory_bytes_per_s_per_device(self) -> float | None:
         """Host memory bandwidth per device [B/s]."""
         return self._per_device(self.memory_bytes_per_s)
+
+
+class TypicalHost(NamedTuple):
+    """A typical dual-socket server of one PCIe generation: the default host of a device whose file gives none."""
+
+    system: str
+    cpu: str
+    cpu_cores: int
+    memory_gb: float
+    memory_gb_per_s: float      # channels × MT/s × 8 B, the CPUs' rated peak
+    devices: int                # accelerator cards such a server holds
+
+
+# by PCIe generation: the dual-socket host NVIDIA built its 8-GPU systems of that generation on (the host facts
+# tools/hardware_facts.yaml cites: DGX-1, DGX A100, DGX H100 datasheets and the CPUs' spec pages)
+TYPICAL_HOSTS = {
+    3: TypicalHost("typical dual-socket PCIe Gen3 server (as DGX-1)", "2x Intel Xeon E5-2698 v4 (20 cores, 4 "
+                   "channels of DDR4-2133 each)", 40, 512, 8 * 2133 * 8 / 1000, 8),
+    4: TypicalHost("typical dual-socket PCIe Gen4 server (as DGX A100)", "2x AMD EPYC 7742 (64 cores, 8 channels "
+                   "of DDR4-3200 each)", 128, 1000, 16 * 3200 * 8 / 1000, 8),
+    5: TypicalHost("typical dual-socket PCIe Gen5 server (as DGX H100)", "2x Intel Xeon Platinum 8480+ (56 cores, "
+                   "8 channels of DDR5-4800 each)", 112, 2000, 16 * 4800 * 8 / 1000, 8),
+}
+
+
+def with_typical_host(host: Host, pcie_gen: int | None) -> Host:
+    """`host` with the figures it lacks (cores, memory, memory bandwidth, devices) taken from the typical server
+    of PCIe generation `pcie_gen` (the nearest in TYPICAL_HOSTS), and `derived` saying so; unchanged when it
+    gives them all or no generation is known."""
+    if host.known or pcie_gen is None:
+        return host
+    typical = TYPICAL_HOSTS[min(TYPICAL_HOSTS, key=lambda g: (abs(g - pcie_gen), -g))]
+    filled = [name for name, value in (("cpu_cores", host.cpu_cores), ("memory_gb", host.memory_bytes),
+                                       ("memory_gb_per_s", host.memory_bytes_per_s), ("devices", host.devices))
+              if value is None]
+    return host._replace(
+        system=host.system if host.system and "dependent" not in host.system else typical.system,
+        cpu=host.cpu or typical.cpu,
+        cpu_cores=host.cpu_cores if host.cpu_cores is not None else typical.cpu_cores,
+        memory_bytes=host.memory_bytes if host.memory_bytes is not None else typical.memory_gb * GB,
+        memory_bytes_per_s=(host.memory_bytes_per_s if host.memory_bytes_per_s is not None
+                            else typical.memory_gb_per_s * GB),
+        devices=host.devices if host.devices is not None else typical.devices,
+        derived=f"host.{', host.'.join(filled)} derived: a {typical.system}, {typical.cpu}, "
+                f"{typical.memory_gb:g} GB at {typical.memory_gb_per_s:g} GB/s for {typical.devices} cards")
 
 
 class Compute(NamedTuple):
@@ -249,6 +301,8 @@ class Hardware:
     vendor: str = ""
     launch_year: int | None = None
     price_source: str = ""                     # where and when the price was read (its date, if any, in the text)
+    purchase: Purchase | None = None           # a device sold, not rented: price_usd_per_hour is its amortisation
+    price_unknown: str = ""                    # why there is no price ("" where there is one)
     scale_up_name: str = ""                    # the scale-up fabric (NVLink via NVSwitch, ICI, xGMI, ...)
     probed: bool = False                       # measured on a machine by `trainest probe` (extra.probed)
     probed_on: str = ""                        # when (extra.probe.date), "" when not probed or not said
@@ -262,10 +316,34 @@ class Hardware:
 
     @property
     def price_date(self) -> str | None:
-        """The first ISO date (YYYY-MM-DD) in `price_source`: when the price was read; None if none given."""
+        """The first ISO date in the price's source (YYYY-MM-DD, or YYYY-MM of a purchase): when it was read;
+        None if none given."""
         import re
-        match = re.search(r"\b(19|20)\d\d-\d\d-\d\d\b", self.price_source)
+        text = self.purchase.source if self.purchase is not None else self.price_source
+        match = re.search(r"\b(19|20)\d\d-\d\d(-\d\d)?\b", text)
         return match.group(0) if match else None
+
+    @property
+    def price_basis(self) -> str:
+        """How `price_usd_per_hour` was obtained: 'on-demand', 'amortised purchase' or '' (no price)."""
+        if self.price_usd_per_hour is None:
+            return ""
+        return "amortised purchase" if self.purchase is not None else "on-demand"
+
+    @property
+    def price_text(self) -> str:
+        """Where the price comes from, in one phrase (for notes and the scenario table)."""
+        if self.purchase is not None:
+            return (f"${self.purchase.usd:,.0f} purchase ({self.purchase.source}) over "
+                    f"{self.purchase.amortisation_years:g} years of continuous use")
+        return self.price_source or self.price_unknown
+
+    @property
+    def price_stale(self) -> str:
+        """'' for a price read within a year, else why it is flagged (trainest.prices.staleness); '' without one."""
+        if self.price_usd_per_hour is None:
+            return ""
+        return staleness(self.purchase.source if self.purchase is not None else self.price_source)
 
     @property
     def peak_16bit_flops_per_s(self) -> float:
@@ -356,6 +434,7 @@ class Hardware:
 
 HW_REQUIRED = ("name", "peak_tflops", "memory", "system", "efficiency", "source")
 HW_OPTIONAL = ("display_name", "vendor", "kind", "launch_year", "power_w", "price_usd_per_hour", "price_source",
+               "purchase", "price_unknown",
                "notes", "derived_fields", "on_chip_cache_mb", "extra",   # on_chip_cache_mb: accepted, not read;
                # extra: free-form, of which only extra.probed and extra.probe.date are read
                "execution_model", "unsupported_reason", "compute", "host")
@@ -366,6 +445,7 @@ SYSTEM_KEYS = ("devices_per_node", "scale_up_name", "scale_up_gb_per_s", "scale_
 INTRA_NODE_KEYS = ("kind", "name", "gb_per_s", "latency_us", "peer_to_peer", "pcie_gen", "pcie_lanes")
 HOST_KEYS = ("system", "cpu", "devices", "cpu_cores", "memory_kind", "memory_gb", "memory_gb_per_s", "link")
 HOST_LINK_KEYS = ("kind", "name", "gb_per_s", "shared_by", "pcie_gen", "pcie_lanes")
+PURCHASE_KEYS = ("usd", "source", "amortisation_years")
 COMPUTE_KEYS = ("units", "unit_name", "gemm_tile", "on_chip_cache_mib", "on_chip_cache_kind", "flash2_relative",
                 "measured_matmul_tflops")
 MAX_GEMM_TILE = 4096      # elements per tile side (the largest in use: 320 on Groq, 256 on TPU MXUs and Gaudi MMEs)
@@ -473,6 +553,27 @@ def _host_link_from(data: object, where: str, unified: bool) -> HostLink:
     gen, lanes = _pcie_fields(d, where, kind == "pcie")
     return HostLink(kind=kind, name=name, bytes_per_s=_link_gb_per_s(d, where, gen, lanes), shared_by=shared_by,
                     pcie_gen=gen, pcie_lanes=lanes)
+
+
+def _prices_from(data: dict, where: str) -> tuple[float | None, Purchase | None, str]:
+    """(USD per device-hour, the purchase it amortises or None, why there is none): an on-demand price, or a
+    purchase spread over its amortisation period (trainest.prices), not both."""
+    hourly = F.number(data.get("price_usd_per_hour"), f"{where}.price_usd_per_hour", allow_none=True)
+    raw = data.get("purchase")
+    purchase = None
+    if raw is not None:
+        d = F.check_keys(raw, f"{where}.purchase", ("usd", "source"), PURCHASE_KEYS)
+        if hourly is not None:
+            raise SpecError(f"{where}.purchase: give an on-demand price_usd_per_hour or a purchase, not both")
+        purchase = Purchase(usd=F.number(d["usd"], f"{where}.purchase.usd"),
+                            source=F.text(d["source"], f"{where}.purchase.source"),
+                            amortisation_years=F.number(F.given(d, "amortisation_years", DEFAULT_AMORTISATION_YEARS),
+                                                        f"{where}.purchase.amortisation_years", maximum=100.0))
+        hourly = amortised_usd_per_hour(purchase.usd, purchase.amortisation_years)
+    unknown = F.text(data.get("price_unknown") or "", f"{where}.price_unknown") or ""
+    if hourly is None and not unknown:
+        unknown = "none given in the hardware file"
+    return hourly, purchase, "" if hourly is not None else unknown
 
 
 def _host_from(data: object, where: str, unified: bool) -> Host:
@@ -587,10 +688,14 @@ def hardware_from_mapping(data: dict, where: str) -> Hardware:
                         f"{F.show(sys_.get('scale_out_gbit_per_s'))}")
     devices_per_node = F.integer(sys_["devices_per_node"], f"{where}.system.devices_per_node")
     domain = F.integer(F.given(sys_, "scale_up_domain", 1), f"{where}.system.scale_up_domain")
-    kind = F.text(data.get("kind") or "gpu", f"{where}.kind")
+    kind = F.choice(F.given(data, "kind", "gpu"), f"{where}.kind", HARDWARE_KINDS)
     execution_model, unsupported_reason = _execution_from(data, where)
     probed, probed_on = _probed_from(data.get("extra"), where)
     compute = Compute() if data.get("compute") is None else _compute_from(data["compute"], f"{where}.compute")
+    price_usd_per_hour, purchase, price_unknown = _prices_from(data, where)
+    host = Host() if data.get("host") is None else _host_from(data["host"], f"{where}.host", unified)
+    if not unified and host.link.kind == "pcie":
+        host = with_typical_host(host, host.link.pcie_gen)
     return Hardware(
         name=F.text(data["name"], f"{where}.name"),
         display_name=F.text(data.get("display_name") or data["name"], f"{where}.display_name"),
@@ -599,7 +704,7 @@ def hardware_from_mapping(data: dict, where: str) -> Hardware:
         memory_bytes=capacity_gb * GB,
         memory_bytes_per_s=F.number(mem["bandwidth_gb_per_s"], f"{where}.memory.bandwidth_gb_per_s") * GB,
         power_w=F.number(data.get("power_w"), f"{where}.power_w", allow_none=True),
-        price_usd_per_hour=F.number(data.get("price_usd_per_hour"), f"{where}.price_usd_per_hour", allow_none=True),
+        price_usd_per_hour=price_usd_per_hour,
         devices_per_node=devices_per_node,
         scale_up_bytes_per_s=up * GB if up else None,
         scale_up_domain=domain if up else 1,
@@ -622,11 +727,13 @@ def hardware_from_mapping(data: dict, where: str) -> Hardware:
                     else _intra_node_from(sys_["intra_node"], f"{where}.system.intra_node")),
         scale_out_kind=scale_out_kind,
         scale_out_name=F.text(sys_.get("scale_out_name") or "", f"{where}.system.scale_out_name") or "",
-        host=Host() if data.get("host") is None else _host_from(data["host"], f"{where}.host", unified),
+        host=host,
         compute=compute,
         vendor=F.text(data.get("vendor") or "", f"{where}.vendor") or "",
         launch_year=F.integer(data.get("launch_year"), f"{where}.launch_year", allow_none=True, maximum=3000),
         price_source=F.text(data.get("price_source") or "", f"{where}.price_source") or "",
+        purchase=purchase,
+        price_unknown=price_unknown,
         scale_up_name=F.text(sys_.get("scale_up_name") or "", f"{where}.system.scale_up_name") or "",
         probed=probed,
         probed_on=probed_on,

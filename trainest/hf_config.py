@@ -523,6 +523,25 @@ def _default_name(where: str) -> str:
     return path.parent.name if path.name == "config.json" and path.parent.name else path.stem
 
 
+class _StrictJsonError(Exception):
+    """A config.json that JSON reads without a word but a person would not mean."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict, refusing a key given twice (json.loads would keep the last one)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _StrictJsonError(f"key {key} is given twice in one object; give it once")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    """NaN, Infinity and -Infinity are not JSON numbers (Python's json reads them)."""
+    raise _StrictJsonError(f"{name} is not a finite number; allowed: finite numbers in decimal digits")
+
+
 def read_hf_config(path: Path) -> Any:
     """Read a config.json file: its parsed JSON (errors name the file); `hf_model` makes the Model."""
     name = F.show(str(path), F.MAX_SHOWN_PATH_CHARS)
@@ -539,7 +558,9 @@ def read_hf_config(path: Path) -> Any:
     except OSError as exc:   # e.g. a name too long for the file system
         raise SpecError(f"model file {name} cannot be read: {exc.strerror or exc}") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except _StrictJsonError as exc:
+        raise SpecError(f"model file {name}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise SpecError(f"model file {name} is not valid JSON at line {exc.lineno}: {exc.msg}") from None
     except ValueError:       # an integer literal over Python's 4300-digit conversion limit

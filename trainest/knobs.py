@@ -198,6 +198,9 @@ COMMAND_KNOBS: tuple[Knob, ...] = (
     K("require_fit", ("--require-fit",), "flag", "CI gate: exit 3 if it does not fit in memory.", group=COMMAND),
     K("ops", ("--ops",), "flag", "Also list every operation of the step on the roofline (FLOPs, bytes, intensity, "
       "the device's ridge point, bound, time, share); with --json, an `ops` list.", group=COMMAND),
+    K("timeline", ("--timeline",), "str", "Also write the predicted step as a Chrome trace to this JSON file "
+      "(Perfetto, chrome://tracing): one track per stream, every op of every micro-batch (docs/model.md §17).",
+      group=COMMAND),
     K("json_out", ("--json",), "flag", "Print one JSON object on stdout.", group=COMMAND),
     K("quiet", ("--quiet", "-q"), "flag", "Silence warnings.", group=COMMAND),
 )
@@ -207,8 +210,9 @@ BY_NAME: dict[str, Knob] = {k.name: k for k in ESTIMATE_OPTIONS}
 
 # `trainest plan`: the job knobs (set for every plan), then what steers the search
 _PLAN_HELP = {
-    "devices": "Device count N, or a range such as 256..8192 (with --deadline, --budget, or neither: the fewest "
-               "that fit, and the fastest plan per count).",
+    "devices": "Device count N, or a range such as 256..8192 (the counts --device-counts picks) or 256..8192:256 "
+               "(every 256th); with --deadline, --budget, or neither: the fewest that fit, and the fastest plan per "
+               "count.",
     "global_batch": "Global batch B, in sequences (or --global-batch-tokens).",
     "tp_overlap": "Every plan pipelines its TP collectives with the GEMMs (Megatron --tp-comm-overlap).",
     "dp_collectives": "How every plan's data-parallel/ZeRO rings use the NICs: hierarchical (every NIC of a node) "
@@ -257,8 +261,8 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
       "within this time, e.g. 30d.", group=COMMAND),
     K("budget", ("--budget",), "str", "Find the best count by --objective (time: the fastest) over the --devices "
       "range among those that train the tokens for at most this many USD, e.g. 2e6.", group=COMMAND),
-    K("device_counts", ("--device-counts",), "choice", "Counts tried in a --devices range: powers of two, or "
-      "multiples of the node size.", "pow2", "DeviceCounts", group=COMMAND, value="pow2"),
+    K("device_counts", ("--device-counts",), "choice", "Counts tried in a --devices range without a step: "
+      "powers of two, or multiples of the node size.", "pow2", "DeviceCounts", group=COMMAND, value="pow2"),
     BY_NAME["json_out"],
     BY_NAME["quiet"]._replace(help="No progress bar, no warnings."),
 )
@@ -270,8 +274,9 @@ COMPARE_OPTIONS: tuple[Knob, ...] = (
     K("hardware", ("--hardware", "-H"), "list", "Hardware to compare: catalog names or YAML paths, comma-separated "
       "or repeated (e.g. h100-sxm,b200,mi300x,tpu-v5p).", group=COMMAND),
     K("all_hardware", ("--all-hardware",), "flag", "Compare every entry of the catalog.", group=COMMAND),
-    _BY_PLAN["devices"]._replace(help="Device count N (every hardware at N), or a range such as 64..8192 with "
-                                      "--deadline (fewest devices in time) or --budget (fastest within it)."),
+    _BY_PLAN["devices"]._replace(help="Device count N (every hardware at N), or a range such as 64..8192 (or "
+                                      "64..8192:64, every 64th) with --deadline (fewest devices in time) or --budget "
+                                      "(fastest within it)."),
     _BY_PLAN["global_batch"],
     *(k for k in KNOBS if k.group == SHAPE),
     *(BY_NAME[n] for n in ("precision", "seq_len", "attention", "framework", "kernels", "packed_length",
@@ -288,6 +293,9 @@ COMPARE_OPTIONS: tuple[Knob, ...] = (
     _BY_PLAN["budget"]._replace(help="With a --devices range: each hardware at its fastest plan whose run costs at "
                                      "most this many USD, e.g. 2e6."),
     _BY_PLAN["device_counts"], _BY_PLAN["allow"],
+    BY_NAME["price_per_hour"]._replace(kind="str", help="USD per device-hour: one price for every entry (2.5), or "
+                                       "per hardware, name=price comma-separated (h100-sxm=2.5,tpu-v5p=4.2); an "
+                                       "entry not named keeps its catalog price."),
     BY_NAME["json_out"],
     BY_NAME["quiet"]._replace(help="No progress bar, no warnings, no notes."),
 )

@@ -29,6 +29,7 @@ TiB = 2**40
 
 BITS_PER_BYTE = 8
 MICROSECOND = 1e-6
+NANOSECOND = 1e-9
 MILLISECOND = 1e-3
 SECONDS_PER_HOUR = 3600.0
 SECONDS_PER_DAY = 86400.0
@@ -166,7 +167,10 @@ def plural(n: int | float, word: str, words: str | None = None) -> str:
 
 
 def fmt_money(x: float | None) -> str:
-    return "n/a (no price: use --price-per-hour)" if x is None else f"${x:,.0f}"
+    """USD: whole dollars from $100 up, cents below (a small fine-tune's $1.98 is not `$2`)."""
+    if x is None:
+        return "n/a (no price: use --price-per-hour)"
+    return f"${x:,.0f}" if abs(x) >= 100 else f"${x:,.2f}"
 
 
 def fmt_amount(x: float) -> str:

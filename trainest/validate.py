@@ -125,9 +125,17 @@ def runs_files(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def run_sets(paths: Iterable[str | Path] | None = None, *, user_files: bool = False) -> list[str]:
-    """The run sets the runs files declare (the bundled files by default), sorted."""
+    """The run sets the runs files declare (the bundled files by default), sorted: each file's `set:` and the
+    sets its records declare of their own (a record's `set:` overrides its file's)."""
     files = runs_files(paths) if paths else bundled_runs_files()
-    return sorted({run_set_of(runs_document(path), path, user_files) for path in files})
+    sets = set()
+    for path in files:
+        doc = runs_document(path)
+        sets.add(run_set_of(doc, path, user_files))
+        runs = doc.get("runs")
+        sets.update(run_set_of(rec, path) for rec in (runs if isinstance(runs, list) else [])
+                    if isinstance(rec, dict) and rec.get("set") is not None)
+    return sorted(sets)
 
 
 def runs_document(path: Path) -> dict[str, Any]:

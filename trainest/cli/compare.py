@@ -31,7 +31,7 @@ def run_compare(values: dict[str, Any]) -> int:
     progress = LazyProgress("comparing hardware", enabled=not values.get("quiet") and not values.get("json_out"))
     try:
         names = C.hardware_list(values.get("hardware"), bool(values.get("all_hardware")))
-        job, shape = job_mapping({**values, "hardware": None})
+        job, shape = job_mapping({**values, "hardware": None, "price_per_hour": None})
         mapping = {k: v for k, v in job.items() if k != "hardware"}
         given = values["devices"] if values.get("devices") is not None else mapping.get("devices")
         devices = str(given if given is not None else DEFAULT_DEVICES)     # one count for every entry unless given
@@ -41,7 +41,8 @@ def run_compare(values: dict[str, Any]) -> int:
             objective=_plain(values.get("objective") or "time"),
             deadline_s=parse_duration_s(deadline, "--deadline") if deadline is not None else None,
             budget_usd=parse_count(budget, "--budget", "2e6, 250k or 1.5M (USD)") if budget is not None else None,
-            device_counts=_plain(values.get("device_counts") or "pow2"), progress=progress, shape=shape)
+            device_counts=_plain(values.get("device_counts") or "pow2"), progress=progress, shape=shape,
+            prices=C.parse_prices(values.get("price_per_hour"), names))
     except SpecError as exc:
         error_line(str(exc))
         return EXIT_BAD_INPUT
@@ -54,25 +55,45 @@ def run_compare(values: dict[str, Any]) -> int:
     result = replace(result, devices_default=given is None)
     warnings = compare_warnings(result)
     if values.get("json_out"):
-        print(report.dumps({**compare_dict(result), "warnings": warnings}))
+        doc = {**compare_dict(result), "warnings": warnings}
+        if gates := compare_gates(result):
+            doc["gates"] = report.clean(gates)
+        print(report.dumps(doc))
     else:
         from trainest.cli.plan import job_option_args
-        print_compare(result, job_option_args(values, leave_out=("hardware",)))
+        print_compare(result, job_option_args(values, leave_out=("hardware", "price_per_hour")))
         if not values.get("quiet"):
             for w in warnings:
                 report.warn(w)
     if (deadline is not None or budget is not None) and not any(en.can_run for en in result.entries):
         # a gate (--deadline, --budget) no entry meets: exit 3 as estimate's --max-days; the document is out
-        gates = [f"{flag} {v}" for flag, v in (("--deadline", deadline), ("--budget", budget)) if v is not None]
-        print(f"Gate failed: no hardware entry meets {' and '.join(gates)}", file=sys.stderr)
+        given = [f"{flag} {v}" for flag, v in (("--deadline", deadline), ("--budget", budget)) if v is not None]
+        print(f"Gate failed: no hardware entry meets {' and '.join(given)}", file=sys.stderr)
         return EXIT_GATE
     return EXIT_OK
 
 
+def compare_gates(c: Any) -> list[dict[str, Any]]:
+    """--deadline [s] and --budget [USD] as JSON gates: passed when some entry meets them (the value: the best
+    entry's run time or cost); [] when neither was given."""
+    from trainest.gates import gate
+    ran = [en.estimate for en in c.entries if en.can_run]
+    met = bool(ran)
+    out = []
+    if c.deadline_s is not None:
+        out.append(gate("--deadline", c.deadline_s, min((e.training.time_s for e in ran), default=None), met,
+                        f"no hardware entry trains the tokens within {c.deadline_s:g} s"))
+    if c.budget_usd is not None:
+        costs = [e.training.cost_usd for e in ran if e.training.cost_usd is not None]
+        out.append(gate("--budget", c.budget_usd, min(costs, default=None), met,
+                        f"no hardware entry trains the tokens for at most ${c.budget_usd:,.0f}"))
+    return out
+
+
 def compare_warnings(c: Any) -> list[str]:
-    """The job's warnings (`cli.estimate.job_warnings`) and, for a MoE model, the entries whose MoE
+    """The job's warnings (`caveats.job_warnings`) and, for a MoE model, the entries whose MoE
     efficiencies are priors."""
-    from trainest.cli.estimate import job_warnings
+    from trainest.caveats import job_warnings
     out = job_warnings(c.job, hardware=False)
     if c.job.model.moe is not None:
         priors = [e.hardware for e in c.entries if e.can_run and not e.estimate.scenario.hardware.efficiency.moe_fitted]

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from trainest.cli import fail
+from trainest.cli.options import QuietFlag
 
 
 class Shell(StrEnum):
@@ -25,7 +26,8 @@ HELP = ("Print the shell-completion script: eval \"$(trainest completion bash)\"
         "trainest completion fish > ~/.config/fish/completions/trainest.fish.")
 
 
-def completion_command(shell: Annotated[Shell, typer.Argument(help="bash, zsh, fish or powershell")]) -> None:
+def completion_command(shell: Annotated[Shell, typer.Argument(help="bash, zsh, fish or powershell")],
+                       quiet: QuietFlag = False) -> None:
     """Print the completion script of `shell` on stdout."""
     try:
         from typer._completion_shared import get_completion_script

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from trainest.cli import fail
-from trainest.cli.options import JsonFlag
+from trainest.cli.options import JsonFlag, QuietFlag
 
 
 class Listable(StrEnum):
@@ -23,7 +23,7 @@ SORT_HELP = ("Sort hardware by: name, vendor, year, bf16, fp8, memory, bandwidth
 
 def list_command(what: Annotated[Listable, typer.Argument(help="hardware, models or frameworks")],
                  sort: Annotated[str, typer.Option("--sort", help=SORT_HELP)] = "name",
-                 json_out: JsonFlag = False) -> None:
+                 json_out: JsonFlag = False, quiet: QuietFlag = False) -> None:
     """List the bundled hardware catalog (peaks, memory, links, power, price and its date, calibration, sources), the model presets or the training frameworks."""  # noqa: E501
     from trainest.errors import SpecError, did_you_mean
     from trainest.report import dumps
@@ -40,4 +40,4 @@ def list_command(what: Annotated[Listable, typer.Argument(help="hardware, models
     if json_out:
         print(dumps(list_dict(what.value, rows)))
     else:
-        print_list(what.value, rows)
+        print_list(what.value, rows)       # (--quiet: list prints nothing on stderr to silence)

@@ -51,16 +51,112 @@ def _run_fast(values: dict) -> int:
         return 130
 
 
+# what a character the output's encoding lacks becomes (PYTHONIOENCODING=ascii, a C locale): plain ASCII, so
+# that the tables still read (rich draws their boxes in ASCII on such a stream itself); anything else is '?'
+ASCII_FALLBACK = {"×": "x", "·": ".", "–": "-", "—": "-", "…": "...", "≈": "~", "≤": "<=", "≥": ">=", "→": "->",
+                  "←": "<-", "µ": "u", "²": "^2", "³": "^3", "±": "+/-", "÷": "/", "√": "sqrt", "∞": "inf",
+                  "‰": "per mille", "°": " deg", "†": "+", "‘": "'", "’": "'", "“": '"', "”": '"', "•": "*",
+                  "α": "alpha", "β": "beta", "φ": "phi", "Σ": "sum", "≠": "!=", "\u00a0": " "}
+ASCII_ERRORS = "trainest-ascii"
+
+
+def _ascii_fallback(error: UnicodeError) -> tuple[str, int]:
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    text = error.object[error.start:error.end]
+    return "".join(ASCII_FALLBACK.get(c, "?") for c in text), error.end
+
+
+def plain_output_streams() -> None:
+    """stdout and stderr whose encoding cannot write Unicode (not UTF-8/16/32) write ASCII stand-ins instead of
+    raising UnicodeEncodeError."""
+    import codecs
+    try:
+        codecs.lookup_error(ASCII_ERRORS)
+    except LookupError:
+        codecs.register_error(ASCII_ERRORS, _ascii_fallback)
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "utf-8").lower().replace("-", "").replace("_", "")
+        if not encoding.startswith("utf") and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors=ASCII_ERRORS)
+
+
+class _GuardedStdout:
+    """stdout, remembering a write or flush that failed other than by a closed pipe (a full disk, /dev/full), so
+    that `main` can tell that failure from any other OSError."""
+
+    def __init__(self, wrapped) -> None:
+        self.wrapped = wrapped
+        self.failed: OSError | None = None
+
+    def write(self, text: str) -> int:
+        try:
+            return self.wrapped.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            self.failed = exc
+            raise
+
+    def flush(self) -> None:
+        try:
+            self.wrapped.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            self.failed = exc
+            raise
+
+    def __getattr__(self, name: str):
+        return getattr(self.wrapped, name)
+
+
+def _output_failed(why: str) -> int:
+    """One error line for output that could not be written; stdout pointed at the null device, so that the
+    interpreter's last flush does not fail again (a second message and exit code 120)."""
+    import os
+    try:
+        print(f"Error: cannot write the output: {why}", file=sys.stderr)
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
+    except OSError:
+        pass
+    sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (open until exit)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: the fast path for a plain `estimate`, else the typer app."""
+    """Console-script entry point: the fast path for a plain `estimate`, else the typer app. Output that cannot
+    be written (a closed stdout, a full disk) is one `Error:` line on stderr and exit 1."""
     args = sys.argv[1:] if argv is None else list(argv)
+    if sys.stdout is None:                       # `trainest ... >&-`
+        sys.exit(_output_failed("standard output is closed"))
+    plain_output_streams()
+    guard = _GuardedStdout(sys.stdout)
+    sys.stdout = guard
+    try:
+        code = _dispatch(args)
+        sys.stdout.flush()
+    except OSError as exc:
+        if guard.failed is None:
+            raise
+        code = _output_failed(exc.strerror or str(exc))
+    sys.exit(code)
+
+
+def _dispatch(args: list[str]) -> int:
+    """The exit code of the command line `args`."""
     if args[:1] == ["estimate"] and fast_path_enabled():
         from trainest.cli.argv import parse_estimate_argv
         values = parse_estimate_argv(args[1:])
         if values is not None:
-            sys.exit(_run_fast(values))
+            return _run_fast(values)
     from trainest.cli.application import app
-    sys.exit(_run_typer(app, args))
+    return _run_typer(app, args)
 
 
 def _usage_error_types() -> tuple[type[Exception], type[Exception]]:

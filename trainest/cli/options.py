@@ -64,8 +64,9 @@ def option_annotation(o: Knob | str, **changes: Any) -> Any:
     return Annotated[value_type | None, option]
 
 
-# `--json`, as a type every command's signature can use
+# `--json` and `--quiet`, as types every command's signature can use
 JsonFlag = Annotated[bool, typer.Option("--json", help=BY_NAME["json_out"].help)]
+QuietFlag = Annotated[bool, typer.Option("--quiet", "-q", help="No warnings, notes or progress bar on stderr.")]
 
 
 def typer_command(options: tuple[Knob, ...], help_text: str, body: Callable[[dict[str, Any]], int],

@@ -39,13 +39,13 @@ def one_hardware(given: Any) -> str | None:
     return names[0]
 
 
-def job_option_args(values: dict[str, Any], leave_out: tuple[str, ...] = ()) -> str:
+def job_option_args(values: dict[str, Any], leave_out: tuple[str, ...] = ()) -> list[str]:
     """The job options as given (the config file and the knobs a plan keeps for every plan), as the
     `trainest estimate` arguments that reproduce a plan with its layout's; the global batch is among the
     layout's arguments, in sequences, however it was given. `leave_out`: knobs the caller sets itself."""
     skip = LAYOUT_ARGS + ("global_batch_tokens",) + leave_out
-    return " ".join(given_args(values, ("config",)) + given_args(values, tuple(
-        k.name for k in KNOBS if k.job and k.name not in skip)))
+    return given_args(values, ("config",)) + given_args(values, tuple(
+        k.name for k in KNOBS if k.job and k.name not in skip))
 
 
 def job_mapping(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -90,7 +90,8 @@ def search_plans(values: dict[str, Any]) -> tuple[Any, Any, str | None]:
             result = S.search(base, lo, space, objective=objective, top=top, progress=progress)
             notes = [n for n in (modules_plan_note(result, space), winner_layout_note(result)) if n]
             return result, None, "; ".join(notes) or None
-        counts = S.device_counts(lo, hi, _plain(values.get("device_counts") or "pow2"), base.devices_per_node)
+        counts = S.device_counts(lo, hi, _plain(values.get("device_counts") or "pow2"), base.devices_per_node,
+                                 S.device_step(devices))
         dsearch = S.smallest_devices(base, counts, space, deadline_s=deadline_s, budget_usd=budget_usd,
                                      objective=objective, top=top, progress=progress)
         return dsearch.result, dsearch, None
@@ -112,17 +113,20 @@ def run_plan(values: dict[str, Any]) -> int:
         error_line(str(exc))
         return EXIT_BAD_INPUT
     from trainest import report
-    from trainest.cli.estimate import job_warnings
+    from trainest.caveats import job_warnings
     from trainest.report.plan import print_plan, search_dict
     warnings = job_warnings(result.base)
     if result.base.parallel.pipeline_schedule == "dualpipe" and result.plans and \
             result.plans[0].scenario.parallel.pp == 1:         # the schedule does not apply to the winner
-        from trainest.cli.estimate import DUALPIPE_WARNING
+        from trainest.caveats import DUALPIPE_WARNING
         warnings = [DUALPIPE_NO_PIPELINE if w == DUALPIPE_WARNING else w for w in warnings]
     if values.get("json_out"):
         # the note rides with the warnings: what a script should read beside the plans
         warnings = warnings + ([f"note: {note}"] if note else [])
-        print(report.dumps({**search_dict(result, dsearch), "warnings": warnings}))
+        doc = {**search_dict(result, dsearch), "warnings": warnings}
+        if gates := plan_gates(dsearch):
+            doc["gates"] = report.clean(gates)
+        print(report.dumps(doc))
         return gate_exit(dsearch)
     print_plan(result, dsearch, job_option_args(values))
     if not values.get("quiet"):
@@ -131,6 +135,23 @@ def run_plan(values: dict[str, Any]) -> int:
         if note:
             print(f"Note: {note}", file=sys.stderr)
     return gate_exit(dsearch)
+
+
+def plan_gates(dsearch: Any) -> list[dict[str, Any]]:
+    """--deadline [s] and --budget [USD] as JSON gates, checked on the count shown (the chosen one, or the closest
+    when none meets them); [] when neither was given."""
+    from trainest.gates import gate
+    if dsearch is None:
+        return []
+    shown = next(t for t in dsearch.trials if t.devices == dsearch.devices)
+    out = []
+    if dsearch.deadline_s is not None:
+        out.append(gate("--deadline", dsearch.deadline_s, shown.time_s,
+                        shown.time_s is not None and shown.time_s <= dsearch.deadline_s, dsearch.gate_failed))
+    if dsearch.budget_usd is not None:
+        out.append(gate("--budget", dsearch.budget_usd, shown.cost_usd,
+                        shown.cost_usd is not None and shown.cost_usd <= dsearch.budget_usd, dsearch.gate_failed))
+    return out
 
 
 def gate_exit(dsearch: Any) -> int:

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from trainest.cli import fail
-from trainest.cli.options import JsonFlag
+from trainest.cli.options import JsonFlag, QuietFlag
 
 RunsOpt = Annotated[list[str] | None, typer.Option(
     "--runs", help="Runs YAML file (repeatable); default: the bundled specs/runs/*.yaml.", show_default=False)]
@@ -35,6 +35,7 @@ def validate(
     json_out: JsonFlag = False,
     markdown: Annotated[bool, typer.Option(
         "--markdown", help="Print the markdown tables used in docs/validation.md.")] = False,
+    quiet: QuietFlag = False,
 ) -> None:
     """Compare trainest's predictions with measured training runs: error per run, by set, by source, by hardware."""
     from trainest.errors import SpecError
@@ -51,7 +52,7 @@ def validate(
         if value is not None and not value.strip():
             fail(f"{flag} {value!r} is empty; give {wanted}, or leave {flag} out for every run")
     from trainest.report import LazyProgress
-    progress = LazyProgress("validating", enabled=not json_out and not markdown and sys.stderr.isatty())
+    progress = LazyProgress("validating", enabled=not json_out and not markdown and not quiet and sys.stderr.isatty())
     try:
         files = [*(runs or []), *(more_runs or [])]
         result = validate_runs(files or None, source=source, hardware=hardware, run_set=run_set,
@@ -71,7 +72,7 @@ def validate(
         fail(f"no run of {', '.join(files)} could be compared ({len(result.not_expressible)} not expressible"
              + (f": {reasons}" if reasons else "") + ")")
     from trainest.report import warn
-    for w in result.warnings:
+    for w in [] if quiet else result.warnings:
         warn(w)
     if json_out:
         from trainest.report import dumps

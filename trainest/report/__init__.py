@@ -13,8 +13,8 @@ from typing import Any
 
 from trainest.units import fmt_co2, fmt_gib, fmt_money, fmt_seconds, fmt_si
 
-__all__ = ["LazyProgress", "clean", "console", "dumps", "fmt_co2", "fmt_gib", "fmt_money", "fmt_seconds", "fmt_si",
-           "warn"]
+__all__ = ["LazyProgress", "clean", "command_line", "console", "dumps", "fmt_co2", "fmt_gib", "fmt_money",
+           "fmt_seconds", "fmt_si", "print_command", "warn"]
 
 
 def clean(value: Any) -> Any:
@@ -73,6 +73,20 @@ def print_table(con, table) -> None:
         con.print(table, crop=False)
     finally:
         con.width = width
+
+
+def command_line(words: list[str]) -> str:
+    """`trainest WORDS...` as a shell command that pastes: every word quoted where the shell needs it
+    (a model path with spaces or parentheses)."""
+    import shlex
+    return "trainest " + shlex.join(str(w) for w in words)
+
+
+def print_command(con, label: str, words: list[str]) -> None:
+    """`label: trainest ...` on one line, never hard-wrapped (so that it pastes from a pipe or a narrow
+    terminal), the command quoted for the shell and shown as is (no rich markup read in it)."""
+    from rich.markup import escape
+    con.print(f"{label}: [dim]{escape(command_line(words))}[/dim]", soft_wrap=True, highlight=False)
 
 
 def warn(message: str) -> None:

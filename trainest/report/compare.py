@@ -6,11 +6,18 @@ from typing import Any
 
 from trainest import SCHEMA_VERSION
 from trainest.compare import Comparison, Entry, objective_value
-from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si, print_table
+from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si, print_command, print_table
 from trainest.report.estimate import band_pct, band_source, estimate_dict
 from trainest.report.plan import _layout, batch_default_note, estimate_args
 from trainest.scenario import scenario_mapping
 from trainest.units import GiB, fmt_amount
+
+
+def price_args(s: Any) -> list[str]:
+    """`--price-per-hour P` where the entry's price was given (compare's --price-per-hour), not the catalog's."""
+    if "price_per_hour" in s.derived or s.price_usd_per_hour is None:
+        return []
+    return ["--price-per-hour", f"{s.price_usd_per_hour:g}"]
 
 
 def entry_dict(en: Entry, objective: str) -> dict[str, Any]:
@@ -27,7 +34,7 @@ def entry_dict(en: Entry, objective: str) -> dict[str, Any]:
     inputs = full["inputs"]
     plan = {"devices": inputs["devices"], "parallel": inputs["parallel"], "micro_batch": inputs["micro_batch"],
             "micro_batches": inputs["micro_batches"], "recompute": inputs["recompute"],
-            "estimate_args": ["--hardware", en.reference, *estimate_args(e)]}
+            "estimate_args": ["--hardware", en.reference, *price_args(e.scenario), *estimate_args(e)]}
     return {**doc, "plan": plan, **{k: full[k] for k in ("step", "throughput", "memory", "training", "band")},
             "objective_value": objective_value(e, objective)}
 
@@ -85,7 +92,7 @@ def _how(c: Comparison) -> str:
         + (" (default)" if c.devices_default else "")
 
 
-def print_compare(c: Comparison, job_args: str = "") -> None:
+def print_compare(c: Comparison, job_args: list[str] | None = None) -> None:
     """The comparison table on stdout, then each plan with its band's source, the command that reproduces
     the first (`job_args`: the job options as given), and the entries that cannot run."""
     from rich import box
@@ -118,8 +125,9 @@ def print_compare(c: Comparison, job_args: str = "") -> None:
         p.add_row(en.label, _layout(en.estimate), en.estimate.scenario.recompute, band_source(en.estimate))
     print_table(con, p)
     if runnable and runnable[0].estimate is not None:
-        con.print(f"Reproduce the first: [dim]trainest estimate {job_args + ' ' if job_args else ''}--hardware "
-                  f"{runnable[0].reference} {' '.join(estimate_args(runnable[0].estimate))}[/dim]", highlight=False)
+        first = runnable[0].estimate
+        print_command(con, "Reproduce the first", ["estimate", *(job_args or []), "--hardware", runnable[0].reference,
+                                                    *price_args(first.scenario), *estimate_args(first)])
     for en in c.entries:
         if en.estimate is None:
             con.print(f"[bold]{en.label}[/bold] cannot run this job: {en.reason}", highlight=False)

@@ -13,7 +13,7 @@ from trainest.frameworks import FRAMEWORKS, QLORA_FRAMEWORK
 from trainest.pipeline_layout import rank_layers_text
 from trainest.precision import weight_bytes_per_param
 from trainest.report import clean, console, fmt_co2, fmt_gib, fmt_money, fmt_seconds, fmt_si, print_table
-from trainest.scenario import Scenario, default_tokens_text, scenario_mapping
+from trainest.scenario import Scenario, default_tokens_text, layout_of, scenario_mapping
 from trainest.step.schedule import bubble_slots
 from trainest.units import TERA, fmt_amount, plural
 
@@ -40,6 +40,16 @@ def host_link_words(hw: Hardware) -> str:
     link = hw.host.link
     rate = link.bytes_per_s_per_device
     return f"{link.name or link.kind}, {rate / 1e9:.0f} GB/s per direction" if rate else (link.kind or "unknown")
+
+
+def host_words(hw: Hardware) -> str:
+    """The host an offload uses, per device, and whether it is the file's or a typical server's (derived)."""
+    h = hw.host
+    if h.memory_bytes_per_device is None or h.cpu_cores_per_device is None or h.memory_bytes_per_s_per_device is None:
+        return ""
+    what = f"{h.system} (derived: the file gives none)" if h.derived else (h.system or "the file's host")
+    return (f"; host: {what}, per device {h.cpu_cores_per_device:g} cores, {h.memory_bytes_per_device / 1e9:.0f} GB at "
+            f"{h.memory_bytes_per_s_per_device / 1e9:.0f} GB/s")
 
 
 BASIS_WORDS = {
@@ -130,7 +140,7 @@ def layout_text(s: Scenario) -> str:
     what = {3: "FSDP", 1: "distributed optimizer"}.get(p.zero, f"ZeRO-{p.zero}")
     zero_default = (f" (default: {what})" if p.pp == 1 else f" (default with pp > 1: {what})") \
         if "parallel.zero" in s.derived else ""
-    if zero_default and p.dp == 1 and (s.model.moe is None or p.edp == 1):
+    if zero_default and p.dp == 1 and (s.model.moe is None or layout_of(s).edp == 1):
         zero_default = zero_default[:-1] + "; nothing to shard with dp=1)"
     from_layout = " (from the layout)" if p.pipeline_layout and "parallel.pp" in s.derived else ""
     text = (f"tp={p.tp} pp={p.pp}{from_layout} dp={p.dp}{' (derived)' if 'parallel.dp' in s.derived else ''} cp={p.cp} "
@@ -140,7 +150,8 @@ def layout_text(s: Scenario) -> str:
     if defaults:
         text += f" ({', '.join(defaults)}: default)"
     if s.model.moe is not None:
-        text += f" ep={p.ep}{' (default)' if 'parallel.ep' in s.derived else ''} etp={p.etp} edp={p.edp}"
+        edp = int(layout_of(s).edp)
+        text += f" ep={p.ep}{' (default)' if 'parallel.ep' in s.derived else ''} etp={p.etp} edp={edp}"
     extras = [text for text, shown in (("tp-overlap=on", p.tp_overlap), (f"dp-shard={p.dp_shard}", p.dp_shard),
                                        (f"moe-overlap={p.moe_overlap}", s.model.moe is not None),
                                        (f"pipeline-split={p.pipeline_split}", p.pipeline_split == "balanced"),
@@ -219,7 +230,8 @@ def scenario_table(s: Scenario):
         ("framework", framework_text(s, "framework" in derived)
          + ("" if s.parallel.dp_overlap else ", gradient reduction not overlapped")),
         *([("fine-tuning", finetune_text(s))] if s.finetune.frozen else []),
-        *([("offload", f"{s.offload} to host memory over {host_link_words(s.hardware)}")] if s.offload != "none"
+        *([("offload", f"{s.offload} to host memory over {host_link_words(s.hardware)}"
+                       + host_words(s.hardware))] if s.offload != "none"
           else []),
     ])
 
@@ -399,10 +411,23 @@ def memory_table(e: Estimate):
     return t
 
 
+def price_label(hw: Any) -> str:
+    """Where a catalog price comes from: on-demand with its date, or a workstation's amortised purchase; a stale
+    one flagged."""
+    if hw.purchase is not None:
+        text = (f"catalog: ${hw.purchase.usd:,.0f} purchase amortised over {hw.purchase.amortisation_years:g} years "
+                f"of continuous use")
+    else:
+        text = f"catalog on-demand price, {hw.price_date or 'undated'}"
+    return text + (f"; STALE: {hw.price_stale}" if hw.price_stale else "")
+
+
 def run_table(e: Estimate):
     tr, derived = e.training, set(e.scenario.derived)
     price = "" if tr.price_usd_per_hour is None else f" at ${tr.price_usd_per_hour:.2f}/device-hour"
-    catalog_price = " (catalog price)" if "price_per_hour" in derived and tr.price_usd_per_hour is not None else ""
+    catalog_price = ""
+    if "price_per_hour" in derived and tr.price_usd_per_hour is not None:
+        catalog_price = f" ({price_label(e.scenario.hardware)})"
     return _key_value_table("Whole run", [
         ("tokens", f"{fmt_si(tr.tokens)}" + (f"  (default: {default_tokens_text(e.scenario.finetune)})"
                                              if "tokens" in derived else "")),

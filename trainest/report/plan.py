@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 from trainest import SCHEMA_VERSION
 from trainest.estimate import Estimate
 from trainest.knobs import estimate_args as knob_estimate_args
-from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si, print_table
+from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si, print_command, print_table
 from trainest.report.estimate import band_pct, band_source, estimate_dict, hardware_dict, notes
 from trainest.scenario import DEFAULT_DEVICES, Scenario, chosen_by_qlora, framework_args, scenario_mapping
-from trainest.search import DeviceSearch, SearchResult, plan_knobs
+from trainest.search import DeviceSearch, DeviceTrial, SearchResult, plan_knobs
 from trainest.units import GiB
 
 
@@ -96,7 +98,7 @@ def _layout(e) -> str:
             + (f" off:{s.offload}" if s.offload != "none" else ""))
 
 
-def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
+def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: list[str]) -> None:
     """The plan tables on stdout: device counts tried, the search, the top plans, the runner-ups and
     the command that reproduces the winner."""
     from rich import box
@@ -106,21 +108,7 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
     b = r.base
     st = r.stats
     if ds is not None:
-        best = {"time": "the fastest plan", "cost": "the cheapest plan", "energy": "the plan using the least energy"}
-        t = Table(title=f"Device counts tried: {best.get(r.objective, 'the best plan')} at each", title_justify="left",
-                  box=box.SIMPLE_HEAD)
-        for col in ("devices", "best time to train", "cost", "meets"):
-            t.add_column(col, justify="right" if col != "meets" else "left", no_wrap=col != "meets")
-        for tr in ds.trials:
-            chosen = tr.devices == ds.devices
-            t.add_row(f"{tr.devices:,}", f"no plan: {_no_plan(tr.note)}" if tr.time_s is None
-                      else f"{tr.time_s / 86400:.1f} days",
-                      "n/a" if tr.cost_usd is None else fmt_money(tr.cost_usd),
-                      ("yes" if tr.meets else f"no{': ' + tr.note if tr.note and tr.time_s is not None else ''}")
-                      + (" <- chosen" if chosen else ""), style="bold" if chosen else "")
-        print_table(con, t)
-        con.print(f"None meets it; shown: the closest, {ds.devices:,} devices." if ds.gate_failed
-                  else f"Chosen: {ds.devices:,} devices, {ds.rule}.")
+        print_device_trials(con, ds, r.objective)
     shown = f" (default: one node, at most {DEFAULT_DEVICES})" if "devices" in b.derived else ""
     active = "" if b.model.moe is None else f", {b.model.active_params / 1e9:.1f} B active"
     con.print(f"[bold]{b.model.name}[/bold] ({b.model.params / 1e9:.1f} B params{active}) on {r.devices:,} x "
@@ -165,11 +153,89 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: str) -> None:
     print_table(con, t)
     con.print(f"Error band of the winner: {band_pct(w)} on the step, days and cost ({band_source(w)})",
               highlight=False)
-    # one line, never hard-wrapped (so that it can be pasted from a pipe or a narrow terminal)
-    con.print("Reproduce the winner: [dim]trainest estimate " + (job_args + " " if job_args else "")
-              + " ".join(estimate_args(w)) + "[/dim]", soft_wrap=True)
+    print_command(con, "Reproduce the winner", ["estimate", *job_args, *estimate_args(w)])
     for note in notes(w.scenario):
         con.print(f"Note: {note}")
+
+
+SUMMARY_AFTER = 12    # a device range with more counts than this is shown per power-of-two span of counts
+
+
+def print_device_trials(con, ds: DeviceSearch, objective: str) -> None:
+    """The counts of a --devices range: each one (a short range), or the best per span of counts [2^k, 2^(k+1))
+    (a long one, as --device-counts node or a step gives); then the count chosen, and where more devices stop
+    helping (the fastest count is not the largest that has a plan)."""
+    from rich import box
+    from rich.table import Table
+
+    best = {"time": "the fastest plan", "cost": "the cheapest plan", "energy": "the plan using the least energy"}
+    summary = len(ds.trials) > SUMMARY_AFTER
+    title = (f"Device counts tried ({len(ds.trials)}): {best.get(objective, 'the best plan')} per span of counts"
+             if summary else f"Device counts tried: {best.get(objective, 'the best plan')} at each")
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("devices", "best time to train", "cost", "meets"):
+        t.add_column(col, justify="right" if col != "meets" else "left", no_wrap=col != "meets")
+    for cells, chosen in (_span_rows(ds) if summary else _trial_rows(ds)):
+        t.add_row(*cells, style="bold" if chosen else "")
+    print_table(con, t)
+    con.print(f"None meets it; shown: the closest, {ds.devices:,} devices." if ds.gate_failed
+              else f"Chosen: {ds.devices:,} devices, {ds.rule}.")
+    if note := more_devices_note(ds.trials):
+        con.print(note)
+
+
+def _trial_rows(ds: DeviceSearch) -> list[tuple[list[str], bool]]:
+    rows = []
+    for tr in ds.trials:
+        chosen = tr.devices == ds.devices
+        rows.append(([f"{tr.devices:,}", f"no plan: {_no_plan(tr.note)}" if tr.time_s is None
+                      else f"{tr.time_s / 86400:.1f} days",
+                      "n/a" if tr.cost_usd is None else fmt_money(tr.cost_usd),
+                      ("yes" if tr.meets else f"no{': ' + tr.note if tr.note and tr.time_s is not None else ''}")
+                      + (" <- chosen" if chosen else "")], chosen))
+    return rows
+
+
+def device_spans(trials: tuple[DeviceTrial, ...]) -> list[tuple[DeviceTrial, ...]]:
+    """The trials grouped by span of counts [2^k, 2^(k+1)), in order."""
+    spans: dict[int, list[DeviceTrial]] = {}
+    for tr in trials:
+        spans.setdefault(tr.devices.bit_length(), []).append(tr)
+    return [tuple(v) for _, v in sorted(spans.items())]
+
+
+def _span_rows(ds: DeviceSearch) -> list[tuple[list[str], bool]]:
+    rows = []
+    for span in device_spans(ds.trials):
+        lo, hi = span[0].devices, span[-1].devices
+        label = f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,} ({len(span)})"
+        chosen = any(tr.devices == ds.devices for tr in span)
+        ok = [tr for tr in span if tr.time_s is not None]
+        if not ok:
+            reasons = sorted({_no_plan(tr.note) for tr in span})
+            rows.append(([label, f"no plan: {'; '.join(reasons)}", "n/a", "no"], chosen))
+            continue
+        fastest = min(ok, key=lambda tr: tr.time_s or math.inf)
+        meets = sum(tr.meets for tr in span)
+        rows.append(([label, f"{(fastest.time_s or 0) / 86400:.1f} days at {fastest.devices:,}",
+                      "n/a" if fastest.cost_usd is None else fmt_money(fastest.cost_usd),
+                      f"{meets} of {len(span)}" + (f" <- chosen: {ds.devices:,}" if chosen else "")], chosen))
+    return rows
+
+
+def more_devices_note(trials: tuple[DeviceTrial, ...]) -> str:
+    """Where more devices stop helping: the fastest count, when a larger count with a plan is slower ('' else)."""
+    ok = [tr for tr in trials if tr.time_s is not None]
+    if len(ok) < 2:
+        return ""
+    fastest = min(ok, key=lambda tr: (tr.time_s or math.inf, tr.devices))
+    larger = [tr for tr in ok if tr.devices > fastest.devices]
+    if not larger:
+        return ""
+    worst = max(larger, key=lambda tr: tr.devices)
+    return (f"More devices stop helping at {fastest.devices:,}: it trains in {(fastest.time_s or 0) / 86400:.1f} days; "
+            f"{len(larger)} larger count{'s' if len(larger) > 1 else ''} up to {worst.devices:,} "
+            f"({(worst.time_s or 0) / 86400:.1f} days) are no faster: use {fastest.devices:,} or fewer.")
 
 
 def _no_plan(note: str) -> str:

@@ -20,6 +20,7 @@ al. 2021 (Switch Transformer: capacity factor, token dropping); Rajbhandari et a
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from trainest import xp
@@ -335,14 +336,17 @@ def ep_all_to_all_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers) -> Nu
     domain's receiving rank forwards it to its experts over the scale-up links (DeepEP's internode
     dispatch and combine, HybridEP; DeepSeek-AI 2024 §3.2.2): the NIC carries
     r·(n − k)/n·S (`remote_domain_share`) instead of every copy's (n − k)/n·S, and the scale-up links
-    every copy bound off the rank, (n − 1)/n·S; both at once, plus one network hop's latency."""
+    every copy bound off the rank, (n − 1)/n·S (none with one rank per domain, k = 1: nothing to forward);
+    both at once, plus one network hop's latency."""
     size = dispatch_bytes(job, layout, x)
     t = all_to_all_tiers(job, tiers)
     n, stride = layout.ep, layout.etp
     k = group_ranks_per_domain(n, stride, t)
     within = all_to_all_s(size, n, stride, t)
     nic = remote_domain_share(job, layout, t) * (n - k) / n * size / t.out_bytes_per_s
-    inner_bw = xp.where(k * stride <= t.domain, t.up_bytes_per_s, t.node_bytes_per_s)
+    # with one rank of the group per domain (k = 1) nothing is forwarded inside it: no scale-up link is used
+    # (one DGX Spark per node has none, and its NaN rate must not reach the sum)
+    inner_bw = xp.where(k > 1, xp.where(k * stride <= t.domain, t.up_bytes_per_s, t.node_bytes_per_s), math.inf)
     across = xp.maximum((n - 1.0) / n * size / inner_bw, nic) + t.out_latency_s
     return (xp.where(in_node(n, stride, t), within, across)
             + all_gather_s(layout.etp * size, layout.etp, 1.0, tiers))

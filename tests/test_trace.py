@@ -1,0 +1,308 @@
+"""Traces in (trainest/trace/, `trainest calibrate --trace`, docs/model.md §17.2-17.3): reading PyTorch profiler
+and Nsight Systems traces, the kernel classification on real kernel names, the class comparison, the fit
+(round trip of trainest's own timelines), several ranks, and bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from helpers import call_entry
+
+from trainest.catalog import with_efficiency
+from trainest.errors import SpecError
+from trainest.report.timeline import chrome_trace
+from trainest.scenario import scenario_from_mapping
+from trainest.timeline import step_timeline
+from trainest.trace.calibrate import calibrate_trace
+from trainest.trace.classify import kernel_class, model_class
+from trainest.trace.compare import measure
+from trainest.trace.reader import find_steps, read_trace
+
+# DeepSeek's published H800 trace (deepseek-ai/profile-data @ 4496024, train.json; ../shared/reference/traces),
+# vendored gzipped so that a clean clone has it
+DEEPSEEK = Path(__file__).parent / "data" / "deepseek-v3-train-h800-ep64.json.gz"
+DEEPSEEK_ARGS = ["--model", "deepseek-v3", "--hardware", "h800-sxm", "--devices", "2048", "--pp", "16", "--ep", "64",
+                 "--pipeline-schedule", "dualpipe", "--pipeline-split", "balanced", "--precision", "fp8",
+                 "--seq-len", "4096", "--global-batch", "15360", "--trace-layers", "4"]
+
+
+@pytest.mark.parametrize("name, cls", [
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_nn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel"
+     "__5x_cublas", "gemm"),
+    ("ampere_bf16_s16816gemm_bf16_256x128_ldg8_f2f_stages_64x3_tn", "gemm"),
+    ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTT", "gemm"),
+    ("void cutlass::device_kernel<dpsk::grouped_gemm::cuda::fp8_ptp128c::GemmKernel>(dpsk::grouped_gemm::cuda::"
+     "fp8_ptp128c::GemmKernel::Params)", "gemm"),
+    ("void cutlass::device_kernel<dpsk::grouped_gemm::cuda::m_grouped_fp8_ptp128c::GemmKernel>(...)",
+     "grouped_gemm"),
+    ("void flash::compute_attn_ws<Flash_fwd_kernel_traits<192, 128, 128, 12, 2, false, 1, cutlass::bfloat16_t, 128>>",
+     "attention"),
+    ("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t>>",
+     "attention"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3", "attention"),
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "all_reduce"),
+    ("ncclKernel_ReduceScatter_RING_LL_Sum_bf16(ncclDevComm*, unsigned long, ncclWork*)", "reduce_scatter"),
+    ("ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "all_gather"),
+    ("ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)", "send_recv"),
+    ("void dpsk::ep::internode::dispatch<false, 8, false, 8>(int4*, float*, long*)", "all_to_all"),
+    ("void dpsk::ep::internode::combine<false, 8, __nv_bfloat16, 8, 2, 16, 24>(int4*, float*)", "all_to_all"),
+    ("void layer_norm::ln_fwd_kernel<layer_norm::Kernel_traits<__nv_bfloat16, float, 7168u>>", "norm"),
+    ("void cuda::per_token_cast_to_fp8_with_channels<__nv_bfloat16, 128, false, 128, false>(...)", "cast"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>", "elementwise"),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>", "elementwise"),
+    ("rotary_kernel", "elementwise"),
+    ("void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float>>", "optimizer"),
+    ("Memcpy HtoD (Pinned -> Device)", "host_copy"),
+    ("Memcpy DtoD (Device -> Device)", "device_copy"),
+    # trainest's own op names (its timelines read back)
+    ("qkv.dgrad", "gemm"), ("mla.kv_up.wgrad", "gemm"), ("experts_up", "grouped_gemm"), ("attention", "attention"),
+    ("elementwise", "elementwise"), ("tp.collectives", "all_reduce"), ("ep.all_to_all", "all_to_all"),
+    ("pp.send_recv", "send_recv"), ("optimizer.adam", "optimizer"), ("offload.grads_down", "host_copy"),
+])
+def test_the_classification_table_on_real_kernel_names(name, cls):
+    assert kernel_class(name) == cls
+
+
+def test_the_deepseek_trace_reads_end_to_end_with_its_kernel_time_classified():
+    t = read_trace(str(DEEPSEEK))
+    assert t.source == "pytorch" and t.has_backward and t.rank == 0 and t.world_size == 64
+    assert len([k for k in t.kernels if "Memcpy" not in k.name and "Memset" not in k.name]) == 963
+    how, steps = find_steps(t)
+    assert how == "ProfilerStep annotations" and len(steps) == 1
+    m = measure(t)
+    assert m.classified_share >= 0.95
+    # the published trace overlaps DeepEP's all-to-alls with the other micro-batch's computation (DualPipe)
+    assert m.classes["all_to_all"] > 0 and m.comm_overlap > 0.5
+
+
+def test_the_deepseek_trace_is_compared_class_by_class(tmp_path, capsys):
+    code, out, err = call_entry(["calibrate", "--trace", str(DEEPSEEK), *DEEPSEEK_ARGS, "-o", str(tmp_path / "p.yaml"),
+                                 "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    classes = {c["class"]: c for c in doc["classes"]}
+    assert {"gemm", "grouped_gemm", "attention", "memory_bound", "all_to_all"} <= set(classes)
+    assert all(c["measured_s"] > 0 and c["predicted_s"] > 0 for c in classes.values() if c["class"] != "unclassified")
+    assert doc["classified_share"] >= 0.95 and doc["trace_layers"] == 4
+    # a class more than 2x off is named in a warning, and not fitted; DeepSeek's trace runs its experts' weight
+    # gradients as dense DeepGEMM kernels: the dense and grouped GEMMs are off in opposite directions, their sum is not
+    off = [c for c in classes.values() if c["ratio"] and not 0.5 <= c["ratio"] <= 2.0]
+    for c in off:
+        assert f"class {c['class']}:" in err or (c["class"] in ("gemm", "grouped_gemm")
+                                                 and "classes gemm and grouped_gemm:" in err)
+    gemms = [classes[n] for n in ("gemm", "grouped_gemm")]
+    assert 0.5 <= sum(c["measured_s"] for c in gemms) / sum(c["predicted_s"] for c in gemms) <= 2.0
+
+
+def test_dense_and_grouped_gemms_off_in_opposite_directions_are_fitted_as_one_class_only_when_their_sum_agrees():
+    from trainest.trace.compare import ClassRow, joint_gemm_row
+    split = [ClassRow("gemm", 5.0, 2.0, "compute"), ClassRow("grouped_gemm", 2.0, 5.0, "compute")]
+    assert joint_gemm_row(split) == ClassRow("gemm+grouped_gemm", 7.0, 7.0, "compute")
+    assert joint_gemm_row([split[0], ClassRow("grouped_gemm", 0.1, 50.0, "compute")]) is None   # the sum is off too
+    assert joint_gemm_row([split[0], ClassRow("grouped_gemm", 5.0, 5.0, "compute")]) is None   # not opposite
+
+
+ROUND_TRIP = {
+    "tp-pp-dense": {"model": "llama3-8b", "devices": 16, "parallel": {"tp": 2, "pp": 2, "zero": 1}, "seq_len": 4096,
+                    "global_batch": 64},
+    "moe-ep": {"model": "qwen3-30b-a3b", "hardware": "h100-sxm", "devices": 64, "seq_len": 4096, "global_batch": 256,
+               "parallel": {"pp": 4, "ep": 8, "zero": 1}},
+    "one-gpu": {"model": "llama3.2-3b", "hardware": "h100-sxm", "devices": 1, "seq_len": 2048, "global_batch": 8},
+}
+# the efficiencies the timelines are made with: the hardware's start values times these
+MADE_WITH = {"gemm": 0.9, "attention": 1.1, "memory": 0.93, "scale_up": 0.85, "grouped_gemm": 0.95,
+             "all_to_all": 1.05}
+
+
+@pytest.mark.parametrize("name", list(ROUND_TRIP))
+def test_a_timeline_fed_back_recovers_the_efficiencies_it_was_made_with(name, tmp_path):
+    s = scenario_from_mapping(ROUND_TRIP[name], "t")
+    e = s.hardware.efficiency
+    made = {k: getattr(e, k) * f for k, f in MADE_WITH.items() if k not in ("grouped_gemm", "all_to_all")
+            or s.model.moe is not None}
+    truth = dataclasses.replace(s, hardware=with_efficiency(s.hardware, **made))
+    path = tmp_path / "step.json"
+    path.write_text(json.dumps(chrome_trace(step_timeline(truth))))
+    r = calibrate_trace(s, [str(path)])
+    fitted = {p.name: p for p in r.parameters}
+    checked = 0
+    for k, v in made.items():
+        if fitted[k].constrained:
+            assert fitted[k].value == pytest.approx(v, rel=0.01), k
+            checked += 1
+    assert checked >= 3
+    assert not r.warnings
+
+
+def _nsys_db(path: Path, kernels: list[tuple[str, int, int, int]], nvtx: list[tuple[str, int, int]],
+             memcpy: list[tuple[int, int, int, int]] = ()) -> None:
+    """A small Nsight Systems SQLite export with the documented schema (nsys export --type sqlite): StringIds,
+    CUPTI_ACTIVITY_KIND_KERNEL (start, end [ns], deviceId, streamId, correlationId, demangledName -> StringIds),
+    CUPTI_ACTIVITY_KIND_MEMCPY (bytes, copyKind: 1 HtoD, 2 DtoH, 8 DtoD), NVTX_EVENTS (start, end, text)."""
+    con = sqlite3.connect(path)
+    con.executescript("""
+        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER,
+            contextId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER, demangledName INTEGER,
+            shortName INTEGER, gridX INTEGER, gridY INTEGER, gridZ INTEGER, blockX INTEGER, blockY INTEGER,
+            blockZ INTEGER);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER,
+            contextId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER, bytes INTEGER,
+            copyKind INTEGER, srcKind INTEGER, dstKind INTEGER);
+        CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER, rangeId INTEGER,
+            category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER,
+            domainId INTEGER, uint64Value INTEGER, int64Value INTEGER, doubleValue REAL, uint32Value INTEGER,
+            int32Value INTEGER, floatValue REAL, jsonTextId INTEGER, jsonText TEXT);
+    """)
+    names = sorted({k[0] for k in kernels})
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", list(enumerate(names)))
+    for i, (name, start, end, stream) in enumerate(kernels):
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, correlationId,"
+                    " demangledName, shortName) VALUES (?, ?, 0, 1, ?, ?, ?, ?)",
+                    (start, end, stream, i, names.index(name), names.index(name)))
+    for start, end, nbytes, kind in memcpy:
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (start, end, deviceId, streamId, correlationId, bytes, "
+                    "copyKind) VALUES (?, ?, 0, 7, 0, ?, ?)", (start, end, nbytes, kind))
+    for text, start, end in nvtx:
+        con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text) VALUES (?, ?, 59, ?)", (start, end, text))
+    con.commit()
+    con.close()
+
+
+GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel"
+FLASH_BWD = "void flash_bwd_dq_dk_dv_loop_kernel<Flash_bwd_kernel_traits<128>>"
+NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+def test_a_synthetic_nsight_export_reads_its_kernels_copies_and_nvtx_steps(tmp_path):
+    db = tmp_path / "rank0.sqlite"
+    ms = 1_000_000
+    kernels = []
+    for step in range(2):
+        t0 = step * 20 * ms
+        kernels += [(GEMM, t0, t0 + 6 * ms, 7), (FLASH_BWD, t0 + 6 * ms, t0 + 9 * ms, 7),
+                    (NCCL, t0 + 5 * ms, t0 + 8 * ms, 13)]
+    _nsys_db(db, kernels, [("train_step 0", 0, 19 * ms), ("train_step 1", 20 * ms, 39 * ms)],
+             memcpy=[(9 * ms, 10 * ms, 1 << 20, 1)])
+    t = read_trace(str(db))
+    assert t.source == "nsys" and t.has_backward
+    how, steps = find_steps(t)
+    assert how == "NVTX step ranges" and len(steps) == 2
+    m = measure(t)
+    assert m.classes["gemm"] == pytest.approx(6e-3) and m.classes["attention"] == pytest.approx(3e-3)
+    assert m.classes["collective"] == pytest.approx(3e-3) and m.classes["host_copy"] == pytest.approx(0.5e-3)
+    assert m.comm_overlap == pytest.approx(1.0)          # the all-reduce ran beside the GEMM and the attention
+
+
+def test_an_nsight_export_without_step_marks_is_split_at_idle_gaps(tmp_path):
+    db = tmp_path / "gaps.sqlite"
+    ms = 1_000_000
+    kernels = [(GEMM, s * 50 * ms + i * ms, s * 50 * ms + i * ms + 900_000, 7) for s in range(3) for i in range(10)]
+    _nsys_db(db, kernels, [])
+    how, steps = find_steps(read_trace(str(db)))
+    assert how == "idle gaps" and len(steps) == 3
+
+
+def test_a_gzipped_trace_reads_as_the_plain_one(tmp_path):
+    plain = read_trace(str(DEEPSEEK))
+    raw = gzip.decompress(DEEPSEEK.read_bytes())
+    p = tmp_path / "t.json"
+    p.write_bytes(raw)
+    assert read_trace(str(p)).kernels == plain.kernels
+
+
+def test_several_ranks_report_the_slowest_and_the_spread(tmp_path):
+    s = scenario_from_mapping(ROUND_TRIP["one-gpu"], "t")
+    paths = []
+    for i, f in enumerate((1.0, 0.9)):
+        slow = dataclasses.replace(s, hardware=with_efficiency(s.hardware, gemm=s.hardware.efficiency.gemm * f))
+        p = tmp_path / f"rank{i}.json"
+        p.write_text(json.dumps(chrome_trace(step_timeline(slow))))
+        paths.append(str(p))
+    r = calibrate_trace(s, paths)
+    assert r.slowest.path == paths[1]
+    assert 0 < r.spread < 0.2
+    assert {p.name: p for p in r.parameters}["gemm"].value == pytest.approx(s.hardware.efficiency.gemm * 0.9, rel=0.01)
+
+
+def _one_error(code: int, out: str, err: str) -> str:
+    assert code == 1 and out == "" and err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize("content, says", [
+    (b"hello, this is not a trace", "not a trace"),
+    (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm", "ts": 1, "dur": 2}', "truncated JSON"),
+    (b'{"schema": 1}', "without a traceEvents"),
+    (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2}]}', "no GPU kernels"),
+    (b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03", "truncated or corrupt gzip"),
+])
+def test_bad_trace_files_get_one_line(tmp_path, capsys, content, says):
+    p = tmp_path / "bad.json"
+    p.write_bytes(content)
+    err = _one_error(*call_entry(["calibrate", "--trace", str(p), "-o", str(tmp_path / "o.yaml")], capsys))
+    assert says in err
+
+
+def test_an_inference_trace_without_a_backward_is_refused(tmp_path, capsys):
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "ts": 0, "dur": 100},
+              {"ph": "X", "cat": "kernel", "name": GEMM, "ts": 1, "dur": 50, "args": {"stream": 7}},
+              {"ph": "X", "cat": "kernel", "name": "void flash_fwd_kernel<...>", "ts": 51, "dur": 20}]
+    p = tmp_path / "infer.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    err = _one_error(*call_entry(["calibrate", "--trace", str(p), "-o", str(tmp_path / "o.yaml")], capsys))
+    assert "no backward pass" in err
+
+
+def test_a_trace_whose_scenario_does_not_match_names_the_class_off_by_more_than_2x(tmp_path, capsys):
+    s = scenario_from_mapping(ROUND_TRIP["one-gpu"], "t")
+    p = tmp_path / "step.json"
+    p.write_text(json.dumps(chrome_trace(step_timeline(s))))
+    # the user states a 4x longer sequence than what ran: attention is off by far more than 2x
+    code, out, err = call_entry(["calibrate", "--trace", str(p), "--model", "llama3.2-3b", "--hardware", "h100-sxm",
+                                 "--devices", "1", "--seq-len", "8192", "--global-batch", "2", "-o",
+                                 str(tmp_path / "o.yaml"), "--json"], capsys)
+    assert code == 0
+    assert "class attention:" in err and "not fitted" in err
+
+
+def test_the_written_profile_loads_as_hardware_and_estimates_with_the_fitted_values(tmp_path, capsys):
+    s = scenario_from_mapping(ROUND_TRIP["one-gpu"], "t")
+    slow = dataclasses.replace(s, hardware=with_efficiency(s.hardware, gemm=s.hardware.efficiency.gemm * 0.9))
+    p = tmp_path / "step.json"
+    p.write_text(json.dumps(chrome_trace(step_timeline(slow))))
+    out = tmp_path / "mine.yaml"
+    code, _, err = call_entry(["calibrate", "--trace", str(p), "--model", "llama3.2-3b", "--hardware", "h100-sxm",
+                               "--devices", "1", "--seq-len", "2048", "--global-batch", "8", "-o", str(out)], capsys)
+    assert code == 0, err
+    from trainest.catalog import load_hardware
+    hw = load_hardware(str(out))
+    assert hw.efficiency.gemm == pytest.approx(s.hardware.efficiency.gemm * 0.9, rel=0.01)
+
+
+def test_calibrate_needs_runs_or_a_trace(tmp_path, capsys):
+    err = _one_error(*call_entry(["calibrate", "-o", str(tmp_path / "o.yaml")], capsys))
+    assert "--runs" in err and "--trace" in err
+
+
+def test_a_missing_trace_file_is_one_line(tmp_path, capsys):
+    with pytest.raises(SpecError, match="no such file"):
+        read_trace(str(tmp_path / "nope.json"))
+    assert model_class("qkv") == "gemm"
+
+
+def test_the_trace_json_matches_its_schema(tmp_path, capsys):
+    import jsonschema
+    from test_json_schema import undocumented_keys
+
+    sch = json.loads((Path(__file__).parent.parent / "docs" / "schema" / "calibrate-trace.schema.json").read_text())
+    code, out, err = call_entry(["calibrate", "--trace", str(DEEPSEEK), *DEEPSEEK_ARGS, "-o", str(tmp_path / "p.yaml"),
+                                 "--json"], capsys)
+    doc = json.loads(out)
+    jsonschema.validate(doc, sch, cls=jsonschema.Draft202012Validator)
+    assert not undocumented_keys(doc, sch)

@@ -1,0 +1,159 @@
+"""What an estimate rests on that no measured run checked, and inputs outside any plausible range: the
+warnings of an estimate, computed by the library with it and attached to it (`assess`); the commands render
+them (estimate, plan, compare and sweep say the job's alike: `job_warnings`). Standard library only at import."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainest.estimate import Estimate
+    from trainest.scenario import Scenario
+
+
+def assess(scenario: Scenario) -> Estimate:
+    """The estimate of `scenario` with its warnings attached (`Estimate.warnings`: `estimate_warnings`) and,
+    where it does not fit, what would (`Estimate.fit_advice`: advice.fit_advice)."""
+    from trainest.estimate import estimate
+    result = estimate(scenario)
+    advice = None
+    if not result.memory.fits:
+        from trainest.advice import fit_advice
+        advice = fit_advice(scenario, result)
+    return result._replace(warnings=tuple(estimate_warnings(scenario, result, advice)), fit_advice=advice)
+
+
+def estimate_warnings(scenario: Scenario, result: Estimate, advice: Any = None) -> list[str]:
+    """The warnings of one estimate: implausible inputs or results, TP overlap the framework lacks, how it
+    would fit (`advice`, an advice.FitAdvice, where it does not) or a pipeline layout that would be faster, the
+    price, and the job's (`job_warnings`)."""
+    from trainest.estimate import plausibility_warnings, tp_overlap_warning
+    warnings: list[str] = plausibility_warnings(result)
+    overlap = tp_overlap_warning(scenario)
+    if overlap:
+        warnings.append(overlap)
+    if advice is not None:
+        warnings.append(advice.text)
+    elif result.memory.fits and scenario.parallel.pp > 1:
+        from trainest.advice import layout_hint
+        hint = layout_hint(scenario, result)
+        if hint:
+            warnings.append(hint)
+    warnings.extend(price_warnings(scenario))
+    warnings.extend(job_warnings(scenario))
+    return warnings
+
+
+def price_warnings(scenario: Any) -> list[str]:
+    """No price (and why the catalog has none), or a catalog price over a year old or undated."""
+    hw = scenario.hardware
+    if scenario.price_usd_per_hour is None:
+        return [f"no price for {hw.name} ({hw.price_unknown or 'none in its file'}): cost not computed; give "
+                f"--price-per-hour USD per device-hour"]
+    if "price_per_hour" in scenario.derived and hw.price_stale:
+        return [f"the catalog price of {hw.name} (${hw.price_usd_per_hour:.2f}/device-hour) may be out of date: "
+                f"{hw.price_stale}; give --price-per-hour for a current one"]
+    return []
+
+
+def job_warnings(scenario: Any, hardware: bool = True) -> list[str]:
+    """What every estimate of this job rests on that no measured run checked, whatever its layout: a
+    framework no bundled run uses, and the `prior_warnings` (estimate, plan and compare say them alike;
+    `hardware` False leaves out the one about the scenario's own hardware, for compare)."""
+    from trainest.frameworks import FRAMEWORKS, NOT_SEEN_NOTE
+    out = []
+    if hardware and (note := low_precision_warning(scenario)):
+        out.append(note)
+    if not FRAMEWORKS[scenario.framework].seen:
+        out.append(f"framework {scenario.framework}: {NOT_SEEN_NOTE}")
+    return out + prior_warnings(scenario, hardware)
+
+
+LOW_PRECISION_WARNING = ("precision {precision} on {hardware}: its {precision} peak ({peak:g} TFLOP/s) is no higher "
+                         "than its bf16 peak ({bf16:g}), so {precision} buys no GEMM speed there: its casts and the "
+                         "low-precision GEMM factor (efficiency.low_precision_gemm) make the step slower than bf16's")
+
+
+def low_precision_warning(scenario: Any) -> str | None:
+    """A warning when the scenario's low precision (fp8, fp4) has no higher dense peak than bf16 on its
+    hardware (Gaudi 3, TPU v6e in the catalog): the estimate then comes out slower than bf16's (the casts and
+    `efficiency.low_precision_gemm`, docs/model.md §2.1), which reads like a mistake unless it is said."""
+    hw, precision = scenario.hardware, scenario.precision
+    if precision not in ("fp8", "fp4") or "bf16" not in hw.peak_flops_per_s:
+        return None
+    peak, bf16 = hw.peak(precision), hw.peak("bf16")
+    if peak > bf16:
+        return None
+    from trainest.units import TERA
+    return LOW_PRECISION_WARNING.format(precision=precision, hardware=hw.name, peak=peak / TERA, bf16=bf16 / TERA)
+
+
+# Numbers an estimate rests on that no measured run has checked (docs/model.md §13, §14).
+# what `trainest validate --set finetune` measures on the LoRA runs (runs, lowest and highest error %, MAPE %):
+# the warning and docs/model.md §13 state it; tests/test_finetune.py recomputes it (running the 8 estimates on
+# every LoRA estimate would cost more than the estimate itself)
+FINETUNE_ERROR_STATS = (8, -17, 1, 10.9)
+FINETUNE_WARNING = ("{{method}}: on the {} published LoRA runs trainest can express its tokens/s are {} to {:+d} % "
+                    "off the measured ({:.1f} % MAPE, mostly too slow; docs/validation.md, 'Fine-tuning runs'); no "
+                    "fine-tuning run is fitted").format(*FINETUNE_ERROR_STATS)
+FINETUNE_TOKENS_WARNING = ("{method} without --tokens: the days, energy and cost are for {tokens} tokens, the default "
+                           "size of a fine-tuning set; give --tokens (your set's tokens times its epochs)")
+MOE_FINETUNE_WARNING = ("{method} of a mixture-of-experts model: every routed expert gets its own adapters (PEFT's "
+                        "gate_proj/up_proj/down_proj per expert; docs/model.md §13.5), run as grouped GEMMs or expert "
+                        "by expert as {framework} launches its experts; no measured MoE fine-tuning run checks it")
+MOE_ATTENTION_FINETUNE_WARNING = ("{method} of a mixture-of-experts model, attention adapters only (--lora-targets "
+                                  "attention: the routed experts frozen, unadapted; docs/model.md §13.5); no measured "
+                                  "MoE fine-tuning run checks it")
+OFFLOAD_WARNING = ("offload {offload}: the host-link and host-memory efficiencies and the CPU-Adam rate are priors "
+                   "(docs/model.md §14), not fitted: no measured offload run is in specs/runs")
+
+
+MOE_FRAMEWORK_WARNING = ("mixture of experts under {framework}: the MoE terms are validated only on Megatron-Bridge "
+                         "(Megatron-Core) runs (docs/validation.md, 'Mixture-of-experts runs'); {framework}'s "
+                         "expert kernels, token dispatcher and overlap are not")
+DUALPIPE_WARNING = ("pipeline_schedule dualpipe: DeepSeek-V3's schedule from its report (bubble, 2× parameters, "
+                    "p + 1 micro-batches' activations, the all-to-alls and sends hidden, docs/model.md §5.4); no "
+                    "bundled measured run uses it")
+HYBRID_WARNING = ("hybrid Mamba-2 blocks: the scan's rate is a prior (its hardware's fused-attention rate) and no "
+                  "hybrid run is fitted; on the {runs} measured Megatron-Bridge runs of {models} trainest's "
+                  "tokens/s are {low:+d} to {high:+d} % off the measured (positive: the step predicted too fast; "
+                  "docs/validation.md, 'Hybrid Mamba-2 / attention / MoE runs')")
+# the ranges the warning states (tests/test_hybrid.py checks them): (runs, low %, high %)
+HYBRID_ERROR_RANGE_PCT = (21, 7, 26)          # Nemotron 3 Nano and 3.5 Lightning
+LATENT_MOE_ERROR_RANGE_PCT = (32, -2, 101)     # Nemotron 3 Super and Ultra (LatentMoE)
+MOE_PRIOR_WARNING = ("mixture of experts on {hardware}: its grouped-GEMM and all-to-all efficiencies are priors "
+                     "(grouped_gemm {grouped:g}, all_to_all {a2a:g}), not fitted on any MoE run of this device")
+
+
+def prior_warnings(scenario: Any, hardware: bool = True) -> list[str]:
+    """Warnings for the parts of an estimate that rest on unvalidated or biased numbers (`hardware`
+    False: not the one about the scenario's hardware's MoE efficiencies)."""
+    out = []
+    if scenario.finetune.fine_tune and "tokens" in scenario.derived:
+        from trainest.units import fmt_si
+        method = scenario.finetune.method
+        out.append(FINETUNE_TOKENS_WARNING.format(method="full fine-tune" if method == "full" else method,
+                                                  tokens=fmt_si(scenario.tokens)))
+    if scenario.model.moe is not None:
+        from trainest.frameworks import FRAMEWORKS
+        if not FRAMEWORKS[scenario.framework].moe_seen:
+            out.append(MOE_FRAMEWORK_WARNING.format(framework=scenario.framework))
+        e = scenario.hardware.efficiency
+        if hardware and not e.moe_fitted:
+            out.append(MOE_PRIOR_WARNING.format(hardware=scenario.hardware.name, grouped=e.grouped_gemm,
+                                                a2a=e.all_to_all))
+    if scenario.parallel.pipeline_schedule == "dualpipe":
+        out.append(DUALPIPE_WARNING)
+    if scenario.model.hybrid is not None:
+        latent = scenario.model.moe is not None and scenario.model.moe.latent_size is not None
+        runs, low, high = LATENT_MOE_ERROR_RANGE_PCT if latent else HYBRID_ERROR_RANGE_PCT
+        models = "Nemotron 3 Super and Ultra (LatentMoE)" if latent else "Nemotron 3 Nano and 3.5 Lightning"
+        out.append(HYBRID_WARNING.format(runs=runs, models=models, low=low, high=high))
+    if scenario.finetune.frozen:
+        out.append(FINETUNE_WARNING.format(method=scenario.finetune.method))
+        if scenario.model.moe is not None:
+            text = MOE_ATTENTION_FINETUNE_WARNING if scenario.finetune.targets == "attention" else MOE_FINETUNE_WARNING
+            out.append(text.format(method=scenario.finetune.method, framework=scenario.framework))
+    if scenario.offload != "none":
+        out.append(OFFLOAD_WARNING.format(offload=scenario.offload))
+    return out

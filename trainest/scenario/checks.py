@@ -1,0 +1,248 @@
+"""The checks and defaults of a scenario's single values: the mapping's keys, the fine-tuning method and its
+adapters, offload, the memory headroom, the token budget, packed sequences, selective recompute's modules, the
+network a layout needs."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from trainest import fields as F
+from trainest.catalog import (
+    Hardware,
+    Model,
+)
+from trainest.choices import (
+    BASE_BITS,
+    DEFAULT_RECOMPUTE_MODULES,
+    FINETUNES,
+    LORA_TARGETS,
+    OFFLOADS,
+    RECOMPUTE_MODULES,
+)
+from trainest.errors import SpecError
+from trainest.knobs import FINETUNE_KEYS, PARALLEL_KEYS
+from trainest.scenario.records import (
+    DEFAULT_FINETUNE_TOKENS,
+    DEFAULT_LORA_RANK,
+    DEFAULT_LORA_TARGETS,
+    DEFAULT_PRECISION,
+    DEFAULT_TOKENS_PER_PARAM,
+    DEFAULT_TOKENS_PER_STEP,
+    ECHO_KEYS,
+    QLORA_PRECISIONS,
+    RUN_ONLY_KEYS,
+    SCENARIO_KEYS,
+    FineTune,
+)
+
+
+def hybrid_support(model: Model, recompute: str, finetune_method: str, where: str) -> None:
+    """What trainest does not model for a hybrid model: op recompute (torchtitan's per-op policy) and
+    LoRA/QLoRA adapters (their targets in Mamba-2 blocks)."""
+    if model.hybrid is None:
+        return
+    if recompute == "op":
+        raise SpecError(f"{where}.recompute: op is not modelled for {model.name}'s hybrid blocks; allowed: none, "
+                        f"selective, full")
+    if finetune_method != "full":
+        raise SpecError(f"{where}.finetune.method: {finetune_method} adapters in hybrid Mamba-2 models are not "
+                        f"modelled; allowed: full fine-tuning (finetune: full) or pre-training")
+
+
+def default_global_batch(seq_len: int, dp: int, micro_batch: int, group: int = 1) -> int:
+    """DEFAULT_TOKENS_PER_STEP in whole sequences, rounded up to a multiple of dp·micro_batch·group
+    (group = pp for the interleaved schedule) [sequences]."""
+    unit = dp * micro_batch * group
+    sequences = max(1, -(-DEFAULT_TOKENS_PER_STEP // seq_len))
+    return -(-sequences // unit) * unit
+
+
+def recompute_modules_of(value: Any, recompute: str, model: Model, where: str) -> tuple[str, ...]:
+    """What selective recompute re-runs (Megatron-Core's `recompute_modules`): a list of
+    RECOMPUTE_MODULES or their comma-separated names; not given: the attention core. Given, it needs
+    `recompute: selective`, and each module must exist in the model."""
+    if value is None:
+        return DEFAULT_RECOMPUTE_MODULES
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
+        raise SpecError(f"{where}: {value!r} must be a list of module names; allowed: {', '.join(RECOMPUTE_MODULES)}")
+    picked = tuple(dict.fromkeys(n.strip() for n in names if n.strip()))
+    if not picked:
+        raise SpecError(f"{where}: no module given; allowed: {', '.join(RECOMPUTE_MODULES)}")
+    for n in picked:
+        if n not in RECOMPUTE_MODULES:
+            raise SpecError(f"{where}: unknown module {n!r}; allowed: {', '.join(RECOMPUTE_MODULES)}")
+    if recompute != "selective" and picked != DEFAULT_RECOMPUTE_MODULES:
+        raise SpecError(f"{where}: modules are what selective recompute re-runs, but recompute is {recompute!r}; "
+                        f"use recompute: selective (--recompute selective) with them")
+    missing = {"mla_up_proj": (model.mla is None, "has no multi-head latent attention"),
+               "moe_act": (model.moe is None, "has no mixture-of-experts layers"),
+               "moe": (model.moe is None, "has no mixture-of-experts layers"),
+               "shared_experts": (model.moe is None or model.moe.shared_experts == 0, "has no shared experts"),
+               "mlp": (model.dense_layers_count == 0, "has no dense MLP layers")}
+    for n in picked:
+        absent, why = missing.get(n, (False, ""))
+        if absent:
+            raise SpecError(f"{where}: {n} cannot be recomputed: {model.name} {why}")
+    return tuple(m for m in RECOMPUTE_MODULES if m in picked)
+
+
+def check_network(hardware: Hardware, devices_per_node: int, devices: int, where: str) -> None:
+    """Every path the layout's groups need is in the hardware data (docs/model.md §3.1): no placeholder
+    network for a group that leaves the node, no placeholder rate for an unknown intra-node path."""
+    from trainest.step.collectives import network_gap  # (the step model's tiers; imported on use)
+    cli = where == "options"
+    gap = network_gap(hardware, devices_per_node, devices,
+                      node_option="--devices-per-node" if cli else "devices_per_node:",
+                      hardware_option="--hardware" if cli else "hardware:")
+    if gap:
+        raise SpecError(f"{where}: {gap}")
+
+
+def memory_headroom_bytes(value: Any, capacity_bytes: float, where: str) -> tuple[str, float]:
+    """(the margin as given, in bytes) of `memory_headroom`: "5%" (of capacity), "2GiB", "8e9" or 0."""
+    from trainest.units import parse_bytes
+    text = str(value).strip()
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)) or not text:
+        raise SpecError(f"{where}: {F.show(value)} is not a margin; use a share of capacity such as 5% or a size "
+                        f"such as 2GiB (0: none)")
+    if text.endswith("%"):
+        try:
+            share = float(text[:-1]) / 100.0
+        except ValueError:
+            share = math.nan
+        if not 0.0 <= share < 1.0:
+            raise SpecError(f"{where}: {F.show(value)} must be a share of capacity from 0% to below 100%")
+        return text, share * capacity_bytes
+    if text in ("0", "0.0"):
+        return text, 0.0
+    size = parse_bytes(value, where)
+    if size < 2**20 and not any(ch.isalpha() for ch in text.replace("e", "").replace("E", "")):
+        # a bare number is bytes: one below a MiB is a share or a size without its unit, not a margin
+        raise SpecError(f"{where}: {F.show(value)} is {size:g} bytes; give a share of capacity (e.g. 5%) or a size "
+                        f"with its unit (e.g. {text}GiB), or 0 for none")
+    if size >= capacity_bytes:
+        raise SpecError(f"{where}: {F.show(value)} is at least the device's whole memory "
+                        f"({capacity_bytes / 2**30:.1f} GiB)")
+    return text, size
+
+
+def default_tokens(model: Model, finetune: FineTune) -> float:
+    """The tokens of the whole run when none are given: a pre-training budget of DEFAULT_TOKENS_PER_PARAM
+    per parameter (Chinchilla), or for a fine-tune (a method given, full, LoRA or QLoRA) DEFAULT_FINETUNE_TOKENS,
+    the size of a fine-tuning set, not of the model."""
+    return DEFAULT_FINETUNE_TOKENS if finetune.fine_tune else DEFAULT_TOKENS_PER_PARAM * model.params
+
+
+def default_tokens_text(finetune: FineTune) -> str:
+    """How `default_tokens` set them, for the tables."""
+    from trainest.units import fmt_si
+    return (f"{fmt_si(DEFAULT_FINETUNE_TOKENS)} tokens for a fine-tune; give --tokens" if finetune.fine_tune
+            else f"{DEFAULT_TOKENS_PER_PARAM:g} per parameter")
+
+
+def check_finetune(data: Any, model: Model, precision: str, where: str) -> FineTune:
+    """The `finetune:` mapping: method, and for LoRA/QLoRA rank (1..h), alpha, targets, base_bits."""
+    w = f"{where}.finetune"
+    if isinstance(data, str):            # `finetune: lora` is short for `finetune: {method: lora}`
+        data = {"method": data}
+    d = F.check_keys({} if data is None else data, w, (), FINETUNE_KEYS)
+    method = F.choice(d.get("method", "full"), f"{w}.method", FINETUNES)
+    stated = d.get("method") is not None
+    if method == "full":
+        given = [k for k in ("rank", "alpha", "targets") if d.get(k) is not None]
+        if given:
+            how = "full" if stated else "full (the default: no fine-tuning method given)"
+            raise SpecError(f"{w}.{given[0]}: {F.show(d[given[0]])} applies to LoRA/QLoRA adapters only, and the "
+                            f"method is {how}; give method lora or qlora (--finetune)")
+        if d.get("base_bits") not in (None, 16):
+            raise SpecError(f"{w}.base_bits: {F.show(d['base_bits'])} is for a frozen, quantised base (LoRA: 8, "
+                            f"QLoRA: 4); a full fine-tune trains 16-bit weights: use 16 or method lora/qlora")
+        return FineTune(stated=stated)
+    rank = F.integer(d.get("rank", DEFAULT_LORA_RANK), f"{w}.rank", minimum=-10**12, maximum=10**12)
+    if not 1 <= rank <= model.hidden:
+        raise SpecError(f"{w}.rank: {rank} must be between 1 and the hidden size {model.hidden} of {model.name}")
+    bits = F.integer_choice(d.get("base_bits", 4 if method == "qlora" else 16), f"{w}.base_bits", BASE_BITS)
+    if method == "qlora" and bits != 4:
+        raise SpecError(f"{w}.base_bits: {bits} is not allowed with method qlora: QLoRA's base is 4-bit NF4 "
+                        f"(Dettmers et al. 2023); use base_bits 4, or method lora for a 16- or 8-bit base")
+    if method == "lora" and bits == 4:
+        raise SpecError(f"{w}.base_bits: 4 with method lora: a LoRA on a 4-bit NF4 base is QLoRA; use method qlora")
+    if method == "qlora" and precision not in QLORA_PRECISIONS:
+        raise SpecError(f"{where}.precision: {precision} with QLoRA: bitsandbytes dequantises the 4-bit base to the "
+                        f"16- or 32-bit compute dtype; use one of {', '.join(QLORA_PRECISIONS)}")
+    alpha = F.number(d.get("alpha"), f"{w}.alpha", allow_none=True, maximum=1e6)
+    return FineTune(method=method, rank=rank, alpha=alpha,
+                    targets=F.choice(d.get("targets", DEFAULT_LORA_TARGETS), f"{w}.targets", LORA_TARGETS),
+                    base_bits=bits, stated=stated)
+
+
+LORA_DEFAULT_KEYS = ("rank", "alpha", "targets", "base_bits")   # a LoRA's adapters: `finetune.<key>` when derived
+
+
+def finetune_defaults(data: Any, ft: FineTune) -> list[str]:
+    """The `finetune.<key>` values a LoRA/QLoRA took by default (not in the mapping), for `derived`; `finetune`
+    itself when no method was given (pre-training: its echo `{method: full}` reloads as pre-training, not
+    as a stated full fine-tune)."""
+    if not ft.stated:
+        return ["finetune"]
+    if not ft.frozen:
+        return []
+    given = {} if not isinstance(data, dict) else data
+    return [f"finetune.{k}" for k in LORA_DEFAULT_KEYS if given.get(k) is None]
+
+
+def check_offload(data: Any, hardware: Hardware, where: str) -> str:
+    """The offload mode, checked against the hardware: a unified memory has nothing to offload to,
+    and offload needs the host link and the host's cores, memory and bandwidth."""
+    offload = F.choice(data, where, OFFLOADS)
+    if offload == "none":
+        return offload
+    hw, host = hardware, hardware.host
+    if hw.memory_unified:
+        raise SpecError(f"{where}: {offload} does not apply to {hw.name}: its memory is unified (CPU and "
+                        f"device share {hw.memory_bytes / 1e9:.0f} GB), so there is no host memory to offload to; "
+                        f"use offload none")
+    if host.link.kind in (None, "none", "unified") or host.link.bytes_per_s_per_device is None:
+        raise SpecError(f"{where}: {offload} needs the host link (CPU to device) of {hw.name}, which its "
+                        f"hardware entry does not give (host.link); use offload none or a hardware file with "
+                        f"host.link.gb_per_s")
+    unknown = [name for name, value in (("host.cpu_cores", host.cpu_cores), ("host.memory_gb", host.memory_bytes),
+                                        ("host.memory_gb_per_s", host.memory_bytes_per_s),
+                                        ("host.devices", host.devices)) if value is None]
+    if unknown:
+        raise SpecError(f"{where}: {offload} needs the host's CPU cores, memory and memory bandwidth; "
+                        f"{hw.name}'s entry does not give {', '.join(unknown)} ({host.system or 'host not described'});"
+                        f" give them in a hardware file")
+    return offload
+
+
+def check_scenario_keys(data: Any, where: str) -> None:
+    """A scenario mapping's keys, and its `parallel` block's, are the schema's (specs/README.md): the one
+    check of `estimate`, `plan`, `compare` and `sweep` alike (a search reads only the job's keys of it, and
+    a misspelt key would otherwise change its answer unseen)."""
+    F.check_keys(data, where, (), SCENARIO_KEYS + RUN_ONLY_KEYS + ECHO_KEYS)
+    if data.get("parallel") is not None:
+        F.check_keys(data["parallel"], f"{where}.parallel", (), PARALLEL_KEYS)
+
+
+def packed_length_of(packed: Any, seq_len: int, where: str) -> int | None:
+    """`packed_length`: the mean length of the examples packed into one sequence, at most the sequence."""
+    if isinstance(packed, int) and not isinstance(packed, bool) and packed > seq_len:
+        raise SpecError(f"{where}.packed_length: {packed} must be at most the sequence length {seq_len} (the mean "
+                        f"length of the examples packed into one sequence)")
+    return F.integer(packed, f"{where}.packed_length", maximum=seq_len, allow_none=True)
+
+
+def default_precision(hardware: Hardware) -> str:
+    """DEFAULT_PRECISION where the hardware has its peak, else its first of fp16, tf32, fp32 (a CPU written
+    by `trainest probe` has only fp32; a V100 no bf16)."""
+    for p in (DEFAULT_PRECISION, "fp16", "tf32", "fp32"):
+        if p in hardware.peak_flops_per_s:
+            return p
+    return DEFAULT_PRECISION          # none of them: hardware.peak names what it has
+
+
+def is_finite_positive(x: float) -> bool:
+    return math.isfinite(x) and x > 0
