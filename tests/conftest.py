@@ -17,3 +17,20 @@ def _framework_registry_unchanged():
     before = dict(FRAMEWORKS)
     yield
     assert FRAMEWORKS == before, "a test changed trainest.frameworks.FRAMEWORKS"
+
+
+@pytest.fixture(scope="session")
+def validate_all_stdout() -> str:
+    """The stdout of `trainest validate --json` (every bundled run, ~1,400 estimates), run once for the tests
+    that read it: the validate-all golden and its JSON schema check."""
+    import contextlib
+    import io
+
+    from trainest.cli.main import main
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            main(["validate", "--json"])
+        except SystemExit as exc:
+            assert not exc.code, exc.code
+    return out.getvalue()

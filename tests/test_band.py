@@ -74,6 +74,7 @@ def test_lookup_without_any_run_of_the_architecture_says_so():
     groups = {"prior": B.build_groups(_residuals(25, "a", 1.0))}
     b = B.lookup(groups, hardware="x", family="", scale="node", arch="moe", calibrated=False)
     assert b.level == "none" and "no measured moe run" in b.note and b.low_ratio < b.high_ratio
+    assert b.unknowns == ("no measured moe run",) and "little is known" in B.plain_words(b)
 
 
 def test_every_estimate_carries_its_band():

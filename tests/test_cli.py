@@ -440,16 +440,16 @@ def test_tokens_given_as_sequences_warn(capsys):
 
 @pytest.mark.parametrize("columns", ["80", "100", "130"])
 def test_piped_tables_honour_columns_and_never_cut_a_number(columns):
-    env = {**os.environ, "COLUMNS": columns}
+    """In process (CliRunner's stdout is no terminal, as a pipe is not; COLUMNS set as a shell would):
+    the console script's own pipe is test_script_bad_file_and_plain_output's."""
+    env = {"COLUMNS": columns}
     args = ["plan", "--model", "llama3.1-405b", "--devices", "1024", "--global-batch", "2048", "-q"]
-    proc = subprocess.run([sys.executable, "-m", "trainest", *args], capture_output=True, text=True, env=env,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    proc = invoke(*args, env=env)
+    assert proc.exit_code == 0, proc.stderr
     assert "…" not in proc.stdout
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("Reproduce the winner: "))
     assert "--global-batch 2048" in line and "--recompute" in line       # one line, not hard-wrapped
-    est = subprocess.run([sys.executable, "-m", "trainest", "estimate"], capture_output=True, text=True, env=env,
-                         timeout=120)
+    est = invoke("estimate", env=env)
     assert max(len(ln) for ln in est.stdout.splitlines()) <= int(columns)
 
 

@@ -310,3 +310,21 @@ def test_every_test_docs_model_cites_exists():
     cited = set(re.findall(r"\b(test_[a-z0-9_]+)", MODEL_DOC))
     assert len(cited) > 100
     assert not sorted(cited - defined), "docs/model.md cites tests that do not exist"
+
+
+def test_cli_reference_is_current():
+    """docs/cli.md is what `python tools/cli_doc.py` writes from the command line (its options from the knob
+    table, grouped by the table's panels)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("cli_doc", ROOT / "tools" / "cli_doc.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert (ROOT / "docs" / "cli.md").read_text(encoding="utf-8") == module.document(), \
+        "docs/cli.md is stale: run python tools/cli_doc.py"
+
+
+def test_every_knob_is_in_a_help_panel():
+    from trainest.knobs import COMPARE_OPTIONS, ESTIMATE_OPTIONS, PANEL_OF, PANELS, PLAN_OPTIONS, SWEEP_OPTIONS
+    names = {k.name for table in (ESTIMATE_OPTIONS, PLAN_OPTIONS, COMPARE_OPTIONS, SWEEP_OPTIONS) for k in table}
+    assert not names - set(PANEL_OF), f"knobs in no panel: {sorted(names - set(PANEL_OF))}"
+    assert len(PANEL_OF) == sum(len(v) for v in PANELS.values()), "a knob in two panels"

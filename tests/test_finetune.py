@@ -567,3 +567,29 @@ def test_the_no_fit_advice_names_qlora_only_where_it_can_run(capsys):
     assert code == 1 and "--finetune qlora" in err
     code, out, err = call_entry([*job, "--framework", "megatron-core"], capsys)
     assert code == 1 and "--finetune qlora" not in err
+
+
+def test_a_lora_slower_than_the_full_fine_tune_says_why(capsys):
+    """Issue 32 item 4: Qwen3 30B-A3B on 32 B300 under Megatron-Core is launch-bound with per-expert adapters
+    (16.9 s against 7.0 s for the full fine-tune); Llama 3 8B on a DGX Spark under PEFT memory-bound (eager
+    merges): both say so, with the full fine-tune's step (docs/model.md §13.6); a LoRA faster than its full
+    fine-tune (Llama 3 8B on 8 H100) says nothing."""
+    import json
+
+    from helpers import call_entry
+    moe = ["--model", "qwen3-30b-a3b", "--hardware", "b300", "--devices", "32", "--tp", "4", "--ep", "2",
+           "--micro-batch", "2", "--global-batch", "256", "--seq-len", "2048", "--zero", "1"]
+    spark = ["--model", "llama3-8b", "--hardware", "dgx-spark", "--devices", "1", "--framework", "hf-accelerate"]
+    fast = ["--model", "llama3-8b", "--devices", "8"]
+    for args, bound in ((moe, "launch-bound"), (spark, "memory-bound"), (fast, None)):
+        code, out, _ = call_entry(["estimate", *args, "--finetune", "lora", "--json"], capsys)
+        lora = json.loads(out)
+        code_full, out_full, _ = call_entry(["estimate", *args, "--finetune", "full", "--json"], capsys)
+        full = json.loads(out_full)["step"]["time_s"]
+        said = [w for w in lora["warnings"] if "slower than the full fine-tune" in w]
+        assert code == code_full == 0
+        if bound is None:
+            assert lora["step"]["time_s"] < full and not said
+        else:
+            assert lora["step"]["time_s"] > full and len(said) == 1
+            assert bound in said[0] and f"{full:.4g} s" in said[0]

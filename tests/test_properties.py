@@ -8,7 +8,7 @@ every catalog hardware with each precision it has, and valid parallel layouts.
    same global batch never raise per-device FLOPs; FP8 never slower than BF16; full recompute never keeps
    more activations than none; ZeRO stage k+1 never needs more memory than stage k.
 
-Examples per test are set in EXAMPLES (the whole file runs in about 20 s on two cores); hypothesis runs
+Examples per test are set in EXAMPLES; hypothesis runs
 derandomized so a failure (and a strict xfail) is reproducible.
 """
 
@@ -30,7 +30,10 @@ from trainest.report.estimate import estimate_dict
 from trainest.scenario import scenario_from_mapping
 from trainest.step.collectives import network_gap
 
-EXAMPLES = {"sane": 600, "physics": 100}
+# "sane": 300 (600 before issue 30): every number finite and non-negative is also checked by
+# tests/test_invariants.py over 400 draws of a wider space (MoE layouts, frameworks, LoRA/QLoRA); 300 draws
+# still cover every hardware × precision × recompute × attention × kernels combination of this strategy
+EXAMPLES = {"sane": 300, "physics": 100}
 REL = 1e-9     # floating-point slack for "never slower / never more"
 PHASES = [Phase.explicit, Phase.generate]   # no shrinking: keeps a failure (and a strict xfail) fast
 

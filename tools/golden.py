@@ -14,8 +14,9 @@ What a golden holds (`differences`):
   knob echoed in `inputs`, a new result) does not fail the goldens and does not make them re-recorded.
   Remove a key from the output and the goldens say so.
 
-The cases (tests/golden/cases.yaml) are command lines; scenario files they use live beside them.
-Volatile fields (search seconds, plans per second) are dropped before recording.
+The cases (tests/golden/cases.yaml) are command lines; scenario files they use live beside them
+(`{golden}` in a case and in a recorded document: this checkout's tests/golden). Volatile fields
+(search seconds, plans per second) are dropped before recording.
 """
 
 from __future__ import annotations
@@ -53,10 +54,14 @@ def run_cli(argv: list[str]) -> tuple[int, str]:
 
 
 def strip_volatile(doc: Any) -> Any:
+    """The document without its volatile fields, and with the checkout's path of tests/golden written
+    `{golden}` (a reproduce command naming a scenario file must not depend on where the clone is)."""
     if isinstance(doc, dict):
         return {k: strip_volatile(v) for k, v in doc.items() if k not in VOLATILE}
     if isinstance(doc, list):
         return [strip_volatile(v) for v in doc]
+    if isinstance(doc, str):
+        return doc.replace(str(GOLDEN), "{golden}")
     return doc
 
 

@@ -26,7 +26,7 @@ def assess(scenario: Scenario) -> Estimate:
 def estimate_warnings(scenario: Scenario, result: Estimate, advice: Any = None) -> list[str]:
     """The warnings of one estimate: implausible inputs or results, TP overlap the framework lacks, how it
     would fit (`advice`, an advice.FitAdvice, where it does not) or a pipeline layout that would be faster, the
-    price, and the job's (`job_warnings`)."""
+    price, the job's (`job_warnings`), and a LoRA/QLoRA slower than its full fine-tune (adapter_cost)."""
     from trainest.estimate import plausibility_warnings, tp_overlap_warning
     warnings: list[str] = plausibility_warnings(result)
     overlap = tp_overlap_warning(scenario)
@@ -41,6 +41,9 @@ def estimate_warnings(scenario: Scenario, result: Estimate, advice: Any = None) 
             warnings.append(hint)
     warnings.extend(price_warnings(scenario))
     warnings.extend(job_warnings(scenario))
+    from trainest.adapter_cost import slower_than_full_warning
+    if slower := slower_than_full_warning(result):
+        warnings.append(slower)
     return warnings
 
 

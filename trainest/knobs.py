@@ -67,11 +67,35 @@ class Knob(NamedTuple):
         return VOCABULARIES[self.choices] if self.choices else ()
 
     @property
+    def panel(self) -> str:
+        """The group of options `--help` shows it in (PANELS; Output where not listed)."""
+        return PANEL_OF.get(self.name, OUTPUT_PANEL)
+
+    @property
     def path(self) -> str:
         """Where the value sits in a scenario mapping: `parallel.tp`, `model.layers`, `seq_len`."""
         prefix = {SHAPE: "model.", PARALLEL: "parallel.", FINETUNE: "finetune."}.get(self.group, "")
         return prefix + self.yaml_key
 
+
+# the groups of `--help` and docs/cli.md, in the order they are shown: each knob by name (Knob.panel)
+OUTPUT_PANEL = "Output"
+PANELS: dict[str, tuple[str, ...]] = {
+    "Model": ("model", "config", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp", "experts",
+              "top_k", "expert_ffn_hidden", "moe_imbalance", "attention_window"),
+    "Hardware": ("hardware", "all_hardware", "devices", "devices_per_node", "device_counts", "memory_headroom"),
+    "Layout": ("tp", "pp", "dp", "cp", "vpp", "ep", "etp", "zero", "fsdp", "dp_shard", "sequence_parallel",
+               "tp_overlap", "dp_overlap", "dp_collectives", "moe_overlap", "pipeline_schedule", "pipeline_split",
+               "pipeline_layout", "recompute", "recompute_modules", "offload", "attention", "kernels", "framework",
+               "plan", "allow", "max_tp", "max_pp", "max_cp", "max_vpp", "max_micro_batch"),
+    "Batch": ("micro_batch", "global_batch", "global_batch_tokens", "seq_len", "packed_length"),
+    "Precision": ("precision", "adam_moments"),
+    "Fine-tuning": ("finetune", "lora_rank", "lora_alpha", "lora_targets", "base_bits"),
+    "Run and cost": ("tokens", "price_per_hour", "pue", "grid_gco2_per_kwh", "objective", "deadline", "budget",
+                     "max_days", "max_cost", "require_fit"),
+    OUTPUT_PANEL: ("json_out", "quiet", "top", "ops", "timeline", "csv", "png", "svg"),
+}
+PANEL_OF = {name: panel for panel, names in PANELS.items() for name in names}
 
 K = Knob
 KNOBS: tuple[Knob, ...] = (

@@ -18,7 +18,6 @@ import math
 from typing import TYPE_CHECKING, NamedTuple, Union
 
 from trainest import xp
-from trainest.catalog import Hardware, Model
 from trainest.choices import (
     DEFAULT_RECOMPUTE_MODULES,
     FINETUNE_CODES,
@@ -27,6 +26,8 @@ from trainest.choices import (
     OFFLOAD_CODES,
     RECOMPUTE_CODES,
 )
+from trainest.hardware import Hardware
+from trainest.models import Model
 
 if TYPE_CHECKING:
     import numpy as np

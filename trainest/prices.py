@@ -9,9 +9,11 @@ date, is flagged where it is used. Standard library only.
 
 from __future__ import annotations
 
-import datetime as _dt
 import re
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:              # datetime is imported where a date is read (start-up time)
+    import datetime as _dt
 
 HOURS_PER_YEAR = 8766.0            # 365.25 days × 24 h
 DEFAULT_AMORTISATION_YEARS = 3.0   # a workstation's usual depreciation period (an assumption, stated where used)
@@ -41,6 +43,7 @@ def first_date(text: str) -> _dt.date | None:
     match = _ISO_DATE.search(text or "")
     if match is None:
         return None
+    import datetime as _dt
     year, month, day = int(match.group(1)), int(match.group(2)), int(match.group(3) or 1)
     try:
         return _dt.date(year, month, day)
@@ -50,6 +53,7 @@ def first_date(text: str) -> _dt.date | None:
 
 def price_age_days(source: str, today: _dt.date | None = None) -> int | None:
     """Days between the date in a price's source and `today` (default: the clock's); None without a date."""
+    import datetime as _dt
     read = first_date(source)
     if read is None:
         return None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import re
-from fractions import Fraction
 
 from trainest.errors import SpecError, show
 
@@ -97,6 +96,7 @@ def parse_length(text: str | int | float, what: str = "length") -> int:
     if not match or match.group(2).upper() not in _POWER_OF_TWO_SUFFIX:
         raise SpecError(f"{what} {show(text)} is not a whole number; use e.g. 8192, 8k (= 8192) or 4M (= 4·2^20)")
     # a decimal mantissa is exact (0.5M = 2^19): Fraction, not float, so 1.5k is 1536 and 0.3k is refused
+    from fractions import Fraction  # (here, not at the top: it imports decimal, start-up time)
     value = Fraction(match.group(1)) * _POWER_OF_TWO_SUFFIX[match.group(2).upper()]
     if value.denominator != 1:
         raise SpecError(f"{what} {show(text)} is {float(value):g}, not a whole number; use e.g. 8192, 8k (= 8192), "

@@ -7,6 +7,12 @@ Conditions in model code are written as these helpers or as arithmetic masks, ne
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    import numpy as np
+
+Num = Union[float, "np.ndarray"]     # one number, or one per plan
 
 _NUMBER = (int, float)
 
@@ -18,79 +24,86 @@ def _scalar(*xs: object) -> bool:
     return True
 
 
-def maximum(a, b):
+def maximum(a: Num, b: Num) -> Num:
     """The larger of a and b; NaN if either is NaN (as numpy: an unknown never disappears)."""
     if _scalar(a, b):
         return a if a >= b or a != a else b
     import numpy as np
-    return np.maximum(a, b)
+    out: Num = np.maximum(a, b)
+    return out
 
 
-def minimum(a, b):
+def minimum(a: Num, b: Num) -> Num:
     """The smaller of a and b; NaN if either is NaN (as numpy)."""
     if _scalar(a, b):
         return a if a <= b or a != a else b
     import numpy as np
-    return np.minimum(a, b)
+    out: Num = np.minimum(a, b)
+    return out
 
 
-def where(condition, a, b):
+def where(condition: Num | bool, a: Num, b: Num) -> Num:
     """`a` where condition holds, else `b` (both are evaluated)."""
     if _scalar(condition):
         return a if condition else b
     import numpy as np
-    return np.where(condition, a, b)
+    out: Num = np.where(condition, a, b)
+    return out
 
 
-def log2(x):
+def log2(x: Num) -> Num:
     if _scalar(x):
         return math.log2(x)
     import numpy as np
     return np.log2(x)
 
 
-def ceil(x):
+def ceil(x: Num) -> Num:
     if _scalar(x):
         return float(math.ceil(x))
     import numpy as np
-    return np.ceil(x)
+    out: Num = np.ceil(x)
+    return out
 
 
-def fmod(a, b):
+def fmod(a: Num, b: Num) -> Num:
     """The remainder of a / b with the sign of a (C fmod); exact for whole numbers."""
     if _scalar(a, b):
         return math.fmod(a, b)
     import numpy as np
-    return np.fmod(a, b)
+    out: Num = np.fmod(a, b)
+    return out
 
 
-def gcd(a, b):
+def gcd(a: Num, b: Num) -> Num:
     """The greatest common divisor of a and b rounded to whole numbers, as a float."""
     if _scalar(a, b):
-        return float(math.gcd(round(a), round(b)))
+        return float(math.gcd(round(float(a)), round(float(b))))
     import numpy as np
-    return np.gcd(np.rint(a).astype(np.int64), np.rint(b).astype(np.int64)).astype(float)
+    out: Num = np.gcd(np.rint(a).astype(np.int64), np.rint(b).astype(np.int64)).astype(float)
+    return out
 
 
-def mask(condition):
+def mask(condition: Num | bool) -> Num:
     """1.0 where condition holds, else 0.0."""
     if _scalar(condition):
         return 1.0 if condition else 0.0
     import numpy as np
-    return np.asarray(condition, dtype=float)
+    out: Num = np.asarray(condition, dtype=float)
+    return out
 
 
-def off(x) -> bool:
+def off(x: object) -> bool:
     """True when x is the plain number 0 (not an array): a term it multiplies is 0 for every plan,
     so the model may skip computing it (the same numbers, less work)."""
     return _scalar(x) and x == 0
 
 
-def is_array(x) -> bool:
+def is_array(x: object) -> bool:
     """True for a numpy array (the plan search's vectorised layouts), False for a float."""
     return not _scalar(x)
 
 
-def any_true(condition) -> bool:
+def any_true(condition: Num | bool) -> bool:
     """True where any element of `condition` holds (a bool or a numpy array of bools)."""
-    return bool(condition.any()) if is_array(condition) else bool(condition)
+    return bool(condition.any()) if not isinstance(condition, (bool, int, float)) else bool(condition)

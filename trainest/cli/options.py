@@ -55,7 +55,7 @@ def option_annotation(o: Knob | str, **changes: Any) -> Any:
     first, *more = o.flags
     # choices are case-insensitive, like hardware and model names and the YAML keys (`--precision FP8`)
     option = typer.Option(first, *more, help=o.help, show_default=shown, case_sensitive=o.kind != "choice",
-                          autocompletion=NAME_COMPLETION.get(o.name))
+                          autocompletion=NAME_COMPLETION.get(o.name), rich_help_panel=o.panel)
     if o.kind == "flag":
         return Annotated[bool, option]
     if o.kind == "list":

@@ -56,16 +56,15 @@ def console(stderr: bool = False):
 
 
 def print_table(con, table) -> None:
-    """Print a table without cutting a number: when rich would shorten a cell to fit the console's width
-    (a number ending in '…'), the table is printed at its natural width instead (lines run past the edge)."""
-    import io
-
-    from rich.console import Console
+    """Print a table without cutting a number: the table is laid out once, at the console's width; when rich
+    shortened a cell to fit (a number ending in '…'), it is printed at its natural width instead (lines run past
+    the edge)."""
     from rich.measure import Measurement
-    buffer = io.StringIO()
-    Console(file=buffer, width=con.width, color_system=None, highlight=False, soft_wrap=False).print(table)
-    if "…" not in buffer.getvalue():
+    with con.capture() as captured:
         con.print(table)
+    text = captured.get()
+    if "…" not in text:
+        con.file.write(text)
         return
     width = con.width
     con.width = Measurement.get(con, con.options.update_width(100_000), table).maximum

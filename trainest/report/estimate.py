@@ -290,7 +290,7 @@ def step_table(e: Estimate):
     hw = e.scenario.hardware
     neck = f"{st.bottleneck} ({memory_words(hw)})" if st.bottleneck == "memory" else st.bottleneck
     host = ("; host-bound: the device waits for kernel launches" if st.bound_by == "host" else "")
-    t = Table(title=f"Step: {fmt_seconds(st.time_s)}{band_text(e, st.time_s_low, st.time_s_high)}, "
+    t = Table(title=f"Step: {fmt_seconds(st.time_s)}{band_text(e, st.time_s_low, st.time_s_high, say_why=True)}, "
                     f"bottleneck: {neck}{bound}{host}", title_justify="left")
     t.add_column("term")
     t.add_column("time", justify="right")
@@ -317,11 +317,14 @@ def seconds_range(low: float, high: float) -> str:
     return f"{low / scale:.3g}–{high / scale:.3g} {unit}"
 
 
-def band_text(e: Estimate, low: float | None, high: float | None, fmt=seconds_range) -> str:
-    """` (80 % band 7.21–9.18 s)` beside a value (empty when there is no band)."""
+def band_text(e: Estimate, low: float | None, high: float | None, fmt=seconds_range, say_why: bool = False) -> str:
+    """` (80 % band 7.21–9.18 s)` beside a value (empty when there is no band); `say_why`: on hardware not
+    calibrated on measured runs, the band says so (it is then the error of uncalibrated estimates)."""
     if low is None or high is None or low != low or high != high:
         return ""
-    return f" ({e.band.coverage:.0%} band {fmt(low, high)})"
+    why = (f"; {e.scenario.hardware.name} is not calibrated: no measured run of it"
+           if say_why and not e.band.calibrated else "")
+    return f" ({e.band.coverage:.0%} band {fmt(low, high)}{why})"
 
 
 def band_line(e: Estimate) -> str:

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from trainest import xp
-from trainest.catalog import Hardware, pcie_bytes_per_s
+from trainest.hardware import Hardware, pcie_bytes_per_s
 from trainest.precision import grad_bytes_per_param
 
 if TYPE_CHECKING:
-    from trainest.layout import Job
+    from trainest.layout import Job, Layout, Num
 
 # The intra-node path of devices without a node-wide scale-up fabric is the host's PCIe
 # (Hardware.intra_node). Its nominal rate per direction (PCI-SIG: lanes x 2 GB/s for Gen4, 4 GB/s for
@@ -107,7 +107,7 @@ def tiers_of(hardware: Hardware, devices_per_node: int, devices: float = math.in
     eff = hardware.efficiency
     node_rate, node_lat = intra_node_bytes_per_s(hardware)
     domain = scale_up_domain(hardware, devices_per_node)
-    extra: dict = {}
+    extra: dict[str, Any] = {}
     if hardware.scale_up_bytes_per_s:
         up, up_lat = hardware.scale_up_bytes_per_s * eff.scale_up, hardware.scale_up_latency_s
         if devices_per_node > domain:
@@ -171,7 +171,7 @@ def assumed_facts(hardware: Hardware, devices_per_node: int, devices: int) -> li
     return out
 
 
-def ranks_per_domain(size, stride, domain):
+def ranks_per_domain(size: Num, stride: Num, domain: Num) -> Num:
     """k: how many ranks of a group (size n, rank stride) share one domain of `domain` ranks (≥ 1, ≤ n)."""
     return xp.maximum(1.0, xp.minimum(size, domain / stride))
 
@@ -189,7 +189,7 @@ def ranks_used_per_block(span: int, devices: float) -> int:
     return max(d for d in range(1, min(span, n) + 1) if n % d == 0)
 
 
-def inside(size, stride, used):
+def inside(size: Num, stride: Num, used: Num) -> Num:
     """1 where every group of n ranks `stride` apart lies inside one block of which the job uses `used`
     consecutive ranks (`ranks_used_per_block`): the groups' blocks of n·stride ranks tile it,
     U % (n·stride) = 0. Otherwise some group straddles two blocks (tp 16 on two full NVL72 racks: ranks
@@ -198,17 +198,17 @@ def inside(size, stride, used):
     return xp.fmod(used, size * stride) == 0
 
 
-def in_domain(size, stride, tiers: Tiers):
+def in_domain(size: Num, stride: Num, tiers: Tiers) -> Num:
     """1 where every group (n ranks, `stride` apart) lies inside one scale-up domain (`inside`)."""
     return inside(size, stride, ranks_used_per_block(tiers.domain, tiers.devices))
 
 
-def in_node(size, stride, tiers: Tiers):
+def in_node(size: Num, stride: Num, tiers: Tiers) -> Num:
     """1 where every group lies inside one node (E = max(D, devices per node) ranks, `inside`)."""
     return inside(size, stride, ranks_used_per_block(tiers.node_extent, tiers.devices))
 
 
-def group_ranks_per_domain(size, stride, tiers: Tiers):
+def group_ranks_per_domain(size: Num, stride: Num, tiers: Tiers) -> Num:
     """k of a group that leaves the node, at its node with the fewest of its ranks: the U ranks the job
     uses per node (`ranks_used_per_block`) and the group's n·stride ranks share blocks of gcd(U, n·stride)
     ranks, the smallest piece a boundary cuts a group into (U when one divides the other, as for every
@@ -218,7 +218,7 @@ def group_ranks_per_domain(size, stride, tiers: Tiers):
     return ranks_per_domain(size, stride, xp.gcd(used, size * stride))
 
 
-def _inner(size, stride, tiers: Tiers):
+def _inner(size: Num, stride: Num, tiers: Tiers) -> tuple[Num, Num]:
     """(bandwidth, latency) of the links a group uses inside its node: the scale-up tier while the
     group's ranks in a node lie in one scale-up domain, else the intra-node path (the slower)."""
     k = group_ranks_per_domain(size, stride, tiers)
@@ -228,7 +228,7 @@ def _inner(size, stride, tiers: Tiers):
             xp.where(in_up, tiers.up_latency_s, tiers.node_latency_s))
 
 
-def bus_bandwidth_bytes_per_s(size, stride, tiers: Tiers):
+def bus_bandwidth_bytes_per_s(size: Num, stride: Num, tiers: Tiers) -> Num:
     """Per-rank bus bandwidth of a group: scale-up inside a domain, the intra-node path inside a node
     beyond it, else NIC-limited: min(W_inner, k·W_out) with k ranks of the group per node (see the
     module doc)."""
@@ -240,13 +240,13 @@ def bus_bandwidth_bytes_per_s(size, stride, tiers: Tiers):
     return xp.where(size > 1, bw, math.inf)     # one rank moves nothing, over whatever path
 
 
-def _hop_latency_s(size, stride, tiers: Tiers):
+def _hop_latency_s(size: Num, stride: Num, tiers: Tiers) -> Num:
     """α of the slowest hop of a group spanning size·stride ranks."""
     return xp.where(in_domain(size, stride, tiers), tiers.up_latency_s,
                     xp.where(in_node(size, stride, tiers), tiers.node_latency_s, tiers.out_latency_s))
 
 
-def ring_latency_s(size, stride, tiers: Tiers):
+def ring_latency_s(size: Num, stride: Num, tiers: Tiers) -> Num:
     """Latency of one ring pass over the group: n−1 steps [s]. Inside one domain (or node) every step
     is a hop on its links: (n−1)·α. A ring over nodes visits a node's k ranks in a row, so of its n−1
     steps n/k − 1 cross the network and the others stay inside a node: (n/k − 1)·α_out + (n − n/k)·α_inner
@@ -260,7 +260,7 @@ def ring_latency_s(size, stride, tiers: Tiers):
     return xp.where(in_node(size, stride, tiers), inside_s, across)
 
 
-def tree_latency_s(size, stride, tiers: Tiers):
+def tree_latency_s(size: Num, stride: Num, tiers: Tiers) -> Num:
     """Latency of a tree pass: (k−1)·α_inner inside a node + log2(n/k)·α_out across nodes (NCCL's
     double binary tree for all-reduce at scale) [s]."""
     k = group_ranks_per_domain(size, stride, tiers)
@@ -268,18 +268,18 @@ def tree_latency_s(size, stride, tiers: Tiers):
     return (k - 1.0) * inner_latency + xp.log2(xp.maximum(size / k, 1.0)) * tiers.out_latency_s
 
 
-def reduce_scatter_s(size_bytes, size, stride, tiers: Tiers):
+def reduce_scatter_s(size_bytes: Num, size: Num, stride: Num, tiers: Tiers) -> Num:
     """(n−1)/n · S/W + (n−1)·α [s]; S is the full (unsharded) buffer per rank [B]. 0 for n = 1."""
     bw = bus_bandwidth_bytes_per_s(size, stride, tiers)
     return (size - 1.0) / size * size_bytes / bw + ring_latency_s(size, stride, tiers)
 
 
-def all_gather_s(size_bytes, size, stride, tiers: Tiers):
+def all_gather_s(size_bytes: Num, size: Num, stride: Num, tiers: Tiers) -> Num:
     """Same cost as reduce-scatter: (n−1)/n · S/W + (n−1)·α [s]; S is the gathered buffer [B]."""
     return reduce_scatter_s(size_bytes, size, stride, tiers)
 
 
-def all_reduce_s(size_bytes, size, stride, tiers: Tiers):
+def all_reduce_s(size_bytes: Num, size: Num, stride: Num, tiers: Tiers) -> Num:
     """2(n−1)/n · S/W + 2·min(ring, tree) latency [s]: the bandwidth of reduce-scatter + all-gather,
     with NCCL choosing the tree when latency dominates."""
     bw = bus_bandwidth_bytes_per_s(size, stride, tiers)
@@ -287,7 +287,7 @@ def all_reduce_s(size_bytes, size, stride, tiers: Tiers):
     return 2.0 * ((size - 1.0) / size * size_bytes / bw + latency * xp.mask(size > 1))
 
 
-def send_recv_s(size_bytes, size, stride, tiers: Tiers):
+def send_recv_s(size_bytes: Num, size: Num, stride: Num, tiers: Tiers) -> Num:
     """Point-to-point transfer between neighbours of a group (n ranks, `stride` apart): S/W + α on
     the slowest link of the group: scale-up only when the whole group lies in one domain, the
     intra-node path when it lies in one node [s]."""
@@ -300,7 +300,7 @@ def send_recv_s(size_bytes, size, stride, tiers: Tiers):
     return size_bytes / xp.where(size > 1, bw, math.inf) + _hop_latency_s(size, stride, tiers)
 
 
-def all_to_all_s(size_bytes, size, stride, tiers: Tiers):
+def all_to_all_s(size_bytes: Num, size: Num, stride: Num, tiers: Tiers) -> Num:
     """All-to-all of S bytes per rank (S/n to each of the n ranks, `stride` apart) [s].
 
     Inside one node: (n−1)/n · S/W with W the scale-up rate while the group lies in one scale-up
@@ -320,7 +320,7 @@ def all_to_all_s(size_bytes, size, stride, tiers: Tiers):
     return xp.where(size > 1, xp.where(in_node(size, stride, tiers), within, across) + latency, 0.0)
 
 
-def tied_embedding_s(job, layout, tiers: Tiers):
+def tied_embedding_s(job: Job, layout: Layout, tiers: Tiers) -> Num:
     """The all-reduce of the tied word-embedding gradient between the first and the last pipeline stage,
     once per step (Megatron `_allreduce_embedding_grads`, DeepSpeed PipelineEngine `_exec_reduce_tied_grads`):
     V·h/t gradients over 2 ranks (t·c·d·(p−1) apart, on the tiers the pipeline's p·t·c·d ranks span);

@@ -274,7 +274,8 @@ def step_dp_traffic(job: Job, layout: Layout) -> DpTraffic:
                                  trainable_expert_params_local(job, layout, expert_local))
 
 
-def offload_parts(job: Job, layout: Layout, lp: LayerPass, layers: Num, optimizer: Num) -> tuple:
+def offload_parts(job: Job, layout: Layout, lp: LayerPass, layers: Num,
+                  optimizer: Num) -> tuple[Offload | None, Num, Num, Num]:
     """(Offload or None, its exposed seconds, its seconds with nothing overlapped, the device's optimizer
     seconds left): ZeRO-Offload / ZeRO-Infinity / FSDP CPU offload (step/offload.py); without offload
     nothing, and the optimizer stays on the device."""

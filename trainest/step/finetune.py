@@ -23,9 +23,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 from trainest import xp
-from trainest.catalog import Model
 from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
+from trainest.models import Model
 from trainest.precision import weight_bytes_per_param
 from trainest.step.rates import grouped_gemm
 from trainest.step.roofline import Op, op_of, streaming_time

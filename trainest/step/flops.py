@@ -6,8 +6,8 @@ Sources: Narayanan et al. 2021 §5.1 (per-layer count), Korthikanti et al. 2022 
 
 from __future__ import annotations
 
-from trainest.catalog import Model
 from trainest.layout import Job, Layout, Num
+from trainest.models import Model
 from trainest.step.rates import window_fraction
 
 CAUSAL_FRACTION = 0.5              # causal attention computes about half of the s×s scores

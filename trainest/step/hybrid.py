@@ -14,6 +14,7 @@ attention block's collectives: one all-reduce (or RS + AG with SP) forward, one 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from trainest import xp
@@ -253,7 +254,7 @@ def mix_blocks(blocks: list[tuple[str, float, BlockPass]]) -> tuple[LayerPass, N
 
 
 def _mix_ops(kinds: list[tuple[str, float, LayerOps]]) -> LayerOps:
-    def each(get) -> list[Op]:
+    def each(get: Callable[[LayerOps], list[Op]]) -> list[Op]:
         return [o.scaled(w, name=f"{name}.{o.name}") for name, w, ops in kinds for o in get(ops)]
     first = kinds[0][2]
     groups = [Recomputed(g.mask, [o.scaled(w, name=f"{name}.{o.name}") for name, w, ops in kinds

@@ -18,7 +18,7 @@ from trainest.layout import Job, Layout, Num
 from trainest.step.roofline import Op
 
 if TYPE_CHECKING:
-    from trainest.catalog import MLA
+    from trainest.model_blocks import MLA
     from trainest.step.rates import LocalShape, Rates
 
 NORM_PASSES = 2.0             # a latent RMSNorm reads and writes its r-wide tensor once (fused), forward

@@ -24,9 +24,9 @@ import math
 from typing import NamedTuple
 
 from trainest import xp
-from trainest.catalog import MoE
 from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
+from trainest.model_blocks import MoE
 from trainest.precision import MAIN_GRAD_BYTES
 from trainest.step import mla
 from trainest.step.collectives import Tiers, all_gather_s, all_to_all_s, group_ranks_per_domain, in_node

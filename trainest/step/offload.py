@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from trainest import xp
-from trainest.catalog import Hardware
+from trainest.hardware import Hardware
 from trainest.layout import Job, Layout, Num
 from trainest.precision import weight_bytes_per_param
 from trainest.step.activations import activation_bytes_per_layer

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from trainest import xp
-from trainest.catalog import Model
 from trainest.layout import Layout, Num
+from trainest.models import Model
 
 
 def stage_layers(model: Model, pp: Num, vpp: Num = 1.0, split: str | tuple[int, ...] = "even") -> tuple[Num, Num]:

@@ -39,12 +39,12 @@ def tp_layer_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers, linear_s: 
     return total, xp.where(tp_overlap_applies(layout, tiers), hidden, total)
 
 
-def tp_overlap_applies(layout: Layout, tiers: Tiers):
+def tp_overlap_applies(layout: Layout, tiers: Tiers) -> Num:
     """1 where the TP collectives are pipelined with the GEMMs: tp_overlap on and every TP group inside
     one scale-up domain (`in_domain`). Transformer Engine's userbuffers, behind Megatron's
     --tp-comm-overlap, exchange the chunks over NVLink peer memory (CUDA IPC) within the domain; a
     group that reaches another node over the network is not overlapped (its traffic is exposed)."""
-    return (layout.tp_overlap > 0) & in_domain(layout.tp, 1.0, tiers)
+    return xp.mask(layout.tp_overlap > 0) * in_domain(layout.tp, 1.0, tiers)
 
 
 class CpRing(NamedTuple):
