@@ -89,3 +89,14 @@ def test_no_function_is_longer_than_80_lines():
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{m}.{node.name}: {lines} lines")
     assert not long, "; ".join(long)
+
+
+def test_every_package_is_installed():
+    """A non-editable install ships only the packages pyproject.toml lists: trainest.scenario, .search and
+    .trace were missing after the split, so `pip install .` then `trainest estimate` raised ModuleNotFoundError
+    (the editable install of the tests did not show it)."""
+    import tomllib
+    ROOT = PACKAGE.parent
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "trainest").rglob("__init__.py")}
+    assert on_disk <= listed, f"add to [tool.setuptools] packages: {sorted(on_disk - listed)}"

@@ -44,8 +44,9 @@ def test_case1_dgx_spark_is_memory_bound_at_few_tokens_per_gemm_and_compute_boun
 def test_case2_offload_fits_and_nvlink_c2c_beats_pcie():
     c = cases()
     _, docs = c.case2()
+    # the GH200 exposes 141 GiB (issue 34), in which the run just fits without offload; the H100's 79.6 do not
+    assert not docs[("h100-pcie", "none")]["memory"]["fits"] and docs[("gh200", "none")]["memory"]["fits"]
     for hw in ("gh200", "h100-pcie"):
-        assert not docs[(hw, "none")]["memory"]["fits"]
         assert docs[(hw, "optimizer")]["memory"]["fits"] and docs[(hw, "optimizer+weights")]["memory"]["fits"]
     gh, h100 = docs[("gh200", "optimizer")]["step"], docs[("h100-pcie", "optimizer")]["step"]
     assert gh["shares"]["offload"] < 0.15 and 0.25 < h100["shares"]["offload"] < 0.45     # "a third of the step"
@@ -89,6 +90,7 @@ def test_case5_gh200_profile_reads_back_and_the_what_ifs_say_what_the_text_says(
     assert {r["class"]: r["bound"] for r in cal["classes"]}["gemm"] == "compute"
     base, opt = docs["as profiled"], docs["CPU offload of the optimizer over NVLink-C2C"]
     freed = (base["memory"]["per_device_bytes"] - opt["memory"]["per_device_bytes"]) / 2**30
-    assert 45 < freed < 55 and opt["step"]["offload_s"] > 0                                  # "takes 50 GiB off"
+    # "takes 44 GiB off": 16 B per parameter leave, the 16-bit copy (2 B) returns (ZeRO-3 at d = 1 kept none)
+    assert 40 < freed < 48 and opt["step"]["offload_s"] > 0
     assert docs["mixed precision FP8"]["step"]["time_s"] < base["step"]["time_s"]
     assert docs["Llama 3 8B, optimizer offload"]["memory"]["fits"]

@@ -153,7 +153,9 @@ def test_frozen_base_keeps_no_gradients_and_no_optimizer_state_for_it():
     full, lora = est(**one).memory, est(**one, finetune="lora").memory
     assert lora.gradients_bytes < full.gradients_bytes / 50
     assert lora.optimizer_bytes < full.optimizer_bytes / 50
-    assert lora.weights_bytes == pytest.approx(full.weights_bytes, rel=0.05)   # 16-bit base + adapters
+    # the frozen base at 16 bit (+ adapters); the full fine-tune's ZeRO-3 (derived here) keeps its FP32 master as
+    # the parameter, counted with the optimizer state, and only gathered 16-bit layers as weights
+    assert lora.weights_bytes == pytest.approx(2.0 * LLAMA8.params, rel=0.05)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "tf32"])

@@ -191,7 +191,43 @@ def test_discrete_devices_keep_all_their_memory():
     assert sorted(unified) == sorted(UNIFIED)
     for name in set(BUNDLED) - set(UNIFIED):
         hw = load_hardware(name)
-        assert hw.training_memory_bytes == hw.memory_bytes and hw.memory_os_reserve_bytes == 0
+        assert hw.training_memory_bytes == hw.device_memory_bytes and hw.memory_os_reserve_bytes == 0
+
+
+# ------------------------------------------------------------------- capacity as a program sees it (issue 34)
+
+def test_capacity_is_what_a_program_sees_not_the_vendors_decimal_gigabytes():
+    """H100/H800 80GB expose 81,559 MiB, A100 80GB 81,920 MiB, RTX 4090 24 GiB (issue 34): "80 GB" read as
+    80e9 B (74.5 GiB) made runs that ran not fit."""
+    from trainest.units import MiB
+    for name, mib in (("h100-sxm", 81559), ("h800-sxm", 81559), ("h100-pcie", 81559), ("a100-80gb-sxm", 81920),
+                      ("a100-80gb-pcie", 81920), ("rtx-4090", 24 * 1024)):
+        hw = load_hardware(name)
+        assert hw.training_memory_bytes == mib * MiB and hw.usable_memory_source, name
+
+
+def test_every_discrete_dram_device_states_its_usable_memory_and_where_it_comes_from():
+    """Every discrete device with DRAM gives a usable size within 0.9-1.1 of its capacity read as GiB (HBM and
+    GDDR densities are binary), with a source; measured figures sit below or at the GiB reading."""
+    for name in set(BUNDLED) - set(UNIFIED):
+        hw = load_hardware(name)
+        assert hw.usable_memory_bytes is not None and hw.usable_memory_source, name
+        if hw.memory_kind != "SRAM":
+            gib_reading = hw.memory_bytes / 1e9 * 2**30
+            assert 0.9 * gib_reading <= hw.usable_memory_bytes <= gib_reading * (1 + 1e-9), name
+
+
+def test_a_usable_size_far_above_the_capacity_is_refused():
+    from trainest.errors import SpecError
+    from trainest.hardware import hardware_from_mapping
+    import yaml
+    data = yaml.safe_load(open(load_hardware("h100-sxm").path))
+    data["memory"]["usable_mib"] = 815590
+    with pytest.raises(SpecError, match="usable_mib: 815590 MiB is more than the capacity"):
+        hardware_from_mapping(data, "h100")
+    data["memory"].pop("usable_mib")
+    with pytest.raises(SpecError, match="usable_source: given without usable_mib"):
+        hardware_from_mapping(data, "h100")
 
 
 def test_apple_reserve_follows_the_metal_working_set_cap():
@@ -223,7 +259,7 @@ def test_a_user_file_without_the_new_keys_still_loads():
     doc = copy.deepcopy(H100)
     for key in ("execution_model", "compute", "host"):
         doc.pop(key)
-    for key in ("kind", "unified"):
+    for key in ("kind", "unified", "usable_mib", "usable_source"):
         doc["memory"].pop(key)
     for key in ("intra_node", "scale_out_kind", "scale_out_name"):
         doc["system"].pop(key)

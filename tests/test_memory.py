@@ -173,8 +173,35 @@ def test_tensor_and_pipeline_parallelism_divide_the_parameters():
 def test_overhead_is_a_constant_plus_fragmentation_and_the_total_adds_up():
     m = mem()
     subtotal = m.weights_bytes + m.gradients_bytes + m.optimizer_bytes + m.activations_bytes
-    assert m.overhead_bytes == pytest.approx(memory.FRAMEWORK_OVERHEAD_BYTES + memory.FRAGMENTATION_FRACTION * subtotal)
+    assert m.overhead_bytes == pytest.approx(memory.RUNTIME_CONTEXT_BYTES + memory.FRAGMENTATION_FRACTION * subtotal)
     assert m.total_bytes == pytest.approx(subtotal + m.overhead_bytes)
+
+
+def test_tensor_and_runtime_lines_add_up_to_the_allocated_reserved_and_device_totals():
+    """Issue 34: the tensors (torch max_memory_allocated), + the allocator's reserve (max_memory_reserved),
+    + the CUDA context and NCCL's buffers (nvidia-smi) are each their own line and add up."""
+    m = mem(tp=2.0, dp=4.0, pp=2.0, zero=1.0, micro_batches=1.0)     # one micro-batch: the last stage is heaviest
+    assert m.allocated_bytes == pytest.approx(m.weights_bytes + m.gradients_bytes + m.optimizer_bytes
+                                              + m.activations_bytes)
+    assert m.reserved_bytes == pytest.approx(m.allocated_bytes * (1.0 + memory.FRAGMENTATION_FRACTION))
+    assert m.total_bytes == pytest.approx(m.reserved_bytes + m.context_bytes + m.nccl_bytes)
+    assert m.overhead_bytes == pytest.approx(m.allocator_bytes + m.context_bytes + m.nccl_bytes)
+    assert m.context_bytes == memory.RUNTIME_CONTEXT_BYTES == 1343 * 2**20
+    assert m.nccl_bytes == pytest.approx(3 * memory.NCCL_COMMUNICATOR_BYTES)       # tensor, pipeline, data
+    assert 0.0 < m.logits_bytes <= m.activations_bytes
+
+
+def test_one_device_holds_no_nccl_buffers_and_each_parallel_dimension_adds_a_communicator():
+    assert mem().nccl_bytes == 0.0
+    assert mem(dp=2.0).nccl_bytes == pytest.approx(memory.NCCL_COMMUNICATOR_BYTES)
+    assert mem(dp=2.0, tp=2.0).nccl_bytes == pytest.approx(2 * memory.NCCL_COMMUNICATOR_BYTES)
+
+
+def test_the_logits_line_is_what_the_loss_holds_on_the_heaviest_stage():
+    one = mem()
+    assert one.logits_bytes == pytest.approx(6.0 * S * GPT.vocab)        # Megatron-Core: 6 B per logit
+    deep = mem(pp=2.0, micro_batches=8.0)            # the first stage (p micro-batches in flight) is heaviest
+    assert deep.logits_bytes == 0.0
 
 
 def test_activations_without_pipeline_are_one_micro_batch_plus_logits():
@@ -204,9 +231,13 @@ def test_full_recompute_keeps_one_layer_fully_materialised():
 
 
 def test_more_parallelism_never_raises_memory_per_device():
-    base = mem(dp=1.0).total_bytes
+    """The tensors (and the allocator's share of them) never grow with more parallelism; each parallel dimension
+    adds one communicator's NCCL buffers (128 MiB), which for this 4-layer toy outweigh what it shards."""
+    base = mem(dp=1.0)
     for layout in ({"tp": 2.0}, {"tp": 4.0, "sp": 1.0}, {"pp": 2.0}, {"dp": 8.0, "zero": 3.0}, {"cp": 2.0}):
-        assert mem(**layout).total_bytes <= base
+        m = mem(**layout)
+        assert m.reserved_bytes <= base.reserved_bytes
+        assert m.total_bytes - m.nccl_bytes <= base.total_bytes
 
 
 def test_recompute_never_raises_memory():
@@ -317,6 +348,33 @@ def test_zero3_sharded_state_is_16_bytes_per_parameter():
         assert state == pytest.approx(16.0 * stage_params(m, 1.0) / d, rel=1e-9), precision
 
 
+def test_zero3_at_one_data_parallel_rank_still_keeps_16_bytes_per_parameter():
+    """Issue 32 item 6: ZeRO-3 BF16 keeps the FP32 master as the parameter and casts one layer at a time
+    to 16 bit whether the shard spans one rank or many, so trading data for tensor parallelism on the
+    same devices (d·t fixed) never raises memory; 18 B/parameter at d = 1 made t = 4, d = 1 need more
+    than t = 2, d = 2 (Qwen3 32B on four TPU v5p: 150.3 against 136.7 GiB)."""
+    one = mem(dp=1.0, zero=3.0)
+    gathered = 2.0 * GPT.params_per_layer * 2.0
+    state = float(one.weights_bytes + one.gradients_bytes + one.optimizer_bytes) - gathered
+    assert state == pytest.approx(16.0 * GPT.params)
+    fp16 = mem(precision="fp16", dp=1.0, zero=3.0)     # a 16-bit shard (DeepSpeed FP16): one copy, nothing gathered
+    assert fp16.weights_bytes == pytest.approx(2.0 * GPT.params)
+    for t, d in ((1.0, 4.0), (2.0, 2.0), (4.0, 1.0)):
+        assert mem(tp=t, dp=d, zero=3.0, sp=1.0).reserved_bytes <= mem(tp=t / 2 if t > 1 else 1.0,
+                                                                     dp=d * 2 if t > 1 else d, zero=3.0,
+                                                                     sp=1.0).reserved_bytes * (1.0 + 1e-12)
+
+
+def test_more_tensor_parallelism_on_the_same_devices_never_raises_zero3_memory_of_a_real_model():
+    from trainest.estimate import estimate
+    from trainest.scenario import scenario_from_mapping
+    base = {"model": "qwen3-32b", "hardware": "tpu-v5p", "devices": 4, "global_batch": 4, "seq_len": 4096,
+            "recompute": "full"}
+    need = [estimate(scenario_from_mapping({**base, "parallel": {"tp": t, "zero": 3}})).memory.per_device_bytes
+            for t in (1, 2, 4)]
+    assert need[2] <= need[1] <= need[0]
+
+
 def test_op_recompute_keeps_the_input_and_the_saved_matmul_outputs():
     """torchtitan's per-op policy: the layer input, Q and V, the attention output and the first MLP
     matmul's output (GeLU); SwiGLU also keeps the down projection's h-wide output."""
@@ -421,3 +479,42 @@ def test_fp8_and_fp4_keep_16_bit_activations():
     """FP8/FP4 recipes cast their GEMM inputs inside the GEMM: the tensors between kernels stay 16-bit."""
     from trainest.layout import ELEMENT_BYTES
     assert ELEMENT_BYTES == {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 2.0, "fp4": 2.0}
+
+
+@pytest.mark.parametrize("optimizer, state, traffic", [("adamw", 8.0, 34.0), ("adamw-8bit", 2.0 * (1 + 4 / 2048), 22.0),
+                                                       ("adafactor", 0.0, 18.0), ("sgd", 4.0, 26.0)])
+def test_each_optimizer_keeps_its_state_and_moves_its_bytes(optimizer, state, traffic):
+    """Issue 34: the optimizer sets the state beside the FP32 master and, consistently, the step's traffic:
+    AdamW's 34 B less 2·(8 − state)."""
+    from trainest.estimate import estimate
+    from trainest.precision import optimizer_bytes_per_param
+    from trainest.scenario import scenario_from_mapping
+    from trainest.step.optimizer import adam_bytes_per_param
+    assert optimizer_bytes_per_param("bf16", "fp32", optimizer) == pytest.approx(4.0 + state)
+    assert optimizer_bytes_per_param("fp32", "fp32", optimizer) == pytest.approx(state)
+    assert adam_bytes_per_param("fp32", optimizer) == pytest.approx(traffic, abs=0.01)
+    base = {"model": "llama3-8b", "devices": 8, "global_batch": 64, "parallel": {"zero": 1}}
+    adamw, other = (estimate(scenario_from_mapping({**base, "optimizer": o})) for o in ("adamw", optimizer))
+    assert other.memory.optimizer_bytes == pytest.approx(adamw.memory.optimizer_bytes * (4.0 + state) / 12.0)
+    for k in ("weights_bytes", "gradients_bytes", "activations_bytes"):
+        assert getattr(other.memory, k) == getattr(adamw.memory, k)
+    assert other.step.optimizer_s <= adamw.step.optimizer_s
+
+
+def test_optimizer_refusals_name_the_allowed_values(capsys):
+    from helpers import call_entry
+    from trainest.errors import SpecError
+    from trainest.scenario import scenario_from_mapping
+    base = {"model": "llama3-8b", "devices": 8, "global_batch": 64}
+    with pytest.raises(SpecError, match="adam_moments: bf16 is the dtype of AdamW's moments; optimizer 'sgd'"):
+        scenario_from_mapping({**base, "optimizer": "sgd", "adam_moments": "bf16"})
+    with pytest.raises(SpecError, match="optimizer: 'adafactor' with offload 'optimizer' is not modelled"):
+        scenario_from_mapping({**base, "optimizer": "adafactor", "offload": "optimizer", "devices": 1,
+                               "hardware": "gh200", "global_batch": 8})
+    with pytest.raises(SpecError, match="optimizer"):
+        scenario_from_mapping({**base, "optimizer": "lion"})
+    code, out, err = call_entry(["estimate", "--model", "llama3-8b", "--optimizer", "lion"], capsys)
+    assert code != 0 and out == "" and "adamw-8bit" in err and "Traceback" not in err
+    code, out, _ = call_entry(["plan", "--model", "llama3-8b", "--devices", "8", "--global-batch", "64",
+                               "--optimizer", "adamw-8bit"], capsys)
+    assert code == 0 and "--optimizer adamw-8bit" in " ".join(out.split())

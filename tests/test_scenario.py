@@ -140,7 +140,7 @@ def test_interleaved_schedule_accepts_micro_batches_that_are_a_multiple_of_pp():
     assert make(model="gpt3-1.3b", devices=8, parallel={"pp": 4}, global_batch=2).micro_batches == 1
 
 
-@pytest.mark.parametrize("value, expected", [("5%", 0.05 * 80e9), ("0", 0.0), ("2GiB", 2 * 2**30), (8e9, 8e9)])
+@pytest.mark.parametrize("value, expected", [("5%", 0.05 * 81559 * 2**20), ("0", 0.0), ("2GiB", 2 * 2**30), (8e9, 8e9)])
 def test_memory_headroom_as_a_share_or_a_size(value, expected):
     s = make(model="gpt3-1.3b", hardware="h100-sxm", memory_headroom=value)
     assert s.memory_headroom_bytes == pytest.approx(expected)

@@ -126,7 +126,7 @@ def test_hardware_file(path: Path):
     assert any(peak.get(k) is not None for k in ("bf16", "fp16", "fp32")), f"{w}: needs a bf16, fp16 or fp32 peak"
 
     mem = d["memory"]
-    _check_keys(mem, f"{w}: memory", MEMORY_KEYS + MEMORY_FACT_KEYS, ("os_reserve_gb",))
+    _check_keys(mem, f"{w}: memory", MEMORY_KEYS + MEMORY_FACT_KEYS, ("os_reserve_gb", "usable_mib", "usable_source"))
     for k in MEMORY_KEYS:
         _positive(mem[k], f"{w}: memory.{k}")
     assert isinstance(mem["unified"], bool), f"{w}: memory.unified must be true or false"

@@ -410,6 +410,26 @@ def test_cli_measured_peak_memory_is_shown_against_the_prediction(tmp_path):
     assert "Peak memory per device" not in out_text(runner.invoke(app, ["validate", "--runs", none]))
 
 
+def test_a_measured_peak_is_compared_with_the_predicted_total_of_its_memory_kind(tmp_path):
+    """Issue 34: allocated/active peaks against the tensors, reserved (and unspecified) against tensors + the
+    allocator's reserve, device (nvidia-smi) against that + the CUDA context and NCCL."""
+    kinds = ("allocated", "active", "reserved", "device", None)
+    runs = [run(f"k{i}", {"step_time_s": 0.5, "peak_memory_gib": 20.0, **({"peak_memory_kind": k} if k else {})})
+            for i, k in enumerate(kinds)]
+    doc = json.loads(runner.invoke(app, ["validate", "--runs", write_runs(tmp_path, runs), "--json"]).stdout)
+    got = {r["measured_memory_kind"]: r["predicted_memory_bytes"] for r in doc["runs"]}
+    e = estimate(scenario_of(runs[0]))
+    assert got["allocated"] == got["active"] == pytest.approx(e.memory.allocated_bytes)
+    assert got["reserved"] == got["unspecified"] == pytest.approx(e.memory.reserved_bytes)
+    assert got["device"] == pytest.approx(e.memory.per_device_bytes)
+    assert got["allocated"] < got["reserved"] < got["device"]
+    bad = write_runs(tmp_path, [run("b", {"step_time_s": 0.5, "peak_memory_gib": 20.0, "peak_memory_kind": "peak"})],
+                     name="bad.yaml")
+    res = runner.invoke(app, ["validate", "--runs", bad])
+    assert res.exit_code == 1 and res.stdout == "" and "peak_memory_kind" in err_text(res)
+    assert "allocated, active, reserved, device, unspecified" in err_text(res)
+
+
 def test_cli_measured_peak_memory_above_the_device_is_bad_input(tmp_path):
     path = write_runs(tmp_path, [run("big", {"step_time_s": 1.3, "peak_memory_gib": 200})])
     for cmd in (["validate", "--runs", path, "--json"], ["calibrate", "--runs", path, "-o", str(tmp_path / "p.yaml")]):
@@ -417,7 +437,7 @@ def test_cli_measured_peak_memory_above_the_device_is_bad_input(tmp_path):
         assert res.exit_code == 1 and res.stdout == "" and len(res.stderr.strip().splitlines()) == 1
         err = err_text(res)
         assert "run 'big'" in err and "peak_memory_gib: 200 is more than a h100-sxm holds" in err, err
-        assert "at most 80 GiB per device" in err
+        assert "at most 79.6 GiB per device" in err         # 81,559 MiB: what an H100 80GB exposes
     ok = write_runs(tmp_path, [run("full", {"step_time_s": 0.5, "peak_memory_gib": 79.6})], name="ok.yaml")
     assert runner.invoke(app, ["validate", "--runs", ok, "--json"]).exit_code == 0    # an 80 GB H100 holds 80 GiB
 

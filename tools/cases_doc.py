@@ -276,7 +276,8 @@ round trip that tests/test_trace.py checks with efficiencies the timeline was ma
 
 CASE5_TEXT = """Reading it. The what-ifs start from the calibrated profile (`--hardware gh200-mine.yaml`). Moving the
 optimizer (FP32 master weights and Adam's moments, 16 B per parameter) to Grace's LPDDR5X over
-NVLink-C2C (450 GB/s per direction) takes 50 GiB off the HBM and costs the gradients' copy down and the
+NVLink-C2C (450 GB/s per direction) takes 44 GiB off the HBM (the 16-bit copy the GPU then computes
+with, 2 B per parameter, comes back) and costs the gradients' copy down and the
 weights' copy up plus the CPU's Adam, after the backward. trainest has no separate unified-memory mode
 for GH200 (its file says memory.unified false: HBM and LPDDR5X are two memories joined by C2C); CUDA
 unified memory that pages the weights and the optimizer over C2C is what `--offload optimizer+weights`
@@ -298,9 +299,9 @@ the same peak ridge (295 and 281 FLOP/B) but a lower achievable one at T = 256 (
 fitted bandwidth fraction is lower than the Spark's prior), so there the same GEMMs are just
 compute-bound; the step is 7× (H100, HBM3) and 16× (B200, HBM3e) shorter than the Spark's."""
 
-CASE2_TEXT = """Reading it. Without offload the model does not fit on either device (the Adam state alone is
-96 GB). Optimizer offload (ZeRO-Offload) keeps the 16-bit weights and two layers' gradients on the
-device; every micro-batch's backward sends its gradients down the host link, behind the backward, and
+CASE2_TEXT = """Reading it. Without offload the model does not fit on the H100 (the Adam state alone is 96 GB)
+and only just fits in the 141 GiB a GH200 exposes to a program. Optimizer offload (ZeRO-Offload) keeps
+the 16-bit weights and two layers' gradients on the device; every micro-batch's backward sends its gradients down the host link, behind the backward, and
 after the last one the CPU runs Adam and the updated weights come back up. On GH200 the link is
 NVLink-C2C (450 GB/s per direction) and Grace's 72 cores and 500 GB/s of LPDDR5X run Adam in about
 a second: offload costs 12 % of the step. The H100 PCIe card's file gives no host (it depends on the

@@ -270,8 +270,15 @@ def memory_markdown(results: list[RunResult]) -> str:
         return "No bundled run publishes its peak memory."
     gib = 2.0 ** 30
     errors = [(r.predicted_memory_bytes - r.measured_memory_bytes) / r.measured_memory_bytes * 100.0 for r in rows]
+    kinds = sorted({r.measured_memory_kind or "unspecified" for r in rows})
+    per_kind = "; ".join(
+        f"{k}: {len(es)} runs, MAPE {statistics.fmean(abs(e) for e in es):.1f} %"
+        for k in kinds for es in [[e for r, e in zip(rows, errors) if (r.measured_memory_kind or "unspecified") == k]])
     lines = [f"{len(rows)} runs publish their peak device memory (torchtitan's tables: the PyTorch allocator's peak, "
-             f"which includes its cache and is capped by the device). Mean absolute error "
+             f"which includes its cache and is capped by the device). Each is compared with the predicted total of "
+             f"its memory kind (docs/model.md §7.5: allocated/active with the tensors, reserved and unspecified with "
+             f"the tensors and the allocator's reserve, device with the CUDA context and NCCL added). By kind: "
+             f"{per_kind}. Mean absolute error "
              f"{statistics.fmean(abs(e) for e in errors):.1f} %, signed mean {statistics.fmean(errors):+.1f} %. "
              "torchtitan's selective AC rows are imported as `recompute: op` (its per-op policy; docs/model.md "
              "§7.3). The count includes what torchtitan's loss holds (12 B per logit: its unfused FP32 "
@@ -281,10 +288,11 @@ def memory_markdown(results: list[RunResult]) -> str:
              "where transient buffers (the recomputed layer's sequence-parallel all-gathers, async TP's "
              "symmetric-memory buffers, the schedule's send/receive buffers) are not counted. Treat `fits` "
              "near the capacity as uncertain.",
-             "", "| run | recompute | zero | measured GiB | predicted GiB | error % |", "|---|---|---:|---:|---:|---:|"]
+             "", "| run | memory kind | recompute | zero | measured GiB | predicted GiB | error % |",
+             "|---|---|---|---:|---:|---:|---:|"]
     for r, e in zip(rows, errors):
-        lines.append(f"| {r.id} | {r.recompute} | {r.zero} | {r.measured_memory_bytes / gib:.1f} | "
-                     f"{r.predicted_memory_bytes / gib:.1f} | {e:+.1f} |")
+        lines.append(f"| {r.id} | {r.measured_memory_kind or 'unspecified'} | {r.recompute} | {r.zero} | "
+                     f"{r.measured_memory_bytes / gib:.1f} | {r.predicted_memory_bytes / gib:.1f} | {e:+.1f} |")
     return "\n".join(lines)
 
 

@@ -123,6 +123,7 @@ class FitAdvice:
     best: Estimate | None
     same_devices: bool                # `best` is on the scenario's own device count
     text: str                         # the one-line warning (fit_suggestions)
+    host_words: str = ""              # the device part fits, the offloaded part not: why, in words
 
 
 def fit_advice(s: Scenario, e: Estimate) -> FitAdvice:
@@ -131,7 +132,8 @@ def fit_advice(s: Scenario, e: Estimate) -> FitAdvice:
     found, best = smallest_fitting(s)
     same = best is not None and best.scenario.devices == s.devices
     return FitAdvice(need_bytes=e.memory.per_device_bytes, capacity_bytes=e.memory.capacity_bytes,
-                     changes=tuple(fixes), best=best, same_devices=same, text=_misfit_text(s, e, fixes, found))
+                     changes=tuple(fixes), best=best, same_devices=same, text=_misfit_text(s, e, fixes, found),
+                     host_words=host_misfit_words(e.memory) if e.memory.device_fits else "")
 
 
 def smallest_fitting(s: Scenario) -> tuple[str, Estimate | None]:

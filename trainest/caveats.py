@@ -26,9 +26,12 @@ def assess(scenario: Scenario) -> Estimate:
 def estimate_warnings(scenario: Scenario, result: Estimate, advice: Any = None) -> list[str]:
     """The warnings of one estimate: implausible inputs or results, TP overlap the framework lacks, how it
     would fit (`advice`, an advice.FitAdvice, where it does not) or a pipeline layout that would be faster, the
-    price, the job's (`job_warnings`), and a LoRA/QLoRA slower than its full fine-tune (adapter_cost)."""
-    from trainest.estimate import plausibility_warnings, tp_overlap_warning
+    price, the job's (`job_warnings`), an FP8/FP4 estimate slower than bf16 (`low_precision_slower_warning`),
+    and a LoRA/QLoRA slower than its full fine-tune (adapter_cost)."""
+    from trainest.estimate import low_precision_slower_warning, plausibility_warnings, tp_overlap_warning
     warnings: list[str] = plausibility_warnings(result)
+    if slower := low_precision_slower_warning(result):
+        warnings.append(slower)
     overlap = tp_overlap_warning(scenario)
     if overlap:
         warnings.append(overlap)

@@ -37,6 +37,7 @@ ATTENTIONS = ("flash", "flash2", "standard")
 # element-wise kernels: fused (Megatron/Transformer Engine, torch.compile, XLA) or eager (PyTorch
 # without torch.compile: one kernel per operator, FP32 norms)
 KERNELS = ("fused", "eager")
+OPTIMIZERS = ("adamw", "adamw-8bit", "adafactor", "sgd")   # the optimizer and its state (docs/model.md §7.2)
 ADAM_MOMENTS = ("fp32", "bf16")   # the dtype of Adam's two moments (DeepSeek-V3 keeps them in BF16)
 # pipeline split: even (L/p layers per stage) or balanced (the embedding and the loss count as one
 # layer each: Megatron's account-for-embedding-and-loss split)
@@ -65,6 +66,7 @@ OFFLOAD_CODES = {"none": 0, "optimizer": 1, "optimizer+weights": 2, "activations
 # none (exposed, the default) or deepep (hidden behind another micro-batch's computation: DeepEP /
 # DualPipe-style, Megatron-Core --overlap-moe-expert-parallel-comm)
 MOE_OVERLAPS = ("none", "deepep")
+CUDA_GRAPHS = ("none", "partial", "full")   # what the step captures in CUDA graphs (docs/model.md §2.10)
 # the pipeline schedule: 1f1b (Megatron's 1F1B, interleaved when vpp > 1) or dualpipe (DeepSeek-V3 §3.2.1:
 # micro-batches fed from both ends, each forward chunk's computation overlapped with another's backward)
 PIPELINE_SCHEDULES = ("1f1b", "dualpipe")
@@ -74,9 +76,10 @@ DEVICE_COUNTS = ("pow2", "node")               # counts tried in a --devices ran
 VOCABULARIES: dict[str, tuple[str, ...]] = {
     "Precision": PRECISIONS, "Mlp": MLPS, "Recompute": RECOMPUTES, "Attention": ATTENTIONS, "Kernels": KERNELS,
     "PipelineSplit": PIPELINE_SPLITS, "DpCollectives": DP_COLLECTIVES, "MoeOverlap": MOE_OVERLAPS,
+    "CudaGraphs": CUDA_GRAPHS,
     "PipelineSchedule": PIPELINE_SCHEDULES,
     "Objective": OBJECTIVES, "DeviceCounts": DEVICE_COUNTS, "Framework": FRAMEWORKS, "Finetune": FINETUNES,
-    "LoraTargets": LORA_TARGETS, "Offload": OFFLOADS, "AdamMoments": ADAM_MOMENTS,
+    "LoraTargets": LORA_TARGETS, "Offload": OFFLOADS, "AdamMoments": ADAM_MOMENTS, "Optimizer": OPTIMIZERS,
 }
 
 

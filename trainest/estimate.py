@@ -54,6 +54,11 @@ class ThroughputResult(NamedTuple):
     peak_tflops_per_device: float
 
 
+# The total the "fits" verdict compares with the usable capacity: the device's (nvidia-smi: tensors, allocator
+# reserve, CUDA context, NCCL buffers), since all of them must be in the device's memory at the peak.
+FITS_COMPARES = "device (tensors + allocator reserve + CUDA/ROCm context + NCCL buffers; nvidia-smi)"
+
+
 class MemoryResult(NamedTuple):
     per_device_bytes: float
     capacity_bytes: float
@@ -69,6 +74,17 @@ class MemoryResult(NamedTuple):
     device_fits: bool               # the device part fits in the memory left to training
     host_fits: bool                 # the offloaded part fits in host memory (True without offload)
     required_headroom_bytes: float = 0.0   # the margin the fit decision keeps free (scenario memory_headroom)
+    # per_device_bytes line by line (docs/model.md §7.5): the tensors' lines above (logits_bytes is part of
+    # activations_bytes) and the runtime's (overhead_bytes = allocator + context + NCCL), and the totals to compare
+    # with torch.cuda.max_memory_allocated (allocated_bytes), max_memory_reserved (reserved_bytes) and nvidia-smi
+    # (per_device_bytes, which `fits` uses: fits_compares)
+    logits_bytes: float = 0.0
+    allocator_bytes: float = 0.0
+    context_bytes: float = 0.0
+    nccl_bytes: float = 0.0
+    allocated_bytes: float = 0.0
+    reserved_bytes: float = 0.0
+    fits_compares: str = FITS_COMPARES
 
 
 class TrainingResult(NamedTuple):
@@ -129,6 +145,48 @@ def plausibility_warnings(e: Estimate) -> list[str]:
         out.append(f"MFU {e.throughput.mfu:.0%} is above the device's peak: the hardware file's peak or efficiencies "
                    f"are inconsistent")
     return out
+
+
+LOW_PRECISION_SLOWER_WARNING = ("precision {precision} is slower than bf16 here ({slow} vs {fast} per step) although "
+                                "{hardware}'s {precision} peak is higher: {reason}")
+PER_EXPERT_CAST_REASON = ("the layers are host-bound, and {precision} adds to each of its {local:g} local experts, "
+                          "launched one by one, the quantisation of every expert GEMM's input and the padding of its "
+                          "rows ({extra:g} more host launches per MoE layer and micro-batch than bf16's {base:g}; "
+                          "docs/model.md §15.2): more host time than its faster GEMMs save. A larger micro-batch, "
+                          "more expert parallelism (fewer local experts) or --cuda-graphs full lets the device hide "
+                          "them")
+CAST_REASON = ("its casts of every GEMM input (element-wise traffic, docs/model.md §2.1) and the low-precision GEMM "
+               "factor (efficiency.low_precision_gemm) cost more than its faster GEMMs save at this layout")
+
+
+def low_precision_slower_warning(e: Estimate) -> str | None:
+    """Why a low-precision (fp8, fp4) estimate is slower than the same scenario in bf16 on hardware whose
+    low-precision peak is higher (issue 32.5): a MoE model launched expert by expert whose layers are
+    host-bound gets the per-expert input quantisations as host launches (`moe.expert_pass_launches`);
+    otherwise the casts' traffic outweighs the faster GEMMs. None where it is not slower (or bf16 has no
+    peak, or the peaks are equal: `low_precision_warning` says that)."""
+    from dataclasses import replace
+
+    from trainest.choices import LOW_PRECISIONS
+    s = e.scenario
+    hw = s.hardware
+    if s.precision not in LOW_PRECISIONS or "bf16" not in hw.peak_flops_per_s:
+        return None
+    if hw.peak(s.precision) <= hw.peak("bf16"):
+        return None
+    bf16 = estimate(replace(s, precision="bf16"))
+    if bf16.step.time_s >= e.step.time_s:
+        return None
+    reason = CAST_REASON
+    if s.model.moe is not None and e.step.bound_by == "host":
+        from trainest.step.moe import expert_launches
+        job, layout = job_of(s), layout_of(s)
+        low, base = float(expert_launches(job, layout)), float(expert_launches(job_of(bf16.scenario), layout))
+        if low > base:
+            reason = PER_EXPERT_CAST_REASON.format(precision=s.precision, local=s.model.moe.experts / s.parallel.ep,
+                                                   extra=low - base, base=base)
+    return LOW_PRECISION_SLOWER_WARNING.format(precision=s.precision, slow=fmt_seconds(e.step.time_s),
+                                               fast=fmt_seconds(bf16.step.time_s), hardware=hw.name, reason=reason)
 
 
 def tp_overlap_warning(s: Scenario) -> str | None:
@@ -195,7 +253,10 @@ def memory_result(s: Scenario, mem: MemoryBreakdown) -> MemoryResult:
                         gradients_bytes=float(mem.gradients_bytes), optimizer_bytes=float(mem.optimizer_bytes),
                         activations_bytes=float(mem.activations_bytes), overhead_bytes=float(mem.overhead_bytes),
                         host_bytes=host, host_capacity_bytes=host_capacity, device_fits=device_fits,
-                        host_fits=host_fits, required_headroom_bytes=s.memory_headroom_bytes)
+                        host_fits=host_fits, required_headroom_bytes=s.memory_headroom_bytes,
+                        logits_bytes=float(mem.logits_bytes), allocator_bytes=float(mem.allocator_bytes),
+                        context_bytes=float(mem.context_bytes), nccl_bytes=float(mem.nccl_bytes),
+                        allocated_bytes=float(mem.allocated_bytes), reserved_bytes=float(mem.reserved_bytes))
 
 
 def host_misfit_words(m: MemoryResult) -> str:

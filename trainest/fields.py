@@ -98,8 +98,12 @@ def strict_yaml(root: Any, where: str) -> None:
     (the last one would win), and the YAML 1.1 number forms of `_number_form`; each named by its key path."""
     import yaml
     stack: list[tuple[Any, str]] = [(root, "")]
+    walked: set[int] = set()       # an aliased node is walked once: a recursive alias is a cycle of nodes
     while stack:
         node, path = stack.pop()
+        if id(node) in walked:
+            continue
+        walked.add(id(node))
         if isinstance(node, yaml.MappingNode):
             seen: dict[tuple[str, str], int] = {}
             for key, value in node.value:

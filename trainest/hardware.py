@@ -293,6 +293,8 @@ class Hardware:
     memory_kind: str | None = None             # MEMORY_KINDS
     memory_unified: bool = False               # one memory shared with the CPU (DGX Spark, Apple)
     memory_os_reserve_bytes: float | None = 0.0  # unified memory the OS/runtime keeps [B]; None: not given
+    usable_memory_bytes: float | None = None   # what a program sees (nvidia-smi/mem_get_info total) [B]; None: capacity
+    usable_memory_source: str = ""             # where usable_memory_bytes comes from (a citation or the rule)
     intra_node: IntraNodeLink = IntraNodeLink()
     scale_out_kind: str | None = None          # SCALE_OUT_KINDS; None = not given
     scale_out_name: str = ""
@@ -363,10 +365,17 @@ class Hardware:
         return min(1.0, measured / self.peak_16bit_flops_per_s)
 
     @property
+    def device_memory_bytes(self) -> float:
+        """The device's memory as a program sees it [B]: `usable_memory_bytes` (nvidia-smi's or ROCm's total,
+        `torch.cuda.mem_get_info`'s second value; H100 80GB: 81,559 MiB), else the vendor's capacity
+        (`memory_bytes`: "80 GB" as 80e9 B) where the file gives none (docs/model.md §7.6)."""
+        return self.memory_bytes if self.usable_memory_bytes is None else self.usable_memory_bytes
+
+    @property
     def training_memory_bytes(self) -> float:
-        """Device memory left to training [B]: capacity less the OS/runtime reserve of unified memory
-        (a discrete device: all of it; `memory_bytes` itself is the vendor's capacity)."""
-        return self.memory_bytes - (self.memory_os_reserve_bytes or 0.0)
+        """Device memory left to training [B]: what a program sees (`device_memory_bytes`) less the OS/runtime
+        reserve of unified memory (a discrete device: all of it)."""
+        return self.device_memory_bytes - (self.memory_os_reserve_bytes or 0.0)
 
     @property
     def intra_node_kind(self) -> str | None:
@@ -439,7 +448,10 @@ HW_OPTIONAL = ("display_name", "vendor", "kind", "launch_year", "power_w", "pric
                # extra: free-form, of which only extra.probed and extra.probe.date are read
                "execution_model", "unsupported_reason", "compute", "host")
 MEMORY_REQUIRED = ("capacity_gb", "bandwidth_gb_per_s")
-MEMORY_OPTIONAL = ("type", "kind", "unified", "os_reserve_gb")    # "type" is free text, accepted, not read
+# A usable size above the capacity by more than this is a typo: a vendor's "GB" read as GiB is 7.4 % more.
+USABLE_OVER_CAPACITY_MAX = 1.1
+# "type" is free text, accepted, not read
+MEMORY_OPTIONAL = ("type", "kind", "unified", "os_reserve_gb", "usable_mib", "usable_source")
 SYSTEM_KEYS = ("devices_per_node", "scale_up_name", "scale_up_gb_per_s", "scale_up_domain", "scale_up_latency_us",
                "scale_out_gbit_per_s", "scale_out_latency_us", "scale_out_kind", "scale_out_name", "intra_node")
 INTRA_NODE_KEYS = ("kind", "name", "gb_per_s", "latency_us", "peer_to_peer", "pcie_gen", "pcie_lanes")
@@ -642,6 +654,26 @@ def _memory_facts(mem: dict, where: str, capacity_gb: float) -> tuple[str | None
     return kind, True, None if reserve_gb is None else reserve_gb * GB
 
 
+def _usable_memory(mem: dict, where: str, capacity_gb: float,
+                   os_reserve_bytes: float | None) -> tuple[float | None, str]:
+    """(usable bytes or None, its source) from `usable_mib` / `usable_source`: a positive size in MiB no more
+    than 10 % above the capacity (a "GB" figure read as GiB is 7.4 % more) and above a unified reserve."""
+    mib = F.number(mem.get("usable_mib"), f"{where}.usable_mib", allow_none=True)
+    source = F.text(mem.get("usable_source"), f"{where}.usable_source", allow_none=True) or ""
+    if mib is None:
+        if source:
+            raise SpecError(f"{where}.usable_source: given without usable_mib")
+        return None, ""
+    usable = mib * MiB
+    if usable > USABLE_OVER_CAPACITY_MAX * capacity_gb * GB:
+        raise SpecError(f"{where}.usable_mib: {F.show(mem.get('usable_mib'))} MiB is more than the capacity "
+                        f"({capacity_gb:g} GB) read as GiB; allowed: at most "
+                        f"{USABLE_OVER_CAPACITY_MAX * capacity_gb * GB / MiB:,.0f}")
+    if os_reserve_bytes is not None and usable <= os_reserve_bytes:
+        raise SpecError(f"{where}.usable_mib: {F.show(mem.get('usable_mib'))} MiB must be more than os_reserve_gb")
+    return usable, source
+
+
 def _execution_from(data: dict, where: str) -> tuple[str, str | None]:
     """(execution model, unsupported reason); the reason is None exactly when trainest models it."""
     model = F.choice(F.given(data, "execution_model", "gpu-like"), f"{where}.execution_model", EXECUTION_MODELS)
@@ -678,6 +710,7 @@ def hardware_from_mapping(data: dict, where: str) -> Hardware:
     mem = F.check_keys(data["memory"], f"{where}.memory", MEMORY_REQUIRED, MEMORY_OPTIONAL)
     capacity_gb = F.number(mem["capacity_gb"], f"{where}.memory.capacity_gb")
     memory_kind, unified, os_reserve_bytes = _memory_facts(mem, f"{where}.memory", capacity_gb)
+    usable_bytes, usable_source = _usable_memory(mem, f"{where}.memory", capacity_gb, os_reserve_bytes)
     sys_ = F.check_keys(data["system"], f"{where}.system", ("devices_per_node",), SYSTEM_KEYS)
     up = F.number(sys_.get("scale_up_gb_per_s"), f"{where}.system.scale_up_gb_per_s", allow_none=True)
     out = F.number(sys_.get("scale_out_gbit_per_s"), f"{where}.system.scale_out_gbit_per_s", allow_none=True)
@@ -723,6 +756,8 @@ def hardware_from_mapping(data: dict, where: str) -> Hardware:
         memory_kind=memory_kind,
         memory_unified=unified,
         memory_os_reserve_bytes=os_reserve_bytes,
+        usable_memory_bytes=usable_bytes,
+        usable_memory_source=usable_source,
         intra_node=(IntraNodeLink() if sys_.get("intra_node") is None
                     else _intra_node_from(sys_["intra_node"], f"{where}.system.intra_node")),
         scale_out_kind=scale_out_kind,

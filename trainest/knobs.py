@@ -86,10 +86,10 @@ PANELS: dict[str, tuple[str, ...]] = {
     "Hardware": ("hardware", "all_hardware", "devices", "devices_per_node", "device_counts", "memory_headroom"),
     "Layout": ("tp", "pp", "dp", "cp", "vpp", "ep", "etp", "zero", "fsdp", "dp_shard", "sequence_parallel",
                "tp_overlap", "dp_overlap", "dp_collectives", "moe_overlap", "pipeline_schedule", "pipeline_split",
-               "pipeline_layout", "recompute", "recompute_modules", "offload", "attention", "kernels", "framework",
-               "plan", "allow", "max_tp", "max_pp", "max_cp", "max_vpp", "max_micro_batch"),
+               "pipeline_layout", "recompute", "recompute_modules", "offload", "attention", "kernels", "cuda_graphs",
+               "framework", "plan", "allow", "max_tp", "max_pp", "max_cp", "max_vpp", "max_micro_batch"),
     "Batch": ("micro_batch", "global_batch", "global_batch_tokens", "seq_len", "packed_length"),
-    "Precision": ("precision", "adam_moments"),
+    "Precision": ("precision", "adam_moments", "optimizer"),
     "Fine-tuning": ("finetune", "lora_rank", "lora_alpha", "lora_targets", "base_bits"),
     "Run and cost": ("tokens", "price_per_hour", "pue", "grid_gco2_per_kwh", "objective", "deadline", "budget",
                      "max_days", "max_cost", "require_fit"),
@@ -183,9 +183,18 @@ KNOBS: tuple[Knob, ...] = (
     K("adam_moments", ("--adam-moments",), "choice", "The dtype of Adam's two moments: fp32 (12 B of optimizer "
       "state per parameter with the FP32 master) or bf16 (8 B; DeepSeek-V3, Megatron-Core --exp-avg-dtype/"
       "--exp-avg-sq-dtype bf16 of its precision-aware optimizer).", "fp32", "AdamMoments", job=True),
+    K("optimizer", ("--optimizer",), "choice", "The optimizer, which sets the state kept per parameter beside the "
+      "FP32 master and the bytes its step moves: adamw (two moments, 8 B; 4 with --adam-moments bf16), adamw-8bit "
+      "(bitsandbytes' block-wise 8-bit moments, 2 B), adafactor (factored second moment, no momentum: ~0 B) or sgd "
+      "(momentum, 4 B).", "adamw", "Optimizer", job=True),
     K("kernels", ("--kernels",), "choice", "Element-wise kernels: fused (Megatron/Transformer Engine, torch.compile, "
       "XLA) or eager (PyTorch without torch.compile: one kernel per operator, FP32 norms).", "fused", "Kernels",
       job=True),
+    K("cuda_graphs", ("--cuda-graphs",), "choice", "CUDA graphs: none (every kernel launched from the host), "
+      "partial (the static-shape parts: every layer but a MoE layer's routed experts, their permutation and "
+      "dispatch; Megatron-Core TE-scoped graphs attn, moe_router, moe_preprocess) or full (every layer, one graph "
+      "per pass; a MoE model's expert inputs padded to a capacity). Removes host launch time, not device work "
+      "(docs/model.md §2.10).", "none", "CudaGraphs", job=True),
     K("finetune", ("--finetune",), "choice", "Fine-tuning: full (every weight trained), lora (frozen base weights "
       "and low-rank adapters, Hu et al. 2021) or qlora (LoRA on a 4-bit NF4 base, Dettmers et al. 2023).", "full",
       "Finetune", group=FINETUNE, key="method", searched=True, job=True),
@@ -260,7 +269,8 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
     BY_NAME["global_batch_tokens"],
     *(k for k in KNOBS if k.group == SHAPE),      # the model's shape overrides, as estimate takes them
     *(BY_NAME[n] for n in ("precision", "seq_len", "devices_per_node", "attention", "framework", "kernels",
-                           "packed_length", "adam_moments", "recompute_modules", "finetune", "lora_rank",
+                           "cuda_graphs", "packed_length", "adam_moments", "optimizer", "recompute_modules", "finetune",
+                           "lora_rank",
                            "lora_alpha", "lora_targets",
                            "base_bits", "offload", "tokens", "price_per_hour", "pue", "grid_gco2_per_kwh",
                            "memory_headroom")),
@@ -303,8 +313,9 @@ COMPARE_OPTIONS: tuple[Knob, ...] = (
                                       "(fastest within it)."),
     _BY_PLAN["global_batch"],
     *(k for k in KNOBS if k.group == SHAPE),
-    *(BY_NAME[n] for n in ("precision", "seq_len", "attention", "framework", "kernels", "packed_length",
-                           "adam_moments", "recompute_modules", "finetune", "lora_rank", "lora_alpha", "lora_targets",
+    *(BY_NAME[n] for n in ("precision", "seq_len", "attention", "framework", "kernels", "cuda_graphs", "packed_length",
+                           "adam_moments", "optimizer", "recompute_modules", "finetune", "lora_rank", "lora_alpha",
+                           "lora_targets",
                            "base_bits", "offload", "tokens", "pue", "grid_gco2_per_kwh", "memory_headroom")),
     _BY_PLAN["global_batch_tokens"],
     _BY_PLAN["config"]._replace(help="Scenario YAML for the job (its hardware, layout, micro-batch and recompute are "

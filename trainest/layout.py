@@ -60,8 +60,10 @@ class Job(NamedTuple):
                                 # a QLoRA plan's 4-bit NF4 comes from its method (Layout.qlora)
     packed_length: float = 0.0  # mean document length of packed sequences [tokens] (0: unpacked)
     adam_moments: str = "fp32"  # AdamMoments: the dtype of Adam's two moments
+    optimizer: str = "adamw"    # Optimizer: adamw | adamw-8bit | adafactor | sgd (its state, docs/model.md §7.2)
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES   # what selective recompute re-runs
     devices: float = math.inf   # N = t·p·c·d (inf: not said): whether a group may straddle two domains (§3.2)
+    cuda_graphs: str = "none"   # CudaGraphs: none | partial (the static-shape parts) | full (every layer), §2.10
 
     def recomputes(self, module: str) -> float:
         """1.0 when selective recompute re-runs `module` (choices.RECOMPUTE_MODULES), else 0.0."""

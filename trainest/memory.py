@@ -40,18 +40,26 @@ from trainest.step.finetune import (
 )
 from trainest.step.offload import IN_FLIGHT_LAYERS, host_bytes, offload_grad_bytes, offload_state
 from trainest.step.schedule import dualpipe_copies, stage_dense_params, stage_expert_params, stage_layers, stage_params
-from trainest.units import GiB
+from trainest.units import MiB
 
 __all__ = ["ADAM_MOMENT_BYTES", "DROPOUT_MASK_BYTES", "FP8_SAVED_INPUT_BYTES", "FP16_GRAD_BYTES", "MAIN_GRAD_BYTES",
            "MASTER_WEIGHT_BYTES", "MemoryBreakdown",
            "activation_bytes", "activation_bytes_per_layer", "grad_bytes_per_param", "in_flight_micro_batches",
            "loss_bytes_per_logit",
-           "memory_per_device", "optimizer_bytes_per_param", "sharded_state_bytes", "stage_layers", "stage_params",
-           "weight_bytes_per_param"]
+           "memory_per_device", "optimizer_bytes_per_param", "activation_parts", "runtime_bytes", "communicators",
+           "sharded_state_bytes", "stage_layers", "stage_params", "weight_bytes_per_param"]
 
 LOGITS_BYTES = 4.0               # one FP32 logit (the loss's held bytes per logit: loss_bytes_per_logit)
-FRAMEWORK_OVERHEAD_BYTES = 2.0 * GiB   # CUDA context, NCCL and cuBLAS workspaces, allocator reserve
-FRAGMENTATION_FRACTION = 0.05    # allocator fragmentation, as a fraction of everything else
+# What the runtime adds to the tensors (docs/model.md §7.5). The CUDA context with PyTorch's kernels loaded:
+# 1,343 MB in nvidia-smi (MiB) for `torch.ones((1, 1)).to("cuda")` (Hugging Face transformers docs, "Model
+# training anatomy"); taken for ROCm too (no figure read).
+RUNTIME_CONTEXT_BYTES = 1343.0 * MiB
+# NCCL's buffers per communicator: NCCL_BUFFSIZE (default 4 MiB, NCCL environment-variable docs) for each
+# channel, one to send and one to receive; NCCL_ASSUMED_CHANNELS channels is an assumption (NCCL picks 2-32).
+NCCL_BUFFSIZE_BYTES = 4.0 * MiB
+NCCL_ASSUMED_CHANNELS = 16
+NCCL_COMMUNICATOR_BYTES = 2.0 * NCCL_ASSUMED_CHANNELS * NCCL_BUFFSIZE_BYTES     # 128 MiB
+FRAGMENTATION_FRACTION = 0.05    # caching-allocator reserve and fragmentation, a fraction of the tensors
 
 
 def loss_bytes_per_logit(job: Job) -> float:
@@ -69,7 +77,10 @@ def in_flight_micro_batches(pp: Num, vpp: Num, micro_batches: Num) -> Num:
 
 
 class MemoryBreakdown(NamedTuple):
-    """Bytes per device (the heaviest pipeline stage)."""
+    """Bytes per device (the heaviest pipeline stage). Tensors: weights, gradients, optimizer, activations
+    (of which logits_bytes are the loss's logits); the runtime (overhead_bytes) = allocator + context + NCCL.
+    allocated = the tensors (torch.cuda.max_memory_allocated), reserved = + allocator
+    (max_memory_reserved), total = + context + NCCL (nvidia-smi; what "fits" compares)."""
 
     weights_bytes: Num
     gradients_bytes: Num
@@ -78,6 +89,34 @@ class MemoryBreakdown(NamedTuple):
     overhead_bytes: Num
     total_bytes: Num
     host_bytes: Num = 0.0       # offloaded state in host memory (docs/model.md §14)
+    logits_bytes: Num = 0.0     # the part of activations_bytes the loss holds at its peak
+    allocator_bytes: Num = 0.0  # caching-allocator reserve and fragmentation
+    context_bytes: Num = 0.0    # CUDA/ROCm context with the framework's kernels
+    nccl_bytes: Num = 0.0       # NCCL's communicator buffers
+
+    @property
+    def allocated_bytes(self) -> Num:
+        """What the tensors hold [B]: compare with torch.cuda.max_memory_allocated (or peak active)."""
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
+
+    @property
+    def reserved_bytes(self) -> Num:
+        """The tensors and the caching allocator's reserve [B]: compare with torch.cuda.max_memory_reserved."""
+        return self.allocated_bytes + self.allocator_bytes
+
+
+def communicators(layout: Layout) -> Num:
+    """Communicators a device holds NCCL buffers for: one per parallel dimension of more than one rank
+    (tensor, pipeline, the data×context ZeRO group, the expert group)."""
+    return (xp.mask(layout.tp > 1) + xp.mask(layout.pp > 1) + xp.mask(layout.dp * layout.cp > 1)
+            + xp.mask(layout.expert_group > 1))
+
+
+def runtime_bytes(layout: Layout, allocated: Num) -> tuple[Num, Num, Num]:
+    """(allocator, context, NCCL) [B]: FRAGMENTATION_FRACTION of the tensors, RUNTIME_CONTEXT_BYTES, and
+    NCCL_COMMUNICATOR_BYTES per communicator (docs/model.md §7.5)."""
+    return (FRAGMENTATION_FRACTION * allocated, RUNTIME_CONTEXT_BYTES + 0.0 * allocated,
+            NCCL_COMMUNICATOR_BYTES * communicators(layout) + 0.0 * allocated)
 
 
 def sharded_state_bytes(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
@@ -121,9 +160,21 @@ def gathered_layer_params(job: Job, layout: Layout, layer_params: Num) -> Num:
 def master_only_shard(job: Job, layout: Layout, shard: Num) -> Num:
     """1 where ZeRO-3 keeps no 16-bit copy of a device's shard: FSDP-style mixed precision holds the FP32
     master shard (counted with the optimizer state) and casts it to 16 bit when it gathers a layer
-    (BF16/FP8/FP4 runs sharded over more than one rank); else 0."""
-    sharded3 = xp.mask((layout.zero >= 3) * (shard > 1))
-    return sharded3 * (1.0 if job.precision in ("bf16", "fp8", "fp4") else 0.0)
+    (BF16/FP8/FP4 runs); else 0. This holds over a single shard rank too (d = 1: the "shard" is the
+    whole stage, still kept in FP32 and cast layer by layer), so ZeRO-3 counts 16 B per parameter at
+    every d and trading data for tensor parallelism on the same devices never adds a 16-bit copy
+    (issue 32 item 6). `shard` is kept for the callers' symmetry; the rule does not depend on it."""
+    del shard
+    zero3 = xp.mask(layout.zero >= 3)
+    return zero3 * (1.0 if job.precision in ("bf16", "fp8", "fp4") else 0.0)
+
+
+def gathers_layers(job: Job, layout: Layout, shard: Num) -> Num:
+    """1 where ZeRO-3 materialises 16-bit layers one at a time: the shard is split over more than one
+    rank (all-gathered), or it is an FP32 master cast to 16 bit per layer (`master_only_shard`); 0 where
+    a single rank keeps its whole 16-bit stage (nothing to gather)."""
+    zero3 = xp.mask(layout.zero >= 3)
+    return zero3 * xp.maximum(xp.mask(shard > 1), master_only_shard(job, layout, shard))
 
 
 def zero_state_bytes(job: Job, layout: Layout, params: Num, layer_params: Num, shard: Num) -> tuple[Num, Num, Num]:
@@ -137,9 +188,12 @@ def zero_state_bytes(job: Job, layout: Layout, params: Num, layer_params: Num, s
     w_bytes = weight_bytes_per_param(precision)
     no_16bit_shard = master_only_shard(job, layout, shard)
     weights = params * w_bytes / xp.where(zero >= 3, shard, 1.0) * (1.0 - no_16bit_shard)
-    weights = weights + sharded3 * gathered_layer_params(job, layout, layer_params) * w_bytes
+    # never more gathered than the stage holds: a one-layer stage has no next layer to prefetch
+    gathered = xp.minimum(gathered_layer_params(job, layout, layer_params), params)
+    weights = weights + gathers_layers(job, layout, shard) * gathered * w_bytes
     grads = params * grad_bytes_per_param(precision) / xp.where(zero >= 2, shard, 1.0)
-    optim = params * optimizer_bytes_per_param(precision, job.adam_moments) / xp.where(zero >= 1, shard, 1.0)
+    state_bytes = optimizer_bytes_per_param(precision, job.adam_moments, job.optimizer)
+    optim = params * state_bytes / xp.where(zero >= 1, shard, 1.0)
     if FRAMEWORKS[job.framework].pp_unsharded_zero3:
         gathered = sharded3 * xp.mask(layout.pp > 1)
         weights = weights + gathered * (params * w_bytes - weights)
@@ -184,15 +238,22 @@ def frozen_state_bytes(job: Job, layout: Layout, frozen: tuple[Num, Num], adapte
     weights = (stored / xp.where(zero >= 3, shard, 1.0) + sharded3 * 2.0 * layer
                + adapters * weight_bytes_per_param(job.precision) / xp.where(zero >= 3, shard, 1.0))
     grads = adapters * grad_bytes_per_param(job.precision) / xp.where(zero >= 2, shard, 1.0)
-    optim = adapters * optimizer_bytes_per_param(job.precision, job.adam_moments) / xp.where(zero >= 1, shard, 1.0)
+    state_bytes = optimizer_bytes_per_param(job.precision, job.adam_moments, job.optimizer)
+    optim = adapters * state_bytes / xp.where(zero >= 1, shard, 1.0)
     return weights, grads, optim
 
 
 def activation_bytes(job: Job, layout: Layout) -> Num:
-    """Activations of the heaviest stage per device [B]: the first stage's layers times the in-flight
-    micro-batches, the last stage's layers with the FP32 logits and their gradient, and one layer
-    re-materialised during its backward under full or op recompute (docs/model.md §7.4); the last
-    stage's multi-token-prediction modules as mean layers with their logits (§15.10)."""
+    """Activations of the heaviest stage per device [B], the loss's logits included (`activation_parts`)."""
+    return activation_parts(job, layout)[0]
+
+
+def activation_parts(job: Job, layout: Layout) -> tuple[Num, Num]:
+    """(activations, of them the loss's logits) of the heaviest stage per device [B]: the first stage's
+    layers times the in-flight micro-batches, the last stage's layers with the FP32 logits and their
+    gradient, and one layer re-materialised during its backward under full or op recompute (docs/model.md
+    §7.4); the last stage's multi-token-prediction modules as mean layers with their logits (§15.10).
+    The logits count where the stage that holds them is the heaviest."""
     model = job.model
     per_layer, per_layer_stored = activation_bytes_per_layer(job, layout)
     layers_per_stage, last_layers = stage_layers(model, layout.pp, layout.vpp, layout.split)
@@ -208,7 +269,9 @@ def activation_bytes(job: Job, layout: Layout) -> Num:
     mtp_depth = 0.0 if model.mtp is None else float(model.mtp.depth)
     logits = logits * (1.0 + mtp_depth) + per_layer * model.mtp_layers
     last_stage = per_layer * last_layers + working + logits
-    return xp.where(layout.pp > 1, xp.maximum(first_stage, last_stage), first_stage + logits)
+    total = xp.where(layout.pp > 1, xp.maximum(first_stage, last_stage), first_stage + logits)
+    held = xp.where((layout.pp > 1) * (first_stage > last_stage), 0.0 * logits, logits)
+    return total, held
 
 
 def offloaded_device_bytes(job: Job, layout: Layout, on_device: tuple[Num, Num, Num, Num]) -> tuple[Num, ...]:
@@ -236,13 +299,15 @@ def memory_per_device(job: Job, layout: Layout) -> MemoryBreakdown:
     activations of the in-flight micro-batches and the framework overhead [B]; with offload, what
     stays on the device and what the host holds."""
     weights, grads, optim = sharded_state_bytes(job, layout)
-    activations = activation_bytes(job, layout)
+    activations, logits = activation_parts(job, layout)
     host: Num = 0.0
     if not xp.off(layout.offload):
         weights, grads, optim, activations, host = offloaded_device_bytes(job, layout,
                                                                           (weights, grads, optim, activations))
     subtotal = weights + grads + optim + activations
-    overhead = FRAMEWORK_OVERHEAD_BYTES + FRAGMENTATION_FRACTION * subtotal
+    allocator, context, nccl = runtime_bytes(layout, subtotal)
+    overhead = allocator + context + nccl
     return MemoryBreakdown(weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=optim,
                            activations_bytes=activations, overhead_bytes=overhead, total_bytes=subtotal + overhead,
-                           host_bytes=host)
+                           host_bytes=host, logits_bytes=xp.minimum(logits, activations), allocator_bytes=allocator,
+                           context_bytes=context, nccl_bytes=nccl)

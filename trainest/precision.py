@@ -28,7 +28,23 @@ def grad_bytes_per_param(precision: str) -> float:
     return FP16_GRAD_BYTES if precision == "fp16" else MAIN_GRAD_BYTES
 
 
-def optimizer_bytes_per_param(precision: str, moments: str = "fp32") -> float:
-    """Adam state: FP32 master + two moments (12 B); pure FP32 training needs no master copy (8 B);
-    BF16 moments (`moments` bf16: DeepSeek-AI 2024 §3.3.3) halve the moments' 8 B."""
-    return 2.0 * MOMENT_BYTES[moments] + (0.0 if precision in FULL_PRECISIONS else MASTER_WEIGHT_BYTES)
+# 8-bit Adam (bitsandbytes; Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization" §2): each moment
+# one byte, plus one FP32 absmax per block of 2,048 values
+BLOCKWISE_8BIT_BYTES = 1.0 + 4.0 / 2048.0
+
+
+def optimizer_state_bytes(optimizer: str = "adamw", moments: str = "fp32") -> float:
+    """Bytes per parameter of the optimizer's own state, the master weights aside [B]: AdamW two moments
+    (2·4, or 2·2 with BF16 moments); 8-bit AdamW two block-quantised moments (2·(1 + 4/2048)); Adafactor
+    (Shazeer & Stern 2018, without momentum, its default) a factored second moment, a row and a column
+    vector per r×c matrix, 4·(r + c)/(r·c) B per parameter: under 0.01 B for r, c ≥ 1024, counted as 0;
+    SGD with momentum one FP32 buffer (4)."""
+    return {"adamw": 2.0 * MOMENT_BYTES[moments], "adamw-8bit": 2.0 * BLOCKWISE_8BIT_BYTES, "adafactor": 0.0,
+            "sgd": 4.0}[optimizer]
+
+
+def optimizer_bytes_per_param(precision: str, moments: str = "fp32", optimizer: str = "adamw") -> float:
+    """Optimizer state: FP32 master + the optimizer's own state (AdamW: 12 B); pure FP32 training needs no
+    master copy (8 B); BF16 moments (`moments` bf16: DeepSeek-AI 2024 §3.3.3) halve the moments' 8 B;
+    `optimizer_state_bytes` for the others."""
+    return optimizer_state_bytes(optimizer, moments) + (0.0 if precision in FULL_PRECISIONS else MASTER_WEIGHT_BYTES)

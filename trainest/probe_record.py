@@ -236,9 +236,11 @@ def _gpu_parts(gpu: GpuProbe, base: Hardware | None) -> dict[str, Any]:
         "kind": base.kind if base is not None else "gpu",
         "display_name": f"{gpu.device_name} (probed)",
         "peak_tflops": peaks,
-        "memory": {"capacity_gb": _gb(gpu.memory_bytes), "bandwidth_gb_per_s": _gb(bandwidth)},
+        "memory": {"capacity_gb": _gb(gpu.memory_bytes), "usable_mib": round(gpu.memory_bytes / MiB),
+                   "usable_source": "probed: torch.cuda.get_device_properties total_memory",
+                   "bandwidth_gb_per_s": _gb(bandwidth)},
         "system": system, "efficiency": eff, "notes": notes, "measured": measured,
-        "read": ["memory.capacity_gb (torch.cuda.get_device_properties)"],
+        "read": ["memory.capacity_gb, memory.usable_mib (torch.cuda.get_device_properties)"],
         "from_base": from_base, "assumed": assumed,
     }
     return parts

@@ -159,7 +159,10 @@ def _point_estimate(mapping: dict[str, Any], shape: dict[str, Any]) -> tuple[Est
     from trainest.scenario import scenario_from_mapping
     s = scenario_from_mapping(mapping, "options", shape=shape)
     e = estimate(s)
-    return e, () if e.memory.fits else (misfit_words(e),)
+    from trainest.adapter_cost import slower_than_full_warning
+    from trainest.estimate import low_precision_slower_warning
+    slower = tuple(w for w in (low_precision_slower_warning(e), slower_than_full_warning(e)) if w)
+    return e, (() if e.memory.fits else (misfit_words(e),)) + slower
 
 
 def misfit_words(e: Estimate) -> str:

@@ -49,7 +49,14 @@ RUNS_FILE_OPTIONAL_KEYS = ("source", "set")   # source: the default of records t
 PUBLIC_SET = "public"               # the run set of a runs file without `set:` (published runs)
 MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_device", "tflops_per_device", "mfu", "flops_formula",
                  "device_hours", "tokens",
-                 "peak_memory_gib", "mfu_peak")
+                 "peak_memory_gib", "peak_memory_kind", "mfu_peak")
+# What a published peak memory measured (docs/model.md §7.5) and the predicted total it is compared with:
+# allocated / active (torch.cuda.max_memory_allocated, peak active bytes): the tensors; reserved
+# (max_memory_reserved): + the allocator's reserve; device (nvidia-smi, NVML): + the CUDA context and NCCL;
+# unspecified (a column that does not say): compared as reserved, what most trainers' logs print.
+PEAK_MEMORY_KINDS = ("allocated", "active", "reserved", "device", "unspecified")
+PEAK_MEMORY_COMPARED = {"allocated": "allocated_bytes", "active": "allocated_bytes", "reserved": "reserved_bytes",
+                        "device": "per_device_bytes", "unspecified": "reserved_bytes"}
 # the peak an `mfu` is a fraction of: the dense peak of the run's precision (the default), or the bf16 peak, which
 # torchtitan and other loggers divide by even for an FP8 run
 MFU_PEAKS = ("precision", "bf16")
@@ -78,6 +85,7 @@ class Measurement:
     tokens: float | None            # training tokens, for device_hours
     peak_memory_bytes: float | None = None   # published peak device memory, when the source gives it
     mfu_peak: str = "precision"     # MFU_PEAKS: the peak an mfu is a fraction of
+    peak_memory_kind: str = "unspecified"    # PEAK_MEMORY_KINDS: what the peak memory measured
 
 
 @dataclass(frozen=True)
@@ -174,8 +182,13 @@ def measurement_from_mapping(data: Any, where: str) -> Measurement:
             raise SpecError(f"{where}.tokens: a number is required (device_hours needs the tokens trained, e.g. 10B)")
         tokens = parse_count(data["tokens"], f"{where}.tokens:")    # as a run's `tokens:` (300B, 3.0e11)
     peak = F.number(data.get("peak_memory_gib"), f"{where}.peak_memory_gib", allow_none=True)
+    kind = F.choice(data.get("peak_memory_kind", "unspecified"), f"{where}.peak_memory_kind", PEAK_MEMORY_KINDS)
+    if data.get("peak_memory_kind") is not None and peak is None:
+        raise SpecError(f"{where}.peak_memory_kind: {kind} says what peak_memory_gib measured, and none is given; "
+                        f"give peak_memory_gib, or drop peak_memory_kind")
     return Measurement(metric=metric, value=value, flops_formula=formula, tokens=tokens,
-                       peak_memory_bytes=None if peak is None else peak * GiB, mfu_peak=mfu_peak)
+                       peak_memory_bytes=None if peak is None else peak * GiB, mfu_peak=mfu_peak,
+                       peak_memory_kind=kind)
 
 
 def _matches(text: str | None, pattern: str | None) -> bool:
@@ -300,8 +313,11 @@ def check_possible(case: Case, where: str) -> None:
 
 
 def peak_memory_limit_bytes(hardware: Hardware) -> float:
-    """The most memory a device can report as its peak [B]: the vendor's capacity figure read as GiB, since
-    "80 GB" parts hold 80 GiB (H100: 81,559 MiB) and frameworks report GiB (torch.cuda.max_memory_*)."""
+    """The most memory a device can report as its peak [B]: what a program sees (`Hardware.device_memory_bytes`:
+    H100 80GB 81,559 MiB), or where the file gives no usable size the vendor's capacity figure read as GiB,
+    since "80 GB" parts hold 80 GiB and frameworks report GiB (torch.cuda.max_memory_*)."""
+    if hardware.usable_memory_bytes is not None:
+        return hardware.usable_memory_bytes
     return hardware.memory_bytes / GB * GiB
 
 
@@ -312,7 +328,7 @@ def check_peak_memory(case: Case, where: str) -> None:
     if peak is None or peak <= peak_memory_limit_bytes(hw):
         return
     raise SpecError(f"{where}.peak_memory_gib: {peak / GiB:g} is more than a {hw.name} holds "
-                    f"({hw.memory_bytes / GB:g} GB; allowed: at most {peak_memory_limit_bytes(hw) / GiB:g} GiB per "
+                    f"({hw.memory_bytes / GB:g} GB; allowed: at most {peak_memory_limit_bytes(hw) / GiB:.1f} GiB per "
                     f"device); it may be the node's or the job's total (the file's value is one device's peak)")
 
 
@@ -565,7 +581,8 @@ class RunResult:
     confidence: str | None
     citation: str
     measured_memory_bytes: float | None = None    # published peak memory per device, if any
-    predicted_memory_bytes: float | None = None   # trainest's memory per device for the same run
+    predicted_memory_bytes: float | None = None   # trainest's memory per device for the same run, of the same kind
+    measured_memory_kind: str | None = None       # PEAK_MEMORY_KINDS of the measured peak (None: none given)
     predicted_no_overlap_step_s: float | None = None   # the step with every collective exposed (upper bound)
     run_set: str = PUBLIC_SET                     # the runs file's `set` (public: published runs)
     model: str = ""                               # the model's name
@@ -597,9 +614,13 @@ def compare(case: Case, hardware: Hardware | None = None) -> RunResult:
 
     s = case.scenario if hardware is None else replace(case.scenario, hardware=hardware)
     e = estimate(s)
+    measured = case.measurement.peak_memory_bytes
+    kind = case.measurement.peak_memory_kind
     return replace(result_for(replace(case, scenario=s), e.step.time_s, e.step.bottleneck, e.memory.fits),
-                   measured_memory_bytes=case.measurement.peak_memory_bytes,
-                   predicted_memory_bytes=e.memory.per_device_bytes,
+                   measured_memory_bytes=measured,
+                   predicted_memory_bytes=(e.memory.per_device_bytes if measured is None
+                                           else getattr(e.memory, PEAK_MEMORY_COMPARED[kind])),
+                   measured_memory_kind=None if measured is None else kind,
                    predicted_no_overlap_step_s=e.step.no_overlap_time_s,
                    hardware_calibrated=bool(s.hardware.efficiency.fitted),
                    misspecified=e.memory.per_device_bytes > MISSPECIFIED_MEMORY_FACTOR * e.memory.capacity_bytes)

@@ -72,8 +72,10 @@ def print_no_fit(values: dict[str, Any], advice: Any) -> None:
              f"{'on these devices' if advice.same_devices else f'on the fewest devices, {best.scenario.devices:,}'}: "
              f"{plan_words(best)}")
     changes = f"; fits with one change: {', '.join(advice.changes)}" if advice.changes else ""
-    con.print(f"[bold]DOES NOT FIT[/bold]: needs {advice.need_bytes / GiB:.1f} GiB per device of "
-              f"{advice.capacity_bytes / GiB:.1f} GiB{changes}{where}"
+    need = (f" in host memory: {advice.host_words} (the device part, {advice.need_bytes / GiB:.1f} GiB of "
+            f"{advice.capacity_bytes / GiB:.1f} GiB, fits)" if advice.host_words else
+            f": needs {advice.need_bytes / GiB:.1f} GiB per device of {advice.capacity_bytes / GiB:.1f} GiB")
+    con.print(f"[bold]DOES NOT FIT[/bold]{need}{changes}{where}"
               + ("" if advice.changes or best is not None else f"; {advice.text}"), soft_wrap=True, highlight=False)
     for c in advice.changes:
         print_command(con, f"  with {c}", change_command(values, c))

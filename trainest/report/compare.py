@@ -39,7 +39,7 @@ def entry_dict(en: Entry, objective: str) -> dict[str, Any]:
             "objective_value": objective_value(e, objective)}
 
 
-JOB_KEYS = ("model", "seq_len", "precision", "global_batch", "attention", "kernels", "tokens", "pue",
+JOB_KEYS = ("model", "seq_len", "precision", "global_batch", "attention", "kernels", "cuda_graphs", "tokens", "pue",
             "grid_gco2_per_kwh")
 
 
@@ -75,6 +75,24 @@ def _cells(rank: int, en: Entry, kilo: bool = False) -> list[str]:
             f"{e.memory.per_device_bytes / GiB:.0f}", st.bottleneck]
 
 
+def price_notes(entries: list[Entry]) -> str:
+    """The entries whose cost is n/a (no price, and why) or rests on a catalog price over a year old."""
+    missing, stale = [], []
+    for en in entries:
+        assert en.estimate is not None
+        s = en.estimate.scenario
+        if s.price_usd_per_hour is None:
+            missing.append(f"{en.hardware} ({s.hardware.price_unknown})")
+        elif "price_per_hour" in s.derived and s.hardware.price_stale:
+            stale.append(f"{en.hardware} ({s.hardware.price_stale})")
+    out = []
+    if missing:
+        out.append(f"No price: {'; '.join(missing)}; give --price-per-hour NAME=USD")
+    if stale:
+        out.append(f"Catalog price may be out of date: {'; '.join(stale)}")
+    return "\n".join(out)
+
+
 def small_runs(entries: list[Entry]) -> bool:
     """Every run's energy under a MWh (a fine-tune on one machine): the table gives kWh and kg CO2, whose
     digits say something, rather than a column of 0 (or <0.001) MWh and t."""
@@ -102,7 +120,8 @@ def print_compare(c: Comparison, job_args: list[str] | None = None) -> None:
     runnable = [en for en in c.entries if en.estimate is not None]
     t = Table(title=f"{len(runnable)} of {len(c.entries)} hardware entries, each at {_how(c)}; ranked by "
                     f"{c.objective}", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    caption = ("N devices; step and days to train the tokens; cost at catalog prices; band: the error band of "
+    caption = ("N devices; step and days to train the tokens; cost at the catalog's price or --price-per-hour; "
+               "band: the error band of "
                  "step, days and cost (measured/predicted of runs like this); {energy} at rated power × PUE; {co2} at "
                  "the grid intensity; MFU; GiB per device; * = not calibrated on measured runs (wider band)")
     kilo = small_runs(runnable)
@@ -114,6 +133,8 @@ def print_compare(c: Comparison, job_args: list[str] | None = None) -> None:
         t.add_row(*_cells(i, en, kilo), style="bold" if i == 1 else "")
     print_table(con, t)
     con.print(caption, style="dim")     # (as the table's caption, rich would size the columns by its text)
+    if notes := price_notes(runnable):
+        con.print(notes, highlight=False)
     if note := batch_default_note(c.job):
         con.print(f"Global batch {c.job.global_batch} x {c.job.seq_len} tokens{note}.")
     p = Table(title="Plans and where each band comes from", title_justify="left", box=box.SIMPLE_HEAD,

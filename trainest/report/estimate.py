@@ -215,7 +215,7 @@ def scenario_table(s: Scenario):
          + probed_text(s)),
         ("efficiencies", efficiency_text(s)),
         ("precision", mark("precision", f"{s.precision} GEMMs, FP32 master weights and "
-                                        + ("Adam state" if s.adam_moments == "fp32" else "BF16 Adam moments"))),
+                                        + optimizer_words(s))),
         ("parallel", layout_text(s)),
         ("batch", f"micro-batch {s.micro_batch}{' (default)' if 'micro_batch' in derived else ''}, global "
                   f"{plural(s.global_batch, 'sequence')}{_batch_default(s) if 'global_batch' in derived else ''}"
@@ -389,6 +389,14 @@ def throughput_table(e: Estimate):
     ])
 
 
+def optimizer_words(s: Scenario) -> str:
+    """The optimizer's state in words: "Adam state", "BF16 Adam moments", "8-bit AdamW state", ..."""
+    if s.optimizer == "adamw":
+        return "Adam state" if s.adam_moments == "fp32" else "BF16 Adam moments"
+    return {"adamw-8bit": "8-bit AdamW state", "adafactor": "Adafactor's factored state",
+            "sgd": "SGD momentum"}[s.optimizer]
+
+
 def memory_table(e: Estimate):
     from rich.table import Table
     me = e.memory
@@ -405,8 +413,15 @@ def memory_table(e: Estimate):
                     f"({verdict})", title_justify="left", min_width=62)
     t.add_column("part")
     t.add_column("size", justify="right")
-    for k in ("weights", "gradients", "optimizer", "activations", "overhead"):
+    for k in ("weights", "gradients", "optimizer", "activations"):
         t.add_row(k, fmt_gib(getattr(me, f"{k}_bytes")))
+    t.add_row("  of which the loss's logits", fmt_gib(me.logits_bytes), style="dim")
+    t.add_row("= tensors (torch max_memory_allocated)", fmt_gib(me.allocated_bytes), style="bold")
+    t.add_row("allocator reserve and fragmentation", fmt_gib(me.allocator_bytes))
+    t.add_row("= reserved (torch max_memory_reserved)", fmt_gib(me.reserved_bytes), style="bold")
+    t.add_row("CUDA/ROCm context", fmt_gib(me.context_bytes))
+    t.add_row("NCCL buffers", fmt_gib(me.nccl_bytes))
+    t.add_row("= device (nvidia-smi; the fit uses it)", fmt_gib(me.per_device_bytes), style="bold")
     if me.host_bytes:
         have = "unknown" if me.host_capacity_bytes is None else fmt_gib(me.host_capacity_bytes)
         t.add_row("host memory (offloaded)", f"{fmt_gib(me.host_bytes)} of {have}"

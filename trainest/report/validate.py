@@ -11,7 +11,15 @@ from trainest import SCHEMA_VERSION
 from trainest.frameworks import moe_unseen_frameworks, unseen_frameworks
 from trainest.report import console, print_table
 from trainest.units import GiB, plural
-from trainest.validate import METRICS, MISSPECIFIED_MEMORY_FACTOR, NotExpressible, RunResult, Summary, ValidationReport
+from trainest.validate import (
+    METRICS,
+    MISSPECIFIED_MEMORY_FACTOR,
+    PEAK_MEMORY_COMPARED,
+    NotExpressible,
+    RunResult,
+    Summary,
+    ValidationReport,
+)
 
 
 def summary_dict(s: Summary) -> dict[str, Any]:
@@ -194,19 +202,30 @@ def run_notes(result: ValidationReport) -> list[str]:
 def memory_notes(runs: Iterable[RunResult]) -> list[str]:
     """The runs that give a measured peak memory: measured vs predicted per device, one line per run for a
     few runs, the mean and largest error for many."""
-    pairs = [(r.id, r.measured_memory_bytes, r.predicted_memory_bytes) for r in runs
-             if r.measured_memory_bytes is not None and r.predicted_memory_bytes is not None]
-    if not pairs:
+    rows = [r for r in runs if r.measured_memory_bytes is not None and r.predicted_memory_bytes is not None]
+    if not rows:
         return []
+    out: list[str] = []
+    for kind in sorted({r.measured_memory_kind or "unspecified" for r in rows}):
+        pairs = [(r.id, float(r.measured_memory_bytes or 0.0), float(r.predicted_memory_bytes or 0.0)) for r in rows
+                 if (r.measured_memory_kind or "unspecified") == kind]
+        out += memory_kind_notes(kind, pairs)
+    return out
+
+
+def memory_kind_notes(kind: str, pairs: list[tuple[str, float, float]]) -> list[str]:
+    """memory_notes for the runs whose peak is of one memory kind (compared with the predicted total of that
+    kind: validate.PEAK_MEMORY_COMPARED)."""
     errors = [(p / m - 1.0) * 100.0 for _, m, p in pairs]
+    label = f"{kind} (vs predicted {PEAK_MEMORY_COMPARED[kind].removesuffix('_bytes').replace('per_device', 'device')})"
     if len(pairs) <= MAX_REASONS_SHOWN:
-        return ["Peak memory per device, measured vs predicted (JSON: runs[].measured_memory_bytes, "
-                "predicted_memory_bytes):"] + \
+        return [f"Peak memory per device, {label}, measured vs predicted (JSON: runs[].measured_memory_bytes, "
+                "predicted_memory_bytes, measured_memory_kind):"] + \
             [f"  {i}: {m / GiB:.4g} GiB measured, {p / GiB:.4g} GiB predicted ({e:+.1f} %)"
              for (i, m, p), e in zip(pairs, errors, strict=True)]
     worst = max(range(len(pairs)), key=lambda k: abs(errors[k]))
-    return [f"Peak memory per device: {plural(len(pairs), 'run')} give a measured peak; the predicted one is "
-            f"{sum(abs(e) for e in errors) / len(errors):.1f} % off on average, at most {errors[worst]:+.1f} % "
+    return [f"Peak memory per device, {label}: {plural(len(pairs), 'run')} give a measured peak; the predicted one "
+            f"is {sum(abs(e) for e in errors) / len(errors):.1f} % off on average, at most {errors[worst]:+.1f} % "
             f"({pairs[worst][0]}) (JSON: runs[].measured_memory_bytes, predicted_memory_bytes)."]
 
 

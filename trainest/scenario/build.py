@@ -18,9 +18,11 @@ from trainest.catalog import (
 from trainest.choices import (
     ADAM_MOMENTS,
     ATTENTIONS,
+    CUDA_GRAPHS,
     DP_COLLECTIVES,
     KERNELS,
     MOE_OVERLAPS,
+    OPTIMIZERS,
     PIPELINE_SCHEDULES,
     PIPELINE_SPLITS,
     PRECISIONS,
@@ -33,6 +35,7 @@ from trainest.scenario.checks import (
     check_finetune,
     check_network,
     check_offload,
+    check_optimizer,
     check_scenario_keys,
     default_global_batch,
     default_precision,
@@ -311,6 +314,12 @@ def _run_costs(r: _Reader, model: Model, hardware: Hardware,
     return tokens, price_usd, pue, grid
 
 
+def _optimizer_of(r: _Reader, moments: str, offload: str, where: str) -> str:
+    """`optimizer` (default adamw), checked against the moments' dtype and the offload (check_optimizer)."""
+    return check_optimizer(F.choice(r.default("optimizer", "adamw"), f"{where}.optimizer", OPTIMIZERS), moments,
+                           offload, where)
+
+
 def _offload_of(data: dict[str, Any], hardware: Hardware, moments: str, where: str) -> str:
     """`offload` (check_offload); BF16 Adam moments are refused with an offloaded optimizer."""
     offload = check_offload(data.get("offload", "none"), hardware, f"{where}.offload")
@@ -374,6 +383,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     attention = F.choice(r.default("attention", "flash"), f"{where}.attention", ATTENTIONS)
     packed_length = packed_length_of(data.get("packed_length"), seq_len, where)
     kernels = F.choice(r.default("kernels", fw.kernels), f"{where}.kernels", KERNELS)
+    cuda_graphs = F.choice(r.default("cuda_graphs", "none"), f"{where}.cuda_graphs", CUDA_GRAPHS)
     moments = F.choice(r.default("adam_moments", "fp32"), f"{where}.adam_moments", ADAM_MOMENTS)
     dp_overlap = F.boolean(r.default_in(par, "parallel.dp_overlap", fw.dp_overlap), f"{where}.parallel.dp_overlap")
     check_framework(framework, sizes, par, where, label)
@@ -384,7 +394,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     hybrid_support(model, recompute, finetune.method, where)
     offload = _offload_of(data, hardware, moments, where)
     headroom, headroom_bytes = memory_headroom_bytes(r.default("memory_headroom", DEFAULT_MEMORY_HEADROOM),
-                                                     hardware.memory_bytes, f"{where}.memory_headroom")
+                                                     hardware.device_memory_bytes, f"{where}.memory_headroom")
     if schedules_need_a_pipeline:
         rules.check((rules.DUALPIPE_NEEDS_PP,), Facts(pp=sizes["pp"], dualpipe=schedule == "dualpipe"), where)
     return Scenario(
@@ -394,9 +404,9 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                                                dp_collectives=dp_collectives, dp_overlap=dp_overlap,
                                                moe_overlap=moe_overlap, pipeline_schedule=schedule),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
-        tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, framework=framework,
-        adam_moments=moments, recompute_modules=modules,
-        grid_gco2_per_kwh=grid, finetune=finetune, offload=offload, derived=tuple(derived),
+        tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, cuda_graphs=cuda_graphs,
+        framework=framework, adam_moments=moments, optimizer=_optimizer_of(r, moments, offload, where),
+        recompute_modules=modules, grid_gco2_per_kwh=grid, finetune=finetune, offload=offload, derived=tuple(derived),
         memory_headroom=headroom, memory_headroom_bytes=headroom_bytes, packed_length=packed_length,
     )
 

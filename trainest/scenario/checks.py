@@ -193,6 +193,18 @@ def finetune_defaults(data: Any, ft: FineTune) -> list[str]:
     return [f"finetune.{k}" for k in LORA_DEFAULT_KEYS if given.get(k) is None]
 
 
+def check_optimizer(optimizer: str, moments: str, offload: str, where: str) -> str:
+    """`optimizer`, checked: BF16 moments are AdamW's (the other optimizers state their own dtype);
+    optimizer offload runs ZeRO-Offload's CPU Adam, so only with adamw."""
+    if moments != "fp32" and optimizer != "adamw":
+        raise SpecError(f"{where}.adam_moments: {moments} is the dtype of AdamW's moments; optimizer {optimizer!r} "
+                        f"keeps its own state (allowed with it: fp32)")
+    if optimizer != "adamw" and offload.startswith("optimizer"):
+        raise SpecError(f"{where}.optimizer: {optimizer!r} with offload {offload!r} is not modelled (ZeRO-Offload runs "
+                        f"its CPU Adam); allowed with it: adamw")
+    return optimizer
+
+
 def check_offload(data: Any, hardware: Hardware, where: str) -> str:
     """The offload mode, checked against the hardware: a unified memory has nothing to offload to,
     and offload needs the host link and the host's cores, memory and bandwidth."""

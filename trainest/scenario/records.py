@@ -171,12 +171,14 @@ class Scenario:
     price_usd_per_hour: float | None
     pue: float
     kernels: str = "fused"          # element-wise kernels: fused | eager (docs/model.md §2.5)
+    cuda_graphs: str = "none"       # CUDA_GRAPHS: none | partial | full (docs/model.md §2.10)
     framework: str = DEFAULT_FRAMEWORK   # trainest/frameworks.py
     grid_gco2_per_kwh: float = DEFAULT_GRID_GCO2_PER_KWH   # carbon intensity of the electricity [gCO2/kWh]
     finetune: FineTune = FineTune()
     offload: str = "none"           # OFFLOADS (docs/model.md §14)
     packed_length: int | None = None   # mean document length of packed sequences (None: unpacked; docs/model.md §2.4)
     adam_moments: str = "fp32"         # ADAM_MOMENTS: the dtype of Adam's two moments (docs/model.md §7.1)
+    optimizer: str = "adamw"           # OPTIMIZERS: the optimizer, whose state it keeps (docs/model.md §7.2)
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES   # what selective re-runs (docs/model.md §2.6)
     derived: tuple[str, ...] = field(default=())   # names of values filled by defaults
     memory_headroom: str = DEFAULT_MEMORY_HEADROOM   # as given: a share of capacity ("5%") or a size ("2GiB")

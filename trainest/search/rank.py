@@ -103,8 +103,9 @@ def fitting_changes(s: Scenario, space: SearchSpace) -> list[str]:
     trials: list[tuple[str, Any]] = []
     if space.offload is None and s.offload == "none":
         trials += [(f"--offload {o}", lambda o=o: replace(s, offload=o)) for o in ("optimizer", "activations")]
-    if s.adam_moments == "fp32" and not s.offload.startswith("optimizer"):   # (BF16 moments: no CPU Adam)
-        trials.append(("--adam-moments bf16", lambda: replace(s, adam_moments="bf16")))
+    if s.adam_moments == "fp32" and s.optimizer == "adamw" and not s.offload.startswith("optimizer"):
+        trials.append(("--adam-moments bf16", lambda: replace(s, adam_moments="bf16")))   # (no CPU Adam)
+        trials.append(("--optimizer adamw-8bit", lambda: replace(s, optimizer="adamw-8bit")))
     if 3 not in space.zero and p.dp * p.cp > 1:
         trials.append(("--allow zero=3", lambda: replace(s, parallel=replace(p, zero=3))))
     if "full" not in space.recompute:

@@ -374,7 +374,7 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     tied = tied_embedding_s(job, layout, tiers)
     dp_exposed = dp_parts.replica_s + dp_parts.reduce_s + dp_parts.gather_s + dp_parts.zero2_s + tied
     optimizer = optimizer_s(layout, trained_local, rates.memory_bytes_per_s, eff.kernel_floor_s, trained_experts,
-                            adam_bytes_per_param(job.adam_moments))
+                            adam_bytes_per_param(job.adam_moments, job.optimizer))
     offload, offload_s, offload_serial, optimizer = offload_parts(job, layout, lp, n, optimizer)
     compute_s, memory_s, overhead_s = m * mb_c, m * mb_m + optimizer, m * stage_o
     communication_s = m * mb_comm + dp_exposed

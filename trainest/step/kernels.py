@@ -356,7 +356,8 @@ def micro_batch_host_s(job: Job) -> Num:
 
 def host_pass_s(job: Job, layout: Layout) -> tuple[Num, Num]:
     """Host time of one layer's forward and of its backward (with what it recomputes), one
-    micro-batch, each with its tensor-parallel collectives and expert-parallel all-to-alls [s]."""
+    micro-batch, each with its tensor-parallel collectives and expert-parallel all-to-alls, as the job's
+    CUDA graphs leave them to launch (`graph_pass_launches`) [s]."""
     forward, backward, recompute = pass_kernels(job, layout)
     tp = xp.mask(layout.tp > 1)
     ep = moe_layer_share(job) * xp.mask(layout.ep > 1)
@@ -364,8 +365,57 @@ def host_pass_s(job: Job, layout: Layout) -> tuple[Num, Num]:
     tp_fwd, tp_bwd = (2.0 * tp, (2.0 + 2.0 * layout.full + layout.op) * tp) if job.model.hybrid is None \
         else hybrid_tp_collectives(job, layout)
     a2a = ALL_TO_ALLS_PER_MOE_LAYER / 2.0      # dispatch and combine, each pass (and again where re-run)
-    return ((forward + tp_fwd + a2a * ep) * tau,
-            (backward + recompute + tp_bwd + a2a * (1.0 + job.moe_rerun(layout)) * ep) * tau)
+    fwd = forward + tp_fwd + a2a * ep
+    bwd = backward + recompute + tp_bwd + a2a * (1.0 + job.moe_rerun(layout)) * ep
+    if job.cuda_graphs == "none":
+        return fwd * tau, bwd * tau
+    graph_fwd, graph_bwd = graph_pass_launches(job, layout, fwd, recompute)
+    return graph_fwd * tau, graph_bwd * tau
+
+
+# CUDA graphs (docs/model.md §2.10). A captured sequence of kernels (with its NCCL collectives) is
+# replayed by one graph launch from the host (cudaGraphLaunch; PyTorch torch.cuda.CUDAGraph, Transformer
+# Engine make_graphed_callables, Megatron-Core CudaGraphManager), at about one kernel launch's host cost.
+GRAPH_LAUNCHES_PER_PASS = 1.0      # full: one graph per layer and pass (forward; backward with its recompute)
+# partial (Megatron-Core cuda_graph_impl transformer_engine, cuda_graph_scope attn, moe_router,
+# moe_preprocess; mamba): the parts of a layer whose shapes are static are captured, each scope one graph
+# per pass; a MoE layer's routed experts, their permutation and dispatch have data-dependent shapes and
+# stay launched kernel by kernel (as do its shared experts and post-attention norm, outside those scopes)
+MOE_PARTIAL_GRAPHS = 3.0           # attn, moe_router, moe_preprocess: graph launches per MoE layer and pass
+MOE_ROUTER_KERNELS = 2.0           # of MOE_ROUTING_KERNELS, captured with the router: score activation, top-k
+
+
+def moe_ungraphed_kernels(job: Job, layout: Layout) -> tuple[Num, Num]:
+    """(forward, backward) launches one MoE layer keeps outside partial CUDA graphs per micro-batch: its
+    grouped and shared expert GEMMs (not the router), the routing kernels after the top-k, its MLP-side
+    element-wise kernels, its shared experts' TP collectives, its dispatch and combine, plus the
+    MOE_PARTIAL_GRAPHS graph launches; backward twice the kernels (data and weight gradients, element-wise
+    backward)."""
+    m = job.model
+    gemms = block_gemm_kernels(job, "E") - 1.0
+    elementwise = MOE_ROUTING_KERNELS - MOE_ROUTER_KERNELS + block_elementwise_kernels(job, "E")
+    shared_tp = (1.0 if m.moe is not None and m.moe.shared_experts else 0.0) * xp.mask(layout.tp > 1)
+    a2a = ALL_TO_ALLS_PER_MOE_LAYER / 2.0 * xp.mask(layout.ep > 1)
+    forward = gemms + elementwise + shared_tp + a2a + MOE_PARTIAL_GRAPHS
+    backward = GEMM_BACKWARD_KERNELS * gemms + ELEMENTWISE_BACKWARD_RATIO * elementwise + shared_tp + a2a \
+        + MOE_PARTIAL_GRAPHS
+    return forward, backward
+
+
+def graph_pass_launches(job: Job, layout: Layout, forward: Num, recompute: Num) -> tuple[Num, Num]:
+    """(forward, backward with its recompute) host launches of the mean layer per micro-batch under the
+    job's CUDA graphs, given the ungraphed forward launches `forward` (kernels and collectives) and the
+    `recompute` kernels. full: GRAPH_LAUNCHES_PER_PASS each. partial: a layer without routed experts the
+    same (its shapes are static); a MoE layer `moe_ungraphed_kernels`; what is recomputed, in the
+    forward's ungraphed share."""
+    if job.cuda_graphs == "full":
+        return GRAPH_LAUNCHES_PER_PASS, GRAPH_LAUNCHES_PER_PASS
+    share = moe_layer_share(job)
+    moe_fwd, moe_bwd = moe_ungraphed_kernels(job, layout)
+    ungraphed_fwd = share * moe_fwd
+    rerun = recompute * xp.minimum(ungraphed_fwd / xp.maximum(forward, 1.0), 1.0)
+    graphs = (1.0 - share) * GRAPH_LAUNCHES_PER_PASS
+    return graphs + ungraphed_fwd, graphs + share * moe_bwd + rerun
 
 
 # The host launches kernels ahead of the device, which runs them in order: where a pass's host time h

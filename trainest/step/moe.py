@@ -300,6 +300,8 @@ def expert_host_pass_s(job: Job, layout: Layout) -> tuple[Num, Num]:
     passes (§2.9, §15.2)."""
     if job.model.moe is None:
         return 0.0, 0.0
+    if job.cuda_graphs == "full":        # captured with the layer (static expert shapes), §2.10
+        return 0.0, 0.0
     forward, backward = expert_pass_launches(job, layout)
     scale = job.model.moe_layers / job.model.layers * host_per_kernel_s(job)
     return forward * scale, backward * scale

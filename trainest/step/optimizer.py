@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from trainest import xp
 from trainest.layout import Layout, Num
-from trainest.precision import MOMENT_BYTES
+from trainest.precision import MOMENT_BYTES, optimizer_state_bytes
 
 OPTIMIZER_BYTES_PER_PARAM = 34.0   # Adam: r/w FP32 master, m, v (24) + read grad (4) + norm (4) + write weights (2)
 # apex/DeepSpeed multi_tensor_apply (csrc/multi_tensor_apply.cuh): a launch covers at most 320 blocks of one
@@ -24,10 +24,12 @@ def optimizer_kernels(opt_params: Num) -> Num:
     return OPTIMIZER_PASSES * xp.maximum(xp.ceil(opt_params / (MULTI_TENSOR_CHUNK * MULTI_TENSOR_MAX_BLOCKS)), 1.0)
 
 
-def adam_bytes_per_param(moments: str = "fp32") -> float:
-    """Bytes Adam moves per parameter: OPTIMIZER_BYTES_PER_PARAM with FP32 moments, 8 fewer with BF16
-    ones (each of m and v read and written at 2 B instead of 4) [B]."""
-    return OPTIMIZER_BYTES_PER_PARAM - 2.0 * 2.0 * (MOMENT_BYTES["fp32"] - MOMENT_BYTES[moments])
+def adam_bytes_per_param(moments: str = "fp32", optimizer: str = "adamw") -> float:
+    """Bytes the optimizer step moves per parameter: OPTIMIZER_BYTES_PER_PARAM for AdamW with FP32 moments,
+    less what its state saves, read and written once each: 2·(8 − `optimizer_state_bytes`) [B]. BF16 moments
+    26, 8-bit AdamW 22, Adafactor 18, SGD with momentum 26."""
+    fp32_moments = 2.0 * MOMENT_BYTES["fp32"]
+    return OPTIMIZER_BYTES_PER_PARAM - 2.0 * (fp32_moments - optimizer_state_bytes(optimizer, moments))
 
 
 def optimizer_s(layout: Layout, params_local: Num, memory_bytes_per_s: Num, kernel_floor_s: Num = 0.0,
