@@ -167,3 +167,52 @@ def test_one_source_left_out_coverage_is_reported_per_group(shipped):
     assert o["all"]["runs"] >= 500
     for key in fit_bands.GROUPINGS:
         assert sum(v["runs"] for v in o[key].values()) == o["all"]["runs"]
+
+
+def test_the_fallback_band_widens_for_an_architecture_no_validated_run_has_and_says_so():
+    groups = {"prior": B.build_groups(_residuals(25, "a", 1.0))}
+    plain = B.lookup(groups, hardware="x", family="", scale="node", arch="moe", calibrated=False)
+    wide = B.lookup(groups, hardware="x", family="", scale="node", arch="moe", calibrated=False, arch_factor=3.0)
+    assert wide.low_ratio < plain.low_ratio and wide.high_ratio > plain.high_ratio
+    assert "likely too narrow" in plain.note and "widened ×3" in wide.note and "likely too narrow" not in wide.note
+    assert math.isclose(math.log(wide.high_ratio / wide.low_ratio), 3.0 * math.log(plain.high_ratio / plain.low_ratio),
+                        rel_tol=1e-3)
+
+
+def _record(i: int, arch: str, source: str, ratio: float) -> dict:
+    return {"id": f"{arch}-{i}", "hardware": "h", "family": "f", "scale": "node", "arch": arch, "framework": "fw",
+            "measured_step_s": ratio, "left_out_step_s": 1.0, "source": source}
+
+
+def test_an_architecture_is_judged_with_a_widening_its_own_runs_did_not_size():
+    """architecture_widening: each new architecture's factor is sized on the others' runs only (nested)."""
+    prior = [B.Residual(f"d{i}", "h", "f", "node", "dense", 1.0 + 0.01 * (i % 10 - 5)) for i in range(40)]
+    source_of = {r.run_id: "dense-source" for r in prior}
+
+    def factors(moe_spread: float) -> dict:
+        records = ([_record(i, "moe", "s", 1.0 + moe_spread * (i % 10 - 5)) for i in range(30)]
+                   + [_record(i, "hybrid", "s", 1.0 + 0.08 * (i % 10 - 5)) for i in range(30)])
+        return fit_bands.architecture_widening(records, prior, source_of)
+
+    narrow, wide = factors(0.02), factors(0.09)
+    assert narrow["moe"] == wide["moe"]               # MoE's own runs do not size MoE's factor
+    assert wide["hybrid"][0] > narrow["hybrid"][0]    # they size hybrid's
+    assert wide["*"][0] >= narrow["*"][0]
+    assert narrow["hybrid"][1] >= B.COVERAGE            # MoE's narrow runs are covered at the factor found
+
+
+def test_the_band_holds_on_sources_left_out(shipped):
+    """Issue 31's gate: each source judged by the bands the others give: 78 % of all runs and of the runs whose
+    architecture another source has."""
+    o = shipped["checks"]["one_source_left_out"]
+    assert o["all"]["coverage"] >= 0.78, o["all"]
+    assert o["architecture_seen"]["coverage"] >= 0.78, o["architecture_seen"]
+
+
+@pytest.mark.xfail(reason="issue 31: hybrid (53 runs, 68 %), h200-sxm (20, 60 %) and megatron-lm-readme (11, 64 %) "
+                          "are below 70 % one source left out", strict=True)
+def test_the_band_holds_on_sources_left_out_in_every_group_of_ten_runs(shipped):
+    o = shipped["checks"]["one_source_left_out"]
+    low = {(k, g): v["coverage"] for k in fit_bands.GROUPINGS for g, v in o[k].items()
+           if v["runs"] >= 10 and v["coverage"] < 0.70}
+    assert not low, low

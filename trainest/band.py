@@ -159,12 +159,14 @@ def _group_words(level: str, hardware: str, family: str, scale: str, arch: str) 
 
 def lookup(groups: dict[str, dict[str, list[float]]], *, hardware: str, family: str, scale: str, arch: str,
            calibrated: bool, framework_factor: float | None = None, framework: str = "",
-           source_factor: float = 1.0) -> Band:
+           source_factor: float = 1.0, arch_factor: float = 1.0) -> Band:
     """The band of the most specific group with enough runs (LEVELS), from the pool the hardware's
     calibration selects; without any, the broadest prior band of any architecture. `source_factor`: every
     estimate is for a source (cluster, recipe) no validated run came from, and the runs of one source
     share their error, so the band widens by this factor (measured leave-one-source-out). `framework_factor`:
-    the scenario's framework has no validated run, so the band widens by this factor too (`widened`)."""
+    the scenario's framework has no validated run, so the band widens by this factor too (`widened`).
+    `arch_factor`: no validated run has the scenario's architecture, so the fallback band widens by this
+    factor (measured with each architecture left out: tools/fit_bands.py, `architecture_widening`)."""
     pool = CALIBRATED if calibrated else "prior"
     for i, (level, keep) in enumerate(LEVELS):
         if keep[1] and not family:
@@ -193,20 +195,29 @@ def lookup(groups: dict[str, dict[str, list[float]]], *, hardware: str, family: 
             unknowns.append(f"no validated run of the framework {framework or '?'}")
         return Band(low, high, cov, int(runs), level, words, pool, calibrated,
                     "; ".join([f"{int(runs)} {POOLS[pool]} ({words})", *why]), tuple(unknowns))
-    return _fallback(groups, hardware, arch, calibrated)
+    return _fallback(groups, hardware, arch, calibrated, arch_factor)
 
 
-def _fallback(groups: dict[str, dict[str, list[float]]], hardware: str, arch: str, calibrated: bool) -> Band:
-    """No measured run of this architecture: the broadest prior band of any (a lower bound on the error)."""
+def _fallback(groups: dict[str, dict[str, list[float]]], hardware: str, arch: str, calibrated: bool,
+              factor: float = 1.0) -> Band:
+    """No measured run of this architecture: the broadest prior band of any, widened by `factor` (what a
+    left-out architecture's runs need; 1: not measured, and the band is then a lower bound on the error)."""
     candidates = [(k, v) for k, v in groups.get("prior", {}).items() if k.startswith(f"{ANY}|{ANY}|{ANY}|")]
     if not candidates:
         return Band(math.nan, math.nan, 0.0, 0, "none", "no runs", "prior", calibrated,
                     "no error band: specs/bands.json holds no runs (run python tools/fit_bands.py)")
     key, (low, high, cov, runs) = max(candidates, key=lambda kv: kv[1][1] - kv[1][0])
     other = key.rsplit("|", 1)[1]
-    return Band(low, high, cov, int(runs), "none", f"all hardware, {other}", "prior", calibrated,
-                f"no measured {arch} run validates this estimate: the band of uncalibrated {other} estimates "
-                f"({int(runs)} runs), likely too narrow", (f"no measured {arch} run",))
+    words = (f"no measured {arch} run validates this estimate: the band of uncalibrated {other} estimates "
+             f"({int(runs)} runs)")
+    if factor > 1.0:
+        low, high = widened([low, high, cov, runs], factor)[:2]
+        words += (f", widened ×{factor:g} to cover {COVERAGE:.0%} of the runs of an architecture no validated run "
+                  "had (each architecture left out in turn)")
+    else:
+        words += ", likely too narrow"
+    return Band(low, high, cov, int(runs), "none", f"all hardware, {other}", "prior", calibrated, words,
+                (f"no measured {arch} run",))
 
 
 @functools.cache
@@ -235,7 +246,8 @@ def band_for(hardware: Any, devices: int, devices_per_node: int, arch: str, fram
                   scale=scale_bucket(devices, devices_per_node), arch=arch,
                   calibrated=bool(hardware.efficiency.fitted), framework_factor=factor, framework=framework,
                   source_factor=float(doc.get("unseen_source_widening", {}).get(
-                      CALIBRATED if hardware.efficiency.fitted else "prior", 1.0)))
+                      CALIBRATED if hardware.efficiency.fitted else "prior", 1.0)),
+                  arch_factor=float(doc.get("unseen_architecture_widening", 1.0)))
 
 
 def plain_words(band: Band) -> str:
