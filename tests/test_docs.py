@@ -100,6 +100,9 @@ def test_inputs_reference_is_generated_from_the_knob_table():
     spec.loader.exec_module(module)
     assert (ROOT / "docs" / "inputs.md").read_text(encoding="utf-8") == module.document(), \
         "docs/inputs.md is stale: run python tools/knobs_doc.py"
+    for file, text in module.schema_texts().items():
+        assert file.read_text(encoding="utf-8") == text, f"{file.name}'s knob properties are stale: run " \
+                                                         f"python tools/knobs_doc.py"
 
 
 def test_the_inputs_echo_has_a_knob_for_every_key():
@@ -325,6 +328,9 @@ def test_cli_reference_is_current():
 
 def test_every_knob_is_in_a_help_panel():
     from trainest.knobs import COMPARE_OPTIONS, ESTIMATE_OPTIONS, PANEL_OF, PANELS, PLAN_OPTIONS, SWEEP_OPTIONS
-    names = {k.name for table in (ESTIMATE_OPTIONS, PLAN_OPTIONS, COMPARE_OPTIONS, SWEEP_OPTIONS) for k in table}
+    knobs = [k for table in (ESTIMATE_OPTIONS, PLAN_OPTIONS, COMPARE_OPTIONS, SWEEP_OPTIONS) for k in table]
+    names = {k.name for k in knobs if not k.help_panel}      # a knob's own help_panel is its panel
     assert not names - set(PANEL_OF), f"knobs in no panel: {sorted(names - set(PANEL_OF))}"
     assert len(PANEL_OF) == sum(len(v) for v in PANELS.values()), "a knob in two panels"
+    assert not {k.name for k in knobs if k.help_panel} & set(PANEL_OF), "a knob in two panels"
+    assert {k.help_panel for k in knobs if k.help_panel} <= set(PANELS)

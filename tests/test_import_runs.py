@@ -30,16 +30,18 @@ MEGATRON_REF = REFERENCE / "runs-megatron-public.yaml"
 VENDORS_REF = REFERENCE / "runs-vendors-public.yaml"
 VTRAIN_REF = REFERENCE / "runs-vtrain-single-fit.yaml"
 HUNT_REF = REFERENCE / "runs-hunt-2026-12-given.yaml"
-needs_reference = pytest.mark.skipif(not (MEGATRON_REF.exists() and VENDORS_REF.exists() and VTRAIN_REF.exists()
-                                          and HUNT_REF.exists()),
-                                     reason="shared reference runs not present")
+MEMORY_REF = REFERENCE / "memory-given.yaml"
+MEMORY_FILE = "memory-given.yaml"
+MEMORY_SET = "memory"
 
 # --- schema: specs/README.md, runs/SOURCE.yaml ------------------------------------------------------
 FILE_KEYS = {"source", "runs"}
 FILE_OPTIONAL_KEYS = {"set"}                  # absent: the public runs
 VTRAIN_SET = "vtrain-single-node"
 RUN_KEYS = {"id", "set", "finetune", "packed_length", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
-            "parallel", "micro_batch", "global_batch", "recompute", "attention", "framework", "kernels", "measured",
+            "master_weights", "grad_dtype", "loss", "optimizer", "optimizer_in_backward", "offload",
+            "parallel", "micro_batch", "global_batch", "recompute", "recompute_modules", "attention", "framework", "kernels",
+            "cuda_graphs", "moe_dispatcher", "adam_moments", "measured",
             "expressible", "reason",
             "confidence",
             "notes",
@@ -52,9 +54,9 @@ MODEL_KEYS = {"name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vo
               "dropout", "positional"}
 MODEL_EXTRA_KEYS = {"head_dim", "moe", "mla", "hybrid", "mtp", "attention_window"}   # MoE, MLA, hybrid, MTP, local attention
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard", "dp_overlap",
-                 "pipeline_split", "dp_collectives", "ep", "etp"}
+                 "pipeline_split", "dp_collectives", "ep", "etp", "moe_overlap"}
 MEASURED_KEYS = {"step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens",
-                 "peak_memory_gib"}
+                 "peak_memory_gib", "peak_memory_kind"}
 PRECISIONS = {"bf16", "fp16", "fp8", "fp4", "fp32", "tf32"}
 RECOMPUTE = {"none", "selective", "full", "op"}
 CONFIDENCE = {"high", "medium", "low"}
@@ -73,7 +75,8 @@ BY_ID = {run["id"]: run for _, run in RUNS}
 
 
 def _reference_records() -> list[dict]:
-    return list(_load(MEGATRON_REF)) + list(_load(VENDORS_REF)) + list(_load(VTRAIN_REF)) + list(_load(HUNT_REF))
+    return (list(_load(MEGATRON_REF)) + list(_load(VENDORS_REF)) + list(_load(VTRAIN_REF)) + list(_load(HUNT_REF))
+            + list(_load(MEMORY_REF)))
 
 
 def _shape(run: dict) -> dict:
@@ -89,7 +92,7 @@ def test_run_files_exist():
 
 def test_every_reference_record_appears_exactly_once():
     ref_ids = [r["id"] for r in _reference_records()]
-    assert len(ref_ids) == len(set(ref_ids)) == 734 + 720 + 136
+    assert len(ref_ids) == len(set(ref_ids)) == 734 + 720 + 136 + 35
     counts = Counter(run["id"] for _, run in RUNS)
     duplicated = sorted(i for i, n in counts.items() if n > 1)
     assert not duplicated, f"ids written more than once: {duplicated[:10]}"
@@ -116,7 +119,8 @@ def test_run_file_keys(path: Path):
         # a MoE model with no dense layer has no dense MLP width (ffn_hidden)
         required = MODEL_KEYS - ({"ffn_hidden"} if "moe" in model and not model["moe"].get("dense_layers") else set())
         assert required <= set(model), f"{w}: model lacks {sorted(required - set(model))}"
-        optional = {"tp_overlap", "dp_shard", "pipeline_split", "dp_collectives", "dp_overlap", "ep", "etp"}
+        optional = {"tp_overlap", "dp_shard", "pipeline_split", "dp_collectives", "dp_overlap", "ep", "etp",
+                    "moe_overlap"}
         assert PARALLEL_KEYS - optional <= set(run["parallel"]) <= PARALLEL_KEYS, \
             f"{w}: parallel keys {sorted(run['parallel'])}"
         assert set(run["measured"]) <= MEASURED_KEYS, f"{w}: measured keys {sorted(run['measured'])}"
@@ -159,7 +163,8 @@ def _check_expressible(run: dict, w: str) -> None:
         assert par["pipeline_split"] == "balanced" and m["layers"] + 2 >= par["pp"] * par["vpp"], w
     assert run["global_batch"] % (par["dp"] * run["micro_batch"]) == 0, f"{w}: global batch"
     primary = {"step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "device_hours"} & set(run["measured"])
-    assert len(primary) == 1, f"{w}: exactly one measured metric expected, got {sorted(primary)}"
+    memory_only = not primary and "peak_memory_gib" in run["measured"]     # a memory-only run (memory-given.yaml)
+    assert len(primary) == 1 or memory_only, f"{w}: exactly one measured metric expected, got {sorted(primary)}"
     for v in run["measured"].values():
         assert isinstance(v, str) or v > 0, f"{w}: measured value {v!r}"
 
@@ -181,6 +186,7 @@ def test_expressible_runs_load_as_scenarios():
 def test_only_the_vtrain_file_leaves_the_public_set():
     sets = {p.name: _load(p).get("set", "public") for p in RUN_FILES}
     assert sets.pop("vtrain-single.yaml") == VTRAIN_SET
+    assert sets.pop(MEMORY_FILE) == MEMORY_SET
     assert set(sets.values()) == {"public"}, sets
 
 
@@ -314,11 +320,11 @@ def test_lora_rows_carry_their_method_and_their_own_set():
     """Issue 14: every LoRA/QLoRA record has `finetune:` and `set: finetune` (kept out of the public gates
     and the fit); those with their facts known are expressible, the rest say why not."""
     from trainest.validate import load_runs
-    rows = [run for path in RUN_FILES for run in _load(path)["runs"] if "lora" in run["id"].lower()
+    rows = [run for path in RUN_FILES if path.name != MEMORY_FILE for run in _load(path)["runs"]
+            if "lora" in run["id"].lower()     # (memory-given.yaml: memory-only runs of their own set)
             and not run["id"].startswith("mlperf-")]
     assert len(rows) == 12 and all(r["set"] == "finetune" and r["finetune"]["method"] in ("lora", "qlora")
                                    for r in rows)
-    loaded = load_runs(run_set="finetune", source="nemo")
     loaded = load_runs(run_set="finetune")
     loaded = type(loaded)(tuple(c for c in loaded.cases if c.source != "mlperf-training"),
                           tuple(n for n in loaded.not_expressible if n.source != "mlperf-training"))
@@ -350,3 +356,77 @@ def test_hunt_records_keep_their_stack_network_and_adapters():
     assert by_hw["mi300x"] == {"megatron-core"} and by_hw["gaudi2"] == {"deepspeed"} and by_hw["b200"] == {"nemo"}
     nvl = [r for r in lora if r["hardware"] is None]
     assert nvl and all("unknown hardware" in r["reason"] for r in nvl)
+
+
+# --- the Megatron-Bridge recipes' settings (tools/recipe_settings.py, issue 33) ----------------------
+def _recipe(**sections):
+    return {"settings": {sec: {k: {"value": v} for k, v in kv.items()} for sec, kv in sections.items()}}
+
+
+def test_recipe_settings_map_to_inputs_the_same_way_for_every_record():
+    sys.path.insert(0, str(REPO / "tools"))
+    from recipe_settings import cuda_graphs_of, dispatcher_of, recompute_of
+    assert cuda_graphs_of(_recipe(cuda_graph={"cuda_graph_impl": "full_iteration", "cuda_graph_scope": []}))[0] == "full"
+    assert cuda_graphs_of(_recipe(cuda_graph={"cuda_graph_impl": "transformer_engine",
+                                              "cuda_graph_scope": ["attn", "moe_router", "moe_preprocess"]}))[0] \
+        == "partial"
+    assert cuda_graphs_of(_recipe(cuda_graph={"cuda_graph_impl": "transformer_engine",
+                                              "cuda_graph_scope": ["attn", "moe"]}))[0] == "full"
+    # a scope without an implementation is not active
+    assert cuda_graphs_of(_recipe(cuda_graph={"cuda_graph_impl": "none", "cuda_graph_scope": "full"}))[0] == "none"
+    assert dispatcher_of(_recipe(moe={"moe_token_dispatcher_type": "flex",
+                                      "moe_flex_dispatcher_backend": "hybridep"}))[0] == "hybridep"
+    # a flex backend named while the dispatcher is alltoall is not used
+    assert dispatcher_of(_recipe(moe={"moe_token_dispatcher_type": "alltoall",
+                                      "moe_flex_dispatcher_backend": "deepep"}))[0] == "alltoall"
+    assert dispatcher_of(_recipe(moe={"moe_token_dispatcher_type": "alltoall", "moe_enable_deepep": True}))[0] \
+        == "deepep"
+    assert recompute_of(_recipe(recompute={"recompute_granularity": None,
+                                           "recompute_modules": ["core_attn"]})) == ("none", [], [])
+    assert recompute_of(_recipe(recompute={"recompute_granularity": "selective",
+                                           "recompute_modules": ["mla_up_proj", "mlp"]}))[:2] \
+        == ("selective", ["mla_up_proj", "mlp"])
+    assert recompute_of(_recipe(recompute={"recompute_granularity": "selective", "recompute_modules": []}))[0] == "none"
+
+
+def test_megatron_bridge_runs_carry_their_recipes_settings():
+    runs = _load(RUNS_DIR / "megatron-bridge.yaml")["runs"]
+    expressible = [r for r in runs if r["expressible"]]
+    with_recipe = [r for r in expressible if "recipe settings (" in r["notes"]]
+    assert len(with_recipe) >= 0.9 * len(expressible)
+    for r in with_recipe:
+        assert r["cuda_graphs"] in ("none", "partial", "full")
+        if "moe" in r["model"]:
+            assert r["moe_dispatcher"] in ("alltoall", "deepep", "hybridep")
+            assert r["parallel"]["moe_overlap"] in ("none", "deepep")
+    others = [r for r in expressible if r not in with_recipe]
+    assert all("no recipe record matched" in r["notes"] for r in others)
+
+
+# --- the memory-given rows: memory-only runs of their own set, what each measured kept --------------------------
+def test_memory_records_keep_the_measured_peak_and_its_kind():
+    """Issue 34: every memory-given.yaml record is a run of `set: memory` whose measured peak (GiB) and memory kind
+    are the reference's; a record that ran gives its peak and no step metric, an OOM row is kept not expressible."""
+    refs = {r["id"]: r for r in _load(MEMORY_REF)}
+    doc = _load(RUNS_DIR / MEMORY_FILE)
+    assert doc["set"] == MEMORY_SET and len(doc["runs"]) == len(refs) == 35
+    kinds = {"allocated": "allocated", "active": "active", "device used": "device", "unspecified": "unspecified"}
+    for run in doc["runs"]:
+        ref = refs[run["id"]]
+        if ref["measured_peak_memory_gib"] is None:
+            assert not run["expressible"] and "OOM" in run["reason"], run["id"]
+            continue
+        assert run["measured"]["peak_memory_gib"] == pytest.approx(ref["measured_peak_memory_gib"]), run["id"]
+        want = next(v for k, v in kinds.items() if ref["memory_kind"].startswith(k))
+        assert run["measured"]["peak_memory_kind"] == want, run["id"]
+        assert (run["seq_len"], run["micro_batch"], run["devices"]) == \
+            (ref["seq_len"], ref["micro_batch"], ref["devices"]), run["id"]
+    assert sum(r["expressible"] for r in doc["runs"]) == 29       # the BERT encoders and the two OOM rows are not
+
+
+def test_memory_runs_are_compared_per_kind_and_not_as_step_times():
+    from trainest.validate import validate_runs
+    report = validate_runs(run_set=MEMORY_SET)
+    assert not report.runs and len(report.memory_runs) == 29
+    assert {m.kind for m in report.memory_runs} == {"allocated", "active", "unspecified"}
+    assert all(m.measured_bytes > 0 and m.predicted_bytes > 0 for m in report.memory_runs)

@@ -409,9 +409,6 @@ def test_the_config_of_an_estimates_inputs_reproduces_it(args, tmp_path_factory)
     assert without_derived(again) == without_derived(doc)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 32 items 2-3 (helper house): a reloaded inputs echo loses which "
-                                       "values were derived (finetune.rank, targets, alpha, base_bits: given after "
-                                       "the reload)")
 @settings(max_examples=1, deadline=None, database=None, phases=[Phase.explicit],
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @example(args=["--model", "qwen3-4b", "--hardware", "dgx-spark", "--finetune", "lora", "--devices", "8"])
@@ -419,6 +416,22 @@ def test_the_config_of_an_estimates_inputs_reproduces_it(args, tmp_path_factory)
 def test_a_reloaded_inputs_echo_keeps_what_was_derived(args, tmp_path_factory):
     doc, again = _reloaded(args, tmp_path_factory.mktemp("inputs"))
     assert again["inputs"]["derived"] == doc["inputs"]["derived"]
+
+
+def test_an_edited_fine_tuning_value_of_an_echo_is_taken_and_no_longer_derived(tmp_path):
+    """A derived fine-tuning value (finetune.rank) edited in a reloaded `inputs` echo is the user's: taken,
+    and no longer listed as derived; the others stay derived (issue 32 items 2-3)."""
+    doc = _json(["estimate", "--model", "qwen3-4b", "--hardware", "dgx-spark", "--finetune", "lora", "--devices", "8"])
+    assert doc is not None and "finetune.rank" in doc["inputs"]["derived"]
+    inputs = dict(doc["inputs"], finetune=dict(doc["inputs"]["finetune"], rank=2 * doc["inputs"]["finetune"]["rank"]))
+    path = tmp_path / "inputs.yaml"
+    path.write_text(json.dumps(inputs))
+    again = _json(["estimate", "--config", str(path)])
+    assert again is not None
+    assert again["inputs"]["finetune"]["rank"] == inputs["finetune"]["rank"]
+    assert "finetune.rank" not in again["inputs"]["derived"]
+    assert "finetune.alpha" in again["inputs"]["derived"]
+    assert again["memory"]["per_device_bytes"] > doc["memory"]["per_device_bytes"]    # a larger adapter
 
 
 def _table_number(pattern: str, text: str) -> tuple[float, float, str]:

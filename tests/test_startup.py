@@ -272,3 +272,65 @@ def test_new_bundled_file_is_found_without_a_cache_entry(specs_copy):
     (specs_copy / "hardware" / "h100-test.yaml").write_text(text.replace("name: h100-sxm", "name: h100-test"),
                                                            encoding="utf-8")
     assert catalog.load_hardware("h100-test").name == "h100-test"
+
+
+# ------------------------------------------------------------------------------------------ the exit
+
+def _console(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != entry.NO_FAST_PATH_ENV}
+    return subprocess.run([sys.executable, "-m", "trainest", *args], capture_output=True, text=True, timeout=120,
+                          env=env, cwd=REPO)
+
+
+def test_a_fast_path_estimate_that_skips_the_teardown_still_writes_everything():
+    """The console script's fast-path estimate ends with os._exit (no interpreter teardown, issue 36): its whole
+    stdout, its warnings on stderr and its exit code still arrive, for a result, the tables and a refusal."""
+    args = ["estimate", "--model", "qwen3-4b", "--hardware", "dgx-spark", "--finetune", "lora"]
+    proc = _console(*args, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["step"]["time_s"] > 0          # the whole document (it ends the stream)
+    assert "Warning:" in proc.stderr and "--tokens" in proc.stderr
+    tables = _console(*args)
+    assert tables.returncode == 0 and "Error band" in tables.stdout and "Warning:" in tables.stderr
+    refused = _console("estimate", "--devices", "3", "--tp", "2")
+    assert refused.returncode != 0 and refused.stdout == "" and refused.stderr.startswith("Error:")
+    gate = _console("estimate", "--max-days", "0.001", "--json")
+    assert gate.returncode != 0 and json.loads(gate.stdout)["gates"]
+
+
+def test_records_keep_typing_namedtuple_behaviour():
+    """trainest.record.NamedTuple (typing.NamedTuple without its per-field checks, for start-up time) makes the
+    same record: fields in order, defaults, _replace, _asdict, methods and properties, pickling, and typing's
+    refusals."""
+    import pickle
+    from trainest.hardware import Host, IntraNodeLink
+    from trainest.record import NamedTuple
+
+    class Pair(NamedTuple):
+        """Two numbers."""
+        low: float
+        high: float = 2.0
+
+        @property
+        def width(self) -> float:
+            return self.high - self.low
+
+    p = Pair(1.0)
+    assert p == (1.0, 2.0) and p._fields == ("low", "high") and p._field_defaults == {"high": 2.0}
+    assert p.width == 1.0 and p._replace(high=5.0).width == 4.0 and p._asdict() == {"low": 1.0, "high": 2.0}
+    assert Pair.__doc__ == "Two numbers." and Pair.__annotations__ == {"low": "float", "high": "float"}
+    assert repr(p) == "Pair(low=1.0, high=2.0)"
+    with pytest.raises(AttributeError):
+        p.low = 3.0                                              # type: ignore[misc]
+    with pytest.raises(TypeError):
+        class Bad(NamedTuple):                                   # a field without a default after one with
+            a: int = 1
+            b: int
+    with pytest.raises(AttributeError):
+        class Clash(NamedTuple):
+            a: int
+
+            def _asdict(self):                                   # noqa: PLW3201
+                return {}
+    host = Host()
+    assert pickle.loads(pickle.dumps(host)) == host and type(IntraNodeLink()).__module__ == "trainest.hardware"

@@ -430,6 +430,45 @@ def test_a_measured_peak_is_compared_with_the_predicted_total_of_its_memory_kind
     assert "allocated, active, reserved, device, unspecified" in err_text(res)
 
 
+def test_a_memory_only_run_is_compared_per_kind_and_not_as_a_step_time(tmp_path):
+    """Issue 34: a run that gives only its peak memory (no step metric) is compared like with like and summarized
+    per memory kind (JSON memory, memory_by_kind); it enters no step-time summary."""
+    runs = [run("alloc", {"peak_memory_gib": 20.0, "peak_memory_kind": "allocated"}),
+            run("dev", {"peak_memory_gib": 30.0, "peak_memory_kind": "device"}),
+            run("step", {"step_time_s": 0.5, "peak_memory_gib": 25.0, "peak_memory_kind": "allocated"})]
+    res = runner.invoke(app, ["validate", "--runs", write_runs(tmp_path, runs), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert [r["id"] for r in doc["runs"]] == ["step"] and doc["summary"]["runs"] == 1
+    memory = {m["id"]: m for m in doc["memory"]}
+    e = estimate(scenario_of(runs[0]))
+    assert memory["alloc"]["predicted_bytes"] == pytest.approx(e.memory.allocated_bytes)
+    assert memory["dev"]["predicted_bytes"] == pytest.approx(e.memory.per_device_bytes)
+    assert memory["alloc"]["error_pct"] == pytest.approx((e.memory.allocated_bytes / (20 * 2**30) - 1) * 100)
+    by_kind = doc["memory_by_kind"]
+    assert set(by_kind) == {"allocated", "device"} and by_kind["allocated"]["runs"] == 2
+    errors = [memory[i]["error_pct"] for i in ("alloc", "step")]
+    assert by_kind["allocated"]["mape_pct"] == pytest.approx(sum(abs(x) for x in errors) / 2)
+    only = write_runs(tmp_path, runs[:1], name="only.yaml")
+    res = runner.invoke(app, ["validate", "--runs", only])
+    assert res.exit_code == 0 and "Peak memory by memory kind" in out_text(res), res.output
+    none = write_runs(tmp_path, [run("x", {"peak_memory_kind": "allocated"})], name="none.yaml")
+    res = runner.invoke(app, ["validate", "--runs", none])
+    assert res.exit_code == 1 and res.stdout == "" and "peak_memory_gib" in err_text(res)
+
+
+def test_a_run_that_ran_and_does_not_fit_names_the_memory_settings_it_left_out(tmp_path):
+    """A measured run trainest calls 'does not fit' names the memory-deciding settings its record did not give."""
+    big = run("big", {"peak_memory_gib": 70.0, "peak_memory_kind": "allocated"}, model="llama3-70b", devices=1,
+              parallel={"tp": 1, "pp": 1, "dp": 1}, global_batch=2)
+    big.pop("recompute", None)
+    res = runner.invoke(app, ["validate", "--runs", write_runs(tmp_path, [big])])
+    assert res.exit_code == 0, res.output
+    out = " ".join(out_text(res).split())
+    assert "big ran with a measured peak of 70 GiB, and trainest says it does not fit" in out
+    assert "recompute" in out.split("does not fit:")[1]
+
+
 def test_cli_measured_peak_memory_above_the_device_is_bad_input(tmp_path):
     path = write_runs(tmp_path, [run("big", {"step_time_s": 1.3, "peak_memory_gib": 200})])
     for cmd in (["validate", "--runs", path, "--json"], ["calibrate", "--runs", path, "-o", str(tmp_path / "p.yaml")]):

@@ -293,7 +293,20 @@ def memory_markdown(results: list[RunResult]) -> str:
     for r, e in zip(rows, errors):
         lines.append(f"| {r.id} | {r.measured_memory_kind or 'unspecified'} | {r.recompute} | {r.zero} | "
                      f"{r.measured_memory_bytes / gib:.1f} | {r.predicted_memory_bytes / gib:.1f} | {e:+.1f} |")
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n\n" + memory_only_markdown()
+
+
+def memory_only_markdown() -> str:
+    """The memory-only runs (specs/runs/memory-given.yaml, set memory: litgpt, torchtune, the Hugging Face guide),
+    per memory kind and one by one (trainest/report/validate.py: memory_kind_markdown), with the public runs' peaks."""
+    from trainest.report.validate import memory_kind_markdown
+    from trainest.validate import validate_runs
+    public = validate_runs(run_set=PUBLIC_SET).memory
+    memory = validate_runs(run_set="memory")
+    return ("Every measured peak memory, per memory kind (the public runs' above and the memory-only runs of "
+            "specs/runs/memory-given.yaml, `set: memory`: measured peaks with their configurations and no step "
+            f"time; {len(memory.not_expressible)} of its records not expressible, `trainest validate --set memory "
+            "--json` lists why):\n\n" + memory_kind_markdown(public + memory.memory))
 
 
 def bands_markdown() -> str:

@@ -9,6 +9,10 @@ Reads  <reference>/runs-megatron-public.yaml   (73 records)
                                                 v3.1-v5.0 Llama 2 70B LoRA of every submitter and Gaudi2 GPT-3 175B)
        <reference>/model-shapes.yaml           (architectures of models the runs only name)
        <reference>/hardware.yaml               (catalog ids, to validate hardware names)
+       <reference>/megatron-bridge-recipes.yaml (the settings each Megatron-Bridge run's recipe resolved to:
+                                                tools/recipe_settings.py)
+       <reference>/memory-given.yaml           (35 records of measured peak memory, no step time: read by
+                                                tools/memory_runs.py into specs/runs/memory-given.yaml, `set: memory`)
 writes specs/runs/<source-slug>.yaml, one file per source, each {source: ..., runs: [...]} (plus
 `set: NAME` for a source that is not one of the public runs; absent = `public`).
 
@@ -31,6 +35,10 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import memory_runs  # noqa: E402
+from recipe_settings import Recipes, settings_of  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_REFERENCE = REPO.parent / "shared" / "reference"
 DEFAULT_OUT = REPO / "specs" / "runs"
@@ -48,8 +56,10 @@ A100_UNSTATED_WHY = ("the entry of every A100 record that does not say 40GB; the
                      "source notes say: docs/validation.md, vTrain section")
 
 RUN_KEYS = ("id", "set", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
-            "parallel", "micro_batch", "global_batch", "recompute", "attention", "packed_length", "framework",
-            "kernels", "finetune", "measured", "expressible", "reason", "confidence", "notes", "duplicate_of")
+            "master_weights", "grad_dtype", "parallel", "micro_batch", "global_batch", "recompute", "recompute_modules",
+            "attention", "packed_length", "framework", "kernels", "cuda_graphs", "moe_dispatcher", "adam_moments", "loss",
+            "optimizer", "optimizer_in_backward", "offload", "finetune", "measured", "expressible", "reason",
+            "confidence", "notes", "duplicate_of")
 
 # LoRA/QLoRA runs: written with the record-level `set: finetune`, so that the public accuracy gates and the
 # fit of the shipped efficiencies leave them out (no efficiency is fitted to a fine-tuning run: they test
@@ -693,6 +703,7 @@ class Importer:
         self.shapes = Shapes(yaml.safe_load((reference / "model-shapes.yaml").read_text()))
         self.catalog = set(yaml.safe_load((reference / "hardware.yaml").read_text()).keys())
         self.catalog |= VARIANT_HARDWARE
+        self.recipes = Recipes(reference / "megatron-bridge-recipes.yaml")
         self.records = self.meg + self.ven + self.vtrain + self.hunt
         for r in self.records:
             r["slug"] = source_slug(r["source"])
@@ -1209,6 +1220,10 @@ class Importer:
                                    f"{hardware} dense {precision} peak {from_peak:g}: the metric does not count "
                                    f"plain training tokens")
 
+        # ---- the recipe's settings (Megatron-Bridge) --------------------------------------------
+        recipe = (self.recipe_settings(r, expressed_moe, tp, notes) if r["slug"] == "megatron-bridge" and not reasons
+                  else None)
+
         # ---- notes ---------------------------------------------------------------------------
         if dup is not None:
             notes.append(f"same measurement as {dup['id']} ({dup['file']}); count it once when aggregating")
@@ -1294,6 +1309,8 @@ class Importer:
         # always explicit: a framework's default kernels (torchtitan: eager) must not stand in for a record
         # that ran fused kernels (compiled, or Megatron/TE)
         run["kernels"] = kernels or "fused"
+        if recipe is not None:
+            apply_recipe(run, *recipe)
         if cfg.get("dp_overlap") is False:
             run["parallel"]["dp_overlap"] = False
         if finetune:
@@ -1307,6 +1324,27 @@ class Importer:
             # the vendors-file transcription repeats a measurement of the Megatron file: aggregate once
             run["duplicate_of"] = dup["id"]
         return run
+
+    def recipe_settings(self, r: dict, moe: bool, tp: int, notes: list) -> tuple[dict, dict] | None:
+        """(top-level, parallel) keys of the settings the run's Megatron-Bridge recipe resolved to
+        (tools/recipe_settings.py), with their notes; None without a recipe record (the importer's assumptions
+        stay, and the notes say so)."""
+        rec = self.recipes.match(r["id"], r["tokens_per_s_per_device"])
+        if rec is None:
+            notes.append("no recipe record matched (megatron-bridge-recipes.yaml): its settings are the importer's "
+                         "assumptions")
+            return None
+        top, par, said = settings_of(rec, moe)
+        if tp == 1:
+            par.pop("tp_overlap", None)          # nothing to overlap (Megatron-Core turns it off at tp 1)
+        stated = (("moe_overlap none assumed",) if moe else ()) + (("recompute ",) + (("tp_overlap ",) if "tp_overlap"
+                                                                                      in par else ()))
+        notes[:] = [n for n in notes if not n.startswith(stated)]
+        if not rec["recipe_selection"].get("layout_matches_summary", True):
+            said.append("the summary row's layout differs from its release's recipe (megatron-bridge-recipes.yaml "
+                        "_meta): these settings may not be what ran")
+        notes.extend(said)
+        return top, par
 
     _hw_cache = None
 
@@ -1323,6 +1361,18 @@ class Importer:
         for r in self.records:
             out[r["slug"]].append(self.convert(r))
         return out
+
+
+def apply_recipe(run: OrderedDict, top: dict, par: dict) -> None:
+    """Write a recipe's settings (Importer.recipe_settings) into a run, its keys in RUN_KEYS order."""
+    for key in ("cuda_graphs", "moe_dispatcher", "adam_moments", "recompute", "recompute_modules"):
+        if key in top:
+            run[key] = top[key]
+    run["parallel"].update(par)
+    if run["parallel"].get("tp_overlap") is False:
+        del run["parallel"]["tp_overlap"]
+    for k in [k for k in RUN_KEYS if k in run]:
+        run.move_to_end(k)
 
 
 def lora_of(r: dict, tt: str, layers: int | None) -> tuple[OrderedDict, list[str], list[str]]:
@@ -1527,9 +1577,23 @@ def main(argv=None):
     for runs in result.values():
         for run in runs:
             assert set(run) <= set(RUN_KEYS), run["id"]
+    memory = memory_runs.convert_all(_read_yaml(args.reference / memory_runs.FILE))
+    for run in memory:
+        assert set(run) <= set(RUN_KEYS), run["id"]
     if not args.check:
         write(args.out, result)
+        write_memory(args.out, memory)
     print(summary(result))
+    print(f"{memory_runs.SLUG:20s} {len(memory):4d} runs, {sum(r['expressible'] for r in memory):4d} expressible, "
+          f"measured: peak_memory_gib (set {memory_runs.RUN_SET})")
+
+
+def write_memory(out_dir: Path, runs: list) -> None:
+    """specs/runs/memory-given.yaml: the memory-only runs (tools/memory_runs.py), `set: memory`."""
+    doc = OrderedDict(source=memory_runs.TITLE, set=memory_runs.RUN_SET, runs=runs)
+    text = HEADER + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=110, allow_unicode=True,
+                              default_flow_style=False)
+    (out_dir / f"{memory_runs.SLUG}.yaml").write_text(text)
 
 
 if __name__ == "__main__":

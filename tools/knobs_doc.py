@@ -1,13 +1,16 @@
-"""Write docs/inputs.md, the reference of every input, from the knob table (trainest/knobs.py).
+"""Write docs/inputs.md, the reference of every input, and the simple knobs' properties of the JSON schemas
+(the `inputs` echo of estimate and sweep, the `job` of plan and compare) from the knob table (trainest/knobs.py).
 
-    python tools/knobs_doc.py          # rewrite docs/inputs.md
-    python tools/knobs_doc.py --check  # exit 1 when docs/inputs.md is not what the table gives
+    python tools/knobs_doc.py          # rewrite docs/inputs.md and docs/schema/*.schema.json's knob properties
+    python tools/knobs_doc.py --check  # exit 1 when either is not what the table gives
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -19,12 +22,17 @@ from trainest.knobs import (  # noqa: E402
     MOE_MESSAGE_KEYS,
     PLAN_OPTIONS,
     SHAPE,
+    SIMPLE,
     SWEEP_OPTIONS,
     SWEEP_RANGES,
     Knob,
 )
 
 OUT = ROOT / "docs" / "inputs.md"
+SCHEMA_DIR = ROOT / "docs" / "schema"
+# where each command's JSON echoes the job's inputs: the path of that object in its schema
+ECHO_OBJECTS = {"estimate": ("properties", "inputs"), "plan": ("properties", "job"),
+                "compare": ("properties", "job"), "sweep": ("properties", "sweep", "items", "properties", "inputs")}
 
 # a shape override's key in a model mapping (models.py: the MoE keys sit in its moe: block, the window's size in
 # attention_window:), where it is not `model.<name>`
@@ -84,9 +92,39 @@ def _command_section(name: str, options: tuple[Knob, ...], shared: set[str], als
     return lines + [_row(k, yaml=False) for k in own]
 
 
+def knob_property(k: Knob) -> dict[str, Any]:
+    """A simple knob's JSON-schema property: its words, or its type and limits; its help as description."""
+    prop: dict[str, Any]
+    if k.kind == "choice":
+        prop = {"enum": list(k.choice_values)}
+    else:
+        prop = {"type": {"int": "integer", "float": "number", "switch": "boolean"}.get(k.kind, "string")}
+        if k.limits is not None:
+            prop.update(minimum=k.limits[0], maximum=k.limits[1])
+    return {**prop, "description": k.help}
+
+
+def schema_texts() -> dict[Path, str]:
+    """Every schema that echoes the job, with each simple knob's property and its name among the required."""
+    out = {}
+    for name, path in ECHO_OBJECTS.items():
+        file = SCHEMA_DIR / f"{name}.schema.json"
+        doc = json.loads(file.read_text(encoding="utf-8"))
+        obj = doc
+        for key in path:
+            obj = obj[key]
+        for k in SIMPLE:
+            obj["properties"][k.yaml_key] = knob_property(k)
+            if k.yaml_key not in obj["required"]:
+                obj["required"].append(k.yaml_key)
+        out[file] = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    return out
+
+
 if __name__ == "__main__":
-    text = document()
+    texts = {OUT: document(), **schema_texts()}
     if "--check" in sys.argv[1:]:
-        sys.exit(0 if OUT.read_text(encoding="utf-8") == text else 1)
-    OUT.write_text(text, encoding="utf-8")
-    print(f"wrote {OUT}")
+        sys.exit(0 if all(f.read_text(encoding="utf-8") == t for f, t in texts.items()) else 1)
+    for file, text in texts.items():
+        file.write_text(text, encoding="utf-8")
+        print(f"wrote {file.relative_to(ROOT)}")

@@ -51,7 +51,9 @@ import functools
 import json
 import math
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any
+
+from trainest.record import NamedTuple
 
 BANDS_FILE = "bands.json"
 BANDS_FORMAT = 1

@@ -66,7 +66,6 @@ OFFLOAD_CODES = {"none": 0, "optimizer": 1, "optimizer+weights": 2, "activations
 # none (exposed, the default) or deepep (hidden behind another micro-batch's computation: DeepEP /
 # DualPipe-style, Megatron-Core --overlap-moe-expert-parallel-comm)
 MOE_OVERLAPS = ("none", "deepep")
-CUDA_GRAPHS = ("none", "partial", "full")   # what the step captures in CUDA graphs (docs/model.md §2.10)
 # the pipeline schedule: 1f1b (Megatron's 1F1B, interleaved when vpp > 1) or dualpipe (DeepSeek-V3 §3.2.1:
 # micro-batches fed from both ends, each forward chunk's computation overlapped with another's backward)
 PIPELINE_SCHEDULES = ("1f1b", "dualpipe")
@@ -76,7 +75,6 @@ DEVICE_COUNTS = ("pow2", "node")               # counts tried in a --devices ran
 VOCABULARIES: dict[str, tuple[str, ...]] = {
     "Precision": PRECISIONS, "Mlp": MLPS, "Recompute": RECOMPUTES, "Attention": ATTENTIONS, "Kernels": KERNELS,
     "PipelineSplit": PIPELINE_SPLITS, "DpCollectives": DP_COLLECTIVES, "MoeOverlap": MOE_OVERLAPS,
-    "CudaGraphs": CUDA_GRAPHS,
     "PipelineSchedule": PIPELINE_SCHEDULES,
     "Objective": OBJECTIVES, "DeviceCounts": DEVICE_COUNTS, "Framework": FRAMEWORKS, "Finetune": FINETUNES,
     "LoraTargets": LORA_TARGETS, "Offload": OFFLOADS, "AdamMoments": ADAM_MOMENTS, "Optimizer": OPTIMIZERS,
@@ -84,8 +82,9 @@ VOCABULARIES: dict[str, tuple[str, ...]] = {
 
 
 @functools.cache
-def enum(name: str) -> type[StrEnum]:
-    """The vocabulary `name` (a key of VOCABULARIES) as a StrEnum whose values are its words."""
+def enum(name: str, words: tuple[str, ...] = ()) -> type[StrEnum]:
+    """The vocabulary `name` (a key of VOCABULARIES, or any name for `words`) as a StrEnum whose values are its
+    words."""
     from enum import StrEnum
-    members = {word.upper().replace("-", "_").replace("+", "_AND_"): word for word in VOCABULARIES[name]}
+    members = {word.upper().replace("-", "_").replace("+", "_AND_"): word for word in words or VOCABULARIES[name]}
     return StrEnum(name, members)  # type: ignore[return-value]

@@ -5,7 +5,7 @@ NamedTuple is a quarter of the cost to define, and every `trainest estimate` def
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from trainest import (
     SCHEMA_VERSION,  # noqa: F401 - re-exported
@@ -13,6 +13,7 @@ from trainest import (
 )
 from trainest.band import Band, arch_of, band_for
 from trainest.memory import MemoryBreakdown, memory_per_device
+from trainest.record import NamedTuple
 from trainest.scenario import Scenario, job_of, layout_of
 from trainest.step import StepTerms, step_terms
 from trainest.step.finetune import trainable_params

@@ -125,9 +125,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
-from typing import NamedTuple
 
 from trainest.choices import FRAMEWORKS as FRAMEWORK_NAMES
+from trainest.record import NamedTuple
 
 DISPATCH_HOST_FACTOR = {"python": 1.0, "xla": 0.0}   # host time per kernel, relative to the python class
 ZERO_STAGES = (0, 1, 2, 3)          # every ZeRO stage: a framework that has them all, or was not examined

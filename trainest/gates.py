@@ -4,9 +4,10 @@ the ones a result breaks (the command then exits 3). Standard library only at im
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from trainest.errors import SpecError
+from trainest.record import NamedTuple
 
 if TYPE_CHECKING:
     from trainest.estimate import Estimate

@@ -6,12 +6,13 @@ efficiencies, validated and converted to SI once (`hardware_from_mapping`). Load
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import Any
 
 from trainest import fields as F
 from trainest.choices import HARDWARE_KINDS, PRECISIONS
 from trainest.errors import SpecError
 from trainest.prices import DEFAULT_AMORTISATION_YEARS, Purchase, amortised_usd_per_hour, staleness
+from trainest.record import NamedTuple
 from trainest.units import BITS_PER_BYTE, GB, MICROSECOND, MILLISECOND, TERA, MiB
 
 # ----------------------------------------------------------------------------------------- hardware

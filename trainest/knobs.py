@@ -9,16 +9,25 @@
 - the `inputs` echo of every JSON document (`scenario.scenario_mapping` checks its keys against this
   table in tests) and the inputs reference `docs/inputs.md` (`python tools/knobs_doc.py`).
 
-Adding a knob: one entry here, its field on the Scenario (or the Model), and its physics.
+Adding a knob (a single value of the job: a choice, a number or an on/off): one `Knob` entry in KNOBS with a
+`fallback` (its default; a `choices` tuple, `limits` for a number), the field of the same name and default on
+`layout.Job`, its rules (`rules.py`, or a check in `scenario/checks.py` when it constrains other inputs), its
+physics in `step/` and its tests. The table drives the rest: the option of estimate, plan, compare and sweep;
+reading, checking and defaulting it in a scenario (`scenario/build.py: simple_knobs`, its value kept in
+`Scenario.knobs`); the `inputs` echo and the job of plan and compare; the Job the step model gets (`job_of`).
+Then run `python tools/knobs_doc.py` (docs/inputs.md and the knob properties of docs/schema/*.json) and
+`python tools/cli_doc.py` (docs/cli.md); their currency tests fail until you do. A knob the plan search varies
+is a `Layout` field instead (`searched=True`) with its candidates in `search/grid.py`.
 Standard library only: this module is on the start-up path of every `trainest estimate`.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from trainest.choices import VOCABULARIES
 from trainest.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
+from trainest.record import NamedTuple
 
 # groups: where a knob's value lives in a scenario mapping
 SHAPE = "shape"          # model.<key>: overrides of the model's shape
@@ -45,12 +54,15 @@ class Knob(NamedTuple):
     kind: str
     help: str
     show_default: str | None = None
-    choices: str = ""           # the name of a vocabulary (trainest.choices.VOCABULARIES)
+    choices: str | tuple[str, ...] = ""   # the name of a vocabulary (trainest.choices.VOCABULARIES), or its words
     group: str = SCENARIO
     key: str = ""
     searched: bool = False
     job: bool = False
     value: Any = None           # the default a command fills in itself (None: "not given")
+    fallback: Any = None        # a simple knob's default in a scenario (None: not a simple knob; see SIMPLE)
+    limits: tuple[float, float] | None = None   # a simple int/float knob's [minimum, maximum]
+    help_panel: str = ""        # the `--help` panel (default: PANELS, else Output)
 
     @property
     def default(self) -> Any:
@@ -64,12 +76,20 @@ class Knob(NamedTuple):
 
     @property
     def choice_values(self) -> tuple[str, ...]:
+        if isinstance(self.choices, tuple):
+            return self.choices
         return VOCABULARIES[self.choices] if self.choices else ()
+
+    @property
+    def simple(self) -> bool:
+        """A simple knob: one value of the job, read, checked, defaulted, echoed and handed to the Job from
+        this table alone (its `fallback` given)."""
+        return self.fallback is not None
 
     @property
     def panel(self) -> str:
         """The group of options `--help` shows it in (PANELS; Output where not listed)."""
-        return PANEL_OF.get(self.name, OUTPUT_PANEL)
+        return self.help_panel or PANEL_OF.get(self.name, OUTPUT_PANEL)
 
     @property
     def path(self) -> str:
@@ -86,7 +106,7 @@ PANELS: dict[str, tuple[str, ...]] = {
     "Hardware": ("hardware", "all_hardware", "devices", "devices_per_node", "device_counts", "memory_headroom"),
     "Layout": ("tp", "pp", "dp", "cp", "vpp", "ep", "etp", "zero", "fsdp", "dp_shard", "sequence_parallel",
                "tp_overlap", "dp_overlap", "dp_collectives", "moe_overlap", "pipeline_schedule", "pipeline_split",
-               "pipeline_layout", "recompute", "recompute_modules", "offload", "attention", "kernels", "cuda_graphs",
+               "pipeline_layout", "recompute", "recompute_modules", "offload", "attention", "kernels",
                "framework", "plan", "allow", "max_tp", "max_pp", "max_cp", "max_vpp", "max_micro_batch"),
     "Batch": ("micro_batch", "global_batch", "global_batch_tokens", "seq_len", "packed_length"),
     "Precision": ("precision", "adam_moments", "optimizer"),
@@ -194,7 +214,14 @@ KNOBS: tuple[Knob, ...] = (
       "partial (the static-shape parts: every layer but a MoE layer's routed experts, their permutation and "
       "dispatch; Megatron-Core TE-scoped graphs attn, moe_router, moe_preprocess) or full (every layer, one graph "
       "per pass; a MoE model's expert inputs padded to a capacity). Removes host launch time, not device work "
-      "(docs/model.md §2.10).", "none", "CudaGraphs", job=True),
+      "(docs/model.md §2.10).", "none", ("none", "partial", "full"), job=True, fallback="none",
+      help_panel="Layout"),
+    K("moe_dispatcher", ("--moe-dispatcher",), "choice", "The MoE token dispatcher: alltoall (NCCL's all-to-all, "
+      "Megatron-Core's alltoall dispatcher: every token copy sent, the host reads the token counts each layer), "
+      "deepep (DeepEP's kernels: a token sent once per remote domain, 20 SMs, the host waits for the counts) or "
+      "hybridep (NVIDIA's HybridEP: deduplicated, 32 SMs, capacity-sized buffers without a host wait); "
+      "docs/model.md §15.11.", "alltoall", ("alltoall", "deepep", "hybridep"), job=True, fallback="alltoall",
+      help_panel="Layout"),
     K("finetune", ("--finetune",), "choice", "Fine-tuning: full (every weight trained), lora (frozen base weights "
       "and low-rank adapters, Hu et al. 2021) or qlora (LoRA on a 4-bit NF4 base, Dettmers et al. 2023).", "full",
       "Finetune", group=FINETUNE, key="method", searched=True, job=True),
@@ -239,6 +266,10 @@ COMMAND_KNOBS: tuple[Knob, ...] = (
 )
 
 ESTIMATE_OPTIONS: tuple[Knob, ...] = KNOBS + COMMAND_KNOBS
+# the simple knobs (Knob.simple): every one is a top-level scenario key, a job knob of plan and compare, and a
+# field of layout.Job
+SIMPLE: tuple[Knob, ...] = tuple(k for k in KNOBS if k.simple)
+SIMPLE_NAMES: tuple[str, ...] = tuple(k.name for k in SIMPLE)
 BY_NAME: dict[str, Knob] = {k.name: k for k in ESTIMATE_OPTIONS}
 
 # `trainest plan`: the job knobs (set for every plan), then what steers the search
@@ -269,7 +300,7 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
     BY_NAME["global_batch_tokens"],
     *(k for k in KNOBS if k.group == SHAPE),      # the model's shape overrides, as estimate takes them
     *(BY_NAME[n] for n in ("precision", "seq_len", "devices_per_node", "attention", "framework", "kernels",
-                           "cuda_graphs", "packed_length", "adam_moments", "optimizer", "recompute_modules", "finetune",
+                           *SIMPLE_NAMES, "packed_length", "adam_moments", "optimizer", "recompute_modules", "finetune",
                            "lora_rank",
                            "lora_alpha", "lora_targets",
                            "base_bits", "offload", "tokens", "price_per_hour", "pue", "grid_gco2_per_kwh",
@@ -313,7 +344,7 @@ COMPARE_OPTIONS: tuple[Knob, ...] = (
                                       "(fastest within it)."),
     _BY_PLAN["global_batch"],
     *(k for k in KNOBS if k.group == SHAPE),
-    *(BY_NAME[n] for n in ("precision", "seq_len", "attention", "framework", "kernels", "cuda_graphs", "packed_length",
+    *(BY_NAME[n] for n in ("precision", "seq_len", "attention", "framework", "kernels", *SIMPLE_NAMES, "packed_length",
                            "adam_moments", "optimizer", "recompute_modules", "finetune", "lora_rank", "lora_alpha",
                            "lora_targets",
                            "base_bits", "offload", "tokens", "pue", "grid_gco2_per_kwh", "memory_headroom")),

@@ -15,7 +15,7 @@ quarter of that, and every `trainest estimate` pays it.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple, Union
+from typing import TYPE_CHECKING, Union
 
 from trainest import xp
 from trainest.choices import (
@@ -28,6 +28,7 @@ from trainest.choices import (
 )
 from trainest.hardware import Hardware
 from trainest.models import Model
+from trainest.record import NamedTuple
 
 if TYPE_CHECKING:
     import numpy as np
@@ -64,6 +65,7 @@ class Job(NamedTuple):
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES   # what selective recompute re-runs
     devices: float = math.inf   # N = t·p·c·d (inf: not said): whether a group may straddle two domains (§3.2)
     cuda_graphs: str = "none"   # CudaGraphs: none | partial (the static-shape parts) | full (every layer), §2.10
+    moe_dispatcher: str = "alltoall"   # MoeDispatcher: alltoall (NCCL) | deepep | hybridep, §15.11
 
     def recomputes(self, module: str) -> float:
         """1.0 when selective recompute re-runs `module` (choices.RECOMPUTE_MODULES), else 0.0."""

@@ -9,8 +9,6 @@ floats or numpy arrays for the layout arguments.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from trainest import xp
 from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
@@ -23,6 +21,7 @@ from trainest.precision import (
     optimizer_bytes_per_param,
     weight_bytes_per_param,
 )
+from trainest.record import NamedTuple
 from trainest.step.activations import (
     DROPOUT_MASK_BYTES,
     FP8_SAVED_INPUT_BYTES,

@@ -5,7 +5,7 @@ mapping."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from trainest.record import NamedTuple
 
 # ------------------------------------------------------------------------------------------- models
 # Symbols (docs/model.md; all counts in elements or parameters): L layers, h hidden, f dense MLP width,

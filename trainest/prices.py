@@ -10,7 +10,9 @@ date, is flagged where it is used. Standard library only.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
+
+from trainest.record import NamedTuple
 
 if TYPE_CHECKING:              # datetime is imported where a date is read (start-up time)
     import datetime as _dt

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, NamedTuple, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from trainest.errors import SpecError
+from trainest.record import NamedTuple
 
 if TYPE_CHECKING:
     import numpy as np

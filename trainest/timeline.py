@@ -19,9 +19,9 @@ A model with two kinds of layer is drawn as its mean layer (docs/model.md §15.4
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 from trainest.layout import Job, Layout
+from trainest.record import NamedTuple
 from trainest.scenario import Scenario, job_of, layout_of
 from trainest.step import StepTerms, step_terms
 from trainest.step.compose import StepParts

@@ -42,6 +42,14 @@ from trainest.conventions import ACTIVE_PARAM_FORMULAS, FLOPS_FORMULAS
 from trainest.errors import SpecError, show
 from trainest.scenario import RUN_ONLY_KEYS, SCENARIO_KEYS, Scenario, relative_to_file, scenario_from_mapping
 from trainest.units import GB, TERA, GiB, parse_count
+from trainest.validate_memory import (
+    MEMORY_ONLY_METRIC,
+    PEAK_MEMORY_COMPARED,
+    PEAK_MEMORY_KINDS,
+    MemoryResult,
+    compare_memory,
+    run_memory,
+)
 
 SECONDS_PER_HOUR = 3600.0
 RUNS_FILE_KEYS = ("runs",)
@@ -50,13 +58,6 @@ PUBLIC_SET = "public"               # the run set of a runs file without `set:` 
 MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_device", "tflops_per_device", "mfu", "flops_formula",
                  "device_hours", "tokens",
                  "peak_memory_gib", "peak_memory_kind", "mfu_peak")
-# What a published peak memory measured (docs/model.md §7.5) and the predicted total it is compared with:
-# allocated / active (torch.cuda.max_memory_allocated, peak active bytes): the tensors; reserved
-# (max_memory_reserved): + the allocator's reserve; device (nvidia-smi, NVML): + the CUDA context and NCCL;
-# unspecified (a column that does not say): compared as reserved, what most trainers' logs print.
-PEAK_MEMORY_KINDS = ("allocated", "active", "reserved", "device", "unspecified")
-PEAK_MEMORY_COMPARED = {"allocated": "allocated_bytes", "active": "allocated_bytes", "reserved": "reserved_bytes",
-                        "device": "per_device_bytes", "unspecified": "reserved_bytes"}
 # the peak an `mfu` is a fraction of: the dense peak of the run's precision (the default), or the bf16 peak, which
 # torchtitan and other loggers divide by even for an FP8 run
 MFU_PEAKS = ("precision", "bf16")
@@ -113,9 +114,16 @@ class NotExpressible:
 @dataclass(frozen=True)
 class LoadedRuns:
     cases: tuple[Case, ...]
+    memory_cases: tuple[Case, ...]       # runs that give a peak memory and no step metric (validate_memory.py)
     not_expressible: tuple[NotExpressible, ...]
     duplicates: tuple[str, ...] = ()     # ids of repeated transcriptions (`duplicate_of`), counted once
     warnings: tuple[str, ...] = ()       # measured metrics of one run that disagree (metric_disagreements)
+
+
+def split_memory_only(cases: list[Case]) -> tuple[tuple[Case, ...], tuple[Case, ...]]:
+    """(the runs with a step metric, the memory-only runs) of `cases`."""
+    memory = tuple(c for c in cases if c.measurement.metric == MEMORY_ONLY_METRIC)
+    return tuple(c for c in cases if c.measurement.metric != MEMORY_ONLY_METRIC), memory
 
 
 def bundled_runs_files() -> list[Path]:
@@ -160,9 +168,10 @@ def runs_document(path: Path) -> dict[str, Any]:
 def measurement_from_mapping(data: Any, where: str) -> Measurement:
     """Validate a `measured` mapping and pick its metric (the first of METRICS present)."""
     F.check_keys(data, where, (), MEASURED_KEYS)
-    present = [m for m in METRICS if data.get(m) is not None]
+    present = [m for m in METRICS if data.get(m) is not None] or \
+        ([MEMORY_ONLY_METRIC] if data.get(MEMORY_ONLY_METRIC) is not None else [])
     if not present:
-        raise SpecError(f"{where}: no measured value; give one of {', '.join(METRICS)}")
+        raise SpecError(f"{where}: no measured value; give one of {', '.join(METRICS)}, or peak_memory_gib alone")
     metric = present[0]
     value = F.number(data[metric], f"{where}.{metric}")
     formula = None
@@ -245,6 +254,8 @@ def check_run_keys(rec: dict[str, Any], where: str) -> None:
 def metric_disagreements(case: Case, measured: dict[str, Any], where: str) -> list[str]:
     """Warnings for the metrics of `measured` besides the one compared whose equivalent step time differs
     from the compared one's by more than METRIC_AGREEMENT."""
+    if case.measurement.metric == MEMORY_ONLY_METRIC:
+        return []           # a memory-only run: no step metric to disagree with
     out = []
     compared_s = step_time_s_from_metric(case)
     for metric in METRICS:
@@ -355,7 +366,8 @@ def check_measurement(case: Case, where: str, user_file: bool) -> None:
     above what the device holds, is an error (`check_possible`, `check_peak_memory`). Bundled files mark
     such records not expressible."""
     if user_file:
-        check_possible(case, where)
+        if case.measurement.metric != MEMORY_ONLY_METRIC:
+            check_possible(case, where)
         check_peak_memory(case, where)
 
 
@@ -464,7 +476,7 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
             check_measurement(case, f"{where}.measured", user_files)
             warnings += metric_disagreements(case, rec["measured"], where)
             cases.append(case)
-    return LoadedRuns(tuple(cases), tuple(skipped), tuple(duplicates), tuple(warnings))
+    return LoadedRuns(*split_memory_only(cases), tuple(skipped), tuple(duplicates), tuple(warnings))
 
 
 # ----------------------------------------------------------------------------------- metric algebra
@@ -679,6 +691,12 @@ class ValidationReport:
     duplicates: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()       # measured metrics of one run that disagree (LoadedRuns.warnings)
     profile: str | None = None           # the hardware file the runs of its hardware were predicted with
+    memory_runs: tuple[MemoryResult, ...] = ()   # the memory-only runs' comparisons (LoadedRuns.memory_cases)
+
+    @property
+    def memory(self) -> tuple[MemoryResult, ...]:
+        """Every measured peak memory compared: the step runs' that give one, then the memory-only runs'."""
+        return tuple(run_memory(r) for r in self.runs if r.measured_memory_bytes is not None) + self.memory_runs
 
     @property
     def without_misspecified(self) -> Summary:
@@ -733,16 +751,21 @@ def validate_runs(paths: Iterable[str | Path] | None = None, source: str | None 
     loaded = load_runs(paths, source=source, hardware=hardware, run_set=run_set, user_files=user_files)
     results: list[RunResult] = []
     skipped = list(loaded.not_expressible)
-    for i, case in enumerate(loaded.cases):
+    memory: list[MemoryResult] = []
+    every = loaded.cases + loaded.memory_cases
+    for i, case in enumerate(every):
         try:
-            results.append(compare(case, profile))
+            if case.measurement.metric == MEMORY_ONLY_METRIC:
+                memory.append(compare_memory(case, profile))
+            else:
+                results.append(compare(case, profile))
         except SpecError as exc:
             skipped.append(NotExpressible(case.id, case.source, case.scenario.hardware.name,
                                           f"cannot be estimated: {exc}", case.run_set))
         if progress is not None:
-            progress(i + 1, len(loaded.cases))
+            progress(i + 1, len(every))
     return replace(build_report(results, skipped, loaded.duplicates), warnings=loaded.warnings,
-                   profile=None if profile is None else profile.path)
+                   profile=None if profile is None else profile.path, memory_runs=tuple(memory))
 
 
 # --------------------------------------------------------------------------------------- the two bounds

@@ -43,6 +43,13 @@ def _model_names() -> list[str]:
 NAME_COMPLETION = {"hardware": _name_completer(_hardware_names), "model": _name_completer(_model_names)}
 
 
+def _enum_of(o: Knob) -> Any:
+    """The StrEnum of a choice knob: its vocabulary's, or its own words' (named after the knob)."""
+    if isinstance(o.choices, tuple):
+        return enum(o.name.title().replace("_", ""), o.choices)
+    return enum(o.choices)
+
+
 def option_annotation(o: Knob | str, **changes: Any) -> Any:
     """`Annotated[type, typer.Option(...)]` for one option of the table (by object or name);
     `changes` replace fields of the option (e.g. a command-specific help text)."""
@@ -60,7 +67,7 @@ def option_annotation(o: Knob | str, **changes: Any) -> Any:
         return Annotated[bool, option]
     if o.kind == "list":
         return Annotated[list[str] | None, option]
-    value_type: Any = bool if o.kind == "switch" else enum(o.choices) if o.kind == "choice" else _VALUE_TYPES[o.kind]
+    value_type: Any = bool if o.kind == "switch" else _enum_of(o) if o.kind == "choice" else _VALUE_TYPES[o.kind]
     return Annotated[value_type | None, option]
 
 

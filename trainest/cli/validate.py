@@ -63,11 +63,11 @@ def validate(
         progress.close()
         fail(str(exc))
     progress.close()
-    if not result.runs and not result.not_expressible:
+    if not result.runs and not result.not_expressible and not result.memory_runs:
         fail("no run matches" + (f" --source {source!r}" if source else "")
              + (f" --hardware {hardware!r}" if hardware else "")
              + (f" --set {run_set!r} (the runs files have the sets: {', '.join(known_sets)})" if run_set else ""))
-    if files and not result.runs:
+    if files and not result.runs and not result.memory_runs:
         reasons = "; ".join(f"{n.id}: {n.reason}" for n in result.not_expressible[:3])
         fail(f"no run of {', '.join(files)} could be compared ({len(result.not_expressible)} not expressible"
              + (f": {reasons}" if reasons else "") + ")")

@@ -51,8 +51,10 @@ def console(stderr: bool = False):
     from rich.console import Console
     no_color = bool(os.environ.get("NO_COLOR"))
     # NO_COLOR (no-color.org): no ANSI escapes at all; rich's no_color alone still emits bold/italic.
+    # emoji=False: a ':name:' in a model path or a name stays as written (and rich's emoji table, 2 ms of start-up
+    # and a pass over every cell, is never loaded)
     return Console(stderr=stderr, no_color=no_color, color_system=None if no_color else "auto", highlight=False,
-                   soft_wrap=False, width=output_width())
+                   soft_wrap=False, width=output_width(), emoji=False)
 
 
 def print_table(con, table) -> None:

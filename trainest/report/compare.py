@@ -6,6 +6,7 @@ from typing import Any
 
 from trainest import SCHEMA_VERSION
 from trainest.compare import Comparison, Entry, objective_value
+from trainest.knobs import SIMPLE_NAMES
 from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si, print_command, print_table
 from trainest.report.estimate import band_pct, band_source, estimate_dict
 from trainest.report.plan import _layout, batch_default_note, estimate_args
@@ -39,7 +40,7 @@ def entry_dict(en: Entry, objective: str) -> dict[str, Any]:
             "objective_value": objective_value(e, objective)}
 
 
-JOB_KEYS = ("model", "seq_len", "precision", "global_batch", "attention", "kernels", "cuda_graphs", "tokens", "pue",
+JOB_KEYS = ("model", "seq_len", "precision", "global_batch", "attention", "kernels", *SIMPLE_NAMES, "tokens", "pue",
             "grid_gco2_per_kwh")
 
 

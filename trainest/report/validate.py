@@ -20,6 +20,7 @@ from trainest.validate import (
     Summary,
     ValidationReport,
 )
+from trainest.validate_memory import MemoryResult, by_kind
 
 
 def summary_dict(s: Summary) -> dict[str, Any]:
@@ -44,7 +45,9 @@ def report_dict(report: ValidationReport) -> dict[str, Any]:
             "moe_unseen_frameworks": moe_unseen_frameworks((r.framework, r.architecture == "moe") for r in report.runs),
             "uncalibrated_hardware": uncalibrated_hardware(report.runs),
             "not_expressible": [{"id": n.id, "source": n.source, "hardware": n.hardware, "reason": n.reason,
-                                 "run_set": n.run_set} for n in report.not_expressible]}
+                                 "run_set": n.run_set} for n in report.not_expressible],
+            "memory": [{**asdict(m), "error_pct": m.error_pct} for m in report.memory],
+            "memory_by_kind": {k: asdict(v) for k, v in by_kind(report.memory).items()}}
 
 
 def uncalibrated_hardware(runs: Iterable[RunResult]) -> dict[str, int]:
@@ -131,8 +134,37 @@ def markdown(report: ValidationReport) -> str:
         "### By source\n\n" + summary_markdown(report.by_source, "source"),
         "### By hardware\n\n" + summary_markdown(report.by_hardware, "hardware"),
         "### Per run\n\n" + runs_markdown(report.runs),
+        "### Peak memory, by memory kind\n\n" + memory_kind_markdown(report.memory),
         "### Not expressible, by reason\n\n" + reasons_markdown(report.not_expressible),
     ]) + "\n"
+
+
+MEMORY_KIND_COLUMNS = ("memory kind", "compared with", "runs", "MAPE %", "mean error %", "max |error| %",
+                       "ran, called no-fit")
+
+
+def memory_kind_rows(rows: Iterable[MemoryResult]) -> list[tuple[str, ...]]:
+    """One row per memory kind: the predicted total it is compared with, runs, MAPE, signed mean, largest error,
+    and the runs that ran that trainest calls "does not fit"."""
+    rows = list(rows)
+    return [(kind, next(r.compared_with for r in rows if r.kind == kind), str(v.runs), f"{v.mape_pct:.1f}",
+             f"{v.mean_error_pct:+.1f}", f"{v.max_ape_pct:.1f}", str(v.not_fitting))
+            for kind, v in by_kind(rows).items()]
+
+
+def memory_kind_markdown(rows: Iterable[MemoryResult]) -> str:
+    """The per-kind memory table (docs/validation.md's memory section); the runs one by one follow."""
+    rows = list(rows)
+    body = memory_kind_rows(rows)
+    if not body:
+        return "No run gives a measured peak memory."
+    lines = ["| " + " | ".join(MEMORY_KIND_COLUMNS) + " |", "|---|---|" + "---:|" * 5]
+    lines += ["| " + " | ".join(r) + " |" for r in body]
+    lines += ["", "| run | memory kind | measured GiB | predicted GiB | error % | fits |",
+              "|---|---|---:|---:|---:|---|"]
+    lines += [f"| {r.id} | {r.kind} | {r.measured_bytes / GiB:.2f} | {r.predicted_bytes / GiB:.2f} | "
+              f"{r.error_pct:+.1f} | {'yes' if r.fits else 'NO'} |" for r in rows]
+    return "\n".join(lines)
 
 
 def summary_table(title: str, groups: dict[str, Summary], key_title: str):
@@ -187,7 +219,7 @@ def run_notes(result: ValidationReport) -> list[str]:
         names = ", ".join(f"{k} ({plural(v, 'run')})" for k, v in priors.items())
         out.append(f"Efficiencies not fitted on measured runs of this hardware (priors: expect larger errors; "
                    f"`trainest calibrate` fits them to your runs): {names} (JSON: uncalibrated_hardware).")
-    out += memory_notes(result.runs)
+    out += memory_notes(result.memory)
     defaults = [(r.id, [k for k in r.derived if k not in NOT_STEP_VALUES]) for r in result.runs]
     defaults = [(i, ks) for i, ks in defaults if ks]
     if defaults and len(defaults) <= MAX_REASONS_SHOWN:
@@ -199,17 +231,20 @@ def run_notes(result: ValidationReport) -> list[str]:
     return out
 
 
-def memory_notes(runs: Iterable[RunResult]) -> list[str]:
-    """The runs that give a measured peak memory: measured vs predicted per device, one line per run for a
-    few runs, the mean and largest error for many."""
-    rows = [r for r in runs if r.measured_memory_bytes is not None and r.predicted_memory_bytes is not None]
-    if not rows:
-        return []
+def memory_notes(rows: Iterable[MemoryResult]) -> list[str]:
+    """The runs that give a measured peak memory, per memory kind: measured vs predicted per device, one line per
+    run for a few runs, the mean and largest error for many; then the runs that ran and are called "does not fit",
+    each with the memory settings its record left out (the defaults taken may be what does not fit)."""
+    rows = list(rows)
     out: list[str] = []
-    for kind in sorted({r.measured_memory_kind or "unspecified" for r in rows}):
-        pairs = [(r.id, float(r.measured_memory_bytes or 0.0), float(r.predicted_memory_bytes or 0.0)) for r in rows
-                 if (r.measured_memory_kind or "unspecified") == kind]
-        out += memory_kind_notes(kind, pairs)
+    for kind in sorted({r.kind for r in rows}):
+        out += memory_kind_notes(kind, [(r.id, r.measured_bytes, r.predicted_bytes) for r in rows if r.kind == kind])
+    for r in rows:
+        if not r.fits:
+            why = (f"the record does not give {', '.join(r.unstated)} (defaults taken)" if r.unstated else
+                   "every memory setting is the record's")
+            out.append(f"  {r.id} ran with a measured peak of {r.measured_bytes / GiB:.4g} GiB, and trainest says it "
+                       f"does not fit: {why}")
     return out
 
 
@@ -219,14 +254,13 @@ def memory_kind_notes(kind: str, pairs: list[tuple[str, float, float]]) -> list[
     errors = [(p / m - 1.0) * 100.0 for _, m, p in pairs]
     label = f"{kind} (vs predicted {PEAK_MEMORY_COMPARED[kind].removesuffix('_bytes').replace('per_device', 'device')})"
     if len(pairs) <= MAX_REASONS_SHOWN:
-        return [f"Peak memory per device, {label}, measured vs predicted (JSON: runs[].measured_memory_bytes, "
-                "predicted_memory_bytes, measured_memory_kind):"] + \
+        return [f"Peak memory per device, {label}, measured vs predicted (JSON: memory[]):"] + \
             [f"  {i}: {m / GiB:.4g} GiB measured, {p / GiB:.4g} GiB predicted ({e:+.1f} %)"
              for (i, m, p), e in zip(pairs, errors, strict=True)]
     worst = max(range(len(pairs)), key=lambda k: abs(errors[k]))
     return [f"Peak memory per device, {label}: {plural(len(pairs), 'run')} give a measured peak; the predicted one "
             f"is {sum(abs(e) for e in errors) / len(errors):.1f} % off on average, at most {errors[worst]:+.1f} % "
-            f"({pairs[worst][0]}) (JSON: runs[].measured_memory_bytes, predicted_memory_bytes)."]
+            f"({pairs[worst][0]}) (JSON: memory[])."]
 
 
 MAX_REASONS_SHOWN = 10    # not-expressible runs listed with their reasons under the tables (more: --json)
@@ -246,6 +280,14 @@ def print_validate(result: ValidationReport) -> None:
     print_table(con, t)
     for line in run_notes(result):
         con.print(line, highlight=False)
+    if result.memory:
+        mt = Table(title=f"Peak memory by memory kind ({plural(len(result.memory), 'run')} give one)",
+                   title_justify="left")
+        for col in MEMORY_KIND_COLUMNS:
+            mt.add_column(col, justify="left" if col in ("memory kind", "compared with") else "right")
+        for row in memory_kind_rows(result.memory):
+            mt.add_row(*row)
+        print_table(con, mt)
     print_table(con, summary_table("By set", result.by_set, "set"))
     print_table(con, summary_table("By architecture", result.by_architecture, "architecture"))
     print_table(con, summary_table("By source", result.by_source, "source"))

@@ -18,7 +18,6 @@ from trainest.catalog import (
 from trainest.choices import (
     ADAM_MOMENTS,
     ATTENTIONS,
-    CUDA_GRAPHS,
     DP_COLLECTIVES,
     KERNELS,
     MOE_OVERLAPS,
@@ -30,6 +29,7 @@ from trainest.choices import (
 )
 from trainest.errors import SpecError
 from trainest.frameworks import FRAMEWORKS
+from trainest.knobs import SIMPLE, Knob
 from trainest.rules import Facts, facts_of
 from trainest.scenario.checks import (
     check_finetune,
@@ -232,6 +232,13 @@ def _check_schedule(sizes: dict[str, Any], dp: int, micro_batch: int, global_bat
                                              global_batch=global_batch), where)
 
 
+def _check_moe_dispatcher(dispatcher: str, model: Model, where: str) -> None:
+    """deepep and hybridep dispatch tokens to experts: they need a mixture-of-experts model."""
+    if dispatcher != "alltoall" and model.moe is None:
+        raise SpecError(f"{where}.moe_dispatcher: {dispatcher} needs a mixture-of-experts model (it dispatches "
+                        f"tokens to experts); {model.name} is dense: leave it at alltoall")
+
+
 def _moe_overlap_of(par: dict[str, Any], model: Model, where: str) -> str:
     """`parallel.moe_overlap` (MOE_OVERLAPS); as ep and etp, refused on a dense model unless none."""
     moe_overlap = F.choice(par.get("moe_overlap", "none"), f"{where}.parallel.moe_overlap", MOE_OVERLAPS)
@@ -329,6 +336,29 @@ def _offload_of(data: dict[str, Any], hardware: Hardware, moments: str, where: s
     return offload
 
 
+def simple_knob(k: Knob, value: Any, path: str) -> Any:
+    """One simple knob's value (knobs.SIMPLE), checked by its kind: a choice of its words, a whole or real
+    number within its limits, on/off, or text."""
+    low, high = k.limits or (None, None)
+    if k.kind == "choice":
+        return F.choice(value, path, k.choice_values)
+    if k.kind == "int":
+        return F.integer(value, path, minimum=int(low if low is not None else 0),
+                         maximum=int(high if high is not None else 10**12))
+    if k.kind == "float":
+        return F.number(value, path, minimum=low if low is not None else 0.0, allow_zero=True,
+                        maximum=high if high is not None else F.MAX_REASONABLE)
+    if k.kind == "switch":
+        return F.boolean(value, path)
+    return F.text(value, path)
+
+
+def simple_knobs(r: _Reader) -> tuple[tuple[str, Any], ...]:
+    """(name, value) of every simple knob (knobs.SIMPLE), its fallback where not given (recorded as derived)."""
+    return tuple((k.name, simple_knob(k, r.default(k.yaml_key, k.fallback), f"{r.where}.{k.yaml_key}"))
+                 for k in SIMPLE)
+
+
 def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                           shape: dict[str, Any] | None = None, schedules_need_a_pipeline: bool = False) -> Scenario:
     """Validate a scenario mapping (schema in specs/README.md), fill the defaults of the one default
@@ -383,7 +413,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     attention = F.choice(r.default("attention", "flash"), f"{where}.attention", ATTENTIONS)
     packed_length = packed_length_of(data.get("packed_length"), seq_len, where)
     kernels = F.choice(r.default("kernels", fw.kernels), f"{where}.kernels", KERNELS)
-    cuda_graphs = F.choice(r.default("cuda_graphs", "none"), f"{where}.cuda_graphs", CUDA_GRAPHS)
+    knobs = simple_knobs(r)
+    _check_moe_dispatcher(dict(knobs)["moe_dispatcher"], model, where)
     moments = F.choice(r.default("adam_moments", "fp32"), f"{where}.adam_moments", ADAM_MOMENTS)
     dp_overlap = F.boolean(r.default_in(par, "parallel.dp_overlap", fw.dp_overlap), f"{where}.parallel.dp_overlap")
     check_framework(framework, sizes, par, where, label)
@@ -404,7 +435,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                                                dp_collectives=dp_collectives, dp_overlap=dp_overlap,
                                                moe_overlap=moe_overlap, pipeline_schedule=schedule),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
-        tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, cuda_graphs=cuda_graphs,
+        tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, knobs=knobs,
         framework=framework, adam_moments=moments, optimizer=_optimizer_of(r, moments, offload, where),
         recompute_modules=modules, grid_gco2_per_kwh=grid, finetune=finetune, offload=offload, derived=tuple(derived),
         memory_headroom=headroom, memory_headroom_bytes=headroom_bytes, packed_length=packed_length,

@@ -56,7 +56,7 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
         "packed_length": s.packed_length,
         "framework": s.framework,
         "kernels": s.kernels,
-        "cuda_graphs": s.cuda_graphs,
+        **dict(s.knobs),
         "adam_moments": s.adam_moments,
         "optimizer": s.optimizer,
         "finetune": finetune_mapping(s.finetune),
@@ -89,7 +89,7 @@ def job_of(s: Scenario, hardware: Hardware | None = None) -> Job:
     """The job of a scenario (on `hardware` instead of its own, e.g. with trial efficiencies)."""
     ft = s.finetune
     return Job(model=s.model, hardware=hardware or s.hardware, precision=s.precision, attention=s.attention,
-               kernels=s.kernels, cuda_graphs=s.cuda_graphs,
+               kernels=s.kernels, **dict(s.knobs),
                seq_len=float(s.seq_len), global_batch=float(s.global_batch), devices_per_node=s.devices_per_node,
                framework=s.framework, lora_rank=float(ft.rank), lora_targets=ft.targets,
                base_bits=float(lora_base_bits(ft)), packed_length=float(s.packed_length or 0),

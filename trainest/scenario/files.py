@@ -64,15 +64,24 @@ def underive(data: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def _without(data: dict[str, Any], dropped: list[str], *, full_shard: bool) -> dict[str, Any]:
-    """`data` without `derived` and the values `dropped` names (`parallel.<key>` inside `parallel`); dp_shard,
-    echoed as dp when the ZeRO state is sharded over all of dp, goes with dp (`full_shard`); micro_batches with
-    the values it is derived from (BATCH_KEYS)."""
-    par = data.get("parallel") if isinstance(data.get("parallel"), dict) else {}
+    """`data` without `derived` and the values `dropped` names (`parallel.<key>` inside `parallel`,
+    `finetune.<key>` inside `finetune`: any dotted name inside its section); dp_shard, echoed as dp when the ZeRO
+    state is sharded over all of dp, goes with dp (`full_shard`); micro_batches with the values it is derived
+    from (BATCH_KEYS)."""
     out = {k: v for k, v in data.items() if k != "derived" and k not in dropped}
-    if par and any(k.startswith("parallel.") for k in dropped):
-        whole = full_shard and "parallel.dp" in dropped and par.get("dp_shard") == par.get("dp")
-        out["parallel"] = {k: v for k, v in par.items()
-                           if f"parallel.{k}" not in dropped and not (k == "dp_shard" and whole)}
+    nested: dict[str, set[str]] = {}
+    for name in dropped:
+        section, dot, key = name.partition(".")
+        if dot:
+            nested.setdefault(section, set()).add(key)
+    for section, keys in nested.items():
+        inner = data.get(section)
+        if not isinstance(inner, dict):
+            continue
+        if section == "parallel":
+            whole = full_shard and "dp" in keys and inner.get("dp_shard") == inner.get("dp")
+            keys = keys | ({"dp_shard"} if whole else set())
+        out[section] = {k: v for k, v in inner.items() if k not in keys}
     if any(k in dropped for k in BATCH_KEYS):
         out.pop("micro_batches", None)
     return out

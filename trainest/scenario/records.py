@@ -5,6 +5,7 @@ group) are `Layout`'s (trainest/layout.py), not these records'."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from trainest.catalog import (
     Hardware,
@@ -171,7 +172,6 @@ class Scenario:
     price_usd_per_hour: float | None
     pue: float
     kernels: str = "fused"          # element-wise kernels: fused | eager (docs/model.md §2.5)
-    cuda_graphs: str = "none"       # CUDA_GRAPHS: none | partial | full (docs/model.md §2.10)
     framework: str = DEFAULT_FRAMEWORK   # trainest/frameworks.py
     grid_gco2_per_kwh: float = DEFAULT_GRID_GCO2_PER_KWH   # carbon intensity of the electricity [gCO2/kWh]
     finetune: FineTune = FineTune()
@@ -183,6 +183,13 @@ class Scenario:
     derived: tuple[str, ...] = field(default=())   # names of values filled by defaults
     memory_headroom: str = DEFAULT_MEMORY_HEADROOM   # as given: a share of capacity ("5%") or a size ("2GiB")
     memory_headroom_bytes: float = 0.0               # that margin [B]: a layout fits if it leaves it free
+    # the simple knobs' values (knobs.SIMPLE), (name, value) in the table's order: read and checked by
+    # scenario.build.simple_knobs, echoed in `inputs`, handed to the Job's fields of the same names
+    knobs: tuple[tuple[str, Any], ...] = ()
+
+    def knob(self, name: str) -> Any:
+        """The value of simple knob `name` (knobs.SIMPLE)."""
+        return dict(self.knobs)[name]
 
     @property
     def micro_batches(self) -> int:

@@ -4,10 +4,9 @@ package, because the step needs it too (activation offload, §14); `trainest.mem
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from trainest import xp
 from trainest.layout import Job, Layout, Num
+from trainest.record import NamedTuple
 from trainest.step.finetune import adapter_activation_bytes_per_layer
 from trainest.step.moe import expert_load_factor
 

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from trainest import xp
 from trainest.hardware import Hardware, pcie_bytes_per_s
 from trainest.precision import grad_bytes_per_param
+from trainest.record import NamedTuple
 
 if TYPE_CHECKING:
     from trainest.layout import Job, Layout, Num

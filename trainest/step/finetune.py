@@ -20,13 +20,14 @@ Every function takes the Layout's `finetune` code as floats or arrays (masks: `L
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from trainest import xp
 from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
 from trainest.models import Model
 from trainest.precision import weight_bytes_per_param
+from trainest.record import NamedTuple
 from trainest.step.rates import grouped_gemm
 from trainest.step.roofline import Op, op_of, streaming_time
 from trainest.step.schedule import dualpipe_copies, stage_layers

@@ -15,10 +15,10 @@ attention block's collectives: one all-reduce (or RS + AG with SP) forward, one 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
 
 from trainest import xp
 from trainest.layout import Job, Layout, Num
+from trainest.record import NamedTuple
 from trainest.step import mla
 from trainest.step.collectives import Tiers
 from trainest.step.flops import CAUSAL_FRACTION, ssd_flops_per_token

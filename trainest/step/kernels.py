@@ -32,12 +32,11 @@ tensor-parallel collectives.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from trainest import xp
 from trainest.choices import DEFAULT_RECOMPUTE_MODULES
 from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
+from trainest.record import NamedTuple
 from trainest.step.collectives import Tiers, all_reduce_s
 from trainest.step.finetune import kv_width_local, layer_adapters, layer_kind_mean
 from trainest.step.roofline import Op, OpTime, op_of, streaming_time

@@ -12,11 +12,10 @@ efficiency), Korthikanti et al. 2022 (selective and full recomputation).
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from trainest import xp
 from trainest.choices import DEFAULT_RECOMPUTE_MODULES
 from trainest.layout import Job, Layout, Num
+from trainest.record import NamedTuple
 from trainest.step import mla
 from trainest.step.finetune import finetune_layer_ops
 from trainest.step.flops import CAUSAL_FRACTION

@@ -8,9 +8,8 @@ model's own: the blocks are the model's layer passes of those kinds, the head is
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from trainest.layout import Job, Layout, Num
+from trainest.record import NamedTuple
 from trainest.step.collectives import Tiers
 from trainest.step.hybrid import BlockPass, block_passes, mix_blocks
 from trainest.step.layer import BACKWARD_TRAFFIC_RATIO, LayerPass, layer_pass

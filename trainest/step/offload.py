@@ -20,12 +20,11 @@ Every function takes the Layout's offload code as floats or arrays (masks `Layou
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from trainest import xp
 from trainest.hardware import Hardware
 from trainest.layout import Job, Layout, Num
 from trainest.precision import weight_bytes_per_param
+from trainest.record import NamedTuple
 from trainest.step.activations import activation_bytes_per_layer
 from trainest.step.finetune import (
     adapter_params_per_layer,

@@ -14,10 +14,9 @@ Sources: Williams, Waterman & Patterson 2009 (the roofline); scaling-book "Roofl
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from trainest.layout import Job, Layout
 from trainest.precision import grad_bytes_per_param, weight_bytes_per_param
+from trainest.record import NamedTuple
 from trainest.step.collectives import Tiers, in_domain, job_tiers
 from trainest.step.compose import StepParts, StepTerms
 from trainest.step.kernels import CE_TP_COLLECTIVES

@@ -3,10 +3,9 @@ slowdown hidden traffic causes (contention κ), and the upper bound with nothing
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from trainest import xp
 from trainest.layout import Layout, Num
+from trainest.record import NamedTuple
 from trainest.step.layer import LayerPass
 from trainest.step.traffic import CpRing, DpTraffic
 

@@ -6,10 +6,9 @@ layer's operations (layer.py), MLA (mla.py) and the adapters (finetune.py) all r
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from trainest import xp
 from trainest.layout import Job, Layout, Num
+from trainest.record import NamedTuple
 from trainest.step.roofline import Op, OpTime, dimension_factor, gemm_op, gemm_time, padded_dim, wave_efficiency
 
 ATTENTION_HALF_SEQ = 512.0         # sequence length at which fused attention's length factor is 1/2

@@ -7,10 +7,9 @@ too few tiles to fill the streaming multiprocessors): each dimension x contribut
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from trainest import xp
 from trainest.layout import Num
+from trainest.record import NamedTuple
 
 
 class OpTime(NamedTuple):

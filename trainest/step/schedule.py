@@ -5,11 +5,10 @@ account-for-embedding-and-loss split and `forward_backward_pipelining_with_inter
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from trainest import xp
 from trainest.layout import Layout, Num
 from trainest.models import Model
+from trainest.record import NamedTuple
 
 
 def stage_layers(model: Model, pp: Num, vpp: Num = 1.0, split: str | tuple[int, ...] = "even") -> tuple[Num, Num]:

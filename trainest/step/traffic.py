@@ -7,12 +7,11 @@ Sources: Narayanan et al. 2021 (TP, PP scatter/gather), Korthikanti et al. 2022 
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from trainest import xp
 from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
 from trainest.precision import grad_bytes_per_param, weight_bytes_per_param
+from trainest.record import NamedTuple
 from trainest.step.collectives import Tiers, all_gather_s, all_reduce_s, in_domain, reduce_scatter_s, send_recv_s
 from trainest.step.finetune import (
     adapter_params_per_layer,

@@ -7,11 +7,11 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 from trainest.calibrate import FittedParameter, efficiency_block, replace_efficiency_block
 from trainest.catalog import Hardware, hardware_from_mapping
 from trainest.errors import SpecError
+from trainest.record import NamedTuple
 from trainest.scenario import Scenario, job_of, layout_of
 from trainest.trace.compare import (
     ClassRow,

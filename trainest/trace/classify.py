@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import NamedTuple
+
+from trainest.record import NamedTuple
 
 
 class Rule(NamedTuple):

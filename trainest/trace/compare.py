@@ -18,12 +18,13 @@ reported as not constrained.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from trainest.calibrate import MIN_LEVERAGE, FittedParameter, bounds_of, identifiability
 from trainest.catalog import Hardware, with_efficiency
 from trainest.errors import SpecError
 from trainest.layout import Job, Layout, Num
+from trainest.record import NamedTuple
 from trainest.scenario import Scenario, job_of, layout_of
 from trainest.step import step_terms
 from trainest.step.roofline import Op

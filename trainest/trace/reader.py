@@ -16,9 +16,10 @@ import re
 import sqlite3
 import zlib
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from trainest.errors import SpecError
+from trainest.record import NamedTuple
 from trainest.units import MICROSECOND, NANOSECOND
 
 KERNEL_CATEGORIES = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
