@@ -134,7 +134,10 @@ def tiers_of(hardware: Hardware, devices_per_node: int, devices: float = math.in
 
 
 def collective_call_s(hardware: Hardware) -> float:
-    """The fixed cost of one collective call on `hardware` [s]: NCCL_CALL_S where NCCL/RCCL run it (GPUs)."""
+    """The fixed cost of one collective call on `hardware` [s]: its file's `system.collective_call_us` where
+    given, else NCCL_CALL_S where NCCL/RCCL run it (GPUs) and 0 elsewhere."""
+    if hardware.collective_call_s is not None:
+        return hardware.collective_call_s
     return NCCL_CALL_S if hardware.kind in NCCL_KINDS else 0.0
 
 
