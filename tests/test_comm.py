@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
@@ -311,6 +310,19 @@ def test_dp_collectives_are_bucketed_as_the_framework_does():
     assert dp_collective_calls(*_dp_job("deepspeed", 8), 1e6) == 1
     job, lay = _dp_job("llm-foundry", 8)
     assert dp_collective_calls(job, lay, 1.3e9) == job.model.layers
+
+
+def test_megatron_buckets_grow_with_the_ranks_the_gradients_are_reduced_over():
+    """The per-rank term of Megatron-Core's bucket keeps each ring chunk B/n bandwidth-bound over the n = d·c
+    ranks the gradients are reduced over: 64 data-parallel ranks with 4 context-parallel ranks each make a
+    256-rank reduction, buckets of 256M parameters, fewer calls (and latencies) than at d = 64 alone, the
+    same as at d = 256; with c = 1 nothing changes."""
+    from trainest.step.traffic import dp_collective_calls
+    job, lay = _dp_job("megatron-core", 64)
+    ring = lay._replace(cp=4.0)
+    assert dp_collective_calls(job, ring, 4e9) == math.ceil(4e9 / 256e6) < dp_collective_calls(job, lay, 4e9)
+    assert dp_collective_calls(*_dp_job("megatron-core", 256), 4e9) == dp_collective_calls(job, ring, 4e9)
+    assert dp_collective_calls(job, lay._replace(cp=1.0), 4e9) == math.ceil(4e9 / 64e6)
 
 
 def test_bucketing_moves_the_same_bytes_and_pays_one_latency_per_call():

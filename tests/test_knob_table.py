@@ -45,3 +45,27 @@ def test_a_simple_knob_is_read_echoed_and_handed_to_the_job(knob):
         assert s.knob(knob) == value and knob not in s.derived
         assert scenario_mapping(s)[knob] == value and getattr(job_of(s), knob) == value
         assert job_scenario({"model": MODEL, "global_batch": 64, knob: value}).knob(knob) == value
+
+
+def test_a_location_names_the_flag_on_the_command_line_and_the_key_in_a_file():
+    """errors.at: where a value is read from the command line (knobs.CLI) the message names its flag, also for a
+    key found inside another location; in a file it names the key in its place."""
+    from trainest.errors import at, head, name_of
+    from trainest.knobs import CLI, CLI_MODEL
+    assert at(CLI, "parallel.zero") == "--zero" and name_of(CLI, "parallel.ep") == "--ep"
+    assert at(at(CLI, "finetune"), "rank") == "--lora-rank" and at(CLI, "finetune") == "--finetune"
+    assert at(at(CLI_MODEL, "attention_window"), "size") == "--attention-window"
+    assert at(at(CLI_MODEL, "moe"), "experts") == "--experts"
+    assert at("run.yaml", "parallel.zero") == "run.yaml.parallel.zero" and name_of("run.yaml", "parallel.ep") == \
+        "parallel.ep"
+    assert at(at("run.yaml", "finetune"), "rank") == "run.yaml.finetune.rank"
+    assert head(CLI) == "" and head("run.yaml") == "run.yaml: "
+
+
+def test_no_module_branches_on_the_command_line_by_name():
+    """The command line's place is knobs.CLI, compared nowhere else: no `where == "options"` branch."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent / "trainest"
+    hits = [str(p) for p in root.rglob("*.py") if '"options"' in p.read_text(encoding="utf-8")
+            and p.name != "knobs.py"]
+    assert not hits

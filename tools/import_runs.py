@@ -59,7 +59,7 @@ RUN_KEYS = ("id", "set", "source", "model", "seq_len", "hardware", "devices", "d
             "master_weights", "grad_dtype", "parallel", "micro_batch", "global_batch", "recompute", "recompute_modules",
             "attention", "packed_length", "framework", "kernels", "cuda_graphs", "moe_dispatcher", "adam_moments", "loss",
             "optimizer", "optimizer_in_backward", "offload", "finetune", "measured", "expressible", "reason",
-            "confidence", "notes", "duplicate_of")
+            "confidence", "notes", "duplicate_of", "unmodelled")
 
 # LoRA/QLoRA runs: written with the record-level `set: finetune`, so that the public accuracy gates and the
 # fit of the shipped efficiencies leave them out (no efficiency is fitted to a fine-tuning run: they test
@@ -1365,7 +1365,7 @@ class Importer:
 
 def apply_recipe(run: OrderedDict, top: dict, par: dict) -> None:
     """Write a recipe's settings (Importer.recipe_settings) into a run, its keys in RUN_KEYS order."""
-    for key in ("cuda_graphs", "moe_dispatcher", "adam_moments", "recompute", "recompute_modules"):
+    for key in ("cuda_graphs", "moe_dispatcher", "adam_moments", "recompute", "recompute_modules", "unmodelled"):
         if key in top:
             run[key] = top[key]
     run["parallel"].update(par)

@@ -105,7 +105,8 @@ def recompute_of(rec: dict) -> tuple[str, list[str], list[str]]:
 
 
 def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
-    """(top-level scenario keys, parallel keys, notes) for one recipe record; `moe`: the model has experts."""
+    """(top-level scenario keys, parallel keys, notes) for one recipe record; `moe`: the model has experts. The
+    top-level keys include `unmodelled`, the recipe's settings that trainest has no input for (`unmodelled`)."""
     top: dict = {}
     par: dict = {}
     used: list[str] = []
@@ -138,18 +139,33 @@ def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
         par["moe_overlap"] = "deepep" if overlap else "none"
         used.append(f"moe_overlap {par['moe_overlap']} (overlap_moe_expert_parallel_comm {str(overlap).lower()}, "
                     f"delay_wgrad_compute {str(bool(_value(rec, 'overlap', 'delay_wgrad_compute'))).lower()})")
-    return top, par, [f"recipe settings ({rec['id']}, {rec['source']['tag']}): " + "; ".join(used)
-                      + ". " + unmodelled(rec)]
+    lacking = unmodelled(rec)
+    if lacking:
+        top["unmodelled"] = lacking
+    return top, par, [f"recipe settings ({rec['id']}, {rec['source']['tag']}): " + "; ".join(used) + "."
+                      + (" Recipe settings trainest has no input for (the run's `unmodelled`): " + ", ".join(lacking)
+                         + "." if lacking else "")]
 
 
-def unmodelled(rec: dict) -> str:
-    """The recipe's settings that change time or memory and that trainest does not take as inputs."""
+# the recipe settings that change time or memory and that trainest has no input for, with the value that does
+# (None: any value but off/empty): FP8 parameters (1-byte weights and their all-gather), BF16 gradient buffers and
+# reduction (grad_reduce_in_fp32 false), BF16 main gradients of the precision-aware optimizer, the TE op fuser,
+# the shared experts overlapped with the dispatch, paged stashing of the expert activations, fine-grained
+# activation offloading, Megatron FSDP, a pipeline layout given as a list of stages
+UNMODELLED = (("precision", "fp8_param", None), ("overlap", "grad_reduce_in_fp32", False),
+              ("optimizer", "main_grads_dtype", "bfloat16"), ("fusions", "use_transformer_engine_op_fuser", None),
+              ("moe", "moe_shared_expert_overlap", None), ("moe", "moe_paged_stash", None),
+              ("offload", "fine_grained_activation_offloading", None), ("data_parallel", "use_megatron_fsdp", None),
+              ("pipeline", "pipeline_model_parallel_layout", None))
+
+
+def unmodelled(rec: dict) -> list[str]:
+    """The recipe's settings that change time or memory and that trainest has no input for (UNMODELLED), each
+    as 'key value'."""
     said = []
-    for section, key in (("precision", "fp8_param"), ("optimizer", "main_grads_dtype"),
-                         ("fusions", "use_transformer_engine_op_fuser"), ("moe", "moe_shared_expert_overlap"),
-                         ("moe", "moe_paged_stash"), ("offload", "fine_grained_activation_offloading"),
-                         ("data_parallel", "use_megatron_fsdp"), ("pipeline", "pipeline_model_parallel_layout")):
+    for section, key, when in UNMODELLED:
         v = _value(rec, section, key)
-        if v not in (None, False, [], "float32"):
-            said.append(f"{key} {v}" if not isinstance(v, list) else f"{key} (a list of {len(v)} stages)")
-    return ("Recipe settings trainest does not model: " + ", ".join(said) + ".") if said else ""
+        if (v == when) if when is not None else v not in (None, False, [], ""):
+            shown = str(v).lower() if isinstance(v, bool) else v
+            said.append(f"{key} {shown}" if not isinstance(v, list) else f"{key} (a list of {len(v)} stages)")
+    return said

@@ -6,6 +6,7 @@ numpy arrays (the plan search, calibration)."""
 from __future__ import annotations
 
 from trainest import xp
+from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
 from trainest.record import NamedTuple
 from trainest.step.collectives import Tiers, job_tiers, tied_embedding_s
@@ -376,11 +377,10 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     trained_local = trainable_params_local(job, layout, params_local)    # LoRA: the adapters only
     trained_experts = trainable_expert_params_local(job, layout, expert_local)
     dp = dp if dp is not None else data_parallel_traffic(job, layout, dp_tiers, trained_local, trained_experts)
-    host_fwd, host_bwd = host_pass_s(job, layout)
-    expert_fwd, expert_bwd = expert_host_pass_s(job, layout)      # MoE: per-expert launches (step/moe.py)
+    (host_fwd, host_bwd), (expert_fwd, expert_bwd) = host_pass_s(job, layout), expert_host_pass_s(job, layout)  # MoE
     windows = dp_windows_s(layout, lp, cp, n, z3_comm, stage_work, (host_fwd + expert_fwd, host_bwd + expert_bwd),
-                           host_excess)
-    dp_parts = dp_exposed_parts(layout, dp, windows, n, eff.overlap_contention, m)
+                           host_excess, FRAMEWORKS[job.framework].dp_gather_overlap)
+    dp_parts = dp_exposed_parts(layout, dp, windows, eff.overlap_contention, m)
     # tied input and output embeddings on different stages: their gradients all-reduced once per step
     tied = tied_embedding_s(job, layout, tiers)
     dp_exposed = dp_parts.replica_s + dp_parts.reduce_s + dp_parts.gather_s + dp_parts.zero2_s + tied

@@ -429,21 +429,23 @@ def ep_layer_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers, window_s: 
     their gradients backward, the forward's again where the block is re-run (full recompute, the `moe`
     recompute module: Job.moe_rerun): (4 + 2·[re-run]) all-to-alls.
     Exposed in full unless the framework overlaps them (`moe_overlap: deepep`: hidden behind another
-    micro-batch's computation, `window_s`, at the hardware's contention share κ, §4.7; so does DualPipe
-    with a pipeline, §5.4: `Layout.ep_hidden`)."""
+    micro-batch's computation, `window_s`, at the contention share max(κ, s/U): the hardware's κ, §4.7, or the
+    share of the SMs the dispatcher keeps, `dispatcher_sm_share`; so does DualPipe with a pipeline, §5.4:
+    `Layout.ep_hidden`)."""
     total = A2A_PER_LAYER_PASS * (2.0 + job.moe_rerun(layout)) * ep_all_to_all_s(job, layout, x, tiers)
     hidden = layout.ep_hidden
     if xp.off(hidden):
         return total, total
-    exposed = overlapped_exposed_s(total, window_s, 0.0, job.hardware.efficiency.overlap_contention)
-    exposed = exposed + dispatcher_sm_share(job) * xp.maximum(total - exposed, 0.0)
-    return total, xp.where(hidden > 0, xp.minimum(exposed, total), total)
+    contention = max(job.hardware.efficiency.overlap_contention, dispatcher_sm_share(job))
+    exposed = overlapped_exposed_s(total, window_s, 0.0, contention)
+    return total, xp.where(hidden > 0, exposed, total)
 
 
 def dispatcher_sm_share(job: Job) -> float:
     """s/U: the share of the device's U compute units the dispatcher's kernels keep while they run beside
     computation (DISPATCHER_SMS; 0 where the units are unknown): a hidden all-to-all of t seconds slows the
-    computation it hides behind by s/U·t (§15.11)."""
+    computation it hides behind by s/U·t, the contention share of its overlap where that exceeds the
+    hardware's κ (§4.7, §15.11)."""
     units = job.hardware.compute_units
     return DISPATCHER_SMS[job.moe_dispatcher] / units if units else 0.0
 
