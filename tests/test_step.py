@@ -27,9 +27,9 @@ SMALL = model_from_mapping({"name": "small", "layers": 8, "hidden": 1024, "ffn_h
 
 def ideal(hw=A100, *, compute=False):
     """The hardware with an infinitely fast network and memory (and, with compute=True, infinitely
-    fast compute too), no launch overhead and a flat GEMM efficiency."""
+    fast compute too), no launch overhead (nor a collective call's fixed cost) and a flat GEMM efficiency."""
     hw = dataclasses.replace(hw, memory_bytes_per_s=1e30, scale_up_bytes_per_s=1e30, scale_out_bytes_per_s=1e30,
-                             scale_up_latency_s=0.0, scale_out_latency_s=0.0)
+                             scale_up_latency_s=0.0, scale_out_latency_s=0.0, collective_call_s=0.0)
     if compute:
         hw = dataclasses.replace(hw, peak_flops_per_s={k: 1e30 for k in hw.peak_flops_per_s},
                                  memory_bytes_per_s=hw.memory_bytes_per_s)
@@ -753,12 +753,13 @@ def test_tensor_parallelism_over_pcie_costs_its_all_reduces_at_the_pcie_rate():
     """tp 8 on 8 H100 PCIe in one server: each of the 4 all-reduces per layer and micro-batch moves
     2·(7/8)·e·T·h over PCIe Gen5 x16 at PCIE_ACHIEVABLE_FRACTION (before: 240 s of TP traffic per step
     at the 1 GB/s placeholder; now ~10 s)."""
-    from trainest.step.collectives import PCIE_ACHIEVABLE_FRACTION
+    from trainest.step.collectives import NCCL_CALL_S, PCIE_ACHIEVABLE_FRACTION
     hw, m = load_hardware("h100-pcie"), load_model("llama3-8b")
     t = step_of(m, hw, seq_len=8192.0, global_batch=32.0, devices_per_node=8, tp=8.0, pp=1.0, dp=1.0, cp=1.0,
                 vpp=1.0, micro_batch=1.0, zero=0.0, sp=0.0, recompute=0.0)
     w = 64e9 * PCIE_ACHIEVABLE_FRACTION
-    per_all_reduce = 2 * 7 / 8 * ACTIVATION_BYTES * 8192 * m.hidden / w + 2 * 7 * hw.intra_node_latency_s
+    per_all_reduce = (2 * 7 / 8 * ACTIVATION_BYTES * 8192 * m.hidden / w + 2 * 7 * hw.intra_node_latency_s
+                      + NCCL_CALL_S)                       # and the call's fixed cost (§3.3a)
     assert layer_tp_s(t) == pytest.approx(32 * m.layers * 4 * per_all_reduce, rel=1e-9)
 
 
