@@ -370,6 +370,16 @@ def hunt_framework(r: dict) -> tuple[str, str]:
                              f"the default a user who states none gets")
 
 
+HUNT_CUDA_GRAPHS = re.compile(r"MCORE/FULL CUDA graph=([01])")
+
+
+def hunt_cuda_graphs(r: dict) -> str | None:
+    """The CUDA graphs an MLPerf record's configuration states (its notes: "MCORE/FULL CUDA graph=1" captures the
+    whole training step: full; "=0": none), or None where it says nothing."""
+    found = HUNT_CUDA_GRAPHS.search(" ".join(str(r.get("notes") or "").split()))
+    return None if found is None else ("full" if found.group(1) == "1" else "none")
+
+
 def read_vtrain(rec: dict) -> dict:
     """A record of runs-vtrain-single-fit.yaml: the vendor-file format with the model's `mlp`, the
     attention kernel, the pipeline schedule and gradient bucketing stated, and only a step time."""
@@ -911,6 +921,10 @@ class Importer:
             hunt_framework(r) if r.get("framework_text") else (None, None)
         if framework and framework_why:
             notes.append(f"framework {framework}: {framework_why}")
+        graphs = hunt_cuda_graphs(r) if r.get("framework_text") else None
+        if graphs is not None:
+            notes.append(f"cuda_graphs {graphs}: the record's configuration sets MCORE/FULL CUDA graph="
+                         f"{1 if graphs == 'full' else 0}")
 
         # ---- precision -----------------------------------------------------------------------
         precision, pnotes = map_precision(r["precision"], cfg["precision_default"] or "bf16")
@@ -1311,6 +1325,8 @@ class Importer:
         run["kernels"] = kernels or "fused"
         if recipe is not None:
             apply_recipe(run, *recipe)
+        if graphs is not None:
+            apply_recipe(run, {"cuda_graphs": graphs}, {})
         if cfg.get("dp_overlap") is False:
             run["parallel"]["dp_overlap"] = False
         if finetune:
