@@ -10,12 +10,13 @@ layouts with the step model alone (about 2 ms each) and runs only with a pipelin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from trainest.choices import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_MODULES
 from trainest.errors import SpecError
 from trainest.estimate import TIGHT_FIT_FRACTION, Estimate, estimate, host_misfit_words
 from trainest.frameworks import FRAMEWORKS
+from trainest.record import replace
 from trainest.scenario import Scenario, layout_of
 from trainest.units import GiB, plural
 
