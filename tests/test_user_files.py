@@ -352,3 +352,22 @@ def test_an_unknown_node_path_names_the_scale_up_domain_when_the_file_gives_a_sc
     fixed.write_text(text.replace("devices_per_node: 8,", "devices_per_node: 8, scale_up_domain: 8,"))
     code, out, err = call_entry(["estimate", "--hardware", str(fixed), "--json"], capsys)
     assert code == 0 and json.loads(out)["step"]["time_s"] > 0
+
+
+def test_a_user_file_edited_in_the_same_process_is_read_again(tmp_path):
+    """catalog cached a user's hardware/model file by its path alone: in one process (a notebook, a library
+    caller) the file edited since gave its old values without a word. Found by tools/fuzz_cli.py's round
+    (issue 32); the key now holds the file's modification time and size."""
+    from trainest import catalog
+    hw = tmp_path / "dev.yaml"
+    text = (catalog.specs_dir() / "hardware" / "h100-sxm.yaml").read_text()
+    hw.write_text(text)
+    before = catalog.load_hardware(str(hw))
+    hw.write_text(text.replace("name: h100-sxm", "name: h100-edited"))
+    assert catalog.load_hardware(str(hw)).name == "h100-edited" != before.name
+    model = tmp_path / "m.yaml"
+    mtext = (catalog.specs_dir() / "models" / "llama3-8b.yaml").read_text()
+    model.write_text(mtext)
+    layers = catalog.load_model(str(model)).layers
+    model.write_text(mtext.replace(f"layers: {layers}\n", f"layers: {layers // 2}\n"))
+    assert catalog.load_model(str(model)).layers == layers // 2
