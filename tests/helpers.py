@@ -31,7 +31,7 @@ def job_and_layout(model, hw=None, precision="bf16", attention="flash", *, seq_l
                    devices_per_node=None, kernels="fused", pipeline_split="even", dp_collectives="hierarchical",
                    micro_batches=None, tp=1.0, pp=1.0, dp=1.0, cp=1.0, vpp=1.0, micro_batch=1.0, zero=0.0, sp=0.0,
                    recompute=0.0, tp_overlap=0.0, dp_shard=None, framework="megatron-core", dp_overlap=1.0,
-                   ep=1.0, etp=1.0, moe_overlap="none"):
+                   ep=1.0, etp=1.0, moe_overlap="none", moe_dispatcher="alltoall", cuda_graphs="none"):
     """(Job, Layout) from keyword knobs (floats or arrays); the global batch may be given as
     micro-batches per step instead (B = m·d·b)."""
     from trainest.catalog import load_hardware
@@ -41,7 +41,8 @@ def job_and_layout(model, hw=None, precision="bf16", attention="flash", *, seq_l
         global_batch = (1.0 if micro_batches is None else micro_batches) * dp * micro_batch
     job = Job(model=model, hardware=hw, precision=precision, attention=attention, kernels=kernels,
               seq_len=seq_len, global_batch=global_batch,
-              devices_per_node=devices_per_node or hw.devices_per_node, framework=framework)
+              devices_per_node=devices_per_node or hw.devices_per_node, framework=framework,
+              moe_dispatcher=moe_dispatcher, cuda_graphs=cuda_graphs)
     layout = Layout(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, micro_batch=micro_batch, zero=zero, sp=sp,
                     recompute=recompute, tp_overlap=tp_overlap, dp_shard=dp_shard, pipeline_split=pipeline_split,
                     dp_collectives=dp_collectives, dp_overlap=dp_overlap, ep=ep, etp=etp, moe_overlap=moe_overlap)

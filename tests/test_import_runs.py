@@ -29,6 +29,7 @@ REFERENCE = reference_dir()
 MEGATRON_REF = REFERENCE / "runs-megatron-public.yaml"
 VENDORS_REF = REFERENCE / "runs-vendors-public.yaml"
 VTRAIN_REF = REFERENCE / "runs-vtrain-single-fit.yaml"
+HUNT_REF = REFERENCE / "runs-hunt-2026-12-given.yaml"
 MEMORY_REF = REFERENCE / "memory-given.yaml"
 MEMORY_FILE = "memory-given.yaml"
 MEMORY_SET = "memory"
@@ -39,11 +40,12 @@ FILE_OPTIONAL_KEYS = {"set"}                  # absent: the public runs
 VTRAIN_SET = "vtrain-single-node"
 RUN_KEYS = {"id", "set", "finetune", "packed_length", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
             "master_weights", "grad_dtype", "loss", "optimizer", "optimizer_in_backward", "offload",
-            "parallel", "micro_batch", "global_batch", "recompute", "attention", "framework", "kernels", "measured",
+            "parallel", "micro_batch", "global_batch", "recompute", "recompute_modules", "attention", "framework", "kernels",
+            "cuda_graphs", "moe_dispatcher", "adam_moments", "measured",
             "expressible", "reason",
             "confidence",
             "notes",
-            "duplicate_of"}
+            "duplicate_of", "unmodelled"}
 RUN_REQUIRED = {"id", "source", "model", "seq_len", "hardware", "devices", "precision", "parallel", "micro_batch",
                 "global_batch", "recompute", "measured", "expressible", "reason"}
 # model mapping keys of the README, plus head_dim: the optional key trainest/catalog.py model_from_mapping
@@ -52,7 +54,7 @@ MODEL_KEYS = {"name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vo
               "dropout", "positional"}
 MODEL_EXTRA_KEYS = {"head_dim", "moe", "mla", "hybrid", "mtp", "attention_window"}   # MoE, MLA, hybrid, MTP, local attention
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard", "dp_overlap",
-                 "pipeline_split", "dp_collectives", "ep", "etp"}
+                 "pipeline_split", "dp_collectives", "ep", "etp", "moe_overlap"}
 MEASURED_KEYS = {"step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens",
                  "peak_memory_gib", "peak_memory_kind"}
 PRECISIONS = {"bf16", "fp16", "fp8", "fp4", "fp32", "tf32"}
@@ -73,7 +75,8 @@ BY_ID = {run["id"]: run for _, run in RUNS}
 
 
 def _reference_records() -> list[dict]:
-    return list(_load(MEGATRON_REF)) + list(_load(VENDORS_REF)) + list(_load(VTRAIN_REF)) + list(_load(MEMORY_REF))
+    return (list(_load(MEGATRON_REF)) + list(_load(VENDORS_REF)) + list(_load(VTRAIN_REF)) + list(_load(HUNT_REF))
+            + list(_load(MEMORY_REF)))
 
 
 def _shape(run: dict) -> dict:
@@ -89,7 +92,7 @@ def test_run_files_exist():
 
 def test_every_reference_record_appears_exactly_once():
     ref_ids = [r["id"] for r in _reference_records()]
-    assert len(ref_ids) == len(set(ref_ids)) == 734 + 720 + 35
+    assert len(ref_ids) == len(set(ref_ids)) == 734 + 720 + 136 + 35
     counts = Counter(run["id"] for _, run in RUNS)
     duplicated = sorted(i for i, n in counts.items() if n > 1)
     assert not duplicated, f"ids written more than once: {duplicated[:10]}"
@@ -116,7 +119,8 @@ def test_run_file_keys(path: Path):
         # a MoE model with no dense layer has no dense MLP width (ffn_hidden)
         required = MODEL_KEYS - ({"ffn_hidden"} if "moe" in model and not model["moe"].get("dense_layers") else set())
         assert required <= set(model), f"{w}: model lacks {sorted(required - set(model))}"
-        optional = {"tp_overlap", "dp_shard", "pipeline_split", "dp_collectives", "dp_overlap", "ep", "etp"}
+        optional = {"tp_overlap", "dp_shard", "pipeline_split", "dp_collectives", "dp_overlap", "ep", "etp",
+                    "moe_overlap"}
         assert PARALLEL_KEYS - optional <= set(run["parallel"]) <= PARALLEL_KEYS, \
             f"{w}: parallel keys {sorted(run['parallel'])}"
         assert set(run["measured"]) <= MEASURED_KEYS, f"{w}: measured keys {sorted(run['measured'])}"
@@ -317,15 +321,85 @@ def test_lora_rows_carry_their_method_and_their_own_set():
     and the fit); those with their facts known are expressible, the rest say why not."""
     from trainest.validate import load_runs
     rows = [run for path in RUN_FILES if path.name != MEMORY_FILE for run in _load(path)["runs"]
-            if "lora" in run["id"].lower()]     # (memory-given.yaml: memory-only runs of their own set)
+            if "lora" in run["id"].lower()     # (memory-given.yaml: memory-only runs of their own set)
+            and not run["id"].startswith("mlperf-")]
     assert len(rows) == 12 and all(r["set"] == "finetune" and r["finetune"]["method"] in ("lora", "qlora")
                                    for r in rows)
     loaded = load_runs(run_set="finetune")
-    assert len(loaded.cases) == 8 and all(c.scenario.finetune.frozen for c in loaded.cases)
+    cases = [c for c in loaded.cases if c.source != "mlperf-training"]
+    assert len(cases) == 8 and all(c.scenario.finetune.frozen for c in cases)
     reasons = {n.id: n.reason for n in loaded.not_expressible}
     assert "does not count plain training tokens" in reasons["dgx-spark-llama3.1-8b-lora"]
     assert "adapters on the last 4 layers only" in reasons["mlx-lora-mistral7b-m1max"]
-    assert not {c.id for c in load_runs(run_set="public").cases} & {c.id for c in loaded.cases}
+    assert not {c.id for c in load_runs(run_set="public").cases} & {c.id for c in cases}
+
+
+def test_hunt_records_keep_their_stack_network_and_adapters():
+    """Issue 31: the second batch of published sources (runs-hunt-2026-12-given.yaml). InternEvo's A100 nodes
+    have 4x100 Gb RoCE per 8 GPUs (the variant file with 50 Gb/s per GPU); the MLPerf LoRA rows are fine-tuning
+    (their own set) with the record's rank, under the stack each record names; a card without a catalog entry
+    (the 600 W H200 NVL) is not expressible and says so."""
+    from trainest.catalog import load_hardware
+    runs = {run["id"]: run for path in RUN_FILES if path.stem in ("internevo", "mlperf-training")
+            for run in _load(path)["runs"]}
+    intern = [r for r in runs.values() if r["id"].startswith("internevo-")]
+    assert len(intern) == 54 and {r["hardware"] for r in intern} == {"a100-80gb-sxm-roce400"}
+    assert all("set" not in r and r["framework"] == "megatron-core" and r["expressible"] for r in intern)
+    variant, base = load_hardware("a100-80gb-sxm-roce400"), load_hardware("a100-80gb-sxm")
+    assert variant.scale_out_bytes_per_s == pytest.approx(base.scale_out_bytes_per_s / 4)
+    lora = [r for r in runs.values() if "llama2-70b-lora" in r["id"]]
+    assert lora and all(r["set"] == "finetune" and r["finetune"]["rank"] == 16 for r in lora)
+    by_hw = {}
+    for r in lora:
+        by_hw.setdefault(r["hardware"], set()).add(r.get("framework"))
+    assert by_hw["mi300x"] == {"megatron-core"} and by_hw["gaudi2"] == {"deepspeed"} and by_hw["b200"] == {"nemo"}
+    nvl = [r for r in lora if r["hardware"] is None]
+    assert nvl and all("unknown hardware" in r["reason"] for r in nvl)
+
+
+# --- the Megatron-Bridge recipes' settings (tools/recipe_settings.py, issue 33) ----------------------
+def _recipe(**sections):
+    return {"settings": {sec: {k: {"value": v} for k, v in kv.items()} for sec, kv in sections.items()}}
+
+
+def test_recipe_settings_map_to_inputs_the_same_way_for_every_record():
+    sys.path.insert(0, str(REPO / "tools"))
+    from recipe_settings import cuda_graphs_of, dispatcher_of, recompute_of
+    assert cuda_graphs_of(_recipe(cuda_graph={"cuda_graph_impl": "full_iteration", "cuda_graph_scope": []}))[0] == "full"
+    assert cuda_graphs_of(_recipe(cuda_graph={"cuda_graph_impl": "transformer_engine",
+                                              "cuda_graph_scope": ["attn", "moe_router", "moe_preprocess"]}))[0] \
+        == "partial"
+    assert cuda_graphs_of(_recipe(cuda_graph={"cuda_graph_impl": "transformer_engine",
+                                              "cuda_graph_scope": ["attn", "moe"]}))[0] == "full"
+    # a scope without an implementation is not active
+    assert cuda_graphs_of(_recipe(cuda_graph={"cuda_graph_impl": "none", "cuda_graph_scope": "full"}))[0] == "none"
+    assert dispatcher_of(_recipe(moe={"moe_token_dispatcher_type": "flex",
+                                      "moe_flex_dispatcher_backend": "hybridep"}))[0] == "hybridep"
+    # a flex backend named while the dispatcher is alltoall is not used
+    assert dispatcher_of(_recipe(moe={"moe_token_dispatcher_type": "alltoall",
+                                      "moe_flex_dispatcher_backend": "deepep"}))[0] == "alltoall"
+    assert dispatcher_of(_recipe(moe={"moe_token_dispatcher_type": "alltoall", "moe_enable_deepep": True}))[0] \
+        == "deepep"
+    assert recompute_of(_recipe(recompute={"recompute_granularity": None,
+                                           "recompute_modules": ["core_attn"]})) == ("none", [], [])
+    assert recompute_of(_recipe(recompute={"recompute_granularity": "selective",
+                                           "recompute_modules": ["mla_up_proj", "mlp"]}))[:2] \
+        == ("selective", ["mla_up_proj", "mlp"])
+    assert recompute_of(_recipe(recompute={"recompute_granularity": "selective", "recompute_modules": []}))[0] == "none"
+
+
+def test_megatron_bridge_runs_carry_their_recipes_settings():
+    runs = _load(RUNS_DIR / "megatron-bridge.yaml")["runs"]
+    expressible = [r for r in runs if r["expressible"]]
+    with_recipe = [r for r in expressible if "recipe settings (" in r["notes"]]
+    assert len(with_recipe) >= 0.9 * len(expressible)
+    for r in with_recipe:
+        assert r["cuda_graphs"] in ("none", "partial", "full")
+        if "moe" in r["model"]:
+            assert r["moe_dispatcher"] in ("alltoall", "deepep", "hybridep")
+            assert r["parallel"]["moe_overlap"] in ("none", "deepep")
+    others = [r for r in expressible if r not in with_recipe]
+    assert all("no recipe record matched" in r["notes"] for r in others)
 
 
 # --- the memory-given rows: memory-only runs of their own set, what each measured kept --------------------------

@@ -28,15 +28,44 @@ def test_every_simple_knob_is_an_option_of_every_command_and_a_scenario_key():
         assert k.name in COMPARE_JOB_KEYS
 
 
+# a mixture-of-experts model, so that every knob's every value applies (moe_dispatcher's deepep and hybridep
+# need experts)
+MODEL = "mixtral-8x7b"
+
+
 @pytest.mark.parametrize("knob", [k.name for k in SIMPLE])
 def test_a_simple_knob_is_read_echoed_and_handed_to_the_job(knob):
     """Not given: the fallback, listed as derived; given (every allowed word, or the fallback for a number):
     kept, not derived, echoed, and the Job's field; a plan's job keeps it too."""
     k = BY_NAME[knob]
-    s = scenario_from_mapping({"model": "llama3-8b"})
+    s = scenario_from_mapping({"model": MODEL})
     assert s.knob(knob) == k.fallback and knob in s.derived and scenario_mapping(s)[knob] == k.fallback
     for value in k.choice_values or (k.fallback,):
-        s = scenario_from_mapping({"model": "llama3-8b", knob: value})
+        s = scenario_from_mapping({"model": MODEL, knob: value})
         assert s.knob(knob) == value and knob not in s.derived
         assert scenario_mapping(s)[knob] == value and getattr(job_of(s), knob) == value
-        assert job_scenario({"model": "llama3-8b", "global_batch": 64, knob: value}).knob(knob) == value
+        assert job_scenario({"model": MODEL, "global_batch": 64, knob: value}).knob(knob) == value
+
+
+def test_a_location_names_the_flag_on_the_command_line_and_the_key_in_a_file():
+    """errors.at: where a value is read from the command line (knobs.CLI) the message names its flag, also for a
+    key found inside another location; in a file it names the key in its place."""
+    from trainest.errors import at, head, name_of
+    from trainest.knobs import CLI, CLI_MODEL
+    assert at(CLI, "parallel.zero") == "--zero" and name_of(CLI, "parallel.ep") == "--ep"
+    assert at(at(CLI, "finetune"), "rank") == "--lora-rank" and at(CLI, "finetune") == "--finetune"
+    assert at(at(CLI_MODEL, "attention_window"), "size") == "--attention-window"
+    assert at(at(CLI_MODEL, "moe"), "experts") == "--experts"
+    assert at("run.yaml", "parallel.zero") == "run.yaml.parallel.zero" and name_of("run.yaml", "parallel.ep") == \
+        "parallel.ep"
+    assert at(at("run.yaml", "finetune"), "rank") == "run.yaml.finetune.rank"
+    assert head(CLI) == "" and head("run.yaml") == "run.yaml: "
+
+
+def test_no_module_branches_on_the_command_line_by_name():
+    """The command line's place is knobs.CLI, compared nowhere else: no `where == "options"` branch."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent / "trainest"
+    hits = [str(p) for p in root.rglob("*.py") if '"options"' in p.read_text(encoding="utf-8")
+            and p.name != "knobs.py"]
+    assert not hits

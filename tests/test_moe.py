@@ -191,12 +191,12 @@ def test_permutation_backward_moves_its_forward_bytes_once():
 
 def test_remote_domain_share_counts_the_domains_a_token_reaches():
     """r·K·(N−1)/N = the mean number of remote domains a token's K distinct experts fall in, counted by
-    brute force over every choice of K of E experts (E/N per domain); r = 1 for K = 1 and inside one
-    domain, r <= 1 and falling as K grows."""
+    brute force over every choice of K of E experts (E/N per domain), for a deduplicating dispatcher
+    (DeepEP); r = 1 for K = 1 and inside one domain, r <= 1 and falling as K grows."""
     from itertools import combinations
     tiers = TIERS
     for experts, top_k, ep in ((16, 2, 16.0), (16, 4, 32.0), (12, 3, 24.0), (8, 1, 16.0)):
-        job, layout, r, x = local(moe_model(experts=experts, top_k=top_k), dp=ep, ep=ep)
+        job, layout, r, x = local(moe_model(experts=experts, top_k=top_k), dp=ep, ep=ep, moe_dispatcher="deepep")
         domains = int(ep // tiers.domain)
         per_domain = experts // domains
         # the token sits in domain 0; count the other domains its experts fall in
@@ -205,9 +205,9 @@ def test_remote_domain_share_counts_the_domains_a_token_reaches():
         share = M.remote_domain_share(job, layout, tiers)
         assert share * top_k * (domains - 1) / domains == pytest.approx(remote, rel=1e-12)
         assert share <= 1.0 + 1e-12
-    job, layout, r, x = local(MOE, dp=8.0, ep=8.0)
+    job, layout, r, x = local(MOE, dp=8.0, ep=8.0, moe_dispatcher="deepep")
     assert M.remote_domain_share(job, layout, tiers) == 1.0          # one domain
-    shares = [M.remote_domain_share(*local(moe_model(experts=64, top_k=k), dp=32.0, ep=32.0)[:2], tiers)
+    shares = [M.remote_domain_share(*local(moe_model(experts=64, top_k=k), dp=32.0, ep=32.0, moe_dispatcher="deepep")[:2], tiers)
               for k in (1, 2, 4, 8, 16)]
     assert shares[0] == pytest.approx(1.0) and shares == sorted(shares, reverse=True)
 
@@ -222,7 +222,7 @@ def test_group_limited_routing_counts_the_domains_a_token_reaches():
     for picked in (1, 2, 3):
         for ep in (32.0, 64.0, 128.0):         # 4, 8, 16 domains of 8 ranks (TIERS.domain = 8)
             job, layout, _, _ = local(moe_model(experts=experts, top_k=top_k, router_groups=groups,
-                                                router_group_top_k=picked), dp=ep, ep=ep)
+                                                router_group_top_k=picked), dp=ep, ep=ep, moe_dispatcher="deepep")
             domains = int(ep // TIERS.domain)
             per_domain, per_group = experts / domains, experts // groups
             total = count = 0.0
@@ -233,7 +233,7 @@ def test_group_limited_routing_counts_the_domains_a_token_reaches():
                     count += 1
             share = M.remote_domain_share(job, layout, TIERS)
             assert share * top_k * (domains - 1) / domains == pytest.approx(total / count, rel=1e-9)
-            free = M.remote_domain_share(*local(moe_model(experts=experts, top_k=top_k), dp=ep, ep=ep)[:2], TIERS)
+            free = M.remote_domain_share(*local(moe_model(experts=experts, top_k=top_k), dp=ep, ep=ep, moe_dispatcher="deepep")[:2], TIERS)
             assert share <= free + 1e-12
     limited = moe_model(experts=16, top_k=3, router_groups=4, router_group_top_k=4)
     assert limited.moe.router_groups == 1          # 4 of 4 groups: no limit, stored as none
@@ -246,7 +246,7 @@ def test_cross_domain_dispatch_never_moves_more_than_every_copy():
     NICs, and equal to it with top-1 routing when the NIC share binds; inside a domain nothing changes."""
     for top_k in (1, 2, 8):
         model = moe_model(experts=64, top_k=top_k)
-        job, layout, r, x = local(model, dp=32.0, ep=32.0)
+        job, layout, r, x = local(model, dp=32.0, ep=32.0, moe_dispatcher="deepep")
         tiers = tiers_of(job.hardware, job.devices_per_node)
         a2a = M.all_to_all_tiers(job, tiers)
         every_copy = all_to_all_s(M.dispatch_bytes(job, layout, x), 32.0, 1.0, a2a)
@@ -278,11 +278,13 @@ def test_per_expert_launches_make_small_micro_batches_host_bound():
     time (host-bound, host time grows with E/e); at a large micro-batch the same launches hide under
     the device's work, so the step is as without them (the per-expert launches are per micro-batch)."""
     many = moe_model(experts=128, top_k=8, width=256)
-    small = step_of(many, H100, "fp8", seq_len=1024.0, dp=8.0, micro_batches=8, ep=8.0)
+    # HybridEP: no host synchronisation in the layer (test_a_host_synchronising_dispatcher_... has one)
+    no_sync = {"moe_dispatcher": "hybridep"}
+    small = step_of(many, H100, "fp8", seq_len=1024.0, dp=8.0, micro_batches=8, ep=8.0, **no_sync)
     assert small.host_wait_s > 0.0
-    more_local = step_of(many, H100, "fp8", seq_len=1024.0, dp=8.0, micro_batches=8, ep=4.0)   # 32 local experts
-    assert more_local.host_s > small.host_s
-    big = step_of(many, H100, "fp8", seq_len=8192.0, dp=8.0, micro_batches=1, micro_batch=8.0, ep=8.0)
+    more_local = step_of(many, H100, "fp8", seq_len=1024.0, dp=8.0, micro_batches=8, ep=4.0, **no_sync)
+    assert more_local.host_s > small.host_s                      # 32 local experts
+    big = step_of(many, H100, "fp8", seq_len=8192.0, dp=8.0, micro_batches=1, micro_batch=8.0, ep=8.0, **no_sync)
     # the layers are not host-bound; what the host adds is the embedding's and the loss's own kernels
     # (step/kernels.py: head_parts), once per micro-batch, a few hundred microseconds
     assert big.host_wait_s < 1e-3 * big.time_s

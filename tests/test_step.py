@@ -29,9 +29,9 @@ SMALL = model_from_mapping({"name": "small", "layers": 8, "hidden": 1024, "ffn_h
 
 def ideal(hw=A100, *, compute=False):
     """The hardware with an infinitely fast network and memory (and, with compute=True, infinitely
-    fast compute too), no launch overhead and a flat GEMM efficiency."""
+    fast compute too), no launch overhead (nor a collective call's fixed cost) and a flat GEMM efficiency."""
     hw = replace(hw, memory_bytes_per_s=1e30, scale_up_bytes_per_s=1e30, scale_out_bytes_per_s=1e30,
-                             scale_up_latency_s=0.0, scale_out_latency_s=0.0)
+                             scale_up_latency_s=0.0, scale_out_latency_s=0.0, collective_call_s=0.0)
     if compute:
         hw = replace(hw, peak_flops_per_s={k: 1e30 for k in hw.peak_flops_per_s},
                                  memory_bytes_per_s=hw.memory_bytes_per_s)
@@ -290,13 +290,62 @@ def bucketed(collective, size_bytes, params, dp, *args):
 NO_CONTENTION = with_efficiency(A100, overlap_contention=0.0)
 
 
-def test_dp_reduction_hides_behind_backward_except_one_layer():
+def calls_of(params, dp):
+    """Megatron-Core's gradient buckets: ⌈P / max(40M, 1M·d)⌉ (traffic.dp_collective_calls)."""
+    return max(math.ceil(params / max(40e6, 1e6 * dp)), 1)
+
+
+def test_dp_reduction_hides_behind_backward_except_its_last_bucket():
+    """The reduction of the last backward's buckets hides behind it except the last bucket (its gradients
+    are ready only when the backward ends): one of the n_b calls, not one layer's worth."""
     m, d = load_model("gpt3-1.3b"), 8.0
     tiers = tiers_of(A100, A100.devices_per_node)
     t = terms(m, NO_CONTENTION, dp=d, micro_batch=4, global_batch=32.0 * 4)
     p = stage_params(m, 1.0)
     full = bucketed(all_reduce_s, p * MAIN_GRAD_BYTES, p, d, d, 1.0, tiers)
-    assert t.dp_comm_s == pytest.approx(full / m.layers, rel=1e-9)
+    assert t.dp_comm_s == pytest.approx(full / calls_of(p, d), rel=1e-9)
+
+
+def test_fewer_bigger_buckets_leave_more_of_the_reduction_exposed():
+    """Bucket by bucket: with the same bytes, a framework whose buckets are bigger (DeepSpeed's 5e8
+    elements against Megatron-Core's max(40M, 1M·d)) leaves a bigger last bucket behind the backward;
+    one bucket holding everything cannot hide at all (the whole reduction waits for the last gradient),
+    and more buckets never expose more."""
+    from helpers import job_and_layout
+    from trainest.step import step_terms
+    from trainest.step.overlap import dp_exposed_parts
+    from trainest.step.traffic import DpTraffic, dp_collective_calls
+    m, d = load_model("gpt3-1.3b"), 8.0
+    p = stage_params(m, 1.0)
+    kw = dict(dp=d, micro_batch=4, global_batch=32.0 * 4)
+    megatron = step_of(m, NO_CONTENTION, **kw)
+    job, lay = job_and_layout(m, NO_CONTENTION, framework="megatron-deepspeed", **kw)
+    ds = step_terms(job, lay)
+    calls = dp_collective_calls(job, lay, p)
+    assert calls == math.ceil(p / 5e8) < calls_of(p, d)
+    assert ds.dp_comm_s > megatron.dp_comm_s > 0.0
+    assert ds.dp_comm_s == pytest.approx(float(ds.parts.dp.reduce_s) / calls, rel=1e-9)
+    # the limits on a pure DpTraffic: t = 1 s behind a 10 s window, n_b buckets, no contention
+    exposed = [float(dp_exposed_parts(lay, DpTraffic(1.0, 0.0, 0.0, 0.0, 1.0 / n, 0.0, 0.0), (10.0, 10.0), 0.0,
+                                      1.0).reduce_s) for n in (1, 2, 8, 64, 10**6)]
+    assert exposed[0] == 1.0 and exposed[-1] == pytest.approx(0.0, abs=1e-5)
+    assert all(a >= b for a, b in zip(exposed, exposed[1:]))
+
+
+def test_deepspeed_gathers_the_updated_weights_at_the_end_of_the_step():
+    """ZeRO-1: Megatron-Core hides the all-gather of the updated weights behind the next forward
+    (--overlap-param-gather); DeepSpeed's ZeRO-1/2 optimizer gathers them at the end of its step: the
+    same bytes, exposed in full, and only the gather differs."""
+    from helpers import job_and_layout
+    from trainest.step import step_terms
+    m, d = load_model("gpt3-1.3b"), 8.0
+    kw = dict(dp=d, zero=1, micro_batch=4, global_batch=32.0 * 4)
+    ds = step_terms(*job_and_layout(m, NO_CONTENTION, framework="megatron-deepspeed", **kw))
+    megatron = step_of(m, NO_CONTENTION, **kw)
+    assert float(ds.parts.dp.gather_s) > 0.0
+    assert float(ds.parts.dp_exposed.gather_s) == pytest.approx(float(ds.parts.dp.gather_s), rel=1e-12)
+    assert float(megatron.parts.dp_exposed.gather_s) < 0.5 * float(megatron.parts.dp.gather_s)
+    assert ds.time_s > megatron.time_s
 
 
 def test_hidden_traffic_costs_its_contention_share():
@@ -327,17 +376,17 @@ def test_contention_never_slows_a_communication_bound_step():
     assert with_k.time_s == pytest.approx(base.time_s, rel=1e-12)
 
 
-def test_zero1_weight_gather_hides_behind_the_forward_except_one_layer():
+def test_zero1_weight_gather_hides_behind_the_forward_except_one_bucket():
     """ZeRO-1: the gradient reduce-scatter hides behind the last micro-batch's backward and the
     all-gather of the updated weights behind the first one's forward; with enough work in both,
-    one layer's worth of each remains."""
+    one bucket of each remains."""
     m, d = load_model("gpt3-1.3b"), 8.0
     tiers = tiers_of(A100, A100.devices_per_node)
     t = terms(m, NO_CONTENTION, dp=d, zero=1, micro_batch=4, global_batch=32.0 * 4)
     p = stage_params(m, 1.0)
     rs = bucketed(reduce_scatter_s, p * MAIN_GRAD_BYTES, p, d, d, 1.0, tiers)
     ag = bucketed(all_gather_s, p * 2.0, p, d, d, 1.0, tiers)
-    assert t.dp_comm_s == pytest.approx((rs + ag) / m.layers, rel=1e-9)
+    assert t.dp_comm_s == pytest.approx((rs + ag) / calls_of(p, d), rel=1e-9)
     # with a slow network neither window is big enough: all of both transfers beyond the windows show,
     # and the gather never shows more than it costs
     slow = replace(A100, scale_up_bytes_per_s=1e9)
@@ -418,7 +467,7 @@ def test_hybrid_sharding_adds_a_replica_all_reduce_when_nothing_hides_it():
 
 
 def test_hybrid_sharding_replica_all_reduce_is_never_hidden():
-    """With plenty of compute to hide behind, the shard group's traffic hides (one layer's worth
+    """With plenty of compute to hide behind, the shard group's traffic hides (one bucket of each
     remains) but the replicas' all-reduce over the slow tier stays exposed in full."""
     tiers = tiers_of(A100, A100.devices_per_node)
     P = stage_params(GPT3_13B, 1.0)
@@ -426,9 +475,9 @@ def test_hybrid_sharding_replica_all_reduce_is_never_hidden():
               micro_batch=4.0, zero=1.0, sp=0.0, recompute=0.0)
     hsdp = step_of(GPT3_13B, NO_CONTENTION, "bf16", "flash", **kw, dp_shard=8.0)
     replica = bucketed(all_reduce_s, P / 8 * MAIN_GRAD_BYTES, P, 16.0, 2.0, 8.0, tiers)
-    one_layer = (bucketed(reduce_scatter_s, P * MAIN_GRAD_BYTES, P, 16.0, 8.0, 1.0, tiers)
-                 + bucketed(all_gather_s, P * 2.0, P, 16.0, 8.0, 1.0, tiers)) / GPT3_13B.layers
-    assert hsdp.dp_comm_s == pytest.approx(replica + one_layer, rel=1e-9)
+    one_bucket = (bucketed(reduce_scatter_s, P * MAIN_GRAD_BYTES, P, 16.0, 8.0, 1.0, tiers)
+                  + bucketed(all_gather_s, P * 2.0, P, 16.0, 8.0, 1.0, tiers)) / calls_of(P, 16.0)
+    assert hsdp.dp_comm_s == pytest.approx(replica + one_bucket, rel=1e-9)
 
 
 # ------------------------------------------------------------------ ZeRO-2, attention kernels, KV, CP
@@ -476,6 +525,36 @@ def test_fused_attention_rate_rises_with_the_per_rank_sequence_length():
     assert rates[2] == pytest.approx(expected, rel=1e-6)
     # context parallelism shortens the sequence each rank's kernel sees
     assert _attention_flops_per_s(4096.0, cp=2.0) == pytest.approx(_attention_flops_per_s(2048.0), rel=1e-6)
+
+
+def test_a_context_parallel_ring_merges_partial_results_and_launches_per_step():
+    """Each ring step after the first writes a partial output that is merged into the running one (4
+    e-byte passes of the rank's output forward; of dQ, dK, dV backward) and launches the fused kernels
+    again with its send/receive and merges: nothing at c = 1, growing with c, bounded in bytes by the
+    whole sequence's."""
+    from helpers import job_and_layout
+    from trainest.step.kernels import CP_STEP_EXTRA_KERNELS, FLASH_KERNELS, attention_kernels
+    from trainest.step.layer import CP_MERGE_PASSES, cp_merge_ops
+    from trainest.step.rates import local_shape, rates_of
+    m = load_model("llama3-8b")
+    merged = {}
+    for c in (1.0, 2.0, 4.0, 16.0):
+        job, lay = job_and_layout(m, A100, seq_len=32768.0, cp=c, tp=2.0, global_batch=1.0)
+        x = local_shape(job, lay)
+        ops = cp_merge_ops(job, lay, rates_of(job, lay), x)
+        merged[c] = sum(o.bytes for o in ops)
+        if c == 1.0:
+            assert ops == [] and attention_kernels(job, lay) == FLASH_KERNELS
+            continue
+        out = 2.0 * x.tokens * m.heads * m.head_dim / 2.0
+        assert ops[0].bytes == pytest.approx(CP_MERGE_PASSES * (c - 1.0) * out, rel=1e-12)
+        assert ops[1].bytes == pytest.approx(ops[0].bytes * (1.0 + 2.0 * m.kv_heads / m.heads), rel=1e-12)
+        fwd, bwd = attention_kernels(job, lay)
+        assert fwd == c * FLASH_KERNELS[0] + (c - 1.0) * CP_STEP_EXTRA_KERNELS[0]
+        assert bwd == c * FLASH_KERNELS[1] + (c - 1.0) * CP_STEP_EXTRA_KERNELS[1]
+    assert merged[1.0] == 0.0 < merged[2.0] < merged[4.0] < merged[16.0]
+    whole = 2.0 * 32768.0 * m.heads * m.head_dim / 2.0 * CP_MERGE_PASSES * (1.0 + (1.0 + 2.0 * m.kv_heads / m.heads))
+    assert merged[16.0] < whole
 
 
 def test_standard_attention_hardware_flops_count_the_masked_half():
@@ -676,12 +755,13 @@ def test_tensor_parallelism_over_pcie_costs_its_all_reduces_at_the_pcie_rate():
     """tp 8 on 8 H100 PCIe in one server: each of the 4 all-reduces per layer and micro-batch moves
     2·(7/8)·e·T·h over PCIe Gen5 x16 at PCIE_ACHIEVABLE_FRACTION (before: 240 s of TP traffic per step
     at the 1 GB/s placeholder; now ~10 s)."""
-    from trainest.step.collectives import PCIE_ACHIEVABLE_FRACTION
+    from trainest.step.collectives import NCCL_CALL_S, PCIE_ACHIEVABLE_FRACTION
     hw, m = load_hardware("h100-pcie"), load_model("llama3-8b")
     t = step_of(m, hw, seq_len=8192.0, global_batch=32.0, devices_per_node=8, tp=8.0, pp=1.0, dp=1.0, cp=1.0,
                 vpp=1.0, micro_batch=1.0, zero=0.0, sp=0.0, recompute=0.0)
     w = 64e9 * PCIE_ACHIEVABLE_FRACTION
-    per_all_reduce = 2 * 7 / 8 * ACTIVATION_BYTES * 8192 * m.hidden / w + 2 * 7 * hw.intra_node_latency_s
+    per_all_reduce = (2 * 7 / 8 * ACTIVATION_BYTES * 8192 * m.hidden / w + 2 * 7 * hw.intra_node_latency_s
+                      + NCCL_CALL_S)                       # and the call's fixed cost (§3.3a)
     assert layer_tp_s(t) == pytest.approx(32 * m.layers * 4 * per_all_reduce, rel=1e-9)
 
 

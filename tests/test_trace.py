@@ -28,9 +28,12 @@ from trainest.trace.reader import find_steps, read_trace
 # DeepSeek's published H800 trace (deepseek-ai/profile-data @ 4496024, train.json; ../shared/reference/traces),
 # vendored gzipped so that a clean clone has it
 DEEPSEEK = Path(__file__).parent / "data" / "deepseek-v3-train-h800-ep64.json.gz"
+# DeepSeek-V3's settings (DeepSeek-AI 2024 §3.2-3.3): DeepEP's dispatch (once per node, forwarded over NVLink),
+# recompute of the RMSNorms and MLA's up-projections only, BF16 Adam moments
 DEEPSEEK_ARGS = ["--model", "deepseek-v3", "--hardware", "h800-sxm", "--devices", "2048", "--pp", "16", "--ep", "64",
                  "--pipeline-schedule", "dualpipe", "--pipeline-split", "balanced", "--precision", "fp8",
-                 "--seq-len", "4096", "--global-batch", "15360", "--trace-layers", "4"]
+                 "--seq-len", "4096", "--global-batch", "15360", "--trace-layers", "4", "--moe-dispatcher", "deepep",
+                 "--recompute", "selective", "--recompute-modules", "layernorm,mla_up_proj", "--adam-moments", "bf16"]
 
 
 @pytest.mark.parametrize("name, cls", [
@@ -99,6 +102,37 @@ def test_the_deepseek_trace_is_compared_class_by_class(tmp_path, capsys):
                                                  and "classes gemm and grouped_gemm:" in err)
     gemms = [classes[n] for n in ("gemm", "grouped_gemm")]
     assert 0.5 <= sum(c["measured_s"] for c in gemms) / sum(c["predicted_s"] for c in gemms) <= 2.0
+
+
+def test_the_moe_layer_model_against_the_deepseek_trace_class_by_class(tmp_path, capsys):
+    """Issue 33: DeepSeek's 4 + 4 MoE layer passes (one sequence of 4096 tokens per micro-batch: the GEMMs, the
+    element-wise kernels and the all-to-alls all scale with it, and all three agree at b = 1, each would be ~0.5x
+    at b = 2) against trainest's same passes at the H800's prior efficiencies: the GEMMs (dense and grouped
+    together: the trace runs the experts' weight gradients as dense DeepGEMM kernels), the memory-bound kernels
+    (norms, casts, SwiGLU, permutation), DeepEP's all-to-alls, and their overlap (the share of the all-to-all
+    time beside computation against the predicted hidden share under DualPipe) within 15 %. Attention is not:
+    its FLOPs are counted as the kernels compute them (s²·a·(d_qk + d_v)/2 per layer forward, 2.5x that
+    backward), but FlashAttention-3 on H800 runs at about 0.44 of the 16-bit peak where the H800's unfitted
+    prior, with its length and head-width factors, gives 0.36: measured 0.65-0.8x of predicted."""
+    from trainest.scenario import job_of, layout_of, scenario_from_mapping
+    from trainest.step.compose import layer_terms
+    code, out, err = call_entry(["calibrate", "--trace", str(DEEPSEEK), *DEEPSEEK_ARGS, "-o", str(tmp_path / "p.yaml"),
+                                 "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    rows = {c["class"]: (c["measured_s"], c["predicted_s"]) for c in doc["classes"]}
+    gemm = tuple(rows["gemm"][i] + rows["grouped_gemm"][i] for i in (0, 1))
+    for measured, predicted in (gemm, rows["memory_bound"], rows["all_to_all"]):
+        assert 0.85 <= measured / predicted <= 1.15, (measured, predicted)
+    assert 0.65 <= rows["attention"][0] / rows["attention"][1] <= 0.8
+    s = scenario_from_mapping({"model": "deepseek-v3", "hardware": "h800-sxm", "devices": 2048, "precision": "fp8",
+                               "seq_len": 4096, "global_batch": 15360, "moe_dispatcher": "deepep",
+                               "recompute": "selective", "recompute_modules": ["layernorm", "mla_up_proj"],
+                               "adam_moments": "bf16", "parallel": {"pp": 16, "ep": 64, "pipeline_schedule": "dualpipe",
+                                                                    "pipeline_split": "balanced"}}, "deepseek")
+    mean = layer_terms(job_of(s), layout_of(s)).mean
+    hidden = 1.0 - mean.ep_exposed_s / mean.ep_total_s
+    assert 0.85 <= doc["comm_overlap"] / hidden <= 1.15, (doc["comm_overlap"], hidden)
 
 
 def test_dense_and_grouped_gemms_off_in_opposite_directions_are_fitted_as_one_class_only_when_their_sum_agrees():

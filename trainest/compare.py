@@ -27,6 +27,7 @@ from trainest import search as S
 from trainest.catalog import hardware_names, is_bundled_hardware, load_hardware
 from trainest.errors import SpecError
 from trainest.estimate import Estimate
+from trainest.knobs import CLI
 from trainest.record import replace
 from trainest.scenario import DEFAULT_HARDWARE, DEFAULT_PRECISION
 
@@ -226,7 +227,7 @@ def compare(mapping: dict, names: list[str], devices: str, space: S.SearchSpace 
     lo, hi = S.parse_devices(devices)
     if lo != hi and deadline_s is None and budget_usd is None:
         raise SpecError(f"--devices {devices}: a range needs --deadline or --budget")
-    job = S.job_scenario({**mapping, "hardware": DEFAULT_HARDWARE, "precision": DEFAULT_PRECISION}, "options",
+    job = S.job_scenario({**mapping, "hardware": DEFAULT_HARDWARE, "precision": DEFAULT_PRECISION}, CLI,
                          default_batch_devices=hi, shape=shape)
     job = replace(job, precision=mapping.get("precision") or DEFAULT_PRECISION)
     entries = []

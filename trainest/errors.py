@@ -17,6 +17,46 @@ class SpecError(ValueError):
     """Bad input: a value, file or combination that trainest cannot use."""
 
 
+# Where an input is, as its message names it. A value is read from a place (`where`: a file, a run, or the
+# command line's options, knobs.CLI) at a key (`parallel.zero`); the message names the option's flag when the
+# place is the command line (`--zero`, knobs.FLAG_AT), else the key in its place (`scenario 'a.yaml'.parallel.zero`).
+
+class Location(str):
+    """A location as a message names it (`--zero`), remembering its path (`options.parallel.zero`) so that a key
+    within it is found again (`at(at(where, "finetune"), "rank")`: `--lora-rank`)."""
+
+    path: str
+
+    def __new__(cls, shown: str, path: str | None = None) -> Location:
+        loc = super().__new__(cls, shown)
+        loc.path = shown if path is None else path
+        return loc
+
+
+def _path(where: str) -> str:
+    return where.path if isinstance(where, Location) else where
+
+
+def at(where: str, key: str = "") -> str:
+    """The location of `key` in `where` as a message's subject: `--zero`, or `where.parallel.zero`."""
+    from trainest.knobs import FLAG_AT
+    full = f"{_path(where)}.{key}" if key else _path(where)
+    return Location(FLAG_AT.get(full, full), full)
+
+
+def name_of(where: str, key: str) -> str:
+    """`key` named inside a sentence about `where`: its flag on the command line (`--zero`), else the key."""
+    from trainest.knobs import FLAG_AT
+    return FLAG_AT.get(f"{_path(where)}.{key}", key)
+
+
+def head(where: str) -> str:
+    """The start of a message about `where` as a whole: `where: `, or nothing on the command line (whose
+    options the message names by their flags)."""
+    from trainest.knobs import CLI
+    return "" if _path(where) == CLI else f"{where}: "
+
+
 # Other tools' names for trainest's keys and values (Megatron-LM, DeepSpeed, Hugging Face, torchtitan, MaxText,
 # Composer, NeMo): name -> (trainest's name, what to do with the value). `did_you_mean` names the target when
 # it is one of the choices, before any fuzzy match; nothing is accepted under another name.

@@ -28,12 +28,18 @@ A framework sets
 - `kernels`: its element-wise kernels when the run does not say (fused | eager).
 - `dp_bucket_params`, `dp_bucket_params_per_rank`: how many collectives carry the data-parallel gradients
   (and, with ZeRO-1/2, the updated weights) each step, each paying its own latency (docs/model.md §4.3):
-  one per bucket of max(dp_bucket_params, dp_bucket_params_per_rank·dp) parameters, Megatron-Core's DDP
+  one per bucket of max(dp_bucket_params, dp_bucket_params_per_rank·dp·cp) parameters, Megatron-Core's DDP
   (`bucket_size = max(40_000_000, 1_000_000 * data_parallel_world_size)` in
   `distributed_data_parallel.py`) and DeepSpeed's (`reduce_bucket_size` and `allgather_bucket_size`,
   5e8 elements by default); 0: one per layer, PyTorch FSDP wrapping each transformer block (llm-foundry,
   torchtitan, OLMo-core, Accelerate's FSDP with its transformer auto-wrap policy), MaxText's per-layer
   scan, MLX.
+- `dp_gather_overlap`: whether ZeRO-1/2's all-gather of the updated weights hides behind the next step's
+  first forward. Megatron-Core's distributed optimizer (`--overlap-param-gather`: each bucket's all-gather
+  is waited for in a forward pre-hook of its first module) and FSDP's SHARD_GRAD_OP (each unit gathered
+  before its forward) do; DeepSpeed's ZeRO-1/2 optimizer (`DeepSpeedZeroOptimizer.step` in
+  deepspeed/runtime/zero/stage_1_and_2.py: `all_gather_dp_groups` after the partition's update) gathers
+  every bucket at the end of the step, before the next forward starts: exposed in full.
 - `dp_overlap`: whether it overlaps the data-parallel gradient reduction with the backward by
   default (bucketing). A run can say otherwise (`parallel.dp_overlap`).
 - `interleaved`: whether it has the interleaved (virtual-stage) pipeline schedule.
@@ -197,9 +203,13 @@ class Framework(NamedTuple):
     recompute_modes: tuple[str, ...] = ("none", "selective", "full")
     tp_overlap: bool = False             # pipelines TP collectives with GEMMs (TE userbuffers; torchtitan's async TP)
     # its data-parallel gradient collectives per step: one per bucket of max(dp_bucket_params,
-    # dp_bucket_params_per_rank·dp) parameters, or (0) one per layer: FSDP's units (module docstring)
+    # dp_bucket_params_per_rank·dp·cp) parameters, or (0) one per layer: FSDP's units (module docstring)
     dp_bucket_params: float = 0.0
     dp_bucket_params_per_rank: float = 0.0
+    # ZeRO-1/2's all-gather of the updated weights hidden behind the next step's first forward, bucket by
+    # bucket (Megatron --overlap-param-gather, FSDP's per-unit gathers); False: run at the end of the
+    # optimizer step before the next forward starts (DeepSpeed's ZeRO-1/2, module docstring)
+    dp_gather_overlap: bool = True
 
     @property
     def default_recompute(self) -> str:
@@ -271,12 +281,13 @@ DECLARED: tuple[Framework, ...] = (
       "the loss is megatron/core/tensor_parallel/cross_entropy.py's unfused vocab-parallel cross-entropy",
       megatron_softmax=True, unfused_cross_entropy=True, loss_bytes_per_logit=6.0, expert_loop="python",
       zero3_live_params=DS_ZERO3_LIVE_PARAMS, micro_batch_sync=True, pp_zero_stages=DEEPSPEED_PP_ZERO,
-      lora_fused=True, dp_bucket_params=DEEPSPEED_BUCKET_PARAMS),
+      lora_fused=True, dp_bucket_params=DEEPSPEED_BUCKET_PARAMS, dp_gather_overlap=False),
     F("deepspeed", "python", "eager", True, False, False,
       "DeepSpeed ZeRO on Hugging Face/PyTorch models: eager kernels, overlap_comm (DeepSpeed config docs); "
       "ZeRO-3 keeps at most stage3_max_live_parameters + stage3_prefetch_bucket_size gathered",
       expert_loop="python", zero3_live_params=DS_ZERO3_LIVE_PARAMS, pp_zero_stages=DEEPSPEED_PP_ZERO,
-      recompute_modes=("none", "full"), dp_bucket_params=DEEPSPEED_BUCKET_PARAMS, qlora=True),
+      recompute_modes=("none", "full"), dp_bucket_params=DEEPSPEED_BUCKET_PARAMS, qlora=True,
+      dp_gather_overlap=False),
     F("torchtitan", "python", "eager", True, True, True,
       "pytorch/torchtitan: FSDP2 (gradient reduce-scatter overlapped), eager unless torch.compile, "
       "interleaved 1F1B among its pipeline schedules (torchtitan docs); with pipeline parallelism FSDP "

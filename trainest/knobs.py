@@ -216,6 +216,12 @@ KNOBS: tuple[Knob, ...] = (
       "per pass; a MoE model's expert inputs padded to a capacity). Removes host launch time, not device work "
       "(docs/model.md §2.10).", "none", ("none", "partial", "full"), job=True, fallback="none",
       help_panel="Layout"),
+    K("moe_dispatcher", ("--moe-dispatcher",), "choice", "The MoE token dispatcher: alltoall (NCCL's all-to-all, "
+      "Megatron-Core's alltoall dispatcher: every token copy sent, the host reads the token counts each layer), "
+      "deepep (DeepEP's kernels: a token sent once per remote domain, 20 SMs, the host waits for the counts) or "
+      "hybridep (NVIDIA's HybridEP: deduplicated, 32 SMs, capacity-sized buffers without a host wait); "
+      "docs/model.md §15.11.", "alltoall", ("alltoall", "deepep", "hybridep"), job=True, fallback="alltoall",
+      help_panel="Layout"),
     K("finetune", ("--finetune",), "choice", "Fine-tuning: full (every weight trained), lora (frozen base weights "
       "and low-rank adapters, Hu et al. 2021) or qlora (LoRA on a 4-bit NF4 base, Dettmers et al. 2023).", "full",
       "Finetune", group=FINETUNE, key="method", searched=True, job=True),
@@ -480,22 +486,20 @@ def given_args(values: dict[str, Any], names: tuple[str, ...]) -> list[str]:
     return out
 
 
-def cli_message(text: str) -> str:
-    """An error message for the command line: the scenario paths of option values (`options.parallel.zero`)
-    become the options' flags (`--zero`), and the leading `options: ` goes. File messages keep their keys."""
-    import re
-    by_path = {k.path: k.flags[0].split("/")[0] for k in KNOBS}
-    # the MoE overrides are validated inside the model's moe: block (catalog.with_shape)
-    by_path.update({f"moe.{key}": by_path[f"model.{name}"] for key, name in MOE_MESSAGE_KEYS.items()})
-    text = re.sub(r"^options: ", "", text)
-    text = re.sub(r"\bmodel (options\.moe\.)", r"\1", text)
-    text = re.sub(r"\bmodel options\.attention_window\.size\b", by_path["model.attention_window"], text)
-    # a shape override is validated as the model's own key (`model options.layers`): its flag is --layers
-    text = re.sub(r"\bmodel options\.([a-z0-9_]+)",
-                  lambda m: by_path.get(f"model.{m.group(1)}", m.group(0)), text)
-    return re.sub(r"\boptions\.((?:parallel\.|model\.|finetune\.|moe\.)?[a-z0-9_]+)",
-                  lambda m: by_path.get(m.group(1), m.group(0)), text)
-
-
 MOE_MESSAGE_KEYS = {"experts": "experts", "top_k": "top_k", "expert_ffn_hidden": "expert_ffn_hidden",
                     "imbalance": "moe_imbalance"}   # moe.<key> -> the knob that sets it
+
+# the place of the command line's values (`where` of the scenario mapping its options make), and of the model its
+# shape overrides make (models.with_shape); a message names a value there by its flag (errors.at, errors.name_of)
+CLI = "options"
+CLI_MODEL = "model options"
+# a shape override's key in a model mapping (models.py): `model.<name>`, but the MoE keys sit in its moe: block
+# and the window's size in attention_window:
+MODEL_KEY_OF = {**{k.name: k.yaml_key for k in KNOBS if k.group == SHAPE},
+                **{name: f"moe.{key}" for key, name in MOE_MESSAGE_KEYS.items()},
+                "attention_window": "attention_window.size"}
+FLAG_AT: dict[str, str] = {
+    **{f"{CLI}.{k.path}": k.flags[0].split("/")[0] for k in KNOBS},
+    **{f"{CLI_MODEL}.{MODEL_KEY_OF[k.name]}": k.flags[0] for k in KNOBS if k.group == SHAPE},
+    f"{CLI}.finetune": BY_NAME["finetune"].flags[0],        # the block as a whole: its method's option
+}

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from trainest import fields as F
 from trainest.choices import MLPS, WINDOW_KINDS
-from trainest.errors import SpecError
+from trainest.errors import SpecError, at, head
+from trainest.knobs import CLI_MODEL
 from trainest.model_blocks import (  # noqa: F401 (re-exported: the model's records are found here)
     HYBRID_BLOCKS,
     MLA,
@@ -357,17 +358,19 @@ def _window_from(data: object, where: str, attention_layers: int) -> AttentionWi
     or 2..L_a (every k-th attention layer global: at least one layer of each kind)."""
     data = F.check_keys(data, where, WINDOW_REQUIRED, WINDOW_OPTIONAL)
     try:
-        size = F.integer(data["size"], f"{where}.size", maximum=MAX_WINDOW_TOKENS)
+        size = F.integer(data["size"], at(where, "size"), maximum=MAX_WINDOW_TOKENS)
     except SpecError:
-        raise SpecError(f"{where}.size: {F.show(data['size'])} must be a positive whole number of tokens, at most "
+        raise SpecError(f"{at(where, 'size')}: {F.show(data['size'])} must be a positive whole number of tokens, at "
+                        f"most "
                         f"{MAX_WINDOW_TOKENS:,} (the window or chunk length, e.g. 128 or 4096)") from None
-    kind = F.choice(F.given(data, "kind", "sliding"), f"{where}.kind", WINDOW_KINDS)
+    kind = F.choice(F.given(data, "kind", "sliding"), at(where, "kind"), WINDOW_KINDS)
     every_value = F.given(data, "global_every", 0)
-    every = F.integer(every_value, f"{where}.global_every", minimum=0, maximum=10**5)
+    every = F.integer(every_value, at(where, "global_every"), minimum=0, maximum=10**5)
     if every == 1 or every > attention_layers:
         allowed = "0 (every layer windowed)" + (f" or 2 to {attention_layers} (every k-th layer keeps full attention)"
                                                 if attention_layers >= 2 else "")
-        raise SpecError(f"{where}.global_every: {F.show(every_value)} does not fit the {attention_layers} attention "
+        raise SpecError(f"{at(where, 'global_every')}: {F.show(every_value)} does not fit the {attention_layers} "
+                        f"attention "
                         f"layers; allowed: {allowed}" + ("; 1 would make every layer global: leave attention_window out"
                                                          if every == 1 else ""))
     return AttentionWindow(size=size, kind=kind, global_every=every)
@@ -378,8 +381,8 @@ def _mtp_from(data: object, where: str, moe: MoE | None, hybrid: Hybrid | None) 
     else *-): a transformer's one layer (*E needs the model's moe), a hybrid model's blocks of the kinds
     its own pattern has; shared (default false)."""
     data = F.check_keys(data, where, MTP_REQUIRED, MTP_OPTIONAL)
-    depth = F.integer(data["depth"], f"{where}.depth", maximum=64)
-    pattern = F.text(F.given(data, "pattern", "*E" if moe is not None else "*-"), f"{where}.pattern").strip()
+    depth = F.integer(data["depth"], at(where, "depth"), maximum=64)
+    pattern = F.text(F.given(data, "pattern", "*E" if moe is not None else "*-"), at(where, "pattern")).strip()
     if hybrid is None:
         allowed = ("*E", "*-") if moe is not None else ("*-",)
         ok = pattern in allowed
@@ -388,74 +391,76 @@ def _mtp_from(data: object, where: str, moe: MoE | None, hybrid: Hybrid | None) 
         ok = bool(pattern) and set(pattern) <= set(hybrid.pattern)
         text = f"blocks of the kinds the model's pattern has ({''.join(sorted(set(hybrid.pattern)))})"
     if not ok:
-        raise SpecError(f"{where}.pattern: {F.show(pattern)} must be one module's blocks: {text}"
+        raise SpecError(f"{at(where, 'pattern')}: {F.show(pattern)} must be one module's blocks: {text}"
                         + ("; E needs the model's moe" if "E" in pattern and moe is None else ""))
-    return MTP(depth=depth, pattern=pattern, shared=F.boolean(F.given(data, "shared", False), f"{where}.shared"))
+    return MTP(depth=depth, pattern=pattern, shared=F.boolean(F.given(data, "shared", False), at(where, "shared")))
 
 
 def _hybrid_from(data: object, where: str, layers: int, moe: MoE | None) -> Hybrid:
     """Validate a `hybrid:` mapping (specs/README.md): a pattern of `layers` blocks, its E blocks
     with the model's `moe`, Mamba-2 groups that divide its heads."""
     data = F.check_keys(data, where, HYBRID_REQUIRED, HYBRID_OPTIONAL)
-    pattern = F.text(data["pattern"], f"{where}.pattern").strip()
+    pattern = F.text(data["pattern"], at(where, "pattern")).strip()
     bad = sorted(set(pattern) - set(HYBRID_BLOCKS))
     if not pattern or bad:
         allowed = ", ".join(f"{k} ({v})" for k, v in HYBRID_BLOCKS.items())
-        raise SpecError(f"{where}.pattern: {F.show(data['pattern'])} must be one character per block, each one of "
+        raise SpecError(f"{at(where, 'pattern')}: {F.show(data['pattern'])} must be one character per block, each one "
+                        f"of "
                         f"{allowed}")
     if len(pattern) != layers:
-        raise SpecError(f"{where}.pattern: {len(pattern)} blocks but layers={layers}; a hybrid model's layers are "
+        raise SpecError(f"{at(where, 'pattern')}: {len(pattern)} blocks but layers={layers}; a hybrid model's layers "
+                        f"are "
                         f"its pattern's blocks (set layers: {len(pattern)})")
     if ("E" in pattern) != (moe is not None):
-        raise SpecError(f"{where}.pattern: " + ("E (MoE) blocks need the model's moe: mapping" if moe is None
+        raise SpecError(f"{at(where, 'pattern')}: " + ("E (MoE) blocks need the model's moe: mapping" if moe is None
                                                  else "has no E block, but the model has a moe: mapping"))
     if moe is not None and (moe.dense_layers or moe.layer_frequency != 1):
-        raise SpecError(f"{where}: moe.dense_layers and moe.layer_frequency must be left out with a hybrid pattern "
+        raise SpecError(f"{head(where)}moe.dense_layers and moe.layer_frequency must be left out with a hybrid pattern "
                         f"(its E blocks say which blocks are MoE)")
-    heads = F.integer(data["mamba_heads"], f"{where}.mamba_heads", maximum=10**5)
-    groups = F.integer(data["groups"], f"{where}.groups", maximum=10**5)
+    heads = F.integer(data["mamba_heads"], at(where, "mamba_heads"), maximum=10**5)
+    groups = F.integer(data["groups"], at(where, "groups"), maximum=10**5)
     if heads % groups:
-        raise SpecError(f"{where}.groups: {groups} must divide mamba_heads={heads} (each group's B and C serve "
+        raise SpecError(f"{at(where, 'groups')}: {groups} must divide mamba_heads={heads} (each group's B and C serve "
                         f"mamba_heads/groups heads)")
-    mamba = Mamba(heads=heads, head_dim=F.integer(data["mamba_head_dim"], f"{where}.mamba_head_dim", maximum=10**5),
-                  state_dim=F.integer(data["state_dim"], f"{where}.state_dim", maximum=10**5), groups=groups,
-                  conv_kernel=F.integer(F.given(data, "conv_kernel", 4), f"{where}.conv_kernel", maximum=64),
-                  chunk=F.integer(F.given(data, "chunk", 128), f"{where}.chunk", maximum=10**5))
+    mamba = Mamba(heads=heads, head_dim=F.integer(data["mamba_head_dim"], at(where, "mamba_head_dim"), maximum=10**5),
+                  state_dim=F.integer(data["state_dim"], at(where, "state_dim"), maximum=10**5), groups=groups,
+                  conv_kernel=F.integer(F.given(data, "conv_kernel", 4), at(where, "conv_kernel"), maximum=64),
+                  chunk=F.integer(F.given(data, "chunk", 128), at(where, "chunk"), maximum=10**5))
     return Hybrid(pattern=pattern, mamba=mamba)
 
 
 def _moe_from(data: object, where: str, layers: int) -> MoE:
     """Validate a `moe:` mapping (specs/README.md) against the model's layer count."""
     data = F.check_keys(data, where, MOE_REQUIRED, MOE_OPTIONAL)
-    experts = F.integer(data["experts"], f"{where}.experts", maximum=10**6)
-    top_k = F.integer(data["top_k"], f"{where}.top_k", maximum=10**6)
+    experts = F.integer(data["experts"], at(where, "experts"), maximum=10**6)
+    top_k = F.integer(data["top_k"], at(where, "top_k"), maximum=10**6)
     if top_k > experts:
-        raise SpecError(f"{where}.top_k: {top_k} must be at most experts={experts} (each token goes to top_k "
+        raise SpecError(f"{at(where, 'top_k')}: {top_k} must be at most experts={experts} (each token goes to top_k "
                         f"different experts)")
-    shared = F.integer(F.given(data, "shared_experts", 0), f"{where}.shared_experts", minimum=0, maximum=10**6)
-    width = F.integer(data["expert_ffn_hidden"], f"{where}.expert_ffn_hidden", maximum=10**8)
-    shared_width = F.integer(data.get("shared_expert_ffn_hidden"), f"{where}.shared_expert_ffn_hidden",
+    shared = F.integer(F.given(data, "shared_experts", 0), at(where, "shared_experts"), minimum=0, maximum=10**6)
+    width = F.integer(data["expert_ffn_hidden"], at(where, "expert_ffn_hidden"), maximum=10**8)
+    shared_width = F.integer(data.get("shared_expert_ffn_hidden"), at(where, "shared_expert_ffn_hidden"),
                              maximum=10**8, allow_none=True)
     if shared_width is not None and shared == 0:
-        raise SpecError(f"{where}.shared_expert_ffn_hidden: {shared_width} is given but shared_experts is 0; "
+        raise SpecError(f"{at(where, 'shared_expert_ffn_hidden')}: {shared_width} is given but shared_experts is 0; "
                         f"set shared_experts (at least 1) or remove shared_expert_ffn_hidden")
-    dense = F.integer(F.given(data, "dense_layers", 0), f"{where}.dense_layers", minimum=0, maximum=10**5)
+    dense = F.integer(F.given(data, "dense_layers", 0), at(where, "dense_layers"), minimum=0, maximum=10**5)
     if dense >= layers:
-        raise SpecError(f"{where}.dense_layers: {dense} must be less than layers={layers} (at least one layer "
+        raise SpecError(f"{at(where, 'dense_layers')}: {dense} must be less than layers={layers} (at least one layer "
                         f"must be MoE); allowed: 0 to {layers - 1}")
-    frequency = F.integer(F.given(data, "layer_frequency", 1), f"{where}.layer_frequency", maximum=10**5)
+    frequency = F.integer(F.given(data, "layer_frequency", 1), at(where, "layer_frequency"), maximum=10**5)
     if (layers - dense) // frequency < 1:
-        raise SpecError(f"{where}.layer_frequency: {frequency} leaves no MoE layer among the {layers - dense} "
+        raise SpecError(f"{at(where, 'layer_frequency')}: {frequency} leaves no MoE layer among the {layers - dense} "
                         f"layers after dense_layers={dense}; allowed: 1 to {layers - dense}")
-    capacity = F.number(data.get("capacity_factor"), f"{where}.capacity_factor", allow_none=True, maximum=10**6)
+    capacity = F.number(data.get("capacity_factor"), at(where, "capacity_factor"), allow_none=True, maximum=10**6)
     imbalance_value = F.given(data, "imbalance", 1.0)
-    imbalance = F.number(imbalance_value, f"{where}.imbalance", minimum=-F.MAX_REASONABLE)   # range checked below
+    imbalance = F.number(imbalance_value, at(where, "imbalance"), minimum=-F.MAX_REASONABLE)   # range checked below
     most = experts / top_k   # the busiest expert can at most receive every token: T over the mean T·K/E
     if not 1.0 <= imbalance <= most:
-        raise SpecError(f"{where}.imbalance: {F.show(imbalance_value)} must be between 1 (forced balance) and "
+        raise SpecError(f"{at(where, 'imbalance')}: {F.show(imbalance_value)} must be between 1 (forced balance) and "
                         f"experts/top_k = {most:g} (the busiest expert receives every token)")
     groups, picked = _router_groups_from(data, where, experts, top_k)
-    latent = F.integer(data.get("latent_size"), f"{where}.latent_size", maximum=10**7, allow_none=True)
+    latent = F.integer(data.get("latent_size"), at(where, "latent_size"), maximum=10**7, allow_none=True)
     return MoE(experts=experts, top_k=top_k, expert_ffn_hidden=width, shared_experts=shared,
                shared_expert_ffn_hidden=(shared_width or width) if shared else None, dense_layers=dense,
                layer_frequency=frequency, capacity_factor=capacity, imbalance=imbalance, router_groups=groups,
@@ -476,11 +481,11 @@ def _check_router_groups(model: Model, moe: dict) -> None:
     how = (f"{model.name} routes each token within {picked} of {groups} expert groups (group-limited routing: "
            f"its router_groups and router_group_top_k, which no option sets)")
     if experts % groups:
-        raise SpecError(f"model options.moe.experts: {experts} does not split into {groups} equal groups: {how}; "
+        raise SpecError(f"{at(CLI_MODEL, 'moe.experts')}: {experts} does not split into {groups} equal groups: {how}; "
                         f"allowed: a multiple of {groups}")
     reach = picked * experts // groups
     if top_k > reach:
-        raise SpecError(f"model options.moe.top_k: {top_k} with {experts} experts: {how}, which hold {reach} "
+        raise SpecError(f"{at(CLI_MODEL, 'moe.top_k')}: {top_k} with {experts} experts: {how}, which hold {reach} "
                         f"experts; allowed: a top_k of at most {reach}, or at least {-(-top_k * groups // picked)} "
                         f"experts")
 
@@ -490,16 +495,16 @@ def _router_groups_from(data: dict, where: str, experts: int, top_k: int) -> tup
     experts in g groups for top_k; without `router_groups` no limit (1, 1)."""
     if data.get("router_groups") is None:
         if data.get("router_group_top_k") is not None:
-            raise SpecError(f"{where}.router_group_top_k: given without router_groups; set both (DeepSeek-V3: "
+            raise SpecError(f"{at(where, 'router_group_top_k')}: given without router_groups; set both (DeepSeek-V3: "
                             f"router_groups 8, router_group_top_k 4) or neither")
         return 1, 1
-    groups = F.integer(data["router_groups"], f"{where}.router_groups", maximum=10**6)
+    groups = F.integer(data["router_groups"], at(where, "router_groups"), maximum=10**6)
     if experts % groups:
-        raise SpecError(f"{where}.router_groups: {groups} must divide experts={experts} (the experts are split "
+        raise SpecError(f"{at(where, 'router_groups')}: {groups} must divide experts={experts} (the experts are split "
                         f"into equal groups)")
-    picked = F.integer(F.given(data, "router_group_top_k", groups), f"{where}.router_group_top_k", maximum=10**6)
+    picked = F.integer(F.given(data, "router_group_top_k", groups), at(where, "router_group_top_k"), maximum=10**6)
     if picked > groups or picked * experts // groups < top_k:
-        raise SpecError(f"{where}.router_group_top_k: {picked} must be at most router_groups={groups} and leave "
+        raise SpecError(f"{at(where, 'router_group_top_k')}: {picked} must be at most router_groups={groups} and leave "
                         f"top_k={top_k} experts in its groups; allowed: {-(-top_k * groups // experts)} to {groups}")
     return (1, 1) if picked == groups else (groups, picked)
 
@@ -507,13 +512,13 @@ def _router_groups_from(data: dict, where: str, experts: int, top_k: int) -> tup
 def _mla_from(data: object, where: str, hidden: int, heads: int) -> MLA:
     """Validate an `mla:` mapping (specs/README.md): every rank a true low-rank factor of its projection."""
     data = F.check_keys(data, where, MLA_REQUIRED, MLA_OPTIONAL)
-    nope = F.integer(data["qk_nope_head_dim"], f"{where}.qk_nope_head_dim", maximum=10**5)
-    rope = F.integer(data["qk_rope_head_dim"], f"{where}.qk_rope_head_dim", maximum=10**5)
-    v = F.integer(data["v_head_dim"], f"{where}.v_head_dim", maximum=10**5)
+    nope = F.integer(data["qk_nope_head_dim"], at(where, "qk_nope_head_dim"), maximum=10**5)
+    rope = F.integer(data["qk_rope_head_dim"], at(where, "qk_rope_head_dim"), maximum=10**5)
+    v = F.integer(data["v_head_dim"], at(where, "v_head_dim"), maximum=10**5)
     if rope % 2:
-        raise SpecError(f"{where}.qk_rope_head_dim: {rope} must be even (RoPE rotates pairs of dimensions)")
-    kv_rank = F.integer(data["kv_lora_rank"], f"{where}.kv_lora_rank", maximum=10**7)
-    q_rank = F.integer(data.get("q_lora_rank"), f"{where}.q_lora_rank", maximum=10**7, allow_none=True)
+        raise SpecError(f"{at(where, 'qk_rope_head_dim')}: {rope} must be even (RoPE rotates pairs of dimensions)")
+    kv_rank = F.integer(data["kv_lora_rank"], at(where, "kv_lora_rank"), maximum=10**7)
+    q_rank = F.integer(data.get("q_lora_rank"), at(where, "q_lora_rank"), maximum=10**7, allow_none=True)
     factors = (("kv_lora_rank", kv_rank, nope + v, "heads·(qk_nope_head_dim + v_head_dim)", f"({nope} + {v})"),
                ("q_lora_rank", q_rank, nope + rope, "heads·(qk_nope_head_dim + qk_rope_head_dim)",
                 f"({nope} + {rope})"))
@@ -523,7 +528,7 @@ def _mla_from(data: object, where: str, hidden: int, heads: int) -> MLA:
             # the heads may come from an override (--heads): say how many these ranks need
             need = max(r // per + 1 for _, r, per, _, _ in factors if r is not None)
             fewest = f"; these ranks need heads >= {need}" if rank < hidden else ""
-            raise SpecError(f"{where}.{key}: {rank} must be less than hidden={hidden} and {out_text} = "
+            raise SpecError(f"{at(where, key)}: {rank} must be less than hidden={hidden} and {out_text} = "
                             f"{heads}·{sum_text} = {out} (a low-rank latent of the projection){fewest}")
     return MLA(q_lora_rank=q_rank, kv_lora_rank=kv_rank, qk_nope_head_dim=nope, qk_rope_head_dim=rope, v_head_dim=v)
 
@@ -535,68 +540,70 @@ def model_from_mapping(data: dict, where: str, *, default_seq_len: int = 2048) -
     # with `moe`, ffn_hidden (the dense layers' MLP width) may be left out when no layer is dense
     required = tuple(k for k in MODEL_REQUIRED if not ((has_moe or has_hybrid) and k == "ffn_hidden"))
     F.check_keys(data, where, required, MODEL_OPTIONAL + ("ffn_hidden",))
-    heads = F.integer(data["heads"], f"{where}.heads")
-    kv_heads = F.integer(F.given(data, "kv_heads", heads), f"{where}.kv_heads")
-    hidden = F.integer(data["hidden"], f"{where}.hidden", maximum=10**7)
-    layers = F.integer(data["layers"], f"{where}.layers", maximum=10**5)
-    mla = None if data.get("mla") is None else _mla_from(data["mla"], f"{where}.mla", hidden, heads)
+    heads = F.integer(data["heads"], at(where, "heads"))
+    kv_heads = F.integer(F.given(data, "kv_heads", heads), at(where, "kv_heads"))
+    hidden = F.integer(data["hidden"], at(where, "hidden"), maximum=10**7)
+    layers = F.integer(data["layers"], at(where, "layers"), maximum=10**5)
+    mla = None if data.get("mla") is None else _mla_from(data["mla"], at(where, "mla"), hidden, heads)
     if mla is not None:
         if kv_heads != heads:
-            raise SpecError(f"{where}.kv_heads: {kv_heads} must equal heads={heads} with mla (MLA's key/value "
+            raise SpecError(f"{at(where, 'kv_heads')}: {kv_heads} must equal heads={heads} with mla (MLA's key/value "
                             f"up-projection gives every head its own keys and values)")
         given_head_dim = data.get("head_dim")
         if given_head_dim is not None and given_head_dim != mla.qk_head_dim:
-            raise SpecError(f"{where}.head_dim: {F.show(given_head_dim)} must equal qk_nope_head_dim + "
+            raise SpecError(f"{at(where, 'head_dim')}: {F.show(given_head_dim)} must equal qk_nope_head_dim + "
                             f"qk_rope_head_dim = {mla.qk_head_dim} with mla (or be left out)")
         head_dim_default = mla.qk_head_dim
     else:
         if data.get("head_dim") is None and hidden % heads:
-            raise SpecError(f"{where}: hidden={hidden} is not divisible by heads={heads} (give head_dim if intended)")
+            raise SpecError(f"{head(where)}hidden={hidden} is not divisible by heads={heads} (give head_dim if "
+                            f"intended)")
         head_dim_default = hidden // heads
     if heads % kv_heads:
-        raise SpecError(f"{where}: heads={heads} is not divisible by kv_heads={kv_heads}")
-    moe = _moe_from(data["moe"], f"{where}.moe", layers) if has_moe else None
-    hybrid = None if data.get("hybrid") is None else _hybrid_from(data["hybrid"], f"{where}.hybrid", layers, moe)
+        raise SpecError(f"{head(where)}heads={heads} is not divisible by kv_heads={kv_heads}")
+    moe = _moe_from(data["moe"], at(where, "moe"), layers) if has_moe else None
+    hybrid = None if data.get("hybrid") is None else _hybrid_from(data["hybrid"], at(where, "hybrid"), layers, moe)
     if moe is not None and moe.latent_size is not None and moe.latent_size >= hidden:
-        raise SpecError(f"{where}.moe.latent_size: {moe.latent_size} must be less than hidden={hidden} (LatentMoE "
+        raise SpecError(f"{at(where, 'moe.latent_size')}: {moe.latent_size} must be less than hidden={hidden} "
+                        f"(LatentMoE "
                         f"projects the hidden state down to it)")
     if moe is not None and data.get("ffn_hidden") is None:   # (without moe, check_keys requires it)
         dense_count = hybrid.count("-") if hybrid is not None else \
             layers - (layers - moe.dense_layers) // moe.layer_frequency
         if dense_count:
-            raise SpecError(f"{where}: missing required key 'ffn_hidden' (the MLP width of the {dense_count} "
+            raise SpecError(f"{head(where)}missing required key 'ffn_hidden' (the MLP width of the {dense_count} "
                             f"dense layers)")
         ffn_hidden = moe.expert_ffn_hidden
     elif hybrid is not None and data.get("ffn_hidden") is None:
         if hybrid.count("-"):
-            raise SpecError(f"{where}: missing required key 'ffn_hidden' (the MLP width of the {hybrid.count('-')} "
+            raise SpecError(f"{head(where)}missing required key 'ffn_hidden' (the MLP width of the {hybrid.count('-')} "
                             f"dense MLP blocks)")
         ffn_hidden = hidden
     else:
-        ffn_hidden = F.integer(data["ffn_hidden"], f"{where}.ffn_hidden", maximum=10**8)
+        ffn_hidden = F.integer(data["ffn_hidden"], at(where, "ffn_hidden"), maximum=10**8)
     return Model(
-        name=F.text(data.get("name") or "custom", f"{where}.name"),
+        name=F.text(data.get("name") or "custom", at(where, "name")),
         layers=layers,
         hidden=hidden,
         ffn_hidden=ffn_hidden,
         heads=heads,
         kv_heads=kv_heads,
-        vocab=F.integer(data["vocab"], f"{where}.vocab", maximum=10**8),
-        mlp=F.choice(data.get("mlp", "gelu"), f"{where}.mlp", MLP_KINDS),
-        seq_len=F.integer(F.given(data, "seq_len", default_seq_len), f"{where}.seq_len", maximum=10**8),
-        tied_embeddings=F.boolean(data.get("tied_embeddings", False), f"{where}.tied_embeddings"),
-        source=F.text(data.get("source") or "user-defined", f"{where}.source"),
-        head_dim=F.integer(F.given(data, "head_dim", head_dim_default), f"{where}.head_dim", maximum=10**6),
+        vocab=F.integer(data["vocab"], at(where, "vocab"), maximum=10**8),
+        mlp=F.choice(data.get("mlp", "gelu"), at(where, "mlp"), MLP_KINDS),
+        seq_len=F.integer(F.given(data, "seq_len", default_seq_len), at(where, "seq_len"), maximum=10**8),
+        tied_embeddings=F.boolean(data.get("tied_embeddings", False), at(where, "tied_embeddings")),
+        source=F.text(data.get("source") or "user-defined", at(where, "source")),
+        head_dim=F.integer(F.given(data, "head_dim", head_dim_default), at(where, "head_dim"), maximum=10**6),
         # absent: counted (the conservative choice, and Korthikanti et al.'s formulas); the presets say
-        dropout=F.boolean(F.given(data, "dropout", True), f"{where}.dropout"),
+        dropout=F.boolean(F.given(data, "dropout", True), at(where, "dropout")),
         moe=moe,
         mla=mla,
         # absent: learned (no rotary traffic: trainest's model before the key existed); the presets say
-        positional=F.choice(F.given(data, "positional", "learned"), f"{where}.positional", POSITIONALS),
+        positional=F.choice(F.given(data, "positional", "learned"), at(where, "positional"), POSITIONALS),
         hybrid=hybrid,
-        mtp=None if data.get("mtp") is None else _mtp_from(data["mtp"], f"{where}.mtp", moe, hybrid),
+        mtp=None if data.get("mtp") is None else _mtp_from(data["mtp"], at(where, "mtp"), moe, hybrid),
         attention_window=None if data.get("attention_window") is None else _window_from(
-            data["attention_window"], f"{where}.attention_window", layers if hybrid is None else hybrid.count("*")),
+            data["attention_window"], at(where, "attention_window"), layers if hybrid is None else hybrid.count("*")),
     )
 
 
@@ -672,7 +679,7 @@ def with_shape(model: Model, **overrides: object) -> Model:
     if moe_changed:
         if model.moe is None:
             if "experts" not in moe_changed or "top_k" not in moe_changed:
-                raise SpecError(f"{', '.join(f'model options.moe.{k}' for k in sorted(moe_changed))}: "
+                raise SpecError(f"{', '.join(at(CLI_MODEL, f'moe.{k}') for k in sorted(moe_changed))}: "
                                 f"{'needs' if len(moe_changed) == 1 else 'need'} a mixture-of-experts model, "
                                 f"and {model.name} is dense; give both experts and top_k to make its MLPs mixtures "
                                 f"of experts")
@@ -685,4 +692,4 @@ def with_shape(model: Model, **overrides: object) -> Model:
             _check_router_groups(model, data["moe"])
     data.update(changed)
     data["name"] = name
-    return model_from_mapping(data, "model options")
+    return model_from_mapping(data, CLI_MODEL)

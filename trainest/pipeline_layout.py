@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from trainest.errors import SpecError
+from trainest.errors import SpecError, head
 
 TOKENS = {"E": "the embedding", "t": "a decoder layer", "m": "a multi-token-prediction module", "L": "the loss"}
 _GROUP = re.compile(r"\(([^()]*)\)\*(\d+)")
@@ -26,10 +26,10 @@ def expand(text: str, where: str) -> list[str]:
     """The stages of a layout string, each unrolled to its tokens (module docstring)."""
     s = re.sub(r"[\s,]", "", text)
     if not s:
-        raise SpecError(f"{where}: an empty pipeline layout; write its stages, e.g. 'Et*4|(t*4|)*14tmL'")
+        raise SpecError(f"{head(where)}an empty pipeline layout; write its stages, e.g. 'Et*4|(t*4|)*14tmL'")
 
     shown = text if len(text) <= 80 else text[:60] + "..."
-    too_long = f"{where}: {shown!r} unrolls to more than {MAX_EXPANDED:,} tokens"
+    too_long = f"{head(where)}{shown!r} unrolls to more than {MAX_EXPANDED:,} tokens"
     grown = 0          # characters the repeats of the current pass add to s
 
     def repeat(m: re.Match) -> str:
@@ -51,7 +51,7 @@ def expand(text: str, where: str) -> list[str]:
     s = _ONE.sub(repeat, s)
     bad = sorted(set(s) - set(TOKENS) - {"|"})
     if bad:
-        raise SpecError(f"{where}: {text!r} has {', '.join(repr(c) for c in bad)}; a layout is stages separated "
+        raise SpecError(f"{head(where)}{text!r} has {', '.join(repr(c) for c in bad)}; a layout is stages separated "
                         f"by '|' of " + ", ".join(f"{k} ({v})" for k, v in TOKENS.items())
                         + ", with x*n and (...)*n repeats")
     return s.split("|")
@@ -68,22 +68,22 @@ def rank_layers(text: str, pp: int, vpp: int, layers: int, mtp_depth: int, where
     the loss closes the last, the MTP modules sit on the last rank (where trainest times them, §15.10)."""
     stages = expand(text, where)
     if len(stages) != pp * vpp:
-        raise SpecError(f"{where}: {text!r} has {len(stages)} stages; the layout needs pp·vpp = {pp}·{vpp} = "
+        raise SpecError(f"{head(where)}{text!r} has {len(stages)} stages; the layout needs pp·vpp = {pp}·{vpp} = "
                         f"{pp * vpp} (one per virtual stage, separated by '|')")
     joined = "".join(stages)
     if joined.count("E") != 1 or not stages[0].startswith("E"):
-        raise SpecError(f"{where}: {text!r}: the embedding 'E' must open the first stage, once")
+        raise SpecError(f"{head(where)}{text!r}: the embedding 'E' must open the first stage, once")
     if joined.count("L") != 1 or not stages[-1].endswith("L"):
-        raise SpecError(f"{where}: {text!r}: the loss 'L' must close the last stage, once")
+        raise SpecError(f"{head(where)}{text!r}: the loss 'L' must close the last stage, once")
     if joined.count("t") != layers:
-        raise SpecError(f"{where}: {text!r} places {joined.count('t')} decoder layers 't'; the model has "
+        raise SpecError(f"{head(where)}{text!r} places {joined.count('t')} decoder layers 't'; the model has "
                         f"layers={layers}")
     if joined.count("m") != mtp_depth:
         has = f"multi-token prediction of depth {mtp_depth}" if mtp_depth else "no multi-token prediction"
-        raise SpecError(f"{where}: {text!r} places {joined.count('m')} MTP modules 'm'; the model has {has}")
+        raise SpecError(f"{head(where)}{text!r} places {joined.count('m')} MTP modules 'm'; the model has {has}")
     last = {i for i in range(len(stages)) if i % pp == pp - 1}
     if any("m" in st for i, st in enumerate(stages) if i not in last):
-        raise SpecError(f"{where}: {text!r}: an MTP module 'm' on a stage of a rank other than the last is not "
+        raise SpecError(f"{head(where)}{text!r}: an MTP module 'm' on a stage of a rank other than the last is not "
                         f"modelled (trainest times the modules with the loss, on the last rank)")
     counts = [0] * pp
     for i, st in enumerate(stages):

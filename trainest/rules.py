@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Union
 
-from trainest.errors import SpecError
+from trainest.errors import SpecError, at, head, name_of
 from trainest.record import NamedTuple
 
 if TYPE_CHECKING:
@@ -52,7 +52,6 @@ class Facts(NamedTuple):
     dp_shard: Num = 1             # the ZeRO shard group (dp when not hybrid sharding)
     uneven: Mask = False          # the layers are not split evenly (the balanced split or a pipeline layout)
     dualpipe: bool = False        # DeepSeek-V3's DualPipe schedule
-    cli: bool = False             # the values are options (messages name --ep, --etp)
 
     @property
     def micro_batches(self) -> Num:
@@ -105,36 +104,38 @@ def _listed(values: Iterable[int]) -> str:
 
 TP_HEADS = Rule(
     "tp_divides_heads", "parallel.tp", lambda f: f.heads % f.tp == 0,
-    lambda f, w: f"{w}: tp={f.tp} does not divide heads={f.heads}{divisor_hint(f.heads)}")
+    lambda f, w: f"{head(w)}tp={f.tp} does not divide heads={f.heads}{divisor_hint(f.heads)}")
 VPP_NEEDS_PP = Rule(
     "vpp_needs_pp", "parallel.vpp", lambda f: (f.vpp <= 1) | (f.pp > 1),
-    lambda f, w: f"{w}: vpp={f.vpp} needs pipeline parallelism (pp > 1)")
+    lambda f, w: f"{head(w)}vpp={f.vpp} needs pipeline parallelism (pp > 1)")
 PP_LAYERS = Rule(
     "pp_divides_layers", "parallel.pp", lambda f: f.uneven | (f.layers % f.pp == 0),
-    lambda f, w: f"{w}: pp={f.pp} does not divide layers={f.layers}{divisor_hint(f.layers)}; or use "
+    lambda f, w: f"{head(w)}pp={f.pp} does not divide layers={f.layers}{divisor_hint(f.layers)}; or use "
                  f"parallel.pipeline_split: balanced (uneven stages)")
 VPP_STAGE_LAYERS = Rule(
     "vpp_divides_stage_layers", "parallel.vpp", lambda f: f.uneven | ((f.layers // f.pp) % f.vpp == 0),
-    lambda f, w: f"{w}: vpp={f.vpp} does not divide layers per stage = {f.layers}/{f.pp} = {f.layers // f.pp}"
+    lambda f, w: f"{head(w)}vpp={f.vpp} does not divide layers per stage = {f.layers}/{f.pp} = {f.layers // f.pp}"
                  f"{divisor_hint(f.layers // f.pp)}")
 PIPELINE_CHUNKS = Rule(
     "pipeline_chunks", "parallel.vpp", lambda f: f.pp * f.vpp <= f.layers + 2,
-    lambda f, w: f"{w}: pp·vpp = {f.pp * f.vpp} pipeline chunks exceed layers={f.layers}")
+    lambda f, w: f"{head(w)}pp·vpp = {f.pp * f.vpp} pipeline chunks exceed layers={f.layers}")
 CP_SEQ = Rule(
     "cp_divides_seq_len", "parallel.cp", lambda f: f.seq_len % f.cp == 0,
-    lambda f, w: f"{w}: cp={f.cp} does not divide seq_len={f.seq_len}{divisor_hint(f.seq_len)}")
+    lambda f, w: f"{head(w)}cp={f.cp} does not divide seq_len={f.seq_len}{divisor_hint(f.seq_len)}")
 # a hybrid model's Mamba-2 blocks split their heads and their B/C groups over t; context parallelism over a
 # Mamba-2 scan is not modelled (mamba_heads, mamba_groups are 0 for a model without them: 0 divides by any t)
 TP_MAMBA_HEADS = Rule(
     "tp_divides_mamba_heads", "parallel.tp", lambda f: f.mamba_heads % f.tp == 0,
-    lambda f, w: f"{w}: tp={f.tp} does not divide the Mamba-2 mamba_heads={f.mamba_heads}"
+    lambda f, w: f"{head(w)}tp={f.tp} does not divide the Mamba-2 mamba_heads={f.mamba_heads}"
                  f"{divisor_hint(f.mamba_heads)}")
 TP_MAMBA_GROUPS = Rule(
     "tp_divides_mamba_groups", "parallel.tp", lambda f: f.mamba_groups % f.tp == 0,
-    lambda f, w: f"{w}: tp={f.tp} does not divide the Mamba-2 groups={f.mamba_groups}{divisor_hint(f.mamba_groups)}")
+    lambda f, w: f"{head(w)}tp={f.tp} does not divide the Mamba-2 "
+                 f"groups={f.mamba_groups}{divisor_hint(f.mamba_groups)}")
 HYBRID_CP = Rule(
     "hybrid_takes_no_cp", "parallel.cp", lambda f: (not f.hybrid) | (f.cp == 1),
-    lambda f, w: f"{w}: cp={f.cp}: context parallelism over {f.name}'s Mamba-2 blocks is not modelled; allowed: cp 1")
+    lambda f, w: f"{head(w)}cp={f.cp}: context parallelism over {f.name}'s Mamba-2 blocks is not modelled; allowed: "
+                 f"cp 1")
 
 TP_RULES = (TP_HEADS, TP_MAMBA_HEADS, TP_MAMBA_GROUPS)      # what a tensor-parallel size must divide
 CP_RULES = (CP_SEQ, HYBRID_CP)
@@ -145,20 +146,20 @@ LAYOUT = (TP_HEADS, VPP_NEEDS_PP, PP_LAYERS, VPP_STAGE_LAYERS, PIPELINE_CHUNKS, 
 
 DEVICES = Rule(
     "devices_divisible", "devices", lambda f: f.devices % (f.tp * f.pp * f.cp) == 0,
-    lambda f, w: f"{w}: devices={f.devices} is not divisible by tp·pp·cp = {f.tp}·{f.pp}·{f.cp} = "
+    lambda f, w: f"{head(w)}devices={f.devices} is not divisible by tp·pp·cp = {f.tp}·{f.pp}·{f.cp} = "
                  f"{f.tp * f.pp * f.cp}; tp·pp·cp must divide {f.devices}{divisor_hint(f.devices)}",
     reason="devices_indivisible")
 BATCH = Rule(
     "batch_divisible", "global_batch", lambda f: f.global_batch % (f.dp * f.micro_batch) == 0,
-    lambda f, w: f"{w}: global_batch={f.global_batch} is not divisible by dp·micro_batch = {f.dp}·{f.micro_batch}"
+    lambda f, w: f"{head(w)}global_batch={f.global_batch} is not divisible by dp·micro_batch = {f.dp}·{f.micro_batch}"
                  f" = {f.dp * f.micro_batch}; use a multiple of {f.dp * f.micro_batch}",
     reason="batch_indivisible")
 DP_SHARD = Rule(
     "dp_shard_divides_dp", "parallel.dp_shard", lambda f: f.dp % f.dp_shard == 0,
-    lambda f, w: f"{w}: dp_shard={f.dp_shard} does not divide dp={f.dp}{divisor_hint(f.dp)}")
+    lambda f, w: f"{head(w)}dp_shard={f.dp_shard} does not divide dp={f.dp}{divisor_hint(f.dp)}")
 HSDP_ZERO = Rule(
     "hybrid_sharding_needs_zero", "parallel.dp_shard", lambda f: (f.dp_shard == f.dp) | (f.zero > 0),
-    lambda f, w: f"{w}: dp_shard={f.dp_shard} (hybrid sharding) needs zero >= 1; with zero=0 nothing is sharded")
+    lambda f, w: f"{head(w)}dp_shard={f.dp_shard} (hybrid sharding) needs zero >= 1; with zero=0 nothing is sharded")
 SHARDING = (DP_SHARD, HSDP_ZERO)
 
 # ---- the schedules (docs/model.md §5.2, §5.4)
@@ -166,7 +167,7 @@ SHARDING = (DP_SHARD, HSDP_ZERO)
 INTERLEAVING = Rule(
     # Megatron-LM's interleaved 1F1B (`forward_backward_pipelining_with_interleaving`): m a multiple of p
     "interleaving_divisible", "parallel.vpp", lambda f: (f.vpp <= 1) | (f.micro_batches % f.pp == 0),
-    lambda f, w: f"{w}: the interleaved schedule (vpp={f.vpp}) needs the micro-batches per step, m = "
+    lambda f, w: f"{head(w)}the interleaved schedule (vpp={f.vpp}) needs the micro-batches per step, m = "
                  f"global_batch/(dp·micro_batch) = {f.global_batch}/({f.dp}·{f.micro_batch}) = {f.micro_batches}, "
                  f"to be a multiple of pp={f.pp} (Megatron-LM's interleaved 1F1B); use vpp=1, or a global_batch "
                  f"that is a multiple of dp·micro_batch·pp = {f.dp * f.micro_batch * f.pp}",
@@ -176,16 +177,17 @@ INTERLEAVING = Rule(
 # there is nothing to schedule.
 DUALPIPE_PP = Rule(
     "dualpipe_even_pp", "parallel.pipeline_schedule", lambda f: (not f.dualpipe) | (f.pp == 1) | (f.pp % 2 == 0),
-    lambda f, w: f"{w}.parallel.pipeline_schedule: dualpipe needs an even pp (its two pipelines run from both "
+    lambda f, w: f"{at(w, 'parallel.pipeline_schedule')}: dualpipe needs an even pp (its two pipelines run from both "
                  f"ends); pp={f.pp}")
 DUALPIPE_VPP = Rule(
     "dualpipe_no_vpp", "parallel.pipeline_schedule", lambda f: (not f.dualpipe) | (f.pp == 1) | (f.vpp <= 1),
-    lambda f, w: f"{w}.parallel.pipeline_schedule: dualpipe with vpp={f.vpp}: DualPipe has no virtual stages; "
+    lambda f, w: f"{at(w, 'parallel.pipeline_schedule')}: dualpipe with vpp={f.vpp}: DualPipe has no virtual stages; "
                  f"use vpp=1")
 DUALPIPE_MICRO_BATCHES = Rule(
     "dualpipe_micro_batches", "parallel.pipeline_schedule",
     lambda f: (not f.dualpipe) | (f.pp == 1) | ((f.micro_batches >= f.pp) & (f.micro_batches % 2 == 0)),
-    lambda f, w: f"{w}.parallel.pipeline_schedule: dualpipe needs an even number of micro-batches per step of at "
+    lambda f, w: f"{at(w, 'parallel.pipeline_schedule')}: dualpipe needs an even number of micro-batches per step of "
+                 f"at "
                  f"least pp={f.pp} (half are fed from each end); m = {f.micro_batches}",
     reason="interleaving_indivisible")
 DUALPIPE = (DUALPIPE_PP, DUALPIPE_VPP, DUALPIPE_MICRO_BATCHES)
@@ -194,7 +196,8 @@ DUALPIPE = (DUALPIPE_PP, DUALPIPE_VPP, DUALPIPE_MICRO_BATCHES)
 # `schedules_need_a_pipeline`
 DUALPIPE_NEEDS_PP = Rule(
     "dualpipe_needs_a_pipeline", "parallel.pipeline_schedule", lambda f: (not f.dualpipe) | (f.pp > 1),
-    lambda f, w: f"{w}.parallel.pipeline_schedule: dualpipe needs a pipeline, and pp=1 has none to schedule (the "
+    lambda f, w: f"{at(w, 'parallel.pipeline_schedule')}: dualpipe needs a pipeline, and pp=1 has none to schedule "
+                 f"(the "
                  f"step would be 1F1B's); give an even pp (2, 4, ...) or leave the schedule out")
 
 # ---- the experts (docs/model.md §15, §15.8): ep divides the experts; etp divides the expert width f_e (each
@@ -208,31 +211,32 @@ def _etps(f: Facts) -> str:
 
 
 def _expert_group_message(f: Facts, w: str) -> str:
-    ep_name, etp_name = ("--ep", "--etp") if f.cli else ("parallel.ep", "parallel.etp")
+    ep_name, etp_name = name_of(w, "parallel.ep"), name_of(w, "parallel.etp")
     eps = [e for e in divisors(f.experts) if f.stage_ranks % (e * f.etp) == 0]
     ks = [k for k in divisors(math.gcd(int(f.tp), f.expert_width)) if f.stage_ranks % (f.ep * k) == 0]
     with_ep = f"; with {ep_name} {f.ep}: {etp_name} {_listed(ks)}" if ks else ""
-    return (f"{w}: {ep_name}, {etp_name}: ep·etp = {f.ep}·{f.etp} = {f.ep * f.etp} does not divide the "
+    return (f"{head(w)}{ep_name}, {etp_name}: ep·etp = {f.ep}·{f.etp} = {f.ep * f.etp} does not divide the "
             f"{f.stage_ranks} ranks of a pipeline stage (tp·cp·dp = {f.tp}·{f.cp}·{f.dp}), and their product must; "
             f"with {etp_name} {f.etp}: {ep_name} {_listed(eps)}{with_ep}")
 
 
 DENSE_EP = Rule(
     "dense_takes_no_ep", "parallel.ep", lambda f: (f.experts > 0) | (f.ep == 1),
-    lambda f, w: f"{w}.parallel.ep: {f.ep} needs a mixture-of-experts model, and {f.name} is dense; allowed: 1")
+    lambda f, w: f"{at(w, 'parallel.ep')}: {f.ep} needs a mixture-of-experts model, and {f.name} is dense; allowed: 1")
 DENSE_ETP = Rule(
     "dense_takes_no_etp", "parallel.etp", lambda f: (f.experts > 0) | (f.etp == 1),
-    lambda f, w: f"{w}.parallel.etp: {f.etp} needs a mixture-of-experts model, and {f.name} is dense; allowed: 1")
+    lambda f, w: f"{at(w, 'parallel.etp')}: {f.etp} needs a mixture-of-experts model, and {f.name} is dense; allowed: "
+                 f"1")
 EP_EXPERTS = Rule(
     "ep_divides_experts", "parallel.ep", lambda f: f.experts % f.ep == 0,
-    lambda f, w: f"{w}.parallel.ep: {f.ep} does not divide experts={f.experts}{divisor_hint(f.experts)}")
+    lambda f, w: f"{at(w, 'parallel.ep')}: {f.ep} does not divide experts={f.experts}{divisor_hint(f.experts)}")
 ETP_WIDTH = Rule(
     "etp_divides_expert_width", "parallel.etp", lambda f: f.expert_width % f.etp == 0,
-    lambda f, w: f"{w}.parallel.etp: {f.etp} does not divide expert_ffn_hidden={f.expert_width} (each routed "
+    lambda f, w: f"{at(w, 'parallel.etp')}: {f.etp} does not divide expert_ffn_hidden={f.expert_width} (each routed "
                  f"expert's width is split etp ways); allowed with tp={f.tp}: {_etps(f)}")
 ETP_TP = Rule(
     "etp_divides_tp", "parallel.etp", lambda f: f.tp % f.etp == 0,
-    lambda f, w: f"{w}.parallel.etp: {f.etp} does not divide tp={f.tp} (the expert tensor-parallel group lies "
+    lambda f, w: f"{at(w, 'parallel.etp')}: {f.etp} does not divide tp={f.tp} (the expert tensor-parallel group lies "
                  f"inside the tensor-parallel group); allowed with tp={f.tp}: {_etps(f)}")
 EXPERT_GROUP = Rule(
     "expert_group_divides_stage", "parallel.ep", lambda f: f.stage_ranks % (f.ep * f.etp) == 0,

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from trainest.errors import SpecError
+from trainest.errors import SpecError, head
 from trainest.estimate import Estimate, host_misfit_words
-from trainest.knobs import BY_NAME, PARALLEL, SHAPE, SWEEP_RANGES, Knob
+from trainest.knobs import BY_NAME, CLI, PARALLEL, SHAPE, SWEEP_RANGES, Knob
 from trainest.units import parse_count, parse_length
 
 # the knobs `sweep` varies; with --plan, those the search varies are fixed at each value through the space
@@ -76,7 +76,7 @@ def _number(k: Knob, text: str, where: str) -> Any:
         return 0
     value = parse_count(text, where, "8..64, 8..64:8 or 1,2,4")
     if value != int(value):
-        raise SpecError(f"{where}: {text!r} must be a whole number")
+        raise SpecError(f"{head(where)}{text!r} must be a whole number")
     return int(value)
 
 
@@ -85,12 +85,12 @@ def parse_values(k: Knob, text: str) -> list[Any]:
     where = f"--{k.name.replace('_', '-')} {text!r}"
     if k.kind == "choice":
         if ".." in text:
-            raise SpecError(f"{where}: {k.name} takes a list of values (e.g. {','.join(k.choice_values[:3])}), "
+            raise SpecError(f"{head(where)}{k.name} takes a list of values (e.g. {','.join(k.choice_values[:3])}), "
                             f"not a range")
         values: list[Any] = [v.strip() for v in text.split(",") if v.strip()]
         bad = [v for v in values if v not in k.choice_values]
         if bad:
-            raise SpecError(f"{where}: {bad[0]!r} is not one of {', '.join(k.choice_values)}")
+            raise SpecError(f"{head(where)}{bad[0]!r} is not one of {', '.join(k.choice_values)}")
     elif ".." in text:
         lo_text, _, rest = text.partition("..")
         hi_text, _, step_text = rest.partition(":")
@@ -98,11 +98,11 @@ def parse_values(k: Knob, text: str) -> list[Any]:
         if k.name in STAGE_KNOBS and not step_text:
             step_text = "1"                 # 0..3: every stage
         if lo > hi or (lo <= 0 and not step_text):
-            raise SpecError(f"{where}: the range is empty or does not double ({lo}..{hi})")
+            raise SpecError(f"{head(where)}the range is empty or does not double ({lo}..{hi})")
         if step_text:
             step = _number(k, step_text.strip(), where)
             if step <= 0:
-                raise SpecError(f"{where}: the step must be positive")
+                raise SpecError(f"{head(where)}the step must be positive")
             values = list(range(lo, hi + 1, step))
         else:
             values = []
@@ -114,9 +114,9 @@ def parse_values(k: Knob, text: str) -> list[Any]:
         values = [_number(k, v.strip(), where) for v in text.split(",") if v.strip()]
     values = list(dict.fromkeys(values))
     if not values:
-        raise SpecError(f"{where}: no value to sweep")
+        raise SpecError(f"{head(where)}no value to sweep")
     if len(values) > MAX_POINTS:
-        raise SpecError(f"{where}: {len(values)} points (at most {MAX_POINTS}); narrow the range or use a step")
+        raise SpecError(f"{head(where)}{len(values)} points (at most {MAX_POINTS}); narrow the range or use a step")
     return values
 
 
@@ -157,7 +157,7 @@ def with_value(mapping: dict[str, Any], k: Knob, value: Any) -> dict[str, Any]:
 def _point_estimate(mapping: dict[str, Any], shape: dict[str, Any]) -> tuple[Estimate, tuple[str, ...]]:
     from trainest.estimate import estimate
     from trainest.scenario import scenario_from_mapping
-    s = scenario_from_mapping(mapping, "options", shape=shape)
+    s = scenario_from_mapping(mapping, CLI, shape=shape)
     e = estimate(s)
     from trainest.adapter_cost import slower_than_full_warning
     from trainest.estimate import low_precision_slower_warning
@@ -180,7 +180,7 @@ def _point_plan(mapping: dict[str, Any], k: Knob, value: Any, batch_devices: int
     if k.searched:
         word = {True: "on", False: "off"}.get(value, value) if k.name == "sequence_parallel" else value
         allow = [f"{k.name}={word}"]
-    base = S.job_scenario(mapping, "options", default_batch_devices=batch_devices, shape=shape)
+    base = S.job_scenario(mapping, CLI, default_batch_devices=batch_devices, shape=shape)
     res = S.search(base, int(mapping.get("devices") or batch_devices), S.space_from_options(allow), top=1)
     return res.plans[0], ()
 

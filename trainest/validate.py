@@ -101,6 +101,7 @@ class Case:
     measurement: Measurement
     confidence: str | None
     run_set: str = PUBLIC_SET       # the runs file's `set` (public: published vendor and paper runs)
+    unmodelled: tuple[str, ...] = ()   # settings the record states that trainest has no input for
 
 
 @dataclass(frozen=True)
@@ -469,7 +470,8 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
             if isinstance(scenario, str):
                 skipped.append(NotExpressible(run_id, group, hw_name, scenario, rec_set))
                 continue
-            case = Case(run_id, group, citation, scenario, measurement, confidence, rec_set)
+            case = Case(run_id, group, citation, scenario, measurement, confidence, rec_set,
+                        unmodelled_of(rec.get("unmodelled"), f"{where}.unmodelled"))
             problem = check_formula(case, where, user_files)
             if problem is not None:
                 skipped.append(NotExpressible(run_id, group, hw_name, problem, rec_set))
@@ -478,6 +480,15 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
             warnings += metric_disagreements(case, rec["measured"], where)
             cases.append(case)
     return LoadedRuns(*split_memory_only(cases), tuple(skipped), tuple(duplicates), tuple(warnings))
+
+
+def unmodelled_of(value: Any, where: str) -> tuple[str, ...]:
+    """A record's `unmodelled`: a list of the settings it states that trainest has no input for (none: ())."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise SpecError(f"{where}: expected a list of settings, got {type(value).__name__}")
+    return tuple(F.text(v, f"{where}[{i}]") for i, v in enumerate(value))
 
 
 # ----------------------------------------------------------------------------------- metric algebra
@@ -610,6 +621,7 @@ class RunResult:
     misspecified: bool = False                    # needs more than MISSPECIFIED_MEMORY_FACTOR x the device's memory
     mfu_peak: str | None = None                   # metric mfu: MFU_PEAKS, the peak it is a fraction of
     hardware_calibrated: bool = True              # the hardware's efficiencies fitted on measured runs (else priors)
+    unmodelled: tuple[str, ...] = ()              # settings the record states that trainest has no input for
 
 
 ARCHITECTURES = ("dense", "moe", "hybrid")
@@ -654,7 +666,8 @@ def result_for(case: Case, predicted_step_s: float, bottleneck: str = "?", fits:
         seq_len=s.seq_len, micro_batch=s.micro_batch, global_batch=s.global_batch, confidence=case.confidence,
         citation=case.citation, run_set=case.run_set, model=s.model.name, architecture=architecture_of(s),
         active_params_b=s.model.active_params / 1e9, ep=p.ep, etp=p.etp, derived=s.derived, framework=s.framework,
-        finetune=s.finetune.method, offload=s.offload, mfu_peak=meas.mfu_peak if meas.metric == "mfu" else None)
+        finetune=s.finetune.method, offload=s.offload, mfu_peak=meas.mfu_peak if meas.metric == "mfu" else None,
+        unmodelled=case.unmodelled)
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,8 @@ EXIT_GATE = 3            # a CI gate (--max-days, --max-cost, --require-fit) was
 
 
 def error_line(message: str) -> None:
-    """One `Error: ...` line on stderr, naming options by their flags (knobs.cli_message)."""
-    from trainest.knobs import cli_message
-    print(f"Error: {cli_message(message)}", file=sys.stderr)
+    """One `Error: ...` line on stderr (a message names an option by its flag where it is read: errors.at)."""
+    print(f"Error: {message}", file=sys.stderr)
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:

@@ -16,7 +16,7 @@ import typer
 from trainest.cli import fail
 from trainest.cli.options import JsonFlag, QuietFlag, option_annotation
 from trainest.cli.validate import MoreRunsArg
-from trainest.knobs import KNOBS
+from trainest.knobs import CLI, KNOBS
 
 HELP = ("Fit one hardware's efficiency fields to measured runs (--runs) or to a PyTorch profiler / Nsight Systems "
         "trace of one training scenario (--trace with the scenario's options or --config), and write a hardware "
@@ -103,7 +103,7 @@ def _trace(values: dict[str, Any], output: Path) -> None:
     knobs = {k.name: values.get(k.name) for k in KNOBS}
     try:
         mapping, shape = scenario_mapping_from_options(values.get("config"), knobs)
-        scenario = scenario_from_mapping(mapping, "options" if values.get("config") is None else values["config"],
+        scenario = scenario_from_mapping(mapping, CLI if values.get("config") is None else values["config"],
                                          shape=shape)
         result = calibrate_trace(scenario, values["trace"], values.get("trace_layers"))
         _write(output, trace_profile_text(scenario.hardware, result))

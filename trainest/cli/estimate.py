@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from trainest.cli import EXIT_BAD_INPUT, EXIT_GATE, EXIT_OK, error_line
+from trainest.knobs import CLI
 
 HELP = "Estimate one training scenario: step time and its breakdown, throughput, memory, whole run."
 
@@ -56,7 +57,7 @@ def _estimate(values: dict[str, Any]) -> tuple[Any, Any]:
     from trainest.scenario import scenario_from_mapping
     config = values.get("config")
     mapping, shape = scenario_mapping_from_options(config, values)
-    where = f"scenario {config!r}" if config is not None else "options"
+    where = f"scenario {config!r}" if config is not None else CLI
     scenario = scenario_from_mapping(mapping, where, shape=shape, schedules_need_a_pipeline=True)
     gates = gates_of(values.get("max_days"), values.get("max_cost"), bool(values.get("require_fit")))
     return assess(scenario), gates

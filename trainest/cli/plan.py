@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from trainest.cli import EXIT_BAD_INPUT, EXIT_GATE, EXIT_OK, error_line
-from trainest.knobs import KNOBS, LAYOUT_ARGS, given_args
+from trainest.knobs import CLI, KNOBS, LAYOUT_ARGS, given_args
 
 HELP = ("Search every parallel layout (tp, pp, cp, dp, virtual stages, micro-batch, ZeRO, recompute, "
         "sequence parallelism) and show the fastest that fit, with the runner-up for each knob.")
@@ -67,7 +67,7 @@ def search_plans(values: dict[str, Any]) -> tuple[Any, Any, str | None]:
     from trainest.units import parse_count, parse_duration_s
     config = values.get("config")
     mapping, shape = job_mapping(values)
-    where = f"scenario {config!r}" if config is not None else "options"
+    where = f"scenario {config!r}" if config is not None else CLI
     given = values["devices"] if values.get("devices") is not None else mapping.get("devices")
     devices = str(given if given is not None else S.default_devices(mapping, where))
     lo, hi = S.parse_devices(devices)

@@ -53,7 +53,6 @@ def run_sweep(values: dict[str, Any]) -> int:
         progress.close()
         error_line(str(exc))
         return EXIT_BAD_INPUT
-    result = _flag_errors(result)
     failed = {p.error for p in result.points if p.estimate is None}
     if len(failed) == 1 and all(p.estimate is None for p in result.points):
         # the input fails whatever the swept value (an --ep that does not divide the experts, LoRA on a
@@ -80,15 +79,6 @@ def run_sweep(values: dict[str, Any]) -> int:
                 if w not in common:
                     report.warn(f"{result.knob}={p.value}: {w}")
     return EXIT_OK
-
-
-def _flag_errors(result: Any) -> Any:
-    """The result with each point's error naming options by their flags (`--ep`, not
-    `options.parallel.ep`), as every other error line of the command line does (knobs.cli_message)."""
-    from trainest.knobs import cli_message
-    from trainest.record import replace
-    return replace(result, points=tuple(replace(p, error=cli_message(p.error)) if p.error else p
-                                        for p in result.points))
 
 
 def _with_job_warnings(result: Any) -> tuple[Any, list[str]]:

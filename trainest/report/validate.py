@@ -201,6 +201,8 @@ def run_notes(result: ValidationReport) -> list[str]:
                    f"memory model{needs}: check its layout, zero and recompute; far over (more than "
                    f"{MISSPECIFIED_MEMORY_FACTOR:g}x the device's memory) it is mis-specified, its error says little, "
                    f"and `trainest calibrate` leaves it out of its fit.")
+        out += [f"  {r.id} does not fit; its record states settings trainest has no input for, which may be what "
+                f"makes it fit: {', '.join(r.unmodelled)} (JSON: runs[].unmodelled)" for r in nofit if r.unmodelled]
     unseen = unseen_frameworks(r.framework for r in result.runs)
     if unseen:
         names = ", ".join(f"{k} ({plural(v, 'run')})" for k, v in unseen.items())

@@ -20,7 +20,7 @@ from trainest.choices import (
     OFFLOADS,
     RECOMPUTE_MODULES,
 )
-from trainest.errors import SpecError
+from trainest.errors import SpecError, at, head, name_of
 from trainest.knobs import FINETUNE_KEYS, PARALLEL_KEYS
 from trainest.scenario.records import (
     DEFAULT_FINETUNE_TOKENS,
@@ -43,10 +43,11 @@ def hybrid_support(model: Model, recompute: str, finetune_method: str, where: st
     if model.hybrid is None:
         return
     if recompute == "op":
-        raise SpecError(f"{where}.recompute: op is not modelled for {model.name}'s hybrid blocks; allowed: none, "
+        raise SpecError(f"{at(where, 'recompute')}: op is not modelled for {model.name}'s hybrid blocks; allowed: "
+                        f"none, "
                         f"selective, full")
     if finetune_method != "full":
-        raise SpecError(f"{where}.finetune.method: {finetune_method} adapters in hybrid Mamba-2 models are not "
+        raise SpecError(f"{at(where, 'finetune.method')}: {finetune_method} adapters in hybrid Mamba-2 models are not "
                         f"modelled; allowed: full fine-tuning (finetune: full) or pre-training")
 
 
@@ -66,15 +67,16 @@ def recompute_modules_of(value: Any, recompute: str, model: Model, where: str) -
         return DEFAULT_RECOMPUTE_MODULES
     names = value.split(",") if isinstance(value, str) else value
     if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
-        raise SpecError(f"{where}: {value!r} must be a list of module names; allowed: {', '.join(RECOMPUTE_MODULES)}")
+        raise SpecError(f"{head(where)}{value!r} must be a list of module names; allowed: "
+                        f"{', '.join(RECOMPUTE_MODULES)}")
     picked = tuple(dict.fromkeys(n.strip() for n in names if n.strip()))
     if not picked:
-        raise SpecError(f"{where}: no module given; allowed: {', '.join(RECOMPUTE_MODULES)}")
+        raise SpecError(f"{head(where)}no module given; allowed: {', '.join(RECOMPUTE_MODULES)}")
     for n in picked:
         if n not in RECOMPUTE_MODULES:
-            raise SpecError(f"{where}: unknown module {n!r}; allowed: {', '.join(RECOMPUTE_MODULES)}")
+            raise SpecError(f"{head(where)}unknown module {n!r}; allowed: {', '.join(RECOMPUTE_MODULES)}")
     if recompute != "selective" and picked != DEFAULT_RECOMPUTE_MODULES:
-        raise SpecError(f"{where}: modules are what selective recompute re-runs, but recompute is {recompute!r}; "
+        raise SpecError(f"{head(where)}modules are what selective recompute re-runs, but recompute is {recompute!r}; "
                         f"use recompute: selective (--recompute selective) with them")
     missing = {"mla_up_proj": (model.mla is None, "has no multi-head latent attention"),
                "moe_act": (model.moe is None, "has no mixture-of-experts layers"),
@@ -84,20 +86,24 @@ def recompute_modules_of(value: Any, recompute: str, model: Model, where: str) -
     for n in picked:
         absent, why = missing.get(n, (False, ""))
         if absent:
-            raise SpecError(f"{where}: {n} cannot be recomputed: {model.name} {why}")
+            raise SpecError(f"{head(where)}{n} cannot be recomputed: {model.name} {why}")
     return tuple(m for m in RECOMPUTE_MODULES if m in picked)
+
+
+def _setting(where: str, key: str) -> str:
+    """How a message tells the user to set `key`: its flag (`--hardware`), or its YAML key (`hardware:`)."""
+    name = name_of(where, key)
+    return name if name != key else f"{key}:"
 
 
 def check_network(hardware: Hardware, devices_per_node: int, devices: int, where: str) -> None:
     """Every path the layout's groups need is in the hardware data (docs/model.md §3.1): no placeholder
     network for a group that leaves the node, no placeholder rate for an unknown intra-node path."""
     from trainest.step.collectives import network_gap  # (the step model's tiers; imported on use)
-    cli = where == "options"
-    gap = network_gap(hardware, devices_per_node, devices,
-                      node_option="--devices-per-node" if cli else "devices_per_node:",
-                      hardware_option="--hardware" if cli else "hardware:")
+    gap = network_gap(hardware, devices_per_node, devices, node_option=_setting(where, "devices_per_node"),
+                      hardware_option=_setting(where, "hardware"))
     if gap:
-        raise SpecError(f"{where}: {gap}")
+        raise SpecError(f"{head(where)}{gap}")
 
 
 def memory_headroom_bytes(value: Any, capacity_bytes: float, where: str) -> tuple[str, float]:
@@ -105,7 +111,7 @@ def memory_headroom_bytes(value: Any, capacity_bytes: float, where: str) -> tupl
     from trainest.units import parse_bytes
     text = str(value).strip()
     if isinstance(value, bool) or not isinstance(value, (str, int, float)) or not text:
-        raise SpecError(f"{where}: {F.show(value)} is not a margin; use a share of capacity such as 5% or a size "
+        raise SpecError(f"{head(where)}{F.show(value)} is not a margin; use a share of capacity such as 5% or a size "
                         f"such as 2GiB (0: none)")
     if text.endswith("%"):
         try:
@@ -113,17 +119,17 @@ def memory_headroom_bytes(value: Any, capacity_bytes: float, where: str) -> tupl
         except ValueError:
             share = math.nan
         if not 0.0 <= share < 1.0:
-            raise SpecError(f"{where}: {F.show(value)} must be a share of capacity from 0% to below 100%")
+            raise SpecError(f"{head(where)}{F.show(value)} must be a share of capacity from 0% to below 100%")
         return text, share * capacity_bytes
     if text in ("0", "0.0"):
         return text, 0.0
     size = parse_bytes(value, where)
     if size < 2**20 and not any(ch.isalpha() for ch in text.replace("e", "").replace("E", "")):
         # a bare number is bytes: one below a MiB is a share or a size without its unit, not a margin
-        raise SpecError(f"{where}: {F.show(value)} is {size:g} bytes; give a share of capacity (e.g. 5%) or a size "
+        raise SpecError(f"{head(where)}{F.show(value)} is {size:g} bytes; give a share of capacity (e.g. 5%) or a size "
                         f"with its unit (e.g. {text}GiB), or 0 for none")
     if size >= capacity_bytes:
-        raise SpecError(f"{where}: {F.show(value)} is at least the device's whole memory "
+        raise SpecError(f"{head(where)}{F.show(value)} is at least the device's whole memory "
                         f"({capacity_bytes / 2**30:.1f} GiB)")
     return text, size
 
@@ -144,37 +150,39 @@ def default_tokens_text(finetune: FineTune) -> str:
 
 def check_finetune(data: Any, model: Model, precision: str, where: str) -> FineTune:
     """The `finetune:` mapping: method, and for LoRA/QLoRA rank (1..h), alpha, targets, base_bits."""
-    w = f"{where}.finetune"
+    w = at(where, "finetune")
     if isinstance(data, str):            # `finetune: lora` is short for `finetune: {method: lora}`
         data = {"method": data}
     d = F.check_keys({} if data is None else data, w, (), FINETUNE_KEYS)
-    method = F.choice(d.get("method", "full"), f"{w}.method", FINETUNES)
+    method = F.choice(d.get("method", "full"), at(w, "method"), FINETUNES)
     stated = d.get("method") is not None
     if method == "full":
         given = [k for k in ("rank", "alpha", "targets") if d.get(k) is not None]
         if given:
             how = "full" if stated else "full (the default: no fine-tuning method given)"
-            raise SpecError(f"{w}.{given[0]}: {F.show(d[given[0]])} applies to LoRA/QLoRA adapters only, and the "
+            raise SpecError(f"{at(w, given[0])}: {F.show(d[given[0]])} applies to LoRA/QLoRA adapters only, and the "
                             f"method is {how}; give method lora or qlora (--finetune)")
         if d.get("base_bits") not in (None, 16):
-            raise SpecError(f"{w}.base_bits: {F.show(d['base_bits'])} is for a frozen, quantised base (LoRA: 8, "
+            raise SpecError(f"{at(w, 'base_bits')}: {F.show(d['base_bits'])} is for a frozen, quantised base (LoRA: 8, "
                             f"QLoRA: 4); a full fine-tune trains 16-bit weights: use 16 or method lora/qlora")
         return FineTune(stated=stated)
-    rank = F.integer(d.get("rank", DEFAULT_LORA_RANK), f"{w}.rank", minimum=-10**12, maximum=10**12)
+    rank = F.integer(d.get("rank", DEFAULT_LORA_RANK), at(w, "rank"), minimum=-10**12, maximum=10**12)
     if not 1 <= rank <= model.hidden:
-        raise SpecError(f"{w}.rank: {rank} must be between 1 and the hidden size {model.hidden} of {model.name}")
-    bits = F.integer_choice(d.get("base_bits", 4 if method == "qlora" else 16), f"{w}.base_bits", BASE_BITS)
+        raise SpecError(f"{at(w, 'rank')}: {rank} must be between 1 and the hidden size {model.hidden} of {model.name}")
+    bits = F.integer_choice(d.get("base_bits", 4 if method == "qlora" else 16), at(w, "base_bits"), BASE_BITS)
     if method == "qlora" and bits != 4:
-        raise SpecError(f"{w}.base_bits: {bits} is not allowed with method qlora: QLoRA's base is 4-bit NF4 "
+        raise SpecError(f"{at(w, 'base_bits')}: {bits} is not allowed with method qlora: QLoRA's base is 4-bit NF4 "
                         f"(Dettmers et al. 2023); use base_bits 4, or method lora for a 16- or 8-bit base")
     if method == "lora" and bits == 4:
-        raise SpecError(f"{w}.base_bits: 4 with method lora: a LoRA on a 4-bit NF4 base is QLoRA; use method qlora")
+        raise SpecError(f"{at(w, 'base_bits')}: 4 with method lora: a LoRA on a 4-bit NF4 base is QLoRA; use method "
+                        f"qlora")
     if method == "qlora" and precision not in QLORA_PRECISIONS:
-        raise SpecError(f"{where}.precision: {precision} with QLoRA: bitsandbytes dequantises the 4-bit base to the "
+        raise SpecError(f"{at(where, 'precision')}: {precision} with QLoRA: bitsandbytes dequantises the 4-bit base "
+                        f"to the "
                         f"16- or 32-bit compute dtype; use one of {', '.join(QLORA_PRECISIONS)}")
-    alpha = F.number(d.get("alpha"), f"{w}.alpha", allow_none=True, maximum=1e6)
+    alpha = F.number(d.get("alpha"), at(w, "alpha"), allow_none=True, maximum=1e6)
     return FineTune(method=method, rank=rank, alpha=alpha,
-                    targets=F.choice(d.get("targets", DEFAULT_LORA_TARGETS), f"{w}.targets", LORA_TARGETS),
+                    targets=F.choice(d.get("targets", DEFAULT_LORA_TARGETS), at(w, "targets"), LORA_TARGETS),
                     base_bits=bits, stated=stated)
 
 
@@ -197,10 +205,12 @@ def check_optimizer(optimizer: str, moments: str, offload: str, where: str) -> s
     """`optimizer`, checked: BF16 moments are AdamW's (the other optimizers state their own dtype);
     optimizer offload runs ZeRO-Offload's CPU Adam, so only with adamw."""
     if moments != "fp32" and optimizer != "adamw":
-        raise SpecError(f"{where}.adam_moments: {moments} is the dtype of AdamW's moments; optimizer {optimizer!r} "
+        raise SpecError(f"{at(where, 'adam_moments')}: {moments} is the dtype of AdamW's moments; optimizer "
+                        f"{optimizer!r} "
                         f"keeps its own state (allowed with it: fp32)")
     if optimizer != "adamw" and offload.startswith("optimizer"):
-        raise SpecError(f"{where}.optimizer: {optimizer!r} with offload {offload!r} is not modelled (ZeRO-Offload runs "
+        raise SpecError(f"{at(where, 'optimizer')}: {optimizer!r} with offload {offload!r} is not modelled "
+                        f"(ZeRO-Offload runs "
                         f"its CPU Adam); allowed with it: adamw")
     return optimizer
 
@@ -213,18 +223,18 @@ def check_offload(data: Any, hardware: Hardware, where: str) -> str:
         return offload
     hw, host = hardware, hardware.host
     if hw.memory_unified:
-        raise SpecError(f"{where}: {offload} does not apply to {hw.name}: its memory is unified (CPU and "
+        raise SpecError(f"{head(where)}{offload} does not apply to {hw.name}: its memory is unified (CPU and "
                         f"device share {hw.memory_bytes / 1e9:.0f} GB), so there is no host memory to offload to; "
                         f"use offload none")
     if host.link.kind in (None, "none", "unified") or host.link.bytes_per_s_per_device is None:
-        raise SpecError(f"{where}: {offload} needs the host link (CPU to device) of {hw.name}, which its "
+        raise SpecError(f"{head(where)}{offload} needs the host link (CPU to device) of {hw.name}, which its "
                         f"hardware entry does not give (host.link); use offload none or a hardware file with "
                         f"host.link.gb_per_s")
     unknown = [name for name, value in (("host.cpu_cores", host.cpu_cores), ("host.memory_gb", host.memory_bytes),
                                         ("host.memory_gb_per_s", host.memory_bytes_per_s),
                                         ("host.devices", host.devices)) if value is None]
     if unknown:
-        raise SpecError(f"{where}: {offload} needs the host's CPU cores, memory and memory bandwidth; "
+        raise SpecError(f"{head(where)}{offload} needs the host's CPU cores, memory and memory bandwidth; "
                         f"{hw.name}'s entry does not give {', '.join(unknown)} ({host.system or 'host not described'});"
                         f" give them in a hardware file")
     return offload
@@ -236,15 +246,16 @@ def check_scenario_keys(data: Any, where: str) -> None:
     a misspelt key would otherwise change its answer unseen)."""
     F.check_keys(data, where, (), SCENARIO_KEYS + RUN_ONLY_KEYS + ECHO_KEYS)
     if data.get("parallel") is not None:
-        F.check_keys(data["parallel"], f"{where}.parallel", (), PARALLEL_KEYS)
+        F.check_keys(data["parallel"], at(where, "parallel"), (), PARALLEL_KEYS)
 
 
 def packed_length_of(packed: Any, seq_len: int, where: str) -> int | None:
     """`packed_length`: the mean length of the examples packed into one sequence, at most the sequence."""
     if isinstance(packed, int) and not isinstance(packed, bool) and packed > seq_len:
-        raise SpecError(f"{where}.packed_length: {packed} must be at most the sequence length {seq_len} (the mean "
+        raise SpecError(f"{at(where, 'packed_length')}: {packed} must be at most the sequence length {seq_len} (the "
+                        f"mean "
                         f"length of the examples packed into one sequence)")
-    return F.integer(packed, f"{where}.packed_length", maximum=seq_len, allow_none=True)
+    return F.integer(packed, at(where, "packed_length"), maximum=seq_len, allow_none=True)
 
 
 def default_precision(hardware: Hardware) -> str:

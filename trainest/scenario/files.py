@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from trainest import fields as F
-from trainest.errors import SpecError
+from trainest.errors import SpecError, at
 from trainest.scenario.checks import check_scenario_keys
 
 
@@ -45,7 +45,7 @@ def underive(data: dict[str, Any], where: str) -> dict[str, Any]:
     if listed is None:
         return data
     if not isinstance(listed, list) or not all(isinstance(k, str) for k in listed):
-        raise SpecError(f"{where}.derived: {F.show(listed)} must be a list of the names of derived values (the "
+        raise SpecError(f"{at(where, 'derived')}: {F.show(listed)} must be a list of the names of derived values (the "
                         f"`inputs.derived` of --json), e.g. [tokens, price_per_hour]")
     given_par = data.get("parallel")
     par: dict[str, Any] = given_par if isinstance(given_par, dict) else {}
@@ -53,8 +53,8 @@ def underive(data: dict[str, Any], where: str) -> dict[str, Any]:
     if echoed is not None and all(isinstance(v, int) and not isinstance(v, bool) and v > 0
                                   for v in (data.get("global_batch"), data.get("micro_batch"), par.get("dp"))):
         expected = data["global_batch"] // (par["dp"] * data["micro_batch"])
-        if F.integer(echoed, f"{where}.micro_batches") != expected:
-            raise SpecError(f"{where}.micro_batches: {echoed!r} is derived and must equal global_batch / "
+        if F.integer(echoed, at(where, "micro_batches")) != expected:
+            raise SpecError(f"{at(where, 'micro_batches')}: {echoed!r} is derived and must equal global_batch / "
                             f"(dp · micro_batch) = {expected}; remove it")
     derivable = [k for k in listed if k not in KEPT_WHEN_DERIVED]
     plain = _without(data, derivable, full_shard=True)

@@ -9,7 +9,7 @@ from typing import Any
 from trainest.catalog import (
     Hardware,
 )
-from trainest.errors import SpecError
+from trainest.errors import SpecError, at, head, name_of
 from trainest.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, QLORA_FRAMEWORK
 from trainest.scenario.records import DEFAULT_ZERO, DEFAULT_ZERO_WITH_PP, Scenario
 
@@ -31,11 +31,11 @@ def check_framework_pipeline(framework: str, vpp: int, layout: bool, where: str,
     named = label or framework      # the framework in the messages
     fw = FRAMEWORKS[framework]
     if layout and not fw.stage_layout:
-        raise SpecError(f"{where}.parallel.pipeline_layout: {named} does not place layers per stage as asked "
+        raise SpecError(f"{at(where, 'parallel.pipeline_layout')}: {named} does not place layers per stage as asked "
                         f"(its pipeline splits them itself); frameworks that do: "
                         f"{', '.join(n for n, f in FRAMEWORKS.items() if f.stage_layout)}")
     if vpp > 1 and not fw.interleaved:
-        raise SpecError(f"{where}: vpp={vpp} needs the interleaved pipeline schedule, which {named} "
+        raise SpecError(f"{head(where)}vpp={vpp} needs the interleaved pipeline schedule, which {named} "
                         f"does not have; use vpp=1 or a framework that has it")
 
 
@@ -45,8 +45,8 @@ def check_framework(framework: str, sizes: dict[str, Any], par: dict[str, Any], 
     named = label or framework      # the framework in the messages
     check_framework_pipeline(framework, sizes["vpp"], par.get("pipeline_layout") is not None, where, label)
     if sizes["tp_overlap"] and not FRAMEWORKS[framework].tp_overlap:
-        name = "--tp-overlap" if where == "options" else f"{where}.parallel.tp_overlap"
-        raise SpecError(f"{name}: {named} does not pipeline its TP collectives with the GEMMs (Transformer "
+        raise SpecError(f"{at(where, 'parallel.tp_overlap')}: {named} does not pipeline its TP collectives with the "
+                        f"GEMMs (Transformer "
                         f"Engine's userbuffers, torchtitan's async TP); frameworks that do: "
                         f"{', '.join(n for n, f in FRAMEWORKS.items() if f.tp_overlap)}")
     check_framework_zero(framework, sizes["pp"], sizes["zero"], "zero" not in par and "fsdp" not in par, where,
@@ -58,9 +58,9 @@ def check_framework_hardware(framework: str, hardware: Hardware, where: str) -> 
     fw = FRAMEWORKS[framework]
     if hardware.kind in fw.runs_on:
         return
-    name = "--framework" if where == "options" else f"{where}.framework"
     able = ", ".join(n for n, f in FRAMEWORKS.items() if hardware.kind in f.runs_on)
-    raise SpecError(f"{name}: {framework} does not run on {hardware.name} ({hardware.kind}); frameworks that "
+    raise SpecError(f"{at(where, 'framework')}: {framework} does not run on {hardware.name} ({hardware.kind}); "
+                    f"frameworks that "
                     f"do: {able}")
 
 
@@ -69,10 +69,9 @@ def check_framework_zero(framework: str, pp: int, zero: int, derived: bool, wher
     `pp_zero_stages`, with their sources): pipeline parallelism at all, and the ZeRO stage with or without it."""
     named = label or framework      # the framework in the messages
     fw = FRAMEWORKS[framework]
-    cli = where == "options"
-    pp_name, zero_name = ("--pp", "--zero") if cli else ("parallel.pp", "parallel.zero")
+    pp_name, zero_name = name_of(where, "parallel.pp"), name_of(where, "parallel.zero")
     if pp > 1 and not fw.pipeline:
-        raise SpecError(f"{where}: {pp_name} {pp}: {named} has no pipeline parallelism; allowed under it: "
+        raise SpecError(f"{head(where)}{pp_name} {pp}: {named} has no pipeline parallelism; allowed under it: "
                         f"{pp_name} 1 (frameworks with a pipeline: "
                         f"{', '.join(n for n, f in FRAMEWORKS.items() if f.pipeline)})")
     stages = fw.zero_stages_with(pp)
@@ -81,9 +80,9 @@ def check_framework_zero(framework: str, pp: int, zero: int, derived: bool, wher
     given = "" if not derived else " (the default)"
     listed = ", ".join(map(str, stages))
     if zero not in fw.zero_stages:
-        raise SpecError(f"{where}: {zero_name} {zero}{given}: {named} has no ZeRO-{zero} (trainest/frameworks.py); "
+        raise SpecError(f"{head(where)}{zero_name} {zero}{given}: {named} has no ZeRO-{zero} (trainest/frameworks.py); "
                         f"allowed under it: {zero_name} {listed}")
-    raise SpecError(f"{where}: {zero_name} {zero}{given} with {pp_name} {pp}: {named} does not run ZeRO-{zero} "
+    raise SpecError(f"{head(where)}{zero_name} {zero}{given} with {pp_name} {pp}: {named} does not run ZeRO-{zero} "
                     f"with pipeline parallelism (DeepSpeed's PipelineEngine: ZeRO-2 and ZeRO-3 are incompatible "
                     f"with it); allowed with a pipeline: {zero_name} {listed}, or {pp_name} 1 for ZeRO-{zero}")
 

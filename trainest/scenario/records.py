@@ -88,7 +88,9 @@ SCENARIO_KEYS = ("model", *(k.yaml_key for k in KNOBS if k.group == SCENARIO and
                  FINETUNE)
 
 
-RUN_ONLY_KEYS = ("id", "set", "source", "measured", "expressible", "reason", "confidence", "notes", "duplicate_of")
+# unmodelled: the settings a run states that trainest has no input for (validate names them on a no-fit)
+RUN_ONLY_KEYS = ("id", "set", "source", "measured", "expressible", "reason", "confidence", "notes", "duplicate_of",
+                 "unmodelled")
 
 
 # informational keys of the `inputs` echo in `estimate --json`, accepted so that it loads again:

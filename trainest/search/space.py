@@ -13,7 +13,7 @@ from trainest.choices import (
     OFFLOADS,
     RECOMPUTES,
 )
-from trainest.errors import SpecError
+from trainest.errors import SpecError, at, head
 from trainest.frameworks import FRAMEWORKS
 from trainest.knobs import ALLOW_NAMES, SEARCHED
 from trainest.rules import divisors, facts_of
@@ -81,7 +81,7 @@ def _int_list(text: str, where: str, *, minimum: int = 1, maximum: int = 10**7) 
     for part in text.split(","):
         part = part.strip()
         if not part.isdigit() or not minimum <= int(part) <= maximum:
-            raise SpecError(f"{where}: {part!r} is not an integer in {minimum}..{maximum}")
+            raise SpecError(f"{head(where)}{part!r} is not an integer in {minimum}..{maximum}")
         values.append(int(part))
     return tuple(sorted(set(values)))
 
@@ -98,10 +98,10 @@ def space_from_options(allow: list[str] | None = None, **maxima: int | None) -> 
         key = key.strip().lower().replace("-", "_")
         where = f"--allow {item!r}"
         if not sep or key not in ALLOW_KEYS or not rest.strip():
-            raise SpecError(f"{where}: use KNOB=V1,V2 with KNOB one of {', '.join(sorted(set(ALLOW_KEYS)))}")
+            raise SpecError(f"{head(where)}use KNOB=V1,V2 with KNOB one of {', '.join(sorted(set(ALLOW_KEYS)))}")
         knob = ALLOW_KEYS[key]
         if knob in seen:
-            raise SpecError(f"{where}: {knob} is already given ({seen[knob]!r}); give its values once, "
+            raise SpecError(f"{head(where)}{knob} is already given ({seen[knob]!r}); give its values once, "
                             f"--allow {key}=V1,V2")
         seen[knob] = item
         if knob in WORD_KNOBS:
@@ -109,13 +109,13 @@ def space_from_options(allow: list[str] | None = None, **maxima: int | None) -> 
             got = tuple(dict.fromkeys(v.strip().lower() for v in rest.split(",")))
             bad = [v for v in got if v not in vocabulary]
             if bad:
-                raise SpecError(f"{where}: {knob} {bad[0]!r} is not one of {', '.join(vocabulary)}")
+                raise SpecError(f"{head(where)}{knob} {bad[0]!r} is not one of {', '.join(vocabulary)}")
             values[knob] = tuple(r for r in vocabulary if r in got)
         elif knob == "sequence_parallel":
             switch = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}
             got_sp = [switch.get(v.strip().lower()) for v in rest.split(",")]
             if None in got_sp:
-                raise SpecError(f"{where}: sp takes on and/or off")
+                raise SpecError(f"{head(where)}sp takes on and/or off")
             values[knob] = tuple(sorted(set(got_sp)))
         elif knob == "zero":
             values[knob] = _int_list(rest, where, minimum=0, maximum=3)
@@ -141,7 +141,7 @@ def job_for_methods(mapping: dict[str, Any], space: SearchSpace, where: str) -> 
     method = ft.get("method")
     if method is not None:
         if method in FINETUNES and method not in allowed:
-            raise SpecError(f"{where}.finetune.method: {method} is not among the methods the search allows "
+            raise SpecError(f"{at(where, 'finetune.method')}: {method} is not among the methods the search allows "
                             f"(--allow finetune={','.join(allowed)}); give one of them, or leave the method out")
         return mapping
     frozen = [m for m in allowed if m != "full"]

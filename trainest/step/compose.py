@@ -6,6 +6,7 @@ numpy arrays (the plan search, calibration)."""
 from __future__ import annotations
 
 from trainest import xp
+from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
 from trainest.record import NamedTuple
 from trainest.step.collectives import Tiers, job_tiers, tied_embedding_s
@@ -14,7 +15,7 @@ from trainest.step.flops import model_flops_per_step, mtp_flops_per_step, recomp
 from trainest.step.hybrid import BlockPass, block_passes, mix_blocks
 from trainest.step.kernels import Head, head_parts, host_layer_s, host_pass_s, host_wait_s, micro_batch_host_s
 from trainest.step.layer import LayerPass, attention_block, layer_ops, layer_pass, logits_ops, mix_passes
-from trainest.step.moe import expert_host_layer_s, expert_host_pass_s, moe_layer
+from trainest.step.moe import dispatch_sync_segment_s, expert_host_layer_s, expert_host_pass_s, moe_layer
 from trainest.step.mtp import MtpPass, mtp_pass
 from trainest.step.offload import Offload, offload_state, offload_terms
 from trainest.step.optimizer import adam_bytes_per_param, optimizer_s
@@ -154,6 +155,9 @@ class LayerTerms(NamedTuple):
     logits_m: Num
     host_layer_s: Num
     mtp: MtpPass | None = None   # multi-token prediction on the last stage (step/mtp.py)
+    # the (host, device) seconds after a host-synchronising MoE dispatch (moe.dispatch_sync_segment_s)
+    sync_host_s: Num = 0.0
+    sync_device_s: Num = 0.0
 
     def bare(self) -> LayerTerms:
         """The same terms without the named ops (those are for one estimate's ops table; the plan
@@ -174,7 +178,9 @@ def layer_terms(job: Job, layout: Layout) -> LayerTerms:
                       logits=logits, logits_c=logits_c,
                       logits_m=logits_m,
                       host_layer_s=host_layer_s(job, layout) + expert_host_layer_s(job, layout),
-                      mtp=mtp_pass(job, layout, rates, shape, tiers, dict(mean.parts)))
+                      mtp=mtp_pass(job, layout, rates, shape, tiers, dict(mean.parts)),
+                      **dict(zip(("sync_host_s", "sync_device_s"), dispatch_sync_segment_s(job, layout, rates, shape),
+                                 strict=True)))
 
 
 class MtpTerms(NamedTuple):
@@ -286,12 +292,17 @@ def offload_parts(job: Job, layout: Layout, lp: LayerPass, layers: Num,
     return off, off.exposed_s, serial, optimizer * (1.0 - layout.offload_optimizer)
 
 
-def layer_time_s(lp: LayerPass, host_layer_s: Num, comm_s: Num) -> tuple[Num, Num, Num, Num]:
+def layer_time_s(lp: LayerPass, host_layer_s: Num, comm_s: Num,
+                 sync: tuple[Num, Num] = (0.0, 0.0)) -> tuple[Num, Num, Num, Num]:
     """(time, overhead, host wait, host-bound mask) of one layer and micro-batch whose device runs its
     pass and `comm_s` of collectives [s]: the smooth maximum of its device and host times
-    (kernels.host_wait_s, docs/model.md §2.9); the overhead is the pass's own, its floors and the wait."""
+    (kernels.host_wait_s, docs/model.md §2.9), taken on each side of a host synchronisation where `sync`
+    gives the (host, device) seconds after it (a MoE dispatcher that reads its token counts, §15.11: the
+    host cannot run ahead across it); the overhead is the pass's own, its floors and the wait."""
     device_s = lp.compute_s + lp.memory_s + lp.overhead_s + lp.floor_s + comm_s
-    wait = host_wait_s(host_layer_s, device_s)
+    sync_host, sync_device = sync
+    wait = (host_wait_s(xp.maximum(host_layer_s - sync_host, 0.0), xp.maximum(device_s - sync_device, 0.0))
+            + host_wait_s(sync_host, sync_device))
     return device_s + wait, lp.overhead_s + lp.floor_s + wait, wait, xp.mask(host_layer_s > device_s)
 
 
@@ -338,7 +349,9 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     layer = layer if layer is not None else layer_terms(job, layout)
     (lp, tp_total, tp_layer, ep_total, ep_layer), cp = layer.mean.passes, layer.cp
     logits, logits_c, logits_m, host_layer = layer.logits, layer.logits_c, layer.logits_m, layer.host_layer_s
-    layer_s, layer_overhead, host_excess, host_bound = layer_time_s(lp, host_layer, tp_layer + cp.exposed_s + ep_layer)
+    sync = (layer.sync_host_s, layer.sync_device_s)
+    layer_s, layer_overhead, host_excess, host_bound = layer_time_s(lp, host_layer, tp_layer + cp.exposed_s + ep_layer,
+                                                                    sync)
     # outside the layers (kernels.py: head_*): the embedding on the first stage, the logits and loss on the
     # last, each with its TP collectives and at least its host time
     head = head_parts(job, layout, shape.tokens, tiers, logits_c + logits_m)
@@ -364,11 +377,10 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     trained_local = trainable_params_local(job, layout, params_local)    # LoRA: the adapters only
     trained_experts = trainable_expert_params_local(job, layout, expert_local)
     dp = dp if dp is not None else data_parallel_traffic(job, layout, dp_tiers, trained_local, trained_experts)
-    host_fwd, host_bwd = host_pass_s(job, layout)
-    expert_fwd, expert_bwd = expert_host_pass_s(job, layout)      # MoE: per-expert launches (step/moe.py)
+    (host_fwd, host_bwd), (expert_fwd, expert_bwd) = host_pass_s(job, layout), expert_host_pass_s(job, layout)  # MoE
     windows = dp_windows_s(layout, lp, cp, n, z3_comm, stage_work, (host_fwd + expert_fwd, host_bwd + expert_bwd),
-                           host_excess)
-    dp_parts = dp_exposed_parts(layout, dp, windows, n, eff.overlap_contention, m)
+                           host_excess, FRAMEWORKS[job.framework].dp_gather_overlap)
+    dp_parts = dp_exposed_parts(layout, dp, windows, eff.overlap_contention, m)
     # tied input and output embeddings on different stages: their gradients all-reduced once per step
     tied = tied_embedding_s(job, layout, tiers)
     dp_exposed = dp_parts.replica_s + dp_parts.reduce_s + dp_parts.gather_s + dp_parts.zero2_s + tied
@@ -379,7 +391,7 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     communication_s = m * mb_comm + dp_exposed
     # the upper bound: nothing overlapped (every collective in full, no contention), the longer bubble
     serial_layer = tp_total + cp.total_s + ep_total
-    serial_overhead = layer_time_s(lp, host_layer, serial_layer)[1]    # host waits against that device time
+    serial_overhead = layer_time_s(lp, host_layer, serial_layer, sync)[1]    # host waits against that device time
     serial_typical = stage.heavy_layers * (lp.compute_s + lp.memory_s + serial_overhead + serial_layer) \
         + stage_pp + z3_comm
     mtp_serial = stage.last_is_max * (mtp.total_comm_s - mtp.comm_s)     # its collectives in full

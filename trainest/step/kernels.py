@@ -48,6 +48,11 @@ EAGER_ACTIVATION_KERNELS = {"gelu": 1.0, "swiglu": 2.0}
 ROPE_KERNELS = {"fused": 2.0, "eager": 10.0}   # RoPE on Q and K per layer forward: one fused kernel each, or eager
                                               # mul, neg, cat, mul, add each (layer.py: ROPE_PASSES)
 FLASH_KERNELS = (1.0, 3.0)          # fused attention: forward, backward (FlashAttention-2)
+# a context-parallel ring's steps after the first (Transformer Engine AttnFuncWithCPAndKVP2P): each runs the
+# fused attention kernels again on the chunk received, plus, forward, the batched send/receive of K,V and the
+# corrections of the softmax statistics and of the output by the new partial result; backward, the batched
+# send/receive of K,V and dK,dV and the accumulations of dQ and of dK,dV
+CP_STEP_EXTRA_KERNELS = (3.0, 3.0)
 # standard attention: scores, softmax, context, transpose; backward 2+2 GEMMs, softmax, transpose
 STANDARD_ATTENTION_KERNELS = (4.0, 7.0)
 GEMM_BACKWARD_KERNELS = 2.0         # data gradient and weight gradient
@@ -254,9 +259,15 @@ def hybrid_tp_collectives(job: Job, layout: Layout) -> tuple[Num, Num]:
 def attention_kernels(job: Job, layout: Layout | None = None) -> tuple[Num, Num]:
     """(forward, backward) kernels of the attention core: fused 1 and 3; standard 4 and 7, plus the
     dropout's one each way when the model has dropout, plus the FP32 softmax's 4 each way where
-    Megatron's fused softmax does not take the shape (`softmax_fallback`, given the layout)."""
+    Megatron's fused softmax does not take the shape (`softmax_fallback`, given the layout). Fused
+    attention over a context-parallel ring of c ranks (given the layout): its kernels once per ring step
+    and CP_STEP_EXTRA_KERNELS more for each of the c − 1 steps after the first."""
     if job.attention in ("flash", "flash2"):
-        return FLASH_KERNELS
+        if layout is None:
+            return FLASH_KERNELS
+        steps = layout.cp - 1.0
+        return (FLASH_KERNELS[0] + steps * (FLASH_KERNELS[0] + CP_STEP_EXTRA_KERNELS[0]),
+                FLASH_KERNELS[1] + steps * (FLASH_KERNELS[1] + CP_STEP_EXTRA_KERNELS[1]))
     dropout = 1.0 if job.model.dropout else 0.0
     fallback = 0.0 if layout is None else softmax_fallback(job, layout)
     return (STANDARD_ATTENTION_KERNELS[0] + dropout + SOFTMAX_FALLBACK_EXTRA_KERNELS[0] * fallback,

@@ -108,6 +108,25 @@ def fused_attention_ops(name: str, flops: Num, bytes_moved: Num, flops_per_s: Nu
             op_of(name, BACKWARD, FLASH_BACKWARD_FLOP_RATIO * flops, 2.0 * bytes_moved, bwd))
 
 
+CP_MERGE_PASSES = 4.0   # per ring step after the first: write the partial result, read it, read+write the merged one
+
+
+def cp_merge_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
+    """[forward, backward] memory traffic a context-parallel ring of c ranks adds to fused attention
+    (Transformer Engine AttnFuncWithCPAndKVP2P), or [] without CP: each of the c − 1 steps after the
+    first writes its partial output, which is read and merged into the running one (read and write):
+    CP_MERGE_PASSES·e per element of the rank's output O (T·a·d_h/t); backward the same for dQ and for
+    dK and dV (2·g/a of O's width) [B]. Zero at c = 1; bounded by CP_MERGE_PASSES·e·s·b·a·d_h/t as c
+    grows (the rank's tokens T = b·s/c)."""
+    if job.model.mla is not None or xp.off(layout.cp - 1.0):
+        return []
+    out = job.element_bytes * x.tokens * x.q_width / layout.tp
+    fwd = CP_MERGE_PASSES * (layout.cp - 1.0) * out
+    bwd = fwd * (1.0 + 2.0 * x.kv_local / (x.q_width / layout.tp))
+    return [op_of("attention.cp_merge", FORWARD, 0.0 * fwd, fwd, streaming_time(fwd, r.memory_bytes_per_s)),
+            op_of("attention.cp_merge", BACKWARD, 0.0 * bwd, bwd, streaming_time(bwd, r.memory_bytes_per_s))]
+
+
 def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[list[Op], list[Op]]:
     """(forward parts, backward parts) of attention. Fused: 4·b·(a/t)·s_c·s·d_h·causal FLOPs reading
     Q, K, V and writing O; backward 2.5× the FLOPs at 0.85× the rate. Standard: the score and
@@ -128,16 +147,18 @@ def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[li
         bytes_moved = job.element_bytes * x.tokens * (2.0 * x.q_width / layout.tp + 2.0 * x.kv_local) if m.mla is None \
             else mla.attention_bytes(job, layout, x)
         window = m.attention_window
+        merge = cp_merge_ops(job, layout, r, x)
         if window is None or r.window_attention_flops_per_s is None:
             fwd, bwd = fused_attention_ops("attention", flops, bytes_moved, r.attention_flops_per_s, r)
-            return [fwd], [bwd]
+            return [fwd] + merge[:1], [bwd] + merge[1:]
         windowed = m.windowed_layers / m.attention_layers
         parts = [("attention", 1.0 - windowed, flops, r.attention_flops_per_s),
                  ("attention.window", windowed, causal_flops * windowed_layer_fraction(job),
                   r.window_attention_flops_per_s)]
         kernels = [(fused_attention_ops(name, f, bytes_moved, rate, r), share) for name, share, f, rate in parts
                    if share > 0.0]
-        return [f.scaled(share) for (f, _), share in kernels], [b.scaled(share) for (_, b), share in kernels]
+        return ([f.scaled(share) for (f, _), share in kernels] + merge[:1],
+                [b.scaled(share) for (_, b), share in kernels] + merge[1:])
     s_c = job.seq_len / layout.cp
     scale = layout.micro_batch * x.heads_local
     scores = r.gemm_op("attention.scores", s_c, job.seq_len, m.qk_head_dim, batch=scale).scaled(scale)

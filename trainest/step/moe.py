@@ -68,6 +68,23 @@ EXPERT_PAD_LAUNCHES = 2.0         # per local expert and pass (forward; as many 
 # activation, the routing-weight product, index_add into the output) launches per expert and forward
 # these besides the MLP's own k_f GEMMs and activation kernels; backward about twice the forward's.
 PYTHON_LOOP_EXTRA_LAUNCHES = 5.0
+# The token dispatcher (docs/model.md §15.11; `Job.moe_dispatcher`): what it sends, the SMs it keeps, whether
+# the host waits on it. NCCL's all-to-all (Megatron-Core's `alltoall` dispatcher) sends every token copy to
+# its expert's rank; DeepEP's internode kernels and HybridEP send a token once per remote domain that holds
+# one of its experts and forward it inside (DeepSeek-AI 2024 §3.2.2; remote_domain_share).
+DEDUPLICATING_DISPATCHERS = ("deepep", "hybridep")
+# SMs the dispatch and combine kernels keep while they run beside computation (DeepEP README: Buffer.num_sms,
+# 20 by default; the Megatron-Bridge recipes: moe_deepep_num_sms 20, moe_hybridep_num_sms 16 or 32, the larger
+# taken). NCCL's all-to-all runs on its channels, whose cost beside computation is the contention share κ (§4.7).
+DISPATCHER_SMS = {"alltoall": 0.0, "deepep": 20.0, "hybridep": 32.0}
+# Dispatchers whose host reads the per-expert token counts before it sizes the received rows and launches the
+# experts (a device-to-host copy and a stream synchronisation each MoE layer forward): Megatron-Core's alltoall
+# dispatcher (tokens_per_expert to the host for the all-to-all's split sizes and GroupedLinear's m_splits) and
+# DeepEP's normal kernels (the host waits for notify_dispatch's receive counts; DeepEP README: only its
+# low-latency kernels are CUDA-graph capturable). HybridEP sizes its buffers by a per-rank capacity (the recipes'
+# moe_expert_rank_capacity_factor) and is captured in full-iteration graphs by the 26.06+ recipes, which a host
+# synchronisation would forbid: assumed not to wait.
+HOST_SYNC_DISPATCHERS = ("alltoall", "deepep")
 
 
 def moe_of(job: Job) -> MoE:
@@ -361,8 +378,11 @@ def remote_domain_share(job: Job, layout: Layout, tiers: Tiers) -> Num:
     holds none of the token's K experts (`domain_miss_probability`, with group-limited routing where
     the model has it), so the token reaches (N − 1)·(1 − P_miss) remote domains instead of sending
     K·(N − 1)/N copies. r = 1 for K = 1 or N = 1 and falls as K grows (Qwen3, K = 8, over 4 domains:
-    r = 0.45; DeepSeek-V3 over 8 domains: 0.66 unrestricted, 0.45 with its 4 of 8 groups)."""
+    r = 0.45; DeepSeek-V3 over 8 domains: 0.66 unrestricted, 0.45 with its 4 of 8 groups). Only a
+    deduplicating dispatcher (DeepEP, HybridEP) does so; NCCL's all-to-all (`alltoall`) has r = 1."""
     moe = moe_of(job)
+    if job.moe_dispatcher not in DEDUPLICATING_DISPATCHERS:     # NCCL's all-to-all sends every copy, §15.11
+        return 1.0
     k = group_ranks_per_domain(layout.ep, layout.etp, tiers)
     domains = xp.maximum(layout.ep / k, 1.0)
     return xp.where(domains > 1.0, domains * (1.0 - domain_miss_probability(moe, domains)) / moe.top_k, 1.0)
@@ -409,14 +429,42 @@ def ep_layer_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers, window_s: 
     their gradients backward, the forward's again where the block is re-run (full recompute, the `moe`
     recompute module: Job.moe_rerun): (4 + 2·[re-run]) all-to-alls.
     Exposed in full unless the framework overlaps them (`moe_overlap: deepep`: hidden behind another
-    micro-batch's computation, `window_s`, at the hardware's contention share κ, §4.7; so does DualPipe
-    with a pipeline, §5.4: `Layout.ep_hidden`)."""
+    micro-batch's computation, `window_s`, at the contention share max(κ, s/U): the hardware's κ, §4.7, or the
+    share of the SMs the dispatcher keeps, `dispatcher_sm_share`; so does DualPipe with a pipeline, §5.4:
+    `Layout.ep_hidden`)."""
     total = A2A_PER_LAYER_PASS * (2.0 + job.moe_rerun(layout)) * ep_all_to_all_s(job, layout, x, tiers)
     hidden = layout.ep_hidden
     if xp.off(hidden):
         return total, total
-    exposed = overlapped_exposed_s(total, window_s, 0.0, job.hardware.efficiency.overlap_contention)
+    contention = max(job.hardware.efficiency.overlap_contention, dispatcher_sm_share(job))
+    exposed = overlapped_exposed_s(total, window_s, 0.0, contention)
     return total, xp.where(hidden > 0, exposed, total)
+
+
+def dispatcher_sm_share(job: Job) -> float:
+    """s/U: the share of the device's U compute units the dispatcher's kernels keep while they run beside
+    computation (DISPATCHER_SMS; 0 where the units are unknown): a hidden all-to-all of t seconds slows the
+    computation it hides behind by s/U·t, the contention share of its overlap where that exceeds the
+    hardware's κ (§4.7, §15.11)."""
+    units = job.hardware.compute_units
+    return DISPATCHER_SMS[job.moe_dispatcher] / units if units else 0.0
+
+
+def dispatch_sync_segment_s(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[Num, Num]:
+    """(host, device) seconds of the mean layer's part after a host-synchronising dispatch, one
+    micro-batch: the forward's per-expert launches and the routed experts' forward GEMMs (again where the
+    block is re-run), × L_m/L. The host cannot run ahead across the synchronisation, so the layer's host
+    wait is taken on each side of it (compose.layer_time_s, §15.11). (0, 0) for a dense model, a
+    dispatcher that does not synchronise (HOST_SYNC_DISPATCHERS) or full CUDA graphs (static shapes,
+    capacity-padded: no host read)."""
+    if job.model.moe is None or job.moe_dispatcher not in HOST_SYNC_DISPATCHERS or job.cuda_graphs == "full":
+        return 0.0, 0.0
+    host_fwd, _ = expert_host_pass_s(job, layout)
+    runs = 1.0 + job.moe_rerun(layout)
+    device = sum((op.time_s for op in expert_gemms(job, layout, r, x)), 0.0)
+    share = job.model.moe_layers / job.model.layers
+    # without per-expert launches after it (grouped kernels), the host has nothing to wait on there
+    return runs * host_fwd, xp.where(host_fwd > 0.0, runs * share * device, 0.0)
 
 
 def moe_tp_all_reduces(job: Job, layout: Layout) -> Num:

@@ -19,7 +19,8 @@ def overlapped_exposed_s(comm_s: Num, window_s: Num, last_bucket_s: Num, content
 
 
 def dp_windows_s(layout: Layout, lp: LayerPass, cp: CpRing, stage_layers: Num, z3_comm_s: Num,
-                 stage_work_s: Num, host_pass: tuple[Num, Num] = (0.0, 0.0), host_wait_s: Num = 0.0) -> tuple[Num, Num]:
+                 stage_work_s: Num, host_pass: tuple[Num, Num] = (0.0, 0.0), host_wait_s: Num = 0.0,
+                 gather_overlap: bool = True) -> tuple[Num, Num]:
     """(backward window, forward window) [s]: the last micro-batch's backward and the first one's
     forward on the stage, less the attention time that hides the CP ring and the computation
     already hiding ZeRO-3's traffic (2 of its 3 collectives per layer in the backward, 1 forward);
@@ -27,7 +28,9 @@ def dp_windows_s(layout: Layout, lp: LayerPass, cp: CpRing, stage_layers: Num, z
     A pass lasts its device time (with its kernels' floors) plus its share of the layer's wait for the
     host (`host_wait_s`, the smooth maximum's excess of compose.layer_time_s; shared by the passes' host
     times `host_pass`, kernels.py): a host-bound backward lasts longer, and hides more, by what it adds
-    to the step; a pass whose kernels sit at their floors lasts that long."""
+    to the step; a pass whose kernels sit at their floors lasts that long. `gather_overlap` false (the
+    framework gathers the updated weights at the end of its optimizer step: DeepSpeed ZeRO-1/2,
+    `Framework.dp_gather_overlap`): no forward window."""
     z3_hidden = layout.z3 * xp.minimum(z3_comm_s, stage_work_s)
     host_fwd, host_bwd = host_pass
     host_total = host_fwd + host_bwd
@@ -38,7 +41,7 @@ def dp_windows_s(layout: Layout, lp: LayerPass, cp: CpRing, stage_layers: Num, z
     forward = xp.maximum(stage_layers * (fwd_s - cp.hiding_fwd_s / (1.0 + layout.full + layout.selective))
                          - z3_hidden * (1.0 / 3.0), 0.0)
     # without overlap (no gradient bucketing: `parallel.dp_overlap` false) nothing hides the reduction
-    return backward * layout.dp_overlap, forward * layout.dp_overlap
+    return backward * layout.dp_overlap, forward * layout.dp_overlap * (1.0 if gather_overlap else 0.0)
 
 
 class DpExposed(NamedTuple):
@@ -50,27 +53,27 @@ class DpExposed(NamedTuple):
     zero2_s: Num
 
 
-def dp_exposed_parts(layout: Layout, dp: DpTraffic, windows: tuple[Num, Num], stage_layers: Num, contention: Num,
+def dp_exposed_parts(layout: Layout, dp: DpTraffic, windows: tuple[Num, Num], contention: Num,
                      micro_batches: Num) -> DpExposed:
     """Exposed data-parallel time per step, per collective [s]: the HSDP replica all-reduce in full
     (it crosses the slow tier once per step, after the shard group's reduce-scatter); the gradient
-    reduction behind the last backward and the ZeRO-1/2 gather behind the first forward, each but one
-    layer's bucket; ZeRO-2's reduce-scatter of every other micro-batch behind its own backward. (A last
-    stage of only multi-token-prediction modules and the loss, no layer: its module is the last bucket.)"""
+    reduction behind the last backward and the ZeRO-1/2 gather behind the first forward, bucket by
+    bucket: each but its last (first) bucket, one of its n_b calls (DpTraffic.*_bucket_s: the bucket
+    whose gradients are ready only when the backward ends, whose weights the first layer waits for);
+    ZeRO-2's reduce-scatter of every other micro-batch behind its own backward."""
     backward, forward = windows
-    layers = xp.maximum(stage_layers, 1.0)
     return DpExposed(
         replica_s=dp.replica_s,
-        reduce_s=overlapped_exposed_s(dp.reduce_s, backward, dp.reduce_s / layers, contention),
-        gather_s=overlapped_exposed_s(dp.gather_s, forward, dp.gather_s / layers, contention),
+        reduce_s=overlapped_exposed_s(dp.reduce_s, backward, dp.reduce_bucket_s, contention),
+        gather_s=overlapped_exposed_s(dp.gather_s, forward, dp.gather_bucket_s, contention),
         zero2_s=layout.z2 * (micro_batches - 1.0) * overlapped_exposed_s(dp.zero2_rs_s, backward,
-                                                                        dp.zero2_rs_s / layers, contention))
+                                                                        dp.zero2_bucket_s, contention))
 
 
-def dp_exposed_s(layout: Layout, dp: DpTraffic, windows: tuple[Num, Num], stage_layers: Num, contention: Num,
+def dp_exposed_s(layout: Layout, dp: DpTraffic, windows: tuple[Num, Num], contention: Num,
                  micro_batches: Num) -> Num:
     """Exposed data-parallel time per step [s]: the sum of `dp_exposed_parts`."""
-    e = dp_exposed_parts(layout, dp, windows, stage_layers, contention, micro_batches)
+    e = dp_exposed_parts(layout, dp, windows, contention, micro_batches)
     return e.replica_s + e.reduce_s + e.gather_s + e.zero2_s
 
 

@@ -138,8 +138,10 @@ def windowed_span(job: Job, layout: Layout) -> Num:
 def attention_flops_per_s(job: Job, layout: Layout, span: Num | None = None) -> Num:
     """Fused attention's achievable FLOP/s: min(16-bit peak, run's peak) · η_attn · s_c/(s_c + 512) ·
     d_h/(d_h + 32) (· η_flash2 for FlashAttention-2), with s_c = s/c the per-rank sequence
-    (FlashAttention-2 benchmarks, Dao 2023 Fig. 4-6) [FLOP/s]. Attention runs in 16 bit (FP8/FP4
-    recipes keep it there), or at the run's own peak when lower (FP32/TF32), so MFU stays <= 1.
+    (FlashAttention-2 benchmarks, Dao 2023 Fig. 4-6) [FLOP/s]. Over a context-parallel ring the same
+    factor at s/c: the ring's later steps pair one side of s/(2c) but run unmasked blocks, which tile
+    better than a causal kernel of the same length (docs/model.md §4.2). Attention runs in 16 bit
+    (FP8/FP4 recipes keep it there), or at the run's own peak when lower (FP32/TF32), so MFU stays <= 1.
     Packed sequences: the length factor takes the document length (`attention_span`); a windowed layer
     gives its own `span` (`windowed_span`)."""
     hw, eff, m = job.hardware, job.hardware.efficiency, job.model

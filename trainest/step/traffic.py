@@ -125,12 +125,16 @@ def expert_zero3_layer_s(job: Job, layout: Layout, tiers: Tiers) -> Num:
 
 
 class DpTraffic(NamedTuple):
-    """Data-parallel collectives of one step [s], before overlap."""
+    """Data-parallel collectives of one step [s], before overlap; each `*_bucket_s` is one of its n_b
+    calls (`dp_collective_calls`): the last bucket of the backward, the first of the forward."""
 
     reduce_s: Num               # ZeRO-0 gradient all-reduce, or ZeRO-1/2 reduce-scatter (0 under ZeRO-3)
     gather_s: Num               # ZeRO-1/2 all-gather of the updated weights
     replica_s: Num              # HSDP: the replicas' all-reduce of the gradient shard
     zero2_rs_s: Num             # one micro-batch's reduce-scatter (ZeRO-2 reduces every micro-batch)
+    reduce_bucket_s: Num = 0.0  # one call of reduce_s
+    gather_bucket_s: Num = 0.0  # one call of gather_s
+    zero2_bucket_s: Num = 0.0   # one call of zero2_rs_s
 
 
 class DpGroups(NamedTuple):
@@ -159,13 +163,15 @@ def expert_dp_groups(layout: Layout) -> DpGroups:
 
 def dp_collective_calls(job: Job, layout: Layout, params_local: Num) -> Num:
     """n_b: the collectives each data-parallel reduction (and ZeRO-1/2's weight gather) of a step is split
-    into, each paying its own latency (docs/model.md §4.3): ⌈P_local / B⌉ buckets of B = max(B_0, B_r·d)
-    parameters (Megatron-Core, DeepSpeed: `Framework.dp_bucket_params`), or one per layer of the stage
-    (PyTorch FSDP's per-block units and the frameworks like it: dp_bucket_params 0); at least 1."""
+    into, each paying its own latency (docs/model.md §4.4): ⌈P_local / B⌉ buckets of B = max(B_0, B_r·d·c)
+    parameters (Megatron-Core, DeepSpeed: `Framework.dp_bucket_params`): the per-rank term keeps each
+    ring chunk B/(d·c) of the gradients' d·c-rank reduction bandwidth-bound, so it counts the context-
+    parallel ranks the gradients are reduced over; or one per layer of the stage (PyTorch FSDP's
+    per-block units and the frameworks like it: dp_bucket_params 0); at least 1."""
     f = FRAMEWORKS[job.framework]
     if f.dp_bucket_params <= 0.0:
         return xp.maximum(job.model.layers / layout.pp, 1.0)
-    bucket = xp.maximum(f.dp_bucket_params, f.dp_bucket_params_per_rank * layout.dp)
+    bucket = xp.maximum(f.dp_bucket_params, f.dp_bucket_params_per_rank * layout.dp * layout.cp)
     return xp.maximum(xp.ceil(params_local / bucket), 1.0)
 
 
@@ -173,7 +179,8 @@ def dp_traffic(job: Job, layout: Layout, tiers: Tiers, params_local: Num, groups
     """Gradients are reduced over the d·c ranks with the same tensor rank (stride t); ZeRO state is
     sharded over d_shard·c; the d/d_shard replicas all-reduce their shard (stride d_shard·c·t). Each
     collective runs as n_b calls of 1/n_b of the bytes (`dp_collective_calls`): the same bandwidth term,
-    n_b latencies. `groups`: another kind of parameter's groups (the experts', expert_dp_groups)."""
+    n_b latencies; one call is the bucket that cannot hide (overlap.dp_exposed_parts). `groups`: another
+    kind of parameter's groups (the experts', expert_dp_groups)."""
     w, g = weight_bytes_per_param(job.precision), grad_bytes_per_param(job.precision)
     grad_group, shard_group, replicas, stride = groups or dense_dp_groups(layout)
     z0, zero12 = layout.z0, layout.zero12
@@ -182,9 +189,10 @@ def dp_traffic(job: Job, layout: Layout, tiers: Tiers, params_local: Num, groups
     scatter = calls * reduce_scatter_s(per_call * g, shard_group, stride, tiers)
     reduce = z0 * calls * all_reduce_s(per_call * g, grad_group, stride, tiers) + zero12 * scatter
     replica = (1.0 - z0) * calls * all_reduce_s(per_call / shard_group * g, replicas, stride * shard_group, tiers)
-    return DpTraffic(reduce_s=reduce * (1.0 - layout.z3),
-                     gather_s=zero12 * calls * all_gather_s(per_call * w, shard_group, stride, tiers),
-                     replica_s=replica, zero2_rs_s=scatter)
+    reduce = reduce * (1.0 - layout.z3)
+    gather = zero12 * calls * all_gather_s(per_call * w, shard_group, stride, tiers)
+    return DpTraffic(reduce_s=reduce, gather_s=gather, replica_s=replica, zero2_rs_s=scatter,
+                     reduce_bucket_s=reduce / calls, gather_bucket_s=gather / calls, zero2_bucket_s=scatter / calls)
 
 
 def add_dp_traffic(a: DpTraffic, b: DpTraffic) -> DpTraffic:

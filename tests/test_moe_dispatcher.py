@@ -1,0 +1,124 @@
+"""The MoE token dispatcher (`moe_dispatcher`, docs/model.md §15.11): what each one sends, the SMs it keeps
+beside computation, and whether the host waits on it; and its input at the boundary."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from helpers import call_entry, job_and_layout, step_of
+from test_moe import H100, MOE, moe_model
+
+from trainest.catalog import with_efficiency
+from trainest.errors import SpecError
+from trainest.scenario import scenario_from_mapping
+from trainest.step import moe as M
+from trainest.step import rates as R
+from trainest.step.collectives import tiers_of
+
+
+def local(model, **knobs):
+    job, layout = job_and_layout(model, H100, seq_len=2048.0, **knobs)
+    return job, layout, R.rates_of(job, layout), R.local_shape(job, layout)
+
+
+def test_nccl_all_to_all_sends_every_copy_across_domains_deepep_and_hybridep_once_per_domain():
+    """Across 4 domains with top-8 routing, NCCL's all-to-all (alltoall) sends every copy through the NICs
+    (r = 1) while DeepEP and HybridEP send a token once per remote domain (r < 1), so theirs is faster;
+    inside one domain the three move the same bytes."""
+    model = moe_model(experts=64, top_k=8)
+    times, shares = {}, {}
+    for d in ("alltoall", "deepep", "hybridep"):
+        job, layout, _, x = local(model, dp=32.0, ep=32.0, moe_dispatcher=d)
+        tiers = tiers_of(job.hardware, job.devices_per_node)
+        shares[d] = M.remote_domain_share(job, layout, tiers)
+        times[d] = M.ep_all_to_all_s(job, layout, x, tiers)
+    assert shares["alltoall"] == 1.0 and shares["deepep"] == shares["hybridep"] < 0.6
+    assert times["deepep"] == pytest.approx(times["hybridep"]) and times["deepep"] < 0.8 * times["alltoall"]
+    inside = set()
+    for d in ("alltoall", "deepep", "hybridep"):
+        job, layout, _, x = local(model, dp=8.0, ep=8.0, moe_dispatcher=d)
+        inside.add(round(M.ep_all_to_all_s(job, layout, x, tiers_of(job.hardware, job.devices_per_node)), 15))
+    assert len(inside) == 1
+
+
+def test_a_hidden_dispatch_slows_the_computation_by_the_sms_it_keeps():
+    """Hidden behind another micro-batch (moe_overlap deepep), DeepEP's kernels keep 20 of the device's
+    SMs and HybridEP's 32: what shows is max(κ, s/U) of the hidden time; NCCL's is the hardware's contention
+    share κ. Exposed (moe_overlap none), all three show the all-to-alls in full."""
+    units, kappa = H100.compute_units, 0.1
+    hw = with_efficiency(H100, overlap_contention=kappa)
+    exposed = {}
+    for d in ("alltoall", "deepep", "hybridep"):
+        job, layout = job_and_layout(MOE, hw, seq_len=2048.0, dp=8.0, ep=8.0, moe_overlap="deepep", moe_dispatcher=d)
+        x = R.local_shape(job, layout)
+        tiers = tiers_of(job.hardware, job.devices_per_node)
+        total, exposed[d] = M.ep_layer_s(job, layout, x, tiers, 1.0)       # a window far longer than the a2a
+        none = job_and_layout(MOE, hw, seq_len=2048.0, dp=8.0, ep=8.0, moe_dispatcher=d)
+        assert M.ep_layer_s(*none, x, tiers, 1.0) == (pytest.approx(total), pytest.approx(total))
+    assert exposed["alltoall"] == pytest.approx(kappa * total)
+    for d, sms in (("deepep", 20.0), ("hybridep", 32.0)):
+        assert exposed[d] == pytest.approx(max(kappa, sms / units) * total)
+    assert exposed["alltoall"] < exposed["deepep"] < exposed["hybridep"] < total
+
+
+def test_a_host_synchronising_dispatcher_stops_the_host_running_ahead():
+    """Many small experts at micro-batch 1 inside one node (the same bytes for every dispatcher, nothing
+    overlapped): alltoall and DeepEP read the token counts on the host each MoE layer, so the host's
+    per-expert launches after that read cannot hide under the attention before it: the step is longer
+    than HybridEP's, which does not wait; with full CUDA graphs (no launches, no read) all three agree."""
+    many = moe_model(experts=128, top_k=8, width=256)
+    knobs = {"seq_len": 4096.0, "dp": 8.0, "micro_batches": 8, "ep": 8.0}
+    step = {d: step_of(many, H100, "fp8", moe_dispatcher=d, **knobs).time_s for d in ("alltoall", "deepep", "hybridep")}
+    assert step["alltoall"] == pytest.approx(step["deepep"]) and step["alltoall"] > step["hybridep"]
+    graphs = {d: step_of(many, H100, "fp8", moe_dispatcher=d, cuda_graphs="full", **knobs).time_s
+              for d in ("alltoall", "hybridep")}
+    assert graphs["alltoall"] == pytest.approx(graphs["hybridep"]) and graphs["hybridep"] < step["hybridep"]
+    # the segment after the read: the forward's per-expert launches against the experts' forward GEMMs
+    job, layout, r, x = local(many, dp=8.0, ep=8.0, micro_batches=8, moe_dispatcher="alltoall")
+    host, device = M.dispatch_sync_segment_s(job, layout, r, x)
+    assert host == pytest.approx(M.expert_host_pass_s(job, layout)[0]) and device > 0.0
+    hybrid = local(many, dp=8.0, ep=8.0, micro_batches=8, moe_dispatcher="hybridep")
+    assert M.dispatch_sync_segment_s(*hybrid) == (0.0, 0.0)
+
+
+def test_the_dispatcher_is_an_input_checked_at_the_boundary(capsys):
+    """Default alltoall, listed as derived; deepep or hybridep on a dense model is refused in one line; a
+    word not in the list is refused by the command line."""
+    s = scenario_from_mapping({"model": "qwen3-30b-a3b"})
+    assert s.knob("moe_dispatcher") == "alltoall" and "moe_dispatcher" in s.derived
+    assert scenario_from_mapping({"model": "qwen3-30b-a3b", "moe_dispatcher": "hybridep"}).knob("moe_dispatcher") \
+        == "hybridep"
+    with pytest.raises(SpecError, match="moe_dispatcher: deepep needs a mixture-of-experts model"):
+        scenario_from_mapping({"model": "llama3-8b", "moe_dispatcher": "deepep"})
+    code, out, err = call_entry(["estimate", "--model", "llama3-8b", "--moe-dispatcher", "hybridep"], capsys)
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1 and "hybridep" in err
+    code, out, err = call_entry(["estimate", "--model", "qwen3-30b-a3b", "--moe-dispatcher", "nccl"], capsys)
+    assert code == 2 and out == "" and "nccl" in err
+
+
+# --- the recipes' settings trainest has no input for, named where a run that ran is called no-fit -------------
+def test_every_bundled_moe_run_called_no_fit_names_the_settings_its_record_lacks():
+    """Issue 33: a bundled mixture-of-experts (or hybrid) Megatron-Bridge run that ran is called "does not fit"
+    only where its record states settings trainest has no input for (`unmodelled`: FP8 parameters, BF16
+    gradient buffers, activation offloading...), and the validate output names them."""
+    from trainest.report.validate import run_notes
+    from trainest.validate import validate_runs
+    report = validate_runs(["specs/runs/megatron-bridge.yaml"])
+    nofit = [r for r in report.runs if not r.fits and r.architecture in ("moe", "hybrid")]
+    assert all(r.unmodelled for r in nofit), [r.id for r in nofit if not r.unmodelled]
+    notes = "\n".join(run_notes(report))
+    for r in nofit:
+        assert f"{r.id} does not fit; its record states settings trainest has no input for" in notes
+        assert ", ".join(r.unmodelled) in notes
+
+
+def test_a_runs_files_unmodelled_settings_are_a_list_of_words(tmp_path, capsys):
+    run = {"id": "r", "source": "s", "model": "qwen3-30b-a3b", "hardware": "h100-sxm", "devices": 8, "seq_len": 4096,
+           "global_batch": 64, "parallel": {"ep": 8}, "measured": {"step_time_s": 5.0}}
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": [dict(run, unmodelled=["fp8_param true"])]}))
+    from trainest.validate import load_runs
+    assert load_runs([path]).cases[0].unmodelled == ("fp8_param true",)
+    path.write_text(yaml.safe_dump({"runs": [dict(run, unmodelled="fp8_param true")]}))
+    code, out, err = call_entry(["validate", str(path)], capsys)
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1 and "unmodelled" in err

@@ -1,0 +1,171 @@
+"""The settings each Megatron-Bridge performance recipe resolved to, as trainest inputs (issue 33).
+
+Reads <reference>/megatron-bridge-recipes.yaml (one record per row of the Megatron-Bridge performance summaries,
+releases 25.09-26.08, with the settings that release's recipe resolved to) and gives, for one imported
+Megatron-Bridge run, the scenario keys trainest has for those settings plus a note naming each one and the
+recipe settings that change time or memory but that trainest does not model. Used by tools/import_runs.py.
+
+A run is matched to its recipe record by the summary row it transcribes: release, task, system, GPU count,
+global batch and published tokens/s per GPU, then the precision where two records share a row. Nothing is keyed
+on a release, a model or a run: each setting maps to its input the same way for every record.
+
+Dependencies: Python >= 3.11 standard library + PyYAML.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import yaml
+
+RUN_ID = re.compile(r"mbridge-(?P<release>[\d.]+)-(?P<task>Pre-Training|SFT|LoRA)-.*-DGX-(?P<system>[A-Z0-9]+)-"
+                    r"(?P<precision>[A-Za-z0-9-]+)-(?P<gpus>\d+)g-gbs(?P<gbs>\d+)$")
+TASKS = {"Pre-Training": "pretrain", "SFT": "sft", "LoRA": "lora"}
+# the summary's precision column against the record's (25.11: FP8-CS/FP8-MX; 25.09 has none)
+PRECISION_ALIASES = {"FP8": ("FP8", "FP8-CS"), "MXFP8": ("MXFP8", "FP8-MX"), "FP8-CS": ("FP8-CS", "FP8"),
+                     "FP8-MX": ("FP8-MX", "MXFP8"), "NVFP4": ("NVFP4",), "BF16": ("BF16",)}
+# Megatron-Core's recompute modules that trainest models (choices.RECOMPUTE_MODULES)
+KNOWN_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "moe", "mlp", "shared_experts")
+
+
+def _value(rec: dict, section: str, key: str):
+    entry = (rec.get("settings") or {}).get(section, {}).get(key)
+    return entry.get("value") if isinstance(entry, dict) else entry
+
+
+class Recipes:
+    """The recipe records, indexed by the summary row they belong to."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.records = yaml.safe_load(path.read_text())["records"] if path.exists() else []
+        self.index: dict[tuple, list[dict]] = defaultdict(list)
+        for r in self.records:
+            row = r["summary_row"]
+            self.index[(r["release"], r["task"], r["system"], r["num_gpus"], row["gbs"],
+                        row.get("tokens_per_sec_per_gpu"))].append(r)
+
+    def match(self, run_id: str, tokens_per_gpu) -> dict | None:
+        """The recipe record of a run (by its id's release, task, system, precision, GPUs and global batch and
+        its published tokens/s per GPU), or None."""
+        m = RUN_ID.match(run_id)
+        if m is None:
+            return None
+        found = self.index.get((m["release"], TASKS[m["task"]], "DGX-" + m["system"], int(m["gpus"]), int(m["gbs"]),
+                                tokens_per_gpu), [])
+        if len(found) > 1:
+            found = [r for r in found if r["precision"] in PRECISION_ALIASES.get(m["precision"], ())]
+        return found[0] if len(found) == 1 else None
+
+
+def cuda_graphs_of(rec: dict) -> tuple[str, str]:
+    """trainest's cuda_graphs for the recipe's graph settings, and what it read: full_iteration (or a scope
+    holding the MoE block or the whole layer) is `full`; TE-scoped graphs of other parts `partial`; none `none`.
+    A scope without an implementation is not active (the recipes' _meta)."""
+    impl = _value(rec, "cuda_graph", "cuda_graph_impl")
+    scope = _value(rec, "cuda_graph", "cuda_graph_scope")
+    legacy = _value(rec, "cuda_graph", "enable_cuda_graph")
+    scopes = [scope] if isinstance(scope, str) else list(scope or [])
+    said = f"cuda_graph_impl {impl}, scope {scopes or 'none'}" + (", enable_cuda_graph true" if legacy else "")
+    if impl == "full_iteration" or "full_iteration" in scopes:
+        return "full", said
+    if impl in (None, "none") and not legacy:
+        return "none", said
+    if not scopes or "full" in scopes or "moe" in scopes:
+        return "full", said
+    return "partial", said
+
+
+def dispatcher_of(rec: dict) -> tuple[str | None, str]:
+    """trainest's moe_dispatcher for the recipe's token dispatcher (alltoall; flex with its DeepEP or HybridEP
+    backend; moe_enable_deepep), None where trainest has none for it (allgather)."""
+    kind = _value(rec, "moe", "moe_token_dispatcher_type")
+    backend = _value(rec, "moe", "moe_flex_dispatcher_backend")
+    said = f"moe_token_dispatcher_type {kind}" + (f" ({backend})" if kind == "flex" else "")
+    if _value(rec, "moe", "moe_enable_deepep"):
+        return "deepep", said + ", moe_enable_deepep true"
+    if kind == "flex":
+        return (backend if backend in ("deepep", "hybridep") else None), said
+    return ("alltoall" if kind == "alltoall" else None), said
+
+
+def recompute_of(rec: dict) -> tuple[str, list[str], list[str]]:
+    """(recompute, its modules, the modules trainest does not model) from the recipe's granularity and modules;
+    no granularity is no recomputation (Megatron-Core applies recompute_modules only with selective)."""
+    granularity = _value(rec, "recompute", "recompute_granularity")
+    modules = list(_value(rec, "recompute", "recompute_modules") or [])
+    if granularity == "full":
+        return "full", [], []
+    if granularity != "selective":
+        return "none", [], []
+    known, unknown = [m for m in modules if m in KNOWN_MODULES], [m for m in modules if m not in KNOWN_MODULES]
+    return ("selective" if known else "none"), known, unknown     # selective of no module re-runs nothing
+
+
+def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
+    """(top-level scenario keys, parallel keys, notes) for one recipe record; `moe`: the model has experts. The
+    top-level keys include `unmodelled`, the recipe's settings that trainest has no input for (`unmodelled`)."""
+    top: dict = {}
+    par: dict = {}
+    used: list[str] = []
+    graphs, said = cuda_graphs_of(rec)
+    top["cuda_graphs"] = graphs
+    used.append(f"cuda_graphs {graphs} ({said})")
+    recompute, modules, unknown = recompute_of(rec)
+    top["recompute"] = recompute
+    if recompute == "selective":
+        top["recompute_modules"] = modules
+    granularity = _value(rec, "recompute", "recompute_granularity")
+    used.append(f"recompute {recompute}" + (f" of {modules}" if recompute == "selective" else
+                                            f" (recompute_granularity {granularity}, modules "
+                                            f"{_value(rec, 'recompute', 'recompute_modules')})")
+                + (f" (modules trainest does not model: {unknown})" if unknown else ""))
+    precision_aware = _value(rec, "optimizer", "use_precision_aware_optimizer")
+    if precision_aware and _value(rec, "optimizer", "exp_avg_dtype") == "bfloat16":
+        top["adam_moments"] = "bf16"
+        used.append("adam_moments bf16 (use_precision_aware_optimizer, exp_avg_dtype bfloat16)")
+    tp_overlap = _value(rec, "overlap", "tp_comm_overlap")
+    if tp_overlap is not None:
+        par["tp_overlap"] = bool(tp_overlap)
+        used.append(f"tp_overlap {str(bool(tp_overlap)).lower()} (tp_comm_overlap)")
+    if moe:
+        dispatcher, said = dispatcher_of(rec)
+        if dispatcher is not None:
+            top["moe_dispatcher"] = dispatcher
+        used.append(f"moe_dispatcher {dispatcher or 'alltoall (recipe: not modelled)'} ({said})")
+        overlap = bool(_value(rec, "overlap", "overlap_moe_expert_parallel_comm"))
+        par["moe_overlap"] = "deepep" if overlap else "none"
+        used.append(f"moe_overlap {par['moe_overlap']} (overlap_moe_expert_parallel_comm {str(overlap).lower()}, "
+                    f"delay_wgrad_compute {str(bool(_value(rec, 'overlap', 'delay_wgrad_compute'))).lower()})")
+    lacking = unmodelled(rec)
+    if lacking:
+        top["unmodelled"] = lacking
+    return top, par, [f"recipe settings ({rec['id']}, {rec['source']['tag']}): " + "; ".join(used) + "."
+                      + (" Recipe settings trainest has no input for (the run's `unmodelled`): " + ", ".join(lacking)
+                         + "." if lacking else "")]
+
+
+# the recipe settings that change time or memory and that trainest has no input for, with the value that does
+# (None: any value but off/empty): FP8 parameters (1-byte weights and their all-gather), BF16 gradient buffers and
+# reduction (grad_reduce_in_fp32 false), BF16 main gradients of the precision-aware optimizer, the TE op fuser,
+# the shared experts overlapped with the dispatch, paged stashing of the expert activations, fine-grained
+# activation offloading, Megatron FSDP, a pipeline layout given as a list of stages
+UNMODELLED = (("precision", "fp8_param", None), ("overlap", "grad_reduce_in_fp32", False),
+              ("optimizer", "main_grads_dtype", "bfloat16"), ("fusions", "use_transformer_engine_op_fuser", None),
+              ("moe", "moe_shared_expert_overlap", None), ("moe", "moe_paged_stash", None),
+              ("offload", "fine_grained_activation_offloading", None), ("data_parallel", "use_megatron_fsdp", None),
+              ("pipeline", "pipeline_model_parallel_layout", None))
+
+
+def unmodelled(rec: dict) -> list[str]:
+    """The recipe's settings that change time or memory and that trainest has no input for (UNMODELLED), each
+    as 'key value'."""
+    said = []
+    for section, key, when in UNMODELLED:
+        v = _value(rec, section, key)
+        if (v == when) if when is not None else v not in (None, False, [], ""):
+            shown = str(v).lower() if isinstance(v, bool) else v
+            said.append(f"{key} {shown}" if not isinstance(v, list) else f"{key} (a list of {len(v)} stages)")
+    return said
