@@ -344,6 +344,10 @@ def test_recipe_settings_map_to_inputs_the_same_way_for_every_record():
         == "partial"
     assert cuda_graphs_of(_recipe(cuda_graph={"cuda_graph_impl": "transformer_engine",
                                               "cuda_graph_scope": ["attn", "moe"]}))[0] == "full"
+    # a scope the runtime setup left null is the list it was set up from
+    unset = _recipe(cuda_graph={"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": None})
+    unset["settings"]["cuda_graph"]["cuda_graph_scope"]["before_runtime_setup"] = ["attn", "mamba", "moe_router"]
+    assert cuda_graphs_of(unset)[0] == "partial"
     # a scope without an implementation is not active
     assert cuda_graphs_of(_recipe(cuda_graph={"cuda_graph_impl": "none", "cuda_graph_scope": "full"}))[0] == "none"
     assert dispatcher_of(_recipe(moe={"moe_token_dispatcher_type": "flex",

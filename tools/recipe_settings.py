@@ -63,9 +63,13 @@ class Recipes:
 def cuda_graphs_of(rec: dict) -> tuple[str, str]:
     """trainest's cuda_graphs for the recipe's graph settings, and what it read: full_iteration (or a scope
     holding the MoE block or the whole layer) is `full`; TE-scoped graphs of other parts `partial`; none `none`.
-    A scope without an implementation is not active (the recipes' _meta)."""
+    A scope without an implementation is not active (the recipes' _meta). A scope the dump gives as null after
+    the runtime setup is read from `before_runtime_setup` (the list the setup converted)."""
     impl = _value(rec, "cuda_graph", "cuda_graph_impl")
     scope = _value(rec, "cuda_graph", "cuda_graph_scope")
+    if scope is None:        # the runtime setup's scope did not serialise (null): the scope it was set up from
+        scope = ((rec.get("settings") or {}).get("cuda_graph", {}).get("cuda_graph_scope") or {}).get(
+            "before_runtime_setup")
     legacy = _value(rec, "cuda_graph", "enable_cuda_graph")
     scopes = [scope] if isinstance(scope, str) else list(scope or [])
     said = f"cuda_graph_impl {impl}, scope {scopes or 'none'}" + (", enable_cuda_graph true" if legacy else "")
