@@ -63,7 +63,7 @@ def _residuals(n: int, hardware: str, ratio: float) -> list[B.Residual]:
 
 
 def test_lookup_falls_back_to_broader_groups_and_says_so():
-    groups = {"holdout": B.build_groups(_residuals(25, "a", 1.0) + _residuals(5, "b", 1.2))}
+    groups = {B.CALIBRATED: B.build_groups(_residuals(25, "a", 1.0) + _residuals(5, "b", 1.2))}
     own = B.lookup(groups, hardware="a", family="fam", scale="node", arch="dense", calibrated=True)
     assert own.level == "hardware+scale" and own.runs == 25 and "fewer" not in own.note
     other = B.lookup(groups, hardware="b", family="fam", scale="node", arch="dense", calibrated=True)
@@ -81,7 +81,7 @@ def test_every_estimate_carries_its_band():
     e = estimate(scenario_from_mapping({"model": "llama3-8b", "hardware": "h100-sxm", "devices": 64,
                                         "parallel": {"zero": 3}, "global_batch": 256}))
     b = e.band
-    assert b.calibrated and b.pool == "holdout" and b.runs >= B.MIN_GROUP_RUNS
+    assert b.calibrated and b.pool == B.CALIBRATED and b.runs >= B.MIN_GROUP_RUNS and not b.unknowns
     assert b.low_ratio < 1.0 < b.high_ratio and b.coverage >= B.COVERAGE
     assert e.step.time_s_low == pytest.approx(e.step.time_s * b.low_ratio)
     assert e.step.time_s_high == pytest.approx(e.step.time_s * b.high_ratio)
@@ -95,10 +95,9 @@ def test_uncalibrated_hardware_gets_a_wider_band_and_says_so():
     uncalibrated = estimate(scenario_from_mapping({**job, "hardware": "mi300x"})).band
     assert not uncalibrated.calibrated and uncalibrated.pool == "prior"
     assert "not calibrated" in uncalibrated.note and "no run of its family" in uncalibrated.note
-    assert "mi300x has no measured run" in uncalibrated.unknowns and not calibrated.unknowns
-    assert "little is known" in B.plain_words(uncalibrated) and B.plain_words(calibrated) == ""
+    assert "little is known" in B.plain_words(uncalibrated) and "mi300x has no measured run" in uncalibrated.unknowns
     width = lambda b: math.log(b.high_ratio / b.low_ratio)   # noqa: E731
-    assert width(uncalibrated) > 2 * width(calibrated)
+    assert width(uncalibrated) > 1.5 * width(calibrated)    # the calibrated band is of sources left out (issue 31)
 
 
 def test_the_staleness_check_compares_structure_and_numbers():
@@ -111,7 +110,7 @@ def test_the_staleness_check_compares_structure_and_numbers():
         [".groups.holdout.a|b[1]: 1.1 -> 1.2"]
 
 
-@pytest.mark.parametrize("pool", ["holdout", "prior"])
+@pytest.mark.parametrize("pool", [B.CALIBRATED, "prior"])
 def test_band_covers_the_share_of_held_out_runs_it_claims(shipped, pool):
     loo = shipped["checks"][pool]["leave_one_out"]
     n, claimed = loo["runs"], loo["claimed"]
@@ -131,3 +130,89 @@ def test_band_loading_is_small_and_needs_no_numpy():
     assert path.stat().st_size < 20_000
     source = Path(B.__file__).read_text(encoding="utf-8")
     assert "numpy" not in source and "yaml" not in source
+
+
+def test_a_framework_without_validated_runs_widens_the_band_and_says_so():
+    """Issue 31: a framework no validated run used gets the band widened by the factor a left-out framework
+    needs (leave-one-framework-out), and the band names it as unknown."""
+    groups = {B.CALIBRATED: B.build_groups(_residuals(25, "a", 1.0))}
+    seen = B.lookup(groups, hardware="a", family="fam", scale="node", arch="dense", calibrated=True)
+    unseen = B.lookup(groups, hardware="a", family="fam", scale="node", arch="dense", calibrated=True,
+                      framework_factor=2.0, framework="newfw")
+    width = lambda b: math.log(b.high_ratio / b.low_ratio)   # noqa: E731
+    assert width(unseen) == pytest.approx(2.0 * width(seen), rel=1e-3)
+    assert math.sqrt(unseen.low_ratio * unseen.high_ratio) == pytest.approx(math.sqrt(seen.low_ratio * seen.high_ratio),
+                                                                           rel=1e-3)
+    assert "no validated run of the framework newfw" in unseen.note and unseen.unknowns and not seen.unknowns
+
+
+def test_shipped_band_widens_for_a_framework_no_validated_run_used():
+    doc = B.load_bands()
+    validated = set(doc["frameworks_validated"])
+    from trainest.frameworks import FRAMEWORKS
+    missing = sorted(set(FRAMEWORKS) - validated)
+    assert doc["unseen_framework_widening"] >= 1.0
+    if not missing or doc["unseen_framework_widening"] == 1.0:
+        pytest.skip("every framework has validated runs, or a left-out framework needs no widening")
+    job = {"model": "llama3-8b", "hardware": "h100-sxm", "devices": 64, "global_batch": 256}
+    known = estimate(scenario_from_mapping({**job, "framework": sorted(validated & set(FRAMEWORKS))[0]})).band
+    unknown = estimate(scenario_from_mapping({**job, "framework": missing[0]})).band
+    assert unknown.high_ratio / unknown.low_ratio > known.high_ratio / known.low_ratio
+    assert any(missing[0] in u for u in unknown.unknowns)
+
+
+def test_one_source_left_out_coverage_is_reported_per_group(shipped):
+    """The headline check (docs/validation.md): each source judged by bands built from the others alone."""
+    o = shipped["checks"]["one_source_left_out"]
+    assert o["all"]["runs"] >= 500
+    for key in fit_bands.GROUPINGS:
+        assert sum(v["runs"] for v in o[key].values()) == o["all"]["runs"]
+
+
+def test_the_fallback_band_widens_for_an_architecture_no_validated_run_has_and_says_so():
+    groups = {"prior": B.build_groups(_residuals(25, "a", 1.0))}
+    plain = B.lookup(groups, hardware="x", family="", scale="node", arch="moe", calibrated=False)
+    wide = B.lookup(groups, hardware="x", family="", scale="node", arch="moe", calibrated=False, arch_factor=3.0)
+    assert wide.low_ratio < plain.low_ratio and wide.high_ratio > plain.high_ratio
+    assert "likely too narrow" in plain.note and "widened ×3" in wide.note and "likely too narrow" not in wide.note
+    assert math.isclose(math.log(wide.high_ratio / wide.low_ratio), 3.0 * math.log(plain.high_ratio / plain.low_ratio),
+                        rel_tol=1e-3)
+
+
+def _record(i: int, arch: str, source: str, ratio: float) -> dict:
+    return {"id": f"{arch}-{i}", "hardware": "h", "family": "f", "scale": "node", "arch": arch, "framework": "fw",
+            "measured_step_s": ratio, "left_out_step_s": 1.0, "source": source}
+
+
+def test_an_architecture_is_judged_with_a_widening_its_own_runs_did_not_size():
+    """architecture_widening: each new architecture's factor is sized on the others' runs only (nested)."""
+    prior = [B.Residual(f"d{i}", "h", "f", "node", "dense", 1.0 + 0.01 * (i % 10 - 5)) for i in range(40)]
+    source_of = {r.run_id: "dense-source" for r in prior}
+
+    def factors(moe_spread: float) -> dict:
+        records = ([_record(i, "moe", "s", 1.0 + moe_spread * (i % 10 - 5)) for i in range(30)]
+                   + [_record(i, "hybrid", "s", 1.0 + 0.08 * (i % 10 - 5)) for i in range(30)])
+        return fit_bands.architecture_widening(records, prior, source_of)
+
+    narrow, wide = factors(0.02), factors(0.09)
+    assert narrow["moe"] == wide["moe"]               # MoE's own runs do not size MoE's factor
+    assert wide["hybrid"][0] > narrow["hybrid"][0]    # they size hybrid's
+    assert wide["*"][0] >= narrow["*"][0]
+    assert narrow["hybrid"][1] >= B.COVERAGE            # MoE's narrow runs are covered at the factor found
+
+
+def test_the_band_holds_on_sources_left_out(shipped):
+    """Issue 31's gate: each source judged by the bands the others give: 78 % of all runs and of the runs whose
+    architecture another source has."""
+    o = shipped["checks"]["one_source_left_out"]
+    assert o["all"]["coverage"] >= 0.78, o["all"]
+    assert o["architecture_seen"]["coverage"] >= 0.78, o["architecture_seen"]
+
+
+@pytest.mark.xfail(reason="issue 31: hybrid (53 runs, 68 %), h200-sxm (20, 60 %) and megatron-lm-readme (11, 64 %) "
+                          "are below 70 % one source left out", strict=True)
+def test_the_band_holds_on_sources_left_out_in_every_group_of_ten_runs(shipped):
+    o = shipped["checks"]["one_source_left_out"]
+    low = {(k, g): v["coverage"] for k in fit_bands.GROUPINGS for g, v in o[k].items()
+           if v["runs"] >= 10 and v["coverage"] < 0.70}
+    assert not low, low

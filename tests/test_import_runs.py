@@ -29,6 +29,7 @@ REFERENCE = reference_dir()
 MEGATRON_REF = REFERENCE / "runs-megatron-public.yaml"
 VENDORS_REF = REFERENCE / "runs-vendors-public.yaml"
 VTRAIN_REF = REFERENCE / "runs-vtrain-single-fit.yaml"
+HUNT_REF = REFERENCE / "runs-hunt-2026-12-given.yaml"
 MEMORY_REF = REFERENCE / "memory-given.yaml"
 MEMORY_FILE = "memory-given.yaml"
 MEMORY_SET = "memory"
@@ -74,7 +75,8 @@ BY_ID = {run["id"]: run for _, run in RUNS}
 
 
 def _reference_records() -> list[dict]:
-    return list(_load(MEGATRON_REF)) + list(_load(VENDORS_REF)) + list(_load(VTRAIN_REF)) + list(_load(MEMORY_REF))
+    return (list(_load(MEGATRON_REF)) + list(_load(VENDORS_REF)) + list(_load(VTRAIN_REF)) + list(_load(HUNT_REF))
+            + list(_load(MEMORY_REF)))
 
 
 def _shape(run: dict) -> dict:
@@ -90,7 +92,7 @@ def test_run_files_exist():
 
 def test_every_reference_record_appears_exactly_once():
     ref_ids = [r["id"] for r in _reference_records()]
-    assert len(ref_ids) == len(set(ref_ids)) == 734 + 720 + 35
+    assert len(ref_ids) == len(set(ref_ids)) == 734 + 720 + 136 + 35
     counts = Counter(run["id"] for _, run in RUNS)
     duplicated = sorted(i for i, n in counts.items() if n > 1)
     assert not duplicated, f"ids written more than once: {duplicated[:10]}"
@@ -319,15 +321,40 @@ def test_lora_rows_carry_their_method_and_their_own_set():
     and the fit); those with their facts known are expressible, the rest say why not."""
     from trainest.validate import load_runs
     rows = [run for path in RUN_FILES if path.name != MEMORY_FILE for run in _load(path)["runs"]
-            if "lora" in run["id"].lower()]     # (memory-given.yaml: memory-only runs of their own set)
+            if "lora" in run["id"].lower()     # (memory-given.yaml: memory-only runs of their own set)
+            and not run["id"].startswith("mlperf-")]
     assert len(rows) == 12 and all(r["set"] == "finetune" and r["finetune"]["method"] in ("lora", "qlora")
                                    for r in rows)
     loaded = load_runs(run_set="finetune")
-    assert len(loaded.cases) == 8 and all(c.scenario.finetune.frozen for c in loaded.cases)
+    cases = [c for c in loaded.cases if c.source != "mlperf-training"]
+    assert len(cases) == 8 and all(c.scenario.finetune.frozen for c in cases)
     reasons = {n.id: n.reason for n in loaded.not_expressible}
     assert "does not count plain training tokens" in reasons["dgx-spark-llama3.1-8b-lora"]
     assert "adapters on the last 4 layers only" in reasons["mlx-lora-mistral7b-m1max"]
-    assert not {c.id for c in load_runs(run_set="public").cases} & {c.id for c in loaded.cases}
+    assert not {c.id for c in load_runs(run_set="public").cases} & {c.id for c in cases}
+
+
+def test_hunt_records_keep_their_stack_network_and_adapters():
+    """Issue 31: the second batch of published sources (runs-hunt-2026-12-given.yaml). InternEvo's A100 nodes
+    have 4x100 Gb RoCE per 8 GPUs (the variant file with 50 Gb/s per GPU); the MLPerf LoRA rows are fine-tuning
+    (their own set) with the record's rank, under the stack each record names; a card without a catalog entry
+    (the 600 W H200 NVL) is not expressible and says so."""
+    from trainest.catalog import load_hardware
+    runs = {run["id"]: run for path in RUN_FILES if path.stem in ("internevo", "mlperf-training")
+            for run in _load(path)["runs"]}
+    intern = [r for r in runs.values() if r["id"].startswith("internevo-")]
+    assert len(intern) == 54 and {r["hardware"] for r in intern} == {"a100-80gb-sxm-roce400"}
+    assert all("set" not in r and r["framework"] == "megatron-core" and r["expressible"] for r in intern)
+    variant, base = load_hardware("a100-80gb-sxm-roce400"), load_hardware("a100-80gb-sxm")
+    assert variant.scale_out_bytes_per_s == pytest.approx(base.scale_out_bytes_per_s / 4)
+    lora = [r for r in runs.values() if "llama2-70b-lora" in r["id"]]
+    assert lora and all(r["set"] == "finetune" and r["finetune"]["rank"] == 16 for r in lora)
+    by_hw = {}
+    for r in lora:
+        by_hw.setdefault(r["hardware"], set()).add(r.get("framework"))
+    assert by_hw["mi300x"] == {"megatron-core"} and by_hw["gaudi2"] == {"deepspeed"} and by_hw["b200"] == {"nemo"}
+    nvl = [r for r in lora if r["hardware"] is None]
+    assert nvl and all("unknown hardware" in r["reason"] for r in nvl)
 
 
 # --- the Megatron-Bridge recipes' settings (tools/recipe_settings.py, issue 33) ----------------------

@@ -399,10 +399,13 @@ def _layer_term_jobs():
     """(job, devices, space) of several kinds: dense, LoRA/QLoRA with offload, MoE with MLA, DeepEP,
     standard attention with eager kernels, packed sequences, torchtitan's op recompute."""
     moe = S.SearchSpace(tp=(1, 2, 8), pp=(4, 8), cp=(1, 2), zero=(1, 3))
+    # QLoRA plans run under a framework that has QLoRA, as `plan --allow finetune=...,qlora` picks it
+    lora = {"model": "llama3-8b", "hardware": "h100-sxm", "global_batch": 32}
+    lora_space = S.SearchSpace(finetune=("full", "lora", "qlora"), offload=("none", "optimizer", "activations"),
+                               pp=(1, 2))
     return [
         (job(), 16, S.SearchSpace()),
-        (S.job_scenario({"model": "llama3-8b", "hardware": "h100-sxm", "global_batch": 32}), 8,
-         S.SearchSpace(finetune=("full", "lora", "qlora"), offload=("none", "optimizer", "activations"), pp=(1, 2))),
+        (S.with_search_framework(S.job_scenario(lora), lora, lora_space, "options"), 8, lora_space),
         (S.job_scenario({"model": "deepseek-v3", "hardware": "h100-sxm", "global_batch": 256, "seq_len": 4096,
                          "precision": "fp8"}), 256, moe),
         (S.job_scenario({"model": "qwen3-30b-a3b", "hardware": "b200", "global_batch": 128,

@@ -1,119 +1,323 @@
 """Leave one source out: how well trainest predicts runs from a source it was never fitted on.
 
-    python tools/cross_validate.py          # writes docs/cross-validation.md
+    python tools/cross_validate.py          # writes docs/cross-validation.md and docs/cross-validation.json
+    python tools/cross_validate.py --check  # recompute and compare with the shipped JSON: exit 1 when stale
 
 The random fit/holdout split of tools/fit_defaults.py keeps runs of every source on both sides, so a
 source's habits (framework, recipe, measurement) are partly learned by the fit. A new user's cluster
 is a new source. Here, for each source S and each hardware H that S ran on, H's efficiencies are
-fitted (the same method and prior as fit_defaults: `trainest.calibrate.fit_efficiency`) on the FIT
-runs of H from every OTHER source, then S's runs on H are predicted. Where the other sources leave
-fewer than MIN_FIT_RUNS fit runs on H, H takes the prior (or its same-die sibling's fit, as in
-fit_defaults). The table compares that error with the shipped fit's error on the same runs.
+fitted (the same method, prior and sibling start as fit_defaults: `trainest.calibrate.fit_efficiency`)
+on the FIT runs of H from every OTHER source, then S's runs on H are predicted. Where the other sources
+leave fewer than MIN_FIT_RUNS fit runs on H, H takes its same-die sibling's fit without S, else the
+prior a device without runs ships with (`fit_priors.unseen_prior_hardware`: the median of the fitted
+devices of its kind). A mixture-of-experts run left out takes the catalog's MoE priors (every MoE run
+comes from one source, so no MoE efficiency can be fitted without it). This is the headline accuracy
+(docs/validation.md leads with it); the per-run residuals in docs/cross-validation.json are what the
+error band is calibrated on (tools/fit_bands.py).
+
+Fits are cached on disk (build/cross_validate/fits.json) under a digest of the model's code, the start
+efficiencies and the fitted scenarios: an unchanged fit is not redone.
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
+import hashlib
+import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from fit_defaults import KERNEL_SET, MIN_FIT_RUNS, SIBLINGS, in_fit_set, prior_hardware, sibling_start  # noqa: E402
+from fit_bands import FAMILY_OF  # noqa: E402
+from fit_defaults import (  # noqa: E402
+    KERNEL_SET,
+    KERNEL_UNPULLED,
+    MIN_FIT_RUNS,
+    SIBLINGS,
+    in_fit_set,
+    prior_hardware,
+    sibling_start,
+)
 
+from trainest import band as B  # noqa: E402
 from trainest import catalog  # noqa: E402
 from trainest.calibrate import fit_efficiency  # noqa: E402
-from trainest.validate import PUBLIC_SET, compare, load_runs, mape_pct  # noqa: E402
+from trainest.validate import PUBLIC_SET, Case, RunResult, compare, load_runs  # noqa: E402
 
 DOC = ROOT / "docs" / "cross-validation.md"
+DATA = ROOT / "docs" / "cross-validation.json"
+CACHE = ROOT / "build" / "cross_validate" / "fits.json"
 COMMAND = "python tools/cross_validate.py"
+FINETUNE_SET = "finetune"       # LoRA/QLoRA runs (tools/import_runs.py): no fit uses them; predicted, reported apart
+NOT_IN_FIT = ("band.py", "estimate.py", "search.py", "sweep.py", "advice.py", "compare.py", "probe.py")
+COPIED_KEYS = ("gemm", "gemm_half_dim", "attention", "memory", "scale_up", "scale_out", "low_precision_gemm",
+               "flash2_attention", "layer_overhead_s", "host_per_kernel_s")
 
 
-def fitted_without(cases_by_hw: dict, hw_name: str, source: str) -> tuple[catalog.Hardware, str]:
-    """`hw_name` fitted on the fit runs of every source but `source` (or its fallback), and how."""
-    hw = cases_by_hw[hw_name][0].scenario.hardware if hw_name in cases_by_hw else catalog.load_hardware(hw_name)
-    fit = [c for c in cases_by_hw.get(hw_name, []) if c.source != source and in_fit_set(c.id)]
-    if len(fit) >= MIN_FIT_RUNS:
-        # as the shipped fit: the small-kernel steps' fit split joins their hardware's fit (never a public source),
-        # and the fit starts from the same die's fit where a sibling has one (fit_defaults.sibling_start)
-        extra = KERNEL_FIT.get(hw_name, [])
-        start, parent = prior_hardware(hw), SIBLINGS.get(hw_name)
-        if parent:
-            parent_hw, parent_how = fitted_without(cases_by_hw, parent, source)
-            if "fitted on" in parent_how:
-                start = sibling_start(start, parent_hw)
-        return (fit_efficiency(fit + extra, start).hardware,
-                f"fitted on {len(fit)} runs of other sources" + (f" + {len(extra)} vTrain fit rows" if extra else ""))
-    sibling = SIBLINGS.get(hw_name)
-    if sibling:
-        sib_hw, how = fitted_without(cases_by_hw, sibling, source)
-        if how.startswith("fitted"):
-            e = sib_hw.efficiency
-            return catalog.with_efficiency(hw, **{k: getattr(e, k) for k in (
-                "gemm", "gemm_half_dim", "attention", "memory", "scale_up", "scale_out", "low_precision_gemm",
-                "flash2_attention", "layer_overhead_s", "host_per_kernel_s")}), f"{sibling}'s fit ({how})"
-    return prior_hardware(hw), f"prior ({len(fit)} fit runs of other sources < {MIN_FIT_RUNS})"
+@functools.cache
+def code_digest() -> str:
+    """A digest of what a fit depends on besides its runs and start: the model's code (not the command line,
+    the reports or the band) and the framework table."""
+    h = hashlib.sha256()
+    pkg = ROOT / "trainest"
+    files = [p for p in sorted(pkg.rglob("*.py")) if p.parent.name not in ("cli", "report")
+             and p.relative_to(pkg).as_posix() not in NOT_IN_FIT] + [ROOT / "specs" / "frameworks.json"]
+    for path in files:
+        if path.is_file():
+            h.update(path.relative_to(ROOT).as_posix().encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
 
 
-KERNEL_FIT: dict[str, list] = {}
+class FitCache:
+    """Fitted efficiency values by the digest of (code, start hardware, fitted scenarios and measurements)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.entries: dict[str, dict[str, float]] = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            self.entries = {}
+        self.used: set[str] = set()
+        self.misses = 0
+
+    def fit(self, cases: list[Case], start: catalog.Hardware, unpulled: tuple[str, ...]) -> catalog.Hardware:
+        h = hashlib.sha256(code_digest().encode())
+        h.update(repr(start).encode())
+        h.update(repr(unpulled).encode())
+        for c in sorted(cases, key=lambda c: c.id):
+            h.update(repr((c.id, replace(c.scenario, hardware=start), c.measurement)).encode())
+        key = h.hexdigest()
+        if key not in self.entries:
+            self.misses += 1
+            result = fit_efficiency(cases, start, unpulled=unpulled)
+            self.entries[key] = {p.name: p.value for p in result.parameters}
+            self.used.add(key)
+            self.save()             # after every fit: an interrupted run keeps what it fitted
+        self.used.add(key)
+        return catalog.with_efficiency(start, **self.entries[key])
+
+    def save(self, prune: bool = False) -> None:
+        """Write the cache; `prune`: keep only the fits this run used."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        kept = {k: v for k, v in self.entries.items() if k in self.used or not prune}
+        self.path.write_text(json.dumps(kept, indent=0, sort_keys=True), encoding="utf-8")
 
 
-def main() -> int:
-    t0 = time.perf_counter()
+class LeftOut:
+    """Every hardware's efficiencies fitted without one source at a time (module docstring)."""
+
+    def __init__(self, by_hw: dict[str, list[Case]], kernel_fit: dict[str, list[Case]], own_blocks: dict,
+                 cache: FitCache) -> None:
+        self.by_hw, self.kernel_fit, self.own_blocks, self.cache = by_hw, kernel_fit, own_blocks, cache
+        self.memo: dict[tuple[str, str], tuple[catalog.Hardware, str, bool]] = {}
+
+    def hardware(self, hw_name: str) -> catalog.Hardware:
+        return self.by_hw[hw_name][0].scenario.hardware if hw_name in self.by_hw else catalog.load_hardware(hw_name)
+
+    def without(self, hw_name: str, source: str) -> tuple[catalog.Hardware, str, bool]:
+        """(`hw_name` fitted without `source`, how in words, whether fitted on runs of other sources)."""
+        key = (hw_name, source)
+        if key not in self.memo:
+            self.memo[key] = self._without(hw_name, source)
+        return self.memo[key]
+
+    def _without(self, hw_name: str, source: str) -> tuple[catalog.Hardware, str, bool]:
+        hw = self.hardware(hw_name)
+        fit = [c for c in self.by_hw.get(hw_name, []) if c.source != source and in_fit_set(c.id)]
+        if len(fit) >= MIN_FIT_RUNS:
+            # as the shipped fit: the small-kernel steps' fit split joins their hardware's fit (never a public
+            # source; their host times are the framework's, fit_defaults.framework_host_outcome, and the
+            # hardware keeps its prior host times), and the fit starts from the same die's fit where a
+            # sibling has one (fit_defaults.sibling_start)
+            extra = self.kernel_fit.get(hw_name, [])
+            prior = prior_hardware(hw)
+            start, parent = prior, SIBLINGS.get(hw_name)
+            if parent:
+                parent_hw, _, fitted = self.without(parent, source)
+                if fitted:
+                    start = sibling_start(start, parent_hw)
+            unpulled = KERNEL_UNPULLED if extra else ()
+            fitted_hw = self.cache.fit(fit + extra, start, unpulled)
+            if extra:
+                fitted_hw = catalog.with_efficiency(fitted_hw, host_per_kernel_s=prior.efficiency.host_per_kernel_s,
+                                                    host_per_micro_batch_s=prior.efficiency.host_per_micro_batch_s)
+            return (fitted_hw, f"fitted on {len(fit)} runs of other sources"
+                    + (f" + {len(extra)} vTrain fit rows" if extra else ""), True)
+        sibling = SIBLINGS.get(hw_name)
+        if sibling:
+            sib_hw, how, fitted = self.without(sibling, source)
+            if fitted:
+                e = sib_hw.efficiency
+                return (catalog.with_efficiency(hw, **{k: getattr(e, k) for k in COPIED_KEYS}),
+                        f"{sibling}'s fit ({how})", True)
+        import fit_priors
+        return (fit_priors.unseen_prior_hardware(hw, self.own_blocks),
+                f"prior of a device without runs ({len(fit)} fit runs of other sources < {MIN_FIT_RUNS})", False)
+
+
+def moe_prior(hw: catalog.Hardware) -> catalog.Hardware:
+    """`hw` with the catalog's MoE efficiency priors (no MoE run left to fit them on)."""
+    return catalog.with_efficiency(hw, grouped_gemm=catalog.DEFAULT_GROUPED_GEMM, all_to_all=catalog.DEFAULT_ALL_TO_ALL)
+
+
+def residual_record(c: Case, left: RunResult, shipped: RunResult, how: str, fitted: bool) -> dict:
+    """One run's row of docs/cross-validation.json."""
+    s = c.scenario
+    return {"id": c.id, "source": c.source, "set": c.run_set, "hardware": s.hardware.name,
+            "family": FAMILY_OF.get(s.hardware.name, ""), "framework": s.framework, "arch": B.arch_of(s.model),
+            "scale": B.scale_bucket(s.devices, s.devices_per_node), "devices": s.devices,
+            "finetune": s.finetune.method, "offload": s.offload,
+            "measured_step_s": round(left.measured_step_s, 6), "left_out_step_s": round(left.predicted_step_s, 6),
+            "shipped_step_s": round(shipped.predicted_step_s, 6), "left_out_error_pct": round(left.error_pct, 3),
+            "shipped_error_pct": round(shipped.error_pct, 3), "hardware_fitted_without_source": fitted, "how": how}
+
+
+def run_all() -> tuple[list[dict], list[RunResult], list[RunResult], dict[str, list[str]], dict]:
+    """(per-run records, left-out results, shipped results, per source the efficiencies used, cache stats)."""
+    import import_hardware as ih
+
+    kernel_fit: dict[str, list[Case]] = {}
     for c in load_runs(run_set=KERNEL_SET).cases:
         if in_fit_set(c.id):
-            KERNEL_FIT.setdefault(c.scenario.hardware.name, []).append(c)
-    loaded = load_runs(run_set=PUBLIC_SET)     # the public runs only (docs/validation.md: other sets apart)
-    # the dense runs: they fit the hardware efficiencies (fit_defaults.py); the MoE runs all come from one
-    # source, so leaving it out leaves no MoE run to fit the MoE efficiencies on (their holdout is reported
-    # in docs/validation.md)
-    dense = [c for c in loaded.cases if c.scenario.model.moe is None]
-    by_hw: dict[str, list] = {}
-    for c in dense:
-        by_hw.setdefault(c.scenario.hardware.name, []).append(c)
-    sources = sorted({c.source for c in dense})
-    rows, all_loso, all_shipped = [], [], []
-    for source in sources:
-        mine = [c for c in dense if c.source == source]
-        loso, shipped, how = [], [], []
-        for hw_name in sorted({c.scenario.hardware.name for c in mine}):
-            hw, text = fitted_without(by_hw, hw_name, source)
-            cases = [c for c in mine if c.scenario.hardware.name == hw_name]
-            loso += [compare(c, hw) for c in cases]
-            shipped += [compare(c) for c in cases]
-            how.append(f"{hw_name}: {text}")
-        all_loso += loso
-        all_shipped += shipped
-        rows.append((source, len(loso), mape_pct(shipped), mape_pct(loso),
-                     statistics.fmean(r.error_pct for r in loso), "; ".join(how)))
-        print(f"{source:20s} {len(loso):4d} runs  shipped {mape_pct(shipped):5.1f} %  left out {mape_pct(loso):5.1f} %",
-              file=sys.stderr)
-    lines = ["| source | runs | MAPE %, shipped fit | MAPE %, source left out | mean error %, left out | "
-             "efficiencies used when left out |", "|---|---:|---:|---:|---:|---|"]
-    for source, n, ms, ml, mean, how in rows:
-        lines.append(f"| {source} | {n} | {ms:.1f} | {ml:.1f} | {mean:+.1f} | {how} |")
-    lines.append(f"| **all** | {len(all_loso)} | {mape_pct(all_shipped):.1f} | {mape_pct(all_loso):.1f} | "
-                 f"{statistics.fmean(r.error_pct for r in all_loso):+.1f} | |")
-    DOC.write_text(f"""# Cross-validation: one source left out
+            kernel_fit.setdefault(c.scenario.hardware.name, []).append(c)
+    cases = load_runs(run_set=PUBLIC_SET).cases     # the public runs fit; the fine-tuning runs are only predicted
+    finetune = load_runs(run_set=FINETUNE_SET).cases
+    by_hw: dict[str, list[Case]] = {}
+    for c in cases:
+        if c.scenario.model.moe is None and c.scenario.model.hybrid is None:     # the dense runs fit the efficiencies
+            by_hw.setdefault(c.scenario.hardware.name, []).append(c)
+    cache = FitCache(CACHE)
+    left = LeftOut(by_hw, kernel_fit, ih.fitted_blocks(catalog.specs_dir() / "hardware"), cache)
+    records, loso, shipped = [], [], []
+    how_of: dict[str, list[str]] = {}
+    for c in sorted(cases + finetune, key=lambda c: (c.source, c.scenario.hardware.name, c.id)):
+        hw, how, fitted = left.without(c.scenario.hardware.name, c.source)
+        if c.scenario.model.moe is not None:
+            hw = moe_prior(hw)
+        r_left, r_ship = compare(c, hw), compare(c)
+        loso.append(r_left)
+        shipped.append(r_ship)
+        records.append(residual_record(c, r_left, r_ship, how, fitted))
+        text = f"{c.scenario.hardware.name}: {how}"
+        if text not in how_of.setdefault(c.source, []):
+            how_of[c.source].append(text)
+    cache.save(prune=True)
+    return records, loso, shipped, how_of, {"fits": len(cache.used), "refitted": cache.misses}
+
+
+def _row(label: str, recs: list[dict], extra: str = "") -> str:
+    n = len(recs)
+    ship = statistics.fmean(abs(r["shipped_error_pct"]) for r in recs)
+    left = statistics.fmean(abs(r["left_out_error_pct"]) for r in recs)
+    mean = statistics.fmean(r["left_out_error_pct"] for r in recs)
+    return f"| {label} | {n} | {ship:.1f} | {left:.1f} | {mean:+.1f} |{extra}"
+
+
+def table(records: list[dict], key: str, title: str, how_of: dict[str, list[str]] | None = None) -> str:
+    """A markdown table of the left-out and shipped MAPE per value of `key`, and the whole."""
+    head = f"| {title} | runs | MAPE %, shipped fit | MAPE %, source left out | mean error %, left out |"
+    sep = "|---|---:|---:|---:|---:|"
+    if how_of is not None:
+        head, sep = head + " efficiencies used when left out |", sep + "---|"
+    lines = [head, sep]
+    for value in sorted({r[key] or "—" for r in records}):
+        recs = [r for r in records if (r[key] or "—") == value]
+        lines.append(_row(value, recs, f" {'; '.join(how_of.get(value, []))} |" if how_of is not None else ""))
+    lines.append(_row("**all**", records, " |" if how_of is not None else ""))
+    return "\n".join(lines)
+
+
+def _kind(rec: dict) -> str:
+    """dense | moe | hybrid for a public run; fine-tuning runs apart (`finetune-<arch>`)."""
+    return rec["arch"] if rec["set"] == PUBLIC_SET else f"{rec['set']}-{rec['arch']}"
+
+
+def summary(records: list[dict]) -> dict:
+    """The headline figures: left-out and shipped MAPE of the dense runs and of each architecture."""
+    out = {}
+    for arch in sorted({_kind(r) for r in records}):
+        recs = [r for r in records if _kind(r) == arch]
+        out[arch] = {"runs": len(recs),
+                     "left_out_mape_pct": round(statistics.fmean(abs(r["left_out_error_pct"]) for r in recs), 2),
+                     "shipped_mape_pct": round(statistics.fmean(abs(r["shipped_error_pct"]) for r in recs), 2)}
+    return out
+
+
+def headline_markdown(records: list[dict]) -> str:
+    """The headline section (docs/validation.md leads with it): dense MAPE one source left out, per hardware,
+    framework and hardware family."""
+    dense = [r for r in records if _kind(r) == "dense"]
+    s = summary(records)
+    return "\n\n".join([
+        f"**One source left out, dense runs: MAPE {s['dense']['left_out_mape_pct']:.1f} % over "
+        f"{s['dense']['runs']} runs** (the error to expect on a cluster, framework or recipe trainest has not "
+        f"seen; the shipped fit's error on the same runs: {s['dense']['shipped_mape_pct']:.1f} %). "
+        + "; ".join(f"{arch}: {v['left_out_mape_pct']:.1f} % over {v['runs']} runs (shipped "
+                    f"{v['shipped_mape_pct']:.1f} %)" for arch, v in s.items() if arch != "dense")
+        + ". Per run: docs/cross-validation.json; method: [cross-validation.md](cross-validation.md).",
+        "By hardware (dense):", table(dense, "hardware", "hardware"),
+        "By framework (dense; the framework the scenario states):", table(dense, "framework", "framework"),
+        "By hardware family (dense):", table(dense, "family", "family")])
+
+
+def render(records: list[dict], how_of: dict[str, list[str]]) -> str:
+    dense = [r for r in records if _kind(r) == "dense"]
+    other = [r for r in records if _kind(r) != "dense"]
+    return f"""# Cross-validation: one source left out
 
 _Generated by `{COMMAND}` — do not edit by hand; re-run it after changing the model, the runs or
 the fit._
 
 {__doc__.split(chr(10), 2)[2].strip()}
 
-{chr(10).join(lines)}
+## Headline
+
+{headline_markdown(records)}
+
+## By source (dense)
+
+{table(dense, "source", "source", how_of)}
+
+## Mixture-of-experts, hybrid and fine-tuning runs, left out
+
+{table(other, "source", "source") if other else "None."}
 
 Reading it: the "left out" column is the error to expect on runs from a framework, recipe or cluster
 that trainest has not seen on that hardware; the gap to the "shipped" column is what the fit learns
 from a source's own runs. Where a hardware has runs of only one source (the TPUs with MaxText, the
-power-capped H100s with torchtitan, GB200/GB300 with Megatron-Bridge), leaving it out falls back to the
-prior efficiencies or a sibling's fit: that row measures the priors, not the model's structure.
-""", encoding="utf-8")
-    print(f"all: {len(all_loso)} runs, shipped {mape_pct(all_shipped):.1f} %, left out {mape_pct(all_loso):.1f} %; "
-          f"{time.perf_counter() - t0:.1f} s; wrote {DOC.relative_to(ROOT)}", file=sys.stderr)
+power-capped H100s with torchtitan, GB200/GB300 with Megatron-Bridge), leaving it out falls back to a
+sibling's fit or the prior of a device without runs: that row measures the priors, not the model's structure.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--check", action="store_true", help="compare with docs/cross-validation.json; write nothing")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    records, _, _, how_of, stats = run_all()
+    data = {"generated_by": COMMAND, "summary": summary(records), "runs": records}
+    s = data["summary"]
+    print(f"dense: {s['dense']['runs']} runs, shipped {s['dense']['shipped_mape_pct']:.2f} %, left out "
+          f"{s['dense']['left_out_mape_pct']:.2f} %; {stats['fits']} fits ({stats['refitted']} not cached); "
+          f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    if args.check:
+        current = json.loads(DATA.read_text(encoding="utf-8")) if DATA.exists() else {}
+        if current.get("summary") != data["summary"] or len(current.get("runs", [])) != len(records):
+            print(f"{DATA} is stale: run {COMMAND}", file=sys.stderr)
+            return 1
+        return 0
+    DATA.write_text(json.dumps(data, indent=0) + "\n", encoding="utf-8")
+    DOC.write_text(render(records, how_of), encoding="utf-8")
+    print(f"wrote {DOC.relative_to(ROOT)}, {DATA.relative_to(ROOT)}", file=sys.stderr)
     return 0
 
 

@@ -13,6 +13,16 @@ from trainest.calibrate import replace_efficiency_block
 from trainest.units import MICROSECOND, MILLISECOND
 
 FIT_PERCENT = 60          # share of each hardware's runs used for fitting (by crc32 of the id)
+# Hand-written variants that are another device in another cluster (the same die, memory and clocks; only the
+# network differs): their fits repeat that device's compute fractions, so they do not count again in the median
+# a device without runs takes (import_hardware.derived_prior).
+NETWORK_VARIANTS = ("a100-80gb-sxm-roce400",)
+
+
+def median_members(own_blocks: dict) -> dict:
+    """The devices fitted on their own runs that the prior of a device without runs is the median of: all but
+    NETWORK_VARIANTS."""
+    return {n: v for n, v in own_blocks.items() if n not in NETWORK_VARIANTS}
 
 
 def in_fit_set(run_id: str) -> bool:
@@ -44,7 +54,7 @@ def unseen_prior_hardware(hw: catalog.Hardware, own_blocks: dict, gemm_ceiling: 
     import yaml
 
     ceiling = hw.matmul_ceiling if gemm_ceiling else None
-    block = ih.derived_prior(hw.kind, {n: v for n, v in own_blocks.items() if n != hw.name}, ceiling,
+    block = ih.derived_prior(hw.kind, {n: v for n, v in median_members(own_blocks).items() if n != hw.name}, ceiling,
                              ih.matmul_ceilings(Path(hw.path).parent))
     if block is None:
         return prior_hardware(hw)

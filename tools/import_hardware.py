@@ -764,7 +764,8 @@ def main(argv: list[str] | None = None) -> int:
                          f"{sorted(set(facts) - set(map(str, catalog)))} not in the catalog")
 
     changed = []
-    own, ceilings = fitted_blocks(out), matmul_ceilings(out)
+    from fit_priors import median_members     # (tools/: a network variant does not count twice in the median)
+    own, ceilings = median_members(fitted_blocks(out)), matmul_ceilings(out)
     for hw_id, rec in catalog.items():
         doc = apply_facts(str(hw_id), build(str(hw_id), rec), rec, facts[str(hw_id)], sources)
         doc["memory"] = usable_memory_doc(str(hw_id), rec, doc["memory"], usable, doc["derived_fields"])

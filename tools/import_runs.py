@@ -5,6 +5,8 @@ Reads  <reference>/runs-megatron-public.yaml   (73 records)
        <reference>/runs-vendors-public.yaml    (661 records)
        <reference>/runs-vtrain-single-fit.yaml (720 records; not public vendor runs: written with
                                                 `set: vtrain-single-node`, reported apart)
+       <reference>/runs-hunt-2026-12-given.yaml (136 records: InternEvo 7B on A100 over RoCE; MLPerf Training
+                                                v3.1-v5.0 Llama 2 70B LoRA of every submitter and Gaudi2 GPT-3 175B)
        <reference>/model-shapes.yaml           (architectures of models the runs only name)
        <reference>/hardware.yaml               (catalog ids, to validate hardware names)
        <reference>/megatron-bridge-recipes.yaml (the settings each Megatron-Bridge run's recipe resolved to:
@@ -43,7 +45,7 @@ DEFAULT_OUT = REPO / "specs" / "runs"
 
 # Hardware variants that are not in the shared catalog; their files live in specs/hardware/ and
 # were written alongside this importer.
-VARIANT_HARDWARE = {"h100-96gb-500w"}
+VARIANT_HARDWARE = {"h100-96gb-500w", "a100-80gb-sxm-roce400"}
 
 # An A100 record that says its memory size is not stated (vTrain's single-node rows) is mapped to this
 # catalog entry; the two SXM4 entries differ in HBM (40 GB HBM2 at 1555 GB/s, 80 GB HBM2e at 2039 GB/s)
@@ -81,6 +83,8 @@ LORA_BY_SOURCE = {
                                    "linear layer of the blocks with rank 32 (Megatron fuses QKV and gate/up: one "
                                    "adapter each, trainest counts one per projection)"),
     "dgx-spark": (16, "all", "rank and targets not published: rank 16 on every linear layer assumed"),
+    "mlperf-training": (16, "attention", "MLPerf Training's llama2_70b_lora benchmark: rank-16 adapters on the "
+                                         "attention QKV and output projections (each record's lora block)"),
     "mlx": (8, "attention", "mlx-examples lora.py: rank 8 on the query and value projections (LoRALinear on q_proj, "
                             "v_proj) of the last --lora-layers blocks"),
 }
@@ -89,7 +93,7 @@ MODEL_KEYS = ("name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vo
 # the position encoding by model family (the runs files do not state it): rotary in the Llama-family, Qwen, Mistral,
 # Nemotron, DeepSeek, Kimi, GPT-OSS, Grok and MaxText's default decoder; ALiBi in MPT; learned absolute positions
 # in GPT-2/GPT-3 and Megatron's GPT models (the vTrain GPTs too)
-ROPE_FAMILIES = r"llama|mistral|mixtral|qwen|nemotron|deepseek|kimi|gpt[-_ ]?oss|grok|maxtext|gemma|olmo"
+ROPE_FAMILIES = r"llama|internlm|mistral|mixtral|qwen|nemotron|deepseek|kimi|gpt[-_ ]?oss|grok|maxtext|gemma|olmo"
 PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard",
                  "dp_collectives", "dp_overlap",
                  "pipeline_split")
@@ -207,6 +211,23 @@ SOURCES = OrderedDict([
               "(fine-tuning table)",
         flops_formula=None, zero_default=0, precision_default="bf16",
         recompute_null=("none", "not stated"), sp_rule="none")),
+    # the second batch of published sources (runs-hunt-2026-12-given.yaml): sources trainest was never fitted on
+    ("internevo", dict(
+        # InternEvo has no entry in trainest's framework table: its user states none, and gets the default
+        # (megatron-core: fused kernels, flash attention, distributed optimizer), as InternEvo also runs them
+        framework="megatron-core", framework_note="InternEvo (InternLM's training framework) has no entry in "
+        "trainest's framework table: imported with the default a user would get, megatron-core (fused kernels and "
+        "flash attention, which InternEvo also runs; its hierarchical ZeRO-1 is imported as zero 1)",
+        title="InternLM/InternEvo doc/en/train_performance.md (commit 3a665e88d3): InternLM-7B throughput on A100 "
+              "80GB nodes over 4x100 Gb RoCE, 8-1024 GPUs",
+        flops_formula=None, zero_default=1, precision_default="bf16",
+        recompute_null=("none", "activation checkpointing not stated"), sp_rule="record")),
+    ("mlperf-training", dict(
+        title="MLCommons Training v3.1-v5.0 closed-division results (mlcommons/training_results_v3.1..v5.0): "
+              "Llama 2 70B LoRA of every submitter with parseable configs, Intel Gaudi2 GPT-3 175B; steady-state "
+              "step time from the logs, evaluation excluded",
+        flops_formula=None, zero_default=0, precision_default="bf16",
+        recompute_null=("none", "activation checkpointing not stated in the launch config"), sp_rule="record")),
     # Not a public vendor run: the ground truth the vTrain simulator released, measured by its authors.
     # `run_set` is written as the file-level `set:` key, so that the public accuracy gates, the fit of
     # the shipped efficiencies and the cross-validation leave these rows out (docs/validation.md
@@ -251,6 +272,10 @@ def source_slug(source: str) -> str:
         return "mlx"
     if "dgx spark" in s:
         return "dgx-spark"
+    if "internevo" in s:
+        return "internevo"
+    if "mlcommons/training_results" in s:
+        return "mlperf-training"
     if "vtrain" in s and "ground_truth_single" in s:
         return "vtrain-single"
     raise ValueError(f"no source slug for {source!r}")
@@ -315,6 +340,34 @@ def read_vendor(rec: dict) -> dict:
         derived_outcomes={}, derived_fields=rec.get("derived_fields") or [],
         confidence=rec.get("confidence"), notes=rec.get("notes"),
     )
+
+
+def read_hunt(rec: dict) -> dict:
+    """A record of runs-hunt-2026-12-given.yaml: the vendor format plus devices per node, sequence parallelism,
+    the framework as the source names it, the LoRA block and the interconnect."""
+    flat = read_vendor({**rec, "outcomes": {**rec["outcomes"], "accelerator_hours": None}})
+    p = rec["parallelism"]
+    flat.update(file="runs-hunt-2026-12-given.yaml", devices_per_node=rec.get("devices_per_node"),
+                sequence_parallel=p.get("sequence_parallel"), framework_text=rec.get("framework"),
+                lora=rec.get("lora"), mlp=rec.get("mlp_type"))
+    return flat
+
+
+def hunt_framework(r: dict) -> tuple[str, str]:
+    """(trainest framework, why) of a record that names its own stack (`framework_text`, and the implementation
+    directory its source path names): NVIDIA's MLPerf LoRA implementations (and the partners' reruns of them) are
+    NeMo; Megatron-DeepSpeed and DeepSpeed by name; any other stack (AMD's PyTorch/ROCm and LLMBoost recipes) gets
+    the default a user who states none gets."""
+    text = f"{r.get('framework_text') or ''} {r['source']}".lower()
+    if "megatron-deepspeed" in text:
+        return "megatron-deepspeed", "the record names Megatron-DeepSpeed"
+    if "deepspeed" in text:
+        return "deepspeed", "the record names DeepSpeed (Hugging Face Transformers + PEFT on DeepSpeed ZeRO)"
+    if "nemo" in text or "nvidia" in (r["hardware"] or "").lower():
+        return "nemo", ("NVIDIA's llama2_70b_lora implementation is NeMo (the record's stack or implementation "
+                        "directory; partner rows rerun it)")
+    return "megatron-core", (f"the stack '{r.get('framework_text')}' has no entry in trainest's framework table: "
+                             f"the default a user who states none gets")
 
 
 def read_vtrain(rec: dict) -> dict:
@@ -427,6 +480,11 @@ def map_hardware(text: str | None):
         return "h100-96gb-500w", None
     if "dgx spark" in t or "gb10" in t:
         return "dgx-spark", None
+    if "h200-nvl" in t or "h200 nvl" in t:
+        return None, None         # the 600 W PCIe H200 NVL: no catalog entry (not the 700 W SXM part)
+    for name in ("mi325x", "mi300x", "gaudi2", "l40s"):
+        if name in t.replace(" ", ""):
+            return name, None
     if "gb300" in t:
         return "gb300", None
     if "gb200" in t:
@@ -442,6 +500,10 @@ def map_hardware(text: str | None):
         if "sxm" not in t and "dgx" not in t and "a3" not in t:
             note = f"hardware '{text}' mapped to h100-sxm (SXM5 80GB assumed; the source does not say)"
         return "h100-sxm", note
+    if "a100" in t and "80gb" in t.replace(" ", "") and re.search(r"4\s*x\s*100\s*gb\s*roce", t):
+        return "a100-80gb-sxm-roce400", ("the record's cluster has 4x100 Gb RoCE per 8-GPU node: the hand-written "
+                                         "variant specs/hardware/a100-80gb-sxm-roce400.yaml (the 80GB SXM4 with "
+                                         "that network)")
     if "a100" in t and "40gb" in t.replace(" ", "") and "not stated" not in t:
         return "a100-40gb-sxm", None
     if "a100" in t and "not stated" in t:
@@ -458,6 +520,15 @@ def map_hardware(text: str | None):
     if "m2 ultra" in t:
         return "apple-m2-ultra", None
     return None, None
+
+
+def catalog_network(hardware: str) -> bool:
+    """Whether the hardware file of `hardware` (specs/hardware) gives a scale-out network rate."""
+    path = REPO / "specs" / "hardware" / f"{hardware}.yaml"
+    if not path.is_file():
+        return True
+    system = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("system") or {}
+    return system.get("scale_out_gbit_per_s") is not None
 
 
 def devices_per_node_from_text(text: str | None):
@@ -542,6 +613,8 @@ def map_recompute(rec, source_cfg):
         return "selective", None
     if t in ("none", "false"):
         return "none", None
+    if t.startswith("none"):
+        return "none", f"recompute none: '{text}'"
     raise ValueError(f"unknown recompute {text!r}")
 
 
@@ -626,11 +699,12 @@ class Importer:
         self.ven = [read_vendor(r) for r in _read_yaml(reference / "runs-vendors-public.yaml")]
         self.vtrain = [read_vtrain(r) for r in
                        _read_yaml(reference / "runs-vtrain-single-fit.yaml")]
+        self.hunt = [read_hunt(r) for r in _read_yaml(reference / "runs-hunt-2026-12-given.yaml")]
         self.shapes = Shapes(yaml.safe_load((reference / "model-shapes.yaml").read_text()))
         self.catalog = set(yaml.safe_load((reference / "hardware.yaml").read_text()).keys())
         self.catalog |= VARIANT_HARDWARE
         self.recipes = Recipes(reference / "megatron-bridge-recipes.yaml")
-        self.records = self.meg + self.ven + self.vtrain
+        self.records = self.meg + self.ven + self.vtrain + self.hunt
         for r in self.records:
             r["slug"] = source_slug(r["source"])
         self._link_duplicates()
@@ -832,6 +906,11 @@ class Importer:
             reasons.append(f"unknown hardware '{r['hardware']}' (not in the catalog)")
         elif hardware not in self.catalog:
             raise ValueError(f"{r['id']}: hardware {hardware} not in catalog")
+
+        framework, framework_why = (cfg["framework"], cfg.get("framework_note")) if cfg.get("framework") else \
+            hunt_framework(r) if r.get("framework_text") else (None, None)
+        if framework and framework_why:
+            notes.append(f"framework {framework}: {framework_why}")
 
         # ---- precision -----------------------------------------------------------------------
         precision, pnotes = map_precision(r["precision"], cfg["precision_default"] or "bf16")
@@ -1082,6 +1161,10 @@ class Importer:
                 bad.append(f"global_batch={gbs} is not a multiple of dp*micro_batch={dp * micro}")
             if dp is None or tp * pp * cp * dp != devices:
                 bad.append(f"tp*pp*cp*dp does not equal devices={devices}")
+            per_node = r["devices_per_node"] or devices_per_node_from_text(r["hardware"])
+            if hardware and per_node and devices > per_node and not catalog_network(hardware):
+                bad.append(f"{devices} devices over nodes of {per_node}, and the {hardware} entry has no scale-out "
+                           f"network rate (the record does not state one)")
             reasons.extend(bad)
 
         # ---- recompute -----------------------------------------------------------------------
@@ -1221,8 +1304,8 @@ class Importer:
             run["attention"] = kernel
         if packed:
             run["packed_length"] = packed
-        if cfg.get("framework"):
-            run["framework"] = cfg["framework"]
+        if framework:
+            run["framework"] = framework
         # always explicit: a framework's default kernels (torchtitan: eager) must not stand in for a record
         # that ran fused kernels (compiled, or Megatron/TE)
         run["kernels"] = kernels or "fused"
@@ -1297,6 +1380,8 @@ def lora_of(r: dict, tt: str, layers: int | None) -> tuple[OrderedDict, list[str
     the method from the training type, rank and targets from the source's recipe (LORA_BY_SOURCE),
     the 4-bit NF4 base of QLoRA."""
     rank, targets, why = LORA_BY_SOURCE[r["slug"]]
+    if (r.get("lora") or {}).get("rank"):
+        rank = int(r["lora"]["rank"])          # the record states it
     method = "qlora" if "qlora" in tt or "4-bit" in str(r["precision"] or "").lower() else "lora"
     ft = OrderedDict(method=method, rank=rank, targets=targets, base_bits=4 if method == "qlora" else 16)
     notes = [f"training type '{r['training_type']}': {method} with rank {rank} on the {targets} linear layers "

@@ -15,8 +15,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "tests" / "reference"
 # what tools/import_runs.py (with tools/memory_runs.py) and tools/import_hardware.py read
-FILES = ("runs-megatron-public.yaml", "runs-vendors-public.yaml", "runs-vtrain-single-fit.yaml", "model-shapes.yaml",
-         "hardware.yaml", "memory-given.yaml", "megatron-bridge-recipes.yaml")
+FILES = ("runs-megatron-public.yaml", "runs-vendors-public.yaml", "runs-vtrain-single-fit.yaml",
+         "runs-hunt-2026-12-given.yaml", "model-shapes.yaml", "hardware.yaml", "memory-given.yaml",
+         "megatron-bridge-recipes.yaml")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,17 +16,24 @@ coverage above 80 %, so a thin group says so in its own numbers. An estimate's b
 Which runs: the residuals are computed by `tools/fit_bands.py` (run by `tools/fit_defaults.py` after a
 refit) and shipped as data in `specs/bands.json`, never written by hand. Two pools:
 
-- `holdout`: the public runs that were NOT used to fit the shipped efficiencies (crc32(id) mod 100 ≥ 60),
-  on hardware whose efficiencies are fitted (`efficiency.fitted`): the honest error of a calibrated
-  estimate for a run like the published ones;
+- `left-out`: every validated run predicted with its hardware's efficiencies fitted WITHOUT the run's
+  source (`tools/cross_validate.py`, docs/cross-validation.json), where other sources' runs calibrate
+  that hardware: the error of a calibrated estimate for a cluster, framework or recipe trainest has not
+  seen, which a user's run is;
 - `prior`: every public run predicted with the prior its device would ship with had it no runs of its
   own (the median of the other fitted devices of its group, else the importer's generic prior): the
   error of an estimate on hardware trainest has not calibrated (`efficiency.fitted: false`, a probed
   or hand-written file). It is the wider of the two, measured, not a guessed widening factor.
 
 Groups (the regime): the hardware, the scale (one node, up to 256 devices, more) and the architecture
-(dense or MoE). The source's framework is not an input of a scenario, so it is not a key (cross-
-validation leaving one framework out, docs/cross-validation.md, shows about twice the holdout error).
+(dense or MoE). The runs of one source share their error (their framework, recipe and cluster), so a
+band built from runs of other sources holds for fewer of a new source's runs than the run-level interval
+claims: every band is widened (in log space about its centre) by the factor that makes bands built
+without a source cover 80 % of that source's runs, pooled over the sources, for calibrated and
+uncalibrated hardware apart (`unseen_source_widening`, measured by tools/fit_bands.py: leave-one-source-out).
+A framework no validated run used widens the band by the factor that makes bands built without a
+framework's runs cover 80 % of that framework's runs (`framework_widening`, measured by
+tools/fit_bands.py: leave-one-framework-out).
 A band comes from the most specific group with at least MIN_GROUP_RUNS runs, in the order of LEVELS:
 hardware and scale, hardware, hardware family (same architecture generation) and scale, family,
 scale, every run; a broader group is named in the band's note. An uncalibrated hardware whose family
@@ -54,7 +61,9 @@ COVERAGE = 0.80                 # the band's nominal coverage (10th to 90th perc
 MIN_GROUP_RUNS = 20             # a group needs this many runs; fewer: the next, broader level
 SCALE_BUCKETS = (("node", "one node"), ("multi-node", "2 nodes to 256 devices"), ("large", "over 256 devices"))
 LARGE_DEVICES = 256
-POOLS = {"holdout": "held-out runs, calibrated hardware", "prior": "runs with uncalibrated (prior) efficiencies"}
+CALIBRATED = "left-out"        # the pool of a calibrated hardware's estimates
+POOLS = {CALIBRATED: "runs of sources left out of the fit, calibrated hardware",
+         "prior": "runs with uncalibrated (prior) efficiencies"}
 UNSEEN = "prior-unseen"         # the prior pool's broad groups, widened for a hardware family without runs
 BROAD_LEVELS = ("scale", "all")
 ANY = "*"
@@ -73,6 +82,7 @@ class Residual(NamedTuple):
     scale: str                  # a key of SCALE_BUCKETS
     arch: str                   # dense | moe | hybrid
     ratio: float                # measured / predicted step time
+    framework: str = ""         # the framework the run's scenario states
 
 
 class Band(NamedTuple):
@@ -150,10 +160,16 @@ def _group_words(level: str, hardware: str, family: str, scale: str, arch: str) 
 
 
 def lookup(groups: dict[str, dict[str, list[float]]], *, hardware: str, family: str, scale: str, arch: str,
-           calibrated: bool) -> Band:
+           calibrated: bool, framework_factor: float | None = None, framework: str = "",
+           source_factor: float = 1.0, arch_factor: float = 1.0) -> Band:
     """The band of the most specific group with enough runs (LEVELS), from the pool the hardware's
-    calibration selects; without any, the broadest prior band of any architecture."""
-    pool = "holdout" if calibrated else "prior"
+    calibration selects; without any, the broadest prior band of any architecture. `source_factor`: every
+    estimate is for a source (cluster, recipe) no validated run came from, and the runs of one source
+    share their error, so the band widens by this factor (measured leave-one-source-out). `framework_factor`:
+    the scenario's framework has no validated run, so the band widens by this factor too (`widened`).
+    `arch_factor`: no validated run has the scenario's architecture, so the fallback band widens by this
+    factor (measured with each architecture left out: tools/fit_bands.py, `architecture_widening`)."""
+    pool = CALIBRATED if calibrated else "prior"
     for i, (level, keep) in enumerate(LEVELS):
         if keep[1] and not family:
             continue
@@ -172,22 +188,38 @@ def lookup(groups: dict[str, dict[str, list[float]]], *, hardware: str, family: 
         if unseen:
             why.append(f"no run of its family: widened to cover {cov:.0%} of a left-out family's runs")
             unknowns.append("no run of its hardware family")
+        if source_factor > 1.0:
+            low, high = widened([low, high, cov, runs], source_factor)[:2]
+        if framework_factor is not None and framework_factor > 1.0:
+            low, high = widened([low, high, cov, runs], framework_factor)[:2]
+            why.append(f"no validated run of the framework {framework or '?'}: widened ×{framework_factor:g} to "
+                       f"cover {COVERAGE:.0%} of a left-out framework's runs")
+            unknowns.append(f"no validated run of the framework {framework or '?'}")
         return Band(low, high, cov, int(runs), level, words, pool, calibrated,
                     "; ".join([f"{int(runs)} {POOLS[pool]} ({words})", *why]), tuple(unknowns))
-    return _fallback(groups, hardware, arch, calibrated)
+    return _fallback(groups, hardware, arch, calibrated, arch_factor)
 
 
-def _fallback(groups: dict[str, dict[str, list[float]]], hardware: str, arch: str, calibrated: bool) -> Band:
-    """No measured run of this architecture: the broadest prior band of any (a lower bound on the error)."""
+def _fallback(groups: dict[str, dict[str, list[float]]], hardware: str, arch: str, calibrated: bool,
+              factor: float = 1.0) -> Band:
+    """No measured run of this architecture: the broadest prior band of any, widened by `factor` (what a
+    left-out architecture's runs need; 1: not measured, and the band is then a lower bound on the error)."""
     candidates = [(k, v) for k, v in groups.get("prior", {}).items() if k.startswith(f"{ANY}|{ANY}|{ANY}|")]
     if not candidates:
         return Band(math.nan, math.nan, 0.0, 0, "none", "no runs", "prior", calibrated,
                     "no error band: specs/bands.json holds no runs (run python tools/fit_bands.py)")
     key, (low, high, cov, runs) = max(candidates, key=lambda kv: kv[1][1] - kv[1][0])
     other = key.rsplit("|", 1)[1]
-    return Band(low, high, cov, int(runs), "none", f"all hardware, {other}", "prior", calibrated,
-                f"no measured {arch} run validates this estimate: the band of uncalibrated {other} estimates "
-                f"({int(runs)} runs), likely too narrow", (f"no measured {arch} run",))
+    words = (f"no measured {arch} run validates this estimate: the band of uncalibrated {other} estimates "
+             f"({int(runs)} runs)")
+    if factor > 1.0:
+        low, high = widened([low, high, cov, runs], factor)[:2]
+        words += (f", widened ×{factor:g} to cover {COVERAGE:.0%} of the runs of an architecture no validated run "
+                  "had (each architecture left out in turn)")
+    else:
+        words += ", likely too narrow"
+    return Band(low, high, cov, int(runs), "none", f"all hardware, {other}", "prior", calibrated, words,
+                (f"no measured {arch} run",))
 
 
 @functools.cache
@@ -206,13 +238,18 @@ def arch_of(model: Any) -> str:
     return "hybrid" if model.hybrid is not None else "moe" if model.moe is not None else "dense"
 
 
-def band_for(hardware: Any, devices: int, devices_per_node: int, arch: str) -> Band:
+def band_for(hardware: Any, devices: int, devices_per_node: int, arch: str, framework: str = "") -> Band:
     """The shipped band of an estimate on `hardware` (a catalog.Hardware) at this scale and architecture
-    (`arch_of`)."""
+    (`arch_of`), under `framework` (widened when no validated run used it; "" : not judged)."""
     doc = load_bands()
+    seen = doc.get("frameworks_validated")
+    factor = doc.get("unseen_framework_widening") if framework and seen is not None and framework not in seen else None
     return lookup(doc.get("groups", {}), hardware=hardware.name, family=doc.get("families", {}).get(hardware.name, ""),
                   scale=scale_bucket(devices, devices_per_node), arch=arch,
-                  calibrated=bool(hardware.efficiency.fitted))
+                  calibrated=bool(hardware.efficiency.fitted), framework_factor=factor, framework=framework,
+                  source_factor=float(doc.get("unseen_source_widening", {}).get(
+                      CALIBRATED if hardware.efficiency.fitted else "prior", 1.0)),
+                  arch_factor=float(doc.get("unseen_architecture_widening", 1.0)))
 
 
 def plain_words(band: Band) -> str:

@@ -309,6 +309,7 @@ class Hardware:
     scale_up_name: str = ""                    # the scale-up fabric (NVLink via NVSwitch, ICI, xGMI, ...)
     probed: bool = False                       # measured on a machine by `trainest probe` (extra.probed)
     probed_on: str = ""                        # when (extra.probe.date), "" when not probed or not said
+    collective_call_s: float | None = None     # fixed cost of one collective call [s]; None: by kind (§3.3a)
 
     def peak(self, precision: str) -> float:
         """Dense peak FLOP/s for `precision`, or a SpecError listing what the device has."""
@@ -454,7 +455,8 @@ USABLE_OVER_CAPACITY_MAX = 1.1
 # "type" is free text, accepted, not read
 MEMORY_OPTIONAL = ("type", "kind", "unified", "os_reserve_gb", "usable_mib", "usable_source")
 SYSTEM_KEYS = ("devices_per_node", "scale_up_name", "scale_up_gb_per_s", "scale_up_domain", "scale_up_latency_us",
-               "scale_out_gbit_per_s", "scale_out_latency_us", "scale_out_kind", "scale_out_name", "intra_node")
+               "scale_out_gbit_per_s", "scale_out_latency_us", "scale_out_kind", "scale_out_name", "intra_node",
+               "collective_call_us")
 INTRA_NODE_KEYS = ("kind", "name", "gb_per_s", "latency_us", "peer_to_peer", "pcie_gen", "pcie_lanes")
 HOST_KEYS = ("system", "cpu", "devices", "cpu_cores", "memory_kind", "memory_gb", "memory_gb_per_s", "link")
 HOST_LINK_KEYS = ("kind", "name", "gb_per_s", "shared_by", "pcie_gen", "pcie_lanes")
@@ -749,6 +751,9 @@ def hardware_from_mapping(data: dict, where: str) -> Hardware:
         scale_out_latency_s=F.number(F.given(sys_, "scale_out_latency_us", DEFAULT_SCALE_OUT_LATENCY_US),
                                      f"{where}.system.scale_out_latency_us",
                                      allow_zero=True) * MICROSECOND,
+        collective_call_s=(None if sys_.get("collective_call_us") is None else
+                           F.number(sys_["collective_call_us"], f"{where}.system.collective_call_us",
+                                    allow_zero=True) * MICROSECOND),
         efficiency=_efficiency_from(data["efficiency"], f"{where}.efficiency", kind, compute.flash2_relative),
         source=F.text(data["source"], f"{where}.source"),
         path=where,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainest import SCHEMA_VERSION
-from trainest.band import plain_words
+from trainest.band import CALIBRATED, plain_words
 from trainest.catalog import Hardware, is_bundled_hardware
 from trainest.choices import DEFAULT_RECOMPUTE_MODULES
 from trainest.estimate import Estimate, host_misfit_words
@@ -362,7 +362,7 @@ def band_source(e: Estimate) -> str:
     b = e.band
     if b.runs == 0:
         return "no band data"
-    what = "held-out runs" if b.pool == "holdout" else "runs, uncalibrated efficiencies"
+    what = "runs of sources left out of the fit" if b.pool == CALIBRATED else "runs, uncalibrated efficiencies"
     widened = ", widened: no run of its family" if "no run of its family" in b.note else ""
     profile = " (the catalog entry's band; efficiencies from your profile)" \
         if e.scenario.hardware.efficiency.basis == "profile" else ""

@@ -73,6 +73,9 @@ from trainest.units import parse_count, parse_length
 
 
 def _model_from(value: Any, where: str) -> Model:
+    """The model of a scenario: a preset name or path, a mapping of its shape, or (a plan of a job) the job's."""
+    if isinstance(value, Model):
+        return value
     if isinstance(value, dict):
         return model_from_mapping(value, at(where, "model"))
     if isinstance(value, str) and value.strip():
@@ -107,7 +110,10 @@ class _Reader:
 
 
 def _hardware_from(value: Any, where: str) -> Hardware:
-    """The hardware of a scenario; one trainest does not model (Hardware.unsupported_reason) is refused."""
+    """The hardware of a scenario; one trainest does not model (Hardware.unsupported_reason) is refused. A
+    Hardware (a plan of a job: the job's, perhaps with trial efficiencies) is taken as it is."""
+    if isinstance(value, Hardware):
+        return value
     if isinstance(value, dict):
         from trainest.catalog import hardware_from_mapping
         hardware = hardware_from_mapping(value, at(where, "hardware"))

@@ -8,7 +8,6 @@ from typing import Any
 
 from trainest import training
 from trainest.choices import (
-    DEFAULT_RECOMPUTE_MODULES,
     OBJECTIVES,
 )
 from trainest.errors import SpecError, head
@@ -16,14 +15,13 @@ from trainest.frameworks import FRAMEWORKS
 from trainest.knobs import CLI, JOB_KEYS, JOB_PARALLEL_KEYS
 from trainest.scenario import (
     FineTune,
-    Parallel,
     Scenario,
     check_scenario_keys,
     default_framework,
     default_global_batch,
-    default_tokens,
     lora_base_bits,
     scenario_from_mapping,
+    scenario_mapping,
 )
 from trainest.search.space import SearchSpace, job_for_methods
 
@@ -84,28 +82,42 @@ def job_scenario(mapping: dict, where: str = CLI, default_batch_devices: int | N
 def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vpp: int, micro_batch: int, zero: int,
                   sequence_parallel: bool, recompute: str, pipeline_split: str = "even", finetune: str | None = None,
                   offload: str | None = None, ep: int = 1, etp: int = 1) -> Scenario:
-    """The scenario of one plan: the job with this device count and layout (dp = N/(t·p·c)); the
-    fine-tuning method and offload are the job's unless the plan changes them."""
-    dp = devices // (tp * pp * cp)
-    derived = tuple(x for x in base.derived
-                    if not x.startswith("parallel.") and x not in ("micro_batch", "recompute", "devices"))
+    """The scenario of one plan: the job with this device count and layout (dp = N/(t·p·c)), built and checked
+    by `scenario_from_mapping` as any scenario is; the fine-tuning method and offload are the job's unless the
+    plan changes them. `derived` keeps what the job derived, less the layout (the plan's choice)."""
     ft = base.finetune
     if finetune is not None and finetune != ft.method:
-        derived = _finetune_derived(derived, base.finetune, finetune)
         ft = (FineTune(stated=ft.stated) if finetune == "full"
               else replace(ft, method=finetune, base_bits=4 if finetune == "qlora" else lora_base_bits(ft)))
-    modules = base.recompute_modules if recompute == "selective" else DEFAULT_RECOMPUTE_MODULES
-    # a default token count follows the plan's method (a LoRA plan of a full job trains a fine-tuning set)
-    tokens = default_tokens(base.model, ft) if "tokens" in base.derived else base.tokens
-    return replace(base, devices=devices, micro_batch=micro_batch, recompute=recompute, derived=derived,
-                   recompute_modules=modules, tokens=tokens,
-                   finetune=ft, offload=base.offload if offload is None else offload,
-                   parallel=Parallel(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero,
-                                     sequence_parallel=sequence_parallel, tp_overlap=base.parallel.tp_overlap,
-                                     pipeline_split=pipeline_split, dp_collectives=base.parallel.dp_collectives,
-                                     dp_overlap=base.parallel.dp_overlap, ep=ep, etp=etp,
-                                     moe_overlap=base.parallel.moe_overlap,
-                                     pipeline_schedule=base.parallel.pipeline_schedule))
+    job = {k: v for k, v in scenario_mapping(base).items() if k not in _PLAN_OWN_KEYS and v is not None}
+    parallel = {k: v for k, v in job.pop("parallel").items() if k in JOB_PARALLEL_KEYS}
+    mapping = {**job, "model": base.model, "hardware": base.hardware, "devices": devices, "micro_batch": micro_batch,
+               "recompute": recompute, "offload": base.offload if offload is None else offload,
+               "parallel": {**parallel, "tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "zero": zero, "ep": ep, "etp": etp,
+                            "sequence_parallel": sequence_parallel, "pipeline_split": pipeline_split},
+               **({"finetune": finetune_given(ft)} if ft.stated or ft.frozen else {}),
+               **({"recompute_modules": list(base.recompute_modules)} if recompute == "selective" else {}),
+               # a default token count follows the plan's method (a LoRA plan of a full job trains a fine-tuning set)
+               **({} if "tokens" in base.derived else {"tokens": base.tokens})}
+    s = scenario_from_mapping(mapping, CLI)
+    derived = tuple(x for x in base.derived
+                    if not x.startswith("parallel.") and x not in ("micro_batch", "recompute", "devices"))
+    if ft.method != base.finetune.method:
+        derived = _finetune_derived(derived, base.finetune, ft.method)
+    return replace(s, derived=derived, finetune=replace(s.finetune, stated=ft.stated))
+
+
+# what a plan sets itself (its layout, batch split and method) or derives again, not the job's echo
+_PLAN_OWN_KEYS = ("devices", "micro_batch", "micro_batches", "recompute", "recompute_modules", "finetune", "offload",
+                  "tokens", "derived", "model", "hardware")
+
+
+def finetune_given(ft: FineTune) -> dict[str, Any]:
+    """A plan's `finetune:` block as given: the method, and a LoRA/QLoRA's adapters and base."""
+    if not ft.frozen:
+        return {"method": ft.method}
+    return {"method": ft.method, "rank": ft.rank, "alpha": ft.alpha, "targets": ft.targets,
+            "base_bits": ft.base_bits}
 
 
 def _finetune_derived(derived: tuple[str, ...], job: FineTune, method: str) -> tuple[str, ...]:

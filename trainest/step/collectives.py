@@ -43,6 +43,16 @@ PCIE_ACHIEVABLE_FRACTION = 0.8
 # through host memory: the bytes cross PCIe twice (device -> host, host -> device), so about half the rate.
 HOST_STAGED_FRACTION = 0.5
 DEFAULT_PCIE_LATENCY_S = 10e-6     # a small PCIe transfer, when the hardware file gives no latency (assumption)
+# One NCCL/RCCL collective call costs a fixed time besides its ring steps: the kernel's launch and the
+# handshake that starts the protocol on every rank. Measured: NCCL all-reduce on one 8-GPU A100 NVSwitch node
+# (vTrain's lookup tables, VIA-Research/vTrain @ f8dda8473a trace/a100/AR_GPU<n>_1M_1024M_LUT, as transcribed
+# in tests/data/allreduce-a100-vtrain.yaml): 1 MiB takes 44 µs on 2 GPUs and 93 µs on 8, where its bytes at the
+# large-message bus bandwidth (200-230 GB/s) take 4-8 µs and its 2(n-1) hops at 3 µs 6-42 µs; the time left
+# is 30-40 µs at every n. NCCL_CALL_S is 30 µs: with it the model is within 25 % of all 868 rows (MAPE 9 %,
+# 16 % without; tests/test_comm.py). GPUs only: a TPU's collectives are compiled into the step's program (XLA),
+# and no measured table says what HCCL or the Neuron runtime pay.
+NCCL_CALL_S = 30e-6
+NCCL_KINDS = ("gpu", "cpu-gpu")
 
 
 class Tiers(NamedTuple):
@@ -62,6 +72,7 @@ class Tiers(NamedTuple):
     node_latency_s: float = 0.0
     node_domain: int = 0        # ranks per node when it exceeds the scale-up domain (0: none)
     devices: float = math.inf   # N, the job's devices (inf: not said; every domain boundary may be crossed)
+    call_s: float = 0.0         # fixed cost of one collective call (NCCL_CALL_S on GPUs)
 
     @property
     def node_extent(self) -> int:
@@ -118,7 +129,16 @@ def tiers_of(hardware: Hardware, devices_per_node: int, devices: float = math.in
         up, up_lat = node_rate, node_lat
     out = hardware.scale_out_bytes_per_s * eff.scale_out if hardware.scale_out_bytes_per_s else math.nan
     return Tiers(up_bytes_per_s=up, up_latency_s=up_lat, domain=domain, out_bytes_per_s=out,
-                 out_latency_s=hardware.scale_out_latency_s, devices=devices, **extra)
+                 out_latency_s=hardware.scale_out_latency_s, devices=devices, call_s=collective_call_s(hardware),
+                 **extra)
+
+
+def collective_call_s(hardware: Hardware) -> float:
+    """The fixed cost of one collective call on `hardware` [s]: its file's `system.collective_call_us` where
+    given, else NCCL_CALL_S where NCCL/RCCL run it (GPUs) and 0 elsewhere."""
+    if hardware.collective_call_s is not None:
+        return hardware.collective_call_s
+    return NCCL_CALL_S if hardware.kind in NCCL_KINDS else 0.0
 
 
 def job_tiers(job: Job) -> Tiers:
@@ -270,9 +290,10 @@ def tree_latency_s(size: Num, stride: Num, tiers: Tiers) -> Num:
 
 
 def reduce_scatter_s(size_bytes: Num, size: Num, stride: Num, tiers: Tiers) -> Num:
-    """(n−1)/n · S/W + (n−1)·α [s]; S is the full (unsharded) buffer per rank [B]. 0 for n = 1."""
+    """(n−1)/n · S/W + (n−1)·α + α_call [s]; S is the full (unsharded) buffer per rank [B]. 0 for n = 1."""
     bw = bus_bandwidth_bytes_per_s(size, stride, tiers)
-    return (size - 1.0) / size * size_bytes / bw + ring_latency_s(size, stride, tiers)
+    return ((size - 1.0) / size * size_bytes / bw + ring_latency_s(size, stride, tiers)
+            + tiers.call_s * xp.mask(size > 1))
 
 
 def all_gather_s(size_bytes: Num, size: Num, stride: Num, tiers: Tiers) -> Num:
@@ -281,11 +302,12 @@ def all_gather_s(size_bytes: Num, size: Num, stride: Num, tiers: Tiers) -> Num:
 
 
 def all_reduce_s(size_bytes: Num, size: Num, stride: Num, tiers: Tiers) -> Num:
-    """2(n−1)/n · S/W + 2·min(ring, tree) latency [s]: the bandwidth of reduce-scatter + all-gather,
-    with NCCL choosing the tree when latency dominates."""
+    """2(n−1)/n · S/W + 2·min(ring, tree) latency + α_call [s]: the bandwidth of reduce-scatter + all-gather,
+    with NCCL choosing the tree when latency dominates, in one call."""
     bw = bus_bandwidth_bytes_per_s(size, stride, tiers)
     latency = xp.minimum(ring_latency_s(size, stride, tiers), tree_latency_s(size, stride, tiers))
-    return 2.0 * ((size - 1.0) / size * size_bytes / bw + latency * xp.mask(size > 1))
+    return (2.0 * ((size - 1.0) / size * size_bytes / bw + latency * xp.mask(size > 1))
+            + tiers.call_s * xp.mask(size > 1))
 
 
 def send_recv_s(size_bytes: Num, size: Num, stride: Num, tiers: Tiers) -> Num:

@@ -135,22 +135,12 @@ def windowed_span(job: Job, layout: Layout) -> Num:
     return span if window is None else xp.minimum(span, float(window.size))
 
 
-def ring_length_factor(span: Num, cp: Num) -> Num:
-    """The length factor of fused attention split over a causal context-parallel ring of c ranks
-    (Transformer Engine's load-balanced ring: each rank holds 2 of the sequence's 2c chunks): the ring's
-    c steps do equal work, the first (the rank's own causal block) at the rank's span, the c − 1 others
-    with one side of the kernel a single chunk, half the span. The mean rate of that work:
-    1 / ((1/c)·(1 + x_½/span) + ((c − 1)/c)·(1 + 2·x_½/span)); s/(s + x_½) at c = 1 [dimensionless]."""
-    own = 1.0 + ATTENTION_HALF_SEQ / span
-    half = 1.0 + 2.0 * ATTENTION_HALF_SEQ / span
-    return cp / (own + (cp - 1.0) * half)
-
-
 def attention_flops_per_s(job: Job, layout: Layout, span: Num | None = None) -> Num:
     """Fused attention's achievable FLOP/s: min(16-bit peak, run's peak) · η_attn · s_c/(s_c + 512) ·
     d_h/(d_h + 32) (· η_flash2 for FlashAttention-2), with s_c = s/c the per-rank sequence
-    (FlashAttention-2 benchmarks, Dao 2023 Fig. 4-6) [FLOP/s]; over a context-parallel ring the kernels
-    are the ring's steps, most of them on half the span (`ring_length_factor`). Attention runs in 16 bit
+    (FlashAttention-2 benchmarks, Dao 2023 Fig. 4-6) [FLOP/s]. Over a context-parallel ring the same
+    factor at s/c: the ring's later steps pair one side of s/(2c) but run unmasked blocks, which tile
+    better than a causal kernel of the same length (docs/model.md §4.2). Attention runs in 16 bit
     (FP8/FP4 recipes keep it there), or at the run's own peak when lower (FP32/TF32), so MFU stays <= 1.
     Packed sequences: the length factor takes the document length (`attention_span`); a windowed layer
     gives its own `span` (`windowed_span`)."""
@@ -158,7 +148,7 @@ def attention_flops_per_s(job: Job, layout: Layout, span: Num | None = None) -> 
     # MLA: the query/key and value widths differ (d_n + d_r, d_v); the kernel's two products use one each
     head_width = m.head_dim if m.mla is None else (m.qk_head_dim + m.v_head_dim) / 2.0
     return (min(hw.peak_16bit_flops_per_s, hw.peak(job.precision)) * eff.attention
-            * ring_length_factor(attention_span(job, layout) if span is None else span, layout.cp)
+            * dimension_factor(attention_span(job, layout) if span is None else span, ATTENTION_HALF_SEQ)
             * dimension_factor(head_width, ATTENTION_HALF_HEAD_DIM)
             * (eff.flash2_attention if job.attention == "flash2" else 1.0))
 
