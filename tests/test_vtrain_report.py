@@ -45,10 +45,12 @@ def test_the_set_loads_720_expressible_runs_in_72_jobs(vtrain):
 def test_the_set_is_reported_apart_from_the_public_runs():
     every = validate_runs()
     public = validate_runs(run_set=PUBLIC_SET)
-    assert set(every.by_set) == {PUBLIC_SET, VTRAIN_SET, "finetune"}     # finetune: the LoRA/QLoRA runs (issue 14)
+    # finetune: the LoRA/QLoRA runs (issue 14); memory: the memory-only runs of memory-given.yaml (issue 34)
+    assert set(every.by_set) == {PUBLIC_SET, VTRAIN_SET, "finetune", "memory"}
     assert every.by_set[VTRAIN_SET].runs == VTRAIN_RUNS
     assert every.by_set[PUBLIC_SET] == public.summary
-    assert every.by_source.keys() - public.by_source.keys() == {"vtrain-single", "mlx"}   # mlx: LoRA runs only
+    # mlx: LoRA runs only; memory-given: memory-only runs (issue 34)
+    assert every.by_source.keys() - public.by_source.keys() == {"vtrain-single", "mlx", "memory-given"}
 
 
 # Accuracy gates on the vTrain rows (issue 12; docs/validation.md, "vTrain single-node rows"): the

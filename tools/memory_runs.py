@@ -105,13 +105,16 @@ def optimizer_of(text: str, notes: list[str]) -> OrderedDict:
     return out
 
 
-def recompute_of(text: str, notes: list[str]) -> str:
+def recompute_of(text: str, notes: list[str]) -> str | None:
+    """The record's recompute; None where the source does not state it (left out of the run, so that trainest
+    takes the framework's default and names `recompute` among the settings the record did not give)."""
     low = text.lower()
     if low.startswith(("full", "gradient checkpointing")):
         return "full"
     if low.startswith("none stated"):
-        notes.append("recompute none assumed: the source does not state it (litgpt's fine-tuning scripts checkpoint "
-                     "nothing unless asked)")
+        notes.append("recompute not stated by the source: left out (the framework's default, none, is taken and "
+                     "named as unstated)")
+        return None
     return "none"
 
 
@@ -160,6 +163,9 @@ def not_expressible(rec: dict) -> str | None:
     if "classification" in name or "encoder" in name:
         return ("an encoder with a sequence-classification head: no per-token vocabulary logits and no causal LM "
                 "loss, which trainest's decoder model counts")
+    if "paged" in str(rec["optimizer"]).lower():
+        return ("bitsandbytes' paged optimizer: its state lives in CUDA unified memory, outside PyTorch's allocator "
+                "(not in a torch peak) and is paged to the host under memory pressure; trainest has no input for it")
     if hardware_of(rec["hardware"])[0] is None:
         return f"hardware {rec['hardware']!r}: no catalog entry"
     return None
@@ -190,7 +196,9 @@ def convert(rec: dict) -> OrderedDict:
         notes.append(f"global_batch {out['global_batch']} is not a multiple of devices x micro_batch = {per_step}: "
                      f"taken as {per_step} (one micro-batch per device; the memory does not depend on it)")
         out["global_batch"] = per_step
-    out["recompute"] = recompute_of(str(rec["recompute"]), notes)
+    recompute = recompute_of(str(rec["recompute"]), notes)
+    if recompute is not None:
+        out["recompute"] = recompute
     compiled = compiled_of(rec)
     out["attention"] = "flash2"
     out["framework"] = "hf-accelerate"
@@ -230,7 +238,7 @@ def convert(rec: dict) -> OrderedDict:
 
 
 # settings the records state that trainest's scenario has no key for yet: written into the notes, not the run
-PENDING_KEYS = ("master_weights", "loss", "optimizer_in_backward")
+PENDING_KEYS: tuple[str, ...] = ()
 
 
 def without_pending(run: OrderedDict) -> OrderedDict:

@@ -109,7 +109,8 @@ PANELS: dict[str, tuple[str, ...]] = {
                "pipeline_layout", "recompute", "recompute_modules", "offload", "attention", "kernels",
                "framework", "plan", "allow", "max_tp", "max_pp", "max_cp", "max_vpp", "max_micro_batch"),
     "Batch": ("micro_batch", "global_batch", "global_batch_tokens", "seq_len", "packed_length"),
-    "Precision": ("precision", "adam_moments", "optimizer"),
+    "Precision": ("precision", "adam_moments", "optimizer", "master_weights", "grad_dtype", "optimizer_in_backward",
+                  "loss"),
     "Fine-tuning": ("finetune", "lora_rank", "lora_alpha", "lora_targets", "base_bits"),
     "Run and cost": ("tokens", "price_per_hour", "pue", "grid_gco2_per_kwh", "objective", "deadline", "budget",
                      "max_days", "max_cost", "require_fit"),
@@ -207,6 +208,23 @@ KNOBS: tuple[Knob, ...] = (
       "FP32 master and the bytes its step moves: adamw (two moments, 8 B; 4 with --adam-moments bf16), adamw-8bit "
       "(bitsandbytes' block-wise 8-bit moments, 2 B), adafactor (factored second moment, no momentum: ~0 B) or sgd "
       "(momentum, 4 B).", "adamw", "Optimizer", job=True),
+    K("master_weights", ("--master-weights",), "choice", "The optimizer's copy of the weights: fp32 (an FP32 master "
+      "beside the 16-bit working weights: mixed precision, 4 B per parameter) or none (pure 16-bit training: the "
+      "16-bit weights are the parameters the optimizer updates, e.g. torchtune's and litgpt's bf16-true; Adam's "
+      "moments then default to bf16).", "fp32", ("fp32", "none"), job=True, fallback="fp32"),
+    K("grad_dtype", ("--grad-dtype",), "choice", "The gradients' dtype: auto (FP32 with an FP32 master, FP16 for "
+      "fp16 runs, the weights' 16-bit dtype without a master), fp32 (Megatron's main_grad, FSDP's reduce dtype) or "
+      "bf16 (DeepSpeed's bf16 mode: BF16 gradients beside an FP32 master; half the gradient memory and the data-"
+      "parallel reduction's bytes).", "auto", ("auto", "fp32", "bf16"), job=True, fallback="auto"),
+    K("optimizer_in_backward", ("--optimizer-in-backward/--no-optimizer-in-backward",), "switch", "Fuse the "
+      "optimizer step into the backward: each parameter is updated as soon as its gradient is computed and the "
+      "gradient freed (torchtune optimizer_in_bwd, LOMO), so about one layer's gradients live at once instead of "
+      "the model's; needs one micro-batch per step (no gradient accumulation).", "off", job=True, fallback=False),
+    K("loss", ("--loss",), "choice", "The cross-entropy's memory for the logits: standard (the framework's own), "
+      "chunked (16-bit logits, FP32 upcast per chunk: torchtune CEWithChunkedOutputLoss, litgpt), compiled "
+      "(torch.compile fuses the upcast and the loss: 16-bit logits and their gradient) or fused (the output "
+      "projection and the loss fused, no full logits: Liger FusedLinearCrossEntropy, Cut Cross-Entropy).",
+      "standard", ("standard", "chunked", "compiled", "fused"), job=True, fallback="standard"),
     K("kernels", ("--kernels",), "choice", "Element-wise kernels: fused (Megatron/Transformer Engine, torch.compile, "
       "XLA) or eager (PyTorch without torch.compile: one kernel per operator, FP32 norms).", "fused", "Kernels",
       job=True),

@@ -28,6 +28,7 @@ from trainest.choices import (
 )
 from trainest.hardware import Hardware
 from trainest.models import Model
+from trainest.precision import grad_bytes_per_param
 from trainest.record import NamedTuple
 
 if TYPE_CHECKING:
@@ -66,6 +67,10 @@ class Job(NamedTuple):
     devices: float = math.inf   # N = t·p·c·d (inf: not said): whether a group may straddle two domains (§3.2)
     cuda_graphs: str = "none"   # CudaGraphs: none | partial (the static-shape parts) | full (every layer), §2.10
     moe_dispatcher: str = "alltoall"   # MoeDispatcher: alltoall (NCCL) | deepep | hybridep, §15.11
+    master_weights: str = "fp32"     # fp32 (mixed precision's FP32 master) | none (pure 16-bit), docs/model.md §7.2
+    grad_dtype: str = "auto"         # auto | fp32 | bf16: the gradients' dtype (precision.grad_bytes_per_param)
+    optimizer_in_backward: bool = False   # the optimizer step fused into the backward (gradients freed per layer)
+    loss: str = "standard"           # standard | chunked | compiled | fused: the loss's bytes per logit, §7.4
 
     def recomputes(self, module: str) -> float:
         """1.0 when selective recompute re-runs `module` (choices.RECOMPUTE_MODULES), else 0.0."""
@@ -75,6 +80,12 @@ class Job(NamedTuple):
         """1 where the backward re-runs a MoE layer's block after attention (its routing, experts and
         all-to-alls): full recompute, or selective recompute of the `moe` module; else 0."""
         return layout.full + layout.selective * self.recomputes("moe")
+
+    @property
+    def grad_bytes(self) -> float:
+        """Bytes per gradient element [B]: precision.grad_bytes_per_param of its precision, grad_dtype and
+        master_weights (docs/model.md §7.2)."""
+        return grad_bytes_per_param(self.precision, self.grad_dtype, self.master_weights)
 
     @property
     def low_precision(self) -> bool:

@@ -9,6 +9,8 @@ floats or numpy arrays for the layout arguments.
 
 from __future__ import annotations
 
+import math
+
 from trainest import xp
 from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
@@ -37,7 +39,13 @@ from trainest.step.finetune import (
     frozen_layer_bytes,
     frozen_weight_bytes,
 )
-from trainest.step.offload import IN_FLIGHT_LAYERS, host_bytes, offload_grad_bytes, offload_state
+from trainest.step.offload import (
+    IN_FLIGHT_LAYERS,
+    host_bytes,
+    host_optimizer_bytes_per_param,
+    offload_grad_bytes,
+    offload_state,
+)
 from trainest.step.schedule import dualpipe_copies, stage_dense_params, stage_expert_params, stage_layers, stage_params
 from trainest.units import MiB
 
@@ -61,10 +69,28 @@ NCCL_COMMUNICATOR_BYTES = 2.0 * NCCL_ASSUMED_CHANNELS * NCCL_BUFFSIZE_BYTES     
 FRAGMENTATION_FRACTION = 0.05    # caching-allocator reserve and fragmentation, a fraction of the tensors
 
 
+# torchtune's CEWithChunkedOutputLoss splits the logits into num_output_chunks = 8 chunks, each upcast to FP32 on its
+# own; litgpt's chunked_cross_entropy does the same per lm_head chunk (docs/model.md §7.4)
+LOSS_CHUNKS = 8.0
+LOSS_FP32_WORKING_BYTES = 8.0     # one chunk's FP32 upcast and its log-softmax (or gradient): 4 + 4 per logit
+LOGITS_16BIT_BYTES = 2.0          # one 16-bit logit (or its 16-bit gradient)
+
+
 def loss_bytes_per_logit(job: Job) -> float:
-    """Bytes per logit the cross-entropy holds at its peak [B]: the framework's
-    (`Framework.loss_bytes_per_logit`: 6 for Megatron's in-place FP32 softmax, 12 for torchtitan's
-    unfused FP32 cross-entropy, 2·LOGITS_BYTES for a framework not examined)."""
+    """Bytes per logit the cross-entropy holds at its peak [B], by `job.loss`: standard, the framework's
+    (`Framework.loss_bytes_per_logit`: 6 for Megatron's in-place FP32 softmax, 12 for torchtitan's unfused FP32
+    cross-entropy, 2·LOGITS_BYTES for a framework not examined); chunked, the 16-bit logits and one of
+    LOSS_CHUNKS chunks' FP32 working set: 2 + 8/8 = 3; compiled (torch.compile fuses the upcast, the
+    log-softmax and the loss, FP32 only in registers and one log-sum-exp per row), the 16-bit logits and their
+    16-bit gradient: 2 + 2 = 4; fused (the output projection and the loss fused: Liger's
+    FusedLinearCrossEntropy, Cut Cross-Entropy), no full-size logits: one chunk of ceil(B·s / ceil(V/h)) rows
+    with its FP32 logits and 16-bit gradient, 6 / ceil(V/h) per logit of the full size."""
+    if job.loss == "chunked":
+        return LOGITS_16BIT_BYTES + LOSS_FP32_WORKING_BYTES / LOSS_CHUNKS
+    if job.loss == "compiled":
+        return 2.0 * LOGITS_16BIT_BYTES
+    if job.loss == "fused":
+        return (LOGITS_BYTES + LOGITS_16BIT_BYTES) / math.ceil(job.model.vocab / job.model.hidden)
     return FRAMEWORKS[job.framework].loss_bytes_per_logit
 
 
@@ -190,14 +216,26 @@ def zero_state_bytes(job: Job, layout: Layout, params: Num, layer_params: Num, s
     # never more gathered than the stage holds: a one-layer stage has no next layer to prefetch
     gathered = xp.minimum(gathered_layer_params(job, layout, layer_params), params)
     weights = weights + gathers_layers(job, layout, shard) * gathered * w_bytes
-    grads = params * grad_bytes_per_param(precision) / xp.where(zero >= 2, shard, 1.0)
-    state_bytes = optimizer_bytes_per_param(precision, job.adam_moments, job.optimizer)
+    g_bytes = grad_bytes_per_param(precision, job.grad_dtype, job.master_weights)
+    grads = params * g_bytes / xp.where(zero >= 2, shard, 1.0)
+    if job.optimizer_in_backward:
+        grads = xp.minimum(grads, in_backward_grad_params(job, layout, layer_params) * g_bytes
+                           / xp.where(zero >= 2, shard, 1.0))
+    state_bytes = optimizer_bytes_per_param(precision, job.adam_moments, job.optimizer, job.master_weights)
     optim = params * state_bytes / xp.where(zero >= 1, shard, 1.0)
     if FRAMEWORKS[job.framework].pp_unsharded_zero3:
         gathered = sharded3 * xp.mask(layout.pp > 1)
         weights = weights + gathered * (params * w_bytes - weights)
-        grads = grads + gathered * (params * grad_bytes_per_param(precision) - grads)
+        grads = grads + gathered * (params * g_bytes - grads)
     return weights, grads, optim
+
+
+def in_backward_grad_params(job: Job, layout: Layout, layer_params: Num) -> Num:
+    """Gradients alive at once with the optimizer fused into the backward [parameters]: each parameter is updated
+    and its gradient freed as soon as it is computed (torchtune optimizer_in_bwd: a post-accumulate-grad hook per
+    parameter; Lv et al. 2023, LOMO), so at most one layer's (`layer_params`, its backward computes them
+    together) or the output projection's V·h/t, whichever is larger."""
+    return xp.maximum(layer_params, job.model.vocab * job.model.hidden / layout.tp)
 
 
 def finetune_state_bytes(job: Job, layout: Layout, params_local: Num,
@@ -236,8 +274,9 @@ def frozen_state_bytes(job: Job, layout: Layout, frozen: tuple[Num, Num], adapte
     stored, layer = frozen
     weights = (stored / xp.where(zero >= 3, shard, 1.0) + sharded3 * 2.0 * layer
                + adapters * weight_bytes_per_param(job.precision) / xp.where(zero >= 3, shard, 1.0))
-    grads = adapters * grad_bytes_per_param(job.precision) / xp.where(zero >= 2, shard, 1.0)
-    state_bytes = optimizer_bytes_per_param(job.precision, job.adam_moments, job.optimizer)
+    grads = adapters * grad_bytes_per_param(job.precision, job.grad_dtype, job.master_weights) \
+        / xp.where(zero >= 2, shard, 1.0)
+    state_bytes = optimizer_bytes_per_param(job.precision, job.adam_moments, job.optimizer, job.master_weights)
     optim = adapters * state_bytes / xp.where(zero >= 1, shard, 1.0)
     return weights, grads, optim
 
@@ -290,7 +329,7 @@ def offloaded_device_bytes(job: Job, layout: Layout, on_device: tuple[Num, Num, 
     weights = weights + xp.where(opt, unsharded_16bit * state.weight_bytes, 0.0)
     return (xp.where(wts, IN_FLIGHT_LAYERS * state.layer_weight_bytes, weights), xp.where(opt, streamed_grads, grads),
             xp.where(opt, 0.0 * optim, optim), xp.where(acts, xp.maximum(streamed_acts, 0.0), activations),
-            host_bytes(layout, state, layout.micro_batches(job)))
+            host_bytes(layout, state, layout.micro_batches(job), host_optimizer_bytes_per_param(job)))
 
 
 def memory_per_device(job: Job, layout: Layout) -> MemoryBreakdown:

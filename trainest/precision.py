@@ -19,13 +19,22 @@ def weight_bytes_per_param(precision: str) -> float:
     return 4.0 if precision in FULL_PRECISIONS else 2.0
 
 
-def grad_bytes_per_param(precision: str) -> float:
+GRAD_DTYPE_BYTES = {"fp32": MAIN_GRAD_BYTES, "bf16": 2.0}   # `grad_dtype` given (not auto)
+
+
+def grad_bytes_per_param(precision: str, grad_dtype: str = "auto", master_weights: str = "fp32") -> float:
     """Bytes per parameter of the gradient buffer, which is also what the data-parallel reduction
-    moves [B]: FP32 (4) for BF16/FP8/FP4 mixed precision (Megatron forces FP32 gradient accumulation
-    and reduction with BF16; FSDP's default reduce dtype) and FP32 training; FP16 (2) for
+    moves [B]. `grad_dtype` auto: FP32 (4) for BF16/FP8/FP4 mixed precision (Megatron forces FP32 gradient
+    accumulation and reduction with BF16; FSDP's default reduce dtype) and FP32 training; FP16 (2) for
     loss-scaled FP16 mixed precision, whose gradients stay FP16 (Megatron-LM without
-    --accumulate-allreduce-grads-in-fp32, DeepSpeed's FP16 ZeRO)."""
-    return FP16_GRAD_BYTES if precision == "fp16" else MAIN_GRAD_BYTES
+    --accumulate-allreduce-grads-in-fp32, DeepSpeed's FP16 ZeRO); without a master (`master_weights` none:
+    pure 16-bit training) the 16-bit weights' own gradients (2). Given: fp32 4, bf16 2 (DeepSpeed's bf16 mode
+    keeps BF16 gradients beside its FP32 master)."""
+    if grad_dtype != "auto":
+        return GRAD_DTYPE_BYTES[grad_dtype]
+    if precision == "fp16" or (master_weights == "none" and precision not in FULL_PRECISIONS):
+        return FP16_GRAD_BYTES
+    return MAIN_GRAD_BYTES
 
 
 # 8-bit Adam (bitsandbytes; Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization" §2): each moment
@@ -43,8 +52,11 @@ def optimizer_state_bytes(optimizer: str = "adamw", moments: str = "fp32") -> fl
             "sgd": 4.0}[optimizer]
 
 
-def optimizer_bytes_per_param(precision: str, moments: str = "fp32", optimizer: str = "adamw") -> float:
+def optimizer_bytes_per_param(precision: str, moments: str = "fp32", optimizer: str = "adamw",
+                              master_weights: str = "fp32") -> float:
     """Optimizer state: FP32 master + the optimizer's own state (AdamW: 12 B); pure FP32 training needs no
-    master copy (8 B); BF16 moments (`moments` bf16: DeepSeek-AI 2024 §3.3.3) halve the moments' 8 B;
-    `optimizer_state_bytes` for the others."""
-    return optimizer_state_bytes(optimizer, moments) + (0.0 if precision in FULL_PRECISIONS else MASTER_WEIGHT_BYTES)
+    master copy (8 B), nor does pure 16-bit training (`master_weights` none: the optimizer updates the 16-bit
+    weights in place; with BF16 moments, torch.optim's state in the parameters' dtype, 4 B); BF16 moments
+    (`moments` bf16: DeepSeek-AI 2024 §3.3.3) halve the moments' 8 B; `optimizer_state_bytes` for the others."""
+    master = 0.0 if precision in FULL_PRECISIONS or master_weights == "none" else MASTER_WEIGHT_BYTES
+    return optimizer_state_bytes(optimizer, moments) + master

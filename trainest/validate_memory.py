@@ -21,11 +21,11 @@ PEAK_MEMORY_KINDS = ("allocated", "active", "reserved", "device", "unspecified")
 PEAK_MEMORY_COMPARED = {"allocated": "allocated_bytes", "active": "allocated_bytes", "reserved": "reserved_bytes",
                         "device": "per_device_bytes", "unspecified": "reserved_bytes"}
 MEMORY_ONLY_METRIC = "peak_memory_gib"   # a run's Measurement.metric when it gives a peak memory and no step metric
-# the scenario settings that decide the memory per device: a run that is called "does not fit" and took one of
-# them as a default (Scenario.derived) names it, since the record's own value may make it fit
-MEMORY_SETTINGS = ("tp", "pp", "cp", "vpp", "zero", "dp_shard", "micro_batch", "recompute", "recompute_modules",
-                   "offload", "optimizer", "adam_moments", "master_weights", "grad_dtype", "optimizer_in_backward",
-                   "loss", "framework", "finetune", "sequence_parallel", "ep", "etp")
+# the scenario settings that decide most of the memory per device and that a measured record often leaves out: a
+# run that is called "does not fit" and took one of them as a default (Scenario.derived) names it, since the run's
+# own value may make it fit (the dtype and optimizer-in-backward knobs follow from these or are plain off)
+MEMORY_SETTINGS = ("tp", "pp", "cp", "zero", "dp_shard", "micro_batch", "recompute", "offload", "optimizer",
+                   "master_weights", "loss", "framework")
 
 
 @dataclass(frozen=True)

@@ -118,7 +118,19 @@ def framework_rows() -> list[dict[str, Any]]:
              "pp_zero_stages": list(f.zero_stages_with(2)), "lora_granularity": f.lora_granularity,
              "qlora": f.qlora,
              "runs_on": list(f.runs_on), "recompute_modes": list(f.recompute_modes), "tp_overlap": f.tp_overlap,
-             "source": f.source} for f in FRAMEWORKS.values()]
+             "memory_defaults": framework_memory_defaults(f.name), "source": f.source} for f in FRAMEWORKS.values()]
+
+
+def framework_memory_defaults(name: str) -> dict[str, Any]:
+    """The memory inputs a scenario under framework `name` takes when it gives none (each then listed in
+    `inputs.derived`; docs/model.md §7.7): the knobs' defaults, with the bytes per logit its standard loss holds
+    and the recompute it defaults to."""
+    from trainest.frameworks import FRAMEWORKS
+    from trainest.knobs import BY_NAME
+    f = FRAMEWORKS[name]
+    out: dict[str, Any] = {k: BY_NAME[k].fallback for k in ("master_weights", "grad_dtype", "optimizer_in_backward",
+                                                            "loss")}
+    return {**out, "loss_bytes_per_logit": f.loss_bytes_per_logit, "recompute": f.default_recompute}
 
 
 def _stages(stages: list[int]) -> str:
@@ -218,7 +230,7 @@ def print_frameworks(rows: list[dict[str, Any]]) -> None:
     # every value whole (the widest of each column); the headers wrap on a narrow terminal
     widths = {"name": max(len(r["name"]) for r in rows), "dispatch": 6, "host ×": 5, "kernels": 5}
     for col in ("name", "dispatch", "host ×", "mb sync", "kernels", "overlap", "ZeRO", "interl", "layout", "experts",
-                "lora", "qlora", "seen", "MoE"):
+                "lora", "qlora", "loss λ", "seen", "MoE"):
         table.add_column(col, justify="right" if col in ("host ×", "mb sync") else "left",
                          min_width=widths.get(col, 3))
     for r in rows:
@@ -230,7 +242,7 @@ def print_frameworks(rows: list[dict[str, Any]]) -> None:
         table.add_row(r["name"], r["dispatch"], host, mb, r["kernels"], _yes(r["dp_overlap"]), zero_text(r),
                       _yes(r["interleaved"]),
                       _yes(r["stage_layout"]), r["expert_loop"], r["lora_granularity"], _yes(r["qlora"]),
-                      _yes(r["seen"]),
+                      f"{r['loss_bytes_per_logit']:g} B", _yes(r["seen"]),
                       _yes(r["moe_seen"]))
     con = console()
     print_table(con, table)
@@ -240,6 +252,10 @@ def print_frameworks(rows: list[dict[str, Any]]) -> None:
               "mb sync: the host's Python per micro-batch that is on the step's path because the framework "
               "synchronises host and device there (*: fitted, else the prior host_ms_per_micro_batch; –: it runs "
               "ahead of the device); "
+              "loss λ: bytes per logit its own cross-entropy holds (--loss standard, the default; chunked 3, "
+              "compiled 4, fused 6/ceil(V/h): docs/model.md §7.4, §7.7); its memory defaults, derived where a "
+              "scenario gives none (--json: memory_defaults): master_weights fp32, grad_dtype auto, loss standard, "
+              "optimizer_in_backward off; "
               "kernels: its default element-wise kernels; overlap: the gradient reduction overlapped with the "
               "backward by default; ZeRO: the ZeRO stages it has (pp: those it runs with pipeline parallelism; "
               "no pp: it has no pipeline; sources in trainest/frameworks.py); interl: has the interleaved pipeline "

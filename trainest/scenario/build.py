@@ -33,6 +33,7 @@ from trainest.knobs import SIMPLE, Knob
 from trainest.rules import Facts, facts_of
 from trainest.scenario.checks import (
     check_finetune,
+    check_memory_knobs,
     check_network,
     check_offload,
     check_optimizer,
@@ -342,16 +343,26 @@ def _run_costs(r: _Reader, model: Model, hardware: Hardware,
     return tokens, price_usd, pue, grid
 
 
+def _moments_of(r: _Reader, knobs: dict[str, Any], precision: str, micro_batches: int, where: str) -> str:
+    """`adam_moments`, default fp32, or bf16 for AdamW without a master (pure 16-bit training: torch.optim keeps
+    Adam's moments in the parameters' dtype); the memory knobs checked first (check_memory_knobs)."""
+    check_memory_knobs(knobs, precision, micro_batches, where)
+    pure_adamw = knobs["master_weights"] == "none" and r.data.get("optimizer") in (None, "adamw")
+    return F.choice(r.default("adam_moments", "bf16" if pure_adamw else "fp32"), at(where, "adam_moments"),
+                    ADAM_MOMENTS)
+
+
 def _optimizer_of(r: _Reader, moments: str, offload: str, where: str) -> str:
     """`optimizer` (default adamw), checked against the moments' dtype and the offload (check_optimizer)."""
     return check_optimizer(F.choice(r.default("optimizer", "adamw"), at(where, "optimizer"), OPTIMIZERS), moments,
                            offload, where)
 
 
-def _offload_of(data: dict[str, Any], hardware: Hardware, moments: str, where: str) -> str:
-    """`offload` (check_offload); BF16 Adam moments are refused with an offloaded optimizer."""
+def _offload_of(data: dict[str, Any], hardware: Hardware, moments: str, where: str, knobs: dict[str, Any]) -> str:
+    """`offload` (check_offload); BF16 Adam moments are refused with an offloaded optimizer but without a master
+    (FSDP CPU offload of a pure 16-bit model runs torch's optimizer in the parameters' dtype)."""
     offload = check_offload(data.get("offload", "none"), hardware, at(where, "offload"))
-    if moments == "bf16" and offload.startswith("optimizer"):
+    if moments == "bf16" and offload.startswith("optimizer") and knobs["master_weights"] == "fp32":
         raise SpecError(f"{at(where, 'adam_moments')}: bf16 with offload {offload!r} is not modelled (the CPU Adam of "
                         f"ZeRO-Offload keeps FP32 moments); allowed with it: fp32")
     return offload
@@ -433,7 +444,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     kernels = F.choice(r.default("kernels", fw.kernels), at(where, "kernels"), KERNELS)
     knobs = simple_knobs(r)
     _check_moe_dispatcher(dict(knobs)["moe_dispatcher"], model, where)
-    moments = F.choice(r.default("adam_moments", "fp32"), at(where, "adam_moments"), ADAM_MOMENTS)
+    moments = _moments_of(r, dict(knobs), precision, global_batch // (dp * micro_batch), where)
     dp_overlap = F.boolean(r.default_in(par, "parallel.dp_overlap", fw.dp_overlap), at(where, "parallel.dp_overlap"))
     check_framework(framework, sizes, par, where, label)
     check_framework_hardware(framework, hardware, where)
@@ -441,7 +452,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     derived += finetune_defaults(data.get("finetune"), finetune)
     tokens, price_usd, pue, grid = _run_costs(r, model, hardware, finetune)
     hybrid_support(model, recompute, finetune.method, where)
-    offload = _offload_of(data, hardware, moments, where)
+    offload = _offload_of(data, hardware, moments, where, dict(knobs))
     headroom, headroom_bytes = memory_headroom_bytes(r.default("memory_headroom", DEFAULT_MEMORY_HEADROOM),
                                                      hardware.device_memory_bytes, at(where, "memory_headroom"))
     if schedules_need_a_pipeline:

@@ -269,3 +269,22 @@ def default_precision(hardware: Hardware) -> str:
 
 def is_finite_positive(x: float) -> bool:
     return math.isfinite(x) and x > 0
+
+
+def check_memory_knobs(knobs: dict[str, Any], precision: str, micro_batches: int, where: str) -> None:
+    """The dtype and optimizer knobs against the precision and the batch (docs/model.md §7.2): BF16 gradients are a
+    BF16 run's (FP16 runs keep FP16 ones, FP32/TF32 runs FP32 ones); no master only where the weights are 16-bit;
+    the optimizer fused into the backward frees each gradient as it is applied, so nothing is accumulated over
+    micro-batches (torchtune refuses gradient accumulation with optimizer_in_bwd)."""
+    full = precision in ("fp32", "tf32")
+    if knobs["grad_dtype"] == "bf16" and (full or precision == "fp16"):
+        raise SpecError(f"{at(where, 'grad_dtype')}: bf16 with precision {precision} is not a recipe ({precision} "
+                        f"training keeps {'FP32' if full else 'FP16'} gradients); allowed with it: auto, fp32")
+    if knobs["master_weights"] == "none" and full:
+        raise SpecError(f"{at(where, 'master_weights')}: none is pure 16-bit training, and precision {precision} "
+                        f"trains FP32 weights with no master already; allowed with it: fp32")
+    if knobs["optimizer_in_backward"] and micro_batches > 1:
+        raise SpecError(f"{at(where, 'optimizer_in_backward')}: true needs one micro-batch per step, and this step has "
+                        f"{micro_batches} (global_batch / (dp·micro_batch)): a gradient is applied and freed in the "
+                        f"backward, so none accumulates; give global_batch = dp·micro_batch, or "
+                        f"optimizer_in_backward: false")

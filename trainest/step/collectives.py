@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 from trainest import xp
 from trainest.hardware import Hardware, pcie_bytes_per_s
-from trainest.precision import grad_bytes_per_param
 from trainest.record import NamedTuple
 
 if TYPE_CHECKING:
@@ -351,7 +350,7 @@ def tied_embedding_s(job: Job, layout: Layout, tiers: Tiers) -> Num:
     model = job.model
     if not model.tied_embeddings:
         return 0.0
-    size = model.vocab * model.hidden / layout.tp * grad_bytes_per_param(job.precision)
+    size = model.vocab * model.hidden / layout.tp * job.grad_bytes
     # the pair spans the pipeline's p·t·c·d ranks: a group of 2 at stride p·t·c·d/2 crosses the same tiers
     stride = layout.tp * layout.cp * layout.dp * layout.pp / 2.0
     trained = 1.0 if xp.off(layout.finetune) else 1.0 - layout.frozen

@@ -18,7 +18,7 @@ from trainest.step.layer import LayerPass, attention_block, layer_ops, layer_pas
 from trainest.step.moe import dispatch_sync_segment_s, expert_host_layer_s, expert_host_pass_s, moe_layer
 from trainest.step.mtp import MtpPass, mtp_pass
 from trainest.step.offload import Offload, offload_state, offload_terms
-from trainest.step.optimizer import adam_bytes_per_param, optimizer_s
+from trainest.step.optimizer import job_adam_bytes, optimizer_s
 from trainest.step.overlap import DpExposed, dp_exposed_parts, dp_windows_s, overlapped_exposed_s, serial_dp_s
 from trainest.step.rates import LocalShape, Rates, local_shape, rates_of
 from trainest.step.roofline import Op, bound_sums
@@ -385,7 +385,7 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     tied = tied_embedding_s(job, layout, tiers)
     dp_exposed = dp_parts.replica_s + dp_parts.reduce_s + dp_parts.gather_s + dp_parts.zero2_s + tied
     optimizer = optimizer_s(layout, trained_local, rates.memory_bytes_per_s, eff.kernel_floor_s, trained_experts,
-                            adam_bytes_per_param(job.adam_moments, job.optimizer))
+                            job_adam_bytes(job))
     offload, offload_s, offload_serial, optimizer = offload_parts(job, layout, lp, n, optimizer)
     compute_s, memory_s, overhead_s = m * mb_c, m * mb_m + optimizer, m * stage_o
     communication_s = m * mb_comm + dp_exposed

@@ -23,7 +23,7 @@ from __future__ import annotations
 from trainest import xp
 from trainest.hardware import Hardware
 from trainest.layout import Job, Layout, Num
-from trainest.precision import weight_bytes_per_param
+from trainest.precision import optimizer_bytes_per_param, weight_bytes_per_param
 from trainest.record import NamedTuple
 from trainest.step.activations import activation_bytes_per_layer
 from trainest.step.finetune import (
@@ -132,11 +132,22 @@ def offload_state(job: Job, layout: Layout) -> OffloadState:
                         activation_bytes_per_layer=kept, layers=heavy)
 
 
-def host_bytes(layout: Layout, state: OffloadState, micro_batches: Num) -> Num:
-    """Host memory this device's offloaded state takes [B]: HOST_OPTIMIZER_BYTES_PER_PARAM per
-    trained parameter (optimizer), the stored weights (optimizer+weights), the kept activations of
-    the micro-batches in flight (activations)."""
-    return (layout.offload_optimizer * HOST_OPTIMIZER_BYTES_PER_PARAM * state.trained_params
+def host_optimizer_bytes_per_param(job: Job) -> float:
+    """Host memory per offloaded trained parameter [B]: HOST_OPTIMIZER_BYTES_PER_PARAM with an FP32 master
+    (ZeRO-Offload); without one (`master_weights` none: FSDP CPU offload of a pure 16-bit model, torch's
+    optimizer on the host in the parameters' dtype) the optimizer's state and the 16-bit gradients."""
+    if job.master_weights == "fp32":
+        return HOST_OPTIMIZER_BYTES_PER_PARAM
+    return optimizer_bytes_per_param(job.precision, job.adam_moments, job.optimizer, job.master_weights) \
+        + job.grad_bytes
+
+
+def host_bytes(layout: Layout, state: OffloadState, micro_batches: Num,
+               optimizer_bytes: float = HOST_OPTIMIZER_BYTES_PER_PARAM) -> Num:
+    """Host memory this device's offloaded state takes [B]: `optimizer_bytes` per trained parameter
+    (optimizer; host_optimizer_bytes_per_param), the stored weights (optimizer+weights), the kept
+    activations of the micro-batches in flight (activations)."""
+    return (layout.offload_optimizer * optimizer_bytes * state.trained_params
             + layout.offload_weights * state.weight_bytes
             + layout.offload_activations * state.layers * state.activation_bytes_per_layer
             * xp.minimum(micro_batches, layout.pp))
@@ -185,5 +196,6 @@ def offload_terms(job: Job, layout: Layout, state: OffloadState, layers: Num, fo
     tail = xp.maximum(adam, up)
     return Offload(grads_down_s=m * grads, weights_up_s=up, fetch_s=m * (2.0 + layout.full) * fetch,
                    activations_s=2.0 * m * act, cpu_adam_s=adam, exposed_s=grads_shown + fetch_shown + act_shown + tail,
-                   host_bytes=host_bytes(layout, state, m), grads_exposed_s=grads_shown, fetch_exposed_s=fetch_shown,
+                   host_bytes=host_bytes(layout, state, m, host_optimizer_bytes_per_param(job)),
+                   grads_exposed_s=grads_shown, fetch_exposed_s=fetch_shown,
                    activations_exposed_s=act_shown, tail_s=tail)
