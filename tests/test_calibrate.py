@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from trainest.record import replace
 from pathlib import Path
 
 import pytest

@@ -387,7 +387,8 @@ def test_with_shape_moe_overrides():
     assert "modified: expert_ffn_hidden, experts, moe_imbalance, top_k" in new.name
     assert with_shape(m, layers=31).moe_layers == 28
     assert with_shape(m, heads=64).kv_heads == 64        # MLA: one KV head per head, kept
-    with pytest.raises(SpecError, match=r"model options\.moe\.top_k: 8 must be at most experts=4"):
+    # the shape overrides are the command line's (--experts, --top-k): the message names the flag
+    with pytest.raises(SpecError, match=r"^--top-k: 8 must be at most experts=4"):
         with_shape(m, experts=4)
 
 

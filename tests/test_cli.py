@@ -520,3 +520,11 @@ def test_the_json_names_the_gate_that_failed():
     assert gates["--max-cost"]["passed"] and gates["--require-fit"]["passed"]
     assert gates["--max-days"]["message"] in result.stderr
     assert "gates" not in json.loads(invoke("estimate", "--json").stdout)         # no gate given: no key
+
+
+def test_option_help_keeps_square_brackets(capsys, monkeypatch):
+    """`sweep --png`'s help names the plot extra, `pip install "trainest[plot]"`: rich read `[plot]` as markup and
+    dropped it, leaving `pip install "trainest"` (found trying the newcomer's sweep-with-a-plot task, issue 36)."""
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = call_entry(["sweep", "--help"], capsys)
+    assert code == 0 and 'pip install "trainest[plot]"' in out

@@ -170,3 +170,17 @@ def test_compare_takes_the_fine_tuning_and_memory_options_plan_takes(capsys):
     code, out, err = call_entry(args, capsys)
     assert code == 0, err
     assert not any("--offload" in e["plan"]["estimate_args"] for e in json.loads(out)["compare"])
+
+
+def test_deadline_and_budget_take_the_fastest_count_within_both_and_say_so():
+    """With --deadline and --budget an entry is the fastest count that meets both (search.devices'
+    BUDGET_RULES), not the fewest that meets the deadline; the table's caption said 'the fewest devices that
+    finish within' (found trying the newcomer's task of issue 36)."""
+    from trainest.report.compare import _how
+    c = C.compare(JOB, ["h100-sxm", "a100-80gb-sxm"], "8..256", deadline_s=20 * 86400, budget_usd=1e7)
+    for en in c.entries:
+        assert en.can_run
+        meeting = [t for t in en.devices_search.trials if t.meets]
+        assert en.estimate.training.time_s == min(t.time_s for t in meeting)
+        assert en.estimate.scenario.devices > min(t.devices for t in meeting)    # not the fewest
+    assert "fewest" not in _how(c) and "fastest" in _how(c)

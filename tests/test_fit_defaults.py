@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -24,5 +23,5 @@ def test_fit_starts_from_the_same_prior_whatever_the_file_holds(name):
                                         flash2_attention=0.4, layer_overhead_s=1e-4)
     a = fit_defaults.prior_hardware(hw).efficiency
     b = fit_defaults.prior_hardware(scrambled).efficiency
-    for f in fields(a):
-        assert getattr(a, f.name) == getattr(b, f.name), f.name
+    for name in a._fields:
+        assert getattr(a, name) == getattr(b, name), name

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+
+from trainest.record import replace
 import json
 import subprocess
 import sys
@@ -56,7 +58,7 @@ def _write(tmp_path: Path, data, name: str = "config.json") -> str:
 def test_config_gives_the_preset_shape(folder, preset):
     """Every field but name, source and the default sequence length (a chosen default) is the preset's."""
     from_hf, want = load_model(str(CONFIGS / folder / "config.json")), load_model(preset)
-    assert dataclasses.replace(from_hf, name=want.name, source=want.source, seq_len=want.seq_len) == want
+    assert replace(from_hf, name=want.name, source=want.source, seq_len=want.seq_len) == want
     assert from_hf.params == want.params and from_hf.active_params == want.active_params
     assert from_hf.name == folder and "config.json" in from_hf.source
 

@@ -21,6 +21,8 @@ derandomized with no shrinking and no database: a failure is reproducible and fa
 from __future__ import annotations
 
 import dataclasses
+
+from trainest.record import replace
 import functools
 import importlib.util
 import json
@@ -147,7 +149,7 @@ def _numbers(node, path=""):
 
 
 def _time(s, **changes) -> float:
-    return estimate(dataclasses.replace(s, **changes)).step.time_s
+    return estimate(replace(s, **changes)).step.time_s
 
 
 # --------------------------------------------------------------------- 1. finite and physical, or refused
@@ -191,7 +193,7 @@ def test_more_layers_are_never_faster(mapping, k):
     s = _accepted(mapping)
     assume(s.model.hybrid is None and s.model.mtp is None and s.parallel.vpp == 1)
     m = s.model
-    deeper = dataclasses.replace(m, layers=m.layers + k * s.parallel.pp)
+    deeper = replace(m, layers=m.layers + k * s.parallel.pp)
     if m.moe is not None:                   # keep the dense leading layers, add MoE layers
         assume(m.moe.layer_frequency == 1)
     try:
@@ -210,17 +212,17 @@ def test_twice_the_flops_or_the_bandwidth_is_never_slower(mapping, field):
     s = _accepted(mapping)
     hw = s.hardware
     if field == "peak":
-        faster = dataclasses.replace(hw, peak_flops_per_s={p: 2 * v for p, v in hw.peak_flops_per_s.items()})
+        faster = replace(hw, peak_flops_per_s={p: 2 * v for p, v in hw.peak_flops_per_s.items()})
     else:
         assume(getattr(hw, field) is not None)
-        faster = dataclasses.replace(hw, **{field: 2 * getattr(hw, field)})
+        faster = replace(hw, **{field: 2 * getattr(hw, field)})
     assert _time(s, hardware=faster) <= estimate(s).step.time_s * (1 + REL)
 
 
 # ------------------------------------------------------------------------------------- 4. memory
 
 def _memory(s, **parallel) -> float:
-    return estimate(dataclasses.replace(s, parallel=dataclasses.replace(s.parallel, **parallel))).memory.per_device_bytes
+    return estimate(replace(s, parallel=replace(s.parallel, **parallel))).memory.per_device_bytes
 
 
 @_settings(300)
@@ -284,7 +286,7 @@ def test_more_tensor_parallelism_never_needs_more_memory_when_zero3_reaches_one_
 # ------------------------------------------------------------------------------- 5. methods and precisions
 
 def _method(s, method: str):
-    return dataclasses.replace(s, finetune=dataclasses.replace(s.finetune, method=method))
+    return replace(s, finetune=replace(s.finetune, method=method))
 
 
 @_settings(200)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from trainest.record import replace
+
 import pytest
 from helpers import call_entry, job_and_layout, step_of
 
@@ -164,7 +166,7 @@ def test_plan_does_not_search_virtual_stages_for_a_framework_without_them():
     base = S.job_scenario({"model": "gpt3-1.3b", "global_batch": 64, "framework": "megatron-deepspeed"})
     g = S.enumerate_plans(base, 16, S.SearchSpace())
     assert set(g.vpp.tolist()) == {1.0}
-    base = dataclasses.replace(base, framework="megatron-core")
+    base = replace(base, framework="megatron-core")
     assert max(S.enumerate_plans(base, 16, S.SearchSpace()).vpp) > 1
 
 
@@ -242,7 +244,7 @@ def test_standard_attention_softmax_bytes_are_counted_by_pass():
         pick = [next(o for o in ops if o.name == "attention.softmax") for ops in (fwd, bwd)]
         return [o.bytes / x.score_elements for o in pick]
     assert softmax_bytes_per_score(SMALL) == pytest.approx([9.0, 11.0])
-    assert softmax_bytes_per_score(dataclasses.replace(SMALL, dropout=False)) == pytest.approx([4.0, 6.0])
+    assert softmax_bytes_per_score(replace(SMALL, dropout=False)) == pytest.approx([4.0, 6.0])
 
 
 # ------------------------------------------------------------------------------------ outside the layers
@@ -300,7 +302,7 @@ def test_the_tied_embedding_gradient_is_all_reduced_between_first_and_last_stage
     _, pp2_tp2 = job_and_layout(SMALL, A100, "fp16", "standard", **_kw(pp=2.0, tp=2.0))
     assert tied_embedding_s(job, pp1, tiers) == 0.0
     assert tied_embedding_s(job, pp2, tiers) > tied_embedding_s(job, pp2_tp2, tiers) > 0.0
-    untied = job._replace(model=dataclasses.replace(SMALL, tied_embeddings=False))
+    untied = job._replace(model=replace(SMALL, tied_embeddings=False))
     assert tied_embedding_s(untied, pp2, tiers) == 0.0
 
 

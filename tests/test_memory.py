@@ -397,7 +397,7 @@ def test_op_recompute_sits_between_full_and_none_in_memory():
 def test_a_model_trained_without_dropout_stores_no_masks():
     """Korthikanti's 10·T·h replicated term holds two 1-byte dropout masks and the 5·a·s/h score term
     the dropout's output and mask: without dropout, 8·T·h and only the 2-byte softmax output."""
-    from dataclasses import replace
+    from trainest.record import replace
     plain = replace(GPT, dropout=False)
     h, a = GPT.hidden, GPT.heads
     assert act(GPT) - act(plain) == pytest.approx(2 * S * B * h + 3 * B * a * S * S)

@@ -5,6 +5,8 @@ active-parameter FLOPs, bad input, the plan search over ep and etp, and the JSON
 from __future__ import annotations
 
 import dataclasses
+
+from trainest.record import replace
 import json
 
 import numpy as np
@@ -301,7 +303,7 @@ def test_how_the_framework_launches_its_experts():
                                   "parallel": {"ep": 8, "zero": 1}}, "t")
     launches, steps = {}, {}
     for framework in ("torchtitan", "megatron-core", "hf-accelerate"):
-        s = dataclasses.replace(base, framework=framework, kernels="fused")
+        s = replace(base, framework=framework, kernels="fused")
         launches[framework] = M.expert_launches(job_of(s), layout_of(s))
         steps[framework] = step_terms(job_of(s), layout_of(s)).time_s
     assert launches["torchtitan"] == 0.0 < launches["megatron-core"] == pytest.approx(16 * 6)

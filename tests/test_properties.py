@@ -15,6 +15,8 @@ derandomized so a failure (and a strict xfail) is reproducible.
 from __future__ import annotations
 
 import dataclasses
+
+from trainest.record import replace
 import json
 import math
 
@@ -187,11 +189,11 @@ def test_outputs_finite_bounded_and_conserved(mapping):
 def _time(s, hardware=None, **changes) -> float:
     if hardware is not None:
         changes["hardware"] = hardware
-    return estimate(dataclasses.replace(s, **changes)).step.time_s
+    return estimate(replace(s, **changes)).step.time_s
 
 
 def _scaled(hw, factor: float, *fields: str):
-    return dataclasses.replace(hw, **{f: getattr(hw, f) * factor for f in fields if getattr(hw, f) is not None})
+    return replace(hw, **{f: getattr(hw, f) * factor for f in fields if getattr(hw, f) is not None})
 
 
 # Counter-examples hypothesis found over the whole space (see the xfail reasons); kept as explicit
@@ -283,7 +285,7 @@ def test_higher_achievable_bandwidth_fraction_never_slower(mapping, field, fract
 
 def _check_higher_peak(mapping, factor):
     s = _scenario(mapping)
-    faster = dataclasses.replace(s.hardware, peak_flops_per_s={p: v * factor for p, v in
+    faster = replace(s.hardware, peak_flops_per_s={p: v * factor for p, v in
                                                                s.hardware.peak_flops_per_s.items()})
     assert _time(s, faster) <= _time(s) * (1 + REL)
 
@@ -320,7 +322,7 @@ def test_more_data_parallel_devices_never_raise_per_device_flops(mapping, k):
     p = s.parallel
     assume(s.micro_batches % k == 0)
     assume(network_gap(s.hardware, s.devices_per_node, s.devices * k) is None)
-    wider = dataclasses.replace(s, devices=s.devices * k, parallel=dataclasses.replace(p, dp=p.dp * k))
+    wider = replace(s, devices=s.devices * k, parallel=replace(p, dp=p.dp * k))
     a, b = estimate(s), estimate(wider)
     assert b.step.compute_s <= a.step.compute_s * (1 + REL)
     assert b.throughput.hardware_tflops_per_device * b.step.time_s <= \
@@ -378,8 +380,8 @@ def test_fp8_never_slower_than_bf16_any_shape(mapping, hw_name):
 
 def _check_recompute(mapping):
     s = _scenario(mapping)
-    full = estimate(dataclasses.replace(s, recompute="full")).memory
-    none = estimate(dataclasses.replace(s, recompute="none")).memory
+    full = estimate(replace(s, recompute="full")).memory
+    none = estimate(replace(s, recompute="none")).memory
     assert full.activations_bytes <= none.activations_bytes * (1 + REL)
 
 
@@ -400,7 +402,7 @@ def test_full_recompute_never_more_activations_one_layer(mapping):
 
 
 def _memory_at_stage(s, stage: int) -> float:
-    return estimate(dataclasses.replace(s, parallel=dataclasses.replace(s.parallel, zero=stage))).memory.per_device_bytes
+    return estimate(replace(s, parallel=replace(s.parallel, zero=stage))).memory.per_device_bytes
 
 
 @_settings("physics")
@@ -449,7 +451,7 @@ def test_eager_kernels_never_faster_and_dropout_never_free(mapping):
     assert eager.step.time_s >= fused.step.time_s * (1 - REL)
     assert eager.throughput.model_flops_per_step == fused.throughput.model_flops_per_step
     s = _scenario(mapping)
-    with_d = estimate(dataclasses.replace(s, model=dataclasses.replace(s.model, dropout=True)))
-    without = estimate(dataclasses.replace(s, model=dataclasses.replace(s.model, dropout=False)))
+    with_d = estimate(replace(s, model=replace(s.model, dropout=True)))
+    without = estimate(replace(s, model=replace(s.model, dropout=False)))
     assert without.step.time_s <= with_d.step.time_s * (1 + REL)
     assert without.memory.per_device_bytes <= with_d.memory.per_device_bytes * (1 + REL)

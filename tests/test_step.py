@@ -4,6 +4,8 @@ pipeline bubble, the FLOP counts against their closed forms)."""
 from __future__ import annotations
 
 import dataclasses
+
+from trainest.record import replace
 import math
 
 import numpy as np
@@ -28,13 +30,13 @@ SMALL = model_from_mapping({"name": "small", "layers": 8, "hidden": 1024, "ffn_h
 def ideal(hw=A100, *, compute=False):
     """The hardware with an infinitely fast network and memory (and, with compute=True, infinitely
     fast compute too), no launch overhead (nor a collective call's fixed cost) and a flat GEMM efficiency."""
-    hw = dataclasses.replace(hw, memory_bytes_per_s=1e30, scale_up_bytes_per_s=1e30, scale_out_bytes_per_s=1e30,
+    hw = replace(hw, memory_bytes_per_s=1e30, scale_up_bytes_per_s=1e30, scale_out_bytes_per_s=1e30,
                              scale_up_latency_s=0.0, scale_out_latency_s=0.0, collective_call_s=0.0)
     if compute:
-        hw = dataclasses.replace(hw, peak_flops_per_s={k: 1e30 for k in hw.peak_flops_per_s},
+        hw = replace(hw, peak_flops_per_s={k: 1e30 for k in hw.peak_flops_per_s},
                                  memory_bytes_per_s=hw.memory_bytes_per_s)
     # no host dispatch, no kernel floors, no wave quantization: the roofline alone
-    hw = dataclasses.replace(hw, compute=hw.compute._replace(units=None))
+    hw = replace(hw, compute=hw.compute._replace(units=None))
     return with_efficiency(hw, gemm_half_dim=0.0, layer_overhead_s=0.0, attention=hw.efficiency.gemm,
                            host_per_kernel_s=0.0, kernel_floor_s=0.0)
 
@@ -264,7 +266,7 @@ def test_dp_traffic_when_nothing_hides_it():
     """Infinitely fast compute: the whole gradient reduction is exposed. ZeRO 0: all-reduce of FP32
     gradients; ZeRO 1/2: reduce-scatter of gradients + all-gather of 16-bit weights."""
     hw = ideal(A100, compute=True)
-    hw = dataclasses.replace(hw, memory_bytes_per_s=1e30, scale_up_bytes_per_s=A100.scale_up_bytes_per_s,
+    hw = replace(hw, memory_bytes_per_s=1e30, scale_up_bytes_per_s=A100.scale_up_bytes_per_s,
                              scale_out_bytes_per_s=A100.scale_out_bytes_per_s,
                              scale_up_latency_s=A100.scale_up_latency_s, scale_out_latency_s=A100.scale_out_latency_s)
     tiers = tiers_of(hw, hw.devices_per_node)
@@ -367,7 +369,7 @@ def test_contention_never_slows_a_communication_bound_step():
     """When the traffic exceeds its window the step waits for the network anyway: the contention
     slows only the computation that was hidden behind it, so the exposed time is the excess."""
     m = load_model("gpt3-13b")
-    slow = dataclasses.replace(A100, scale_up_bytes_per_s=2e9, scale_out_bytes_per_s=2e9)
+    slow = replace(A100, scale_up_bytes_per_s=2e9, scale_out_bytes_per_s=2e9)
     base = terms(m, with_efficiency(slow, overlap_contention=0.0), dp=64.0, zero=3, global_batch=64.0)
     with_k = terms(m, slow, dp=64.0, zero=3, global_batch=64.0)
     assert base.communication_s > base.compute_s       # communication-bound
@@ -387,7 +389,7 @@ def test_zero1_weight_gather_hides_behind_the_forward_except_one_bucket():
     assert t.dp_comm_s == pytest.approx((rs + ag) / calls_of(p, d), rel=1e-9)
     # with a slow network neither window is big enough: all of both transfers beyond the windows show,
     # and the gather never shows more than it costs
-    slow = dataclasses.replace(A100, scale_up_bytes_per_s=1e9)
+    slow = replace(A100, scale_up_bytes_per_s=1e9)
     ts = terms(m, slow, dp=d, zero=1, micro_batch=1, global_batch=8.0)
     tiers_slow = tiers_of(slow, slow.devices_per_node)
     total = (reduce_scatter_s(p * MAIN_GRAD_BYTES, d, 1.0, tiers_slow) + all_gather_s(p * 2.0, d, 1.0, tiers_slow))
@@ -452,7 +454,7 @@ def test_hybrid_sharding_with_one_group_is_plain_zero():
 def test_hybrid_sharding_adds_a_replica_all_reduce_when_nothing_hides_it():
     """HSDP: ZeRO collectives inside a shard group, then the dp/dp_shard replicas all-reduce their
     gradient shard once per step."""
-    hw = dataclasses.replace(ideal(A100, compute=True), scale_up_bytes_per_s=A100.scale_up_bytes_per_s,
+    hw = replace(ideal(A100, compute=True), scale_up_bytes_per_s=A100.scale_up_bytes_per_s,
                              scale_out_bytes_per_s=A100.scale_out_bytes_per_s)
     tiers = tiers_of(hw, hw.devices_per_node)
     P = stage_params(GPT3_13B, 1.0)
@@ -580,7 +582,7 @@ def test_kv_heads_are_replicated_when_fewer_than_tp_ranks():
 def test_context_parallel_ranks_join_the_gradient_reduction():
     """Weights are replicated over the c CP ranks: gradients are reduced over the d·c ranks (stride t),
     so d = 4, c = 2 moves what d = 8, c = 1 moves when nothing hides it."""
-    hw = dataclasses.replace(ideal(A100, compute=True), scale_up_bytes_per_s=A100.scale_up_bytes_per_s,
+    hw = replace(ideal(A100, compute=True), scale_up_bytes_per_s=A100.scale_up_bytes_per_s,
                              scale_out_bytes_per_s=A100.scale_out_bytes_per_s,
                              scale_up_latency_s=A100.scale_up_latency_s, scale_out_latency_s=A100.scale_out_latency_s)
     for zero in (0, 1):
@@ -624,7 +626,7 @@ def test_zero3_pays_three_ring_latencies_per_layer_per_micro_batch():
     """ZeRO-3: all-gather forward, all-gather backward, reduce-scatter per layer (and the embeddings
     once), every micro-batch; with no bandwidth limit and no compute to hide behind, only the
     (n−1)·α ring latencies remain."""
-    hw = dataclasses.replace(ideal(A100, compute=True), scale_up_latency_s=3e-6, scale_out_latency_s=8e-6)
+    hw = replace(ideal(A100, compute=True), scale_up_latency_s=3e-6, scale_out_latency_s=8e-6)
     d, B = 8.0, 32.0
     t = terms(GPT3_13B, hw, dp=d, zero=3, global_batch=B)
     m = B / d
@@ -657,7 +659,7 @@ def test_flat_zero3_is_bound_by_one_nic_per_device():
     per-device traffic (all-gather 2x 16-bit weights, reduce-scatter FP32 gradients: 8 B per
     parameter, times (n-1)/n) over ONE NIC."""
     from trainest.step.collectives import tiers_of
-    hw = dataclasses.replace(ideal(A100, compute=True), scale_out_bytes_per_s=25e9, scale_up_bytes_per_s=300e9)
+    hw = replace(ideal(A100, compute=True), scale_out_bytes_per_s=25e9, scale_up_bytes_per_s=300e9)
     flat, hier = _flat_vs_hier(GPT3_13B, hw, dp=512.0, global_batch=512.0)
     w_out = tiers_of(hw, 8).out_bytes_per_s
     traffic_s = 8.0 * GPT3_13B.params * 511 / 512 / w_out
@@ -712,7 +714,7 @@ def test_op_recompute_reruns_k_o_and_one_mlp_matmul_and_the_element_wise_ops():
 def test_a_model_trained_without_dropout_moves_fewer_element_wise_bytes():
     """No mask writes in the two bias-dropout-adds (2 B per h-wide element forward) and, with
     materialised scores, no dropout over them (5 B per score); forward, backward and nothing else."""
-    from dataclasses import replace as with_fields
+    from trainest.record import replace as with_fields
     from trainest.step.layer import (
         NO_DROPOUT_H_WIDE_SAVING,
         NO_DROPOUT_SOFTMAX_BACKWARD_SAVING,
@@ -807,7 +809,7 @@ def test_rope_adds_two_passes_of_queries_and_keys_fused_and_ten_eager():
     """A RoPE model's element-wise forward bytes exceed the same model's with learned positions by
     ROPE_PASSES·e·T·(a + g)·d_h/t: 2 passes fused, 10 eager; ALiBi and learned positions add nothing;
     the rotary kernels are 2 (fused) or 10 (eager) more per layer forward."""
-    import dataclasses as dc
+    from trainest.record import replace
 
     from helpers import job_and_layout
 
@@ -817,7 +819,7 @@ def test_rope_adds_two_passes_of_queries_and_keys_fused_and_ten_eager():
     H100 = load_hardware("h100-sxm")
     llama = load_model("llama3-8b")
     assert llama.positional == "rope" and load_model("gpt3-175b").positional == "learned"
-    learned = dc.replace(llama, positional="learned")
+    learned = replace(llama, positional="learned")
     for kernels, passes in (("fused", 2.0), ("eager", 10.0)):
         for tp in (1.0, 4.0):
             job_r, lay_r = job_and_layout(llama, H100, "bf16", "flash", kernels=kernels, tp=tp)
@@ -827,7 +829,7 @@ def test_rope_adds_two_passes_of_queries_and_keys_fused_and_ten_eager():
             want = passes * 2.0 * x.tokens * (llama.heads + llama.kv_heads) * llama.head_dim / tp
             assert extra == pytest.approx(want, rel=1e-12)
             assert elementwise_kernels(job_r) - elementwise_kernels(job_l) == passes
-    alibi = dc.replace(llama, positional="alibi")
+    alibi = replace(llama, positional="alibi")
     job_a, lay_a = job_and_layout(alibi, H100, "bf16", "flash")
     job_l, lay_l = job_and_layout(learned, H100, "bf16", "flash")
     assert elementwise_bytes(job_a, lay_a, local_shape(job_a, lay_a)) == elementwise_bytes(

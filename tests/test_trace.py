@@ -5,6 +5,8 @@ and Nsight Systems traces, the kernel classification on real kernel names, the c
 from __future__ import annotations
 
 import dataclasses
+
+from trainest.record import replace
 import gzip
 import json
 import sqlite3
@@ -159,7 +161,7 @@ def test_a_timeline_fed_back_recovers_the_efficiencies_it_was_made_with(name, tm
     e = s.hardware.efficiency
     made = {k: getattr(e, k) * f for k, f in MADE_WITH.items() if k not in ("grouped_gemm", "all_to_all")
             or s.model.moe is not None}
-    truth = dataclasses.replace(s, hardware=with_efficiency(s.hardware, **made))
+    truth = replace(s, hardware=with_efficiency(s.hardware, **made))
     path = tmp_path / "step.json"
     path.write_text(json.dumps(chrome_trace(step_timeline(truth))))
     r = calibrate_trace(s, [str(path)])
@@ -254,7 +256,7 @@ def test_several_ranks_report_the_slowest_and_the_spread(tmp_path):
     s = scenario_from_mapping(ROUND_TRIP["one-gpu"], "t")
     paths = []
     for i, f in enumerate((1.0, 0.9)):
-        slow = dataclasses.replace(s, hardware=with_efficiency(s.hardware, gemm=s.hardware.efficiency.gemm * f))
+        slow = replace(s, hardware=with_efficiency(s.hardware, gemm=s.hardware.efficiency.gemm * f))
         p = tmp_path / f"rank{i}.json"
         p.write_text(json.dumps(chrome_trace(step_timeline(slow))))
         paths.append(str(p))
@@ -307,7 +309,7 @@ def test_a_trace_whose_scenario_does_not_match_names_the_class_off_by_more_than_
 
 def test_the_written_profile_loads_as_hardware_and_estimates_with_the_fitted_values(tmp_path, capsys):
     s = scenario_from_mapping(ROUND_TRIP["one-gpu"], "t")
-    slow = dataclasses.replace(s, hardware=with_efficiency(s.hardware, gemm=s.hardware.efficiency.gemm * 0.9))
+    slow = replace(s, hardware=with_efficiency(s.hardware, gemm=s.hardware.efficiency.gemm * 0.9))
     p = tmp_path / "step.json"
     p.write_text(json.dumps(chrome_trace(step_timeline(slow))))
     out = tmp_path / "mine.yaml"

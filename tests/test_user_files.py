@@ -333,3 +333,41 @@ def test_a_tp_sweep_without_devices_shows_the_device_count():
     assert "the device count changes across the points (8 to 16" in out
     held = CliRunner().invoke(app, ["sweep", "--tp", "1..4"], env={"COLUMNS": "200"})
     assert " tp devices " not in flat(held.stdout)
+
+
+def test_an_unknown_node_path_names_the_scale_up_domain_when_the_file_gives_a_scale_up_rate(tmp_path, capsys):
+    """A newcomer's accelerator file with a scale-up rate and 8 devices per node but no scale_up_domain (so 1)
+    was refused asking only for system.intra_node; the message now also names scale_up_domain, and the file with
+    the change it names runs (issue 36, the unusual-accelerator task)."""
+    from helpers import call_entry
+    text = ("name: my-accel\npeak_tflops: {bf16: 500}\nmemory: {capacity_gb: 96, bandwidth_gb_per_s: 3000}\n"
+            "system: {devices_per_node: 8, scale_up_gb_per_s: 200, scale_out_gbit_per_s: 400}\n"
+            "efficiency: {gemm: 0.7, gemm_half_dim: 512, attention: 0.5, memory: 0.8, scale_up: 0.8, scale_out: 0.8}\n"
+            "source: a datasheet\n")
+    path = tmp_path / "accel.yaml"
+    path.write_text(text)
+    code, out, err = call_entry(["estimate", "--hardware", str(path), "--json"], capsys)
+    assert code != 0 and out == "" and "system.scale_up_domain: 8" in err
+    fixed = tmp_path / "accel-fixed.yaml"
+    fixed.write_text(text.replace("devices_per_node: 8,", "devices_per_node: 8, scale_up_domain: 8,"))
+    code, out, err = call_entry(["estimate", "--hardware", str(fixed), "--json"], capsys)
+    assert code == 0 and json.loads(out)["step"]["time_s"] > 0
+
+
+def test_a_user_file_edited_in_the_same_process_is_read_again(tmp_path):
+    """catalog cached a user's hardware/model file by its path alone: in one process (a notebook, a library
+    caller) the file edited since gave its old values without a word. Found by tools/fuzz_cli.py's round
+    (issue 32); the key now holds the file's modification time and size."""
+    from trainest import catalog
+    hw = tmp_path / "dev.yaml"
+    text = (catalog.specs_dir() / "hardware" / "h100-sxm.yaml").read_text()
+    hw.write_text(text)
+    before = catalog.load_hardware(str(hw))
+    hw.write_text(text.replace("name: h100-sxm", "name: h100-edited"))
+    assert catalog.load_hardware(str(hw)).name == "h100-edited" != before.name
+    model = tmp_path / "m.yaml"
+    mtext = (catalog.specs_dir() / "models" / "llama3-8b.yaml").read_text()
+    model.write_text(mtext)
+    layers = catalog.load_model(str(model)).layers
+    model.write_text(mtext.replace(f"layers: {layers}\n", f"layers: {layers // 2}\n"))
+    assert catalog.load_model(str(model)).layers == layers // 2

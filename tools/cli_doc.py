@@ -18,7 +18,8 @@ OTHER = "Options"
 
 
 def _cell(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """One table cell: the help as plain text (the escaped rich markup of trainest.cli.options undone)."""
+    return " ".join(str(text).split()).replace("\\[", "[").replace("|", "\\|")
 
 
 def _flags(param) -> str:

@@ -28,7 +28,7 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import replace
+from trainest.record import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent

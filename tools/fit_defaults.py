@@ -35,7 +35,7 @@ import argparse
 import statistics
 import sys
 import time
-from dataclasses import replace
+from trainest.record import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent

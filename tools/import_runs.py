@@ -700,8 +700,8 @@ class Importer:
         self.vtrain = [read_vtrain(r) for r in
                        _read_yaml(reference / "runs-vtrain-single-fit.yaml")]
         self.hunt = [read_hunt(r) for r in _read_yaml(reference / "runs-hunt-2026-12-given.yaml")]
-        self.shapes = Shapes(yaml.safe_load((reference / "model-shapes.yaml").read_text()))
-        self.catalog = set(yaml.safe_load((reference / "hardware.yaml").read_text()).keys())
+        self.shapes = Shapes(_read_yaml(reference / "model-shapes.yaml"))
+        self.catalog = set(_read_yaml(reference / "hardware.yaml").keys())
         self.catalog |= VARIANT_HARDWARE
         self.recipes = Recipes(reference / "megatron-bridge-recipes.yaml")
         self.records = self.meg + self.ven + self.vtrain + self.hunt
@@ -1350,7 +1350,7 @@ class Importer:
 
     def peak_tflops(self, hardware, precision):
         if Importer._hw_cache is None:
-            Importer._hw_cache = yaml.safe_load((self.reference / "hardware.yaml").read_text())
+            Importer._hw_cache = _read_yaml(self.reference / "hardware.yaml")
         hw = Importer._hw_cache.get(hardware)
         if not hw or not precision:
             return None
@@ -1503,7 +1503,7 @@ def _conventions():
 # Writing
 # ---------------------------------------------------------------------------------------------
 
-class _Dumper(yaml.SafeDumper):
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):   # libyaml's emitter where installed: the same text
     pass
 
 

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from trainest.record import replace
 from pathlib import Path
 
 from trainest import catalog
@@ -221,7 +222,7 @@ def cheap_modules_fit(moe: MoeFit) -> tuple[int, int, int]:
     """(MoE runs with latent attention, how many fit as imported, how many fit with Megatron-Core's cheap
     recompute modules, advice.cheap_recompute_modules: docs/model.md §2.6). Memory only: the efficiencies
     do not enter it."""
-    from dataclasses import replace as with_fields
+    from trainest.record import replace as with_fields
 
     from trainest.advice import cheap_recompute_modules
     from trainest.estimate import memory_result

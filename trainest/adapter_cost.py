@@ -12,9 +12,8 @@ fine-tune, which is physics, not an error, and the estimate says so (issue 32 it
 
 from __future__ import annotations
 
-import dataclasses
-
 from trainest.estimate import Estimate, estimate
+from trainest.record import replace
 
 SLOWER_REL = 1e-9       # floating-point slack: "slower" means beyond rounding
 
@@ -24,7 +23,7 @@ def full_fine_tune(e: Estimate) -> Estimate | None:
     s = e.scenario
     if not s.finetune.frozen:
         return None
-    full = dataclasses.replace(s, finetune=dataclasses.replace(s.finetune, method="full", base_bits=16))
+    full = replace(s, finetune=replace(s.finetune, method="full", base_bits=16))
     return estimate(full)
 
 

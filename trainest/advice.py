@@ -10,12 +10,11 @@ layouts with the step model alone (about 2 ms each) and runs only with a pipelin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
 from trainest.choices import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_MODULES
 from trainest.errors import SpecError
 from trainest.estimate import TIGHT_FIT_FRACTION, Estimate, estimate, host_misfit_words
 from trainest.frameworks import FRAMEWORKS
+from trainest.record import NamedTuple, replace
 from trainest.scenario import Scenario, layout_of
 from trainest.units import GiB, plural
 
@@ -112,8 +111,7 @@ def reproduce_args(e: Estimate) -> list[str]:
     return estimate_args(scenario_mapping(e.scenario)) + framework_args(e.scenario)
 
 
-@dataclass(frozen=True)
-class FitAdvice:
+class FitAdvice(NamedTuple):
     """What to do when a scenario does not fit: the single changes that fit (option words), and the fastest
     layout that fits on the same devices or on the smallest count that has one (`best`, None: none found)."""
 

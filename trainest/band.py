@@ -184,7 +184,7 @@ def lookup(groups: dict[str, dict[str, list[float]]], *, hardware: str, family: 
         unknowns = []
         if not calibrated:
             why.append(f"{hardware} is not calibrated: the error of uncalibrated (prior) efficiencies")
-            unknowns.append(f"{hardware} has no measured run")
+            unknowns.append(f"{hardware}'s efficiencies are not fitted on measured runs")
         if unseen:
             why.append(f"no run of its family: widened to cover {cov:.0%} of a left-out family's runs")
             unknowns.append("no run of its hardware family")

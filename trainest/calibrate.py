@@ -26,7 +26,7 @@ from __future__ import annotations
 import datetime
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from trainest.catalog import (
 )
 from trainest.errors import SpecError
 from trainest.frameworks import FRAMEWORKS
+from trainest.record import replace
 from trainest.units import MICROSECOND, MILLISECOND, GiB, plural
 from trainest.validate import (  # noqa: F401 - MISSPECIFIED_MEMORY_FACTOR re-exported
     MISSPECIFIED_MEMORY_FACTOR,

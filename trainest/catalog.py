@@ -209,8 +209,23 @@ def model_names() -> list[str]:
     return sorted(n for n in _catalog_files("models") if not n.startswith("_"))
 
 
-@functools.cache
+def file_stamp(path: str) -> tuple[int, int]:
+    """(modification time [ns], size) of a file, (0, 0) where it cannot be read: part of the key of a file
+    read once per process, so that a file edited since (a user's hardware or model file, in a notebook or a
+    long-lived process) is read again rather than its old values used without a word."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (0, 0)
+    return (st.st_mtime_ns, st.st_size)
+
+
 def _load_hardware_path(path: str) -> Hardware:
+    return _load_hardware_file(path, file_stamp(path))
+
+
+@functools.cache
+def _load_hardware_file(path: str, stamp: tuple[int, int]) -> Hardware:
     return hardware_from_mapping(_read_spec(Path(path), "hardware"), path)
 
 
@@ -285,8 +300,12 @@ def _hardware_hint(value: str, files: dict[str, Path]) -> str:
     return did_you_mean(value.lower(), files)
 
 
-@functools.cache
 def _load_model_path(path: str) -> Model:
+    return _load_model_file(path, file_stamp(path))
+
+
+@functools.cache
+def _load_model_file(path: str, stamp: tuple[int, int]) -> Model:
     return model_from_mapping(_read_spec(Path(path), "model"), path)
 
 
@@ -296,8 +315,12 @@ def model_from_hf_config(data: dict, where: str) -> Model:
     return hf_config.hf_model(data, where)
 
 
-@functools.cache
 def _load_hf_config_path(path: str) -> Model:
+    return _load_hf_config_file(path, file_stamp(path))
+
+
+@functools.cache
+def _load_hf_config_file(path: str, stamp: tuple[int, int]) -> Model:
     from trainest import hf_config  # only here: a YAML or preset model never pays for it (start-up time)
     return hf_config.hf_model(hf_config.read_hf_config(Path(path)), path)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from trainest.catalog import hardware_names, is_bundled_hardware, load_hardware
 from trainest.errors import SpecError
 from trainest.estimate import Estimate
 from trainest.knobs import CLI
+from trainest.record import replace
 from trainest.scenario import DEFAULT_HARDWARE, DEFAULT_PRECISION
 
 Progress = Callable[[int, int], None]

@@ -166,9 +166,8 @@ def low_precision_slower_warning(e: Estimate) -> str | None:
     host-bound gets the per-expert input quantisations as host launches (`moe.expert_pass_launches`);
     otherwise the casts' traffic outweighs the faster GEMMs. None where it is not slower (or bf16 has no
     peak, or the peaks are equal: `low_precision_warning` says that)."""
-    from dataclasses import replace
-
     from trainest.choices import LOW_PRECISIONS
+    from trainest.record import replace
     s = e.scenario
     hw = s.hardware
     if s.precision not in LOW_PRECISIONS or "bf16" not in hw.peak_flops_per_s:

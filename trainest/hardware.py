@@ -5,20 +5,18 @@ efficiencies, validated and converted to SI once (`hardware_from_mapping`). Load
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import Any
 
 from trainest import fields as F
 from trainest.choices import HARDWARE_KINDS, PRECISIONS
 from trainest.errors import SpecError
 from trainest.prices import DEFAULT_AMORTISATION_YEARS, Purchase, amortised_usd_per_hour, staleness
-from trainest.record import NamedTuple
+from trainest.record import NamedTuple, replace
 from trainest.units import BITS_PER_BYTE, GB, MICROSECOND, MILLISECOND, TERA, MiB
 
 # ----------------------------------------------------------------------------------------- hardware
 
-@dataclass(frozen=True)
-class Efficiency:
+class Efficiency(NamedTuple):
     """Achievable fractions of peak: per-hardware data, fitted by `trainest calibrate` (docs/model.md)."""
 
     gemm: float                 # large-GEMM fraction of dense peak
@@ -267,8 +265,7 @@ class Compute(NamedTuple):
     measured_matmul_flops_per_s: float | None = None
 
 
-@dataclass(frozen=True)
-class Hardware:
+class Hardware(NamedTuple):
     """One accelerator and the system it sits in. All SI: FLOP/s, bytes, bytes/s, s, W."""
 
     name: str

@@ -5,8 +5,6 @@ blocks, parameter counts (total and active), validated once (`model_from_mapping
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from trainest import fields as F
 from trainest.choices import MLPS, WINDOW_KINDS
 from trainest.errors import SpecError, at, head
@@ -20,13 +18,13 @@ from trainest.model_blocks import (  # noqa: F401 (re-exported: the model's reco
     Mamba,
     MoE,
 )
+from trainest.record import NamedTuple
 
 MLP_KINDS = MLPS
 
 
 
-@dataclass(frozen=True)
-class Model:
+class Model(NamedTuple):
     """A decoder-only transformer's shape: dense, or with mixture-of-experts MLPs (`moe`) and/or
     multi-head latent attention (`mla`). Biases, attention sinks and QK-norms are not counted."""
 

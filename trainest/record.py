@@ -10,7 +10,7 @@ checkers see `typing.NamedTuple` itself, so mypy checks the records exactly as b
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from typing import NamedTuple as NamedTuple
@@ -51,3 +51,15 @@ else:
         raise TypeError("trainest.record.NamedTuple: use the class form")
 
     NamedTuple.__mro_entries__ = lambda bases: (_Record,)
+
+
+_T = TypeVar("_T")
+
+
+def replace(record: _T, /, **changes: Any) -> _T:
+    """A copy of `record` with `changes`: a record's `_replace`, or `dataclasses.replace` of a dataclass (the
+    one call for both, so that a record can move between the two without touching its callers)."""
+    if hasattr(record, "_replace"):
+        return record._replace(**changes)
+    import dataclasses
+    return dataclasses.replace(record, **changes)  # type: ignore[type-var]

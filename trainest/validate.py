@@ -31,7 +31,7 @@ from __future__ import annotations
 import inspect
 import statistics
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from trainest import fields as F
 from trainest.catalog import Hardware, specs_dir
 from trainest.conventions import ACTIVE_PARAM_FORMULAS, FLOPS_FORMULAS
 from trainest.errors import SpecError, show
+from trainest.record import replace
 from trainest.scenario import RUN_ONLY_KEYS, SCENARIO_KEYS, Scenario, relative_to_file, scenario_from_mapping
 from trainest.units import GB, TERA, GiB, parse_count
 from trainest.validate_memory import (

@@ -95,9 +95,8 @@ def by_kind(results: Iterable[MemoryResult]) -> dict[str, MemorySummary]:
 def compare_memory(case: Any, hardware: Any = None) -> MemoryResult:
     """Predict a memory-only run (a validate.Case with a measured peak memory and no step metric) on its hardware
     (or on `hardware`, a profile) and compare like with like."""
-    from dataclasses import replace
-
     from trainest.estimate import estimate
+    from trainest.record import replace
 
     s = case.scenario if hardware is None else replace(case.scenario, hardware=hardware)
     return memory_result(case, estimate(s).memory, s.hardware.name)

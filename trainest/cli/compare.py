@@ -48,9 +48,8 @@ def run_compare(values: dict[str, Any]) -> int:
         return EXIT_BAD_INPUT
     finally:
         progress.close()
-    from dataclasses import replace
-
     from trainest import report
+    from trainest.record import replace
     from trainest.report.compare import compare_dict, print_compare
     result = replace(result, devices_default=given is None)
     warnings = compare_warnings(result)

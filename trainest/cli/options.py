@@ -61,7 +61,9 @@ def option_annotation(o: Knob | str, **changes: Any) -> Any:
     shown: bool | str = True if o.show_default is None else o.show_default
     first, *more = o.flags
     # choices are case-insensitive, like hardware and model names and the YAML keys (`--precision FP8`)
-    option = typer.Option(first, *more, help=o.help, show_default=shown, case_sensitive=o.kind != "choice",
+    # the help is plain text: rich would read `pip install "trainest[plot]"` as markup and drop `[plot]`
+    from rich.markup import escape
+    option = typer.Option(first, *more, help=escape(o.help), show_default=shown, case_sensitive=o.kind != "choice",
                           autocompletion=NAME_COMPLETION.get(o.name), rich_help_panel=o.panel)
     if o.kind == "flag":
         return Annotated[bool, option]

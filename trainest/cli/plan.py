@@ -60,10 +60,9 @@ def job_mapping(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]
 def search_plans(values: dict[str, Any]) -> tuple[Any, Any, str | None]:
     """(SearchResult, DeviceSearch or None, a note on recompute modules or None) for the option values;
     raises SpecError on bad input."""
-    from dataclasses import replace
-
     from trainest import search as S
     from trainest.advice import modules_plan_note, winner_layout_note
+    from trainest.record import replace
     from trainest.report import LazyProgress
     from trainest.units import parse_count, parse_duration_s
     config = values.get("config")

@@ -85,9 +85,8 @@ def _with_job_warnings(result: Any) -> tuple[Any, list[str]]:
     """(the result with each point's job warnings added, as `estimate --json` has them: an unmeasured
     framework, a fine-tune's default tokens and error, offload priors..., caveats.job_warnings; the
     warnings every runnable point has, said once rather than once per point)."""
-    from dataclasses import replace
-
     from trainest.caveats import job_warnings
+    from trainest.record import replace
     points = tuple(p if p.estimate is None else
                    replace(p, warnings=p.warnings + tuple(w for w in job_warnings(p.estimate.scenario)
                                                           if w not in p.warnings))

@@ -103,6 +103,11 @@ def small_runs(entries: list[Entry]) -> bool:
 
 
 def _how(c: Comparison) -> str:
+    """How each entry's device count and plan were chosen (trainest.search.devices: with a budget, the fastest
+    count within it, and within the deadline if one was given; with a deadline only, the fewest that meet it)."""
+    if c.deadline_s is not None and c.budget_usd is not None:
+        return (f"its fastest plan on {c.devices} devices that finishes within {fmt_seconds(c.deadline_s)} and "
+                f"costs at most {fmt_money(c.budget_usd)}")
     if c.deadline_s is not None:
         return f"the fewest devices in {c.devices} that finish within {fmt_seconds(c.deadline_s)}"
     if c.budget_usd is not None:

@@ -322,7 +322,7 @@ def band_text(e: Estimate, low: float | None, high: float | None, fmt=seconds_ra
     calibrated on measured runs, the band says so (it is then the error of uncalibrated estimates)."""
     if low is None or high is None or low != low or high != high:
         return ""
-    why = (f"; {e.scenario.hardware.name} is not calibrated: no measured run of it"
+    why = (f"; {e.scenario.hardware.name} is not calibrated: its efficiencies are not fitted on measured runs"
            if say_why and not e.band.calibrated else "")
     return f" ({e.band.coverage:.0%} band {fmt(low, high)}{why})"
 

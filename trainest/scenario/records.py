@@ -4,7 +4,6 @@ group) are `Layout`'s (trainest/layout.py), not these records'."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from trainest.catalog import (
@@ -16,6 +15,7 @@ from trainest.choices import (
 )
 from trainest.frameworks import DEFAULT_FRAMEWORK
 from trainest.knobs import FINETUNE, KNOBS, PARALLEL, SCENARIO
+from trainest.record import NamedTuple
 
 DEFAULT_MODEL = "llama3-8b"
 
@@ -98,8 +98,7 @@ RUN_ONLY_KEYS = ("id", "set", "source", "measured", "expressible", "reason", "co
 ECHO_KEYS = ("derived", "micro_batches")
 
 
-@dataclass(frozen=True)
-class Parallel:
+class Parallel(NamedTuple):
     """The parallel layout. N = tp·pp·cp·dp devices."""
 
     tp: int = 1
@@ -127,8 +126,7 @@ class Parallel:
         return self.tp * self.pp * self.cp * self.dp
 
 
-@dataclass(frozen=True)
-class FineTune:
+class FineTune(NamedTuple):
     """What is trained: every weight (full), or low-rank adapters on a frozen base (LoRA; QLoRA: on a
     4-bit NF4 base). rank, alpha, targets and base_bits matter only for LoRA/QLoRA."""
 
@@ -155,8 +153,7 @@ class FineTune:
         return float(self.rank) if self.alpha is None else self.alpha
 
 
-@dataclass(frozen=True)
-class Scenario:
+class Scenario(NamedTuple):
     """A fully resolved training scenario (all defaults filled in)."""
 
     model: Model
@@ -182,7 +179,7 @@ class Scenario:
     adam_moments: str = "fp32"         # ADAM_MOMENTS: the dtype of Adam's two moments (docs/model.md §7.1)
     optimizer: str = "adamw"           # OPTIMIZERS: the optimizer, whose state it keeps (docs/model.md §7.2)
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES   # what selective re-runs (docs/model.md §2.6)
-    derived: tuple[str, ...] = field(default=())   # names of values filled by defaults
+    derived: tuple[str, ...] = ()   # names of values filled by defaults
     memory_headroom: str = DEFAULT_MEMORY_HEADROOM   # as given: a share of capacity ("5%") or a size ("2GiB")
     memory_headroom_bytes: float = 0.0               # that margin [B]: a layout fits if it leaves it free
     # the simple knobs' values (knobs.SIMPLE), (name, value) in the table's order: read and checked by

@@ -3,7 +3,6 @@ objective's scale (time, cost, energy)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from trainest import training
@@ -13,6 +12,7 @@ from trainest.choices import (
 from trainest.errors import SpecError, head
 from trainest.frameworks import FRAMEWORKS
 from trainest.knobs import CLI, JOB_KEYS, JOB_PARALLEL_KEYS
+from trainest.record import replace
 from trainest.scenario import (
     FineTune,
     Scenario,

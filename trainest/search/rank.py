@@ -4,7 +4,7 @@ stage, recomputation), the runner-up per knob, and the messages when no layout e
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -13,6 +13,7 @@ from trainest.errors import SpecError
 from trainest.estimate import Estimate, estimate
 from trainest.frameworks import FRAMEWORKS
 from trainest.knobs import ASKED_ONLY
+from trainest.record import replace
 from trainest.scenario import (
     Scenario,
     check_finetune,

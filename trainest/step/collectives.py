@@ -158,9 +158,12 @@ def network_gap(hardware: Hardware, devices_per_node: int, devices: int, node_op
     unknown_up = devices > 1 and t.domain > 1 and math.isnan(t.up_bytes_per_s)
     unknown_node = devices > t.domain and t.node_extent > t.domain and math.isnan(t.node_bytes_per_s)
     if unknown_up or unknown_node:
+        domain = (f"; or, if its scale-up fabric ({hardware.scale_up_bytes_per_s / 1e9:g} GB/s) joins the node's "
+                  f"{t.node_extent} devices, system.scale_up_domain: {t.node_extent} (it is {t.domain})"
+                  if unknown_node and hardware.scale_up_bytes_per_s and t.domain < t.node_extent else "")
         return (f"{devices} {name} devices share a node whose device-to-device path is unknown "
                 f"(system.intra_node gives no rate); give {hardware_option} FILE with system.intra_node "
-                f"(kind pcie with pcie_gen, pcie_lanes and peer_to_peer, or gb_per_s)")
+                f"(kind pcie with pcie_gen, pcie_lanes and peer_to_peer, or gb_per_s){domain}")
     if devices > t.node_extent and math.isnan(t.out_bytes_per_s):
         nodes = -(-devices // t.node_extent)
         kind = hardware.scale_out_kind or "not given"
