@@ -364,6 +364,14 @@ def _recipe(**sections):
     return {"settings": {sec: {k: {"value": v} for k, v in kv.items()} for sec, kv in sections.items()}}
 
 
+def settings_of_grad(fp32_reduce):
+    """The grad_dtype a recipe with grad_reduce_in_fp32 `fp32_reduce` gives (None: left to the default)."""
+    from recipe_settings import settings_of
+    rec = _recipe(overlap={"grad_reduce_in_fp32": fp32_reduce})
+    rec.update(id="r", source={"tag": "t"})
+    return settings_of(rec, False)[0].get("grad_dtype")
+
+
 def test_recipe_settings_map_to_inputs_the_same_way_for_every_record():
     sys.path.insert(0, str(REPO / "tools"))
     from recipe_settings import cuda_graphs_of, dispatcher_of, recompute_of
@@ -392,6 +400,7 @@ def test_recipe_settings_map_to_inputs_the_same_way_for_every_record():
                                            "recompute_modules": ["mla_up_proj", "mlp"]}))[:2] \
         == ("selective", ["mla_up_proj", "mlp"])
     assert recompute_of(_recipe(recompute={"recompute_granularity": "selective", "recompute_modules": []}))[0] == "none"
+    assert settings_of_grad(False) == "bf16" and settings_of_grad(True) is None
 
 
 def test_megatron_bridge_runs_carry_their_recipes_settings():
