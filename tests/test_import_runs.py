@@ -364,6 +364,14 @@ def _recipe(**sections):
     return {"settings": {sec: {k: {"value": v} for k, v in kv.items()} for sec, kv in sections.items()}}
 
 
+def settings_of_grad(fp32_reduce):
+    """The grad_dtype a recipe with grad_reduce_in_fp32 `fp32_reduce` gives (None: left to the default)."""
+    from recipe_settings import settings_of
+    rec = _recipe(overlap={"grad_reduce_in_fp32": fp32_reduce})
+    rec.update(id="r", source={"tag": "t"})
+    return settings_of(rec, False)[0].get("grad_dtype")
+
+
 def test_recipe_settings_map_to_inputs_the_same_way_for_every_record():
     sys.path.insert(0, str(REPO / "tools"))
     from recipe_settings import cuda_graphs_of, dispatcher_of, recompute_of
@@ -373,6 +381,10 @@ def test_recipe_settings_map_to_inputs_the_same_way_for_every_record():
         == "partial"
     assert cuda_graphs_of(_recipe(cuda_graph={"cuda_graph_impl": "transformer_engine",
                                               "cuda_graph_scope": ["attn", "moe"]}))[0] == "full"
+    # a scope the runtime setup left null is the list it was set up from
+    unset = _recipe(cuda_graph={"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": None})
+    unset["settings"]["cuda_graph"]["cuda_graph_scope"]["before_runtime_setup"] = ["attn", "mamba", "moe_router"]
+    assert cuda_graphs_of(unset)[0] == "partial"
     # a scope without an implementation is not active
     assert cuda_graphs_of(_recipe(cuda_graph={"cuda_graph_impl": "none", "cuda_graph_scope": "full"}))[0] == "none"
     assert dispatcher_of(_recipe(moe={"moe_token_dispatcher_type": "flex",
@@ -388,6 +400,7 @@ def test_recipe_settings_map_to_inputs_the_same_way_for_every_record():
                                            "recompute_modules": ["mla_up_proj", "mlp"]}))[:2] \
         == ("selective", ["mla_up_proj", "mlp"])
     assert recompute_of(_recipe(recompute={"recompute_granularity": "selective", "recompute_modules": []}))[0] == "none"
+    assert settings_of_grad(False) == "bf16" and settings_of_grad(True) is None
 
 
 def test_megatron_bridge_runs_carry_their_recipes_settings():

@@ -167,7 +167,8 @@ def test_the_order_of_the_middle_ranks_does_not_matter(counts, rnd):
 
 # --- the layout hint (advice.layout_hint) ----------------------------------------------------------------------------
 DSV3 = {"model": "deepseek-v3", "hardware": "h800-sxm", "devices": 2048, "precision": "fp8", "seq_len": 4096,
-        "global_batch": 15360, "recompute": "selective", "recompute_modules": ["layernorm", "mla_up_proj", "moe_act"],
+        "global_batch": 15360, "moe_dispatcher": "deepep", "recompute": "selective",
+        "recompute_modules": ["layernorm", "mla_up_proj", "moe_act"],
         "adam_moments": "bf16", "parallel": {"pp": 16, "ep": 64, "moe_overlap": "deepep", "pipeline_split": "balanced"}}
 
 

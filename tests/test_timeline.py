@@ -15,7 +15,7 @@ from trainest.timeline import TERMS, step_timeline, term_sums_s
 from trainest.units import MICROSECOND
 
 DEEPSEEK_DUALPIPE = {"model": "deepseek-v3", "hardware": "h800-sxm", "devices": 2048, "precision": "fp8",
-                     "seq_len": 4096, "global_batch": 2048,
+                     "seq_len": 4096, "global_batch": 2048, "moe_dispatcher": "deepep",
                      "parallel": {"pp": 16, "ep": 64, "pipeline_schedule": "dualpipe", "pipeline_split": "balanced"}}
 CASES = {
     "default": {},

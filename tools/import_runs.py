@@ -1381,7 +1381,8 @@ class Importer:
 
 def apply_recipe(run: OrderedDict, top: dict, par: dict) -> None:
     """Write a recipe's settings (Importer.recipe_settings) into a run, its keys in RUN_KEYS order."""
-    for key in ("cuda_graphs", "moe_dispatcher", "adam_moments", "recompute", "recompute_modules", "unmodelled"):
+    for key in ("cuda_graphs", "moe_dispatcher", "adam_moments", "grad_dtype", "recompute", "recompute_modules",
+                "unmodelled"):
         if key in top:
             run[key] = top[key]
     run["parallel"].update(par)

@@ -65,9 +65,13 @@ class Recipes:
 def cuda_graphs_of(rec: dict) -> tuple[str, str]:
     """trainest's cuda_graphs for the recipe's graph settings, and what it read: full_iteration (or a scope
     holding the MoE block or the whole layer) is `full`; TE-scoped graphs of other parts `partial`; none `none`.
-    A scope without an implementation is not active (the recipes' _meta)."""
+    A scope without an implementation is not active (the recipes' _meta). A scope the dump gives as null after
+    the runtime setup is read from `before_runtime_setup` (the list the setup converted)."""
     impl = _value(rec, "cuda_graph", "cuda_graph_impl")
     scope = _value(rec, "cuda_graph", "cuda_graph_scope")
+    if scope is None:        # the runtime setup's scope did not serialise (null): the scope it was set up from
+        scope = ((rec.get("settings") or {}).get("cuda_graph", {}).get("cuda_graph_scope") or {}).get(
+            "before_runtime_setup")
     legacy = _value(rec, "cuda_graph", "enable_cuda_graph")
     scopes = [scope] if isinstance(scope, str) else list(scope or [])
     said = f"cuda_graph_impl {impl}, scope {scopes or 'none'}" + (", enable_cuda_graph true" if legacy else "")
@@ -128,6 +132,9 @@ def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
     if precision_aware and _value(rec, "optimizer", "exp_avg_dtype") == "bfloat16":
         top["adam_moments"] = "bf16"
         used.append("adam_moments bf16 (use_precision_aware_optimizer, exp_avg_dtype bfloat16)")
+    if _value(rec, "overlap", "grad_reduce_in_fp32") is False:
+        top["grad_dtype"] = "bf16"
+        used.append("grad_dtype bf16 (grad_reduce_in_fp32 false: BF16 gradient buffers and reduction)")
     tp_overlap = _value(rec, "overlap", "tp_comm_overlap")
     if tp_overlap is not None:
         par["tp_overlap"] = bool(tp_overlap)
@@ -154,8 +161,7 @@ def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
 # reduction (grad_reduce_in_fp32 false), BF16 main gradients of the precision-aware optimizer, the TE op fuser,
 # the shared experts overlapped with the dispatch, paged stashing of the expert activations, fine-grained
 # activation offloading, Megatron FSDP, a pipeline layout given as a list of stages
-UNMODELLED = (("precision", "fp8_param", None), ("overlap", "grad_reduce_in_fp32", False),
-              ("optimizer", "main_grads_dtype", "bfloat16"), ("fusions", "use_transformer_engine_op_fuser", None),
+UNMODELLED = (("precision", "fp8_param", None), ("optimizer", "main_grads_dtype", "bfloat16"), ("fusions", "use_transformer_engine_op_fuser", None),
               ("moe", "moe_shared_expert_overlap", None), ("moe", "moe_paged_stash", None),
               ("offload", "fine_grained_activation_offloading", None), ("data_parallel", "use_megatron_fsdp", None),
               ("pipeline", "pipeline_model_parallel_layout", None))
