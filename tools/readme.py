@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,10 +97,24 @@ def cmd(args: list[str]) -> str:
     return "trainest " + shlex.join(args)
 
 
+def accuracy_line() -> str:
+    """The headline accuracy (one source left out, docs/cross-validation.json) and the band's coverage on the same
+    footing (specs/bands.json), as tools/fit_defaults.py last wrote them."""
+    s = json.loads((ROOT / "docs" / "cross-validation.json").read_text(encoding="utf-8"))["summary"]
+    o = json.loads((ROOT / "specs" / "bands.json").read_text(encoding="utf-8"))["checks"]["one_source_left_out"]["all"]
+    text = (f"On published runs of a source left out of the fit (a cluster, framework or recipe it has not seen) the "
+            f"step-time error is {s['dense']['left_out_mape_pct']:.1f} % MAPE over {s['dense']['runs']} dense runs, "
+            f"{s['moe']['left_out_mape_pct']:.0f} % for MoE and {s['hybrid']['left_out_mape_pct']:.0f} % for hybrid "
+            f"Mamba models; the printed band held for {o['coverage'] * 100:.0f} % of {o['runs']} such runs. Per "
+            f"hardware, framework and family: [docs/validation.md](docs/validation.md).")
+    return textwrap.fill(text, 110, break_on_hyphens=False)
+
+
 def document() -> str:
-    return TEMPLATE.format(estimate=cmd(ESTIMATE), estimate_out=estimate_excerpt(), plan=cmd(PLAN), plan_line=plan_line(),
-                           compare=cmd(COMPARE), compare_out=compare_table(), sweep=cmd(SWEEP), sweep_line=sweep_line(),
-                           finetune=cmd(FINETUNE), finetune_line=finetune_line()).rstrip() + "\n"
+    return TEMPLATE.format(accuracy=accuracy_line(), estimate=cmd(ESTIMATE), estimate_out=estimate_excerpt(),
+                           plan=cmd(PLAN), plan_line=plan_line(), compare=cmd(COMPARE), compare_out=compare_table(),
+                           sweep=cmd(SWEEP), sweep_line=sweep_line(), finetune=cmd(FINETUNE),
+                           finetune_line=finetune_line()).rstrip() + "\n"
 
 
 TEMPLATE = """# trainest
@@ -168,6 +183,10 @@ purchase amortised over three years:
 ```
 
 needs {finetune_line}.
+
+## How accurate
+
+{accuracy}
 
 ## More
 
