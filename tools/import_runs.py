@@ -1359,6 +1359,8 @@ class Importer:
         if not rec["recipe_selection"].get("layout_matches_summary", True):
             said.append("the summary row's layout differs from its release's recipe (megatron-bridge-recipes.yaml "
                         "_meta): these settings may not be what ran")
+            # what ran is not known: validate names it where the run is called "does not fit"
+            top["unmodelled"] = [*top.get("unmodelled", []), "the recipe's settings (its layout differs from the row's)"]
         notes.extend(said)
         return top, par
 
