@@ -236,3 +236,15 @@ def test_the_band_holds_on_sources_left_out_in_every_group_of_ten_runs(shipped):
     low = {(k, g): v["coverage"] for k in fit_bands.GROUPINGS for g, v in o[k].items()
            if v["runs"] >= 10 and v["coverage"] < 0.70}
     assert not low, low
+
+
+def test_calibrated_hardware_without_a_left_out_group_of_its_architecture_takes_the_prior_pools():
+    """A MoE estimate on calibrated hardware: no MoE run of that hardware had its source left out (the left-out
+    pool has no MoE group), but MoE runs predicted with prior efficiencies exist: their band, not the fallback of
+    an architecture no run validates (which said "no measured moe run" of an architecture with 133 measured runs)."""
+    groups = {B.CALIBRATED: B.build_groups(_residuals(25, "a", 1.0)),
+              "prior": B.build_groups([r._replace(arch="moe", ratio=1.2 + 0.01 * i)
+                                       for i, r in enumerate(_residuals(25, "b", 1.0))])}
+    b = B.lookup(groups, hardware="a", family="fam", scale="node", arch="moe", calibrated=True, arch_factor=3.0)
+    assert b.pool == "prior" and b.runs == 25 and b.level != "none" and b.low_ratio >= 1.2
+    assert "no moe run on calibrated hardware with its source left out" in b.note and not b.unknowns

@@ -169,7 +169,22 @@ def lookup(groups: dict[str, dict[str, list[float]]], *, hardware: str, family: 
     the scenario's framework has no validated run, so the band widens by this factor too (`widened`).
     `arch_factor`: no validated run has the scenario's architecture, so the fallback band widens by this
     factor (measured with each architecture left out: tools/fit_bands.py, `architecture_widening`)."""
-    pool = CALIBRATED if calibrated else "prior"
+    kw: dict[str, Any] = dict(hardware=hardware, family=family, scale=scale, arch=arch, calibrated=calibrated,
+                              framework_factor=framework_factor, framework=framework, source_factor=source_factor)
+    band = _from_pool(groups, CALIBRATED if calibrated else "prior", **kw)
+    if band is None and calibrated:
+        # no run of this architecture on calibrated hardware had its source left out (MoE and hybrid runs are
+        # mostly on hardware only their own source calibrates): the error of such runs with prior efficiencies
+        band = _from_pool(groups, "prior", **kw,
+                          extra=(f"no {arch} run on calibrated hardware with its source left out: the error of "
+                                 f"{arch} runs predicted with prior efficiencies",))
+    return band if band is not None else _fallback(groups, hardware, arch, calibrated, arch_factor)
+
+
+def _from_pool(groups: dict[str, dict[str, list[float]]], pool: str, *, hardware: str, family: str, scale: str,
+               arch: str, calibrated: bool, framework_factor: float | None, framework: str, source_factor: float,
+               extra: tuple[str, ...] = ()) -> Band | None:
+    """`lookup` in one pool: the band of the most specific group of LEVELS with enough runs, or None."""
     for i, (level, keep) in enumerate(LEVELS):
         if keep[1] and not family:
             continue
@@ -179,8 +194,8 @@ def lookup(groups: dict[str, dict[str, list[float]]], *, hardware: str, family: 
             continue
         low, high, cov, runs = entry
         words = _group_words(level, hardware, family, scale, arch)
-        why = [] if i == 0 else [f"fewer than {MIN_GROUP_RUNS} validated runs of {hardware} at this scale: "
-                                 f"from {words}"]
+        why = [*extra] + ([] if i == 0 else [f"fewer than {MIN_GROUP_RUNS} validated runs of {hardware} at this "
+                                               f"scale: from {words}"])
         unknowns = []
         if not calibrated:
             why.append(f"{hardware} is not calibrated: the error of uncalibrated (prior) efficiencies")
@@ -197,7 +212,7 @@ def lookup(groups: dict[str, dict[str, list[float]]], *, hardware: str, family: 
             unknowns.append(f"no validated run of the framework {framework or '?'}")
         return Band(low, high, cov, int(runs), level, words, pool, calibrated,
                     "; ".join([f"{int(runs)} {POOLS[pool]} ({words})", *why]), tuple(unknowns))
-    return _fallback(groups, hardware, arch, calibrated, arch_factor)
+    return None
 
 
 def _fallback(groups: dict[str, dict[str, list[float]]], hardware: str, arch: str, calibrated: bool,
