@@ -195,7 +195,7 @@ needs {finetune_line}.
 - [docs/cli.md](docs/cli.md): every option of every command; [docs/inputs.md](docs/inputs.md): every input
   and its scenario YAML key; [specs/README.md](specs/README.md): hardware, model and runs files.
 - [docs/model.md](docs/model.md): every formula with its source; [docs/validation.md](docs/validation.md): how
-  accurate it is; [docs/cases.md](docs/cases.md): four worked cases.
+  accurate it is; [docs/cases.md](docs/cases.md): five worked cases.
 - `trainest list hardware|models|frameworks`: the catalog, with prices and their dates.
 - [CHANGELOG.md](CHANGELOG.md).
 """
