@@ -20,9 +20,6 @@ derandomized with no shrinking and no database: a failure is reproducible and fa
 
 from __future__ import annotations
 
-import dataclasses
-
-from trainest.record import replace
 import functools
 import importlib.util
 import json
@@ -39,6 +36,7 @@ from trainest.adapter_cost import slower_than_full_warning
 from trainest.errors import SpecError
 from trainest.estimate import estimate
 from trainest.frameworks import FRAMEWORKS
+from trainest.record import replace
 from trainest.report.estimate import estimate_dict
 from trainest.scenario import scenario_from_mapping
 from trainest.step.collectives import network_gap
@@ -137,17 +135,6 @@ def _accepted(mapping: dict):
     return s
 
 
-def _numbers(node, path=""):
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield from _numbers(v, f"{path}.{k}")
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield from _numbers(v, f"{path}[{i}]")
-    elif isinstance(node, (int, float)) and not isinstance(node, bool):
-        yield path, node
-
-
 def _time(s, **changes) -> float:
     return estimate(replace(s, **changes)).step.time_s
 
@@ -166,7 +153,7 @@ def test_every_number_of_the_json_is_finite_and_non_negative_or_the_run_is_refus
         return
     doc = estimate_dict(e)
     json.dumps(doc, allow_nan=False)
-    for path, value in _numbers(doc):
+    for path, value in _golden().json_numbers(doc):
         assert math.isfinite(value), f"{path} = {value}"
         if not path.endswith(SIGNED):
             assert value >= 0, f"{path} = {value}"

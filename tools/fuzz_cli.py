@@ -37,6 +37,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from golden import json_numbers  # noqa: E402  (tools/: the number walker the invariants use)
+
 from trainest import choices as C  # noqa: E402
 
 MODELS = ["llama3-8b", "llama3-70b", "qwen3-4b", "qwen3-30b-a3b", "mixtral-8x7b", "gpt3-175b", "deepseek-v3",
@@ -206,17 +208,6 @@ def run(argv: list[str]) -> tuple[int, str, str, str | None]:
     return code, out.getvalue(), err.getvalue(), tb
 
 
-def _numbers(doc: Any, path: str = ""):
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            yield from _numbers(v, f"{path}.{k}")
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            yield from _numbers(v, f"{path}[{i}]")
-    elif isinstance(doc, (int, float)) and not isinstance(doc, bool):
-        yield path, doc
-
-
 def _echo_value(doc: dict, where: tuple[str, ...]) -> Any:
     value: Any = doc.get("inputs", {})
     for part in where:
@@ -269,7 +260,7 @@ def check(argv: list[str], code: int, out: str, err: str, tb: str | None) -> lis
         doc = json.loads(out, parse_constant=lambda c: bad.append(c) or 0.0)
         if bad:
             found.append(("nonfinite", f"{bad[0]} in the JSON"))
-        for path, value in _numbers(doc):
+        for path, value in json_numbers(doc):
             if isinstance(value, float) and not math.isfinite(value):
                 found.append(("nonfinite", path))
             elif value < 0 and NONNEGATIVE.search(path.rsplit(".", 1)[-1]) and "delta" not in path \

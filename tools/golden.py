@@ -26,6 +26,7 @@ import io
 import json
 import math
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,19 @@ def argv_of(case: dict) -> list[str]:
 def output_of(case: dict) -> Any:
     code, out = run_cli(argv_of(case))
     return {"exit_code": code, "json": strip_volatile(json.loads(out)) if out.strip() else None}
+
+
+def json_numbers(doc: Any, path: str = "") -> Iterator[tuple[str, float]]:
+    """(path, value) of every number in a JSON document (booleans are not numbers), for the checks that every
+    printed number is finite and physical (tests/test_invariants.py, tools/fuzz_cli.py)."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from json_numbers(v, f"{path}.{k}")
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from json_numbers(v, f"{path}[{i}]")
+    elif isinstance(doc, (int, float)) and not isinstance(doc, bool):
+        yield path, doc
 
 
 def differences(want: Any, got: Any, path: str = "") -> list[str]:
