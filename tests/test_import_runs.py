@@ -41,7 +41,7 @@ VTRAIN_SET = "vtrain-single-node"
 RUN_KEYS = {"id", "set", "finetune", "packed_length", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
             "master_weights", "grad_dtype", "loss", "optimizer", "optimizer_in_backward", "offload",
             "parallel", "micro_batch", "global_batch", "recompute", "recompute_modules", "attention", "framework", "kernels",
-            "cuda_graphs", "moe_dispatcher", "adam_moments", "measured",
+            "cuda_graphs", "moe_dispatcher", "adam_moments", "fp8_params", "measured",
             "expressible", "reason",
             "confidence",
             "notes",
@@ -401,6 +401,20 @@ def test_recipe_settings_map_to_inputs_the_same_way_for_every_record():
         == ("selective", ["mla_up_proj", "mlp"])
     assert recompute_of(_recipe(recompute={"recompute_granularity": "selective", "recompute_modules": []}))[0] == "none"
     assert settings_of_grad(False) == "bf16" and settings_of_grad(True) is None
+    from recipe_settings import settings_of, unmodelled
+
+    def top(**precision):
+        rec = _recipe(precision=precision)
+        rec.update(id="r", source={"tag": "t"})
+        return settings_of(rec, False)[0]
+    # FP8 parameters are an input where the FP8 recipe is on (the NVFP4 recipes name fp8_param off)
+    assert top(fp8_param=True, fp8="e4m3").get("fp8_params") is True
+    assert "fp8_params" not in top(fp8_param=True, fp8=None) and "fp8_params" not in top(fp8_param=False, fp8="e4m3")
+    # BF16 layers count only with first_last_layers_bf16; a quantisation recipe is named by its overrides
+    assert unmodelled(_recipe(precision={"first_last_layers_bf16": False, "num_layers_at_end_in_bf16": 1})) == []
+    assert unmodelled(_recipe(precision={"first_last_layers_bf16": True, "num_layers_at_end_in_bf16": 14,
+                                         "quant_recipe": "RecipeConfig(matcher(a), matcher(b))"})) \
+        == ["num_layers_at_end_in_bf16 14", "quant_recipe (2 module precision overrides)"]
 
 
 def test_megatron_bridge_runs_carry_their_recipes_settings():
