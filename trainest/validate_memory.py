@@ -29,11 +29,13 @@ MEMORY_ONLY_METRIC = "peak_memory_gib"   # a run's Measurement.metric when it gi
 # names it, since the run's own value may make it fit (the dtype and optimizer-in-backward knobs follow from these
 # or are plain off)
 MEMORY_SETTINGS = ("parallel.tp", "parallel.pp", "parallel.cp", "parallel.zero", "parallel.dp_shard", "micro_batch",
-                   "recompute", "offload", "optimizer", "master_weights", "loss", "framework")
+                   "recompute", "offload", "optimizer", "master_weights", "loss", "fp8_params", "framework")
 # the value of a memory setting that holds the least memory, where there is one (docs/model.md §7.8): a run called
 # "does not fit" whose record does not state the setting (an importer assumed it, or a default was taken) and that
 # fits with this value alone names the setting as the one that decides it (`deciding_settings`)
-LIGHTEST_SETTING: dict[str, Any] = {"recompute": "full", "parallel.zero": 3, "micro_batch": 1, "loss": "fused"}
+LIGHTEST_SETTING: dict[str, Any] = {"recompute": "full", "parallel.zero": 3, "micro_batch": 1, "loss": "fused",
+                                    "fp8_params": True}
+FP8_ONLY_SETTINGS = ("fp8_params",)      # settings that exist only with FP8/FP4 GEMMs (tried only there)
 JOINT = "+"      # deciding settings that make a run fit only together: one entry, their keys joined by it
 
 
@@ -142,7 +144,8 @@ def deciding_settings(scenario: Any, candidates: Iterable[str]) -> tuple[str, ..
     alone makes the run fit, in the order given; where none does alone but all together do, one entry of their
     keys joined by JOINT. A candidate already at its lightest value, or without one, is left out."""
     keys = [k for k in dict.fromkeys(candidates)
-            if k in LIGHTEST_SETTING and setting_of(scenario, k) != LIGHTEST_SETTING[k]]
+            if k in LIGHTEST_SETTING and setting_of(scenario, k) != LIGHTEST_SETTING[k]
+            and (k not in FP8_ONLY_SETTINGS or scenario.precision in ("fp8", "fp4"))]
     alone = tuple(k for k in keys if fits_with(scenario, (k,)))
     if alone or len(keys) < 2:
         return alone
