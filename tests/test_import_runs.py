@@ -407,9 +407,7 @@ def test_recipe_settings_map_to_inputs_the_same_way_for_every_record():
         rec = _recipe(precision=precision)
         rec.update(id="r", source={"tag": "t"})
         return settings_of(rec, False)[0]
-    # FP8 parameters are an input where the FP8 recipe is on (the NVFP4 recipes name fp8_param off)
-    assert top(fp8_param=True, fp8="e4m3").get("fp8_params") is True
-    assert "fp8_params" not in top(fp8_param=True, fp8=None) and "fp8_params" not in top(fp8_param=False, fp8="e4m3")
+    assert top(fp8_param=True, fp8="e4m3").get("fp8_params") is True and "fp8_params" not in top(fp8_param=False)
     # BF16 layers count only with first_last_layers_bf16; a quantisation recipe is named by its overrides
     assert unmodelled(_recipe(precision={"first_last_layers_bf16": False, "num_layers_at_end_in_bf16": 1})) == []
     assert unmodelled(_recipe(precision={"first_last_layers_bf16": True, "num_layers_at_end_in_bf16": 14,

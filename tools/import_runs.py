@@ -56,9 +56,9 @@ A100_UNSTATED_WHY = ("the entry of every A100 record that does not say 40GB; the
                      "source notes say: docs/validation.md, vTrain section")
 
 RUN_KEYS = ("id", "set", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
-            "master_weights", "grad_dtype", "fp8_params", "parallel", "micro_batch", "global_batch", "recompute", "recompute_modules",
+            "master_weights", "grad_dtype", "parallel", "micro_batch", "global_batch", "recompute", "recompute_modules",
             "attention", "packed_length", "framework", "kernels", "cuda_graphs", "moe_dispatcher", "adam_moments", "loss",
-            "optimizer", "optimizer_in_backward", "offload", "finetune", "measured", "expressible", "reason",
+            "fp8_params", "optimizer", "optimizer_in_backward", "offload", "finetune", "measured", "expressible", "reason",
             "confidence", "notes", "duplicate_of", "unmodelled", "assumed")
 # the import notes that say a memory setting was assumed because the record does not state it, and its scenario key:
 # a run's `assumed` (validate names them where it calls a run that ran "does not fit")
