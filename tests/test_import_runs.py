@@ -41,11 +41,11 @@ VTRAIN_SET = "vtrain-single-node"
 RUN_KEYS = {"id", "set", "finetune", "packed_length", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
             "master_weights", "grad_dtype", "loss", "optimizer", "optimizer_in_backward", "offload",
             "parallel", "micro_batch", "global_batch", "recompute", "recompute_modules", "attention", "framework", "kernels",
-            "cuda_graphs", "moe_dispatcher", "adam_moments", "measured",
+            "cuda_graphs", "moe_dispatcher", "adam_moments", "fp8_params", "measured",
             "expressible", "reason",
             "confidence",
             "notes",
-            "duplicate_of", "unmodelled"}
+            "duplicate_of", "unmodelled", "assumed"}
 RUN_REQUIRED = {"id", "source", "model", "seq_len", "hardware", "devices", "precision", "parallel", "micro_batch",
                 "global_batch", "recompute", "measured", "expressible", "reason"}
 # model mapping keys of the README, plus head_dim: the optional key trainest/catalog.py model_from_mapping
