@@ -181,6 +181,50 @@ def test_shipped_band_widens_for_a_framework_no_validated_run_used():
     assert any(missing[0] in u for u in unknown.unknowns)
 
 
+def test_an_adapter_fine_tuning_band_widens_about_its_centre_and_says_so():
+    """Issue 31: a LoRA/QLoRA estimate's band widens by the factor a left-out fine-tuning source needs; a full
+    (pre-training) one with the same factor given does not move."""
+    groups = {B.CALIBRATED: B.build_groups(_residuals(25, "a", 1.0))}
+    kw = dict(hardware="a", family="fam", scale="node", arch="dense", calibrated=True, finetune_factor=1.5)
+    full, lora = B.lookup(groups, **kw), B.lookup(groups, **kw, finetune="lora")
+    width = lambda b: math.log(b.high_ratio / b.low_ratio)   # noqa: E731
+    assert width(lora) == pytest.approx(1.5 * width(full), rel=1e-3)
+    assert math.sqrt(lora.low_ratio * lora.high_ratio) == pytest.approx(math.sqrt(full.low_ratio * full.high_ratio),
+                                                                       rel=1e-3)
+    assert "lora fine-tuning: widened ×1.5" in lora.note and any("lora" in u for u in lora.unknowns)
+    assert not full.unknowns and "fine-tuning" not in full.note
+
+
+def test_shipped_band_of_a_lora_estimate_is_wider_than_of_full_training(shipped):
+    if shipped.get("finetune_widening", 1.0) <= 1.0:
+        pytest.skip("a left-out fine-tuning source needs no widening")
+    job = {"model": "llama3-8b", "hardware": "h100-sxm", "devices": 8, "global_batch": 32}
+    full = estimate(scenario_from_mapping(job)).band
+    lora = estimate(scenario_from_mapping({**job, "finetune": "lora"})).band
+    assert lora.high_ratio / lora.low_ratio > full.high_ratio / full.low_ratio
+    assert any("fine-tuning" in u for u in lora.unknowns)
+
+
+def _lora_record(i: int, source: str, ratio: float) -> dict:
+    return {**_record(i, "dense", source, ratio), "id": f"{source}-{i}", "finetune": "lora",
+            "hardware_fitted_without_source": True}
+
+
+def test_a_fine_tuning_source_is_judged_with_a_widening_its_own_runs_did_not_size():
+    """finetune_widening: with a source excluded (as the one-source-left-out check excludes the judged one) its
+    fine-tuning runs do not size the factor; the factor grows with how far the other sources' runs fall out."""
+    pre = [{**_record(i, "dense", f"pre{i % 3}", 1.0 + 0.01 * (i % 10 - 5)), "id": f"pre-{i}",
+            "hardware_fitted_without_source": True, "finetune": "full"} for i in range(60)]
+
+    def factor(judged_spread: float, other_spread: float) -> float:
+        records = (pre + [_lora_record(i, "judged", 1.0 + judged_spread * (i % 10 - 5)) for i in range(10)]
+                   + [_lora_record(i, "other", 1.0 + other_spread * (i % 10 - 5)) for i in range(10)])
+        return fit_bands.finetune_widening(records, [], {}, 1.0, 1.0, frozenset({"judged"}))[0]
+
+    assert factor(0.01, 0.03) == factor(0.09, 0.03)     # the judged source's own runs do not size it
+    assert factor(0.01, 0.03) > 1.0 and factor(0.01, 0.05) > factor(0.01, 0.03)
+
+
 def test_one_source_left_out_coverage_is_reported_per_group(shipped):
     """The headline check (docs/validation.md): each source judged by bands built from the others alone."""
     o = shipped["checks"]["one_source_left_out"]
@@ -229,8 +273,9 @@ def test_the_band_holds_on_sources_left_out(shipped):
     assert o["architecture_seen"]["coverage"] >= 0.78, o["architecture_seen"]
 
 
-@pytest.mark.xfail(reason="issue 31: hybrid (53 runs, 68 %), h200-sxm (20, 60 %) and megatron-lm-readme (11, 64 %) "
-                          "are below 70 % one source left out", strict=True)
+@pytest.mark.xfail(reason="issue 31: hybrid (53 runs, 64 %: predicted too fast, a shift the fallback band's width "
+                          "does not cover), megatron-lm-readme (11, 64 %) and h200-sxm (20, 65 %; 75 % regenerated on "
+                          "the MoE physics of 2026-12-03) are below 70 % one source left out", strict=True)
 def test_the_band_holds_on_sources_left_out_in_every_group_of_ten_runs(shipped):
     o = shipped["checks"]["one_source_left_out"]
     low = {(k, g): v["coverage"] for k in fit_bands.GROUPINGS for g, v in o[k].items()

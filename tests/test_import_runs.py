@@ -43,7 +43,7 @@ RUN_KEYS = {"id", "set", "finetune", "packed_length", "source", "model", "seq_le
             "expressible", "reason",
             "confidence",
             "notes",
-            "duplicate_of", "unmodelled"}
+            "duplicate_of", "unmodelled", "assumed"}
 RUN_REQUIRED = {"id", "source", "model", "seq_len", "hardware", "devices", "precision", "parallel", "micro_batch",
                 "global_batch", "recompute", "measured", "expressible", "reason"}
 # model mapping keys of the README, plus head_dim: the optional key trainest/catalog.py model_from_mapping

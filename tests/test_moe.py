@@ -278,16 +278,16 @@ def test_per_expert_launches_make_small_micro_batches_host_bound():
     time (host-bound, host time grows with E/e); at a large micro-batch the same launches hide under
     the device's work, so the step is as without them (the per-expert launches are per micro-batch)."""
     many = moe_model(experts=128, top_k=8, width=256)
-    # HybridEP: no host synchronisation in the layer (test_a_host_synchronising_dispatcher_... has one)
-    no_sync = {"moe_dispatcher": "hybridep"}
-    small = step_of(many, H100, "fp8", seq_len=1024.0, dp=8.0, micro_batches=8, ep=8.0, **no_sync)
+    knobs = {"moe_dispatcher": "hybridep"}
+    small = step_of(many, H100, "fp8", seq_len=1024.0, dp=8.0, micro_batches=8, ep=8.0, **knobs)
     assert small.host_wait_s > 0.0
-    more_local = step_of(many, H100, "fp8", seq_len=1024.0, dp=8.0, micro_batches=8, ep=4.0, **no_sync)
+    more_local = step_of(many, H100, "fp8", seq_len=1024.0, dp=8.0, micro_batches=8, ep=4.0, **knobs)
     assert more_local.host_s > small.host_s                      # 32 local experts
-    big = step_of(many, H100, "fp8", seq_len=8192.0, dp=8.0, micro_batches=1, micro_batch=8.0, ep=8.0, **no_sync)
+    big = step_of(many, H100, "fp8", seq_len=8192.0, dp=8.0, micro_batches=1, micro_batch=8.0, ep=8.0, **knobs)
     # the layers are not host-bound; what the host adds is the embedding's and the loss's own kernels
-    # (step/kernels.py: head_parts), once per micro-batch, a few hundred microseconds
-    assert big.host_wait_s < 1e-3 * big.time_s
+    # (step/kernels.py: head_parts), once per micro-batch, and the per-expert launches after each layer's read
+    # of the token counts that its experts' GEMMs cannot cover (test_moe_dispatcher.py): a few milliseconds
+    assert big.host_wait_s < 1e-2 * big.time_s
 
 
 def test_how_the_framework_launches_its_experts():

@@ -58,7 +58,8 @@ def residual(case: Case, predicted_step_s: float) -> B.Residual:
     return B.Residual(run_id=case.id, hardware=s.hardware.name, family=FAMILY_OF.get(s.hardware.name, ""),
                       scale=B.scale_bucket(s.devices, s.devices_per_node),
                       arch=B.arch_of(s.model),
-                      ratio=_measured_step_s(case) / predicted_step_s, framework=s.framework)
+                      ratio=_measured_step_s(case) / predicted_step_s, framework=s.framework,
+                      finetune=s.finetune.method)
 
 
 def step_s(case: Case, hardware) -> float:
@@ -85,7 +86,7 @@ def left_out_records() -> list[dict]:
 def record_residual(rec: dict) -> B.Residual:
     return B.Residual(run_id=rec["id"], hardware=rec["hardware"], family=rec["family"], scale=rec["scale"],
                       arch=rec["arch"], ratio=rec["measured_step_s"] / rec["left_out_step_s"],
-                      framework=rec["framework"])
+                      framework=rec["framework"], finetune=rec.get("finetune", "full"))
 
 
 def pools() -> tuple[dict[str, list[B.Residual]], dict[str, str], list[dict]]:
@@ -251,10 +252,12 @@ def _source_runs(records: list[dict], source: str, excluded: set[str], framework
 
 
 def _judged(groups: dict, runs: list[tuple], source_factor: float | dict,
-            arch_factor: dict[str, list[float]] | None = None) -> list[tuple[dict, bool, float, bool]]:
+            arch_factor: dict[str, list[float]] | None = None,
+            finetune_factor: float = 1.0) -> list[tuple[dict, bool, float, bool]]:
     """(record, inside its band, the band's claim, architecture seen) of each run; `source_factor`: one factor, or
     {pool: [factor, ...]} (source_widening) for the runs of each pool; `arch_factor`: {architecture: [factor, ...]}
-    (architecture_widening) for a run whose architecture no other source has."""
+    (architecture_widening) for a run whose architecture no other source has; `finetune_factor`: the widening of
+    an adapter fine-tuning run (finetune_widening)."""
     out = []
     for rec, res, calibrated, fw, seen in runs:
         w = source_factor if not isinstance(source_factor, dict) else \
@@ -262,7 +265,7 @@ def _judged(groups: dict, runs: list[tuple], source_factor: float | dict,
         a = (arch_factor or {}).get(res.arch, [1.0])[0]
         b = B.lookup(groups, hardware=res.hardware, family=res.family, scale=res.scale, arch=res.arch,
                      calibrated=calibrated, framework_factor=fw, framework=res.framework, source_factor=w,
-                     arch_factor=a)
+                     arch_factor=a, finetune_factor=finetune_factor, finetune=res.finetune)
         if b.runs:
             out.append((rec, b.low_ratio <= res.ratio <= b.high_ratio, b.coverage, seen))
     return out
@@ -294,6 +297,37 @@ def source_widening(records: list[dict], prior: list[B.Residual], source_of: dic
     return result
 
 
+def adapter_tuned(rec: dict) -> bool:
+    """A run that fine-tunes with adapters (LoRA, QLoRA): what `finetune_widening` is measured on."""
+    return rec.get("finetune", "full") != "full"
+
+
+def finetune_widening(records: list[dict], prior: list[B.Residual], source_of: dict[str, str], family_factor: float,
+                      framework_factor: float, excluded: frozenset[str] = frozenset()) -> list[float]:
+    """[factor, coverage, runs]: the smallest factor of WIDENINGS by which the band of an adapter fine-tuning run
+    must widen, on top of the source widening, so that bands built without a fine-tuning source cover COVERAGE of
+    that source's fine-tuning runs, pooled over the fine-tuning sources not `excluded` (each judged from the
+    sources not excluded but it, with the source widening measured on those alone, as `source_out_coverage`
+    judges). Runs of an architecture no other source has do not count (their band is the fallback). No
+    fine-tuning run to judge: factor 1."""
+    trials = []
+    for source in sorted({r["source"] for r in records if adapter_tuned(r)} - excluded):
+        out = excluded | {source}
+        runs = [run for run in _source_runs(records, source, out, framework_factor) if run[4] and adapter_tuned(run[0])]
+        trials.append((_source_groups(records, prior, source_of, out, family_factor), runs,
+                       source_widening(records, prior, source_of, family_factor, framework_factor, frozenset(out))))
+    if not any(runs for _, runs, _ in trials):
+        return [1.0, 1.0, 0]
+    coverage, factor, n = 0.0, WIDENINGS[-1], 0
+    for f in WIDENINGS:
+        hits = [hit for groups, runs, w in trials for _, hit, _, _ in _judged(groups, runs, w, finetune_factor=f)]
+        coverage, n = sum(hits) / len(hits), len(hits)
+        if coverage >= B.COVERAGE:
+            factor = f
+            break
+    return [round(factor, 2), round(coverage, 4), n]
+
+
 def source_out_coverage(records: list[dict], prior: list[B.Residual], source_of: dict[str, str],
                         family_factor: float, framework_factor: float,
                         arch_factor: dict[str, list[float]] | None = None) -> dict:
@@ -302,13 +336,18 @@ def source_out_coverage(records: list[dict], prior: list[B.Residual], source_of:
     other sources calibrate the hardware (else the prior pool's, widened for an unseen family as shipped),
     widened by `framework_factor` where no other source used the run's framework, and by the source widening
     measured on the other sources alone (`source_widening` without this source: nested, so that no run judges
-    the band it helped to size). Coverage overall, over the runs whose architecture another source has, and
-    per value of each of GROUPINGS (with the runs and the claim)."""
+    the band it helped to size), and an adapter fine-tuning run's by the fine-tuning widening measured on the
+    other fine-tuning sources alone (`finetune_widening` without this source, nested likewise). Coverage overall,
+    over the runs whose architecture another source has, and per value of each of GROUPINGS (with the runs and
+    the claim)."""
     rows = []
     for source in sorted({r["source"] for r in records}):
         w = source_widening(records, prior, source_of, family_factor, framework_factor, frozenset({source}))
         groups = _source_groups(records, prior, source_of, {source}, family_factor)
-        rows += _judged(groups, _source_runs(records, source, {source}, framework_factor), w, arch_factor)
+        runs = _source_runs(records, source, {source}, framework_factor)
+        ft = finetune_widening(records, prior, source_of, family_factor, framework_factor, frozenset({source}))[0] \
+            if any(adapter_tuned(run[0]) for run in runs) else 1.0
+        rows += _judged(groups, runs, w, arch_factor, ft)
     summary: dict = {"all": _share([h for _, h, _, _ in rows], [c for _, _, c, _ in rows]),
                      "architecture_seen": _share([h for _, h, _, s in rows if s], [c for _, _, c, s in rows if s])}
     for key in GROUPINGS:
@@ -368,6 +407,9 @@ def document() -> dict:
     doc["unseen_source_widening"] = {pool: v[0] for pool, v in src.items()}
     for pool, (f, reached) in src.items():
         checks[pool]["leave_one_source_out_widened"] = {"factor": f, "coverage": reached}
+    ft = finetune_widening(records, residuals["prior"], source_of, factor, fw_factor)
+    doc["finetune_widening"] = ft[0]
+    checks["finetune_source_out_widened"] = {"factor": ft[0], "coverage": ft[1], "runs": ft[2]}
     arch = architecture_widening(records, residuals["prior"], source_of)
     doc["unseen_architecture_widening"] = arch["*"][0]
     checks["prior"]["leave_one_architecture_out_widened"] = {a: {"factor": f, "coverage": c}
@@ -418,8 +460,11 @@ def markdown(doc: dict) -> str:
         f"over the sources). A framework no "
         f"validated run used widens the band ×{doc['unseen_framework_widening']:g}, a hardware family without runs "
         f"×{doc['unseen_family_widening']:g} (each the factor that makes bands built without a framework's, a "
-        f"family's runs cover 80 % of them); the estimate then says plainly that the band is wide because little "
-        f"is known.",
+        f"family's runs cover 80 % of them). An adapter fine-tuning (LoRA, QLoRA) estimate's band widens "
+        f"×{doc.get('finetune_widening', 1.0):g}: the groups are mostly pre-training runs, and the factor makes "
+        f"bands built without a fine-tuning source cover 80 % of that source's fine-tuning runs, pooled over the "
+        f"sources that have them (in the one-source-left-out check below, sized on the other fine-tuning sources "
+        f"alone). The estimate then says plainly that the band is wide because little is known.",
         "",
         f"**One source left out: the band holds for {o['all']['coverage']:.1%} of {o['all']['runs']} runs** (each "
         f"source's runs predicted without it and judged by the band built from the other sources alone, its widening "
@@ -445,6 +490,9 @@ def markdown(doc: dict) -> str:
         f"{h['leave_one_out']['coverage']:.1%} | {h['leave_one_out']['claimed']:.1%} |",
         f"| left-out runs, each framework left out, bands widened ×{doc['unseen_framework_widening']:g} | "
         f"{h['leave_one_out']['runs']} | {h['leave_one_framework_out_widened']['coverage']:.1%} | 80% |",
+        f"| adapter fine-tuning runs, each fine-tuning source left out, bands widened "
+        f"×{doc.get('finetune_widening', 1.0):g} on top | {c.get('finetune_source_out_widened', {}).get('runs', 0)} | "
+        f"{c.get('finetune_source_out_widened', {}).get('coverage', 0.0):.1%} | 80% |",
         f"| prior efficiencies (uncalibrated hardware), leave-one-out | {p['leave_one_out']['runs']} | "
         f"{p['leave_one_out']['coverage']:.1%} | {p['leave_one_out']['claimed']:.1%} |",
         f"| prior, each hardware family left out (unwidened) | {p['leave_one_family_out']['runs']} | "
@@ -528,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{pool:8s}: {doc['pools'][pool]['runs']} runs, {len(doc['groups'][pool])} groups; leave-one-out "
               f"coverage {loo['coverage']:.1%} (claimed {loo['claimed']:.1%}, {loo['runs']} runs)", file=sys.stderr)
     print(f"unseen family: prior broad bands widened x{doc['unseen_family_widening']}; unseen framework: "
-          f"x{doc['unseen_framework_widening']}", file=sys.stderr)
+          f"x{doc['unseen_framework_widening']}; adapter fine-tuning: x{doc['finetune_widening']}", file=sys.stderr)
     v = doc["checks"][VTRAIN_SET]
     print(f"{VTRAIN_SET}: {v['coverage']:.1%} of {v['runs']} rows inside their band", file=sys.stderr)
     if args.check:

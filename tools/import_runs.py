@@ -59,7 +59,17 @@ RUN_KEYS = ("id", "set", "source", "model", "seq_len", "hardware", "devices", "d
             "master_weights", "grad_dtype", "parallel", "micro_batch", "global_batch", "recompute", "recompute_modules",
             "attention", "packed_length", "framework", "kernels", "cuda_graphs", "moe_dispatcher", "adam_moments", "loss",
             "optimizer", "optimizer_in_backward", "offload", "finetune", "measured", "expressible", "reason",
-            "confidence", "notes", "duplicate_of", "unmodelled")
+            "confidence", "notes", "duplicate_of", "unmodelled", "assumed")
+# the import notes that say a memory setting was assumed because the record does not state it, and its scenario key:
+# a run's `assumed` (validate names them where it calls a run that ran "does not fit")
+ASSUMED_NOTES = (("recompute '", "recompute"), ("zero 1 assumed", "parallel.zero"),
+                 ("micro_batch not reported", "micro_batch"))
+
+
+def assumed_settings(notes: list[str]) -> list[str]:
+    """The scenario keys the import notes say were assumed (ASSUMED_NOTES), in that order."""
+    return [key for start, key in ASSUMED_NOTES
+            if any(n.startswith(start) and "assumed" in n for n in notes)]
 
 # LoRA/QLoRA runs: written with the record-level `set: finetune`, so that the public accuracy gates and the
 # fit of the shipped efficiencies leave them out (no efficiency is fitted to a fine-tuning run: they test
@@ -1238,6 +1248,8 @@ class Importer:
         recipe = (self.recipe_settings(r, expressed_moe, tp, notes) if r["slug"] == "megatron-bridge" and not reasons
                   else None)
 
+        assumed = assumed_settings(notes)
+
         # ---- notes ---------------------------------------------------------------------------
         if dup is not None:
             notes.append(f"same measurement as {dup['id']} ({dup['file']}); count it once when aggregating")
@@ -1336,6 +1348,8 @@ class Importer:
         run["reason"] = "; ".join(reasons) if reasons else None
         run["confidence"] = confidence
         run["notes"] = " ".join(out_notes)
+        if assumed:
+            run["assumed"] = assumed
         if dup is not None and r in self.ven:
             # the vendors-file transcription repeats a measurement of the Megatron file: aggregate once
             run["duplicate_of"] = dup["id"]

@@ -160,8 +160,12 @@ def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
 # (None: any value but off/empty): FP8 parameters (1-byte weights and their all-gather), BF16 gradient buffers and
 # reduction (grad_reduce_in_fp32 false), BF16 main gradients of the precision-aware optimizer, the TE op fuser,
 # the shared experts overlapped with the dispatch, paged stashing of the expert activations, fine-grained
-# activation offloading, Megatron FSDP, a pipeline layout given as a list of stages
-UNMODELLED = (("precision", "fp8_param", None), ("optimizer", "main_grads_dtype", "bfloat16"), ("fusions", "use_transformer_engine_op_fuser", None),
+# activation offloading, Megatron FSDP, a pipeline layout given as a list of stages, layers kept in BF16 at the
+# start or end of an FP8/FP4 model (with first_last_layers_bf16), per-module precision overrides (a
+# quantisation recipe of module matchers)
+UNMODELLED = (("precision", "fp8_param", None), ("precision", "num_layers_at_start_in_bf16", None),
+              ("precision", "num_layers_at_end_in_bf16", None), ("precision", "quant_recipe", None),
+              ("optimizer", "main_grads_dtype", "bfloat16"), ("fusions", "use_transformer_engine_op_fuser", None),
               ("moe", "moe_shared_expert_overlap", None), ("moe", "moe_paged_stash", None),
               ("offload", "fine_grained_activation_offloading", None), ("data_parallel", "use_megatron_fsdp", None),
               ("pipeline", "pipeline_model_parallel_layout", None))
@@ -173,7 +177,14 @@ def unmodelled(rec: dict) -> list[str]:
     said = []
     for section, key, when in UNMODELLED:
         v = _value(rec, section, key)
+        if key.startswith("num_layers_at_") and not _value(rec, "precision", "first_last_layers_bf16"):
+            continue            # Megatron keeps those layers in BF16 only with first_last_layers_bf16
         if (v == when) if when is not None else v not in (None, False, [], ""):
             shown = str(v).lower() if isinstance(v, bool) else v
-            said.append(f"{key} {shown}" if not isinstance(v, list) else f"{key} (a list of {len(v)} stages)")
+            if isinstance(v, list):
+                said.append(f"{key} (a list of {len(v)} stages)")
+            elif isinstance(v, str) and "matcher(" in v:        # a quantisation recipe: its module overrides
+                said.append(f"{key} ({v.count('matcher(')} module precision overrides)")
+            else:
+                said.append(f"{key} {shown}")
     return said

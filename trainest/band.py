@@ -33,7 +33,12 @@ without a source cover 80 % of that source's runs, pooled over the sources, for 
 uncalibrated hardware apart (`unseen_source_widening`, measured by tools/fit_bands.py: leave-one-source-out).
 A framework no validated run used widens the band by the factor that makes bands built without a
 framework's runs cover 80 % of that framework's runs (`framework_widening`, measured by
-tools/fit_bands.py: leave-one-framework-out).
+tools/fit_bands.py: leave-one-framework-out). An adapter fine-tuning scenario (LoRA, QLoRA) widens the band
+by the factor that makes bands built without a fine-tuning source cover 80 % of that source's fine-tuning
+runs, pooled over the sources that have them (`finetune_widening`, measured by tools/fit_bands.py:
+leave-one-source-out over the fine-tuning sources). The groups are mostly pre-training runs, and a
+fine-tuning source's error is not theirs: its frozen base, adapter kernels and recipe (often tuned past
+what the scenario states) put its runs off-centre and wider.
 A band comes from the most specific group with at least MIN_GROUP_RUNS runs, in the order of LEVELS:
 hardware and scale, hardware, hardware family (same architecture generation) and scale, family,
 scale, every run; a broader group is named in the band's note. An uncalibrated hardware whose family
@@ -83,6 +88,7 @@ class Residual(NamedTuple):
     arch: str                   # dense | moe | hybrid
     ratio: float                # measured / predicted step time
     framework: str = ""         # the framework the run's scenario states
+    finetune: str = "full"      # the scenario's fine-tuning method: full (incl. pre-training) | lora | qlora
 
 
 class Band(NamedTuple):
@@ -161,16 +167,20 @@ def _group_words(level: str, hardware: str, family: str, scale: str, arch: str) 
 
 def lookup(groups: dict[str, dict[str, list[float]]], *, hardware: str, family: str, scale: str, arch: str,
            calibrated: bool, framework_factor: float | None = None, framework: str = "",
-           source_factor: float = 1.0, arch_factor: float = 1.0) -> Band:
+           source_factor: float = 1.0, arch_factor: float = 1.0, finetune_factor: float = 1.0,
+           finetune: str = "full") -> Band:
     """The band of the most specific group with enough runs (LEVELS), from the pool the hardware's
     calibration selects; without any, the broadest prior band of any architecture. `source_factor`: every
     estimate is for a source (cluster, recipe) no validated run came from, and the runs of one source
     share their error, so the band widens by this factor (measured leave-one-source-out). `framework_factor`:
     the scenario's framework has no validated run, so the band widens by this factor too (`widened`).
     `arch_factor`: no validated run has the scenario's architecture, so the fallback band widens by this
-    factor (measured with each architecture left out: tools/fit_bands.py, `architecture_widening`)."""
+    factor (measured with each architecture left out: tools/fit_bands.py, `architecture_widening`).
+    `finetune_factor`: the scenario fine-tunes with adapters (`finetune`: lora, qlora), so the band widens by
+    this factor (measured with each fine-tuning source left out: `finetune_widening`)."""
     kw: dict[str, Any] = dict(hardware=hardware, family=family, scale=scale, arch=arch, calibrated=calibrated,
-                              framework_factor=framework_factor, framework=framework, source_factor=source_factor)
+                              framework_factor=framework_factor, framework=framework, source_factor=source_factor,
+                              finetune_factor=finetune_factor, finetune=finetune)
     band = _from_pool(groups, CALIBRATED if calibrated else "prior", **kw)
     if band is None and calibrated:
         # no run of this architecture on calibrated hardware had its source left out (MoE and hybrid runs are
@@ -183,7 +193,7 @@ def lookup(groups: dict[str, dict[str, list[float]]], *, hardware: str, family: 
 
 def _from_pool(groups: dict[str, dict[str, list[float]]], pool: str, *, hardware: str, family: str, scale: str,
                arch: str, calibrated: bool, framework_factor: float | None, framework: str, source_factor: float,
-               extra: tuple[str, ...] = ()) -> Band | None:
+               finetune_factor: float = 1.0, finetune: str = "full", extra: tuple[str, ...] = ()) -> Band | None:
     """`lookup` in one pool: the band of the most specific group of LEVELS with enough runs, or None."""
     for i, (level, keep) in enumerate(LEVELS):
         if keep[1] and not family:
@@ -210,6 +220,11 @@ def _from_pool(groups: dict[str, dict[str, list[float]]], pool: str, *, hardware
             why.append(f"no validated run of the framework {framework or '?'}: widened ×{framework_factor:g} to "
                        f"cover {COVERAGE:.0%} of a left-out framework's runs")
             unknowns.append(f"no validated run of the framework {framework or '?'}")
+        if finetune_factor > 1.0 and finetune != "full":
+            low, high = widened([low, high, cov, runs], finetune_factor)[:2]
+            why.append(f"{finetune} fine-tuning: widened ×{finetune_factor:g} to cover {COVERAGE:.0%} of a left-out "
+                       "fine-tuning source's runs")
+            unknowns.append(f"{finetune} fine-tuning, whose sources' errors the mostly pre-training runs do not show")
         return Band(low, high, cov, int(runs), level, words, pool, calibrated,
                     "; ".join([f"{int(runs)} {POOLS[pool]} ({words})", *why]), tuple(unknowns))
     return None
@@ -253,9 +268,11 @@ def arch_of(model: Any) -> str:
     return "hybrid" if model.hybrid is not None else "moe" if model.moe is not None else "dense"
 
 
-def band_for(hardware: Any, devices: int, devices_per_node: int, arch: str, framework: str = "") -> Band:
+def band_for(hardware: Any, devices: int, devices_per_node: int, arch: str, framework: str = "",
+             finetune: str = "full") -> Band:
     """The shipped band of an estimate on `hardware` (a catalog.Hardware) at this scale and architecture
-    (`arch_of`), under `framework` (widened when no validated run used it; "" : not judged)."""
+    (`arch_of`), under `framework` (widened when no validated run used it; "" : not judged), fine-tuning
+    with `finetune` (full, lora, qlora: widened for adapter fine-tuning)."""
     doc = load_bands()
     seen = doc.get("frameworks_validated")
     factor = doc.get("unseen_framework_widening") if framework and seen is not None and framework not in seen else None
@@ -264,7 +281,9 @@ def band_for(hardware: Any, devices: int, devices_per_node: int, arch: str, fram
                   calibrated=bool(hardware.efficiency.fitted), framework_factor=factor, framework=framework,
                   source_factor=float(doc.get("unseen_source_widening", {}).get(
                       CALIBRATED if hardware.efficiency.fitted else "prior", 1.0)),
-                  arch_factor=float(doc.get("unseen_architecture_widening", 1.0)))
+                  arch_factor=float(doc.get("unseen_architecture_widening", 1.0)),
+                  finetune_factor=float(doc.get("finetune_widening", 1.0)) if finetune != "full" else 1.0,
+                  finetune=finetune)
 
 
 def plain_words(band: Band) -> str:

@@ -277,7 +277,7 @@ def estimate(s: Scenario) -> Estimate:
     t = float(terms.time_s)
     parts = {k: float(getattr(terms, f"{k}_s")) for k in TERMS}
     bottleneck = max(parts, key=lambda k: parts[k])
-    band = band_for(s.hardware, s.devices, s.devices_per_node, arch_of(s.model), s.framework)
+    band = band_for(s.hardware, s.devices, s.devices_per_node, arch_of(s.model), s.framework, s.finetune.method)
     step = StepResult(time_s=t, **{f"{k}_s": v for k, v in parts.items()}, bottleneck=bottleneck,
                       shares={k: v / t for k, v in parts.items()},
                       communication_detail_s={"tp": float(terms.tp_comm_s), "cp": float(terms.cp_comm_s),

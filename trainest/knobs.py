@@ -111,7 +111,7 @@ PANELS: dict[str, tuple[str, ...]] = {
                "framework", "plan", "allow", "max_tp", "max_pp", "max_cp", "max_vpp", "max_micro_batch"),
     "Batch": ("micro_batch", "global_batch", "global_batch_tokens", "seq_len", "packed_length"),
     "Precision": ("precision", "adam_moments", "optimizer", "master_weights", "grad_dtype", "optimizer_in_backward",
-                  "loss"),
+                  "loss", "fp8_params"),
     "Fine-tuning": ("finetune", "lora_rank", "lora_alpha", "lora_targets", "base_bits"),
     "Run and cost": ("tokens", "price_per_hour", "pue", "grid_gco2_per_kwh", "objective", "deadline", "budget",
                      "max_days", "max_cost", "require_fit"),
@@ -235,6 +235,11 @@ KNOBS: tuple[Knob, ...] = (
       "(torch.compile fuses the upcast and the loss: 16-bit logits and their gradient) or fused (the output "
       "projection and the loss fused, no full logits: Liger FusedLinearCrossEntropy, Cut Cross-Entropy).",
       "standard", ("standard", "chunked", "compiled", "fused"), job=True, fallback="standard"),
+    K("fp8_params", ("--fp8-params/--no-fp8-params",), "switch", "Keep the working weights in FP8 (precision fp8 or "
+      "fp4 only): Transformer Engine's Float8Tensor weights, Megatron-Core --fp8-param-gather, torchao's float8 "
+      "all-gather: 1 B per weight instead of 2 (the FP32 master unchanged), gathered and all-gathered in FP8; a "
+      "LoRA's frozen base stored in FP8 (MLPerf's Llama 2 70B LoRA). docs/model.md §7.9.", "off", job=True,
+      fallback=False),
     K("kernels", ("--kernels",), "choice", "Element-wise kernels: fused (Megatron/Transformer Engine, torch.compile, "
       "XLA) or eager (PyTorch without torch.compile: one kernel per operator, FP32 norms).", "fused", "Kernels",
       job=True),

@@ -28,7 +28,7 @@ from trainest.choices import (
 )
 from trainest.hardware import Hardware
 from trainest.models import Model
-from trainest.precision import grad_bytes_per_param
+from trainest.precision import FP8_PARAM_BYTES, grad_bytes_per_param, weight_bytes_per_param
 from trainest.record import NamedTuple
 
 if TYPE_CHECKING:
@@ -71,6 +71,7 @@ class Job(NamedTuple):
     grad_dtype: str = "auto"         # auto | fp32 | bf16: the gradients' dtype (precision.grad_bytes_per_param)
     optimizer_in_backward: bool = False   # the optimizer step fused into the backward (gradients freed per layer)
     loss: str = "standard"           # standard | chunked | compiled | fused: the loss's bytes per logit, §7.4
+    fp8_params: bool = False         # the working weights stored in FP8 (TE/Megatron fp8_param), docs/model.md §7.9
 
     def recomputes(self, module: str) -> float:
         """1.0 when selective recompute re-runs `module` (choices.RECOMPUTE_MODULES), else 0.0."""
@@ -86,6 +87,12 @@ class Job(NamedTuple):
         """Bytes per gradient element [B]: precision.grad_bytes_per_param of its precision, grad_dtype and
         master_weights (docs/model.md §7.2)."""
         return grad_bytes_per_param(self.precision, self.grad_dtype, self.master_weights)
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes per working weight [B]: FP8_PARAM_BYTES with fp8_params (FP8 weights, gathered in FP8), else
+        precision.weight_bytes_per_param of the precision (docs/model.md §7.9)."""
+        return FP8_PARAM_BYTES if self.fp8_params else weight_bytes_per_param(self.precision)
 
     @property
     def low_precision(self) -> bool:

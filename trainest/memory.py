@@ -210,7 +210,7 @@ def zero_state_bytes(job: Job, layout: Layout, params: Num, layer_params: Num, s
     torchtitan) holds, with p > 1, all `params` as 16-bit weights and full-size gradients instead."""
     precision, zero = job.precision, layout.zero
     sharded3 = xp.mask((zero >= 3) * (shard > 1))
-    w_bytes = weight_bytes_per_param(precision)
+    w_bytes = job.weight_bytes
     no_16bit_shard = master_only_shard(job, layout, shard)
     weights = params * w_bytes / xp.where(zero >= 3, shard, 1.0) * (1.0 - no_16bit_shard)
     # never more gathered than the stage holds: a one-layer stage has no next layer to prefetch

@@ -13,6 +13,11 @@ MAIN_GRAD_BYTES = 4.0            # FP32 gradient accumulation buffer (Megatron m
 FP16_GRAD_BYTES = 2.0            # loss-scaled FP16 training keeps and reduces FP16 gradients
 
 
+# a weight stored in FP8 (Transformer Engine's Float8Tensor, Megatron-Core --fp8-param-gather, torchao's float8
+# all-gather): one byte, its scale per tensor negligible (docs/model.md §7.9)
+FP8_PARAM_BYTES = 1.0
+
+
 def weight_bytes_per_param(precision: str) -> float:
     """Bytes of the working weights: 4 for FP32/TF32 training, 2 otherwise (FP8/FP4 recipes keep
     16-bit weights and cast per GEMM) [B]."""

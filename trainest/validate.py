@@ -28,7 +28,6 @@ is dropped silently. This module builds results only; the CLI renders them.
 
 from __future__ import annotations
 
-import inspect
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -38,21 +37,32 @@ from typing import Any
 from trainest import SCHEMA_VERSION  # noqa: F401 - re-exported
 from trainest import fields as F
 from trainest.catalog import Hardware, specs_dir
-from trainest.conventions import ACTIVE_PARAM_FORMULAS, FLOPS_FORMULAS
+from trainest.conventions import FLOPS_FORMULAS
 from trainest.errors import SpecError, show
 from trainest.record import replace
 from trainest.scenario import RUN_ONLY_KEYS, SCENARIO_KEYS, Scenario, relative_to_file, scenario_from_mapping
-from trainest.units import GB, TERA, GiB, parse_count
-from trainest.validate_memory import (
+from trainest.units import GiB, parse_count
+from trainest.validate_memory import (  # noqa: F401 - peak_memory_limit_bytes re-exported
     MEMORY_ONLY_METRIC,
     PEAK_MEMORY_COMPARED,
     PEAK_MEMORY_KINDS,
     MemoryResult,
+    assumed_of,
+    check_peak_memory,
     compare_memory,
+    deciding_settings,
+    peak_memory_limit_bytes,
     run_memory,
+    unstated_settings,
+)
+from trainest.validate_metrics import (  # noqa: F401 - re-exported: the metric algebra lived here
+    SECONDS_PER_HOUR,
+    active_flops_per_step,
+    metric_from_step_time_s,
+    source_flops_per_step,
+    step_time_s_from_metric,
 )
 
-SECONDS_PER_HOUR = 3600.0
 RUNS_FILE_KEYS = ("runs",)
 RUNS_FILE_OPTIONAL_KEYS = ("source", "set")   # source: the default of records that give none
 PUBLIC_SET = "public"               # the run set of a runs file without `set:` (published runs)
@@ -102,6 +112,7 @@ class Case:
     confidence: str | None
     run_set: str = PUBLIC_SET       # the runs file's `set` (public: published vendor and paper runs)
     unmodelled: tuple[str, ...] = ()   # settings the record states that trainest has no input for
+    assumed: tuple[str, ...] = ()      # settings its importer assumed, the record not stating them
 
 
 @dataclass(frozen=True)
@@ -324,27 +335,6 @@ def check_possible(case: Case, where: str) -> None:
                     f"implied MFU of {mfu * 100:.0f} % of {s.hardware.name}'s {s.precision} peak on {s.devices} "
                     f"devices, faster than the hardware can run (allowed: an implied MFU of at most 100 %); {cause}")
 
-
-def peak_memory_limit_bytes(hardware: Hardware) -> float:
-    """The most memory a device can report as its peak [B]: what a program sees (`Hardware.device_memory_bytes`:
-    H100 80GB 81,559 MiB), or where the file gives no usable size the vendor's capacity figure read as GiB,
-    since "80 GB" parts hold 80 GiB and frameworks report GiB (torch.cuda.max_memory_*)."""
-    if hardware.usable_memory_bytes is not None:
-        return hardware.usable_memory_bytes
-    return hardware.memory_bytes / GB * GiB
-
-
-def check_peak_memory(case: Case, where: str) -> None:
-    """SpecError when the measured peak memory per device is more than the device holds: it is then another
-    quantity (the node's or the job's), not one device's peak."""
-    peak, hw = case.measurement.peak_memory_bytes, case.scenario.hardware
-    if peak is None or peak <= peak_memory_limit_bytes(hw):
-        return
-    raise SpecError(f"{where}.peak_memory_gib: {peak / GiB:g} is more than a {hw.name} holds "
-                    f"({hw.memory_bytes / GB:g} GB; allowed: at most {peak_memory_limit_bytes(hw) / GiB:.1f} GiB per "
-                    f"device); it may be the node's or the job's total (the file's value is one device's peak)")
-
-
 BF16_PEAK_MATCH = 0.1     # an mfu's step within 10 % of the bf16-peak reading: it was probably read against it
 
 
@@ -471,7 +461,7 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
                 skipped.append(NotExpressible(run_id, group, hw_name, scenario, rec_set))
                 continue
             case = Case(run_id, group, citation, scenario, measurement, confidence, rec_set,
-                        unmodelled_of(rec.get("unmodelled"), f"{where}.unmodelled"))
+                        *unstated_keys_of(rec, where))
             problem = check_formula(case, where, user_files)
             if problem is not None:
                 skipped.append(NotExpressible(run_id, group, hw_name, problem, rec_set))
@@ -482,6 +472,13 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
     return LoadedRuns(*split_memory_only(cases), tuple(skipped), tuple(duplicates), tuple(warnings))
 
 
+def unstated_keys_of(rec: dict[str, Any], where: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A record's (`unmodelled`, `assumed`): what it states that trainest has no input for, and the scenario keys
+    its importer assumed (validate_memory.assumed_of)."""
+    return (unmodelled_of(rec.get("unmodelled"), f"{where}.unmodelled"),
+            assumed_of(rec.get("assumed"), f"{where}.assumed"))
+
+
 def unmodelled_of(value: Any, where: str) -> tuple[str, ...]:
     """A record's `unmodelled`: a list of the settings it states that trainest has no input for (none: ())."""
     if value is None:
@@ -489,83 +486,6 @@ def unmodelled_of(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise SpecError(f"{where}: expected a list of settings, got {type(value).__name__}")
     return tuple(F.text(v, f"{where}[{i}]") for i, v in enumerate(value))
-
-
-# ----------------------------------------------------------------------------------- metric algebra
-
-def source_flops_per_step(case: Case) -> float:
-    """F: FLOPs of one step under the source's own convention (FLOPS_FORMULAS[flops_formula]) [FLOP]."""
-    m, s = case.scenario.model, case.scenario
-    formula = case.measurement.flops_formula
-    if formula is None:
-        raise SpecError(f"run {case.id!r}: its metric needs a flops_formula")
-    if m.moe is not None or m.mla is not None or m.hybrid is not None:
-        return active_flops_per_step(case, formula)
-    fn = FLOPS_FORMULAS[formula]
-    kwargs: dict[str, Any] = dict(layers=m.layers, hidden=m.hidden, ffn_hidden=m.ffn_hidden, heads=m.heads,
-                                  kv_heads=m.kv_heads, vocab=m.vocab, mlp=m.mlp, seq_len=s.seq_len,
-                                  global_batch=s.global_batch)
-    accepted = inspect.signature(fn).parameters
-    if "head_dim" in accepted:
-        kwargs["head_dim"] = m.head_dim
-    if "tied_embeddings" in accepted:
-        kwargs["tied_embeddings"] = m.tied_embeddings
-    return float(fn(**kwargs))
-
-
-def active_flops_per_step(case: Case, formula: str) -> float:
-    """F of a mixture-of-experts, latent-attention or hybrid model under `formula`, one of
-    ACTIVE_PARAM_FORMULAS: 6 FLOPs per active matmul parameter per token N_a (the active parameters less
-    the input embedding: the routed experts a token goes to, the shared ones, MLA's projections, Mamba
-    blocks), plus for palm/torchtitan the attention scores 6·L_a·a·(d_qk + d_v)·s per token (L_a layers
-    with attention). The other formulas are a dense transformer's closed forms and would count each MoE
-    layer as one dense MLP of ffn_hidden: a SpecError naming the ones that apply."""
-    m, s = case.scenario.model, case.scenario
-    kind = "a hybrid Mamba model" if m.hybrid is not None else "a mixture of experts" if m.moe is not None \
-        else "a latent-attention (MLA) model"
-    if formula not in ACTIVE_PARAM_FORMULAS:
-        raise SpecError(f"run {case.id!r}: flops_formula {formula} counts a dense transformer's FLOPs and "
-                        f"{m.name} is {kind} (its MoE layers would count as one dense MLP); allowed for it: "
-                        f"{', '.join(ACTIVE_PARAM_FORMULAS)} (6 FLOPs per active parameter per token; palm and "
-                        f"torchtitan add the attention scores), or give step_time_s or tokens_per_s")
-    active_matmul = m.active_params - m.embedding_params + m.vocab * m.hidden     # the logit layer multiplies
-    per_token = 6.0 * active_matmul
-    if formula != "6n":
-        per_token += 6.0 * m.attention_layers * m.heads * (m.qk_head_dim + m.v_head_dim) * s.seq_len
-    return per_token * s.tokens_per_step
-
-
-def metric_from_step_time_s(case: Case, step_s: float) -> float:
-    """The case's metric for a step time t [s], with N devices, B·s tokens per step, C the dense peak:
-
-    step_time_s = t;  tokens_per_s = B·s / t;  tokens_per_s_per_device = B·s / (t·N);
-    tflops_per_device = F / (t·N) / 10¹²;  mfu = F / (t·N·C);  device_hours = tokens / (B·s) · t · N / 3600.
-    """
-    s, meas = case.scenario, case.measurement
-    if meas.metric == "step_time_s":
-        return step_s
-    if meas.metric == "tokens_per_s":
-        return s.tokens_per_step / step_s
-    if meas.metric == "tokens_per_s_per_device":
-        return s.tokens_per_step / (step_s * s.devices)
-    if meas.metric == "tflops_per_device":
-        return source_flops_per_step(case) / (step_s * s.devices) / TERA
-    if meas.metric == "mfu":
-        peak = s.hardware.peak("bf16" if meas.mfu_peak == "bf16" else s.precision)
-        return source_flops_per_step(case) / (step_s * s.devices * peak)
-    if meas.tokens is None:
-        raise SpecError(f"run {case.id!r}: device_hours needs the tokens trained")
-    return meas.tokens / s.tokens_per_step * step_s * s.devices / SECONDS_PER_HOUR
-
-
-def step_time_s_from_metric(case: Case, value: float | None = None) -> float:
-    """The inverse of `metric_from_step_time_s`: the step time [s] that gives `value` (default: the
-    measured value). Every metric is t or a constant over t, so the inverse is closed-form."""
-    value = case.measurement.value if value is None else value
-    at_one_second = metric_from_step_time_s(case, 1.0)
-    if case.measurement.metric in ("step_time_s", "device_hours"):
-        return value / at_one_second           # metric = k·t
-    return at_one_second / value               # metric = k/t
 
 
 # ---------------------------------------------------------------------------------------- comparing
@@ -622,6 +542,8 @@ class RunResult:
     mfu_peak: str | None = None                   # metric mfu: MFU_PEAKS, the peak it is a fraction of
     hardware_calibrated: bool = True              # the hardware's efficiencies fitted on measured runs (else priors)
     unmodelled: tuple[str, ...] = ()              # settings the record states that trainest has no input for
+    assumed: tuple[str, ...] = ()                 # settings its importer assumed, the record not stating them
+    deciding: tuple[str, ...] = ()                # of the assumed and defaulted, those whose lightest value fits
 
 
 ARCHITECTURES = ("dense", "moe", "hybrid")
@@ -641,7 +563,9 @@ def compare(case: Case, hardware: Hardware | None = None) -> RunResult:
     e = estimate(s)
     measured = case.measurement.peak_memory_bytes
     kind = case.measurement.peak_memory_kind
+    deciding = () if e.memory.fits else deciding_settings(s, case.assumed + unstated_settings(s))
     return replace(result_for(replace(case, scenario=s), e.step.time_s, e.step.bottleneck, e.memory.fits),
+                   deciding=deciding,
                    measured_memory_bytes=measured,
                    predicted_memory_bytes=(e.memory.per_device_bytes if measured is None
                                            else getattr(e.memory, PEAK_MEMORY_COMPARED[kind])),
@@ -667,7 +591,7 @@ def result_for(case: Case, predicted_step_s: float, bottleneck: str = "?", fits:
         citation=case.citation, run_set=case.run_set, model=s.model.name, architecture=architecture_of(s),
         active_params_b=s.model.active_params / 1e9, ep=p.ep, etp=p.etp, derived=s.derived, framework=s.framework,
         finetune=s.finetune.method, offload=s.offload, mfu_peak=meas.mfu_peak if meas.metric == "mfu" else None,
-        unmodelled=case.unmodelled)
+        unmodelled=case.unmodelled, assumed=case.assumed)
 
 
 @dataclass(frozen=True)

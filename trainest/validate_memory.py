@@ -13,6 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from trainest.errors import SpecError
+from trainest.units import GB, GiB
+
 # What a published peak memory measured (docs/model.md §7.5) and the predicted total it is compared with:
 # allocated / active (torch.cuda.max_memory_allocated, peak active bytes): the tensors; reserved
 # (max_memory_reserved): + the allocator's reserve; device (nvidia-smi, NVML): + the CUDA context and NCCL;
@@ -22,10 +25,18 @@ PEAK_MEMORY_COMPARED = {"allocated": "allocated_bytes", "active": "allocated_byt
                         "device": "per_device_bytes", "unspecified": "reserved_bytes"}
 MEMORY_ONLY_METRIC = "peak_memory_gib"   # a run's Measurement.metric when it gives a peak memory and no step metric
 # the scenario settings that decide most of the memory per device and that a measured record often leaves out: a
-# run that is called "does not fit" and took one of them as a default (Scenario.derived) names it, since the run's
-# own value may make it fit (the dtype and optimizer-in-backward knobs follow from these or are plain off)
-MEMORY_SETTINGS = ("tp", "pp", "cp", "zero", "dp_shard", "micro_batch", "recompute", "offload", "optimizer",
-                   "master_weights", "loss", "framework")
+# run that is called "does not fit" and took one of them as a default (Scenario.derived, whose names these are)
+# names it, since the run's own value may make it fit (the dtype and optimizer-in-backward knobs follow from these
+# or are plain off)
+MEMORY_SETTINGS = ("parallel.tp", "parallel.pp", "parallel.cp", "parallel.zero", "parallel.dp_shard", "micro_batch",
+                   "recompute", "offload", "optimizer", "master_weights", "loss", "fp8_params", "framework")
+# the value of a memory setting that holds the least memory, where there is one (docs/model.md §7.8): a run called
+# "does not fit" whose record does not state the setting (an importer assumed it, or a default was taken) and that
+# fits with this value alone names the setting as the one that decides it (`deciding_settings`)
+LIGHTEST_SETTING: dict[str, Any] = {"recompute": "full", "parallel.zero": 3, "micro_batch": 1, "loss": "fused",
+                                    "fp8_params": True}
+FP8_ONLY_SETTINGS = ("fp8_params",)      # settings that exist only with FP8/FP4 GEMMs (tried only there)
+JOINT = "+"      # deciding settings that make a run fit only together: one entry, their keys joined by it
 
 
 @dataclass(frozen=True)
@@ -42,6 +53,8 @@ class MemoryResult:
     predicted_bytes: float
     fits: bool                        # trainest's verdict (the device total against the usable capacity)
     unstated: tuple[str, ...] = ()    # MEMORY_SETTINGS the record left out (defaults taken)
+    assumed: tuple[str, ...] = ()     # settings its importer assumed, the record not stating them (runs key `assumed`)
+    deciding: tuple[str, ...] = ()    # of the unstated and assumed, those whose lightest value alone makes it fit
 
     @property
     def error_pct(self) -> float:
@@ -60,15 +73,83 @@ class MemorySummary:
     not_fitting: int                  # runs that ran, called "does not fit"
 
 
-def memory_result(case: Any, memory: Any, hardware: str) -> MemoryResult:
+def memory_result(case: Any, memory: Any, hardware: str, deciding: tuple[str, ...] = ()) -> MemoryResult:
     """The MemoryResult of `case` (a validate.Case with a measured peak) from its estimate's MemoryResult."""
     kind = case.measurement.peak_memory_kind
     compared = PEAK_MEMORY_COMPARED[kind]
-    unstated = tuple(k for k in MEMORY_SETTINGS if k in case.scenario.derived)
     return MemoryResult(id=case.id, source=case.source, hardware=hardware, run_set=case.run_set, kind=kind,
                         compared_with=compared.removesuffix("_bytes"),
                         measured_bytes=float(case.measurement.peak_memory_bytes),
-                        predicted_bytes=float(getattr(memory, compared)), fits=bool(memory.fits), unstated=unstated)
+                        predicted_bytes=float(getattr(memory, compared)), fits=bool(memory.fits),
+                        unstated=unstated_settings(case.scenario), assumed=case.assumed, deciding=deciding)
+
+
+def unstated_settings(scenario: Any) -> tuple[str, ...]:
+    """The MEMORY_SETTINGS a scenario took as defaults (its record left them out)."""
+    return tuple(k for k in MEMORY_SETTINGS if k in scenario.derived)
+
+
+def assumed_of(value: Any, where: str) -> tuple[str, ...]:
+    """A record's `assumed`: the settings its importer assumed because the record does not state them, each a
+    scenario key (`recompute`, `parallel.zero`, `finetune.base_bits`, ...); none: ()."""
+    from trainest.knobs import FINETUNE, KNOBS, PARALLEL_KEYS
+    from trainest.scenario import SCENARIO_KEYS
+
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise SpecError(f"{where}: expected a list of scenario keys, got {type(value).__name__}")
+    allowed = (*SCENARIO_KEYS, *(f"parallel.{k}" for k in PARALLEL_KEYS),
+               *(f"finetune.{k.yaml_key}" for k in KNOBS if k.group == FINETUNE))
+    for i, key in enumerate(value):
+        if key not in allowed:
+            raise SpecError(f"{where}[{i}]: {key!r} is not a scenario key; allowed: a top-level key (recompute, "
+                            f"micro_batch, ...), parallel.<key> or finetune.<key> (specs/README.md)")
+    return tuple(value)
+
+
+def with_setting(scenario: Any, key: str, value: Any) -> Any:
+    """`scenario` with the setting `key` (a scenario key: top-level, a simple knob, or parallel.<key>) at `value`."""
+    from trainest.record import replace
+
+    if key.startswith("parallel."):
+        return replace(scenario, parallel=replace(scenario.parallel, **{key.removeprefix("parallel."): value}))
+    if key in dict(scenario.knobs):
+        return replace(scenario, knobs=tuple((k, value if k == key else v) for k, v in scenario.knobs))
+    return replace(scenario, **{key: value})
+
+
+def setting_of(scenario: Any, key: str) -> Any:
+    """The value of setting `key` in `scenario` (with_setting's keys)."""
+    if key.startswith("parallel."):
+        return getattr(scenario.parallel, key.removeprefix("parallel."))
+    knobs = dict(scenario.knobs)
+    return knobs[key] if key in knobs else getattr(scenario, key)
+
+
+def fits_with(scenario: Any, keys: Iterable[str]) -> bool:
+    """Whether `scenario` fits with each of `keys` at its lightest value; an invalid combination does not."""
+    from trainest.estimate import estimate
+
+    for key in keys:
+        scenario = with_setting(scenario, key, LIGHTEST_SETTING[key])
+    try:
+        return bool(estimate(scenario).memory.fits)
+    except (SpecError, TypeError, ValueError):
+        return False                # not a valid scenario with those values: they decide nothing
+
+
+def deciding_settings(scenario: Any, candidates: Iterable[str]) -> tuple[str, ...]:
+    """Of `candidates` (settings a run's record does not state), those whose lightest value (LIGHTEST_SETTING)
+    alone makes the run fit, in the order given; where none does alone but all together do, one entry of their
+    keys joined by JOINT. A candidate already at its lightest value, or without one, is left out."""
+    keys = [k for k in dict.fromkeys(candidates)
+            if k in LIGHTEST_SETTING and setting_of(scenario, k) != LIGHTEST_SETTING[k]
+            and (k not in FP8_ONLY_SETTINGS or scenario.precision in ("fp8", "fp4"))]
+    alone = tuple(k for k in keys if fits_with(scenario, (k,)))
+    if alone or len(keys) < 2:
+        return alone
+    return (JOINT.join(keys),) if fits_with(scenario, keys) else ()
 
 
 def summarize_memory(results: Iterable[MemoryResult]) -> MemorySummary | None:
@@ -99,7 +180,9 @@ def compare_memory(case: Any, hardware: Any = None) -> MemoryResult:
     from trainest.record import replace
 
     s = case.scenario if hardware is None else replace(case.scenario, hardware=hardware)
-    return memory_result(case, estimate(s).memory, s.hardware.name)
+    memory = estimate(s).memory
+    deciding = () if memory.fits else deciding_settings(s, case.assumed + unstated_settings(s))
+    return memory_result(case, memory, s.hardware.name, deciding)
 
 
 def run_memory(r: Any) -> MemoryResult:
@@ -109,4 +192,27 @@ def run_memory(r: Any) -> MemoryResult:
                         compared_with=PEAK_MEMORY_COMPARED[kind].removesuffix("_bytes"),
                         measured_bytes=float(r.measured_memory_bytes or 0.0),
                         predicted_bytes=float(r.predicted_memory_bytes or 0.0), fits=r.fits,
-                        unstated=tuple(k for k in MEMORY_SETTINGS if k in r.derived))
+                        unstated=tuple(k for k in MEMORY_SETTINGS if k in r.derived), assumed=r.assumed,
+                        deciding=r.deciding)
+
+
+# ------------------------------------------------------------------------ the measured peak's bounds
+
+def peak_memory_limit_bytes(hardware: Any) -> float:
+    """The most memory a device can report as its peak [B]: what a program sees (`Hardware.device_memory_bytes`:
+    H100 80GB 81,559 MiB), or where the file gives no usable size the vendor's capacity figure read as GiB,
+    since "80 GB" parts hold 80 GiB and frameworks report GiB (torch.cuda.max_memory_*)."""
+    if hardware.usable_memory_bytes is not None:
+        return hardware.usable_memory_bytes
+    return hardware.memory_bytes / GB * GiB
+
+
+def check_peak_memory(case: Any, where: str) -> None:
+    """SpecError when the measured peak memory per device is more than the device holds: it is then another
+    quantity (the node's or the job's), not one device's peak."""
+    peak, hw = case.measurement.peak_memory_bytes, case.scenario.hardware
+    if peak is None or peak <= peak_memory_limit_bytes(hw):
+        return
+    raise SpecError(f"{where}.peak_memory_gib: {peak / GiB:g} is more than a {hw.name} holds "
+                    f"({hw.memory_bytes / GB:g} GB; allowed: at most {peak_memory_limit_bytes(hw) / GiB:.1f} GiB per "
+                    f"device); it may be the node's or the job's total (the file's value is one device's peak)")

@@ -20,7 +20,7 @@ from trainest.validate import (
     Summary,
     ValidationReport,
 )
-from trainest.validate_memory import MemoryResult, by_kind
+from trainest.validate_memory import JOINT, LIGHTEST_SETTING, MEMORY_SETTINGS, MemoryResult, by_kind
 
 
 def summary_dict(s: Summary) -> dict[str, Any]:
@@ -201,8 +201,8 @@ def run_notes(result: ValidationReport) -> list[str]:
                    f"memory model{needs}: check its layout, zero and recompute; far over (more than "
                    f"{MISSPECIFIED_MEMORY_FACTOR:g}x the device's memory) it is mis-specified, its error says little, "
                    f"and `trainest calibrate` leaves it out of its fit.")
-        out += [f"  {r.id} does not fit; its record states settings trainest has no input for, which may be what "
-                f"makes it fit: {', '.join(r.unmodelled)} (JSON: runs[].unmodelled)" for r in nofit if r.unmodelled]
+        out += [f"  {r.id} does not fit; " + nofit_reason(r.assumed, unstated_of(r.derived), r.deciding, r.unmodelled)
+                for r in nofit]
     unseen = unseen_frameworks(r.framework for r in result.runs)
     if unseen:
         names = ", ".join(f"{k} ({plural(v, 'run')})" for k, v in unseen.items())
@@ -243,11 +243,38 @@ def memory_notes(rows: Iterable[MemoryResult]) -> list[str]:
         out += memory_kind_notes(kind, [(r.id, r.measured_bytes, r.predicted_bytes) for r in rows if r.kind == kind])
     for r in rows:
         if not r.fits:
-            why = (f"the record does not give {', '.join(r.unstated)} (defaults taken)" if r.unstated else
-                   "every memory setting is the record's")
             out.append(f"  {r.id} ran with a measured peak of {r.measured_bytes / GiB:.4g} GiB, and trainest says it "
-                       f"does not fit: {why}")
+                       f"does not fit: {nofit_reason(r.assumed, r.unstated, r.deciding)}")
     return out
+
+
+def unstated_of(derived: Iterable[str]) -> tuple[str, ...]:
+    """The memory settings (validate.MEMORY_SETTINGS) among a run's defaulted values."""
+    return tuple(k for k in MEMORY_SETTINGS if k in derived)
+
+
+def nofit_reason(assumed: Iterable[str], unstated: Iterable[str], deciding: Iterable[str],
+                 unmodelled: Iterable[str] = ()) -> str:
+    """Why a run that ran is called "does not fit", in the terms of its record: the settings it does not state
+    (assumed by its importer, or defaults taken) whose lightest value alone makes it fit (`deciding`), else the
+    unstated ones; and the settings it states that trainest has no input for."""
+    assumed, unstated, deciding, unmodelled = list(assumed), list(unstated), list(deciding), list(unmodelled)
+    given = [k for k in dict.fromkeys(assumed + unstated)]
+    how = {k: "assumed by its importer" if k in assumed else "a default taken" for k in given}
+    parts = []
+    if unmodelled:
+        parts.append("its record states settings trainest has no input for, which may be what makes it fit: "
+                     + ", ".join(unmodelled) + " (JSON: runs[].unmodelled)")
+    if deciding:
+        keys = [k for d in deciding for k in d.split(JOINT)]
+        parts.append("it fits with " + " or ".join(" and ".join(f"{k} {LIGHTEST_SETTING[k]}" for k in d.split(JOINT))
+                                                    for d in deciding)
+                     + (" together" if JOINT in deciding[0] else " alone") + ", which its record does not state ("
+                     + "; ".join(f"{k}: {how.get(k, 'a default taken')}" for k in keys) + "; JSON: deciding)")
+    elif given:
+        parts.append("its record does not state " + ", ".join(f"{k} ({how[k]})" for k in given)
+                     + "; none of them at its lightest value, alone or together, makes it fit")
+    return "; ".join(parts) if parts else "every memory setting is the record's"
 
 
 def memory_kind_notes(kind: str, pairs: list[tuple[str, float, float]]) -> list[str]:

@@ -283,6 +283,9 @@ def check_memory_knobs(knobs: dict[str, Any], precision: str, micro_batches: int
     if knobs["master_weights"] == "none" and full:
         raise SpecError(f"{at(where, 'master_weights')}: none is pure 16-bit training, and precision {precision} "
                         f"trains FP32 weights with no master already; allowed with it: fp32")
+    if knobs["fp8_params"] and precision not in ("fp8", "fp4"):
+        raise SpecError(f"{at(where, 'fp8_params')}: true keeps the weights in FP8, which needs FP8 GEMMs, and "
+                        f"precision is {precision}; allowed with it: false (or give precision fp8)")
     if knobs["optimizer_in_backward"] and micro_batches > 1:
         raise SpecError(f"{at(where, 'optimizer_in_backward')}: true needs one micro-batch per step, and this step has "
                         f"{micro_batches} (global_batch / (dp·micro_batch)): a gradient is applied and freed in the "

@@ -226,8 +226,9 @@ def adapter_ops(job: Job, layout: Layout, r: Rates, x: LocalShape, kind: str = "
 def base_bytes_per_param(job: Job, layout: Layout) -> Num:
     """Bytes per parameter of a frozen base linear weight: 0.5 + 0.127/8 for QLoRA's NF4 with
     double quantisation, 1 for an 8-bit LoRA base; an unquantised base (base_bits 16) is stored at the
-    training precision's working-weight bytes w: 2, or 4 for FP32/TF32 [B]."""
-    lora = INT8_BYTES_PER_PARAM if job.base_bits == 8 else weight_bytes_per_param(job.precision)
+    training precision's working-weight bytes w: 2, or 4 for FP32/TF32, 1 with fp8_params (an FP8 base: the FP8
+    GEMMs read it as stored, no dequantisation; Job.weight_bytes) [B]."""
+    lora = INT8_BYTES_PER_PARAM if job.base_bits == 8 else job.weight_bytes
     return xp.where(layout.qlora > 0, NF4_BYTES_PER_PARAM + DOUBLE_QUANT_BITS_PER_PARAM / 8.0, lora)
 
 

@@ -50,14 +50,23 @@ from trainest.step.traffic import tp_layer_s
 
 # The scan's backward (mamba_ssm _mamba_chunk_scan_combined_bwd) recomputes the chunk states, the C·Bᵀ
 # blocks and the state passing from the saved inputs, then runs the gradient kernels: ~2.5× the forward's
-# FLOPs (as FlashAttention-2's backward, Dao 2023) and twice its bytes.
+# FLOPs (as FlashAttention-2's backward, Dao 2023).
 SSD_BACKWARD_FLOP_RATIO = 2.5
-SSD_BACKWARD_BYTES_RATIO = 2.0
-# the chunk states: written in FP32 by chunk_state, read in FP32 and written in 16 bit by the state passing,
-# read by chunk_scan: 4 + 4 + 2 + 2 bytes per state element (H·P·N per chunk of Q tokens)
-SSD_STATE_BYTES = 12.0
-SSD_SCORE_BYTES = 8.0          # C·Bᵀ blocks in FP32, written by bmm_chunk and read by chunk_scan (G·Q per token)
+# The scan's bytes, kernel by kernel (mamba_ssm ssd_combined.py: _mamba_chunk_scan_combined_fwd and _bwd), per
+# token, as (16-bit passes over d_in, over G·N, over H; bytes per chunk-state element, of S = H·P·N/Q per token;
+# per C·Bᵀ score, G·Q per token; per head in FP32 dt and its cumulative sum). Forward: chunk_cumsum, chunk_state
+# (reads x, B, dt; writes the states in FP32), state_passing (reads them, writes 16 bit), bmm_chunk (reads B, C;
+# writes C·Bᵀ in FP32), chunk_scan (reads x, C, the states, C·Bᵀ, dt; writes y). Backward: those four again (the
+# states kept in FP32), chunk_scan_bwd_dstates, state_passing_bwd, chunk_scan_chunk_state_bwd_dx,
+# chunk_state_bwd_db, chunk_scan_bwd_dC, chunk_scan_bwd_dcb, bmm_chunk_bwd twice (dB and dC, FP32 residuals:
+# 16 B per G·N = 8 more 16-bit passes), chunk_scan_bwd_ddAcs_stable, chunk_cumsum_bwd: x and the output
+# gradient read eleven times in all with dx written, the states and their gradients 38 bytes per element.
+SSD_FORWARD_PASSES = (3.0, 4.0, 1.0, 12.0, 8.0, 24.0)
+SSD_BACKWARD_PASSES = (11.0, 17.0, 1.0, 38.0, 24.0, 96.0)
 CONV_PASSES = 2.0              # the causal convolution reads x, B, C and writes them after its SiLU (16 bit)
+# its backward (mamba_split_conv1d_scan_combined's): the forward again (the convolution is recomputed, not kept),
+# then causal_conv1d_bwd reads the input and the output gradient and writes the input gradient
+CONV_BACKWARD_PASSES = 5.0
 GATED_NORM_PASSES = 3.0        # the gated RMSNorm reads y and z and writes its output (16 bit)
 KINDS = (("M", "mamba"), ("*", "attention"), ("E", "moe"), ("-", "mlp"))
 
@@ -72,20 +81,27 @@ class BlockPass(NamedTuple):
     ep_exposed_s: Num = 0.0
 
 
-def ssd_op(job: Job, layout: Layout, r: Rates, x: LocalShape) -> Op:
-    """The chunked scan forward of one Mamba-2 block, on the fused-attention rate (both are tiled matmul
-    kernels keeping their intermediates on chip): ssd_flops_per_token·T/t FLOPs; it reads x, B, C and
-    dt and writes y in 16 bit, and moves the chunk states (SSD_STATE_BYTES·H·P·N/Q per token) and the
-    C·Bᵀ blocks (SSD_SCORE_BYTES·G·Q per token) [÷t: heads and groups are split]."""
+def ssd_bytes_per_token(job: Job, passes: tuple[float, ...]) -> Num:
+    """Bytes one pass of the scan moves per token, all heads [B]: e·(n_x·d_in + n_g·G·N + n_h·H)
+    + s·H·P·N/Q + c·G·Q + b_h·H for `passes` = (n_x, n_g, n_h, s, c, b_h) (SSD_FORWARD_PASSES,
+    SSD_BACKWARD_PASSES)."""
     b = job.model.mamba
+    n_x, n_g, n_h, per_state, per_score, per_head = passes
+    return (job.element_bytes * (n_x * b.inner + n_g * b.groups * b.state_dim + n_h * b.heads)
+            + per_state * b.heads * b.head_dim * b.state_dim / b.chunk + per_score * b.groups * b.chunk
+            + per_head * b.heads)
+
+
+def ssd_op(job: Job, layout: Layout, r: Rates, x: LocalShape, phase: str = FORWARD) -> Op:
+    """The chunked scan of one Mamba-2 block, forward (or backward: SSD_BACKWARD_FLOP_RATIO × the FLOPs), on
+    the fused-attention rate (both are tiled matmul kernels keeping their intermediates on chip):
+    ssd_flops_per_token·T/t FLOPs and `ssd_bytes_per_token` of its kernels' passes × T/t [÷t: heads and
+    groups are split]."""
     tp = layout.tp
-    flops = ssd_flops_per_token(job.model, CAUSAL_FRACTION) * x.tokens / tp
-    per_token = (job.element_bytes * (2.0 * b.inner + 2.0 * b.groups * b.state_dim + b.heads)
-                 + SSD_STATE_BYTES * b.heads * b.head_dim * b.state_dim / b.chunk
-                 + SSD_SCORE_BYTES * b.groups * b.chunk)
-    moved = per_token * x.tokens / tp
-    return op_of("scan", FORWARD, flops, moved,
-                 fused_time(flops, moved, r.attention_flops_per_s, r.memory_bytes_per_s))
+    ratio, passes = (1.0, SSD_FORWARD_PASSES) if phase == FORWARD else (SSD_BACKWARD_FLOP_RATIO, SSD_BACKWARD_PASSES)
+    flops = ratio * ssd_flops_per_token(job.model, CAUSAL_FRACTION) * x.tokens / tp
+    moved = ssd_bytes_per_token(job, passes) * x.tokens / tp
+    return op_of("scan", phase, flops, moved, fused_time(flops, moved, r.attention_flops_per_s, r.memory_bytes_per_s))
 
 
 def conv_op(job: Job, layout: Layout, r: Rates, x: LocalShape) -> Op:
@@ -155,12 +171,11 @@ def elementwise_op_of(job: Job, layout: Layout, r: Rates, x: LocalShape, kind: s
 
 def mamba_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[list[Op], list[Op], list[Op]]:
     """(weight GEMMs, core forward, core backward) of a Mamba-2 block: the core is the convolution and
-    the scan; their backward SSD_BACKWARD_FLOP_RATIO × the scan's FLOPs and twice the bytes of both."""
+    the scan; backward the scan's gradient kernels (`ssd_op` backward) and the convolution recomputed and
+    differentiated (CONV_BACKWARD_PASSES)."""
     conv, scan = conv_op(job, layout, r, x), ssd_op(job, layout, r, x)
-    scan_bwd = Op(name=scan.name, phase=BACKWARD, flops=SSD_BACKWARD_FLOP_RATIO * scan.flops,
-                  bytes=SSD_BACKWARD_BYTES_RATIO * scan.bytes, compute_s=SSD_BACKWARD_FLOP_RATIO * scan.compute_s,
-                  memory_s=SSD_BACKWARD_BYTES_RATIO * scan.memory_s)
-    return mamba_gemms(job, layout, r, x), [conv, scan], [conv.scaled(2.0, phase=BACKWARD), scan_bwd]
+    conv_bwd = conv.scaled(CONV_BACKWARD_PASSES / CONV_PASSES, phase=BACKWARD)
+    return mamba_gemms(job, layout, r, x), [conv, scan], [conv_bwd, ssd_op(job, layout, r, x, BACKWARD)]
 
 
 def no_mlp(elementwise: Op) -> MlpPart:

@@ -77,14 +77,14 @@ DEDUPLICATING_DISPATCHERS = ("deepep", "hybridep")
 # 20 by default; the Megatron-Bridge recipes: moe_deepep_num_sms 20, moe_hybridep_num_sms 16 or 32, the larger
 # taken). NCCL's all-to-all runs on its channels, whose cost beside computation is the contention share κ (§4.7).
 DISPATCHER_SMS = {"alltoall": 0.0, "deepep": 20.0, "hybridep": 32.0}
-# Dispatchers whose host reads the per-expert token counts before it sizes the received rows and launches the
-# experts (a device-to-host copy and a stream synchronisation each MoE layer forward): Megatron-Core's alltoall
-# dispatcher (tokens_per_expert to the host for the all-to-all's split sizes and GroupedLinear's m_splits) and
-# DeepEP's normal kernels (the host waits for notify_dispatch's receive counts; DeepEP README: only its
-# low-latency kernels are CUDA-graph capturable). HybridEP sizes its buffers by a per-rank capacity (the recipes'
-# moe_expert_rank_capacity_factor) and is captured in full-iteration graphs by the 26.06+ recipes, which a host
-# synchronisation would forbid: assumed not to wait.
-HOST_SYNC_DISPATCHERS = ("alltoall", "deepep")
+# Every dispatcher's layer reads the per-expert token counts on the host before it launches the experts (a
+# device-to-host copy and a stream synchronisation each MoE layer forward) unless the layer is captured in a
+# full-iteration CUDA graph: Transformer Engine's GroupedLinear takes its m_splits as a host list (Megatron-Core
+# TEGroupedMLP: tokens_per_expert.tolist()), whichever dispatcher delivered the rows; besides, Megatron-Core's
+# alltoall dispatcher needs the counts for the all-to-all's split sizes, DeepEP's normal kernels make the host
+# wait for notify_dispatch's receive counts (DeepEP README: only its low-latency kernels are CUDA-graph
+# capturable), and HybridEP without a per-rank capacity (the recipes' moe_expert_rank_capacity_factor, set only
+# where the 26.06+ recipes capture the whole iteration) sizes its output from the received count.
 
 
 def moe_of(job: Job) -> MoE:
@@ -453,11 +453,11 @@ def dispatcher_sm_share(job: Job) -> float:
 def dispatch_sync_segment_s(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[Num, Num]:
     """(host, device) seconds of the mean layer's part after a host-synchronising dispatch, one
     micro-batch: the forward's per-expert launches and the routed experts' forward GEMMs (again where the
-    block is re-run), × L_m/L. The host cannot run ahead across the synchronisation, so the layer's host
-    wait is taken on each side of it (compose.layer_time_s, §15.11). (0, 0) for a dense model, a
-    dispatcher that does not synchronise (HOST_SYNC_DISPATCHERS) or full CUDA graphs (static shapes,
-    capacity-padded: no host read)."""
-    if job.model.moe is None or job.moe_dispatcher not in HOST_SYNC_DISPATCHERS or job.cuda_graphs == "full":
+    block is re-run), × L_m/L. The host cannot run ahead across the synchronisation (every dispatcher's
+    layer reads the token counts: module note above `moe_of`), so the layer's host wait is
+    taken on each side of it (compose.layer_time_s, §15.11). (0, 0) for a dense model or full CUDA graphs
+    (static shapes, capacity-padded: no host read)."""
+    if job.model.moe is None or job.cuda_graphs == "full":
         return 0.0, 0.0
     host_fwd, _ = expert_host_pass_s(job, layout)
     runs = 1.0 + job.moe_rerun(layout)

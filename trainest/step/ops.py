@@ -15,7 +15,6 @@ Sources: Williams, Waterman & Patterson 2009 (the roofline); scaling-book "Roofl
 from __future__ import annotations
 
 from trainest.layout import Job, Layout
-from trainest.precision import weight_bytes_per_param
 from trainest.record import NamedTuple
 from trainest.step.collectives import Tiers, in_domain, job_tiers
 from trainest.step.compose import StepParts, StepTerms
@@ -95,7 +94,7 @@ def collective_rows(job: Job, layout: Layout, p: StepParts) -> list[StepOp]:
     tp, cp, pp, dp, m, n = (float(v) for v in (layout.tp, layout.cp, layout.pp, layout.dp, p.micro_batches, p.layers))
     per_layer = 4.0 + 2.0 * float(layout.full) + float(layout.op)
     act = job.element_bytes * float(x.tokens) * job.model.hidden
-    trained, w, g = float(p.trained_params), weight_bytes_per_param(job.precision), job.grad_bytes
+    trained, w, g = float(p.trained_params), job.weight_bytes, job.grad_bytes
     stage_weights = float(stage_params(job.model, layout.pp, layout.vpp, layout.split)) / tp
     dp_tier = _group_tier(dp * cp, tp, tiers)
     moe_share = 0.0 if job.model.moe is None else job.model.moe_layers / job.model.layers

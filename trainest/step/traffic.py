@@ -10,7 +10,6 @@ from __future__ import annotations
 from trainest import xp
 from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
-from trainest.precision import weight_bytes_per_param
 from trainest.record import NamedTuple
 from trainest.step.collectives import Tiers, all_gather_s, all_reduce_s, in_domain, reduce_scatter_s, send_recv_s
 from trainest.step.finetune import (
@@ -87,7 +86,7 @@ def zero3_s(job: Job, layout: Layout, tiers: Tiers, stage_layers: Num, params_lo
     with the same tensor rank (stride t), plus the embedding's; a MoE model's routed experts likewise
     over their own shard group (expert_zero3_layer_s); 0 without ZeRO-3. `params_local`: the stage's
     non-expert parameters per device."""
-    w, g = weight_bytes_per_param(job.precision), job.grad_bytes
+    w, g = job.weight_bytes, job.grad_bytes
     group = layout.shard * layout.cp
     m = job.model
     layer_params = (m.params_per_layer if m.moe is None else m.params_per_layer - m.expert_params_per_layer) / layout.tp
@@ -113,7 +112,7 @@ def expert_zero3_layer_s(job: Job, layout: Layout, tiers: Tiers) -> Num:
     per layer ÷ e·t_e, all-gathered twice and reduce-scattered once over the expert shard group (the
     expert data-parallel ranks, stride e·t_e); a frozen base gathers its stored bytes (NF4: ~0.5 B per
     parameter) and reduces its adapters' gradients only."""
-    w, g = weight_bytes_per_param(job.precision), job.grad_bytes
+    w, g = job.weight_bytes, job.grad_bytes
     params = job.model.expert_params_per_layer / layout.expert_group
     group, stride = layout.expert_shard, layout.expert_group
     gather, reduce = params * w, params * g
@@ -181,7 +180,7 @@ def dp_traffic(job: Job, layout: Layout, tiers: Tiers, params_local: Num, groups
     collective runs as n_b calls of 1/n_b of the bytes (`dp_collective_calls`): the same bandwidth term,
     n_b latencies; one call is the bucket that cannot hide (overlap.dp_exposed_parts). `groups`: another
     kind of parameter's groups (the experts', expert_dp_groups)."""
-    w, g = weight_bytes_per_param(job.precision), job.grad_bytes
+    w, g = job.weight_bytes, job.grad_bytes
     grad_group, shard_group, replicas, stride = groups or dense_dp_groups(layout)
     z0, zero12 = layout.z0, layout.zero12
     calls = dp_collective_calls(job, layout, params_local)

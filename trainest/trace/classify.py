@@ -28,6 +28,12 @@ MODEL_CLASSES = ("gemm", "grouped_gemm", "attention", "memory_bound", "optimizer
 UNCLASSIFIED = "unclassified"
 
 RULES: tuple[Rule, ...] = (
+    # DeepEP's notify kernels (notify_dispatch before a dispatch, cached_notify before a cached dispatch or a
+    # combine) exchange the per-rank token counts (a few KB) and hold every rank of the group at a barrier until
+    # all have arrived: what they last is the ranks' skew, the device waiting on its peers, not bytes moved. They
+    # are counted with the step's idle time (the model's bubble and overhead), not with the all-to-alls
+    # (DeepEP's csrc/kernels/internode.cu; the DeepSeek trace: 16 of them, 33 ms of its 113 ms of DeepEP kernels)
+    Rule("ep_notify", "idle", r"dpsk::ep::\w+::(cached_)?notify|::ep::(intra|inter)node::(cached_)?notify"),
     # collectives, by kind: NCCL (ncclKernel_/ncclDevKernel_ + op), DeepEP's dispatch/combine (MoE all-to-all),
     # RCCL; before anything else, as their names hold words like "reduce" and "copy"
     Rule("all_to_all", "all_to_all", r"\bdeep_?ep\b|dpsk::ep::|::ep::(intra|inter)node::|ep::cuda::get_dispatch_layout"
@@ -87,6 +93,7 @@ def kernel_class(name: str) -> str:
 
 
 def model_class(name: str) -> str:
-    """The model class of `name` (MODEL_CLASSES), or UNCLASSIFIED."""
+    """The model class of `name` (MODEL_CLASSES; "idle" for a kernel that waits on the other ranks), or
+    UNCLASSIFIED."""
     rule = classify(name)
     return rule.model_class if rule is not None else UNCLASSIFIED

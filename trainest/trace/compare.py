@@ -90,6 +90,8 @@ def _window_stats(w: Window) -> tuple[dict[str, float], float, float, float, dic
     compute: list[tuple[float, float]] = []
     for k in w.kernels:
         c = model_class(k.name)
+        if c == IDLE:      # a kernel that waits on the other ranks (classify: ep_notify): its time is idle time
+            continue
         classes[c] = classes.get(c, 0.0) + k.duration_s
         if c == UNCLASSIFIED:
             unclassified[k.name] = unclassified.get(k.name, 0.0) + k.duration_s
@@ -97,7 +99,7 @@ def _window_stats(w: Window) -> tuple[dict[str, float], float, float, float, dic
             comm.append(k)
         elif c in COMPUTE_CLASSES:
             compute.append((k.start_s, k.end_s))
-    busy = sum(b - a for a, b in _union([(k.start_s, k.end_s) for k in w.kernels]))
+    busy = sum(b - a for a, b in _union([(k.start_s, k.end_s) for k in w.kernels if model_class(k.name) != IDLE]))
     merged, lo, overlapped = _union(compute), 0, 0.0
     for k in sorted(comm, key=lambda k: k.start_s):
         part, lo = _covered_s(k.start_s, k.end_s, merged, lo)

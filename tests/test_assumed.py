@@ -1,0 +1,126 @@
+"""Issue 34: a run's `assumed` settings (what its importer assumed, the record not stating them) and the settings
+that decide a "does not fit" (`deciding`): validate names them where it calls a run that ran "does not fit"."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from trainest.cli import app
+from trainest.errors import SpecError
+from trainest.report.validate import nofit_reason, run_notes
+from trainest.scenario import scenario_from_mapping
+from trainest.validate import validate_runs
+from trainest.validate_memory import (
+    JOINT,
+    LIGHTEST_SETTING,
+    MEMORY_SETTINGS,
+    assumed_of,
+    deciding_settings,
+)
+
+# Llama 3 70B on 32 H100 with ZeRO-3 at 8k tokens: without recompute its activations do not fit; with full
+# recompute they do (the layer inputs alone)
+BIG = {"model": "llama3-70b", "hardware": "h100-sxm", "devices": 32, "seq_len": 8192, "precision": "bf16",
+       "parallel": {"tp": 1, "pp": 1, "zero": 3}, "micro_batch": 1, "global_batch": 32, "recompute": "none"}
+# Llama 3 8B on 8 H100 without ZeRO at 16k tokens: neither full recompute (18 B per parameter stay) nor ZeRO-3
+# (the activations stay) fits alone; both together do
+SMALL = {**BIG, "model": "llama3-8b", "devices": 8, "seq_len": 16384, "global_batch": 8,
+         "parallel": {"tp": 1, "pp": 1, "zero": 0}}
+
+
+def write_runs(tmp_path, runs: list[dict]) -> str:
+    path = tmp_path / "assumed.yaml"
+    path.write_text(yaml.safe_dump({"source": "unit test", "runs": runs}, sort_keys=False))
+    return str(path)
+
+
+def test_a_run_that_fits_only_with_recompute_names_recompute_as_deciding(tmp_path):
+    """The importer assumed recompute none; with full recompute the run fits, so `recompute` decides it."""
+    from trainest.estimate import estimate
+    s = scenario_from_mapping(BIG, "test")
+    assert not estimate(s).memory.fits
+    assert deciding_settings(s, ("recompute",)) == ("recompute",)
+    path = write_runs(tmp_path, [{"id": "big", **BIG, "assumed": ["recompute"], "measured": {"step_time_s": 10.0}}])
+    report = validate_runs([path], user_files=True)
+    (r,) = report.runs
+    assert not r.fits and r.assumed == ("recompute",) and r.deciding == ("recompute",)
+    notes = "\n".join(run_notes(report))
+    assert "big does not fit" in notes and "recompute full" in notes and "assumed by its importer" in notes
+
+
+def test_a_setting_the_record_states_is_never_deciding():
+    """Only unstated settings are tried: with no candidates, nothing decides, even where full recompute fits."""
+    s = scenario_from_mapping(BIG, "test")
+    assert deciding_settings(s, ()) == ()
+
+
+def test_no_setting_decides_where_the_run_fits_at_no_lightest_value():
+    """405B on one 80 GB device fits with no recompute, ZeRO or loss: nothing decides."""
+    s = scenario_from_mapping({**BIG, "model": "llama3.1-405b", "devices": 1, "global_batch": 1,
+                               "parallel": {"tp": 1, "pp": 1, "zero": 0}}, "test")
+    assert deciding_settings(s, ("recompute", "parallel.zero", "loss", "micro_batch")) == ()
+
+
+def test_settings_that_fit_only_together_are_one_joint_entry():
+    """SMALL: neither full recompute nor ZeRO-3 alone fits; both together do."""
+    from trainest.estimate import estimate
+    s = scenario_from_mapping(SMALL, "test")
+    keys = ("recompute", "parallel.zero")
+    alone = [estimate(scenario_from_mapping({**SMALL, "recompute": "full"}, "t")).memory.fits,
+             estimate(scenario_from_mapping({**SMALL, "parallel": {"tp": 1, "pp": 1, "zero": 3}}, "t")).memory.fits]
+    assert alone == [False, False]
+    assert deciding_settings(s, keys) == (JOINT.join(keys),)
+    text = nofit_reason(keys, (), (JOINT.join(keys),))
+    assert "together" in text and all(f"{k} {LIGHTEST_SETTING[k]}" in text for k in keys)
+
+
+def test_memory_settings_are_the_names_scenarios_derive():
+    """MEMORY_SETTINGS match Scenario.derived's names (parallel.tp, not tp): a scenario that gives no layout
+    derives its parallel keys, and validate names them as unstated."""
+    s = scenario_from_mapping({"model": "llama3-8b"}, "test")
+    unstated = [k for k in MEMORY_SETTINGS if k in s.derived]
+    assert {"parallel.tp", "parallel.zero", "recompute", "micro_batch"} <= set(unstated)
+
+
+@pytest.mark.parametrize("value", [["recompute"], ["parallel.zero", "micro_batch"], ["finetune.base_bits"]])
+def test_assumed_takes_scenario_keys(value):
+    assert assumed_of(value, "run") == tuple(value)
+
+
+@pytest.mark.parametrize("value", [["recomputed"], ["parallel.bogus"], "recompute", [3]])
+def test_assumed_refuses_what_is_not_a_list_of_scenario_keys(value):
+    with pytest.raises(SpecError) as err:
+        assumed_of(value, "run 'x'.assumed")
+    assert "\n" not in str(err.value) and "run 'x'.assumed" in str(err.value)
+
+
+def test_a_bad_assumed_key_in_a_runs_file_is_one_line_and_exit_1(tmp_path):
+    path = write_runs(tmp_path, [{"id": "big", **BIG, "assumed": ["recomput"], "measured": {"step_time_s": 10.0}}])
+    res = CliRunner().invoke(app, ["validate", "--runs", path, "--json"])
+    assert res.exit_code != 0 and "recomput" in res.output and "Traceback" not in res.output
+
+
+def test_validate_json_gives_assumed_and_deciding(tmp_path):
+    path = write_runs(tmp_path, [{"id": "big", **BIG, "assumed": ["recompute"],
+                                  "measured": {"step_time_s": 10.0, "peak_memory_gib": 70.0}}])
+    res = CliRunner().invoke(app, ["validate", "--runs", path, "--json", "-q"])
+    doc = json.loads(res.stdout)
+    assert doc["runs"][0]["assumed"] == ["recompute"] and doc["runs"][0]["deciding"] == ["recompute"]
+    assert doc["memory"][0]["assumed"] == ["recompute"] and doc["memory"][0]["deciding"] == ["recompute"]
+
+
+def test_importer_writes_assumed_from_its_own_notes():
+    """tools/import_runs.py: the keys of the import notes that say a memory setting was assumed."""
+    import importlib.util
+    import pathlib
+    spec = importlib.util.spec_from_file_location("import_runs", pathlib.Path("tools/import_runs.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    notes = ["recompute 'none' assumed: not stated", "zero 1 assumed: Megatron/NeMo performance recipes use ...",
+             "recompute none: 'none (stated)'"]
+    assert mod.assumed_settings(notes) == ["recompute", "parallel.zero"]
+    assert mod.assumed_settings(["recompute none: 'none'"]) == []
