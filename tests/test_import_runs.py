@@ -397,6 +397,18 @@ def test_recipe_settings_map_to_inputs_the_same_way_for_every_record():
         == ("selective", ["mla_up_proj", "mlp"])
     assert recompute_of(_recipe(recompute={"recompute_granularity": "selective", "recompute_modules": []}))[0] == "none"
     assert settings_of_grad(False) == "bf16" and settings_of_grad(True) is None
+    from recipe_settings import settings_of, unmodelled
+
+    def top(**precision):
+        rec = _recipe(precision=precision)
+        rec.update(id="r", source={"tag": "t"})
+        return settings_of(rec, False)[0]
+    assert top(fp8_param=True, fp8="e4m3").get("fp8_params") is True and "fp8_params" not in top(fp8_param=False)
+    # BF16 layers count only with first_last_layers_bf16; a quantisation recipe is named by its overrides
+    assert unmodelled(_recipe(precision={"first_last_layers_bf16": False, "num_layers_at_end_in_bf16": 1})) == []
+    assert unmodelled(_recipe(precision={"first_last_layers_bf16": True, "num_layers_at_end_in_bf16": 14,
+                                         "quant_recipe": "RecipeConfig(matcher(a), matcher(b))"})) \
+        == ["num_layers_at_end_in_bf16 14", "quant_recipe (2 module precision overrides)"]
 
 
 def test_megatron_bridge_runs_carry_their_recipes_settings():
