@@ -260,9 +260,16 @@ def is_catalog_name(kind: str, value: str) -> bool:
     return key in _catalog_files("hardware")
 
 
+@functools.cache
+def _real_path(path: str) -> str:
+    """`path` with its symbolic links resolved (`os.path.realpath`), memoised: an estimate asks for the same two
+    paths several times (each resolution is a file-system call per component; start-up time)."""
+    return os.path.realpath(path)
+
+
 def is_bundled_hardware(hw: Hardware) -> bool:
     """True for a catalog entry (specs/hardware), False for a file the user gave (a profile, a probe)."""
-    return Path(hw.path).resolve().parent == (specs_dir() / "hardware").resolve()
+    return os.path.dirname(_real_path(hw.path)) == _real_path(str(specs_dir() / "hardware"))
 
 
 def hardware_reference(hw: Hardware) -> str:
