@@ -59,3 +59,14 @@ def test_fp8_params_without_fp8_gemms_are_refused_in_one_line(precision):
 def test_fp8_params_is_a_job_knob_of_plan():
     from trainest.knobs import JOB_KEYS
     assert "fp8_params" in JOB_KEYS
+
+
+def test_megatron_bridge_recipes_with_fp8_param_are_imported_with_fp8_params():
+    """A recipe with fp8_param true gives its run fp8_params: true (tools/recipe_settings.py), no longer an
+    `unmodelled` setting; every such run is an FP8 or FP4 run (the knob's rule)."""
+    import yaml
+    runs = yaml.safe_load(open("specs/runs/megatron-bridge.yaml"))["runs"]
+    fp8 = [r for r in runs if r.get("fp8_params")]
+    assert fp8 and all(r["precision"] in ("fp8", "fp4") for r in fp8)
+    assert all("fp8_params true (fp8_param" in r["notes"] for r in fp8)
+    assert not [r["id"] for r in runs if any(u.startswith("fp8_param") for u in r.get("unmodelled", []))]

@@ -852,3 +852,43 @@ def test_an_fp32_memory_bound_op_takes_twice_the_bf16_one(op):
     assert fp32.bytes == pytest.approx(2.0 * bf16.bytes, rel=1e-12)
     if op == "elementwise":                      # the collective adds its latency, which does not scale
         assert fp32.time_s == pytest.approx(2.0 * bf16.time_s, rel=1e-12)
+
+
+def test_zero3_backward_traffic_cannot_borrow_the_forwards_slack():
+    """ZeRO-3/FSDP: the forward's all-gathers hide behind the forward only, the backward's all-gathers
+    and reduce-scatters behind the backward only (docs/model.md §4.5). When the backward's traffic
+    outlasts the backward while the micro-batch's traffic still fits in the micro-batch's work, the
+    excess shows (one window over the whole micro-batch would have hidden it); each pass keeps its own
+    waited-for layer; with both passes hidden only the contention share of the traffic remains."""
+    from trainest.step.compose import zero3_pass_exposed_s
+    from trainest.step.traffic import Zero3Traffic
+    z3 = Zero3Traffic(layer_s=0.3, total_s=3.5, forward_s=0.5, layer_gather_s=0.1)
+    # forward: 0.5 s of gathers in a 2 s forward; backward: 3 s of traffic in a 2 s backward
+    exposed = zero3_pass_exposed_s(z3, 2.0, 4.0, 0.0)
+    assert exposed == pytest.approx((3.0 - 2.0) + 0.1, rel=1e-12)
+    assert exposed > max(z3.total_s - 4.0, z3.layer_s)      # what one window over both passes leaves
+    # both passes hide their traffic: the waited-for layers, or the contention share of all of it
+    small = Zero3Traffic(layer_s=0.003, total_s=0.35, forward_s=0.05, layer_gather_s=0.001)
+    assert zero3_pass_exposed_s(small, 2.0, 4.0, 0.0) == pytest.approx(0.003, rel=1e-12)
+    assert zero3_pass_exposed_s(small, 2.0, 4.0, 0.15) == pytest.approx(0.15 * 0.35, rel=1e-12)
+    # more backward work never exposes more
+    assert zero3_pass_exposed_s(z3, 2.0, 5.0, 0.15) <= zero3_pass_exposed_s(z3, 2.0, 4.0, 0.15)
+
+
+def test_zero3_step_shows_at_least_what_the_backward_cannot_hide():
+    """A whole step under ZeRO-3 on a slow network: the exposed traffic per micro-batch is at least the
+    backward's collectives (an all-gather and a reduce-scatter per layer) less the backward's work."""
+    from helpers import job_and_layout
+    from trainest.step import step_terms
+    from trainest.step.traffic import zero3_s
+    slow = replace(A100, scale_up_bytes_per_s=20e9, scale_out_bytes_per_s=20e9)
+    job, lay = job_and_layout(GPT3_13B, slow, dp=8.0, zero=3.0, global_batch=8.0)
+    t = step_terms(job, lay)
+    tiers = tiers_of(slow, slow.devices_per_node)
+    z3 = zero3_s(job, lay, tiers, float(GPT3_13B.layers), float(t.parts.trained_params))
+    lp = t.parts.layer
+    backward_work = GPT3_13B.layers * (lp.compute_s + lp.memory_s + lp.overhead_s + lp.floor_s
+                                       - lp.fwd_c - lp.fwd_m - lp.fwd_floor_s)
+    assert float(z3.total_s - z3.forward_s) > backward_work          # the backward is communication-bound
+    assert float(t.dp_comm_s) >= float(z3.total_s - z3.forward_s) - backward_work
+

@@ -132,6 +132,9 @@ def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
     if precision_aware and _value(rec, "optimizer", "exp_avg_dtype") == "bfloat16":
         top["adam_moments"] = "bf16"
         used.append("adam_moments bf16 (use_precision_aware_optimizer, exp_avg_dtype bfloat16)")
+    if _value(rec, "precision", "fp8_param"):
+        top["fp8_params"] = True
+        used.append("fp8_params true (fp8_param: FP8 weights and their all-gather)")
     if _value(rec, "overlap", "grad_reduce_in_fp32") is False:
         top["grad_dtype"] = "bf16"
         used.append("grad_dtype bf16 (grad_reduce_in_fp32 false: BF16 gradient buffers and reduction)")
@@ -157,13 +160,12 @@ def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
 
 
 # the recipe settings that change time or memory and that trainest has no input for, with the value that does
-# (None: any value but off/empty): FP8 parameters (1-byte weights and their all-gather), BF16 gradient buffers and
-# reduction (grad_reduce_in_fp32 false), BF16 main gradients of the precision-aware optimizer, the TE op fuser,
+# (None: any value but off/empty): BF16 main gradients of the precision-aware optimizer, the TE op fuser,
 # the shared experts overlapped with the dispatch, paged stashing of the expert activations, fine-grained
 # activation offloading, Megatron FSDP, a pipeline layout given as a list of stages, layers kept in BF16 at the
 # start or end of an FP8/FP4 model (with first_last_layers_bf16), per-module precision overrides (a
-# quantisation recipe of module matchers)
-UNMODELLED = (("precision", "fp8_param", None), ("precision", "num_layers_at_start_in_bf16", None),
+# quantisation recipe of module matchers); FP8 parameters are an input (fp8_params, settings_of)
+UNMODELLED = (("precision", "num_layers_at_start_in_bf16", None),
               ("precision", "num_layers_at_end_in_bf16", None), ("precision", "quant_recipe", None),
               ("optimizer", "main_grads_dtype", "bfloat16"), ("fusions", "use_transformer_engine_op_fuser", None),
               ("moe", "moe_shared_expert_overlap", None), ("moe", "moe_paged_stash", None),

@@ -103,7 +103,8 @@ OUTPUT_PANEL = "Output"
 PANELS: dict[str, tuple[str, ...]] = {
     "Model": ("model", "config", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp", "experts",
               "top_k", "expert_ffn_hidden", "moe_imbalance", "attention_window"),
-    "Hardware": ("hardware", "all_hardware", "devices", "devices_per_node", "device_counts", "memory_headroom"),
+    "Hardware": ("hardware", "all_hardware", "devices", "devices_per_node", "host_cores", "host_memory_gb",
+                 "host_pcie_gen", "host_pcie_lanes", "device_counts", "memory_headroom"),
     "Layout": ("tp", "pp", "dp", "cp", "vpp", "ep", "etp", "zero", "fsdp", "dp_shard", "sequence_parallel",
                "tp_overlap", "dp_overlap", "dp_collectives", "moe_overlap", "pipeline_schedule", "pipeline_split",
                "pipeline_layout", "recompute", "recompute_modules", "offload", "attention", "kernels",
@@ -125,6 +126,15 @@ KNOBS: tuple[Knob, ...] = (
     K("devices", ("--devices", "--gpus", "-n"), "int", "Number of devices N.",
       "one node (at most 8), or tp·pp·cp rounded up"),
     K("devices_per_node", ("--devices-per-node",), "int", "Devices per node / host.", "hardware's", job=True),
+    K("host_cores", ("--host-cores",), "int", "CPU cores of one host (node), shared by its devices; used by CPU "
+      "offload (CPU Adam).", "hardware's; a PCIe card's: a typical dual-socket server of its PCIe generation",
+      job=True, limits=(1, 10**6)),
+    K("host_memory_gb", ("--host-memory-gb",), "float", "Host memory of one node in GB (1e9 B), shared by its "
+      "devices; what CPU offload may fill.", "as --host-cores", job=True, limits=(0, 1e9)),
+    K("host_pcie_gen", ("--host-pcie-gen",), "int", "PCIe generation (1-6) of the device-to-host link: sets its "
+      "rate and the typical server a PCIe card's host figures come from.", "hardware's", job=True, limits=(1, 6)),
+    K("host_pcie_lanes", ("--host-pcie-lanes",), "int", "PCIe lanes (1, 2, 4, 8, 16) of the device-to-host link.",
+      "hardware's", job=True, limits=(1, 16)),
     K("precision", ("--precision",), "choice", "GEMM precision (FP32 master weights and Adam state).",
       "bf16 (without a bf16 peak: fp16, tf32 or fp32)",
       "Precision", job=True),
@@ -294,6 +304,8 @@ ESTIMATE_OPTIONS: tuple[Knob, ...] = KNOBS + COMMAND_KNOBS
 SIMPLE: tuple[Knob, ...] = tuple(k for k in KNOBS if k.simple)
 SIMPLE_NAMES: tuple[str, ...] = tuple(k.name for k in SIMPLE)
 BY_NAME: dict[str, Knob] = {k.name: k for k in ESTIMATE_OPTIONS}
+# the host's figures (scenario/host.py): each the hardware's unless given, echoed with the value in effect
+HOST_NAMES: tuple[str, ...] = ("host_cores", "host_memory_gb", "host_pcie_gen", "host_pcie_lanes")
 
 # `trainest plan`: the job knobs (set for every plan), then what steers the search
 _PLAN_HELP = {
@@ -322,10 +334,9 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
                                                   "device count"),
     BY_NAME["global_batch_tokens"],
     *(k for k in KNOBS if k.group == SHAPE),      # the model's shape overrides, as estimate takes them
-    *(BY_NAME[n] for n in ("precision", "seq_len", "devices_per_node", "attention", "framework", "kernels",
-                           *SIMPLE_NAMES, "packed_length", "adam_moments", "optimizer", "recompute_modules", "finetune",
-                           "lora_rank",
-                           "lora_alpha", "lora_targets",
+    *(BY_NAME[n] for n in ("precision", "seq_len", "devices_per_node", *HOST_NAMES, "attention", "framework",
+                           "kernels", *SIMPLE_NAMES, "packed_length", "adam_moments", "optimizer", "recompute_modules",
+                           "finetune", "lora_rank", "lora_alpha", "lora_targets",
                            "base_bits", "offload", "tokens", "price_per_hour", "pue", "grid_gco2_per_kwh",
                            "memory_headroom")),
     BY_NAME["config"]._replace(help=_PLAN_HELP["config"]),
@@ -367,7 +378,8 @@ COMPARE_OPTIONS: tuple[Knob, ...] = (
                                       "(fastest within it)."),
     _BY_PLAN["global_batch"],
     *(k for k in KNOBS if k.group == SHAPE),
-    *(BY_NAME[n] for n in ("precision", "seq_len", "attention", "framework", "kernels", *SIMPLE_NAMES, "packed_length",
+    *(BY_NAME[n] for n in ("precision", "seq_len", *HOST_NAMES, "attention", "framework", "kernels", *SIMPLE_NAMES,
+                           "packed_length",
                            "adam_moments", "optimizer", "recompute_modules", "finetune", "lora_rank", "lora_alpha",
                            "lora_targets",
                            "base_bits", "offload", "tokens", "pue", "grid_gco2_per_kwh", "memory_headroom")),

@@ -38,6 +38,7 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
         "hardware": hardware_reference(s.hardware),   # a user's file by its path: a reload uses that profile
         "devices": s.devices,
         "devices_per_node": s.devices_per_node,
+        **dict(s.host),        # the host figures given; those in effect are in the output's hardware.host
         "precision": s.precision,
         "parallel": {"tp": s.parallel.tp, "pp": s.parallel.pp, "dp": s.parallel.dp, "cp": s.parallel.cp,
                      "vpp": s.parallel.vpp, "zero": s.parallel.zero,

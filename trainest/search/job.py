@@ -23,6 +23,7 @@ from trainest.scenario import (
     scenario_from_mapping,
     scenario_mapping,
 )
+from trainest.scenario.host import HOST_KEYS
 from trainest.search.space import SearchSpace, job_for_methods
 
 
@@ -109,7 +110,7 @@ def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vp
 
 # what a plan sets itself (its layout, batch split and method) or derives again, not the job's echo
 _PLAN_OWN_KEYS = ("devices", "micro_batch", "micro_batches", "recompute", "recompute_modules", "finetune", "offload",
-                  "tokens", "derived", "model", "hardware")
+                  "tokens", "derived", "model", "hardware", *HOST_KEYS)   # the host: in the job's hardware
 
 
 def finetune_given(ft: FineTune) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from trainest.step.schedule import bubble_s, dualpipe_copies, slowest_stage, sta
 from trainest.step.traffic import (
     CpRing,
     DpTraffic,
+    Zero3Traffic,
     add_dp_traffic,
     cp_ring,
     dp_traffic,
@@ -315,13 +316,27 @@ def stage_pp_s(job: Job, layout: Layout, shape: LocalShape, tiers: Tiers, work_s
     return overlapped_exposed_s(stage_pp, work_s, 0.0, job.hardware.efficiency.overlap_contention)
 
 
-def zero3_exposed_s(layout: Layout, z3_comm: Num, z3_layer: Num, stage_work: Num, head_o: Num,
+def zero3_pass_exposed_s(z3: Zero3Traffic, forward_work_s: Num, stage_work_s: Num, contention: Num) -> Num:
+    """ZeRO-3 traffic left exposed by one micro-batch's two passes [s] (docs/model.md §4.5): the forward's
+    all-gathers hide behind the forward only, the backward's all-gathers and reduce-scatters behind the
+    backward (with its recomputation) only; each pass at least its waited-for layer (the forward's
+    first gather; the backward's gather and last reduce-scatter) and its contention share
+    (overlapped_exposed_s). A pass whose traffic outlasts it cannot borrow the other pass's slack."""
+    forward_work = xp.minimum(xp.maximum(forward_work_s, 0.0), xp.maximum(stage_work_s, 0.0))
+    backward_work = xp.maximum(stage_work_s - forward_work, 0.0)
+    forward = overlapped_exposed_s(z3.forward_s, forward_work, z3.layer_gather_s, contention)
+    backward = overlapped_exposed_s(z3.total_s - z3.forward_s, backward_work, z3.layer_s - z3.layer_gather_s,
+                                    contention)
+    return forward + backward
+
+
+def zero3_exposed_s(layout: Layout, z3: Zero3Traffic, forward_work: Num, stage_work: Num, head_o: Num,
                     contention: Num) -> tuple[Num, Num]:
-    """(the stage's, a typical stage's) ZeRO-3 traffic left exposed per micro-batch [s]: hidden behind
-    the stage's work (overlapped_exposed_s); a typical stage's micro-batch in the bubble has its layers
-    only, so the embedding's and the loss's work (`head_o`) hide nothing there."""
-    stage = overlapped_exposed_s(z3_comm, stage_work, z3_layer, contention) * layout.z3
-    typical = overlapped_exposed_s(z3_comm, stage_work - head_o, z3_layer, contention) * layout.z3
+    """(the stage's, a typical stage's) ZeRO-3 traffic left exposed per micro-batch [s]: each pass's
+    behind that pass's work (zero3_pass_exposed_s); a typical stage's micro-batch in the bubble has its
+    layers only, so the embedding's and the loss's work (`head_o`, counted in the backward) hide nothing there."""
+    stage = zero3_pass_exposed_s(z3, forward_work, stage_work, contention) * layout.z3
+    typical = zero3_pass_exposed_s(z3, forward_work, stage_work - head_o, contention) * layout.z3
     return stage, typical
 
 
@@ -365,10 +380,12 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     stage_c, stage_m, stage_o = n * lp.compute_s, n * lp.memory_s, n * layer_overhead + head_o
     stage_pp = stage_pp_s(job, layout, shape, tiers, n * (lp.compute_s + lp.memory_s))
     params_local, expert_local = _stage_local_params(job, layout)
-    z3_layer, z3_comm = zero3_s(job, layout, dp_tiers, n, params_local)
-    # the window for ZeRO-3's traffic: the stage's work, less the attention time that hides CP
+    z3 = zero3_s(job, layout, dp_tiers, n, params_local)
+    z3_comm = z3.total_s
+    # the windows for ZeRO-3's traffic: the stage's work, less the attention time that hides CP; its forward part
     stage_work = stage_c + stage_m + stage_o - n * (cp.hiding_fwd_s + cp.hiding_bwd_s)
-    z3_exposed, z3_typical = zero3_exposed_s(layout, z3_comm, z3_layer, stage_work, head_o, eff.overlap_contention)
+    forward_work = n * (lp.fwd_c + lp.fwd_m + lp.fwd_floor_s - cp.hiding_fwd_s)
+    z3_exposed, z3_typical = zero3_exposed_s(layout, z3, forward_work, stage_work, head_o, eff.overlap_contention)
     mb_comm = n * tp_layer + n * cp.exposed_s + n * ep_layer + stage_pp + z3_exposed + head_comm + mtp_ep
     mb_c = stage_c + stage.last_is_max * (logits_c + mtp.compute_s)
     mb_m = stage_m + stage.last_is_max * (logits_m + mtp.memory_s)

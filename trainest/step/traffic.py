@@ -80,11 +80,20 @@ def pp_p2p_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers) -> Num:
     return 2.0 * layout.vpp * send_recv_s(size, layout.pp, stride, tiers) * xp.mask(layout.pp > 1)
 
 
-def zero3_s(job: Job, layout: Layout, tiers: Tiers, stage_layers: Num, params_local: Num) -> tuple[Num, Num]:
-    """(one layer, the whole stage) of ZeRO-3/FSDP traffic per micro-batch [s]: every layer's weights
+class Zero3Traffic(NamedTuple):
+    """ZeRO-3/FSDP collectives of one micro-batch on a stage [s], before overlap (zero3_s)."""
+
+    layer_s: Num            # one layer's: its forward and backward all-gathers and its reduce-scatter
+    total_s: Num            # the stage's layers' and embeddings' (0 without ZeRO-3)
+    forward_s: Num = 0.0    # the part of total_s in the forward: one all-gather per layer and embedding
+    layer_gather_s: Num = 0.0   # one layer's all-gather (the first forward layer waits for it)
+
+
+def zero3_s(job: Job, layout: Layout, tiers: Tiers, stage_layers: Num, params_local: Num) -> Zero3Traffic:
+    """ZeRO-3/FSDP traffic per micro-batch [s] (one layer, the whole stage, its forward part): every layer's weights
     all-gathered forward and backward and its gradients reduce-scattered over the d_shard·c ranks
     with the same tensor rank (stride t), plus the embedding's; a MoE model's routed experts likewise
-    over their own shard group (expert_zero3_layer_s); 0 without ZeRO-3. `params_local`: the stage's
+    over their own shard group (expert_zero3_parts_s); 0 without ZeRO-3. `params_local`: the stage's
     non-expert parameters per device."""
     w, g = job.weight_bytes, job.grad_bytes
     group = layout.shard * layout.cp
@@ -99,17 +108,22 @@ def zero3_s(job: Job, layout: Layout, tiers: Tiers, stage_layers: Num, params_lo
         reduce = xp.where(frozen > 0, adapter_params_per_layer(job, layout) * g, reduce)
         embed_gather = xp.where(frozen > 0, embed * 2.0, embed_gather)
         embed_reduce = embed_reduce * (1.0 - frozen)
-    layer = 2.0 * all_gather_s(gather, group, layout.tp, tiers) + reduce_scatter_s(reduce, group, layout.tp, tiers)
+    layer_gather = all_gather_s(gather, group, layout.tp, tiers)
+    layer = 2.0 * layer_gather + reduce_scatter_s(reduce, group, layout.tp, tiers)
     if m.moe is not None:
-        layer = layer + expert_zero3_layer_s(job, layout, tiers)
-    total = layout.z3 * (stage_layers * layer + 2.0 * all_gather_s(embed_gather, group, layout.tp, tiers)
+        expert_gather, expert_reduce = expert_zero3_parts_s(job, layout, tiers)
+        layer_gather = layer_gather + expert_gather
+        layer = layer + 2.0 * expert_gather + expert_reduce
+    embed_gather_s = all_gather_s(embed_gather, group, layout.tp, tiers)
+    total = layout.z3 * (stage_layers * layer + 2.0 * embed_gather_s
                          + reduce_scatter_s(embed_reduce, group, layout.tp, tiers))
-    return layer, total
+    forward = layout.z3 * (stage_layers * layer_gather + embed_gather_s)
+    return Zero3Traffic(layer_s=layer, total_s=total, forward_s=forward, layer_gather_s=layer_gather)
 
 
-def expert_zero3_layer_s(job: Job, layout: Layout, tiers: Tiers) -> Num:
-    """ZeRO-3 traffic of one layer's routed experts per micro-batch [s]: the mean expert parameters
-    per layer ÷ e·t_e, all-gathered twice and reduce-scattered once over the expert shard group (the
+def expert_zero3_parts_s(job: Job, layout: Layout, tiers: Tiers) -> tuple[Num, Num]:
+    """(one all-gather, the reduce-scatter) of one layer's routed experts per micro-batch [s]: the mean
+    expert parameters per layer ÷ e·t_e, all-gathered twice and reduce-scattered once over the expert shard group (the
     expert data-parallel ranks, stride e·t_e); a frozen base gathers its stored bytes (NF4: ~0.5 B per
     parameter) and reduces its adapters' gradients only."""
     w, g = job.weight_bytes, job.grad_bytes
@@ -120,7 +134,7 @@ def expert_zero3_layer_s(job: Job, layout: Layout, tiers: Tiers) -> Num:
         frozen = layout.frozen > 0
         gather = xp.where(frozen, frozen_expert_layer_bytes(job, layout), gather)
         reduce = xp.where(frozen, expert_adapter_params_per_layer(job, layout) * g, reduce)
-    return 2.0 * all_gather_s(gather, group, stride, tiers) + reduce_scatter_s(reduce, group, stride, tiers)
+    return all_gather_s(gather, group, stride, tiers), reduce_scatter_s(reduce, group, stride, tiers)
 
 
 class DpTraffic(NamedTuple):
