@@ -249,7 +249,7 @@ def test_a_cache_of_another_format_or_a_broken_line_falls_back_to_yaml(specs_cop
     assert catalog.load_hardware("h100-sxm").memory_bytes == 80e9
     catalog._catalog_cache.cache_clear()
     other = catalog.CATALOG_CACHE_FORMAT + 1
-    cache.write_text(text.replace(catalog.CATALOG_CACHE_HEADER, '{"format": %d, "files": {' % other, 1), encoding="utf-8")
+    cache.write_text(text.replace(catalog.CATALOG_CACHE_HEADER, f'{{"format": {other}, "files": {{', 1), encoding="utf-8")
     assert catalog._catalog_cache() == {}
     assert catalog.load_model("llama3-8b").layers == 32
 

@@ -117,7 +117,7 @@ CATALOG_CACHE_FORMAT = 2       # 2: entries keep the text's length and CRC-32, n
 CATALOG_KINDS = ("hardware", "models")
 
 
-CATALOG_CACHE_HEADER = '{"format": %d, "files": {' % CATALOG_CACHE_FORMAT   # the first line (catalog_cache_text)
+CATALOG_CACHE_HEADER = f'{{"format": {CATALOG_CACHE_FORMAT}, "files": {{'   # the first line (catalog_cache_text)
 
 
 @functools.cache
