@@ -20,9 +20,18 @@ def _framework_registry_unchanged():
 
 
 @pytest.fixture(scope="session")
+def public_report():
+    """`validate_runs(run_set="public")`: the published runs the accuracy gates measure, predicted once for the
+    tests that read the report (test_accuracy_gate, test_vtrain_report)."""
+    from trainest.validate import PUBLIC_SET, validate_runs
+    return validate_runs(run_set=PUBLIC_SET)
+
+
+@pytest.fixture(scope="session")
 def validate_all_stdout() -> str:
     """The stdout of `trainest validate --json` (every bundled run, ~1,400 estimates), run once for the tests
-    that read it: the validate-all golden and its JSON schema check."""
+    that read it: the validate-all golden, its JSON schema check and the run sets reported apart
+    (test_vtrain_report)."""
     import contextlib
     import io
 

@@ -81,3 +81,30 @@ def reference_dir() -> Path:
     for packed in sorted((Path(__file__).resolve().parent / "reference").glob("*.xz")):
         (out / packed.stem).write_bytes(lzma.decompress(packed.read_bytes()))
     return out
+
+
+# ----------------------------------------------------------------- files and runs read once
+
+@functools.cache
+def read_yaml(path: Path) -> object:
+    """A YAML file's data, parsed once per test session with libyaml's safe loader where installed (the same
+    data as yaml.safe_load, ~10x faster on the large runs files); for test inputs, not for what trainest itself
+    reads. Callers must not modify the result."""
+    import yaml
+    return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
+
+
+@functools.lru_cache(maxsize=1)
+def bundled_runs():
+    """`trainest.validate.load_runs()` of the bundled runs files, loaded once for the tests that only read it
+    (a LoadedRuns of immutable records). A test of the loader itself, its filters or a changed file calls
+    load_runs."""
+    from trainest.validate import load_runs
+    return load_runs()
+
+
+def bundled_cases(run_set: str | None = None) -> tuple:
+    """The bundled expressible cases (bundled_runs), those of one run set when `run_set` is given: the cases
+    `load_runs(run_set=...)` gives, in the same order (tests/test_runs_cache.py checks it)."""
+    cases = bundled_runs().cases
+    return cases if run_set is None else tuple(c for c in cases if c.run_set == run_set)

@@ -25,7 +25,7 @@ import zlib
 
 import pytest
 
-from trainest.validate import PUBLIC_SET, build_report, mape_pct, validate_runs
+from trainest.validate import PUBLIC_SET, build_report, mape_pct
 
 MAPE_GATE_PCT = 6.5               # current: 5.7 % over 460 runs (tools/fit_defaults.py, shipped efficiencies)
 PAPER_GATE_PCT = 6.5              # current: 5.4 % over the 33 paper-table runs
@@ -42,8 +42,9 @@ TARGET_MOE_HOLDOUT_PCT = 10.0     # issue 13
 
 
 @pytest.fixture(scope="module")
-def full_report():
-    return validate_runs(run_set=PUBLIC_SET)
+def full_report(public_report):
+    """validate_runs(run_set=PUBLIC_SET), shared with the other tests that read it (conftest.public_report)."""
+    return public_report
 
 
 @pytest.fixture(scope="module")

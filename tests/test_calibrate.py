@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import json
-from trainest.record import replace
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers import bundled_cases
 from typer.testing import CliRunner
 
-from trainest.calibrate import (HUBER_DELTA, fit_efficiency, huber, predicted_step_times_s,
-                                replace_efficiency_block)
+from trainest.calibrate import HUBER_DELTA, fit_efficiency, huber, predicted_step_times_s, replace_efficiency_block
 from trainest.catalog import hardware_from_mapping, load_hardware, with_efficiency
 from trainest.cli import app
 from trainest.errors import SpecError
 from trainest.estimate import estimate
+from trainest.record import replace
 from trainest.scenario import scenario_from_mapping
 from trainest.validate import load_runs
 
@@ -189,7 +189,7 @@ def test_fit_path_passes_every_scenario_input():
     """Regression: the fit's prediction once dropped the pipeline split (and would drop any scenario
     input not in the numeric layout). On the bundled runs that use the balanced split or flat DP
     collectives, it must equal estimate()'s step time."""
-    cases = [c for c in load_runs().cases
+    cases = [c for c in bundled_cases()
              if c.scenario.parallel.pipeline_split != "even" or c.scenario.parallel.dp_collectives != "hierarchical"]
     assert {c.scenario.parallel.pipeline_split for c in cases} >= {"balanced"}
     assert {c.scenario.parallel.dp_collectives for c in cases} >= {"flat"}

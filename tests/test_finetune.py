@@ -311,9 +311,11 @@ def test_the_fine_tuning_warning_states_the_current_errors_on_the_lora_runs():
     from pathlib import Path
 
     from trainest.caveats import FINETUNE_ERROR_STATS, FINETUNE_WARNING
-    from trainest.validate import compare, load_runs
+    from helpers import bundled_cases
+
+    from trainest.validate import compare
     errors = [(compare(c).step_ratio - 1.0) * 100.0      # step time, predicted / measured − 1
-              for c in load_runs(run_set="finetune").cases if c.scenario.finetune.frozen]
+              for c in bundled_cases("finetune") if c.scenario.finetune.frozen]
     mape = sum(abs(e) for e in errors) / len(errors)
     assert (len(errors), round(min(errors)), round(max(errors)), round(mape, 1)) == FINETUNE_ERROR_STATS
     runs, low, high, stated = FINETUNE_ERROR_STATS

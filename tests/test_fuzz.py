@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import read_yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -118,7 +119,7 @@ def test_scenario_from_mutated_valid_mappings(data):
 
 
 RUN_RECORDS = [rec for path in sorted((REPO / "specs" / "runs").glob("*.yaml"))
-               for rec in (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("runs", [])[:5]]
+               for rec in (read_yaml(path) or {}).get("runs", [])[:5]]
 
 
 @FUZZ

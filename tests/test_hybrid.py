@@ -202,9 +202,11 @@ def test_the_hybrid_warning_states_the_current_errors_on_the_nemotron_runs():
     """Every hybrid estimate says what the measured hybrid runs say of it (those with LatentMoE apart):
     a model change that moves their errors must move the words too."""
     from trainest.caveats import HYBRID_ERROR_RANGE_PCT, LATENT_MOE_ERROR_RANGE_PCT, job_warnings
-    from trainest.validate import compare, load_runs
+    from helpers import bundled_cases
+
+    from trainest.validate import compare
     plain, latent = [], []
-    for c in load_runs(run_set="public").cases:
+    for c in bundled_cases("public"):
         m = c.scenario.model
         if m.hybrid is not None:
             (latent if m.moe is not None and m.moe.latent_size else plain).append(compare(c).error_pct)

@@ -8,15 +8,13 @@ $TRAINEST_REFERENCE points them at another copy), so every test runs in any clon
 
 from __future__ import annotations
 
-import functools
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
-import yaml
-from helpers import reference_dir
+from helpers import read_yaml, reference_dir
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -62,11 +60,10 @@ RECOMPUTE = {"none", "selective", "full", "op"}
 CONFIDENCE = {"high", "medium", "low"}
 
 
-@functools.lru_cache(maxsize=None)
 def _load(path: Path):
-    """A YAML file, parsed once per test session (libyaml's safe loader when present: the runs files are large).
-    Callers must not modify the result."""
-    return yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
+    """A YAML file, parsed once per test session (helpers.read_yaml, shared with test_fuzz). Callers must not
+    modify the result."""
+    return read_yaml(path)
 
 
 RUN_FILES = sorted(RUNS_DIR.glob("*.yaml"))
@@ -321,19 +318,18 @@ def test_run_files_are_in_sync_with_the_importer(tmp_path):
 def test_lora_rows_carry_their_method_and_their_own_set():
     """Issue 14: every LoRA/QLoRA record has `finetune:` and `set: finetune` (kept out of the public gates
     and the fit); those with their facts known are expressible, the rest say why not."""
-    from trainest.validate import load_runs
+    from helpers import bundled_cases, bundled_runs
     rows = [run for path in RUN_FILES if path.name != MEMORY_FILE for run in _load(path)["runs"]
             if "lora" in run["id"].lower()     # (memory-given.yaml: memory-only runs of their own set)
             and not run["id"].startswith("mlperf-")]
     assert len(rows) == 12 and all(r["set"] == "finetune" and r["finetune"]["method"] in ("lora", "qlora")
                                    for r in rows)
-    loaded = load_runs(run_set="finetune")
-    cases = [c for c in loaded.cases if c.source != "mlperf-training"]
+    cases = [c for c in bundled_cases("finetune") if c.source != "mlperf-training"]
     assert len(cases) == 8 and all(c.scenario.finetune.frozen for c in cases)
-    reasons = {n.id: n.reason for n in loaded.not_expressible}
+    reasons = {n.id: n.reason for n in bundled_runs().not_expressible if n.run_set == "finetune"}
     assert "does not count plain training tokens" in reasons["dgx-spark-llama3.1-8b-lora"]
     assert "adapters on the last 4 layers only" in reasons["mlx-lora-mistral7b-m1max"]
-    assert not {c.id for c in load_runs(run_set="public").cases} & {c.id for c in cases}
+    assert not {c.id for c in bundled_cases("public")} & {c.id for c in cases}
 
 
 def test_hunt_records_keep_their_stack_network_and_adapters():
@@ -453,7 +449,7 @@ def test_memory_records_keep_the_measured_peak_and_its_kind():
 
 def test_memory_runs_are_compared_per_kind_and_not_as_step_times():
     from trainest.validate import validate_runs
-    report = validate_runs(run_set=MEMORY_SET)
+    report = validate_runs([REPO / "specs" / "runs" / MEMORY_FILE], run_set=MEMORY_SET)   # the set's one file
     assert not report.runs and len(report.memory_runs) == 28
     assert {m.kind for m in report.memory_runs} == {"allocated", "active", "unspecified"}
     assert all(m.measured_bytes > 0 and m.predicted_bytes > 0 for m in report.memory_runs)

@@ -182,8 +182,8 @@ def test_plan_allow_of_what_the_framework_lacks_is_an_error(capsys, framework, a
 def test_every_bundled_run_is_a_layout_its_framework_runs():
     """The capability data holds what the sources ran: every measured run's (framework, pp, ZeRO)."""
     from trainest.frameworks import FRAMEWORKS
-    from trainest.validate import load_runs
-    for case in load_runs().cases:
+    from helpers import bundled_cases
+    for case in bundled_cases():
         s = case.scenario
         assert s.parallel.zero in FRAMEWORKS[s.framework].zero_stages_with(s.parallel.pp), case
 

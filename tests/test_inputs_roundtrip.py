@@ -66,8 +66,21 @@ def _preset_names() -> list[str]:
 
 @pytest.mark.parametrize("preset", _preset_names())
 def test_every_presets_inputs_reload_as_the_same_model(preset, tmp_path):
-    """Every shape field the model holds (head_dim, MoE, MLA, hybrid, MTP) travels in inputs.model."""
-    doc, doc2 = _reloaded(["--model", preset], tmp_path / "inputs.json")
-    assert doc2["inputs"]["model"] == doc["inputs"]["model"]
-    assert doc2["step"]["time_s"] == doc["step"]["time_s"]
-    assert doc2["memory"] == doc["memory"]
+    """Every shape field the model holds (head_dim, MoE, MLA, hybrid, MTP) travels in inputs.model: the echo
+    (`inputs` of --json: scenario_mapping, made JSON-safe) written as JSON and read back as `estimate --config`
+    reads it gives the same model and the same step and memory. The command itself (its JSON, --config) is
+    the CASES above; here the estimate is called without the CLI's no-fit advice, a plan search per preset."""
+    from trainest.cli.estimate import scenario_mapping_from_options
+    from trainest.estimate import estimate
+    from trainest.knobs import CLI
+    from trainest.report import clean
+    from trainest.scenario import scenario_from_mapping, scenario_mapping
+    first = scenario_from_mapping({"model": preset}, CLI, schedules_need_a_pipeline=True)
+    path = tmp_path / "inputs.json"
+    path.write_text(json.dumps(clean(scenario_mapping(first)), allow_nan=False))
+    mapping, shape = scenario_mapping_from_options(str(path), {})
+    again = scenario_from_mapping(mapping, f"scenario {str(path)!r}", shape=shape, schedules_need_a_pipeline=True)
+    assert again.model._replace(source=first.model.source) == first.model    # (the echo names no source)
+    assert scenario_mapping(again)["model"] == scenario_mapping(first)["model"]
+    e, e2 = estimate(first), estimate(again)
+    assert e2.step.time_s == e.step.time_s and e2.memory == e.memory

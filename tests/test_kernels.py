@@ -381,10 +381,10 @@ def test_megatron_deepspeeds_fitted_micro_batch_host_time_goes_with_the_framewor
 
 def test_calibrate_fits_the_micro_batch_host_time_only_where_a_run_syncs_there():
     from trainest.calibrate import parameters_for
-    from trainest.validate import load_runs
-    vtrain = list(load_runs(run_set="vtrain-single-node").cases)[:5]
+    from helpers import bundled_cases
+    vtrain = list(bundled_cases("vtrain-single-node"))[:5]
     assert "host_per_micro_batch_s" in parameters_for(vtrain)
-    public_small = [c for c in load_runs(run_set="public").cases if c.scenario.model.params < 3e9][:5]
+    public_small = [c for c in bundled_cases("public") if c.scenario.model.params < 3e9][:5]
     assert public_small and "host_per_micro_batch_s" not in parameters_for(public_small)
 
 

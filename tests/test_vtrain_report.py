@@ -5,13 +5,16 @@ holdout split, by micro-batch and tp) and the plan pick are gated.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
 import zlib
 from pathlib import Path
 
 import pytest
+from helpers import bundled_runs, read_yaml
 
-from trainest.validate import PUBLIC_SET, RunResult, load_runs, validate_runs
+from trainest.validate import PUBLIC_SET, RunResult
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 vtrain_report = pytest.importorskip("vtrain_report")
@@ -28,8 +31,13 @@ def vtrain():
 
 def test_the_set_loads_720_expressible_runs_in_72_jobs(vtrain):
     cases, results = vtrain
-    loaded = load_runs(run_set=VTRAIN_SET)
-    assert len(cases) == len(results) == VTRAIN_RUNS and not loaded.not_expressible and not loaded.duplicates
+    loaded = bundled_runs()          # load_runs() of every bundled file, read once (tests/helpers.py)
+    assert len(cases) == len(results) == VTRAIN_RUNS
+    assert tuple(cases) == tuple(c for c in loaded.cases if c.run_set == VTRAIN_SET)
+    # none of the set is skipped, as not expressible or as a repeated transcription
+    assert not [n for n in loaded.not_expressible if n.run_set == VTRAIN_SET]
+    records = read_yaml(Path(__file__).resolve().parent.parent / "specs" / "runs" / "vtrain-single.yaml")["runs"]
+    assert len(records) == VTRAIN_RUNS and not [r for r in records if r.get("duplicate_of") is not None]
     assert {c.run_set for c in cases} == {VTRAIN_SET}
     assert {c.scenario.hardware.name for c in cases} == {"a100-80gb-sxm"}
     assert {c.scenario.model.layers for c in cases} == {12, 16, 20, 24}
@@ -42,15 +50,16 @@ def test_the_set_loads_720_expressible_runs_in_72_jobs(vtrain):
     assert len(vtrain_report.plan_picks(cases, results)) == VTRAIN_JOBS
 
 
-def test_the_set_is_reported_apart_from_the_public_runs():
-    every = validate_runs()
-    public = validate_runs(run_set=PUBLIC_SET)
+def test_the_set_is_reported_apart_from_the_public_runs(validate_all_stdout, public_report):
+    """`trainest validate --json` (every run) reports each set apart; its public set is what
+    validate_runs(run_set="public") gives (both computed once for the suite: conftest)."""
+    every = json.loads(validate_all_stdout)
     # finetune: the LoRA/QLoRA runs (issue 14); memory: the memory-only runs of memory-given.yaml (issue 34)
-    assert set(every.by_set) == {PUBLIC_SET, VTRAIN_SET, "finetune", "memory"}
-    assert every.by_set[VTRAIN_SET].runs == VTRAIN_RUNS
-    assert every.by_set[PUBLIC_SET] == public.summary
+    assert set(every["by_set"]) == {PUBLIC_SET, VTRAIN_SET, "finetune", "memory"}
+    assert every["by_set"][VTRAIN_SET]["runs"] == VTRAIN_RUNS
+    assert every["by_set"][PUBLIC_SET] == dataclasses.asdict(public_report.summary)
     # mlx: LoRA runs only; memory-given: memory-only runs (issue 34)
-    assert every.by_source.keys() - public.by_source.keys() == {"vtrain-single", "mlx", "memory-given"}
+    assert every["by_source"].keys() - public_report.by_source.keys() == {"vtrain-single", "mlx", "memory-given"}
 
 
 # Accuracy gates on the vTrain rows (issue 12; docs/validation.md, "vTrain single-node rows"): the

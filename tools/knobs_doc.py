@@ -17,7 +17,9 @@ sys.path.insert(0, str(ROOT))
 
 from trainest.knobs import (  # noqa: E402
     COMMAND_KNOBS,
+    BY_NAME,
     COMPARE_OPTIONS,
+    HOST_NAMES,
     KNOBS,
     MOE_MESSAGE_KEYS,
     PLAN_OPTIONS,
@@ -105,7 +107,8 @@ def knob_property(k: Knob) -> dict[str, Any]:
 
 
 def schema_texts() -> dict[Path, str]:
-    """Every schema that echoes the job, with each simple knob's property and its name among the required."""
+    """Every schema that echoes the job, with each simple knob's property and its name among the required, and
+    the host knobs' properties."""
     out = {}
     for name, path in ECHO_OBJECTS.items():
         file = SCHEMA_DIR / f"{name}.schema.json"
@@ -117,6 +120,8 @@ def schema_texts() -> dict[Path, str]:
             obj["properties"][k.yaml_key] = knob_property(k)
             if k.yaml_key not in obj["required"]:
                 obj["required"].append(k.yaml_key)
+        for name in HOST_NAMES:        # echoed only when given (scenario/host.py)
+            obj["properties"][name] = knob_property(BY_NAME[name])
         out[file] = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
     return out
 

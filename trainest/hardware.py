@@ -181,6 +181,7 @@ class Host(NamedTuple):
     memory_bytes_per_s: float | None = None   # per host, peak [B/s]
     link: HostLink = HostLink()
     derived: str = ""                         # "": read from the file; else which figures are a typical server's
+    filled: tuple[str, ...] = ()              # the fields with_typical_host filled (a new generation refills them)
 
     @property
     def known(self) -> bool:
@@ -238,8 +239,10 @@ def with_typical_host(host: Host, pcie_gen: int | None) -> Host:
     filled = [name for name, value in (("cpu_cores", host.cpu_cores), ("memory_gb", host.memory_bytes),
                                        ("memory_gb_per_s", host.memory_bytes_per_s), ("devices", host.devices))
               if value is None]
+    own_system = bool(host.system) and "dependent" not in host.system
     return host._replace(
-        system=host.system if host.system and "dependent" not in host.system else typical.system,
+        filled=(*filled, *(() if own_system else ("system",)), *(() if host.cpu else ("cpu",))),
+        system=host.system if own_system else typical.system,
         cpu=host.cpu or typical.cpu,
         cpu_cores=host.cpu_cores if host.cpu_cores is not None else typical.cpu_cores,
         memory_bytes=host.memory_bytes if host.memory_bytes is not None else typical.memory_gb * GB,

@@ -103,11 +103,12 @@ OUTPUT_PANEL = "Output"
 PANELS: dict[str, tuple[str, ...]] = {
     "Model": ("model", "config", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp", "experts",
               "top_k", "expert_ffn_hidden", "moe_imbalance", "attention_window"),
-    "Hardware": ("hardware", "all_hardware", "devices", "devices_per_node", "device_counts", "memory_headroom"),
+    "Hardware": ("hardware", "all_hardware", "devices", "devices_per_node", "host_cores", "host_memory_gb",
+                 "host_pcie_gen", "host_pcie_lanes", "device_counts", "memory_headroom"),
     "Layout": ("tp", "pp", "dp", "cp", "vpp", "ep", "etp", "zero", "fsdp", "dp_shard", "sequence_parallel",
                "tp_overlap", "dp_overlap", "dp_collectives", "moe_overlap", "pipeline_schedule", "pipeline_split",
-               "pipeline_layout", "recompute", "recompute_modules", "offload", "attention", "kernels",
-               "framework", "plan", "allow", "max_tp", "max_pp", "max_cp", "max_vpp", "max_micro_batch"),
+               "pipeline_layout", "recompute", "recompute_modules", "recompute_layers", "offload", "attention",
+               "kernels", "framework", "plan", "allow", "max_tp", "max_pp", "max_cp", "max_vpp", "max_micro_batch"),
     "Batch": ("micro_batch", "global_batch", "global_batch_tokens", "seq_len", "packed_length"),
     "Precision": ("precision", "adam_moments", "optimizer", "master_weights", "grad_dtype", "optimizer_in_backward",
                   "loss", "fp8_params", "fp8_attention"),
@@ -125,6 +126,15 @@ KNOBS: tuple[Knob, ...] = (
     K("devices", ("--devices", "--gpus", "-n"), "int", "Number of devices N.",
       "one node (at most 8), or tp·pp·cp rounded up"),
     K("devices_per_node", ("--devices-per-node",), "int", "Devices per node / host.", "hardware's", job=True),
+    K("host_cores", ("--host-cores",), "int", "CPU cores of one host (node), shared by its devices; used by CPU "
+      "offload (CPU Adam).", "hardware's; a PCIe card's: a typical dual-socket server of its PCIe generation",
+      job=True, limits=(1, 10**6)),
+    K("host_memory_gb", ("--host-memory-gb",), "float", "Host memory of one node in GB (1e9 B), shared by its "
+      "devices; what CPU offload may fill.", "as --host-cores", job=True, limits=(0, 1e9)),
+    K("host_pcie_gen", ("--host-pcie-gen",), "int", "PCIe generation (1-6) of the device-to-host link: sets its "
+      "rate and the typical server a PCIe card's host figures come from.", "hardware's", job=True, limits=(1, 6)),
+    K("host_pcie_lanes", ("--host-pcie-lanes",), "int", "PCIe lanes (1, 2, 4, 8, 16) of the device-to-host link.",
+      "hardware's", job=True, limits=(1, 16)),
     K("precision", ("--precision",), "choice", "GEMM precision (FP32 master weights and Adam state).",
       "bf16 (without a bf16 peak: fp16, tf32 or fp32)",
       "Precision", job=True),
@@ -193,6 +203,10 @@ KNOBS: tuple[Knob, ...] = (
     K("recompute_modules", ("--recompute-modules",), "str", "What selective recompute re-runs (Megatron-Core's "
       "recompute_modules), comma-separated: core_attn, layernorm, mla_up_proj (MLA), moe_act, moe (the MoE block "
       "with its all-to-alls), mlp (dense layers), shared_experts.", "core_attn", job=True),
+    K("recompute_layers", ("--recompute-layers",), "int", "Full recompute of only this many layers per pipeline "
+      "stage and model chunk, the others keeping every activation (Megatron-Core --recompute-method block "
+      "--recompute-num-layers N, NeMo activations_checkpoint_num_layers); 0: every layer. Needs recompute full; "
+      "docs/model.md §7.10.", "0 (every layer)", job=True, fallback=0, limits=(0, 100000)),
     K("attention", ("--attention",), "choice", "flash (best fused kernel: FA3/cuDNN on Hopper+), flash2 "
       "(FlashAttention-2) or standard (materialised scores).", "flash", "Attention", job=True),
     K("framework", ("--framework",), "choice", "Training framework: sets the kernels' host dispatch, the default "
@@ -298,6 +312,8 @@ ESTIMATE_OPTIONS: tuple[Knob, ...] = KNOBS + COMMAND_KNOBS
 SIMPLE: tuple[Knob, ...] = tuple(k for k in KNOBS if k.simple)
 SIMPLE_NAMES: tuple[str, ...] = tuple(k.name for k in SIMPLE)
 BY_NAME: dict[str, Knob] = {k.name: k for k in ESTIMATE_OPTIONS}
+# the host's figures (scenario/host.py): each the hardware's unless given, echoed with the value in effect
+HOST_NAMES: tuple[str, ...] = ("host_cores", "host_memory_gb", "host_pcie_gen", "host_pcie_lanes")
 
 # `trainest plan`: the job knobs (set for every plan), then what steers the search
 _PLAN_HELP = {
@@ -326,10 +342,9 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
                                                   "device count"),
     BY_NAME["global_batch_tokens"],
     *(k for k in KNOBS if k.group == SHAPE),      # the model's shape overrides, as estimate takes them
-    *(BY_NAME[n] for n in ("precision", "seq_len", "devices_per_node", "attention", "framework", "kernels",
-                           *SIMPLE_NAMES, "packed_length", "adam_moments", "optimizer", "recompute_modules", "finetune",
-                           "lora_rank",
-                           "lora_alpha", "lora_targets",
+    *(BY_NAME[n] for n in ("precision", "seq_len", "devices_per_node", *HOST_NAMES, "attention", "framework",
+                           "kernels", *SIMPLE_NAMES, "packed_length", "adam_moments", "optimizer", "recompute_modules",
+                           "finetune", "lora_rank", "lora_alpha", "lora_targets",
                            "base_bits", "offload", "tokens", "price_per_hour", "pue", "grid_gco2_per_kwh",
                            "memory_headroom")),
     BY_NAME["config"]._replace(help=_PLAN_HELP["config"]),
@@ -371,7 +386,8 @@ COMPARE_OPTIONS: tuple[Knob, ...] = (
                                       "(fastest within it)."),
     _BY_PLAN["global_batch"],
     *(k for k in KNOBS if k.group == SHAPE),
-    *(BY_NAME[n] for n in ("precision", "seq_len", "attention", "framework", "kernels", *SIMPLE_NAMES, "packed_length",
+    *(BY_NAME[n] for n in ("precision", "seq_len", *HOST_NAMES, "attention", "framework", "kernels", *SIMPLE_NAMES,
+                           "packed_length",
                            "adam_moments", "optimizer", "recompute_modules", "finetune", "lora_rank", "lora_alpha",
                            "lora_targets",
                            "base_bits", "offload", "tokens", "pue", "grid_gco2_per_kwh", "memory_headroom")),

@@ -6,7 +6,7 @@ from typing import Any
 
 from trainest import SCHEMA_VERSION
 from trainest.compare import Comparison, Entry, objective_value
-from trainest.knobs import SIMPLE_NAMES
+from trainest.knobs import HOST_NAMES, SIMPLE_NAMES
 from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si, print_command, print_table
 from trainest.report.estimate import band_pct, band_source, estimate_dict
 from trainest.report.plan import _layout, batch_default_note, estimate_args
@@ -47,7 +47,7 @@ JOB_KEYS = ("model", "seq_len", "precision", "global_batch", "attention", "kerne
 def compare_dict(c: Comparison) -> dict[str, Any]:
     """The `trainest compare --json` document (schema: docs/schema/compare.schema.json)."""
     full = scenario_mapping(c.job)
-    job = {**{k: full[k] for k in JOB_KEYS},
+    job = {**{k: full[k] for k in JOB_KEYS}, **{k: full[k] for k in HOST_NAMES if k in full},
            "parallel": {k: full["parallel"][k] for k in ("tp_overlap", "dp_collectives")}}
     derived = (["devices"] if c.devices_default else []) + (["global_batch"] if "global_batch" in c.job.derived else [])
     if derived:                               # defaults, not the user's

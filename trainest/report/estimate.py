@@ -47,7 +47,10 @@ def host_words(hw: Hardware) -> str:
     h = hw.host
     if h.memory_bytes_per_device is None or h.cpu_cores_per_device is None or h.memory_bytes_per_s_per_device is None:
         return ""
-    what = f"{h.system} (derived: the file gives none)" if h.derived else (h.system or "the file's host")
+    figures = ("cpu_cores", "memory_gb", "memory_gb_per_s", "devices")
+    typical = [f"host.{name}" for name in figures if name in h.filled]
+    what = (h.system or "the file's host") if not h.derived else f"{h.system} (derived: the file gives none)" \
+        if len(typical) == len(figures) else f"{h.system} (derived: {', '.join(typical)}; the rest given)"
     return (f"; host: {what}, per device {h.cpu_cores_per_device:g} cores, {h.memory_bytes_per_device / 1e9:.0f} GB at "
             f"{h.memory_bytes_per_s_per_device / 1e9:.0f} GB/s")
 
@@ -69,7 +72,19 @@ def hardware_dict(s: Scenario) -> dict[str, Any]:
     hw, e = s.hardware, s.hardware.efficiency
     return {"name": hw.name, "calibrated": e.fitted, "efficiency_basis": e.basis, "efficiency_method": e.method,
             "file": None if is_bundled(hw) else hw.path,
-            "unknown_facts_used": assumed_facts(hw, s.devices_per_node, s.devices)}
+            "unknown_facts_used": assumed_facts(hw, s.devices_per_node, s.devices), "host": host_dict(hw)}
+
+
+def host_dict(hw: Hardware) -> dict[str, Any]:
+    """The host in effect (per host: its CPUs and memory, shared by `devices` devices; the link per device), and
+    which of its figures are a typical server's (`derived`: None when the file and the options give them all)."""
+    h, link = hw.host, hw.host.link
+    rate = link.bytes_per_s_per_device
+    return {"system": h.system or None, "cores": h.cpu_cores, "devices": h.devices,
+            "memory_gb": None if h.memory_bytes is None else h.memory_bytes / 1e9,
+            "memory_gb_per_s": None if h.memory_bytes_per_s is None else h.memory_bytes_per_s / 1e9,
+            "link": link.kind, "pcie_gen": link.pcie_gen, "pcie_lanes": link.pcie_lanes,
+            "link_gb_per_s_per_device": None if rate is None else rate / 1e9, "derived": h.derived or None}
 
 
 def is_bundled(hw: Any) -> bool:

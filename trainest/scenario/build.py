@@ -37,6 +37,7 @@ from trainest.scenario.checks import (
     check_network,
     check_offload,
     check_optimizer,
+    check_recompute_layers,
     check_scenario_keys,
     default_global_batch,
     default_precision,
@@ -58,6 +59,7 @@ from trainest.scenario.framework import (
     framework_given,
     framework_label,
 )
+from trainest.scenario.host import host_of
 from trainest.scenario.records import (
     DEFAULT_DEVICES,
     DEFAULT_GRID_GCO2_PER_KWH,
@@ -408,7 +410,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     model = _model_from(r.default("model", DEFAULT_MODEL), where)
     if shape:
         model = with_shape(model, **shape)
-    hardware = _hardware_from(r.default("hardware", DEFAULT_HARDWARE), where)
+    hardware, host = host_of(data, _hardware_from(r.default("hardware", DEFAULT_HARDWARE), where), where)
     seq_len = F.integer(parse_length(r.default("seq_len", model.seq_len), at(where, "seq_len")), at(where, "seq_len"),
                         maximum=10**8)
     precision = F.choice(r.default("precision", default_precision(hardware)), at(where, "precision"), PRECISIONS)
@@ -444,6 +446,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     kernels = F.choice(r.default("kernels", fw.kernels), at(where, "kernels"), KERNELS)
     knobs = simple_knobs(r)
     _check_moe_dispatcher(dict(knobs)["moe_dispatcher"], model, where)
+    check_recompute_layers(dict(knobs)["recompute_layers"], model.layers, where)
     moments = _moments_of(r, dict(knobs), precision, global_batch // (dp * micro_batch), where)
     dp_overlap = F.boolean(r.default_in(par, "parallel.dp_overlap", fw.dp_overlap), at(where, "parallel.dp_overlap"))
     check_framework(framework, sizes, par, where, label)
@@ -464,7 +467,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                                                dp_collectives=dp_collectives, dp_overlap=dp_overlap,
                                                moe_overlap=moe_overlap, pipeline_schedule=schedule),
         micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, attention=attention,
-        tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, knobs=knobs,
+        tokens=tokens, price_usd_per_hour=price_usd, pue=pue, kernels=kernels, knobs=knobs, host=host,
         framework=framework, adam_moments=moments, optimizer=_optimizer_of(r, moments, offload, where),
         recompute_modules=modules, grid_gco2_per_kwh=grid, finetune=finetune, offload=offload, derived=tuple(derived),
         memory_headroom=headroom, memory_headroom_bytes=headroom_bytes, packed_length=packed_length,

@@ -16,7 +16,7 @@ from trainest.choices import (
     OFFLOAD_CODES,
     RECOMPUTE_CODES,
 )
-from trainest.layout import Job, Layout
+from trainest.layout import Job, Layout, recompute_share
 from trainest.scenario.records import FineTune, Scenario
 
 
@@ -38,6 +38,7 @@ def scenario_mapping(s: Scenario) -> dict[str, Any]:
         "hardware": hardware_reference(s.hardware),   # a user's file by its path: a reload uses that profile
         "devices": s.devices,
         "devices_per_node": s.devices_per_node,
+        **dict(s.host),        # the host figures given; those in effect are in the output's hardware.host
         "precision": s.precision,
         "parallel": {"tp": s.parallel.tp, "pp": s.parallel.pp, "dp": s.parallel.dp, "cp": s.parallel.cp,
                      "vpp": s.parallel.vpp, "zero": s.parallel.zero,
@@ -110,4 +111,5 @@ def layout_of(s: Scenario) -> Layout:
                   dp_overlap=1.0 if p.dp_overlap else 0.0,
                   finetune=float(FINETUNE_CODES[s.finetune.method]), offload=float(OFFLOAD_CODES[s.offload]),
                   ep=float(p.ep), etp=float(p.etp), moe_overlap=p.moe_overlap, pipeline_schedule=p.pipeline_schedule,
-                  rank_layers=p.rank_layers)
+                  rank_layers=p.rank_layers,
+                  recompute_share=recompute_share(s.model.layers, p.pp, p.vpp, s.knob("recompute_layers")))

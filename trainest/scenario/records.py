@@ -186,6 +186,7 @@ class Scenario(NamedTuple):
     # the simple knobs' values (knobs.SIMPLE), (name, value) in the table's order: read and checked by
     # scenario.build.simple_knobs, echoed in `inputs`, handed to the Job's fields of the same names
     knobs: tuple[tuple[str, Any], ...] = ()
+    host: tuple[tuple[str, Any], ...] = ()    # the host figures given (scenario/host.py), (key, value)
 
     def knob(self, name: str) -> Any:
         """The value of simple knob `name` (knobs.SIMPLE)."""

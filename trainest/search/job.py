@@ -23,6 +23,7 @@ from trainest.scenario import (
     scenario_from_mapping,
     scenario_mapping,
 )
+from trainest.scenario.host import HOST_KEYS
 from trainest.search.space import SearchSpace, job_for_methods
 
 
@@ -73,8 +74,10 @@ def job_scenario(mapping: dict, where: str = CLI, default_batch_devices: int | N
     parallel = {k: v for k, v in (mapping.get("parallel") or {}).items() if k in JOB_PARALLEL_KEYS}
     if mapping.get("finetune") is not None:
         job["finetune"] = mapping["finetune"]
-    # the recompute of every plan is the search's; modules say what its selective plans re-run
-    recompute = "selective" if job.get("recompute_modules") is not None else "none"
+    # the recompute of every plan is the search's; modules say what its selective plans re-run, recompute_layers
+    # how many layers per stage its full plans re-run
+    recompute = "selective" if job.get("recompute_modules") is not None else \
+        "full" if job.get("recompute_layers") else "none"
     return scenario_from_mapping({**job, "devices": 1, "parallel": parallel, "micro_batch": 1, "recompute": recompute},
                                  where, shape=shape)
 
@@ -109,7 +112,7 @@ def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vp
 
 # what a plan sets itself (its layout, batch split and method) or derives again, not the job's echo
 _PLAN_OWN_KEYS = ("devices", "micro_batch", "micro_batches", "recompute", "recompute_modules", "finetune", "offload",
-                  "tokens", "derived", "model", "hardware")
+                  "tokens", "derived", "model", "hardware", *HOST_KEYS)   # the host: in the job's hardware
 
 
 def finetune_given(ft: FineTune) -> dict[str, Any]:
