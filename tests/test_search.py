@@ -434,7 +434,11 @@ def test_shared_terms_read_only_their_knobs():
                 read.add(name)
             return super().__getattribute__(name)
 
-    for terms, knobs, job_wide in ((layer_terms, LAYER_KNOBS, {"tp_overlap", "moe_overlap", "pipeline_schedule"}),
+    # recompute_share (partial recompute, docs/model.md §7.10) is read by the layer terms: it is 1 unless the job
+    # gives recompute_layers, and then it follows pp and vpp, which evaluate_grid adds to the layer knobs
+    # (tests/test_recompute_layers.py checks the grid against estimate)
+    for terms, knobs, job_wide in ((layer_terms, LAYER_KNOBS, {"tp_overlap", "moe_overlap", "pipeline_schedule",
+                                                               "recompute_share"}),
                                    (step_dp_traffic, DP_KNOBS, {"dp_collectives", "dp_shard", "pipeline_split",
                                                                 "pipeline_schedule"})):
         read.clear()

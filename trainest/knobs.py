@@ -107,8 +107,8 @@ PANELS: dict[str, tuple[str, ...]] = {
                  "host_pcie_gen", "host_pcie_lanes", "device_counts", "memory_headroom"),
     "Layout": ("tp", "pp", "dp", "cp", "vpp", "ep", "etp", "zero", "fsdp", "dp_shard", "sequence_parallel",
                "tp_overlap", "dp_overlap", "dp_collectives", "moe_overlap", "pipeline_schedule", "pipeline_split",
-               "pipeline_layout", "recompute", "recompute_modules", "offload", "attention", "kernels",
-               "framework", "plan", "allow", "max_tp", "max_pp", "max_cp", "max_vpp", "max_micro_batch"),
+               "pipeline_layout", "recompute", "recompute_modules", "recompute_layers", "offload", "attention",
+               "kernels", "framework", "plan", "allow", "max_tp", "max_pp", "max_cp", "max_vpp", "max_micro_batch"),
     "Batch": ("micro_batch", "global_batch", "global_batch_tokens", "seq_len", "packed_length"),
     "Precision": ("precision", "adam_moments", "optimizer", "master_weights", "grad_dtype", "optimizer_in_backward",
                   "loss", "fp8_params"),
@@ -203,6 +203,10 @@ KNOBS: tuple[Knob, ...] = (
     K("recompute_modules", ("--recompute-modules",), "str", "What selective recompute re-runs (Megatron-Core's "
       "recompute_modules), comma-separated: core_attn, layernorm, mla_up_proj (MLA), moe_act, moe (the MoE block "
       "with its all-to-alls), mlp (dense layers), shared_experts.", "core_attn", job=True),
+    K("recompute_layers", ("--recompute-layers",), "int", "Full recompute of only this many layers per pipeline "
+      "stage and model chunk, the others keeping every activation (Megatron-Core --recompute-method block "
+      "--recompute-num-layers N, NeMo activations_checkpoint_num_layers); 0: every layer. Needs recompute full; "
+      "docs/model.md §7.10.", "0 (every layer)", job=True, fallback=0, limits=(0, 100000)),
     K("attention", ("--attention",), "choice", "flash (best fused kernel: FA3/cuDNN on Hopper+), flash2 "
       "(FlashAttention-2) or standard (materialised scores).", "flash", "Attention", job=True),
     K("framework", ("--framework",), "choice", "Training framework: sets the kernels' host dispatch, the default "
