@@ -9,7 +9,14 @@ from trainest.estimate import Estimate
 from trainest.knobs import estimate_args as knob_estimate_args
 from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si, print_command, print_table
 from trainest.report.estimate import band_pct, band_source, estimate_dict, hardware_dict, notes
-from trainest.scenario import DEFAULT_DEVICES, DEFAULT_TOKENS_PER_STEP, Scenario, chosen_by_qlora, framework_args, scenario_mapping
+from trainest.scenario import (
+    DEFAULT_DEVICES,
+    DEFAULT_TOKENS_PER_STEP,
+    Scenario,
+    chosen_by_qlora,
+    framework_args,
+    scenario_mapping,
+)
 from trainest.search import DeviceSearch, DeviceTrial, SearchResult, plan_knobs
 from trainest.units import GiB
 
