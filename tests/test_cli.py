@@ -534,6 +534,21 @@ def test_compares_failed_gate_says_the_same_on_stderr_as_in_the_json():
     assert "86400" not in result.stderr
 
 
+@pytest.mark.parametrize("command", ["estimate", "plan", "compare", "sweep"])
+def test_model_help_says_a_hugging_face_config_is_taken(command):
+    """--model takes a Hugging Face config.json (issue 36's newcomer task 'a Hugging Face MoE config on 64 GPUs'), and
+    its --help said only 'Model preset name or YAML path'."""
+    text = " ".join(invoke(command, "--help", env={"COLUMNS": "200"}).stdout.split())
+    assert "config.json" in text
+
+
+@pytest.mark.parametrize("command", ["validate", "calibrate"])
+def test_runs_help_points_to_the_runs_schema(command):
+    """A newcomer validating their own runs finds from --help alone where a runs file's keys are described."""
+    text = " ".join(invoke(command, "--help", env={"COLUMNS": "200"}).stdout.split())
+    assert "specs/README.md" in text
+
+
 def test_option_help_keeps_square_brackets(capsys, monkeypatch):
     """`sweep --png`'s help names the plot extra, `pip install "trainest[plot]"`: rich read `[plot]` as markup and
     dropped it, leaving `pip install "trainest"` (found trying the newcomer's sweep-with-a-plot task, issue 36)."""
