@@ -121,7 +121,9 @@ PANEL_OF = {name: panel for panel, names in PANELS.items() for name in names}
 
 K = Knob
 KNOBS: tuple[Knob, ...] = (
-    K("model", ("--model", "-m"), "str", "Model preset name or YAML path.", "llama3-8b", job=True),
+    K("model", ("--model", "-m"), "str",
+      "Model: a preset name, a model YAML, or a Hugging Face config.json (the file or its folder).", "llama3-8b",
+      job=True),
     K("hardware", ("--hardware", "-H"), "str", "Hardware catalog name or YAML path.", "h100-sxm", job=True),
     K("devices", ("--devices", "--gpus", "-n"), "int", "Number of devices N.",
       "one node (at most 8), or tp·pp·cp rounded up"),
