@@ -252,11 +252,16 @@ def _check_schedule(sizes: dict[str, Any], dp: int, micro_batch: int, global_bat
                                              global_batch=global_batch), where)
 
 
-def _check_moe_dispatcher(dispatcher: str, model: Model, where: str) -> None:
-    """deepep and hybridep dispatch tokens to experts: they need a mixture-of-experts model."""
+def _check_moe_knobs(knobs: dict[str, Any], model: Model, where: str) -> None:
+    """deepep and hybridep dispatch tokens to experts, and fused_grouped_mlp fuses the experts' activation: they
+    need a mixture-of-experts model."""
+    dispatcher = knobs["moe_dispatcher"]
     if dispatcher != "alltoall" and model.moe is None:
         raise SpecError(f"{at(where, 'moe_dispatcher')}: {dispatcher} needs a mixture-of-experts model (it dispatches "
                         f"tokens to experts); {model.name} is dense: leave it at alltoall")
+    if knobs["fused_grouped_mlp"] and model.moe is None:
+        raise SpecError(f"{at(where, 'fused_grouped_mlp')}: true fuses the routed experts' activation into their "
+                        f"grouped GEMMs, and {model.name} has no experts; allowed with it: false")
 
 
 def _moe_overlap_of(par: dict[str, Any], model: Model, where: str) -> str:
@@ -445,10 +450,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     packed_length = packed_length_of(data.get("packed_length"), seq_len, where)
     kernels = F.choice(r.default("kernels", fw.kernels), at(where, "kernels"), KERNELS)
     knobs = simple_knobs(r)
-    _check_moe_dispatcher(dict(knobs)["moe_dispatcher"], model, where)
-    if dict(knobs)["fused_grouped_mlp"] and model.moe is None:
-        raise SpecError(f"{at(where, 'fused_grouped_mlp')}: true fuses the routed experts' activation into their "
-                        f"grouped GEMMs, and {model.name} has no experts; allowed with it: false")
+    _check_moe_knobs(dict(knobs), model, where)
     check_recompute_layers(dict(knobs)["recompute_layers"], model.layers, where)
     moments = _moments_of(r, dict(knobs), precision, global_batch // (dp * micro_batch), where)
     dp_overlap = F.boolean(r.default_in(par, "parallel.dp_overlap", fw.dp_overlap), at(where, "parallel.dp_overlap"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from trainest import xp
 from trainest.frameworks import FRAMEWORKS
+from trainest.hardware import Efficiency
 from trainest.layout import Job, Layout, Num
 from trainest.record import NamedTuple
 from trainest.step.collectives import Tiers, job_tiers, tied_embedding_s
@@ -330,11 +331,18 @@ def zero3_pass_exposed_s(z3: Zero3Traffic, forward_work_s: Num, stage_work_s: Nu
     return forward + backward
 
 
+def forward_work_s(lp: LayerPass, cp: CpRing, layers: Num) -> Num:
+    """The stage's forward per micro-batch [s]: its layers' forward device time with its kernels' floors,
+    less the attention time that hides CP's forward ring (the window of ZeRO-3's forward gathers)."""
+    return layers * (lp.fwd_c + lp.fwd_m + lp.fwd_floor_s - cp.hiding_fwd_s)
+
+
 def zero3_exposed_s(layout: Layout, z3: Zero3Traffic, forward_work: Num, stage_work: Num, head_o: Num,
-                    contention: Num) -> tuple[Num, Num]:
+                    eff: Efficiency) -> tuple[Num, Num]:
     """(the stage's, a typical stage's) ZeRO-3 traffic left exposed per micro-batch [s]: each pass's
     behind that pass's work (zero3_pass_exposed_s); a typical stage's micro-batch in the bubble has its
     layers only, so the embedding's and the loss's work (`head_o`, counted in the backward) hide nothing there."""
+    contention = eff.overlap_contention
     stage = zero3_pass_exposed_s(z3, forward_work, stage_work, contention) * layout.z3
     typical = zero3_pass_exposed_s(z3, forward_work, stage_work - head_o, contention) * layout.z3
     return stage, typical
@@ -381,11 +389,9 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     stage_pp = stage_pp_s(job, layout, shape, tiers, n * (lp.compute_s + lp.memory_s))
     params_local, expert_local = _stage_local_params(job, layout)
     z3 = zero3_s(job, layout, dp_tiers, n, params_local)
-    z3_comm = z3.total_s
-    # the windows for ZeRO-3's traffic: the stage's work, less the attention time that hides CP; its forward part
+    # the window for ZeRO-3's traffic: the stage's work, less the attention time that hides CP
     stage_work = stage_c + stage_m + stage_o - n * (cp.hiding_fwd_s + cp.hiding_bwd_s)
-    forward_work = n * (lp.fwd_c + lp.fwd_m + lp.fwd_floor_s - cp.hiding_fwd_s)
-    z3_exposed, z3_typical = zero3_exposed_s(layout, z3, forward_work, stage_work, head_o, eff.overlap_contention)
+    z3_exposed, z3_typical = zero3_exposed_s(layout, z3, forward_work_s(lp, cp, n), stage_work, head_o, eff)
     mb_comm = n * tp_layer + n * cp.exposed_s + n * ep_layer + stage_pp + z3_exposed + head_comm + mtp_ep
     mb_c = stage_c + stage.last_is_max * (logits_c + mtp.compute_s)
     mb_m = stage_m + stage.last_is_max * (logits_m + mtp.memory_s)
@@ -395,7 +401,7 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     trained_experts = trainable_expert_params_local(job, layout, expert_local)
     dp = dp if dp is not None else data_parallel_traffic(job, layout, dp_tiers, trained_local, trained_experts)
     (host_fwd, host_bwd), (expert_fwd, expert_bwd) = host_pass_s(job, layout), expert_host_pass_s(job, layout)  # MoE
-    windows = dp_windows_s(layout, lp, cp, n, z3_comm, stage_work, (host_fwd + expert_fwd, host_bwd + expert_bwd),
+    windows = dp_windows_s(layout, lp, cp, n, z3.total_s, stage_work, (host_fwd + expert_fwd, host_bwd + expert_bwd),
                            host_excess, FRAMEWORKS[job.framework].dp_gather_overlap)
     dp_parts = dp_exposed_parts(layout, dp, windows, eff.overlap_contention, m)
     # tied input and output embeddings on different stages: their gradients all-reduced once per step
@@ -410,9 +416,9 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     serial_layer = tp_total + cp.total_s + ep_total
     serial_overhead = layer_time_s(lp, host_layer, serial_layer, sync)[1]    # host waits against that device time
     serial_typical = stage.heavy_layers * (lp.compute_s + lp.memory_s + serial_overhead + serial_layer) \
-        + stage_pp + z3_comm
+        + stage_pp + z3.total_s
     mtp_serial = stage.last_is_max * (mtp.total_comm_s - mtp.comm_s)     # its collectives in full
-    no_overlap = (m * (mb_c + mb_m + n * serial_overhead + head_o + n * serial_layer + stage_pp + z3_comm + head_comm
+    no_overlap = (m * (mb_c + mb_m + n * serial_overhead + head_o + n * serial_layer + stage_pp + z3.total_s + head_comm
                        + mtp_ep + mtp_serial)
                   + optimizer
                   + serial_dp_s(layout, dp, m) + tied + bubble_s(layout, m, serial_typical) + offload_serial)
@@ -432,6 +438,6 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
                      floor_s=m * n * lp.floor_s,
                      parts=StepParts(layer=lp, logits=logits, layers=n, last_is_max=stage.last_is_max, micro_batches=m,
                                      tp_total_s=tp_total, tp_exposed_s=tp_layer, ep_total_s=ep_total,
-                                     ep_exposed_s=ep_layer, cp=cp, pp_s=stage_pp, z3_s=z3_comm,
+                                     ep_exposed_s=ep_layer, cp=cp, pp_s=stage_pp, z3_s=z3.total_s,
                                      z3_exposed_s=z3_exposed, dp=dp, dp_exposed=dp_parts, trained_params=trained_local,
                                      offload=offload, head_tp_s=head_comm, mtp_ep_s=mtp_ep, tied_s=tied))
