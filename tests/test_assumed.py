@@ -124,3 +124,21 @@ def test_importer_writes_assumed_from_its_own_notes():
              "recompute none: 'none (stated)'"]
     assert mod.assumed_settings(notes) == ["recompute", "parallel.zero"]
     assert mod.assumed_settings(["recompute none: 'none'"]) == []
+
+
+def test_a_run_that_ran_is_judged_without_the_planning_margin(tmp_path):
+    """validate judges a measured run against the usable capacity: the default memory_headroom (5 %) is a margin a
+    plan keeps free, not memory the run needed; a record that gives memory_headroom keeps it."""
+    from trainest.estimate import estimate
+    from trainest.validate_memory import as_it_ran
+    # find a micro-batch where the total is within 5 % below the capacity
+    for seq in range(4096, 32769, 512):
+        s = scenario_from_mapping({**BIG, "seq_len": seq, "recompute": "full"}, "test")
+        m = estimate(s).memory
+        if m.per_device_bytes <= m.capacity_bytes and not m.fits:
+            break
+    else:
+        pytest.fail("no scenario between the margin and the capacity")
+    assert estimate(as_it_ran(s)).memory.fits
+    stated = scenario_from_mapping({**BIG, "seq_len": seq, "recompute": "full", "memory_headroom": "5%"}, "test")
+    assert as_it_ran(stated) == stated and not estimate(stated).memory.fits

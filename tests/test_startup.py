@@ -230,6 +230,30 @@ def test_catalog_cache_gives_what_yaml_gives():
             assert json.dumps(from_cache) == json.dumps(F.load_yaml_mapping(path, kind)), path.name
 
 
+def test_the_cache_read_line_by_line_is_the_whole_cache_document():
+    """An estimate parses only the entries it reads (one line each): together they are exactly the document's."""
+    doc = json.loads((catalog.specs_dir() / catalog.CATALOG_CACHE_NAME).read_text(encoding="utf-8"))
+    catalog._catalog_cache.cache_clear()
+    assert sorted(catalog._catalog_cache()) == sorted(doc["files"])
+    for key, entry in doc["files"].items():
+        assert catalog._cache_entry(key) == entry, key
+
+
+def test_a_cache_of_another_format_or_a_broken_line_falls_back_to_yaml(specs_copy):
+    cache = specs_copy / catalog.CATALOG_CACHE_NAME
+    text = cache.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    broken = [line[:len(line) // 2] if line.startswith('"hardware/h100-sxm.yaml"') else line for line in lines]
+    cache.write_text("\n".join(broken), encoding="utf-8")
+    assert catalog._cache_entry("hardware/h100-sxm.yaml") is None
+    assert catalog.load_hardware("h100-sxm").memory_bytes == 80e9
+    catalog._catalog_cache.cache_clear()
+    other = catalog.CATALOG_CACHE_FORMAT + 1
+    cache.write_text(text.replace(catalog.CATALOG_CACHE_HEADER, f'{{"format": {other}, "files": {{', 1), encoding="utf-8")
+    assert catalog._catalog_cache() == {}
+    assert catalog.load_model("llama3-8b").layers == 32
+
+
 @pytest.fixture
 def specs_copy(tmp_path, monkeypatch):
     """A copy of the bundled specs (with its cache) that catalog reads instead of the real ones."""

@@ -43,6 +43,9 @@ def estimate_warnings(scenario: Scenario, result: Estimate, advice: Any = None) 
         if hint:
             warnings.append(hint)
     warnings.extend(price_warnings(scenario))
+    if scenario.knob("recompute_layers") > 0 and scenario.recompute != "full":
+        warnings.append(f"recompute_layers {scenario.knob('recompute_layers')}: it sets how many layers full recompute "
+                        f"re-runs, and recompute is {scenario.recompute}: no effect (give recompute full)")
     warnings.extend(job_warnings(scenario))
     from trainest.adapter_cost import slower_than_full_warning
     if slower := slower_than_full_warning(result):

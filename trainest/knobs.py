@@ -107,8 +107,8 @@ PANELS: dict[str, tuple[str, ...]] = {
                  "host_pcie_gen", "host_pcie_lanes", "device_counts", "memory_headroom"),
     "Layout": ("tp", "pp", "dp", "cp", "vpp", "ep", "etp", "zero", "fsdp", "dp_shard", "sequence_parallel",
                "tp_overlap", "dp_overlap", "dp_collectives", "moe_overlap", "pipeline_schedule", "pipeline_split",
-               "pipeline_layout", "recompute", "recompute_modules", "offload", "attention", "kernels",
-               "framework", "plan", "allow", "max_tp", "max_pp", "max_cp", "max_vpp", "max_micro_batch"),
+               "pipeline_layout", "recompute", "recompute_modules", "recompute_layers", "offload", "attention",
+               "kernels", "framework", "plan", "allow", "max_tp", "max_pp", "max_cp", "max_vpp", "max_micro_batch"),
     "Batch": ("micro_batch", "global_batch", "global_batch_tokens", "seq_len", "packed_length"),
     "Precision": ("precision", "adam_moments", "optimizer", "master_weights", "grad_dtype", "optimizer_in_backward",
                   "loss", "fp8_params"),
@@ -121,7 +121,9 @@ PANEL_OF = {name: panel for panel, names in PANELS.items() for name in names}
 
 K = Knob
 KNOBS: tuple[Knob, ...] = (
-    K("model", ("--model", "-m"), "str", "Model preset name or YAML path.", "llama3-8b", job=True),
+    K("model", ("--model", "-m"), "str",
+      "Model: a preset name, a model YAML, or a Hugging Face config.json (the file or its folder).", "llama3-8b",
+      job=True),
     K("hardware", ("--hardware", "-H"), "str", "Hardware catalog name or YAML path.", "h100-sxm", job=True),
     K("devices", ("--devices", "--gpus", "-n"), "int", "Number of devices N.",
       "one node (at most 8), or tp·pp·cp rounded up"),
@@ -203,6 +205,10 @@ KNOBS: tuple[Knob, ...] = (
     K("recompute_modules", ("--recompute-modules",), "str", "What selective recompute re-runs (Megatron-Core's "
       "recompute_modules), comma-separated: core_attn, layernorm, mla_up_proj (MLA), moe_act, moe (the MoE block "
       "with its all-to-alls), mlp (dense layers), shared_experts.", "core_attn", job=True),
+    K("recompute_layers", ("--recompute-layers",), "int", "Full recompute of only this many layers per pipeline "
+      "stage and model chunk, the others keeping every activation (Megatron-Core --recompute-method block "
+      "--recompute-num-layers N, NeMo activations_checkpoint_num_layers); 0: every layer. Needs recompute full; "
+      "docs/model.md §7.10.", "0 (every layer)", job=True, fallback=0, limits=(0, 100000)),
     K("attention", ("--attention",), "choice", "flash (best fused kernel: FA3/cuDNN on Hopper+), flash2 "
       "(FlashAttention-2) or standard (materialised scores).", "flash", "Attention", job=True),
     K("framework", ("--framework",), "choice", "Training framework: sets the kernels' host dispatch, the default "
@@ -252,9 +258,15 @@ KNOBS: tuple[Knob, ...] = (
     K("moe_dispatcher", ("--moe-dispatcher",), "choice", "The MoE token dispatcher: alltoall (NCCL's all-to-all, "
       "Megatron-Core's alltoall dispatcher: every token copy sent, the host reads the token counts each layer), "
       "deepep (DeepEP's kernels: a token sent once per remote domain, 20 SMs, the host waits for the counts) or "
-      "hybridep (NVIDIA's HybridEP: deduplicated, 32 SMs, capacity-sized buffers without a host wait); "
+      "hybridep (NVIDIA's HybridEP: deduplicated, 32 SMs; every dispatcher's host reads the counts unless "
+      "cuda_graphs full); "
       "docs/model.md §15.11.", "alltoall", ("alltoall", "deepep", "hybridep"), job=True, fallback="alltoall",
       help_panel="Layout"),
+    K("fused_grouped_mlp", ("--fused-grouped-mlp/--no-fused-grouped-mlp",), "switch", "MoE models only: the routed "
+      "experts' activation (and the FP8/FP4 quantisation of the second GEMM's input) fused into the grouped GEMMs, "
+      "forward and backward (Transformer Engine's operation fuser, Megatron-Core --use-transformer-engine-op-fuser "
+      "with grouped GEMMs): no separate pass over the experts' hidden rows. docs/model.md §15.12.", "off", job=True,
+      fallback=False, help_panel="Layout"),
     K("finetune", ("--finetune",), "choice", "Fine-tuning: full (every weight trained), lora (frozen base weights "
       "and low-rank adapters, Hu et al. 2021) or qlora (LoRA on a 4-bit NF4 base, Dettmers et al. 2023).", "full",
       "Finetune", group=FINETUNE, key="method", searched=True, job=True),

@@ -72,6 +72,8 @@ class Job(NamedTuple):
     optimizer_in_backward: bool = False   # the optimizer step fused into the backward (gradients freed per layer)
     loss: str = "standard"           # standard | chunked | compiled | fused: the loss's bytes per logit, §7.4
     fp8_params: bool = False         # the working weights stored in FP8 (TE/Megatron fp8_param), docs/model.md §7.9
+    fused_grouped_mlp: bool = False  # the routed experts' activation and its cast in the grouped GEMMs, §15.12
+    recompute_layers: float = 0.0    # full recompute of this many layers per stage and chunk (0: all), §7.10
 
     def recomputes(self, module: str) -> float:
         """1.0 when selective recompute re-runs `module` (choices.RECOMPUTE_MODULES), else 0.0."""
@@ -145,6 +147,7 @@ class Layout(NamedTuple):
     moe_overlap: str = "none"   # MoeOverlap (not an array: a framework capability the plan keeps)
     pipeline_schedule: str = "1f1b"   # PipelineSchedule (not an array: the job's schedule, the plan keeps it)
     rank_layers: tuple[int, ...] = ()   # pipeline_split "layout": decoder layers on each pipeline rank
+    recompute_share: Num = 1.0  # the share of a stage's layers full recompute re-runs (recompute_share), §7.10
 
     @property
     def split(self) -> str | tuple[int, ...]:
@@ -210,6 +213,13 @@ class Layout(NamedTuple):
 
     @property
     def full(self) -> Num:
+        """Full recompute: the share of a stage's layers it re-runs (1: all of them; recompute_share), else 0. Every
+        time term it multiplies (the re-run forward, its collectives) scales with it (docs/model.md §7.10)."""
+        return self.full_mask * self.recompute_share
+
+    @property
+    def full_mask(self) -> Num:
+        """1 where recompute is full (of some or all layers), else 0."""
         return xp.mask(self.recompute == RECOMPUTE_CODES["full"])
 
     @property
@@ -220,7 +230,7 @@ class Layout(NamedTuple):
     @property
     def rematerialises_layer(self) -> Num:
         """Full or op: a whole layer's activations are rebuilt during its backward."""
-        return self.full + self.op
+        return self.full_mask + self.op
 
     # ---- ZeRO masks
     @property
@@ -272,3 +282,12 @@ class Layout(NamedTuple):
     def sp_div(self) -> Num:
         """What sequence parallelism divides the replicated activations by: t with SP, else 1."""
         return xp.where(self.sp > 0, self.tp, 1.0)
+
+
+def recompute_share(layers: float, pp: Num, vpp: Num, recompute_layers: float) -> Num:
+    """The share of a pipeline stage's layers that full recompute re-runs: all (1) when recompute_layers is 0, else
+    min(1, n·v / (L/p)) for n layers per stage and model chunk (Megatron-Core --recompute-method block
+    --recompute-num-layers n; NeMo activations_checkpoint_num_layers), docs/model.md §7.10."""
+    if recompute_layers <= 0:
+        return 1.0
+    return xp.minimum(1.0, recompute_layers * vpp * pp / layers)

@@ -47,6 +47,7 @@ from trainest.validate_memory import (  # noqa: F401 - peak_memory_limit_bytes r
     PEAK_MEMORY_COMPARED,
     PEAK_MEMORY_KINDS,
     MemoryResult,
+    as_it_ran,
     assumed_of,
     check_peak_memory,
     compare_memory,
@@ -559,7 +560,7 @@ def compare(case: Case, hardware: Hardware | None = None) -> RunResult:
     """Predict `case` with `estimate()` (on `hardware` if given) and compare with the measurement."""
     from trainest.estimate import estimate
 
-    s = case.scenario if hardware is None else replace(case.scenario, hardware=hardware)
+    s = as_it_ran(case.scenario if hardware is None else replace(case.scenario, hardware=hardware))
     e = estimate(s)
     measured = case.measurement.peak_memory_bytes
     kind = case.measurement.peak_memory_kind

@@ -84,6 +84,17 @@ def memory_result(case: Any, memory: Any, hardware: str, deciding: tuple[str, ..
                         unstated=unstated_settings(case.scenario), assumed=case.assumed, deciding=deciding)
 
 
+def as_it_ran(scenario: Any) -> Any:
+    """A measured run's scenario judged as it ran: against the usable capacity with no planning margin (the default
+    memory_headroom is a margin a plan keeps free, which a run that ran did not need), unless its record gives one
+    (docs/model.md §7.8)."""
+    from trainest.record import replace
+
+    if "memory_headroom" not in scenario.derived:
+        return scenario
+    return replace(scenario, memory_headroom="0%", memory_headroom_bytes=0.0)
+
+
 def unstated_settings(scenario: Any) -> tuple[str, ...]:
     """The MEMORY_SETTINGS a scenario took as defaults (its record left them out)."""
     return tuple(k for k in MEMORY_SETTINGS if k in scenario.derived)
@@ -179,7 +190,7 @@ def compare_memory(case: Any, hardware: Any = None) -> MemoryResult:
     from trainest.estimate import estimate
     from trainest.record import replace
 
-    s = case.scenario if hardware is None else replace(case.scenario, hardware=hardware)
+    s = as_it_ran(case.scenario if hardware is None else replace(case.scenario, hardware=hardware))
     memory = estimate(s).memory
     deciding = () if memory.fits else deciding_settings(s, case.assumed + unstated_settings(s))
     return memory_result(case, memory, s.hardware.name, deciding)

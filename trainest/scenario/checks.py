@@ -271,6 +271,14 @@ def is_finite_positive(x: float) -> bool:
     return math.isfinite(x) and x > 0
 
 
+def check_recompute_layers(layers: int, model_layers: int, where: str) -> None:
+    """`recompute_layers` N > 0 re-runs N layers per stage and chunk under full recompute (docs/model.md §7.10; with
+    another recompute it has no effect, and `estimate` warns): refused above the model's layers."""
+    if layers > model_layers:
+        raise SpecError(f"{at(where, 'recompute_layers')}: {layers} is more than the model's {model_layers} layers; "
+                        f"allowed: 0 (every layer) to {model_layers}")
+
+
 def check_memory_knobs(knobs: dict[str, Any], precision: str, micro_batches: int, where: str) -> None:
     """The dtype and optimizer knobs against the precision and the batch (docs/model.md §7.2): BF16 gradients are a
     BF16 run's (FP16 runs keep FP16 ones, FP32/TF32 runs FP32 ones); no master only where the weights are 16-bit;

@@ -16,7 +16,7 @@ from trainest.choices import (
     OFFLOAD_CODES,
     RECOMPUTE_CODES,
 )
-from trainest.layout import Job, Layout
+from trainest.layout import Job, Layout, recompute_share
 from trainest.scenario.records import FineTune, Scenario
 
 
@@ -111,4 +111,5 @@ def layout_of(s: Scenario) -> Layout:
                   dp_overlap=1.0 if p.dp_overlap else 0.0,
                   finetune=float(FINETUNE_CODES[s.finetune.method]), offload=float(OFFLOAD_CODES[s.offload]),
                   ep=float(p.ep), etp=float(p.etp), moe_overlap=p.moe_overlap, pipeline_schedule=p.pipeline_schedule,
-                  rank_layers=p.rank_layers)
+                  rank_layers=p.rank_layers,
+                  recompute_share=recompute_share(s.model.layers, p.pp, p.vpp, s.knob("recompute_layers")))

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from trainest.layout import Job, Layout
+from trainest.layout import Job, Layout, recompute_share
 from trainest.memory import memory_per_device
 from trainest.scenario import (
     Scenario,
@@ -56,9 +56,12 @@ def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> 
     groups = [(split, np.flatnonzero(balanced == flag)) for split, flag in (("even", 0.0), ("balanced", 1.0))]
 
     def layout(idx: np.ndarray, split: str) -> Layout:
-        return g.layout(idx, pipeline_split=split, tp_overlap=tp_overlap, dp_collectives=base.parallel.dp_collectives,
-                        dp_overlap=1.0 if base.parallel.dp_overlap else 0.0, moe_overlap=base.parallel.moe_overlap,
-                        pipeline_schedule=base.parallel.pipeline_schedule)
+        lay = g.layout(idx, pipeline_split=split, tp_overlap=tp_overlap, dp_collectives=base.parallel.dp_collectives,
+                       dp_overlap=1.0 if base.parallel.dp_overlap else 0.0, moe_overlap=base.parallel.moe_overlap,
+                       pipeline_schedule=base.parallel.pipeline_schedule)
+        return lay._replace(recompute_share=recompute_share(job.model.layers, lay.pp, lay.vpp, job.recompute_layers))
+    # partial recompute re-runs a share of each stage's layers, which depends on the stages: the layer terms too
+    layer_knobs = LAYER_KNOBS + (("pp", "vpp") if job.recompute_layers > 0 else ())
 
     for split, rows in groups:
         for start in range(0, rows.size, CHUNK_PLANS):
@@ -74,7 +77,7 @@ def evaluate_grid(base: Scenario, g: Grid, progress: Progress | None = None) -> 
     # that fit: the layer terms (LAYER_KNOBS) over both splits, the data-parallel collectives (DP_KNOBS)
     # per split; then each plan's step from its combinations' terms
     fit_all = np.flatnonzero(fits_memory)
-    layers, layer_of = _shared_terms(g, fit_all, LAYER_KNOBS, lambda c: layer_terms(job, layout(c, "even")).bare())
+    layers, layer_of = _shared_terms(g, fit_all, layer_knobs, lambda c: layer_terms(job, layout(c, "even")).bare())
     layer_group = np.zeros(n, dtype=np.int64)
     layer_group[fit_all] = layer_of
     done = n

@@ -74,8 +74,10 @@ def job_scenario(mapping: dict, where: str = CLI, default_batch_devices: int | N
     parallel = {k: v for k, v in (mapping.get("parallel") or {}).items() if k in JOB_PARALLEL_KEYS}
     if mapping.get("finetune") is not None:
         job["finetune"] = mapping["finetune"]
-    # the recompute of every plan is the search's; modules say what its selective plans re-run
-    recompute = "selective" if job.get("recompute_modules") is not None else "none"
+    # the recompute of every plan is the search's; modules say what its selective plans re-run, recompute_layers
+    # how many layers per stage its full plans re-run
+    recompute = "selective" if job.get("recompute_modules") is not None else \
+        "full" if job.get("recompute_layers") else "none"
     return scenario_from_mapping({**job, "devices": 1, "parallel": parallel, "micro_batch": 1, "recompute": recompute},
                                  where, shape=shape)
 

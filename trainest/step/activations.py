@@ -71,8 +71,15 @@ def activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]:
     if not xp.off(layout.finetune):      # LoRA/QLoRA: each adapter keeps x·A (T×r) for B's weight gradient
         adapters = adapter_activation_bytes_per_layer(job, layout)
         stored, op_saved, rematerialised = stored + adapters, op_saved + adapters, rematerialised + adapters
-    kept = xp.where(layout.full > 0, full_input, xp.where(layout.op > 0, op_saved, stored))
+    kept = xp.where(layout.full_mask > 0, partial_full(layout, full_input, rematerialised),
+                    xp.where(layout.op > 0, op_saved, stored))
     return kept, rematerialised
+
+
+def partial_full(layout: Layout, full_input: Num, whole: Num) -> Num:
+    """What the mean layer keeps under full recompute of a share f of the stage's layers (Layout.full): f of them
+    the layer input, the rest everything (`whole`, what a layer holds when not recomputed) [B] (§7.10)."""
+    return layout.full * full_input + (1.0 - layout.full) * whole
 
 
 class ActivationParts(NamedTuple):
@@ -245,9 +252,10 @@ def mean_activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]
         stored = (common.replicated + attention + mlp + common.scores
                   - (saved_common + saved_attention + saved_mlp))
         op_saved = common.full_input + attention_op + mlp_op
-        kept = kept + weight * xp.where(layout.full > 0, common.full_input,
+        whole = common.replicated + attention + mlp + common.scores_all
+        kept = kept + weight * xp.where(layout.full_mask > 0, partial_full(layout, common.full_input, whole),
                                         xp.where(layout.op > 0, op_saved, stored))
-        rematerialised = rematerialised + weight * (common.replicated + attention + mlp + common.scores_all)
+        rematerialised = rematerialised + weight * whole
     if not xp.off(layout.finetune):      # LoRA/QLoRA: x·A of each adapter, the routed experts' over their rows
         adapters = adapter_activation_bytes_per_layer(job, layout, layout.etp * moe_copies(job, layout))
         kept, rematerialised = kept + adapters, rematerialised + adapters
@@ -289,6 +297,7 @@ def hybrid_activation_bytes_per_block(job: Job, layout: Layout) -> tuple[Num, Nu
     rematerialised: Num = 0.0
     for count, stored, full in kinds:
         w = count / model.layers
-        kept = kept + w * xp.where(layout.full > 0, common.full_input, half - 0.5 * saved_common + stored)
+        kept = kept + w * xp.where(layout.full_mask > 0, partial_full(layout, common.full_input, half + full),
+                                   half - 0.5 * saved_common + stored)
         rematerialised = rematerialised + w * (half + full)
     return kept, rematerialised
