@@ -28,6 +28,7 @@ Dependencies: Python >= 3.11 standard library + PyYAML.
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import sys
 from collections import OrderedDict, defaultdict
@@ -552,12 +553,14 @@ def map_hardware(text: str | None):
     return None, None
 
 
+@functools.cache
 def catalog_network(hardware: str) -> bool:
-    """Whether the hardware file of `hardware` (specs/hardware) gives a scale-out network rate."""
+    """Whether the hardware file of `hardware` (specs/hardware) gives a scale-out network rate (each file read
+    once per import, with libyaml's safe loader when present)."""
     path = REPO / "specs" / "hardware" / f"{hardware}.yaml"
     if not path.is_file():
         return True
-    system = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("system") or {}
+    system = (_read_yaml(path) or {}).get("system") or {}
     return system.get("scale_out_gbit_per_s") is not None
 
 
