@@ -151,7 +151,14 @@ def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
         par["moe_overlap"] = "deepep" if overlap else "none"
         used.append(f"moe_overlap {par['moe_overlap']} (overlap_moe_expert_parallel_comm {str(overlap).lower()}, "
                     f"delay_wgrad_compute {str(bool(_value(rec, 'overlap', 'delay_wgrad_compute'))).lower()})")
-    lacking = unmodelled(rec)
+    fused = bool(moe and _value(rec, "fusions", "use_transformer_engine_op_fuser")
+                 and _value(rec, "moe", "moe_grouped_gemm"))
+    if fused:
+        top["fused_grouped_mlp"] = True
+        used.append("fused_grouped_mlp true (use_transformer_engine_op_fuser with moe_grouped_gemm: the experts' "
+                    "activation and its cast in the grouped GEMMs)")
+    # the op fuser's one modelled effect is the fused grouped MLP of a MoE model; elsewhere it stays unmodelled
+    lacking = [w for w in unmodelled(rec) if not (fused and w.startswith("use_transformer_engine_op_fuser"))]
     if lacking:
         top["unmodelled"] = lacking
     return top, par, [f"recipe settings ({rec['id']}, {rec['source']['tag']}): " + "; ".join(used) + "."

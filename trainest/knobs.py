@@ -256,9 +256,15 @@ KNOBS: tuple[Knob, ...] = (
     K("moe_dispatcher", ("--moe-dispatcher",), "choice", "The MoE token dispatcher: alltoall (NCCL's all-to-all, "
       "Megatron-Core's alltoall dispatcher: every token copy sent, the host reads the token counts each layer), "
       "deepep (DeepEP's kernels: a token sent once per remote domain, 20 SMs, the host waits for the counts) or "
-      "hybridep (NVIDIA's HybridEP: deduplicated, 32 SMs, capacity-sized buffers without a host wait); "
+      "hybridep (NVIDIA's HybridEP: deduplicated, 32 SMs; every dispatcher's host reads the counts unless "
+      "cuda_graphs full); "
       "docs/model.md §15.11.", "alltoall", ("alltoall", "deepep", "hybridep"), job=True, fallback="alltoall",
       help_panel="Layout"),
+    K("fused_grouped_mlp", ("--fused-grouped-mlp/--no-fused-grouped-mlp",), "switch", "MoE models only: the routed "
+      "experts' activation (and the FP8/FP4 quantisation of the second GEMM's input) fused into the grouped GEMMs, "
+      "forward and backward (Transformer Engine's operation fuser, Megatron-Core --use-transformer-engine-op-fuser "
+      "with grouped GEMMs): no separate pass over the experts' hidden rows. docs/model.md §15.12.", "off", job=True,
+      fallback=False, help_panel="Layout"),
     K("finetune", ("--finetune",), "choice", "Fine-tuning: full (every weight trained), lora (frozen base weights "
       "and low-rank adapters, Hu et al. 2021) or qlora (LoRA on a 4-bit NF4 base, Dettmers et al. 2023).", "full",
       "Finetune", group=FINETUNE, key="method", searched=True, job=True),

@@ -446,6 +446,9 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     kernels = F.choice(r.default("kernels", fw.kernels), at(where, "kernels"), KERNELS)
     knobs = simple_knobs(r)
     _check_moe_dispatcher(dict(knobs)["moe_dispatcher"], model, where)
+    if dict(knobs)["fused_grouped_mlp"] and model.moe is None:
+        raise SpecError(f"{at(where, 'fused_grouped_mlp')}: true fuses the routed experts' activation into their "
+                        f"grouped GEMMs, and {model.name} has no experts; allowed with it: false")
     check_recompute_layers(dict(knobs)["recompute_layers"], model.layers, where)
     moments = _moments_of(r, dict(knobs), precision, global_batch // (dp * micro_batch), where)
     dp_overlap = F.boolean(r.default_in(par, "parallel.dp_overlap", fw.dp_overlap), at(where, "parallel.dp_overlap"))

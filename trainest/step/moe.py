@@ -212,21 +212,30 @@ def router_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
     return ROUTER_BYTES_PER_SCORE * moe_tokens_per_rank(layout, x) * moe_of(job).experts
 
 
+def routed_hidden_unfused(job: Job) -> float:
+    """1 where the routed experts' activation and the cast of their second GEMM's input are kernels of their own
+    (passes over the I·T_in·K·f_e hidden rows), 0 with the fused grouped MLP (`Job.fused_grouped_mlp`: in the
+    grouped GEMMs' epilogues, forward and backward; §15.12)."""
+    return 0.0 if job.fused_grouped_mlp else 1.0
+
+
 def moe_elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
     """Forward element-wise bytes of one MoE layer [B]: the h-wide kernels of a dense layer, the
-    activation's f-wide passes over the routed (I·T_in·K·f_e) and shared (T·S·f_s/t) expert rows, the
-    permutation and the router's scores, the FP8/FP4 casts of every GEMM input, MLA's extra traffic."""
+    activation's f-wide passes over the routed (I·T_in·K·f_e; none with the fused grouped MLP) and shared
+    (T·S·f_s/t) expert rows, the permutation and the router's scores, the FP8/FP4 casts of every GEMM input
+    (the routed second GEMM's not with the fused grouped MLP), MLA's extra traffic."""
     m, moe = job.model, moe_of(job)
     copies = routed_copies(job, layout, x)
+    routed_hidden = routed_hidden_unfused(job) * copies * moe.expert_ffn_hidden
     shared = x.tokens * moe.shared_experts * moe.shared_width / layout.tp
     total = (h_wide_bytes(job, layout, x)
-             + f_wide_passes(job) * job.element_bytes * (copies * moe.expert_ffn_hidden + shared)
+             + f_wide_passes(job) * job.element_bytes * (routed_hidden + shared)
              + permutation_bytes(job, layout, x) + router_bytes(job, layout, x))
     if job.low_precision:
         has_shared = 1.0 if moe.shared_experts else 0.0
         total = total + LOW_PRECISION_CAST_PASSES * (
             (2.0 + has_shared) * x.tokens * m.hidden / layout.sp_div + shared
-            + layout.etp * copies * m.expert_hidden + copies * moe.expert_ffn_hidden)
+            + layout.etp * copies * m.expert_hidden + routed_hidden)
     if m.mla is not None:
         total = total + mla.elementwise_bytes(job, layout, x)
     return total
