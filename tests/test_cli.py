@@ -522,6 +522,33 @@ def test_the_json_names_the_gate_that_failed():
     assert "gates" not in json.loads(invoke("estimate", "--json").stdout)         # no gate given: no key
 
 
+def test_compares_failed_gate_says_the_same_on_stderr_as_in_the_json():
+    """compare's JSON said 'within 86400 s' and stderr 'meets --deadline 1d': two wordings of one gate, one of them
+    in seconds (found checking issue 36's 'the JSON names the gate that failed')."""
+    result = invoke("compare", "--model", "llama3-70b", "--hardware", "h100-sxm,b200", "--devices", "8..16",
+                    "--deadline", "1d", "--budget", "1000", "--json")
+    assert result.exit_code == 3
+    failed = [g for g in json.loads(result.stdout)["gates"] if not g["passed"]]
+    assert {g["gate"] for g in failed} == {"--deadline", "--budget"}
+    assert result.stderr.splitlines() == [f"Gate failed: {g['message']}" for g in failed]
+    assert "86400" not in result.stderr
+
+
+@pytest.mark.parametrize("command", ["estimate", "plan", "compare", "sweep"])
+def test_model_help_says_a_hugging_face_config_is_taken(command):
+    """--model takes a Hugging Face config.json (issue 36's newcomer task 'a Hugging Face MoE config on 64 GPUs'), and
+    its --help said only 'Model preset name or YAML path'."""
+    text = " ".join(invoke(command, "--help", env={"COLUMNS": "200"}).stdout.split())
+    assert "config.json" in text
+
+
+@pytest.mark.parametrize("command", ["validate", "calibrate"])
+def test_runs_help_points_to_the_runs_schema(command):
+    """A newcomer validating their own runs finds from --help alone where a runs file's keys are described."""
+    text = " ".join(invoke(command, "--help", env={"COLUMNS": "200"}).stdout.split())
+    assert "specs/README.md" in text
+
+
 def test_option_help_keeps_square_brackets(capsys, monkeypatch):
     """`sweep --png`'s help names the plot extra, `pip install "trainest[plot]"`: rich read `[plot]` as markup and
     dropped it, leaving `pip install "trainest"` (found trying the newcomer's sweep-with-a-plot task, issue 36)."""

@@ -184,3 +184,14 @@ def test_deadline_and_budget_take_the_fastest_count_within_both_and_say_so():
         assert en.estimate.training.time_s == min(t.time_s for t in meeting)
         assert en.estimate.scenario.devices > min(t.devices for t in meeting)    # not the fewest
     assert "fewest" not in _how(c) and "fastest" in _how(c)
+
+
+def test_an_unpriced_entry_under_a_budget_is_said_to_be_unranked_not_unable_to_run(capsys):
+    """A device without a catalog price can run the job; only the --budget cannot be judged for it. compare said
+    'tpu-v5p cannot run this job' (found trying the newcomer's task of issue 36)."""
+    code, out, err = call_entry(["compare", "--model", "gpt3-1.3b", "--hardware", "h100-sxm,tpu-v5p", "--devices",
+                                 "8..16", "--budget", "1e9", "--tokens", "1e9"], capsys)
+    assert code == 0
+    said = " ".join(out.split())                      # (the line wraps at the console's width)
+    said = said[said.index("tpu-v5p is"):]
+    assert "cannot run" not in said and "not ranked" in said and "--price-per-hour tpu-v5p=" in said

@@ -504,6 +504,20 @@ def test_a_search_without_a_global_batch_takes_the_estimates_default_rounded_to_
     assert given.global_batch == 8 and "global_batch" not in given.derived
 
 
+def test_a_default_batch_rounded_up_by_a_large_count_says_how_many_tokens_it_is():
+    """`plan --devices 256..8192` without a batch takes 8192 sequences (67 M tokens per step: 0.5M rounded up to a
+    multiple of 8192) and said only '(default: 0.5M tokens, a multiple of the device count)' (found walking issue
+    36's pretraining task)."""
+    from trainest.report.plan import batch_default_note
+    from trainest.units import fmt_si
+    small = S.job_scenario({"model": "llama3-8b", "hardware": "h100-sxm"}, default_batch_devices=8)
+    large = S.job_scenario({"model": "llama3-8b", "hardware": "h100-sxm"}, default_batch_devices=8192)
+    assert large.global_batch == 8192 and small.global_batch * small.seq_len <= 2 * 2**19
+    assert "rounded up" not in batch_default_note(small)
+    note = batch_default_note(large)
+    assert f"{fmt_si(large.global_batch * large.seq_len)} tokens per step" in note and "--global-batch" in note
+
+
 def test_plan_without_a_global_batch_says_it_took_the_default():
     res = run_cli("plan", "--model", "gpt3-125m", "--devices", "8")
     assert res.exit_code == 0, res.output

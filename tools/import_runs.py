@@ -28,6 +28,7 @@ Dependencies: Python >= 3.11 standard library + PyYAML.
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import sys
 from collections import OrderedDict, defaultdict
@@ -58,7 +59,7 @@ A100_UNSTATED_WHY = ("the entry of every A100 record that does not say 40GB; the
 RUN_KEYS = ("id", "set", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
             "master_weights", "grad_dtype", "parallel", "micro_batch", "global_batch", "recompute", "recompute_modules",
             "attention", "packed_length", "framework", "kernels", "cuda_graphs", "moe_dispatcher", "adam_moments", "loss",
-            "fp8_params", "fused_grouped_mlp", "optimizer", "optimizer_in_backward", "offload", "finetune", "measured", "expressible", "reason",
+            "fp8_params", "fused_grouped_mlp", "fp8_attention", "optimizer", "optimizer_in_backward", "offload", "finetune", "measured", "expressible", "reason",
             "confidence", "notes", "duplicate_of", "unmodelled", "assumed")
 # the import notes that say a memory setting was assumed because the record does not state it, and its scenario key:
 # a run's `assumed` (validate names them where it calls a run that ran "does not fit")
@@ -383,6 +384,16 @@ def hunt_framework(r: dict) -> tuple[str, str]:
 HUNT_CUDA_GRAPHS = re.compile(r"MCORE/FULL CUDA graph=([01])")
 
 
+HUNT_FP8_DPA = re.compile(r"FP8_DPA=(1|0|True|False)\b")
+
+
+def hunt_fp8_attention(r: dict) -> bool | None:
+    """Whether an MLPerf record's configuration runs Transformer Engine's FP8 dot-product attention (its notes:
+    "FP8_DPA=1" or "=True": on; "=0" or "=False": off), or None where it says nothing."""
+    found = HUNT_FP8_DPA.search(" ".join(str(r.get("notes") or "").split()))
+    return None if found is None else found.group(1) in ("1", "True")
+
+
 def hunt_cuda_graphs(r: dict) -> str | None:
     """The CUDA graphs an MLPerf record's configuration states (its notes: "MCORE/FULL CUDA graph=1" captures the
     whole training step: full; "=0": none), or None where it says nothing."""
@@ -542,12 +553,14 @@ def map_hardware(text: str | None):
     return None, None
 
 
+@functools.cache
 def catalog_network(hardware: str) -> bool:
-    """Whether the hardware file of `hardware` (specs/hardware) gives a scale-out network rate."""
+    """Whether the hardware file of `hardware` (specs/hardware) gives a scale-out network rate (each file read
+    once per import, with libyaml's safe loader when present)."""
     path = REPO / "specs" / "hardware" / f"{hardware}.yaml"
     if not path.is_file():
         return True
-    system = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("system") or {}
+    system = (_read_yaml(path) or {}).get("system") or {}
     return system.get("scale_out_gbit_per_s") is not None
 
 
@@ -932,6 +945,10 @@ class Importer:
         if framework and framework_why:
             notes.append(f"framework {framework}: {framework_why}")
         graphs = hunt_cuda_graphs(r) if r.get("framework_text") else None
+        fp8_dpa = hunt_fp8_attention(r) if r.get("framework_text") else None
+        if fp8_dpa:
+            notes.append("fp8_attention true (with an FP8 recipe): the record's configuration sets FP8_DPA=1 "
+                         "(Transformer Engine's FP8 dot-product attention: its products in FP8, not bf16)")
         if graphs is not None:
             notes.append(f"cuda_graphs {graphs}: the record's configuration sets MCORE/FULL CUDA graph="
                          f"{1 if graphs == 'full' else 0}")
@@ -1339,6 +1356,8 @@ class Importer:
             apply_recipe(run, *recipe)
         if graphs is not None:
             apply_recipe(run, {"cuda_graphs": graphs}, {})
+        if fp8_dpa and precision in ("fp8", "fp4"):
+            apply_recipe(run, {"fp8_attention": True}, {})
         if cfg.get("dp_overlap") is False:
             run["parallel"]["dp_overlap"] = False
         if finetune:
@@ -1398,7 +1417,7 @@ class Importer:
 def apply_recipe(run: OrderedDict, top: dict, par: dict) -> None:
     """Write a recipe's settings (Importer.recipe_settings) into a run, its keys in RUN_KEYS order."""
     for key in ("cuda_graphs", "moe_dispatcher", "adam_moments", "grad_dtype", "fp8_params", "fused_grouped_mlp",
-                "recompute", "recompute_modules", "unmodelled"):
+                "fp8_attention", "recompute", "recompute_modules", "unmodelled"):
         if key in top:
             run[key] = top[key]
     run["parallel"].update(par)

@@ -111,7 +111,7 @@ PANELS: dict[str, tuple[str, ...]] = {
                "kernels", "framework", "plan", "allow", "max_tp", "max_pp", "max_cp", "max_vpp", "max_micro_batch"),
     "Batch": ("micro_batch", "global_batch", "global_batch_tokens", "seq_len", "packed_length"),
     "Precision": ("precision", "adam_moments", "optimizer", "master_weights", "grad_dtype", "optimizer_in_backward",
-                  "loss", "fp8_params"),
+                  "loss", "fp8_params", "fp8_attention"),
     "Fine-tuning": ("finetune", "lora_rank", "lora_alpha", "lora_targets", "base_bits"),
     "Run and cost": ("tokens", "price_per_hour", "pue", "grid_gco2_per_kwh", "objective", "deadline", "budget",
                      "max_days", "max_cost", "require_fit"),
@@ -121,7 +121,9 @@ PANEL_OF = {name: panel for panel, names in PANELS.items() for name in names}
 
 K = Knob
 KNOBS: tuple[Knob, ...] = (
-    K("model", ("--model", "-m"), "str", "Model preset name or YAML path.", "llama3-8b", job=True),
+    K("model", ("--model", "-m"), "str",
+      "Model: a preset name, a model YAML, or a Hugging Face config.json (the file or its folder).", "llama3-8b",
+      job=True),
     K("hardware", ("--hardware", "-H"), "str", "Hardware catalog name or YAML path.", "h100-sxm", job=True),
     K("devices", ("--devices", "--gpus", "-n"), "int", "Number of devices N.",
       "one node (at most 8), or tp·pp·cp rounded up"),
@@ -244,6 +246,10 @@ KNOBS: tuple[Knob, ...] = (
       "all-gather: 1 B per weight instead of 2 (the FP32 master unchanged), gathered and all-gathered in FP8; a "
       "LoRA's frozen base stored in FP8 (MLPerf's Llama 2 70B LoRA). docs/model.md §7.9.", "off", job=True,
       fallback=False),
+    K("fp8_attention", ("--fp8-attention/--no-fp8-attention",), "switch", "Run the attention core's two products "
+      "(QKᵀ and PV) on the FP8 tensor cores (precision fp8 or fp4 only): Transformer Engine's FP8 dot-product "
+      "attention (NVTE_FP8_DPA=1, Megatron-Core --fp8-dot-product-attention; MLPerf's Llama 2 70B LoRA), cuDNN's "
+      "and FlashAttention-3's FP8 kernels. docs/model.md §2.4.", "off", job=True, fallback=False),
     K("kernels", ("--kernels",), "choice", "Element-wise kernels: fused (Megatron/Transformer Engine, torch.compile, "
       "XLA) or eager (PyTorch without torch.compile: one kernel per operator, FP32 norms).", "fused", "Kernels",
       job=True),

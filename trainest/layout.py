@@ -72,6 +72,7 @@ class Job(NamedTuple):
     optimizer_in_backward: bool = False   # the optimizer step fused into the backward (gradients freed per layer)
     loss: str = "standard"           # standard | chunked | compiled | fused: the loss's bytes per logit, §7.4
     fp8_params: bool = False         # the working weights stored in FP8 (TE/Megatron fp8_param), docs/model.md §7.9
+    fp8_attention: bool = False      # the attention core's products in FP8 (TE FP8 dot-product attention), §2.4
     fused_grouped_mlp: bool = False  # the routed experts' activation and its cast in the grouped GEMMs, §15.12
     recompute_layers: float = 0.0    # full recompute of this many layers per stage and chunk (0: all), §7.10
 

@@ -24,7 +24,7 @@ HELP = ("Fit one hardware's efficiency fields to measured runs (--runs) or to a 
 
 _OWN: dict[str, Any] = {
     "runs": (Annotated[list[str] | None, typer.Option("--runs", help="Runs YAML file with measured runs "
-                                                      "(repeatable).")], None),
+                                                      "(repeatable; schema: specs/README.md, 'runs').")], None),
     "more_runs": (MoreRunsArg, None),
     "output": (Annotated[str, typer.Option("--output", "-o", help="Where to write the calibrated hardware YAML.")],
                inspect.Parameter.empty),

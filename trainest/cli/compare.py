@@ -66,8 +66,8 @@ def run_compare(values: dict[str, Any]) -> int:
                 report.warn(w)
     if (deadline is not None or budget is not None) and not any(en.can_run for en in result.entries):
         # a gate (--deadline, --budget) no entry meets: exit 3 as estimate's --max-days; the document is out
-        given = [f"{flag} {v}" for flag, v in (("--deadline", deadline), ("--budget", budget)) if v is not None]
-        print(f"Gate failed: no hardware entry meets {' and '.join(given)}", file=sys.stderr)
+        for failed in (g for g in compare_gates(result) if not g["passed"]):     # the JSON's gates, same words
+            print(f"Gate failed: {failed['message']}", file=sys.stderr)
         return EXIT_GATE
     return EXIT_OK
 
@@ -76,16 +76,17 @@ def compare_gates(c: Any) -> list[dict[str, Any]]:
     """--deadline [s] and --budget [USD] as JSON gates: passed when some entry meets them (the value: the best
     entry's run time or cost); [] when neither was given."""
     from trainest.gates import gate
+    from trainest.units import fmt_money, fmt_seconds
     ran = [en.estimate for en in c.entries if en.can_run]
     met = bool(ran)
     out = []
     if c.deadline_s is not None:
         out.append(gate("--deadline", c.deadline_s, min((e.training.time_s for e in ran), default=None), met,
-                        f"no hardware entry trains the tokens within {c.deadline_s:g} s"))
+                        f"no hardware entry trains the tokens within {fmt_seconds(c.deadline_s)} (--deadline)"))
     if c.budget_usd is not None:
         costs = [e.training.cost_usd for e in ran if e.training.cost_usd is not None]
         out.append(gate("--budget", c.budget_usd, min(costs, default=None), met,
-                        f"no hardware entry trains the tokens for at most ${c.budget_usd:,.0f}"))
+                        f"no hardware entry trains the tokens for at most {fmt_money(c.budget_usd)} (--budget)"))
     return out
 
 

@@ -15,7 +15,8 @@ from trainest.cli import fail
 from trainest.cli.options import JsonFlag, QuietFlag
 
 RunsOpt = Annotated[list[str] | None, typer.Option(
-    "--runs", help="Runs YAML file (repeatable); default: the bundled specs/runs/*.yaml.", show_default=False)]
+    "--runs", help="Runs YAML file (repeatable; schema: specs/README.md, 'runs': each run a scenario and its measured "
+    "step time); default: the bundled specs/runs/*.yaml.", show_default=False)]
 # `--runs a.yaml b.yaml` (the issue's `--runs FILE ...`): files after the first are positional
 MoreRunsArg = Annotated[list[str] | None, typer.Argument(
     help="More runs YAML files (so that `--runs a.yaml b.yaml` works).", show_default=False, metavar="[FILE]...")]

@@ -157,4 +157,4 @@ def print_compare(c: Comparison, job_args: list[str] | None = None) -> None:
                                                     *price_args(first.scenario), *estimate_args(first)])
     for en in c.entries:
         if en.estimate is None:
-            con.print(f"[bold]{en.label}[/bold] cannot run this job: {en.reason}", highlight=False)
+            con.print(f"[bold]{en.label}[/bold] is not ranked: {en.reason}", highlight=False)

@@ -9,7 +9,14 @@ from trainest.estimate import Estimate
 from trainest.knobs import estimate_args as knob_estimate_args
 from trainest.report import clean, console, fmt_money, fmt_seconds, fmt_si, print_command, print_table
 from trainest.report.estimate import band_pct, band_source, estimate_dict, hardware_dict, notes
-from trainest.scenario import DEFAULT_DEVICES, Scenario, chosen_by_qlora, framework_args, scenario_mapping
+from trainest.scenario import (
+    DEFAULT_DEVICES,
+    DEFAULT_TOKENS_PER_STEP,
+    Scenario,
+    chosen_by_qlora,
+    framework_args,
+    scenario_mapping,
+)
 from trainest.search import DeviceSearch, DeviceTrial, SearchResult, plan_knobs
 from trainest.units import GiB
 
@@ -51,8 +58,16 @@ def _adapter_tokens_note(r: SearchResult) -> str:
 
 
 def batch_default_note(base: Scenario) -> str:
-    """' (default: ...)' after a search's global batch when the user gave none (search.job_scenario), else ''."""
-    return (" (default: 0.5M tokens, a multiple of the device count)" if "global_batch" in base.derived else "")
+    """' (default: ...)' after a search's global batch when the user gave none (search.job_scenario), else ''.
+    Rounded up to a multiple of the largest device count of a range (`--devices 256..8192`), the default can be
+    many times 0.5M tokens: then the note says how many tokens it is and how to choose another."""
+    if "global_batch" not in base.derived:
+        return ""
+    tokens = base.global_batch * base.seq_len
+    if tokens <= 2 * DEFAULT_TOKENS_PER_STEP:
+        return " (default: 0.5M tokens, a multiple of the device count)"
+    return (f" (default: 0.5M tokens, a multiple of the device count, rounded up to {fmt_si(tokens)} tokens per step "
+            f"by the largest count: give --global-batch or --global-batch-tokens)")
 
 
 def search_dict(r: SearchResult, devices_search: DeviceSearch | None = None) -> dict:

@@ -294,6 +294,9 @@ def check_memory_knobs(knobs: dict[str, Any], precision: str, micro_batches: int
     if knobs["fp8_params"] and precision not in ("fp8", "fp4"):
         raise SpecError(f"{at(where, 'fp8_params')}: true keeps the weights in FP8, which needs FP8 GEMMs, and "
                         f"precision is {precision}; allowed with it: false (or give precision fp8)")
+    if knobs["fp8_attention"] and precision not in ("fp8", "fp4"):
+        raise SpecError(f"{at(where, 'fp8_attention')}: true runs the attention's products in FP8, which an FP8 "
+                        f"recipe does, and precision is {precision}; allowed with it: false (or give precision fp8)")
     if knobs["optimizer_in_backward"] and micro_batches > 1:
         raise SpecError(f"{at(where, 'optimizer_in_backward')}: true needs one micro-batch per step, and this step has "
                         f"{micro_batches} (global_batch / (dp·micro_batch)): a gradient is applied and freed in the "

@@ -135,19 +135,36 @@ def windowed_span(job: Job, layout: Layout) -> Num:
     return span if window is None else xp.minimum(span, float(window.size))
 
 
+# FP8 fused attention's fraction of its (FP8) peak over the 16-bit kernel's fraction of its own: FlashAttention-3 on
+# H100 SXM5 reaches up to 740 TFLOP/s in BF16 (75 % of 989) and close to 1.2 PFLOP/s in FP8 (61 % of 1979) (Shah et
+# al. 2024, abstract and §4): the FP8 kernel is more bound by the softmax's exponentials, which FP8 does not speed up
+FP8_ATTENTION_RELATIVE = (1200.0 / 1979.0) / (740.0 / 989.0)
+
+
+def attention_peak_flops_per_s(job: Job) -> float:
+    """The peak the fused attention's products run at [FLOP/s]: the 16-bit tensor peak, or the run's own when
+    lower (FP32/TF32); with `fp8_attention` (an FP8/FP4 recipe's FP8 dot-product attention) the FP8 peak times
+    FP8_ATTENTION_RELATIVE (the FP8 kernel reaches a smaller fraction of its peak than the 16-bit one)."""
+    hw = job.hardware
+    if job.fp8_attention and hw.peak_flops_per_s.get("fp8"):
+        return hw.peak("fp8") * FP8_ATTENTION_RELATIVE
+    return min(hw.peak_16bit_flops_per_s, hw.peak(job.precision))
+
+
 def attention_flops_per_s(job: Job, layout: Layout, span: Num | None = None) -> Num:
     """Fused attention's achievable FLOP/s: min(16-bit peak, run's peak) · η_attn · s_c/(s_c + 512) ·
     d_h/(d_h + 32) (· η_flash2 for FlashAttention-2), with s_c = s/c the per-rank sequence
     (FlashAttention-2 benchmarks, Dao 2023 Fig. 4-6) [FLOP/s]. Over a context-parallel ring the same
     factor at s/c: the ring's later steps pair one side of s/(2c) but run unmasked blocks, which tile
     better than a causal kernel of the same length (docs/model.md §4.2). Attention runs in 16 bit
-    (FP8/FP4 recipes keep it there), or at the run's own peak when lower (FP32/TF32), so MFU stays <= 1.
+    (FP8/FP4 recipes keep it there), or at the run's own peak when lower (FP32/TF32), so MFU stays <= 1;
+    FP8 dot-product attention (`fp8_attention`) at the FP8 peak (`attention_peak_flops_per_s`).
     Packed sequences: the length factor takes the document length (`attention_span`); a windowed layer
     gives its own `span` (`windowed_span`)."""
-    hw, eff, m = job.hardware, job.hardware.efficiency, job.model
+    eff, m = job.hardware.efficiency, job.model
     # MLA: the query/key and value widths differ (d_n + d_r, d_v); the kernel's two products use one each
     head_width = m.head_dim if m.mla is None else (m.qk_head_dim + m.v_head_dim) / 2.0
-    return (min(hw.peak_16bit_flops_per_s, hw.peak(job.precision)) * eff.attention
+    return (attention_peak_flops_per_s(job) * eff.attention
             * dimension_factor(attention_span(job, layout) if span is None else span, ATTENTION_HALF_SEQ)
             * dimension_factor(head_width, ATTENTION_HALF_HEAD_DIM)
             * (eff.flash2_attention if job.attention == "flash2" else 1.0))
