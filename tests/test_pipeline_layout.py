@@ -118,8 +118,9 @@ def test_hybrid_models_and_dualpipe_refuse_a_layout():
 
 
 def test_the_cli_takes_it_and_a_bad_one_is_one_line(capsys):
+    # (full recompute: a layout that fits, so no no-fit advice searches for one)
     args = ["estimate", "-m", "deepseek-v3", "-H", "h800-sxm", "-n", "2048", "--pp", "16", "--ep", "64",
-            "--precision", "fp8", "--global-batch", "15360", "--seq-len", "4096"]
+            "--precision", "fp8", "--global-batch", "15360", "--seq-len", "4096", "--recompute", "full"]
     code, out, err = call_entry(args + ["--pipeline-layout", "Et*4|(t*4|)*14tmL"], capsys)
     assert code == 0, err
     assert "pipeline-layout=Et*4|(t*4|)*14tmL" in out and "4×15, 1" in out

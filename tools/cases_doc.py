@@ -310,7 +310,8 @@ so (derived): the link is PCIe Gen5 x16 (64 GB/s) and the GPU's share of the hos
 77 GB/s of DDR5: the CPU's Adam step takes several seconds and bounds the offload (a third of the
 step). Offloading the weights too leaves two layers on
 the device; their fetch for every pass hides behind the computation on GH200, but over PCIe it does
-not, and it becomes the largest part."""
+not, and it becomes the largest part. Another server: `--host-cores`, `--host-memory-gb`, `--host-pcie-gen`
+and `--host-pcie-lanes` replace the typical one's figures (the JSON's `hardware.host` says which are derived)."""
 
 CASE3_TEXT = """Reading it. FP8 and FP4 GEMMs have 2× and 4× the BF16 peak; they speed up the weight GEMMs when
 those are compute-bound, less the efficiency low-precision GEMMs lose (`low_precision_gemm`, fitted

@@ -11,7 +11,8 @@ import math
 from pathlib import Path
 from typing import Any, Literal, overload
 
-from trainest.errors import SpecError, did_you_mean, show
+from trainest.errors import SpecError, did_you_mean
+from trainest.errors import show as show  # re-exported: F.show
 
 MAX_REASONABLE = 1e18  # sizes above this (layers, hidden, devices...) are rejected as absurd
 MAX_SHOWN_PATH_CHARS = 200   # a file name is quoted in an error message up to this length
@@ -154,7 +155,7 @@ def nesting_depth(data: Any) -> int:
     return deepest
 
 
-def check_keys(data: Any, where: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict:
+def check_keys(data: Any, where: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, Any]:
     """Require `data` to be a mapping with all `required` keys and no keys outside required+optional."""
     if not isinstance(data, dict):
         raise SpecError(f"{where}: expected a mapping (key: value), got {type(data).__name__} {show(data)}")
@@ -165,9 +166,9 @@ def check_keys(data: Any, where: str, required: tuple[str, ...], optional: tuple
         if key not in allowed:
             raise SpecError(f"{where}: unknown key {show(key)}{did_you_mean(key, allowed)}; "
                             f"allowed: {', '.join(sorted(allowed))}")
-    for key in required:
-        if key not in data or data[key] is None:
-            raise SpecError(f"{where}: missing required key {show(key)}")
+    missing = [show(key) for key in required if key not in data or data[key] is None]
+    if missing:                       # all of them at once: a file written by hand needs no round per key
+        raise SpecError(f"{where}: missing required key{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
     return data
 
 
@@ -287,7 +288,7 @@ def text(value: Any, where: str, *, allow_none: bool = False) -> str | None:
     raise SpecError(f"{where}: {show(value)} must be text")
 
 
-def given(data: dict, key: str, default: object) -> object:
+def given(data: dict[str, Any], key: str, default: object) -> object:
     """data[key], or `default` when the key is absent or null (a given 0 stays 0 and is then validated)."""
     value = data.get(key)
     return default if value is None else value

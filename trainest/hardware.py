@@ -471,7 +471,8 @@ def default_overlap_contention(kind: str) -> float:
     return DEFAULT_OVERLAP_CONTENTION.get(kind, 0.0)
 
 
-def _efficiency_from(data: dict, where: str, kind: str, flash2_prior: float = DEFAULT_FLASH2_ATTENTION) -> Efficiency:
+def _efficiency_from(data: dict[str, Any], where: str, kind: str,
+                     flash2_prior: float = DEFAULT_FLASH2_ATTENTION) -> Efficiency:
     F.check_keys(data, where, EFFICIENCY_KEYS, EFFICIENCY_OPTIONAL)
     return Efficiency(
         gemm=F.fraction(data["gemm"], f"{where}.gemm"),
@@ -504,7 +505,7 @@ def _efficiency_from(data: dict, where: str, kind: str, flash2_prior: float = DE
     )
 
 
-def _pcie_fields(data: dict, where: str, is_pcie: bool) -> tuple[int | None, int | None]:
+def _pcie_fields(data: dict[str, Any], where: str, is_pcie: bool) -> tuple[int | None, int | None]:
     """(pcie_gen, pcie_lanes) of a link mapping; only a PCIe link may give them."""
     gen_raw, lanes_raw = data.get("pcie_gen"), data.get("pcie_lanes")
     if not is_pcie:
@@ -518,7 +519,7 @@ def _pcie_fields(data: dict, where: str, is_pcie: bool) -> tuple[int | None, int
     return gen, lanes
 
 
-def _link_gb_per_s(data: dict, where: str, gen: int | None, lanes: int | None) -> float | None:
+def _link_gb_per_s(data: dict[str, Any], where: str, gen: int | None, lanes: int | None) -> float | None:
     """`gb_per_s` of a link mapping in B/s (None when null); a PCIe link may not exceed its nominal rate."""
     gb = F.number(data.get("gb_per_s"), f"{where}.gb_per_s", allow_none=True)
     if gb is None:
@@ -529,7 +530,7 @@ def _link_gb_per_s(data: dict, where: str, gen: int | None, lanes: int | None) -
     return gb * GB
 
 
-def _no_values(data: dict, where: str, keys: tuple[str, ...], why: str) -> None:
+def _no_values(data: dict[str, Any], where: str, keys: tuple[str, ...], why: str) -> None:
     given = [k for k in keys if data.get(k) is not None]
     if given:
         raise SpecError(f"{where}: {why}, so it takes no {', '.join(given)}")
@@ -570,7 +571,7 @@ def _host_link_from(data: object, where: str, unified: bool) -> HostLink:
                     pcie_gen=gen, pcie_lanes=lanes)
 
 
-def _prices_from(data: dict, where: str) -> tuple[float | None, Purchase | None, str]:
+def _prices_from(data: dict[str, Any], where: str) -> tuple[float | None, Purchase | None, str]:
     """(USD per device-hour, the purchase it amortises or None, why there is none): an on-demand price, or a
     purchase spread over its amortisation period (trainest.prices), not both."""
     hourly = F.number(data.get("price_usd_per_hour"), f"{where}.price_usd_per_hour", allow_none=True)
@@ -641,7 +642,7 @@ def _tera(tflops: float | None) -> float | None:
     return None if tflops is None else tflops * TERA
 
 
-def _memory_facts(mem: dict, where: str, capacity_gb: float) -> tuple[str | None, bool, float | None]:
+def _memory_facts(mem: dict[str, Any], where: str, capacity_gb: float) -> tuple[str | None, bool, float | None]:
     """(memory kind, unified, OS/runtime reserve [B]) from the `memory` mapping."""
     unified = F.boolean(F.given(mem, "unified", False), f"{where}.unified")
     kind = None if mem.get("kind") is None else F.canonical_choice(mem["kind"], f"{where}.kind", MEMORY_KINDS)
@@ -657,7 +658,7 @@ def _memory_facts(mem: dict, where: str, capacity_gb: float) -> tuple[str | None
     return kind, True, None if reserve_gb is None else reserve_gb * GB
 
 
-def _usable_memory(mem: dict, where: str, capacity_gb: float,
+def _usable_memory(mem: dict[str, Any], where: str, capacity_gb: float,
                    os_reserve_bytes: float | None) -> tuple[float | None, str]:
     """(usable bytes or None, its source) from `usable_mib` / `usable_source`: a positive size in MiB no more
     than 10 % above the capacity (a "GB" figure read as GiB is 7.4 % more) and above a unified reserve."""
@@ -677,7 +678,7 @@ def _usable_memory(mem: dict, where: str, capacity_gb: float,
     return usable, source
 
 
-def _execution_from(data: dict, where: str) -> tuple[str, str | None]:
+def _execution_from(data: dict[str, Any], where: str) -> tuple[str, str | None]:
     """(execution model, unsupported reason); the reason is None exactly when trainest models it."""
     model = F.choice(F.given(data, "execution_model", "gpu-like"), f"{where}.execution_model", EXECUTION_MODELS)
     reason = F.text(data.get("unsupported_reason"), f"{where}.unsupported_reason", allow_none=True) or None
@@ -703,7 +704,7 @@ def _probed_from(extra: object, where: str) -> tuple[bool, str]:
     return probed, str(date) if probed and date is not None else ""
 
 
-def hardware_from_mapping(data: dict, where: str) -> Hardware:
+def hardware_from_mapping(data: dict[str, Any], where: str) -> Hardware:
     """Validate one hardware mapping (schema in specs/README.md) and convert it to SI."""
     F.check_keys(data, where, HW_REQUIRED, HW_OPTIONAL)
     peaks_raw = F.check_keys(data["peak_tflops"], f"{where}.peak_tflops", (), PRECISIONS)

@@ -5,6 +5,8 @@ blocks, parameter counts (total and active), validated once (`model_from_mapping
 
 from __future__ import annotations
 
+from typing import Any
+
 from trainest import fields as F
 from trainest.choices import MLPS, WINDOW_KINDS
 from trainest.errors import SpecError, at, head
@@ -467,7 +469,7 @@ def _moe_from(data: object, where: str, layers: int) -> MoE:
                router_group_top_k=picked, latent_size=latent)
 
 
-def _check_router_groups(model: Model, moe: dict) -> None:
+def _check_router_groups(model: Model, moe: dict[str, Any]) -> None:
     """The group-limited routing a preset keeps (router_groups G, router_group_top_k g: no option sets them)
     still holds for the experts and top_k the options give; else an error naming those options: the
     experts must split into the G groups, and the g groups a token may use must hold top_k experts."""
@@ -490,7 +492,7 @@ def _check_router_groups(model: Model, moe: dict) -> None:
                         f"experts")
 
 
-def _router_groups_from(data: dict, where: str, experts: int, top_k: int) -> tuple[int, int]:
+def _router_groups_from(data: dict[str, Any], where: str, experts: int, top_k: int) -> tuple[int, int]:
     """(G, g) of group-limited routing: G groups dividing the experts, g of them per token, enough
     experts in g groups for top_k; without `router_groups` no limit (1, 1)."""
     if data.get("router_groups") is None:
@@ -533,7 +535,7 @@ def _mla_from(data: object, where: str, hidden: int, heads: int) -> MLA:
     return MLA(q_lora_rank=q_rank, kv_lora_rank=kv_rank, qk_nope_head_dim=nope, qk_rope_head_dim=rope, v_head_dim=v)
 
 
-def model_from_mapping(data: dict, where: str, *, default_seq_len: int = 2048) -> Model:
+def model_from_mapping(data: dict[str, Any], where: str, *, default_seq_len: int = 2048) -> Model:
     """Validate one model mapping (schema in specs/README.md)."""
     has_moe = isinstance(data, dict) and data.get("moe") is not None
     has_hybrid = isinstance(data, dict) and data.get("hybrid") is not None
@@ -607,12 +609,12 @@ def model_from_mapping(data: dict, where: str, *, default_seq_len: int = 2048) -
     )
 
 
-def model_mapping(model: Model) -> dict:
+def model_mapping(model: Model) -> dict[str, Any]:
     """The model as a mapping of the model schema that `model_from_mapping` turns back into an equal Model
     (for with_shape, and for echoing a resolved model as input)."""
-    data: dict = {f: getattr(model, f) for f in ("name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab",
-                                                 "mlp", "seq_len", "tied_embeddings", "source", "head_dim", "dropout",
-                                                 "positional")}
+    data: dict[str, Any] = {f: getattr(model, f) for f in (
+        "name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "mlp", "seq_len", "tied_embeddings",
+        "source", "head_dim", "dropout", "positional")}
     if model.moe is not None:
         e = model.moe
         data["moe"] = {"experts": e.experts, "top_k": e.top_k, "expert_ffn_hidden": e.expert_ffn_hidden,

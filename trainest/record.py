@@ -60,6 +60,7 @@ def replace(record: _T, /, **changes: Any) -> _T:
     """A copy of `record` with `changes`: a record's `_replace`, or `dataclasses.replace` of a dataclass (the
     one call for both, so that a record can move between the two without touching its callers)."""
     if hasattr(record, "_replace"):
-        return record._replace(**changes)
+        copy: _T = record._replace(**changes)
+        return copy
     import dataclasses
     return dataclasses.replace(record, **changes)  # type: ignore[type-var]

@@ -32,6 +32,7 @@ from trainest.frameworks import FRAMEWORKS
 from trainest.knobs import SIMPLE, Knob
 from trainest.rules import Facts, facts_of
 from trainest.scenario.checks import (
+    check_bf16_layers,
     check_finetune,
     check_memory_knobs,
     check_network,
@@ -452,6 +453,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     knobs = simple_knobs(r)
     _check_moe_knobs(dict(knobs), model, where)
     check_recompute_layers(dict(knobs)["recompute_layers"], model.layers, where)
+    check_bf16_layers(dict(knobs)["bf16_layers"], model.layers, precision, where)
     moments = _moments_of(r, dict(knobs), precision, global_batch // (dp * micro_batch), where)
     dp_overlap = F.boolean(r.default_in(par, "parallel.dp_overlap", fw.dp_overlap), at(where, "parallel.dp_overlap"))
     check_framework(framework, sizes, par, where, label)
