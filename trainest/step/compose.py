@@ -331,10 +331,22 @@ def zero3_pass_exposed_s(z3: Zero3Traffic, forward_work_s: Num, stage_work_s: Nu
     return forward + backward
 
 
-def forward_work_s(lp: LayerPass, cp: CpRing, layers: Num) -> Num:
-    """The stage's forward per micro-batch [s]: its layers' forward device time with its kernels' floors,
-    less the attention time that hides CP's forward ring (the window of ZeRO-3's forward gathers)."""
-    return layers * (lp.fwd_c + lp.fwd_m + lp.fwd_floor_s - cp.hiding_fwd_s)
+def step_host_pass_s(job: Job, layout: Layout) -> tuple[Num, Num]:
+    """(forward, backward) host time of one layer pass [s] (kernels.host_pass_s), a MoE layer's experts'
+    launches included (expert_host_pass_s): what shares a layer's wait for the host between the passes."""
+    (host_fwd, host_bwd), (expert_fwd, expert_bwd) = host_pass_s(job, layout), expert_host_pass_s(job, layout)
+    return host_fwd + expert_fwd, host_bwd + expert_bwd
+
+
+def forward_work_s(lp: LayerPass, cp: CpRing, layers: Num, host_wait_s: Num, host_pass: tuple[Num, Num]) -> Num:
+    """The stage's forward per micro-batch [s] (the window of ZeRO-3's forward gathers): its layers' forward
+    device time with its kernels' floors and its share of the layer's wait for the host (`host_wait_s`, shared
+    by the passes' host times `host_pass` as in overlap.dp_windows_s: a host-bound forward lasts its host
+    time, and the gathers progress meanwhile), less the attention time that hides CP's forward ring."""
+    host_fwd, host_bwd = host_pass
+    total = host_fwd + host_bwd
+    share_fwd = xp.where(total > 0.0, host_fwd / xp.where(total > 0.0, total, 1.0), 0.5)
+    return layers * (lp.fwd_c + lp.fwd_m + lp.fwd_floor_s + host_wait_s * share_fwd - cp.hiding_fwd_s)
 
 
 def zero3_exposed_s(layout: Layout, z3: Zero3Traffic, forward_work: Num, stage_work: Num, head_o: Num,
@@ -389,9 +401,10 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     stage_pp = stage_pp_s(job, layout, shape, tiers, n * (lp.compute_s + lp.memory_s))
     params_local, expert_local = _stage_local_params(job, layout)
     z3 = zero3_s(job, layout, dp_tiers, n, params_local)
-    # the window for ZeRO-3's traffic: the stage's work, less the attention time that hides CP
     stage_work = stage_c + stage_m + stage_o - n * (cp.hiding_fwd_s + cp.hiding_bwd_s)
-    z3_exposed, z3_typical = zero3_exposed_s(layout, z3, forward_work_s(lp, cp, n), stage_work, head_o, eff)
+    host_pass = step_host_pass_s(job, layout)
+    fwd_work = forward_work_s(lp, cp, n, host_excess, host_pass)
+    z3_exposed, z3_typical = zero3_exposed_s(layout, z3, fwd_work, stage_work, head_o, eff)
     mb_comm = n * tp_layer + n * cp.exposed_s + n * ep_layer + stage_pp + z3_exposed + head_comm + mtp_ep
     mb_c = stage_c + stage.last_is_max * (logits_c + mtp.compute_s)
     mb_m = stage_m + stage.last_is_max * (logits_m + mtp.memory_s)
@@ -400,9 +413,8 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     trained_local = trainable_params_local(job, layout, params_local)    # LoRA: the adapters only
     trained_experts = trainable_expert_params_local(job, layout, expert_local)
     dp = dp if dp is not None else data_parallel_traffic(job, layout, dp_tiers, trained_local, trained_experts)
-    (host_fwd, host_bwd), (expert_fwd, expert_bwd) = host_pass_s(job, layout), expert_host_pass_s(job, layout)  # MoE
-    windows = dp_windows_s(layout, lp, cp, n, z3.total_s, stage_work, (host_fwd + expert_fwd, host_bwd + expert_bwd),
-                           host_excess, FRAMEWORKS[job.framework].dp_gather_overlap)
+    windows = dp_windows_s(layout, lp, cp, n, z3.total_s, stage_work, host_pass, host_excess,
+                           FRAMEWORKS[job.framework].dp_gather_overlap)
     dp_parts = dp_exposed_parts(layout, dp, windows, eff.overlap_contention, m)
     # tied input and output embeddings on different stages: their gradients all-reduced once per step
     tied = tied_embedding_s(job, layout, tiers)
