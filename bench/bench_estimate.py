@@ -16,6 +16,14 @@ warm-up run per case writes the .pyc files), as pip compiles them when it instal
 On a shared machine compare `json` with `bare`: the load moves both.
 
     python bench/bench_estimate.py [-n 15] [--budget 0.15] [--report-only] [--only json bare]
+
+On a machine shared with other work CPU time moves with the load; `--instructions` counts instead the
+instructions each case executes (valgrind's callgrind, one run per case after the warm-up): deterministic to
+a few tenths of a percent, so that a change can be measured before/after on any machine. It checks no budget
+(the budgets are CPU time on a quiet machine); issue 36's figures (116 ms tables, 68 ms --json at 579 M and
+371 M instructions) put a millisecond at about 5 M instructions.
+
+    python bench/bench_estimate.py --instructions [--only table json bare]
 """
 
 from __future__ import annotations
@@ -23,11 +31,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -74,6 +84,17 @@ def run_once(cmd: list[str], env: dict[str, str], capture: bool = False) -> tupl
     return wall, cpu, proc
 
 
+def instructions(cmd: list[str], env: dict[str, str]) -> float:
+    """Instructions one run of `cmd` executes [millions] (valgrind --tool=callgrind; the child's output discarded)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/out", *cmd], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    found = re.search(r"Collected : (\d+)", proc.stderr)
+    if proc.returncode != 0 or found is None:
+        sys.exit(f"bench_estimate: valgrind failed on {' '.join(cmd)}: {proc.stderr.strip()[-400:]}")
+    return int(found.group(1)) / 1e6
+
+
 def check(name: str, proc: subprocess.CompletedProcess) -> None:
     """A case must succeed, and a --json case must print one JSON object."""
     if proc.returncode != 0:
@@ -88,6 +109,8 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=BUDGET_S, help="budget for the median of `json` [s]")
     ap.add_argument("--report-only", action="store_true", help="never fail on the budget")
     ap.add_argument("--only", nargs="*", help="run only these cases")
+    ap.add_argument("--instructions", action="store_true",
+                    help="count the instructions of one run per case (valgrind) instead of timing them")
     args = ap.parse_args()
 
     env = dict(os.environ)
@@ -96,6 +119,13 @@ def main() -> int:
     table = {k: v for k, v in cases(console_script()).items() if not args.only or k in args.only}
     for name, (cmd, extra) in table.items():          # warm-up: file cache, .pyc files; checks output
         check(name, run_once(cmd, {**env, **extra}, capture=True)[2])
+    if args.instructions:
+        if shutil.which("valgrind") is None:
+            sys.exit("bench_estimate: --instructions needs valgrind (apt-get install valgrind)")
+        print(f"{'case':<12} {'instructions':>14}")
+        for name, (cmd, extra) in table.items():
+            print(f"{name:<12} {instructions(cmd, {**env, **extra}):12.1f} M")
+        return 0
     walls: dict[str, list[float]] = {k: [] for k in table}
     cpus: dict[str, list[float]] = {k: [] for k in table}
     for _ in range(args.runs):

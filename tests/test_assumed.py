@@ -142,3 +142,11 @@ def test_a_run_that_ran_is_judged_without_the_planning_margin(tmp_path):
     assert estimate(as_it_ran(s)).memory.fits
     stated = scenario_from_mapping({**BIG, "seq_len": seq, "recompute": "full", "memory_headroom": "5%"}, "test")
     assert as_it_ran(stated) == stated and not estimate(stated).memory.fits
+
+
+def test_an_fp8_only_setting_is_not_named_for_a_bf16_run():
+    """fp8_params exists only with FP8/FP4 GEMMs: a BF16 run that does not state it is not said to lack it."""
+    from trainest.validate_memory import unstated_settings
+    bf16 = scenario_from_mapping({"model": "llama3-8b"}, "test")
+    fp8 = scenario_from_mapping({"model": "llama3-8b", "precision": "fp8"}, "test")
+    assert "fp8_params" not in unstated_settings(bf16) and "fp8_params" in unstated_settings(fp8)

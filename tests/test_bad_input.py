@@ -261,7 +261,7 @@ BAD_SCENARIOS = [
     ("model-list", _mutated(GOOD_SCENARIO, ("model",), ["llama3-8b"]), ("model", "preset name")),
     ("model-number", _mutated(GOOD_SCENARIO, ("model",), 8), ("model",)),
     ("model-mapping-missing-key", _mutated(GOOD_SCENARIO, ("model",), {"layers": 2, "hidden": 64, "heads": 4}),
-     ("missing required key 'ffn_hidden'",)),
+     ("missing required keys 'ffn_hidden', 'vocab'",)),      # every key missing, at once
     ("model-mapping-1e30-layers", _mutated(GOOD_SCENARIO, ("model",), {
         "layers": 1e30, "hidden": 4096, "ffn_hidden": 16384, "heads": 32, "vocab": 50000}), ("layers", "absurdly large")),
     ("hardware-list", _mutated(GOOD_SCENARIO, ("hardware",), [1, 2]), ("hardware", "must be text")),

@@ -39,7 +39,7 @@ VTRAIN_SET = "vtrain-single-node"
 RUN_KEYS = {"id", "set", "finetune", "packed_length", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
             "master_weights", "grad_dtype", "loss", "optimizer", "optimizer_in_backward", "offload",
             "parallel", "micro_batch", "global_batch", "recompute", "recompute_modules", "attention", "framework", "kernels",
-            "cuda_graphs", "moe_dispatcher", "adam_moments", "fp8_params", "fused_grouped_mlp", "fp8_attention", "measured",
+            "cuda_graphs", "moe_dispatcher", "adam_moments", "fp8_params", "bf16_layers", "fused_grouped_mlp", "fp8_attention", "measured",
             "expressible", "reason",
             "confidence",
             "notes",
@@ -404,11 +404,15 @@ def test_recipe_settings_map_to_inputs_the_same_way_for_every_record():
         rec.update(id="r", source={"tag": "t"})
         return settings_of(rec, False)[0]
     assert top(fp8_param=True, fp8="e4m3").get("fp8_params") is True and "fp8_params" not in top(fp8_param=False)
-    # BF16 layers count only with first_last_layers_bf16; a quantisation recipe is named by its overrides
-    assert unmodelled(_recipe(precision={"first_last_layers_bf16": False, "num_layers_at_end_in_bf16": 1})) == []
+    # BF16 layers count only with first_last_layers_bf16 and an FP8/FP4 recipe; a quantisation recipe is named by
+    # its overrides
+    assert "bf16_layers" not in top(fp4="e2m1", first_last_layers_bf16=False, num_layers_at_end_in_bf16=1)
+    assert "bf16_layers" not in top(fp4=None, first_last_layers_bf16=True, num_layers_at_end_in_bf16=1)
+    assert top(fp4="e2m1", first_last_layers_bf16=True, num_layers_at_start_in_bf16=1,
+               num_layers_at_end_in_bf16=14)["bf16_layers"] == 15
     assert unmodelled(_recipe(precision={"first_last_layers_bf16": True, "num_layers_at_end_in_bf16": 14,
                                          "quant_recipe": "RecipeConfig(matcher(a), matcher(b))"})) \
-        == ["num_layers_at_end_in_bf16 14", "quant_recipe (2 module precision overrides)"]
+        == ["quant_recipe (2 module precision overrides)"]
 
 
 def test_megatron_bridge_runs_carry_their_recipes_settings():

@@ -642,3 +642,27 @@ def test_the_fused_grouped_mlp_drops_the_routed_activation_and_its_cast(capsys):
         scenario_from_mapping({"model": "llama3-8b", "fused_grouped_mlp": True}, "t")
     code, out, err = call_entry(["estimate", "--model", "llama3-8b", "--fused-grouped-mlp"], capsys)
     assert code == 1 and out == "" and len(err.strip().splitlines()) == 1 and "fused-grouped-mlp" in err
+
+
+def test_layers_kept_in_bf16_take_the_mean_time_per_flop_of_their_gemms():
+    """Issue 33 (docs/model.md §2.2): B of L layers kept in BF16 in an FP4 model: the GEMMs' rate is the layers' mean
+    time per FLOP, 1/((1 − B/L)/r_fp4 + (B/L)/r_bf16); 0 layers is the FP4 rate, L the BF16 rate; the step grows with
+    B. The bug this catches: the Nemotron 3 Super NVFP4 recipes' 14 BF16 layers ran in FP4, 20-50 % too fast.
+    Refused in one line without FP8/FP4 or above the model's layers."""
+    from trainest.estimate import estimate
+    from trainest.scenario import job_of
+    from trainest.step.rates import gemm_peak_fraction
+    base = {"model": "qwen3-30b-a3b", "hardware": "b200", "devices": 8, "precision": "fp4", "parallel": {"ep": 8}}
+    jobs = {b: job_of(scenario_from_mapping({**base, "bf16_layers": b}, "t")) for b in (0, 12, 48)}
+    hw = jobs[0].hardware
+    eff = hw.efficiency
+    r4, r16 = hw.peak("fp4") * eff.gemm * eff.low_precision_gemm, hw.peak("bf16") * eff.gemm
+    assert gemm_peak_fraction(jobs[0]) * hw.peak("fp4") == pytest.approx(r4)
+    assert gemm_peak_fraction(jobs[48]) * hw.peak("fp4") == pytest.approx(r16)
+    assert gemm_peak_fraction(jobs[12]) * hw.peak("fp4") == pytest.approx(1.0 / (0.75 / r4 + 0.25 / r16))
+    steps = [estimate(scenario_from_mapping({**base, "bf16_layers": b}, "t")).step.time_s for b in (0, 12, 48)]
+    assert steps[0] < steps[1] < steps[2]
+    with pytest.raises(SpecError, match="bf16_layers: 4 keeps layers in BF16 out of FP8/FP4 GEMMs"):
+        scenario_from_mapping({**base, "precision": "bf16", "bf16_layers": 4}, "t")
+    with pytest.raises(SpecError, match="bf16_layers: 49 is more than the model's 48 layers"):
+        scenario_from_mapping({**base, "bf16_layers": 49}, "t")

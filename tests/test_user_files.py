@@ -354,6 +354,17 @@ def test_an_unknown_node_path_names_the_scale_up_domain_when_the_file_gives_a_sc
     assert code == 0 and json.loads(out)["step"]["time_s"] > 0
 
 
+def test_a_hardware_file_missing_several_keys_names_them_all_at_once(tmp_path, capsys):
+    """A newcomer's first accelerator file (name, peaks, memory) was refused one missing key per try: 'system',
+    then 'efficiency', then 'source' (issue 36, the unusual-accelerator task)."""
+    from helpers import call_entry
+    path = tmp_path / "accel.yaml"
+    path.write_text("name: accel\npeak_tflops: {bf16: 500}\nmemory: {capacity_gb: 64, bandwidth_gb_per_s: 2000}\n")
+    code, out, err = call_entry(["estimate", "--hardware", str(path)], capsys)
+    assert code == 1 and out == "" and len(err.splitlines()) == 1
+    assert all(f"'{key}'" in err for key in ("system", "efficiency", "source"))
+
+
 def test_a_user_file_edited_in_the_same_process_is_read_again(tmp_path):
     """catalog cached a user's hardware/model file by its path alone: in one process (a notebook, a library
     caller) the file edited since gave its old values without a word. Found by tools/fuzz_cli.py's round

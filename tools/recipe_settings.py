@@ -151,6 +151,11 @@ def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
         par["moe_overlap"] = "deepep" if overlap else "none"
         used.append(f"moe_overlap {par['moe_overlap']} (overlap_moe_expert_parallel_comm {str(overlap).lower()}, "
                     f"delay_wgrad_compute {str(bool(_value(rec, 'overlap', 'delay_wgrad_compute'))).lower()})")
+    kept = bf16_layers_of(rec)
+    if kept:
+        top["bf16_layers"] = kept
+        used.append(f"bf16_layers {kept} (first_last_layers_bf16: num_layers_at_start_in_bf16 + "
+                    f"num_layers_at_end_in_bf16)")
     fused = bool(moe and _value(rec, "fusions", "use_transformer_engine_op_fuser")
                  and _value(rec, "moe", "moe_grouped_gemm"))
     if fused:
@@ -169,15 +174,23 @@ def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
 # the recipe settings that change time or memory and that trainest has no input for, with the value that does
 # (None: any value but off/empty): BF16 main gradients of the precision-aware optimizer, the TE op fuser,
 # the shared experts overlapped with the dispatch, paged stashing of the expert activations, fine-grained
-# activation offloading, Megatron FSDP, a pipeline layout given as a list of stages, layers kept in BF16 at the
-# start or end of an FP8/FP4 model (with first_last_layers_bf16), per-module precision overrides (a
-# quantisation recipe of module matchers); FP8 parameters are an input (fp8_params, settings_of)
-UNMODELLED = (("precision", "num_layers_at_start_in_bf16", None),
-              ("precision", "num_layers_at_end_in_bf16", None), ("precision", "quant_recipe", None),
+# activation offloading, Megatron FSDP, a pipeline layout given as a list of stages, per-module precision overrides
+# (a quantisation recipe of module matchers); the layers kept in BF16 are an input (bf16_layers, settings_of); FP8 parameters are an input (fp8_params, settings_of)
+UNMODELLED = (("precision", "quant_recipe", None),
               ("optimizer", "main_grads_dtype", "bfloat16"), ("fusions", "use_transformer_engine_op_fuser", None),
               ("moe", "moe_shared_expert_overlap", None), ("moe", "moe_paged_stash", None),
               ("offload", "fine_grained_activation_offloading", None), ("data_parallel", "use_megatron_fsdp", None),
               ("pipeline", "pipeline_model_parallel_layout", None))
+
+
+def bf16_layers_of(rec: dict) -> int:
+    """The layers an FP8/FP4 recipe keeps in BF16 (Megatron-Core applies num_layers_at_start/end_in_bf16 only with
+    first_last_layers_bf16), 0 for none."""
+    low = _value(rec, "precision", "fp8") or _value(rec, "precision", "fp4")
+    if not (low and _value(rec, "precision", "first_last_layers_bf16")):
+        return 0
+    return int(_value(rec, "precision", "num_layers_at_start_in_bf16") or 0) + int(
+        _value(rec, "precision", "num_layers_at_end_in_bf16") or 0)
 
 
 def unmodelled(rec: dict) -> list[str]:
@@ -186,8 +199,6 @@ def unmodelled(rec: dict) -> list[str]:
     said = []
     for section, key, when in UNMODELLED:
         v = _value(rec, section, key)
-        if key.startswith("num_layers_at_") and not _value(rec, "precision", "first_last_layers_bf16"):
-            continue            # Megatron keeps those layers in BF16 only with first_last_layers_bf16
         if (v == when) if when is not None else v not in (None, False, [], ""):
             shown = str(v).lower() if isinstance(v, bool) else v
             if isinstance(v, list):

@@ -166,9 +166,9 @@ def check_keys(data: Any, where: str, required: tuple[str, ...], optional: tuple
         if key not in allowed:
             raise SpecError(f"{where}: unknown key {show(key)}{did_you_mean(key, allowed)}; "
                             f"allowed: {', '.join(sorted(allowed))}")
-    for key in required:
-        if key not in data or data[key] is None:
-            raise SpecError(f"{where}: missing required key {show(key)}")
+    missing = [show(key) for key in required if key not in data or data[key] is None]
+    if missing:                       # all of them at once: a file written by hand needs no round per key
+        raise SpecError(f"{where}: missing required key{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
     return data
 
 

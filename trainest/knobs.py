@@ -111,7 +111,7 @@ PANELS: dict[str, tuple[str, ...]] = {
                "kernels", "framework", "plan", "allow", "max_tp", "max_pp", "max_cp", "max_vpp", "max_micro_batch"),
     "Batch": ("micro_batch", "global_batch", "global_batch_tokens", "seq_len", "packed_length"),
     "Precision": ("precision", "adam_moments", "optimizer", "master_weights", "grad_dtype", "optimizer_in_backward",
-                  "loss", "fp8_params", "fp8_attention"),
+                  "loss", "fp8_params", "bf16_layers", "fp8_attention"),
     "Fine-tuning": ("finetune", "lora_rank", "lora_alpha", "lora_targets", "base_bits"),
     "Run and cost": ("tokens", "price_per_hour", "pue", "grid_gco2_per_kwh", "objective", "deadline", "budget",
                      "max_days", "max_cost", "require_fit"),
@@ -124,7 +124,9 @@ KNOBS: tuple[Knob, ...] = (
     K("model", ("--model", "-m"), "str",
       "Model: a preset name, a model YAML, or a Hugging Face config.json (the file or its folder).", "llama3-8b",
       job=True),
-    K("hardware", ("--hardware", "-H"), "str", "Hardware catalog name or YAML path.", "h100-sxm", job=True),
+    K("hardware", ("--hardware", "-H"), "str",
+      "Hardware: a catalog name (trainest list hardware) or a hardware YAML (schema: specs/README.md).", "h100-sxm",
+      job=True),
     K("devices", ("--devices", "--gpus", "-n"), "int", "Number of devices N.",
       "one node (at most 8), or tp·pp·cp rounded up"),
     K("devices_per_node", ("--devices-per-node",), "int", "Devices per node / host.", "hardware's", job=True),
@@ -246,6 +248,10 @@ KNOBS: tuple[Knob, ...] = (
       "all-gather: 1 B per weight instead of 2 (the FP32 master unchanged), gathered and all-gathered in FP8; a "
       "LoRA's frozen base stored in FP8 (MLPerf's Llama 2 70B LoRA). docs/model.md §7.9.", "off", job=True,
       fallback=False),
+    K("bf16_layers", ("--bf16-layers",), "int", "With precision fp8 or fp4: this many of the model's layers (at its "
+      "start and end) keep their GEMMs in BF16 (Megatron-Core --first-last-layers-bf16 with "
+      "--num-layers-at-start-in-bf16 and --num-layers-at-end-in-bf16, summed); 0: every layer in low precision. "
+      "docs/model.md §2.2.", "0", job=True, fallback=0, limits=(0, 100000)),
     K("fp8_attention", ("--fp8-attention/--no-fp8-attention",), "switch", "Run the attention core's two products "
       "(QKᵀ and PV) on the FP8 tensor cores (precision fp8 or fp4 only): Transformer Engine's FP8 dot-product "
       "attention (NVTE_FP8_DPA=1, Megatron-Core --fp8-dot-product-attention; MLPerf's Llama 2 70B LoRA), cuDNN's "

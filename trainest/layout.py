@@ -74,6 +74,7 @@ class Job(NamedTuple):
     fp8_params: bool = False         # the working weights stored in FP8 (TE/Megatron fp8_param), docs/model.md §7.9
     fp8_attention: bool = False      # the attention core's products in FP8 (TE FP8 dot-product attention), §2.4
     fused_grouped_mlp: bool = False  # the routed experts' activation and its cast in the grouped GEMMs, §15.12
+    bf16_layers: float = 0.0         # layers whose GEMMs stay BF16 in an FP8/FP4 model (first/last layers), §2.2
     recompute_layers: float = 0.0    # full recompute of this many layers per stage and chunk (0: all), §7.10
 
     def recomputes(self, module: str) -> float:

@@ -96,8 +96,15 @@ def as_it_ran(scenario: Any) -> Any:
 
 
 def unstated_settings(scenario: Any) -> tuple[str, ...]:
-    """The MEMORY_SETTINGS a scenario took as defaults (its record left them out)."""
-    return tuple(k for k in MEMORY_SETTINGS if k in scenario.derived)
+    """The MEMORY_SETTINGS a scenario took as defaults (its record left them out), but those that exist only with
+    FP8/FP4 GEMMs in a run without them."""
+    return unstated_of(scenario.derived, scenario.precision)
+
+
+def unstated_of(derived: Iterable[str], precision: str) -> tuple[str, ...]:
+    """The MEMORY_SETTINGS among a run's defaulted values (`derived`) that apply at its precision."""
+    low = precision in ("fp8", "fp4")
+    return tuple(k for k in MEMORY_SETTINGS if k in derived and (low or k not in FP8_ONLY_SETTINGS))
 
 
 def assumed_of(value: Any, where: str) -> tuple[str, ...]:
@@ -203,7 +210,7 @@ def run_memory(r: Any) -> MemoryResult:
                         compared_with=PEAK_MEMORY_COMPARED[kind].removesuffix("_bytes"),
                         measured_bytes=float(r.measured_memory_bytes or 0.0),
                         predicted_bytes=float(r.predicted_memory_bytes or 0.0), fits=r.fits,
-                        unstated=tuple(k for k in MEMORY_SETTINGS if k in r.derived), assumed=r.assumed,
+                        unstated=unstated_of(r.derived, r.precision), assumed=r.assumed,
                         deciding=r.deciding)
 
 

@@ -20,7 +20,7 @@ from trainest.validate import (
     Summary,
     ValidationReport,
 )
-from trainest.validate_memory import JOINT, LIGHTEST_SETTING, MEMORY_SETTINGS, MemoryResult, by_kind
+from trainest.validate_memory import JOINT, LIGHTEST_SETTING, MemoryResult, by_kind, unstated_of
 
 
 def summary_dict(s: Summary) -> dict[str, Any]:
@@ -201,8 +201,8 @@ def run_notes(result: ValidationReport) -> list[str]:
                    f"memory model{needs}: check its layout, zero and recompute; far over (more than "
                    f"{MISSPECIFIED_MEMORY_FACTOR:g}x the device's memory) it is mis-specified, its error says little, "
                    f"and `trainest calibrate` leaves it out of its fit.")
-        out += [f"  {r.id} does not fit; " + nofit_reason(r.assumed, unstated_of(r.derived), r.deciding, r.unmodelled)
-                for r in nofit]
+        out += [f"  {r.id} does not fit; "
+                + nofit_reason(r.assumed, unstated_of(r.derived, r.precision), r.deciding, r.unmodelled) for r in nofit]
     unseen = unseen_frameworks(r.framework for r in result.runs)
     if unseen:
         names = ", ".join(f"{k} ({plural(v, 'run')})" for k, v in unseen.items())
@@ -246,11 +246,6 @@ def memory_notes(rows: Iterable[MemoryResult]) -> list[str]:
             out.append(f"  {r.id} ran with a measured peak of {r.measured_bytes / GiB:.4g} GiB, and trainest says it "
                        f"does not fit: {nofit_reason(r.assumed, r.unstated, r.deciding)}")
     return out
-
-
-def unstated_of(derived: Iterable[str]) -> tuple[str, ...]:
-    """The memory settings (validate.MEMORY_SETTINGS) among a run's defaulted values."""
-    return tuple(k for k in MEMORY_SETTINGS if k in derived)
 
 
 def nofit_reason(assumed: Iterable[str], unstated: Iterable[str], deciding: Iterable[str],

@@ -32,6 +32,7 @@ from trainest.frameworks import FRAMEWORKS
 from trainest.knobs import SIMPLE, Knob
 from trainest.rules import Facts, facts_of
 from trainest.scenario.checks import (
+    check_bf16_layers,
     check_finetune,
     check_memory_knobs,
     check_network,
@@ -393,14 +394,15 @@ def simple_knobs(r: _Reader) -> tuple[tuple[str, Any], ...]:
                  for k in SIMPLE)
 
 
-def _check_knobs_on_the_model(knobs: dict[str, Any], model: Model, where: str) -> None:
+def _check_knobs_on_the_model(knobs: dict[str, Any], model: Model, precision: str, where: str) -> None:
     """The rules of the simple knobs that read the model: the MoE dispatcher, the fused grouped MLP (experts
-    needed) and recompute_layers (at most the model's layers)."""
+    needed), recompute_layers and bf16_layers (at most the model's layers)."""
     _check_moe_dispatcher(knobs["moe_dispatcher"], model, where)
     if knobs["fused_grouped_mlp"] and model.moe is None:
         raise SpecError(f"{at(where, 'fused_grouped_mlp')}: true fuses the routed experts' activation into their "
                         f"grouped GEMMs, and {model.name} has no experts; allowed with it: false")
     check_recompute_layers(knobs["recompute_layers"], model.layers, where)
+    check_bf16_layers(knobs["bf16_layers"], model.layers, precision, where)
 
 
 def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
@@ -455,7 +457,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     packed_length = packed_length_of(data.get("packed_length"), seq_len, where)
     kernels = F.choice(r.default("kernels", fw.kernels), at(where, "kernels"), KERNELS)
     knobs = simple_knobs(r)
-    _check_knobs_on_the_model(dict(knobs), model, where)
+    _check_knobs_on_the_model(dict(knobs), model, precision, where)
     moments = _moments_of(r, dict(knobs), precision, global_batch // (dp * micro_batch), where)
     dp_overlap = F.boolean(r.default_in(par, "parallel.dp_overlap", fw.dp_overlap), at(where, "parallel.dp_overlap"))
     check_framework(framework, sizes, par, where, label)

@@ -279,6 +279,17 @@ def check_recompute_layers(layers: int, model_layers: int, where: str) -> None:
                         f"allowed: 0 (every layer) to {model_layers}")
 
 
+def check_bf16_layers(layers: int, model_layers: int, precision: str, where: str) -> None:
+    """`bf16_layers` N > 0 keeps N layers' GEMMs in BF16 (docs/model.md §2.2): only an FP8/FP4 model has lower-
+    precision GEMMs to keep them from, and no model has more layers than its own."""
+    if layers and precision not in ("fp8", "fp4"):
+        raise SpecError(f"{at(where, 'bf16_layers')}: {layers} keeps layers in BF16 out of FP8/FP4 GEMMs, and "
+                        f"precision is {precision}; allowed with it: 0 (or give precision fp8 or fp4)")
+    if layers > model_layers:
+        raise SpecError(f"{at(where, 'bf16_layers')}: {layers} is more than the model's {model_layers} layers; "
+                        f"allowed: 0 to {model_layers}")
+
+
 def check_memory_knobs(knobs: dict[str, Any], precision: str, micro_batches: int, where: str) -> None:
     """The dtype and optimizer knobs against the precision and the batch (docs/model.md §7.2): BF16 gradients are a
     BF16 run's (FP16 runs keep FP16 ones, FP32/TF32 runs FP32 ones); no master only where the weights are 16-bit;

@@ -170,11 +170,27 @@ def attention_flops_per_s(job: Job, layout: Layout, span: Num | None = None) -> 
             * (eff.flash2_attention if job.attention == "flash2" else 1.0))
 
 
+def gemm_peak_fraction(job: Job) -> float:
+    """η_max of the job's GEMMs as a fraction of its precision's peak: η_gemm (16 bit); FP8/FP4 η_lp·η_gemm, and
+    with `bf16_layers` B of the L layers kept in BF16 the rate whose time per FLOP is the layers' mean,
+    1 / ((1 − B/L)/(P_lp·η_lp·η_gemm) + (B/L)/(P_16·η_gemm)), over P_lp (docs/model.md §2.2)."""
+    hw, eff = job.hardware, job.hardware.efficiency
+    if not job.low_precision:
+        return eff.gemm
+    low = eff.gemm * eff.low_precision_gemm
+    kept = min(job.bf16_layers / job.model.layers, 1.0)
+    if not kept:
+        return low
+    peak_low, peak_16 = hw.peak(job.precision), hw.peak("bf16")
+    return 1.0 / ((1.0 - kept) / (peak_low * low) + kept / (peak_16 * eff.gemm)) / peak_low
+
+
 def rates_of(job: Job, layout: Layout) -> Rates:
-    """The device's achievable rates (hardware efficiencies applied; FP8/FP4 GEMMs at η_lp·η_gemm)."""
+    """The device's achievable rates (hardware efficiencies applied; FP8/FP4 GEMMs at η_lp·η_gemm, or the
+    layers' mean with BF16 layers: `gemm_peak_fraction`)."""
     hw, eff = job.hardware, job.hardware.efficiency
     return Rates(peak_flops_per_s=hw.peak(job.precision),
-                 gemm_peak_fraction=eff.gemm * (eff.low_precision_gemm if job.low_precision else 1.0),
+                 gemm_peak_fraction=gemm_peak_fraction(job),
                  gemm_half_dim=eff.gemm_half_dim, memory_bytes_per_s=hw.memory_bytes_per_s * eff.memory,
                  attention_flops_per_s=attention_flops_per_s(job, layout), gemm_input_bytes=job.gemm_input_bytes,
                  element_bytes=job.element_bytes,
