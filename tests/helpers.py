@@ -105,6 +105,7 @@ def bundled_runs():
 
 def bundled_cases(run_set: str | None = None) -> tuple:
     """The bundled expressible cases (bundled_runs), those of one run set when `run_set` is given: the cases
-    `load_runs(run_set=...)` gives, in the same order (tests/test_runs_cache.py checks it)."""
+    `load_runs(run_set=...)` gives, in the same order (load_runs filters on the same `run_set`; the vTrain set's
+    equality is checked in test_vtrain_report)."""
     cases = bundled_runs().cases
     return cases if run_set is None else tuple(c for c in cases if c.run_set == run_set)

@@ -88,6 +88,18 @@ def test_a_folder_holding_config_json_loads_the_same():
     assert load_model(str(CONFIGS / "Mixtral-8x7B-v0.1")) == load_model(str(CONFIGS / "Mixtral-8x7B-v0.1" / "config.json"))
 
 
+def test_a_bare_config_json_is_named_after_the_current_folder(tmp_path, monkeypatch):
+    """`--model config.json` run inside the model's folder was named 'config' in every table (found walking issue
+    36's Hugging Face MoE task); the folder's name is the model id, as for `--model FOLDER/config.json`."""
+    folder = tmp_path / "my-moe"
+    folder.mkdir()
+    data = _config("Mixtral-8x7B-v0.1")
+    data.pop("_name_or_path", None)
+    (folder / "config.json").write_text(json.dumps(data), encoding="utf-8")
+    monkeypatch.chdir(folder)
+    assert load_model("config.json").name == "my-moe" == load_model(str(folder / "config.json")).name
+
+
 def test_seq_len_is_the_pretraining_length_capped():
     assert load_model(str(CONFIGS / "Meta-Llama-3-8B")).seq_len == 8192               # 8192 positions
     assert load_model(str(CONFIGS / "Mistral-7B-v0.1")).seq_len == HF_SEQ_LEN_CAP == 8192  # 32768 positions

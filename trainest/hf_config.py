@@ -518,9 +518,12 @@ def hf_model(data: dict, where: str) -> Any:
 
 
 def _default_name(where: str) -> str:
-    """The folder a config.json sits in (its model id, usually), else the file's stem."""
+    """The folder a config.json sits in (its model id, usually; the current folder for a bare `config.json`), else
+    the file's stem."""
     path = Path(where)
-    return path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    if path.name == "config.json" and path.absolute().parent.name:
+        return path.absolute().parent.name
+    return path.stem
 
 
 class _StrictJsonError(Exception):

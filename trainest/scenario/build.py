@@ -253,16 +253,11 @@ def _check_schedule(sizes: dict[str, Any], dp: int, micro_batch: int, global_bat
                                              global_batch=global_batch), where)
 
 
-def _check_moe_knobs(knobs: dict[str, Any], model: Model, where: str) -> None:
-    """deepep and hybridep dispatch tokens to experts, and fused_grouped_mlp fuses the experts' activation: they
-    need a mixture-of-experts model."""
-    dispatcher = knobs["moe_dispatcher"]
+def _check_moe_dispatcher(dispatcher: str, model: Model, where: str) -> None:
+    """deepep and hybridep dispatch tokens to experts: they need a mixture-of-experts model."""
     if dispatcher != "alltoall" and model.moe is None:
         raise SpecError(f"{at(where, 'moe_dispatcher')}: {dispatcher} needs a mixture-of-experts model (it dispatches "
                         f"tokens to experts); {model.name} is dense: leave it at alltoall")
-    if knobs["fused_grouped_mlp"] and model.moe is None:
-        raise SpecError(f"{at(where, 'fused_grouped_mlp')}: true fuses the routed experts' activation into their "
-                        f"grouped GEMMs, and {model.name} has no experts; allowed with it: false")
 
 
 def _moe_overlap_of(par: dict[str, Any], model: Model, where: str) -> str:
@@ -399,6 +394,17 @@ def simple_knobs(r: _Reader) -> tuple[tuple[str, Any], ...]:
                  for k in SIMPLE)
 
 
+def _check_knobs_on_the_model(knobs: dict[str, Any], model: Model, precision: str, where: str) -> None:
+    """The rules of the simple knobs that read the model: the MoE dispatcher, the fused grouped MLP (experts
+    needed), recompute_layers and bf16_layers (at most the model's layers)."""
+    _check_moe_dispatcher(knobs["moe_dispatcher"], model, where)
+    if knobs["fused_grouped_mlp"] and model.moe is None:
+        raise SpecError(f"{at(where, 'fused_grouped_mlp')}: true fuses the routed experts' activation into their "
+                        f"grouped GEMMs, and {model.name} has no experts; allowed with it: false")
+    check_recompute_layers(knobs["recompute_layers"], model.layers, where)
+    check_bf16_layers(knobs["bf16_layers"], model.layers, precision, where)
+
+
 def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
                           shape: dict[str, Any] | None = None, schedules_need_a_pipeline: bool = False) -> Scenario:
     """Validate a scenario mapping (schema in specs/README.md), fill the defaults of the one default
@@ -451,9 +457,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     packed_length = packed_length_of(data.get("packed_length"), seq_len, where)
     kernels = F.choice(r.default("kernels", fw.kernels), at(where, "kernels"), KERNELS)
     knobs = simple_knobs(r)
-    _check_moe_knobs(dict(knobs), model, where)
-    check_recompute_layers(dict(knobs)["recompute_layers"], model.layers, where)
-    check_bf16_layers(dict(knobs)["bf16_layers"], model.layers, precision, where)
+    _check_knobs_on_the_model(dict(knobs), model, precision, where)
     moments = _moments_of(r, dict(knobs), precision, global_batch // (dp * micro_batch), where)
     dp_overlap = F.boolean(r.default_in(par, "parallel.dp_overlap", fw.dp_overlap), at(where, "parallel.dp_overlap"))
     check_framework(framework, sizes, par, where, label)
