@@ -555,3 +555,53 @@ def test_option_help_keeps_square_brackets(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     code, out, _ = call_entry(["sweep", "--help"], capsys)
     assert code == 0 and 'pip install "trainest[plot]"' in out
+
+
+@pytest.mark.parametrize(("command", "flag", "value"),
+                         [("estimate", "--devices", "8..64"), ("estimate", "-n", "8..64:8"),
+                          ("estimate", "--gpus", "8,16"), ("calibrate", "--devices", "8..64"),
+                          ("estimate", "--tp", "1..2")])
+def test_a_range_given_where_one_value_is_taken_points_to_the_command_that_takes_it(command, flag, value, capsys):
+    """`estimate --devices 8..64` said only that '8..64' is not a valid integer (issue 36): the error names the value,
+    says the command takes one value, and gives a command taking the range that runs as pasted."""
+    code, out, err = call_entry([command, flag, value], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("Error: "), err
+    assert f"'{value}'" in err and "sweep" in err
+    if ".." in value and flag != "--tp":
+        assert "plan" in err and "compare" in err       # both take a --devices range (not a list)
+    pasted = err.split("e.g. ", 1)[1].split(" (see ", 1)[0].split()
+    assert pasted[:2] == ["trainest", "sweep"] and pasted[-1] == value
+    code, out, err = call_entry([*pasted[1:], "--csv", "-q"], capsys)
+    assert code == 0 and len(out.splitlines()) >= 3, err    # a header and at least two points
+
+
+def test_a_malformed_count_is_still_refused_as_not_a_number(capsys):
+    code, out, err = call_entry(["estimate", "--devices", "8..x"], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "'8..x'" in err and "sweep" not in err
+
+
+def test_a_bare_model_name_that_is_both_a_preset_and_a_local_folder_is_refused(tmp_path, monkeypatch, capsys):
+    """`--model Mixtral-8x7B` took the preset over ./Mixtral-8x7B (a downloaded config) without a word (issue 36):
+    the two may differ, so the bare name is refused naming both; ./Mixtral-8x7B takes the folder and the preset's
+    path the preset."""
+    from trainest.catalog import specs_dir
+    folder = tmp_path / "Mixtral-8x7B"
+    folder.mkdir()
+    shutil.copy(Path(__file__).parent / "hf_configs" / "Mixtral-8x7B-v0.1" / "config.json", folder / "config.json")
+    preset = specs_dir() / "models" / "mixtral-8x7b.yaml"
+    monkeypatch.chdir(tmp_path)
+    code, out, err = call_entry(["estimate", "--model", "Mixtral-8x7B", "--devices", "16", "--json"], capsys)
+    assert code == 1 and out == "" and err.count("\n") == 1 and "'Mixtral-8x7B'" in err, err
+    assert "./Mixtral-8x7B" in err and str(preset) in err
+    docs = {}
+    for choice in ("./Mixtral-8x7B", str(preset)):
+        code, out, err = call_entry(["estimate", "--model", choice, "--devices", "16", "--json", "-q"], capsys)
+        assert code == 0, err
+        docs[choice] = json.loads(out)
+    monkeypatch.chdir(Path(__file__).parent)        # no such folder here: the bare name is the preset, as before
+    code, out, err = call_entry(["estimate", "--model", "Mixtral-8x7B", "--devices", "16", "--json", "-q"], capsys)
+    bare = json.loads(out)
+    assert code == 0 and all(bare[k] == docs[str(preset)][k] for k in ("step", "memory")), err
+    monkeypatch.chdir(tmp_path)
+    code, out, err = call_entry(["list", "models", "-q"], capsys)     # listing the presets is not ambiguous
+    assert code == 0 and "mixtral-8x7b" in out, err

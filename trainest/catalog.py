@@ -408,12 +408,37 @@ def _hub_name_error(value: str) -> str:
             f"(`trainest list models`)")
 
 
+def _ambiguous_model_error(value: str, preset: Path | None) -> str | None:
+    """The error for a bare name (no slash, no leading dot) that is both the catalog's preset `preset` and a file
+    or folder in the current directory: which is which and how to give each, else None. Refused rather than one
+    taken with a note: the two may be different models (a downloaded config of a fine-tune, an edited copy), and a
+    note on stderr is lost under -q, --json in a script, or a plan's progress bar."""
+    if preset is None or "/" in value or os.sep in value or value.startswith((".", "~")) or not _exists(value):
+        return None
+    kind = "folder" if Path(value).is_dir() else "file"
+    return (f"model {F.show(value)} is both the preset {preset.stem!r} and the {kind} ./{value} in the current "
+            f"directory; give ./{value} for the {kind}, or {preset} for the preset")
+
+
+def load_preset_model(name: str) -> Model:
+    """The catalog's model preset `name` (or alias), never a file or folder of that name in the current directory."""
+    key = name.strip().lower()
+    path = _catalog_files("models").get(key) or _model_aliases().get(key)
+    if path is None:
+        raise SpecError(f"unknown model preset {F.show(name)}; run `trainest list models` for the presets")
+    return _load_model_path(str(path))
+
+
 def load_model(value: str) -> Model:
     """A preset name (`llama3-8b`), a path to a model YAML file, or a Hugging Face `config.json` (or
-    the folder holding it; read offline by trainest/hf_config.py)."""
+    the folder holding it; read offline by trainest/hf_config.py). A bare name that is both a preset and a file
+    or folder in the current directory is refused as ambiguous (`_ambiguous_model_error`)."""
     value = str(value).strip()
     files = _catalog_files("models")
     key = value.lower()
+    ambiguous = _ambiguous_model_error(value, files.get(key) or (_model_aliases().get(key) if _exists(value) else None))
+    if ambiguous is not None:
+        raise SpecError(ambiguous)
     if key in files:
         return _load_model_path(str(files[key]))
     hf = _hf_config_file(value)

@@ -23,6 +23,7 @@ Standard library only: this module is on the start-up path of every `trainest es
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from trainest.choices import VOCABULARIES
@@ -439,6 +440,31 @@ SWEEP_OPTIONS: tuple[Knob, ...] = (
     BY_NAME["json_out"],
     BY_NAME["quiet"]._replace(help="No progress bar, no warnings."),
 )
+
+# the commands whose option takes a range of values where the others take one (plan and compare a --devices
+# range a..b or a..b:s, sweep those and lists a,b,c of every knob of SWEEP_RANGES), for the error that points
+# there (`one_value_error`)
+RANGE_COMMANDS: dict[str, tuple[str, ...]] = {**{n: ("sweep",) for n in SWEEP_RANGES},
+                                               "devices": ("plan", "compare", "sweep")}
+LIST_COMMANDS: dict[str, tuple[str, ...]] = {n: ("sweep",) for n in SWEEP_RANGES}
+_ONE_VALUE = {"devices": "one device count"}
+_RANGE = re.compile(r"[0-9]+\.\.[0-9]+(:[0-9]+)?")
+_LIST = re.compile(r"[0-9]+(,[0-9]+)+")
+
+
+def one_value_error(k: Knob, text: str, command: str = "") -> str | None:
+    """Why `text`, given to the one-value option `k` of `command`, is refused when it is a range or list
+    (8..64, 8..64:8, 8,16) that another command takes: the commands that do and the line to paste there
+    (sweep's, which reads every such form). None when `text` is no such range or list, or no command takes it."""
+    word = text.strip()
+    commands = (RANGE_COMMANDS if _RANGE.fullmatch(word) else LIST_COMMANDS if _LIST.fullmatch(word) else {})
+    who = commands.get(k.name, ())
+    if not who:
+        return None
+    listed = ", ".join(who[:-1]) + (" or " if len(who) > 1 else "") + who[-1]
+    return (f"{f'trainest {command}' if command else 'this command'} takes {_ONE_VALUE.get(k.name, 'one value')} "
+            f"for {k.flags[0]}, not '{word}'; a {'range' if '..' in word else 'list'} belongs to trainest {listed}, "
+            f"e.g. trainest sweep {k.flags[0]} {word}")
 
 SHAPE_KEYS = tuple(k.yaml_key for k in KNOBS if k.group == SHAPE)
 PARALLEL_KEYS = tuple(k.yaml_key for k in KNOBS if k.group == PARALLEL)

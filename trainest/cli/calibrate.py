@@ -127,7 +127,7 @@ def _command() -> Any:
     params = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=ann)
               for name, (ann, default) in _OWN.items()]
     params += [inspect.Parameter(k.name, inspect.Parameter.KEYWORD_ONLY, default=k.default,
-                                 annotation=option_annotation(k)) for k in KNOBS]
+                                 annotation=option_annotation(k, "calibrate")) for k in KNOBS]
     calibrate.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
     calibrate.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
     calibrate.__doc__ = HELP

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from trainest.choices import enum
-from trainest.knobs import BY_NAME, Knob
+from trainest.knobs import BY_NAME, RANGE_COMMANDS, Knob, one_value_error
 
 OPTION = BY_NAME
 
@@ -50,8 +50,21 @@ def _enum_of(o: Knob) -> Any:
     return enum(o.choices)
 
 
-def option_annotation(o: Knob | str, **changes: Any) -> Any:
-    """`Annotated[type, typer.Option(...)]` for one option of the table (by object or name);
+def _one_int(o: Knob, command: str) -> Callable[[str], int]:
+    """typer's parser of the one-value int option `o` of `command`: a whole number, as typer reads it; a range or
+    list another command takes (`--devices 8..64`) is refused naming that command (knobs.one_value_error)."""
+    def integer(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            raise typer.BadParameter(one_value_error(o, text, command)
+                                     or f"'{text}' is not a valid integer.") from None
+    integer.__name__ = "int"         # the metavar typer shows in --help (<int>, as for every other int option)
+    return integer
+
+
+def option_annotation(o: Knob | str, command: str = "", **changes: Any) -> Any:
+    """`Annotated[type, typer.Option(...)]` for one option of the table (by object or name) of `command`;
     `changes` replace fields of the option (e.g. a command-specific help text)."""
     if isinstance(o, str):
         o = OPTION[o]
@@ -63,8 +76,10 @@ def option_annotation(o: Knob | str, **changes: Any) -> Any:
     # choices are case-insensitive, like hardware and model names and the YAML keys (`--precision FP8`)
     # the help is plain text: rich would read `pip install "trainest[plot]"` as markup and drop `[plot]`
     from rich.markup import escape
+    # an int that another command takes as a range: its own parser, whose error points there
+    parser = _one_int(o, command) if o.kind == "int" and o.name in RANGE_COMMANDS else None
     option = typer.Option(first, *more, help=escape(o.help), show_default=shown, case_sensitive=o.kind != "choice",
-                          autocompletion=NAME_COMPLETION.get(o.name), rich_help_panel=o.panel)
+                          autocompletion=NAME_COMPLETION.get(o.name), rich_help_panel=o.panel, parser=parser)
     if o.kind == "flag":
         return Annotated[bool, option]
     if o.kind == "list":
@@ -88,7 +103,7 @@ def typer_command(options: tuple[Knob, ...], help_text: str, body: Callable[[dic
             raise typer.Exit(code)
 
     params = [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default,
-                                annotation=option_annotation(o)) for o in options]
+                                annotation=option_annotation(o, name)) for o in options]
     command.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
     command.__doc__ = help_text

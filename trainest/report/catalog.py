@@ -78,7 +78,7 @@ def model_rows() -> list[dict[str, Any]]:
     from trainest import catalog
     rows = []
     for name in catalog.model_names():
-        mo = catalog.load_model(name)
+        mo = catalog.load_preset_model(name)
         rows.append({"name": name, "params": mo.params, "active_params": mo.active_params,
                      "architecture": model_architecture(mo), "layers": mo.layers, "hidden": mo.hidden,
                      "heads": mo.heads, "kv_heads": mo.kv_heads, "mlp": mo.mlp, "seq_len": mo.seq_len,
