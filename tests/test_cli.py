@@ -605,3 +605,25 @@ def test_a_bare_model_name_that_is_both_a_preset_and_a_local_folder_is_refused(t
     monkeypatch.chdir(tmp_path)
     code, out, err = call_entry(["list", "models", "-q"], capsys)     # listing the presets is not ambiguous
     assert code == 0 and "mixtral-8x7b" in out, err
+
+
+def test_sweep_help_offers_only_the_forms_sweep_reads():
+    """`sweep --help` offered every sweepable knob 'a range a..b (doubling), a..b:step or a list' (issue 36's --help
+    walk): --precision bf16..fp8 is refused (a choice takes a list) and a --zero range steps by one. The help now
+    names the forms `knobs.sweep_forms` gives, and these are what `sweep.parse_values` reads."""
+    from trainest.errors import SpecError
+    from trainest.knobs import BY_NAME, SWEEP_OPTIONS, SWEEP_RANGES, sweep_forms
+    from trainest.sweep import parse_values
+    swept = {k.name: k for k in SWEEP_OPTIONS if k.name in SWEEP_RANGES}
+    assert set(swept) == set(SWEEP_RANGES)
+    for name, option in swept.items():
+        k = BY_NAME[name]
+        first, second = (k.choice_values[:2] if k.kind == "choice" else ("1", "2"))
+        assert len(parse_values(k, f"{first},{second}")) == 2
+        try:
+            parse_values(k, f"{first}..{second}")
+            takes_range = True
+        except SpecError:
+            takes_range = False
+        assert takes_range == ("a..b" in sweep_forms(k)) == ("a..b" in option.help), name
+    assert parse_values(BY_NAME["zero"], "0..3") == [0, 1, 2, 3] and "by one" in swept["zero"].help

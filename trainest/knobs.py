@@ -427,9 +427,29 @@ COMPARE_OPTIONS: tuple[Knob, ...] = (
 # `trainest sweep`: estimate's inputs, of which the sweepable take a range or a list (trainest.sweep.SWEEPABLE)
 SWEEP_RANGES = ("devices", "global_batch", "seq_len", "micro_batch", "tp", "pp", "cp", "vpp", "zero", "precision",
                 "recompute", "attention", "kernels", "tokens")
+# sweepable knobs whose a..b ranges step by one (a stage number, which may be 0: 0..3 is every stage), not doubling
+SWEEP_BY_ONE = ("zero",)
+
+
+def sweep_forms(k: Knob) -> tuple[str, ...]:
+    """The forms `trainest sweep` reads for knob `k` (trainest.sweep.parse_values): a choice only a list of its
+    words; a number a range a..b (doubling, or by one for SWEEP_BY_ONE), a..b:step, or a list a,b,c."""
+    if k.kind == "choice":
+        return ("a,b,c",)
+    return ("a..b", "a..b:step", "a,b,c")
+
+
+def _sweep_help(k: Knob) -> str:
+    """`k`'s help in `trainest sweep`: its own, then the forms it takes there (sweep_forms)."""
+    if k.kind == "choice":
+        words = k.choice_values
+        return f"{k.help} Sweep: a list of {', '.join(words)} (e.g. {','.join(words[:2])})."
+    steps = "by one" if k.name in SWEEP_BY_ONE else "doubling"
+    return f"{k.help} Sweep: a range a..b ({steps}), a..b:step or a list a,b,c."
+
+
 SWEEP_OPTIONS: tuple[Knob, ...] = (
-    *(k._replace(kind="str", help=k.help + " Sweep: a range a..b (doubling), a..b:step or a list a,b,c.")
-      if k.name in SWEEP_RANGES else k for k in KNOBS),
+    *(k._replace(kind="str", help=_sweep_help(k)) if k.name in SWEEP_RANGES else k for k in KNOBS),
     BY_NAME["config"],
     K("plan", ("--plan",), "flag", "Each point is the best plan at that value (the plan search; a swept layout knob "
       "is fixed, the others searched), not the estimate of the given layout.", group=COMMAND),

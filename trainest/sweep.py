@@ -23,7 +23,7 @@ from typing import Any
 
 from trainest.errors import SpecError, head
 from trainest.estimate import Estimate, host_misfit_words
-from trainest.knobs import BY_NAME, CLI, PARALLEL, SHAPE, SWEEP_RANGES, Knob
+from trainest.knobs import BY_NAME, CLI, PARALLEL, SHAPE, SWEEP_BY_ONE, SWEEP_RANGES, Knob
 from trainest.units import parse_count, parse_length
 
 # the knobs `sweep` varies; with --plan, those the search varies are fixed at each value through the space
@@ -64,7 +64,7 @@ def is_range(text: Any) -> bool:
 
 
 # knobs whose values may be 0 and whose a..b ranges step by one (a stage number, not a size that doubles)
-STAGE_KNOBS = ("zero",)
+STAGE_KNOBS = SWEEP_BY_ONE
 
 
 def _number(k: Knob, text: str, where: str) -> Any:
