@@ -144,8 +144,19 @@ def build_groups(residuals: Iterable[Residual], coverage: float = COVERAGE) -> d
     for key, ratios in sorted(members.items()):
         interval = conformal_interval(ratios, coverage) if len(ratios) >= MIN_GROUP_RUNS else None
         if interval is not None:
-            out[key] = [round(interval[0], 4), round(interval[1], 4), round(interval[2], 4), len(ratios)]
+            low, high = holding_the_estimate(interval[0], interval[1])
+            out[key] = [round(low, 4), round(high, 4), round(interval[2], 4), len(ratios)]
     return out
+
+
+def holding_the_estimate(low: float, high: float) -> tuple[float, float]:
+    """(low, high) stretched to hold the ratio 1, the estimate itself. A group whose left-out runs all
+    erred one way (e.g. every run of one source predicted too fast when that source was left out) would
+    otherwise print a band that excludes its own estimate. The shipped fit includes that source, so its
+    one-sided left-out error says how far a new source may fall, not which way: the band stretches to
+    the estimate rather than moving it. Stretching only adds coverage, so the claimed coverage stays a
+    lower bound."""
+    return min(low, 1.0), max(high, 1.0)
 
 
 def widened(entry: list[float], factor: float) -> list[float]:
