@@ -140,7 +140,7 @@ KNOBS: tuple[Knob, ...] = (
       "rate and the typical server a PCIe card's host figures come from.", "hardware's", job=True, limits=(1, 6)),
     K("host_pcie_lanes", ("--host-pcie-lanes",), "int", "PCIe lanes (1, 2, 4, 8, 16) of the device-to-host link.",
       "hardware's", job=True, limits=(1, 16)),
-    K("precision", ("--precision",), "choice", "GEMM precision (FP32 master weights and Adam state).",
+    K("precision", ("--precision",), "choice", "GEMM precision (master weights and optimizer state: --master-weights, --adam-moments).",
       "bf16 (without a bf16 peak: fp16, tf32 or fp32)",
       "Precision", job=True),
     K("seq_len", ("--seq-len",), "length", "Sequence length, in tokens (8192, 8k).", "model's", job=True),
@@ -308,7 +308,7 @@ KNOBS: tuple[Knob, ...] = (
 COMMAND_KNOBS: tuple[Knob, ...] = (
     K("config", ("--config", "-c"), "str", "Scenario YAML; options given here override it.", group=COMMAND),
     K("max_days", ("--max-days",), "str", "CI gate: exit 3 if the run takes longer: days (30), or a duration "
-      "as --deadline takes it (30d, 12h, 2w).", group=COMMAND),
+      "with its unit (30d, 12h, 2w).", group=COMMAND),
     K("max_cost", ("--max-cost",), "str", "CI gate: exit 3 if the run costs more (USD): 250000, 250k, 1.5M.",
       group=COMMAND),
     K("require_fit", ("--require-fit",), "flag", "CI gate: exit 3 if it does not fit in memory.", group=COMMAND),
