@@ -140,7 +140,8 @@ KNOBS: tuple[Knob, ...] = (
       "rate and the typical server a PCIe card's host figures come from.", "hardware's", job=True, limits=(1, 6)),
     K("host_pcie_lanes", ("--host-pcie-lanes",), "int", "PCIe lanes (1, 2, 4, 8, 16) of the device-to-host link.",
       "hardware's", job=True, limits=(1, 16)),
-    K("precision", ("--precision",), "choice", "GEMM precision (master weights and optimizer state: --master-weights, --adam-moments).",
+    K("precision", ("--precision",), "choice", "GEMM precision (master weights and optimizer state: "
+      "--master-weights, --adam-moments).",
       "bf16 (without a bf16 peak: fp16, tf32 or fp32)",
       "Precision", job=True),
     K("seq_len", ("--seq-len",), "length", "Sequence length, in tokens (8192, 8k).", "model's", job=True),
