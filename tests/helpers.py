@@ -109,3 +109,17 @@ def bundled_cases(run_set: str | None = None) -> tuple:
     equality is checked in test_vtrain_report)."""
     cases = bundled_runs().cases
     return cases if run_set is None else tuple(c for c in cases if c.run_set == run_set)
+
+
+# ----------------------------------------------------------------- docs/model.md and its chapters
+
+@functools.cache
+def model_doc():
+    """tools/model_doc.py as a module: its text() is the model documentation, docs/model.md's introduction and
+    the chapters it indexes (docs/model/*.md) concatenated; locate(offset) names the file and line of an offset."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("model_doc", Path(__file__).resolve().parent.parent / "tools" /
+                                                  "model_doc.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

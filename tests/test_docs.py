@@ -1,5 +1,5 @@
-"""docs/model.md against the code: every `Code:` pointer names something that exists, and every
-public function of the model's modules is documented there (and has a docstring)."""
+"""docs/model.md (an index) and its chapters docs/model/*.md against the code: every `Code:` pointer names
+something that exists, and every public function of the model's modules is documented there (and has a docstring)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import model_doc
 
 ROOT = Path(__file__).resolve().parent.parent
-MODEL_DOC = (ROOT / "docs" / "model.md").read_text(encoding="utf-8")
+# the model documentation: docs/model.md's introduction and the chapters it indexes (docs/model/*.md), concatenated
+MODEL_DOC = model_doc().text()
 # the modules that hold the model's formulas: each public function must appear in docs/model.md
 MODEL_MODULES = ("trainest.step.flops", "trainest.step.roofline", "trainest.step.rates", "trainest.step.layer", "trainest.step.collectives",
                  "trainest.step.traffic", "trainest.step.overlap", "trainest.step.schedule", "trainest.step.optimizer",
@@ -147,12 +149,12 @@ def _defined_names(path: Path) -> set[str]:
     return names
 
 
-def file_pointers() -> list[tuple[int, str, str | None]]:
-    """(line, file, name or None) for every `file.py` and `file.py: name, name (...)` in docs/model.md,
+def file_pointers() -> list[tuple[str, str, str | None]]:
+    """(chapter file:line, file, name or None) for every `file.py` and `file.py: name, name (...)` in docs/model.md,
     inside or outside a `Code:` bullet."""
     out = []
     for match in FILE_POINTER.finditer(MODEL_DOC):
-        line = MODEL_DOC[:match.start()].count("\n") + 1
+        line = model_doc().locate(match.start())
         names = re.findall(r"[A-Za-z_][\w.]*", re.sub(r"\([^)]*\)", "", match.group(2) or ""))
         out += [(line, match.group(1), n) for n in names if n != "and"] or [(line, match.group(1), None)]
     return out
@@ -164,7 +166,7 @@ def test_every_file_docs_model_names_exists_and_defines_what_it_names():
         found = [f for f in REPO_FILES if f == path or f.endswith("/" + path)]
         if not found:
             if path not in EXTERNAL_FILES:
-                bad.append(f"docs/model.md:{line}: {path} is no file of this repository (nor a known source's)")
+                bad.append(f"{line}: {path} is no file of this repository (nor a known source's)")
             continue
         if name is None:
             continue
@@ -174,7 +176,7 @@ def test_every_file_docs_model_names_exists_and_defines_what_it_names():
         else:
             ok = name.split(".")[0] in _defined_names(ROOT / file)
         if not ok:
-            bad.append(f"docs/model.md:{line}: {file} has no {name}")
+            bad.append(f"{line}: {file} has no {name}")
     assert not bad, "\n".join(bad)
 
 
@@ -197,13 +199,57 @@ def test_every_docs_model_section_reference_exists():
     """`docs/model.md §x.y` anywhere in the code, the tests, the tools and the other docs names a section of it."""
     bad = []
     files = [ROOT / f for f in REPO_FILES] + [ROOT / "README.md", ROOT / "specs" / "README.md",
-                                             *sorted((ROOT / "docs").glob("*.md"))]
+                                             *sorted((ROOT / "docs").glob("*.md")), *model_doc().chapter_files()]
     for path in files:
         text = path.read_text(encoding="utf-8")
         for match in re.finditer(r"docs/model\.md,? (§[\d.]+(?:(?:,| and) §[\d.]+)*)", text):
             for section in re.findall(r"§(\d+(?:\.\d+)*)", match.group(1)):
                 if section not in SECTIONS:
                     bad.append(f"{path.relative_to(ROOT)}: docs/model.md §{section}")
+    assert not bad, bad
+
+
+
+# ------------------------------------------------ docs/model.md: an index of the chapter files docs/model/*.md
+
+INDEX_LINK = re.compile(r"^(\s*)- \[(.+)\]\(model/([\w.-]+\.md)#([\w-]+)\)$", re.M)
+
+
+def test_the_model_index_is_what_its_tool_writes():
+    """docs/model.md's table of contents is what `python tools/model_doc.py` writes from the chapters."""
+    assert (ROOT / "docs" / "model.md").read_text(encoding="utf-8") == model_doc().document(), \
+        "docs/model.md's contents are stale: run python tools/model_doc.py"
+
+
+def test_the_model_index_links_every_chapter_and_section_to_its_file_and_anchor():
+    """Every heading of every chapter file (`## N.`, `### N.M`, `#### N.M.K` and the unnumbered ones) has its line
+    in docs/model.md, linking its file and anchor; every link there names a heading that exists; section N.M
+    lives in the file of chapter N (`NN-*.md`), so "docs/model.md §15.11" is one click from the index."""
+    index = (ROOT / "docs" / "model.md").read_text(encoding="utf-8")
+    listed = {(m.group(3), m.group(4)): m.group(2) for m in INDEX_LINK.finditer(index)}
+    headings = {(p.name, slug): title for p in model_doc().chapter_files()
+                for _, title, slug in model_doc().headings(p)}
+    assert len(headings) > 80
+    assert set(headings) == set(listed), (sorted(set(headings) - set(listed)), sorted(set(listed) - set(headings)))
+    for (file, _), title in headings.items():
+        number = re.match(r"(\d+)(?:\.\d+)*\.? ", title)
+        assert number is None or file.startswith(f"{int(number.group(1)):02d}-"), f"{title} is in {file}"
+    assert SECTIONS <= {re.match(r"[\d.]*", t).group(0).rstrip(".") for t in headings.values()}
+
+
+def test_every_relative_link_of_the_model_documentation_resolves():
+    """Links from docs/model.md and its chapters to other files of the repository (and to their headings) resolve."""
+    bad = []
+    for path in (ROOT / "docs" / "model.md", *model_doc().chapter_files()):
+        for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text(encoding="utf-8")):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file, _, slug = target.partition("#")
+            resolved = (path.parent / file).resolve() if file else path
+            if not resolved.exists():
+                bad.append(f"{path.relative_to(ROOT)}: {target}")
+            elif slug and slug not in {s for _, _, s in model_doc().headings(resolved)}:
+                bad.append(f"{path.relative_to(ROOT)}: {target} (no such heading)")
     assert not bad, bad
 
 
@@ -301,7 +347,7 @@ def test_every_module_constant_and_class_docs_model_names_exists():
     for match in re.finditer(r"`([a-z_]+)\.([A-Z][\w.]*)`", MODEL_DOC):
         module, name = match.groups()
         if module in modules and not resolve(modules[module], name):
-            bad.append(f"docs/model.md:{MODEL_DOC[:match.start()].count(chr(10)) + 1}: {module}.{name}")
+            bad.append(f"{model_doc().locate(match.start())}: {module}.{name}")
     assert not bad, bad
 
 

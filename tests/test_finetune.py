@@ -308,10 +308,8 @@ def test_plan_searches_fine_tuning_methods_when_asked(capsys):
 def test_the_fine_tuning_warning_states_the_current_errors_on_the_lora_runs():
     """The warning every LoRA/QLoRA estimate carries quotes the error range on the published LoRA runs;
     a model change that moves them must move the words too (it said 7-24 % after the packed-sequence fix)."""
-    from pathlib import Path
-
     from trainest.caveats import FINETUNE_ERROR_STATS, FINETUNE_WARNING
-    from helpers import bundled_cases
+    from helpers import bundled_cases, model_doc
 
     from trainest.validate import compare
     errors = [(compare(c).step_ratio - 1.0) * 100.0      # step time, predicted / measured − 1
@@ -321,7 +319,7 @@ def test_the_fine_tuning_warning_states_the_current_errors_on_the_lora_runs():
     runs, low, high, stated = FINETUNE_ERROR_STATS
     assert f"{runs} published LoRA runs" in FINETUNE_WARNING and f"{low} to {high:+d} %" in FINETUNE_WARNING
     assert f"({stated:.1f} % MAPE" in FINETUNE_WARNING
-    model_md = " ".join((Path(__file__).resolve().parent.parent / "docs" / "model.md").read_text().split())
+    model_md = " ".join(model_doc().text().split())      # docs/model.md's chapters, docs/model/*.md
     assert f"predicted with a MAPE of {stated:.1f} %, −{-low} to +{high} %" in model_md
 
 
