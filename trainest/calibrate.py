@@ -38,6 +38,7 @@ from trainest.catalog import (
     hardware_from_mapping,
     with_efficiency,
 )
+from trainest.choices import LOW_PRECISIONS
 from trainest.errors import SpecError
 from trainest.frameworks import FRAMEWORKS
 from trainest.record import replace
@@ -146,7 +147,7 @@ def parameters_for(cases: Sequence[Case]) -> tuple[str, ...]:
     host time per kernel and the GEMM shape factor's half dimension, and the host time per micro-batch
     when such a run's framework synchronises at every micro-batch (`Framework.micro_batch_sync`)."""
     names = list(BASE_PARAMETERS)
-    if any(c.scenario.precision in ("fp8", "fp4") for c in cases):
+    if any(c.scenario.precision in LOW_PRECISIONS for c in cases):
         names.append("low_precision_gemm")
     if any(c.scenario.attention == "flash2" for c in cases) and any(c.scenario.attention == "flash" for c in cases):
         names.append("flash2_attention")     # only separable from `attention` when both kernels appear

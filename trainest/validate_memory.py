@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from trainest.choices import LOW_PRECISIONS
 from trainest.errors import SpecError
 from trainest.units import GB, GiB
 
@@ -103,7 +104,7 @@ def unstated_settings(scenario: Any) -> tuple[str, ...]:
 
 def unstated_of(derived: Iterable[str], precision: str) -> tuple[str, ...]:
     """The MEMORY_SETTINGS among a run's defaulted values (`derived`) that apply at its precision."""
-    low = precision in ("fp8", "fp4")
+    low = precision in LOW_PRECISIONS
     return tuple(k for k in MEMORY_SETTINGS if k in derived and (low or k not in FP8_ONLY_SETTINGS))
 
 
@@ -163,7 +164,7 @@ def deciding_settings(scenario: Any, candidates: Iterable[str]) -> tuple[str, ..
     keys joined by JOINT. A candidate already at its lightest value, or without one, is left out."""
     keys = [k for k in dict.fromkeys(candidates)
             if k in LIGHTEST_SETTING and setting_of(scenario, k) != LIGHTEST_SETTING[k]
-            and (k not in FP8_ONLY_SETTINGS or scenario.precision in ("fp8", "fp4"))]
+            and (k not in FP8_ONLY_SETTINGS or scenario.precision in LOW_PRECISIONS)]
     alone = tuple(k for k in keys if fits_with(scenario, (k,)))
     if alone or len(keys) < 2:
         return alone

@@ -17,6 +17,7 @@ from trainest.choices import (
     DEFAULT_RECOMPUTE_MODULES,
     FINETUNES,
     LORA_TARGETS,
+    LOW_PRECISIONS,
     OFFLOADS,
     RECOMPUTE_MODULES,
 )
@@ -282,7 +283,7 @@ def check_recompute_layers(layers: int, model_layers: int, where: str) -> None:
 def check_bf16_layers(layers: int, model_layers: int, precision: str, where: str) -> None:
     """`bf16_layers` N > 0 keeps N layers' GEMMs in BF16 (docs/model.md §2.2): only an FP8/FP4 model has lower-
     precision GEMMs to keep them from, and no model has more layers than its own."""
-    if layers and precision not in ("fp8", "fp4"):
+    if layers and precision not in LOW_PRECISIONS:
         raise SpecError(f"{at(where, 'bf16_layers')}: {layers} keeps layers in BF16 out of FP8/FP4 GEMMs, and "
                         f"precision is {precision}; allowed with it: 0 (or give precision fp8 or fp4)")
     if layers > model_layers:
@@ -302,10 +303,10 @@ def check_memory_knobs(knobs: dict[str, Any], precision: str, micro_batches: int
     if knobs["master_weights"] == "none" and full:
         raise SpecError(f"{at(where, 'master_weights')}: none is pure 16-bit training, and precision {precision} "
                         f"trains FP32 weights with no master already; allowed with it: fp32")
-    if knobs["fp8_params"] and precision not in ("fp8", "fp4"):
+    if knobs["fp8_params"] and precision not in LOW_PRECISIONS:
         raise SpecError(f"{at(where, 'fp8_params')}: true keeps the weights in FP8, which needs FP8 GEMMs, and "
                         f"precision is {precision}; allowed with it: false (or give precision fp8)")
-    if knobs["fp8_attention"] and precision not in ("fp8", "fp4"):
+    if knobs["fp8_attention"] and precision not in LOW_PRECISIONS:
         raise SpecError(f"{at(where, 'fp8_attention')}: true runs the attention's products in FP8, which an FP8 "
                         f"recipe does, and precision is {precision}; allowed with it: false (or give precision fp8)")
     if knobs["optimizer_in_backward"] and micro_batches > 1:

@@ -22,6 +22,7 @@ from typing import Any
 
 from trainest.calibrate import MIN_LEVERAGE, FittedParameter, bounds_of, identifiability
 from trainest.catalog import Hardware, with_efficiency
+from trainest.choices import LOW_PRECISIONS
 from trainest.errors import SpecError
 from trainest.layout import Job, Layout, Num
 from trainest.record import NamedTuple
@@ -282,7 +283,7 @@ def fit_classes(s: Scenario, rows: list[ClassRow], layers: float | None,
         raise SpecError("calibrate --trace: no class of the trace is both measured and predicted within "
                         f"{OFF_FACTOR:g}x: nothing to fit (check the scenario options against the trace)")
     # FP8/FP4 GEMMs run at gemm × low_precision_gemm: the trace's GEMMs fit the low-precision factor only
-    low = s.precision in ("fp8", "fp4")
+    low = s.precision in LOW_PRECISIONS
     names = [n for n in PARAMETERS if (n != "low_precision_gemm" or low) and (n != "gemm" or not low)
              and float(getattr(hw.efficiency, n)) > 0]
     if s.model.moe is None:
