@@ -80,3 +80,22 @@ def test_importer_unties_litgpt_llama_3_2():
          "vocab": 128256, "mlp": "swiglu"}
     assert mr.model_of(m, [], litgpt=True)["tied_embeddings"] is False
     assert mr.model_of(m, [])["tied_embeddings"] is True
+
+
+FULL = {**{k: v for k, v in QLORA.items() if k != "finetune"}, "framework": "hf-accelerate"}
+
+
+def test_eager_modules_keep_fp32_norm_inputs_the_attention_copy_and_silu():
+    """kernels eager over fused, per layer and token: 2 norms × (4 − 2) B × h, 2 B × a·d_h, 2 B × f (SwiGLU); every
+    layer's under no recompute."""
+    fused, eager = est(FULL, kernels="fused"), est(FULL, kernels="eager")
+    per_layer = TOKENS * (2 * 2.0 * H + 2.0 * HEADS_DIM + 2.0 * F_)
+    assert eager.activations_bytes - fused.activations_bytes == pytest.approx(L * per_layer, rel=1e-9)
+    assert eager.weights_bytes == fused.weights_bytes
+
+
+def test_eager_extras_under_full_recompute_are_the_one_layer_recomputed():
+    """Full recompute keeps each layer's input only; the eager extras are held by the one layer re-materialised."""
+    fused, eager = est(FULL, kernels="fused", recompute="full"), est(FULL, kernels="eager", recompute="full")
+    per_layer = TOKENS * (2 * 2.0 * H + 2.0 * HEADS_DIM + 2.0 * F_)
+    assert eager.activations_bytes - fused.activations_bytes == pytest.approx(per_layer, rel=1e-9)

@@ -133,6 +133,10 @@ A framework sets
   MatMul8bitLt `ctx.tensors = (CAt, subA, A)`), freed with the graph, not after the backward
   (docs/model.md §13.3; `memory.py: last_graph_bytes`). The Hugging Face Trainer returns `loss.detach()`
   from its training step (the graph is freed there); torchtune's NF4 linear keeps no input.
+- `torch_eager`: its eager kernels (`kernels eager`) are PyTorch modules run operator by operator under
+  autograd, which keep more for the backward than fused kernels (the FP32 norm inputs, the attention output's
+  copy, SwiGLU's SiLU output: `step/activations.py: eager_extra_bytes`). False for MLX (its own lazy arrays
+  and fused `mx.fast` norms) and MaxText (JAX/XLA).
 - `qlora_stable_embedding`: with a bitsandbytes-quantised base it swaps the token embedding for bitsandbytes'
   `StableEmbedding` after building the optimizer (litgpt finetune/lora.py: `old_embedding =
   model.transformer.wte`, then a new `StableEmbedding` whose weight copies it): the replaced embedding stays
@@ -231,6 +235,8 @@ class Framework(NamedTuple):
     # `qlora_stable_embedding`)
     holds_last_graph: bool = False
     qlora_stable_embedding: bool = False
+    # its eager kernels are PyTorch modules under autograd (module docstring: `torch_eager`)
+    torch_eager: bool = True
 
     @property
     def default_recompute(self) -> str:
@@ -320,7 +326,7 @@ DECLARED: tuple[Framework, ...] = (
       "google/maxtext: JAX/XLA, the step is one compiled program (XLA fuses element-wise ops; "
       "collectives scheduled by the compiler); its circular pipeline (num_pipeline_repeats > 1: each stage "
       "holds several non-adjacent layer groups) is the interleaved schedule", expert_loop="grouped",
-      runs_on=("tpu", "gpu", "cpu-gpu", "cpu")),
+      runs_on=("tpu", "gpu", "cpu-gpu", "cpu"), torch_eager=False),
     F("llm-foundry", "python", "fused", True, False, True,
       "mosaicml/llm-foundry (Composer): PyTorch FSDP, fused/flash kernels in its MPT models, no pipeline; "
       "flash-attn's fused cross-entropy by default (loss_fn: fused_crossentropy)", loss_bytes_per_logit=4.0,
@@ -344,7 +350,7 @@ DECLARED: tuple[Framework, ...] = (
     F("mlx", "python", "eager", True, False, True,
       "Apple MLX: lazy evaluation of eager operators on the unified-memory GPU; mlx-lm's LoRA adapts q, k, v, o, "
       "gate, up and down projections separately", expert_loop="grouped", runs_on=("apple", "cpu"),
-      recompute_modes=("none", "full"), qlora=True),
+      recompute_modes=("none", "full"), qlora=True, torch_eager=False),
 )
 DEFAULT_FRAMEWORK = "megatron-core"
 QLORA_FRAMEWORK = "hf-accelerate"    # a QLoRA's framework when none is given (module docstring: `qlora`)
