@@ -584,7 +584,8 @@ def markdown(doc: dict) -> str:
         f"×{doc.get('finetune_widening', 1.0):g} on top | {c.get('finetune_source_out_widened', {}).get('runs', 0)} | "
         f"{c.get('finetune_source_out_widened', {}).get('coverage', 0.0):.1%} | 80% |",
         f"| runs whose records leave the micro-batch unstated, each such source left out, bands widened "
-        f"{_ends_words(doc.get('unstated_widening', 1.0))} on top | {c.get('unstated_source_out_widened', {}).get('runs', 0)} | "
+        f"{_ends_words(doc.get('unstated_widening', 1.0))} on top | "
+        f"{c.get('unstated_source_out_widened', {}).get('runs', 0)} | "
         f"{c.get('unstated_source_out_widened', {}).get('coverage', 0.0):.1%} | 80% |",
         f"| prior efficiencies (uncalibrated hardware), leave-one-out | {p['leave_one_out']['runs']} | "
         f"{p['leave_one_out']['coverage']:.1%} | {p['leave_one_out']['claimed']:.1%} |",
