@@ -313,7 +313,7 @@ def test_a_band_widens_when_the_micro_batch_is_left_to_its_default_and_says_so()
     given, default = B.lookup(groups, **kw), B.lookup(groups, **kw, unstated=("micro_batch",))
     width = lambda b: math.log(b.high_ratio / b.low_ratio)   # noqa: E731
     assert width(default) == pytest.approx(1.4 * width(given), rel=1e-3)
-    assert "micro-batch not given: widened ×1.4" in default.note and any("micro-batch" in u for u in default.unknowns)
+    assert "micro-batch not given: widened ×1.4 " in default.note and any("micro-batch" in u for u in default.unknowns)
     assert not given.unknowns and "micro-batch" not in given.note
 
 
@@ -327,7 +327,7 @@ def test_unstated_settings_come_from_the_defaults_taken_and_the_importers_assump
 
 
 def test_shipped_band_of_an_estimate_without_a_micro_batch_is_wider(shipped):
-    if shipped.get("unstated_widening", 1.0) <= 1.0:
+    if max(B._ends(B._pair(shipped.get("unstated_widening", 1.0)))) <= 1.0:
         pytest.skip("a left-out source's runs without a stated micro-batch need no widening")
     job = {"model": "llama3-8b", "hardware": "h100-sxm", "devices": 8, "global_batch": 32}
     given = estimate(scenario_from_mapping({**job, "micro_batch": 1})).band
@@ -341,18 +341,36 @@ def _unstated_record(i: int, source: str, ratio: float) -> dict:
             "hardware_fitted_without_source": True, "unstated": ["micro_batch"]}
 
 
-def test_a_source_without_stated_micro_batches_is_judged_with_a_widening_its_own_runs_did_not_size():
-    """unstated_widening: nested like the fine-tuning widening; the factor grows with the other sources' spread."""
+def _unstated_factors(judged: list[float], other: list[float]) -> list[float]:
     pre = [{**_record(i, "dense", f"pre{i % 3}", 1.0 + 0.01 * (i % 10 - 5)), "id": f"pre-{i}",
             "hardware_fitted_without_source": True, "finetune": "full"} for i in range(60)]
+    records = (pre + [_unstated_record(i, "judged", r) for i, r in enumerate(judged)]
+               + [_unstated_record(i, "other", r) for i, r in enumerate(other)])
+    return fit_bands.unstated_widening(records, [], {}, 1.0, 1.0, frozenset({"judged"}))
 
-    def factor(judged_spread: float, other_spread: float) -> float:
-        records = (pre + [_unstated_record(i, "judged", 1.0 + judged_spread * (i % 10 - 5)) for i in range(10)]
-                   + [_unstated_record(i, "other", 1.0 + other_spread * (i % 10 - 5)) for i in range(10)])
-        return fit_bands.unstated_widening(records, [], {}, 1.0, 1.0, frozenset({"judged"}))[0]
 
-    assert factor(0.01, 0.03) == factor(0.09, 0.03)
-    assert factor(0.01, 0.03) > 1.0 and factor(0.01, 0.05) > factor(0.01, 0.03)
+def test_a_source_without_stated_micro_batches_is_judged_with_a_widening_its_own_runs_did_not_size():
+    """unstated_widening: nested like the fine-tuning widening; each end's factor grows with how far the other
+    sources' runs fall beyond it."""
+    spread = lambda s: [1.0 + s * (i % 10 - 5) for i in range(10)]   # noqa: E731
+    assert _unstated_factors(spread(0.01), spread(0.03)) == _unstated_factors(spread(0.09), spread(0.03))
+    low, high = _unstated_factors(spread(0.01), spread(0.03))[:2]
+    wider_low, wider_high = _unstated_factors(spread(0.01), spread(0.05))[:2]
+    assert low > 1.0 and high > 1.0 and wider_low > low and wider_high > high
+
+
+def test_runs_predicted_too_slow_at_the_default_micro_batch_widen_the_band_below_only():
+    """A larger micro-batch than the default 1 shortens the step, so runs that did not state theirs are faster
+    than predicted: the low end widens, the high end does not (each end sized on its own tail)."""
+    slow = [0.80 + 0.02 * i for i in range(10)]            # measured/predicted 0.80-0.98: predicted too slow
+    low, high, coverage, runs = _unstated_factors([1.0] * 10, slow)
+    assert low > 1.0 and high == 1.0 and runs == 10 and coverage >= B.COVERAGE
+    groups = {B.CALIBRATED: B.build_groups(_residuals(25, "a", 1.0))}
+    kw = dict(hardware="a", family="fam", scale="node", arch="dense", calibrated=True)
+    given = B.lookup(groups, **kw)
+    default = B.lookup(groups, **kw, unstated=("micro_batch",), unstated_factor=(low, high))
+    assert default.low_ratio < given.low_ratio and default.high_ratio == given.high_ratio
+    assert f"×{low:g} below, ×1 above" in default.note
 
 
 def test_the_band_holds_on_sources_left_out(shipped):

@@ -273,12 +273,21 @@ def _source_runs(records: list[dict], source: str, excluded: set[str], framework
 
 def _judged(groups: dict, runs: list[tuple], source_factor: float | dict,
             arch_factor: dict[str, list[float]] | None = None, finetune_factor: float = 1.0,
-            unstated_factor: float = 1.0) -> list[tuple[dict, bool, float, bool]]:
+            unstated_factor: float | tuple[float, float] = 1.0) -> list[tuple[dict, bool, float, bool]]:
     """(record, inside its band, the band's claim, architecture seen) of each run; `source_factor`: one factor, or
     {pool: [factor, ...]} (source_widening) for the runs of each pool; `arch_factor`: {architecture: [low-end
     factor, high-end factor, ...]} (architecture_widening) for a run whose architecture no other source has;
     `finetune_factor`: the widening of an adapter fine-tuning run (finetune_widening); `unstated_factor`: of a run
-    whose record left settings of band.UNSTATED_SETTINGS unstated (unstated_widening)."""
+    whose record left settings of band.UNSTATED_SETTINGS unstated (unstated_widening: low-end, high-end)."""
+    sides = _sides(groups, runs, source_factor, arch_factor, finetune_factor, unstated_factor)
+    return [(rec, side == 0, b.coverage, seen) for rec, side, b, seen in sides]
+
+
+def _sides(groups: dict, runs: list[tuple], source_factor: float | dict,
+           arch_factor: dict[str, list[float]] | None = None, finetune_factor: float = 1.0,
+           unstated_factor: float | tuple[float, float] = 1.0) -> list[tuple[dict, int, B.Band, bool]]:
+    """(record, −1 below its band / 0 inside / +1 above, the band, architecture seen) of each run with a band
+    (`_judged`'s arguments)."""
     out = []
     for rec, res, calibrated, fw, seen in runs:
         w = source_factor if not isinstance(source_factor, dict) else \
@@ -289,7 +298,7 @@ def _judged(groups: dict, runs: list[tuple], source_factor: float | dict,
                      arch_factor=(a[0], a[1]), finetune_factor=finetune_factor, finetune=res.finetune,
                      unstated_factor=unstated_factor, unstated=res.unstated)
         if b.runs:
-            out.append((rec, b.low_ratio <= res.ratio <= b.high_ratio, b.coverage, seen))
+            out.append((rec, -1 if res.ratio < b.low_ratio else 1 if res.ratio > b.high_ratio else 0, b, seen))
     return out
 
 
@@ -358,13 +367,14 @@ def left_unstated(rec: dict) -> bool:
 
 def unstated_widening(records: list[dict], prior: list[B.Residual], source_of: dict[str, str], family_factor: float,
                       framework_factor: float, excluded: frozenset[str] = frozenset()) -> list[float]:
-    """[factor, coverage, runs]: the smallest factor of WIDENINGS by which the band of a run whose record left
-    settings that move the step unstated (band.UNSTATED_SETTINGS: its importer assumed them) must widen, on top of
-    the source widening (and the fine-tuning widening of an adapter run), so that bands built without such a
-    source cover COVERAGE of that source's runs that leave them unstated, pooled over the sources not `excluded`
-    that have such runs (each judged from the sources not excluded but it, every other widening measured on those
-    alone, as `source_out_coverage` judges). Runs of an architecture no other source has do not count. None to
-    judge: factor 1."""
+    """[low-end factor, high-end factor, coverage, runs]: the smallest factors of WIDENINGS by which the band of a run
+    whose record left settings that move the step unstated (band.UNSTATED_SETTINGS: its importer assumed them) must
+    widen, on top of the source widening (and the fine-tuning widening of an adapter run), so that at most
+    (1 − COVERAGE)/2 of such runs fall below the band and at most as many above it, each end sized on its own tail
+    (`band.widened_ends`): bands built without a source, judging that source's runs that leave the settings unstated,
+    pooled over the sources not `excluded` that have such runs (each judged from the sources not excluded but it,
+    every other widening measured on those alone, as `source_out_coverage` judges). Runs of an architecture no other
+    source has do not count. None to judge: factors 1."""
     trials = []
     for source in sorted({r["source"] for r in records if left_unstated(r)} - excluded):
         out = frozenset(excluded | {source})
@@ -373,17 +383,20 @@ def unstated_widening(records: list[dict], prior: list[B.Residual], source_of: d
             if any(adapter_tuned(run[0]) for run in runs) else 1.0
         trials.append((_source_groups(records, prior, source_of, out, family_factor), runs,
                        source_widening(records, prior, source_of, family_factor, framework_factor, out), ft))
-    if not any(runs for _, runs, _, _ in trials):
-        return [1.0, 1.0, 0]
-    coverage, factor, n = 0.0, WIDENINGS[-1], 0
-    for f in WIDENINGS:
-        hits = [hit for groups, runs, w, ft in trials
-                for _, hit, _, _ in _judged(groups, runs, w, finetune_factor=ft, unstated_factor=f)]
-        coverage, n = sum(hits) / len(hits), len(hits)
-        if coverage >= B.COVERAGE:
-            factor = f
-            break
-    return [round(factor, 2), round(coverage, 4), n]
+    n = sum(len(runs) for _, runs, _, _ in trials)
+    if not n:
+        return [1.0, 1.0, 1.0, 0]
+
+    def beyond(factors: tuple[float, float], side: int) -> int:
+        return sum(s == side for groups, runs, w, ft in trials
+                   for _, s, _, _ in _sides(groups, runs, w, finetune_factor=ft, unstated_factor=factors))
+
+    alpha_half = (1.0 - B.COVERAGE) / 2 * n
+    low = next((f for f in WIDENINGS if beyond((f, 1.0), -1) <= alpha_half), WIDENINGS[-1])
+    high = next((f for f in WIDENINGS if beyond((1.0, f), 1) <= alpha_half), WIDENINGS[-1])
+    inside = sum(s == 0 for groups, runs, w, ft in trials
+                 for _, s, _, _ in _sides(groups, runs, w, finetune_factor=ft, unstated_factor=(low, high)))
+    return [round(low, 2), round(high, 2), round(inside / n, 4), n]
 
 
 def source_out_coverage(records: list[dict], prior: list[B.Residual], source_of: dict[str, str],
@@ -405,9 +418,9 @@ def source_out_coverage(records: list[dict], prior: list[B.Residual], source_of:
         runs = _source_runs(records, source, {source}, framework_factor)
         ft = finetune_widening(records, prior, source_of, family_factor, framework_factor, frozenset({source}))[0] \
             if any(adapter_tuned(run[0]) for run in runs) else 1.0
-        un = unstated_widening(records, prior, source_of, family_factor, framework_factor, frozenset({source}))[0] \
-            if any(left_unstated(run[0]) for run in runs) else 1.0
-        rows += _judged(groups, runs, w, arch_factor, ft, un)
+        un = tuple(unstated_widening(records, prior, source_of, family_factor, framework_factor,
+                                     frozenset({source}))[:2]) if any(left_unstated(run[0]) for run in runs) else 1.0
+        rows += _judged(groups, runs, w, arch_factor, ft, un)   # type: ignore[arg-type]
     summary: dict = {"all": _share([h for _, h, _, _ in rows], [c for _, _, c, _ in rows]),
                      "architecture_seen": _share([h for _, h, _, s in rows if s], [c for _, _, c, s in rows if s])}
     for key in GROUPINGS:
@@ -471,8 +484,8 @@ def document() -> dict:
     doc["finetune_widening"] = ft[0]
     checks["finetune_source_out_widened"] = {"factor": ft[0], "coverage": ft[1], "runs": ft[2]}
     un = unstated_widening(records, residuals["prior"], source_of, factor, fw_factor)
-    doc["unstated_widening"] = un[0]
-    checks["unstated_source_out_widened"] = {"factor": un[0], "coverage": un[1], "runs": un[2]}
+    doc["unstated_widening"] = un[:2]
+    checks["unstated_source_out_widened"] = {"factor": un[:2], "coverage": un[2], "runs": un[3]}
     arch = architecture_widening(records, residuals["prior"], source_of)
     doc["unseen_architecture_widening"] = arch["*"][:2]
     checks["prior"]["leave_one_architecture_out_widened"] = {a: {"factor": [lo, hi], "coverage": c}
@@ -534,11 +547,12 @@ def markdown(doc: dict) -> str:
         f"×{doc.get('finetune_widening', 1.0):g}: the groups are mostly pre-training runs, and the factor makes "
         f"bands built without a fine-tuning source cover 80 % of that source's fine-tuning runs, pooled over the "
         f"sources that have them (in the one-source-left-out check below, sized on the other fine-tuning sources "
-        f"alone). An estimate that leaves the micro-batch to its default (1; recipes tune it to fill memory, so "
-        f"1 is a floor, not a typical value) widens ×{doc.get('unstated_widening', 1.0):g}: the factor that makes "
-        f"bands built without a source cover 80 % of that source's runs whose records leave the micro-batch "
-        f"unstated (their importer assumed it), pooled over the sources that have them. The estimate then says "
-        f"plainly that the band is wide because little is known.",
+        f"alone). An estimate that leaves the micro-batch to its default (1; recipes raise it to fill memory, so "
+        f"1 is a floor, and at a fixed global batch a larger one shortens the step) widens "
+        f"{_ends_words(doc.get('unstated_widening', 1.0))}: each end the factor that leaves at most 10 % of a source's "
+        f"runs whose records leave the micro-batch unstated (their importer assumed it) beyond it, with bands built "
+        f"without that source, pooled over the sources that have such runs. The estimate then says plainly that the "
+        f"band is wide because little is known.",
         "",
         f"**One source left out: the band holds for {o['all']['coverage']:.1%} of {o['all']['runs']} runs** (each "
         f"source's runs predicted without it and judged by the band built from the other sources alone, its widening "
@@ -570,7 +584,8 @@ def markdown(doc: dict) -> str:
         f"×{doc.get('finetune_widening', 1.0):g} on top | {c.get('finetune_source_out_widened', {}).get('runs', 0)} | "
         f"{c.get('finetune_source_out_widened', {}).get('coverage', 0.0):.1%} | 80% |",
         f"| runs whose records leave the micro-batch unstated, each such source left out, bands widened "
-        f"×{doc.get('unstated_widening', 1.0):g} on top | {c.get('unstated_source_out_widened', {}).get('runs', 0)} | "
+        f"{_ends_words(doc.get('unstated_widening', 1.0))} on top | "
+        f"{c.get('unstated_source_out_widened', {}).get('runs', 0)} | "
         f"{c.get('unstated_source_out_widened', {}).get('coverage', 0.0):.1%} | 80% |",
         f"| prior efficiencies (uncalibrated hardware), leave-one-out | {p['leave_one_out']['runs']} | "
         f"{p['leave_one_out']['coverage']:.1%} | {p['leave_one_out']['claimed']:.1%} |",

@@ -39,9 +39,10 @@ runs, pooled over the sources that have them (`finetune_widening`, measured by t
 leave-one-source-out over the fine-tuning sources). The groups are mostly pre-training runs, and a
 fine-tuning source's error is not theirs: its frozen base, adapter kernels and recipe (often tuned past
 what the scenario states) put its runs off-centre and wider. A scenario that leaves a setting of
-UNSTATED_SETTINGS (the micro-batch) to its default widens the band by the factor that makes bands built without
-a source cover 80 % of that source's runs whose records leave it unstated (`unstated_widening`, measured by
-tools/fit_bands.py: leave-one-source-out over the sources with such runs).
+UNSTATED_SETTINGS (the micro-batch) to its default widens the band, each end by the factor that leaves at most
+10 % of a left-out source's runs whose records leave it unstated beyond it (`unstated_widening`, measured by
+tools/fit_bands.py: leave-one-source-out over the sources with such runs; the default micro-batch is a floor, so
+such runs are faster than predicted more often than slower, and the low end widens more).
 A band comes from the most specific group with at least MIN_GROUP_RUNS runs, in the order of LEVELS:
 hardware and scale, hardware, hardware family (same architecture generation) and scale, family,
 scale, every run; a broader group is named in the band's note. An uncalibrated hardware whose family
@@ -185,6 +186,16 @@ def widened_ends(entry: list[float], low_factor: float, high_factor: float) -> l
     return [low, *widened(entry, high_factor)[1:]]
 
 
+def _ends(factor: float | tuple[float, float]) -> tuple[float, float]:
+    """(low-end, high-end) factors of one factor or of a pair."""
+    return (factor[0], factor[1]) if isinstance(factor, tuple) else (factor, factor)
+
+
+def _ends_words(ends: tuple[float, float]) -> str:
+    """"×f", or "×lo below, ×hi above" when the ends widen apart."""
+    return f"×{ends[0]:g}" if ends[0] == ends[1] else f"×{ends[0]:g} below, ×{ends[1]:g} above"
+
+
 def _group_words(level: str, hardware: str, family: str, scale: str, arch: str) -> str:
     keep = dict(LEVELS)[level]
     parts = [hardware if keep[0] else "", family if keep[1] else "",
@@ -197,7 +208,8 @@ def _group_words(level: str, hardware: str, family: str, scale: str, arch: str) 
 def lookup(groups: dict[str, dict[str, list[float]]], *, hardware: str, family: str, scale: str, arch: str,
            calibrated: bool, framework_factor: float | None = None, framework: str = "",
            source_factor: float = 1.0, arch_factor: float | tuple[float, float] = 1.0, finetune_factor: float = 1.0,
-           finetune: str = "full", unstated_factor: float = 1.0, unstated: tuple[str, ...] = ()) -> Band:
+           finetune: str = "full", unstated_factor: float | tuple[float, float] = 1.0,
+           unstated: tuple[str, ...] = ()) -> Band:
     """The band of the most specific group with enough runs (LEVELS), from the pool the hardware's
     calibration selects; without any, the broadest prior band of any architecture. `source_factor`: every
     estimate is for a source (cluster, recipe) no validated run came from, and the runs of one source
@@ -226,8 +238,9 @@ def lookup(groups: dict[str, dict[str, list[float]]], *, hardware: str, family: 
 
 def _from_pool(groups: dict[str, dict[str, list[float]]], pool: str, *, hardware: str, family: str, scale: str,
                arch: str, calibrated: bool, framework_factor: float | None, framework: str, source_factor: float,
-               finetune_factor: float = 1.0, finetune: str = "full", unstated_factor: float = 1.0,
-               unstated: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> Band | None:
+               finetune_factor: float = 1.0, finetune: str = "full",
+               unstated_factor: float | tuple[float, float] = 1.0, unstated: tuple[str, ...] = (),
+               extra: tuple[str, ...] = ()) -> Band | None:
     """`lookup` in one pool: the band of the most specific group of LEVELS with enough runs, or None."""
     for i, (level, keep) in enumerate(LEVELS):
         if keep[1] and not family:
@@ -259,10 +272,11 @@ def _from_pool(groups: dict[str, dict[str, list[float]]], pool: str, *, hardware
             why.append(f"{finetune} fine-tuning: widened ×{finetune_factor:g} to cover {COVERAGE:.0%} of a left-out "
                        "fine-tuning source's runs")
             unknowns.append(f"{finetune} fine-tuning, whose sources' errors the mostly pre-training runs do not show")
-        if unstated_factor > 1.0 and unstated:
-            low, high = widened([low, high, cov, runs], unstated_factor)[:2]
+        ends = _ends(unstated_factor)
+        if max(ends) > 1.0 and unstated:
+            low, high = widened_ends([low, high, cov, runs], *ends)[:2]
             named = " and ".join(k.replace("_", "-") for k in unstated)
-            why.append(f"{named} not given: widened ×{unstated_factor:g} to cover {COVERAGE:.0%} of the runs of a "
+            why.append(f"{named} not given: widened {_ends_words(ends)} to cover {COVERAGE:.0%} of the runs of a "
                        f"left-out source that did not state it")
             unknowns.append(f"{named} not given, so the step is estimated at its default")
         return Band(low, high, cov, int(runs), level, words, pool, calibrated,
@@ -275,7 +289,7 @@ def _fallback(groups: dict[str, dict[str, list[float]]], hardware: str, arch: st
     """No measured run of this architecture: the broadest prior band of any, widened by `factor` (what a
     left-out architecture's runs need; a (low-end, high-end) pair: each end by its own, `widened_ends`; 1: not
     measured, and the band is then a lower bound on the error)."""
-    low_factor, high_factor = factor if isinstance(factor, tuple) else (factor, factor)
+    low_factor, high_factor = _ends(factor)
     candidates = [(k, v) for k, v in groups.get("prior", {}).items() if k.startswith(f"{ANY}|{ANY}|{ANY}|")]
     if not candidates:
         return Band(math.nan, math.nan, 0.0, 0, "none", "no runs", "prior", calibrated,
@@ -286,9 +300,8 @@ def _fallback(groups: dict[str, dict[str, list[float]]], hardware: str, arch: st
              f"({int(runs)} runs)")
     if max(low_factor, high_factor) > 1.0:
         low, high = holding_the_estimate(*widened_ends([low, high, cov, runs], low_factor, high_factor)[:2])
-        how = f"×{low_factor:g}" if low_factor == high_factor else f"×{low_factor:g} below, ×{high_factor:g} above"
-        words += (f", widened {how} to cover {COVERAGE:.0%} of the runs of an architecture no validated run had "
-                  "(each architecture left out in turn)")
+        words += (f", widened {_ends_words((low_factor, high_factor))} to cover {COVERAGE:.0%} of the runs of an "
+                  "architecture no validated run had (each architecture left out in turn)")
     else:
         words += ", likely too narrow"
     return Band(low, high, cov, int(runs), "none", f"all hardware, {other}", "prior", calibrated, words,
@@ -317,8 +330,9 @@ def unstated_of(derived: Iterable[str], assumed: Iterable[str] = ()) -> tuple[st
     return tuple(k for k in UNSTATED_SETTINGS if k in given)
 
 
-def _arch_factor(value: Any) -> float | tuple[float, float]:
-    """specs/bands.json's `unseen_architecture_widening`: one factor, or [low-end, high-end]."""
+def _pair(value: Any) -> float | tuple[float, float]:
+    """A widening of specs/bands.json (`unseen_architecture_widening`, `unstated_widening`): one factor, or
+    [low-end, high-end]."""
     if isinstance(value, list) and len(value) == 2:
         return float(value[0]), float(value[1])
     return float(value)
@@ -338,9 +352,9 @@ def band_for(hardware: Any, devices: int, devices_per_node: int, arch: str, fram
                   calibrated=bool(hardware.efficiency.fitted), framework_factor=factor, framework=framework,
                   source_factor=float(doc.get("unseen_source_widening", {}).get(
                       CALIBRATED if hardware.efficiency.fitted else "prior", 1.0)),
-                  arch_factor=_arch_factor(doc.get("unseen_architecture_widening", 1.0)),
+                  arch_factor=_pair(doc.get("unseen_architecture_widening", 1.0)),
                   finetune_factor=float(doc.get("finetune_widening", 1.0)) if finetune != "full" else 1.0,
-                  finetune=finetune, unstated_factor=float(doc.get("unstated_widening", 1.0)), unstated=unstated)
+                  finetune=finetune, unstated_factor=_pair(doc.get("unstated_widening", 1.0)), unstated=unstated)
 
 
 def plain_words(band: Band) -> str:
