@@ -92,7 +92,7 @@ def test_lookup_without_any_run_of_the_architecture_says_so():
 
 
 def test_every_estimate_carries_its_band():
-    e = estimate(scenario_from_mapping({"model": "llama3-8b", "hardware": "h100-sxm", "devices": 64,
+    e = estimate(scenario_from_mapping({"model": "llama3-8b", "hardware": "h100-sxm", "devices": 64, "micro_batch": 1,
                                         "parallel": {"zero": 3}, "global_batch": 256}))
     b = e.band
     assert b.calibrated and b.pool == B.CALIBRATED and b.runs >= B.MIN_GROUP_RUNS and not b.unknowns
@@ -273,10 +273,104 @@ def test_an_architecture_is_judged_with_a_widening_its_own_runs_did_not_size():
         return fit_bands.architecture_widening(records, prior, source_of)
 
     narrow, wide = factors(0.02), factors(0.09)
-    assert narrow["moe"] == wide["moe"]               # MoE's own runs do not size MoE's factor
-    assert wide["hybrid"][0] > narrow["hybrid"][0]    # they size hybrid's
-    assert wide["*"][0] >= narrow["*"][0]
-    assert narrow["hybrid"][1] >= B.COVERAGE            # MoE's narrow runs are covered at the factor found
+    assert narrow["moe"] == wide["moe"]               # MoE's own runs do not size MoE's factors
+    assert wide["hybrid"][0] > narrow["hybrid"][0] and wide["hybrid"][1] > narrow["hybrid"][1]   # they size hybrid's
+    assert wide["*"][1] >= narrow["*"][1]
+    assert narrow["hybrid"][2] >= B.COVERAGE            # MoE's narrow runs are covered at the factors found
+
+
+def test_a_new_architecture_predicted_too_fast_widens_the_fallback_band_above_only():
+    """Issue 31: an architecture's runs all above the fallback band (predicted too fast) size its high end and
+    leave its low end: each tail is sized on its own, so the band does not spend width where no run falls, and at
+    most a tenth of the sizing runs lies beyond either end."""
+    prior = [B.Residual(f"d{i}", "h", "f", "node", "dense", 1.0 + 0.01 * (i % 10 - 5)) for i in range(40)]
+    source_of = {r.run_id: "dense-source" for r in prior}
+    records = ([_record(i, "moe", "s", 1.01 + 0.015 * (i % 10)) for i in range(30)]
+               + [_record(i, "hybrid", "s", 1.0 + 0.01 * (i % 10 - 5)) for i in range(30)])
+    got = fit_bands.architecture_widening(records, prior, source_of)
+    low_factor, high_factor, coverage = got["hybrid"]         # sized on MoE's runs
+    assert low_factor == 1.0 and high_factor > 1.0 and coverage >= B.COVERAGE
+    band = fit_bands._fallback_band(prior, (low_factor, high_factor))
+    moe = [1.01 + 0.015 * (i % 10) for i in range(30)]
+    assert sum(r > band.high_ratio for r in moe) <= 0.1 * len(moe)
+    assert band.low_ratio == fit_bands._fallback_band(prior, (1.0, 1.0)).low_ratio
+    assert "×1 below" in band.note and f"×{high_factor:g} above" in band.note
+
+
+def test_widened_ends_moves_each_end_by_its_own_factor():
+    low, high = B.widened_ends([0.9, 1.2, 0.8, 30], 1.0, 2.0)[:2]
+    c = math.sqrt(0.9 * 1.2)
+    assert low == pytest.approx(0.9, abs=1e-4) and high == pytest.approx(c * (1.2 / c) ** 2, abs=1e-4)
+    assert B.widened_ends([0.9, 1.2, 0.8, 30], 1.5, 1.5) == B.widened([0.9, 1.2, 0.8, 30], 1.5)
+
+
+def test_a_band_widens_when_the_micro_batch_is_left_to_its_default_and_says_so():
+    """Issue 31: a scenario that does not give the micro-batch is estimated at the default (1), which recipes
+    rarely run: its band widens by the factor measured on runs whose records leave it unstated; a scenario that
+    gives it, with the same factor passed, does not move."""
+    groups = {B.CALIBRATED: B.build_groups(_residuals(25, "a", 1.0))}
+    kw = dict(hardware="a", family="fam", scale="node", arch="dense", calibrated=True, unstated_factor=1.4)
+    given, default = B.lookup(groups, **kw), B.lookup(groups, **kw, unstated=("micro_batch",))
+    width = lambda b: math.log(b.high_ratio / b.low_ratio)   # noqa: E731
+    assert width(default) == pytest.approx(1.4 * width(given), rel=1e-3)
+    assert "micro-batch not given: widened ×1.4 " in default.note and any("micro-batch" in u for u in default.unknowns)
+    assert not given.unknowns and "micro-batch" not in given.note
+
+
+def test_unstated_settings_come_from_the_defaults_taken_and_the_importers_assumptions():
+    assert B.unstated_of(("micro_batch", "tokens")) == ("micro_batch",)
+    assert B.unstated_of(("tokens",), ("micro_batch", "parallel.zero")) == ("micro_batch",)
+    assert B.unstated_of(("tokens",), ("parallel.zero",)) == ()
+    job = {"model": "llama3-8b", "hardware": "h100-sxm", "devices": 8, "global_batch": 32}
+    assert "micro_batch" in scenario_from_mapping(job).derived
+    assert "micro_batch" not in scenario_from_mapping({**job, "micro_batch": 1}).derived
+
+
+def test_shipped_band_of_an_estimate_without_a_micro_batch_is_wider(shipped):
+    if max(B._ends(B._pair(shipped.get("unstated_widening", 1.0)))) <= 1.0:
+        pytest.skip("a left-out source's runs without a stated micro-batch need no widening")
+    job = {"model": "llama3-8b", "hardware": "h100-sxm", "devices": 8, "global_batch": 32}
+    given = estimate(scenario_from_mapping({**job, "micro_batch": 1})).band
+    default = estimate(scenario_from_mapping(job)).band
+    assert default.high_ratio / default.low_ratio > given.high_ratio / given.low_ratio
+    assert any("micro-batch" in u for u in default.unknowns) and not any("micro-batch" in u for u in given.unknowns)
+
+
+def _unstated_record(i: int, source: str, ratio: float) -> dict:
+    return {**_record(i, "dense", source, ratio), "id": f"{source}-{i}", "finetune": "full",
+            "hardware_fitted_without_source": True, "unstated": ["micro_batch"]}
+
+
+def _unstated_factors(judged: list[float], other: list[float]) -> list[float]:
+    pre = [{**_record(i, "dense", f"pre{i % 3}", 1.0 + 0.01 * (i % 10 - 5)), "id": f"pre-{i}",
+            "hardware_fitted_without_source": True, "finetune": "full"} for i in range(60)]
+    records = (pre + [_unstated_record(i, "judged", r) for i, r in enumerate(judged)]
+               + [_unstated_record(i, "other", r) for i, r in enumerate(other)])
+    return fit_bands.unstated_widening(records, [], {}, 1.0, 1.0, frozenset({"judged"}))
+
+
+def test_a_source_without_stated_micro_batches_is_judged_with_a_widening_its_own_runs_did_not_size():
+    """unstated_widening: nested like the fine-tuning widening; each end's factor grows with how far the other
+    sources' runs fall beyond it."""
+    spread = lambda s: [1.0 + s * (i % 10 - 5) for i in range(10)]   # noqa: E731
+    assert _unstated_factors(spread(0.01), spread(0.03)) == _unstated_factors(spread(0.09), spread(0.03))
+    low, high = _unstated_factors(spread(0.01), spread(0.03))[:2]
+    wider_low, wider_high = _unstated_factors(spread(0.01), spread(0.05))[:2]
+    assert low > 1.0 and high > 1.0 and wider_low > low and wider_high > high
+
+
+def test_runs_predicted_too_slow_at_the_default_micro_batch_widen_the_band_below_only():
+    """A larger micro-batch than the default 1 shortens the step, so runs that did not state theirs are faster
+    than predicted: the low end widens, the high end does not (each end sized on its own tail)."""
+    slow = [0.80 + 0.02 * i for i in range(10)]            # measured/predicted 0.80-0.98: predicted too slow
+    low, high, coverage, runs = _unstated_factors([1.0] * 10, slow)
+    assert low > 1.0 and high == 1.0 and runs == 10 and coverage >= B.COVERAGE
+    groups = {B.CALIBRATED: B.build_groups(_residuals(25, "a", 1.0))}
+    kw = dict(hardware="a", family="fam", scale="node", arch="dense", calibrated=True)
+    given = B.lookup(groups, **kw)
+    default = B.lookup(groups, **kw, unstated=("micro_batch",), unstated_factor=(low, high))
+    assert default.low_ratio < given.low_ratio and default.high_ratio == given.high_ratio
+    assert f"×{low:g} below, ×1 above" in default.note
 
 
 def test_the_band_holds_on_sources_left_out(shipped):
@@ -287,9 +381,10 @@ def test_the_band_holds_on_sources_left_out(shipped):
     assert o["architecture_seen"]["coverage"] >= 0.78, o["architecture_seen"]
 
 
-@pytest.mark.xfail(reason="issue 31: hybrid (53 runs, 69.8 %: predicted too fast, a shift the fallback band's width "
-                          "does not cover) and megatron-lm-readme (11, 64 %: layout inputs the README does not "
-                          "publish) are below 70 % one source left out", strict=True)
+@pytest.mark.xfail(reason="issue 31: megatron-lm-readme (11 runs, 64 %) is below 70 % one source left out: four runs "
+                          "predicted 17-37 % too slow (data-parallel traffic exposed at few micro-batches, or layout "
+                          "inputs the README does not publish); the micro-batch widening sized on the other sources "
+                          "that leave it unstated (×1.05) does not reach them", strict=True)
 def test_the_band_holds_on_sources_left_out_in_every_group_of_ten_runs(shipped):
     o = shipped["checks"]["one_source_left_out"]
     low = {(k, g): v["coverage"] for k in fit_bands.GROUPINGS for g, v in o[k].items()

@@ -126,7 +126,7 @@ def test_the_inputs_echo_has_a_knob_for_every_key():
 EXTERNAL_FILES = {"prepare_packed_ft_dataset.py", "megatron/core/pipeline_parallel/schedules.py", "parallelize_llama.py",
                   "theoretical_memory_usage.py", "tensor_parallel/cross_entropy.py", "train.py",
                   "models/mpt/modeling_mpt.py", "losses/cross_entropy.py", "transformer/moe/experts.py",
-                  "transformer/moe/token_dispatcher.py", "multi_token_prediction.py", "moe.py",
+                  "transformer/moe/token_dispatcher.py", "transformer/moe/fused_a2a.py", "multi_token_prediction.py", "moe.py",
                   "transformer_engine/pytorch/attention.py", "ssd_combined.py"}
 REPO_FILES = sorted(str(p.relative_to(ROOT)) for folder in ("trainest", "tools", "bench", "tests")
                     for p in (ROOT / folder).rglob("*.py"))

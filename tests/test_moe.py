@@ -621,7 +621,7 @@ def test_fp8_slower_than_bf16_on_fp8_hardware_says_why(capsys):
 def test_the_fused_grouped_mlp_drops_the_routed_activation_and_its_cast(capsys):
     """Issue 33 (docs/model.md §15.12): with the fused grouped MLP (TE's op fuser) the routed experts' activation and
     the FP8 cast of the second GEMM's input run in the grouped GEMMs: the layer's forward element-wise bytes drop
-    by (k_a·e + 3)·I·T_in·K·f_e (SwiGLU k_a 3, 16 bit e 2, FP8), the backward by twice that, and the step is
+    by (k_a·e + 4)·I·T_in·K·f_e (SwiGLU k_a 3, 16 bit e 2, FP8), the backward by twice that, and the step is
     faster; nothing else moves. Refused on a dense model in one line."""
     job, layout, r, x = local(MOE, precision="fp8", ep=8.0, dp=8.0)
     fused = replace(job, fused_grouped_mlp=True)

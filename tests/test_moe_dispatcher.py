@@ -13,7 +13,7 @@ from trainest.errors import SpecError
 from trainest.scenario import scenario_from_mapping
 from trainest.step import moe as M
 from trainest.step import rates as R
-from trainest.step.collectives import tiers_of
+from trainest.step.collectives import all_to_all_s, tiers_of
 
 
 def local(model, **knobs):
@@ -23,8 +23,7 @@ def local(model, **knobs):
 
 def test_nccl_all_to_all_sends_every_copy_across_domains_deepep_and_hybridep_once_per_domain():
     """Across 4 domains with top-8 routing, NCCL's all-to-all (alltoall) sends every copy through the NICs
-    (r = 1) while DeepEP and HybridEP send a token once per remote domain (r < 1), so theirs is faster;
-    inside one domain the three move the same bytes."""
+    (r = 1) while DeepEP and HybridEP send a token once per remote domain (r < 1), so theirs is faster."""
     model = moe_model(experts=64, top_k=8)
     times, shares = {}, {}
     for d in ("alltoall", "deepep", "hybridep"):
@@ -34,11 +33,56 @@ def test_nccl_all_to_all_sends_every_copy_across_domains_deepep_and_hybridep_onc
         times[d] = M.ep_all_to_all_s(job, layout, x, tiers)
     assert shares["alltoall"] == 1.0 and shares["deepep"] == shares["hybridep"] < 0.6
     assert times["deepep"] == pytest.approx(times["hybridep"]) and times["deepep"] < 0.8 * times["alltoall"]
-    inside = set()
+
+
+def test_inside_a_domain_deepep_and_hybridep_send_a_token_once_per_rank():
+    """Inside one domain NCCL's all-to-all sends each of a token's K copies to its expert's rank; DeepEP and
+    HybridEP send the token once to each rank holding one of its experts: ρ·K = the mean number of distinct
+    ranks a token's K experts fall on, counted by brute force over every choice of K of E experts (E/e per
+    rank), and the all-to-all takes ρ times NCCL's. The bug this catches: the three were taken to send the
+    same rows inside a domain, so the NVL72 runs' HybridEP all-to-alls were charged every copy."""
+    from itertools import combinations
+    for experts, top_k, ep in ((16, 2, 8.0), (16, 4, 8.0), (32, 8, 8.0), (8, 1, 8.0)):
+        model = moe_model(experts=experts, top_k=top_k)
+        per_rank = experts // int(ep)
+        picks = list(combinations(range(experts), top_k))
+        distinct = sum(len({e // per_rank for e in p}) for p in picks) / len(picks)
+        times = {}
+        for d in ("alltoall", "deepep", "hybridep"):
+            job, layout, _, x = local(model, dp=ep, ep=ep, moe_dispatcher=d)
+            times[d] = M.ep_all_to_all_s(job, layout, x, tiers_of(job.hardware, job.devices_per_node))
+            share = M.rank_share(job, layout)
+            assert share * top_k == pytest.approx(distinct if d != "alltoall" else top_k, rel=1e-12)
+        assert times["deepep"] == pytest.approx(times["hybridep"])
+        tiers = M.all_to_all_tiers(job, tiers_of(job.hardware, job.devices_per_node))
+        latency = all_to_all_s(0.0, ep, 1.0, tiers)             # what an empty exchange costs: one hop
+        ratio = (times["deepep"] - latency) / (times["alltoall"] - latency)
+        assert ratio == pytest.approx(distinct / top_k, rel=1e-9)
+        assert ratio <= 1.0 + 1e-12 and (top_k > 1 or ratio == pytest.approx(1.0))
+
+
+def test_the_permutation_outside_the_all_to_all_depends_on_the_dispatcher():
+    """Forward bytes of the permutation (§15.2, §15.11): NCCL's all-to-all permutes the T_in tokens into their K
+    copies, sorts and unsorts the C received rows, unpermutes: e·h·(2·T_in·(1 + K) + 4·C); DeepEP's receiver
+    permutes its R = ρ·C received rows into the C expert rows and back: e·h·2·(R + C); HybridEP does it inside its
+    dispatch and combine kernels: none. The layer's element-wise bytes differ by exactly that."""
+    job, layout, _, x = local(MOE, dp=8.0, ep=8.0)
+    rows = job.element_bytes * job.model.expert_hidden
+    copies = M.routed_copies(job, layout, x)
+    t_in = M.moe_tokens_per_rank(layout, x)
+    k = MOE.moe.top_k
+    by = {}
     for d in ("alltoall", "deepep", "hybridep"):
-        job, layout, _, x = local(model, dp=8.0, ep=8.0, moe_dispatcher=d)
-        inside.add(round(M.ep_all_to_all_s(job, layout, x, tiers_of(job.hardware, job.devices_per_node)), 15))
-    assert len(inside) == 1
+        jd, ld, _, xd = local(MOE, dp=8.0, ep=8.0, moe_dispatcher=d)
+        by[d] = M.permutation_bytes(jd, ld, xd)
+        assert M.moe_elementwise_bytes(jd, ld, xd) - by[d] == pytest.approx(
+            M.moe_elementwise_bytes(job, layout, x) - by["alltoall"] if d != "alltoall" else
+            M.moe_elementwise_bytes(jd, ld, xd) - by[d])
+    share = M.rank_share(*local(MOE, dp=8.0, ep=8.0, moe_dispatcher="deepep")[:2])
+    assert by["alltoall"] == pytest.approx(rows * (2.0 * t_in * (1 + k) + 4.0 * copies))
+    assert by["deepep"] == pytest.approx(rows * 2.0 * (share + 1.0) * copies)
+    assert by["hybridep"] == 0.0
+    assert by["hybridep"] < by["deepep"] < by["alltoall"]
 
 
 def test_a_hidden_dispatch_slows_the_computation_by_the_sms_it_keeps():
@@ -62,20 +106,24 @@ def test_a_hidden_dispatch_slows_the_computation_by_the_sms_it_keeps():
 
 
 def test_every_dispatcher_reads_the_token_counts_unless_the_iteration_is_graphed():
-    """Many small experts at micro-batch 1 inside one node (the same bytes for every dispatcher, nothing
-    overlapped): each layer's host reads the per-expert token counts (Transformer Engine's GroupedLinear takes
-    m_splits as a host list, whichever dispatcher delivered the rows; HybridEP without a per-rank capacity
+    """Many small experts at micro-batch 1 inside one node (nothing overlapped): each layer's host reads the
+    per-expert token counts (Transformer Engine's GroupedLinear takes m_splits as a host list, whichever dispatcher delivered the rows; HybridEP without a per-rank capacity
     also sizes its output from the received count), so the host's per-expert launches after that read cannot
-    hide under the attention before it. The three dispatchers wait alike; full CUDA graphs (no launches, no
-    read) are faster. The bug this catches: HybridEP was taken not to wait, which made the hybrid Nemotron runs
-    (HybridEP, TE-scoped graphs, 8 local experts) too fast."""
+    hide under the attention before it. The three dispatchers launch alike and the device waits on each
+    (DeepEP and HybridEP move fewer bytes, §15.11, so their device has less to hide the launches behind and waits
+    longer); full CUDA graphs (no launches, no read) leave no wait in the layers and are faster. The bug this
+    catches: HybridEP was taken not to wait, which made the hybrid Nemotron runs (HybridEP, TE-scoped graphs,
+    8 local experts) too fast."""
     many = moe_model(experts=128, top_k=8, width=256)
     knobs = {"seq_len": 4096.0, "dp": 8.0, "micro_batches": 8, "ep": 8.0}
-    step = {d: step_of(many, H100, "fp8", moe_dispatcher=d, **knobs).time_s for d in ("alltoall", "deepep", "hybridep")}
-    assert step["alltoall"] == pytest.approx(step["deepep"]) == pytest.approx(step["hybridep"])
-    graphs = {d: step_of(many, H100, "fp8", moe_dispatcher=d, cuda_graphs="full", **knobs).time_s
-              for d in ("alltoall", "hybridep")}
-    assert graphs["alltoall"] == pytest.approx(graphs["hybridep"]) and graphs["hybridep"] < step["hybridep"]
+    dispatchers = ("alltoall", "deepep", "hybridep")
+    step = {d: step_of(many, H100, "fp8", moe_dispatcher=d, **knobs) for d in dispatchers}
+    graphs = {d: step_of(many, H100, "fp8", moe_dispatcher=d, cuda_graphs="full", **knobs) for d in dispatchers}
+    assert step["alltoall"].host_s == pytest.approx(step["deepep"].host_s) == pytest.approx(step["hybridep"].host_s)
+    for d in dispatchers:
+        assert step[d].layers_host_wait_s > 0.1 * step[d].time_s
+        assert graphs[d].layers_host_wait_s == pytest.approx(0.0, abs=1e-6) and graphs[d].time_s < step[d].time_s
+    assert step["alltoall"].layers_host_wait_s < step["deepep"].layers_host_wait_s < step["hybridep"].layers_host_wait_s
     # the segment after the read: the forward's per-expert launches against the experts' forward GEMMs
     for d in ("alltoall", "hybridep"):
         job, layout, r, x = local(many, dp=8.0, ep=8.0, micro_batches=8, moe_dispatcher=d)

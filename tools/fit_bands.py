@@ -36,6 +36,8 @@ from trainest import band as B  # noqa: E402
 from trainest.catalog import specs_dir  # noqa: E402
 from trainest.validate import PUBLIC_SET, Case, load_runs  # noqa: E402
 
+FINETUNE_SET = "finetune"       # the LoRA/QLoRA runs (tools/cross_validate.py predicts them; no fit uses them)
+
 COMMAND = "python tools/fit_bands.py"
 VTRAIN_SET = "vtrain-single-node"
 # Hardware of one architecture generation: a group of their runs together says how the model does on it.
@@ -59,7 +61,7 @@ def residual(case: Case, predicted_step_s: float) -> B.Residual:
                       scale=B.scale_bucket(s.devices, s.devices_per_node),
                       arch=B.arch_of(s.model),
                       ratio=_measured_step_s(case) / predicted_step_s, framework=s.framework,
-                      finetune=s.finetune.method)
+                      finetune=s.finetune.method, unstated=B.unstated_of(s.derived, case.assumed))
 
 
 def step_s(case: Case, hardware) -> float:
@@ -86,7 +88,8 @@ def left_out_records() -> list[dict]:
 def record_residual(rec: dict) -> B.Residual:
     return B.Residual(run_id=rec["id"], hardware=rec["hardware"], family=rec["family"], scale=rec["scale"],
                       arch=rec["arch"], ratio=rec["measured_step_s"] / rec["left_out_step_s"],
-                      framework=rec["framework"], finetune=rec.get("finetune", "full"))
+                      framework=rec["framework"], finetune=rec.get("finetune", "full"),
+                      unstated=tuple(rec.get("unstated", ())))
 
 
 def pools() -> tuple[dict[str, list[B.Residual]], dict[str, str], list[dict]]:
@@ -94,9 +97,12 @@ def pools() -> tuple[dict[str, list[B.Residual]], dict[str, str], list[dict]]:
     import fit_priors as fd
     import import_hardware as ih
 
-    records = left_out_records()
-    left = [record_residual(r) for r in records if r["hardware_fitted_without_source"]]
     cases = load_runs(run_set=PUBLIC_SET).cases
+    unstated = {c.id: B.unstated_of(c.scenario.derived, c.assumed)
+                for c in [*cases, *load_runs(run_set=FINETUNE_SET).cases]}
+    # what each run's record left unstated (its scenario's defaults, its importer's assumptions), from the runs files
+    records = [r | {"unstated": list(unstated.get(r["id"], ()))} for r in left_out_records()]
+    left = [record_residual(r) for r in records if r["hardware_fitted_without_source"]]
     own_blocks = ih.fitted_blocks(specs_dir() / "hardware")
     prior = []
     priors: dict[str, object] = {}
@@ -182,37 +188,51 @@ def framework_widening(residuals: list[B.Residual]) -> tuple[float, float]:
     return smallest_widening(trials, calibrated=True)
 
 
-def _fallback_hits(prior: list[B.Residual], judged: list[B.Residual], factor: float) -> list[bool]:
-    """Whether each of `judged` lies in the fallback band (band._fallback) built from `prior`, widened by `factor`."""
-    band = B._fallback({"prior": B.build_groups(prior)}, "", "", False, factor)
-    return [band.low_ratio <= r.ratio <= band.high_ratio for r in judged]
+def _fallback_band(prior: list[B.Residual], factors: tuple[float, float]) -> B.Band:
+    """The fallback band (band._fallback) built from `prior`, its (low, high) ends widened by `factors`."""
+    return B._fallback({"prior": B.build_groups(prior)}, "", "", False, factors)
+
+
+def _tail_factor(trials: list[tuple[list[B.Residual], list[B.Residual]]], end: int) -> float:
+    """The smallest factor of WIDENINGS by which the fallback band's low (`end` 0) or high (1) end must widen so
+    that at most (1 − COVERAGE)/2 of the judged runs of all `trials` ([(prior, judged)]) fall beyond it."""
+    alpha_half = (1.0 - B.COVERAGE) / 2
+    for w in WIDENINGS:
+        beyond = 0
+        for prior, judged in trials:
+            band = _fallback_band(prior, (w, 1.0) if end == 0 else (1.0, w))
+            beyond += sum(r.ratio < band.low_ratio if end == 0 else r.ratio > band.high_ratio for r in judged)
+        if beyond <= alpha_half * sum(len(judged) for _, judged in trials):
+            return w
+    return WIDENINGS[-1]
 
 
 def architecture_widening(records: list[dict], prior: list[B.Residual],
                           source_of: dict[str, str]) -> dict[str, list[float]]:
-    """{architecture: [factor, coverage]} for every architecture but dense, and "*" for all of them: the
-    smallest factor of WIDENINGS by which the fallback band must widen to cover COVERAGE of an architecture's runs
-    as predicted with their source left out (docs/cross-validation.json). The fallback is built from the prior pool
-    without the sources that have the architecture, as the one-source-left-out check builds it. Each
-    architecture's factor is sized on the other architectures' runs (so it is judged with a factor it did not
-    size); "*" pools them all (the shipped factor). Every MoE and hybrid run comes from one source, so leaving
-    that source out leaves no run of the architecture: how far off an architecture no validated run has is
-    measured on the other new architectures instead."""
+    """{architecture: [low-end factor, high-end factor, coverage]} for every architecture but dense, and "*" for all
+    of them: the smallest factors of WIDENINGS by which the fallback band's low and high ends must widen so that
+    at most (1 − COVERAGE)/2 of an architecture's runs, as predicted with their source left out
+    (docs/cross-validation.json), fall below it and at most as many above it: the split-conformal interval's two
+    tails, each sized on its own (a new architecture's kernels and overheads that the model lacks add time, so its
+    runs fall above the band more often than below). The fallback is built from the prior pool without the sources
+    that have the architecture, as the one-source-left-out check builds it. Each architecture's factors are sized on
+    the other architectures' runs (so it is judged with factors it did not size); "*" pools them all (the shipped
+    factors). Every MoE and hybrid run comes from one source, so leaving that source out leaves no run of the
+    architecture: how far off an architecture no validated run has is measured on the other new architectures."""
     archs = sorted({r["arch"] for r in records} - {"dense"})
     judged = {a: [record_residual(r) for r in records if r["arch"] == a] for a in archs}
     sources = {a: {r["source"] for r in records if r["arch"] == a} for a in archs}
     base = {a: [r for r in prior if source_of.get(r.run_id) not in sources[a]] for a in archs}
     out: dict[str, list[float]] = {}
     for name in [*archs, "*"]:
-        sizing = [a for a in archs if a != name]
-        coverage, factor = 0.0, WIDENINGS[-1]
-        for w in WIDENINGS:
-            hits = [h for a in sizing for h in _fallback_hits(base[a], judged[a], w)]
-            coverage = sum(hits) / len(hits) if hits else 0.0
-            if hits and coverage >= B.COVERAGE:
-                factor = w
-                break
-        out[name] = [round(factor, 2), round(coverage, 4)]
+        trials = [(base[a], judged[a]) for a in archs if a != name]
+        if not trials:
+            out[name] = [1.0, 1.0, 0.0]
+            continue
+        factors = (_tail_factor(trials, 0), _tail_factor(trials, 1))
+        hits = [b.low_ratio <= r.ratio <= b.high_ratio for p, rs in trials
+                for b in [_fallback_band(p, factors)] for r in rs]
+        out[name] = [round(factors[0], 2), round(factors[1], 2), round(sum(hits) / len(hits), 4)]
     return out
 
 
@@ -252,22 +272,33 @@ def _source_runs(records: list[dict], source: str, excluded: set[str], framework
 
 
 def _judged(groups: dict, runs: list[tuple], source_factor: float | dict,
-            arch_factor: dict[str, list[float]] | None = None,
-            finetune_factor: float = 1.0) -> list[tuple[dict, bool, float, bool]]:
+            arch_factor: dict[str, list[float]] | None = None, finetune_factor: float = 1.0,
+            unstated_factor: float | tuple[float, float] = 1.0) -> list[tuple[dict, bool, float, bool]]:
     """(record, inside its band, the band's claim, architecture seen) of each run; `source_factor`: one factor, or
-    {pool: [factor, ...]} (source_widening) for the runs of each pool; `arch_factor`: {architecture: [factor, ...]}
-    (architecture_widening) for a run whose architecture no other source has; `finetune_factor`: the widening of
-    an adapter fine-tuning run (finetune_widening)."""
+    {pool: [factor, ...]} (source_widening) for the runs of each pool; `arch_factor`: {architecture: [low-end
+    factor, high-end factor, ...]} (architecture_widening) for a run whose architecture no other source has;
+    `finetune_factor`: the widening of an adapter fine-tuning run (finetune_widening); `unstated_factor`: of a run
+    whose record left settings of band.UNSTATED_SETTINGS unstated (unstated_widening: low-end, high-end)."""
+    sides = _sides(groups, runs, source_factor, arch_factor, finetune_factor, unstated_factor)
+    return [(rec, side == 0, b.coverage, seen) for rec, side, b, seen in sides]
+
+
+def _sides(groups: dict, runs: list[tuple], source_factor: float | dict,
+           arch_factor: dict[str, list[float]] | None = None, finetune_factor: float = 1.0,
+           unstated_factor: float | tuple[float, float] = 1.0) -> list[tuple[dict, int, B.Band, bool]]:
+    """(record, −1 below its band / 0 inside / +1 above, the band, architecture seen) of each run with a band
+    (`_judged`'s arguments)."""
     out = []
     for rec, res, calibrated, fw, seen in runs:
         w = source_factor if not isinstance(source_factor, dict) else \
             source_factor[B.CALIBRATED if calibrated else "prior"][0]
-        a = (arch_factor or {}).get(res.arch, [1.0])[0]
+        a = tuple((arch_factor or {}).get(res.arch, [1.0, 1.0])[:2])
         b = B.lookup(groups, hardware=res.hardware, family=res.family, scale=res.scale, arch=res.arch,
                      calibrated=calibrated, framework_factor=fw, framework=res.framework, source_factor=w,
-                     arch_factor=a, finetune_factor=finetune_factor, finetune=res.finetune)
+                     arch_factor=(a[0], a[1]), finetune_factor=finetune_factor, finetune=res.finetune,
+                     unstated_factor=unstated_factor, unstated=res.unstated)
         if b.runs:
-            out.append((rec, b.low_ratio <= res.ratio <= b.high_ratio, b.coverage, seen))
+            out.append((rec, -1 if res.ratio < b.low_ratio else 1 if res.ratio > b.high_ratio else 0, b, seen))
     return out
 
 
@@ -328,6 +359,46 @@ def finetune_widening(records: list[dict], prior: list[B.Residual], source_of: d
     return [round(factor, 2), round(coverage, 4), n]
 
 
+def left_unstated(rec: dict) -> bool:
+    """A run whose record left settings of band.UNSTATED_SETTINGS to a default: what `unstated_widening` is
+    measured on."""
+    return bool(rec.get("unstated"))
+
+
+def unstated_widening(records: list[dict], prior: list[B.Residual], source_of: dict[str, str], family_factor: float,
+                      framework_factor: float, excluded: frozenset[str] = frozenset()) -> list[float]:
+    """[low-end factor, high-end factor, coverage, runs]: the smallest factors of WIDENINGS by which the band of a run
+    whose record left settings that move the step unstated (band.UNSTATED_SETTINGS: its importer assumed them) must
+    widen, on top of the source widening (and the fine-tuning widening of an adapter run), so that at most
+    (1 − COVERAGE)/2 of such runs fall below the band and at most as many above it, each end sized on its own tail
+    (`band.widened_ends`): bands built without a source, judging that source's runs that leave the settings unstated,
+    pooled over the sources not `excluded` that have such runs (each judged from the sources not excluded but it,
+    every other widening measured on those alone, as `source_out_coverage` judges). Runs of an architecture no other
+    source has do not count. None to judge: factors 1."""
+    trials = []
+    for source in sorted({r["source"] for r in records if left_unstated(r)} - excluded):
+        out = frozenset(excluded | {source})
+        runs = [run for run in _source_runs(records, source, out, framework_factor) if run[4] and left_unstated(run[0])]
+        ft = finetune_widening(records, prior, source_of, family_factor, framework_factor, out)[0] \
+            if any(adapter_tuned(run[0]) for run in runs) else 1.0
+        trials.append((_source_groups(records, prior, source_of, out, family_factor), runs,
+                       source_widening(records, prior, source_of, family_factor, framework_factor, out), ft))
+    n = sum(len(runs) for _, runs, _, _ in trials)
+    if not n:
+        return [1.0, 1.0, 1.0, 0]
+
+    def beyond(factors: tuple[float, float], side: int) -> int:
+        return sum(s == side for groups, runs, w, ft in trials
+                   for _, s, _, _ in _sides(groups, runs, w, finetune_factor=ft, unstated_factor=factors))
+
+    alpha_half = (1.0 - B.COVERAGE) / 2 * n
+    low = next((f for f in WIDENINGS if beyond((f, 1.0), -1) <= alpha_half), WIDENINGS[-1])
+    high = next((f for f in WIDENINGS if beyond((1.0, f), 1) <= alpha_half), WIDENINGS[-1])
+    inside = sum(s == 0 for groups, runs, w, ft in trials
+                 for _, s, _, _ in _sides(groups, runs, w, finetune_factor=ft, unstated_factor=(low, high)))
+    return [round(low, 2), round(high, 2), round(inside / n, 4), n]
+
+
 def source_out_coverage(records: list[dict], prior: list[B.Residual], source_of: dict[str, str],
                         family_factor: float, framework_factor: float,
                         arch_factor: dict[str, list[float]] | None = None) -> dict:
@@ -347,7 +418,9 @@ def source_out_coverage(records: list[dict], prior: list[B.Residual], source_of:
         runs = _source_runs(records, source, {source}, framework_factor)
         ft = finetune_widening(records, prior, source_of, family_factor, framework_factor, frozenset({source}))[0] \
             if any(adapter_tuned(run[0]) for run in runs) else 1.0
-        rows += _judged(groups, runs, w, arch_factor, ft)
+        un = tuple(unstated_widening(records, prior, source_of, family_factor, framework_factor,
+                                     frozenset({source}))[:2]) if any(left_unstated(run[0]) for run in runs) else 1.0
+        rows += _judged(groups, runs, w, arch_factor, ft, un)   # type: ignore[arg-type]
     summary: dict = {"all": _share([h for _, h, _, _ in rows], [c for _, _, c, _ in rows]),
                      "architecture_seen": _share([h for _, h, _, s in rows if s], [c for _, _, c, s in rows if s])}
     for key in GROUPINGS:
@@ -410,10 +483,13 @@ def document() -> dict:
     ft = finetune_widening(records, residuals["prior"], source_of, factor, fw_factor)
     doc["finetune_widening"] = ft[0]
     checks["finetune_source_out_widened"] = {"factor": ft[0], "coverage": ft[1], "runs": ft[2]}
+    un = unstated_widening(records, residuals["prior"], source_of, factor, fw_factor)
+    doc["unstated_widening"] = un[:2]
+    checks["unstated_source_out_widened"] = {"factor": un[:2], "coverage": un[2], "runs": un[3]}
     arch = architecture_widening(records, residuals["prior"], source_of)
-    doc["unseen_architecture_widening"] = arch["*"][0]
-    checks["prior"]["leave_one_architecture_out_widened"] = {a: {"factor": f, "coverage": c}
-                                                             for a, (f, c) in arch.items()}
+    doc["unseen_architecture_widening"] = arch["*"][:2]
+    checks["prior"]["leave_one_architecture_out_widened"] = {a: {"factor": [lo, hi], "coverage": c}
+                                                             for a, (lo, hi, c) in arch.items()}
     checks["one_source_left_out"] = source_out_coverage(records, residuals["prior"], source_of, factor, fw_factor,
                                                         arch)
     checks[VTRAIN_SET] = vtrain_coverage(doc)
@@ -436,8 +512,15 @@ def _coverage_table(c: dict) -> list[str]:
 def _arch_words(prior_checks: dict) -> str:
     """"moe judged at ×f (sized on the others), ..." from the leave-one-architecture-out check."""
     got = prior_checks.get("leave_one_architecture_out_widened", {})
-    return "; ".join(f"{a} judged with ×{v['factor']:g}, which covers {v['coverage']:.0%} of the others' runs"
-                     for a, v in got.items() if a != "*") or "not measured"
+    return "; ".join(f"{a} judged with {_ends_words(v['factor'])}, which covers {v['coverage']:.0%} of the others' "
+                     "runs" for a, v in got.items() if a != "*") or "not measured"
+
+
+def _ends_words(factor: object) -> str:
+    """"×f" of one factor, "×lo below, ×hi above" of a [low-end, high-end] pair."""
+    if isinstance(factor, list):
+        return f"×{factor[0]:g}" if factor[0] == factor[1] else f"×{factor[0]:g} below, ×{factor[1]:g} above"
+    return f"×{factor:g}"
 
 
 def markdown(doc: dict) -> str:
@@ -464,7 +547,12 @@ def markdown(doc: dict) -> str:
         f"×{doc.get('finetune_widening', 1.0):g}: the groups are mostly pre-training runs, and the factor makes "
         f"bands built without a fine-tuning source cover 80 % of that source's fine-tuning runs, pooled over the "
         f"sources that have them (in the one-source-left-out check below, sized on the other fine-tuning sources "
-        f"alone). The estimate then says plainly that the band is wide because little is known.",
+        f"alone). An estimate that leaves the micro-batch to its default (1; recipes raise it to fill memory, so "
+        f"1 is a floor, and at a fixed global batch a larger one shortens the step) widens "
+        f"{_ends_words(doc.get('unstated_widening', 1.0))}: each end the factor that leaves at most 10 % of a source's "
+        f"runs whose records leave the micro-batch unstated (their importer assumed it) beyond it, with bands built "
+        f"without that source, pooled over the sources that have such runs. The estimate then says plainly that the "
+        f"band is wide because little is known.",
         "",
         f"**One source left out: the band holds for {o['all']['coverage']:.1%} of {o['all']['runs']} runs** (each "
         f"source's runs predicted without it and judged by the band built from the other sources alone, its widening "
@@ -473,7 +561,9 @@ def markdown(doc: dict) -> str:
         f"another source has. Every MoE and hybrid run comes from Megatron-Bridge: left out, no validated run of "
         f"their architecture remains, and their band is the fallback (the broadest prior band) widened for an "
         f"architecture no validated run has, by the factor measured on the other new architecture's runs "
-        f"({_arch_words(p)}; shipped: ×{doc.get('unseen_architecture_widening', 1.0):g}, sized on both). Per group "
+        f"({_arch_words(p)}; shipped: {_ends_words(doc.get('unseen_architecture_widening', 1.0))}, sized on both; "
+        f"each end sized on its own tail, as new architectures' runs fall above the band more often than below). "
+        f"Per group "
         f"(target: 78 % overall, 70 % in every group of 10 runs or more):",
         "",
         *_coverage_table(o),
@@ -493,6 +583,10 @@ def markdown(doc: dict) -> str:
         f"| adapter fine-tuning runs, each fine-tuning source left out, bands widened "
         f"×{doc.get('finetune_widening', 1.0):g} on top | {c.get('finetune_source_out_widened', {}).get('runs', 0)} | "
         f"{c.get('finetune_source_out_widened', {}).get('coverage', 0.0):.1%} | 80% |",
+        f"| runs whose records leave the micro-batch unstated, each such source left out, bands widened "
+        f"{_ends_words(doc.get('unstated_widening', 1.0))} on top | "
+        f"{c.get('unstated_source_out_widened', {}).get('runs', 0)} | "
+        f"{c.get('unstated_source_out_widened', {}).get('coverage', 0.0):.1%} | 80% |",
         f"| prior efficiencies (uncalibrated hardware), leave-one-out | {p['leave_one_out']['runs']} | "
         f"{p['leave_one_out']['coverage']:.1%} | {p['leave_one_out']['claimed']:.1%} |",
         f"| prior, each hardware family left out (unwidened) | {p['leave_one_family_out']['runs']} | "
@@ -576,7 +670,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{pool:8s}: {doc['pools'][pool]['runs']} runs, {len(doc['groups'][pool])} groups; leave-one-out "
               f"coverage {loo['coverage']:.1%} (claimed {loo['claimed']:.1%}, {loo['runs']} runs)", file=sys.stderr)
     print(f"unseen family: prior broad bands widened x{doc['unseen_family_widening']}; unseen framework: "
-          f"x{doc['unseen_framework_widening']}; adapter fine-tuning: x{doc['finetune_widening']}", file=sys.stderr)
+          f"x{doc['unseen_framework_widening']}; adapter fine-tuning: x{doc['finetune_widening']}; micro-batch "
+        f"unstated: x{doc['unstated_widening']}; unseen architecture: {doc['unseen_architecture_widening']}",
+        file=sys.stderr)
     v = doc["checks"][VTRAIN_SET]
     print(f"{VTRAIN_SET}: {v['coverage']:.1%} of {v['runs']} rows inside their band", file=sys.stderr)
     if args.check:

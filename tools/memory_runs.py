@@ -36,7 +36,10 @@ HARDWARE = (
                     "MiB; the A10G 23,028 MiB); only the memory is compared, which the device sets through its "
                     "capacity alone"),
 )
-# Llama 3.2 1B/3B tie the input and output embeddings (tie_word_embeddings: true in their HF configs)
+# Llama 3.2 1B/3B tie the input and output embeddings (tie_word_embeddings: true in their HF configs); litgpt
+# unties them: its converter copies the embedding into lm_head when the HF checkpoint has none
+# (litgpt/scripts/convert_hf_checkpoint.py: `state_dict["lm_head.weight"] = state_dict["transformer.wte.weight"]`)
+# and its GPT keeps lm_head as its own Linear (litgpt/model.py), so a litgpt run trains both
 TIED = r"llama 3\.2"
 # torchtune's CEWithChunkedOutputLoss, litgpt's chunked_cross_entropy (lm_head_chunk_size 128 in its fine-tuning
 # scripts): the 16-bit logits kept, the FP32 upcast per chunk
@@ -57,10 +60,16 @@ def kind_of(text: str) -> str:
     return next(kind for word, kind in KIND_WORDS if low.startswith(word))
 
 
-def model_of(m: dict, notes: list[str]) -> OrderedDict:
+def is_litgpt(rec: dict) -> bool:
+    return "litgpt" in rec["source"].lower()
+
+
+def model_of(m: dict, notes: list[str], litgpt: bool = False) -> OrderedDict:
     out = OrderedDict((k, m[k]) for k in ("name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab",
                                           "mlp"))
-    out["tied_embeddings"] = bool(re.search(TIED, m["name"].lower()))
+    out["tied_embeddings"] = bool(re.search(TIED, m["name"].lower())) and not litgpt
+    if litgpt and re.search(TIED, m["name"].lower()):
+        notes.append("tied_embeddings false: litgpt's converter copies the tied embedding into its own lm_head")
     out["dropout"] = False
     out["positional"] = "rope"
     notes.append(f"tied_embeddings {str(out['tied_embeddings']).lower()} from the model's HF config; dropout "
@@ -72,7 +81,8 @@ def finetune_of(ft: dict | None, notes: list[str]) -> OrderedDict | None:
     if not ft:
         return None
     method = ft["method"].lower()
-    targets_text = str(ft.get("targets") or "").lower()
+    # litgpt's texts list what is off in parentheses ("query, value (lora_key/projection/mlp/head false)")
+    targets_text = re.sub(r"\([^)]*\bfalse\)", "", str(ft.get("targets") or "").lower())
     mlp = "mlp" in targets_text
     targets = "all" if mlp else "attention"
     out = OrderedDict(method=method, rank=int(ft["rank"]), targets=targets, base_bits=4 if method == "qlora" else 16)
@@ -137,7 +147,7 @@ def loss_of(rec: dict, notes: list[str]) -> str:
     other = str(rec.get("other_settings") or "").lower()
     if "chunked" in other:
         return "chunked"
-    if "litgpt" in rec["source"].lower():
+    if is_litgpt(rec):
         notes.append(LITGPT_LOSS_NOTE)
         return "chunked"
     if compiled_of(rec):
@@ -178,7 +188,7 @@ def convert(rec: dict) -> OrderedDict:
     if hw_note:
         notes.append(hw_note)
     out = OrderedDict(id=rec["id"], source=f"{rec['source']} ({rec['source_url']})")
-    out["model"] = model_of(rec["model"], notes)
+    out["model"] = model_of(rec["model"], notes, is_litgpt(rec))
     out["seq_len"] = int(rec["seq_len"])
     out["hardware"] = hardware
     out["devices"] = int(rec["devices"])
@@ -201,10 +211,11 @@ def convert(rec: dict) -> OrderedDict:
         out["recompute"] = recompute
     compiled = compiled_of(rec)
     out["attention"] = "flash2"
-    out["framework"] = "hf-accelerate"
+    out["framework"] = "litgpt" if is_litgpt(rec) else "hf-accelerate"
     out["kernels"] = "fused" if compiled else "eager"
-    notes.append("framework hf-accelerate: trainest's plain-PyTorch framework (torchtune and litgpt run PyTorch "
-                 "modules with SDPA's FlashAttention-2 backend); kernels "
+    notes.append(("framework litgpt (its own loop and QLoRA stack: frameworks.py)" if is_litgpt(rec) else
+                  "framework hf-accelerate: trainest's plain-PyTorch framework (torchtune runs PyTorch modules)")
+                 + " with SDPA's FlashAttention-2 backend; kernels "
                  + ("fused (torch.compile)" if compiled else "eager (no torch.compile)"))
     out["loss"] = loss_of(rec, notes)
     out.update(optimizer_of(str(rec["optimizer"]), notes))

@@ -38,13 +38,19 @@ by the factor that makes bands built without a fine-tuning source cover 80 % of 
 runs, pooled over the sources that have them (`finetune_widening`, measured by tools/fit_bands.py:
 leave-one-source-out over the fine-tuning sources). The groups are mostly pre-training runs, and a
 fine-tuning source's error is not theirs: its frozen base, adapter kernels and recipe (often tuned past
-what the scenario states) put its runs off-centre and wider.
+what the scenario states) put its runs off-centre and wider. A scenario that leaves a setting of
+UNSTATED_SETTINGS (the micro-batch) to its default widens the band, each end by the factor that leaves at most
+10 % of a left-out source's runs whose records leave it unstated beyond it (`unstated_widening`, measured by
+tools/fit_bands.py: leave-one-source-out over the sources with such runs; the default micro-batch is a floor, so
+such runs are faster than predicted more often than slower, and the low end widens more).
 A band comes from the most specific group with at least MIN_GROUP_RUNS runs, in the order of LEVELS:
 hardware and scale, hardware, hardware family (same architecture generation) and scale, family,
 scale, every run; a broader group is named in the band's note. An uncalibrated hardware whose family
 has no run at all reaches the broad levels, whose prior bands hold other families' runs only; those
 bands are widened (in log space about their centre) by the factor that makes them cover 80 % of a
-left-out family's runs (`widened`, measured by tools/fit_bands.py: leave-one-family-out).
+left-out family's runs (`widened`, measured by tools/fit_bands.py: leave-one-family-out). An architecture no
+validated run has gets the broadest prior band, its low and high ends widened apart (`widened_ends`), each by
+the factor that leaves at most 10 % of a left-out architecture's runs beyond it (`architecture_widening`).
 
 Standard library only, one small JSON file read once: this module is on the start-up path of every
 `trainest estimate`.
@@ -72,6 +78,10 @@ POOLS = {CALIBRATED: "runs of sources left out of the fit, calibrated hardware",
 UNSEEN = "prior-unseen"         # the prior pool's broad groups, widened for a hardware family without runs
 BROAD_LEVELS = ("scale", "all")
 ANY = "*"
+# Settings that move the step time whose value a scenario may leave to a default (micro-batch 1, the framework's
+# recompute mode): an estimate that took the default estimates a run its user may not run, and a validated run
+# whose record did not state them (its importer assumed them: runs key `assumed`) was predicted the same way.
+UNSTATED_SETTINGS = ("micro_batch",)
 # (level name, which of hardware / family / scale the group key keeps); architecture is always kept
 LEVELS = (("hardware+scale", (True, False, True)), ("hardware", (True, False, False)),
           ("family+scale", (False, True, True)), ("family", (False, True, False)),
@@ -89,6 +99,7 @@ class Residual(NamedTuple):
     ratio: float                # measured / predicted step time
     framework: str = ""         # the framework the run's scenario states
     finetune: str = "full"      # the scenario's fine-tuning method: full (incl. pre-training) | lora | qlora
+    unstated: tuple[str, ...] = ()   # of UNSTATED_SETTINGS, those the run's scenario did not state (`unstated_of`)
 
 
 class Band(NamedTuple):
@@ -167,6 +178,24 @@ def widened(entry: list[float], factor: float) -> list[float]:
     return [round(c * (low / c) ** factor, 4), round(c * (high / c) ** factor, 4), cov, runs]
 
 
+def widened_ends(entry: list[float], low_factor: float, high_factor: float) -> list[float]:
+    """`widened` with each end moved by its own factor: c·(low/c)^low_factor, c·(high/c)^high_factor. The two
+    tails of an error are sized apart when the runs that size them err more one way than the other (an
+    architecture no validated run has is predicted too fast more often than too slow)."""
+    low = widened(entry, low_factor)[0]
+    return [low, *widened(entry, high_factor)[1:]]
+
+
+def _ends(factor: float | tuple[float, float]) -> tuple[float, float]:
+    """(low-end, high-end) factors of one factor or of a pair."""
+    return (factor[0], factor[1]) if isinstance(factor, tuple) else (factor, factor)
+
+
+def _ends_words(ends: tuple[float, float]) -> str:
+    """"×f", or "×lo below, ×hi above" when the ends widen apart."""
+    return f"×{ends[0]:g}" if ends[0] == ends[1] else f"×{ends[0]:g} below, ×{ends[1]:g} above"
+
+
 def _group_words(level: str, hardware: str, family: str, scale: str, arch: str) -> str:
     keep = dict(LEVELS)[level]
     parts = [hardware if keep[0] else "", family if keep[1] else "",
@@ -178,20 +207,25 @@ def _group_words(level: str, hardware: str, family: str, scale: str, arch: str) 
 
 def lookup(groups: dict[str, dict[str, list[float]]], *, hardware: str, family: str, scale: str, arch: str,
            calibrated: bool, framework_factor: float | None = None, framework: str = "",
-           source_factor: float = 1.0, arch_factor: float = 1.0, finetune_factor: float = 1.0,
-           finetune: str = "full") -> Band:
+           source_factor: float = 1.0, arch_factor: float | tuple[float, float] = 1.0, finetune_factor: float = 1.0,
+           finetune: str = "full", unstated_factor: float | tuple[float, float] = 1.0,
+           unstated: tuple[str, ...] = ()) -> Band:
     """The band of the most specific group with enough runs (LEVELS), from the pool the hardware's
     calibration selects; without any, the broadest prior band of any architecture. `source_factor`: every
     estimate is for a source (cluster, recipe) no validated run came from, and the runs of one source
     share their error, so the band widens by this factor (measured leave-one-source-out). `framework_factor`:
     the scenario's framework has no validated run, so the band widens by this factor too (`widened`).
     `arch_factor`: no validated run has the scenario's architecture, so the fallback band widens by this
-    factor (measured with each architecture left out: tools/fit_bands.py, `architecture_widening`).
+    factor (measured with each architecture left out: tools/fit_bands.py, `architecture_widening`), or by a
+    (low-end, high-end) pair, each end by its own (`widened_ends`).
     `finetune_factor`: the scenario fine-tunes with adapters (`finetune`: lora, qlora), so the band widens by
-    this factor (measured with each fine-tuning source left out: `finetune_widening`)."""
+    this factor (measured with each fine-tuning source left out: `finetune_widening`). `unstated_factor`: the
+    scenario left `unstated` (of UNSTATED_SETTINGS) to their defaults, so the band widens by this factor (measured
+    with each source of runs whose records left them unstated left out: `unstated_widening`)."""
     kw: dict[str, Any] = dict(hardware=hardware, family=family, scale=scale, arch=arch, calibrated=calibrated,
                               framework_factor=framework_factor, framework=framework, source_factor=source_factor,
-                              finetune_factor=finetune_factor, finetune=finetune)
+                              finetune_factor=finetune_factor, finetune=finetune, unstated_factor=unstated_factor,
+                              unstated=unstated)
     band = _from_pool(groups, CALIBRATED if calibrated else "prior", **kw)
     if band is None and calibrated:
         # no run of this architecture on calibrated hardware had its source left out (MoE and hybrid runs are
@@ -204,7 +238,9 @@ def lookup(groups: dict[str, dict[str, list[float]]], *, hardware: str, family: 
 
 def _from_pool(groups: dict[str, dict[str, list[float]]], pool: str, *, hardware: str, family: str, scale: str,
                arch: str, calibrated: bool, framework_factor: float | None, framework: str, source_factor: float,
-               finetune_factor: float = 1.0, finetune: str = "full", extra: tuple[str, ...] = ()) -> Band | None:
+               finetune_factor: float = 1.0, finetune: str = "full",
+               unstated_factor: float | tuple[float, float] = 1.0, unstated: tuple[str, ...] = (),
+               extra: tuple[str, ...] = ()) -> Band | None:
     """`lookup` in one pool: the band of the most specific group of LEVELS with enough runs, or None."""
     for i, (level, keep) in enumerate(LEVELS):
         if keep[1] and not family:
@@ -236,15 +272,24 @@ def _from_pool(groups: dict[str, dict[str, list[float]]], pool: str, *, hardware
             why.append(f"{finetune} fine-tuning: widened ×{finetune_factor:g} to cover {COVERAGE:.0%} of a left-out "
                        "fine-tuning source's runs")
             unknowns.append(f"{finetune} fine-tuning, whose sources' errors the mostly pre-training runs do not show")
+        ends = _ends(unstated_factor)
+        if max(ends) > 1.0 and unstated:
+            low, high = widened_ends([low, high, cov, runs], *ends)[:2]
+            named = " and ".join(k.replace("_", "-") for k in unstated)
+            why.append(f"{named} not given: widened {_ends_words(ends)} to cover {COVERAGE:.0%} of the runs of a "
+                       f"left-out source that did not state it")
+            unknowns.append(f"{named} not given, so the step is estimated at its default")
         return Band(low, high, cov, int(runs), level, words, pool, calibrated,
                     "; ".join([f"{int(runs)} {POOLS[pool]} ({words})", *why]), tuple(unknowns))
     return None
 
 
 def _fallback(groups: dict[str, dict[str, list[float]]], hardware: str, arch: str, calibrated: bool,
-              factor: float = 1.0) -> Band:
+              factor: float | tuple[float, float] = 1.0) -> Band:
     """No measured run of this architecture: the broadest prior band of any, widened by `factor` (what a
-    left-out architecture's runs need; 1: not measured, and the band is then a lower bound on the error)."""
+    left-out architecture's runs need; a (low-end, high-end) pair: each end by its own, `widened_ends`; 1: not
+    measured, and the band is then a lower bound on the error)."""
+    low_factor, high_factor = _ends(factor)
     candidates = [(k, v) for k, v in groups.get("prior", {}).items() if k.startswith(f"{ANY}|{ANY}|{ANY}|")]
     if not candidates:
         return Band(math.nan, math.nan, 0.0, 0, "none", "no runs", "prior", calibrated,
@@ -253,10 +298,10 @@ def _fallback(groups: dict[str, dict[str, list[float]]], hardware: str, arch: st
     other = key.rsplit("|", 1)[1]
     words = (f"no measured {arch} run validates this estimate: the band of uncalibrated {other} estimates "
              f"({int(runs)} runs)")
-    if factor > 1.0:
-        low, high = widened([low, high, cov, runs], factor)[:2]
-        words += (f", widened ×{factor:g} to cover {COVERAGE:.0%} of the runs of an architecture no validated run "
-                  "had (each architecture left out in turn)")
+    if max(low_factor, high_factor) > 1.0:
+        low, high = holding_the_estimate(*widened_ends([low, high, cov, runs], low_factor, high_factor)[:2])
+        words += (f", widened {_ends_words((low_factor, high_factor))} to cover {COVERAGE:.0%} of the runs of an "
+                  "architecture no validated run had (each architecture left out in turn)")
     else:
         words += ", likely too narrow"
     return Band(low, high, cov, int(runs), "none", f"all hardware, {other}", "prior", calibrated, words,
@@ -279,11 +324,26 @@ def arch_of(model: Any) -> str:
     return "hybrid" if model.hybrid is not None else "moe" if model.moe is not None else "dense"
 
 
+def unstated_of(derived: Iterable[str], assumed: Iterable[str] = ()) -> tuple[str, ...]:
+    """The UNSTATED_SETTINGS among a scenario's defaulted keys (`derived`) and those its importer assumed."""
+    given = set(derived) | set(assumed)
+    return tuple(k for k in UNSTATED_SETTINGS if k in given)
+
+
+def _pair(value: Any) -> float | tuple[float, float]:
+    """A widening of specs/bands.json (`unseen_architecture_widening`, `unstated_widening`): one factor, or
+    [low-end, high-end]."""
+    if isinstance(value, list) and len(value) == 2:
+        return float(value[0]), float(value[1])
+    return float(value)
+
+
 def band_for(hardware: Any, devices: int, devices_per_node: int, arch: str, framework: str = "",
-             finetune: str = "full") -> Band:
+             finetune: str = "full", unstated: tuple[str, ...] = ()) -> Band:
     """The shipped band of an estimate on `hardware` (a catalog.Hardware) at this scale and architecture
     (`arch_of`), under `framework` (widened when no validated run used it; "" : not judged), fine-tuning
-    with `finetune` (full, lora, qlora: widened for adapter fine-tuning)."""
+    with `finetune` (full, lora, qlora: widened for adapter fine-tuning), with `unstated` (of UNSTATED_SETTINGS:
+    left to their defaults, widened for them)."""
     doc = load_bands()
     seen = doc.get("frameworks_validated")
     factor = doc.get("unseen_framework_widening") if framework and seen is not None and framework not in seen else None
@@ -292,9 +352,9 @@ def band_for(hardware: Any, devices: int, devices_per_node: int, arch: str, fram
                   calibrated=bool(hardware.efficiency.fitted), framework_factor=factor, framework=framework,
                   source_factor=float(doc.get("unseen_source_widening", {}).get(
                       CALIBRATED if hardware.efficiency.fitted else "prior", 1.0)),
-                  arch_factor=float(doc.get("unseen_architecture_widening", 1.0)),
+                  arch_factor=_pair(doc.get("unseen_architecture_widening", 1.0)),
                   finetune_factor=float(doc.get("finetune_widening", 1.0)) if finetune != "full" else 1.0,
-                  finetune=finetune)
+                  finetune=finetune, unstated_factor=_pair(doc.get("unstated_widening", 1.0)), unstated=unstated)
 
 
 def plain_words(band: Band) -> str:

@@ -11,7 +11,7 @@ from trainest import (
     SCHEMA_VERSION,  # noqa: F401 - re-exported
     training,
 )
-from trainest.band import Band, arch_of, band_for
+from trainest.band import Band, arch_of, band_for, unstated_of
 from trainest.memory import MemoryBreakdown, memory_per_device
 from trainest.record import NamedTuple
 from trainest.scenario import Scenario, job_of, layout_of
@@ -277,7 +277,8 @@ def estimate(s: Scenario) -> Estimate:
     t = float(terms.time_s)
     parts = {k: float(getattr(terms, f"{k}_s")) for k in TERMS}
     bottleneck = max(parts, key=lambda k: parts[k])
-    band = band_for(s.hardware, s.devices, s.devices_per_node, arch_of(s.model), s.framework, s.finetune.method)
+    band = band_for(s.hardware, s.devices, s.devices_per_node, arch_of(s.model), s.framework, s.finetune.method,
+                    unstated_of(s.derived))
     step = StepResult(time_s=t, **{f"{k}_s": v for k, v in parts.items()}, bottleneck=bottleneck,
                       shares={k: v / t for k, v in parts.items()},
                       communication_detail_s={"tp": float(terms.tp_comm_s), "cp": float(terms.cp_comm_s),

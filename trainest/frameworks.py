@@ -133,6 +133,27 @@ A framework sets
   (Megatron-Core, NeMo 2/Megatron-Bridge, whose PEFT adapts 16-bit linear layers, and Megatron-DeepSpeed),
   torchtitan, OLMo-core and MaxText have no 4-bit base layer: a QLoRA under them is refused, and a QLoRA
   that names no framework takes `QLORA_FRAMEWORK` (the Hugging Face stack; mlx on Apple silicon).
+  litgpt quantises its own models through Lightning Fabric's `BitsandbytesPrecision` (`--quantize bnb.nf4`,
+  bitsandbytes' `Linear4bit`): it runs QLoRA too.
+- `holds_last_graph`: its training loop keeps the previous micro-batch's `logits` and `loss` bound while the
+  next forward runs (litgpt finetune/lora.py and full.py: `logits = model(input_ids, ...)` rebinds only once
+  the forward returns), so the previous micro-batch's autograd graph is released only then. What the backward
+  frees (tensors saved with `save_for_backward`) is gone by then; what stays is the previous 16-bit logits and,
+  over a bitsandbytes-quantised base, every quantised linear's 16-bit input, which bitsandbytes' matmuls keep
+  as a ctx attribute (bitsandbytes 0.42 autograd/_functions.py: MatMul4Bit `ctx.tensors = (A, B)`,
+  MatMul8bitLt `ctx.tensors = (CAt, subA, A)`), freed with the graph, not after the backward
+  (docs/model.md §13.3; `memory.py: last_graph_bytes`). The Hugging Face Trainer returns `loss.detach()`
+  from its training step (the graph is freed there); torchtune's NF4 linear keeps no input.
+- `torch_eager`: its eager kernels (`kernels eager`) are PyTorch modules run operator by operator under
+  autograd, which keep more for the backward than fused kernels (the FP32 norm inputs, the attention output's
+  copy, SwiGLU's SiLU output: `step/activations.py: eager_extra_bytes`). False for MLX (its own lazy arrays
+  and fused `mx.fast` norms) and MaxText (JAX/XLA).
+- `qlora_stable_embedding`: with a bitsandbytes-quantised base it swaps the token embedding for bitsandbytes'
+  `StableEmbedding` after building the optimizer (litgpt finetune/lora.py: `old_embedding =
+  model.transformer.wte`, then a new `StableEmbedding` whose weight copies it): the replaced embedding stays
+  referenced for the whole run, and the new one's weight trains (it requires grad) outside the optimizer, so
+  its V·h 16-bit gradient is computed and kept: one more embedding among the weights and one among the
+  gradients (`finetune.py: stable_embedding_bytes`).
 """
 
 from __future__ import annotations
@@ -221,6 +242,12 @@ class Framework(NamedTuple):
     # bucket (Megatron --overlap-param-gather, FSDP's per-unit gathers); False: run at the end of the
     # optimizer step before the next forward starts (DeepSpeed's ZeRO-1/2, module docstring)
     dp_gather_overlap: bool = True
+    # memory its own code holds beyond the model's tensors (module docstring: `holds_last_graph`,
+    # `qlora_stable_embedding`)
+    holds_last_graph: bool = False
+    qlora_stable_embedding: bool = False
+    # its eager kernels are PyTorch modules under autograd (module docstring: `torch_eager`)
+    torch_eager: bool = True
     # ZeRO-1/2 reduces the gradients with an all-reduce over the data-parallel group (each rank keeps its
     # shard's) and sends the updated weights by one broadcast per shard owner, one after another, not by a
     # reduce-scatter and one all-gather (module docstring)
@@ -315,7 +342,7 @@ DECLARED: tuple[Framework, ...] = (
       "google/maxtext: JAX/XLA, the step is one compiled program (XLA fuses element-wise ops; "
       "collectives scheduled by the compiler); its circular pipeline (num_pipeline_repeats > 1: each stage "
       "holds several non-adjacent layer groups) is the interleaved schedule", expert_loop="grouped",
-      runs_on=("tpu", "gpu", "cpu-gpu", "cpu")),
+      runs_on=("tpu", "gpu", "cpu-gpu", "cpu"), torch_eager=False),
     F("llm-foundry", "python", "fused", True, False, True,
       "mosaicml/llm-foundry (Composer): PyTorch FSDP, fused/flash kernels in its MPT models, no pipeline; "
       "flash-attn's fused cross-entropy by default (loss_fn: fused_crossentropy)", loss_bytes_per_logit=4.0,
@@ -329,10 +356,17 @@ DECLARED: tuple[Framework, ...] = (
       "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj", expert_loop="python",
       micro_batch_sync=True, pipeline=False, runs_on=("gpu", "cpu-gpu", "tpu", "asic", "wafer", "apple", "cpu"),
       recompute_modes=("none", "full"), qlora=True),
+    F("litgpt", "python", "eager", True, False, False,
+      "Lightning-AI/litgpt: eager PyTorch modules under Lightning Fabric (DDP or FSDP), SDPA attention; LoRA "
+      "per projection (q, k, v inside the fused QKV: LoRAQKVLinear); QLoRA through Fabric's "
+      "BitsandbytesPrecision (--quantize bnb.nf4), its embedding swapped for bitsandbytes' StableEmbedding; the "
+      "loop keeps the last micro-batch's logits and loss bound through the next forward (finetune/lora.py)",
+      expert_loop="python", zero_stages=FSDP2_ZERO, pipeline=False, recompute_modes=("none", "full"),
+      qlora=True, holds_last_graph=True, qlora_stable_embedding=True),
     F("mlx", "python", "eager", True, False, True,
       "Apple MLX: lazy evaluation of eager operators on the unified-memory GPU; mlx-lm's LoRA adapts q, k, v, o, "
       "gate, up and down projections separately", expert_loop="grouped", runs_on=("apple", "cpu"),
-      recompute_modes=("none", "full"), qlora=True),
+      recompute_modes=("none", "full"), qlora=True, torch_eager=False),
     F("internevo", "python", "fused", True, True, True,
       "InternLM/InternEvo: flash attention and fused kernels, interleaved 1F1B (num_chunks), full activation "
       "checkpointing; its ZeRO-1 (HybridZeroOptimizer, zero1 = the shard group) all-reduces the gradients bucket "

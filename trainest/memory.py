@@ -38,6 +38,8 @@ from trainest.step.finetune import (
     frozen_expert_layer_bytes,
     frozen_layer_bytes,
     frozen_weight_bytes,
+    quantised_input_bytes_per_layer,
+    stable_embedding_bytes,
 )
 from trainest.step.offload import (
     IN_FLIGHT_LAYERS,
@@ -247,9 +249,11 @@ def finetune_state_bytes(job: Job, layout: Layout, params_local: Num,
     Adam state, sharded like a full model's; `full` where not frozen."""
     frozen = (frozen_weight_bytes(job, layout, params_local), frozen_layer_bytes(job, layout))
     state = frozen_state_bytes(job, layout, frozen, adapter_params_local(job, layout), layout.shard * layout.cp)
-    weights = state[0] + dequant_workspace_bytes(job, layout)
+    embedding = stable_embedding_bytes(job, layout)        # litgpt's StableEmbedding swap: the old one, a gradient
+    weights = state[0] + dequant_workspace_bytes(job, layout) + embedding
     mask = layout.frozen > 0
-    return xp.where(mask, weights, full[0]), xp.where(mask, state[1], full[1]), xp.where(mask, state[2], full[2])
+    return (xp.where(mask, weights, full[0]), xp.where(mask, state[1] + embedding, full[1]),
+            xp.where(mask, state[2], full[2]))
 
 
 def expert_finetune_state_bytes(job: Job, layout: Layout, experts_local: Num,
@@ -312,6 +316,19 @@ def activation_parts(job: Job, layout: Layout) -> tuple[Num, Num]:
     return total, held
 
 
+def last_graph_bytes(job: Job, layout: Layout) -> Num:
+    """What the previous micro-batch's graph still holds while the next forward runs, under a framework whose
+    loop keeps it bound (`Framework.holds_last_graph`, litgpt) [B]: its 16-bit logits (LOGITS_16BIT_BYTES per
+    logit) and, over a quantised base, its quantised linears' inputs (`quantised_input_bytes_per_layer`) of the
+    layers not recomputed (a recomputed layer's graph is local to its backward); 0 under other frameworks."""
+    if not FRAMEWORKS[job.framework].holds_last_graph:
+        return 0.0 * layout.tp
+    layers, _ = stage_layers(job.model, layout.pp, layout.vpp, layout.split)
+    inputs = quantised_input_bytes_per_layer(job, layout) * layers * (1.0 - layout.full)
+    logits = LOGITS_16BIT_BYTES * layout.tokens(job) * job.model.vocab / layout.tp
+    return inputs + logits
+
+
 def offloaded_device_bytes(job: Job, layout: Layout, on_device: tuple[Num, Num, Num, Num]) -> tuple[Num, ...]:
     """(weights, gradients, optimizer, activations, host bytes) with offload [B]: optimizer offload
     leaves no optimizer state and IN_FLIGHT_LAYERS layers' 16-bit gradients (streamed out) on the
@@ -338,6 +355,7 @@ def memory_per_device(job: Job, layout: Layout) -> MemoryBreakdown:
     stays on the device and what the host holds."""
     weights, grads, optim = sharded_state_bytes(job, layout)
     activations, logits = activation_parts(job, layout)
+    activations = activations + last_graph_bytes(job, layout)
     host: Num = 0.0
     if not xp.off(layout.offload):
         weights, grads, optim, activations, host = offloaded_device_bytes(job, layout,

@@ -5,6 +5,7 @@ package, because the step needs it too (activation offload, §14); `trainest.mem
 from __future__ import annotations
 
 from trainest import xp
+from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
 from trainest.record import NamedTuple
 from trainest.step.finetune import adapter_activation_bytes_per_layer
@@ -13,6 +14,26 @@ from trainest.step.moe import expert_load_factor
 DROPOUT_MASK_BYTES = 1.0         # one byte per element
 FP8_SAVED_INPUT_BYTES = 1.0      # FP8/FP4 recipes (Transformer Engine) keep the GEMM inputs saved for
                                  # the backward pass as their FP8 copies, not in 16 bit
+EAGER_NORM_INPUT_BYTES = 4.0     # an eager PyTorch RMSNorm/LayerNorm keeps its input upcast to FP32 (eager_extra_bytes)
+
+
+def eager_extra_bytes(job: Job, layout: Layout) -> Num:
+    """What one layer keeps for one micro-batch beyond the fused count when its modules run operator by operator
+    under PyTorch autograd (kernels eager, `Framework.torch_eager`) [B] (docs/model.md §7.3):
+      each norm's input upcast to FP32 (Hugging Face's LlamaRMSNorm, litgpt's and torchtune's RMSNorm:
+        `x.float()`, then `x * rsqrt(mean(x²) + eps)` saves the FP32 x): 2·(4 − e)·T·h (÷t with SP) more;
+      the attention output twice: SDPA keeps its head-major output for its backward, the output projection its
+        token-major copy (`transpose(1, 2).contiguous()`): e·T·a·d_h/t more;
+      SwiGLU's SiLU output, saved for the product apart from the gate output it came from (`act(gate(x)) *
+        up(x)`): e·T·f/t more (0 for a GeLU MLP).
+    0 with fused kernels (Megatron/TE, torch.compile, XLA fuse them or recompute them in the backward). Dense
+    layers only: the MoE and hybrid paths do not add it."""
+    if job.kernels != "eager" or not FRAMEWORKS[job.framework].torch_eager:
+        return 0.0 * layout.tp
+    model, e = job.model, job.element_bytes
+    norms = 2.0 * max(EAGER_NORM_INPUT_BYTES - e, 0.0) * model.hidden / layout.sp_div
+    split = e * (model.heads * model.head_dim + (model.ffn_hidden if model.mlp == "swiglu" else 0.0)) / layout.tp
+    return layout.tokens(job) * (norms + split)
 
 
 def activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]:
@@ -66,8 +87,10 @@ def activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]:
     full_input = e * tokens * h / sp_div
     op_saved = full_input + e * tokens * ((2.0 * q_width + kv_width / 2.0 + f) / tp
                                           + (h if model.mlp == "swiglu" else 0.0))
+    eager = eager_extra_bytes(job, layout)
+    stored = stored + eager
     # the layer being recomputed during backward re-materialises everything, scores included
-    rematerialised = replicated + split + scores_all
+    rematerialised = replicated + split + scores_all + eager
     if not xp.off(layout.finetune):      # LoRA/QLoRA: each adapter keeps x·A (T×r) for B's weight gradient
         adapters = adapter_activation_bytes_per_layer(job, layout)
         stored, op_saved, rematerialised = stored + adapters, op_saved + adapters, rematerialised + adapters

@@ -413,3 +413,22 @@ def finetune_flops_delta(job: Job, layout: Layout) -> tuple[Num, Num]:
     adapters = tokens * m.layers * adapter_flops_per_token(job, layout)
     model = layout.frozen * (3.0 * adapters - linear_fwd)
     return model, model + layout.frozen * layout.full * adapters
+
+
+def quantised_input_bytes_per_layer(job: Job, layout: Layout) -> Num:
+    """The 16-bit inputs of one layer's quantised linears for one micro-batch [B]: the QKV and MLP-up inputs
+    (h wide, ÷t with SP), the output projection's (a·d_h/t) and the MLP-down's (f/t), e bytes each; what
+    bitsandbytes' MatMul4Bit/MatMul8bitLt keep as a ctx attribute until their graph is released (frameworks.py
+    `holds_last_graph`). A MoE layer's routed experts' inputs are not counted. 0 where the base is not quantised."""
+    m = job.model
+    widths = 2.0 * m.hidden / layout.sp_div + (m.heads * m.head_dim + m.ffn_hidden) / layout.tp
+    return quantised(job, layout) * job.element_bytes * layout.tokens(job) * widths
+
+
+def stable_embedding_bytes(job: Job, layout: Layout) -> Num:
+    """One 16-bit token embedding on one device, V·h/t·e [B], where the base is quantised and the framework
+    swaps in bitsandbytes' StableEmbedding (`Framework.qlora_stable_embedding`, litgpt): it holds one such
+    tensor more among the weights (the replaced embedding) and one among the gradients (the new one's); else 0."""
+    if not FRAMEWORKS[job.framework].qlora_stable_embedding:
+        return 0.0 * layout.tp
+    return quantised(job, layout) * job.element_bytes * job.model.vocab * job.model.hidden / layout.tp

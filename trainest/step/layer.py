@@ -63,7 +63,7 @@ NO_DROPOUT_SOFTMAX_SAVING = 5.0
 SOFTMAX_BACKWARD_BYTES_PER_SCORE = 11.0
 NO_DROPOUT_SOFTMAX_BACKWARD_SAVING = 5.0
 BACKWARD_TRAFFIC_RATIO = 2.0       # element-wise backward moves about twice the forward bytes
-LOW_PRECISION_CAST_PASSES = 3.0    # FP8/FP4: read 16-bit input, write the low-precision copy (+ scale)
+LOW_PRECISION_CAST_PASSES = 4.0    # FP8/FP4: read the 16-bit input, write the low-precision copy and its transpose
 # Rotary position embedding (RoPE) on the queries and keys of each layer, forward: a fused kernel (Transformer
 # Engine's fused_apply_rotary_pos_emb, Megatron --apply-rope-fusion, torch.compile, XLA) reads and writes each
 # tensor once; eager PyTorch (Hugging Face's apply_rotary_pos_emb: x·cos + rotate_half(x)·sin) runs mul, neg,

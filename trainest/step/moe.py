@@ -196,14 +196,42 @@ def routed_copies(job: Job, layout: Layout, x: LocalShape) -> Num:
 
 
 def permutation_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
-    """Forward bytes of moving the token copies of one rank [B]: permute (read each of its T_in tokens
-    once, write its K copies in expert order; the fused kernel), sort the t_e·I·T_in·K received rows by
-    local expert and unsort them before the combine (SORT_PASSES), unpermute (read the K weighted
-    copies of each token, write one): e·h·(2·T_in·(1 + K) + 4·t_e·I·T_in·K)."""
+    """Forward bytes of moving the token copies of one rank outside the all-to-all kernels [B], by dispatcher
+    (§15.11), with C = t_e·I·T_in·K the rows its experts compute:
+
+    - alltoall: permute (read each of its T_in tokens once, write its K copies in expert order; the fused
+      kernel), sort the C received rows by local expert and unsort them before the combine (SORT_PASSES),
+      unpermute (read the K weighted copies of each token, write one): e·h·(2·T_in·(1 + K) + 4·C);
+    - deepep: the sender's rows go out as they are (DeepEP's dispatch reads each token once per rank it goes
+      to); the receiver permutes its R = ρ·C received rows (`rank_share`) into the C expert rows and unpermutes
+      them back before the combine (Megatron-Core _DeepepManager: permute / unpermute): e·h·2·(R + C);
+    - hybridep: none: the permutation runs inside the dispatch and combine kernels ("permute + dispatch a2a +
+      permute" in one kernel, Megatron-Core fused_a2a.HybridEPDispatch: dispatch_with_permute,
+      combine_with_unpermute), whose time the links set."""
     moe = moe_of(job)
+    rows = job.element_bytes * job.model.expert_hidden
+    copies = layout.etp * routed_copies(job, layout, x)
+    if job.moe_dispatcher == "hybridep":
+        return 0.0 * copies
+    if job.moe_dispatcher == "deepep":
+        return rows * 2.0 * (rank_share(job, layout) + 1.0) * copies
     t_in = moe_tokens_per_rank(layout, x)
-    return job.element_bytes * job.model.expert_hidden * (2.0 * t_in * (1.0 + moe.top_k)
-                                                  + SORT_PASSES * layout.etp * routed_copies(job, layout, x))
+    return rows * (2.0 * t_in * (1.0 + moe.top_k) + SORT_PASSES * copies)
+
+
+def rank_share(job: Job, layout: Layout) -> Num:
+    """ρ = e·(1 − P_miss)/K ≤ 1: the rows a dispatch sends per token copy. NCCL's all-to-all (`alltoall`) sends
+    each of a token's K copies to its expert's rank: ρ = 1. DeepEP and HybridEP send a token once to each rank
+    that holds one of its experts (DeepEP's dispatch layout: is_token_in_rank, num_tokens_per_rank; HybridEP's
+    routing map over ranks × local experts), and the rank expands it to its experts: the token reaches
+    e·(1 − P_miss) of the e ranks, P_miss the chance that a rank's E/e experts hold none of its K
+    (`domain_miss_probability` with the ranks as domains; group-limited routing counted). Qwen3 30B-A3B
+    (E = 128, K = 8) over e = 8: ρ = 0.67; GPT-OSS (128, K = 4) over 64: 0.98; ρ = 1 for K = 1."""
+    moe = moe_of(job)
+    if job.moe_dispatcher not in DEDUPLICATING_DISPATCHERS:
+        return 1.0
+    ranks = xp.maximum(layout.ep, 1.0)
+    return ranks * (1.0 - domain_miss_probability(moe, ranks)) / moe.top_k
 
 
 def router_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
@@ -359,23 +387,25 @@ def ep_all_to_all_s(job: Job, layout: Layout, x: LocalShape, tiers: Tiers) -> Nu
     (stride t_e) at the all-to-all rates, plus with t_e > 1 the all-gather (reduce-scatter at the
     combine) of the received rows over the expert tensor-parallel group (stride 1).
 
-    Inside one node (or NVL72 domain) it is `all_to_all_s`. A group that spans N domains sends each
-    token through the network once per remote domain that holds one of its experts, and that
-    domain's receiving rank forwards it to its experts over the scale-up links (DeepEP's internode
+    Inside one node (or NVL72 domain) it is `all_to_all_s` of ρ·S (`rank_share`: DeepEP and HybridEP send a
+    token once per rank that holds one of its experts, NCCL every copy). A group that spans N domains sends
+    each token through the network once per remote domain that holds one of its experts, and that
+    domain's receiving rank forwards it to its experts' ranks over the scale-up links (DeepEP's internode
     dispatch and combine, HybridEP; DeepSeek-AI 2024 §3.2.2): the NIC carries
     r·(n − k)/n·S (`remote_domain_share`) instead of every copy's (n − k)/n·S, and the scale-up links
-    every copy bound off the rank, (n − 1)/n·S (none with one rank per domain, k = 1: nothing to forward);
+    the rows bound off the rank, (n − 1)/n·ρ·S (none with one rank per domain, k = 1: nothing to forward);
     both at once, plus one network hop's latency."""
     size = dispatch_bytes(job, layout, x)
     t = all_to_all_tiers(job, tiers)
     n, stride = layout.ep, layout.etp
     k = group_ranks_per_domain(n, stride, t)
-    within = all_to_all_s(size, n, stride, t)
+    per_rank = rank_share(job, layout) * size          # the rows a deduplicating dispatcher sends, once per rank
+    within = all_to_all_s(per_rank, n, stride, t)
     nic = remote_domain_share(job, layout, t) * (n - k) / n * size / t.out_bytes_per_s
     # with one rank of the group per domain (k = 1) nothing is forwarded inside it: no scale-up link is used
     # (one DGX Spark per node has none, and its NaN rate must not reach the sum)
     inner_bw = xp.where(k > 1, xp.where(k * stride <= t.domain, t.up_bytes_per_s, t.node_bytes_per_s), math.inf)
-    across = xp.maximum((n - 1.0) / n * size / inner_bw, nic) + t.out_latency_s
+    across = xp.maximum((n - 1.0) / n * per_rank / inner_bw, nic) + t.out_latency_s
     return (xp.where(in_node(n, stride, t), within, across)
             + all_gather_s(layout.etp * size, layout.etp, 1.0, tiers))
 

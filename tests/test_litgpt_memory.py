@@ -1,0 +1,101 @@
+"""Issue 34: what litgpt holds beyond the model's tensors (frameworks.py `holds_last_graph`,
+`qlora_stable_embedding`; docs/model.md §13.3): the previous micro-batch's logits and, over a bitsandbytes-quantised
+base, its quantised linears' inputs; with a quantised base, the replaced embedding and the StableEmbedding's
+gradient."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from trainest.estimate import estimate
+from trainest.scenario import scenario_from_mapping
+
+QLORA = {"model": "llama2-7b", "hardware": "l4", "devices": 1, "seq_len": 512, "precision": "bf16",
+         "master_weights": "none", "parallel": {"tp": 1, "pp": 1, "zero": 0}, "micro_batch": 2, "global_batch": 8,
+         "recompute": "none", "attention": "flash2", "loss": "chunked",
+         "finetune": {"method": "qlora", "rank": 32, "targets": "attention"}}
+H, F_, V, L, HEADS_DIM = 4096, 11008, 32000, 32, 4096      # Llama 2 7B
+TOKENS = 2 * 512
+
+
+def est(data: dict, **changes):
+    return estimate(scenario_from_mapping({**data, **changes}, "test")).memory
+
+
+def test_litgpt_qlora_holds_the_last_graphs_inputs_and_two_embeddings():
+    """Against the same QLoRA under the Hugging Face stack (whose Trainer frees the graph in its step): the previous
+    micro-batch's quantised-linear inputs (QKV and MLP-up h, output projection a·d_h, MLP-down f, 2 B each, every
+    layer), its 16-bit logits, and two V·h 16-bit embeddings (the replaced one, the StableEmbedding's gradient)."""
+    hf, lit = est(QLORA, framework="hf-accelerate"), est(QLORA, framework="litgpt")
+    inputs = 2.0 * TOKENS * (2 * H + HEADS_DIM + F_) * L
+    logits = 2.0 * TOKENS * V
+    embedding = 2.0 * V * H
+    assert lit.activations_bytes - hf.activations_bytes == pytest.approx(inputs + logits, rel=1e-9)
+    assert lit.weights_bytes - hf.weights_bytes == pytest.approx(embedding, rel=1e-9)
+    assert lit.gradients_bytes - hf.gradients_bytes == pytest.approx(embedding, rel=1e-9)
+    assert lit.optimizer_bytes == hf.optimizer_bytes
+
+
+def test_a_16bit_lora_under_litgpt_holds_only_the_previous_logits():
+    """A 16-bit base has no bitsandbytes matmul and no StableEmbedding swap: only the previous logits stay."""
+    lora = {**QLORA, "finetune": {"method": "lora", "rank": 32, "targets": "attention"}}
+    hf, lit = est(lora, framework="hf-accelerate"), est(lora, framework="litgpt")
+    assert lit.activations_bytes - hf.activations_bytes == pytest.approx(2.0 * TOKENS * V, rel=1e-9)
+    assert lit.weights_bytes == hf.weights_bytes and lit.gradients_bytes == hf.gradients_bytes
+
+
+def test_full_recompute_leaves_no_quantised_inputs_in_the_last_graph():
+    """A checkpointed layer's forward records no graph (its recompute's graph is local to its backward): under full
+    recompute the previous micro-batch's quantised inputs are gone, the logits stay."""
+    hf = est(QLORA, framework="hf-accelerate", recompute="full")
+    lit = est(QLORA, framework="litgpt", recompute="full")
+    assert lit.activations_bytes - hf.activations_bytes == pytest.approx(2.0 * TOKENS * V, rel=1e-9)
+
+
+def _memory_runs():
+    path = Path(__file__).resolve().parents[1] / "tools" / "memory_runs.py"
+    spec = importlib.util.spec_from_file_location("memory_runs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_importer_reads_litgpt_targets_that_are_switched_off():
+    """litgpt's 'query, value (lora_key/projection/mlp/head false)' adapts no MLP: `attention`, not `all` (the
+    importer read the 'mlp' inside the parenthesis as on); torchtune's '... + MLP' stays `all`."""
+    mr = _memory_runs()
+    litgpt = {"method": "LoRA", "rank": 32, "targets": "query, value (lora_key/projection/mlp/head false)"}
+    assert mr.finetune_of(litgpt, [])["targets"] == "attention"
+    assert mr.finetune_of({"method": "QLoRA", "rank": 8,
+                           "targets": "q_proj, v_proj, k_proj, output_proj + MLP"}, [])["targets"] == "all"
+
+
+def test_importer_unties_litgpt_llama_3_2():
+    """litgpt's converter copies a tied embedding into its own lm_head: a litgpt Llama 3.2 is untied."""
+    mr = _memory_runs()
+    m = {"name": "Llama 3.2 1B", "layers": 16, "hidden": 2048, "ffn_hidden": 8192, "heads": 32, "kv_heads": 8,
+         "vocab": 128256, "mlp": "swiglu"}
+    assert mr.model_of(m, [], litgpt=True)["tied_embeddings"] is False
+    assert mr.model_of(m, [])["tied_embeddings"] is True
+
+
+FULL = {**{k: v for k, v in QLORA.items() if k != "finetune"}, "framework": "hf-accelerate"}
+
+
+def test_eager_modules_keep_fp32_norm_inputs_the_attention_copy_and_silu():
+    """kernels eager over fused, per layer and token: 2 norms × (4 − 2) B × h, 2 B × a·d_h, 2 B × f (SwiGLU); every
+    layer's under no recompute."""
+    fused, eager = est(FULL, kernels="fused"), est(FULL, kernels="eager")
+    per_layer = TOKENS * (2 * 2.0 * H + 2.0 * HEADS_DIM + 2.0 * F_)
+    assert eager.activations_bytes - fused.activations_bytes == pytest.approx(L * per_layer, rel=1e-9)
+    assert eager.weights_bytes == fused.weights_bytes
+
+
+def test_eager_extras_under_full_recompute_are_the_one_layer_recomputed():
+    """Full recompute keeps each layer's input only; the eager extras are held by the one layer re-materialised."""
+    fused, eager = est(FULL, kernels="fused", recompute="full"), est(FULL, kernels="eager", recompute="full")
+    per_layer = TOKENS * (2 * 2.0 * H + 2.0 * HEADS_DIM + 2.0 * F_)
+    assert eager.activations_bytes - fused.activations_bytes == pytest.approx(per_layer, rel=1e-9)
