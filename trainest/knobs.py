@@ -469,8 +469,9 @@ RANGE_COMMANDS: dict[str, tuple[str, ...]] = {**{n: ("sweep",) for n in SWEEP_RA
                                                "devices": ("plan", "compare", "sweep")}
 LIST_COMMANDS: dict[str, tuple[str, ...]] = {n: ("sweep",) for n in SWEEP_RANGES}
 _ONE_VALUE = {"devices": "one device count"}
-_RANGE = re.compile(r"[0-9]+\.\.[0-9]+(:[0-9]+)?")
-_LIST = re.compile(r"[0-9]+(,[0-9]+)+")
+# patterns as text: compiled on first use through re's cache, not at import (start-up time, issue 36)
+_RANGE = r"[0-9]+\.\.[0-9]+(:[0-9]+)?"
+_LIST = r"[0-9]+(,[0-9]+)+"
 
 
 def one_value_error(k: Knob, text: str, command: str = "") -> str | None:
@@ -478,7 +479,7 @@ def one_value_error(k: Knob, text: str, command: str = "") -> str | None:
     (8..64, 8..64:8, 8,16) that another command takes: the commands that do and the line to paste there
     (sweep's, which reads every such form). None when `text` is no such range or list, or no command takes it."""
     word = text.strip()
-    commands = (RANGE_COMMANDS if _RANGE.fullmatch(word) else LIST_COMMANDS if _LIST.fullmatch(word) else {})
+    commands = (RANGE_COMMANDS if re.fullmatch(_RANGE, word) else LIST_COMMANDS if re.fullmatch(_LIST, word) else {})
     who = commands.get(k.name, ())
     if not who:
         return None

@@ -15,7 +15,7 @@ quarter of that, and every `trainest estimate` pays it.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, TypeAlias
 
 from trainest import xp
 from trainest.choices import (
@@ -34,7 +34,11 @@ from trainest.record import NamedTuple
 if TYPE_CHECKING:
     import numpy as np
 
-Num = Union[float, "np.ndarray"]     # a knob's value: one float, or one per plan
+    Num: TypeAlias = float | np.ndarray     # a knob's value: one float, or one per plan
+else:
+    # at run time only a name the annotations use (they are strings: `from __future__ import annotations`);
+    # typing.Union with a string would compile a ForwardRef at import, start-up time (issue 36)
+    Num = "float | np.ndarray"
 
 # Bytes of one activation element, the tensors between kernels (docs/model.md, notation e): FP32/TF32
 # training keeps them in FP32 (TF32 is FP32 storage with TF32 tensor-core math); BF16/FP16 mixed
