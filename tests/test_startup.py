@@ -361,3 +361,44 @@ def test_records_keep_typing_namedtuple_behaviour():
                 return {}
     host = Host()
     assert pickle.loads(pickle.dumps(host)) == host and type(IntraNodeLink()).__module__ == "trainest.hardware"
+
+
+def test_records_bind_their_arguments_as_namedtuple_does():
+    """Records share one `__new__` (no code compiled per class): positional, keyword and mixed arguments bind to
+    the same fields as a namedtuple with those defaults, and a wrong call is the same TypeError."""
+    import collections
+    import copy
+    import json
+    from trainest.record import NamedTuple
+
+    class Three(NamedTuple):
+        a: int
+        b: str
+        c: float = 0.5
+        d: tuple = ()
+
+    twin = collections.namedtuple("Three", ["a", "b", "c", "d"], defaults=[0.5, ()])
+    calls = [((1, "x"), {}), ((), {"a": 1, "b": "x"}), ((1,), {"b": "x", "d": (2,)}), ((1, "x", 2.0, (3,)), {}),
+             ((), {"d": (4,), "b": "y", "a": 0, "c": 1.0}), ((1, "x", 2.0), {"d": ()})]
+    for args, kwargs in calls:
+        made, expected = Three(*args, **kwargs), twin(*args, **kwargs)
+        assert made == expected and tuple(made) == tuple(expected) and made._asdict() == expected._asdict()
+        assert (made.a, made.b, made.c, made.d) == tuple(expected) and hash(made) == hash(expected)
+    wrong = [((), {"a": 1}), ((1, "x"), {"e": 2}), ((1,), {"a": 2, "b": "x"}), ((1, "x", 2.0, (), 5), {}),
+             ((), {"b": "x", "c": 1.0})]
+    for args, kwargs in wrong:
+        with pytest.raises(TypeError):
+            twin(*args, **kwargs)
+        with pytest.raises(TypeError):
+            Three(*args, **kwargs)
+    r = Three(1, "x")
+    assert Three._make([1, "x", 0.5, ()]) == r and r._replace(c=2.0) == (1, "x", 2.0, ())
+    assert Three._fields == ("a", "b", "c", "d") and Three.__match_args__ == Three._fields
+    assert Three._field_defaults == {"c": 0.5, "d": ()} and isinstance(r, tuple)
+    assert copy.deepcopy(r) == r and json.dumps(r) == '[1, "x", 0.5, []]'  # (pickled: Host, above)
+    with pytest.raises(TypeError):
+        Three._make([1])
+    with pytest.raises(ValueError):
+        r._replace(e=1)
+    with pytest.raises(AttributeError):
+        r.__dict__                                               # noqa: B018 (a record has no instance dict)

@@ -113,7 +113,7 @@ PANELS: dict[str, tuple[str, ...]] = {
     "Batch": ("micro_batch", "global_batch", "global_batch_tokens", "seq_len", "packed_length"),
     "Precision": ("precision", "adam_moments", "optimizer", "master_weights", "grad_dtype", "optimizer_in_backward",
                   "loss", "fp8_params", "bf16_layers", "fp8_attention"),
-    "Fine-tuning": ("finetune", "lora_rank", "lora_alpha", "lora_targets", "base_bits"),
+    "Fine-tuning": ("finetune", "lora_rank", "lora_alpha", "lora_targets", "base_bits", "double_quant"),
     "Run and cost": ("tokens", "price_per_hour", "pue", "grid_gco2_per_kwh", "objective", "deadline", "budget",
                      "max_days", "max_cost", "require_fit"),
     OUTPUT_PANEL: ("json_out", "quiet", "top", "ops", "timeline", "csv", "png", "svg"),
@@ -293,6 +293,11 @@ KNOBS: tuple[Knob, ...] = (
     K("base_bits", ("--base-bits",), "int", "Bits per frozen base weight: 16 (unquantised: stored at the training "
       "precision, 2 B per weight, 4 B at fp32/tf32), 8 (LLM.int8, LoRA only) or 4 (NF4, QLoRA only).", "16; qlora: 4",
       group=FINETUNE, job=True),
+    K("double_quant", ("--double-quant/--no-double-quant",), "switch", "QLoRA only: the NF4 base's per-64-weight "
+      "absmax quantised again to 8 bit per 256 blocks (Dettmers et al. 2023 §3: 0.127 bits per weight; bitsandbytes "
+      "compress_statistics, litgpt --quantize bnb.nf4-dq, Hugging Face bnb_4bit_use_double_quant), or kept in FP32 "
+      "(0.5 bits per weight: litgpt bnb.nf4, the Hugging Face default). docs/model.md §13.2.", "on", job=True,
+      fallback=True),
     K("offload", ("--offload",), "choice", "Offload to host memory: optimizer (ZeRO-Offload: FP32 master and Adam "
       "state, CPU Adam), optimizer+weights (ZeRO-Infinity, FSDP CPU offload) or activations (checkpoints to the "
       "host and back).", "none", "Offload", searched=True, job=True),
@@ -469,8 +474,9 @@ RANGE_COMMANDS: dict[str, tuple[str, ...]] = {**{n: ("sweep",) for n in SWEEP_RA
                                                "devices": ("plan", "compare", "sweep")}
 LIST_COMMANDS: dict[str, tuple[str, ...]] = {n: ("sweep",) for n in SWEEP_RANGES}
 _ONE_VALUE = {"devices": "one device count"}
-_RANGE = re.compile(r"[0-9]+\.\.[0-9]+(:[0-9]+)?")
-_LIST = re.compile(r"[0-9]+(,[0-9]+)+")
+# patterns as text: compiled on first use through re's cache, not at import (start-up time, issue 36)
+_RANGE = r"[0-9]+\.\.[0-9]+(:[0-9]+)?"
+_LIST = r"[0-9]+(,[0-9]+)+"
 
 
 def one_value_error(k: Knob, text: str, command: str = "") -> str | None:
@@ -478,7 +484,7 @@ def one_value_error(k: Knob, text: str, command: str = "") -> str | None:
     (8..64, 8..64:8, 8,16) that another command takes: the commands that do and the line to paste there
     (sweep's, which reads every such form). None when `text` is no such range or list, or no command takes it."""
     word = text.strip()
-    commands = (RANGE_COMMANDS if _RANGE.fullmatch(word) else LIST_COMMANDS if _LIST.fullmatch(word) else {})
+    commands = (RANGE_COMMANDS if re.fullmatch(_RANGE, word) else LIST_COMMANDS if re.fullmatch(_LIST, word) else {})
     who = commands.get(k.name, ())
     if not who:
         return None

@@ -15,7 +15,7 @@ quarter of that, and every `trainest estimate` pays it.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, TypeAlias
 
 from trainest import xp
 from trainest.choices import (
@@ -34,7 +34,11 @@ from trainest.record import NamedTuple
 if TYPE_CHECKING:
     import numpy as np
 
-Num = Union[float, "np.ndarray"]     # a knob's value: one float, or one per plan
+    Num: TypeAlias = float | np.ndarray     # a knob's value: one float, or one per plan
+else:
+    # at run time only a name the annotations use (they are strings: `from __future__ import annotations`);
+    # typing.Union with a string would compile a ForwardRef at import, start-up time (issue 36)
+    Num = "float | np.ndarray"
 
 # Bytes of one activation element, the tensors between kernels (docs/model.md, notation e): FP32/TF32
 # training keeps them in FP32 (TF32 is FP32 storage with TF32 tensor-core math); BF16/FP16 mixed
@@ -76,6 +80,7 @@ class Job(NamedTuple):
     fused_grouped_mlp: bool = False  # the routed experts' activation and its cast in the grouped GEMMs, §15.12
     bf16_layers: float = 0.0         # layers whose GEMMs stay BF16 in an FP8/FP4 model (first/last layers), §2.2
     recompute_layers: float = 0.0    # full recompute of this many layers per stage and chunk (0: all), §7.10
+    double_quant: bool = True        # QLoRA's NF4 absmax quantised again to 8 bit (else FP32), docs/model.md §13.2
 
     def recomputes(self, module: str) -> float:
         """1.0 when selective recompute re-runs `module` (choices.RECOMPUTE_MODULES), else 0.0."""

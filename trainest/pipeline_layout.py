@@ -17,8 +17,9 @@ import re
 from trainest.errors import SpecError, head
 
 TOKENS = {"E": "the embedding", "t": "a decoder layer", "m": "a multi-token-prediction module", "L": "the loss"}
-_GROUP = re.compile(r"\(([^()]*)\)\*(\d+)")
-_ONE = re.compile(r"(.)\*(\d+)")
+# patterns as text: compiled on first use through re's cache, not at import (start-up time, issue 36)
+_GROUP = r"\(([^()]*)\)\*(\d+)"
+_ONE = r"(.)\*(\d+)"
 MAX_EXPANDED = 100_000          # characters of the unrolled layout (a typo such as t*99999999 is an error)
 
 
@@ -44,11 +45,11 @@ def expand(text: str, where: str) -> list[str]:
         if size > MAX_EXPANDED or len(s) + grown > MAX_EXPANDED:
             raise SpecError(too_long)
         return m.group(1) * int(digits)
-    while _GROUP.search(s):
+    while re.search(_GROUP, s):
         grown = 0
-        s = _GROUP.sub(repeat, s)
+        s = re.sub(_GROUP, repeat, s)
     grown = 0
-    s = _ONE.sub(repeat, s)
+    s = re.sub(_ONE, repeat, s)
     bad = sorted(set(s) - set(TOKENS) - {"|"})
     if bad:
         raise SpecError(f"{head(where)}{text!r} has {', '.join(repr(c) for c in bad)}; a layout is stages separated "

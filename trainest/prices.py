@@ -23,7 +23,8 @@ STALE_AFTER_DAYS = 365             # a price older than this is flagged
 NO_PRICE_REASON = ("no dated, citable on-demand price was found for the shared reference "
                    "(its hardware.md, 'Prices')")
 
-_ISO_DATE = re.compile(r"\b((?:19|20)\d\d)-(\d\d)(?:-(\d\d))?\b")
+# patterns as text: compiled on first use through re's cache, not at import (start-up time, issue 36)
+_ISO_DATE = r"\b((?:19|20)\d\d)-(\d\d)(?:-(\d\d))?\b"
 
 
 class Purchase(NamedTuple):
@@ -42,7 +43,7 @@ def amortised_usd_per_hour(purchase_usd: float, amortisation_years: float) -> fl
 
 def first_date(text: str) -> _dt.date | None:
     """The first ISO date in `text` (YYYY-MM-DD, or YYYY-MM read as the month's first day); None if none."""
-    match = _ISO_DATE.search(text or "")
+    match = re.search(_ISO_DATE, text or "")
     if match is None:
         return None
     import datetime as _dt

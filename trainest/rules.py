@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from trainest.errors import SpecError, at, head, name_of
 from trainest.record import NamedTuple
@@ -22,8 +22,13 @@ if TYPE_CHECKING:
 
     from trainest.catalog import Model
 
-Num = Union[int, float, "np.ndarray"]     # a size: one number, or one per candidate
-Mask = Union[bool, "np.ndarray"]          # whether a rule holds: for the number, or per candidate
+    Num: TypeAlias = int | float | np.ndarray     # a size: one number, or one per candidate
+    Mask: TypeAlias = bool | np.ndarray          # whether a rule holds: for the number, or per candidate
+else:
+    # at run time only a name the annotations use (they are strings: `from __future__ import annotations`);
+    # typing.Union with a string would compile a ForwardRef at import, start-up time (issue 36)
+    Num = "int | float | np.ndarray"
+    Mask = "bool | np.ndarray"
 
 
 class Facts(NamedTuple):

@@ -7,12 +7,16 @@ Conditions in model code are written as these helpers or as arithmetic masks, ne
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
     import numpy as np
 
-Num = Union[float, "np.ndarray"]     # one number, or one per plan
+    Num: TypeAlias = float | np.ndarray     # one number, or one per plan
+else:
+    # at run time only a name the annotations use (they are strings: `from __future__ import annotations`);
+    # typing.Union with a string would compile a ForwardRef at import, start-up time (issue 36)
+    Num = "float | np.ndarray"
 
 _NUMBER = (int, float)
 

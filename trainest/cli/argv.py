@@ -26,19 +26,20 @@ def _flag_table(options: tuple[Knob, ...]) -> dict[str, tuple[Knob, Any]]:
     return table
 
 
-_PLAIN_INT = re.compile(r"[0-9]+")
-_PLAIN_LENGTH = re.compile(r"[0-9]+[kKmMgG]?")
-_PLAIN_FLOAT = re.compile(r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+# patterns as text: compiled on first use through re's cache, not at import (start-up time, issue 36)
+_PLAIN_INT = r"[0-9]+"
+_PLAIN_LENGTH = r"[0-9]+[kKmMgG]?"
+_PLAIN_FLOAT = r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?"
 
 
 def _convert(o: Knob, text: str) -> tuple[bool, Any]:
     """(understood, value) for one option value given as text."""
     if o.kind == "int":
-        return (True, int(text)) if _PLAIN_INT.fullmatch(text) else (False, None)
+        return (True, int(text)) if re.fullmatch(_PLAIN_INT, text) else (False, None)
     if o.kind == "length":       # a string typer passes on as well; the scenario parses it
-        return (True, text) if _PLAIN_LENGTH.fullmatch(text) else (False, None)
+        return (True, text) if re.fullmatch(_PLAIN_LENGTH, text) else (False, None)
     if o.kind == "float":
-        return (True, float(text)) if _PLAIN_FLOAT.fullmatch(text) else (False, None)
+        return (True, float(text)) if re.fullmatch(_PLAIN_FLOAT, text) else (False, None)
     if o.kind == "choice":       # case-insensitive, as typer's choices (cli/options.py)
         return (True, text.lower()) if text.lower() in o.choice_values else (False, None)
     return True, text
