@@ -412,6 +412,11 @@ def test_recipe_settings_map_to_inputs_the_same_way_for_every_record():
         rec.update(id="r", source={"tag": "t"})
         return settings_of(rec, False)[0]
     assert top(fp8_param=True, fp8="e4m3").get("fp8_params") is True and "fp8_params" not in top(fp8_param=False)
+    # FP8 dot-product attention is an input with an FP8/FP4 recipe (issue 33: the 26.06+ MoE recipes set it; it was
+    # not imported, so their attention ran at the 16-bit rate)
+    assert top(fp8_dot_product_attention=True, fp8="e4m3").get("fp8_attention") is True
+    assert "fp8_attention" not in top(fp8_dot_product_attention=True, fp8=None)
+    assert "fp8_attention" not in top(fp8_dot_product_attention=False, fp8="e4m3")
     # BF16 layers count only with first_last_layers_bf16 and an FP8/FP4 recipe; a quantisation recipe is named by
     # its overrides
     assert "bf16_layers" not in top(fp4="e2m1", first_last_layers_bf16=False, num_layers_at_end_in_bf16=1)
