@@ -482,3 +482,19 @@ def test_internevo_zero1_group_is_read_as_the_record_states_it():
     assert stated_zero1_group("row (tp=1, zero1=8)", 8) is None
     assert stated_zero1_group("row (tp=2, zero1=4)", 6) is None       # does not divide dp
     assert stated_zero1_group(None, 64) is None
+
+
+def test_narayanan_zero3_rows_ran_deepspeed():
+    """Issue 34: Narayanan et al. 2021 Table 2's ZeRO-3 baseline is 'ZeRO-3 (DeepSpeed) without tensor/pipeline
+    parallelism' (the records' notes): framework megatron-deepspeed, whose ZeRO-3 gathers submodule by submodule;
+    their PTD-P rows stay megatron-core. The 530B run on 640 GPUs then fits, as it ran."""
+    runs = _load(RUNS_DIR / "narayanan2021.yaml")["runs"]
+    zero3 = [r for r in runs if r["id"].startswith("narayanan2021_table2_ZeRO-3")]
+    assert len(zero3) == 6 and all(r["framework"] == "megatron-deepspeed" for r in zero3)
+    assert all(r["framework"] == "megatron-core" for r in runs
+               if r["id"].startswith("narayanan2021_") and "ZeRO-3" not in r["id"])
+    from helpers import bundled_cases
+    from trainest.estimate import estimate
+    from trainest.validate_memory import as_it_ran
+    case = next(c for c in bundled_cases("public") if c.id == "narayanan2021_table2_ZeRO-3_529.6B_640gpu")
+    assert estimate(as_it_ran(case.scenario)).memory.fits
