@@ -39,6 +39,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import memory_runs  # noqa: E402
 from recipe_settings import Recipes, settings_of  # noqa: E402
+from trainest.step.remat import REMAT_MODES  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_REFERENCE = REPO.parent / "shared" / "reference"
@@ -58,7 +59,7 @@ A100_UNSTATED_WHY = ("the entry of every A100 record that does not say 40GB; the
 
 RUN_KEYS = ("id", "set", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
             "master_weights", "grad_dtype", "parallel", "micro_batch", "global_batch", "recompute", "recompute_modules",
-            "attention", "packed_length", "framework", "kernels", "cuda_graphs", "moe_dispatcher", "adam_moments", "loss",
+            "remat_policy", "attention", "packed_length", "framework", "kernels", "cuda_graphs", "moe_dispatcher", "adam_moments", "loss",
             "fp8_params", "bf16_layers", "fused_grouped_mlp", "fp8_attention", "optimizer", "optimizer_in_backward", "offload", "finetune", "double_quant", "measured", "expressible", "reason",
             "confidence", "notes", "duplicate_of", "unmodelled", "assumed")
 # the import notes that say a memory setting was assumed because the record does not state it, and its scenario key:
@@ -614,6 +615,13 @@ def map_precision(text, source_default):
     return None, notes
 
 
+def maxtext_policy(rec):
+    """The MaxText remat_policy a record states ("remat_policy=NAME"), else None."""
+    text = rec["activation_checkpointing"] if isinstance(rec["activation_checkpointing"], str) else rec["recompute"]
+    t = str(text).lower() if text is not None else ""
+    return t.split("=", 1)[1] if t.startswith("remat_policy=") else None
+
+
 def map_recompute(rec, source_cfg):
     """(recompute, note or None)."""
     ac = rec["activation_checkpointing"]
@@ -629,8 +637,8 @@ def map_recompute(rec, source_cfg):
     t = str(text).lower()
     if t.startswith("remat_policy="):
         pol = t.split("=", 1)[1]
-        if pol == "full":
-            return "full", None
+        if pol in REMAT_MODES:      # the run's remat_policy (maxtext_policy) decides recompute (docs/model.md §7.11)
+            return REMAT_MODES[pol][0], None
         return "selective", (f"MaxText remat_policy={pol} imported as 'selective' (saves some activations, "
                              f"recomputes the rest; not Megatron's exact selective recompute)")
     if t.startswith("full"):
@@ -1365,6 +1373,8 @@ class Importer:
         run["micro_batch"] = micro
         run["global_batch"] = gbs
         run["recompute"] = recompute
+        if maxtext_policy(r) in REMAT_MODES:
+            run["remat_policy"] = maxtext_policy(r)
         if kernel:
             run["attention"] = kernel
         if packed:

@@ -31,6 +31,9 @@ RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "op": 3}
 # (a MoE layer's shared experts)
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "moe", "shared_experts")
 DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
+# MaxText's activation checkpointing policies (its config `remat_policy`, trainest/step/remat.py says what each
+# saves, offloads and recomputes); auto: not given, the recompute mode as given (--recompute)
+REMAT_POLICIES = ("auto", "full", "minimal", "minimal_flash", "minimal_offloaded", "qkv_proj_offloaded")
 # attention kernel: flash (the best fused kernel: FA3/cuDNN on Hopper+), flash2 (FlashAttention-2),
 # standard (materialised s×s scores)
 ATTENTIONS = ("flash", "flash2", "standard")
@@ -75,7 +78,7 @@ DEVICE_COUNTS = ("pow2", "node")               # counts tried in a --devices ran
 VOCABULARIES: dict[str, tuple[str, ...]] = {
     "Precision": PRECISIONS, "Mlp": MLPS, "Recompute": RECOMPUTES, "Attention": ATTENTIONS, "Kernels": KERNELS,
     "PipelineSplit": PIPELINE_SPLITS, "DpCollectives": DP_COLLECTIVES, "MoeOverlap": MOE_OVERLAPS,
-    "PipelineSchedule": PIPELINE_SCHEDULES,
+    "PipelineSchedule": PIPELINE_SCHEDULES, "RematPolicy": REMAT_POLICIES,
     "Objective": OBJECTIVES, "DeviceCounts": DEVICE_COUNTS, "Framework": FRAMEWORKS, "Finetune": FINETUNES,
     "LoraTargets": LORA_TARGETS, "Offload": OFFLOADS, "AdamMoments": ADAM_MOMENTS, "Optimizer": OPTIMIZERS,
 }

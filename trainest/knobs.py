@@ -108,8 +108,9 @@ PANELS: dict[str, tuple[str, ...]] = {
                  "host_pcie_gen", "host_pcie_lanes", "device_counts", "memory_headroom"),
     "Layout": ("tp", "pp", "dp", "cp", "vpp", "ep", "etp", "zero", "fsdp", "dp_shard", "sequence_parallel",
                "tp_overlap", "dp_overlap", "dp_collectives", "moe_overlap", "pipeline_schedule", "pipeline_split",
-               "pipeline_layout", "recompute", "recompute_modules", "recompute_layers", "offload", "attention",
-               "kernels", "framework", "plan", "allow", "max_tp", "max_pp", "max_cp", "max_vpp", "max_micro_batch"),
+               "pipeline_layout", "recompute", "recompute_modules", "recompute_layers", "remat_policy", "offload",
+               "attention", "kernels", "framework", "plan", "allow", "max_tp", "max_pp", "max_cp", "max_vpp",
+               "max_micro_batch"),
     "Batch": ("micro_batch", "global_batch", "global_batch_tokens", "seq_len", "packed_length"),
     "Precision": ("precision", "adam_moments", "optimizer", "master_weights", "grad_dtype", "optimizer_in_backward",
                   "loss", "fp8_params", "bf16_layers", "fp8_attention"),
@@ -213,6 +214,12 @@ KNOBS: tuple[Knob, ...] = (
       "stage and model chunk, the others keeping every activation (Megatron-Core --recompute-method block "
       "--recompute-num-layers N, NeMo activations_checkpoint_num_layers); 0: every layer. Needs recompute full; "
       "docs/model.md §7.10.", "0 (every layer)", job=True, fallback=0, limits=(0, 100000)),
+    K("remat_policy", ("--remat-policy",), "choice", "MaxText only: its activation checkpointing policy "
+      "(remat_policy): full (saves only the layer input), minimal (the weight matmuls' outputs; re-runs attention "
+      "and the element-wise ops), minimal_flash (minimal and the attention output: re-runs element-wise ops only), "
+      "minimal_offloaded (minimal's tensors kept in host memory), qkv_proj_offloaded (Q, K, V in host memory, the "
+      "rest re-run). Sets recompute (full or selective) and what it keeps; docs/model.md §7.11.",
+      "auto (recompute as given)", "RematPolicy", fallback="auto"),
     K("attention", ("--attention",), "choice", "flash (best fused kernel: FA3/cuDNN on Hopper+), flash2 "
       "(FlashAttention-2) or standard (materialised scores).", "flash", "Attention", job=True),
     K("framework", ("--framework",), "choice", "Training framework: sets the kernels' host dispatch, the default "

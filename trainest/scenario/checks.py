@@ -314,3 +314,29 @@ def check_memory_knobs(knobs: dict[str, Any], precision: str, micro_batches: int
                         f"{micro_batches} (global_batch / (dp·micro_batch)): a gradient is applied and freed in the "
                         f"backward, so none accumulates; give global_batch = dp·micro_batch, or "
                         f"optimizer_in_backward: false")
+
+
+def remat_policy_recompute(policy: str, framework: str, model: Model, recompute: str, recompute_given: bool,
+                           modules: tuple[str, ...], modules_given: bool,
+                           where: str) -> tuple[str, tuple[str, ...]]:
+    """(recompute, recompute_modules) under MaxText's `remat_policy` (docs/model.md §7.11): auto leaves them as
+    given; a policy needs framework maxtext and a dense model, sets the mode and modules that time its re-run
+    (step/remat.py: REMAT_MODES), and refuses a recompute or modules given that differ."""
+    from trainest.step.remat import REMAT_MODES
+    if policy == "auto":
+        return recompute, modules
+    path = at(where, "remat_policy")
+    if framework != "maxtext":
+        raise SpecError(f"{path}: {policy} is MaxText's remat_policy and the framework is {framework}; use "
+                        f"framework maxtext with it, or recompute instead")
+    if model.moe is not None or model.mla is not None or model.hybrid is not None:
+        raise SpecError(f"{path}: {policy} is modelled for dense transformer layers only and {model.name} has "
+                        f"MoE, MLA or hybrid layers; use recompute (none, selective, full) with it")
+    mode, policy_modules = REMAT_MODES[policy]
+    if recompute_given and recompute != mode:
+        raise SpecError(f"{at(where, 'recompute')}: {recompute} differs from remat_policy {policy}, which recomputes "
+                        f"as {mode}; give one of them")
+    if modules_given:
+        raise SpecError(f"{at(where, 'recompute_modules')}: remat_policy {policy} decides what is re-run; give one "
+                        f"of them")
+    return mode, policy_modules

@@ -10,6 +10,7 @@ from trainest.layout import Job, Layout, Num
 from trainest.record import NamedTuple
 from trainest.step.finetune import adapter_activation_bytes_per_layer
 from trainest.step.moe import expert_load_factor
+from trainest.step.remat import remat_kept_bytes
 
 DROPOUT_MASK_BYTES = 1.0         # one byte per element
 FP8_SAVED_INPUT_BYTES = 1.0      # FP8/FP4 recipes (Transformer Engine) keep the GEMM inputs saved for
@@ -89,6 +90,8 @@ def activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]:
                                           + (h if model.mlp == "swiglu" else 0.0))
     eager = eager_extra_bytes(job, layout)
     stored = stored + eager
+    if job.remat_policy != "auto":      # MaxText's policy: what it saves (§7.11)
+        stored = remat_kept_bytes(job, layout, full_input)
     # the layer being recomputed during backward re-materialises everything, scores included
     rematerialised = replicated + split + scores_all + eager
     if not xp.off(layout.finetune):      # LoRA/QLoRA: each adapter keeps x·A (T×r) for B's weight gradient

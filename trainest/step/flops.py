@@ -203,13 +203,22 @@ def recompute_flops_per_step(job: Job, layout: Layout) -> Num:
     # a hybrid model's attention is in its attention blocks only: the scores' FLOPs per mean block
     attn_fwd_per_token = attn_fwd_per_token * model.attention_layers / model.layers
     extra = tokens_step * model.layers * (
-        layout.full * layer_flops_forward(model, 1.0, s, CAUSAL_FRACTION * window)
+        layout.full * (layer_flops_forward(model, 1.0, s, CAUSAL_FRACTION * window) - offloaded_qkv_flops(job))
         + layout.selective * (core * attn_fwd_per_token * window + 2.0 * selective_module_params(job))
         + layout.op * 2.0 * op_params)
     if job.attention == "standard":
         extra = extra + tokens_step * model.layers * attn_fwd_per_token * (2.0 - window) * (
             3.0 + layout.full + layout.selective * core)
     return extra
+
+
+def offloaded_qkv_flops(job: Job) -> float:
+    """FLOPs per token of the Q, K, V projections that MaxText's qkv_proj_offloaded does not re-run (fetched from
+    host memory): 2·h·(a + 2g)·d_h; 0 under other policies (docs/model.md §7.11)."""
+    m = job.model
+    if job.remat_policy != "qkv_proj_offloaded":
+        return 0.0
+    return 2.0 * m.hidden * (m.heads + 2.0 * m.kv_heads) * m.head_dim
 
 
 def selective_module_params(job: Job) -> float:

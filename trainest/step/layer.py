@@ -328,7 +328,9 @@ def recompute_ops(job: Job, layout: Layout, r: Rates, x: LocalShape, fwd: list[O
     attention_part = [op_attention_gemm(job, layout, r, x, attention_linear), attention_linear[-1]] \
         if attention_linear else []
     op_parts = attention_part + mlp.op_recompute + [mlp.elementwise]
-    return [Recomputed(layout.full, fwd),
+    # MaxText's qkv_proj_offloaded fetches Q, K, V from host memory: its full re-run leaves out their GEMM (§7.11)
+    rerun = [o for o in fwd if o.name != "qkv"] if job.remat_policy == "qkv_proj_offloaded" else fwd
+    return [Recomputed(layout.full, rerun),
             Recomputed(layout.selective, selective_ops(job, layout, r, x, attn, attention_linear, mlp)),
             Recomputed(layout.op, op_parts)]
 
