@@ -219,7 +219,7 @@ KNOBS: tuple[Knob, ...] = (
       "and the element-wise ops), minimal_flash (minimal and the attention output: re-runs element-wise ops only), "
       "minimal_offloaded (minimal's tensors kept in host memory), qkv_proj_offloaded (Q, K, V in host memory, the "
       "rest re-run). Sets recompute (full or selective) and what it keeps; docs/model.md §7.11.",
-      "auto (recompute as given)", "RematPolicy", fallback="auto"),
+      "auto (recompute as given)", "RematPolicy", job=True, fallback="auto"),
     K("attention", ("--attention",), "choice", "flash (best fused kernel: FA3/cuDNN on Hopper+), flash2 "
       "(FlashAttention-2) or standard (materialised scores).", "flash", "Attention", job=True),
     K("framework", ("--framework",), "choice", "Training framework: sets the kernels' host dispatch, the default "

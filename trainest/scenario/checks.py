@@ -321,7 +321,8 @@ def remat_policy_recompute(policy: str, framework: str, model: Model, recompute:
                            where: str) -> tuple[str, tuple[str, ...]]:
     """(recompute, recompute_modules) under MaxText's `remat_policy` (docs/model.md §7.11): auto leaves them as
     given; a policy needs framework maxtext and a dense model, sets the mode and modules that time its re-run
-    (step/remat.py: REMAT_MODES), and refuses a recompute or modules given that differ."""
+    (step/remat.py: REMAT_MODES), and refuses a recompute or modules given that differ (the same, as an echo
+    states them, pass)."""
     from trainest.step.remat import REMAT_MODES
     if policy == "auto":
         return recompute, modules
@@ -336,7 +337,7 @@ def remat_policy_recompute(policy: str, framework: str, model: Model, recompute:
     if recompute_given and recompute != mode:
         raise SpecError(f"{at(where, 'recompute')}: {recompute} differs from remat_policy {policy}, which recomputes "
                         f"as {mode}; give one of them")
-    if modules_given:
+    if modules_given and modules != policy_modules:
         raise SpecError(f"{at(where, 'recompute_modules')}: remat_policy {policy} decides what is re-run; give one "
                         f"of them")
     return mode, policy_modules

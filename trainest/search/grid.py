@@ -23,6 +23,7 @@ from trainest.scenario import (
     Scenario,
 )
 from trainest.search.space import SearchSpace, choose, tp_sizes
+from trainest.step.remat import REMAT_MODES
 
 RECOMPUTE_NAMES = {code: name for name, code in RECOMPUTE_CODES.items()}
 
@@ -274,7 +275,8 @@ def combinations(base: Scenario, space: SearchSpace) -> np.ndarray:
     m, fw = base.model, FRAMEWORKS[base.framework]
     zeros = [z for z in space.zero if z in fw.zero_stages]   # the stages the framework has
     recs = [float(RECOMPUTE_CODES[r]) for r in space.recompute         # the framework's modes
-            if r in fw.recompute_modes and not (m.hybrid is not None and r == "op")]
+            if r in fw.recompute_modes and not (m.hybrid is not None and r == "op")
+            and (base.knob("remat_policy") == "auto" or r == REMAT_MODES[base.knob("remat_policy")][0])]
     sps = [1.0 if s else 0.0 for s in space.sequence_parallel]
     extra = [(float(FINETUNE_CODES[f]), float(OFFLOAD_CODES[o]))
              for f in space.finetune or (base.finetune.method,) for o in space.offload or (base.offload,)]

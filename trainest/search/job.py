@@ -25,6 +25,7 @@ from trainest.scenario import (
 )
 from trainest.scenario.host import HOST_KEYS
 from trainest.search.space import SearchSpace, job_for_methods
+from trainest.step.remat import REMAT_MODES
 
 
 def with_search_framework(base: Scenario, mapping: dict[str, Any], space: SearchSpace, where: str,
@@ -78,6 +79,8 @@ def job_scenario(mapping: dict, where: str = CLI, default_batch_devices: int | N
     # how many layers per stage its full plans re-run
     recompute = "selective" if job.get("recompute_modules") is not None else \
         "full" if job.get("recompute_layers") else "none"
+    if job.get("remat_policy", "auto") != "auto":      # MaxText's policy sets the mode (docs/model.md §7.11)
+        recompute = REMAT_MODES.get(job["remat_policy"], (recompute,))[0]
     return scenario_from_mapping({**job, "devices": 1, "parallel": parallel, "micro_batch": 1, "recompute": recompute},
                                  where, shape=shape)
 
@@ -99,7 +102,8 @@ def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vp
                "parallel": {**parallel, "tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "zero": zero, "ep": ep, "etp": etp,
                             "sequence_parallel": sequence_parallel, "pipeline_split": pipeline_split},
                **({"finetune": finetune_given(ft)} if ft.stated or ft.frozen else {}),
-               **({"recompute_modules": list(base.recompute_modules)} if recompute == "selective" else {}),
+               **({"recompute_modules": list(base.recompute_modules)}
+                  if recompute == "selective" and base.knob("remat_policy") == "auto" else {}),
                # a default token count follows the plan's method (a LoRA plan of a full job trains a fine-tuning set)
                **({} if "tokens" in base.derived else {"tokens": base.tokens})}
     s = scenario_from_mapping(mapping, CLI)
