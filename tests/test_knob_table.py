@@ -31,6 +31,8 @@ def test_every_simple_knob_is_an_option_of_every_command_and_a_scenario_key():
 # a mixture-of-experts model, so that every knob's every value applies (moe_dispatcher's deepep and hybridep
 # need experts)
 MODEL = "mixtral-8x7b"
+# what a knob's values need besides: MaxText's remat policies its framework and dense layers (docs/model.md §7.11)
+NEEDS = {"remat_policy": {"model": "llama2-7b", "framework": "maxtext"}}
 
 
 @pytest.mark.parametrize("knob", [k.name for k in SIMPLE])
@@ -38,13 +40,14 @@ def test_a_simple_knob_is_read_echoed_and_handed_to_the_job(knob):
     """Not given: the fallback, listed as derived; given (every allowed word, or the fallback for a number):
     kept, not derived, echoed, and the Job's field; a plan's job keeps it too."""
     k = BY_NAME[knob]
-    s = scenario_from_mapping({"model": MODEL})
+    base = {"model": MODEL, **NEEDS.get(knob, {})}
+    s = scenario_from_mapping(base)
     assert s.knob(knob) == k.fallback and knob in s.derived and scenario_mapping(s)[knob] == k.fallback
     for value in k.choice_values or (k.fallback,):
-        s = scenario_from_mapping({"model": MODEL, knob: value})
+        s = scenario_from_mapping({**base, knob: value})
         assert s.knob(knob) == value and knob not in s.derived
         assert scenario_mapping(s)[knob] == value and getattr(job_of(s), knob) == value
-        assert job_scenario({"model": MODEL, "global_batch": 64, knob: value}).knob(knob) == value
+        assert job_scenario({**base, "global_batch": 64, knob: value}).knob(knob) == value
 
 
 def test_a_location_names_the_flag_on_the_command_line_and_the_key_in_a_file():

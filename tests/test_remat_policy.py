@@ -79,3 +79,24 @@ def test_bad_policies_are_refused_in_one_line(changes, words):
     with pytest.raises(SpecError) as err:
         scenario(**changes)
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("policy, mode", [("minimal_flash", "selective"), ("qkv_proj_offloaded", "full")])
+def test_the_plan_search_keeps_the_policy_and_prices_it_as_estimate_does(policy, mode):
+    """`plan --remat-policy P`: every plan recomputes as P does, with the memory and step of its own estimate."""
+    import numpy as np
+
+    from trainest.choices import RECOMPUTE_CODES
+    from trainest.search import enumerate_plans, evaluate_grid, job_scenario
+    from trainest.search.rank import EVERY_PLAN, _estimate_at
+    base = job_scenario({"model": "llama2-7b", "hardware": "h100-sxm", "seq_len": 4096, "global_batch": 16,
+                         "framework": "maxtext", "remat_policy": policy}, "plan")
+    g = enumerate_plans(base, 8, EVERY_PLAN)
+    ev = evaluate_grid(base, g)
+    assert set(g.column("recompute", np.arange(len(ev.time_s)))) == {float(RECOMPUTE_CODES[mode])}
+    fits = np.flatnonzero(ev.fits)
+    for i in fits[:: max(1, len(fits) // 4)]:
+        e = _estimate_at(base, 8, g, int(i))
+        assert e.scenario.recompute == mode
+        assert ev.time_s[i] == pytest.approx(e.step.time_s, rel=1e-6)
+        assert ev.memory_bytes[i] == pytest.approx(e.memory.per_device_bytes, rel=1e-6)

@@ -13,6 +13,7 @@
     schedule.py     §5    layers per stage, the slowest stage, the pipeline bubble, DualPipe
     optimizer.py    §6    the optimizer step
     activations.py  §7.3  the activations one layer keeps for its backward
+    remat.py        §7.11 MaxText's remat policies: what each keeps, re-runs and offloads to host memory
     finetune.py     §13   LoRA and QLoRA: adapters, the frozen (4-bit) base, dequantisation
     offload.py      §14   offload to host memory: host-link traffic, the CPU's Adam step
     moe.py          §15   a mixture-of-experts layer: router, grouped expert GEMMs, dispatch/combine all-to-alls
