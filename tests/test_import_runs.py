@@ -39,7 +39,7 @@ VTRAIN_SET = "vtrain-single-node"
 RUN_KEYS = {"id", "set", "finetune", "packed_length", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
             "master_weights", "grad_dtype", "loss", "optimizer", "optimizer_in_backward", "offload",
             "parallel", "micro_batch", "global_batch", "recompute", "recompute_modules", "attention", "framework", "kernels",
-            "cuda_graphs", "moe_dispatcher", "adam_moments", "fp8_params", "bf16_layers", "fused_grouped_mlp", "fp8_attention", "measured",
+            "cuda_graphs", "moe_dispatcher", "adam_moments", "fp8_params", "double_quant", "bf16_layers", "fused_grouped_mlp", "fp8_attention", "measured",
             "expressible", "reason",
             "confidence",
             "notes",
@@ -342,7 +342,15 @@ def test_hunt_records_keep_their_stack_network_and_adapters():
             for run in _load(path)["runs"]}
     intern = [r for r in runs.values() if r["id"].startswith("internevo-")]
     assert len(intern) == 54 and {r["hardware"] for r in intern} == {"a100-80gb-sxm-roce400"}
-    assert all("set" not in r and r["framework"] == "megatron-core" and r["expressible"] for r in intern)
+    assert all("set" not in r and r["framework"] == "internevo" and r["expressible"] for r in intern)
+    # its ZeRO-1 shard group as each row states it: zero1=8 (tp 1) or 4 (tp 2) below dp; zero1=-1 over all of dp
+    assert all(r["grad_dtype"] == "bf16" for r in intern)
+    for r in intern:
+        shard, dp = r["parallel"].get("dp_shard"), r["parallel"]["dp"]
+        if "zeroall" in r["id"] or dp <= 8 // r["parallel"]["tp"]:
+            assert shard is None, r["id"]
+        else:
+            assert shard == 8 // r["parallel"]["tp"], r["id"]
     variant, base = load_hardware("a100-80gb-sxm-roce400"), load_hardware("a100-80gb-sxm")
     assert variant.scale_out_bytes_per_s == pytest.approx(base.scale_out_bytes_per_s / 4)
     lora = [r for r in runs.values() if "llama2-70b-lora" in r["id"]]
@@ -457,3 +465,15 @@ def test_memory_runs_are_compared_per_kind_and_not_as_step_times():
     assert not report.runs and len(report.memory_runs) == 28
     assert {m.kind for m in report.memory_runs} == {"allocated", "active", "unspecified"}
     assert all(m.measured_bytes > 0 and m.predicted_bytes > 0 for m in report.memory_runs)
+
+
+def test_internevo_zero1_group_is_read_as_the_record_states_it():
+    """`zero1=8` in an InternEvo row's notes is its ZeRO-1 shard group (parallel.dp_shard) when it is below dp;
+    zero1=-1, a group of all dp, or no statement shards over every data-parallel rank (None)."""
+    from import_runs import stated_zero1_group
+    assert stated_zero1_group("row (tp=1, zero1=8). pack_sample_into_one=False", 64) == 8
+    assert stated_zero1_group("TP=1, Zero1=8, pack_sample_into_one=TRUE", 1024) == 8
+    assert stated_zero1_group("row (tp=1, zero1=-1)", 64) is None
+    assert stated_zero1_group("row (tp=1, zero1=8)", 8) is None
+    assert stated_zero1_group("row (tp=2, zero1=4)", 6) is None       # does not divide dp
+    assert stated_zero1_group(None, 64) is None

@@ -99,3 +99,44 @@ def test_eager_extras_under_full_recompute_are_the_one_layer_recomputed():
     fused, eager = est(FULL, kernels="fused", recompute="full"), est(FULL, kernels="eager", recompute="full")
     per_layer = TOKENS * (2 * 2.0 * H + 2.0 * HEADS_DIM + 2.0 * F_)
     assert eager.activations_bytes - fused.activations_bytes == pytest.approx(per_layer, rel=1e-9)
+
+
+def test_importer_reads_not_fused_into_backward_as_not_fused():
+    """'torch.optim.AdamW (not fused into backward)' (torchtune's LoRA rows) is no optimizer-in-backward; the importer
+    read the phrase 'fused into backward' inside it as one."""
+    mr = _memory_runs()
+    assert "optimizer_in_backward" not in mr.optimizer_of("torch.optim.AdamW (not fused into backward)", [])
+    assert mr.optimizer_of("AdamW fused into backward (optimizer_in_bwd)", [])["optimizer_in_backward"] is True
+    assert mr.optimizer_of("bitsandbytes PagedAdamW8bit with optimizer_in_bwd=True", [])["optimizer_in_backward"]
+
+
+def test_nf4_without_double_quant_keeps_an_fp32_absmax_per_64_weights():
+    """double_quant off: 0.5 + 32/64/8 B per base linear weight instead of 0.5 + 0.127/8 (the base's linear weights
+    only; norms and embeddings unchanged); a 16-bit LoRA is unaffected."""
+    from trainest.step.finetune import DOUBLE_QUANT_BITS_PER_PARAM
+    on, off = est(QLORA, double_quant=True), est(QLORA, double_quant=False)
+    linear = L * (4 * H * HEADS_DIM + 3 * H * F_)         # Llama 2 7B: q, k, v, o and gate, up, down per layer
+    assert off.weights_bytes - on.weights_bytes == pytest.approx(linear * (0.5 - DOUBLE_QUANT_BITS_PER_PARAM) / 8.0,
+                                                                 rel=1e-9)
+    lora = {**QLORA, "finetune": {"method": "lora", "rank": 32, "targets": "attention"}}
+    assert est(lora, double_quant=False).weights_bytes == est(lora).weights_bytes
+
+
+@pytest.mark.parametrize("bad", ["maybe", 2, "nf4"])
+def test_double_quant_takes_only_true_or_false(bad):
+    from trainest.errors import SpecError
+    with pytest.raises(SpecError) as err:
+        scenario_from_mapping({**QLORA, "double_quant": bad}, "s")
+    assert "double_quant" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_double_quant_is_a_job_knob_of_plan():
+    from trainest.knobs import JOB_KEYS
+    assert "double_quant" in JOB_KEYS
+
+
+def test_importer_reads_litgpt_quantize_mode():
+    mr = _memory_runs()
+    assert mr.double_quant_of({"base_format": "bitsandbytes NF4 (quantize: bnb.nf4)"}) is False
+    assert mr.double_quant_of({"base_format": "bitsandbytes NF4 (quantize: bnb.nf4-dq)"}) is True
+    assert mr.double_quant_of({"base_format": "NF4 (torchao)"}) is None

@@ -59,7 +59,7 @@ A100_UNSTATED_WHY = ("the entry of every A100 record that does not say 40GB; the
 RUN_KEYS = ("id", "set", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
             "master_weights", "grad_dtype", "parallel", "micro_batch", "global_batch", "recompute", "recompute_modules",
             "attention", "packed_length", "framework", "kernels", "cuda_graphs", "moe_dispatcher", "adam_moments", "loss",
-            "fp8_params", "bf16_layers", "fused_grouped_mlp", "fp8_attention", "optimizer", "optimizer_in_backward", "offload", "finetune", "measured", "expressible", "reason",
+            "fp8_params", "bf16_layers", "fused_grouped_mlp", "fp8_attention", "optimizer", "optimizer_in_backward", "offload", "finetune", "double_quant", "measured", "expressible", "reason",
             "confidence", "notes", "duplicate_of", "unmodelled", "assumed")
 # the import notes that say a memory setting was assumed because the record does not state it, and its scenario key:
 # a run's `assumed` (validate names them where it calls a run that ran "does not fit")
@@ -224,11 +224,9 @@ SOURCES = OrderedDict([
         recompute_null=("none", "not stated"), sp_rule="none")),
     # the second batch of published sources (runs-hunt-2026-12-given.yaml): sources trainest was never fitted on
     ("internevo", dict(
-        # InternEvo has no entry in trainest's framework table: its user states none, and gets the default
-        # (megatron-core: fused kernels, flash attention, distributed optimizer), as InternEvo also runs them
-        framework="megatron-core", framework_note="InternEvo (InternLM's training framework) has no entry in "
-        "trainest's framework table: imported with the default a user would get, megatron-core (fused kernels and "
-        "flash attention, which InternEvo also runs; its hierarchical ZeRO-1 is imported as zero 1)",
+        # InternEvo has its own entry in trainest's framework table (fused kernels, flash attention, its ZeRO-1)
+        framework="internevo", framework_note="InternEvo (InternLM's training framework; its ZeRO-1 all-reduces "
+        "the gradients and broadcasts each shard owner's updated weights, trainest/frameworks.py)",
         title="InternLM/InternEvo doc/en/train_performance.md (commit 3a665e88d3): InternLM-7B throughput on A100 "
               "80GB nodes over 4x100 Gb RoCE, 8-1024 GPUs",
         flops_formula=None, zero_default=1, precision_default="bf16",
@@ -685,6 +683,17 @@ def map_zero(rec, source_cfg):
     return d, None
 
 
+ZERO1_STATED = re.compile(r"\b[Zz]ero1\s*=\s*(-?\d+)")
+
+
+def stated_zero1_group(notes: str | None, dp: int | None) -> int | None:
+    """InternEvo's ZeRO-1 shard group as its record states it (`zero1=8`: the optimizer sharded within groups
+    of 8 ranks), or None where it shards over every data-parallel rank (`zero1=-1`, or a group of dp or more)."""
+    found = ZERO1_STATED.search(" ".join(str(notes or "").split()))
+    size = int(found.group(1)) if found else -1
+    return size if dp and 1 <= size < dp and dp % size == 0 else None
+
+
 def hybrid_shard_size(fsdp, dp):
     """ZeRO shard-group size for hybrid sharding stated in the source, or None (shard over all dp).
 
@@ -1108,6 +1117,13 @@ class Importer:
         zero, znote = map_zero(zsrc, SOURCES[zsrc["slug"]])
         if znote:
             notes.append(znote)
+        zero1_group = stated_zero1_group(r["notes"], dp) if cfg.get("framework") == "internevo" else None
+        if cfg.get("framework") == "internevo":
+            notes.append("grad_dtype bf16: InternEvo's HybridZeroOptimizer accumulates and all-reduces the gradients "
+                         "in the dtype of its bf16 parameters (its FP32 master copy is the rank's shard only)")
+            notes.append(f"dp_shard {zero1_group}: the record's zero1={zero1_group} shards the optimizer within groups "
+                         f"of {zero1_group} ranks" if zero1_group else
+                         "zero 1 over every data-parallel rank: the record's zero1 (-1 or the whole group)")
         # DeepSpeed's ZeRO-3 of 2021 gathered and reduced over flat rings, one NIC per GPU (the
         # dp_collectives input; docs/model.md §Collectives). The evidence is the DeepSpeed rows of
         # Narayanan et al. 2021 Table 2 themselves (step time constant in the GPU count at a fixed batch,
@@ -1333,7 +1349,7 @@ class Importer:
                          "combine is not stated (exposed in the prediction)")
         if pipeline_split:
             run["parallel"]["pipeline_split"] = pipeline_split
-        shard = hybrid_shard_size(zsrc["fsdp"], dp) if zero and dp else None
+        shard = (hybrid_shard_size(zsrc["fsdp"], dp) if zero and dp else None) or zero1_group
         if shard:
             run["parallel"]["dp_shard"] = shard
         if tp_overlap:
@@ -1360,6 +1376,8 @@ class Importer:
             apply_recipe(run, {"fp8_attention": True}, {})
         if cfg.get("dp_overlap") is False:
             run["parallel"]["dp_overlap"] = False
+        if cfg.get("framework") == "internevo":
+            apply_recipe(run, {"grad_dtype": "bf16"}, {})
         if finetune:
             run["finetune"] = finetune
         run["measured"] = measured

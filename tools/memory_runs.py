@@ -91,6 +91,13 @@ def finetune_of(ft: dict | None, notes: list[str]) -> OrderedDict | None:
     return out
 
 
+def double_quant_of(ft: dict) -> bool | None:
+    """Whether a QLoRA's NF4 absmax is quantised again (litgpt's `--quantize bnb.nf4-dq`) or kept in FP32
+    (`bnb.nf4`), where its base_format says; None where it does not."""
+    m = re.search(r"quantize:\s*bnb\.nf4(-dq)?\b", str(ft.get("base_format") or "").lower())
+    return None if m is None else m.group(1) is not None
+
+
 def precision_of(text: str) -> tuple[str | None, dict, str | None]:
     """(precision, the dtype keys, why not expressible) of a precision text."""
     low = text.lower()
@@ -107,7 +114,8 @@ def precision_of(text: str) -> tuple[str | None, dict, str | None]:
 def optimizer_of(text: str, notes: list[str]) -> OrderedDict:
     low = text.lower()
     out = OrderedDict(optimizer="adamw-8bit" if "8bit" in low or "8-bit" in low else "adamw")
-    if "optimizer_in_bwd" in low and "not fused" not in low or "fused into backward" in low:
+    # "AdamW (not fused into backward)" says it is not: the negation is read before the phrase
+    if "not fused" not in low and ("optimizer_in_bwd" in low or "fused into backward" in low):
         out["optimizer_in_backward"] = True
     if "paged" in low:
         notes.append("bitsandbytes' paged 8-bit AdamW: its state counted on the device (paging moves it to the host "
@@ -223,6 +231,9 @@ def convert(rec: dict) -> OrderedDict:
     ft = finetune_of(rec.get("finetune"), notes)
     if ft is not None:
         out["finetune"] = ft
+        dq = double_quant_of(rec["finetune"])
+        if dq is not None:
+            out["double_quant"] = dq
     if "512 is a cap" in str(rec.get("notes") or ""):
         notes.append("seq_len 512 is litgpt's cap: each batch is padded to its longest sample, so the activations "
                      "of a shorter batch are over-counted")

@@ -50,7 +50,7 @@ DP_COLLECTIVES = ("hierarchical", "flat")
 HARDWARE_KINDS = ("gpu", "cpu-gpu", "tpu", "asic", "wafer", "apple", "cpu")
 # the training framework (trainest/frameworks.py says what each does)
 FRAMEWORKS = ("megatron-core", "nemo", "megatron-deepspeed", "deepspeed", "torchtitan", "maxtext", "llm-foundry",
-              "olmo-core", "hf-accelerate", "litgpt", "mlx")
+              "olmo-core", "hf-accelerate", "litgpt", "mlx", "internevo")
 # fine-tuning: full (every weight trained), lora (frozen base + low-rank adapters, Hu et al. 2021), qlora
 # (LoRA on a 4-bit NF4 base, Dettmers et al. 2023). The code is what the vectorised model carries.
 FINETUNES = ("full", "lora", "qlora")

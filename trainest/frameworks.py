@@ -39,7 +39,18 @@ A framework sets
   is waited for in a forward pre-hook of its first module) and FSDP's SHARD_GRAD_OP (each unit gathered
   before its forward) do; DeepSpeed's ZeRO-1/2 optimizer (`DeepSpeedZeroOptimizer.step` in
   deepspeed/runtime/zero/stage_1_and_2.py: `all_gather_dp_groups` after the partition's update) gathers
-  every bucket at the end of the step, before the next forward starts: exposed in full.
+  every bucket at the end of the step, before the next forward starts: exposed in full. InternEvo's
+  broadcasts likewise (`overlap_sync_param` off in its configs).
+- `zero_all_reduce`: ZeRO-1/2 as InternEvo's HybridZeroOptimizer runs it (and ColossalAI's low-level ZeRO
+  optimizer it descends from, without gradient partitioning): each bucket of gradients is all-reduced over
+  the whole data-parallel group, every rank keeps its shard's part and updates it, then every owner of a
+  shard broadcasts its updated weights to its shard group, one broadcast per owner
+  (`hybrid_zero_optim.py`: `_reduce_and_copy`, `broadcast_params`). The bytes are an all-reduce's and an
+  all-gather's, but the weights take one ring latency per owner: n·(n−1)·α over a shard group of n ranks,
+  which a shard group spanning hundreds of ranks over a RoCE network turns into seconds (the InternEvo
+  rows at zero1=-1 against zero1=8 on 16-1024 A100s; docs/model.md §4.4). Its `zero1` size is
+  `parallel.dp_shard`. False: a reduce-scatter and one all-gather per bucket (Megatron-Core's distributed
+  optimizer, DeepSpeed, FSDP).
 - `dp_overlap`: whether it overlaps the data-parallel gradient reduction with the backward by
   default (bucketing). A run can say otherwise (`parallel.dp_overlap`).
 - `interleaved`: whether it has the interleaved (virtual-stage) pipeline schedule.
@@ -237,6 +248,10 @@ class Framework(NamedTuple):
     qlora_stable_embedding: bool = False
     # its eager kernels are PyTorch modules under autograd (module docstring: `torch_eager`)
     torch_eager: bool = True
+    # ZeRO-1/2 reduces the gradients with an all-reduce over the data-parallel group (each rank keeps its
+    # shard's) and sends the updated weights by one broadcast per shard owner, one after another, not by a
+    # reduce-scatter and one all-gather (module docstring)
+    zero_all_reduce: bool = False
 
     @property
     def default_recompute(self) -> str:
@@ -289,6 +304,7 @@ F = Framework
 MEGATRON_BUCKET_PARAMS = 40e6
 MEGATRON_BUCKET_PER_RANK = 1e6
 DEEPSPEED_BUCKET_PARAMS = 5e8
+INTERNEVO_BUCKET_PARAMS = 512 * 2**20   # InternEvo's hybrid_zero_optimizer.reduce_bucket_size (elements)
 
 DECLARED: tuple[Framework, ...] = (
     F("megatron-core", "python", "fused", True, True, True,
@@ -351,6 +367,13 @@ DECLARED: tuple[Framework, ...] = (
       "Apple MLX: lazy evaluation of eager operators on the unified-memory GPU; mlx-lm's LoRA adapts q, k, v, o, "
       "gate, up and down projections separately", expert_loop="grouped", runs_on=("apple", "cpu"),
       recompute_modes=("none", "full"), qlora=True, torch_eager=False),
+    F("internevo", "python", "fused", True, True, True,
+      "InternLM/InternEvo: flash attention and fused kernels, interleaved 1F1B (num_chunks), full activation "
+      "checkpointing; its ZeRO-1 (HybridZeroOptimizer, zero1 = the shard group) all-reduces the gradients bucket "
+      "by bucket in the last backward (overlap_sync_grad) and then broadcasts each owner's updated shard in turn "
+      "(broadcast_params), not overlapped with the next forward (overlap_sync_param off); FSDP as its ZeRO-3",
+      dp_gather_overlap=False, zero_all_reduce=True, dp_bucket_params=INTERNEVO_BUCKET_PARAMS,
+      zero_stages=(0, 1, 3), pp_zero_stages=(0, 1), recompute_modes=("none", "full")),
 )
 DEFAULT_FRAMEWORK = "megatron-core"
 QLORA_FRAMEWORK = "hf-accelerate"    # a QLoRA's framework when none is given (module docstring: `qlora`)

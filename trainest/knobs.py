@@ -113,7 +113,7 @@ PANELS: dict[str, tuple[str, ...]] = {
     "Batch": ("micro_batch", "global_batch", "global_batch_tokens", "seq_len", "packed_length"),
     "Precision": ("precision", "adam_moments", "optimizer", "master_weights", "grad_dtype", "optimizer_in_backward",
                   "loss", "fp8_params", "bf16_layers", "fp8_attention"),
-    "Fine-tuning": ("finetune", "lora_rank", "lora_alpha", "lora_targets", "base_bits"),
+    "Fine-tuning": ("finetune", "lora_rank", "lora_alpha", "lora_targets", "base_bits", "double_quant"),
     "Run and cost": ("tokens", "price_per_hour", "pue", "grid_gco2_per_kwh", "objective", "deadline", "budget",
                      "max_days", "max_cost", "require_fit"),
     OUTPUT_PANEL: ("json_out", "quiet", "top", "ops", "timeline", "csv", "png", "svg"),
@@ -293,6 +293,11 @@ KNOBS: tuple[Knob, ...] = (
     K("base_bits", ("--base-bits",), "int", "Bits per frozen base weight: 16 (unquantised: stored at the training "
       "precision, 2 B per weight, 4 B at fp32/tf32), 8 (LLM.int8, LoRA only) or 4 (NF4, QLoRA only).", "16; qlora: 4",
       group=FINETUNE, job=True),
+    K("double_quant", ("--double-quant/--no-double-quant",), "switch", "QLoRA only: the NF4 base's per-64-weight "
+      "absmax quantised again to 8 bit per 256 blocks (Dettmers et al. 2023 §3: 0.127 bits per weight; bitsandbytes "
+      "compress_statistics, litgpt --quantize bnb.nf4-dq, Hugging Face bnb_4bit_use_double_quant), or kept in FP32 "
+      "(0.5 bits per weight: litgpt bnb.nf4, the Hugging Face default). docs/model.md §13.2.", "on", job=True,
+      fallback=True),
     K("offload", ("--offload",), "choice", "Offload to host memory: optimizer (ZeRO-Offload: FP32 master and Adam "
       "state, CPU Adam), optimizer+weights (ZeRO-Infinity, FSDP CPU offload) or activations (checkpoints to the "
       "host and back).", "none", "Offload", searched=True, job=True),

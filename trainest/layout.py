@@ -80,6 +80,7 @@ class Job(NamedTuple):
     fused_grouped_mlp: bool = False  # the routed experts' activation and its cast in the grouped GEMMs, §15.12
     bf16_layers: float = 0.0         # layers whose GEMMs stay BF16 in an FP8/FP4 model (first/last layers), §2.2
     recompute_layers: float = 0.0    # full recompute of this many layers per stage and chunk (0: all), §7.10
+    double_quant: bool = True        # QLoRA's NF4 absmax quantised again to 8 bit (else FP32), docs/model.md §13.2
 
     def recomputes(self, module: str) -> float:
         """1.0 when selective recompute re-runs `module` (choices.RECOMPUTE_MODULES), else 0.0."""

@@ -303,6 +303,15 @@ def all_gather_s(size_bytes: Num, size: Num, stride: Num, tiers: Tiers) -> Num:
     return reduce_scatter_s(size_bytes, size, stride, tiers)
 
 
+def owner_broadcasts_s(size_bytes: Num, size: Num, stride: Num, tiers: Tiers) -> Num:
+    """A buffer of S bytes [B] sharded over n ranks, made whole on every rank by n broadcasts, one per
+    owner of S/n, one after another: the all-gather's bandwidth, (n−1)/n · S/W, but each broadcast a
+    chain over the group that pays a ring's latency and a call: n · ((n−1)·α + α_call) [s]. 0 for n = 1."""
+    bw = bus_bandwidth_bytes_per_s(size, stride, tiers)
+    return ((size - 1.0) / size * size_bytes / bw
+            + size * (ring_latency_s(size, stride, tiers) + tiers.call_s) * xp.mask(size > 1))
+
+
 def all_reduce_s(size_bytes: Num, size: Num, stride: Num, tiers: Tiers) -> Num:
     """2(n−1)/n · S/W + 2·min(ring, tree) latency + α_call [s]: the bandwidth of reduce-scatter + all-gather,
     with NCCL choosing the tree when latency dominates, in one call."""

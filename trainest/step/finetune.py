@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 NF4_BYTES_PER_PARAM = 0.5                  # 4-bit NormalFloat
 DOUBLE_QUANT_BITS_PER_PARAM = 8.0 / 64.0 + 32.0 / (64.0 * 256.0)   # 0.127: 8-bit absmax per 64, FP32 per 256 blocks
+FP32_ABSMAX_BITS_PER_PARAM = 32.0 / 64.0   # 0.5: without double quantisation, an FP32 absmax per 64-weight block
 INT8_BYTES_PER_PARAM = 1.0                 # LLM.int8 (the row-wise FP32 scale, 4 B per output row, is not counted)
 # Merging an adapter's output into the base output, in 16-bit passes over its elements, beyond what the
 # GEMMs themselves read and write. Eager PyTorch (PEFT's `result + lora_B(lora_A(x)) * scaling`,
@@ -225,11 +226,13 @@ def adapter_ops(job: Job, layout: Layout, r: Rates, x: LocalShape, kind: str = "
 
 def base_bytes_per_param(job: Job, layout: Layout) -> Num:
     """Bytes per parameter of a frozen base linear weight: 0.5 + 0.127/8 for QLoRA's NF4 with
-    double quantisation, 1 for an 8-bit LoRA base; an unquantised base (base_bits 16) is stored at the
-    training precision's working-weight bytes w: 2, or 4 for FP32/TF32, 1 with fp8_params (an FP8 base: the FP8
-    GEMMs read it as stored, no dequantisation; Job.weight_bytes) [B]."""
+    double quantisation, 0.5 + 0.5/8 without (`Job.double_quant` off: an FP32 absmax per 64 weights,
+    bitsandbytes' quantize_4bit with compress_statistics False), 1 for an 8-bit LoRA base; an unquantised base
+    (base_bits 16) is stored at the training precision's working-weight bytes w: 2, or 4 for FP32/TF32, 1 with
+    fp8_params (an FP8 base: the FP8 GEMMs read it as stored, no dequantisation; Job.weight_bytes) [B]."""
     lora = INT8_BYTES_PER_PARAM if job.base_bits == 8 else job.weight_bytes
-    return xp.where(layout.qlora > 0, NF4_BYTES_PER_PARAM + DOUBLE_QUANT_BITS_PER_PARAM / 8.0, lora)
+    absmax = DOUBLE_QUANT_BITS_PER_PARAM if job.double_quant else FP32_ABSMAX_BITS_PER_PARAM
+    return xp.where(layout.qlora > 0, NF4_BYTES_PER_PARAM + absmax / 8.0, lora)
 
 
 def quantised(job: Job, layout: Layout) -> Num:

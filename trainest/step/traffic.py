@@ -11,7 +11,15 @@ from trainest import xp
 from trainest.frameworks import FRAMEWORKS
 from trainest.layout import Job, Layout, Num
 from trainest.record import NamedTuple
-from trainest.step.collectives import Tiers, all_gather_s, all_reduce_s, in_domain, reduce_scatter_s, send_recv_s
+from trainest.step.collectives import (
+    Tiers,
+    all_gather_s,
+    all_reduce_s,
+    in_domain,
+    owner_broadcasts_s,
+    reduce_scatter_s,
+    send_recv_s,
+)
 from trainest.step.finetune import (
     adapter_params_per_layer,
     expert_adapter_params_per_layer,
@@ -204,6 +212,12 @@ def dp_traffic(job: Job, layout: Layout, tiers: Tiers, params_local: Num, groups
     replica = (1.0 - z0) * calls * all_reduce_s(per_call / shard_group * g, replicas, stride * shard_group, tiers)
     reduce = reduce * (1.0 - layout.z3)
     gather = zero12 * calls * all_gather_s(per_call * w, shard_group, stride, tiers)
+    if FRAMEWORKS[job.framework].zero_all_reduce:
+        # ZeRO-1/2 as all-reduce + broadcasts (Framework.zero_all_reduce): every rank gets the whole reduced
+        # gradient, keeps its shard's, and the updated shards are broadcast by their owners in turn
+        reduce = xp.where(zero12 > 0, calls * all_reduce_s(per_call * g, grad_group, stride, tiers), reduce)
+        replica = replica * (1.0 - zero12)
+        gather = zero12 * owner_broadcasts_s(params_local * w, shard_group, stride, tiers)
     return DpTraffic(reduce_s=reduce, gather_s=gather, replica_s=replica, zero2_rs_s=scatter,
                      reduce_bucket_s=reduce / calls, gather_bucket_s=gather / calls, zero2_bucket_s=scatter / calls)
 
