@@ -412,6 +412,11 @@ def test_recipe_settings_map_to_inputs_the_same_way_for_every_record():
         rec.update(id="r", source={"tag": "t"})
         return settings_of(rec, False)[0]
     assert top(fp8_param=True, fp8="e4m3").get("fp8_params") is True and "fp8_params" not in top(fp8_param=False)
+    # FP8 dot-product attention is an input with an FP8/FP4 recipe (issue 33: the 26.06+ MoE recipes set it; it was
+    # not imported, so their attention ran at the 16-bit rate)
+    assert top(fp8_dot_product_attention=True, fp8="e4m3").get("fp8_attention") is True
+    assert "fp8_attention" not in top(fp8_dot_product_attention=True, fp8=None)
+    assert "fp8_attention" not in top(fp8_dot_product_attention=False, fp8="e4m3")
     # BF16 layers count only with first_last_layers_bf16 and an FP8/FP4 recipe; a quantisation recipe is named by
     # its overrides
     assert "bf16_layers" not in top(fp4="e2m1", first_last_layers_bf16=False, num_layers_at_end_in_bf16=1)
@@ -477,3 +482,19 @@ def test_internevo_zero1_group_is_read_as_the_record_states_it():
     assert stated_zero1_group("row (tp=1, zero1=8)", 8) is None
     assert stated_zero1_group("row (tp=2, zero1=4)", 6) is None       # does not divide dp
     assert stated_zero1_group(None, 64) is None
+
+
+def test_narayanan_zero3_rows_ran_deepspeed():
+    """Issue 34: Narayanan et al. 2021 Table 2's ZeRO-3 baseline is 'ZeRO-3 (DeepSpeed) without tensor/pipeline
+    parallelism' (the records' notes): framework megatron-deepspeed, whose ZeRO-3 gathers submodule by submodule;
+    their PTD-P rows stay megatron-core. The 530B run on 640 GPUs then fits, as it ran."""
+    runs = _load(RUNS_DIR / "narayanan2021.yaml")["runs"]
+    zero3 = [r for r in runs if r["id"].startswith("narayanan2021_table2_ZeRO-3")]
+    assert len(zero3) == 6 and all(r["framework"] == "megatron-deepspeed" for r in zero3)
+    assert all(r["framework"] == "megatron-core" for r in runs
+               if r["id"].startswith("narayanan2021_") and "ZeRO-3" not in r["id"])
+    from helpers import bundled_cases
+    from trainest.estimate import estimate
+    from trainest.validate_memory import as_it_ran
+    case = next(c for c in bundled_cases("public") if c.id == "narayanan2021_table2_ZeRO-3_529.6B_640gpu")
+    assert estimate(as_it_ran(case.scenario)).memory.fits

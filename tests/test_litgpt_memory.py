@@ -140,3 +140,18 @@ def test_importer_reads_litgpt_quantize_mode():
     assert mr.double_quant_of({"base_format": "bitsandbytes NF4 (quantize: bnb.nf4)"}) is False
     assert mr.double_quant_of({"base_format": "bitsandbytes NF4 (quantize: bnb.nf4-dq)"}) is True
     assert mr.double_quant_of({"base_format": "NF4 (torchao)"}) is None
+
+
+ZERO3 = {**FULL, "devices": 4, "devices_per_node": 4, "parallel": {"tp": 1, "pp": 1, "zero": 3}, "global_batch": 8}
+
+
+def test_pure_bf16_zero3_keeps_its_16bit_parameter_shard():
+    """Bug: ZeRO-3 in BF16 counted no 16-bit shard (FSDP mixed precision keeps the FP32 master, counted with the
+    optimizer state), also for pure BF16 (master_weights none), which has no master: its sharded parameters are the
+    BF16 weights, 2 B × P / d. With the master, the weights are the two gathered layers only."""
+    from trainest.scenario import job_of, layout_of
+    s = scenario_from_mapping(ZERO3, "test")
+    params = s.model.params
+    pure, mixed = est(ZERO3), est(ZERO3, master_weights="fp32")
+    assert pure.weights_bytes - mixed.weights_bytes == pytest.approx(2.0 * params / 4, rel=1e-6)
+    assert job_of(s).master_weights == "none" and layout_of(s).zero == 3

@@ -126,3 +126,23 @@ def test_plan_pick_is_the_smallest_predicted_step_and_costs_against_the_measured
     assert pick.cost_pct == pytest.approx(25.0)
     right = vtrain_report.plan_picks(job, [_result(job[0].id, 1.0, 0.4)] + results[1:])
     assert right[0].right and right[0].cost_pct == 0.0
+
+
+def test_layer_split_recovers_the_time_of_a_layer_and_of_what_lies_outside_the_layers():
+    """Rows of step = c + m·head + m·L·layer (c: once per step) at several layer counts L and micro-batch counts m:
+    `layer_split` gives back `layer` and `head`, measured and predicted apart, from the rows alone."""
+    def step(layers: int, m: int, layer_s: float, head_s: float) -> float:
+        return 0.004 + m * head_s + m * layers * layer_s
+
+    rows = [((2, 4, m), layers, m, step(layers, m, 0.0033, 0.007), step(layers, m, 0.0039, 0.009))
+            for m in (2, 4, 8) for layers in (12, 16, 24)]
+    (cell,) = vtrain_report.layer_split(rows)
+    assert (cell.tp, cell.micro_batch, cell.pairs) == (2, 4, 6)
+    assert cell.measured_layer_ms == pytest.approx(3.3) and cell.predicted_layer_ms == pytest.approx(3.9)
+    assert cell.measured_head_ms == pytest.approx(7.0) and cell.predicted_head_ms == pytest.approx(9.0)
+
+
+def test_layer_split_of_the_vtrain_rows_covers_every_tp_and_micro_batch(vtrain):
+    cells = vtrain_report.layer_split(vtrain_report.layer_rows(*vtrain))
+    assert {(c.tp, c.micro_batch) for c in cells} == {(t, b) for t in (1, 2, 4, 8) for b in (1, 2, 4, 8)}
+    assert all(c.pairs >= 3 and 0.0 < c.measured_layer_ms < 50.0 for c in cells)

@@ -951,6 +951,12 @@ class Importer:
 
         framework, framework_why = (cfg["framework"], cfg.get("framework_note")) if cfg.get("framework") else \
             hunt_framework(r) if r.get("framework_text") else (None, None)
+        # a Megatron source's ZeRO-3 baseline ran DeepSpeed's ZeRO-3 (Narayanan et al. 2021 Table 2: "ZeRO-3
+        # (DeepSpeed) without tensor/pipeline parallelism"): Megatron's model under the DeepSpeed engine, which
+        # gathers ZeRO-3 parameters submodule by submodule (frameworks.py `zero3_live_params`)
+        if framework == "megatron-core" and re.search(r"ZeRO-3 \(DeepSpeed\)", str(r.get("notes") or "")):
+            framework, framework_why = "megatron-deepspeed", ("the record names DeepSpeed's ZeRO-3 (Megatron's GPT "
+                                                              "model under the DeepSpeed engine)")
         if framework and framework_why:
             notes.append(f"framework {framework}: {framework_why}")
         graphs = hunt_cuda_graphs(r) if r.get("framework_text") else None

@@ -313,13 +313,11 @@ runs fit ({mla_fit} as imported). The over-capacity runs' mean error is
 them further the way they already err). GPT-OSS's BF16 rows run its attention
 with sinks through a slower path in the releases before 26.06 (the source's own footnote for 26.06.01
 names a cuDNN regression, and the 26.06.01 rows of GPT-OSS on GB200/GB300, 1.6× slower than the
-26.06 and 26.08 rows with the same inputs, are the ones that footnote marks). The cross-node dispatch
-sends each token once per remote node, and DeepSeek-V3's group-limited routing (its experts from 4 of
-8 groups: at most 4 of 8 nodes) is modelled (docs/model.md §15.3; it took DeepSeek-V3 on 1,024 H100 from
-1.55× to 1.32× the measured step and on 256 B200 with ep 32 from 1.95× to 1.77×); those two are still too
-slow: DeepSeek-V3 on 256 B200 with ep 32 (26.04.01: faster than on the same GPUs with ep 8) can only be
-that fast with its all-to-alls hidden behind computation, which `moe_overlap: none` as imported does not
-do. Micro-batch-1 runs with 16 local experts per rank are host-bound (docs/model.md §15.2);
+26.06 and 26.08 rows with the same inputs, are the ones that footnote marks). DeepEP and HybridEP send
+a token once per remote node that holds one of its experts and, inside a node, once per rank that does
+(NCCL's all-to-all every copy); DeepEP permutes the received rows on the receiver, HybridEP inside its
+dispatch and combine kernels (docs/model.md §15.2, §15.11); DeepSeek-V3's group-limited routing (its
+experts from 4 of 8 groups: at most 4 of 8 nodes) is modelled (§15.3). Micro-batch-1 runs with 16 local experts per rank are host-bound (docs/model.md §15.2);
 trainest counts the per-expert launches but not the host's other per-expert work, so those runs
 (Qwen3 30B-A3B and 235B-A22B on B200/B300/H100 at b = 1) are still predicted too fast.
 

@@ -135,6 +135,10 @@ def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
     if _value(rec, "precision", "fp8_param"):
         top["fp8_params"] = True
         used.append("fp8_params true (fp8_param: FP8 weights and their all-gather)")
+    low = _value(rec, "precision", "fp8") or _value(rec, "precision", "fp4")
+    if low and _value(rec, "precision", "fp8_dot_product_attention"):
+        top["fp8_attention"] = True
+        used.append("fp8_attention true (fp8_dot_product_attention: the attention core's two products in FP8)")
     if _value(rec, "overlap", "grad_reduce_in_fp32") is False:
         top["grad_dtype"] = "bf16"
         used.append("grad_dtype bf16 (grad_reduce_in_fp32 false: BF16 gradient buffers and reduction)")

@@ -5,6 +5,7 @@
     python tools/vtrain_report.py --set public            # any run set of specs/runs (a file's `set:`)
     python tools/vtrain_report.py --hardware a100-40gb-sxm   # predict every run on another catalog entry
     python tools/vtrain_report.py --markdown              # the tables of docs/validation.md
+    python tools/vtrain_report.py --layers                # also: measured time per layer and outside the layers
 
 Step-time error = (predicted − measured) / measured, in percent: MAPE is the mean of its absolute
 value, "mean error" its signed mean (negative: trainest predicts the step too fast).
@@ -28,6 +29,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -191,17 +193,89 @@ def text_report(cases: list[Case], results: list[RunResult]) -> str:
     return "\n".join(out)
 
 
+class LayerCell(NamedTuple):
+    """Measured and predicted time of one layer and micro-batch and of what is outside the layers per
+    micro-batch, for one (tp, micro-batch) cell (`layer_split`)."""
+
+    tp: int
+    micro_batch: int
+    pairs: int                  # pairs of rows that differ only in their layer count
+    measured_layer_ms: float
+    predicted_layer_ms: float
+    measured_head_ms: float     # per micro-batch outside the layers (embedding, logits, loss); nan: one m only
+    predicted_head_ms: float
+
+
+def _slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of y on x (nan with fewer than two distinct x)."""
+    xs = [x for x, _ in points]
+    if len(set(xs)) < 2:
+        return float("nan")
+    mx, my = statistics.fmean(xs), statistics.fmean(y for _, y in points)
+    return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
+
+
+def layer_split(rows: list[tuple[tuple, int, int, float, float]]) -> list[LayerCell]:
+    """Per (tp, micro-batch) of `rows` ((tp, micro-batch, rest of the layout and job but the layers), layers,
+    micro-batches m, measured step s, predicted step s), pp = 1 only: two rows that differ only in their layer
+    count L differ by (L₂ − L₁)·m layer passes, so (t₂ − t₁) / ((L₂ − L₁)·m) is the time of one layer and
+    micro-batch, with nothing outside the layers in it; the rest, t − L·m·layer, grows with m by what lies
+    outside the layers per micro-batch (the least-squares slope over the rows' m at fixed micro-batch). No
+    model enters the measured columns."""
+    by_key: dict[tuple, list[tuple[int, int, float, float]]] = {}
+    for key, layers, m, measured, predicted in rows:
+        by_key.setdefault(key, []).append((layers, m, measured, predicted))
+    layer: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    rest: dict[tuple[int, int], list[tuple[float, float, float]]] = {}
+    for key, rs in by_key.items():
+        rs.sort()
+        for (l1, m, t1, p1), (l2, _, t2, p2) in zip(rs, rs[1:], strict=False):
+            per = ((t2 - t1) / ((l2 - l1) * m), (p2 - p1) / ((l2 - l1) * m))
+            layer.setdefault(key[:2], []).append(per)
+            rest.setdefault(key[:2], []).append((m, t1 - l1 * m * per[0], p1 - l1 * m * per[1]))
+    return [LayerCell(tp, mb, len(v), 1e3 * statistics.fmean(x for x, _ in v), 1e3 * statistics.fmean(y for _, y in v),
+                      1e3 * _slope([(m, a) for m, a, _ in rest[(tp, mb)]]),
+                      1e3 * _slope([(m, b) for m, _, b in rest[(tp, mb)]]))
+            for (tp, mb), v in sorted(layer.items())]
+
+
+def layer_rows(cases: list[Case], results: list[RunResult]) -> list[tuple[tuple, int, int, float, float]]:
+    """`layer_split`'s rows of the pp = 1 runs: the key is (tp, micro-batch, the job and layout but the layers)."""
+    out = []
+    for c, r in zip(cases, results, strict=True):
+        if r.pp != 1:
+            continue
+        s, m = c.scenario, c.scenario.model
+        key = (r.tp, r.micro_batch, r.dp, r.pp, m.hidden, m.ffn_hidden, m.heads, s.seq_len, s.devices,
+               s.global_batch, s.hardware.name, s.precision, s.recompute)
+        out.append((key, m.layers, s.global_batch // (r.dp * r.micro_batch), r.measured_step_s, r.predicted_step_s))
+    return out
+
+
+def layer_text(cells: list[LayerCell]) -> str:
+    lines = ["one layer and micro-batch, and outside the layers per micro-batch [ms], measured | predicted "
+             "(pp = 1, from rows that differ only in their layer count)",
+             "  tp  mb  pairs   layer meas | pred    outside meas | pred"]
+    lines += [f"{c.tp:4d} {c.micro_batch:3d} {c.pairs:6d} {c.measured_layer_ms:12.2f} | {c.predicted_layer_ms:5.2f} "
+              f"{c.measured_head_ms:14.2f} | {c.predicted_head_ms:5.2f}" for c in cells]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--set", dest="run_set", default=DEFAULT_SET, help=f"run set (default {DEFAULT_SET})")
     ap.add_argument("--hardware", default=None, help="predict every run on this catalog entry instead")
     ap.add_argument("--markdown", action="store_true", help="print markdown tables")
+    ap.add_argument("--layers", action="store_true", help="print the measured time of one layer and micro-batch and "
+                    "of what is outside the layers, from rows that differ only in their layer count (`layer_split`)")
     args = ap.parse_args(argv)
     cases, results = predict(args.run_set, load_hardware(args.hardware) if args.hardware else None)
     if not cases:
         print(f"error: no expressible run in set {args.run_set!r}", file=sys.stderr)
         return 1
     print(markdown_report(cases, results) if args.markdown else text_report(cases, results))
+    if args.layers:
+        print(layer_text(layer_split(layer_rows(cases, results))))
     return 0
 
 

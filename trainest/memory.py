@@ -190,10 +190,13 @@ def master_only_shard(job: Job, layout: Layout, shard: Num) -> Num:
     (BF16/FP8/FP4 runs); else 0. This holds over a single shard rank too (d = 1: the "shard" is the
     whole stage, still kept in FP32 and cast layer by layer), so ZeRO-3 counts 16 B per parameter at
     every d and trading data for tensor parallelism on the same devices never adds a 16-bit copy
-    (issue 32 item 6). `shard` is kept for the callers' symmetry; the rule does not depend on it."""
+    (issue 32 item 6). Pure 16-bit training (master_weights none) has no FP32 master: its sharded parameters
+    are the 16-bit weights themselves, so it keeps the 16-bit shard (0). `shard` is kept for the callers'
+    symmetry; the rule does not depend on it."""
     del shard
     zero3 = xp.mask(layout.zero >= 3)
-    return zero3 * (1.0 if job.precision in ("bf16", "fp8", "fp4") else 0.0)
+    master = job.precision in ("bf16", "fp8", "fp4") and job.master_weights != "none"
+    return zero3 * (1.0 if master else 0.0)
 
 
 def gathers_layers(job: Job, layout: Layout, shard: Num) -> Num:
