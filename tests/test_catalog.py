@@ -35,6 +35,17 @@ def test_unknown_hardware_suggests_the_closest_name():
         load_hardware("a100-80gb-sxn")
 
 
+@pytest.mark.parametrize(("typed", "meant", "named_for_it"), [("h100pcie", "'h100-pcie'?", True),
+                                                            ("b2000", "'b200'", False), ("h1000", "'h100-sxm'", False)])
+def test_a_mistyped_hardware_name_suggests_its_own_entry_not_a_device_name_inside_it(typed, meant, named_for_it):
+    """A squeezed catalog name (h100pcie) names its own entry, not the one of a device-name fragment inside it
+    (H100 -> h100-sxm); a longer model number (b2000) is a typo with the closest names, not the B200 by name."""
+    with pytest.raises(SpecError) as refused:
+        load_hardware(typed)
+    line = str(refused.value)
+    assert f"did you mean {meant}" in line and ("the catalog's name for" in line) == named_for_it
+
+
 def test_unknown_model_suggests_the_closest_name():
     with pytest.raises(SpecError, match=r"did you mean 'llama3-8b'"):
         load_model("llama3-8")

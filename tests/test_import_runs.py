@@ -52,7 +52,7 @@ MODEL_KEYS = {"name", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vo
               "dropout", "positional"}
 MODEL_EXTRA_KEYS = {"head_dim", "moe", "mla", "hybrid", "mtp", "attention_window"}   # MoE, MLA, hybrid, MTP, local attention
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "vpp", "zero", "sequence_parallel", "tp_overlap", "dp_shard", "dp_overlap",
-                 "pipeline_split", "dp_collectives", "ep", "etp", "moe_overlap"}
+                 "pipeline_split", "pipeline_layout", "dp_collectives", "ep", "etp", "moe_overlap"}
 MEASURED_KEYS = {"step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "flops_formula", "device_hours", "tokens",
                  "peak_memory_gib", "peak_memory_kind"}
 PRECISIONS = {"bf16", "fp16", "fp8", "fp4", "fp32", "tf32"}
@@ -118,8 +118,8 @@ def test_run_file_keys(path: Path):
         # a MoE model with no dense layer has no dense MLP width (ffn_hidden)
         required = MODEL_KEYS - ({"ffn_hidden"} if "moe" in model and not model["moe"].get("dense_layers") else set())
         assert required <= set(model), f"{w}: model lacks {sorted(required - set(model))}"
-        optional = {"tp_overlap", "dp_shard", "pipeline_split", "dp_collectives", "dp_overlap", "ep", "etp",
-                    "moe_overlap"}
+        optional = {"tp_overlap", "dp_shard", "pipeline_split", "pipeline_layout", "dp_collectives", "dp_overlap",
+                    "ep", "etp", "moe_overlap"}
         assert PARALLEL_KEYS - optional <= set(run["parallel"]) <= PARALLEL_KEYS, \
             f"{w}: parallel keys {sorted(run['parallel'])}"
         assert set(run["measured"]) <= MEASURED_KEYS, f"{w}: measured keys {sorted(run['measured'])}"
@@ -158,6 +158,9 @@ def _check_expressible(run: dict, w: str) -> None:
     assert par["tp"] * par["pp"] * par["cp"] * par["dp"] == run["devices"], f"{w}: tp*pp*cp*dp != devices"
     if par.get("pipeline_split", "even") == "even":
         assert m["layers"] % par["pp"] == 0 and (m["layers"] // par["pp"]) % par["vpp"] == 0, f"{w}: pipeline split"
+    elif par["pipeline_split"] == "layout":        # the recipe's own layout (checked against the run on import)
+        from trainest.pipeline_layout import stage_count
+        assert stage_count(par["pipeline_layout"], w) == par["pp"] * par["vpp"], w
     else:
         assert par["pipeline_split"] == "balanced" and m["layers"] + 2 >= par["pp"] * par["vpp"], w
     assert run["global_batch"] % (par["dp"] * run["micro_batch"]) == 0, f"{w}: global batch"
@@ -417,6 +420,14 @@ def test_recipe_settings_map_to_inputs_the_same_way_for_every_record():
     assert top(fp8_dot_product_attention=True, fp8="e4m3").get("fp8_attention") is True
     assert "fp8_attention" not in top(fp8_dot_product_attention=True, fp8=None)
     assert "fp8_attention" not in top(fp8_dot_product_attention=False, fp8="e4m3")
+    # a pipeline layout, as a string or a list of stages (also as the list's text), is the layout string trainest reads
+    from recipe_settings import pipeline_layout_of
+    stages = [["embedding", "decoder", "decoder"], ["decoder", "decoder"], ["decoder", "mtp", "loss"]]
+    for value in (stages, str(stages), "Ettt|tt|tmL"):
+        got = pipeline_layout_of(_recipe(pipeline={"pipeline_model_parallel_layout": value}))
+        assert got == ("Ettt|tt|tmL" if value == "Ettt|tt|tmL" else "Ett|tt|tmL")
+    assert pipeline_layout_of(_recipe(pipeline={"pipeline_model_parallel_layout": [["embedding", "mamba"]]})) is None
+    assert pipeline_layout_of(_recipe(pipeline={"pipeline_model_parallel_layout": None})) is None
     # BF16 layers count only with first_last_layers_bf16 and an FP8/FP4 recipe; a quantisation recipe is named by
     # its overrides
     assert "bf16_layers" not in top(fp4="e2m1", first_last_layers_bf16=False, num_layers_at_end_in_bf16=1)
@@ -440,6 +451,16 @@ def test_megatron_bridge_runs_carry_their_recipes_settings():
             assert r["parallel"]["moe_overlap"] in ("none", "deepep")
     others = [r for r in expressible if r not in with_recipe]
     assert all("no recipe record matched" in r["notes"] for r in others)
+    # every imported pipeline layout describes its run (the scenario loader checks it); the others are named
+    laid = [r for r in expressible if r["parallel"].get("pipeline_layout")]
+    assert len(laid) >= 30 and all(r["parallel"]["pipeline_split"] == "layout" for r in laid)
+    from trainest.validate import load_runs
+    loaded = load_runs([RUNS_DIR / "megatron-bridge.yaml"])
+    cases = {c.id: c for c in loaded.cases}
+    assert all(r["id"] in cases and cases[r["id"]].scenario.parallel.pipeline_split == "layout" for r in laid)
+    named = [r for r in expressible if any(u.startswith("pipeline_model_parallel_layout")
+                                           for u in r.get("unmodelled") or [])]
+    assert all("(" in u for r in named for u in r["unmodelled"] if u.startswith("pipeline_model_parallel_layout"))
 
 
 # --- the memory-given rows: memory-only runs of their own set, what each measured kept --------------------------

@@ -89,3 +89,15 @@ def test_compare_one_price_for_every_entry(capsys):
 def test_compare_refuses_a_bad_price(capsys, text):
     code, doc, err = _compare(capsys, "--price-per-hour", text)
     assert code == 1 and err.startswith("Error: ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("entry", ["h100-sxm", "dgx-spark"])
+def test_a_price_from_the_users_hardware_file_is_not_called_the_catalogs(tmp_path, entry):
+    """The run table says whose price it used: the catalog's for a catalog entry, the hardware file's for a file the
+    user gave (an on-demand price or a workstation's purchase alike)."""
+    from trainest.catalog import specs_dir
+    from trainest.report.estimate import price_label
+    copy = tmp_path / f"{entry}.yaml"
+    copy.write_text((specs_dir() / "hardware" / f"{entry}.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    bundled, own = price_label(load_hardware(entry)), price_label(load_hardware(str(copy)))
+    assert bundled.startswith("catalog") and own.startswith("hardware file") and "catalog" not in own

@@ -150,7 +150,9 @@ def test_round_sig_keeps_small_rates_non_zero():
 @pytest.mark.parametrize(("device", "entry"), [("NVIDIA H200", "h200-sxm"), ("NVIDIA GH200 480GB", "gh200"),
                                                ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 PCIe", "h100-pcie"),
                                                ("NVIDIA A100-SXM4-80GB", "a100-80gb-sxm"), ("AMD Instinct MI300X", "mi300x"),
-                                               ("Some New Accelerator", None)])
+                                               ("Some New Accelerator", None), ("NVIDIA L40", None),
+                                               ("NVIDIA L40S", "l40s"), ("NVIDIA L4", "l4"), ("Tesla V100-SXM2-32GB",
+                                                                                        "v100-sxm2-32gb")])
 def test_catalog_match_by_device_name(device, entry):
     assert probe.catalog_match(device) == entry
 

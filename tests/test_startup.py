@@ -396,6 +396,9 @@ def test_records_bind_their_arguments_as_namedtuple_does():
     assert Three._fields == ("a", "b", "c", "d") and Three.__match_args__ == Three._fields
     assert Three._field_defaults == {"c": 0.5, "d": ()} and isinstance(r, tuple)
     assert copy.deepcopy(r) == r and json.dumps(r) == '[1, "x", 0.5, []]'  # (pickled: Host, above)
+    with pytest.raises(ValueError):
+        class Hidden(NamedTuple):                                # a field would shadow the records' own _names
+            _defaults: int
     with pytest.raises(TypeError):
         Three._make([1])
     with pytest.raises(ValueError):

@@ -1448,8 +1448,33 @@ class Importer:
         return out
 
 
+def layout_misfit(run: OrderedDict, layout: str) -> str | None:
+    """Why a recipe's pipeline layout does not describe the run (its pp·vpp stages, the model's layers and MTP
+    depth, what trainest models: trainest.pipeline_layout.rank_layers), None where it does."""
+    from trainest.errors import SpecError
+    from trainest.pipeline_layout import rank_layers
+    par, model = run["parallel"], run["model"]
+    if model.get("hybrid") or par.get("pipeline_schedule") == "dualpipe":
+        return "a layout of hybrid blocks or with DualPipe is not modelled"
+    mtp = (model.get("mtp") or {}).get("depth", 0)
+    try:
+        rank_layers(layout, int(par.get("pp", 1)), int(par.get("vpp", 1)), int(model["layers"]), int(mtp), "layout")
+    except SpecError as e:
+        return str(e).removeprefix("layout: ")
+    return None
+
+
 def apply_recipe(run: OrderedDict, top: dict, par: dict) -> None:
-    """Write a recipe's settings (Importer.recipe_settings) into a run, its keys in RUN_KEYS order."""
+    """Write a recipe's settings (Importer.recipe_settings) into a run, its keys in RUN_KEYS order. A pipeline
+    layout that does not describe the run (`layout_misfit`: a 25.11 row whose layout is not its recipe's) is left
+    out and named in `unmodelled`."""
+    par = dict(par)
+    top = dict(top)
+    layout = par.get("pipeline_layout")
+    why = layout_misfit(run, layout) if layout is not None else None
+    if why is not None:
+        del par["pipeline_layout"], par["pipeline_split"]
+        top["unmodelled"] = list(top.get("unmodelled", [])) + [f"pipeline_model_parallel_layout {layout} ({why})"]
     for key in ("cuda_graphs", "moe_dispatcher", "adam_moments", "grad_dtype", "fp8_params", "bf16_layers",
                 "fused_grouped_mlp", "fp8_attention", "recompute", "recompute_modules", "unmodelled"):
         if key in top:

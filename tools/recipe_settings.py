@@ -14,6 +14,7 @@ Dependencies: Python >= 3.11 standard library + PyYAML.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -166,8 +167,15 @@ def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
         top["fused_grouped_mlp"] = True
         used.append("fused_grouped_mlp true (use_transformer_engine_op_fuser with moe_grouped_gemm: the experts' "
                     "activation and its cast in the grouped GEMMs)")
-    # the op fuser's one modelled effect is the fused grouped MLP of a MoE model; elsewhere it stays unmodelled
-    lacking = [w for w in unmodelled(rec) if not (fused and w.startswith("use_transformer_engine_op_fuser"))]
+    layout = pipeline_layout_of(rec)
+    if layout is not None:
+        par["pipeline_layout"] = layout
+        par["pipeline_split"] = "layout"
+        used.append(f"pipeline_layout {layout} (pipeline_model_parallel_layout)")
+    # the op fuser's one modelled effect is the fused grouped MLP of a MoE model; elsewhere it stays unmodelled;
+    # a pipeline layout is an input (the importer checks it against the run and names it unmodelled if it does not fit)
+    lacking = [w for w in unmodelled(rec) if not (fused and w.startswith("use_transformer_engine_op_fuser"))
+               and not (layout is not None and w.startswith("pipeline_model_parallel_layout"))]
     if lacking:
         top["unmodelled"] = lacking
     return top, par, [f"recipe settings ({rec['id']}, {rec['source']['tag']}): " + "; ".join(used) + "."
@@ -185,6 +193,34 @@ UNMODELLED = (("precision", "quant_recipe", None),
               ("moe", "moe_shared_expert_overlap", None), ("moe", "moe_paged_stash", None),
               ("offload", "fine_grained_activation_offloading", None), ("data_parallel", "use_megatron_fsdp", None),
               ("pipeline", "pipeline_model_parallel_layout", None))
+
+
+# Megatron-Core's layer names in a pipeline layout given as a list of stages, and their letters in the string form
+# trainest reads (trainest/pipeline_layout.py; Megatron-Core PipelineParallelLayerLayout)
+LAYOUT_LETTERS = {"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}
+
+
+def pipeline_layout_of(rec: dict) -> str | None:
+    """The recipe's pipeline layout as Megatron-Core's layout string (`Et*4|(t*4|)*14tmL`; a list of stages, each a
+    list of layer names, is written stage by stage with `|`), None where it has none or names a layer trainest does
+    not place."""
+    value = _value(rec, "pipeline", "pipeline_model_parallel_layout")
+    if isinstance(value, str) and value.strip().startswith("["):       # a list of stages the dump wrote as text
+        try:
+            value = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            return None
+    elif isinstance(value, str) and value.strip():
+        return value.strip()
+    if not isinstance(value, list) or not value:
+        return None
+    stages = []
+    for stage in value:
+        names = stage if isinstance(stage, list) else [stage]
+        if any(n not in LAYOUT_LETTERS for n in names):
+            return None
+        stages.append("".join(LAYOUT_LETTERS[n] for n in names))
+    return "|".join(stages)
 
 
 def bf16_layers_of(rec: dict) -> int:

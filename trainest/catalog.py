@@ -307,10 +307,12 @@ CATALOG_NAMES = (("GH200", "gh200"), ("GB200", "gb200"), ("GB300", "gb300"), ("H
                  ("MI250X", "mi250x"))
 
 def catalog_match(device_name: str) -> str | None:
-    """The catalog entry for a device name as PyTorch reports it ("NVIDIA H100 80GB HBM3"), or None."""
+    """The catalog entry for a device name as PyTorch reports it ("NVIDIA H100 80GB HBM3"), or None. A fragment
+    counts as a whole model number: not inside a longer one ("L4" is not in "NVIDIA L40", "B200" not in "b2000")."""
+    import re
     low = device_name.lower()
     for fragment, name in CATALOG_NAMES:
-        if fragment.lower() in low:
+        if re.search(rf"(?<![a-z0-9]){re.escape(fragment.lower())}(?![0-9])", low):
             return name
     return None
 
@@ -322,7 +324,7 @@ def _hardware_hint(value: str, files: dict[str, Path]) -> str:
     squeezed = value.lower().replace(" ", "").replace("-", "").replace("_", "")
     if any(n.startswith(value.strip().lower()) for n in files):
         return did_you_mean(value.lower(), files)      # the start of several names (`h100`): each of them
-    match = catalog_match(value) or next((n for n in files if n.replace("-", "") == squeezed), None)
+    match = next((n for n in files if n.replace("-", "") == squeezed), None) or catalog_match(value)
     if match is None and squeezed.startswith(("tpu", "googletpu")):
         match = next((n for n in files if n.startswith("tpu") and squeezed.endswith(n[3:].replace("-", ""))), None)
     if match is not None and match in files:

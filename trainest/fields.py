@@ -155,8 +155,10 @@ def nesting_depth(data: Any) -> int:
     return deepest
 
 
-def check_keys(data: Any, where: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Require `data` to be a mapping with all `required` keys and no keys outside required+optional."""
+def check_keys(data: Any, where: str, required: tuple[str, ...], optional: tuple[str, ...] = (),
+               nested: dict[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
+    """Require `data` to be a mapping with all `required` keys and no keys outside required+optional; `nested`: the
+    required keys of a missing key that is a mapping of its own, named in the same error (one round, not two)."""
     if not isinstance(data, dict):
         raise SpecError(f"{where}: expected a mapping (key: value), got {type(data).__name__} {show(data)}")
     allowed = set(required) | set(optional)
@@ -166,9 +168,11 @@ def check_keys(data: Any, where: str, required: tuple[str, ...], optional: tuple
         if key not in allowed:
             raise SpecError(f"{where}: unknown key {show(key)}{did_you_mean(key, allowed)}; "
                             f"allowed: {', '.join(sorted(allowed))}")
-    missing = [show(key) for key in required if key not in data or data[key] is None]
+    missing = [key for key in required if key not in data or data[key] is None]
     if missing:                       # all of them at once: a file written by hand needs no round per key
-        raise SpecError(f"{where}: missing required key{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+        inside = [f"{key} needs {', '.join(nested[key])}" for key in missing if nested and nested.get(key)]
+        raise SpecError(f"{where}: missing required key{'s' if len(missing) > 1 else ''} "
+                        f"{', '.join(show(key) for key in missing)}" + (f" ({'; '.join(inside)})" if inside else ""))
     return data
 
 

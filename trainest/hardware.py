@@ -706,7 +706,8 @@ def _probed_from(extra: object, where: str) -> tuple[bool, str]:
 
 def hardware_from_mapping(data: dict[str, Any], where: str) -> Hardware:
     """Validate one hardware mapping (schema in specs/README.md) and convert it to SI."""
-    F.check_keys(data, where, HW_REQUIRED, HW_OPTIONAL)
+    F.check_keys(data, where, HW_REQUIRED, HW_OPTIONAL,
+                 nested={"memory": MEMORY_REQUIRED, "efficiency": EFFICIENCY_KEYS, "system": ("devices_per_node",)})
     peaks_raw = F.check_keys(data["peak_tflops"], f"{where}.peak_tflops", (), PRECISIONS)
     peaks = {p: F.number(v, f"{where}.peak_tflops.{p}") * TERA for p, v in peaks_raw.items() if v is not None}
     if not peaks:

@@ -111,6 +111,8 @@ else:
             fields = tuple(annotations)
             defaults: dict[str, Any] = {}
             for name in fields:
+                if name.startswith("_"):          # (namedtuple's rule: the methods and attributes are _names)
+                    raise ValueError(f"Field names cannot start with an underscore: {name!r}")
                 if name in namespace:
                     defaults[name] = namespace[name]
                 elif defaults:

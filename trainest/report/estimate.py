@@ -445,13 +445,14 @@ def memory_table(e: Estimate):
 
 
 def price_label(hw: Any) -> str:
-    """Where a catalog price comes from: on-demand with its date, or a workstation's amortised purchase; a stale
-    one flagged."""
+    """Where the hardware's own price comes from: the catalog's or the user's hardware file's, on-demand with its
+    date or a workstation's amortised purchase; a stale one flagged."""
+    whose = "catalog" if is_bundled(hw) else "hardware file"
     if hw.purchase is not None:
-        text = (f"catalog: ${hw.purchase.usd:,.0f} purchase amortised over {hw.purchase.amortisation_years:g} years "
+        text = (f"{whose}: ${hw.purchase.usd:,.0f} purchase amortised over {hw.purchase.amortisation_years:g} years "
                 f"of continuous use")
     else:
-        text = f"catalog on-demand price, {hw.price_date or 'undated'}"
+        text = f"{whose} on-demand price, {hw.price_date or 'undated'}"
     return text + (f"; STALE: {hw.price_stale}" if hw.price_stale else "")
 
 
