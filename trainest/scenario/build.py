@@ -459,9 +459,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     kernels = F.choice(r.default("kernels", fw.kernels), at(where, "kernels"), KERNELS)
     knobs = simple_knobs(r)
     _check_knobs_on_the_model(dict(knobs), model, precision, where)
-    recompute, modules = remat_policy_recompute(dict(knobs)["remat_policy"], framework, model, recompute,
-                                                "recompute" in data, modules, data.get("recompute_modules") is not None,
-                                                where)
+    recompute, modules = remat_policy_recompute(dict(knobs)["remat_policy"], framework, model, recompute, modules,
+                                                data, where)
     moments = _moments_of(r, dict(knobs), precision, global_batch // (dp * micro_batch), where)
     dp_overlap = F.boolean(r.default_in(par, "parallel.dp_overlap", fw.dp_overlap), at(where, "parallel.dp_overlap"))
     check_framework(framework, sizes, par, where, label)

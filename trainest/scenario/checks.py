@@ -316,13 +316,12 @@ def check_memory_knobs(knobs: dict[str, Any], precision: str, micro_batches: int
                         f"optimizer_in_backward: false")
 
 
-def remat_policy_recompute(policy: str, framework: str, model: Model, recompute: str, recompute_given: bool,
-                           modules: tuple[str, ...], modules_given: bool,
-                           where: str) -> tuple[str, tuple[str, ...]]:
+def remat_policy_recompute(policy: str, framework: str, model: Model, recompute: str, modules: tuple[str, ...],
+                           data: dict[str, Any], where: str) -> tuple[str, tuple[str, ...]]:
     """(recompute, recompute_modules) under MaxText's `remat_policy` (docs/model.md §7.11): auto leaves them as
     given; a policy needs framework maxtext and a dense model, sets the mode and modules that time its re-run
-    (step/remat.py: REMAT_MODES), and refuses a recompute or modules given that differ (the same, as an echo
-    states them, pass)."""
+    (step/remat.py: REMAT_MODES), and refuses a recompute or modules the mapping `data` gives that differ (the
+    same, as an echo states them, pass)."""
     from trainest.step.remat import REMAT_MODES
     if policy == "auto":
         return recompute, modules
@@ -334,6 +333,7 @@ def remat_policy_recompute(policy: str, framework: str, model: Model, recompute:
         raise SpecError(f"{path}: {policy} is modelled for dense transformer layers only and {model.name} has "
                         f"MoE, MLA or hybrid layers; use recompute (none, selective, full) with it")
     mode, policy_modules = REMAT_MODES[policy]
+    recompute_given, modules_given = "recompute" in data, data.get("recompute_modules") is not None
     if recompute_given and recompute != mode:
         raise SpecError(f"{at(where, 'recompute')}: {recompute} differs from remat_policy {policy}, which recomputes "
                         f"as {mode}; give one of them")
