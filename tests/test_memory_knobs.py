@@ -92,6 +92,17 @@ def test_the_loss_sets_the_bytes_per_logit(loss, per_logit):
     assert other.step.time_s == standard.step.time_s
 
 
+def test_a_compiled_chunked_loss_holds_the_16bit_logits_and_one_chunks_gradient():
+    """Chunked cross-entropy with fused kernels (torchtune compiles each chunk's upcast and loss): 2 + 2/8 B per
+    logit, no FP32 chunk; eager keeps 2 + 8/8. Only the logits move, not the step time."""
+    eager, fused = est(loss="chunked", kernels="eager"), est(loss="chunked", kernels="fused")
+    logits = 2 * 4096 * standard_vocab()
+    assert fused.memory.logits_bytes == pytest.approx((2.0 + 2.0 / 8) * logits, rel=1e-9)
+    assert eager.memory.logits_bytes == pytest.approx(3.0 * logits, rel=1e-9)
+    assert fused.memory.logits_bytes < est(loss="compiled", kernels="fused").memory.logits_bytes
+    assert fused.memory.weights_bytes == eager.memory.weights_bytes
+
+
 def test_a_fused_linear_cross_entropy_holds_one_chunk_of_logits():
     s = scenario_from_mapping(ONE, "test")
     fused = est(loss="fused")

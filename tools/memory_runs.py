@@ -46,6 +46,19 @@ TIED = r"llama 3\.2"
 LITGPT_LOSS_NOTE = ("litgpt's fine-tuning scripts compute the logits in chunks (lm_head_chunk_size=128) and "
                     "chunked_cross_entropy upcasts one chunk at a time: loss chunked")
 
+# The loss each torchtune recipe config the README tables name builds (torchtune 0.3.1, the release of the tables'
+# commit: recipes/configs/llama3_1/*.yaml `loss: _component_`): CEWithChunkedOutputLoss but for 405B_qlora's
+# torch.nn.CrossEntropyLoss
+TORCHTUNE_CONFIG_LOSS = {"llama3_1/8b_full_single_device": "chunked", "llama3_1/8b_lora_single_device": "chunked",
+                         "llama3_1/8b_qlora_single_device": "chunked", "llama3_1/70b_full": "chunked",
+                         "llama3_1/70b_lora": "chunked", "llama3_1/405b_qlora": "standard"}
+
+
+def config_loss(other: str) -> str | None:
+    """The loss of the torchtune recipe config a record names ('recipe config llama3_1/70B_lora ...'), or None."""
+    found = re.search(r"recipe config (\S+)", other)
+    return None if found is None else TORCHTUNE_CONFIG_LOSS.get(found.group(1).rstrip(";"))
+
 
 def hardware_of(text: str) -> tuple[str | None, str | None]:
     low = text.lower()
@@ -157,6 +170,11 @@ def loss_of(rec: dict, notes: list[str]) -> str:
         return "chunked"
     if is_litgpt(rec):
         notes.append(LITGPT_LOSS_NOTE)
+        return "chunked"
+    if config_loss(other) == "chunked":
+        notes.append("loss chunked: the recipe config builds torchtune's CEWithChunkedOutputLoss (torchtune 0.3.1 "
+                     "configs)" + (", its per-chunk cross-entropy compiled (training.compile_loss)"
+                                   if compiled_of(rec) else ""))
         return "chunked"
     if compiled_of(rec):
         if "cross-entropy" not in other:

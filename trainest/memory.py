@@ -82,18 +82,34 @@ def loss_bytes_per_logit(job: Job) -> float:
     """Bytes per logit the cross-entropy holds at its peak [B], by `job.loss`: standard, the framework's
     (`Framework.loss_bytes_per_logit`: 6 for Megatron's in-place FP32 softmax, 12 for torchtitan's unfused FP32
     cross-entropy, 2·LOGITS_BYTES for a framework not examined); chunked, the 16-bit logits and one of
-    LOSS_CHUNKS chunks' FP32 working set: 2 + 8/8 = 3; compiled (torch.compile fuses the upcast, the
+    LOSS_CHUNKS chunks' FP32 working set: 2 + 8/8 = 3, or with fused kernels (torch.compile compiles each chunk's
+    upcast and cross-entropy into one kernel, FP32 only in registers: `chunked_compiled_bytes_per_logit`) the
+    16-bit logits and one chunk's 16-bit gradient beside them: 2 + 2/8; compiled (torch.compile fuses the upcast, the
     log-softmax and the loss, FP32 only in registers and one log-sum-exp per row), the 16-bit logits and their
     16-bit gradient: 2 + 2 = 4; fused (the output projection and the loss fused: Liger's
     FusedLinearCrossEntropy, Cut Cross-Entropy), no full-size logits: one chunk of ceil(B·s / ceil(V/h)) rows
     with its FP32 logits and 16-bit gradient, 6 / ceil(V/h) per logit of the full size."""
     if job.loss == "chunked":
+        if job.kernels == "fused":
+            return chunked_compiled_bytes_per_logit()
         return LOGITS_16BIT_BYTES + LOSS_FP32_WORKING_BYTES / LOSS_CHUNKS
     if job.loss == "compiled":
         return 2.0 * LOGITS_16BIT_BYTES
     if job.loss == "fused":
         return (LOGITS_BYTES + LOGITS_16BIT_BYTES) / math.ceil(job.model.vocab / job.model.hidden)
     return FRAMEWORKS[job.framework].loss_bytes_per_logit
+
+
+def chunked_compiled_bytes_per_logit() -> float:
+    """Bytes per logit a chunked cross-entropy whose per-chunk upcast and loss are compiled holds at its peak [B]:
+    2 + 2/LOSS_CHUNKS. torchtune's `compile_loss` compiles CEWithChunkedOutputLoss.compute_cross_entropy alone
+    (`F.cross_entropy(logits.float(), ...)`), so each chunk's FP32 upcast lives only in registers and the chunk saves
+    its 16-bit logits (and one FP32 log-sum-exp per row, negligible) for the backward. Autograd runs every chunk's
+    loss backward before the output projection's (the loss nodes are the later ones), each freeing its chunk's
+    16-bit logits as it writes their 16-bit gradient: at any moment the full 16-bit size is held once, as logits or
+    gradient, plus one chunk holding both (torchtune 0.3.1 modules/loss/ce_chunked_output_loss.py,
+    training/_compile.py)."""
+    return LOGITS_16BIT_BYTES + LOGITS_16BIT_BYTES / LOSS_CHUNKS
 
 
 def in_flight_micro_batches(pp: Num, vpp: Num, micro_batches: Num) -> Num:
