@@ -106,16 +106,20 @@ def test_eager_extras_under_full_recompute_are_the_one_layer_recomputed():
 
 def test_importer_takes_the_loss_torchtunes_recipe_config_builds():
     """torchtune's README rows name their recipe config: the llama3_1 8B and 70B configs build
-    CEWithChunkedOutputLoss (loss chunked), 405B_qlora torch.nn.CrossEntropyLoss (compiled under torch.compile);
-    the importer had assumed 'compiled' for all of them."""
+    CEWithChunkedOutputLoss (loss chunked); 405B_qlora's torch.nn.CrossEntropyLoss, like any non-chunked torchtune
+    loss, gets FP32 logits the model upcast outside the compiled loss (standard: FP32 logits and gradient). The
+    importer had assumed 'compiled' (16-bit logits) for all of them."""
     mr = _memory_runs()
     rec = {"source": "torchtune README",
-           "other_settings": "recipe config llama3_1/70B_lora (lora_finetune_distributed); packed dataset; torch.compile"}
+           "other_settings": "recipe config llama3_1/70B_lora (lora_finetune_distributed); packed; torch.compile"}
     assert mr.loss_of(rec, []) == "chunked"
     rec["other_settings"] = "recipe config llama3_1/8B_qlora_single_device; packed dataset; torch.compile"
     assert mr.loss_of(rec, []) == "chunked"
     rec["other_settings"] = "recipe config llama3_1/405B_qlora (lora_finetune_distributed); packed; torch.compile"
-    assert mr.loss_of(rec, []) == "compiled"
+    assert mr.loss_of(rec, []) == "standard"      # FP32 logits upcast in the model, outside the compiled loss
+    rec["other_settings"] = "packed=True, torch.compile=True, cross-entropy=standard"
+    assert mr.loss_of(rec, []) == "standard"
+    assert mr.loss_of({**rec, "source": "another stack"}, []) == "compiled"
 
 
 def test_importer_reads_not_fused_into_backward_as_not_fused():

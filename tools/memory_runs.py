@@ -176,6 +176,12 @@ def loss_of(rec: dict, notes: list[str]) -> str:
                      "configs)" + (", its per-chunk cross-entropy compiled (training.compile_loss)"
                                    if compiled_of(rec) else ""))
         return "chunked"
+    if "torchtune" in rec["source"].lower() and compiled_of(rec):
+        notes.append("loss standard: torchtune's TransformerDecoder upcasts the whole logits to FP32 itself "
+                     "(`self.output(h).float()`, torchtune 0.3.1 modules/transformer.py) outside the compiled "
+                     "cross-entropy, which keeps the FP32 logits and writes their FP32 gradient: 4 + 4 B per logit, "
+                     "not 'compiled' (16-bit logits upcast inside the kernel)")
+        return "standard"
     if compiled_of(rec):
         if "cross-entropy" not in other:
             notes.append("loss compiled assumed: the source does not state the cross-entropy, and torch.compile "
