@@ -248,7 +248,8 @@ KNOBS: tuple[Knob, ...] = (
       "gradient freed (torchtune optimizer_in_bwd, LOMO), so about one layer's gradients live at once instead of "
       "the model's; needs one micro-batch per step (no gradient accumulation).", "off", job=True, fallback=False),
     K("loss", ("--loss",), "choice", "The cross-entropy's memory for the logits: standard (the framework's own), "
-      "chunked (16-bit logits, FP32 upcast per chunk: torchtune CEWithChunkedOutputLoss, litgpt), compiled "
+      "chunked (16-bit logits, FP32 upcast per chunk: torchtune CEWithChunkedOutputLoss, litgpt; with kernels fused "
+      "the chunk's upcast and loss compiled, no FP32 chunk held), compiled "
       "(torch.compile fuses the upcast and the loss: 16-bit logits and their gradient) or fused (the output "
       "projection and the loss fused, no full logits: Liger FusedLinearCrossEntropy, Cut Cross-Entropy).",
       "standard", ("standard", "chunked", "compiled", "fused"), job=True, fallback="standard"),
