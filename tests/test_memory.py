@@ -197,6 +197,20 @@ def test_one_device_holds_no_nccl_buffers_and_each_parallel_dimension_adds_a_com
     assert mem(dp=2.0, tp=2.0).nccl_bytes == pytest.approx(2 * memory.NCCL_COMMUNICATOR_BYTES)
 
 
+def test_a_tpu_holds_no_cuda_context_nccl_buffers_or_allocator_slack():
+    """A TPU program is compiled by XLA with its buffers assigned ahead of time and its collectives over ICI:
+    the device total is the tensors; the same job on a GPU adds the CUDA runtime's three lines."""
+    from trainest.catalog import load_hardware
+    from trainest.memory import memory_per_device as per_device
+    knobs = dict(tp=2.0, dp=4.0, zero=1.0, micro_batches=4.0)
+    gpu = per_device(*job_and_layout(GPT, load_hardware("h100-sxm"), **knobs))
+    tpu = per_device(*job_and_layout(GPT, load_hardware("tpu-v5p"), framework="maxtext", **knobs))
+    assert tpu.context_bytes == tpu.nccl_bytes == tpu.allocator_bytes == tpu.overhead_bytes == 0.0
+    assert tpu.total_bytes == pytest.approx(tpu.allocated_bytes) == pytest.approx(tpu.reserved_bytes)
+    assert gpu.context_bytes > 0.0 and gpu.nccl_bytes > 0.0 and gpu.allocator_bytes > 0.0
+    assert gpu.total_bytes > gpu.allocated_bytes
+
+
 def test_the_logits_line_is_what_the_loss_holds_on_the_heaviest_stage():
     one = mem()
     assert one.logits_bytes == pytest.approx(6.0 * S * GPT.vocab)        # Megatron-Core: 6 B per logit

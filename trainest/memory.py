@@ -155,9 +155,18 @@ def communicators(layout: Layout) -> Num:
             + xp.mask(layout.expert_group > 1))
 
 
-def runtime_bytes(layout: Layout, allocated: Num) -> tuple[Num, Num, Num]:
+# hardware kinds (catalog `kind`) whose programs run without the CUDA/ROCm runtime: a TPU program is compiled
+# by XLA, which assigns every buffer of the step ahead of time (no caching allocator), runs its collectives
+# over ICI itself (no NCCL communicators) and loads no CUDA context (docs/model.md §7.5)
+XLA_PLANNED_KINDS = ("tpu",)
+
+
+def runtime_bytes(layout: Layout, allocated: Num, kind: str = "gpu") -> tuple[Num, Num, Num]:
     """(allocator, context, NCCL) [B]: FRAGMENTATION_FRACTION of the tensors, RUNTIME_CONTEXT_BYTES, and
-    NCCL_COMMUNICATOR_BYTES per communicator (docs/model.md §7.5)."""
+    NCCL_COMMUNICATOR_BYTES per communicator on a device of hardware `kind`; none of the three on the kinds
+    in XLA_PLANNED_KINDS (docs/model.md §7.5)."""
+    if kind in XLA_PLANNED_KINDS:
+        return (0.0 * allocated, 0.0 * allocated, 0.0 * allocated)
     return (FRAGMENTATION_FRACTION * allocated, RUNTIME_CONTEXT_BYTES + 0.0 * allocated,
             NCCL_COMMUNICATOR_BYTES * communicators(layout) + 0.0 * allocated)
 
@@ -380,7 +389,7 @@ def memory_per_device(job: Job, layout: Layout) -> MemoryBreakdown:
         weights, grads, optim, activations, host = offloaded_device_bytes(job, layout,
                                                                           (weights, grads, optim, activations))
     subtotal = weights + grads + optim + activations
-    allocator, context, nccl = runtime_bytes(layout, subtotal)
+    allocator, context, nccl = runtime_bytes(layout, subtotal, job.hardware.kind)
     overhead = allocator + context + nccl
     return MemoryBreakdown(weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=optim,
                            activations_bytes=activations, overhead_bytes=overhead, total_bytes=subtotal + overhead,
