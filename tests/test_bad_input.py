@@ -324,9 +324,11 @@ BAD_MODELS = [
 BAD_HARDWARE = [
     ("unknown-key", _mutated(H100, ("power_watts",), 700), ("unknown key 'power_watts'", "did you mean", "power_w")),
     ("missing-memory", _mutated(H100, ("memory",), _DELETE), ("missing required key 'memory'",)),
-    # a missing mapping's own required keys in the same line (a hand-written file needs no second round)
-    ("missing-efficiency", _mutated(H100, ("efficiency",), _DELETE),
-     ("missing required key 'efficiency'", "efficiency needs gemm, gemm_half_dim, attention")),
+    # a missing mapping's own required keys in the same line (a hand-written file needs no second round); a
+    # missing efficiency block is the prior of a device without runs (tests/test_hardware_prior.py)
+    ("missing-system", _mutated(H100, ("system",), _DELETE),
+     ("missing required key 'system'", "system needs devices_per_node", "intra_node")),
+    ("fitted-block-without-gemm", _mutated(H100, ("efficiency", "gemm"), _DELETE), ("efficiency.fitted: true", "gemm")),
     ("gemm-above-one", _mutated(H100, ("efficiency", "gemm"), 1.5), ("efficiency.gemm", "(0, 1]")),
     ("gemm-zero", _mutated(H100, ("efficiency", "gemm"), 0), ("efficiency.gemm", "> 0")),
     ("peak-nan", _mutated(H100, ("peak_tflops", "bf16"), float("nan")), ("peak_tflops.bf16", "finite")),

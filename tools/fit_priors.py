@@ -13,16 +13,7 @@ from trainest.calibrate import replace_efficiency_block
 from trainest.units import MICROSECOND, MILLISECOND
 
 FIT_PERCENT = 60          # share of each hardware's runs used for fitting (by crc32 of the id)
-# Hand-written variants that are another device in another cluster (the same die, memory and clocks; only the
-# network differs): their fits repeat that device's compute fractions, so they do not count again in the median
-# a device without runs takes (import_hardware.derived_prior).
-NETWORK_VARIANTS = ("a100-80gb-sxm-roce400",)
-
-
-def median_members(own_blocks: dict) -> dict:
-    """The devices fitted on their own runs that the prior of a device without runs is the median of: all but
-    NETWORK_VARIANTS."""
-    return {n: v for n, v in own_blocks.items() if n not in NETWORK_VARIANTS}
+from trainest.priors import NETWORK_VARIANTS, median_members  # noqa: E402,F401  (the devices a no-run prior is the median of)
 
 
 def in_fit_set(run_id: str) -> bool:

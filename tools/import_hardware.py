@@ -47,115 +47,30 @@ HEADER = (
     "# `trainest calibrate` / tools may update (the importer keeps a block that has `fitted: true`).\n"
 )
 
-# --- Efficiency priors (NOT fitted) ------------------------------------------------------------------------------
-EFFICIENCY_METHOD = (
-    "prior: typical achievable fractions (NCCL busbw 0.7-0.9 of link rate; large bf16 GEMMs 0.7-0.85 of dense peak); "
-    "not yet calibrated"
+# The efficiency priors (generic and derived from the fitted devices) live in trainest/priors.py, where a hardware
+# file without an efficiency block takes the same prior at load time; their names stay importable from here.
+from trainest.priors import (  # noqa: E402,F401
+    ACCELERATOR_PRIOR_KINDS,
+    DERIVED_PRIOR_GROUPS,
+    DERIVED_PRIOR_KEYS,
+    DERIVED_PRIOR_PREFIX,
+    EFFICIENCY_METHOD,
+    EFFICIENCY_PRIOR_ACCELERATOR,
+    EFFICIENCY_PRIOR_OTHER,
+    GEMM_PRIOR_MAX,
+    INHERITED_MARK,
+    derived_prior,
+    doc_matmul_ceiling,
+    own_fit,
 )
-# Datacenter accelerators with matrix units: GPUs, TPUs, ASICs (and GPU+CPU superchips, whose GPU is a datacenter GPU).
-EFFICIENCY_PRIOR_ACCELERATOR = {
-    "gemm": 0.75,
-    "gemm_half_dim": 128,
-    "attention": 0.50,
-    "memory": 0.80,
-    "scale_up": 0.75,
-    "scale_out": 0.70,
-}
-# Apple SoCs, wafer-scale engines and anything else.
-EFFICIENCY_PRIOR_OTHER = {
-    "gemm": 0.5,
-    "gemm_half_dim": 64,
-    "attention": 0.3,
-    "memory": 0.7,
-    "scale_up": 0.7,
-    "scale_out": 0.7,
-}
-ACCELERATOR_PRIOR_KINDS = ("gpu", "tpu", "asic", "cpu-gpu")
-
-# --- Priors derived from the fitted devices (issue 11, case 3) ------------------------------------------------------
-# The generic prior above is only the starting point of a fit (tools/fit_defaults.py). A device with no measured runs
-# of its own (and no sibling die to inherit from) ships, instead, the per-parameter MEDIAN of the devices that were
-# fitted on their own runs, grouped by kind: GPUs (gpu, cpu-gpu) from the fitted GPUs, TPUs from the fitted TPUs,
-# other accelerators with matrix units (Gaudi, Trainium: no fitted device of their kind) from every fitted accelerator.
-# Hand-set priors above every fit made uncalibrated hardware look faster than calibrated hardware. Such a block is
-# still `fitted: false` (not validated on this device's runs); its `method` starts with DERIVED_PRIOR_PREFIX and names
-# the devices. Apple SoCs and wafer-scale engines have no comparable fitted device and keep EFFICIENCY_PRIOR_OTHER.
-DERIVED_PRIOR_PREFIX = "prior: median of"
-DERIVED_PRIOR_GROUPS = {
-    "gpu": ("gpu", "cpu-gpu"),
-    "cpu-gpu": ("gpu", "cpu-gpu"),
-    "tpu": ("tpu",),
-    "asic": ("gpu", "cpu-gpu", "tpu"),
-}
-DERIVED_PRIOR_KEYS = ("gemm", "attention", "memory", "scale_up", "scale_out", "low_precision_gemm",
-                      "layer_overhead_us")
-INHERITED_MARK = ": inherited from "       # the method of a block tools/fit_defaults.py copied from a sibling die
-
+from trainest.priors import significant as _significant  # noqa: E402,F401  (the importer rounds with it)
 
 
 def _safe_load(text: str):
     """yaml.safe_load with libyaml's safe loader where installed (the same data, several times faster)."""
     return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
 
-def _significant(x: float, digits: int = 4) -> float | int:
-    y = float(f"{x:.{digits}g}")
-    return int(y) if y.is_integer() else y
 
-
-def own_fit(block: object) -> bool:
-    """True for an efficiency block fitted on the device's own runs (not inherited from a sibling)."""
-    return isinstance(block, dict) and block.get("fitted") is True and INHERITED_MARK not in str(block.get("method"))
-
-
-def derived_prior(kind: str, fitted: dict[str, tuple[str, dict]], ceiling: float | None = None,
-                  ceilings: dict[str, float] | None = None) -> dict | None:
-    """The efficiency block of a device of `kind` without runs: the median of each parameter over the
-    devices in `fitted` (name -> (kind, block), fitted on their own runs) of the kinds DERIVED_PRIOR_GROUPS
-    names, or None when there is none (then the generic prior stays). Where the device's measured best GEMM
-    rate over its peak is known (`ceiling`, `matmul_ceiling`) and so is that of some fitted devices
-    (`ceilings`: name -> ceiling), its GEMM efficiency is its ceiling times the median over those devices of
-    their fitted GEMM efficiency over their ceiling (what training reaches of the best measured GEMM rate
-    carries over; a median of efficiencies would give a device whose GEMMs reach half their peak the
-    efficiency of one whose reach 80 %), at most the ceiling."""
-    import statistics
-
-    kinds = DERIVED_PRIOR_GROUPS.get(kind)
-    if not kinds:
-        return None
-    group = sorted(name for name, (k, block) in fitted.items() if k in kinds and own_fit(block))
-    if not group:
-        return None
-    generic = EFFICIENCY_PRIOR_ACCELERATOR
-    block: dict = {"gemm_half_dim": generic["gemm_half_dim"]}
-    for key in DERIVED_PRIOR_KEYS:
-        block[key] = _significant(statistics.median(float(fitted[n][1][key]) for n in group if key in fitted[n][1]))
-    order = ("gemm", "gemm_half_dim", "attention", "memory", "scale_up", "scale_out", "low_precision_gemm",
-             "layer_overhead_us")
-    block = {k: block[k] for k in order}
-    scaled = sorted(n for n in group if ceilings and n in ceilings)
-    how = ""
-    if ceiling is not None and scaled:
-        reach = statistics.median(float(fitted[n][1]["gemm"]) / ceilings[n] for n in scaled)
-        block["gemm"] = _significant(min(ceiling * reach, ceiling, GEMM_PRIOR_MAX))
-        how = (f"; gemm: this device's measured best GEMM rate over its peak ({ceiling:.3g}) times the median "
-               f"over {', '.join(scaled)} of their fitted gemm over theirs ({reach:.3g})")
-    block["fitted"] = False
-    block["method"] = (f"{DERIVED_PRIOR_PREFIX} the {len(group)} {'/'.join(kinds)} devices fitted on their own runs "
-                       f"({', '.join(group)}){how}, by tools/fit_defaults.py; not validated on measured runs of this "
-                       f"device")
-    return block
-
-
-GEMM_PRIOR_MAX = 0.92      # = trainest/calibrate.py BOUNDS["gemm"][1] (this script imports only PyYAML)
-
-
-def doc_matmul_ceiling(doc: dict) -> float | None:
-    """A hardware document's measured best dense 16-bit GEMM rate over its 16-bit peak, at most 1 (mirrors
-    trainest's Hardware.matmul_ceiling); None where no measurement was read."""
-    measured = (doc.get("compute") or {}).get("measured_matmul_tflops")
-    peaks = doc.get("peak_tflops") or {}
-    peak = next((peaks[p] for p in ("bf16", "fp16", "tf32", "fp32") if peaks.get(p)), None)
-    return None if measured is None or not peak else min(1.0, float(measured) / float(peak))
 
 
 def matmul_ceilings(out: Path) -> dict[str, float]:

@@ -37,6 +37,7 @@ class Efficiency(NamedTuple):
     grouped_gemm: float = 1.0        # MoE expert (grouped) GEMMs relative to `gemm` at the same shape
     all_to_all: float = 0.8          # fraction of the link rate (scale-up and scale-out) the MoE all-to-alls reach
     moe_fitted: bool = False         # grouped_gemm/all_to_all come from MoE runs (this device's or a sibling's)
+    derived: tuple[str, ...] = ()    # keys a file left out, set to the prior of a device without runs (priors.py)
 
     @property
     def basis(self) -> str:
@@ -56,8 +57,9 @@ MEDIAN_PRIOR_PREFIX = "prior: median of"         # tools/import_hardware.py DERI
 EFFICIENCY_KEYS = ("gemm", "gemm_half_dim", "attention", "memory", "scale_up", "scale_out")
 EFFICIENCY_OPTIONAL = ("low_precision_gemm", "flash2_attention", "layer_overhead_us", "overlap_contention", "fitted",
                        "method", "fit_runs", "fit_mape_pct", "host_us_per_kernel", "host_ms_per_micro_batch",
-                       "kernel_floor_us",
-                       "grouped_gemm", "all_to_all", "moe_fit_runs", "moe_fit_mape_pct", "moe_fitted")
+                       "kernel_floor_us", "grouped_gemm", "all_to_all", "moe_fit_runs", "moe_fit_mape_pct",
+                       "moe_fitted")
+EFFICIENCY_ALL_KEYS = EFFICIENCY_KEYS + EFFICIENCY_OPTIONAL
 DEFAULT_GROUPED_GEMM = 1.0          # expert GEMMs at the dense GEMM's efficiency for their shape unless fitted
 # MoE dispatch/combine: all-to-all kernels reach ~0.8-0.95 of the link rate at large messages (DeepEP README:
 # about 153 of NVLink's ~160 GB/s within an H800 node and about 45 of a 50 GB/s RDMA NIC across nodes; NCCL
@@ -443,12 +445,11 @@ class Hardware(NamedTuple):
         return tuple(unknown)
 
 
-HW_REQUIRED = ("name", "peak_tflops", "memory", "system", "efficiency", "source")
-HW_OPTIONAL = ("display_name", "vendor", "kind", "launch_year", "power_w", "price_usd_per_hour", "price_source",
-               "purchase", "price_unknown",
-               "notes", "derived_fields", "on_chip_cache_mb", "extra",   # on_chip_cache_mb: accepted, not read;
-               # extra: free-form, of which only extra.probed and extra.probe.date are read
-               "execution_model", "unsupported_reason", "compute", "host")
+HW_REQUIRED = ("name", "peak_tflops", "memory", "system", "source")
+HW_OPTIONAL = ("efficiency", "display_name", "vendor", "kind", "launch_year", "power_w", "price_usd_per_hour",
+               "price_source", "purchase", "price_unknown", "notes", "derived_fields", "execution_model",
+               "unsupported_reason", "compute", "host", "on_chip_cache_mb", "extra")  # on_chip_cache_mb: accepted,
+# not read; extra: free-form, of which only extra.probed and extra.probe.date are read
 MEMORY_REQUIRED = ("capacity_gb", "bandwidth_gb_per_s")
 # A usable size above the capacity by more than this is a typo: a vendor's "GB" read as GiB is 7.4 % more.
 USABLE_OVER_CAPACITY_MAX = 1.1
@@ -457,6 +458,8 @@ MEMORY_OPTIONAL = ("type", "kind", "unified", "os_reserve_gb", "usable_mib", "us
 SYSTEM_KEYS = ("devices_per_node", "scale_up_name", "scale_up_gb_per_s", "scale_up_domain", "scale_up_latency_us",
                "scale_out_gbit_per_s", "scale_out_latency_us", "scale_out_kind", "scale_out_name", "intra_node",
                "collective_call_us")
+SYSTEM_NEEDS = ("devices_per_node", "intra_node where a node's devices have no scale-up fabric (kind pcie with "
+                "pcie_gen and pcie_lanes, or gb_per_s)")
 INTRA_NODE_KEYS = ("kind", "name", "gb_per_s", "latency_us", "peer_to_peer", "pcie_gen", "pcie_lanes")
 HOST_KEYS = ("system", "cpu", "devices", "cpu_cores", "memory_kind", "memory_gb", "memory_gb_per_s", "link")
 HOST_LINK_KEYS = ("kind", "name", "gb_per_s", "shared_by", "pcie_gen", "pcie_lanes")
@@ -473,8 +476,7 @@ def default_overlap_contention(kind: str) -> float:
 
 def _efficiency_from(data: dict[str, Any], where: str, kind: str,
                      flash2_prior: float = DEFAULT_FLASH2_ATTENTION) -> Efficiency:
-    F.check_keys(data, where, EFFICIENCY_KEYS, EFFICIENCY_OPTIONAL)
-    return Efficiency(
+    return Efficiency(     # (keys checked by _efficiency_of)
         gemm=F.fraction(data["gemm"], f"{where}.gemm"),
         gemm_half_dim=F.number(data["gemm_half_dim"], f"{where}.gemm_half_dim", allow_zero=True),
         attention=F.fraction(data["attention"], f"{where}.attention"),
@@ -503,6 +505,16 @@ def _efficiency_from(data: dict[str, Any], where: str, kind: str,
         # given MoE efficiencies are fitted ones unless the file says they are a derived prior (moe_fitted: false)
         moe_fitted=F.boolean(F.given(data, "moe_fitted", data.get("grouped_gemm") is not None), f"{where}.moe_fitted"),
     )
+
+
+def _efficiency_of(data: dict[str, Any], where: str, kind: str, flash2_prior: float) -> Efficiency:
+    """The efficiency block; a required fraction it leaves out (or all) is a no-run prior (priors.with_no_run_prior)."""
+    block = {} if (given := data.get("efficiency")) is None else F.check_keys(given, where, (), EFFICIENCY_ALL_KEYS)
+    if all(block.get(k) is not None for k in EFFICIENCY_KEYS):
+        return _efficiency_from(block, where, kind, flash2_prior)
+    from trainest.priors import with_no_run_prior
+    filled, derived = with_no_run_prior(block, where, kind, data)
+    return replace(_efficiency_from(filled, where, kind, flash2_prior), derived=derived)
 
 
 def _pcie_fields(data: dict[str, Any], where: str, is_pcie: bool) -> tuple[int | None, int | None]:
@@ -706,8 +718,7 @@ def _probed_from(extra: object, where: str) -> tuple[bool, str]:
 
 def hardware_from_mapping(data: dict[str, Any], where: str) -> Hardware:
     """Validate one hardware mapping (schema in specs/README.md) and convert it to SI."""
-    F.check_keys(data, where, HW_REQUIRED, HW_OPTIONAL,
-                 nested={"memory": MEMORY_REQUIRED, "efficiency": EFFICIENCY_KEYS, "system": ("devices_per_node",)})
+    F.check_keys(data, where, HW_REQUIRED, HW_OPTIONAL, nested={"memory": MEMORY_REQUIRED, "system": SYSTEM_NEEDS})
     peaks_raw = F.check_keys(data["peak_tflops"], f"{where}.peak_tflops", (), PRECISIONS)
     peaks = {p: F.number(v, f"{where}.peak_tflops.{p}") * TERA for p, v in peaks_raw.items() if v is not None}
     if not peaks:
@@ -756,7 +767,7 @@ def hardware_from_mapping(data: dict[str, Any], where: str) -> Hardware:
         collective_call_s=(None if sys_.get("collective_call_us") is None else
                            F.number(sys_["collective_call_us"], f"{where}.system.collective_call_us",
                                     allow_zero=True) * MICROSECOND),
-        efficiency=_efficiency_from(data["efficiency"], f"{where}.efficiency", kind, compute.flash2_relative),
+        efficiency=_efficiency_of(data, f"{where}.efficiency", kind, compute.flash2_relative),
         source=F.text(data["source"], f"{where}.source"),
         path=where,
         execution_model=execution_model,
@@ -784,6 +795,6 @@ def hardware_from_mapping(data: dict[str, Any], where: str) -> Hardware:
 
 
 def with_efficiency(hardware: Hardware, **values: Any) -> Hardware:
-    """A copy of `hardware` with some efficiency fields replaced (floats, or arrays of trial values
-    in calibration)."""
-    return replace(hardware, efficiency=replace(hardware.efficiency, **values))
+    """A copy of `hardware` with some efficiency fields replaced (floats, or trial arrays in calibration)."""
+    kept = tuple(k for k in hardware.efficiency.derived if k not in values and k.replace("_us", "_s") not in values)
+    return replace(hardware, efficiency=replace(hardware.efficiency, derived=kept, **values))

@@ -71,7 +71,7 @@ def hardware_dict(s: Scenario) -> dict[str, Any]:
     from trainest.step.collectives import assumed_facts
     hw, e = s.hardware, s.hardware.efficiency
     return {"name": hw.name, "calibrated": e.fitted, "efficiency_basis": e.basis, "efficiency_method": e.method,
-            "file": None if is_bundled(hw) else hw.path,
+            "efficiency_derived": list(e.derived) or None, "file": None if is_bundled(hw) else hw.path,
             "unknown_facts_used": assumed_facts(hw, s.devices_per_node, s.devices), "host": host_dict(hw)}
 
 
@@ -292,7 +292,13 @@ def trainable_text(e: Estimate) -> str:
 def efficiency_text(s: Scenario) -> str:
     """Where the hardware's achievable efficiencies come from, with the file for a user's file or profile."""
     e = s.hardware.efficiency
-    return BASIS_WORDS[e.basis] + ("" if is_bundled(s.hardware) else f": {s.hardware.path}")
+    return BASIS_WORDS[e.basis] + ("" if is_bundled(s.hardware) else f": {s.hardware.path}") + derived_text(e)
+
+
+def derived_text(e: Any) -> str:
+    """The efficiencies a hardware file left out, taken from the prior of a catalog device without runs."""
+    return (f"; not in the file, so the prior of a catalog device without runs: {', '.join(e.derived)}"
+            if e.derived else "")
 
 
 def step_table(e: Estimate):
