@@ -57,3 +57,23 @@ def test_a_change_replaces_the_option_it_sets(capsys):
     words = change_command({"model": "m", "tp": 2, "dp": 4, "recompute": "none"}, "--tp 4")
     assert words.count("--tp") == 1 and words[-2:] == ["--tp", "4"] and "--dp" not in words
     assert "--recompute" in words
+
+
+def test_where_no_layout_fits_at_the_default_sequence_a_shorter_one_is_offered_and_pastes(capsys):
+    """A QLoRA of Llama 3 8B on one 24 GiB card fits no layout at the model's default 8,192 tokens, and the card
+    has no path to a second one: the advice offers the longest halving of the default sequence that fits, as a
+    command that pastes and fits. A sequence the user gave is never shortened."""
+    scenario = ["estimate", "--model", "llama3-8b", "--hardware", "rtx-4090", "--framework", "litgpt",
+                "--finetune", "qlora", "--json", "-q"]
+    code, out, _ = _run(capsys, *scenario)
+    doc = json.loads(out)
+    best = doc["fit_advice"]["fastest_that_fits"]
+    assert code == 0 and not doc["memory"]["fits"] and doc["fit_advice"]["single_changes"] == []
+    assert best is not None and best["same_devices"] and 512 <= best["seq_len"] < doc["inputs"]["seq_len"]
+    assert best["command"][-2:] == ["--seq-len", str(best["seq_len"])]
+    code, again, _ = _run(capsys, *best["command"], "--json", "-q")
+    fitted = json.loads(again)
+    assert fitted["memory"]["fits"] and fitted["inputs"]["seq_len"] == best["seq_len"]
+    assert fitted["step"]["time_s"] == pytest.approx(best["step_s"])
+    code, out, _ = _run(capsys, *scenario, "--seq-len", "8192")
+    assert json.loads(out)["fit_advice"]["fastest_that_fits"] is None

@@ -19,6 +19,7 @@ from trainest.scenario import Scenario, layout_of
 from trainest.units import GiB, plural
 
 MAX_DEVICES_TRIED = 2**20        # the device-count search doubles up to this many devices
+MIN_SEQ_LEN_TRIED = 512          # the shortest default sequence the advice halves down to (shorter_sequence_fitting)
 
 
 def _single_changes(s: Scenario) -> list[tuple[str, Scenario]]:
@@ -122,16 +123,42 @@ class FitAdvice(NamedTuple):
     same_devices: bool                # `best` is on the scenario's own device count
     text: str                         # the one-line warning (fit_suggestions)
     host_words: str = ""              # the device part fits, the offloaded part not: why, in words
+    seq_len: int = 0                  # `best` runs this shorter sequence (0: its own; shorter_sequence_fitting)
 
 
 def fit_advice(s: Scenario, e: Estimate) -> FitAdvice:
     """`FitAdvice` of a scenario that does not fit (each suggestion estimated)."""
     fixes = _fitting_single_changes(s)
     found, best = smallest_fitting(s)
+    seq_len = 0
+    if best is None and not fixes:
+        shorter, best = shorter_sequence_fitting(s)
+        if best is not None:
+            found, seq_len = f"{found}; {shorter}", best.scenario.seq_len
     same = best is not None and best.scenario.devices == s.devices
     return FitAdvice(need_bytes=e.memory.per_device_bytes, capacity_bytes=e.memory.capacity_bytes,
                      changes=tuple(fixes), best=best, same_devices=same, text=_misfit_text(s, e, fixes, found),
-                     host_words=host_misfit_words(e.memory) if e.memory.device_fits else "")
+                     host_words=host_misfit_words(e.memory) if e.memory.device_fits else "", seq_len=seq_len)
+
+
+def shorter_sequence_fitting(s: Scenario) -> tuple[str, Estimate | None]:
+    """Where no layout fits at any device count tried and the sequence length is a default the user did not
+    give (the model's context): the fastest layout on s.devices at the longest halving of it, down to
+    MIN_SEQ_LEN_TRIED, that fits (words, its estimate; None: none, or the length was given)."""
+    from trainest.search import search
+    if "seq_len" not in s.derived:
+        return "", None
+    seq_len = s.seq_len // 2
+    while seq_len >= MIN_SEQ_LEN_TRIED:
+        alt = replace(s, seq_len=seq_len, derived=tuple(k for k in s.derived if k != "seq_len"))
+        try:
+            best = search(alt, s.devices, top=1).plans[0]
+        except SpecError:
+            seq_len //= 2
+            continue
+        return (f"with a shorter sequence than the default {s.seq_len:,} tokens, --seq-len {seq_len:,} on the same "
+                f"devices: {_plan_text(best)}"), best
+    return "", None
 
 
 def smallest_fitting(s: Scenario) -> tuple[str, Estimate | None]:

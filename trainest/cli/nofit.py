@@ -42,18 +42,24 @@ def layout_command(values: dict[str, Any], layout_args: list[str]) -> list[str]:
     return ["estimate", *_given_words(values, leave_out), *layout_args]
 
 
+def best_args(advice: Any) -> list[str]:
+    """The options of the advice's fastest plan that fits: its layout, and the shorter sequence it runs where the
+    default one fits nowhere (`FitAdvice.seq_len`)."""
+    from trainest.advice import reproduce_args
+    return reproduce_args(advice.best) + (["--seq-len", str(advice.seq_len)] if advice.seq_len else [])
+
+
 def fit_advice_dict(values: dict[str, Any], advice: Any) -> dict[str, Any]:
     """The JSON's `fit_advice`: what does not fit, each single change that fits and the fastest plan that fits,
     each with its command's words (after `trainest`)."""
-    from trainest.advice import reproduce_args
     best = advice.best
     return {
         "fits": False, "per_device_bytes": advice.need_bytes, "capacity_bytes": advice.capacity_bytes,
         "single_changes": [{"change": c, "command": change_command(values, c)} for c in advice.changes],
         "fastest_that_fits": None if best is None else {
             "devices": best.scenario.devices, "same_devices": advice.same_devices, "step_s": best.step.time_s,
-            "per_device_bytes": best.memory.per_device_bytes,
-            "command": layout_command(values, reproduce_args(best))},
+            "per_device_bytes": best.memory.per_device_bytes, "seq_len": best.scenario.seq_len,
+            "command": layout_command(values, best_args(advice))},
         "summary": advice.text,
     }
 
@@ -62,14 +68,15 @@ def fit_advice_dict(values: dict[str, Any], advice: Any) -> dict[str, Any]:
 def print_no_fit(values: dict[str, Any], advice: Any) -> None:
     """The first lines of the tables when the scenario does not fit: what it needs, then each fix as a complete
     command (one line each, never wrapped, quoted for the shell)."""
-    from trainest.advice import plan_words, reproduce_args
+    from trainest.advice import plan_words
     from trainest.report import console, print_command
     from trainest.units import GiB
     con = console()
     best = advice.best
     where = ("" if best is None else
              f"; the fastest layout that fits "
-             f"{'on these devices' if advice.same_devices else f'on the fewest devices, {best.scenario.devices:,}'}: "
+             f"{'on these devices' if advice.same_devices else f'on the fewest devices, {best.scenario.devices:,}'}"
+             f"{f' with a shorter sequence than the default, --seq-len {advice.seq_len:,}' if advice.seq_len else ''}: "
              f"{plan_words(best)}")
     changes = f"; fits with one change: {', '.join(advice.changes)}" if advice.changes else ""
     need = (f" in host memory: {advice.host_words} (the device part, {advice.need_bytes / GiB:.1f} GiB of "
@@ -81,4 +88,4 @@ def print_no_fit(values: dict[str, Any], advice: Any) -> None:
         print_command(con, f"  with {c}", change_command(values, c))
     if best is not None:
         print_command(con, f"  on {best.scenario.devices:,} devices" if not advice.same_devices
-                      else "  fastest layout", layout_command(values, reproduce_args(best)))
+                      else "  fastest layout", layout_command(values, best_args(advice)))
