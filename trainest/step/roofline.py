@@ -162,15 +162,20 @@ def gemm_bytes(m: Num, n: Num, k: Num, input_bytes: float, output_bytes: float) 
 
 def gemm_compute_efficiency(m: Num, n: Num, k: Num, *, peak_fraction: Num, half_dim: Num, wave: Num = 1.0,
                             padded: tuple[Num, Num] | None = None) -> Num:
-    """η_c of a GEMM with its tiles: η_max · f(m̃)·f(ñ)·f(k) · w [fraction of dense peak], with m̃, ñ the
-    output dimensions rounded up to whole tiles (`padded`, from `padded_dim`; m and n where the device's
-    tiles are unknown) and w = `wave` (wave_efficiency: the tiles' fill times the share of units busy).
-    The padding is charged once: the fill in w scales the work to the padded tiles' (m̃·ñ·k), and the
-    shape factor sees the padded tile's width, not the filled part of it again; so a rank-1 adapter
-    costs what a rank-16 tile costs, never more, and no GEMM gets slower as a dimension shrinks
-    (docs/model.md §2.2)."""
-    pm, pn = (m, n) if padded is None else padded
-    return gemm_efficiency(pm, pn, k, peak_fraction, half_dim) * wave
+    """η_c of a GEMM with its tiles: η_max · K/(K + x_½) · w [fraction of dense peak], with w = `wave`
+    (wave_efficiency: the tiles' fill times the share of units busy), where the device's tiles are known
+    (`padded`, the output rounded up to whole tiles by `padded_dim`, is given); else η_max · f(M)·f(N)·f(K)
+    (`gemm_efficiency`).
+
+    Why only K with tiles: each unit computes one t_m×t_n output tile by looping over K, and pays a fixed
+    cost per tile (filling the load pipeline, writing the tile back), so a tile's efficiency is K/(K + x_½)
+    whatever M and N are; M and N set how many tiles there are, and what that costs (partly filled edge tiles,
+    a last wave partly empty) is w. A factor M/(M + x_½) on top charged a 4,096-wide GEMM 3 % once more for
+    a cost that does not grow with M. The compute time is that of the padded M̃×Ñ×K GEMM (w's fill), which
+    never grows when M or N shrinks (docs/model.md §2.2)."""
+    if padded is None:          # the device's tiles unknown: M and N carry the shape factor too
+        return gemm_efficiency(m, n, k, peak_fraction, half_dim) * wave
+    return peak_fraction * dimension_factor(k, half_dim) * wave
 
 
 def gemm_time(m: Num, n: Num, k: Num, *, peak_flops_per_s: float, peak_fraction: Num, half_dim: Num,
