@@ -463,6 +463,24 @@ def test_megatron_bridge_runs_carry_their_recipes_settings():
     assert all("(" in u for r in named for u in r["unmodelled"] if u.startswith("pipeline_model_parallel_layout"))
 
 
+def test_a_run_its_source_says_ran_with_a_known_regression_names_it_in_unmodelled():
+    """Issue 33: a record whose source notes a known performance regression (Megatron-Bridge 26.06.01's GPT-OSS
+    footnote, a cuDNN issue) lists it in `unmodelled`, with the issue's address; no other record does. The bug it
+    catches: those rows, 1.6-1.7x the same inputs' steps in 26.06 and 26.08, were imported as if they ran as stated."""
+    from import_runs import stated_regression
+    note = ("Footnote [gpt-oss-note]: Performance regression in GPT-OSS 120B pre-training is a "
+            "[known issue](https://github.com/NVIDIA/cudnn-frontend/issues/256).")
+    said = stated_regression(note)
+    assert said is not None and "https://github.com/NVIDIA/cudnn-frontend/issues/256" in said
+    assert stated_regression("a performance regression was fixed in this release") is None
+    assert stated_regression(None) is None
+    runs = _load(RUNS_DIR / "megatron-bridge.yaml")["runs"]
+    named = [r["id"] for r in runs if any(u.startswith("a performance regression") for u in r.get("unmodelled") or [])]
+    footnoted = [r["id"] for r in runs if "known issue" in r["notes"] and "regression" in r["notes"]]
+    assert named == footnoted and len(named) == 2
+    assert all("26.06.01" in i and "GPT_OSS" in i for i in named)
+
+
 # --- the memory-given rows: memory-only runs of their own set, what each measured kept --------------------------
 def test_memory_records_keep_the_measured_peak_and_its_kind():
     """Issue 34: every memory-given.yaml record is a run of `set: memory` whose measured peak (GiB) and memory kind

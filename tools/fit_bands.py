@@ -55,13 +55,24 @@ FAMILY_OF = {hw: family for family, names in FAMILIES.items() for hw in names}
 REL_TOL = 2e-3            # --check: the ratios are written to 4 decimals; last-digit noise of numpy is fine
 
 
-def residual(case: Case, predicted_step_s: float) -> B.Residual:
+def residual(case: Case, predicted_step_s: float, span: tuple[float, float] = (1.0, 1.0)) -> B.Residual:
     s = case.scenario
     return B.Residual(run_id=case.id, hardware=s.hardware.name, family=FAMILY_OF.get(s.hardware.name, ""),
                       scale=B.scale_bucket(s.devices, s.devices_per_node),
                       arch=B.arch_of(s.model),
                       ratio=_measured_step_s(case) / predicted_step_s, framework=s.framework,
-                      finetune=s.finetune.method, unstated=B.unstated_of(s.derived, case.assumed))
+                      finetune=s.finetune.method, unstated=B.unstated_of(s.derived, case.assumed), span=span)
+
+
+def span_of(case: Case) -> tuple[float, float]:
+    """(fastest, slowest) predicted step over the values of the settings `case`'s record left unstated, relative
+    to its step at the assumed values (`estimate.unstated_span`, with the shipped efficiencies: a ratio of two
+    steps on one device, which the efficiencies move little)."""
+    from trainest.estimate import unstated_span
+    unstated = B.unstated_of(case.scenario.derived, case.assumed)
+    if not unstated:
+        return 1.0, 1.0
+    return unstated_span(case.scenario, step_s(case, case.scenario.hardware), unstated)[0]
 
 
 def step_s(case: Case, hardware) -> float:
@@ -89,7 +100,7 @@ def record_residual(rec: dict) -> B.Residual:
     return B.Residual(run_id=rec["id"], hardware=rec["hardware"], family=rec["family"], scale=rec["scale"],
                       arch=rec["arch"], ratio=rec["measured_step_s"] / rec["left_out_step_s"],
                       framework=rec["framework"], finetune=rec.get("finetune", "full"),
-                      unstated=tuple(rec.get("unstated", ())))
+                      unstated=tuple(rec.get("unstated", ())), span=tuple(rec.get("span", (1.0, 1.0))))
 
 
 def pools() -> tuple[dict[str, list[B.Residual]], dict[str, str], list[dict]]:
@@ -98,10 +109,13 @@ def pools() -> tuple[dict[str, list[B.Residual]], dict[str, str], list[dict]]:
     import import_hardware as ih
 
     cases = load_runs(run_set=PUBLIC_SET).cases
-    unstated = {c.id: B.unstated_of(c.scenario.derived, c.assumed)
-                for c in [*cases, *load_runs(run_set=FINETUNE_SET).cases]}
-    # what each run's record left unstated (its scenario's defaults, its importer's assumptions), from the runs files
-    records = [r | {"unstated": list(unstated.get(r["id"], ()))} for r in left_out_records()]
+    every = [*cases, *load_runs(run_set=FINETUNE_SET).cases]
+    unstated = {c.id: B.unstated_of(c.scenario.derived, c.assumed) for c in every}
+    spans = {c.id: span_of(c) for c in every}
+    # what each run's record left unstated (its scenario's defaults, its importer's assumptions), from the runs files,
+    # and how far the step moves over those settings' values
+    records = [r | {"unstated": list(unstated.get(r["id"], ())), "span": list(spans.get(r["id"], (1.0, 1.0)))}
+               for r in left_out_records()]
     left = [record_residual(r) for r in records if r["hardware_fitted_without_source"]]
     own_blocks = ih.fitted_blocks(specs_dir() / "hardware")
     prior = []
@@ -112,7 +126,7 @@ def pools() -> tuple[dict[str, list[B.Residual]], dict[str, str], list[dict]]:
         if hw.name not in priors:         # (not setdefault: its default would be built for every run)
             priors[hw.name] = fd.unseen_prior_hardware(hw, own_blocks)
         prior_hw = priors[hw.name]
-        prior.append(residual(c, step_s(c, prior_hw)))   # type: ignore[arg-type]
+        prior.append(residual(c, step_s(c, prior_hw), spans[c.id]))   # type: ignore[arg-type]
     source_of = {c.id: c.source for c in cases} | {r["id"]: r["source"] for r in records}
     return {B.CALIBRATED: left, "prior": prior}, source_of, records
 
@@ -296,7 +310,7 @@ def _sides(groups: dict, runs: list[tuple], source_factor: float | dict,
         b = B.lookup(groups, hardware=res.hardware, family=res.family, scale=res.scale, arch=res.arch,
                      calibrated=calibrated, framework_factor=fw, framework=res.framework, source_factor=w,
                      arch_factor=(a[0], a[1]), finetune_factor=finetune_factor, finetune=res.finetune,
-                     unstated_factor=unstated_factor, unstated=res.unstated)
+                     unstated_factor=unstated_factor, unstated=res.unstated, span=res.span)
         if b.runs:
             out.append((rec, -1 if res.ratio < b.low_ratio else 1 if res.ratio > b.high_ratio else 0, b, seen))
     return out

@@ -137,6 +137,8 @@ def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
         top["fp8_params"] = True
         used.append("fp8_params true (fp8_param: FP8 weights and their all-gather)")
     low = _value(rec, "precision", "fp8") or _value(rec, "precision", "fp4")
+    # taken as set also with GPT-OSS's learnable sinks: Transformer Engine >= 2.15 runs them in FP8 through cuDNN
+    # on sm >= 100 (the recipes set it on GB200/GB300 only) and raises where no backend can (docs/model.md §15.11)
     if low and _value(rec, "precision", "fp8_dot_product_attention"):
         top["fp8_attention"] = True
         used.append("fp8_attention true (fp8_dot_product_attention: the attention core's two products in FP8)")

@@ -64,7 +64,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from trainest.record import NamedTuple
+from trainest.record import NamedTuple, replace
 
 BANDS_FILE = "bands.json"
 BANDS_FORMAT = 1
@@ -100,6 +100,7 @@ class Residual(NamedTuple):
     framework: str = ""         # the framework the run's scenario states
     finetune: str = "full"      # the scenario's fine-tuning method: full (incl. pre-training) | lora | qlora
     unstated: tuple[str, ...] = ()   # of UNSTATED_SETTINGS, those the run's scenario did not state (`unstated_of`)
+    span: tuple[float, float] = (1.0, 1.0)   # (fastest, slowest) step over the unstated settings' values / step
 
 
 class Band(NamedTuple):
@@ -209,7 +210,8 @@ def lookup(groups: dict[str, dict[str, list[float]]], *, hardware: str, family: 
            calibrated: bool, framework_factor: float | None = None, framework: str = "",
            source_factor: float = 1.0, arch_factor: float | tuple[float, float] = 1.0, finetune_factor: float = 1.0,
            finetune: str = "full", unstated_factor: float | tuple[float, float] = 1.0,
-           unstated: tuple[str, ...] = ()) -> Band:
+           unstated: tuple[str, ...] = (), span: tuple[float, float] = (1.0, 1.0),
+           span_words: str = "") -> Band:
     """The band of the most specific group with enough runs (LEVELS), from the pool the hardware's
     calibration selects; without any, the broadest prior band of any architecture. `source_factor`: every
     estimate is for a source (cluster, recipe) no validated run came from, and the runs of one source
@@ -221,7 +223,9 @@ def lookup(groups: dict[str, dict[str, list[float]]], *, hardware: str, family: 
     `finetune_factor`: the scenario fine-tunes with adapters (`finetune`: lora, qlora), so the band widens by
     this factor (measured with each fine-tuning source left out: `finetune_widening`). `unstated_factor`: the
     scenario left `unstated` (of UNSTATED_SETTINGS) to their defaults, so the band widens by this factor (measured
-    with each source of runs whose records left them unstated left out: `unstated_widening`)."""
+    with each source of runs whose records left them unstated left out: `unstated_widening`). `span`: (fastest,
+    slowest) predicted step over the values the unstated settings could take, relative to the estimate's step
+    (`estimate.unstated_span`): the band's ends stretch by it (`spanned`), `span_words` saying which values."""
     kw: dict[str, Any] = dict(hardware=hardware, family=family, scale=scale, arch=arch, calibrated=calibrated,
                               framework_factor=framework_factor, framework=framework, source_factor=source_factor,
                               finetune_factor=finetune_factor, finetune=finetune, unstated_factor=unstated_factor,
@@ -233,7 +237,21 @@ def lookup(groups: dict[str, dict[str, list[float]]], *, hardware: str, family: 
         band = _from_pool(groups, "prior", **kw,
                           extra=(f"no {arch} run on calibrated hardware with its source left out: the error of "
                                  f"{arch} runs predicted with prior efficiencies",))
-    return band if band is not None else _fallback(groups, hardware, arch, calibrated, arch_factor)
+    band = band if band is not None else _fallback(groups, hardware, arch, calibrated, arch_factor)
+    return spanned(band, span, span_words)
+
+
+def spanned(band: Band, span: tuple[float, float], words: str = "") -> Band:
+    """`band` with its low end times span[0] (≤ 1) and its high end times span[1] (≥ 1): the step a run would
+    take at another value of a setting the scenario left unstated (a run measured at that value errs by the
+    band's ratio from the step predicted at that value, which is span × the estimate's step)."""
+    lo, hi = min(span[0], 1.0), max(span[1], 1.0)
+    if (lo, hi) == (1.0, 1.0) or math.isnan(band.low_ratio):
+        return band
+    return replace(band, low_ratio=round(band.low_ratio * lo, 4), high_ratio=round(band.high_ratio * hi, 4),
+                   note=f"{band.note}; spans {words or 'the unstated settings'}: ×{lo:.2f}–×{hi:.2f} of the step",
+                   unknowns=(*band.unknowns, f"{words or 'an unstated setting'} would move the step ×{lo:.2f}–"
+                                             f"×{hi:.2f}"))
 
 
 def _from_pool(groups: dict[str, dict[str, list[float]]], pool: str, *, hardware: str, family: str, scale: str,
@@ -339,11 +357,12 @@ def _pair(value: Any) -> float | tuple[float, float]:
 
 
 def band_for(hardware: Any, devices: int, devices_per_node: int, arch: str, framework: str = "",
-             finetune: str = "full", unstated: tuple[str, ...] = ()) -> Band:
+             finetune: str = "full", unstated: tuple[str, ...] = (), span: tuple[float, float] = (1.0, 1.0),
+             span_words: str = "") -> Band:
     """The shipped band of an estimate on `hardware` (a catalog.Hardware) at this scale and architecture
     (`arch_of`), under `framework` (widened when no validated run used it; "" : not judged), fine-tuning
     with `finetune` (full, lora, qlora: widened for adapter fine-tuning), with `unstated` (of UNSTATED_SETTINGS:
-    left to their defaults, widened for them)."""
+    left to their defaults, widened for them; `span`, `span_words`: what their other values would do, `lookup`)."""
     doc = load_bands()
     seen = doc.get("frameworks_validated")
     factor = doc.get("unseen_framework_widening") if framework and seen is not None and framework not in seen else None
@@ -354,7 +373,8 @@ def band_for(hardware: Any, devices: int, devices_per_node: int, arch: str, fram
                       CALIBRATED if hardware.efficiency.fitted else "prior", 1.0)),
                   arch_factor=_pair(doc.get("unseen_architecture_widening", 1.0)),
                   finetune_factor=float(doc.get("finetune_widening", 1.0)) if finetune != "full" else 1.0,
-                  finetune=finetune, unstated_factor=_pair(doc.get("unstated_widening", 1.0)), unstated=unstated)
+                  finetune=finetune, unstated_factor=_pair(doc.get("unstated_widening", 1.0)), unstated=unstated,
+                  span=span, span_words=span_words)
 
 
 def plain_words(band: Band) -> str:

@@ -13,7 +13,7 @@ from trainest import (
 )
 from trainest.band import Band, arch_of, band_for, unstated_of
 from trainest.memory import MemoryBreakdown, memory_per_device
-from trainest.record import NamedTuple
+from trainest.record import NamedTuple, replace
 from trainest.scenario import Scenario, job_of, layout_of
 from trainest.step import StepTerms, step_terms
 from trainest.step.finetune import trainable_params
@@ -277,8 +277,9 @@ def estimate(s: Scenario) -> Estimate:
     t = float(terms.time_s)
     parts = {k: float(getattr(terms, f"{k}_s")) for k in TERMS}
     bottleneck = max(parts, key=lambda k: parts[k])
+    unstated = unstated_of(s.derived)
     band = band_for(s.hardware, s.devices, s.devices_per_node, arch_of(s.model), s.framework, s.finetune.method,
-                    unstated_of(s.derived))
+                    unstated, *unstated_span(s, t, unstated))
     step = StepResult(time_s=t, **{f"{k}_s": v for k, v in parts.items()}, bottleneck=bottleneck,
                       shares={k: v / t for k, v in parts.items()},
                       communication_detail_s={"tp": float(terms.tp_comm_s), "cp": float(terms.cp_comm_s),
@@ -314,6 +315,33 @@ def estimate(s: Scenario) -> Estimate:
                            cost_usd_high=None if cost is None else cost * band.high_ratio,
                            trainable_params=float(trainable_params(job, layout)))
     return Estimate(scenario=s, step=step, throughput=throughput, memory=memory, training=train, band=band)
+
+
+MAX_SPAN_MICRO_BATCH = 16     # the largest micro-batch (sequences) an unstated micro-batch is tried at
+
+
+def unstated_span(s: Scenario, step_s: float, unstated: tuple[str, ...]) -> tuple[tuple[float, float], str]:
+    """((fastest, slowest) step / `step_s`, in words which values) over the micro-batches the scenario could run
+    when it left its micro-batch unstated: every divisor b ≤ MAX_SPAN_MICRO_BATCH of its sequences per replica
+    and step (global batch / dp, so the global batch stays) at which it fits in memory. ((1, 1), "") when the
+    micro-batch was given or no other value fits (docs/model.md §10.3)."""
+    if "micro_batch" not in unstated:
+        return (1.0, 1.0), ""
+    per_replica = s.global_batch // s.parallel.dp
+    steps = {s.micro_batch: step_s}
+    for b in range(1, min(per_replica, MAX_SPAN_MICRO_BATCH) + 1):
+        if per_replica % b or b in steps:
+            continue
+        alt = replace(s, micro_batch=b)
+        job, layout = job_of(alt), layout_of(alt)
+        if not memory_result(alt, memory_per_device(job, layout)).fits:
+            continue
+        steps[b] = float(step_terms(job, layout).time_s)
+    if len(steps) == 1:
+        return (1.0, 1.0), ""
+    fast, slow = min(steps, key=steps.__getitem__), max(steps, key=steps.__getitem__)
+    words = f"the micro-batches that fit ({fast} the fastest, {slow} the slowest; the estimate takes {s.micro_batch})"
+    return (steps[fast] / step_s, steps[slow] / step_s), words
 
 
 def estimate_ops(s: Scenario) -> tuple[list, object]:

@@ -357,6 +357,50 @@ def last_graph_bytes(job: Job, layout: Layout) -> Num:
     return inputs + logits
 
 
+def backward_end_activation_bytes(job: Job, layout: Layout) -> Num:
+    """Activations still held when the backward reaches the first layer [B]: that layer's kept activations for one
+    micro-batch and, where it is recomputed, what its re-materialisation holds beyond them (and a MoE layer's
+    dispatch buffers): every later layer's were freed as its gradients were written."""
+    per_layer, per_layer_stored = activation_bytes_per_layer(job, layout)
+    working = layout.rematerialises_layer * xp.maximum(per_layer_stored - per_layer, 0.0)
+    if job.model.moe is not None:
+        working = working + dispatch_buffer_bytes(job, layout)
+    return per_layer + working
+
+
+def backward_start_bytes(job: Job, layout: Layout, activations: Num, logits: Num) -> Num:
+    """What is held once the loss's backward is done, every layer's activations still kept [B]: the activations
+    with the loss's working set (`logits`) replaced by the logits' 16-bit gradient and the output projection's
+    whole (not yet reduce-scattered) 16-bit weight gradient, V·h·e/t, where it trains."""
+    model = job.model
+    grad_bytes = grad_bytes_per_param(job.precision, job.grad_dtype, job.master_weights)
+    out_grad = (1.0 - xp.mask(layout.frozen > 0)) * model.vocab * model.hidden * grad_bytes / layout.tp
+    logits_grad = LOGITS_16BIT_BYTES * layout.tokens(job) * model.vocab / layout.tp
+    return activations - logits + logits_grad + out_grad
+
+
+def phase_peak(job: Job, layout: Layout, grads: Num, activations: Num, logits: Num) -> tuple[Num, Num, Num]:
+    """(gradients, activations, 1 where the backward's end is the peak) held at the step's peak [B], where the
+    framework frees the gradients every step (`Framework.frees_grads`) and the step runs one micro-batch on one
+    pipeline stage: the gradients and the activations do not peak together. At the end of the forward (and the
+    loss) every activation is held and no gradient, and once the loss's backward is done the output projection's
+    gradient beside them (`backward_start_bytes`); at the end of the backward every gradient and only the first
+    layer's activations (`backward_end_activation_bytes`); in between the backward frees a layer's activations
+    (e·T·(16h + 6f) for a Llama layer) as it writes that layer's gradients (2·(2h² + 2h·g·d_h + 3hf) B in 16 bit),
+    fewer bytes for any T over a few hundred tokens. The optimizer step after it holds the gradients alone. Else
+    (the gradients of earlier micro-batches or pipeline stages alive through the forward, or kept in persistent
+    buffers) both at once, as before (docs/model/07-memory.md §7.12)."""
+    if not FRAMEWORKS[job.framework].frees_grads:
+        return grads, activations, 0.0 * activations
+    one_pass = xp.mask((layout.micro_batches(job) <= 1) * (layout.pp <= 1))
+    start = xp.maximum(activations, backward_start_bytes(job, layout, activations, logits))
+    end = xp.minimum(backward_end_activation_bytes(job, layout), activations)
+    backward = one_pass * xp.mask(grads + end > start)
+    forward = one_pass * (1.0 - backward)
+    held = activations + forward * (start - activations) - backward * (activations - end)
+    return grads * (1.0 - forward), held, backward
+
+
 def offloaded_device_bytes(job: Job, layout: Layout, on_device: tuple[Num, Num, Num, Num]) -> tuple[Num, ...]:
     """(weights, gradients, optimizer, activations, host bytes) with offload [B]: optimizer offload
     leaves no optimizer state and IN_FLIGHT_LAYERS layers' 16-bit gradients (streamed out) on the
@@ -388,6 +432,8 @@ def memory_per_device(job: Job, layout: Layout) -> MemoryBreakdown:
     if not xp.off(layout.offload):
         weights, grads, optim, activations, host = offloaded_device_bytes(job, layout,
                                                                           (weights, grads, optim, activations))
+    grads, activations, backward_peak = phase_peak(job, layout, grads, activations, logits)
+    logits = logits * (1.0 - backward_peak)
     subtotal = weights + grads + optim + activations
     allocator, context, nccl = runtime_bytes(layout, subtotal, job.hardware.kind)
     overhead = allocator + context + nccl

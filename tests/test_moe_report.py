@@ -1,0 +1,37 @@
+"""tools/moe_report.py: the per-release table of the MoE section (issue 33's ±0.05 target) and which runs it
+counts as run as their record states."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+
+from moe_report import as_stated, release_markdown  # noqa: E402
+
+
+def _run(release: str, ratio: float, unmodelled: tuple[str, ...] = ()) -> SimpleNamespace:
+    """A result of step ratio predicted/measured `ratio` (error_pct in the tokens/s metric, as validate gives it)."""
+    return SimpleNamespace(id=f"mbridge-{release}-Pre-Training-X-DGX-B200-FP8-8g-gbs8", predicted_step_s=ratio,
+                           measured_step_s=1.0, error_pct=(1.0 / ratio - 1.0) * 100.0, unmodelled=unmodelled)
+
+
+def test_a_run_whose_record_says_it_ran_otherwise_is_not_counted_as_stated():
+    assert as_stated(_run("26.02", 1.0, ("moe_paged_stash true",)))
+    assert not as_stated(_run("25.11", 1.0, ("the recipe's settings (its layout differs from the row's)",)))
+    assert not as_stated(_run("26.06.01", 1.0, ("a performance regression its source names as a known issue",)))
+
+
+def test_the_release_table_gives_each_releases_mean_log_error_of_all_runs_and_of_those_as_stated():
+    runs = [_run("26.06.01", 0.5, ("a performance regression its source names as a known issue",)),
+            _run("26.06.01", 1.1), _run("26.06.01", 0.9), _run("26.02", 1.2), _run("25.11", 0.8)]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in release_markdown(runs).splitlines()[2:]}
+    assert list(rows) == ["25.11", "26.02", "26.06.01"]          # in release order, 26.06.01 after 26.02
+    n, _, mean_all, kept, mean_kept = rows["26.06.01"]
+    assert (int(n), int(kept)) == (3, 2)
+    assert float(mean_all) == round((math.log(0.5) + math.log(1.1) + math.log(0.9)) / 3, 3)
+    assert float(mean_kept) == round((math.log(1.1) + math.log(0.9)) / 2, 3)
