@@ -161,3 +161,25 @@ def test_a_skinny_gemm_costs_at_most_its_padded_tile_and_is_memory_bound():
         for skinny, padded in ((_tiled(t, r, width), _tiled(t, 16.0, width)), (_tiled(t, width, r), _tiled(t, width, 16.0))):
             assert skinny.compute_s <= padded.compute_s * (1 + 1e-12)
             assert skinny.memory_s > skinny.compute_s
+
+
+@given(k=st.integers(1, 20000), waves=st.integers(1, 40), more=st.integers(2, 8))
+def test_with_its_tiles_known_a_gemm_of_more_whole_waves_runs_at_the_same_rate(k, waves, more):
+    """The fixed cost of a GEMM is paid per output tile (filling the load pipeline, writing the tile back), so
+    with the device's tiles counted, a GEMM of `more` times as many whole waves of full tiles (M grows) runs
+    at the same fraction of peak and takes `more` times as long: no factor M/(M + x_½) on top (it charged a
+    4,096-token GEMM 3 % for a cost no tile pays; docs/model.md §2.2)."""
+    m = waves * H100_UNITS * H100_TILE[0]          # whole waves of full tiles, one tile column
+    one, bigger = _tiled(m, H100_TILE[1], k), _tiled(more * m, H100_TILE[1], k)
+    assert bigger.compute_s == pytest.approx(more * one.compute_s, rel=1e-12)
+
+
+def test_with_its_tiles_known_only_k_carries_the_shape_factor():
+    """η_c = η_max · K/(K + x_½) · w with the tiles known; the whole-GEMM factor of each of M, N, K without them."""
+    from trainest.step.roofline import gemm_compute_efficiency
+    m, n, k = 4096.0, 4096.0, 1024.0
+    tiled = gemm_compute_efficiency(m, n, k, peak_fraction=ETA, half_dim=HALF, wave=0.9, padded=(m, n))
+    assert tiled == pytest.approx(ETA * k / (k + HALF) * 0.9)
+    untiled = gemm_compute_efficiency(m, n, k, peak_fraction=ETA, half_dim=HALF, wave=0.9)
+    assert untiled == pytest.approx(gemm_efficiency(m, n, k, ETA, HALF) * 0.9)
+    assert untiled < tiled
