@@ -157,7 +157,7 @@ def gemm_with_bytes(r: Rates, m: Num, n: Num, k: Num, batch: Num, bytes_moved: N
     """An (m×k)·(k×n) GEMM (one of `batch` in one kernel) at the device's GEMM rates that moves
     `bytes_moved` [B]."""
     eff = gemm_compute_efficiency(m, n, k, peak_fraction=r.gemm_peak_fraction, half_dim=r.gemm_half_dim,
-                                  wave=r.wave(m, n, k, batch), padded=r.padded(m, n))
+                                  wave=r.wave(m, n, k, batch), padded=r.padded(m, n), grouped=True)
     return OpTime(compute_s=gemm_flops(m, n, k) / (r.peak_flops_per_s * eff),
                   memory_s=bytes_moved / r.memory_bytes_per_s)
 

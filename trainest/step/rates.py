@@ -54,13 +54,14 @@ class Rates(NamedTuple):
             return None
         return padded_dim(m, self.tile[0]), padded_dim(n, self.tile[1])
 
-    def gemm_op(self, name: str, m: Num, n: Num, k: Num, phase: str = FORWARD, batch: Num = 1.0) -> Op:
+    def gemm_op(self, name: str, m: Num, n: Num, k: Num, phase: str = FORWARD, batch: Num = 1.0,
+                grouped: bool = False) -> Op:
         """The same GEMM as a named op with its FLOPs (2mnk) and bytes (one of `batch` alike in one kernel)."""
         return gemm_op(name, phase, m, n, k, peak_flops_per_s=self.peak_flops_per_s,
                        peak_fraction=self.gemm_peak_fraction, half_dim=self.gemm_half_dim,
                        input_bytes=self.gemm_input_bytes, output_bytes=self.element_bytes,
                        memory_bytes_per_s=self.memory_bytes_per_s, wave=self.wave(m, n, k, batch),
-                       padded=self.padded(m, n))
+                       padded=self.padded(m, n), grouped=grouped)
 
 
 def attention_span(job: Job, layout: Layout) -> Num:
@@ -228,6 +229,6 @@ def grouped_gemm(r: Rates, name: str, groups: Num, m: Num, n: Num, k: Num, effic
     device's units together (wave_efficiency with batch = groups), each group's small m lowering the
     rate as a small GEMM does, times `efficiency` (`efficiency.grouped_gemm`: the grouped kernel
     against a dense GEMM)."""
-    one = r.gemm_op(name, m, n, k, batch=groups)
+    one = r.gemm_op(name, m, n, k, batch=groups, grouped=True)
     return Op(name=name, phase=FORWARD, flops=groups * one.flops, bytes=groups * one.bytes,
               compute_s=groups * one.compute_s / efficiency, memory_s=groups * one.memory_s)

@@ -161,7 +161,7 @@ def gemm_bytes(m: Num, n: Num, k: Num, input_bytes: float, output_bytes: float) 
 
 
 def gemm_compute_efficiency(m: Num, n: Num, k: Num, *, peak_fraction: Num, half_dim: Num, wave: Num = 1.0,
-                            padded: tuple[Num, Num] | None = None) -> Num:
+                            padded: tuple[Num, Num] | None = None, grouped: bool = False) -> Num:
     """η_c of a GEMM with its tiles: η_max · K/(K + x_½) · w [fraction of dense peak], with w = `wave`
     (wave_efficiency: the tiles' fill times the share of units busy), where the device's tiles are known
     (`padded`, the output rounded up to whole tiles by `padded_dim`, is given); else η_max · f(M)·f(N)·f(K)
@@ -172,9 +172,12 @@ def gemm_compute_efficiency(m: Num, n: Num, k: Num, *, peak_fraction: Num, half_
     whatever M and N are; M and N set how many tiles there are, and what that costs (partly filled edge tiles,
     a last wave partly empty) is w. A factor M/(M + x_½) on top charged a 4,096-wide GEMM 3 % once more for
     a cost that does not grow with M. The compute time is that of the padded M̃×Ñ×K GEMM (w's fill), which
-    never grows when M or N shrinks (docs/model.md §2.2)."""
+    never grows when M or N shrinks (docs/model.md §2.2). `grouped`: a grouped GEMM's group (MoE experts, LoRA
+    adapters) keeps the factor of all three dimensions, M̃ and Ñ padded (not measured otherwise)."""
     if padded is None:          # the device's tiles unknown: M and N carry the shape factor too
         return gemm_efficiency(m, n, k, peak_fraction, half_dim) * wave
+    if grouped:
+        return gemm_efficiency(padded[0], padded[1], k, peak_fraction, half_dim) * wave
     return peak_fraction * dimension_factor(k, half_dim) * wave
 
 
@@ -191,9 +194,10 @@ def gemm_time(m: Num, n: Num, k: Num, *, peak_flops_per_s: float, peak_fraction:
 
 def gemm_op(name: str, phase: str, m: Num, n: Num, k: Num, *, peak_flops_per_s: float, peak_fraction: Num,
             half_dim: Num, input_bytes: float, output_bytes: float, memory_bytes_per_s: Num, wave: Num = 1.0,
-            padded: tuple[Num, Num] | None = None) -> Op:
+            padded: tuple[Num, Num] | None = None, grouped: bool = False) -> Op:
     """`gemm_time` as a named op with its FLOPs (2mnk) and bytes (the same expressions, computed once)."""
-    eff = gemm_compute_efficiency(m, n, k, peak_fraction=peak_fraction, half_dim=half_dim, wave=wave, padded=padded)
+    eff = gemm_compute_efficiency(m, n, k, peak_fraction=peak_fraction, half_dim=half_dim, wave=wave, padded=padded,
+                                  grouped=grouped)
     flops, bytes_moved = gemm_flops(m, n, k), gemm_bytes(m, n, k, input_bytes, output_bytes)
     return Op(name=name, phase=phase, flops=flops, bytes=bytes_moved, compute_s=flops / (peak_flops_per_s * eff),
               memory_s=bytes_moved / memory_bytes_per_s)
