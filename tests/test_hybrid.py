@@ -113,6 +113,36 @@ def test_scan_bytes_by_hand_kernel_by_kernel():
     assert 3.3 < backward / forward < 3.5
 
 
+def _mamba_elementwise(**over) -> tuple[float, float, float]:
+    """(tokens, forward, backward element-wise bytes) of one Mamba-2 block of Nano on one device."""
+    from trainest.scenario import job_of, layout_of
+    from trainest.step.compose import layer_terms
+    s = scenario_from_mapping(_nano(**over), "t")
+    job, layout = job_of(s), layout_of(s)
+    ops = dict(layer_terms(job, layout).mean.parts)["mamba"].lp.ops
+    forward = next(o for o in ops.forward if o.name == "elementwise")
+    backward = next(o for o in ops.backward if o.name == "elementwise")
+    return layout.tokens(job), forward.bytes, backward.bytes
+
+
+def test_the_mamba_mixer_copies_its_input_and_output_only_for_several_sequences_per_micro_batch():
+    """Megatron-Core's MambaMixer transposes the input projection's output (s, b) -> (b, s) and y back with
+    .contiguous(): a copy when b > 1 only (a size-1 dimension leaves the tensor contiguous). Per token and 16-bit
+    element: forward one read and one write of the in_proj output (2·d_in + 2GN + H = 10304 wide for Nano) and
+    of y (d_in = 4096), backward of the in_proj output's gradient. The bug this catches: the copies were not
+    counted, so Nano's Blackwell runs (micro-batch 2 and 4) were charged less per token than its H100 runs
+    (micro-batch 1) for the same kernels."""
+    t1, f1, b1 = _mamba_elementwise()
+    t2, f2, b2 = _mamba_elementwise(micro_batch=2, global_batch=128)
+    assert t2 == 2 * t1
+    assert f2 / t2 - f1 / t1 == pytest.approx(2 * 2 * (10304 + 4096))
+    assert b2 / t2 - b1 / t1 == pytest.approx(2 * 2 * 10304)
+    # split over t like the heads: half the width per rank at tp 2
+    t4, f4, _ = _mamba_elementwise(micro_batch=2, global_batch=128, parallel={"tp": 2, "ep": 4, "zero": 1})
+    _, f3, _ = _mamba_elementwise(parallel={"tp": 2, "ep": 4, "zero": 1})
+    assert f4 / t4 - f3 / (t4 / 2) == pytest.approx(2 * 2 * (10304 + 4096) / 2)
+
+
 def _nano(**over) -> dict:
     s = {"model": NANO, "hardware": "h100-sxm", "devices": 8, "precision": "fp8", "seq_len": 8192, "micro_batch": 1,
          "global_batch": 64, "parallel": {"ep": 8, "zero": 1}}

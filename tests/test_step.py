@@ -512,6 +512,44 @@ def _attention_flops_per_s(seq_len, cp=1.0, model=SMALL):
     return flops_fwd * (1.0 + FLASH_BACKWARD_FLOP_RATIO / FLASH_BACKWARD_EFFICIENCY) / (real - fast)
 
 
+def _products_flops(s: int, d_qk: int, d_v: int) -> tuple[int, int]:
+    """(forward, backward) FLOPs of fused attention over an s×s score block, product by product: forward
+    S = Q·Kᵀ (s×d_qk by d_qk×s) and O = P·V (s×s by s×d_v); backward S again, dP = dO·Vᵀ, dV = Pᵀ·dO,
+    dQ = dS·K, dK = dSᵀ·Q (each 2·m·n·k)."""
+    def mm(m: int, k: int, n: int) -> int:
+        return 2 * m * k * n
+    forward = mm(s, d_qk, s) + mm(s, s, d_v)
+    backward = mm(s, d_qk, s) + mm(s, d_v, s) + mm(s, s, d_v) + mm(s, s, d_qk) + mm(s, s, d_qk)
+    return forward, backward
+
+
+@pytest.mark.parametrize("d_qk, d_v", [(128, 128), (64, 64), (192, 128), (576, 512)])
+def test_the_attention_backward_counts_its_five_products_with_their_own_widths(d_qk, d_v):
+    """FlashAttention's backward recomputes Q·Kᵀ and runs dP, dV over the value width and dQ, dK over the
+    query/key width: (3·d_qk + 2·d_v)/(d_qk + d_v) of the forward's FLOPs, 2.5 for equal widths, 2.6 for
+    DeepSeek-V3's MLA (192, 128). The bug this catches: MLA's backward was charged 2.5× its forward."""
+    from trainest.step.layer import FLASH_BACKWARD_FLOP_RATIO, flash_backward_flop_ratio
+    forward, backward = _products_flops(256, d_qk, d_v)
+    assert flash_backward_flop_ratio(d_qk, d_v) == pytest.approx(backward / forward, rel=1e-12)
+    if d_qk == d_v:
+        assert flash_backward_flop_ratio(d_qk, d_v) == FLASH_BACKWARD_FLOP_RATIO
+
+
+def test_an_mla_layer_charges_its_attention_backward_by_its_own_widths():
+    """DeepSeek-V3 (d_qk 192, d_v 128): the attention op's backward FLOPs are 2.6× its forward's; a model with
+    equal widths keeps 2.5×."""
+    from trainest.scenario import job_of, layout_of, scenario_from_mapping
+    from trainest.step.compose import layer_terms
+    for model, ratio in (("deepseek-v3", 2.6), ("llama3-8b", 2.5)):
+        s = scenario_from_mapping({"model": model, "hardware": "h100-sxm", "devices": 64, "precision": "bf16",
+                                   "seq_len": 4096, "micro_batch": 1, "global_batch": 64,
+                                   "parallel": {"ep": 64 if model == "deepseek-v3" else 1, "zero": 1}}, "t")
+        ops = next(iter(dict(layer_terms(job_of(s), layout_of(s)).mean.parts).values())).lp.ops
+        fwd = next(o for o in ops.attention_forward if o.name == "attention")
+        bwd = next(o for o in ops.attention_backward if o.name == "attention")
+        assert bwd.flops / fwd.flops == pytest.approx(ratio, rel=1e-12)
+
+
 def test_fused_attention_rate_rises_with_the_per_rank_sequence_length():
     """η_a · s/(s + ATTENTION_HALF_SEQ) · d_h/(d_h + ATTENTION_HALF_HEAD_DIM), s the per-rank length s/c
     (FlashAttention-2 benchmark curves, Dao 2023)."""

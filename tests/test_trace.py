@@ -117,8 +117,8 @@ def test_the_moe_layer_model_against_the_deepseek_trace_class_by_class(tmp_path,
     (norms, casts, SwiGLU, permutation) and the all-to-alls' overlap (the share of the all-to-all time beside
     computation against the predicted hidden share under DualPipe) within 15 %; DeepEP's all-to-all time itself is
     checked apart (test_the_deepseek_trace_all_to_all_agrees_with_the_shipped_all_to_all_efficiency). Attention is not:
-    its FLOPs are counted as the kernels compute them (s²·a·(d_qk + d_v)/2 per layer forward, 2.5x that
-    backward), but FlashAttention-3 on H800 runs at about 0.44 of the 16-bit peak where the H800's unfitted
+    its FLOPs are counted as the kernels compute them (s²·a·(d_qk + d_v)/2 per layer forward, 2.6x that
+    backward: (3·d_qk + 2·d_v)/(d_qk + d_v)), but FlashAttention-3 on H800 runs at about 0.44 of the 16-bit peak where the H800's unfitted
     prior, with its length and head-width factors, gives 0.36: measured 0.65-0.8x of predicted."""
     from trainest.scenario import job_of, layout_of, scenario_from_mapping
     from trainest.step.compose import layer_terms

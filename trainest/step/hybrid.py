@@ -24,6 +24,7 @@ from trainest.step.collectives import Tiers
 from trainest.step.flops import CAUSAL_FRACTION, ssd_flops_per_token
 from trainest.step.kernels import MAMBA_CORE_KERNELS, attention_kernels, block_elementwise_kernels
 from trainest.step.layer import (
+    BACKWARD_TRAFFIC_RATIO,
     LOW_PRECISION_CAST_PASSES,
     LayerOps,
     LayerPass,
@@ -68,6 +69,14 @@ CONV_PASSES = 2.0              # the causal convolution reads x, B, C and writes
 # then causal_conv1d_bwd reads the input and the output gradient and writes the input gradient
 CONV_BACKWARD_PASSES = 5.0
 GATED_NORM_PASSES = 3.0        # the gated RMSNorm reads y and z and writes its output (16 bit)
+# Megatron-Core's MambaMixer hands the fused kernel its input as (b, s, ·) and takes y back as (s, b, ·):
+# `rearrange(zxBCdt, "l b d -> b l d").contiguous()` and `rearrange(y, "b l d -> l b d").contiguous()`. A
+# micro-batch of one sequence is contiguous either way (PyTorch ignores the strides of a size-1 dimension);
+# of b > 1 each is a copy (read and write, 16 bit): forward the input projection's output (2·d_in + 2GN + H
+# wide) and y (d_in), backward the input projection's gradient once more (the transposed view of dzxbcdt that
+# TE's linear makes contiguous; y's gradient enters the kernels as a strided view).
+LAYOUT_COPY_FORWARD_PASSES = 2.0     # of the in_proj output and of y: one read, one write each
+LAYOUT_COPY_BACKWARD_PASSES = 2.0    # of the in_proj output's gradient
 KINDS = (("M", "mamba"), ("*", "attention"), ("E", "moe"), ("-", "mlp"))
 
 
@@ -151,7 +160,26 @@ def block_elementwise_bytes(job: Job, layout: Layout, x: LocalShape, kind: str) 
         return moe_elementwise_bytes(job, layout, x) - attention_half_bytes(job, layout, x)
     b = m.mamba
     inner = b.inner / layout.tp
-    return half + GATED_NORM_PASSES * job.element_bytes * T * inner + casts(job, T * (m.hidden / sp + inner))
+    return (half + GATED_NORM_PASSES * job.element_bytes * T * inner + casts(job, T * (m.hidden / sp + inner))
+            + layout_copy_bytes(job, layout, x)[0])
+
+
+def layout_copy_bytes(job: Job, layout: Layout, x: LocalShape) -> tuple[Num, Num]:
+    """(forward, backward) bytes of the Mamba-2 mixer's layout copies (LAYOUT_COPY_FORWARD_PASSES over the
+    in_proj output and y, LAYOUT_COPY_BACKWARD_PASSES over the in_proj output's gradient, 16 bit), made only
+    for a micro-batch of more than one sequence [B]."""
+    b, tp = job.model.mamba, layout.tp
+    copied = xp.mask(layout.micro_batch > 1) * job.element_bytes * x.tokens
+    return (LAYOUT_COPY_FORWARD_PASSES * copied * (b.in_proj_width + b.inner) / tp,
+            LAYOUT_COPY_BACKWARD_PASSES * copied * b.in_proj_width / tp)
+
+
+def mamba_elementwise_backward(job: Job, layout: Layout, r: Rates, x: LocalShape, elementwise: Op) -> Op:
+    """The Mamba-2 block's element-wise backward: BACKWARD_TRAFFIC_RATIO × its forward bytes without the
+    layout copies (layer.elementwise_backward), plus the backward's own copy (`layout_copy_bytes`) [op]."""
+    forward_copy, backward_copy = layout_copy_bytes(job, layout, x)
+    back = BACKWARD_TRAFFIC_RATIO * (elementwise.bytes - forward_copy) + backward_copy
+    return op_of("elementwise", BACKWARD, 0.0 * back, back, streaming_time(back, r.memory_bytes_per_s))
 
 
 def attention_half_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
@@ -213,7 +241,9 @@ def block_passes(job: Job, layout: Layout, r: Rates, x: LocalShape, tiers: Tiers
         elementwise = elementwise_op_of(job, layout, r, x, kind, None if part is None else
                                         part.elementwise.bytes - attention_half_bytes(job, layout, x))
         if kind == "M":
-            ops = _block(job, layout, r, x, kind, no_mlp(elementwise), mamba_ops(job, layout, r, x))
+            mixer = no_mlp(elementwise)._replace(
+                elementwise_backward=mamba_elementwise_backward(job, layout, r, x, elementwise))
+            ops = _block(job, layout, r, x, kind, mixer, mamba_ops(job, layout, r, x))
         elif kind == "*":
             ops = _block(job, layout, r, x, kind, no_mlp(elementwise), attention_block(job, layout, r, x))
         elif kind == "-":

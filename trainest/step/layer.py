@@ -97,15 +97,28 @@ def linear_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
                                                           m.mlp_matrices)
 
 
+def flash_backward_flop_ratio(qk_head_dim: float, v_head_dim: float) -> float:
+    """The fused-attention backward's FLOPs over the forward's: the forward runs S = Q·Kᵀ (over d_qk) and
+    O = P·V (over d_v); the backward recomputes S, then dP = dO·Vᵀ and dV = Pᵀ·dO (over d_v), dQ = dS·K and
+    dK = dSᵀ·Q (over d_qk), on the same score elements (Dao 2023 §3.1, Algorithm 2; FlashAttention-3's
+    backward, Shah et al. 2024 §3, runs the same five products):
+
+        (3·d_qk + 2·d_v) / (d_qk + d_v)
+
+    FLASH_BACKWARD_FLOP_RATIO = 2.5 for d_qk = d_v; MLA's d_qk = 192, d_v = 128 (DeepSeek-V3) gives 2.6 [1]."""
+    return (3.0 * qk_head_dim + 2.0 * v_head_dim) / (qk_head_dim + v_head_dim)
+
+
 def fused_attention_ops(name: str, flops: Num, bytes_moved: Num, flops_per_s: Num,
-                        r: Rates) -> tuple[Op, Op]:
+                        r: Rates, backward_ratio: float = FLASH_BACKWARD_FLOP_RATIO) -> tuple[Op, Op]:
     """(forward, backward) of one fused-attention kernel: `flops` at `flops_per_s`, reading Q, K, V and
-    writing O (`bytes_moved`); the backward 2.5× the FLOPs at 0.85× the rate and twice the bytes."""
+    writing O (`bytes_moved`); the backward `backward_ratio` × the FLOPs (flash_backward_flop_ratio: 2.5
+    where the query/key and value widths agree) at 0.85× the rate and twice the bytes."""
     fwd = fused_time(flops, bytes_moved, flops_per_s, r.memory_bytes_per_s)
-    bwd = fused_time(FLASH_BACKWARD_FLOP_RATIO * flops, 2.0 * bytes_moved, flops_per_s * FLASH_BACKWARD_EFFICIENCY,
+    bwd = fused_time(backward_ratio * flops, 2.0 * bytes_moved, flops_per_s * FLASH_BACKWARD_EFFICIENCY,
                      r.memory_bytes_per_s)
     return (op_of(name, FORWARD, flops, bytes_moved, fwd),
-            op_of(name, BACKWARD, FLASH_BACKWARD_FLOP_RATIO * flops, 2.0 * bytes_moved, bwd))
+            op_of(name, BACKWARD, backward_ratio * flops, 2.0 * bytes_moved, bwd))
 
 
 CP_MERGE_PASSES = 4.0   # per ring step after the first: write the partial result, read it, read+write the merged one
@@ -129,7 +142,8 @@ def cp_merge_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
 
 def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[list[Op], list[Op]]:
     """(forward parts, backward parts) of attention. Fused: 4·b·(a/t)·s_c·s·d_h·causal FLOPs reading
-    Q, K, V and writing O; backward 2.5× the FLOPs at 0.85× the rate. Standard: the score and
+    Q, K, V and writing O; backward flash_backward_flop_ratio × the FLOPs (2.5 where d_qk = d_v) at 0.85× the
+    rate. Standard: the score and
     context GEMMs per (sequence, head) and the softmax traffic over s×s; backward twice each.
 
     A model with an attention window (docs/model.md §2.4.1): fused attention is the mean of its layers,
@@ -148,14 +162,15 @@ def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[li
             else mla.attention_bytes(job, layout, x)
         window = m.attention_window
         merge = cp_merge_ops(job, layout, r, x)
+        ratio = flash_backward_flop_ratio(m.qk_head_dim, m.v_head_dim)
         if window is None or r.window_attention_flops_per_s is None:
-            fwd, bwd = fused_attention_ops("attention", flops, bytes_moved, r.attention_flops_per_s, r)
+            fwd, bwd = fused_attention_ops("attention", flops, bytes_moved, r.attention_flops_per_s, r, ratio)
             return [fwd] + merge[:1], [bwd] + merge[1:]
         windowed = m.windowed_layers / m.attention_layers
         parts = [("attention", 1.0 - windowed, flops, r.attention_flops_per_s),
                  ("attention.window", windowed, causal_flops * windowed_layer_fraction(job),
                   r.window_attention_flops_per_s)]
-        kernels = [(fused_attention_ops(name, f, bytes_moved, rate, r), share) for name, share, f, rate in parts
+        kernels = [(fused_attention_ops(name, f, bytes_moved, rate, r, ratio), share) for name, share, f, rate in parts
                    if share > 0.0]
         return ([f.scaled(share) for (f, _), share in kernels] + merge[:1],
                 [b.scaled(share) for (_, b), share in kernels] + merge[1:])
