@@ -360,11 +360,15 @@ def test_importer_tables_match_the_loader():
 
 def _own_fits(kinds):
     """The devices fitted on their own runs that a device without runs takes the median of: a network variant
-    (the same die in another cluster, tools/fit_priors.py NETWORK_VARIANTS) does not count twice."""
+    (the same die in another cluster, tools/fit_priors.py NETWORK_VARIANTS) does not count twice, nor does a
+    device fitted on fewer than MIN_FIT_RUNS runs (trainest/priors.py own_fit)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
     from fit_priors import NETWORK_VARIANTS
+
+    from trainest.priors import own_fit
     return [load_hardware(n) for n in BUNDLED if load_hardware(n).kind in kinds and load_hardware(n).efficiency.basis
-            == "fitted" and n not in NETWORK_VARIANTS]
+            == "fitted" and n not in NETWORK_VARIANTS
+            and own_fit(yaml.safe_load(Path(load_hardware(n).path).read_text(encoding="utf-8"))["efficiency"])]
 
 
 @pytest.mark.parametrize("name", [n for n in BUNDLED if load_hardware(n).kind in ("gpu", "cpu-gpu", "tpu", "asic")

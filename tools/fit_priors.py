@@ -9,11 +9,29 @@ import zlib
 from pathlib import Path
 
 from trainest import catalog
-from trainest.calibrate import replace_efficiency_block
+from trainest.calibrate import PRIOR_WEIGHT, efficiency_block, replace_efficiency_block
 from trainest.units import MICROSECOND, MILLISECOND
 
 FIT_PERCENT = 60          # share of each hardware's runs used for fitting (by crc32 of the id)
-from trainest.priors import NETWORK_VARIANTS, median_members  # noqa: E402,F401  (the devices a no-run prior is the median of)
+from trainest.priors import MIN_FIT_RUNS, NETWORK_VARIANTS, median_members  # noqa: E402,F401  (the devices a no-run prior is the median of)
+
+
+def few_run_weight(n_runs: int) -> float:
+    """The prior pull λ of a device fitted on 0 < n_runs < MIN_FIT_RUNS runs: PRIOR_WEIGHT · MIN_FIT_RUNS / n_runs.
+    The fit minimises the MEAN of the runs' losses plus λ·Σ(x − 1)², so a pull λ weighs against n runs as n·λ would
+    against their sum: scaled so, the start weighs as much in all as it does for a device with MIN_FIT_RUNS runs
+    (PRIOR_WEIGHT at n = MIN_FIT_RUNS: no step), instead of the device's few runs being discarded for a prior
+    (B200 with the 3 fit runs Megatron-Bridge leaves when NeMo's long-sequence table is left out: that table's
+    8 B200 runs 13.6 → 5.1 % MAPE)."""
+    if not 0 < n_runs < MIN_FIT_RUNS:
+        raise ValueError(f"few_run_weight: {n_runs} runs is not between 1 and {MIN_FIT_RUNS - 1}")
+    return PRIOR_WEIGHT * MIN_FIT_RUNS / n_runs
+
+
+def own_block(hw: catalog.Hardware, fit_runs: int) -> tuple[str, dict]:
+    """(kind, efficiency block) of `hw` fitted on `fit_runs` of its own runs: a member of the median a device
+    without runs takes (`unseen_prior_hardware`'s `own_blocks`)."""
+    return hw.kind, efficiency_block(hw, method="fitted on its own runs", fit_runs=fit_runs, fit_mape_pct=None)
 
 
 def in_fit_set(run_id: str) -> bool:

@@ -52,7 +52,9 @@ DERIVED_PRIOR_GROUPS = {
 DERIVED_PRIOR_KEYS = ("gemm", "attention", "memory", "scale_up", "scale_out", "low_precision_gemm",
                       "layer_overhead_us")
 INHERITED_MARK = ": inherited from "       # the method of a block tools/fit_defaults.py copied from a sibling die
-
+# A device with fewer fit runs than this is not a member of the median above: its block is fitted on them, pulled
+# harder to its start (tools/fit_priors.py few_run_weight), and says fit_runs < MIN_FIT_RUNS (tools/fit_defaults.py).
+MIN_FIT_RUNS = 8
 
 
 def significant(x: float, digits: int = 4) -> float | int:
@@ -61,8 +63,10 @@ def significant(x: float, digits: int = 4) -> float | int:
 
 
 def own_fit(block: object) -> bool:
-    """True for an efficiency block fitted on the device's own runs (not inherited from a sibling)."""
-    return isinstance(block, dict) and block.get("fitted") is True and INHERITED_MARK not in str(block.get("method"))
+    """True for an efficiency block fitted on at least MIN_FIT_RUNS of the device's own runs (not inherited from
+    a sibling, nor fitted on a few runs from a start it keeps most of)."""
+    return (isinstance(block, dict) and block.get("fitted") is True and INHERITED_MARK not in str(block.get("method"))
+            and int(block.get("fit_runs") or MIN_FIT_RUNS) >= MIN_FIT_RUNS)
 
 
 def derived_prior(kind: str, fitted: dict[str, tuple[str, dict]], ceiling: float | None = None,
