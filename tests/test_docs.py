@@ -129,7 +129,9 @@ EXTERNAL_FILES = {"prepare_packed_ft_dataset.py", "megatron/core/pipeline_parall
                   "transformer/moe/token_dispatcher.py", "transformer/moe/fused_a2a.py", "multi_token_prediction.py", "moe.py",
                   "transformer_engine/pytorch/attention.py", "ssd_combined.py", "ssm/mamba_mixer.py",
                   "internlm/solver/optimizer/hybrid_zero_optim.py", "configs/7B_sft.py",
-                  "models/gpt_oss/gpt_oss_bridge.py", "attention/dot_product_attention/utils.py"}
+                  "models/gpt_oss/gpt_oss_bridge.py", "attention/dot_product_attention/utils.py",
+                  "models/llama/modeling_llama.py", "recipes/full_finetune_single_device.py", "trainer.py",
+                  "modules/transformer.py"}
 REPO_FILES = sorted(str(p.relative_to(ROOT)) for folder in ("trainest", "tools", "bench", "tests")
                     for p in (ROOT / folder).rglob("*.py"))
 FILE_POINTER = re.compile(r"`([\w/]+\.py)(?::\s*([^`]*))?`")

@@ -28,31 +28,37 @@ def est(data: dict, **changes):
 def test_litgpt_qlora_holds_the_last_graphs_inputs_and_two_embeddings():
     """Against the same QLoRA under the Hugging Face stack (whose Trainer frees the graph in its step): the previous
     micro-batch's quantised-linear inputs (QKV and MLP-up h, output projection a·d_h, MLP-down f, 2 B each, every
-    layer), its 16-bit logits, and two V·h 16-bit embeddings (the replaced one, the StableEmbedding's gradient)."""
+    layer), its 16-bit logits, and two V·h 16-bit embeddings (the replaced one, the StableEmbedding's gradient); and
+    its RMSNorms' normalised inputs in FP32, not 16 bit (`eager_norm_fp32_weight`): 2 norms × (4 − 2) B × h."""
     hf, lit = est(QLORA, framework="hf-accelerate"), est(QLORA, framework="litgpt")
     inputs = 2.0 * TOKENS * (2 * H + HEADS_DIM + F_) * L
     logits = 2.0 * TOKENS * V
+    norms = 2.0 * (4.0 - 2.0) * TOKENS * H * L
     embedding = 2.0 * V * H
-    assert lit.activations_bytes - hf.activations_bytes == pytest.approx(inputs + logits, rel=1e-9)
+    assert lit.activations_bytes - hf.activations_bytes == pytest.approx(inputs + logits + norms, rel=1e-9)
     assert lit.weights_bytes - hf.weights_bytes == pytest.approx(embedding, rel=1e-9)
     assert lit.gradients_bytes - hf.gradients_bytes == pytest.approx(embedding, rel=1e-9)
     assert lit.optimizer_bytes == hf.optimizer_bytes
 
 
 def test_a_16bit_lora_under_litgpt_holds_only_the_previous_logits():
-    """A 16-bit base has no bitsandbytes matmul and no StableEmbedding swap: only the previous logits stay."""
+    """A 16-bit base has no bitsandbytes matmul and no StableEmbedding swap: only the previous logits stay (and
+    litgpt's FP32 normalised norm inputs, 2 norms × (4 − 2) B × h per layer)."""
     lora = {**QLORA, "finetune": {"method": "lora", "rank": 32, "targets": "attention"}}
     hf, lit = est(lora, framework="hf-accelerate"), est(lora, framework="litgpt")
-    assert lit.activations_bytes - hf.activations_bytes == pytest.approx(2.0 * TOKENS * V, rel=1e-9)
+    norms = 2.0 * (4.0 - 2.0) * TOKENS * H * L
+    assert lit.activations_bytes - hf.activations_bytes == pytest.approx(2.0 * TOKENS * V + norms, rel=1e-9)
     assert lit.weights_bytes == hf.weights_bytes and lit.gradients_bytes == hf.gradients_bytes
 
 
 def test_full_recompute_leaves_no_quantised_inputs_in_the_last_graph():
     """A checkpointed layer's forward records no graph (its recompute's graph is local to its backward): under full
-    recompute the previous micro-batch's quantised inputs are gone, the logits stay."""
+    recompute the previous micro-batch's quantised inputs are gone, the logits stay (and the one re-materialised
+    layer's FP32 normalised norm inputs)."""
     hf = est(QLORA, framework="hf-accelerate", recompute="full")
     lit = est(QLORA, framework="litgpt", recompute="full")
-    assert lit.activations_bytes - hf.activations_bytes == pytest.approx(2.0 * TOKENS * V, rel=1e-9)
+    norms = 2.0 * (4.0 - 2.0) * TOKENS * H
+    assert lit.activations_bytes - hf.activations_bytes == pytest.approx(2.0 * TOKENS * V + norms, rel=1e-9)
 
 
 def _memory_runs():
@@ -85,11 +91,12 @@ def test_importer_unties_litgpt_llama_3_2():
 FULL = {**{k: v for k, v in QLORA.items() if k != "finetune"}, "framework": "hf-accelerate"}
 
 
-def test_eager_modules_keep_fp32_norm_inputs_the_attention_copy_and_silu():
-    """kernels eager over fused, per layer and token: 2 norms × (4 − 2) B × h, 2 B × a·d_h, 2 B × f (SwiGLU); every
-    layer's under no recompute."""
+def test_eager_modules_keep_fp32_norm_inputs_the_normalised_inputs_and_silu():
+    """kernels eager over fused, per layer and token: 2 norms × ((4 − 2) B FP32 input + 2 B normalised input) × h,
+    2 B × f (SwiGLU); no attention-output copy under flash attention (SDPA writes it token-major); every layer's
+    under no recompute."""
     fused, eager = est(FULL, kernels="fused"), est(FULL, kernels="eager")
-    per_layer = TOKENS * (2 * 2.0 * H + 2.0 * HEADS_DIM + 2.0 * F_)
+    per_layer = TOKENS * (2 * 4.0 * H + 2.0 * F_)
     # the layers' activations (the chunked loss's logits differ apart: compiled per chunk under fused kernels)
     layers = eager.activations_bytes - eager.logits_bytes - (fused.activations_bytes - fused.logits_bytes)
     assert layers == pytest.approx(L * per_layer, rel=1e-9)
@@ -99,7 +106,7 @@ def test_eager_modules_keep_fp32_norm_inputs_the_attention_copy_and_silu():
 def test_eager_extras_under_full_recompute_are_the_one_layer_recomputed():
     """Full recompute keeps each layer's input only; the eager extras are held by the one layer re-materialised."""
     fused, eager = est(FULL, kernels="fused", recompute="full"), est(FULL, kernels="eager", recompute="full")
-    per_layer = TOKENS * (2 * 2.0 * H + 2.0 * HEADS_DIM + 2.0 * F_)
+    per_layer = TOKENS * (2 * 4.0 * H + 2.0 * F_)
     layers = eager.activations_bytes - eager.logits_bytes - (fused.activations_bytes - fused.logits_bytes)
     assert layers == pytest.approx(per_layer, rel=1e-9)
 

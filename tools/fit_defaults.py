@@ -186,6 +186,20 @@ def fitted_outcome(fit_cases: list, prior: catalog.Hardware, unpulled: tuple[str
     return new_hw, block, "fitted", params
 
 
+def write_megatron_core_host_scale(moe: moe_report.MoeFit, path: Path | None = None) -> None:
+    """Add the Megatron-Core host scale the MoE stage fitted (moe_report.fitted_host_scale) to `path`
+    (specs/frameworks.json), for each of moe_report.MEGATRON_CORE_FRAMEWORKS."""
+    import json
+
+    from trainest import frameworks
+    path = path or catalog.specs_dir() / frameworks.FITTED_FILE
+    doc = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"frameworks": {}}
+    for name in moe_report.MEGATRON_CORE_FRAMEWORKS:
+        doc["frameworks"][name] = {"host_scale": round(moe.host_scale, 4),
+                                   "fitted_on": "the MoE runs' fit split (tools/moe_report.py: fitted_host_scale)"}
+    path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+
+
 def few_run_outcome(hw: catalog.Hardware, fit_cases: list, own_blocks: dict, prior_hw: dict) -> tuple:
     """The outcome (fitted_outcome's) of a device with n fit runs, MIN_FEW_RUNS <= n < MIN_FIT_RUNS, and no die
     fitted on MIN_FIT_RUNS runs (fit_priors.fits_few_runs): fitted on them from the prior of a device without runs
@@ -400,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     kernel_fit: dict[str, list] = {}
     from trainest import frameworks
     frameworks.set_host_scale(KERNEL_FRAMEWORK, 1.0, 1.0)    # fitted below, on the system's host times
+    moe_report.set_megatron_core_host_scale(1.0)              # fitted on the MoE runs (moe_report.fit_moe)
     for c in load_runs(run_set=KERNEL_SET).cases:
         if in_fit_set(c.id):
             kernel_fit.setdefault(c.scenario.hardware.name, []).append(c)
@@ -513,6 +528,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.check:
             write_block(Path(catalog.load_hardware(name).path), block)
     derived_moe_priors(blocks, final_hw, moe, moe_fitted, has_moe, write=not args.check)
+    if not args.check:
+        write_megatron_core_host_scale(moe)
 
     if not args.check:
         target = catalog.specs_dir() / catalog.CATALOG_CACHE_NAME

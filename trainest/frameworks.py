@@ -74,8 +74,12 @@ A framework sets
   are alive together at the start of the backward: 3·4 = 12. llm-foundry's MPT defaults to
   `loss_fn: fused_crossentropy`, flash-attn's xentropy kernel on the 16-bit logits (FP32 only in
   registers and one log-sum-exp per row), whose 16-bit gradient sits beside the logits Composer keeps
-  in its state through the backward: 2 + 2 = 4. Frameworks not examined: 8 (the FP32 logits and
-  their gradient).
+  in its state through the backward: 2 + 2 = 4. Hugging Face transformers' causal LMs (4.45
+  modeling_llama.py: `logits = logits.float()`, then `CrossEntropyLoss` on a shifted `.contiguous()` copy; the
+  Trainer's `compute_loss` drops the outputs before the backward) and torchtune's recipes without a chunked loss
+  (the model returns `self.output(h).float()`, `nn.CrossEntropyLoss`, the recipe's `del logits`) hold what
+  torchtitan holds: 3·4 = 12 (hf-accelerate, deepspeed; the torchtune recipe rows are imported under
+  hf-accelerate). Frameworks not examined: 8 (the FP32 logits and their gradient).
 - `pp_unsharded_zero3`: with ZeRO-3/FSDP and pipeline parallelism the stage's parameters are not
   resharded after the forward and its gradients are accumulated unsharded over the micro-batches
   (reduce-scattered at the last one), so a device holds its stage's gathered 16-bit weights and
@@ -145,9 +149,26 @@ A framework sets
   (docs/model.md §13.3; `memory.py: last_graph_bytes`). The Hugging Face Trainer returns `loss.detach()`
   from its training step (the graph is freed there); torchtune's NF4 linear keeps no input.
 - `torch_eager`: its eager kernels (`kernels eager`) are PyTorch modules run operator by operator under
-  autograd, which keep more for the backward than fused kernels (the FP32 norm inputs, the attention output's
-  copy, SwiGLU's SiLU output: `step/activations.py: eager_extra_bytes`). False for MLX (its own lazy arrays
-  and fused `mx.fast` norms) and MaxText (JAX/XLA).
+  autograd, which keep more for the backward than fused kernels (the FP32 norm inputs and the normalised inputs,
+  under standard attention the attention output's copy, SwiGLU's SiLU output: `step/activations.py:
+  eager_extra_bytes`). False for MLX (its own lazy arrays and fused `mx.fast` norms) and MaxText (JAX/XLA).
+- `expands_kv_heads`: with grouped-query attention its attention modules copy each K and V head to the query
+  heads that share it before calling SDPA, so the backward keeps K and V at the query width a·d_h, not g·d_h:
+  Hugging Face transformers' `repeat_kv` (LlamaAttention), litgpt's `k.expand(...)` then `reshape` (model.py
+  CausalSelfAttention: "flash attention requires it"), torchtune 0.3.1's `k.expand(...)` then `reshape`
+  (modules/attention.py), whose recipes are imported under hf-accelerate. Eager or compiled alike: the compiled
+  graph saves SDPA's inputs as SDPA's backward reads them (counted, docs/model/07-memory.md §7.3).
+- `frees_grads`: its loop calls `zero_grad(set_to_none=True)` (PyTorch's default since 2.0) after each optimizer
+  step, so the gradients are freed and each is allocated anew when the backward computes it: with one micro-batch
+  per step and no pipeline, no gradient is alive while the forward builds the activations, and the backward frees
+  a layer's activations as it writes that layer's gradients (`memory.py: phase_peak`). torchtune's recipes
+  (`self._optimizer.zero_grad(set_to_none=True)`), litgpt (`optimizer.zero_grad()`), the Hugging Face Trainer
+  (`model.zero_grad()`). Not set where unexamined (torchtitan's FSDP2 buffers; Megatron and DeepSpeed keep
+  contiguous gradient buffers).
+- `eager_norm_fp32_weight`: its eager RMSNorm multiplies the FP32 normalised input by the weight before the
+  cast back (litgpt model.py RMSNorm: `(x_normed * weight.float()).to(dtype)`), so the backward keeps that
+  normalised input in FP32 (4 B), where Hugging Face's and torchtune's cast it to 16 bit first
+  (`self.weight * hidden_states.to(input_dtype)`, `x_normed.type_as(x) * self.scale`).
 - `qlora_stable_embedding`: with a bitsandbytes-quantised base it swaps the token embedding for bitsandbytes'
   `StableEmbedding` after building the optimizer (litgpt finetune/lora.py: `old_embedding =
   model.transformer.wte`, then a new `StableEmbedding` whose weight copies it): the replaced embedding stays
@@ -252,6 +273,12 @@ class Framework(NamedTuple):
     # shard's) and sends the updated weights by one broadcast per shard owner, one after another, not by a
     # reduce-scatter and one all-gather (module docstring)
     zero_all_reduce: bool = False
+    # its attention modules copy K and V to every query head before SDPA (module docstring: `expands_kv_heads`)
+    expands_kv_heads: bool = False
+    # its loop frees the gradients each step and computes them anew in the backward (`frees_grads`)
+    frees_grads: bool = False
+    # its eager RMSNorm multiplies the normalised input by the weight in FP32 (`eager_norm_fp32_weight`)
+    eager_norm_fp32_weight: bool = False
 
     @property
     def default_recompute(self) -> str:
@@ -330,7 +357,7 @@ DECLARED: tuple[Framework, ...] = (
       "ZeRO-3 keeps at most stage3_max_live_parameters + stage3_prefetch_bucket_size gathered",
       expert_loop="python", zero3_live_params=DS_ZERO3_LIVE_PARAMS, pp_zero_stages=DEEPSPEED_PP_ZERO,
       recompute_modes=("none", "full"), dp_bucket_params=DEEPSPEED_BUCKET_PARAMS, qlora=True,
-      dp_gather_overlap=False),
+      dp_gather_overlap=False, expands_kv_heads=True, loss_bytes_per_logit=12.0),
     F("torchtitan", "python", "eager", True, True, True,
       "pytorch/torchtitan: FSDP2 (gradient reduce-scatter overlapped), eager unless torch.compile, "
       "interleaved 1F1B among its pipeline schedules (torchtitan docs); with pipeline parallelism FSDP "
@@ -355,14 +382,16 @@ DECLARED: tuple[Framework, ...] = (
       "micro-batch's loss back to test it for NaN/inf (logging_nan_inf_filter, on by default); PEFT LoRA on "
       "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj", expert_loop="python",
       micro_batch_sync=True, pipeline=False, runs_on=("gpu", "cpu-gpu", "tpu", "asic", "wafer", "apple", "cpu"),
-      recompute_modes=("none", "full"), qlora=True),
+      recompute_modes=("none", "full"), qlora=True, expands_kv_heads=True, frees_grads=True,
+      loss_bytes_per_logit=12.0),
     F("litgpt", "python", "eager", True, False, False,
       "Lightning-AI/litgpt: eager PyTorch modules under Lightning Fabric (DDP or FSDP), SDPA attention; LoRA "
       "per projection (q, k, v inside the fused QKV: LoRAQKVLinear); QLoRA through Fabric's "
       "BitsandbytesPrecision (--quantize bnb.nf4), its embedding swapped for bitsandbytes' StableEmbedding; the "
       "loop keeps the last micro-batch's logits and loss bound through the next forward (finetune/lora.py)",
       expert_loop="python", zero_stages=FSDP2_ZERO, pipeline=False, recompute_modes=("none", "full"),
-      qlora=True, holds_last_graph=True, qlora_stable_embedding=True),
+      qlora=True, holds_last_graph=True, qlora_stable_embedding=True, expands_kv_heads=True, frees_grads=True,
+      eager_norm_fp32_weight=True),
     F("mlx", "python", "eager", True, False, True,
       "Apple MLX: lazy evaluation of eager operators on the unified-memory GPU; mlx-lm's LoRA adapts q, k, v, o, "
       "gate, up and down projections separately", expert_loop="grouped", runs_on=("apple", "cpu"),

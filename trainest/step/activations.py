@@ -22,19 +22,38 @@ def eager_extra_bytes(job: Job, layout: Layout) -> Num:
     """What one layer keeps for one micro-batch beyond the fused count when its modules run operator by operator
     under PyTorch autograd (kernels eager, `Framework.torch_eager`) [B] (docs/model.md §7.3):
       each norm's input upcast to FP32 (Hugging Face's LlamaRMSNorm, litgpt's and torchtune's RMSNorm:
-        `x.float()`, then `x * rsqrt(mean(x²) + eps)` saves the FP32 x): 2·(4 − e)·T·h (÷t with SP) more;
-      the attention output twice: SDPA keeps its head-major output for its backward, the output projection its
-        token-major copy (`transpose(1, 2).contiguous()`): e·T·a·d_h/t more;
+        `x.float()`, then `x * rsqrt(mean(x²) + eps)` saves the FP32 x) and the normalised input the weight
+        multiply saves for the weight's gradient, in 16 bit (`weight * x_normed.to(dtype)`) or, where the
+        framework multiplies in FP32 (`Framework.eager_norm_fp32_weight`, litgpt), in FP32:
+        2·((4 − e) + e or 4)·T·h (÷t with SP) more;
+      under standard attention the attention output twice: `attn @ v` leaves it head-major and the output
+        projection keeps its token-major copy (`transpose(1, 2).contiguous()`): e·T·a·d_h/t more. SDPA's
+        flash and memory-efficient kernels write their output token-major (a head-major view of it), so that
+        `contiguous()` copies nothing (counted: tools/saved_tensors.py);
       SwiGLU's SiLU output, saved for the product apart from the gate output it came from (`act(gate(x)) *
         up(x)`): e·T·f/t more (0 for a GeLU MLP).
     0 with fused kernels (Megatron/TE, torch.compile, XLA fuse them or recompute them in the backward). Dense
     layers only: the MoE and hybrid paths do not add it."""
-    if job.kernels != "eager" or not FRAMEWORKS[job.framework].torch_eager:
+    framework = FRAMEWORKS[job.framework]
+    if job.kernels != "eager" or not framework.torch_eager:
         return 0.0 * layout.tp
     model, e = job.model, job.element_bytes
-    norms = 2.0 * max(EAGER_NORM_INPUT_BYTES - e, 0.0) * model.hidden / layout.sp_div
-    split = e * (model.heads * model.head_dim + (model.ffn_hidden if model.mlp == "swiglu" else 0.0)) / layout.tp
+    normalised = EAGER_NORM_INPUT_BYTES if framework.eager_norm_fp32_weight else e
+    norms = 2.0 * (max(EAGER_NORM_INPUT_BYTES - e, 0.0) + normalised) * model.hidden / layout.sp_div
+    copy = model.heads * model.head_dim if job.attention == "standard" else 0.0
+    split = e * (copy + (model.ffn_hidden if model.mlp == "swiglu" else 0.0)) / layout.tp
     return layout.tokens(job) * (norms + split)
+
+
+def saved_kv_width(job: Job, layout: Layout) -> Num:
+    """The width of K and V a layer keeps for its backward, both together [elements per token, of the whole
+    layer: ÷t per device]: 2·max(g, t)·d_h (KV heads replicated when g < t), or where the framework's
+    attention copies each KV head to its query heads before SDPA (`Framework.expands_kv_heads`: Hugging Face's
+    repeat_kv, litgpt's and torchtune's expand) 2·a·d_h, the width SDPA's backward reads."""
+    m = job.model
+    if FRAMEWORKS[job.framework].expands_kv_heads and m.kv_heads < m.heads:
+        return 2.0 * m.heads * m.head_dim + 0.0 * layout.tp
+    return 2.0 * xp.maximum(m.kv_heads, layout.tp) * m.head_dim
 
 
 def activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]:
@@ -72,7 +91,7 @@ def activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]:
     mask = DROPOUT_MASK_BYTES if model.dropout else 0.0
     replicated = (2.0 * e + 2.0 * g8 + 2.0 * mask) * tokens * h / sp_div
     q_width = model.heads * model.head_dim
-    kv_width = 2.0 * xp.maximum(model.kv_heads, tp) * model.head_dim     # KV heads replicated when g < t
+    kv_width = saved_kv_width(job, layout)     # KV heads replicated when g < t, or expanded (§7.3)
     # Q, K, V and the MLP-up outputs in 16 bit; the attention output and the MLP-down input as GEMM inputs
     split = tokens * (e * (q_width + kv_width + (model.mlp_matrices - 1.0) * f) + g8 * (q_width + f)) / tp
     scores: Num = 0.0
@@ -188,7 +207,7 @@ def attention_activation_bytes(job: Job, layout: Layout) -> tuple[Num, Num]:
     tokens, tp = layout.tokens(job), layout.tp
     if m.mla is None:
         q_width = m.heads * m.head_dim
-        kv_width = 2.0 * xp.maximum(m.kv_heads, tp) * m.head_dim
+        kv_width = saved_kv_width(job, layout)
         return (tokens * (e * (q_width + kv_width) + g8 * q_width) / tp,
                 e * tokens * (2.0 * q_width + kv_width / 2.0) / tp)
     a = m.mla
