@@ -188,12 +188,15 @@ def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
 # the recipe settings that change time or memory and that trainest has no input for, with the value that does
 # (None: any value but off/empty): BF16 main gradients of the precision-aware optimizer, the TE op fuser,
 # the shared experts overlapped with the dispatch, paged stashing of the expert activations, fine-grained
-# activation offloading, Megatron FSDP, a pipeline layout given as a list of stages, per-module precision overrides
+# activation offloading and Megatron's CPU offloading of some layers' activations (cpu_offloading with
+# cpu_offloading_num_layers: trainest's `offload: activations` streams every layer's), Megatron FSDP, a pipeline
+# layout given as a list of stages, per-module precision overrides
 # (a quantisation recipe of module matchers); the layers kept in BF16 are an input (bf16_layers, settings_of); FP8 parameters are an input (fp8_params, settings_of)
 UNMODELLED = (("precision", "quant_recipe", None),
               ("optimizer", "main_grads_dtype", "bfloat16"), ("fusions", "use_transformer_engine_op_fuser", None),
               ("moe", "moe_shared_expert_overlap", None), ("moe", "moe_paged_stash", None),
-              ("offload", "fine_grained_activation_offloading", None), ("data_parallel", "use_megatron_fsdp", None),
+              ("offload", "fine_grained_activation_offloading", None), ("offload", "cpu_offloading", None),
+              ("data_parallel", "use_megatron_fsdp", None),
               ("pipeline", "pipeline_model_parallel_layout", None))
 
 
@@ -247,6 +250,9 @@ def unmodelled(rec: dict) -> list[str]:
                 said.append(f"{key} (a list of {len(v)} stages)")
             elif isinstance(v, str) and "matcher(" in v:        # a quantisation recipe: its module overrides
                 said.append(f"{key} ({v.count('matcher(')} module precision overrides)")
+            elif key == "cpu_offloading":                        # how many layers' activations go to the host
+                layers = _value(rec, "offload", "cpu_offloading_num_layers")
+                said.append(f"{key} {shown}" + ("" if layers is None else f" ({layers} layers' activations)"))
             else:
                 said.append(f"{key} {shown}")
     return said
