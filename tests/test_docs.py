@@ -127,7 +127,8 @@ EXTERNAL_FILES = {"prepare_packed_ft_dataset.py", "megatron/core/pipeline_parall
                   "theoretical_memory_usage.py", "tensor_parallel/cross_entropy.py", "train.py",
                   "models/mpt/modeling_mpt.py", "losses/cross_entropy.py", "transformer/moe/experts.py",
                   "transformer/moe/token_dispatcher.py", "transformer/moe/fused_a2a.py", "multi_token_prediction.py", "moe.py",
-                  "transformer_engine/pytorch/attention.py", "ssd_combined.py", "ssm/mamba_mixer.py",
+                  "transformer_engine/pytorch/attention.py", "ssd_combined.py", "ssm/mamba_mixer.py", "models/gpt/gpt_model.py",
+                  "models/mamba/mamba_model.py", "transformer/transformer_block.py",
                   "internlm/solver/optimizer/hybrid_zero_optim.py", "configs/7B_sft.py",
                   "models/gpt_oss/gpt_oss_bridge.py", "attention/dot_product_attention/utils.py"}
 REPO_FILES = sorted(str(p.relative_to(ROOT)) for folder in ("trainest", "tools", "bench", "tests")
