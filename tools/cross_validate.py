@@ -13,8 +13,9 @@ without S, H is fitted on them pulled harder to the prior of a device without ru
 (`fit_defaults.few_run_outcome`); otherwise H takes its same-die sibling's fit without S, else the prior a
 device without runs ships with (`fit_priors.unseen_prior_hardware`: the median of the fitted devices of its
 kind, as shipped: their fits saw S's runs on those devices; branch prior6-leakfree fits them without S). A
-mixture-of-experts run left out takes the catalog's MoE priors (every MoE run comes from one source, so no MoE efficiency can be fitted without it, nor Megatron-Core's host scale, which
-only those runs measure: that source's runs take its prior 1). This is the headline accuracy
+mixture-of-experts run left out takes the catalog's MoE priors (every MoE run comes from one source, so no
+MoE efficiency can be fitted without it, nor Megatron-Core's host scale, which only those runs measure: that
+source's runs take its prior 1). This is the headline accuracy
 (docs/validation.md leads with it); the per-run residuals in docs/cross-validation.json are what the
 error band is calibrated on (tools/fit_bands.py).
 
