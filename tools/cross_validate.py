@@ -8,13 +8,14 @@ source's habits (framework, recipe, measurement) are partly learned by the fit. 
 is a new source. Here, for each source S and each hardware H that S ran on, H's efficiencies are
 fitted (the same method, prior and sibling start as fit_defaults: `trainest.calibrate.fit_efficiency`)
 on the FIT runs of H from every OTHER source, then S's runs on H are predicted. Where the other sources
-leave fewer than MIN_FIT_RUNS fit runs on H but some, H is fitted on them pulled harder to its start, as
-the shipped fit does (`fit_defaults.few_run_outcome`); where they leave none, H takes its same-die
-sibling's fit without S, else the prior a device without runs ships with (`fit_priors.unseen_prior_hardware`:
-the median of the fitted devices of its kind, as shipped: their fits saw S's runs on those devices). A
-mixture-of-experts run left out takes the catalog's MoE priors (every MoE run
-comes from one source, so no MoE efficiency can be fitted without it, nor Megatron-Core's host scale, which
-only those runs measure: that source's runs take its prior 1). This is the headline accuracy
+leave fewer than MIN_FIT_RUNS fit runs on H but at least 3, and H has no die fitted on MIN_FIT_RUNS runs
+without S, H is fitted on them pulled harder to the prior of a device without runs, as the shipped fit does
+(`fit_defaults.few_run_outcome`); otherwise H takes its same-die sibling's fit without S, else the prior a
+device without runs ships with (`fit_priors.unseen_prior_hardware`: the median of the fitted devices of its
+kind, as shipped: their fits saw S's runs on those devices; branch prior6-leakfree fits them without S). A
+mixture-of-experts run left out takes the catalog's MoE priors (every MoE run comes from one source, so no
+MoE efficiency can be fitted without it, nor Megatron-Core's host scale, which only those runs measure: that
+source's runs take its prior 1). This is the headline accuracy
 (docs/validation.md leads with it); the per-run residuals in docs/cross-validation.json are what the
 error band is calibrated on (tools/fit_bands.py).
 
@@ -45,6 +46,7 @@ from fit_defaults import (  # noqa: E402
     MIN_FIT_RUNS,
     SIBLINGS,
     few_run_weight,
+    fits_few_runs,
     in_fit_set,
     prior_hardware,
     sibling_start,
@@ -173,12 +175,10 @@ class LeftOut:
                                                     host_per_micro_batch_s=prior.efficiency.host_per_micro_batch_s)
             return (fitted_hw, f"fitted on {len(fit)} runs of other sources"
                     + (f" + {len(extra)} vTrain fit rows" if extra else ""), True)
-        if fit:     # as the shipped fit (fit_defaults.few_run_outcome): its few runs, pulled harder to its start
-            start = sibling_start(prior_hardware(hw), parent_hw) if parent_hw else self.no_run_prior(hw, source)
-            fitted_hw = self.cache.fit(fit, start, (), prior_weight=few_run_weight(len(fit)))
-            to = f"{parent}'s fit" if parent else "the prior of a device without runs"
+        if fits_few_runs(len(fit), parent is not None):   # as the shipped fit (fit_defaults.few_run_outcome)
+            fitted_hw = self.cache.fit(fit, self.no_run_prior(hw, source), (), prior_weight=few_run_weight(len(fit)))
             return (fitted_hw, f"fitted on {len(fit)} runs of other sources (< {MIN_FIT_RUNS}: pulled "
-                               f"×{MIN_FIT_RUNS / len(fit):.3g} harder to {to})", True)
+                               f"×{MIN_FIT_RUNS / len(fit):.3g} harder to the prior of a device without runs)", True)
         if parent_hw:
             e = parent_hw.efficiency
             return (catalog.with_efficiency(hw, **{k: getattr(e, k) for k in COPIED_KEYS}),
