@@ -46,6 +46,9 @@ def estimate_warnings(scenario: Scenario, result: Estimate, advice: Any = None) 
     if scenario.knob("recompute_layers") > 0 and scenario.recompute != "full":
         warnings.append(f"recompute_layers {scenario.knob('recompute_layers')}: it sets how many layers full recompute "
                         f"re-runs, and recompute is {scenario.recompute}: no effect (give recompute full)")
+    if scenario.knob("offload_layers") > 0 and scenario.offload != "activations":
+        warnings.append(f"offload_layers {scenario.knob('offload_layers')}: it sets how many layers' activations go to "
+                        f"the host, and offload is {scenario.offload}: no effect (give offload activations)")
     warnings.extend(job_warnings(scenario))
     from trainest.adapter_cost import slower_than_full_warning
     if slower := slower_than_full_warning(result):
