@@ -10,11 +10,12 @@ fitted (the same method, prior and sibling start as fit_defaults: `trainest.cali
 on the FIT runs of H from every OTHER source, then S's runs on H are predicted. Where the other sources
 leave fewer than MIN_FIT_RUNS fit runs on H but at least 3, and H has no die fitted on MIN_FIT_RUNS runs
 without S, H is fitted on them pulled harder to the prior of a device without runs, as the shipped fit does
-(`fit_defaults.few_run_outcome`); otherwise H takes its same-die sibling's fit without S, else the prior a device without runs ships with (`fit_priors.unseen_prior_hardware`:
-the median of the fitted devices of its kind, as shipped: their fits saw S's runs on those devices). A
-mixture-of-experts run left out takes the catalog's MoE priors (every MoE run
-comes from one source, so no MoE efficiency can be fitted without it, nor Megatron-Core's host scale, which
-only those runs measure: that source's runs take its prior 1). This is the headline accuracy
+(`fit_defaults.few_run_outcome`); otherwise H takes its same-die sibling's fit without S, else the prior a
+device without runs ships with (`fit_priors.unseen_prior_hardware`: the median of the fitted devices of its
+kind, as shipped: their fits saw S's runs on those devices; branch prior6-leakfree fits them without S). A
+mixture-of-experts run left out takes the catalog's MoE priors (every MoE run comes from one source, so no
+MoE efficiency can be fitted without it, nor Megatron-Core's host scale, which only those runs measure: that
+source's runs take its prior 1). This is the headline accuracy
 (docs/validation.md leads with it); the per-run residuals in docs/cross-validation.json are what the
 error band is calibrated on (tools/fit_bands.py).
 

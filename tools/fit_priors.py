@@ -13,7 +13,8 @@ from trainest.calibrate import PRIOR_WEIGHT, efficiency_block, replace_efficienc
 from trainest.units import MICROSECOND, MILLISECOND
 
 FIT_PERCENT = 60          # share of each hardware's runs used for fitting (by crc32 of the id)
-from trainest.priors import MIN_FIT_RUNS, NETWORK_VARIANTS, median_members  # noqa: E402,F401  (the devices a no-run prior is the median of)
+# the devices a no-run prior is the median of
+from trainest.priors import MIN_FIT_RUNS, NETWORK_VARIANTS, median_members  # noqa: E402,F401
 
 
 MIN_FEW_RUNS = 3          # fewer fit runs than this: not fitted at all (fits_few_runs)
@@ -32,12 +33,12 @@ def fits_few_runs(n_runs: int, has_die_fit: bool) -> bool:
 
 
 def few_run_weight(n_runs: int) -> float:
-    """The prior pull λ of a device fitted on 0 < n_runs < MIN_FIT_RUNS runs: PRIOR_WEIGHT · MIN_FIT_RUNS / n_runs.
-    The fit minimises the MEAN of the runs' losses plus λ·Σ(x − 1)², so a pull λ weighs against n runs as n·λ would
-    against their sum: scaled so, the start weighs as much in all as it does for a device with MIN_FIT_RUNS runs
-    (PRIOR_WEIGHT at n = MIN_FIT_RUNS: no step), instead of the device's few runs being discarded for a prior
-    (B200 with the 3 fit runs Megatron-Bridge leaves when NeMo's long-sequence table is left out: that table's
-    8 B200 runs 13.6 → 5.1 % MAPE)."""
+    """The prior pull λ of a device fitted on 0 < n_runs < MIN_FIT_RUNS runs: PRIOR_WEIGHT · MIN_FIT_RUNS /
+    n_runs. The fit minimises the MEAN of the runs' losses plus λ·Σ(x − 1)², so a pull λ weighs against n runs
+    as n·λ would against their sum: scaled so, the start weighs as much in all as it does for a device with
+    MIN_FIT_RUNS runs (PRIOR_WEIGHT at n = MIN_FIT_RUNS: no step), instead of the device's few runs being
+    discarded for a prior (B200 with the 3 fit runs Megatron-Bridge leaves when NeMo's long-sequence table is
+    left out: that table's 8 B200 runs 13.6 → 5.1 % MAPE)."""
     if not 0 < n_runs < MIN_FIT_RUNS:
         raise ValueError(f"few_run_weight: {n_runs} runs is not between 1 and {MIN_FIT_RUNS - 1}")
     return PRIOR_WEIGHT * MIN_FIT_RUNS / n_runs

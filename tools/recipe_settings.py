@@ -169,6 +169,11 @@ def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
         top["fused_grouped_mlp"] = True
         used.append("fused_grouped_mlp true (use_transformer_engine_op_fuser with moe_grouped_gemm: the experts' "
                     "activation and its cast in the grouped GEMMs)")
+    offloaded = offloaded_layers_of(rec)
+    if offloaded is not None:
+        top["offload"], top["offload_layers"] = "activations", offloaded
+        used.append(f"offload activations of {offloaded} layers (cpu_offloading with cpu_offloading_num_layers "
+                    f"{offloaded}, activations only)")
     layout = pipeline_layout_of(rec)
     if layout is not None:
         par["pipeline_layout"] = layout
@@ -177,7 +182,8 @@ def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
     # the op fuser's one modelled effect is the fused grouped MLP of a MoE model; elsewhere it stays unmodelled;
     # a pipeline layout is an input (the importer checks it against the run and names it unmodelled if it does not fit)
     lacking = [w for w in unmodelled(rec) if not (fused and w.startswith("use_transformer_engine_op_fuser"))
-               and not (layout is not None and w.startswith("pipeline_model_parallel_layout"))]
+               and not (layout is not None and w.startswith("pipeline_model_parallel_layout"))
+               and not (offloaded is not None and w.startswith("cpu_offloading"))]
     if lacking:
         top["unmodelled"] = lacking
     return top, par, [f"recipe settings ({rec['id']}, {rec['source']['tag']}): " + "; ".join(used) + "."
@@ -226,6 +232,18 @@ def pipeline_layout_of(rec: dict) -> str | None:
             return None
         stages.append("".join(LAYOUT_LETTERS[n] for n in names))
     return "|".join(stages)
+
+
+def offloaded_layers_of(rec: dict) -> int | None:
+    """The layers whose activations Megatron-Core's CPU offloading sends to the host (cpu_offloading with
+    cpu_offloading_num_layers, activations only: trainest's `offload: activations` of `offload_layers` layers), None
+    where the recipe does not offload or also offloads the weights (not an input)."""
+    if not _value(rec, "offload", "cpu_offloading") or _value(rec, "offload", "cpu_offloading_weights"):
+        return None
+    if _value(rec, "offload", "cpu_offloading_activations") is False:
+        return None
+    layers = _value(rec, "offload", "cpu_offloading_num_layers")
+    return int(layers) if layers else None
 
 
 def bf16_layers_of(rec: dict) -> int:

@@ -432,7 +432,8 @@ def offloaded_device_bytes(job: Job, layout: Layout, on_device: tuple[Num, Num, 
     state = offload_state(job, layout)
     opt, wts, acts = layout.offload_optimizer > 0, layout.offload_weights > 0, layout.offload_activations > 0
     streamed_grads = IN_FLIGHT_LAYERS * offload_grad_bytes(job) * state.trained_per_layer
-    kept_layers = state.layers * xp.minimum(layout.micro_batches(job), layout.pp) * state.activation_bytes_per_layer
+    kept_layers = state.offloaded_layers * xp.minimum(layout.micro_batches(job), layout.pp) \
+        * state.activation_bytes_per_layer
     streamed_acts = activations - kept_layers + IN_FLIGHT_LAYERS * state.activation_bytes_per_layer
     # the FP32 master shard goes to the host with the optimizer: the device then holds its 16-bit shard, which
     # the host's Adam updates and sends back every step (ZeRO-Offload; §14.1), where ZeRO-3 had counted none
