@@ -59,9 +59,10 @@ def test_case3_fp4_helps_less_than_its_peak_and_the_memory_bound_share_grows():
     for hw in ("b200", "gb200", "dgx-spark"):
         t = {p: docs[(hw, p)]["step"]["time_s"] for p in ("bf16", "fp8", "fp4")}
         assert t["bf16"] > t["fp8"] > t["fp4"]
-        # 4× the peak, 1.55-1.9× the step: the casts (each writes the FP4 copy and its transpose, 4 B per element,
-        # docs/model.md §2.5) and the rest of the memory-bound work do not speed up (the DGX Spark's least)
-        assert 1.5 < t["bf16"] / t["fp4"] < 2.0
+        # 4× the peak, 1.45-1.8× the step: the casts (each writes the FP4 copy and its transpose, 4 B per element,
+        # docs/model.md §2.5), the rest of the memory-bound work and the output layer (16 bit under every recipe,
+        # §2.7) do not speed up (the DGX Spark's least)
+        assert 1.4 < t["bf16"] / t["fp4"] < 2.0
         shares = [c.memory_bound_share(docs[(hw, p)]) for p in ("bf16", "fp8", "fp4")]
         assert shares == sorted(shares)
 

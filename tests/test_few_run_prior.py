@@ -64,6 +64,7 @@ def test_the_bundled_runs_still_pose_the_cases_tested_here():
     assert _fit_runs("gb200", LEFT_OUT) == 0
     assert 0 < _fit_runs("b200", LEFT_OUT) < MIN_FIT_RUNS
     assert 0 < _fit_runs("h200-sxm", LEFT_OUT) < MIN_FIT_RUNS and _fit_runs("h100-sxm", LEFT_OUT) >= MIN_FIT_RUNS
+    assert fit_priors.MIN_FEW_RUNS <= _fit_runs("b200", "nemo-long-sequence") < MIN_FIT_RUNS
 
 
 def test_a_device_without_runs_of_other_sources_takes_the_prior_it_would_ship_with(left_out):
@@ -101,14 +102,23 @@ def test_a_few_run_fit_is_not_inherited_by_a_sibling(left_out):
     assert not fitted and "b200" not in how
 
 
-def test_a_few_run_device_starts_from_its_die_fit(left_out):
+def test_a_device_with_few_runs_and_a_die_fit_inherits_it(left_out):
+    """H200 keeps 2 fit runs (torchtitan) when Megatron-Bridge is left out, and its die (H100) is fitted on many:
+    it takes that fit. Refitted on k <= 5 of their own runs from their die's fit, GB200, GB300 and the 500 W H100
+    did worse than the die's fit alone (fit_priors.fits_few_runs)."""
     left, cache = left_out
     parent, _, _ = left.without("h100-sxm", LEFT_OUT)
     hw, how, fitted = left.without("h200-sxm", LEFT_OUT)
-    assert fitted and "h100-sxm's fit" in how
-    (_, _, start, weight), = [call for call in cache.calls if call[0] == "h200-sxm"]
-    assert start.efficiency.attention == pytest.approx(parent.efficiency.attention)
-    assert weight == pytest.approx(fit_priors.few_run_weight(_fit_runs("h200-sxm", LEFT_OUT)))
+    assert fitted and how.startswith("h100-sxm's fit")
+    assert not [call for call in cache.calls if call[0] == "h200-sxm"]
+    assert hw.efficiency.attention == pytest.approx(parent.efficiency.attention)
+
+
+def test_which_devices_with_few_runs_are_fitted_on_them():
+    few = fit_priors.MIN_FEW_RUNS
+    assert not fit_priors.fits_few_runs(few - 1, False) and fit_priors.fits_few_runs(few, False)
+    assert fit_priors.fits_few_runs(MIN_FIT_RUNS - 1, False) and not fit_priors.fits_few_runs(MIN_FIT_RUNS, False)
+    assert not any(fit_priors.fits_few_runs(n, True) for n in range(MIN_FIT_RUNS + 1))
 
 
 def test_the_few_run_pull_joins_the_plain_pull_at_min_fit_runs():
@@ -127,8 +137,10 @@ def test_a_few_run_fit_is_no_member_of_the_median():
 
 
 def test_the_shipped_fit_applies_the_same_rule(monkeypatch):
-    """fit_defaults.few_run_outcome: the device's fit runs, the pull few_run_weight(n), the die's fit as start;
-    its block says fit_runs = n (not a member of the median)."""
+    """fit_defaults.few_run_outcome: the device's fit runs, the pull few_run_weight(n), the prior of a device
+    without runs (the median of the fitted devices) as start; its block says fit_runs = n (not a member of the
+    median)."""
+    import import_hardware as ih
     seen = {}
 
     def stand_in(cases, start, prior_weight=PRIOR_WEIGHT, unpulled=()):
@@ -138,11 +150,13 @@ def test_the_shipped_fit_applies_the_same_rule(monkeypatch):
                                mape_after_pct=1.0, parameters=(param,))
 
     monkeypatch.setattr(fit_defaults, "fit_efficiency", stand_in)
-    h100 = catalog.load_hardware("h100-sxm")
-    cases = [c for c in _dense_by_hardware()["h200-sxm"] if fit_defaults.in_fit_set(c.id)]
-    hw, block, status, _ = fit_defaults.few_run_outcome(catalog.load_hardware("h200-sxm"), cases, {},
-                                                        {"h100-sxm": h100}, "h100-sxm", {})
+    own = ih.fitted_blocks(catalog.specs_dir() / "hardware")
+    tpu = catalog.load_hardware("tpu-v4")
+    cases = [c for c in load_runs(run_set=PUBLIC_SET).cases if c.scenario.hardware.name == "tpu-v4"
+             and fit_defaults.in_fit_set(c.id)]
+    assert fit_priors.MIN_FEW_RUNS <= len(cases) < MIN_FIT_RUNS
+    hw, block, status, _ = fit_defaults.few_run_outcome(tpu, cases, own, {})
     assert seen["runs"] == len(cases) and seen["weight"] == pytest.approx(fit_priors.few_run_weight(len(cases)))
-    assert seen["start"].efficiency.attention == pytest.approx(h100.efficiency.attention)
+    assert seen["start"].efficiency == fit_priors.unseen_prior_hardware(tpu, own).efficiency
     assert block["fit_runs"] == len(cases) and block["fitted"] is True and not own_fit(block)
     assert hw.efficiency.gemm == pytest.approx(0.7)

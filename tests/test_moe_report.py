@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
-from moe_report import as_stated, release_markdown  # noqa: E402
+from moe_report import HOST_SCALE_BOUNDS, as_stated, golden_minimum, release_markdown  # noqa: E402
 
 
 def _run(release: str, ratio: float, unmodelled: tuple[str, ...] = ()) -> SimpleNamespace:
@@ -35,3 +35,15 @@ def test_the_release_table_gives_each_releases_mean_log_error_of_all_runs_and_of
     assert (int(n), int(kept)) == (3, 2)
     assert float(mean_all) == round((math.log(0.5) + math.log(1.1) + math.log(0.9)) / 3, 3)
     assert float(mean_kept) == round((math.log(1.1) + math.log(0.9)) / 2, 3)
+
+
+def test_the_golden_section_search_finds_an_interior_minimum_and_a_minimum_on_a_bound():
+    """The search both MoE-stage parameters use (the shared grouped_gemm, Megatron-Core's host scale)."""
+    calls: list[float] = []
+
+    def bowl(x: float) -> float:
+        calls.append(x)
+        return (x - 1.72) ** 2
+    assert abs(golden_minimum(bowl, *HOST_SCALE_BOUNDS, 0.02) - 1.72) < 0.02
+    assert len(calls) < 40
+    assert golden_minimum(lambda x: x, 0.5, 1.0, 0.005) == 0.5       # falling all the way to the lower bound

@@ -45,29 +45,34 @@ def test_eager_standard_attention_keeps_the_output_copy():
 
 
 def test_one_micro_batch_holds_no_gradient_at_the_forward_peak():
-    """One micro-batch, gradients freed every step (hf-accelerate): the forward's peak holds every activation and no
-    gradient; accumulating over 4 micro-batches the earlier ones' gradients are alive through the forward."""
-    one = est(framework="hf-accelerate")
-    four = est(framework="hf-accelerate", global_batch=4 * MICRO)
-    assert one.gradients_bytes == 0.0
-    assert four.gradients_bytes > 5e9
-    assert one.activations_bytes >= four.activations_bytes
+    """One micro-batch, gradients freed every step (hf-accelerate), an FP32 loss (12 B per logit): the forward's end
+    is the peak, every activation and no gradient; accumulating over 4 micro-batches the earlier ones' gradients
+    are alive through the forward: both together."""
+    one = est(framework="hf-accelerate", loss="standard")
+    four = est(framework="hf-accelerate", loss="standard", global_batch=4 * MICRO)
+    assert one.peak_phase == "forward_end" and one.gradients_bytes == 0.0
+    assert four.peak_phase == "together" and four.gradients_bytes > 5e9
+    assert one.activations_bytes == four.activations_bytes
 
 
 def test_backward_start_adds_the_output_projections_gradient_beside_the_activations():
     """Once the compiled chunked loss's backward is done (2.25 B per logit at its peak), every activation is still
-    kept beside the logits' 16-bit gradient and the output projection's whole V·h 16-bit weight gradient: 2 B per
-    logit + 2·V·h, more than the loss held, so that is the peak."""
+    kept beside the logits' 16-bit gradient (2 B per logit) and the output projection's whole V·h 16-bit weight
+    gradient: more than the loss held, so that is the peak."""
     one = est(framework="hf-accelerate")
     four = est(framework="hf-accelerate", global_batch=4 * MICRO)
     layers = four.activations_bytes - four.logits_bytes
-    assert one.activations_bytes - layers == pytest.approx(LOGITS_16BIT_BYTES * TOKENS * V + 2.0 * V * H, rel=1e-9)
+    assert one.peak_phase == "backward_start"
+    assert one.gradients_bytes == pytest.approx(2.0 * V * H, rel=1e-9)
+    assert one.activations_bytes - layers == pytest.approx(LOGITS_16BIT_BYTES * TOKENS * V, rel=1e-9)
+    assert one.logits_bytes == pytest.approx(LOGITS_16BIT_BYTES * TOKENS * V, rel=1e-9)
 
 
 def test_full_recompute_peaks_at_the_backwards_end_with_every_gradient():
     """Full recompute keeps little; the backward's end holds every 16-bit gradient and one layer re-materialised:
     the gradients are counted whole and the activations are a single layer's, below what the forward holds."""
     full = est(framework="hf-accelerate", recompute="full")
+    assert full.peak_phase == "backward_end"
     params = full.weights_bytes / 2.0
     assert full.gradients_bytes == pytest.approx(2.0 * params, rel=1e-9)
     assert full.logits_bytes == 0.0
@@ -78,7 +83,7 @@ def test_full_recompute_peaks_at_the_backwards_end_with_every_gradient():
 def test_frameworks_that_keep_gradient_buffers_count_both_at_once():
     """Megatron-Core keeps its contiguous gradient buffer: weights + gradients + optimizer + activations, as before."""
     m = est(framework="megatron-core", recompute="none")
-    assert m.gradients_bytes > 5e9
+    assert m.peak_phase == "together" and m.gradients_bytes > 5e9
 
 
 def test_a_layer_keeps_what_torch_counts_eager_and_compiled():

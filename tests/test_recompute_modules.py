@@ -59,8 +59,12 @@ def test_what_mla_up_projection_recompute_drops_is_its_per_head_tensors():
 
 
 def test_recomputing_the_moe_block_runs_its_all_to_alls_again_as_full_recompute_does():
+    from trainest.scenario import job_of, layout_of
+    from trainest.step.compose import layer_terms
     core, moe, full = _est(DSV3, ["core_attn"]), _est(DSV3, ["core_attn", "moe"]), _est({**DSV3, "recompute": "full"})
-    ep = [e.step.communication_detail_s["ep"] for e in (core, moe, full)]
+    # a layer pass's all-to-alls (the step's detail is the slowest stage's, and which stage that is may change
+    # with the recompute: the balanced split's last stage holds fewer layers and the output layer)
+    ep = [layer_terms(job_of(e.scenario), layout_of(e.scenario)).mean.ep_total_s for e in (core, moe, full)]
     assert ep[1] == pytest.approx(ep[2], rel=1e-9) and ep[1] == pytest.approx(1.5 * ep[0], rel=1e-9)   # 6 of 4
     assert moe.memory.activations_bytes < _est(DSV3, ["core_attn", "moe_act", "shared_experts"]).memory.activations_bytes
     assert full.memory.activations_bytes < moe.memory.activations_bytes
@@ -137,11 +141,14 @@ def test_plan_notes_a_better_plan_with_the_cheap_modules_and_says_nothing_when_t
     doc = json.loads(out)
     notes = [w for w in doc["warnings"] if w.startswith("note: selective recompute of layernorm, mla_up_proj, moe_act")]
     assert len(notes) == 1
-    args = notes[0].split("(estimate options ")[1].rstrip(")").split()
+    # the options end at the parenthesis (the note may go on: other warnings of the better plan follow it)
+    args = notes[0].split("(estimate options ")[1].split(")")[0].split()
     code, out, _ = call_entry(["estimate", "--model", "deepseek-v3", "--hardware", "h100-sxm", "--precision", "fp8",
                                *args, "--json"], capsys)
     assert code == 0 and json.loads(out)["step"]["time_s"] < doc["plans"][0]["step"]["time_s"]
+    # no note of the cheap modules (other notes, such as an uneven pipeline's better layout, may stand)
+    cheap = "note: selective recompute of"
     code, out, _ = call_entry(["plan", *job, "--recompute-modules", "layernorm"], capsys)
-    assert code == 0 and not any(w.startswith("note:") for w in json.loads(out)["warnings"])
+    assert code == 0 and not any(w.startswith(cheap) for w in json.loads(out)["warnings"])
     code, out, _ = call_entry(["plan", "--model", "llama3-8b", "--devices", "8", "--global-batch", "64", "--json"], capsys)
-    assert code == 0 and not any(w.startswith("note:") for w in json.loads(out)["warnings"])
+    assert code == 0 and not any(w.startswith(cheap) for w in json.loads(out)["warnings"])

@@ -550,6 +550,27 @@ def test_an_mla_layer_charges_its_attention_backward_by_its_own_widths():
         assert bwd.flops / fwd.flops == pytest.approx(ratio, rel=1e-12)
 
 
+@pytest.mark.parametrize("precision", ["fp8", "fp4"])
+def test_the_output_layer_runs_in_16_bit_under_a_low_precision_recipe(precision):
+    """Megatron-Core's output layer is a plain ColumnParallelLinear outside Transformer Engine's FP8 context
+    (torchtitan's float8 leaves `output` out too): under an FP8/FP4 recipe its three GEMMs take what the same
+    GEMMs take in a BF16 run, while the layers' GEMMs run faster than in BF16. The bug this catches: the logits
+    were charged at the FP8/FP4 rate, 4 % of Nemotron 3 Super's step on GB300."""
+    from trainest.scenario import job_of, layout_of, scenario_from_mapping
+    from trainest.step.compose import layer_terms
+    def terms(p):
+        s = scenario_from_mapping({"model": "llama3-8b", "hardware": "b200", "devices": 8, "precision": p,
+                                   "seq_len": 8192, "micro_batch": 1, "global_batch": 64,
+                                   "parallel": {"zero": 1}}, "t")
+        return layer_terms(job_of(s), layout_of(s))
+    low, bf16 = terms(precision), terms("bf16")
+    for name in ("logits", "logits.dgrad", "logits.wgrad"):
+        a = next(o for o in low.logits if o.name == name)
+        b = next(o for o in bf16.logits if o.name == name)
+        assert (a.compute_s, a.bytes) == pytest.approx((b.compute_s, b.bytes), rel=1e-12)
+    assert low.mean.lp.linear_s < bf16.mean.lp.linear_s
+
+
 def test_fused_attention_rate_rises_with_the_per_rank_sequence_length():
     """η_a · s/(s + ATTENTION_HALF_SEQ) · d_h/(d_h + ATTENTION_HALF_HEAD_DIM), s the per-rank length s/c
     (FlashAttention-2 benchmark curves, Dao 2023)."""

@@ -315,11 +315,11 @@ and `--host-pcie-lanes` replace the typical one's figures (the JSON's `hardware.
 
 CASE3_TEXT = """Reading it. FP8 and FP4 GEMMs have 2× and 4× the BF16 peak; they speed up the weight GEMMs when
 those are compute-bound, less the efficiency low-precision GEMMs lose (`low_precision_gemm`, fitted
-on B200 and GB200). What does not shrink caps the gain (Amdahl): attention runs in 16 bit, and the
-norms, activations, the casts to FP8/FP4 (they add traffic) and the optimizer stream through memory.
-So FP4 brings 1.6–1.9× per step, not 4×, and each precision step makes the compute-bound GEMMs a
+on B200 and GB200). What does not shrink caps the gain (Amdahl): attention and the output layer run in
+16 bit, and the norms, activations, the casts to FP8/FP4 (they add traffic) and the optimizer stream
+through memory. So FP4 brings 1.5–1.8× per step, not 4×, and each precision step makes the compute-bound GEMMs a
 smaller share and the memory-bound ops a larger one (on the DGX Spark at T = 8192 tokens per
-micro-batch: 25 % → 55 %). MFU is relative to each precision's own peak, so it falls as the precision
+micro-batch: 24 % → 51 %). MFU is relative to each precision's own peak, so it falls as the precision
 drops."""
 
 CASE4_TEXT = """Reading it. A full fine-tune needs 18 B per parameter before activations: Llama 3 8B fits

@@ -8,12 +8,14 @@ source's habits (framework, recipe, measurement) are partly learned by the fit. 
 is a new source. Here, for each source S and each hardware H that S ran on, H's efficiencies are
 fitted (the same method, prior and sibling start as fit_defaults: `trainest.calibrate.fit_efficiency`)
 on the FIT runs of H from every OTHER source, then S's runs on H are predicted. Where the other sources
-leave fewer than MIN_FIT_RUNS fit runs on H but some, H is fitted on them pulled harder to its start, as
-the shipped fit does (`fit_defaults.few_run_outcome`); where they leave none, H takes its same-die
-sibling's fit without S, else the prior a device without runs ships with (`fit_priors.unseen_prior_hardware`:
-the median of the fitted devices of its kind, as shipped: their fits saw S's runs on those devices). A
-mixture-of-experts run left out takes the catalog's MoE priors (every MoE run
-comes from one source, so no MoE efficiency can be fitted without it). This is the headline accuracy
+leave fewer than MIN_FIT_RUNS fit runs on H but at least 3, and H has no die fitted on MIN_FIT_RUNS runs
+without S, H is fitted on them pulled harder to the prior of a device without runs, as the shipped fit does
+(`fit_defaults.few_run_outcome`); otherwise H takes its same-die sibling's fit without S, else the prior a
+device without runs ships with (`fit_priors.unseen_prior_hardware`: the median of the fitted devices of its
+kind, as shipped: their fits saw S's runs on those devices; branch prior6-leakfree fits them without S). A
+mixture-of-experts run left out takes the catalog's MoE priors (every MoE run comes from one source, so no
+MoE efficiency can be fitted without it, nor Megatron-Core's host scale, which only those runs measure: that
+source's runs take its prior 1). This is the headline accuracy
 (docs/validation.md leads with it); the per-run residuals in docs/cross-validation.json are what the
 error band is calibrated on (tools/fit_bands.py).
 
@@ -44,14 +46,17 @@ from fit_defaults import (  # noqa: E402
     MIN_FIT_RUNS,
     SIBLINGS,
     few_run_weight,
+    fits_few_runs,
     in_fit_set,
     prior_hardware,
     sibling_start,
 )
+from moe_report import HOST_SCALE_BOUNDS, MEGATRON_CORE_FRAMEWORKS, set_megatron_core_host_scale  # noqa: E402
 
 from trainest import band as B  # noqa: E402
 from trainest import catalog  # noqa: E402
 from trainest.calibrate import PRIOR_WEIGHT, fit_efficiency  # noqa: E402
+from trainest.frameworks import FRAMEWORKS  # noqa: E402
 from trainest.validate import PUBLIC_SET, Case, RunResult, compare, load_runs  # noqa: E402
 
 DOC = ROOT / "docs" / "cross-validation.md"
@@ -170,12 +175,10 @@ class LeftOut:
                                                     host_per_micro_batch_s=prior.efficiency.host_per_micro_batch_s)
             return (fitted_hw, f"fitted on {len(fit)} runs of other sources"
                     + (f" + {len(extra)} vTrain fit rows" if extra else ""), True)
-        if fit:     # as the shipped fit (fit_defaults.few_run_outcome): its few runs, pulled harder to its start
-            start = sibling_start(prior_hardware(hw), parent_hw) if parent_hw else self.no_run_prior(hw, source)
-            fitted_hw = self.cache.fit(fit, start, (), prior_weight=few_run_weight(len(fit)))
-            to = f"{parent}'s fit" if parent else "the prior of a device without runs"
+        if fits_few_runs(len(fit), parent is not None):   # as the shipped fit (fit_defaults.few_run_outcome)
+            fitted_hw = self.cache.fit(fit, self.no_run_prior(hw, source), (), prior_weight=few_run_weight(len(fit)))
             return (fitted_hw, f"fitted on {len(fit)} runs of other sources (< {MIN_FIT_RUNS}: pulled "
-                               f"×{MIN_FIT_RUNS / len(fit):.3g} harder to {to})", True)
+                               f"×{MIN_FIT_RUNS / len(fit):.3g} harder to the prior of a device without runs)", True)
         if parent_hw:
             e = parent_hw.efficiency
             return (catalog.with_efficiency(hw, **{k: getattr(e, k) for k in COPIED_KEYS}),
@@ -227,11 +230,18 @@ def run_all() -> tuple[list[dict], list[RunResult], list[RunResult], dict[str, l
     left = LeftOut(by_hw, kernel_fit, ih.fitted_blocks(catalog.specs_dir() / "hardware"), cache)
     records, loso, shipped = [], [], []
     how_of: dict[str, list[str]] = {}
+    # Megatron-Core's host scale is fitted on the MoE runs (moe_report.fitted_host_scale): a run of a source
+    # those come from is predicted, left out, at its prior
+    host_sources = {c.source for c in cases if c.scenario.model.moe is not None and c.scenario.model.hybrid is None}
+    shipped_scale = FRAMEWORKS[MEGATRON_CORE_FRAMEWORKS[0]].host_scale
     for c in sorted(cases + finetune, key=lambda c: (c.source, c.scenario.hardware.name, c.id)):
         hw, how, fitted = left.without(c.scenario.hardware.name, c.source)
         if c.scenario.model.moe is not None:
             hw = moe_prior(hw)
-        r_left, r_ship = compare(c, hw), compare(c)
+        set_megatron_core_host_scale(HOST_SCALE_BOUNDS[0] if c.source in host_sources else shipped_scale)
+        r_left = compare(c, hw)
+        set_megatron_core_host_scale(shipped_scale)
+        r_ship = compare(c)
         loso.append(r_left)
         shipped.append(r_ship)
         records.append(residual_record(c, r_left, r_ship, how, fitted))

@@ -19,11 +19,11 @@ and a run keeps its side when other runs are added. Per hardware:
     the device's own runs do not determine stays at the same die's value), and fit with
     `trainest.calibrate.fit_efficiency` (the `trainest calibrate` method) on the fit runs only; write
     ONLY the `efficiency:` block of specs/hardware/<name>.yaml (fitted: true), every other line unchanged;
-  * fewer but some: fitted on them as above, from the same die's fit (`fit_parent`) or else the prior of a device
-    without runs, with the pull to that start scaled by MIN_FIT_RUNS / n (`few_run_outcome`,
-    `fit_priors.few_run_weight`); such a block says fit_runs < MIN_FIT_RUNS: no sibling inherits it, and it is
-    not a member of the median below (`priors.own_fit`);
-  * none: a sibling die's fit (SIBLINGS), else the median of the devices fitted on their own runs, by kind
+  * fewer but at least MIN_FEW_RUNS (3), and no die fitted on MIN_FIT_RUNS to inherit: fitted on them as above,
+    from the prior of a device without runs, with the pull to it scaled by MIN_FIT_RUNS / n (`few_run_outcome`,
+    `fit_priors.fits_few_runs`, `few_run_weight`); such a block says fit_runs < MIN_FIT_RUNS: no sibling
+    inherits it, and it is not a member of the median below (`priors.own_fit`);
+  * otherwise: a sibling die's fit (SIBLINGS), else the median of the devices fitted on their own runs, by kind
     (`import_hardware.derived_prior`; `fitted: false`, not validated on the device's own runs);
   * hardware without any run: the same (sibling, else the derived prior).
 
@@ -56,11 +56,11 @@ from trainest.validate import (PUBLIC_SET, RunResult, build_report, compare, loa
 import finetune_report  # noqa: E402
 import moe_report  # noqa: E402
 import vtrain_report  # noqa: E402
-from fit_priors import (FIT_PERCENT, MIN_FIT_RUNS, few_run_weight, in_fit_set, median_members,  # noqa: E402,F401
-                        prior_hardware, unseen_prior_hardware)
+from fit_priors import (FIT_PERCENT, MIN_FIT_RUNS, few_run_weight, fits_few_runs, in_fit_set,  # noqa: E402,F401
+                        median_members, prior_hardware, unseen_prior_hardware)
 
-# MIN_FIT_RUNS (trainest/priors.py): fewer fit runs than this and none: a sibling's fit, else the prior of a device
-# without runs; fewer but some: fitted on them, pulled harder to that start (few_run_outcome)
+# MIN_FIT_RUNS (trainest/priors.py): fewer fit runs than this: a sibling's fit, else the prior of a device without
+# runs, or, with MIN_FEW_RUNS of them and no die fit, fitted on them pulled harder to that prior (few_run_outcome)
 # Accelerators built on the same compute die as a fitted one, in the same kind of system: too few runs
 # of their own to fit, they inherit the sibling's fitted efficiencies (fractions of their OWN peaks and
 # bandwidths), which transfers what the runs taught about the die and its software.
@@ -186,19 +186,29 @@ def fitted_outcome(fit_cases: list, prior: catalog.Hardware, unpulled: tuple[str
     return new_hw, block, "fitted", params
 
 
-def few_run_outcome(hw: catalog.Hardware, fit_cases: list, own_blocks: dict, final_hw: dict, parent: str | None,
-                    prior_hw: dict) -> tuple:
-    """The outcome (fitted_outcome's) of a device with 0 < n < MIN_FIT_RUNS fit runs: fitted on them with the
-    pull λ · MIN_FIT_RUNS / n (fit_priors.few_run_weight) to the fit of its die (`parent`, fitted on at least
-    MIN_FIT_RUNS runs: sibling_start) or else to the prior of a device without runs (derived_outcome). Its block
-    says fit_runs = n, so it is not a member of the median a device without runs takes (priors.own_fit), and a
-    sibling does not inherit it (fit_parent). tools/cross_validate.py applies the same rule to the runs a left-out
-    source leaves (LeftOut)."""
+def write_megatron_core_host_scale(moe: moe_report.MoeFit, path: Path | None = None) -> None:
+    """Add the Megatron-Core host scale the MoE stage fitted (moe_report.fitted_host_scale) to `path`
+    (specs/frameworks.json), for each of moe_report.MEGATRON_CORE_FRAMEWORKS."""
+    import json
+
+    from trainest import frameworks
+    path = path or catalog.specs_dir() / frameworks.FITTED_FILE
+    doc = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"frameworks": {}}
+    for name in moe_report.MEGATRON_CORE_FRAMEWORKS:
+        doc["frameworks"][name] = {"host_scale": round(moe.host_scale, 4),
+                                   "fitted_on": "the MoE runs' fit split (tools/moe_report.py: fitted_host_scale)"}
+    path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+
+
+def few_run_outcome(hw: catalog.Hardware, fit_cases: list, own_blocks: dict, prior_hw: dict) -> tuple:
+    """The outcome (fitted_outcome's) of a device with n fit runs, MIN_FEW_RUNS <= n < MIN_FIT_RUNS, and no die
+    fitted on MIN_FIT_RUNS runs (fit_priors.fits_few_runs): fitted on them from the prior of a device without runs
+    (derived_outcome) with the pull λ · MIN_FIT_RUNS / n (fit_priors.few_run_weight). Its block says fit_runs = n,
+    so it is not a member of the median a device without runs takes (priors.own_fit), and no sibling inherits it.
+    tools/cross_validate.py applies the same rule to the runs a left-out source leaves (LeftOut)."""
     n = len(fit_cases)
-    if parent is not None:
-        start, words = sibling_start(prior_hardware(hw), final_hw[parent]), f"{parent}'s fit"
-    else:
-        start, words = derived_outcome(hw, own_blocks, prior_hardware(hw))[0], "the prior of a device without runs"
+    start = derived_outcome(hw, own_blocks, prior_hardware(hw))[0]
+    words = "the prior of a device without runs"
     prior_hw[hw.name] = start
     new_hw, block, _, params = fitted_outcome(fit_cases, start, prior_weight=few_run_weight(n),
                                               start_words=f", pulled ×{MIN_FIT_RUNS / n:.3g} harder to {words} "
@@ -404,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     kernel_fit: dict[str, list] = {}
     from trainest import frameworks
     frameworks.set_host_scale(KERNEL_FRAMEWORK, 1.0, 1.0)    # fitted below, on the system's host times
+    moe_report.set_megatron_core_host_scale(1.0)              # fitted on the MoE runs (moe_report.fit_moe)
     for c in load_runs(run_set=KERNEL_SET).cases:
         if in_fit_set(c.id):
             kernel_fit.setdefault(c.scenario.hardware.name, []).append(c)
@@ -414,9 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     fitted_results: list[RunResult] = []
     prior_results: list[RunResult] = []
     split: dict[str, bool] = {}
-    # 1. hardware with enough fit runs of its own: fitted. 2. fewer but some: fitted, pulled harder to the die's fit
-    # or the median of the devices fitted in 1. 3. none: a sibling's fit, else that median (derived_prior). 4.
-    # hardware without any run: the same as 3.
+    # 1. hardware with enough fit runs of its own: fitted. 2. fewer but MIN_FEW_RUNS and no die fit: fitted, pulled
+    # harder to the median of the devices fitted in 1. 3. the others: a sibling's fit, else that median
+    # (derived_prior). 4. hardware without any run: the same as 3.
     own_blocks: dict[str, tuple[str, dict]] = {}
     outcome: dict[str, tuple] = {}         # name -> (new hardware, block, status, params)
     few_run: set[str] = set()             # fitted on fewer than MIN_FIT_RUNS runs: no sibling inherits them
@@ -442,9 +453,9 @@ def main(argv: list[str] | None = None) -> int:
         if name in outcome:
             continue
         hw, n_fit = by_hw[name][0].scenario.hardware, len(fit_cases_of[name])
-        if n_fit:       # too few to fit freely, too many to discard: fitted, pulled harder to the die's fit or the prior
-            outcome[name] = few_run_outcome(hw, fit_cases_of[name], own_blocks, final_hw,
-                                            fit_parent(name, by_hw, fit_cases_of), prior_hw)
+        if fits_few_runs(n_fit, fit_parent(name, by_hw, fit_cases_of) is not None):
+            # too few to fit freely, too many to discard, no die fit to inherit: fitted, pulled harder to the prior
+            outcome[name] = few_run_outcome(hw, fit_cases_of[name], own_blocks, prior_hw)
             few_run.add(name)
         elif SIBLINGS.get(name) in final_hw and final_hw[SIBLINGS[name]].efficiency.fitted \
                 and SIBLINGS[name] not in few_run:
@@ -498,6 +509,12 @@ def main(argv: list[str] | None = None) -> int:
     moe = moe_report.fit_moe([c for c in loaded.cases if c.scenario.model.moe is not None
                               and c.scenario.model.hybrid is None], final_hw, blocks,
                              write=not args.check, in_fit_set=in_fit_set, min_fit_runs=MIN_FIT_RUNS)
+    # the dense runs of Megatron-Core's frameworks predicted again at the host scale the MoE stage fitted (what
+    # ships; they are device-bound, so their fit at the prior scale stands)
+    dense_cases = {c.id: c for cases in by_hw.values() for c in cases}
+    fitted_results = [compare(dense_cases[r.id], final_hw[r.hardware])
+                      if r.framework in moe_report.MEGATRON_CORE_FRAMEWORKS and r.id in dense_cases else r
+                      for r in fitted_results]
     fitted_results += moe.fitted_results
     split.update(moe.split)
     # a sibling without MoE runs of its own takes its sibling's MoE efficiencies (as it took the dense ones)
@@ -517,6 +534,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.check:
             write_block(Path(catalog.load_hardware(name).path), block)
     derived_moe_priors(blocks, final_hw, moe, moe_fitted, has_moe, write=not args.check)
+    if not args.check:
+        write_megatron_core_host_scale(moe)
 
     if not args.check:
         target = catalog.specs_dir() / catalog.CATALOG_CACHE_NAME
@@ -738,9 +757,10 @@ fitted: it is set by hardware kind (0.15 on GPUs, 0 on TPUs) before the fit.
 
 **Split.** Per hardware, a run is in the FIT set when `crc32(id) mod 100 < {FIT_PERCENT}` (about
 {FIT_PERCENT} %), else in the HOLDOUT set: deterministic, independent of file order, and a run keeps its
-side when runs are added. Hardware with fewer than {MIN_FIT_RUNS} fit runs but some is fitted on them with the
-pull to its start (its die's fit, else the prior of a device without runs) scaled by {MIN_FIT_RUNS}/n
-(`fit_defaults.few_run_outcome`; docs/model/10-efficiencies.md §10.2); with none, it keeps its prior. The holdout
+side when runs are added. Hardware with fewer than {MIN_FIT_RUNS} fit runs but at least 3, and no die fitted on
+{MIN_FIT_RUNS} runs, is fitted on them with the pull to the prior of a device without runs scaled by
+{MIN_FIT_RUNS}/n (`fit_defaults.few_run_outcome`; docs/model/10-efficiencies.md §10.2); other hardware with
+fewer keeps its sibling's fit or its prior. The holdout
 errors are the honest accuracy figure for runs like the published ones; the fit errors show how much
 the fit absorbed. A random split keeps every source on both sides, so for runs of a framework or
 cluster trainest has never seen, the figure is the headline's above (one source left out at a time;
@@ -790,8 +810,8 @@ uncalibrated hardware look faster than calibrated hardware; the medians are abou
 come from the fits. TPU v4 (6 runs, 4 of them in the fit split) tested the rule directly while a device with
 fewer than {MIN_FIT_RUNS} fit runs kept it: the median of the two fitted TPUs (12.4 % MAPE on its 6 runs) did
 worse than the generic prior (8.9 % on its fit runs, 5.0 % on its 2 holdout runs); it is now fitted on its 4,
-pulled ×2 harder to that median (the table above: its holdout runs 15.7 → 4.4 % when measured before the
-change).
+pulled ×2 harder to that median (measured on the constants before that change: its 2 holdout runs 15.7 →
+4.4 %, all 6 runs 12.4 → 2.5 %; the fit and holdout table above has its current figures).
 
 ## Targets (issue 3, dense runs)
 

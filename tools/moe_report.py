@@ -15,6 +15,11 @@ time, inside calibrate.BOUNDS:
     least `min_fit_runs` MoE fit runs (`trainest.calibrate.fit_efficiency`): the links and their
     topology are the system's.
 
+  * Megatron-Core's host scale (its host time per kernel over plain PyTorch's, `Framework.host_scale`, for
+    MEGATRON_CORE_FRAMEWORKS): one value, from the prior 1, searched the same way at the shared grouped_gemm
+    (which is searched again at the result): only host-bound runs measure it, and the bundled host-bound
+    Megatron-Core runs are MoE runs (docs/model.md §2.9). tools/fit_defaults.py writes it to specs/frameworks.json.
+
 Pooling the grouped-GEMM efficiency fits one parameter where a per-device fit took five (two of them
 on the lower bound), at the same holdout error. The HOLDOUT MoE runs are predicted with the result and
 never fitted. A hardware with fewer MoE fit runs keeps the priors.
@@ -51,6 +56,7 @@ class MoeFit:
     cases: list[Case]
     summary_line: str
     grouped_gemm: float = 1.0               # the shared expert-GEMM efficiency fitted on every hardware's runs
+    host_scale: float = 1.0                 # Megatron-Core's host time per kernel over plain PyTorch's (fitted)
 
 
 def moe_prior(hw: catalog.Hardware) -> catalog.Hardware:
@@ -94,29 +100,67 @@ def _all_to_all_fits(by_hw: dict[str, list[Case]], grouped: float, min_fit_runs:
     return loss, results
 
 
-def pooled_grouped_gemm(by_hw: dict[str, list[Case]], min_fit_runs: int, split: dict[str, bool]) -> tuple[float, dict]:
-    """(the shared grouped_gemm, each hardware's all_to_all fit at it): golden-section search of
-    `_all_to_all_fits`' objective over calibrate.BOUNDS['grouped_gemm'] (module docstring)."""
-    from trainest.calibrate import BOUNDS
-
-    lo, hi = BOUNDS["grouped_gemm"]
-    memo: dict[float, tuple[float, dict]] = {}
-
-    def f(g: float) -> float:
-        if g not in memo:
-            memo[g] = _all_to_all_fits(by_hw, g, min_fit_runs, split)
-        return memo[g][0]
+def golden_minimum(f: Callable[[float], float], lo: float, hi: float, tolerance: float) -> float:
+    """The x in [lo, hi] that minimises f, by golden-section search to within `tolerance`; the bounds are
+    tried too (the objective may fall all the way to one)."""
     a, b = lo, hi
     c, d = b - GOLDEN * (b - a), a + GOLDEN * (b - a)
-    while b - a > POOL_TOLERANCE:
+    while b - a > tolerance:
         if f(c) <= f(d):
             b, d = d, c
             c = b - GOLDEN * (b - a)
         else:
             a, c = c, d
             d = a + GOLDEN * (b - a)
-    best = min([lo, hi, c, d], key=f)     # the bounds too: the objective may fall all the way to one
+    return min([lo, hi, c, d], key=f)
+
+
+def pooled_grouped_gemm(by_hw: dict[str, list[Case]], min_fit_runs: int, split: dict[str, bool]) -> tuple[float, dict]:
+    """(the shared grouped_gemm, each hardware's all_to_all fit at it): golden-section search of
+    `_all_to_all_fits`' objective over calibrate.BOUNDS['grouped_gemm'] (module docstring)."""
+    from trainest.calibrate import BOUNDS
+
+    memo: dict[float, tuple[float, dict]] = {}
+
+    def f(g: float) -> float:
+        if g not in memo:
+            memo[g] = _all_to_all_fits(by_hw, g, min_fit_runs, split)
+        return memo[g][0]
+    best = golden_minimum(f, *BOUNDS["grouped_gemm"], POOL_TOLERANCE)
     return best, memo[best][1]
+
+
+# Megatron-Core's host time per kernel over plain PyTorch's (`Framework.host_scale`, docs/model.md §2.9): its layers
+# launch through Transformer Engine's modules and its MoE layer's per-expert work, which only a host-bound run
+# measures; the bundled runs that are host-bound with these layers are the MoE runs at micro-batch 1 with 16 local
+# experts and no full-iteration CUDA graph (the dense Megatron runs are device-bound). One value for the frameworks
+# that run Megatron-Core's layers, fitted here from the prior 1, inside HOST_SCALE_BOUNDS (the upper bound: the
+# 2.8x that Megatron-DeepSpeed's eager layers measure on vTrain's A100 rows, rounded up to 4).
+MEGATRON_CORE_FRAMEWORKS = ("megatron-core", "nemo")
+HOST_SCALE_BOUNDS = (1.0, 4.0)
+HOST_SCALE_TOLERANCE = 0.02
+
+
+def set_megatron_core_host_scale(scale: float) -> None:
+    """Every MEGATRON_CORE_FRAMEWORKS framework's `host_scale` (in force for the rest of this process)."""
+    from trainest import frameworks
+    for name in MEGATRON_CORE_FRAMEWORKS:
+        frameworks.set_host_scale(name, scale)
+
+
+def fitted_host_scale(by_hw: dict[str, list[Case]], grouped: float, min_fit_runs: int, split: dict[str, bool]) -> float:
+    """The Megatron-Core host scale that minimises `_all_to_all_fits`' objective at the shared `grouped`
+    (golden-section search over HOST_SCALE_BOUNDS); the scale is left set to it."""
+    memo: dict[float, float] = {}
+
+    def f(scale: float) -> float:
+        if scale not in memo:
+            set_megatron_core_host_scale(scale)
+            memo[scale] = _all_to_all_fits(by_hw, grouped, min_fit_runs, split)[0]
+        return memo[scale]
+    best = golden_minimum(f, *HOST_SCALE_BOUNDS, HOST_SCALE_TOLERANCE)
+    set_megatron_core_host_scale(best)
+    return best
 
 
 def fit_moe(cases: list[Case], final_hw: dict[str, catalog.Hardware], blocks: dict[str, dict], *, write: bool,
@@ -131,6 +175,10 @@ def fit_moe(cases: list[Case], final_hw: dict[str, catalog.Hardware], blocks: di
                     for c in hw_cases] for name, hw_cases in sorted(by_hw.items())}
     out = MoeFit(rows=[], fitted_results=[], prior_results=[], split={c.id: in_fit_set(c.id) for c in cases},
                  cases=cases, summary_line="")
+    # the shared grouped_gemm at the prior host scale, the host scale at it, the grouped_gemm again at that
+    set_megatron_core_host_scale(HOST_SCALE_BOUNDS[0])
+    grouped, _ = pooled_grouped_gemm(by_hw, min_fit_runs, out.split)
+    out.host_scale = fitted_host_scale(by_hw, grouped, min_fit_runs, out.split)
     grouped, fits = pooled_grouped_gemm(by_hw, min_fit_runs, out.split)
     out.grouped_gemm = grouped
     for name, hw_cases in by_hw.items():
@@ -164,7 +212,8 @@ def fit_moe(cases: list[Case], final_hw: dict[str, catalog.Hardware], blocks: di
                          side(prior, True), side(fitted, True), side(prior, False), side(fitted, False)))
     fit = [r for r in out.fitted_results if out.split[r.id]]
     hold = [r for r in out.fitted_results if not out.split[r.id]]
-    out.summary_line = (f"MoE: {len(out.fitted_results)} runs, grouped_gemm {grouped:.3f} (shared), fit {len(fit)} "
+    out.summary_line = (f"MoE: {len(out.fitted_results)} runs, grouped_gemm {grouped:.3f} (shared), Megatron-Core "
+                        f"host scale {out.host_scale:.3f}, fit {len(fit)} "
                         f"MAPE {_pct(mape_pct(fit))} %, holdout {len(hold)} MAPE {_pct(mape_pct(hold))} %")
     return out
 
@@ -296,7 +345,8 @@ The {len(results)} transformer MoE runs (Megatron-Bridge performance summaries: 
 GPT-OSS 120B, DeepSeek-V3 with MLA, Kimi K2 with MLA; H100, B200, B300, GB200, GB300; BF16, FP8,
 MXFP8; the hybrid Mamba-2 MoE runs are the next section's) are predicted with the dense efficiencies of their hardware (fitted on the dense runs only, as
 above, so no dense number moved) and two MoE efficiencies (docs/model.md §15), **fitted** on the MoE
-runs of the FIT split only (the same crc32 split), from the priors 1.0 and 0.8: `grouped_gemm`, the
+runs of the FIT split only (the same crc32 split), from the priors 1.0 and 0.8 (and Megatron-Core's host time per
+kernel, below): `grouped_gemm`, the
 expert GEMMs against a dense GEMM of the same shape, is ONE value for every hardware
 ({moe.grouped_gemm:.3f}: a property of the software's grouped-GEMM path, Transformer Engine's GroupedLinear
 on all these runs, found by golden-section search of the summed objective), and `all_to_all`, the
@@ -361,9 +411,12 @@ names a cuDNN regression, and the 26.06.01 rows of GPT-OSS on GB200/GB300, 1.6×
 a token once per remote node that holds one of its experts and, inside a node, once per rank that does
 (NCCL's all-to-all every copy); DeepEP permutes the received rows on the receiver, HybridEP inside its
 dispatch and combine kernels (docs/model.md §15.2, §15.11); DeepSeek-V3's group-limited routing (its
-experts from 4 of 8 groups: at most 4 of 8 nodes) is modelled (§15.3). Micro-batch-1 runs with 16 local experts per rank are host-bound (docs/model.md §15.2);
-trainest counts the per-expert launches but not the host's other per-expert work, so those runs
-(Qwen3 30B-A3B and 235B-A22B on B200/B300/H100 at b = 1) are still predicted too fast.
+experts from 4 of 8 groups: at most 4 of 8 nodes) is modelled (§15.3). Micro-batch-1 runs with 16 local experts
+per rank and no full-iteration CUDA graph are host-bound (docs/model.md §15.2), and so are those the recipes ran
+with EP overlap (the combined forward/backward schedule) and no full graph: they are the only bundled runs that
+measure Megatron-Core's host time per kernel, so it is fitted here, one scale over plain PyTorch's for
+`megatron-core` and `nemo` ({moe.host_scale:.2f}, docs/model.md §2.9; at the prior 1 those runs were 0.4–0.7 too
+fast in log step).
 
 ### The {WORST} worst MoE runs
 

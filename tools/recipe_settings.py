@@ -169,6 +169,11 @@ def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
         top["fused_grouped_mlp"] = True
         used.append("fused_grouped_mlp true (use_transformer_engine_op_fuser with moe_grouped_gemm: the experts' "
                     "activation and its cast in the grouped GEMMs)")
+    offloaded = offloaded_layers_of(rec)
+    if offloaded is not None:
+        top["offload"], top["offload_layers"] = "activations", offloaded
+        used.append(f"offload activations of {offloaded} layers (cpu_offloading with cpu_offloading_num_layers "
+                    f"{offloaded}, activations only)")
     layout = pipeline_layout_of(rec)
     if layout is not None:
         par["pipeline_layout"] = layout
@@ -177,7 +182,8 @@ def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
     # the op fuser's one modelled effect is the fused grouped MLP of a MoE model; elsewhere it stays unmodelled;
     # a pipeline layout is an input (the importer checks it against the run and names it unmodelled if it does not fit)
     lacking = [w for w in unmodelled(rec) if not (fused and w.startswith("use_transformer_engine_op_fuser"))
-               and not (layout is not None and w.startswith("pipeline_model_parallel_layout"))]
+               and not (layout is not None and w.startswith("pipeline_model_parallel_layout"))
+               and not (offloaded is not None and w.startswith("cpu_offloading"))]
     if lacking:
         top["unmodelled"] = lacking
     return top, par, [f"recipe settings ({rec['id']}, {rec['source']['tag']}): " + "; ".join(used) + "."
@@ -188,12 +194,15 @@ def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
 # the recipe settings that change time or memory and that trainest has no input for, with the value that does
 # (None: any value but off/empty): BF16 main gradients of the precision-aware optimizer, the TE op fuser,
 # the shared experts overlapped with the dispatch, paged stashing of the expert activations, fine-grained
-# activation offloading, Megatron FSDP, a pipeline layout given as a list of stages, per-module precision overrides
+# activation offloading and Megatron's CPU offloading of some layers' activations (cpu_offloading with
+# cpu_offloading_num_layers: trainest's `offload: activations` streams every layer's), Megatron FSDP, a pipeline
+# layout given as a list of stages, per-module precision overrides
 # (a quantisation recipe of module matchers); the layers kept in BF16 are an input (bf16_layers, settings_of); FP8 parameters are an input (fp8_params, settings_of)
 UNMODELLED = (("precision", "quant_recipe", None),
               ("optimizer", "main_grads_dtype", "bfloat16"), ("fusions", "use_transformer_engine_op_fuser", None),
               ("moe", "moe_shared_expert_overlap", None), ("moe", "moe_paged_stash", None),
-              ("offload", "fine_grained_activation_offloading", None), ("data_parallel", "use_megatron_fsdp", None),
+              ("offload", "fine_grained_activation_offloading", None), ("offload", "cpu_offloading", None),
+              ("data_parallel", "use_megatron_fsdp", None),
               ("pipeline", "pipeline_model_parallel_layout", None))
 
 
@@ -225,6 +234,18 @@ def pipeline_layout_of(rec: dict) -> str | None:
     return "|".join(stages)
 
 
+def offloaded_layers_of(rec: dict) -> int | None:
+    """The layers whose activations Megatron-Core's CPU offloading sends to the host (cpu_offloading with
+    cpu_offloading_num_layers, activations only: trainest's `offload: activations` of `offload_layers` layers), None
+    where the recipe does not offload or also offloads the weights (not an input)."""
+    if not _value(rec, "offload", "cpu_offloading") or _value(rec, "offload", "cpu_offloading_weights"):
+        return None
+    if _value(rec, "offload", "cpu_offloading_activations") is False:
+        return None
+    layers = _value(rec, "offload", "cpu_offloading_num_layers")
+    return int(layers) if layers else None
+
+
 def bf16_layers_of(rec: dict) -> int:
     """The layers an FP8/FP4 recipe keeps in BF16 (Megatron-Core applies num_layers_at_start/end_in_bf16 only with
     first_last_layers_bf16), 0 for none."""
@@ -247,6 +268,9 @@ def unmodelled(rec: dict) -> list[str]:
                 said.append(f"{key} (a list of {len(v)} stages)")
             elif isinstance(v, str) and "matcher(" in v:        # a quantisation recipe: its module overrides
                 said.append(f"{key} ({v.count('matcher(')} module precision overrides)")
+            elif key == "cpu_offloading":                        # how many layers' activations go to the host
+                layers = _value(rec, "offload", "cpu_offloading_num_layers")
+                said.append(f"{key} {shown}" + ("" if layers is None else f" ({layers} layers' activations)"))
             else:
                 said.append(f"{key} {shown}")
     return said

@@ -12,7 +12,7 @@ from trainest import (
     training,
 )
 from trainest.band import Band, arch_of, band_for, unstated_of
-from trainest.memory import MemoryBreakdown, memory_per_device
+from trainest.memory import PEAK_PHASES, MemoryBreakdown, memory_per_device
 from trainest.record import NamedTuple, replace
 from trainest.scenario import Scenario, job_of, layout_of
 from trainest.step import StepTerms, step_terms
@@ -86,6 +86,10 @@ class MemoryResult(NamedTuple):
     allocated_bytes: float = 0.0
     reserved_bytes: float = 0.0
     fits_compares: str = FITS_COMPARES
+    # when the step holds its peak (memory.PEAK_PHASES, docs/model.md §7.12): gradients and activations together,
+    # or, where a loop frees the gradients and a step is one micro-batch, the forward's end, the backward's start
+    # (the output projection's gradient beside every activation) or the backward's end (every gradient, one layer)
+    peak_phase: str = "together"
 
 
 class TrainingResult(NamedTuple):
@@ -256,7 +260,8 @@ def memory_result(s: Scenario, mem: MemoryBreakdown) -> MemoryResult:
                         host_fits=host_fits, required_headroom_bytes=s.memory_headroom_bytes,
                         logits_bytes=float(mem.logits_bytes), allocator_bytes=float(mem.allocator_bytes),
                         context_bytes=float(mem.context_bytes), nccl_bytes=float(mem.nccl_bytes),
-                        allocated_bytes=float(mem.allocated_bytes), reserved_bytes=float(mem.reserved_bytes))
+                        allocated_bytes=float(mem.allocated_bytes), reserved_bytes=float(mem.reserved_bytes),
+                        peak_phase=PEAK_PHASES[int(round(float(mem.peak_phase)))])
 
 
 def host_misfit_words(m: MemoryResult) -> str:

@@ -9,7 +9,8 @@ A framework sets
   the hardware's `efficiency.host_us_per_kernel` (its CPU runs the Python: plain PyTorch's dispatch
   of one kernel) times the framework's `host_scale`: 1, but FITTED for a framework whose measured
   small-kernel steps say its layers cost more per kernel (Megatron-DeepSpeed: the vTrain rows;
-  `specs/frameworks.json`, written by tools/fit_defaults.py; docs/model.md §2.9).
+  Megatron-Core and NeMo: the host-bound MoE runs; `specs/frameworks.json`, written by
+  tools/fit_defaults.py; docs/model.md §2.9).
 - `micro_batch_sync`: whether the framework synchronises host and device at every micro-batch, so that
   the host's Python for a micro-batch outside its kernels (fetching and broadcasting the batch, the
   schedule's bookkeeping: the hardware's `efficiency.host_ms_per_micro_batch`, times the framework's

@@ -109,6 +109,7 @@ PANELS: dict[str, tuple[str, ...]] = {
     "Layout": ("tp", "pp", "dp", "cp", "vpp", "ep", "etp", "zero", "fsdp", "dp_shard", "sequence_parallel",
                "tp_overlap", "dp_overlap", "dp_collectives", "moe_overlap", "pipeline_schedule", "pipeline_split",
                "pipeline_layout", "recompute", "recompute_modules", "recompute_layers", "remat_policy", "offload",
+               "offload_layers",
                "attention", "kernels", "framework", "plan", "allow", "max_tp", "max_pp", "max_cp", "max_vpp",
                "max_micro_batch"),
     "Batch": ("micro_batch", "global_batch", "global_batch_tokens", "seq_len", "packed_length"),
@@ -309,6 +310,10 @@ KNOBS: tuple[Knob, ...] = (
     K("offload", ("--offload",), "choice", "Offload to host memory: optimizer (ZeRO-Offload: FP32 master and Adam "
       "state, CPU Adam), optimizer+weights (ZeRO-Infinity, FSDP CPU offload) or activations (checkpoints to the "
       "host and back).", "none", "Offload", searched=True, job=True),
+    K("offload_layers", ("--offload-layers",), "int", "Activation offload of only this many layers per pipeline "
+      "stage, the others keeping their activations on the device (Megatron-Core --cpu-offloading-num-layers, "
+      "Transformer Engine's CPU offload context); 0: every layer. Needs offload activations; docs/model.md §14.3.",
+      "0 (every layer)", job=True, fallback=0, limits=(0, 100000)),
     K("tokens", ("--tokens",), "str", "Training tokens, e.g. 300B or 1.5T.",
       "20 per parameter (a fine-tune, --finetune given: 100M)", job=True),
     K("price_per_hour", ("--price-per-hour",), "float", "USD per device-hour.", "catalog price", job=True),

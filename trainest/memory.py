@@ -136,6 +136,7 @@ class MemoryBreakdown(NamedTuple):
     allocator_bytes: Num = 0.0  # caching-allocator reserve and fragmentation
     context_bytes: Num = 0.0    # CUDA/ROCm context with the framework's kernels
     nccl_bytes: Num = 0.0       # NCCL's communicator buffers
+    peak_phase: Num = 0.0       # where the peak falls: an index into PEAK_PHASES (phase_peak)
 
     @property
     def allocated_bytes(self) -> Num:
@@ -368,37 +369,58 @@ def backward_end_activation_bytes(job: Job, layout: Layout) -> Num:
     return per_layer + working
 
 
-def backward_start_bytes(job: Job, layout: Layout, activations: Num, logits: Num) -> Num:
-    """What is held once the loss's backward is done, every layer's activations still kept [B]: the activations
-    with the loss's working set (`logits`) replaced by the logits' 16-bit gradient and the output projection's
-    whole (not yet reduce-scattered) 16-bit weight gradient, V·h·e/t, where it trains."""
+def backward_start_bytes(job: Job, layout: Layout, activations: Num, logits: Num) -> tuple[Num, Num, Num]:
+    """(gradients, activations, of them the logits' gradient) held once the loss's backward is done, every layer's
+    activations still kept [B]: the loss's working set (`logits`) replaced by the logits' 16-bit gradient, and the
+    output projection's whole (not yet reduce-scattered) weight gradient, V·h·e_g/t, where it trains."""
     model = job.model
     grad_bytes = grad_bytes_per_param(job.precision, job.grad_dtype, job.master_weights)
     out_grad = (1.0 - xp.mask(layout.frozen > 0)) * model.vocab * model.hidden * grad_bytes / layout.tp
     logits_grad = LOGITS_16BIT_BYTES * layout.tokens(job) * model.vocab / layout.tp
-    return activations - logits + logits_grad + out_grad
+    return out_grad, activations - logits + logits_grad, logits_grad
 
 
-def phase_peak(job: Job, layout: Layout, grads: Num, activations: Num, logits: Num) -> tuple[Num, Num, Num]:
-    """(gradients, activations, 1 where the backward's end is the peak) held at the step's peak [B], where the
-    framework frees the gradients every step (`Framework.frees_grads`) and the step runs one micro-batch on one
-    pipeline stage: the gradients and the activations do not peak together. At the end of the forward (and the
-    loss) every activation is held and no gradient, and once the loss's backward is done the output projection's
-    gradient beside them (`backward_start_bytes`); at the end of the backward every gradient and only the first
-    layer's activations (`backward_end_activation_bytes`); in between the backward frees a layer's activations
-    (e·T·(16h + 6f) for a Llama layer) as it writes that layer's gradients (2·(2h² + 2h·g·d_h + 3hf) B in 16 bit),
-    fewer bytes for any T over a few hundred tokens. The optimizer step after it holds the gradients alone. Else
-    (the gradients of earlier micro-batches or pipeline stages alive through the forward, or kept in persistent
-    buffers) both at once, as before (docs/model/07-memory.md §7.12)."""
+# where the step's peak falls (MemoryBreakdown.peak_phase, an index): gradients and activations held together
+# (accumulation, a pipeline, persistent gradient buffers), or one of the three moments of a single pass (§7.12)
+PEAK_PHASES = ("together", "forward_end", "backward_start", "backward_end")
+
+
+class PhasePeak(NamedTuple):
+    """What a step holds at its peak where gradients and activations do not peak together [B] (`phase_peak`)."""
+
+    gradients_bytes: Num
+    activations_bytes: Num
+    logits_bytes: Num
+    phase: Num                  # index into PEAK_PHASES
+
+
+def phase_peak(job: Job, layout: Layout, grads: Num, activations: Num, logits: Num) -> PhasePeak:
+    """Gradients, activations and logits held at the step's peak and which moment it is [B], where the framework
+    frees the gradients every step (`Framework.frees_grads`) and the step runs one micro-batch on one pipeline
+    stage: the gradients and the activations do not peak together. At the end of the forward (and the loss) every
+    activation is held and no gradient; once the loss's backward is done, the output projection's gradient beside
+    them (`backward_start_bytes`); at the end of the backward every gradient and only the first layer's activations
+    (`backward_end_activation_bytes`); in between the backward frees a layer's activations (e·T·(16h + 6f) for a
+    Llama layer) as it writes that layer's gradients (2·(2h² + 2h·g·d_h + 3hf) B in 16 bit), fewer bytes for any T
+    over a few hundred tokens. The optimizer step after it holds the gradients alone. Else (the gradients of
+    earlier micro-batches or pipeline stages alive through the forward, or kept in persistent buffers) both at once,
+    as before (docs/model/07-memory.md §7.12)."""
+    together = PhasePeak(grads, activations, logits, 0.0 * activations)
     if not FRAMEWORKS[job.framework].frees_grads:
-        return grads, activations, 0.0 * activations
+        return together
     one_pass = xp.mask((layout.micro_batches(job) <= 1) * (layout.pp <= 1))
-    start = xp.maximum(activations, backward_start_bytes(job, layout, activations, logits))
-    end = xp.minimum(backward_end_activation_bytes(job, layout), activations)
-    backward = one_pass * xp.mask(grads + end > start)
-    forward = one_pass * (1.0 - backward)
-    held = activations + forward * (start - activations) - backward * (activations - end)
-    return grads * (1.0 - forward), held, backward
+    start_grads, start_acts, start_logits = backward_start_bytes(job, layout, activations, logits)
+    end_acts = xp.minimum(backward_end_activation_bytes(job, layout), activations)
+    start = xp.mask(start_grads + start_acts > activations)
+    forward = xp.where(start > 0, start_grads + start_acts, activations)
+    end = one_pass * xp.mask(grads + end_acts > forward)
+    at_start, at_forward = one_pass * (1.0 - end) * start, one_pass * (1.0 - end) * (1.0 - start)
+    return PhasePeak(
+        gradients_bytes=end * grads + at_start * start_grads + (1.0 - one_pass) * grads,
+        activations_bytes=end * end_acts + at_start * start_acts + at_forward * activations
+        + (1.0 - one_pass) * activations,
+        logits_bytes=at_start * start_logits + at_forward * logits + (1.0 - one_pass) * logits,
+        phase=one_pass * (end * 3.0 + at_start * 2.0 + at_forward * 1.0))
 
 
 def offloaded_device_bytes(job: Job, layout: Layout, on_device: tuple[Num, Num, Num, Num]) -> tuple[Num, ...]:
@@ -410,7 +432,8 @@ def offloaded_device_bytes(job: Job, layout: Layout, on_device: tuple[Num, Num, 
     state = offload_state(job, layout)
     opt, wts, acts = layout.offload_optimizer > 0, layout.offload_weights > 0, layout.offload_activations > 0
     streamed_grads = IN_FLIGHT_LAYERS * offload_grad_bytes(job) * state.trained_per_layer
-    kept_layers = state.layers * xp.minimum(layout.micro_batches(job), layout.pp) * state.activation_bytes_per_layer
+    kept_layers = state.offloaded_layers * xp.minimum(layout.micro_batches(job), layout.pp) \
+        * state.activation_bytes_per_layer
     streamed_acts = activations - kept_layers + IN_FLIGHT_LAYERS * state.activation_bytes_per_layer
     # the FP32 master shard goes to the host with the optimizer: the device then holds its 16-bit shard, which
     # the host's Adam updates and sends back every step (ZeRO-Offload; §14.1), where ZeRO-3 had counted none
@@ -432,12 +455,12 @@ def memory_per_device(job: Job, layout: Layout) -> MemoryBreakdown:
     if not xp.off(layout.offload):
         weights, grads, optim, activations, host = offloaded_device_bytes(job, layout,
                                                                           (weights, grads, optim, activations))
-    grads, activations, backward_peak = phase_peak(job, layout, grads, activations, logits)
-    logits = logits * (1.0 - backward_peak)
+    peak = phase_peak(job, layout, grads, activations, logits)
+    grads, activations, logits = peak.gradients_bytes, peak.activations_bytes, peak.logits_bytes
     subtotal = weights + grads + optim + activations
     allocator, context, nccl = runtime_bytes(layout, subtotal, job.hardware.kind)
     overhead = allocator + context + nccl
     return MemoryBreakdown(weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=optim,
                            activations_bytes=activations, overhead_bytes=overhead, total_bytes=subtotal + overhead,
                            host_bytes=host, logits_bytes=xp.minimum(logits, activations), allocator_bytes=allocator,
-                           context_bytes=context, nccl_bytes=nccl)
+                           context_bytes=context, nccl_bytes=nccl, peak_phase=peak.phase)

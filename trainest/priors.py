@@ -52,8 +52,9 @@ DERIVED_PRIOR_GROUPS = {
 DERIVED_PRIOR_KEYS = ("gemm", "attention", "memory", "scale_up", "scale_out", "low_precision_gemm",
                       "layer_overhead_us")
 INHERITED_MARK = ": inherited from "       # the method of a block tools/fit_defaults.py copied from a sibling die
-# A device with fewer fit runs than this is not a member of the median above: its block is fitted on them, pulled
-# harder to its start (tools/fit_priors.py few_run_weight), and says fit_runs < MIN_FIT_RUNS (tools/fit_defaults.py).
+# A device with fewer fit runs than this is not a member of the median above: it takes a sibling's fit or this
+# prior, or, with a few runs and no die fit, is fitted on them pulled harder to this prior (tools/fit_priors.py
+# fits_few_runs, few_run_weight); such a block says fit_runs < MIN_FIT_RUNS (tools/fit_defaults.py).
 MIN_FIT_RUNS = 8
 
 

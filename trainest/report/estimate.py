@@ -435,7 +435,8 @@ def memory_table(e: Estimate):
     t.add_column("part")
     t.add_column("size", justify="right")
     for k in ("weights", "gradients", "optimizer", "activations"):
-        t.add_row(k, fmt_gib(getattr(me, f"{k}_bytes")))
+        label = PEAK_PHASE_GRADIENTS.get(me.peak_phase, k) if k == "gradients" else k
+        t.add_row(label, fmt_gib(getattr(me, f"{k}_bytes")))
     t.add_row("  of which the loss's logits", fmt_gib(me.logits_bytes), style="dim")
     t.add_row("= tensors (torch max_memory_allocated)", fmt_gib(me.allocated_bytes), style="bold")
     t.add_row("allocator reserve and fragmentation", fmt_gib(me.allocator_bytes))
@@ -448,6 +449,12 @@ def memory_table(e: Estimate):
         t.add_row("host memory (offloaded)", f"{fmt_gib(me.host_bytes)} of {have}"
                   + ("" if me.host_fits else " DOES NOT FIT"), style="" if me.host_fits else "bold")
     return t
+
+
+# the gradients' line where they do not peak with the activations (memory.PEAK_PHASES; docs/model.md §7.12)
+PEAK_PHASE_GRADIENTS = {"forward_end": "gradients (none yet: the peak is the forward's end)",
+                        "backward_start": "gradients (the output layer's: the peak is the backward's start)",
+                        "backward_end": "gradients (all: the peak is the backward's end)"}
 
 
 def price_label(hw: Any) -> str:

@@ -37,6 +37,7 @@ from trainest.scenario.checks import (
     check_memory_knobs,
     check_network,
     check_offload,
+    check_offload_layers,
     check_optimizer,
     check_recompute_layers,
     check_scenario_keys,
@@ -403,6 +404,7 @@ def _check_knobs_on_the_model(knobs: dict[str, Any], model: Model, precision: st
         raise SpecError(f"{at(where, 'fused_grouped_mlp')}: true fuses the routed experts' activation into their "
                         f"grouped GEMMs, and {model.name} has no experts; allowed with it: false")
     check_recompute_layers(knobs["recompute_layers"], model.layers, where)
+    check_offload_layers(knobs["offload_layers"], model.layers, where)
     check_bf16_layers(knobs["bf16_layers"], model.layers, precision, where)
 
 

@@ -280,6 +280,15 @@ def check_recompute_layers(layers: int, model_layers: int, where: str) -> None:
                         f"allowed: 0 (every layer) to {model_layers}")
 
 
+def check_offload_layers(layers: int, model_layers: int, where: str) -> None:
+    """`offload_layers` N > 0 sends N layers' activations per stage to the host under activation offload
+    (docs/model.md §14.3; with another offload it has no effect, and `estimate` warns): refused above the model's
+    layers."""
+    if layers > model_layers:
+        raise SpecError(f"{at(where, 'offload_layers')}: {layers} is more than the model's {model_layers} layers; "
+                        f"allowed: 0 (every layer) to {model_layers}")
+
+
 def check_bf16_layers(layers: int, model_layers: int, precision: str, where: str) -> None:
     """`bf16_layers` N > 0 keeps N layers' GEMMs in BF16 (docs/model.md §2.2): only an FP8/FP4 model has lower-
     precision GEMMs to keep them from, and no model has more layers than its own."""

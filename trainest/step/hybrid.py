@@ -57,18 +57,23 @@ SSD_BACKWARD_FLOP_RATIO = 2.5
 # token, as (16-bit passes over d_in, over G·N, over H; bytes per chunk-state element, of S = H·P·N/Q per token;
 # per C·Bᵀ score, G·Q per token; per head in FP32 dt and its cumulative sum). Forward: chunk_cumsum, chunk_state
 # (reads x, B, dt; writes the states in FP32), state_passing (reads them, writes 16 bit), bmm_chunk (reads B, C;
-# writes C·Bᵀ in FP32), chunk_scan (reads x, C, the states, C·Bᵀ, dt; writes y). Backward: those four again (the
-# states kept in FP32), chunk_scan_bwd_dstates, state_passing_bwd, chunk_scan_chunk_state_bwd_dx,
-# chunk_state_bwd_db, chunk_scan_bwd_dC, chunk_scan_bwd_dcb, bmm_chunk_bwd twice (dB and dC, FP32 residuals:
-# 16 B per G·N = 8 more 16-bit passes), chunk_scan_bwd_ddAcs_stable, chunk_cumsum_bwd: x and the output
-# gradient read eleven times in all with dx written, the states and their gradients 38 bytes per element.
-SSD_FORWARD_PASSES = (3.0, 4.0, 1.0, 12.0, 8.0, 24.0)
-SSD_BACKWARD_PASSES = (11.0, 17.0, 1.0, 38.0, 24.0, 96.0)
+# writes C·Bᵀ in FP32), chunk_scan (reads x, C, the states, C·Bᵀ, dt, and the gate z; writes y gated by SiLU(z)
+# and, for the backward, y before the gate: Megatron-Core's MambaMixer passes z and no norm weight, so the gate
+# runs inside the scan). Backward: those four again (the states kept in FP32), chunk_scan_bwd_dz (reads the
+# output gradient, the ungated y, z and x; writes dz and the ungated output gradient), chunk_scan_bwd_dstates,
+# state_passing_bwd, chunk_scan_chunk_state_bwd_dx, chunk_state_bwd_db, chunk_scan_bwd_dC, chunk_scan_bwd_dcb,
+# bmm_chunk_bwd twice (dB and dC, FP32 residuals: 16 B per G·N = 8 more 16-bit passes),
+# chunk_scan_bwd_ddAcs_stable, chunk_cumsum_bwd: 17 passes over d_in (x and the output gradients read, dx and dz
+# written), the states and their gradients 38 bytes per element.
+SSD_FORWARD_PASSES = (5.0, 4.0, 1.0, 12.0, 8.0, 24.0)
+SSD_BACKWARD_PASSES = (17.0, 17.0, 1.0, 38.0, 24.0, 96.0)
 CONV_PASSES = 2.0              # the causal convolution reads x, B, C and writes them after its SiLU (16 bit)
 # its backward (mamba_split_conv1d_scan_combined's): the forward again (the convolution is recomputed, not kept),
 # then causal_conv1d_bwd reads the input and the output gradient and writes the input gradient
 CONV_BACKWARD_PASSES = 5.0
-GATED_NORM_PASSES = 3.0        # the gated RMSNorm reads y and z and writes its output (16 bit)
+# the mixer's RMSNorm (mamba_ssm's RMSNormGated called without z: the gate ran in the scan) reads y and writes
+# its output (16 bit)
+GATED_NORM_PASSES = 2.0
 # Megatron-Core's MambaMixer hands the fused kernel its input as (b, s, ·) and takes y back as (s, b, ·):
 # `rearrange(zxBCdt, "l b d -> b l d").contiguous()` and `rearrange(y, "b l d -> l b d").contiguous()`. A
 # micro-batch of one sequence is contiguous either way (PyTorch ignores the strides of a size-1 dimension);

@@ -169,9 +169,13 @@ def elementwise_kernels(job: Job) -> float:
 # an MLP block its activation, an attention block its RoPE; a Mamba-2 block (Megatron-Core MambaMixer with
 # mamba_ssm's fused path) its gated RMSNorm (one Triton kernel). Its core: the causal convolution and the
 # scan's five kernels forward (mamba_ssm ssd_combined: chunk_cumsum, chunk_state, state_passing, bmm_chunk,
-# chunk_scan); backward the convolution's and twelve (the recomputed states, C·Bᵀ and state passing, and
-# the gradient kernels of _mamba_chunk_scan_combined_bwd).
-MAMBA_CORE_KERNELS = (6.0, 13.0)
+# chunk_scan); backward the convolution's two (its forward again, then causal_conv1d_bwd) and, in
+# _mamba_chunk_scan_combined_bwd (mamba_ssm 2.2.4), fifteen Triton kernels (chunk_cumsum, bmm_chunk, chunk_state
+# and state_passing recomputed; chunk_scan_bwd_dz for the gate Megatron-Core passes; chunk_scan_bwd_dstates,
+# state_passing_bwd, chunk_scan_chunk_state_bwd_dx, chunk_state_bwd_db, chunk_scan_bwd_dC, chunk_scan_bwd_dcb,
+# bmm_chunk_bwd twice, chunk_scan_bwd_ddAcs_stable, chunk_cumsum_bwd) and seven of PyTorch's (the clone of dt,
+# the last chunk's += , the reverse cumulative sum's flip, cumsum and flip, two additions into ddA).
+MAMBA_CORE_KERNELS = (6.0, 24.0)
 MAMBA_GATED_NORM_KERNELS = 1.0
 
 

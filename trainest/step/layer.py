@@ -15,7 +15,7 @@ from __future__ import annotations
 from trainest import xp
 from trainest.choices import DEFAULT_RECOMPUTE_MODULES
 from trainest.layout import Job, Layout, Num
-from trainest.record import NamedTuple
+from trainest.record import NamedTuple, replace
 from trainest.step import mla
 from trainest.step.finetune import finetune_layer_ops
 from trainest.step.flops import CAUSAL_FRACTION
@@ -34,6 +34,7 @@ from trainest.step.rates import (
     LocalShape,
     Rates,
     packed_fraction,
+    rates_of,
     windowed_layer_fraction,
 )
 from trainest.step.roofline import (
@@ -534,10 +535,29 @@ def layer_floor_parts(job: Job, layout: Layout, linear: list[Op], attention: tup
     return forward, backward, recompute
 
 
+# What the output layer's GEMMs run in under an FP8/FP4 recipe: 16 bit. Megatron-Core's GPT and Mamba models build
+# it as tensor_parallel.ColumnParallelLinear, a plain PyTorch GEMM outside Transformer Engine, and wrap only the
+# layers in the FP8 context (models/gpt/gpt_model.py, models/mamba/mamba_model.py, transformer_block.py:
+# get_fp8_context; Megatron-Core 0.16.1), so NeMo, Megatron-Bridge and MLPerf's NeMo runs compute the logits in
+# BF16; torchtitan's float8 conversion leaves the `output` linear out (its default filter_fqns); a tied head (MPT)
+# is F.linear on the BF16 embedding table.
+OUTPUT_LAYER_PRECISION = "bf16"
+
+
+def output_layer_rates(job: Job, layout: Layout, r: Rates) -> Rates:
+    """The rates the output layer's GEMMs run at: the job's, or under an FP8/FP4 recipe the 16-bit ones
+    (OUTPUT_LAYER_PRECISION: the recipes keep the output layer out of their low-precision GEMMs)."""
+    if not job.low_precision:
+        return r
+    return rates_of(replace(job, precision=OUTPUT_LAYER_PRECISION, bf16_layers=0), layout)
+
+
 def logits_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
-    """The logits GEMM forward, its data and weight gradients, and the FP32 cross-entropy over T·V/t
-    logits (`kernels.cross_entropy_bytes_per_logit`: 16 B, or 52 B unfused) on the last stage."""
-    logits = r.gemm_op("logits", x.tokens, job.model.vocab / layout.tp, job.model.hidden)
+    """The logits GEMM forward, its data and weight gradients (in 16 bit under an FP8/FP4 recipe:
+    `output_layer_rates`), and the FP32 cross-entropy over T·V/t logits (`kernels.cross_entropy_bytes_per_logit`:
+    16 B, or 52 B unfused) on the last stage."""
+    logits = output_layer_rates(job, layout, r).gemm_op("logits", x.tokens, job.model.vocab / layout.tp,
+                                                       job.model.hidden)
     ce_bytes = cross_entropy_bytes_per_logit(job) * x.tokens * job.model.vocab / layout.tp
     ce = op_of("cross_entropy", FORWARD, 0.0 * ce_bytes, ce_bytes, streaming_time(ce_bytes, r.memory_bytes_per_s))
     trained = 1.0 if xp.off(layout.finetune) else 1.0 - layout.frozen      # a frozen output layer: no wgrad

@@ -95,6 +95,7 @@ class OffloadState(NamedTuple):
     layer_weight_bytes: Num     # one layer's stored weights on this device
     activation_bytes_per_layer: Num   # kept for the backward, one micro-batch
     layers: Num                 # layers of the heaviest stage
+    offloaded_layers: Num = 0.0  # of them, those whose activations go to the host under activation offload
 
 
 def offload_state(job: Job, layout: Layout) -> OffloadState:
@@ -129,7 +130,17 @@ def offload_state(job: Job, layout: Layout) -> OffloadState:
                + trainable_expert_params_local(job, layout, experts_local) / expert_optimizer_shard)
     return OffloadState(trained_params=trained, trained_per_layer=trained_layer,
                         weight_bytes=weights / z3 + expert_weights / z3_experts, layer_weight_bytes=layer_weights,
-                        activation_bytes_per_layer=kept, layers=heavy)
+                        activation_bytes_per_layer=kept, layers=heavy,
+                        offloaded_layers=offloaded_layers(job.offload_layers, heavy))
+
+
+def offloaded_layers(offload_layers: float, layers: Num) -> Num:
+    """The layers of a stage whose activations activation offload sends to the host: every one (`offload_layers`
+    0), or the first N (Megatron-Core's cpu_offloading_num_layers; Transformer Engine's CPU offload context), at most
+    the stage's; the others keep theirs on the device (docs/model.md §14.3)."""
+    if offload_layers <= 0:
+        return layers
+    return xp.minimum(offload_layers + 0.0 * layers, layers)
 
 
 def host_optimizer_bytes_per_param(job: Job) -> float:
@@ -149,7 +160,7 @@ def host_bytes(layout: Layout, state: OffloadState, micro_batches: Num,
     activations of the micro-batches in flight (activations)."""
     return (layout.offload_optimizer * optimizer_bytes * state.trained_params
             + layout.offload_weights * state.weight_bytes
-            + layout.offload_activations * state.layers * state.activation_bytes_per_layer
+            + layout.offload_activations * state.offloaded_layers * state.activation_bytes_per_layer
             * xp.minimum(micro_batches, layout.pp))
 
 
@@ -187,7 +198,7 @@ def offload_terms(job: Job, layout: Layout, state: OffloadState, layers: Num, fo
     grads = opt * offload_grad_bytes(job) * state.trained_params / link               # per micro-batch
     up = opt * (1.0 - weights) * weight_bytes_per_param(job.precision) * state.trained_params / link   # once per step
     fetch = weights * state.weight_bytes / link                                   # per pass
-    act = acts * layers * state.activation_bytes_per_layer / link                 # per direction, per micro-batch
+    act = acts * state.offloaded_layers * state.activation_bytes_per_layer / link  # per direction, per micro-batch
     adam = opt * cpu_adam_s(state.trained_params, rates)
     grads_shown = m * hidden_copy_s(grads, backward_s, layers)
     fetch_shown = m * (hidden_copy_s(fetch, forward_s, layers) * (1.0 + layout.full)
