@@ -42,8 +42,14 @@ def test_lora_on_llama3_8b_takes_0_6_to_0_8_of_the_full_fine_tune(hardware):
     add a little, attention and the element-wise work stay: 8 GPUs, FSDP, s = 2048. On a B200 the
     layer's GEMMs are short enough that the adapters' kernel launches show in the host time: 0.79."""
     layout = {**LAYOUT_8XH100, "hardware": hardware}
-    ratio = est(**layout, finetune="lora").step.time_s / est(**layout).step.time_s
-    assert 0.6 <= ratio <= 0.8, ratio
+    lora, full = est(**layout, finetune="lora").step, est(**layout).step
+    ratio = lora.time_s / full.time_s
+    if lora.bound_by == "host":
+        # B200 since Megatron-Core's host time per kernel is fitted (issue 33: about 34 µs): the LoRA step waits
+        # for the host's launches, which the frozen base does not shorten, so the saving shrinks (0.84)
+        assert hardware == "b200" and 0.6 <= ratio <= 0.9 and lora.host_time_s > lora.compute_s, ratio
+    else:
+        assert 0.6 <= ratio <= 0.8, ratio
 
 
 def test_the_lora_saving_shrinks_as_attention_grows():
