@@ -19,6 +19,7 @@ ACTIVATION_BYTES = 2.0   # e at bf16 (trainest.layout.ELEMENT_BYTES)
 from trainest.scenario import scenario_from_mapping, scenario_mapping
 from trainest.step import layer as L
 from trainest.step import rates as R
+from trainest.step import kernels as K
 from trainest.step import moe as M
 from trainest.step.collectives import Tiers, all_to_all_s, tiers_of
 from trainest.step.flops import (
@@ -51,14 +52,19 @@ def local(model, hw=None, **knobs):
 # ------------------------------------------------------------------------------------------ limits
 
 def test_one_expert_top_one_is_a_dense_mlp_of_the_expert_width():
-    """E = 1, K = 1, e = 1: the expert GEMMs are the dense MLP's GEMMs of width f_e, forward."""
+    """E = 1, K = 1, e = 1: the expert GEMMs are the dense MLP's GEMMs of width f_e, forward: the same FLOPs and
+    bytes. The expert runs as a grouped kernel, which keeps the shape factor of its output dimensions where a dense
+    GEMM with known tiles charges only K's (docs/model.md §2.2; a scoping choice, issue 31): never faster, at most
+    that factor slower."""
     one = moe_model(experts=1, top_k=1, width=1024)
     job, layout, r, x = local(one)
     dense_job, _, _, _ = local(DENSE_MODEL)
     experts = M.expert_gemms(job, layout, r, x)
     mlp = L.mlp_gemms(r, "mlp", x.tokens, one.hidden, DENSE_MODEL.ffn_hidden / layout.tp, one.mlp_matrices)
     for a, b in zip(experts, mlp, strict=True):
-        assert a.compute_s == pytest.approx(b.compute_s, rel=1e-12) and a.memory_s == pytest.approx(b.memory_s)
+        assert a.flops == pytest.approx(b.flops) and a.bytes == pytest.approx(b.bytes)
+        assert a.memory_s == pytest.approx(b.memory_s)
+        assert b.compute_s * (1 - 1e-12) <= a.compute_s <= 1.25 * b.compute_s
     # parameters: the dense MLP plus the 1-wide router; FLOPs: the router's 2·h per token and layer more
     assert one.params == DENSE_MODEL.params + one.layers * one.hidden
     assert one.active_params == one.params
@@ -269,7 +275,7 @@ def test_expert_launches_grow_with_the_local_experts_and_low_precision():
     assert M.expert_launches(jobf, layoutf) == pytest.approx(4 * 8)
     dense_job, dense_layout, _, _ = local(DENSE_MODEL)
     assert M.expert_host_layer_s(dense_job, dense_layout) == 0.0
-    tau = job.hardware.efficiency.host_per_kernel_s
+    tau = K.host_per_kernel_s(job)      # the device's prior times the framework's fitted host scale
     assert M.expert_host_layer_s(job, layout) == pytest.approx(24 * tau * MOE.moe_layers / MOE.layers)
 
 
@@ -287,7 +293,7 @@ def test_per_expert_launches_make_small_micro_batches_host_bound():
     # the layers are not host-bound; what the host adds is the embedding's and the loss's own kernels
     # (step/kernels.py: head_parts), once per micro-batch, and the per-expert launches after each layer's read
     # of the token counts that its experts' GEMMs cannot cover (test_moe_dispatcher.py): a few milliseconds
-    assert big.host_wait_s < 1e-2 * big.time_s
+    assert big.host_wait_s < 2e-2 * big.time_s     # 1.6 % at Megatron-Core's fitted host time per kernel
 
 
 def test_how_the_framework_launches_its_experts():
@@ -606,14 +612,15 @@ def test_fp8_slower_than_bf16_on_fp8_hardware_says_why(capsys):
     assert result.step.bound_by == "host"
     said = low_precision_slower_warning(result)
     assert said is not None and said in warnings
-    # the same model at micro-batch 4 with tp 1 and 8-way EP (8 local experts, 16,384 rows each): the device
-    # hides the launches and FP8 is the faster
+    # the same model at micro-batch 8 with tp 1 and 8-way EP (8 local experts, 32,768 rows each): the device
+    # hides the launches and FP8 is the faster (at micro-batch 4 its casts still cost more than its GEMMs save
+    # since Megatron-Core's host time per kernel is fitted, issue 33: 1.66 s vs 1.61 s, and the warning says so)
     faster = ["estimate", "--model", "qwen3-30b-a3b", "--hardware", "b300", "--devices", "8", "--ep", "8",
-              "--micro-batch", "4", "--global-batch", "64", "--seq-len", "4096", "--zero", "3", "--json"]
+              "--micro-batch", "8", "--global-batch", "128", "--seq-len", "4096", "--zero", "3", "--json"]
     bf16, _ = _step_and_warnings(faster + ["--precision", "bf16"], capsys)
     fp8, warnings = _step_and_warnings(faster + ["--precision", "fp8"], capsys)
     assert fp8 < bf16
-    result = estimate(scenario_from_mapping({**mapping, "micro_batch": 4, "global_batch": 64,
+    result = estimate(scenario_from_mapping({**mapping, "micro_batch": 8, "global_batch": 128,
                                              "parallel": {"ep": 8, "zero": 3}}, "t"))
     assert low_precision_slower_warning(result) is None
 

@@ -503,9 +503,12 @@ def fit_warnings(cases: Sequence[Case], result: CalibrationResult) -> list[str]:
     if len(kinds) > 1:
         out.append(f"the fitted runs mix {_counted(kinds)}; what trainest's fine-tuning and offload terms miss goes "
                    f"into {hw}'s efficiencies: calibrate them apart")
-    free = len(result.parameters) - len(result.fixed)
+    # what the fit moves: its determined parameters, and at least the directions the runs see (the Jacobian's
+    # rank), so that a fit none of whose parameters reaches MIN_LEVERAGE (one run for seven) still says so
+    free = max(len(result.parameters) - len(result.fixed), result.rank)
     if 0 < result.runs <= free:
-        out.append(f"{result.runs} run{'s' if result.runs != 1 else ''} for the {free} parameters the fit sets: "
+        out.append(f"{result.runs} run{'s' if result.runs != 1 else ''} for the {free} parameter"
+                   f"{'s' if free != 1 else ''} the fit sets: "
                    f"'MAPE after' measures how closely the fit matches these runs, not how well the profile "
                    f"predicts new ones; keep some runs out of the fit and compare them with "
                    f"`trainest validate --runs FILE --hardware PROFILE`")
