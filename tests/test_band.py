@@ -391,6 +391,17 @@ def test_an_unstated_micro_batch_spans_only_values_that_fit_in_memory():
     assert fast == pytest.approx(alt[2].step.time_s / t, rel=1e-9) and "2 the fastest" in words
 
 
+def test_an_unstated_micro_batch_spans_only_micro_batches_the_schedule_accepts():
+    """The interleaved schedule needs the micro-batches per step to be a multiple of pp (Megatron-LM): at pp 4,
+    vpp 2 and 4 sequences per replica, only micro-batch 1 runs, so there is nothing to span (micro-batches 2 and
+    4 were tried before this check, as if the user could run them)."""
+    from trainest.estimate import unstated_span
+    s = scenario_from_mapping({"model": "llama3-8b", "hardware": "h100-sxm", "devices": 64, "global_batch": 64,
+                               "parallel": {"pp": 4, "vpp": 2}})
+    assert "micro_batch" in s.derived and s.micro_batches == 4
+    assert unstated_span(s, estimate(s).step.time_s, ("micro_batch",)) == ((1.0, 1.0), "")
+
+
 def _unstated_record(i: int, source: str, ratio: float) -> dict:
     return {**_record(i, "dense", source, ratio), "id": f"{source}-{i}", "finetune": "full",
             "hardware_fitted_without_source": True, "unstated": ["micro_batch"]}

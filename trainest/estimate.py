@@ -328,7 +328,8 @@ MAX_SPAN_MICRO_BATCH = 16     # the largest micro-batch (sequences) an unstated 
 def unstated_span(s: Scenario, step_s: float, unstated: tuple[str, ...]) -> tuple[tuple[float, float], str]:
     """((fastest, slowest) step / `step_s`, in words which values) over the micro-batches the scenario could run
     when it left its micro-batch unstated: every divisor b ≤ MAX_SPAN_MICRO_BATCH of its sequences per replica
-    and step (global batch / dp, so the global batch stays) at which it fits in memory. ((1, 1), "") when the
+    and step (global batch / dp, so the global batch stays) that the scenario's checks accept (`runs_as_given`)
+    and at which it fits in memory. ((1, 1), "") when the
     micro-batch was given or no other value fits (docs/model.md §10.3)."""
     if "micro_batch" not in unstated:
         return (1.0, 1.0), ""
@@ -338,6 +339,8 @@ def unstated_span(s: Scenario, step_s: float, unstated: tuple[str, ...]) -> tupl
         if per_replica % b or b in steps:
             continue
         alt = replace(s, micro_batch=b)
+        if not runs_as_given(alt):
+            continue
         job, layout = job_of(alt), layout_of(alt)
         if not memory_result(alt, memory_per_device(job, layout)).fits:
             continue
@@ -347,6 +350,21 @@ def unstated_span(s: Scenario, step_s: float, unstated: tuple[str, ...]) -> tupl
     fast, slow = min(steps, key=steps.__getitem__), max(steps, key=steps.__getitem__)
     words = f"the micro-batches that fit ({fast} the fastest, {slow} the slowest; the estimate takes {s.micro_batch})"
     return (steps[fast] / step_s, steps[slow] / step_s), words
+
+
+def runs_as_given(s: Scenario) -> bool:
+    """Whether `s` passes the checks every scenario is built through (`scenario_from_mapping`: the schedule's
+    rules, e.g. the interleaved schedule's micro-batches a multiple of pp), so that a micro-batch tried by
+    `unstated_span` is one the user could run."""
+    from trainest.errors import SpecError
+    from trainest.scenario import scenario_from_mapping, scenario_mapping
+    from trainest.scenario.build import ECHO_KEYS
+    mapping = {k: v for k, v in scenario_mapping(s).items() if k not in ECHO_KEYS}
+    try:
+        scenario_from_mapping({**mapping, "model": s.model, "hardware": s.hardware}, "span")
+    except SpecError:
+        return False
+    return True
 
 
 def estimate_ops(s: Scenario) -> tuple[list, object]:
