@@ -870,7 +870,7 @@ class Importer:
                 reasons.append("compressed sparse attention with one shared KV head (not MLA: no kv_lora_rank)")
             else:
                 if shape.get("moe"):
-                    model["moe"] = moe_block(shape["moe"], name, notes)
+                    model["moe"] = moe_block(shape["moe"], name, notes, shape)
                     expressed_moe = True
                     if fields["ffn_hidden"] is None or not model["moe"].get("dense_layers"):
                         # no dense layer: its width is unused (model-shapes: the config's unused intermediate_size)
@@ -908,7 +908,8 @@ class Importer:
                         notes.append(f"sliding-window attention ({shape['sliding_window']}) modelled as full causal "
                                      f"attention over seq_len")
                 if shape.get("linear_bias") and shape.get("moe"):
-                    notes.append("linear biases (and GPT-OSS attention sinks) not counted")
+                    notes.append("attention biases and learnable attention sinks not counted (the experts' biases "
+                                 "are: moe.expert_bias)")
         if not expressed_moe and not (shape or {}).get("moe"):
             if r["ep"] and r["ep"] > 1:
                 reasons.append(f"expert parallelism ep={r['ep']} for a model without a MoE shape")
@@ -1563,11 +1564,16 @@ def positional_of(name: str, shape: dict | None, notes: list) -> str:
     return out
 
 
-def moe_block(moe: dict, name: str, notes: list) -> OrderedDict:
+GLU_CLAMP = re.compile(r"clamp limit (\d+(?:\.\d+)?)")
+
+
+def moe_block(moe: dict, name: str, notes: list, shape: dict | None = None) -> OrderedDict:
     """The trainest `moe:` mapping of a model-shapes.yaml `moe:` entry. Megatron-Bridge benchmarks
     force-balance the tokens across experts (imbalance 1.0, the schema's default); the layer pattern
     is read from `leading_dense_layers` and `moe_layer_freq` ('every layer', or DeepSeek's
-    '[0]*k + [1]*n'; a hybrid model's E blocks are its pattern's)."""
+    '[0]*k + [1]*n'; a hybrid model's E blocks are its pattern's). From the model's own entry (`shape`): biased
+    experts where its `linear_bias` names expert biases, and the GLU's clamp where its `mlp_type` states a clamp
+    limit (docs/model.md §15.13)."""
     block = OrderedDict(experts=moe["num_routed_experts"], top_k=moe["experts_per_token"],
                         expert_ffn_hidden=moe["expert_ffn_hidden"])
     if moe.get("num_shared_experts"):
@@ -1584,6 +1590,14 @@ def moe_block(moe: dict, name: str, notes: list) -> OrderedDict:
         block["latent_size"] = moe["latent_size"]
         notes.append(f"LatentMoE from model-shapes.yaml: routed experts and their all-to-alls in a "
                      f"{moe['latent_size']}-wide latent (router and shared experts at hidden)")
+    bias = str((shape or {}).get("linear_bias") or "")
+    if re.search(r"\bexpert biases\b", bias, re.I):
+        block["expert_bias"] = True
+        notes.append(f"expert_bias from model-shapes.yaml's linear_bias ({bias!r})")
+    clamp = GLU_CLAMP.search(str((shape or {}).get("mlp_type") or ""))
+    if clamp:
+        block["glu_clamp"] = float(clamp[1])
+        notes.append(f"glu_clamp {float(clamp[1]):g} from model-shapes.yaml's mlp_type (a clamped GLU)")
     block["imbalance"] = 1.0
     router = str(moe.get("router_score_function") or "")
     groups = (re.search(r"(\d+) groups, top-(\d+) groups", router)
