@@ -46,7 +46,7 @@ VTRAIN_SET = "vtrain-single-node"
 FAMILIES = {
     "nvidia-volta": ("v100-sxm2-32gb",),
     "nvidia-ampere": ("a100-40gb-sxm", "a100-80gb-sxm", "a100-80gb-pcie", "a100-80gb-sxm-roce400"),
-    "nvidia-hopper": ("h100-sxm", "h100-pcie", "h100-96gb-500w", "h200-sxm", "h800-sxm", "gh200"),
+    "nvidia-hopper": ("h100-sxm", "h100-sxm-a3", "h100-pcie", "h100-96gb-500w", "h200-sxm", "h800-sxm", "gh200"),
     "nvidia-blackwell": ("b200", "b300", "gb200", "gb300"),
     "google-tpu": ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu7x"),
     "amd-cdna": ("mi250x", "mi300x", "mi325x", "mi355x"),
