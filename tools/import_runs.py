@@ -47,7 +47,7 @@ DEFAULT_OUT = REPO / "specs" / "runs"
 
 # Hardware variants that are not in the shared catalog; their files live in specs/hardware/ and
 # were written alongside this importer.
-VARIANT_HARDWARE = {"h100-96gb-500w", "a100-80gb-sxm-roce400"}
+VARIANT_HARDWARE = {"h100-96gb-500w", "a100-80gb-sxm-roce400", "h100-sxm-a3"}
 
 # An A100 record that says its memory size is not stated (vTrain's single-node rows) is mapped to this
 # catalog entry; the two SXM4 entries differ in HBM (40 GB HBM2 at 1555 GB/s, 80 GB HBM2e at 2039 GB/s)
@@ -525,6 +525,10 @@ def map_hardware(text: str | None):
         return "b200", None
     if "h200" in t:
         return "h200-sxm", None
+    if "h100" in t and re.search(r"\bgcp a3 vm\b", t):
+        return "h100-sxm-a3", ("the record's GPUs are in Google Cloud A3 VMs: the hand-written variant "
+                               "specs/hardware/h100-sxm-a3.yaml (the H100 SXM5 with A3's 4x200 Gb/s GPUDirect-TCPX "
+                               "per 8 GPUs between VMs)")
     if "h100" in t:
         note = None
         if "sxm" not in t and "dgx" not in t and "a3" not in t:
