@@ -126,6 +126,7 @@ def test_the_inputs_echo_has_a_knob_for_every_key():
 EXTERNAL_FILES = {"prepare_packed_ft_dataset.py", "megatron/core/pipeline_parallel/schedules.py", "parallelize_llama.py",
                   "theoretical_memory_usage.py", "tensor_parallel/cross_entropy.py", "train.py",
                   "models/mpt/modeling_mpt.py", "losses/cross_entropy.py", "transformer/moe/experts.py",
+                  "fusions/fused_bias_geglu.py", "ops/fused/grouped_mlp.py", "pytorch/ops/fused/grouped_mlp.py",
                   "transformer/moe/token_dispatcher.py", "transformer/moe/fused_a2a.py", "multi_token_prediction.py", "moe.py",
                   "transformer_engine/pytorch/attention.py", "ssd_combined.py", "ssm/mamba_mixer.py", "models/gpt/gpt_model.py",
                   "models/mamba/mamba_model.py", "transformer/transformer_block.py",

@@ -537,3 +537,37 @@ def test_narayanan_zero3_rows_ran_deepspeed():
     from trainest.validate_memory import as_it_ran
     case = next(c for c in bundled_cases("public") if c.id == "narayanan2021_table2_ZeRO-3_529.6B_640gpu")
     assert estimate(as_it_ran(case.scenario)).memory.fits
+
+
+def test_maxtext_a3_records_run_on_the_a3_network():
+    """Issue 31: MaxText's Llama 2 7B table ran on Google Cloud A3 VMs ('NVIDIA H100 80GB (GCP A3 VM, 8 GPUs/VM)'),
+    whose GPUs reach other VMs over four 200 Gb/s GPUDirect-TCPX NICs per 8 GPUs, not a DGX H100's 8x400 Gb
+    InfiniBand. Those records are imported on the hand-written variant specs/hardware/h100-sxm-a3.yaml: the same
+    H100 node (every compute, memory and NVLink figure and the efficiencies equal h100-sxm's) with 100 Gb/s per GPU
+    between VMs, so a data-parallel all-reduce across two VMs is slower and one inside a VM is not."""
+    import math
+
+    sys.path.insert(0, str(REPO / "tools"))
+    from import_runs import map_hardware
+
+    from trainest.catalog import load_hardware
+    from trainest.step.collectives import all_reduce_s, tiers_of
+    a3_text = "NVIDIA H100 80GB (GCP A3 VM, 8 GPUs/VM)"
+    assert map_hardware(a3_text)[0] == "h100-sxm-a3"
+    assert map_hardware("NVIDIA H100 80GB SXM5 (DGX)")[0] == "h100-sxm"
+    runs = [run for path in RUN_FILES if path.stem == "maxtext" for run in _load(path)["runs"]]
+    a3 = [r for r in runs if r["id"].startswith("maxtext-a3-")]
+    assert len(a3) == 5 and {r["hardware"] for r in a3} == {"h100-sxm-a3"}
+    variant, base = load_hardware("h100-sxm-a3"), load_hardware("h100-sxm")
+    assert variant.scale_out_bytes_per_s == pytest.approx(base.scale_out_bytes_per_s / 4)
+    network = {"name", "display_name", "scale_out_bytes_per_s", "scale_out_kind", "scale_out_name",
+               "price_usd_per_hour", "price_source", "price_unknown", "efficiency", "host", "path", "sources",
+               "notes", "derived_fields", "unknown_fields"}
+    for field in set(base._fields) - network:
+        assert getattr(variant, field) == getattr(base, field), field
+    shared = ("gemm", "attention", "memory", "scale_up", "scale_out", "low_precision_gemm")
+    assert all(getattr(variant.efficiency, k) == getattr(base.efficiency, k) for k in shared)
+    gradients = 2.0 * 7e9          # Llama 2 7B's BF16 gradients [B]
+    across = [all_reduce_s(gradients, 16, 1, tiers_of(hw, 8, 16)) for hw in (variant, base)]
+    inside = [all_reduce_s(gradients, 8, 1, tiers_of(hw, 8, 8)) for hw in (variant, base)]
+    assert across[0] > 2.0 * across[1] and math.isclose(inside[0], inside[1])

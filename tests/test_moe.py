@@ -673,3 +673,48 @@ def test_layers_kept_in_bf16_take_the_mean_time_per_flop_of_their_gemms():
         scenario_from_mapping({**base, "precision": "bf16", "bf16_layers": 4}, "t")
     with pytest.raises(SpecError, match="bf16_layers: 49 is more than the model's 48 layers"):
         scenario_from_mapping({**base, "bf16_layers": 49}, "t")
+
+
+def test_biased_experts_and_a_clamped_glu_add_their_unfused_passes():
+    """Issue 33 (docs/model.md §15.13): Megatron-Core adds the experts' down-projection bias expert by expert outside
+    the grouped GEMM (6 h-wide passes of the routed rows forward, 8 backward) and clamps the GLU's inputs before its
+    fused kernel (8 f-wide passes forward, 10 backward); the fused grouped MLP takes both into its kernels (nothing
+    added). The moe_act recompute module re-runs the clamp with the activation; the bias adds 2 + 4 host launches per
+    local expert; the step is slower, its FLOPs the same."""
+    plain = local(MOE, ep=8.0, dp=8.0)
+    job, layout, r, x = local(moe_model(expert_bias=True, glu_clamp=7.0), ep=8.0, dp=8.0)
+    rows = M.routed_copies(job, layout, x) * 2.0            # the routed rows' elements per unit width, 16 bit
+    h, f = job.model.hidden, job.model.moe.expert_ffn_hidden
+    forward = M.moe_elementwise_bytes(job, layout, x) - M.moe_elementwise_bytes(*plain[:2], plain[3])
+    assert forward == pytest.approx(rows * (6.0 * h + 8.0 * f))
+    backward = (M.moe_elementwise_backward_bytes(job, layout, x, M.moe_elementwise_bytes(job, layout, x))
+                - M.moe_elementwise_backward_bytes(plain[0], plain[1], plain[3],
+                                                   M.moe_elementwise_bytes(plain[0], plain[1], plain[3])))
+    assert backward == pytest.approx(rows * (8.0 * h + 10.0 * f))
+    act = M.routed_activation_op(job, layout, r, x).bytes - M.routed_activation_op(*plain[:3], plain[3]).bytes
+    assert act == pytest.approx(rows * 8.0 * f)
+    fused = replace(job, fused_grouped_mlp=True)
+    assert M.expert_extra_bytes(fused, layout, x) == (0.0, 0.0)
+    (f0, b0), (f1, b1) = M.expert_pass_launches(*plain[:2]), M.expert_pass_launches(job, layout)
+    local_experts = job.model.moe.experts / layout.ep
+    assert (f1 - f0, b1 - b0) == pytest.approx((2.0 * local_experts, 4.0 * local_experts))
+    slow, fast = (step_of(m, H100, ep=8.0, dp=8.0) for m in (moe_model(expert_bias=True, glu_clamp=7.0), MOE))
+    assert slow.time_s > fast.time_s and slow.hardware_flops == pytest.approx(fast.hardware_flops)
+
+
+def model_mapping_of(model):
+    from trainest.models import model_mapping
+    return model_mapping(model)
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [("expert_bias", "yes", "must be true or false"),
+                                                     ("glu_clamp", -1.0, "glu_clamp"),
+                                                     ("glu_clamp", "7", "is not a number")])
+def test_expert_bias_and_glu_clamp_are_checked_at_the_boundary(key, value, words):
+    """Issue 33: a bad moe.expert_bias or moe.glu_clamp gets one line naming it; a good one survives the model's
+    mapping (model_mapping ∘ model_from_mapping is the identity)."""
+    with pytest.raises(SpecError, match=words) as e:
+        moe_model(**{key: value})
+    assert f"moe.{key}" in str(e.value) and len(str(e.value).splitlines()) == 1
+    m = moe_model(expert_bias=True, glu_clamp=7.0)
+    assert model_from_mapping(model_mapping_of(m), "again").moe == m.moe

@@ -52,7 +52,7 @@ MODEL_MLPS = ("gelu", "swiglu")
 MODEL_INTS = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len")
 MOE_REQUIRED = ("experts", "top_k", "expert_ffn_hidden")
 MOE_OPTIONAL = ("shared_experts", "shared_expert_ffn_hidden", "dense_layers", "layer_frequency", "capacity_factor",
-                "imbalance", "router_groups", "router_group_top_k", "latent_size")
+                "imbalance", "router_groups", "router_group_top_k", "latent_size", "expert_bias", "glu_clamp")
 MLA_REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 MLA_OPTIONAL = ("q_lora_rank",)
 

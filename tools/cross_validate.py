@@ -11,13 +11,14 @@ on the FIT runs of H from every OTHER source, then S's runs on H are predicted. 
 leave fewer than MIN_FIT_RUNS fit runs on H but at least 3, and H has no die fitted on MIN_FIT_RUNS runs
 without S, H is fitted on them pulled harder to the prior of a device without runs, as the shipped fit does
 (`fit_defaults.few_run_outcome`); otherwise H takes its same-die sibling's fit without S, else the prior a
-device without runs ships with (`fit_priors.unseen_prior_hardware`: the median of the fitted devices of its
-kind, as shipped: their fits saw S's runs on those devices; branch prior6-leakfree fits them without S). A
-mixture-of-experts run left out takes the catalog's MoE priors (every MoE run comes from one source, so no
-MoE efficiency can be fitted without it, nor Megatron-Core's host scale, which only those runs measure: that
-source's runs take its prior 1). This is the headline accuracy
+device without runs ships with (`fit_priors.unseen_prior_hardware`: the median of the devices of its kind
+fitted on MIN_FIT_RUNS runs, each of them fitted without S, so that nothing S's runs set reaches S's
+predictions). A mixture-of-experts run left out takes the catalog's MoE priors (every MoE run comes from
+one source, so no MoE efficiency can be fitted without it, nor Megatron-Core's host scale, which only those
+runs measure: that source's runs take its prior 1). This is the headline accuracy
 (docs/validation.md leads with it); the per-run residuals in docs/cross-validation.json are what the
-error band is calibrated on (tools/fit_bands.py).
+error band is calibrated on (tools/fit_bands.py), with each run's step predicted with the prior of a device
+without runs built without its source (`prior_step_s`: the band's prior pool).
 
 Fits are cached on disk (build/cross_validate/fits.json) under a digest of the model's code, the start
 efficiencies and the fitted scenarios: an unchanged fit is not redone.
@@ -126,10 +127,10 @@ class FitCache:
 class LeftOut:
     """Every hardware's efficiencies fitted without one source at a time (module docstring)."""
 
-    def __init__(self, by_hw: dict[str, list[Case]], kernel_fit: dict[str, list[Case]], own_blocks: dict,
-                 cache: FitCache) -> None:
-        self.by_hw, self.kernel_fit, self.own_blocks, self.cache = by_hw, kernel_fit, own_blocks, cache
+    def __init__(self, by_hw: dict[str, list[Case]], kernel_fit: dict[str, list[Case]], cache: FitCache) -> None:
+        self.by_hw, self.kernel_fit, self.cache = by_hw, kernel_fit, cache
         self.memo: dict[tuple[str, str], tuple[catalog.Hardware, str, bool]] = {}
+        self.prior_memo: dict[tuple[str, str], catalog.Hardware] = {}
 
     def hardware(self, hw_name: str) -> catalog.Hardware:
         return self.by_hw[hw_name][0].scenario.hardware if hw_name in self.by_hw else catalog.load_hardware(hw_name)
@@ -187,12 +188,20 @@ class LeftOut:
                 f"prior of a device without runs ({len(fit)} fit runs of other sources < {MIN_FIT_RUNS})", False)
 
     def no_run_prior(self, hw: catalog.Hardware, source: str) -> catalog.Hardware:
-        """The prior `hw` would ship with had it no runs (`fit_priors.unseen_prior_hardware`: the median of the
-        OTHER devices fitted on their own runs, as shipped). Those shipped fits include `source`'s runs on the
-        other devices (issue 31, prior6's note: fitted without it instead, the dense left-out MAPE is 8.42 %, not
-        7.81 %, and the TPUs, which no source but MaxText ran, fall to the generic prior)."""
+        key = (hw.name, source)
+        if key not in self.prior_memo:
+            self.prior_memo[key] = self._no_run_prior(hw, source)
+        return self.prior_memo[key]
+
+    def _no_run_prior(self, hw: catalog.Hardware, source: str) -> catalog.Hardware:
+        """The prior `hw` would ship with had it no runs (`fit_priors.unseen_prior_hardware`), from the devices
+        fitted on MIN_FIT_RUNS runs of sources other than `source`, each fitted without `source`: no efficiency
+        the left-out source's runs set (on this device or another) enters its prediction, as none of a user's
+        runs enters the prior of a device of theirs trainest has no runs of."""
         import fit_priors
-        return fit_priors.unseen_prior_hardware(hw, self.own_blocks)
+        own = {name: fit_priors.own_block(self.without(name, source)[0], len(runs)) for name in self.by_hw
+               if name != hw.name and len(runs := self._fit_runs(name, source)) >= MIN_FIT_RUNS}
+        return fit_priors.unseen_prior_hardware(hw, own)
 
 
 def moe_prior(hw: catalog.Hardware) -> catalog.Hardware:
@@ -200,8 +209,10 @@ def moe_prior(hw: catalog.Hardware) -> catalog.Hardware:
     return catalog.with_efficiency(hw, grouped_gemm=catalog.DEFAULT_GROUPED_GEMM, all_to_all=catalog.DEFAULT_ALL_TO_ALL)
 
 
-def residual_record(c: Case, left: RunResult, shipped: RunResult, how: str, fitted: bool) -> dict:
-    """One run's row of docs/cross-validation.json."""
+def residual_record(c: Case, left: RunResult, shipped: RunResult, how: str, fitted: bool,
+                    prior: RunResult) -> dict:
+    """One run's row of docs/cross-validation.json; `prior`: the run predicted with the prior its device would
+    take had it no runs, without the run's source (`LeftOut.no_run_prior`: tools/fit_bands.py's prior pool)."""
     s = c.scenario
     return {"id": c.id, "source": c.source, "set": c.run_set, "hardware": s.hardware.name,
             "family": FAMILY_OF.get(s.hardware.name, ""), "framework": s.framework, "arch": B.arch_of(s.model),
@@ -209,13 +220,12 @@ def residual_record(c: Case, left: RunResult, shipped: RunResult, how: str, fitt
             "finetune": s.finetune.method, "offload": s.offload,
             "measured_step_s": round(left.measured_step_s, 6), "left_out_step_s": round(left.predicted_step_s, 6),
             "shipped_step_s": round(shipped.predicted_step_s, 6), "left_out_error_pct": round(left.error_pct, 3),
-            "shipped_error_pct": round(shipped.error_pct, 3), "hardware_fitted_without_source": fitted, "how": how}
+            "shipped_error_pct": round(shipped.error_pct, 3), "hardware_fitted_without_source": fitted, "how": how,
+            "prior_step_s": round(prior.predicted_step_s, 6)}
 
 
 def run_all() -> tuple[list[dict], list[RunResult], list[RunResult], dict[str, list[str]], dict]:
     """(per-run records, left-out results, shipped results, per source the efficiencies used, cache stats)."""
-    import import_hardware as ih
-
     kernel_fit: dict[str, list[Case]] = {}
     for c in load_runs(run_set=KERNEL_SET).cases:
         if in_fit_set(c.id):
@@ -227,7 +237,7 @@ def run_all() -> tuple[list[dict], list[RunResult], list[RunResult], dict[str, l
         if c.scenario.model.moe is None and c.scenario.model.hybrid is None:     # the dense runs fit the efficiencies
             by_hw.setdefault(c.scenario.hardware.name, []).append(c)
     cache = FitCache(CACHE)
-    left = LeftOut(by_hw, kernel_fit, ih.fitted_blocks(catalog.specs_dir() / "hardware"), cache)
+    left = LeftOut(by_hw, kernel_fit, cache)
     records, loso, shipped = [], [], []
     how_of: dict[str, list[str]] = {}
     # Megatron-Core's host scale is fitted on the MoE runs (moe_report.fitted_host_scale): a run of a source
@@ -236,15 +246,16 @@ def run_all() -> tuple[list[dict], list[RunResult], list[RunResult], dict[str, l
     shipped_scale = FRAMEWORKS[MEGATRON_CORE_FRAMEWORKS[0]].host_scale
     for c in sorted(cases + finetune, key=lambda c: (c.source, c.scenario.hardware.name, c.id)):
         hw, how, fitted = left.without(c.scenario.hardware.name, c.source)
+        prior_hw = left.no_run_prior(c.scenario.hardware, c.source)
         if c.scenario.model.moe is not None:
-            hw = moe_prior(hw)
+            hw, prior_hw = moe_prior(hw), moe_prior(prior_hw)
         set_megatron_core_host_scale(HOST_SCALE_BOUNDS[0] if c.source in host_sources else shipped_scale)
-        r_left = compare(c, hw)
+        r_left, r_prior = compare(c, hw), compare(c, prior_hw)
         set_megatron_core_host_scale(shipped_scale)
         r_ship = compare(c)
         loso.append(r_left)
         shipped.append(r_ship)
-        records.append(residual_record(c, r_left, r_ship, how, fitted))
+        records.append(residual_record(c, r_left, r_ship, how, fitted, r_prior))
         text = f"{c.scenario.hardware.name}: {how}"
         if text not in how_of.setdefault(c.source, []):
             how_of[c.source].append(text)

@@ -8,10 +8,12 @@ pools: `left-out` (every run predicted with its hardware fitted WITHOUT the run'
 sources calibrate that hardware: docs/cross-validation.json, written by tools/cross_validate.py) and
 `prior` (every public run predicted with the prior its device would ship with had it no runs: the median
 of the other fitted devices of its group, `fit_priors.unseen_prior_hardware`, else the importer's generic
-prior; what an uncalibrated device's estimate uses). Per group of runs (hardware, its family, scale,
+prior; what an uncalibrated device's estimate uses; each member fitted without the run's source, as
+tools/cross_validate.py writes it: `prior_step_s`). Per group of runs (hardware, its family, scale,
 dense/MoE; every level of band.LEVELS with at least band.MIN_GROUP_RUNS runs) the split-conformal 80 %
 interval of r. A framework without validated runs widens the band by the factor a left-out framework
-needs (leave-one-framework-out); a hardware family without runs, likewise (leave-one-family-out).
+needs (leave-one-framework-out); a hardware family without runs, likewise (leave-one-family-out), its broad
+bands first made symmetric about r = 1 (`either_way`).
 
 It also measures what the band claims, out of sample. The headline: one source left out (each source's
 runs, predicted without it, judged by bands built from the other sources only, as an estimate for it
@@ -105,9 +107,6 @@ def record_residual(rec: dict) -> B.Residual:
 
 def pools() -> tuple[dict[str, list[B.Residual]], dict[str, str], list[dict]]:
     """({pool: residuals}, {run id: source}, the left-out records) of the validated runs."""
-    import fit_priors as fd
-    import import_hardware as ih
-
     cases = load_runs(run_set=PUBLIC_SET).cases
     every = [*cases, *load_runs(run_set=FINETUNE_SET).cases]
     unstated = {c.id: B.unstated_of(c.scenario.derived, c.assumed) for c in every}
@@ -117,16 +116,15 @@ def pools() -> tuple[dict[str, list[B.Residual]], dict[str, str], list[dict]]:
     records = [r | {"unstated": list(unstated.get(r["id"], ())), "span": list(spans.get(r["id"], (1.0, 1.0)))}
                for r in left_out_records()]
     left = [record_residual(r) for r in records if r["hardware_fitted_without_source"]]
-    own_blocks = ih.fitted_blocks(specs_dir() / "hardware")
-    prior = []
-    priors: dict[str, object] = {}
-    for c in cases:
-        hw = c.scenario.hardware
-        # the prior an uncalibrated device ships with: the median of the other fitted devices of its group
-        if hw.name not in priors:         # (not setdefault: its default would be built for every run)
-            priors[hw.name] = fd.unseen_prior_hardware(hw, own_blocks)
-        prior_hw = priors[hw.name]
-        prior.append(residual(c, step_s(c, prior_hw), spans[c.id]))   # type: ignore[arg-type]
+    # the prior an uncalibrated device ships with (the median of the other fitted devices of its group), each of
+    # those fitted without the run's source (tools/cross_validate.py: LeftOut.no_run_prior), as a user's device
+    # without runs takes a median that none of the user's runs set
+    prior_step = {r["id"]: r["prior_step_s"] for r in records if "prior_step_s" in r}
+    missing = [c.id for c in cases if c.id not in prior_step]
+    if missing:
+        raise SystemExit(f"docs/cross-validation.json has no prior_step_s for {len(missing)} runs (e.g. {missing[0]}): "
+                         f"run python tools/cross_validate.py first")
+    prior = [residual(c, prior_step[c.id], spans[c.id]) for c in cases]
     source_of = {c.id: c.source for c in cases} | {r["id"]: r["source"] for r in records}
     return {B.CALIBRATED: left, "prior": prior}, source_of, records
 
@@ -180,6 +178,16 @@ def smallest_widening(trials: list[tuple[dict, list[B.Residual]]], calibrated: b
     return WIDENINGS[-1], coverage
 
 
+def either_way(entry: list[float]) -> list[float]:
+    """A group's [low, high, coverage, runs] made symmetric in log space about r = 1: [min(low, 1/high),
+    max(high, 1/low), ...]. The band of a hardware family without runs: the other families' prior errors say
+    how far such a family's may fall, not which way (the TPUs at the generic prior are predicted too slow,
+    where the GPUs at their median are mostly predicted too fast); as `band.holding_the_estimate` for a
+    group's one-sided errors."""
+    low, high, cov, runs = entry
+    return [round(min(low, 1.0 / high), 4), round(max(high, 1.0 / low), 4), cov, runs]
+
+
 def unseen_widening(residuals: list[B.Residual]) -> tuple[float, float]:
     """(factor, coverage): the smallest factor by which the prior pool's broad bands (band.BROAD_LEVELS)
     must widen to cover COVERAGE of the runs of a family left out of them (each family judged by bands
@@ -188,7 +196,7 @@ def unseen_widening(residuals: list[B.Residual]) -> tuple[float, float]:
     trials = []
     for f in sorted(set(family.values())):
         rest = B.build_groups([r for r in residuals if family[r.run_id] != f])
-        broad = {k: v for k, v in rest.items() if k.startswith(f"{B.ANY}|{B.ANY}|")}
+        broad = {k: either_way(v) for k, v in rest.items() if k.startswith(f"{B.ANY}|{B.ANY}|")}
         trials.append((broad, [r for r in residuals if family[r.run_id] == f]))
     return smallest_widening(trials, calibrated=False)
 
@@ -271,7 +279,7 @@ def _source_groups(records: list[dict], prior: list[B.Residual], source_of: dict
                            if r["source"] not in excluded and r["hardware_fitted_without_source"]])
     prior_groups = B.build_groups([r for r in prior if source_of.get(r.run_id) not in excluded])
     return {B.CALIBRATED: left, "prior": prior_groups,
-            B.UNSEEN: {k: B.widened(v, family_factor) for k, v in prior_groups.items()
+            B.UNSEEN: {k: B.widened(either_way(v), family_factor) for k, v in prior_groups.items()
                        if k.startswith(f"{B.ANY}|{B.ANY}|")}}
 
 
@@ -483,7 +491,7 @@ def document() -> dict:
     checks["prior"]["leave_one_family_out"] = held_out_coverage(transformer, False, lambda r: r.family or r.hardware)
     factor, reached = unseen_widening(transformer)
     doc["unseen_family_widening"] = round(factor, 2)
-    doc["groups"][B.UNSEEN] = {k: [*B.widened(v, factor)[:2], round(reached, 4), v[3]]
+    doc["groups"][B.UNSEEN] = {k: [*B.widened(either_way(v), factor)[:2], round(reached, 4), v[3]]
                                for k, v in doc["groups"]["prior"].items() if k.startswith(f"{B.ANY}|{B.ANY}|")}
     checks["prior"]["leave_one_family_out_widened"] = {"factor": round(factor, 2), "coverage": round(reached, 4)}
     fw_factor, fw_reached = framework_widening(calibrated_pool)

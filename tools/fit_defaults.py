@@ -76,6 +76,7 @@ SIBLINGS = {
     "a100-40gb-sxm": "a100-80gb-sxm",   # GA100 with HBM2
     "h100-96gb-500w": "h100-sxm",       # GH100 with HBM2e, power-capped
     "a100-80gb-sxm-roce400": "a100-80gb-sxm",   # the same node with a quarter of the network (InternEvo)
+    "h100-sxm-a3": "h100-sxm",          # the same die and node with a quarter of the network (Google Cloud A3)
     "gb200": "b200",                    # Blackwell GPU in the NVL72 system
     "gb300": "b300",                    # Blackwell Ultra GPU in the NVL72 system
 }

@@ -47,7 +47,7 @@ DEFAULT_OUT = REPO / "specs" / "runs"
 
 # Hardware variants that are not in the shared catalog; their files live in specs/hardware/ and
 # were written alongside this importer.
-VARIANT_HARDWARE = {"h100-96gb-500w", "a100-80gb-sxm-roce400"}
+VARIANT_HARDWARE = {"h100-96gb-500w", "a100-80gb-sxm-roce400", "h100-sxm-a3"}
 
 # An A100 record that says its memory size is not stated (vTrain's single-node rows) is mapped to this
 # catalog entry; the two SXM4 entries differ in HBM (40 GB HBM2 at 1555 GB/s, 80 GB HBM2e at 2039 GB/s)
@@ -525,6 +525,10 @@ def map_hardware(text: str | None):
         return "b200", None
     if "h200" in t:
         return "h200-sxm", None
+    if "h100" in t and re.search(r"\bgcp a3 vm\b", t):
+        return "h100-sxm-a3", ("the record's GPUs are in Google Cloud A3 VMs: the hand-written variant "
+                               "specs/hardware/h100-sxm-a3.yaml (the H100 SXM5 with A3's 4x200 Gb/s GPUDirect-TCPX "
+                               "per 8 GPUs between VMs)")
     if "h100" in t:
         note = None
         if "sxm" not in t and "dgx" not in t and "a3" not in t:
@@ -866,7 +870,7 @@ class Importer:
                 reasons.append("compressed sparse attention with one shared KV head (not MLA: no kv_lora_rank)")
             else:
                 if shape.get("moe"):
-                    model["moe"] = moe_block(shape["moe"], name, notes)
+                    model["moe"] = moe_block(shape["moe"], name, notes, shape)
                     expressed_moe = True
                     if fields["ffn_hidden"] is None or not model["moe"].get("dense_layers"):
                         # no dense layer: its width is unused (model-shapes: the config's unused intermediate_size)
@@ -904,7 +908,8 @@ class Importer:
                         notes.append(f"sliding-window attention ({shape['sliding_window']}) modelled as full causal "
                                      f"attention over seq_len")
                 if shape.get("linear_bias") and shape.get("moe"):
-                    notes.append("linear biases (and GPT-OSS attention sinks) not counted")
+                    notes.append("attention biases and learnable attention sinks not counted (the experts' biases "
+                                 "are: moe.expert_bias)")
         if not expressed_moe and not (shape or {}).get("moe"):
             if r["ep"] and r["ep"] > 1:
                 reasons.append(f"expert parallelism ep={r['ep']} for a model without a MoE shape")
@@ -1560,11 +1565,16 @@ def positional_of(name: str, shape: dict | None, notes: list) -> str:
     return out
 
 
-def moe_block(moe: dict, name: str, notes: list) -> OrderedDict:
+GLU_CLAMP = re.compile(r"clamp limit (\d+(?:\.\d+)?)")
+
+
+def moe_block(moe: dict, name: str, notes: list, shape: dict | None = None) -> OrderedDict:
     """The trainest `moe:` mapping of a model-shapes.yaml `moe:` entry. Megatron-Bridge benchmarks
     force-balance the tokens across experts (imbalance 1.0, the schema's default); the layer pattern
     is read from `leading_dense_layers` and `moe_layer_freq` ('every layer', or DeepSeek's
-    '[0]*k + [1]*n'; a hybrid model's E blocks are its pattern's)."""
+    '[0]*k + [1]*n'; a hybrid model's E blocks are its pattern's). From the model's own entry (`shape`): biased
+    experts where its `linear_bias` names expert biases, and the GLU's clamp where its `mlp_type` states a clamp
+    limit (docs/model.md §15.13)."""
     block = OrderedDict(experts=moe["num_routed_experts"], top_k=moe["experts_per_token"],
                         expert_ffn_hidden=moe["expert_ffn_hidden"])
     if moe.get("num_shared_experts"):
@@ -1581,6 +1591,14 @@ def moe_block(moe: dict, name: str, notes: list) -> OrderedDict:
         block["latent_size"] = moe["latent_size"]
         notes.append(f"LatentMoE from model-shapes.yaml: routed experts and their all-to-alls in a "
                      f"{moe['latent_size']}-wide latent (router and shared experts at hidden)")
+    bias = str((shape or {}).get("linear_bias") or "")
+    if re.search(r"\bexpert biases\b", bias, re.I):
+        block["expert_bias"] = True
+        notes.append(f"expert_bias from model-shapes.yaml's linear_bias ({bias!r})")
+    clamp = GLU_CLAMP.search(str((shape or {}).get("mlp_type") or ""))
+    if clamp:
+        block["glu_clamp"] = float(clamp[1])
+        notes.append(f"glu_clamp {float(clamp[1]):g} from model-shapes.yaml's mlp_type (a clamped GLU)")
     block["imbalance"] = 1.0
     router = str(moe.get("router_score_function") or "")
     groups = (re.search(r"(\d+) groups, top-(\d+) groups", router)

@@ -280,7 +280,26 @@ def convert(rec: dict) -> OrderedDict:
     out["notes"] = (f"Source notes: {source_notes} Measured: {rec['measured_peak_memory_as_stated']} "
                     f"({rec['memory_kind']}). Transcriber-derived fields: {derived}. Import assumptions: "
                     + " ".join(f"({i}) {n}." for i, n in enumerate(notes, 1)))
+    assumed = derived_settings(rec.get("derived_fields") or [], out)
+    if assumed:
+        out["assumed"] = assumed
     return out
+
+
+# a transcriber-derived field (the record's `derived_fields`: copied from a second file, such as a recipe config
+# at another commit, or assumed, not stated by the memory source) that names a memory setting -> its scenario key:
+# the run's `assumed`, which validate names where the measured peak contradicts the run's settings or a run that
+# ran is called "does not fit" (validate_memory.py)
+DERIVED_SETTINGS = ((r"\boptimizer\b", "optimizer"), (r"\bmicro(/global)?[ _]batch\b", "micro_batch"),
+                    (r"^recompute\b", "recompute"))
+
+
+def derived_settings(fields: list, run: dict) -> list[str]:
+    """The scenario keys of the memory settings the record's derived fields name (DERIVED_SETTINGS), of those
+    the run sets, in that order."""
+    text = [str(f).lower() for f in fields]
+    return [key for pattern, key in DERIVED_SETTINGS
+            if key in run and any(re.search(pattern, t) for t in text)]
 
 
 # settings the records state that trainest's scenario has no key for yet: written into the notes, not the run

@@ -177,8 +177,15 @@ def _mixtral(c: _Config) -> dict:
 
 
 def _gpt_oss(c: _Config) -> dict:
-    """GPT-OSS: every layer MoE (experts of intermediate_size); head_dim 64 != hidden/heads."""
-    return _mixtral(c)
+    """GPT-OSS: every layer MoE (experts of intermediate_size); head_dim 64 != hidden/heads; the class's experts
+    carry biases (transformers GptOssExperts: gate_up_proj_bias, down_proj_bias) and its GLU clamps its inputs at
+    swiglu_limit (docs/model.md §15.13)."""
+    mapping = _mixtral(c)
+    mapping["moe"]["expert_bias"] = True
+    limit = c.raw("swiglu_limit", None)
+    if limit is not None:                   # checked with the model's other fields (models._moe_from)
+        mapping["moe"]["glu_clamp"] = limit
+    return mapping
 
 
 def _leading_dense(c: _Config, key: str, layers: int) -> int:

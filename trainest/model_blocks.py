@@ -34,6 +34,8 @@ class MoE(NamedTuple):
     router_groups: int = 1                       # G: expert groups of group-limited routing (DeepSeek n_group)
     router_group_top_k: int = 1                  # g: groups a token's experts come from (topk_group; G: no limit)
     latent_size: int | None = None               # l: LatentMoE's expert width (h -> l -> experts -> h); None: h
+    expert_bias: bool = False                    # the routed experts' linear layers carry biases (GPT-OSS)
+    glu_clamp: float | None = None               # the experts' GLU clamps its two inputs at ±this (GPT-OSS 7.0)
 
     @property
     def shared_width(self) -> int:

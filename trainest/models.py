@@ -342,7 +342,7 @@ MODEL_OPTIONAL = ("name", "display_name", "source", "kv_heads", "mlp", "seq_len"
                   "mtp", "attention_window")
 MOE_REQUIRED = ("experts", "top_k", "expert_ffn_hidden")
 MOE_OPTIONAL = ("shared_experts", "shared_expert_ffn_hidden", "dense_layers", "layer_frequency", "capacity_factor",
-                "imbalance", "router_groups", "router_group_top_k", "latent_size")
+                "imbalance", "router_groups", "router_group_top_k", "latent_size", "expert_bias", "glu_clamp")
 MLA_REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 MLA_OPTIONAL = ("q_lora_rank",)
 MTP_REQUIRED = ("depth",)
@@ -463,10 +463,12 @@ def _moe_from(data: object, where: str, layers: int) -> MoE:
                         f"experts/top_k = {most:g} (the busiest expert receives every token)")
     groups, picked = _router_groups_from(data, where, experts, top_k)
     latent = F.integer(data.get("latent_size"), at(where, "latent_size"), maximum=10**7, allow_none=True)
+    bias = F.boolean(F.given(data, "expert_bias", False), at(where, "expert_bias"))
+    clamp = F.number(data.get("glu_clamp"), at(where, "glu_clamp"), allow_none=True, maximum=10**6)
     return MoE(experts=experts, top_k=top_k, expert_ffn_hidden=width, shared_experts=shared,
                shared_expert_ffn_hidden=(shared_width or width) if shared else None, dense_layers=dense,
                layer_frequency=frequency, capacity_factor=capacity, imbalance=imbalance, router_groups=groups,
-               router_group_top_k=picked, latent_size=latent)
+               router_group_top_k=picked, latent_size=latent, expert_bias=bias, glu_clamp=clamp)
 
 
 def _check_router_groups(model: Model, moe: dict[str, Any]) -> None:
@@ -625,6 +627,10 @@ def model_mapping(model: Model) -> dict[str, Any]:
             data["moe"].update(router_groups=e.router_groups, router_group_top_k=e.router_group_top_k)
         if e.latent_size is not None:
             data["moe"]["latent_size"] = e.latent_size
+        if e.expert_bias:
+            data["moe"]["expert_bias"] = True
+        if e.glu_clamp is not None:
+            data["moe"]["glu_clamp"] = e.glu_clamp
         if e.shared_experts:
             data["moe"]["shared_expert_ffn_hidden"] = e.shared_width
     if model.mla is not None:

@@ -54,6 +54,7 @@ from trainest.validate_memory import (  # noqa: F401 - peak_memory_limit_bytes r
     deciding_settings,
     peak_memory_limit_bytes,
     run_memory,
+    state_bytes_of,
     unstated_settings,
 )
 from trainest.validate_metrics import (  # noqa: F401 - re-exported: the metric algebra lived here
@@ -545,6 +546,7 @@ class RunResult:
     unmodelled: tuple[str, ...] = ()              # settings the record states that trainest has no input for
     assumed: tuple[str, ...] = ()                 # settings its importer assumed, the record not stating them
     deciding: tuple[str, ...] = ()                # of the assumed and defaulted, those whose lightest value fits
+    predicted_state_bytes: float = 0.0            # weights + gradients + optimizer state per device at the peak
 
 
 ARCHITECTURES = ("dense", "moe", "hybrid")
@@ -566,7 +568,7 @@ def compare(case: Case, hardware: Hardware | None = None) -> RunResult:
     kind = case.measurement.peak_memory_kind
     deciding = () if e.memory.fits else deciding_settings(s, case.assumed + unstated_settings(s))
     return replace(result_for(replace(case, scenario=s), e.step.time_s, e.step.bottleneck, e.memory.fits),
-                   deciding=deciding,
+                   deciding=deciding, predicted_state_bytes=state_bytes_of(e.memory),
                    measured_memory_bytes=measured,
                    predicted_memory_bytes=(e.memory.per_device_bytes if measured is None
                                            else getattr(e.memory, PEAK_MEMORY_COMPARED[kind])),

@@ -37,6 +37,11 @@ MEMORY_SETTINGS = ("parallel.tp", "parallel.pp", "parallel.cp", "parallel.zero",
 LIGHTEST_SETTING: dict[str, Any] = {"recompute": "full", "parallel.zero": 3, "micro_batch": 1, "loss": "fused",
                                     "fp8_params": True}
 FP8_ONLY_SETTINGS = ("fp8_params",)      # settings that exist only with FP8/FP4 GEMMs (tried only there)
+# the memory settings that set the weights, gradients and optimizer state a step holds whatever its activations
+# (docs/model.md §7.13): a measured peak below that state contradicts the record's settings, and those of them the
+# record does not state are named (`contradicting_settings`)
+STATE_SETTINGS = ("optimizer", "master_weights", "parallel.tp", "parallel.pp", "parallel.zero", "parallel.dp_shard",
+                  "offload", "fp8_params")
 JOINT = "+"      # deciding settings that make a run fit only together: one entry, their keys joined by it
 
 
@@ -56,6 +61,8 @@ class MemoryResult:
     unstated: tuple[str, ...] = ()    # MEMORY_SETTINGS the record left out (defaults taken)
     assumed: tuple[str, ...] = ()     # settings its importer assumed, the record not stating them (runs key `assumed`)
     deciding: tuple[str, ...] = ()    # of the unstated and assumed, those whose lightest value alone makes it fit
+    state_bytes: float = 0.0          # predicted weights + gradients + optimizer state on the device at the peak
+    contradicting: tuple[str, ...] = ()   # measured below state_bytes: the STATE_SETTINGS its record does not state
 
     @property
     def error_pct(self) -> float:
@@ -72,17 +79,38 @@ class MemorySummary:
     mean_error_pct: float
     max_ape_pct: float
     not_fitting: int                  # runs that ran, called "does not fit"
+    contradicted: int = 0             # runs whose measured peak is below the state their record's settings hold
+    consistent_mape_pct: float | None = None   # the MAPE of the others (None: no other run)
 
 
 def memory_result(case: Any, memory: Any, hardware: str, deciding: tuple[str, ...] = ()) -> MemoryResult:
     """The MemoryResult of `case` (a validate.Case with a measured peak) from its estimate's MemoryResult."""
     kind = case.measurement.peak_memory_kind
     compared = PEAK_MEMORY_COMPARED[kind]
+    measured, state = float(case.measurement.peak_memory_bytes), state_bytes_of(memory)
+    unstated = unstated_settings(case.scenario)
     return MemoryResult(id=case.id, source=case.source, hardware=hardware, run_set=case.run_set, kind=kind,
-                        compared_with=compared.removesuffix("_bytes"),
-                        measured_bytes=float(case.measurement.peak_memory_bytes),
+                        compared_with=compared.removesuffix("_bytes"), measured_bytes=measured,
                         predicted_bytes=float(getattr(memory, compared)), fits=bool(memory.fits),
-                        unstated=unstated_settings(case.scenario), assumed=case.assumed, deciding=deciding)
+                        unstated=unstated, assumed=case.assumed, deciding=deciding, state_bytes=state,
+                        contradicting=contradicting_settings(measured, state, case.assumed + unstated))
+
+
+def state_bytes_of(memory: Any) -> float:
+    """The weights, gradients and optimizer state an estimate's MemoryResult holds on the device at its peak [B]:
+    what a step holds whatever its activations, so a lower bound of any measured peak of the run (§7.13)."""
+    return float(memory.weights_bytes + memory.gradients_bytes + memory.optimizer_bytes)
+
+
+def contradicting_settings(measured_bytes: float, state_bytes: float, candidates: Iterable[str]) -> tuple[str, ...]:
+    """Where a measured peak is below the weights, gradients and optimizer state the run's settings hold
+    (`state_bytes`), the record's settings are not what ran: of `candidates` (the settings its record does not
+    state), those that set that state (STATE_SETTINGS), in STATE_SETTINGS order; () where the peak is not below it
+    or the record states every such setting (then the count, not the record, is in question) (§7.13)."""
+    if not measured_bytes < state_bytes:
+        return ()
+    given = set(candidates)
+    return tuple(k for k in STATE_SETTINGS if k in given)
 
 
 def as_it_ran(scenario: Any) -> Any:
@@ -177,8 +205,11 @@ def summarize_memory(results: Iterable[MemoryResult]) -> MemorySummary | None:
     fits = [r.fits for r in rows]
     if not errors:
         return None
+    consistent = [abs(r.error_pct) for r in rows if not r.contradicting]
     return MemorySummary(len(errors), statistics.fmean(abs(e) for e in errors), statistics.fmean(errors),
-                         max(abs(e) for e in errors), sum(1 for f in fits if not f))
+                         max(abs(e) for e in errors), sum(1 for f in fits if not f),
+                         contradicted=len(rows) - len(consistent),
+                         consistent_mape_pct=statistics.fmean(consistent) if consistent else None)
 
 
 def by_kind(results: Iterable[MemoryResult]) -> dict[str, MemorySummary]:
@@ -207,12 +238,15 @@ def compare_memory(case: Any, hardware: Any = None) -> MemoryResult:
 def run_memory(r: Any) -> MemoryResult:
     """The MemoryResult of a step run (a validate.RunResult) that gives a measured peak memory."""
     kind = r.measured_memory_kind or "unspecified"
+    measured, unstated = float(r.measured_memory_bytes or 0.0), unstated_of(r.derived, r.precision)
     return MemoryResult(id=r.id, source=r.source, hardware=r.hardware, run_set=r.run_set, kind=kind,
                         compared_with=PEAK_MEMORY_COMPARED[kind].removesuffix("_bytes"),
-                        measured_bytes=float(r.measured_memory_bytes or 0.0),
+                        measured_bytes=measured,
                         predicted_bytes=float(r.predicted_memory_bytes or 0.0), fits=r.fits,
-                        unstated=unstated_of(r.derived, r.precision), assumed=r.assumed,
-                        deciding=r.deciding)
+                        unstated=unstated, assumed=r.assumed, deciding=r.deciding,
+                        state_bytes=r.predicted_state_bytes,
+                        contradicting=contradicting_settings(measured, r.predicted_state_bytes,
+                                                             r.assumed + unstated))
 
 
 # ------------------------------------------------------------------------ the measured peak's bounds

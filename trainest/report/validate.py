@@ -140,15 +140,17 @@ def markdown(report: ValidationReport) -> str:
 
 
 MEMORY_KIND_COLUMNS = ("memory kind", "compared with", "runs", "MAPE %", "mean error %", "max |error| %",
-                       "ran, called no-fit")
+                       "ran, called no-fit", "records contradicted", "MAPE % of the others")
 
 
 def memory_kind_rows(rows: Iterable[MemoryResult]) -> list[tuple[str, ...]]:
     """One row per memory kind: the predicted total it is compared with, runs, MAPE, signed mean, largest error,
-    and the runs that ran that trainest calls "does not fit"."""
+    the runs that ran that trainest calls "does not fit", the runs whose measured peak contradicts their record's
+    settings (below the state they hold, §7.13) and the MAPE of the others."""
     rows = list(rows)
     return [(kind, next(r.compared_with for r in rows if r.kind == kind), str(v.runs), f"{v.mape_pct:.1f}",
-             f"{v.mean_error_pct:+.1f}", f"{v.max_ape_pct:.1f}", str(v.not_fitting))
+             f"{v.mean_error_pct:+.1f}", f"{v.max_ape_pct:.1f}", str(v.not_fitting), str(v.contradicted),
+             "–" if v.consistent_mape_pct is None else f"{v.consistent_mape_pct:.1f}")
             for kind, v in by_kind(rows).items()]
 
 
@@ -158,7 +160,7 @@ def memory_kind_markdown(rows: Iterable[MemoryResult]) -> str:
     body = memory_kind_rows(rows)
     if not body:
         return "No run gives a measured peak memory."
-    lines = ["| " + " | ".join(MEMORY_KIND_COLUMNS) + " |", "|---|---|" + "---:|" * 5]
+    lines = ["| " + " | ".join(MEMORY_KIND_COLUMNS) + " |", "|---|---|" + "---:|" * (len(MEMORY_KIND_COLUMNS) - 2)]
     lines += ["| " + " | ".join(r) + " |" for r in body]
     lines += ["", "| run | memory kind | measured GiB | predicted GiB | error % | fits |",
               "|---|---|---:|---:|---:|---|"]
@@ -245,7 +247,18 @@ def memory_notes(rows: Iterable[MemoryResult]) -> list[str]:
         if not r.fits:
             out.append(f"  {r.id} ran with a measured peak of {r.measured_bytes / GiB:.4g} GiB, and trainest says it "
                        f"does not fit: {nofit_reason(r.assumed, r.unstated, r.deciding)}")
+        if r.contradicting:
+            out.append(f"  {r.id}: {contradiction_reason(r)}")
     return out
+
+
+def contradiction_reason(r: MemoryResult) -> str:
+    """Why a measured peak contradicts its record (validate_memory.contradicting_settings), naming the settings."""
+    how = {k: "assumed by its importer" if k in r.assumed else "a default taken" for k in r.contradicting}
+    return (f"its measured peak, {r.measured_bytes / GiB:.4g} GiB, is below the weights, gradients and optimizer "
+            f"state its settings hold ({r.state_bytes / GiB:.4g} GiB), so a setting its record does not state is "
+            f"not what ran: " + ", ".join(f"{k} ({how[k]})" for k in r.contradicting)
+            + "; its error is left out of the MAPE of the others (JSON: memory[].contradicting)")
 
 
 def nofit_reason(assumed: Iterable[str], unstated: Iterable[str], deciding: Iterable[str],

@@ -68,6 +68,19 @@ EXPERT_PAD_LAUNCHES = 2.0         # per local expert and pass (forward; as many 
 # activation, the routing-weight product, index_add into the output) launches per expert and forward
 # these besides the MLP's own k_f GEMMs and activation kernels; backward about twice the forward's.
 PYTHON_LOOP_EXTRA_LAUNCHES = 5.0
+# Biased experts and a clamped GLU outside the fused kernels (docs/model.md §15.13; GPT-OSS: `MoE.expert_bias`,
+# `MoE.glu_clamp`), Megatron-Core TEGroupedMLP without the fused grouped MLP. The down projection's bias is returned
+# by the grouped GEMM (skip_bias_add) and added per local expert in PyTorch (TEGroupedMLP._apply_bias: split the
+# output by expert, t + b·p with the token's routing probability p, cat): forward b·p written (1), the add (read 2,
+# write 1), the cat (read 1, write 1); backward the split's cat (2), grad·p and its row sum (3), grad·b and its sum
+# over h (3). Passes of the e-byte h-wide output rows (the up projection's bias is inside the fused activation).
+EXPERT_BIAS_PASSES = (6.0, 8.0)   # (forward, backward) over the routed rows' I·T_in·K·h elements
+EXPERT_BIAS_LAUNCHES = (2.0, 4.0)  # per local expert: forward mul, add; backward mul, sum, mul, sum
+# The clamp runs before the fused GLU kernel (Megatron-Core fusions/fused_bias_geglu.py:
+# weighted_bias_quick_geglu_impl: chunk, clamp each half, cat): forward each half read and written (4 f-wide passes
+# of the 2·f_e-wide rows' halves) and the cat (4); backward each clamp's mask product (read the gradient and the
+# input, write: 6) and the halves' gradients joined into one (4). Passes of e-byte f_e-wide values per routed row.
+GLU_CLAMP_PASSES = (8.0, 10.0)    # (forward, backward)
 # The token dispatcher (docs/model.md §15.11; `Job.moe_dispatcher`): what it sends, the SMs it keeps, whether
 # the host waits on it. NCCL's all-to-all (Megatron-Core's `alltoall` dispatcher) sends every token copy to
 # its expert's rank; DeepEP's internode kernels and HybridEP send a token once per remote domain that holds
@@ -247,6 +260,32 @@ def routed_hidden_unfused(job: Job) -> float:
     return 0.0 if job.fused_grouped_mlp else 1.0
 
 
+def expert_extra_bytes(job: Job, layout: Layout, x: LocalShape) -> tuple[Num, Num]:
+    """(forward, backward) bytes of one MoE layer's biased experts and clamped GLU outside the fused kernels [B]:
+    EXPERT_BIAS_PASSES·e·C·h with C = t_e·I·T_in·K the routed rows (`MoE.expert_bias`) and GLU_CLAMP_PASSES·e·C·f_e/t_e
+    (`MoE.glu_clamp`); none with the fused grouped MLP (Transformer Engine's fused grouped-MLP operation takes the
+    grouped biases and the clamped GLU in its kernels) (§15.13)."""
+    moe = moe_of(job)
+    rows = layout.etp * routed_copies(job, layout, x) * routed_hidden_unfused(job) * job.element_bytes
+    bias = (1.0 if moe.expert_bias else 0.0) * rows * job.model.expert_hidden
+    clamp = (0.0 if moe.glu_clamp is None else 1.0) * rows * moe.expert_ffn_hidden / layout.etp
+    return (EXPERT_BIAS_PASSES[0] * bias + GLU_CLAMP_PASSES[0] * clamp,
+            EXPERT_BIAS_PASSES[1] * bias + GLU_CLAMP_PASSES[1] * clamp)
+
+
+def routed_activation_op(job: Job, layout: Layout, r: Rates, x: LocalShape) -> Op:
+    """The routed experts' activation, forward, as the `moe_act` recompute module re-runs it: its f-wide passes
+    (`activation_op`) and the clamp before it (GLU_CLAMP_PASSES, when the GLU is clamped and not fused) [op]."""
+    moe = moe_of(job)
+    act = activation_op(job, r, "experts.activation", routed_copies(job, layout, x) * moe.expert_ffn_hidden)
+    if moe.glu_clamp is None:
+        return act
+    clamp = (GLU_CLAMP_PASSES[0] * job.element_bytes * routed_hidden_unfused(job) * routed_copies(job, layout, x)
+             * moe.expert_ffn_hidden)
+    moved = act.bytes + clamp
+    return op_of(act.name, FORWARD, 0.0 * moved, moved, streaming_time(moved, r.memory_bytes_per_s))
+
+
 def moe_elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
     """Forward element-wise bytes of one MoE layer [B]: the h-wide kernels of a dense layer, the
     activation's f-wide passes over the routed (I·T_in·K·f_e; none with the fused grouped MLP) and shared
@@ -258,7 +297,7 @@ def moe_elementwise_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:
     shared = x.tokens * moe.shared_experts * moe.shared_width / layout.tp
     total = (h_wide_bytes(job, layout, x)
              + f_wide_passes(job) * job.element_bytes * (routed_hidden + shared)
-             + permutation_bytes(job, layout, x) + router_bytes(job, layout, x))
+             + permutation_bytes(job, layout, x) + router_bytes(job, layout, x) + expert_extra_bytes(job, layout, x)[0])
     if job.low_precision:
         has_shared = 1.0 if moe.shared_experts else 0.0
         total = total + LOW_PRECISION_CAST_PASSES * (
@@ -283,7 +322,7 @@ def moe_mlp(job: Job, layout: Layout, r: Rates, x: LocalShape) -> MlpPart:
     moe = moe_of(job)
     routing = permutation_bytes(job, layout, x) + router_bytes(job, layout, x)
     block = op_of("moe.routing", FORWARD, 0.0 * routing, routing, streaming_time(routing, r.memory_bytes_per_s))
-    acts = [activation_op(job, r, "experts.activation", routed_copies(job, layout, x) * moe.expert_ffn_hidden)]
+    acts = [routed_activation_op(job, layout, r, x)]
     if shared:
         acts.append(activation_op(job, r, "shared.activation", x.tokens * moe.shared_experts * moe.shared_width
                                   / layout.tp))
@@ -306,7 +345,9 @@ def moe_elementwise_backward_bytes(job: Job, layout: Layout, x: LocalShape, forw
     the inverse index), where a norm's or an activation's backward reads about twice what its forward
     does (§2.5)."""
     perm = permutation_bytes(job, layout, x)
-    return BACKWARD_TRAFFIC_RATIO * (forward_bytes - perm) + PERMUTATION_BACKWARD_RATIO * perm
+    extra_forward, extra_backward = expert_extra_bytes(job, layout, x)     # counted pass by pass (§15.13)
+    return (BACKWARD_TRAFFIC_RATIO * (forward_bytes - perm - extra_forward) + PERMUTATION_BACKWARD_RATIO * perm
+            + extra_backward)
 
 
 def expert_pass_launches(job: Job, layout: Layout) -> tuple[Num, Num]:
@@ -330,9 +371,11 @@ def expert_pass_launches(job: Job, layout: Layout) -> tuple[Num, Num]:
         act = EAGER_ACTIVATION_KERNELS[job.model.mlp]
         gemms, weight_gemms = job.model.mlp_matrices + act + PYTHON_LOOP_EXTRA_LAUNCHES, float(job.model.mlp_matrices)
     frozen = 0.0 if xp.off(layout.finetune) else layout.frozen      # a frozen expert launches no weight gradient
-    forward = gemms + per_pass_casts
+    # the down projection's bias added expert by expert outside the GEMM (EXPERT_BIAS_LAUNCHES, §15.13)
+    bias = 1.0 if moe.expert_bias and loop == "gemm" and not job.fused_grouped_mlp else 0.0
+    forward = gemms + per_pass_casts + bias * EXPERT_BIAS_LAUNCHES[0]
     backward = (2.0 * gemms - frozen * weight_gemms + per_pass_casts + job.moe_rerun(layout) * forward
-                + layout.op * 0.5 * gemms)
+                + layout.op * 0.5 * gemms + bias * EXPERT_BIAS_LAUNCHES[1])
     local_experts = moe.experts / layout.ep
     return local_experts * forward, local_experts * backward
 
