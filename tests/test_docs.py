@@ -133,7 +133,8 @@ EXTERNAL_FILES = {"prepare_packed_ft_dataset.py", "megatron/core/pipeline_parall
                   "internlm/solver/optimizer/hybrid_zero_optim.py", "configs/7B_sft.py",
                   "models/gpt_oss/gpt_oss_bridge.py", "attention/dot_product_attention/utils.py",
                   "models/llama/modeling_llama.py", "recipes/full_finetune_single_device.py", "trainer.py",
-                  "modules/transformer.py"}
+                  "modules/transformer.py", "torch/distributed/tensor/parallel/style.py",
+                  "torch/distributed/tensor/parallel/loss.py"}
 REPO_FILES = sorted(str(p.relative_to(ROOT)) for folder in ("trainest", "tools", "bench", "tests")
                     for p in (ROOT / folder).rglob("*.py"))
 FILE_POINTER = re.compile(r"`([\w/]+\.py)(?::\s*([^`]*))?`")

@@ -39,7 +39,7 @@ VTRAIN_SET = "vtrain-single-node"
 RUN_KEYS = {"id", "set", "finetune", "packed_length", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
             "master_weights", "grad_dtype", "loss", "optimizer", "optimizer_in_backward", "offload", "offload_layers",
             "parallel", "micro_batch", "global_batch", "recompute", "recompute_modules", "remat_policy", "attention", "framework", "kernels",
-            "cuda_graphs", "moe_dispatcher", "adam_moments", "fp8_params", "double_quant", "bf16_layers", "fused_grouped_mlp", "fp8_attention", "measured",
+            "cuda_graphs", "moe_dispatcher", "adam_moments", "fp8_params", "double_quant", "bf16_layers", "module_precision", "fused_grouped_mlp", "fp8_attention", "measured",
             "expressible", "reason",
             "confidence",
             "notes",

@@ -321,12 +321,12 @@ def memory_markdown(results: list[RunResult]) -> str:
              f"{statistics.fmean(abs(e) for e in errors):.1f} %, signed mean {statistics.fmean(errors):+.1f} %. "
              "torchtitan's selective AC rows are imported as `recompute: op` (its per-op policy; docs/model.md "
              "§7.3). The count includes what torchtitan's loss holds (12 B per logit: its unfused FP32 "
-             "cross-entropy) and, with pipeline parallelism, the stage FSDP keeps gathered with its unsharded "
-             "FP32 gradients (docs/model.md §7.2, §7.4). It still under-estimates the allocator peak most under "
-             "full recompute at t = 8 (Llama 3.1 70B, micro-batch 16) and with pipeline parallelism (405B), "
-             "where transient buffers (the recomputed layer's sequence-parallel all-gathers, async TP's "
-             "symmetric-memory buffers, the schedule's send/receive buffers) are not counted. Treat `fits` "
-             "near the capacity as uncertain.",
+             "cross-entropy; 16 at t > 1, DTensor's vocabulary-parallel one), the all-gathered inputs its "
+             "column-parallel linears save under sequence parallelism and, with pipeline parallelism, the stage "
+             "FSDP keeps gathered with its unsharded FP32 gradients (docs/model.md §7.2, §7.3, §7.4). It still "
+             "under-estimates the allocator peak most with pipeline parallelism (405B, 1F1B and context "
+             "parallelism), where the schedule's send/receive buffers, context parallelism's K/V exchange and the "
+             "allocator's reserve beyond its 5 % are not counted. Treat `fits` near the capacity as uncertain.",
              "", "| run | memory kind | recompute | zero | measured GiB | predicted GiB | error % |",
              "|---|---|---|---:|---:|---:|---:|"]
     for r, e in zip(rows, errors):

@@ -60,7 +60,7 @@ A100_UNSTATED_WHY = ("the entry of every A100 record that does not say 40GB; the
 RUN_KEYS = ("id", "set", "source", "model", "seq_len", "hardware", "devices", "devices_per_node", "precision",
             "master_weights", "grad_dtype", "parallel", "micro_batch", "global_batch", "recompute", "recompute_modules",
             "remat_policy", "attention", "packed_length", "framework", "kernels", "cuda_graphs", "moe_dispatcher", "adam_moments", "loss",
-            "fp8_params", "bf16_layers", "fused_grouped_mlp", "fp8_attention", "optimizer", "optimizer_in_backward", "offload", "offload_layers", "finetune", "double_quant", "measured", "expressible", "reason",
+            "fp8_params", "bf16_layers", "module_precision", "fused_grouped_mlp", "fp8_attention", "optimizer", "optimizer_in_backward", "offload", "offload_layers", "finetune", "double_quant", "measured", "expressible", "reason",
             "confidence", "notes", "duplicate_of", "unmodelled", "assumed")
 # the import notes that say a memory setting was assumed because the record does not state it, and its scenario key:
 # a run's `assumed` (validate names them where it calls a run that ran "does not fit")
@@ -1499,6 +1499,7 @@ def apply_recipe(run: OrderedDict, top: dict, par: dict) -> None:
         del par["pipeline_layout"], par["pipeline_split"]
         top["unmodelled"] = list(top.get("unmodelled", [])) + [f"pipeline_model_parallel_layout {layout} ({why})"]
     for key in ("cuda_graphs", "moe_dispatcher", "adam_moments", "grad_dtype", "fp8_params", "bf16_layers",
+                "module_precision",
                 "fused_grouped_mlp", "fp8_attention", "recompute", "recompute_modules", "offload", "offload_layers",
                 "unmodelled"):
         if key in top:

@@ -163,6 +163,10 @@ def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
         top["bf16_layers"] = kept
         used.append(f"bf16_layers {kept} (first_last_layers_bf16: num_layers_at_start_in_bf16 + "
                     f"num_layers_at_end_in_bf16)")
+    modules = module_precision_of(rec)
+    if modules is not None:
+        top["module_precision"] = modules
+        used.append(f"module_precision {modules} (quant_recipe's module matchers)")
     fused = bool(moe and _value(rec, "fusions", "use_transformer_engine_op_fuser")
                  and _value(rec, "moe", "moe_grouped_gemm"))
     if fused:
@@ -182,6 +186,7 @@ def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
     # the op fuser's one modelled effect is the fused grouped MLP of a MoE model; elsewhere it stays unmodelled;
     # a pipeline layout is an input (the importer checks it against the run and names it unmodelled if it does not fit)
     lacking = [w for w in unmodelled(rec) if not (fused and w.startswith("use_transformer_engine_op_fuser"))
+               and not (modules is not None and w.startswith("quant_recipe"))
                and not (layout is not None and w.startswith("pipeline_model_parallel_layout"))
                and not (offloaded is not None and w.startswith("cpu_offloading"))]
     if lacking:
@@ -197,7 +202,8 @@ def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
 # activation offloading and Megatron's CPU offloading of some layers' activations (cpu_offloading with
 # cpu_offloading_num_layers: trainest's `offload: activations` streams every layer's), Megatron FSDP, a pipeline
 # layout given as a list of stages, per-module precision overrides
-# (a quantisation recipe of module matchers); the layers kept in BF16 are an input (bf16_layers, settings_of); FP8 parameters are an input (fp8_params, settings_of)
+# (a quantisation recipe of module matchers) where a matcher names a module trainest has no `module_precision` for
+# (module_precision_of); the layers kept in BF16 are an input (bf16_layers, settings_of); FP8 parameters are an input (fp8_params, settings_of)
 UNMODELLED = (("precision", "quant_recipe", None),
               ("optimizer", "main_grads_dtype", "bfloat16"), ("fusions", "use_transformer_engine_op_fuser", None),
               ("moe", "moe_shared_expert_overlap", None), ("moe", "moe_paged_stash", None),
@@ -244,6 +250,34 @@ def offloaded_layers_of(rec: dict) -> int | None:
         return None
     layers = _value(rec, "offload", "cpu_offloading_num_layers")
     return int(layers) if layers else None
+
+
+# a quantisation recipe's matcher (Megatron-Core RecipeConfig: GlobMatcher(pattern=..., config_key=...)) and the
+# module of trainest's `module_precision` (trainest/precision.py MODULE_PRECISION_MODULES) each pattern names, by the
+# end of the pattern; the config keys as trainest's precisions (MXFP8 is a block-scaled FP8)
+MATCHER = re.compile(r"GlobMatcher\(pattern=([^,]+), config_key=([^)]+)\)")
+PATTERN_MODULES = ((r"(^|\.)linear_qkv$", "linear_qkv"), (r"(^|\.)linear_proj$", "linear_proj"),
+                   (r"mixer\.in_proj$", "in_proj"), (r"mixer\.out_proj$", "out_proj"),
+                   (r"fc(\[12\]|1|2)_latent_proj$", "latent_proj"), (r"^mtp\.\*$", "mtp"))
+CONFIG_PRECISIONS = {"bf16": "bf16", "mxfp8": "fp8", "fp8": "fp8"}
+
+
+def module_precision_of(rec: dict) -> str | None:
+    """The recipe's quantisation recipe as trainest's `module_precision` (`module=precision,...`), None where it has
+    none, or names a pattern or a config trainest has no module or precision for (it then stays unmodelled).
+    fc1_latent_proj and fc2_latent_proj are one module (latent_proj): a recipe giving them two precisions stays
+    unmodelled."""
+    value = _value(rec, "precision", "quant_recipe")
+    if not isinstance(value, str) or not value.strip():
+        return None
+    kept: dict[str, str] = {}
+    for pattern, config in MATCHER.findall(value):
+        module = next((m for rx, m in PATTERN_MODULES if re.search(rx, pattern.strip())), None)
+        precision = CONFIG_PRECISIONS.get(config.strip())
+        if module is None or precision is None or kept.get(module, precision) != precision:
+            return None
+        kept[module] = precision
+    return ",".join(f"{m}={kept[m]}" for _, m in PATTERN_MODULES if m in kept) or None
 
 
 def bf16_layers_of(rec: dict) -> int:

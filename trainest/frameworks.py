@@ -81,6 +81,19 @@ A framework sets
   (the model returns `self.output(h).float()`, `nn.CrossEntropyLoss`, the recipe's `del logits`) hold what
   torchtitan holds: 3·4 = 12 (hf-accelerate, deepspeed; the torchtune recipe rows are imported under
   hf-accelerate). Frameworks not examined: 8 (the FP32 logits and their gradient).
+- `loss_parallel_bytes_per_logit`: the same under tensor parallelism, where the framework's loss is
+  another implementation: torchtitan (Dec 2024) runs its loss inside `loss_parallel()` when tp > 1, on
+  logits sharded over the vocabulary, which is DTensor's vocabulary-parallel cross-entropy
+  (torch/distributed/tensor/parallel/loss.py): its backward computes the NLL's and the log-softmax's
+  gradients together, `(grad_input + torch.exp(x)) * grad_output` beside the saved FP32 log-softmax `x`
+  and the zeros-then-scattered `grad_input`: four FP32 tensors at once, 16 (its forward holds 14: the 16-bit
+  logits, their FP32 copy, `shifted` and the result). None: the same loss as without tensor parallelism.
+- `saves_gathered_inputs`: under sequence parallelism the column-parallel linears (Q/K/V and the MLP's up
+  projections) save the all-gathered, full-sequence norm output for their weight gradient, not the ÷t shard:
+  torchtitan's `ColwiseParallel(input_layouts=Shard(1))` redistributes the input to `Replicate()` before
+  `F.linear`, whose autograd saves that input (with Float8 the gathered FP8 copy; under async TP the fused
+  all-gather-matmul's gathered output). Megatron-Core saves the shard and gathers it again in the backward
+  (`LinearWithGradAccumulationAndAsyncCommunication`). docs/model.md §7.3.
 - `pp_unsharded_zero3`: with ZeRO-3/FSDP and pipeline parallelism the stage's parameters are not
   resharded after the forward and its gradients are accumulated unsharded over the micro-batches
   (reduce-scattered at the last one), so a device holds its stage's gathered 16-bit weights and
@@ -236,6 +249,8 @@ class Framework(NamedTuple):
     unfused_cross_entropy: bool = False  # Megatron's vocab-parallel cross-entropy, operator by operator
     pp_unsharded_zero3: bool = False     # ZeRO-3 with pp > 1 keeps the stage gathered, its gradients unsharded
     loss_bytes_per_logit: float = 8.0    # bytes per logit the loss holds at its peak (module docstring)
+    loss_parallel_bytes_per_logit: float | None = None   # the same under tensor parallelism, where its loss is
+    #                                      another, vocabulary-parallel implementation (None: the same loss)
     moe_seen: bool = False               # bundled measured mixture-of-experts runs use it (Megatron-Bridge)
     host_scale: float = 1.0              # its host time per kernel over plain PyTorch's (fitted: FITTED_FILE)
     expert_loop: str = "gemm"            # EXPERT_LOOPS: how its MoE layer launches the local experts' work
@@ -280,6 +295,8 @@ class Framework(NamedTuple):
     frees_grads: bool = False
     # its eager RMSNorm multiplies the normalised input by the weight in FP32 (`eager_norm_fp32_weight`)
     eager_norm_fp32_weight: bool = False
+    # under sequence parallelism its column-parallel linears save their all-gathered inputs (module docstring)
+    saves_gathered_inputs: bool = False
 
     @property
     def default_recompute(self) -> str:
@@ -364,7 +381,8 @@ DECLARED: tuple[Framework, ...] = (
       "interleaved 1F1B among its pipeline schedules (torchtitan docs); with pipeline parallelism FSDP "
       "does not reshard after forward and gradients sync on the last micro-batch only (parallelize_llama.py); "
       "stage boundaries anywhere (pipeline_parallel_split_points)",
-      pp_unsharded_zero3=True, loss_bytes_per_logit=12.0, expert_loop="grouped", stage_layout=True,
+      pp_unsharded_zero3=True, loss_bytes_per_logit=12.0, loss_parallel_bytes_per_logit=16.0,
+      saves_gathered_inputs=True, expert_loop="grouped", stage_layout=True,
       zero_stages=(0, 2, 3), recompute_modes=("none", "op", "full"), tp_overlap=True),
     F("maxtext", "xla", "fused", True, True, True,
       "google/maxtext: JAX/XLA, the step is one compiled program (XLA fuses element-wise ops; "

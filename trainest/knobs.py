@@ -114,7 +114,7 @@ PANELS: dict[str, tuple[str, ...]] = {
                "max_micro_batch"),
     "Batch": ("micro_batch", "global_batch", "global_batch_tokens", "seq_len", "packed_length"),
     "Precision": ("precision", "adam_moments", "optimizer", "master_weights", "grad_dtype", "optimizer_in_backward",
-                  "loss", "fp8_params", "bf16_layers", "fp8_attention"),
+                  "loss", "fp8_params", "bf16_layers", "module_precision", "fp8_attention"),
     "Fine-tuning": ("finetune", "lora_rank", "lora_alpha", "lora_targets", "base_bits", "double_quant"),
     "Run and cost": ("tokens", "price_per_hour", "pue", "grid_gco2_per_kwh", "objective", "deadline", "budget",
                      "max_days", "max_cost", "require_fit"),
@@ -263,6 +263,12 @@ KNOBS: tuple[Knob, ...] = (
       "start and end) keep their GEMMs in BF16 (Megatron-Core --first-last-layers-bf16 with "
       "--num-layers-at-start-in-bf16 and --num-layers-at-end-in-bf16, summed); 0: every layer in low precision. "
       "docs/model.md §2.2.", "0", job=True, fallback=0, limits=(0, 100000)),
+    K("module_precision", ("--module-precision",), "str", "With precision fp8 or fp4: modules whose GEMMs stay in a "
+      "higher precision, comma-separated module=precision with Megatron-Core's module names (what a quantisation "
+      "recipe's matchers name): linear_qkv, linear_proj (attention), in_proj, out_proj (a Mamba-2 mixer), "
+      "latent_proj (LatentMoE's latent projections), mtp (the multi-token-prediction module); precision bf16, or "
+      "fp8 (MXFP8) under fp4. E.g. linear_qkv=bf16,out_proj=fp8. none: every module at the run's precision "
+      "(Megatron-Core without a quantisation recipe). docs/model.md §2.2.", "none", job=True, fallback="none"),
     K("fp8_attention", ("--fp8-attention/--no-fp8-attention",), "switch", "Run the attention core's two products "
       "(QKᵀ and PV) on the FP8 tensor cores (precision fp8 or fp4 only): Transformer Engine's FP8 dot-product "
       "attention (NVTE_FP8_DPA=1, Megatron-Core --fp8-dot-product-attention; MLPerf's Llama 2 70B LoRA), cuDNN's "

@@ -79,6 +79,7 @@ class Job(NamedTuple):
     fp8_attention: bool = False      # the attention core's products in FP8 (TE FP8 dot-product attention), §2.4
     fused_grouped_mlp: bool = False  # the routed experts' activation and its cast in the grouped GEMMs, §15.12
     bf16_layers: float = 0.0         # layers whose GEMMs stay BF16 in an FP8/FP4 model (first/last layers), §2.2
+    module_precision: str = "none"   # modules kept in BF16/FP8 under an FP8/FP4 recipe (`module=precision,...`), §2.2
     recompute_layers: float = 0.0    # full recompute of this many layers per stage and chunk (0: all), §7.10
     offload_layers: float = 0.0      # activation offload of this many layers per stage (0: all), §14.3
     remat_policy: str = "auto"       # RematPolicy: MaxText's remat_policy (auto: not given), step/remat.py, §7.11

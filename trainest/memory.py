@@ -100,6 +100,17 @@ def loss_bytes_per_logit(job: Job) -> float:
     return FRAMEWORKS[job.framework].loss_bytes_per_logit
 
 
+def held_bytes_per_logit(job: Job, layout: Layout) -> Num:
+    """Bytes per logit the loss holds at its peak on this layout [B]: `loss_bytes_per_logit`, but under tensor
+    parallelism for a framework whose standard loss then runs another, vocabulary-parallel implementation
+    (`Framework.loss_parallel_bytes_per_logit`: torchtitan's loss_parallel, 16; docs/model.md §7.4)."""
+    standard = loss_bytes_per_logit(job)
+    parallel = FRAMEWORKS[job.framework].loss_parallel_bytes_per_logit
+    if job.loss != "standard" or parallel is None:
+        return standard
+    return xp.where(layout.tp > 1, parallel, standard)
+
+
 def chunked_compiled_bytes_per_logit() -> float:
     """Bytes per logit a chunked cross-entropy whose per-chunk upcast and loss are compiled holds at its peak [B]:
     2 + 2/LOSS_CHUNKS. torchtune's `compile_loss` compiles CEWithChunkedOutputLoss.compute_cross_entropy alone
@@ -335,7 +346,7 @@ def activation_parts(job: Job, layout: Layout) -> tuple[Num, Num]:
     if layout.dualpipe:                  # p + 1 micro-batches' activations (DeepSeek-AI 2024, Table 2)
         in_flight = in_flight + xp.mask(layout.pp > 1)
     first_stage = per_layer * layers_per_stage * in_flight + working
-    logits = loss_bytes_per_logit(job) * layout.micro_batch * job.seq_len / layout.cp * model.vocab / layout.tp
+    logits = held_bytes_per_logit(job, layout) * layout.micro_batch * job.seq_len / layout.cp * model.vocab / layout.tp
     # multi-token prediction on the last stage: its modules as mean layers, its logits (one micro-batch)
     mtp_depth = 0.0 if model.mtp is None else float(model.mtp.depth)
     logits = logits * (1.0 + mtp_depth) + per_layer * model.mtp_layers

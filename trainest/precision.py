@@ -65,3 +65,37 @@ def optimizer_bytes_per_param(precision: str, moments: str = "fp32", optimizer: 
     (`moments` bf16: DeepSeek-AI 2024 §3.3.3) halve the moments' 8 B; `optimizer_state_bytes` for the others."""
     master = 0.0 if precision in FULL_PRECISIONS or master_weights == "none" else MASTER_WEIGHT_BYTES
     return optimizer_state_bytes(optimizer, moments) + master
+
+
+# Per-module precision under an FP8/FP4 recipe (`module_precision`, docs/model.md §2.2): the modules an override may
+# name, by Megatron-Core's module names (the last part of the names a Megatron-Core quantisation recipe's
+# GlobMatcher patterns match, e.g. `*.linear_qkv`, `*mixer.out_proj`, `*mlp.fc[12]_latent_proj`, `mtp.*`), and what
+# each stands for in trainest's step model
+MODULE_PRECISION_MODULES = {
+    "linear_qkv": "the attention's QKV projection (not MLA's, whose projections are its own)",
+    "linear_proj": "the attention's output projection (MLA's too)",
+    "in_proj": "a Mamba-2 mixer's input projection",
+    "out_proj": "a Mamba-2 mixer's output projection",
+    "latent_proj": "LatentMoE's projections to and from the latent (fc1_latent_proj, fc2_latent_proj)",
+    "mtp": "the multi-token-prediction module, all of its GEMMs",
+}
+MODULE_PRECISIONS = ("bf16", "fp8")    # what a module may be kept in; MXFP8 is trainest's fp8 (a block-scaled FP8)
+NO_MODULE_PRECISION = "none"
+
+
+def module_precisions(text: str) -> dict[str, str]:
+    """The per-module precisions `module=precision,...` as {module: precision} ({} for `none`); ValueError naming
+    the first part that is not one of MODULE_PRECISION_MODULES with one of MODULE_PRECISIONS, or a module given
+    twice."""
+    parsed: dict[str, str] = {}
+    if text.strip().lower() in (NO_MODULE_PRECISION, ""):
+        return parsed
+    for part in text.split(","):
+        module, sep, precision = (s.strip().lower() for s in part.partition("="))
+        if not sep or module not in MODULE_PRECISION_MODULES or precision not in MODULE_PRECISIONS:
+            raise ValueError(f"{part.strip()!r} is not module=precision; modules: {', '.join(MODULE_PRECISION_MODULES)}"
+                             f"; precisions: {', '.join(MODULE_PRECISIONS)}")
+        if module in parsed:
+            raise ValueError(f"{module} is given twice")
+        parsed[module] = precision
+    return parsed

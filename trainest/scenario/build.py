@@ -47,6 +47,7 @@ from trainest.scenario.checks import (
     finetune_defaults,
     hybrid_support,
     memory_headroom_bytes,
+    module_precision_of,
     packed_length_of,
     recompute_modules_of,
     remat_policy_recompute,
@@ -461,6 +462,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     kernels = F.choice(r.default("kernels", fw.kernels), at(where, "kernels"), KERNELS)
     knobs = simple_knobs(r)
     _check_knobs_on_the_model(dict(knobs), model, precision, where)
+    knobs = tuple((k, module_precision_of(v, model, precision, hardware, where) if k == "module_precision" else v)
+                  for k, v in knobs)
     recompute, modules = remat_policy_recompute(dict(knobs)["remat_policy"], framework, model, recompute, modules,
                                                 data, where)
     moments = _moments_of(r, dict(knobs), precision, global_batch // (dp * micro_batch), where)

@@ -23,6 +23,7 @@ from trainest.choices import (
 )
 from trainest.errors import SpecError, at, head, name_of
 from trainest.knobs import FINETUNE_KEYS, PARALLEL_KEYS
+from trainest.precision import MODULE_PRECISION_MODULES, NO_MODULE_PRECISION, module_precisions
 from trainest.scenario.records import (
     DEFAULT_FINETUNE_TOKENS,
     DEFAULT_LORA_RANK,
@@ -298,6 +299,41 @@ def check_bf16_layers(layers: int, model_layers: int, precision: str, where: str
     if layers > model_layers:
         raise SpecError(f"{at(where, 'bf16_layers')}: {layers} is more than the model's {model_layers} layers; "
                         f"allowed: 0 to {model_layers}")
+
+
+def _modules_of(model: Model) -> tuple[str, ...]:
+    """The modules of precision.MODULE_PRECISION_MODULES that `model` has."""
+    attention = model.hybrid is None or model.hybrid.count("*") > 0
+    latent = model.moe is not None and model.moe.latent_size is not None
+    has = {"linear_qkv": attention and model.mla is None, "linear_proj": attention,
+           "in_proj": model.mamba_layers > 0, "out_proj": model.mamba_layers > 0, "latent_proj": latent,
+           "mtp": model.mtp is not None}
+    return tuple(m for m in MODULE_PRECISION_MODULES if has[m])
+
+
+def module_precision_of(text: str, model: Model, precision: str, hardware: Hardware, where: str) -> str:
+    """`module_precision` checked and written canonically (`module=precision,...` in MODULE_PRECISION_MODULES'
+    order, or none; docs/model.md §2.2): only an FP8/FP4 model has low-precision modules to keep out, each module
+    one `model` has, FP8 only under FP4 and on hardware with an FP8 peak."""
+    path = at(where, "module_precision")
+    try:
+        given = module_precisions(text)
+    except ValueError as e:
+        raise SpecError(f"{path}: {e}") from None
+    if not given:
+        return NO_MODULE_PRECISION
+    if precision not in LOW_PRECISIONS:
+        raise SpecError(f"{path}: {text} keeps modules out of FP8/FP4 GEMMs, and precision is {precision}; allowed "
+                        f"with it: none (or give precision fp8 or fp4)")
+    has = _modules_of(model)
+    for module, kept in given.items():
+        if module not in has:
+            raise SpecError(f"{path}: {model.name} has no {module} ({MODULE_PRECISION_MODULES[module]}); allowed: "
+                            f"{', '.join(has) or 'none'}")
+        if kept == "fp8" and (precision != "fp4" or not hardware.peak_flops_per_s.get("fp8")):
+            raise SpecError(f"{path}: {module}=fp8 keeps a module in FP8 out of FP4 GEMMs, and precision is "
+                            f"{precision} on {hardware.name}; allowed: {module}=bf16")
+    return ",".join(f"{m}={given[m]}" for m in MODULE_PRECISION_MODULES if m in given)
 
 
 def check_memory_knobs(knobs: dict[str, Any], precision: str, micro_batches: int, where: str) -> None:

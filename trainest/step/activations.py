@@ -89,7 +89,7 @@ def activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]:
     sp_div = layout.sp_div
     # two norm inputs (16 bit), two norm outputs = QKV and MLP-up inputs, two dropout masks
     mask = DROPOUT_MASK_BYTES if model.dropout else 0.0
-    replicated = (2.0 * e + 2.0 * g8 + 2.0 * mask) * tokens * h / sp_div
+    replicated = replicated_bytes(job, layout, g8, mask)
     q_width = model.heads * model.head_dim
     kv_width = saved_kv_width(job, layout)     # KV heads replicated when g < t, or expanded (§7.3)
     # Q, K, V and the MLP-up outputs in 16 bit; the attention output and the MLP-down input as GEMM inputs
@@ -121,6 +121,16 @@ def activation_bytes_per_layer(job: Job, layout: Layout) -> tuple[Num, Num]:
     return kept, rematerialised
 
 
+def replicated_bytes(job: Job, layout: Layout, g8: float, mask: float) -> Num:
+    """The h-wide tensors of a layer kept for backward [B]: two norm inputs (e), two norm outputs as the QKV and
+    MLP-up GEMM inputs (g8), two dropout masks, each ÷t with sequence parallelism; where the framework's
+    column-parallel linears save their all-gathered inputs (`Framework.saves_gathered_inputs`, torchtitan's DTensor
+    sequence parallelism) the two GEMM inputs are kept at full sequence length: 2·g8·T·h (§7.3)."""
+    tokens, h, sp_div = layout.tokens(job), job.model.hidden, layout.sp_div
+    gathered = sp_div if not FRAMEWORKS[job.framework].saves_gathered_inputs else 1.0
+    return (2.0 * job.element_bytes + 2.0 * mask) * tokens * h / sp_div + 2.0 * g8 * tokens * h / gathered
+
+
 def partial_full(layout: Layout, full_input: Num, whole: Num) -> Num:
     """What the mean layer keeps under full recompute of a share f of the stage's layers (Layout.full): f of them
     the layer input, the rest everything (`whole`, what a layer holds when not recomputed) [B] (§7.10)."""
@@ -143,7 +153,7 @@ def common_activation_parts(job: Job, layout: Layout) -> ActivationParts:
     g8 = FP8_SAVED_INPUT_BYTES if job.low_precision else e
     tokens, sp_div = layout.tokens(job), layout.sp_div
     mask = DROPOUT_MASK_BYTES if model.dropout else 0.0
-    replicated = (2.0 * e + 2.0 * g8 + 2.0 * mask) * tokens * model.hidden / sp_div
+    replicated = replicated_bytes(job, layout, g8, mask)
     scores: Num = 0.0
     scores_all: Num = 0.0
     if job.attention == "standard":

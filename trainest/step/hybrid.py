@@ -45,7 +45,7 @@ from trainest.step.moe import (
     moe_mlp,
     moe_tp_all_reduces,
 )
-from trainest.step.rates import BACKWARD, FORWARD, LocalShape, Rates
+from trainest.step.rates import BACKWARD, FORWARD, LocalShape, Rates, module_rates
 from trainest.step.roofline import Op, fused_time, op_of, streaming_time
 from trainest.step.traffic import tp_layer_s
 
@@ -130,10 +130,10 @@ def conv_op(job: Job, layout: Layout, r: Rates, x: LocalShape) -> Op:
 
 def mamba_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
     """The Mamba-2 block's weight GEMMs: in_proj (T × (2·d_in + 2GN + H)/t × h) and out_proj
-    (T × h × d_in/t)."""
+    (T × h × d_in/t), each at its `module_precision` (in_proj, out_proj)."""
     b, h, tp = job.model.mamba, job.model.hidden, layout.tp
-    return [r.gemm_op("in_proj", x.tokens, b.in_proj_width / tp, h),
-            r.gemm_op("out_proj", x.tokens, h, b.inner / tp)]
+    return [module_rates(job, r, "in_proj").gemm_op("in_proj", x.tokens, b.in_proj_width / tp, h),
+            module_rates(job, r, "out_proj").gemm_op("out_proj", x.tokens, h, b.inner / tp)]
 
 
 def half_layer_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:

@@ -33,6 +33,7 @@ from trainest.step.rates import (
     FORWARD,
     LocalShape,
     Rates,
+    module_rates,
     packed_fraction,
     rates_of,
     windowed_layer_fraction,
@@ -74,12 +75,13 @@ ROPE_PASSES = {"fused": 2.0, "eager": 10.0}
 
 def attention_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
     """The attention block's weight GEMMs: QKV and the output projection `proj` (Megatron's
-    column/row split over t), or MLA's projections (step/mla.py: projection_gemms)."""
+    column/row split over t), each at its `module_precision` (linear_qkv, linear_proj), or MLA's projections
+    (step/mla.py: projection_gemms)."""
     if job.model.mla is not None:
         return mla.projection_gemms(job, layout, r, x)
     h, tp = job.model.hidden, layout.tp
-    return [r.gemm_op("qkv", x.tokens, x.q_width / tp + 2.0 * x.kv_local, h),
-            r.gemm_op("proj", x.tokens, h, x.q_width / tp)]
+    return [module_rates(job, r, "linear_qkv").gemm_op("qkv", x.tokens, x.q_width / tp + 2.0 * x.kv_local, h),
+            module_rates(job, r, "linear_proj").gemm_op("proj", x.tokens, h, x.q_width / tp)]
 
 
 def mlp_gemms(r: Rates, prefix: str, tokens: Num, hidden: float, width: Num, mlp_matrices: float) -> list[Op]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainest.layout import Job, Layout, Num
+from trainest.step.rates import module_rates
 from trainest.step.roofline import Op
 
 if TYPE_CHECKING:
@@ -36,8 +37,8 @@ def latent_attention(job: Job) -> MLA:
 def projection_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
     """MLA's weight GEMMs on one device, forward (M = T tokens of the micro-batch):
     query down T×r_q×h and up T×(a/t·d_qk)×r_q (or one T×(a/t·d_qk)×h when r_q is None), KV down
-    T×(r_kv + d_r)×h, KV up T×(a/t·(d_n + d_v))×r_kv, output T×h×(a/t·d_v). The down-projections are
-    replicated over the t ranks (not ÷t): time, not model FLOPs."""
+    T×(r_kv + d_r)×h, KV up T×(a/t·(d_n + d_v))×r_kv, output T×h×(a/t·d_v) (at the `module_precision` of
+    linear_proj). The down-projections are replicated over the t ranks (not ÷t): time, not model FLOPs."""
     m, tp = job.model, layout.tp
     a = latent_attention(job)
     heads = m.heads / tp
@@ -46,7 +47,7 @@ def projection_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[
          if a.q_lora_rank is not None else [r.gemm_op("mla.q", x.tokens, heads * a.qk_head_dim, m.hidden)])
     return q + [r.gemm_op("mla.kv_down", x.tokens, a.kv_lora_rank + a.qk_rope_head_dim, m.hidden),
                 r.gemm_op("mla.kv_up", x.tokens, heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank),
-                r.gemm_op("proj", x.tokens, m.hidden, heads * a.v_head_dim)]
+                module_rates(job, r, "linear_proj").gemm_op("proj", x.tokens, m.hidden, heads * a.v_head_dim)]
 
 
 def attention_bytes(job: Job, layout: Layout, x: LocalShape) -> Num:

@@ -45,7 +45,7 @@ from trainest.step.layer import (
     mlp_gemms,
 )
 from trainest.step.overlap import overlapped_exposed_s
-from trainest.step.rates import BACKWARD, FORWARD, LocalShape, Rates, grouped_gemm
+from trainest.step.rates import BACKWARD, FORWARD, LocalShape, Rates, grouped_gemm, module_rates
 from trainest.step.roofline import Op, OpTime, gemm_compute_efficiency, gemm_flops, op_of, streaming_time
 from trainest.step.traffic import tp_layer_s
 
@@ -178,12 +178,12 @@ def gemm_with_bytes(r: Rates, m: Num, n: Num, k: Num, batch: Num, bytes_moved: N
 def latent_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
     """LatentMoE's projections of the rank's T_in tokens, down to the latent before the dispatch (T_in ×
     l × h) and back up after the combine (T_in × h × l); none without a latent (NVIDIA Nemotron 3 Super:
-    the all-to-alls and the experts then move and read l-wide rows)."""
+    the all-to-alls and the experts then move and read l-wide rows), at the `module_precision` of latent_proj."""
     latent = moe_of(job).latent_size
     if latent is None:
         return []
-    t_in, h = moe_tokens_per_rank(layout, x), job.model.hidden
-    return [r.gemm_op("latent_down", t_in, latent, h), r.gemm_op("latent_up", t_in, h, latent)]
+    t_in, h, rl = moe_tokens_per_rank(layout, x), job.model.hidden, module_rates(job, r, "latent_proj")
+    return [rl.gemm_op("latent_down", t_in, latent, h), rl.gemm_op("latent_up", t_in, h, latent)]
 
 
 def router_gemm(job: Job, layout: Layout, r: Rates, x: LocalShape) -> Op:

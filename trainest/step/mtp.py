@@ -14,7 +14,7 @@ from trainest.step.collectives import Tiers
 from trainest.step.hybrid import BlockPass, block_passes, mix_blocks
 from trainest.step.layer import BACKWARD_TRAFFIC_RATIO, LayerPass, layer_pass
 from trainest.step.moe import moe_layer
-from trainest.step.rates import LocalShape, Rates
+from trainest.step.rates import LocalShape, Rates, module_job, rates_of
 from trainest.step.roofline import bound_sums, op_of, streaming_time
 from trainest.step.traffic import tp_layer_s
 
@@ -44,11 +44,15 @@ def mtp_pass(job: Job, layout: Layout, r: Rates, x: LocalShape, tiers: Tiers,
     (step/moe.py) and `*-` one dense layer; a hybrid model's blocks are its block passes of those kinds
     (step/hybrid.py). `parts`: the mean layer's own passes by kind (compose.MeanLayer.parts), when
     computed: the same passes, not computed again. Its projection T × h × 2h forward, data and weight
-    gradients; its MTP_NORMS norms read and write h-wide 16-bit tensors, twice that backward."""
+    gradients; its MTP_NORMS norms read and write h-wide 16-bit tensors, twice that backward. Kept in another
+    precision by `module_precision` (mtp), the module is that precision's job throughout (docs/model.md §2.2)."""
     m = job.model
     mtp = m.mtp
     if mtp is None:
         return None
+    at = module_job(job, "mtp")
+    if at is not job:
+        return mtp_pass(at, layout, rates_of(at, layout), x, tiers)
     parts = parts or {}
     units: list[tuple[str, float, BlockPass]] = []
     if m.hybrid is not None:

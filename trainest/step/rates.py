@@ -7,8 +7,10 @@ layer's operations (layer.py), MLA (mla.py) and the adapters (finetune.py) all r
 from __future__ import annotations
 
 from trainest import xp
+from trainest.choices import LOW_PRECISIONS
 from trainest.layout import Job, Layout, Num
-from trainest.record import NamedTuple
+from trainest.precision import module_precisions
+from trainest.record import NamedTuple, replace
 from trainest.step.roofline import Op, OpTime, dimension_factor, gemm_op, gemm_time, padded_dim, wave_efficiency
 
 ATTENTION_HALF_SEQ = 512.0         # sequence length at which fused attention's length factor is 1/2
@@ -199,6 +201,35 @@ def rates_of(job: Job, layout: Layout) -> Rates:
                  tile=None if hw.gemm_tile_m is None or hw.gemm_tile_n is None else (hw.gemm_tile_m, hw.gemm_tile_n),
                  window_attention_flops_per_s=None if job.model.attention_window is None
                  else attention_flops_per_s(job, layout, windowed_span(job, layout)))
+
+
+def module_precision(job: Job, module: str) -> str:
+    """The precision `module`'s GEMMs run at (precision.MODULE_PRECISION_MODULES): the job's own, or under an
+    FP8/FP4 recipe the one `module_precision` keeps it in (docs/model.md §2.2)."""
+    if not job.low_precision:
+        return job.precision
+    return module_precisions(job.module_precision).get(module, job.precision)
+
+
+def module_job(job: Job, module: str) -> Job:
+    """The job as `module` runs it: at its `module_precision`, the layers kept in BF16 still kept where the module
+    stays in low precision (a BF16 module has none to keep); the other modules' overrides kept, so that a module
+    within it (an MTP module's attention) keeps its own (docs/model.md §2.2)."""
+    precision = module_precision(job, module)
+    if precision == job.precision:
+        return job
+    kept = job.bf16_layers if precision in LOW_PRECISIONS else 0.0
+    return replace(job, precision=precision, bf16_layers=kept)
+
+
+def module_rates(job: Job, r: Rates, module: str) -> Rates:
+    """`r` for `module`'s GEMMs: the same rates, at the peak, η_max (`gemm_peak_fraction`) and input bytes of the
+    precision `module_precision` keeps it in (r itself where it keeps none) (docs/model.md §2.2)."""
+    at = module_job(job, module)
+    if at is job:
+        return r
+    return r._replace(peak_flops_per_s=at.hardware.peak(at.precision), gemm_peak_fraction=gemm_peak_fraction(at),
+                      gemm_input_bytes=at.gemm_input_bytes)
 
 
 class LocalShape(NamedTuple):
