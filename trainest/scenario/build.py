@@ -460,10 +460,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     attention = F.choice(r.default("attention", "flash"), at(where, "attention"), ATTENTIONS)
     packed_length = packed_length_of(data.get("packed_length"), seq_len, where)
     kernels = F.choice(r.default("kernels", fw.kernels), at(where, "kernels"), KERNELS)
-    knobs = simple_knobs(r)
-    _check_knobs_on_the_model(dict(knobs), model, precision, where)
-    knobs = tuple((k, module_precision_of(v, model, precision, hardware, where) if k == "module_precision" else v)
-                  for k, v in knobs)
+    knobs = _knobs_of(r, model, precision, hardware, where)
     recompute, modules = remat_policy_recompute(dict(knobs)["remat_policy"], framework, model, recompute, modules,
                                                 data, where)
     moments = _moments_of(r, dict(knobs), precision, global_batch // (dp * micro_batch), where)
@@ -491,6 +488,14 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
         recompute_modules=modules, grid_gco2_per_kwh=grid, finetune=finetune, offload=offload, derived=tuple(derived),
         memory_headroom=headroom, memory_headroom_bytes=headroom_bytes, packed_length=packed_length,
     )
+
+
+def _knobs_of(r: _Reader, model: Model, precision: str, hardware: Hardware, where: str) -> tuple[tuple[str, Any], ...]:
+    """The simple knobs (knobs.py's table), checked against the model; module_precision parsed for its precision."""
+    knobs = simple_knobs(r)
+    _check_knobs_on_the_model(dict(knobs), model, precision, where)
+    return tuple((k, module_precision_of(v, model, precision, hardware, where) if k == "module_precision" else v)
+                 for k, v in knobs)
 
 
 def _finetune_of(data: Any, model: Model, precision: str, framework: str, where: str,
