@@ -516,3 +516,15 @@ def test_a_family_without_runs_takes_a_band_symmetric_about_the_estimate():
 def test_uncalibrated_broad_bands_of_the_shipped_file_are_symmetric(shipped):
     for key, (low, high, _, _) in shipped["groups"][B.UNSEEN].items():
         assert low * high == pytest.approx(1.0, rel=2e-3), key
+
+
+def test_the_shipped_families_are_the_tools_families_and_every_hardware_with_runs_has_one(shipped):
+    """The last CI failure that this would have caught in the unit suite (seconds, not the minutes of
+    `fit_bands.py --check`): a hardware variant with runs (h100-sxm-a3) added to FAMILIES without refitting
+    specs/bands.json, so the shipped file lacked its family; and, before that, the same variant's runs with no
+    family at all (their residuals joined no family group)."""
+    from trainest.validate import load_runs
+    assert shipped["families"] == fit_bands.FAMILY_OF, \
+        "specs/bands.json's families differ from tools/fit_bands.py FAMILIES: run python tools/fit_bands.py"
+    with_runs = {case.scenario.hardware.name for case in load_runs().cases}
+    assert not with_runs - set(fit_bands.FAMILY_OF), "hardware with runs but no family in tools/fit_bands.py FAMILIES"
