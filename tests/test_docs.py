@@ -134,7 +134,10 @@ EXTERNAL_FILES = {"prepare_packed_ft_dataset.py", "megatron/core/pipeline_parall
                   "models/gpt_oss/gpt_oss_bridge.py", "attention/dot_product_attention/utils.py",
                   "models/llama/modeling_llama.py", "recipes/full_finetune_single_device.py", "trainer.py",
                   "modules/transformer.py", "torch/distributed/tensor/parallel/style.py",
-                  "torch/distributed/tensor/parallel/loss.py"}
+                  "torch/distributed/tensor/parallel/loss.py",
+                  # megatron-core 0.14.0/0.16.1 and Transformer Engine 2.8.0/2.14.0, read for the MoE padding count
+                  "megatron/core/transformer/moe/experts.py", "pytorch/module/fp8_padding.py", "fp8_unpadding.py",
+                  "grouped_linear.py", "distributed_data_parallel.py"}
 REPO_FILES = sorted(str(p.relative_to(ROOT)) for folder in ("trainest", "tools", "bench", "tests")
                     for p in (ROOT / folder).rglob("*.py"))
 FILE_POINTER = re.compile(r"`([\w/]+\.py)(?::\s*([^`]*))?`")

@@ -60,9 +60,12 @@ A2A_PER_LAYER_PASS = 2.0          # dispatch + combine in a forward (their gradi
 EXPERT_GEMM_LAUNCHES = 2.0        # per local expert and forward: fc1 (up and gate), fc2 (down)
 # FP8/FP4 adds, per local expert and GEMM, the quantisation of its input (forward: the two GEMMs'
 # inputs; backward: the two output gradients) and Megatron-Core's Fp8Padding/Fp8Unpadding of the
-# expert's rows to the FP8 GEMM's alignment (one kernel each way per expert, forward and backward)
+# expert's rows to the FP8 GEMM's alignment. NOT what the code that runs does: megatron-core 0.14/0.16 and
+# Transformer Engine 2.8/2.14 pad all the local experts in one multi-tensor call (3 launches per layer and
+# pass); kept per expert as a stand-in for per-expert host work the model lacks (correcting it alone moves
+# Megatron-Core's fitted host scale 1.71 -> 2.23 onto every estimate; docs/model.md §15.2)
 EXPERT_CAST_LAUNCHES = 2.0        # per local expert and pass (forward; as many backward)
-EXPERT_PAD_LAUNCHES = 2.0         # per local expert and pass (forward; as many backward)
+EXPERT_PAD_LAUNCHES = 2.0         # per local expert and pass (forward; as many backward): a stand-in, above
 # A Python loop over the local experts (frameworks.py: expert_loop "python"; transformers'
 # MixtralSparseMoeBlock: torch.where over the routing mask, gather the rows, the MLP's GEMMs and
 # activation, the routing-weight product, index_add into the output) launches per expert and forward
