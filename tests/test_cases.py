@@ -36,7 +36,7 @@ def test_case1_dgx_spark_is_memory_bound_at_few_tokens_per_gemm_and_compute_boun
     # the datacenter GPUs are several times faster at the same shape; at 256 tokens per GEMM their
     # kernels are short enough that the host's launches and the kernel floors bound them (docs/model.md §2.9)
     h100, b200 = docs[("h100-sxm", 256, 1)]["step"], docs[("b200", 256, 1)]["step"]
-    # (3.99 after the seventh session's refit: the memory efficiency both take rose 3 %, which speeds the
+    # (3.99 after the eighth session's refit: the memory efficiency both take rose 3 %, which speeds the
     # memory-bound Spark by that much and the H100, bound in part by launches and kernel floors here, by less)
     assert 3.5 < spark["step"]["time_s"] / h100["time_s"] < 10
     assert 4 < spark["step"]["time_s"] / b200["time_s"] < 20 and b200["time_s"] < h100["time_s"]
