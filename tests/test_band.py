@@ -113,8 +113,10 @@ def test_uncalibrated_hardware_gets_a_wider_band_and_says_so():
     assert "mi300x's efficiencies are not fitted on measured runs" in uncalibrated.unknowns
     width = lambda b: math.log(b.high_ratio / b.low_ratio)   # noqa: E731
     # the calibrated band is of sources left out (issue 31); the uncalibrated one's broad groups symmetric about
-    # the estimate before they widen for a family without runs (fit_bands.either_way): ×1.36 at the shipped bands
-    assert width(uncalibrated) > 1.25 * width(calibrated)
+    # the estimate before they widen for a family without runs (fit_bands.either_way): ×1.21 at the shipped bands
+    # (×1.36 before MaxText's tensor-parallel runs had their activations sharded, docs/model.md §4.1: the TPU
+    # runs' errors at the prior, part of the broad prior groups, narrowed)
+    assert width(uncalibrated) > 1.15 * width(calibrated)
 
 
 def test_the_staleness_check_compares_structure_and_numbers():

@@ -100,3 +100,21 @@ def test_the_plan_search_keeps_the_policy_and_prices_it_as_estimate_does(policy,
         assert e.scenario.recompute == mode
         assert ev.time_s[i] == pytest.approx(e.step.time_s, rel=1e-6)
         assert ev.memory_bytes[i] == pytest.approx(e.memory.per_device_bytes, rel=1e-6)
+
+
+def test_maxtext_shards_activations_over_the_tensor_axis_by_default():
+    """MaxText's logical axis rules shard the activations' embed dimension over the tensor mesh axis
+    (docs/model.md §4.1): with tp > 1 and nothing said, sequence parallelism is derived on (and shown as derived),
+    the element-wise work and the saved activations are 1/t per device; tp 1 and a run that says otherwise keep
+    it off; other frameworks keep Megatron's off-by-default."""
+    sharded = scenario(parallel={"tp": 4, "pp": 1, "zero": 3})
+    assert sharded.parallel.sequence_parallel
+    assert "parallel.sequence_parallel" in sharded.derived
+    replicated = scenario(parallel={"tp": 4, "pp": 1, "zero": 3, "sequence_parallel": False})
+    assert not replicated.parallel.sequence_parallel
+    assert not scenario().parallel.sequence_parallel
+    megatron = scenario(framework="megatron-core", parallel={"tp": 4, "pp": 1, "zero": 1})
+    assert not megatron.parallel.sequence_parallel
+    a, b = estimate(sharded), estimate(replicated)
+    assert a.step.memory_s < b.step.memory_s
+    assert a.memory.activations_bytes < b.memory.activations_bytes

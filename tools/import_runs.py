@@ -197,7 +197,7 @@ SOURCES = OrderedDict([
         framework="maxtext",
         title="google/maxtext README.md and MaxText/configs/{v4,v5e,v5p,a3}/README.md (commit e64f6813e0)",
         flops_formula="maxtext", zero_default=3, precision_default="bf16",
-        recompute_null=("none", "remat_policy not stated"), sp_rule="none")),
+        recompute_null=("none", "remat_policy not stated"), sp_rule="maxtext")),
     ("torchtitan", dict(
         framework="torchtitan",
         title="pytorch/torchtitan benchmarks/*.md (commit b5bcd76c66): Llama 3.1 on H100 96GB HBM2e "
@@ -1104,10 +1104,12 @@ class Importer:
                 sp = True
                 notes.append("sequence_parallel true: torchtitan's tensor-parallel plan shards norms/dropout "
                              "along the sequence (sequence parallelism)")
-            elif tp > 1 and rule == "none":
-                sp = False
-                notes.append("sequence_parallel false: MaxText shards activations with GSPMD; Megatron-style "
-                             "sequence parallelism not applicable")
+            elif tp > 1 and rule == "maxtext":
+                sp = True
+                notes.append("sequence_parallel true: MaxText's logical axis rules shard the activations' embed "
+                             "dimension over the tensor axis (configs/base.yml ['activation_embed', 'tensor']), "
+                             "so the norms and element-wise ops run on h/t per device as under sequence "
+                             "parallelism (docs/model.md §4.1)")
             else:
                 sp = False
 

@@ -52,6 +52,16 @@ A framework sets
   rows at zero1=-1 against zero1=8 on 16-1024 A100s; docs/model.md §4.4). Its `zero1` size is
   `parallel.dp_shard`. False: a reduce-scatter and one all-gather per bucket (Megatron-Core's distributed
   optimizer, DeepSpeed, FSDP).
+- `tp_shards_activations`: whether its tensor parallelism also shards the activations between the GEMMs (the
+  residual stream, the norms, the element-wise ops), so that with tp > 1 each device runs them on 1/t of the
+  layer's activations and the tensor-parallel collectives are an all-gather before and a reduce-scatter after
+  each block: Megatron's sequence parallelism in effect, which is then the derived default (`parallel.sequence_
+  parallel` on with tp > 1; a run can say otherwise). MaxText: its logical axis rules map the activations' embed
+  dimension to the `tensor` mesh axis (`['activation_embed', 'tensor']` in MaxText/configs/base.yml, read from
+  the maxtext 0.1.0 wheel; the decoder layers constrain their inputs and outputs to ('activation_batch',
+  'activation_norm_length', 'activation_embed')), so GSPMD keeps the residual stream sharded over the hidden
+  dimension and gathers it before the projections (docs/model.md §3.3). The others: off unless the run says so
+  (Megatron-Core's `--sequence-parallel` is a flag; torchtitan's plan is imported as stated).
 - `dp_overlap`: whether it overlaps the data-parallel gradient reduction with the backward by
   default (bucketing). A run can say otherwise (`parallel.dp_overlap`).
 - `interleaved`: whether it has the interleaved (virtual-stage) pipeline schedule.
@@ -271,6 +281,9 @@ class Framework(NamedTuple):
     # the others checkpoint whole layers (full) or nothing
     recompute_modes: tuple[str, ...] = ("none", "selective", "full")
     tp_overlap: bool = False             # pipelines TP collectives with GEMMs (TE userbuffers; torchtitan's async TP)
+    # its tensor parallelism shards the activations between the layers' GEMMs as well (module docstring:
+    # `tp_shards_activations`): sequence parallelism is its default with tp > 1
+    tp_shards_activations: bool = False
     # its data-parallel gradient collectives per step: one per bucket of max(dp_bucket_params,
     # dp_bucket_params_per_rank·dp·cp) parameters, or (0) one per layer: FSDP's units (module docstring)
     dp_bucket_params: float = 0.0
@@ -388,7 +401,7 @@ DECLARED: tuple[Framework, ...] = (
       "google/maxtext: JAX/XLA, the step is one compiled program (XLA fuses element-wise ops; "
       "collectives scheduled by the compiler); its circular pipeline (num_pipeline_repeats > 1: each stage "
       "holds several non-adjacent layer groups) is the interleaved schedule", expert_loop="grouped",
-      runs_on=("tpu", "gpu", "cpu-gpu", "cpu"), torch_eager=False),
+      runs_on=("tpu", "gpu", "cpu-gpu", "cpu"), torch_eager=False, tp_shards_activations=True),
     F("llm-foundry", "python", "fused", True, False, True,
       "mosaicml/llm-foundry (Composer): PyTorch FSDP, fused/flash kernels in its MPT models, no pipeline; "
       "flash-attn's fused cross-entropy by default (loss_fn: fused_crossentropy)", loss_bytes_per_logit=4.0,

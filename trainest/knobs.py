@@ -183,7 +183,9 @@ KNOBS: tuple[Knob, ...] = (
     K("zero", ("--zero",), "int", "ZeRO stage 0-3.", "3 (FSDP); 1 with --pp > 1", group=PARALLEL, searched=True),
     K("fsdp", ("--fsdp",), "flag", "Fully sharded data parallel (= --zero 3).", group=PARALLEL),
     K("sequence_parallel", ("--sequence-parallel/--no-sequence-parallel",), "switch",
-      "Megatron sequence parallelism.", "off", group=PARALLEL, searched=True),
+      "Megatron sequence parallelism (the activations between the GEMMs sharded over the TP ranks).",
+      "off; on with --tp > 1 under MaxText (its activations are sharded over the tensor axis)", group=PARALLEL,
+      searched=True),
     K("tp_overlap", ("--tp-overlap/--no-tp-overlap",), "switch",
       "Pipeline TP collectives with the GEMMs (Megatron --tp-comm-overlap).", "off", group=PARALLEL, job=True),
     K("dp_overlap", ("--dp-overlap/--no-dp-overlap",), "switch", "Overlap the data-parallel gradient reduction "

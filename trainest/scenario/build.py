@@ -58,6 +58,7 @@ from trainest.scenario.framework import (
     check_framework_hardware,
     check_quantised_base,
     default_framework,
+    default_sequence_parallel,
     default_zero,
     finetune_method_given,
     framework_given,
@@ -162,7 +163,9 @@ def _parallel_sizes(par: dict[str, Any], r: _Reader, framework: str) -> dict[str
     for key in ("tp", "pp", "cp", "vpp", "zero", "sequence_parallel"):
         if par.get(key) is None and not (key == "zero" and fsdp is not None):
             r.derive(f"parallel.{key}")
-    sizes["sequence_parallel"] = F.boolean(par.get("sequence_parallel", False), at(w, "sequence_parallel"))
+    sizes["sequence_parallel"] = F.boolean(par.get("sequence_parallel",
+                                                   default_sequence_parallel(framework, sizes["tp"])),
+                                           at(w, "sequence_parallel"))
     sizes["tp_overlap"] = F.boolean(par.get("tp_overlap", False), at(w, "tp_overlap"))
     return sizes
 

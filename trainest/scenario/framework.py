@@ -26,6 +26,13 @@ def default_zero(framework: str, pp: int) -> int:
     return max(stages)
 
 
+def default_sequence_parallel(framework: str, tp: int) -> bool:
+    """Sequence parallelism when the run does not say: on with tp > 1 where the framework's tensor parallelism
+    shards the activations as well (Framework.tp_shards_activations: MaxText, docs/model.md §4.1), else off."""
+    fw = FRAMEWORKS.get(framework, FRAMEWORKS[DEFAULT_FRAMEWORK])
+    return fw.tp_shards_activations and tp > 1
+
+
 def check_framework_pipeline(framework: str, vpp: int, layout: bool, where: str, label: str = "") -> None:
     """What the framework's pipeline can run: the interleaved schedule (vpp > 1), a pipeline layout."""
     named = label or framework      # the framework in the messages
