@@ -258,3 +258,29 @@ def test_a_point_that_does_not_run_says_why_as_the_error_line_would(capsys):
     assert code == 0, err
     errors = [p["error"] for p in json.loads(out)["sweep"] if p["error"]]
     assert errors == ["tp=3 does not divide heads=32; try 1, 2, 4, 8, 16, 32"], errors
+
+
+MOE_JOB = {"model": "qwen3-30b-a3b", "hardware": "b200", "devices": 16, "global_batch": 128,
+           "parallel": {"ep": 8, "zero": 1}}
+
+
+@pytest.mark.parametrize(("knob", "values"), [
+    ("moe_dispatcher", ["alltoall", "deepep", "hybridep"]),
+    ("cuda_graphs", ["none", "partial", "full"]),
+    ("moe_overlap", ["none", "deepep"]),
+])
+def test_the_moe_and_host_choices_sweep_each_at_its_estimate_and_its_best_plan(knob, values):
+    """Issue 33: the token dispatcher, the CUDA graph scope and the all-to-all overlap are choices a user makes;
+    `sweep --moe-dispatcher alltoall,deepep,hybridep` (with --plan: each at its best layout) compares them. Each
+    point is the estimate (the best plan) with that value, and the choices move the step."""
+    assert W.parse_values(BY_NAME[knob], ",".join(values)) == values
+    r = W.sweep(MOE_JOB, BY_NAME[knob], values)
+    times = []
+    for p in r.points:
+        e = estimate(scenario_from_mapping(W.with_value(MOE_JOB, BY_NAME[knob], p.value)))
+        assert p.estimate is not None and p.estimate.step.time_s == e.step.time_s
+        times.append(e.step.time_s)
+    assert len(set(times)) > 1
+    plans = W.sweep(MOE_JOB, BY_NAME[knob], values[:2], plan=True)
+    value = (lambda s: s.parallel.moe_overlap) if knob == "moe_overlap" else (lambda s: s.knob(knob))  # noqa: E731
+    assert all(p.estimate is not None and value(p.estimate.scenario) == p.value for p in plans.points)

@@ -453,7 +453,7 @@ COMPARE_OPTIONS: tuple[Knob, ...] = (
 
 # `trainest sweep`: estimate's inputs, of which the sweepable take a range or a list (trainest.sweep.SWEEPABLE)
 SWEEP_RANGES = ("devices", "global_batch", "seq_len", "micro_batch", "tp", "pp", "cp", "vpp", "zero", "precision",
-                "recompute", "attention", "kernels", "tokens")
+                "recompute", "attention", "kernels", "tokens", "moe_dispatcher", "cuda_graphs", "moe_overlap")
 # sweepable knobs whose a..b ranges step by one (a stage number, which may be 0: 0..3 is every stage), not doubling
 SWEEP_BY_ONE = ("zero",)
 
