@@ -128,7 +128,8 @@ def estimate_case(rng: random.Random) -> list[str]:
 def sweep_case(rng: random.Random) -> list[str]:
     knob = rng.choice([("--seq-len", "2048,4096"), ("--devices", "8,16"), ("--precision", "bf16,fp8"),
                        ("--global-batch", "64..256"), ("--micro-batch", "1,2,banana"), ("--zero", "0..3"),
-                       ("--tp", "1,2,4"), ("--devices", "8..64:8")])
+                       ("--tp", "1,2,4"), ("--devices", "8..64:8"), ("--moe-dispatcher", "alltoall,deepep,hybridep"),
+                       ("--cuda-graphs", "none,partial,full"), ("--moe-overlap", "none,deepep")])
     names = [n for n in JOB_NAMES if f"--{n.replace('_', '-')}" != knob[0]]
     return ["sweep", *job_options(rng, rng.randint(0, 3), names), *knob, "--json"]
 
