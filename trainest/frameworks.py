@@ -60,7 +60,7 @@ A framework sets
   dimension to the `tensor` mesh axis (`['activation_embed', 'tensor']` in MaxText/configs/base.yml, read from
   the maxtext 0.1.0 wheel; the decoder layers constrain their inputs and outputs to ('activation_batch',
   'activation_norm_length', 'activation_embed')), so GSPMD keeps the residual stream sharded over the hidden
-  dimension and gathers it before the projections (docs/model.md §3.3). The others: off unless the run says so
+  dimension and gathers it before the projections (docs/model.md §4.1). The others: off unless the run says so
   (Megatron-Core's `--sequence-parallel` is a flag; torchtitan's plan is imported as stated).
 - `dp_overlap`: whether it overlaps the data-parallel gradient reduction with the backward by
   default (bucketing). A run can say otherwise (`parallel.dp_overlap`).
