@@ -118,6 +118,7 @@ def framework_rows() -> list[dict[str, Any]]:
              "pp_zero_stages": list(f.zero_stages_with(2)), "lora_granularity": f.lora_granularity,
              "qlora": f.qlora,
              "runs_on": list(f.runs_on), "recompute_modes": list(f.recompute_modes), "tp_overlap": f.tp_overlap,
+             "tp_shards_activations": f.tp_shards_activations,
              "memory_defaults": framework_memory_defaults(f.name), "source": f.source} for f in FRAMEWORKS.values()]
 
 
