@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import call_entry
 from typer.testing import CliRunner
 
 from trainest import search as S
@@ -619,7 +620,6 @@ def test_a_cost_objective_over_a_device_range_picks_the_cheapest_count(capsys):
     (and twice as fast); the table said "the fastest plan at each" of plans ranked by cost."""
     import json
 
-    from helpers import call_entry
     code, out, err = call_entry(["plan", "--model", "llama3-8b", "--devices", "8..128", "--tokens", "1T",
                                  "--objective", "cost", "--json"], capsys)
     assert code == 0, err
@@ -631,3 +631,39 @@ def test_a_cost_objective_over_a_device_range_picks_the_cheapest_count(capsys):
     code, out, err = call_entry(["plan", "--model", "llama3-8b", "--devices", "8..128", "--tokens", "1T",
                                  "--objective", "cost"], capsys)
     assert "the cheapest plan at each" in out and "the cheapest count that fits" in " ".join(out.split())
+
+
+MOE_JOB = {"model": "qwen3-30b-a3b", "hardware": "b200", "global_batch": 128}
+
+
+def test_the_plan_search_over_the_job_choices_is_the_best_of_one_search_per_value():
+    """Issue 33: the MoE dispatcher (and CUDA graphs, the all-to-all overlap) is a choice a user makes, so `plan
+    --allow moe_dispatcher=alltoall,deepep,hybridep` searches the layouts once per value and ranks every plan:
+    the winner is the best of the per-value searches, its runner-up in the dispatcher the best of the other
+    values, and every plan carries its value."""
+    space = S.space_from_options(["moe_dispatcher=alltoall,deepep,hybridep"])
+    assert space.job_choices == (("moe_dispatcher", ("alltoall", "deepep", "hybridep")),)
+    base = S.job_scenario(MOE_JOB)
+    r = S.search(base, 16, space, top=4)
+    single = {v: S.search(S.job_variant(base, {"moe_dispatcher": v}), 16, S.space_from_options([]), top=1)
+              for v in ("alltoall", "deepep", "hybridep")}
+    best = min(single, key=lambda v: single[v].scores[0])
+    assert r.scores[0] == pytest.approx(single[best].scores[0])
+    assert r.plans[0].scenario.knob("moe_dispatcher") == best
+    assert list(r.scores) == sorted(r.scores)
+    ru = r.runner_up_by_knob["moe_dispatcher"]
+    assert ru is not None and ru.estimate.scenario.knob("moe_dispatcher") != best
+    others = min(single[v].scores[0] for v in single if v != best)
+    assert ru.score_ratio == pytest.approx(others / single[best].scores[0])
+    assert r.space["moe_dispatcher"] == ["alltoall", "deepep", "hybridep"]
+
+
+def test_a_job_choice_is_given_once_and_only_where_the_model_runs_it(capsys):
+    """A dispatcher both given and searched is refused in one line; a dense model cannot search DeepEP."""
+    code, out, err = call_entry(["plan", "--model", "qwen3-30b-a3b", "--hardware", "b200", "--devices", "16",
+                                 "--global-batch", "128", "--moe-dispatcher", "deepep",
+                                 "--allow", "moe_dispatcher=alltoall,hybridep"], capsys)
+    assert code != 0 and out == "" and "give it once" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(SpecError, match="dense"):
+        S.search(S.job_scenario({**MOE_JOB, "model": "llama3-8b"}), 8,
+                 S.space_from_options(["moe_dispatcher=alltoall,deepep"]))

@@ -62,6 +62,7 @@ def search_plans(values: dict[str, Any]) -> tuple[Any, Any, str | None]:
     raises SpecError on bad input."""
     from trainest import search as S
     from trainest.advice import modules_plan_note, winner_layout_note
+    from trainest.errors import SpecError
     from trainest.record import replace
     from trainest.report import LazyProgress
     from trainest.units import parse_count, parse_duration_s
@@ -72,6 +73,11 @@ def search_plans(values: dict[str, Any]) -> tuple[Any, Any, str | None]:
     devices = str(given if given is not None else S.default_devices(mapping, where))
     lo, hi = S.parse_devices(devices)
     space = S.space_from_options(values.get("allow"), **{k: values.get(k) for k in MAXIMA})
+    for knob, _ in space.job_choices:           # searched value by value: not also fixed by the job
+        given = mapping.get(knob, (mapping.get("parallel") or {}).get(knob))
+        if given is not None:
+            raise SpecError(f"--allow {knob}: the job already gives {knob} {given}; give it once (drop "
+                            f"--{knob.replace('_', '-')}, or --allow {knob}=...)")
     base = S.job_scenario(S.job_for_methods(mapping, space, where), where, default_batch_devices=hi, shape=shape)
     base = S.with_search_framework(base, mapping, space, where, default_batch_devices=hi, shape=shape)
     if given is None:               # shown as derived (report.plan: the header)

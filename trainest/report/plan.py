@@ -102,8 +102,19 @@ def search_dict(r: SearchResult, devices_search: DeviceSearch | None = None) -> 
     return clean(doc)
 
 
-def _layout(e) -> str:
-    """tp, pp, cp, dp, virtual stages, micro-batch, ZeRO stage, sequence parallelism, compactly."""
+# how a plan's label shows the job's choices a search varied (search_job_choices)
+CHOICE_LABELS = {"moe_dispatcher": "{}", "cuda_graphs": "graphs:{}", "moe_overlap": "a2a-overlap:{}"}
+
+
+def _layout(e, choices: tuple[str, ...] = ()) -> str:
+    """tp, pp, cp, dp, virtual stages, micro-batch, ZeRO stage, sequence parallelism, compactly; with `choices`
+    the values of those job knobs (a search over them: `--allow moe_dispatcher=...`)."""
+    shown = plan_knobs(e.scenario)
+    return _layout_of(e) + "".join(f" {CHOICE_LABELS[k].format(shown[k])}" for k in choices)
+
+
+def _layout_of(e) -> str:
+    """The layout part of `_layout`."""
     s, p = e.scenario, e.scenario.parallel
     return (f"t{p.tp} p{p.pp}" + ("(bal)" if p.pipeline_split == "balanced" else "") + f" c{p.cp} d{p.dp}"
             + (f" v{p.vpp}" if p.pp > 1 else "")
@@ -146,8 +157,9 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: list[str]) ->
     t.caption_justify = "left"
     for col in ("#", "plan", "recomp", "step", "compute", "mem", "comm", "bubble", "MFU", "GiB", "days", "cost"):
         t.add_column(col, justify="left" if col in ("plan", "recomp") else "right", no_wrap=True)
+    choices = tuple(k for k in CHOICE_LABELS if k in r.space)       # job choices the search varied
     for i, e in enumerate(r.plans, 1):
-        t.add_row(*_row(str(i), e, fmt_si), style="bold" if i == 1 else "")
+        t.add_row(*_row(str(i), e, fmt_si, choices), style="bold" if i == 1 else "")
     print_table(con, t)
 
     w = r.plans[0]
@@ -163,7 +175,8 @@ def print_plan(r: SearchResult, ds: DeviceSearch | None, job_args: list[str]) ->
             continue
         e = ru.estimate
         rk = plan_knobs(e.scenario)
-        t.add_row(knob, _show(wk[knob]), _show(rk[knob]), _layout(e), e.scenario.recompute, fmt_seconds(e.step.time_s),
+        t.add_row(knob, _show(wk[knob]), _show(rk[knob]), _layout(e, choices), e.scenario.recompute,
+                  fmt_seconds(e.step.time_s),
                   f"{ru.score_ratio - 1:+.1%}", f"{e.memory.per_device_bytes / GiB:.1f}")
     print_table(con, t)
     con.print(f"Error band of the winner: {band_pct(w)} on the step, days and cost ({band_source(w)})",
@@ -268,9 +281,9 @@ def _show(v) -> str:
     return str(v)
 
 
-def _row(rank: str, e: Estimate, fmt_si) -> list[str]:
+def _row(rank: str, e: Estimate, fmt_si, choices: tuple[str, ...] = ()) -> list[str]:
     st = e.step
-    return [rank, _layout(e), e.scenario.recompute, *(f"{x:.4g}" for x in (st.time_s, st.compute_s, st.memory_s,
-                                                                            st.communication_s, st.bubble_s)),
+    times = (st.time_s, st.compute_s, st.memory_s, st.communication_s, st.bubble_s)
+    return [rank, _layout(e, choices), e.scenario.recompute, *(f"{x:.4g}" for x in times),
             f"{e.throughput.mfu:.1%}", f"{e.memory.per_device_bytes / GiB:.1f}", f"{e.training.time_days:.1f}",
             "n/a" if e.training.cost_usd is None else "$" + fmt_si(e.training.cost_usd).replace(" ", "")]

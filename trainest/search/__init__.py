@@ -66,6 +66,7 @@ from trainest.search.grid import (
 from trainest.search.job import (
     default_devices,
     job_scenario,
+    job_variant,
     objective_scale,
     plan_knobs,
     plan_scenario,
@@ -105,6 +106,7 @@ __all__ = [
     "SearchResult", "SearchSpace", "SearchStats", "_estimate_at", "_first_rows", "check_space", "default_devices",
     "device_counts", "device_rule", "enumerate_plans", "evaluate_grid", "expert_layouts", "fitting_changes",
     "job_for_methods", "job_scenario", "max_tp_default", "no_fit_message", "no_layout_message",
-    "objective_scale", "parse_devices", "device_step", "pipeline_sizes", "plan_indices", "plan_knobs", "plan_scenario",
+    "objective_scale", "job_variant",
+    "parse_devices", "device_step", "pipeline_sizes", "plan_indices", "plan_knobs", "plan_scenario",
     "search", "smallest_devices", "space_from_options", "tp_sizes", "with_search_framework",
 ]

@@ -85,6 +85,21 @@ def job_scenario(mapping: dict, where: str = CLI, default_batch_devices: int | N
                                  where, shape=shape)
 
 
+def job_variant(base: Scenario, choice: dict[str, str]) -> Scenario:
+    """The job `base` with the job knobs of `choice` (JOB_CHOICES: knob -> value) set, built and checked by
+    `scenario_from_mapping` as any scenario is (a dispatcher a dense model cannot run is refused in one line);
+    `derived` keeps what the job derived, less those knobs (the search's choice)."""
+    mapping = {k: v for k, v in scenario_mapping(base).items() if k != "derived" and v is not None}
+    parallel = dict(mapping.pop("parallel", None) or {})
+    for knob, value in choice.items():
+        if knob in JOB_PARALLEL_KEYS:
+            parallel[knob] = value
+        else:
+            mapping[knob] = value
+    s = scenario_from_mapping({**mapping, "model": base.model, "hardware": base.hardware, "parallel": parallel}, CLI)
+    return replace(s, derived=tuple(x for x in base.derived if x.removeprefix("parallel.") not in choice))
+
+
 def plan_scenario(base: Scenario, devices: int, *, tp: int, pp: int, cp: int, vpp: int, micro_batch: int, zero: int,
                   sequence_parallel: bool, recompute: str, pipeline_split: str = "even", finetune: str | None = None,
                   offload: str | None = None, ep: int = 1, etp: int = 1) -> Scenario:
@@ -144,7 +159,8 @@ def plan_knobs(s: Scenario) -> dict:
     return {"tp": p.tp, "pp": p.pp, "cp": p.cp, "vpp": p.vpp, "ep": p.ep, "etp": p.etp, "micro_batch": s.micro_batch,
             "zero": p.zero,
             "recompute": s.recompute, "sequence_parallel": p.sequence_parallel, "finetune": s.finetune.method,
-            "offload": s.offload}
+            "offload": s.offload, "moe_dispatcher": s.knob("moe_dispatcher"), "cuda_graphs": s.knob("cuda_graphs"),
+            "moe_overlap": p.moe_overlap}
 
 
 def objective_scale(base: Scenario, devices: int, objective: str) -> float:

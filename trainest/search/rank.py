@@ -177,6 +177,8 @@ def search(base: Scenario, devices: int, space: SearchSpace = EVERY_PLAN, *, obj
         raise SpecError(f"devices={devices} must be at least 1")
     if top < 1:
         raise SpecError(f"--top {top} must be at least 1")
+    if space.job_choices:
+        return search_job_choices(base, devices, space, objective=objective, top=top, progress=progress)
     gap = network_gap(base.hardware, base.devices_per_node, devices, "--devices-per-node", "--hardware")
     if gap:
         raise SpecError(gap)
@@ -217,3 +219,47 @@ def search(base: Scenario, devices: int, space: SearchSpace = EVERY_PLAN, *, obj
     return SearchResult(base=base, devices=devices, objective=objective, stats=stats, plans=plans,
                         scores=tuple(float(ev.time_s[i] * scale) for i in best), runner_up_by_knob=runner,
                         space=g.values)
+
+
+def search_job_choices(base: Scenario, devices: int, space: SearchSpace, *, objective: str, top: int,
+                       progress: Progress | None) -> SearchResult:
+    """`search` over the job's choices of `space.job_choices` (the MoE dispatcher, CUDA graphs, the all-to-all
+    overlap: `--allow moe_dispatcher=alltoall,deepep`): one search of the layouts per combination of their values
+    (`job_variant`), the best `top` plans of all, and for each such knob the best plan with another value as its
+    runner-up. A combination the job cannot run is refused as an estimate would refuse it; one whose search finds
+    no plan that fits is left out, and the search fails only where every combination does."""
+    import itertools
+    from dataclasses import replace as with_fields
+
+    from trainest.search.job import job_variant
+    knobs = tuple(k for k, _ in space.job_choices)
+    inner = with_fields(space, job_choices=())
+    found: list[tuple[tuple[str, ...], SearchResult]] = []
+    failures: list[str] = []
+    for values in itertools.product(*(v for _, v in space.job_choices)):
+        variant = job_variant(base, dict(zip(knobs, values, strict=True)))
+        try:
+            found.append((values, search(variant, devices, inner, objective=objective, top=top, progress=progress)))
+        except SpecError as exc:
+            failures.append(f"{', '.join(f'{k} {v}' for k, v in zip(knobs, values, strict=True))}: {exc}")
+    if not found:
+        raise SpecError(failures[0] if len(failures) == 1 else "no combination has a plan: " + "; ".join(failures))
+    pooled = [(score, i, e) for i, (_, r) in enumerate(found) for score, e in zip(r.scores, r.plans, strict=True)]
+    ranked = sorted(pooled, key=lambda x: (x[0], x[1]))[:top]
+    best_score, won = ranked[0][0], ranked[0][1]
+    winner_values, winner = found[won]
+    runner = dict(winner.runner_up_by_knob)
+    for j, knob in enumerate(knobs):
+        others = [(r.scores[0], r.plans[0]) for values, r in found if values[j] != winner_values[j]]
+        best = min(others, key=lambda x: x[0], default=None)
+        runner[knob] = None if best is None else RunnerUp(knob=knob, estimate=best[1], score_ratio=best[0] / best_score)
+    rejected: dict[str, int] = {}
+    for _, r in found:
+        for k, v in r.stats.rejected.items():
+            rejected[k] = rejected.get(k, 0) + v
+    stats = SearchStats(evaluated=sum(r.stats.evaluated for _, r in found),
+                        feasible=sum(r.stats.feasible for _, r in found), rejected=rejected,
+                        seconds=sum(r.stats.seconds for _, r in found))
+    return SearchResult(base=base, devices=devices, objective=objective, stats=stats,
+                        plans=tuple(e for _, _, e in ranked), scores=tuple(x[0] for x in ranked),
+                        runner_up_by_knob=runner, space={**winner.space, **{k: list(v) for k, v in space.job_choices}})

@@ -15,7 +15,7 @@ from trainest.choices import (
 )
 from trainest.errors import SpecError, at, head
 from trainest.frameworks import FRAMEWORKS
-from trainest.knobs import ALLOW_NAMES, SEARCHED
+from trainest.knobs import ALLOW_NAMES, BY_NAME, JOB_CHOICES, SEARCHED
 from trainest.rules import divisors, facts_of
 from trainest.scenario import (
     Scenario,
@@ -71,6 +71,9 @@ class SearchSpace:
     max_cp: int | None = None
     max_vpp: int | None = None
     max_micro_batch: int | None = None
+    # job knobs searched by value (JOB_CHOICES: the MoE dispatcher, CUDA graphs, the all-to-all overlap), each
+    # (knob, values); () the job's value only
+    job_choices: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 EVERY_PLAN = SearchSpace()     # no knob restricted
@@ -90,8 +93,10 @@ def space_from_options(allow: list[str] | None = None, **maxima: int | None) -> 
     """Build a SearchSpace from `--allow KNOB=V1,V2` strings and `max_tp=...` style caps.
 
     KNOB is tp, pp, cp, vpp, micro_batch (mb), zero, recompute (none|selective|full|op), sp
-    (sequence_parallel: on|off), finetune (full|lora|qlora) or offload (none|optimizer|...)."""
+    (sequence_parallel: on|off), finetune (full|lora|qlora), offload (none|optimizer|...), or one of the job's
+    choices searched value by value (JOB_CHOICES: moe_dispatcher, cuda_graphs, moe_overlap)."""
     values: dict[str, Any] = {}
+    choices: dict[str, tuple[str, ...]] = {}     # JOB_CHOICES knob -> its values
     seen: dict[str, str] = {}          # knob -> the --allow item that gave it
     for item in allow or []:
         key, sep, rest = item.partition("=")
@@ -104,13 +109,13 @@ def space_from_options(allow: list[str] | None = None, **maxima: int | None) -> 
             raise SpecError(f"{head(where)}{knob} is already given ({seen[knob]!r}); give its values once, "
                             f"--allow {key}=V1,V2")
         seen[knob] = item
-        if knob in WORD_KNOBS:
-            vocabulary = WORD_KNOBS[knob]
+        if knob in WORD_KNOBS or knob in JOB_CHOICES:
+            vocabulary = WORD_KNOBS.get(knob) or BY_NAME[knob].choice_values
             got = tuple(dict.fromkeys(v.strip().lower() for v in rest.split(",")))
             bad = [v for v in got if v not in vocabulary]
             if bad:
                 raise SpecError(f"{head(where)}{knob} {bad[0]!r} is not one of {', '.join(vocabulary)}")
-            values[knob] = tuple(r for r in vocabulary if r in got)
+            (choices if knob in JOB_CHOICES else values)[knob] = tuple(r for r in vocabulary if r in got)
         elif knob == "sequence_parallel":
             switch = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}
             got_sp = [switch.get(v.strip().lower()) for v in rest.split(",")]
@@ -124,7 +129,7 @@ def space_from_options(allow: list[str] | None = None, **maxima: int | None) -> 
     for name, cap in maxima.items():
         if cap is not None and cap < 1:
             raise SpecError(f"--{name.replace('_', '-')} {cap} must be at least 1")
-    options: dict[str, Any] = {**values, **maxima}
+    options: dict[str, Any] = {**values, **maxima, "job_choices": tuple(choices.items())}
     return SearchSpace(**options)
 
 
