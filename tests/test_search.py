@@ -667,3 +667,13 @@ def test_a_job_choice_is_given_once_and_only_where_the_model_runs_it(capsys):
     with pytest.raises(SpecError, match="dense"):
         S.search(S.job_scenario({**MOE_JOB, "model": "llama3-8b"}), 8,
                  S.space_from_options(["moe_dispatcher=alltoall,deepep"]))
+    # the switches (FP8 weights, FP8 attention, the fused grouped MLP) take on and/or off, each where it runs
+    assert S.space_from_options(["fp8_params=on,off"]).job_choices == (("fp8_params", (False, True)),)
+    with pytest.raises(SpecError, match="on and/or off"):
+        S.space_from_options(["fp8_params=maybe"])
+    with pytest.raises(SpecError, match="precision is bf16"):
+        S.search(S.job_scenario(MOE_JOB), 16, S.space_from_options(["fp8_params=on,off"]))
+    r = S.search(S.job_scenario({**MOE_JOB, "precision": "fp8"}), 16, S.space_from_options(["fp8_params=on,off"]))
+    assert r.runner_up_by_knob["fp8_params"] is not None
+    assert {r.plans[0].scenario.knob("fp8_params"), r.runner_up_by_knob["fp8_params"].estimate.scenario.knob(
+        "fp8_params")} == {False, True}

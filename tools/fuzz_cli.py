@@ -138,7 +138,8 @@ def plan_case(rng: random.Random) -> list[str]:
     names = ["model", "hardware", "seq_len", "global_batch", "precision", "finetune", "tokens", "framework"]
     devices = rng.choice(["8", "16", "64", "8..32", "0", "abc"])
     allow = (["--allow", rng.choice(["moe_dispatcher=alltoall,deepep", "cuda_graphs=none,full", "moe_overlap=none,deepep",
-                                     "moe_dispatcher=banana", "cuda_graphs="])] if rng.random() < 0.25 else [])
+                                     "moe_dispatcher=banana", "cuda_graphs=", "fp8_params=on,off",
+                                     "fused_grouped_mlp=on,off"])] if rng.random() < 0.25 else [])
     return ["plan", *job_options(rng, rng.randint(0, 3), names), "--devices", devices, "--top", "3", *allow, "--json"]
 
 

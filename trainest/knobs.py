@@ -406,7 +406,8 @@ PLAN_OPTIONS: tuple[Knob, ...] = (
       group=COMMAND),
     K("allow", ("--allow",), "list", "Restrict a knob, e.g. zero=0,1,3 recompute=selective,full sp=on tp=4,8 pp=1,2 "
       "cp=1 vpp=1 mb=1,2, or search a job choice value by value: moe_dispatcher=alltoall,deepep,hybridep "
-      "cuda_graphs=none,full moe_overlap=none,deepep (repeatable).", group=COMMAND),
+      "cuda_graphs=none,full moe_overlap=none,deepep fused_grouped_mlp=on,off fp8_params=on,off "
+      "fp8_attention=on,off (repeatable).", group=COMMAND),
     K("deadline", ("--deadline",), "str", "Find the fewest devices (over the --devices range) that train the tokens "
       "within this time, e.g. 30d.", group=COMMAND),
     K("budget", ("--budget",), "str", "Find the best count by --objective (time: the fastest) over the --devices "
@@ -523,11 +524,11 @@ JOB_KEYS = tuple(k.yaml_key for k in KNOBS if k.job and k.group == SCENARIO)
 JOB_PARALLEL_KEYS = tuple(k.yaml_key for k in KNOBS if k.job and k.group == PARALLEL)
 FINETUNE_KEYS = tuple(k.yaml_key for k in KNOBS if k.group == FINETUNE)
 # `--allow NAME=...`: every searched knob by its name, plus short aliases
-ALLOW_NAMES = {**{k: k for k in SEARCHED}, **{k: k for k in ("moe_dispatcher", "cuda_graphs", "moe_overlap")},
-               "mb": "micro_batch", "sp": "sequence_parallel"}
 # job knobs a plan varies only when `--allow` asks (each value its own search, trainest/search/rank.py:
 # search_job_choices): choices a user makes for the whole job, not columns of the search's grid
-JOB_CHOICES = ("moe_dispatcher", "cuda_graphs", "moe_overlap")
+JOB_CHOICES = ("moe_dispatcher", "cuda_graphs", "moe_overlap", "fused_grouped_mlp", "fp8_params", "fp8_attention")
+ALLOW_NAMES = {**{k: k for k in SEARCHED}, **{k: k for k in JOB_CHOICES}, "mb": "micro_batch",
+               "sp": "sequence_parallel"}
 # the searched knobs a plan varies only when `--allow` asks (else every plan keeps the job's value)
 ASKED_ONLY = ("finetune", "offload")
 
@@ -569,11 +570,13 @@ def value_in(mapping: dict[str, Any], k: Knob) -> Any:
 LAYOUT_ARGS = ("devices", "tp", "pp", "cp", "vpp", "ep", "etp", "zero", "sequence_parallel", "micro_batch",
                "global_batch", "recompute", "recompute_modules", "tp_overlap", "pipeline_split", "dp_collectives",
                "dp_overlap", "moe_overlap", "pipeline_schedule", "finetune", "lora_rank", "lora_alpha", "lora_targets",
-               "base_bits", "offload", "moe_dispatcher", "cuda_graphs")
+               "base_bits", "offload", "moe_dispatcher", "cuda_graphs", "fused_grouped_mlp", "fp8_params",
+               "fp8_attention")
 LAYOUT_DEFAULTS = {"ep": 1, "etp": 1, "tp_overlap": False, "pipeline_split": "even", "dp_collectives": "hierarchical",
                    "moe_overlap": "none", "pipeline_schedule": "1f1b", "finetune": "full", "offload": "none",
                    "recompute_modules": ["core_attn"], "lora_rank": 16, "lora_targets": "all",
-                   "moe_dispatcher": "alltoall", "cuda_graphs": "none"}
+                   "moe_dispatcher": "alltoall", "cuda_graphs": "none", "fused_grouped_mlp": False, "fp8_params": False,
+                   "fp8_attention": False}
 
 
 def _default_of(name: str, mapping: dict[str, Any]) -> Any:

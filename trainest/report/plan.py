@@ -103,14 +103,15 @@ def search_dict(r: SearchResult, devices_search: DeviceSearch | None = None) -> 
 
 
 # how a plan's label shows the job's choices a search varied (search_job_choices)
-CHOICE_LABELS = {"moe_dispatcher": "{}", "cuda_graphs": "graphs:{}", "moe_overlap": "a2a-overlap:{}"}
+CHOICE_LABELS = {"moe_dispatcher": "{}", "cuda_graphs": "graphs:{}", "moe_overlap": "a2a-overlap:{}",
+                 "fused_grouped_mlp": "fused-mlp:{}", "fp8_params": "fp8-params:{}", "fp8_attention": "fp8-attn:{}"}
 
 
 def _layout(e, choices: tuple[str, ...] = ()) -> str:
     """tp, pp, cp, dp, virtual stages, micro-batch, ZeRO stage, sequence parallelism, compactly; with `choices`
     the values of those job knobs (a search over them: `--allow moe_dispatcher=...`)."""
     shown = plan_knobs(e.scenario)
-    return _layout_of(e) + "".join(f" {CHOICE_LABELS[k].format(shown[k])}" for k in choices)
+    return _layout_of(e) + "".join(f" {CHOICE_LABELS[k].format(_show(shown[k]))}" for k in choices)
 
 
 def _layout_of(e) -> str:

@@ -11,7 +11,7 @@ from trainest.choices import (
 )
 from trainest.errors import SpecError, head
 from trainest.frameworks import FRAMEWORKS
-from trainest.knobs import CLI, JOB_KEYS, JOB_PARALLEL_KEYS
+from trainest.knobs import CLI, JOB_CHOICES, JOB_KEYS, JOB_PARALLEL_KEYS
 from trainest.record import replace
 from trainest.scenario import (
     FineTune,
@@ -85,7 +85,7 @@ def job_scenario(mapping: dict, where: str = CLI, default_batch_devices: int | N
                                  where, shape=shape)
 
 
-def job_variant(base: Scenario, choice: dict[str, str]) -> Scenario:
+def job_variant(base: Scenario, choice: dict[str, Any]) -> Scenario:
     """The job `base` with the job knobs of `choice` (JOB_CHOICES: knob -> value) set, built and checked by
     `scenario_from_mapping` as any scenario is (a dispatcher a dense model cannot run is refused in one line);
     `derived` keeps what the job derived, less those knobs (the search's choice)."""
@@ -159,8 +159,8 @@ def plan_knobs(s: Scenario) -> dict:
     return {"tp": p.tp, "pp": p.pp, "cp": p.cp, "vpp": p.vpp, "ep": p.ep, "etp": p.etp, "micro_batch": s.micro_batch,
             "zero": p.zero,
             "recompute": s.recompute, "sequence_parallel": p.sequence_parallel, "finetune": s.finetune.method,
-            "offload": s.offload, "moe_dispatcher": s.knob("moe_dispatcher"), "cuda_graphs": s.knob("cuda_graphs"),
-            "moe_overlap": p.moe_overlap}
+            "offload": s.offload, "moe_overlap": p.moe_overlap,
+            **{k: s.knob(k) for k in JOB_CHOICES if k != "moe_overlap"}}
 
 
 def objective_scale(base: Scenario, devices: int, objective: str) -> float:

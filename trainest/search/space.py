@@ -73,7 +73,7 @@ class SearchSpace:
     max_micro_batch: int | None = None
     # job knobs searched by value (JOB_CHOICES: the MoE dispatcher, CUDA graphs, the all-to-all overlap), each
     # (knob, values); () the job's value only
-    job_choices: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    job_choices: tuple[tuple[str, tuple[Any, ...]], ...] = ()
 
 
 EVERY_PLAN = SearchSpace()     # no knob restricted
@@ -94,9 +94,10 @@ def space_from_options(allow: list[str] | None = None, **maxima: int | None) -> 
 
     KNOB is tp, pp, cp, vpp, micro_batch (mb), zero, recompute (none|selective|full|op), sp
     (sequence_parallel: on|off), finetune (full|lora|qlora), offload (none|optimizer|...), or one of the job's
-    choices searched value by value (JOB_CHOICES: moe_dispatcher, cuda_graphs, moe_overlap)."""
+    choices searched value by value (JOB_CHOICES: moe_dispatcher, cuda_graphs, moe_overlap; fused_grouped_mlp,
+    fp8_params, fp8_attention: on|off)."""
     values: dict[str, Any] = {}
-    choices: dict[str, tuple[str, ...]] = {}     # JOB_CHOICES knob -> its values
+    choices: dict[str, tuple[Any, ...]] = {}     # JOB_CHOICES knob -> its values
     seen: dict[str, str] = {}          # knob -> the --allow item that gave it
     for item in allow or []:
         key, sep, rest = item.partition("=")
@@ -109,7 +110,13 @@ def space_from_options(allow: list[str] | None = None, **maxima: int | None) -> 
             raise SpecError(f"{head(where)}{knob} is already given ({seen[knob]!r}); give its values once, "
                             f"--allow {key}=V1,V2")
         seen[knob] = item
-        if knob in WORD_KNOBS or knob in JOB_CHOICES:
+        if knob in JOB_CHOICES and BY_NAME[knob].kind == "switch":
+            onoff = {"on": True, "off": False}
+            got_switch = [onoff.get(v.strip().lower()) for v in rest.split(",")]
+            if None in got_switch:
+                raise SpecError(f"{head(where)}{knob} takes on and/or off")
+            choices[knob] = tuple(sorted(set(got_switch)))
+        elif knob in WORD_KNOBS or knob in JOB_CHOICES:
             vocabulary = WORD_KNOBS.get(knob) or BY_NAME[knob].choice_values
             got = tuple(dict.fromkeys(v.strip().lower() for v in rest.split(",")))
             bad = [v for v in got if v not in vocabulary]
