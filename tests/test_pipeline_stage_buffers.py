@@ -34,8 +34,8 @@ def test_one_f_one_b_first_device_keeps_an_output_and_a_gradient_buffer_per_micr
 
 def test_interleaved_devices_keep_them_for_each_local_stage():
     """v = 2: the first device's two stages keep 2·2·m boundaries, and its second stage's input buffers of the
-    micro-batches not in flight. p = 8, m = 8: in_flight·v = 8·(1 + 7/16)·2 = 23 stage forwards, more than the
-    first stage's 8 plus the second's 8, so none (torch's interleaved warm-up runs all 16 forwards first).
+    micro-batches not in flight. p = 8, m = 8: torch's interleaved warm-up runs all m·v = 16 forwards first
+    (in_flight = m = 8, in_flight·v − m = 8 of the second stage), so none.
     p = 4, m = 8: 4·(1 + 3/8)·2 = 11, 8 of the first stage and 3 of the second: 5 input buffers idle."""
     boundary = 2.0 * S * GPT.hidden / T
     first, _ = buffers(pp=8.0, vpp=2.0, micro_batches=8.0)

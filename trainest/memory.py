@@ -125,10 +125,14 @@ def chunked_compiled_bytes_per_logit() -> float:
 
 
 def in_flight_micro_batches(pp: Num, vpp: Num, micro_batches: Num) -> Num:
-    """Micro-batches whose activations the first stage holds under 1F1B: min(m, p), times the
-    interleaving factor 1 + (p−1)/(p·v) when v > 1 (Korthikanti et al. 2022 §4.2.3)."""
+    """Micro-batches whose activations the first stage holds under 1F1B (in whole-device layers): min(m, p), or
+    interleaved (v > 1) p·(1 + (p−1)/(p·v)) (Korthikanti et al. 2022 §4.2.3), that is v·p + p − 1 chunk forwards
+    (the first device's warm-up, (v−1)·p + 2·(p−1), and the steady state's one more), but never more than the
+    m·v forwards there are: both schedules cap the warm-up at all of them (megatron-core 0.14.0
+    megatron/core/pipeline_parallel/schedules.py: get_pp_rank_microbatches, `are_all_microbatches_in_warmup`; torch
+    2.5.1 `ScheduleInterleaved1F1B`: min(warmup_ops, n_microbatches·n_local_stages)), so at most m."""
     interleave = xp.where(vpp > 1, 1.0 + (pp - 1.0) / (pp * vpp), 1.0)
-    return xp.minimum(micro_batches, pp) * interleave
+    return xp.minimum(micro_batches, pp * interleave)
 
 
 class MemoryBreakdown(NamedTuple):
