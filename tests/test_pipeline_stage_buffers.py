@@ -108,3 +108,16 @@ def test_the_exchange_raises_a_first_pipeline_stage_but_not_a_loss_bound_single_
     assert with_exchange[0][0] > without[0][0]
     assert with_exchange[0][1] == 0.0 < without[0][1]   # the heaviest is now the first stage, which has no logits
     assert with_exchange[1] == pytest.approx(without[1])    # the loss bounds the single stage
+
+
+def test_the_last_stage_merges_its_kept_logits_at_the_steps_end():
+    """The schedule concatenates the m kept logits while they are kept: (m + 1) more micro-batches' logits than the
+    m − 1 the buffers count, 2·m in all; with many micro-batches this end of the step is the heaviest moment."""
+    job, layout = job_and_layout(GPT, framework="torchtitan", seq_len=S, tp=T, sp=1.0, recompute=2.0, pp=4.0,
+                                 micro_batches=32.0)
+    logits = 2.0 * S * GPT.vocab / T
+    assert memory.merged_output_bytes(job, layout) == pytest.approx(33.0 * logits)
+    _, last = buffers(pp=4.0, micro_batches=32.0)
+    assert memory.activation_parts(job, layout)[0] == pytest.approx(last + 33.0 * logits)
+    assert memory.merged_output_bytes(*job_and_layout(GPT, framework="megatron-core", pp=4.0, micro_batches=32.0)) == 0
+    assert memory.merged_output_bytes(*job_and_layout(GPT, framework="torchtitan", pp=1.0, micro_batches=32.0)) == 0

@@ -116,8 +116,9 @@ A framework sets
   the first stage: `PipelineStage._prepare_forward_infra`) and one for its output's gradient (not on the last:
   `_prepare_backward_infra`), kept from step to step, and appends every micro-batch's output to
   `output_chunks` (`forward_one_chunk`), freed only by `clear_runtime_states` at the next step's start: the
-  last stage's outputs are the 16-bit logits (torch 2.8 keeps the last stage's only). docs/model.md §7.4,
-  `memory.py: stage_buffer_bytes`.
+  last stage's outputs are the 16-bit logits (torch 2.8 keeps the last stage's only), which `step` merges into one
+  more tensor at the step's end (`_merge_outputs`). docs/model.md §7.4, `memory.py: stage_buffer_bytes`,
+  `merged_output_bytes`.
 - `cp_gathers_kv`: its context parallelism is torch's (`torch.distributed.tensor.experimental.context_parallel`,
   torch 2.6 `_attention.py`) with the all-gather rotate method (`_ContextParallelOptions.rotate_method`
   ALL_GATHER, torchtitan's `context_parallel_rotate_method` default "allgather"): each attention all-gathers the

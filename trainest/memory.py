@@ -360,10 +360,25 @@ def activation_parts(job: Job, layout: Layout) -> tuple[Num, Num]:
     logits = logits * (1.0 + mtp_depth) + per_layer * model.mtp_layers
     last_stage = per_layer * last_layers + working + logits + last_buffers
     with_logits = xp.where(layout.pp > 1, last_stage, first_stage + logits)
-    without_logits = xp.where(layout.pp > 1, xp.maximum(first_stage, attention), attention)
+    step_end = last_buffers + merged_output_bytes(job, layout)      # the last stage once every backward is done
+    without_logits = xp.where(layout.pp > 1, xp.maximum(xp.maximum(first_stage, attention), step_end), attention)
     total = xp.maximum(with_logits, without_logits)
     held = xp.where(with_logits >= without_logits, logits, 0.0 * logits)
     return total, held
+
+
+def merged_output_bytes(job: Job, layout: Layout) -> Num:
+    """What the last pipeline device holds at the step's end beyond `stage_buffer_bytes` [B], under a framework whose
+    stages keep their outputs (`Framework.stage_buffers_per_micro_batch`), with p > 1; else 0: the schedule merges
+    the m kept micro-batches' logits into one tensor (`PipelineScheduleSingle.step` → `_merge_outputs`, a
+    concatenation) while they are still kept, so 2·m micro-batches' logits, of which the buffers count m − 1:
+    (m + 1)·e·T·V/t. No layer's activations and no loss working set are left by then. Measured (torch 2.11,
+    one stage, H200): m = 8 micro-batches of 4,096 × 32,000 bf16 logits peak at 16.25 of them, 8 kept and 8
+    merged (docs/model/07-memory.md §7.4)."""
+    if not FRAMEWORKS[job.framework].stage_buffers_per_micro_batch:
+        return 0.0 * layout.tp
+    logits = job.element_bytes * layout.tokens(job) * job.model.vocab / layout.tp
+    return xp.mask(layout.pp > 1) * logits * (layout.micro_batches(job) + 1.0)
 
 
 def cp_exchange_bytes(job: Job, layout: Layout) -> Num:
