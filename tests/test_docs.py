@@ -135,6 +135,9 @@ EXTERNAL_FILES = {"prepare_packed_ft_dataset.py", "megatron/core/pipeline_parall
                   "models/llama/modeling_llama.py", "recipes/full_finetune_single_device.py", "trainer.py",
                   "modules/transformer.py", "torch/distributed/tensor/parallel/style.py",
                   "torch/distributed/tensor/parallel/loss.py",
+                  "torch/distributed/pipelining/stage.py", "torch/distributed/pipelining/schedules.py",
+                  "torch/distributed/tensor/experimental/_attention.py", "models/llama3/model/model.py",
+                  "torchtitan/config_manager.py",
                   # megatron-core 0.14.0/0.16.1 and Transformer Engine 2.8.0/2.14.0, read for the MoE padding count
                   "megatron/core/transformer/moe/experts.py", "pytorch/module/fp8_padding.py", "fp8_unpadding.py",
                   "grouped_linear.py", "distributed_data_parallel.py"}

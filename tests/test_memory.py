@@ -110,6 +110,15 @@ def test_interleaving_adds_one_plus_p_minus_one_over_pv():
     assert in_flight_micro_batches(8.0, 3.0, 64.0) == pytest.approx(8 * (1 + 7 / 24))
 
 
+def test_interleaving_never_holds_more_forwards_than_there_are():
+    """m = p = 8, v = 2: the warm-up, (v−1)·p + 2·(p−1) = 22 chunk forwards, is capped at the m·v = 16 there are
+    (Megatron-Core's all_warmup_microbatches, torch's min(warmup_ops, m·v)): 8 whole-device micro-batches, not
+    8·(1 + 7/16) = 11.5. Between the cap and p·(1 + (p−1)/(p·v)) the count follows m."""
+    assert in_flight_micro_batches(8.0, 2.0, 8.0) == pytest.approx(8.0)
+    assert in_flight_micro_batches(8.0, 2.0, 16.0) == pytest.approx(8.0 * (1.0 + 7.0 / 16.0))
+    assert in_flight_micro_batches(4.0, 2.0, 5.0) == pytest.approx(5.0)
+
+
 # ----------------------------------------------------------------------- weights, grads, optimizer
 
 def test_bytes_per_parameter_of_mixed_precision_adam():

@@ -111,6 +111,21 @@ A framework sets
   off when pipeline parallelism is on, "to avoid per-microbatch all-gathers"; the pipeline schedule
   syncs gradients only on the last micro-batch; FSDP2 accumulates unsynced gradients in its
   `reduce_dtype`, FP32). docs/model.md §7.2, `memory.py: zero_state_bytes`.
+- `stage_buffers_per_micro_batch`: its pipeline runs on `torch.distributed.pipelining` (torch 2.5.1/2.6
+  `stage.py`), whose stage allocates, for each of the m micro-batches, a receive buffer for its input (not on
+  the first stage: `PipelineStage._prepare_forward_infra`) and one for its output's gradient (not on the last:
+  `_prepare_backward_infra`), kept from step to step, and appends every micro-batch's output to
+  `output_chunks` (`forward_one_chunk`), freed only by `clear_runtime_states` at the next step's start: the
+  last stage's outputs are the 16-bit logits (torch 2.8 keeps the last stage's only), which `step` merges into one
+  more tensor at the step's end (`_merge_outputs`). docs/model.md §7.4, `memory.py: stage_buffer_bytes`,
+  `merged_output_bytes`.
+- `cp_gathers_kv`: its context parallelism is torch's (`torch.distributed.tensor.experimental.context_parallel`,
+  torch 2.6 `_attention.py`) with the all-gather rotate method (`_ContextParallelOptions.rotate_method`
+  ALL_GATHER, torchtitan's `context_parallel_rotate_method` default "allgather"): each attention all-gathers the
+  K and V of the whole sequence (`_AllGatherRotater`; torchtitan's `repeat_kv` has expanded them to the query
+  heads), and its backward (`_templated_ring_attention_backward`) gathers them again beside FP32 accumulators
+  for dQ, dK, dV, the kernel's 16-bit gradients and the FP32 dK/dV it passes round (all-to-all, sent and
+  received). docs/model.md §7.4, `memory.py: cp_exchange_bytes`.
 - `zero_stages`: the ZeRO stages (docs/model.md §4.4, §7.2) it has. All four where it has them or it was not
   examined. Megatron-Core and NeMo (Megatron-Bridge): 0 DDP, 1 the distributed optimizer
   (--use-distributed-optimizer), 2 and 3 Megatron-FSDP's `optim_grads` and `optim_grads_params` (megatron-core
@@ -310,6 +325,10 @@ class Framework(NamedTuple):
     eager_norm_fp32_weight: bool = False
     # under sequence parallelism its column-parallel linears save their all-gathered inputs (module docstring)
     saves_gathered_inputs: bool = False
+    # its pipeline stages keep per-micro-batch send/receive buffers and outputs through the step (module docstring)
+    stage_buffers_per_micro_batch: bool = False
+    # its context parallelism all-gathers K and V of the whole sequence per attention (module docstring)
+    cp_gathers_kv: bool = False
 
     @property
     def default_recompute(self) -> str:
@@ -395,7 +414,8 @@ DECLARED: tuple[Framework, ...] = (
       "does not reshard after forward and gradients sync on the last micro-batch only (parallelize_llama.py); "
       "stage boundaries anywhere (pipeline_parallel_split_points)",
       pp_unsharded_zero3=True, loss_bytes_per_logit=12.0, loss_parallel_bytes_per_logit=16.0,
-      saves_gathered_inputs=True, expert_loop="grouped", stage_layout=True,
+      saves_gathered_inputs=True, stage_buffers_per_micro_batch=True, cp_gathers_kv=True, expert_loop="grouped",
+      stage_layout=True,
       zero_stages=(0, 2, 3), recompute_modes=("none", "op", "full"), tp_overlap=True),
     F("maxtext", "xla", "fused", True, True, True,
       "google/maxtext: JAX/XLA, the step is one compiled program (XLA fuses element-wise ops; "

@@ -28,6 +28,7 @@ from trainest.step.activations import (
     DROPOUT_MASK_BYTES,
     FP8_SAVED_INPUT_BYTES,
     activation_bytes_per_layer,
+    attention_activation_bytes,
     dispatch_buffer_bytes,
 )
 from trainest.step.finetune import (
@@ -124,10 +125,14 @@ def chunked_compiled_bytes_per_logit() -> float:
 
 
 def in_flight_micro_batches(pp: Num, vpp: Num, micro_batches: Num) -> Num:
-    """Micro-batches whose activations the first stage holds under 1F1B: min(m, p), times the
-    interleaving factor 1 + (p−1)/(p·v) when v > 1 (Korthikanti et al. 2022 §4.2.3)."""
+    """Micro-batches whose activations the first stage holds under 1F1B (in whole-device layers): min(m, p), or
+    interleaved (v > 1) p·(1 + (p−1)/(p·v)) (Korthikanti et al. 2022 §4.2.3), that is v·p + p − 1 chunk forwards
+    (the first device's warm-up, (v−1)·p + 2·(p−1), and the steady state's one more), but never more than the
+    m·v forwards there are: both schedules cap the warm-up at all of them (megatron-core 0.14.0
+    megatron/core/pipeline_parallel/schedules.py: get_pp_rank_microbatches, `are_all_microbatches_in_warmup`; torch
+    2.5.1 `ScheduleInterleaved1F1B`: min(warmup_ops, n_microbatches·n_local_stages)), so at most m."""
     interleave = xp.where(vpp > 1, 1.0 + (pp - 1.0) / (pp * vpp), 1.0)
-    return xp.minimum(micro_batches, pp) * interleave
+    return xp.minimum(micro_batches, pp * interleave)
 
 
 class MemoryBreakdown(NamedTuple):
@@ -345,15 +350,78 @@ def activation_parts(job: Job, layout: Layout) -> tuple[Num, Num]:
     in_flight = in_flight_micro_batches(layout.pp, layout.vpp, layout.micro_batches(job))
     if layout.dualpipe:                  # p + 1 micro-batches' activations (DeepSeek-AI 2024, Table 2)
         in_flight = in_flight + xp.mask(layout.pp > 1)
-    first_stage = per_layer * layers_per_stage * in_flight + working
+    first_buffers, last_buffers = stage_buffer_bytes(job, layout, in_flight)
+    first_kept = per_layer * layers_per_stage * in_flight + first_buffers
+    first_stage = first_kept + working
+    attention = first_kept + cp_exchange_bytes(job, layout)   # a layer's attention backward (no logits)
     logits = held_bytes_per_logit(job, layout) * layout.micro_batch * job.seq_len / layout.cp * model.vocab / layout.tp
     # multi-token prediction on the last stage: its modules as mean layers, its logits (one micro-batch)
     mtp_depth = 0.0 if model.mtp is None else float(model.mtp.depth)
     logits = logits * (1.0 + mtp_depth) + per_layer * model.mtp_layers
-    last_stage = per_layer * last_layers + working + logits
-    total = xp.where(layout.pp > 1, xp.maximum(first_stage, last_stage), first_stage + logits)
-    held = xp.where((layout.pp > 1) * (first_stage > last_stage), 0.0 * logits, logits)
+    last_stage = per_layer * last_layers + working + logits + last_buffers
+    with_logits = xp.where(layout.pp > 1, last_stage, first_stage + logits)
+    step_end = last_buffers + merged_output_bytes(job, layout)      # the last stage once every backward is done
+    without_logits = xp.where(layout.pp > 1, xp.maximum(xp.maximum(first_stage, attention), step_end), attention)
+    total = xp.maximum(with_logits, without_logits)
+    held = xp.where(with_logits >= without_logits, logits, 0.0 * logits)
     return total, held
+
+
+def merged_output_bytes(job: Job, layout: Layout) -> Num:
+    """What the last pipeline device holds at the step's end beyond `stage_buffer_bytes` [B], under a framework whose
+    stages keep their outputs (`Framework.stage_buffers_per_micro_batch`), with p > 1; else 0: the schedule merges
+    the m kept micro-batches' logits into one tensor (`PipelineScheduleSingle.step` → `_merge_outputs`, a
+    concatenation) while they are still kept, so 2·m micro-batches' logits, of which the buffers count m − 1:
+    (m + 1)·e·T·V/t. No layer's activations and no loss working set are left by then. Measured (torch 2.11,
+    one stage, H200): m = 8 micro-batches of 4,096 × 32,000 bf16 logits peak at 16.25 of them, 8 kept and 8
+    merged (docs/model/07-memory.md §7.4)."""
+    if not FRAMEWORKS[job.framework].stage_buffers_per_micro_batch:
+        return 0.0 * layout.tp
+    logits = job.element_bytes * layout.tokens(job) * job.model.vocab / layout.tp
+    return xp.mask(layout.pp > 1) * logits * (layout.micro_batches(job) + 1.0)
+
+
+def cp_exchange_bytes(job: Job, layout: Layout) -> Num:
+    """What one layer's attention backward holds beyond the kept activations under a framework whose context
+    parallelism all-gathers K and V (`Framework.cp_gathers_kv`: torch's context_parallel, rotate method
+    all-gather), with c > 1 [B]; else 0. With W = a·d_h/t (K and V expanded to the query heads) and T = b·s/c:
+    the whole sequence's K and V, 2·e·c·W·T (`_AllGatherRotater`), FP32 dQ, dK, dV accumulators (12·W·T), the
+    kernel's 16-bit dQ, dK, dV (3·e·W·T), and the FP32 dK/dV sent and the one received (16·W·T)
+    (`_templated_ring_attention_backward`, torch 2.6); where the layer is recomputed, also its re-materialised
+    attention (`attention_activation_bytes`) and the QKV projection's saved input (its norm output, gathered
+    under SP by a framework that saves gathered inputs), which its backward still needs (docs/model/07-memory.md
+    §7.4). The moment comes after the loss's backward: no logits beside it (`activation_parts`)."""
+    if not FRAMEWORKS[job.framework].cp_gathers_kv:
+        return 0.0 * layout.tp
+    e, tokens = job.element_bytes, layout.tokens(job)
+    width = job.model.heads * job.model.head_dim / layout.tp
+    exchange = width * tokens * (2.0 * e * layout.cp + 12.0 + 3.0 * e + 16.0)
+    gathered = 1.0 if FRAMEWORKS[job.framework].saves_gathered_inputs else layout.sp_div
+    recomputed = attention_activation_bytes(job, layout)[0] + e * tokens * job.model.hidden / gathered
+    return xp.mask(layout.cp > 1) * (exchange + layout.rematerialises_layer * recomputed)
+
+
+def stage_buffer_bytes(job: Job, layout: Layout, in_flight: Num) -> tuple[Num, Num]:
+    """(first, last) pipeline device's per-micro-batch stage buffers beyond the layers' kept activations [B], under
+    a framework whose stages keep them (`Framework.stage_buffers_per_micro_batch`: torch.distributed.pipelining),
+    with p > 1; else 0. A stage boundary is one micro-batch's block output, e·T·h/(t under SP). Each of a device's v
+    local stages keeps, for each of the m micro-batches, its output (`output_chunks`, freed at the next step) and,
+    but on the last stage, a receive buffer for that output's gradient; but on the first stage, a receive buffer
+    for its input, which is the first layer's kept input while the micro-batch is in flight (`in_flight`
+    micro-batches of the device's v stages: `in_flight`·v stage forwards). The first device: 2·v·m boundaries and
+    the (v−1)·m input buffers not in flight. The last device: its last stage's m outputs are the logits (e bytes each),
+    of which the loss's working set already counts the current one (m − 1 more); its other v − 1 stages' outputs
+    and gradient buffers, 2·(v−1)·m boundaries; v·m input buffers, one in flight (docs/model/07-memory.md §7.4)."""
+    if not FRAMEWORKS[job.framework].stage_buffers_per_micro_batch:
+        return 0.0 * layout.tp, 0.0 * layout.tp
+    pipelined = xp.mask(layout.pp > 1)
+    m, v = layout.micro_batches(job), layout.vpp
+    boundary = job.element_bytes * layout.tokens(job) * job.model.hidden / layout.sp_div
+    idle_inputs = xp.maximum((v - 1.0) * m - xp.maximum(in_flight * v - m, 0.0), 0.0)
+    first = pipelined * boundary * (2.0 * v * m + idle_inputs)
+    logits = job.element_bytes * layout.tokens(job) * job.model.vocab / layout.tp
+    last = pipelined * (logits * (m - 1.0) + boundary * (2.0 * (v - 1.0) * m + v * m - 1.0))
+    return first, last
 
 
 def last_graph_bytes(job: Job, layout: Layout) -> Num:
