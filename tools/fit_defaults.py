@@ -323,10 +323,12 @@ def memory_markdown(results: list[RunResult]) -> str:
              "§7.3). The count includes what torchtitan's loss holds (12 B per logit: its unfused FP32 "
              "cross-entropy; 16 at t > 1, DTensor's vocabulary-parallel one), the all-gathered inputs its "
              "column-parallel linears save under sequence parallelism and, with pipeline parallelism, the stage "
-             "FSDP keeps gathered with its unsharded FP32 gradients (docs/model.md §7.2, §7.3, §7.4). It still "
-             "under-estimates the allocator peak most with pipeline parallelism (405B, 1F1B and context "
-             "parallelism), where the schedule's send/receive buffers, context parallelism's K/V exchange and the "
-             "allocator's reserve beyond its 5 % are not counted. Treat `fits` near the capacity as uncertain.",
+             "FSDP keeps gathered with its unsharded FP32 gradients, torch.distributed.pipelining's receive "
+             "buffers and kept outputs per micro-batch (the last stage's logits, merged at the step's end) and "
+             "context parallelism's all-gathered K and V (docs/model.md §7.2, §7.3, §7.4). It still under-estimates "
+             "the allocator peak most with pipeline parallelism (405B at 1F1B, measured above the same run "
+             "interleaved, which the count does not reproduce; at context parallelism 8), and the allocator's "
+             "reserve beyond its 5 % is not counted. Treat `fits` near the capacity as uncertain.",
              "", "| run | memory kind | recompute | zero | measured GiB | predicted GiB | error % |",
              "|---|---|---|---:|---:|---:|---:|"]
     for r, e in zip(rows, errors):
