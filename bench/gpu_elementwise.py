@@ -17,19 +17,7 @@ import json
 import os
 import time
 
-
-def timed(fn, reps: int = 30) -> float:
-    import torch
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(reps):
-        fn()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) / reps / 1e3
+from gpu_kernels_extra import timed     # bench/: CUDA-event timing of a callable (run as python bench/...)
 
 
 def ops(torch, T: int, h: int, f: int, heads: int, kv: int, d: int):
@@ -81,7 +69,7 @@ def main() -> None:
             for name, (fn, min_bytes) in table.items():
                 run = torch.compile(fn) if mode == "compile" else fn
                 try:
-                    fwd = timed(lambda: run())
+                    fwd = timed(lambda: run(), 30)
                     out = run()
                     g = torch.randn_like(out)
 
