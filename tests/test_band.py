@@ -530,3 +530,49 @@ def test_the_shipped_families_are_the_tools_families_and_every_hardware_with_run
         "specs/bands.json's families differ from tools/fit_bands.py FAMILIES: run python tools/fit_bands.py"
     with_runs = {case.scenario.hardware.name for case in load_runs().cases}
     assert not with_runs - set(fit_bands.FAMILY_OF), "hardware with runs but no family in tools/fit_bands.py FAMILIES"
+
+
+def test_a_band_below_the_validated_scale_widens_each_end_and_says_so():
+    """Issue 31: no validated run is on fewer than `below_devices` devices; an estimate there widens each end by its
+    measured multiplier (`stretched_ends`: a fixed log-margin, so a band already wide is not widened in proportion),
+    keeps its estimate inside and names what is unknown; at `below_devices` and above, or without a measured
+    factor, the band is unchanged."""
+    base = B.Band(0.9, 1.1, 0.8, 40, "hardware", "h, dense", B.CALIBRATED, True, "40 runs")
+    widening = {"below_devices": 2, "factor": [0.8, 1.8], "runs": 18}
+    one = B.below_validated_scale(base, 1, widening)
+    assert [one.low_ratio, one.high_ratio] == pytest.approx([0.72, 1.98], abs=1e-4)
+    wide = B.below_validated_scale(base._replace(low_ratio=0.5, high_ratio=2.0), 1, widening)
+    assert [wide.low_ratio, wide.high_ratio] == pytest.approx([0.4, 3.6], abs=1e-4)   # the same margin, not ×4 wider
+    assert one.low_ratio < 0.9 and one.high_ratio > 1.1 and one.low_ratio <= 1.0 <= one.high_ratio
+    assert "fewer than any validated run (2)" in one.note and "18 measured runs" in one.note
+    assert any("fewer than 2 devices" in u for u in one.unknowns)
+    assert B.below_validated_scale(base, 2, widening) == base
+    assert B.below_validated_scale(base, 1, None) == base
+    assert B.below_validated_scale(base, 1, {**widening, "factor": [1.0, 1.0]}) == base
+    assert B.stretched_ends([0.9, 1.1], 1.0, 1.0) == [0.9, 1.1]
+
+
+def test_shipped_band_of_a_one_device_estimate_is_wider_than_of_two(shipped):
+    """The same hardware, scale bucket (one node) and group: only the device count below every validated run's
+    widens it, by the factors trainest's own one-device steps measured (tools/fit_bands.py: small_scale_widening)."""
+    widening = shipped.get("small_scale_widening") or {}
+    low_move, high_move = B._ends(B._pair(widening.get("factor", 1.0)))
+    if (low_move >= 1.0 and high_move <= 1.0) or widening.get("below_devices", 0) < 2:
+        pytest.skip("no measured run below the validated scale needs a widening")
+    job = {"model": "llama3-8b", "hardware": "h100-sxm", "global_batch": 8, "micro_batch": 1,
+           "finetune": "lora"}
+    one = estimate(scenario_from_mapping({**job, "devices": 1})).band
+    two = estimate(scenario_from_mapping({**job, "devices": 2})).band
+    assert one.group == two.group
+    assert one.high_ratio / one.low_ratio > two.high_ratio / two.low_ratio
+    assert any("devices" in u for u in one.unknowns) and not any("fewer than" in u for u in two.unknowns)
+
+
+def test_the_small_scale_widening_holds_its_measured_runs(shipped):
+    """specs/bands.json's `small_scale_widening` holds at least the nominal share of the measured runs below the
+    validated scale (in sample: one source sizes it), and widening was needed for them."""
+    w = shipped["small_scale_widening"]
+    assert w["below_devices"] == min(int(r["devices"]) for r in fit_bands.left_out_records())
+    if w["runs"]:
+        assert w["coverage"] >= B.COVERAGE > w["coverage_unwidened"]
+        assert shipped["checks"]["small_scale_widened"]["runs"] == w["runs"]

@@ -467,6 +467,59 @@ def vtrain_coverage(doc: dict) -> dict[str, float]:
     return {"runs": len(hits), "covered": sum(hits), "coverage": round(sum(hits) / len(hits), 4) if hits else 0.0}
 
 
+GROUND_TRUTH_SET = "trainest-ground-truth"   # trainest's own measured steps (bench/gpu_ground_truth.py, a lent device)
+GROUND_TRUTH_RUNS = "bench/results/*/runs.yaml"
+LOW_END_MOVES = tuple(round(1.0 - 0.01 * k, 2) for k in range(91))   # small_scale_widening's low-end moves, 1 to 0.1
+HIGH_END_MOVES = tuple(round(1.0 + 0.01 * k, 2) for k in range(901))  # and high-end moves, 1 to 10
+
+
+def ground_truth_cases() -> list[Case]:
+    """trainest's own measured training steps (GROUND_TRUTH_RUNS, set GROUND_TRUTH_SET): kept apart from the bundled
+    runs, never fitted, so each is an estimate for a source no fit saw."""
+    paths = sorted(ROOT.glob(GROUND_TRUTH_RUNS))
+    return load_runs(paths, run_set=GROUND_TRUTH_SET).cases if paths else []
+
+
+def small_scale_widening(doc: dict, records: list[dict]) -> dict:
+    """{below_devices, factor: [low-end, high-end], coverage, coverage_unwidened, runs, measured_on}: the validated
+    runs' smallest device count, and the multipliers of each end (the low end's at most 1, the high end's at least 1;
+    `band.stretched_ends`, as `band.below_validated_scale` applies them) by which the band of an estimate on fewer
+    devices must move out so that at most (1 − COVERAGE)/2 of the measured runs on fewer devices fall below it and at
+    most as many above: for each end the smallest move of LOW_END_MOVES, HIGH_END_MOVES that does it. Moving an end
+    by a ratio adds a fixed log-margin, so a band already wide for another reason (uncalibrated hardware) is not
+    widened in proportion to that width. The runs are trainest's own (`ground_truth_cases`): no validated run is
+    on so few devices. Each is judged by the band `band_for` gives it from `doc` (the groups and widenings built so
+    far), predicted with the shipped efficiencies. In sample: one source sizes and meets it, as the check says. No such
+    run: factors 1."""
+    below = min(int(r["devices"]) for r in records)
+    rows = []
+    for c in ground_truth_cases():
+        s = c.scenario
+        if s.devices >= below:
+            continue
+        unstated = B.unstated_of(s.derived, c.assumed)
+        b = B.band_for(s.hardware, s.devices, s.devices_per_node, B.arch_of(s.model), s.framework, s.finetune.method,
+                       unstated, span_of(c), doc=doc)
+        rows.append((_measured_step_s(c) / step_s(c, s.hardware), b))
+    out = {"below_devices": below, "factor": [1.0, 1.0], "coverage": 1.0, "runs": len(rows),
+           "measured_on": f"set {GROUND_TRUTH_SET} ({GROUND_TRUTH_RUNS})"}
+    if not rows:
+        return out
+    alpha_half = (1.0 - B.COVERAGE) / 2 * len(rows)
+    low = next((m for m in LOW_END_MOVES if sum(r < b.low_ratio * m for r, b in rows) <= alpha_half),
+               LOW_END_MOVES[-1])
+    high = next((m for m in HIGH_END_MOVES if sum(r > b.high_ratio * m for r, b in rows) <= alpha_half),
+                HIGH_END_MOVES[-1])
+    factor = [low, high]
+    inside = 0
+    for r, b in rows:
+        lo, hi = B.stretched_ends([b.low_ratio, b.high_ratio], *factor)
+        inside += lo <= r <= hi
+    before = sum(b.low_ratio <= r <= b.high_ratio for r, b in rows)
+    return out | {"factor": factor, "coverage": round(inside / len(rows), 4),
+                  "coverage_unwidened": round(before / len(rows), 4)}
+
+
 def document() -> dict:
     """The specs/bands.json document for the current model, runs and efficiencies."""
     residuals, source_of, records = pools()
@@ -512,6 +565,9 @@ def document() -> dict:
     doc["unseen_architecture_widening"] = arch["*"][:2]
     checks["prior"]["leave_one_architecture_out_widened"] = {a: {"factor": [lo, hi], "coverage": c}
                                                              for a, (lo, hi, c) in arch.items()}
+    doc["small_scale_widening"] = small_scale_widening(doc, records)
+    small = doc["small_scale_widening"]
+    checks["small_scale_widened"] = {k: small[k] for k in ("coverage", "coverage_unwidened", "runs") if k in small}
     checks["one_source_left_out"] = source_out_coverage(records, residuals["prior"], source_of, factor, fw_factor,
                                                         arch)
     checks[VTRAIN_SET] = vtrain_coverage(doc)
@@ -545,6 +601,19 @@ def _ends_words(factor: object) -> str:
     return f"×{factor:g}"
 
 
+def _small_scale_words(w: dict) -> str:
+    """The sentence on the widening below the validated scale (`small_scale_widening`), "" without one."""
+    if not w.get("runs"):
+        return ""
+    lo, hi = w["factor"]
+    return (f"An estimate on fewer than {w['below_devices']} devices (no validated run has so few) moves its low "
+            f"end ×{lo:g} and its high end ×{hi:g}: each the smallest move that leaves at most 10 % of the "
+            f"{w['runs']} measured runs on so few devices ({w['measured_on']}: trainest's own steps on a lent device, "
+            f"never fitted) "
+            f"beyond it; {w.get('coverage_unwidened', 1.0):.0%} of them were inside the band before, "
+            f"{w['coverage']:.0%} after (in sample: one source sizes it). ")
+
+
 def markdown(doc: dict) -> str:
     """The error-band section of docs/validation.md: the pools, what they cover out of sample, the groups."""
     c = doc.get("checks", {})
@@ -573,7 +642,8 @@ def markdown(doc: dict) -> str:
         f"1 is a floor, and at a fixed global batch a larger one shortens the step) widens "
         f"{_ends_words(doc.get('unstated_widening', 1.0))}: each end the factor that leaves at most 10 % of a source's "
         f"runs whose records leave the micro-batch unstated (their importer assumed it) beyond it, with bands built "
-        f"without that source, pooled over the sources that have such runs. The estimate then says plainly that the "
+        f"without that source, pooled over the sources that have such runs. "
+        f"{_small_scale_words(doc.get('small_scale_widening') or {})}The estimate then says plainly that the "
         f"band is wide because little is known.",
         "",
         f"**One source left out: the band holds for {o['all']['coverage']:.1%} of {o['all']['runs']} runs** (each "
@@ -697,6 +767,10 @@ def main(argv: list[str] | None = None) -> int:
         file=sys.stderr)
     v = doc["checks"][VTRAIN_SET]
     print(f"{VTRAIN_SET}: {v['coverage']:.1%} of {v['runs']} rows inside their band", file=sys.stderr)
+    sm = doc["small_scale_widening"]
+    print(f"fewer than {sm['below_devices']} devices: low end x{sm['factor'][0]}, high end x{sm['factor'][1]}, "
+          f"holding {sm['coverage']:.1%} of "
+          f"{sm['runs']} measured runs ({sm.get('coverage_unwidened', 1.0):.1%} before)", file=sys.stderr)
     if args.check:
         current = json.loads(target.read_text(encoding="utf-8")) if target.exists() else {}
         if not same(current, doc):

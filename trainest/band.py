@@ -43,6 +43,10 @@ UNSTATED_SETTINGS (the micro-batch) to its default widens the band, each end by 
 10 % of a left-out source's runs whose records leave it unstated beyond it (`unstated_widening`, measured by
 tools/fit_bands.py: leave-one-source-out over the sources with such runs; the default micro-batch is a floor, so
 such runs are faster than predicted more often than slower, and the low end widens more).
+An estimate on fewer devices than any validated run (specs/bands.json `small_scale_widening.below_devices`: one
+device today) moves each end out by its own multiplier (`below_validated_scale`, `stretched_ends`), the ones
+that hold COVERAGE of the measured runs on so few devices (trainest's own steps on a lent device, set
+trainest-ground-truth: in sample, as the only such source; tools/fit_bands.py: `small_scale_widening`).
 A band comes from the most specific group with at least MIN_GROUP_RUNS runs, in the order of LEVELS:
 hardware and scale, hardware, hardware family (same architecture generation) and scale, family,
 scale, every run; a broader group is named in the band's note. An uncalibrated hardware whose family
@@ -185,6 +189,14 @@ def widened_ends(entry: list[float], low_factor: float, high_factor: float) -> l
     architecture no validated run has is predicted too fast more often than too slow)."""
     low = widened(entry, low_factor)[0]
     return [low, *widened(entry, high_factor)[1:]]
+
+
+def stretched_ends(entry: list[float], low_move: float, high_move: float) -> list[float]:
+    """[low·low_move, high·high_move]: each end of a band moved by a ratio (low_move ≤ 1, high_move ≥ 1), a fixed
+    log-margin added to each side whatever the band's width. `widened` scales the width instead, right for an error
+    that grows with the group's own spread; a margin is right for an error that adds to it (a one-device step's
+    host and launch time, which the group's runs did not have)."""
+    return [entry[0] * low_move, entry[1] * high_move]
 
 
 def _ends(factor: float | tuple[float, float]) -> tuple[float, float]:
@@ -358,15 +370,17 @@ def _pair(value: Any) -> float | tuple[float, float]:
 
 def band_for(hardware: Any, devices: int, devices_per_node: int, arch: str, framework: str = "",
              finetune: str = "full", unstated: tuple[str, ...] = (), span: tuple[float, float] = (1.0, 1.0),
-             span_words: str = "") -> Band:
+             span_words: str = "", doc: dict[str, Any] | None = None) -> Band:
     """The shipped band of an estimate on `hardware` (a catalog.Hardware) at this scale and architecture
     (`arch_of`), under `framework` (widened when no validated run used it; "" : not judged), fine-tuning
     with `finetune` (full, lora, qlora: widened for adapter fine-tuning), with `unstated` (of UNSTATED_SETTINGS:
-    left to their defaults, widened for them; `span`, `span_words`: what their other values would do, `lookup`)."""
-    doc = load_bands()
+    left to their defaults, widened for them; `span`, `span_words`: what their other values would do, `lookup`),
+    on fewer devices than any validated run (widened for it: `below_validated_scale`). `doc`: the band document
+    (default: the shipped specs/bands.json; tools/fit_bands.py passes the one it is building)."""
+    doc = load_bands() if doc is None else doc
     seen = doc.get("frameworks_validated")
     factor = doc.get("unseen_framework_widening") if framework and seen is not None and framework not in seen else None
-    return lookup(doc.get("groups", {}), hardware=hardware.name, family=doc.get("families", {}).get(hardware.name, ""),
+    band = lookup(doc.get("groups", {}), hardware=hardware.name, family=doc.get("families", {}).get(hardware.name, ""),
                   scale=scale_bucket(devices, devices_per_node), arch=arch,
                   calibrated=bool(hardware.efficiency.fitted), framework_factor=factor, framework=framework,
                   source_factor=float(doc.get("unseen_source_widening", {}).get(
@@ -375,6 +389,29 @@ def band_for(hardware: Any, devices: int, devices_per_node: int, arch: str, fram
                   finetune_factor=float(doc.get("finetune_widening", 1.0)) if finetune != "full" else 1.0,
                   finetune=finetune, unstated_factor=_pair(doc.get("unstated_widening", 1.0)), unstated=unstated,
                   span=span, span_words=span_words)
+    return below_validated_scale(band, devices, doc.get("small_scale_widening"))
+
+
+def below_validated_scale(band: Band, devices: int, widening: dict[str, Any] | None) -> Band:
+    """`band` widened for an estimate on fewer devices than any validated run (`widening`, specs/bands.json
+    `small_scale_widening`: `below_devices`, the smallest device count of a validated run; `factor`, the
+    (low-end, high-end) multipliers that hold COVERAGE of the measured runs on fewer devices, `stretched_ends`;
+    `runs`, how many sized them; written by tools/fit_bands.py). The validated runs are all multi-device, and a
+    one-device step (no collective to hide behind, the host and the launches on the path of a small model, a
+    single-device script rather than a tuned framework) errs more than their bands say: trainest's own
+    single-device steps say how much. Unchanged at or above `below_devices`, or without a measured factor."""
+    if not widening or devices >= int(widening.get("below_devices", 0)) or math.isnan(band.low_ratio):
+        return band
+    low_move, high_move = _ends(_pair(widening.get("factor", 1.0)))
+    if low_move >= 1.0 and high_move <= 1.0:
+        return band
+    low, high = holding_the_estimate(*stretched_ends([band.low_ratio, band.high_ratio], low_move, high_move))
+    n, below = int(widening.get("runs", 0)), int(widening["below_devices"])
+    why = (f"{devices} device{'s' if devices != 1 else ''}, fewer than any validated run ({below}): low end "
+           f"×{low_move:g}, high end ×{high_move:g}, to hold {COVERAGE:.0%} of {n} measured runs on fewer than "
+           f"{below} devices")
+    return replace(band, low_ratio=round(low, 4), high_ratio=round(high, 4), note=f"{band.note}; {why}",
+                   unknowns=(*band.unknowns, f"no validated run on fewer than {below} devices"))
 
 
 def plain_words(band: Band) -> str:
