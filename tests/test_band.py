@@ -350,6 +350,8 @@ def test_a_span_stretches_each_end_by_the_other_values_step_and_says_which():
     assert "the micro-batches that fit" in wide.note and len(wide.unknowns) == 1
     # a span never narrows the band: a fastest value slower than the default leaves the low end
     assert B.spanned(base, (1.2, 1.3)).low_ratio == 0.9
+    # a span too small to read (×1.00–×1.00, as a DGX Spark LoRA estimate printed) is not named as an unknown
+    assert B.spanned(base, (0.998, 1.0), "the micro-batches that fit") == base
 
 
 def _dp_heavy(**extra) -> dict:

@@ -256,9 +256,10 @@ def lookup(groups: dict[str, dict[str, list[float]]], *, hardware: str, family: 
 def spanned(band: Band, span: tuple[float, float], words: str = "") -> Band:
     """`band` with its low end times span[0] (≤ 1) and its high end times span[1] (≥ 1): the step a run would
     take at another value of a setting the scenario left unstated (a run measured at that value errs by the
-    band's ratio from the step predicted at that value, which is span × the estimate's step)."""
+    band's ratio from the step predicted at that value, which is span × the estimate's step). A span that
+    moves neither end by 0.5 % or more (it would read ×1.00–×1.00) leaves the band as it is."""
     lo, hi = min(span[0], 1.0), max(span[1], 1.0)
-    if (lo, hi) == (1.0, 1.0) or math.isnan(band.low_ratio):
+    if (round(lo, 2), round(hi, 2)) == (1.0, 1.0) or math.isnan(band.low_ratio):
         return band
     return replace(band, low_ratio=round(band.low_ratio * lo, 4), high_ratio=round(band.high_ratio * hi, 4),
                    note=f"{band.note}; spans {words or 'the unstated settings'}: ×{lo:.2f}–×{hi:.2f} of the step",
