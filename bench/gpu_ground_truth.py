@@ -3,6 +3,7 @@
     python bench/gpu_ground_truth.py --out DIR                        # a GPU machine: 5-7 min on an H200
     python bench/gpu_ground_truth.py --quick --device cpu --out DIR   # the same code on tiny shapes (no GPU)
     python bench/gpu_ground_truth.py --report DIR/measurements.json   # compare with trainest's model (no torch)
+    python bench/gpu_ground_truth.py --rewrite-runs DIR/measurements.json   # DIR/runs.yaml again, current MODES
 
 Parts, in this order, each inside the time budget (`--budget-s`, default 420 s from the start of the
 script: a part gets a share of what is left, an item that would not fit in it is skipped, and the
@@ -37,9 +38,11 @@ output's `skipped` list and the console say so):
    - `compile-graphs`: the same with `mode="reduce-overhead"`, which replays CUDA graphs (`kernels: fused`).
    trainest's `framework` vocabulary has no entry for a bare PyTorch loop, so the records name the closest
    (MODES below; each record's notes say so): `torchtitan` (Python dispatch of every kernel, eager
-   unless compiled) for `eager` and `compile`, and `maxtext` for `compile-graphs`, the one framework whose
-   dispatch class (`xla`: no host time per kernel) is what a CUDA graph replay does; nothing else of
-   maxtext's matters on one device.
+   unless compiled), and for `compile-graphs` `cuda_graphs: full` (one graph launch per block and pass,
+   docs/model.md §2.10), what the reduce-overhead mode replays. (Until 2026-12-04 the `compile-graphs`
+   records named `maxtext`, whose dispatch class has no host time at all; it left the eager embedding,
+   loss and optimizer launches and the graph launches out. `--rewrite-runs` rebuilds a run's runs.yaml
+   from its measurements.json with the current MODES, no device needed.)
 
 Output (`--out DIR`, rewritten after every part, so a run stopped early still leaves what it measured):
 - `DIR/measurements.json`: provenance (date, device, driver, CUDA, PyTorch, clocks and power from
@@ -436,6 +439,7 @@ class Mode:
     framework: str                 # the closest of trainest's frameworks (trainest/frameworks.py)
     compile_mode: str | None       # torch.compile mode; None: eager
     note: str
+    cuda_graphs: str = "none"      # the runs schema's `cuda_graphs` (none: the key is left out)
 
 
 MODES = {m.name: m for m in (
@@ -445,11 +449,10 @@ MODES = {m.name: m for m in (
     Mode("compile", "fused", "torchtitan", "default",
          "torch.compile (default mode) of each transformer block, as torchtitan compiles; embedding, loss and "
          "AdamW eager; framework: torchtitan is the closest of trainest's frameworks, not what ran."),
-    Mode("compile-graphs", "fused", "maxtext", "reduce-overhead",
+    Mode("compile-graphs", "fused", "torchtitan", "reduce-overhead",
          "torch.compile(mode='reduce-overhead') of each transformer block: its forward and backward replay CUDA "
-         "graphs (no host time per kernel); embedding, loss and AdamW eager. framework: maxtext is NOT what ran: "
-         "it is the one trainest framework whose dispatch class (xla: no per-kernel host time) matches graph "
-         "replay; its other traits do not apply on one device."),
+         "graphs, one launch per block and pass (cuda_graphs: full); embedding, loss and AdamW eager; framework: "
+         "torchtitan is the closest of trainest's frameworks, not what ran.", "full"),
 )}
 
 
@@ -483,10 +486,35 @@ def training_estimate_s(cfg: GptConfig, mode: Mode, steps: int, rate_flops_per_s
     return build + compiling + steps * step_estimate_s(cfg, rate_flops_per_s)
 
 
+def steps_of(mode: Mode, steps: int, warmup: int, quick: bool) -> tuple[int, int]:
+    """(steps, warmup) of one mode's training run: CUDA graph trees warm up over more steps (at least 5)."""
+    warmup = max(warmup, 5) if mode.compile_mode == "reduce-overhead" and not quick else warmup
+    return max(steps, warmup + MIN_MEASURED_STEPS), warmup
+
+
+def rewrite_runs(measurements_path: Path) -> Path:
+    """Rebuild runs.yaml beside `measurements_path` from its training entries, with the current MODES and
+    run_record (what each record says ran: kernels, framework, cuda_graphs, notes); the measured step times
+    are the file's. No device and no torch."""
+    doc = json.loads(measurements_path.read_text(encoding="utf-8"))
+    prov = doc["provenance"]
+    res = Results(measurements_path.parent, prov, Budget(float(doc.get("budget", {}).get("budget_s", 0.0))))
+    res.data = {k: v for k, v in doc.items() if k not in ("schema", "provenance", "budget")}
+    micro = micro_summary(res.data)
+    for r in doc.get("training", []):
+        mode = MODES[r["mode"]]
+        steps, warmup = steps_of(mode, int(prov["steps"]), int(prov["warmup"]), bool(prov.get("quick")))
+        res.runs.append(run_record(config_by_name(r["config"]), mode, r, prov["hardware"], provenance_text(prov),
+                                   micro, steps, warmup))
+    res.write_runs()
+    return measurements_path.parent / "runs.yaml"
+
+
 def run_record(cfg: GptConfig, mode: Mode, result: dict[str, Any], hardware: str, provenance: str,
                micro: str, steps: int, warmup: int) -> dict[str, Any]:
     """One record of the runs schema (specs/README.md)."""
     extra = f" First step (compilation included) {result['first_step_s']:.1f} s." if mode.compile_mode else ""
+    graphs = {} if mode.cuda_graphs == "none" else {"cuda_graphs": mode.cuda_graphs}
     return {
         "id": f"{RUN_SET}-{hardware}-{cfg.name}-{mode.name}",
         "source": provenance,
@@ -496,7 +524,7 @@ def run_record(cfg: GptConfig, mode: Mode, result: dict[str, Any], hardware: str
         "seq_len": cfg.seq_len, "hardware": hardware, "devices": 1, "devices_per_node": 1, "precision": "bf16",
         "parallel": {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "vpp": 1, "zero": 0, "sequence_parallel": False},
         "micro_batch": cfg.micro_batch, "global_batch": cfg.micro_batch, "recompute": cfg.recompute,
-        "attention": "flash2", "kernels": mode.kernels, "framework": mode.framework,
+        "attention": "flash2", "kernels": mode.kernels, "framework": mode.framework, **graphs,
         "measured": {"step_time_s": round(result["step_time_s"], 6)}, "expressible": True, "confidence": "high",
         "notes": (f"Mode {mode.name}: {mode.note} bf16 autocast, FP32 master weights, fused AdamW, causal SDPA "
                   f"(FlashAttention backend), tied embeddings, learned positions, GeLU, no dropout, one device, no "
@@ -910,9 +938,13 @@ class Results:
 
     def write(self) -> None:
         """measurements.json and runs.yaml as they stand (called after every part)."""
-        import yaml
         doc = {"schema": SCHEMA, "provenance": self.provenance, "budget": self.budget.summary(), **self.data}
         _write(self.out / "measurements.json", json.dumps(doc, indent=1) + "\n")
+        self.write_runs()
+
+    def write_runs(self) -> None:
+        """runs.yaml of the training steps so far."""
+        import yaml
         text = provenance_text(self.provenance)
         header = (f"# Measured by bench/gpu_ground_truth.py ({text}).\n"
                   f"# Regenerate by running the script again on the device; do not edit by hand.\n"
@@ -1027,9 +1059,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
                     help="torch.compile runs: auto = on a CUDA device only (inductor's CPU build is slow)")
     ap.add_argument("--skip", default="", help=f"comma-separated parts to leave out ({', '.join(PARTS)})")
+    ap.add_argument("--rewrite-runs", metavar="MEASUREMENTS_JSON",
+                    help="rebuild the runs.yaml beside it from its training steps with the current modes and exit "
+                         "(no torch)")
     ap.add_argument("--report", metavar="MEASUREMENTS_JSON",
                     help="print the comparison of a run's measurements with trainest's model and exit (no torch)")
     args = ap.parse_args(argv)
+    if args.rewrite_runs:
+        print(f"wrote {rewrite_runs(Path(args.rewrite_runs))}", file=sys.stderr)
+        return 0
     if args.report:
         doc = json.loads(Path(args.report).read_text(encoding="utf-8"))
         print(report(doc, args.hardware))
@@ -1137,9 +1175,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         for cfg, mode in items:
             item = f"{cfg.name} {mode.name}"
-            steps = args.steps
-            warmup = max(args.warmup, 5) if mode.compile_mode == "reduce-overhead" and not args.quick else args.warmup
-            steps = max(steps, warmup + MIN_MEASURED_STEPS)
+            steps, warmup = steps_of(mode, args.steps, args.warmup, args.quick)
             est = training_estimate_s(cfg, mode, steps, rate, compile_s)
             if not budget.fits(est):
                 budget.skip(phase, item, f"estimated {est:.0f} s, {budget.part_left_s():.0f} s left in its part")

@@ -224,11 +224,29 @@ def test_records_of_every_mode_are_a_valid_runs_file_of_their_own_set(tmp_path):
     loaded = load_runs([tmp_path / "runs.yaml"])
     assert len(loaded.cases) == len(plan) and not loaded.not_expressible
     assert {c.scenario.kernels for c in loaded.cases} == {"eager", "fused"}
-    assert {c.scenario.framework for c in loaded.cases} == {"torchtitan", "maxtext"}
+    assert {c.scenario.framework for c in loaded.cases} == {"torchtitan"}
+    graphs = {c.scenario.kernels if dict(c.scenario.knobs)["cuda_graphs"] == "full" else "" for c in loaded.cases}
+    assert graphs == {"fused", ""}    # reduce-overhead replays one CUDA graph per block and pass: cuda_graphs full
     assert all(not c.scenario.model.dropout for c in loaded.cases)
     assert load_runs([tmp_path / "runs.yaml"], run_set="public").cases == ()    # reported apart
     m = json.loads((tmp_path / "measurements.json").read_text(encoding="utf-8"))
     assert m["schema"] == gt.SCHEMA and m["provenance"]["device"] == "NVIDIA H200" and "budget" in m
+
+
+def test_rewrite_runs_rebuilds_the_runs_file_from_the_measurements_alone(tmp_path):
+    """--rewrite-runs: runs.yaml again from measurements.json with the current modes (the step times the file's),
+    as the shipped H200 records were when compile-graphs stopped naming maxtext."""
+    clock = FakeClock()
+    res = gt.Results(tmp_path, {**fake_provenance(), "steps": 20, "warmup": 4},
+                     gt.Budget(420.0, clock=clock, quiet=True))
+    plan = gt.training_plan(quick=False, compiled=True)
+    res.data["training"] = [fake_result(cfg, mode, 0.01 * (i + 1)) for i, (cfg, mode) in enumerate(plan)]
+    res.write()
+    assert gt.main(["--rewrite-runs", str(tmp_path / "measurements.json")]) == 0
+    doc = yaml.safe_load((tmp_path / "runs.yaml").read_text(encoding="utf-8"))
+    assert [r["measured"]["step_time_s"] for r in doc["runs"]] == [0.01 * (i + 1) for i in range(len(plan))]
+    assert [r["id"].rsplit("-", 1)[-1] for r in doc["runs"]] == [m.name.rsplit("-", 1)[-1] for _, m in plan]
+    assert len(load_runs([tmp_path / "runs.yaml"]).cases) == len(plan)
 
 
 def test_report_sets_measured_gemms_against_the_wave_model():
