@@ -150,3 +150,84 @@ def test_an_fp8_only_setting_is_not_named_for_a_bf16_run():
     bf16 = scenario_from_mapping({"model": "llama3-8b"}, "test")
     fp8 = scenario_from_mapping({"model": "llama3-8b", "precision": "fp8"}, "test")
     assert "fp8_params" not in unstated_settings(bf16) and "fp8_params" in unstated_settings(fp8)
+
+
+# ------------------------------------------------------------- settings a record's own configuration gives otherwise
+
+def test_a_conflicting_setting_that_fits_is_named_with_both_values(tmp_path):
+    """BIG does not fit without recompute; its record's other statement (recompute full) does: validate predicts the
+    record's value, and says that with the other one the run fits, naming both values."""
+    path = write_runs(tmp_path, [{"id": "big", **BIG, "conflicting": {"recompute": "full"},
+                                  "measured": {"step_time_s": 10.0}}])
+    report = validate_runs([path], user_files=True)
+    (r,) = report.runs
+    assert not r.fits and r.recompute == "none" and r.fits_otherwise is True
+    assert [(c.key, c.stated, c.otherwise) for c in r.conflicting] == [("recompute", "none", "full")]
+    notes = "\n".join(run_notes(report))
+    assert "recompute full (the record: none)" in notes and "with those it fits" in notes
+
+
+def test_a_conflicting_setting_that_does_not_fit_either_says_so(tmp_path):
+    """405B on one device fits with nothing: the other statement's micro-batch does not make it fit, and the note
+    says so rather than implying it would."""
+    run = {**BIG, "model": "llama3.1-405b", "devices": 1, "global_batch": 2, "micro_batch": 2,
+           "parallel": {"tp": 1, "pp": 1, "zero": 0}}
+    path = write_runs(tmp_path, [{"id": "huge", **run, "conflicting": {"micro_batch": 1},
+                                  "measured": {"step_time_s": 1000.0}}])
+    report = validate_runs([path], user_files=True)
+    (r,) = report.runs
+    assert not r.fits and r.fits_otherwise is False
+    assert "does not fit with those either" in "\n".join(run_notes(report))
+
+
+def test_a_run_that_fits_is_not_judged_on_its_conflicting_settings(tmp_path):
+    path = write_runs(tmp_path, [{"id": "big", **BIG, "recompute": "full", "conflicting": {"recompute": "none"},
+                                  "measured": {"step_time_s": 10.0}}])
+    (r,) = validate_runs([path], user_files=True).runs
+    assert r.fits and r.fits_otherwise is None and len(r.conflicting) == 1
+
+
+@pytest.mark.parametrize("value, named", [({"recomput": "full"}, "recomput"), ({"parallel.pp": [4]}, "parallel.pp"),
+                                          ({"parallel.pp": None}, "parallel.pp"), (["parallel.pp"], "conflicting"),
+                                          ({}, "conflicting"), ({"parallel.tp": 3}, "parallel.tp 3")])
+def test_a_bad_conflicting_value_is_one_line_and_exit_1(tmp_path, value, named):
+    """A key that is no scenario key, a value that is not one value, or values that make no valid run (tp 3 on 32
+    devices): one line naming it, exit 1, nothing on stdout."""
+    path = write_runs(tmp_path, [{"id": "big", **BIG, "conflicting": value, "measured": {"step_time_s": 10.0}}])
+    res = CliRunner().invoke(app, ["validate", "--runs", path, "--json"])
+    assert res.exit_code == 1 and res.stdout == "" and "Traceback" not in res.output
+    assert named in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_validate_json_gives_conflicting_and_fits_otherwise(tmp_path):
+    path = write_runs(tmp_path, [{"id": "big", **BIG, "conflicting": {"recompute": "full"},
+                                  "measured": {"step_time_s": 10.0, "peak_memory_gib": 70.0}}])
+    doc = json.loads(CliRunner().invoke(app, ["validate", "--runs", path, "--json", "-q"]).stdout)
+    want = [{"key": "recompute", "stated": "none", "otherwise": "full"}]
+    assert doc["runs"][0]["conflicting"] == want and doc["runs"][0]["fits_otherwise"] is True
+    assert doc["memory"][0]["conflicting"] == want and doc["memory"][0]["fits_otherwise"] is True
+
+
+def test_every_bundled_run_called_does_not_fit_names_what_would_make_it_fit():
+    """Issue 34: a bundled run that ran is called "does not fit" only where its record leaves out a setting whose
+    lightest value makes it fit (`deciding`), or states one that its own configuration gives otherwise and with
+    which it fits (`conflicting`)."""
+    report = validate_runs()
+    nofit = [r for r in report.runs if not r.fits]
+    assert nofit, "no bundled run is called does not fit: the check below would say nothing"
+    assert [r.id for r in nofit if not (r.deciding or r.fits_otherwise)] == []
+
+
+def test_importer_writes_the_recipes_layout_where_the_row_states_another():
+    """tools/recipe_settings.py: the row's layout keeps; the recipe's values that differ, and the data-parallel size
+    they leave, are the run's `conflicting`."""
+    import sys
+    sys.path.insert(0, "tools")
+    from recipe_settings import conflicting_of
+    rec = {"recipe_selection": {"mismatches": {"pp": {"summary": 1, "recipe": 4}, "mbs": {"summary": 2, "recipe": 1},
+                                               "vp": {"summary": None, "recipe": 5},
+                                               "fsdp": {"summary": 0, "recipe": True}}}}
+    run = {"devices": 64, "micro_batch": 2, "parallel": {"tp": 1, "pp": 1, "dp": 64, "cp": 1, "vpp": 1, "zero": 1}}
+    assert conflicting_of(rec, run) == {"parallel.pp": 4, "micro_batch": 1, "parallel.vpp": 5, "parallel.zero": 3,
+                                        "parallel.dp": 16}
+    assert conflicting_of({"recipe_selection": {"mismatches": {}}}, run) == {}

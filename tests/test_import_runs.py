@@ -40,7 +40,7 @@ RUN_KEYS = {"id", "set", "finetune", "packed_length", "source", "model", "seq_le
             "master_weights", "grad_dtype", "loss", "optimizer", "optimizer_in_backward", "offload", "offload_layers",
             "parallel", "micro_batch", "global_batch", "recompute", "recompute_modules", "remat_policy", "attention", "framework", "kernels",
             "cuda_graphs", "moe_dispatcher", "adam_moments", "fp8_params", "double_quant", "bf16_layers", "module_precision", "fused_grouped_mlp", "fp8_attention", "measured",
-            "expressible", "reason",
+            "expressible", "reason", "conflicting",
             "confidence",
             "notes",
             "duplicate_of", "unmodelled", "assumed"}

@@ -334,7 +334,7 @@ def memory_markdown(results: list[RunResult]) -> str:
     for r, e in zip(rows, errors):
         lines.append(f"| {r.id} | {r.measured_memory_kind or 'unspecified'} | {r.recompute} | {r.zero} | "
                      f"{r.measured_memory_bytes / gib:.1f} | {r.predicted_memory_bytes / gib:.1f} | {e:+.1f} |")
-    return "\n".join(lines) + "\n\n" + memory_only_markdown()
+    return "\n".join(lines) + "\n\n" + memory_only_markdown() + "\n\n" + nofit_markdown()
 
 
 def memory_only_markdown() -> str:
@@ -348,6 +348,25 @@ def memory_only_markdown() -> str:
             "specs/runs/memory-given.yaml, `set: memory`: measured peaks with their configurations and no step "
             f"time; {len(memory.not_expressible)} of its records not expressible, `trainest validate --set memory "
             "--json` lists why):\n\n" + memory_kind_markdown(public + memory.memory))
+
+
+def nofit_markdown() -> str:
+    """One paragraph: the bundled runs that ran and are called "does not fit", and what each names as the setting
+    that would make it fit (docs/model.md §7.8: `deciding`, `conflicting`)."""
+    from trainest.validate import validate_runs
+    runs = validate_runs().runs
+    nofit = [r for r in runs if not r.fits]
+    deciding = sum(1 for r in nofit if r.deciding)
+    otherwise = sum(1 for r in nofit if r.fits_otherwise)
+    both = sum(1 for r in nofit if r.deciding and r.fits_otherwise)
+    neither = [r.id for r in nofit if not (r.deciding or r.fits_otherwise)]
+    return (f"\"Does not fit\" for runs that ran (every bundled set, docs/model.md §7.8): {len(nofit)} of the "
+            f"{len(runs)} runs compared are called \"does not fit\". {deciding} name a setting their record leaves "
+            f"out whose lightest value makes them fit (`deciding`); {otherwise} state settings that their own "
+            f"configuration gives otherwise (a Megatron-Bridge row against its release's recipe), with which they fit "
+            f"(`conflicting`, `fits_otherwise`); {both} both; {len(neither)} neither"
+            + (f" ({', '.join(neither)}: a memory-model error)." if neither else ".")
+            + " `trainest validate` names them on each such run.")
 
 
 def bands_markdown() -> str:

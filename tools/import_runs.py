@@ -38,7 +38,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import memory_runs  # noqa: E402
-from recipe_settings import Recipes, settings_of  # noqa: E402
+from recipe_settings import Recipes, conflicting_of, settings_of  # noqa: E402
 from trainest.step.remat import REMAT_MODES  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,7 +61,7 @@ RUN_KEYS = ("id", "set", "source", "model", "seq_len", "hardware", "devices", "d
             "master_weights", "grad_dtype", "parallel", "micro_batch", "global_batch", "recompute", "recompute_modules",
             "remat_policy", "attention", "packed_length", "framework", "kernels", "cuda_graphs", "moe_dispatcher", "adam_moments", "loss",
             "fp8_params", "bf16_layers", "module_precision", "fused_grouped_mlp", "fp8_attention", "optimizer", "optimizer_in_backward", "offload", "offload_layers", "finetune", "double_quant", "measured", "expressible", "reason",
-            "confidence", "notes", "duplicate_of", "unmodelled", "assumed")
+            "confidence", "notes", "duplicate_of", "unmodelled", "assumed", "conflicting")
 # the import notes that say a memory setting was assumed because the record does not state it, and its scenario key:
 # a run's `assumed` (validate names them where it calls a run that ran "does not fit")
 ASSUMED_NOTES = (("recompute '", "recompute"), ("zero 1 assumed", "parallel.zero"),
@@ -1436,8 +1436,10 @@ class Importer:
         if not rec["recipe_selection"].get("layout_matches_summary", True):
             said.append("the summary row's layout differs from its release's recipe (megatron-bridge-recipes.yaml "
                         "_meta): these settings may not be what ran")
-            # what ran is not known: validate names it where the run is called "does not fit"
+            # what ran is not known: validate names it where the run is called "does not fit", and says whether the
+            # recipe's layout would fit (`conflicting`, completed by apply_recipe against the run's own values)
             top["unmodelled"] = [*top.get("unmodelled", []), "the recipe's settings (its layout differs from the row's)"]
+            top["recipe"] = rec
         notes.extend(said)
         return top, par
 
@@ -1509,6 +1511,10 @@ def apply_recipe(run: OrderedDict, top: dict, par: dict) -> None:
     run["parallel"].update(par)
     if run["parallel"].get("tp_overlap") is False:
         del run["parallel"]["tp_overlap"]
+    if "recipe" in top:
+        conflicting = conflicting_of(top["recipe"], run)
+        if conflicting:
+            run["conflicting"] = conflicting
     for k in [k for k in RUN_KEYS if k in run]:
         run.move_to_end(k)
 

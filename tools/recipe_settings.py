@@ -111,6 +111,42 @@ def recompute_of(rec: dict) -> tuple[str, list[str], list[str]]:
     return ("selective" if known else "none"), known, unknown     # selective of no module re-runs nothing
 
 
+# the summary row's layout columns (recipe_selection.mismatches) and the scenario key each sets
+LAYOUT_COLUMNS = {"tp": "parallel.tp", "pp": "parallel.pp", "cp": "parallel.cp", "vp": "parallel.vpp",
+                  "ep": "parallel.ep", "mbs": "micro_batch", "gbs": "global_batch", "seq": "seq_len",
+                  "fsdp": "parallel.zero"}
+
+
+def conflicting_of(rec: dict, run: dict) -> dict:
+    """The run's settings that its summary row states otherwise than its release's recipe resolved them
+    (recipe_selection.mismatches), each scenario key at the recipe's value where that differs from the run's, and
+    the data-parallel size the recipe's layout leaves on the run's devices; {} where they agree. The run keeps
+    the row's values (the row is what was measured); validate says whether the recipe's would fit (runs key
+    `conflicting`). A recipe's Megatron FSDP is zero 3 (weights, gradients and optimizer state sharded), its
+    distributed optimizer zero 1; an interleaving the recipe leaves unset is vpp 1."""
+    par = run["parallel"]
+    out: dict = {}
+    for column, values in (rec["recipe_selection"].get("mismatches") or {}).items():
+        key = LAYOUT_COLUMNS.get(column)
+        if key is None:
+            continue
+        value = values["recipe"]
+        if column == "vp":
+            value = int(value or 1)
+        elif column == "fsdp":
+            value = 3 if value else 1
+        stated = par.get(key.removeprefix("parallel."), 1) if key.startswith("parallel.") else run.get(key)
+        if value != stated:
+            out[key] = value
+    if not out:
+        return out
+    tp, pp, cp = (out.get(f"parallel.{k}", par.get(k, 1)) for k in ("tp", "pp", "cp"))
+    dp = run["devices"] // (tp * pp * cp)
+    if dp != par.get("dp"):
+        out["parallel.dp"] = dp
+    return out
+
+
 def settings_of(rec: dict, moe: bool) -> tuple[dict, dict, list[str]]:
     """(top-level scenario keys, parallel keys, notes) for one recipe record; `moe`: the model has experts. The
     top-level keys include `unmodelled`, the recipe's settings that trainest has no input for (`unmodelled`)."""

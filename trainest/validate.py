@@ -46,16 +46,21 @@ from trainest.validate_memory import (  # noqa: F401 - peak_memory_limit_bytes r
     MEMORY_ONLY_METRIC,
     PEAK_MEMORY_COMPARED,
     PEAK_MEMORY_KINDS,
+    Conflict,
     MemoryResult,
     as_it_ran,
     assumed_of,
     check_peak_memory,
     compare_memory,
+    conflicting_of,
     deciding_settings,
+    fits_otherwise,
     peak_memory_limit_bytes,
     run_memory,
+    setting_of,
     state_bytes_of,
     unstated_settings,
+    with_record_setting,
 )
 from trainest.validate_metrics import (  # noqa: F401 - re-exported: the metric algebra lived here
     SECONDS_PER_HOUR,
@@ -115,6 +120,8 @@ class Case:
     run_set: str = PUBLIC_SET       # the runs file's `set` (public: published vendor and paper runs)
     unmodelled: tuple[str, ...] = ()   # settings the record states that trainest has no input for
     assumed: tuple[str, ...] = ()      # settings its importer assumed, the record not stating them
+    conflicting: tuple[Conflict, ...] = ()   # settings its record states one way and its own configuration another
+    otherwise: Scenario | None = None  # the scenario with `conflicting`'s other values (None: no conflict)
 
 
 @dataclass(frozen=True)
@@ -463,7 +470,7 @@ def load_runs(paths: Iterable[str | Path] | None = None, *, source: str | None =
                 skipped.append(NotExpressible(run_id, group, hw_name, scenario, rec_set))
                 continue
             case = Case(run_id, group, citation, scenario, measurement, confidence, rec_set,
-                        *unstated_keys_of(rec, where))
+                        *unstated_keys_of(rec, where), *conflicts_of(rec, scenario, where))
             problem = check_formula(case, where, user_files)
             if problem is not None:
                 skipped.append(NotExpressible(run_id, group, hw_name, problem, rec_set))
@@ -479,6 +486,26 @@ def unstated_keys_of(rec: dict[str, Any], where: str) -> tuple[tuple[str, ...], 
     its importer assumed (validate_memory.assumed_of)."""
     return (unmodelled_of(rec.get("unmodelled"), f"{where}.unmodelled"),
             assumed_of(rec.get("assumed"), f"{where}.assumed"))
+
+
+def conflicts_of(rec: dict[str, Any], scenario: Scenario,
+                 where: str) -> tuple[tuple[Conflict, ...], Scenario | None]:
+    """A record's `conflicting` (settings another statement of the same run gives otherwise: validate_memory.Conflict)
+    and the scenario with those values; ((), None) without one. The values must make a valid run: a record whose
+    other statement does not validate is a SpecError naming it."""
+    pairs = conflicting_of(rec.get("conflicting"), f"{where}.conflicting")
+    if not pairs:
+        return (), None
+    other = {k: v for k, v in rec.items() if k != "conflicting"}
+    for key, value in pairs:
+        other = with_record_setting(other, key, value)
+    try:
+        otherwise = scenario_from_mapping(other, f"{where}.conflicting")
+    except SpecError as exc:
+        why = str(exc).removeprefix(f"{where}.conflicting: ")
+        raise SpecError(f"{where}.conflicting: with " + ", ".join(f"{k} {v}" for k, v in pairs)
+                        + f" the run does not validate: {why}") from None
+    return tuple(Conflict(k, setting_of(scenario, k), v) for k, v in pairs), otherwise
 
 
 def unmodelled_of(value: Any, where: str) -> tuple[str, ...]:
@@ -547,6 +574,8 @@ class RunResult:
     assumed: tuple[str, ...] = ()                 # settings its importer assumed, the record not stating them
     deciding: tuple[str, ...] = ()                # of the assumed and defaulted, those whose lightest value fits
     predicted_state_bytes: float = 0.0            # weights + gradients + optimizer state per device at the peak
+    conflicting: tuple[Conflict, ...] = ()        # settings its record states one way and its configuration another
+    fits_otherwise: bool | None = None            # called "does not fit": whether it fits with `conflicting`'s values
 
 
 ARCHITECTURES = ("dense", "moe", "hybrid")
@@ -569,6 +598,7 @@ def compare(case: Case, hardware: Hardware | None = None) -> RunResult:
     deciding = () if e.memory.fits else deciding_settings(s, case.assumed + unstated_settings(s))
     return replace(result_for(replace(case, scenario=s), e.step.time_s, e.step.bottleneck, e.memory.fits),
                    deciding=deciding, predicted_state_bytes=state_bytes_of(e.memory),
+                   fits_otherwise=None if e.memory.fits else fits_otherwise(case.otherwise, hardware),
                    measured_memory_bytes=measured,
                    predicted_memory_bytes=(e.memory.per_device_bytes if measured is None
                                            else getattr(e.memory, PEAK_MEMORY_COMPARED[kind])),
@@ -594,7 +624,7 @@ def result_for(case: Case, predicted_step_s: float, bottleneck: str = "?", fits:
         citation=case.citation, run_set=case.run_set, model=s.model.name, architecture=architecture_of(s),
         active_params_b=s.model.active_params / 1e9, ep=p.ep, etp=p.etp, derived=s.derived, framework=s.framework,
         finetune=s.finetune.method, offload=s.offload, mfu_peak=meas.mfu_peak if meas.metric == "mfu" else None,
-        unmodelled=case.unmodelled, assumed=case.assumed)
+        unmodelled=case.unmodelled, assumed=case.assumed, conflicting=case.conflicting)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,17 @@ JOINT = "+"      # deciding settings that make a run fit only together: one entr
 
 
 @dataclass(frozen=True)
+class Conflict:
+    """A setting a run's record states one way and another statement of the same run (the configuration it ran
+    with, where that is known) another (runs key `conflicting`): which of the two ran is not known. The run is
+    predicted as its record states; where that does not fit, validate says whether the other values do."""
+
+    key: str            # a scenario key (setting_keys)
+    stated: Any         # the record's value: what trainest predicts
+    otherwise: Any      # the other statement's value
+
+
+@dataclass(frozen=True)
 class MemoryResult:
     """One run's measured peak memory per device against the predicted total of the same kind [B]."""
 
@@ -63,6 +74,8 @@ class MemoryResult:
     deciding: tuple[str, ...] = ()    # of the unstated and assumed, those whose lightest value alone makes it fit
     state_bytes: float = 0.0          # predicted weights + gradients + optimizer state on the device at the peak
     contradicting: tuple[str, ...] = ()   # measured below state_bytes: the STATE_SETTINGS its record does not state
+    conflicting: tuple[Conflict, ...] = ()   # settings its record states one way and its own configuration another
+    fits_otherwise: bool | None = None       # called "does not fit": whether it fits with `conflicting`'s values
 
     @property
     def error_pct(self) -> float:
@@ -83,7 +96,8 @@ class MemorySummary:
     consistent_mape_pct: float | None = None   # the MAPE of the others (None: no other run)
 
 
-def memory_result(case: Any, memory: Any, hardware: str, deciding: tuple[str, ...] = ()) -> MemoryResult:
+def memory_result(case: Any, memory: Any, hardware: str, deciding: tuple[str, ...] = (),
+                  fits_otherwise: bool | None = None) -> MemoryResult:
     """The MemoryResult of `case` (a validate.Case with a measured peak) from its estimate's MemoryResult."""
     kind = case.measurement.peak_memory_kind
     compared = PEAK_MEMORY_COMPARED[kind]
@@ -93,7 +107,8 @@ def memory_result(case: Any, memory: Any, hardware: str, deciding: tuple[str, ..
                         compared_with=compared.removesuffix("_bytes"), measured_bytes=measured,
                         predicted_bytes=float(getattr(memory, compared)), fits=bool(memory.fits),
                         unstated=unstated, assumed=case.assumed, deciding=deciding, state_bytes=state,
-                        contradicting=contradicting_settings(measured, state, case.assumed + unstated))
+                        contradicting=contradicting_settings(measured, state, case.assumed + unstated),
+                        conflicting=case.conflicting, fits_otherwise=fits_otherwise)
 
 
 def state_bytes_of(memory: Any) -> float:
@@ -139,20 +154,54 @@ def unstated_of(derived: Iterable[str], precision: str) -> tuple[str, ...]:
 def assumed_of(value: Any, where: str) -> tuple[str, ...]:
     """A record's `assumed`: the settings its importer assumed because the record does not state them, each a
     scenario key (`recompute`, `parallel.zero`, `finetune.base_bits`, ...); none: ()."""
-    from trainest.knobs import FINETUNE, KNOBS, PARALLEL_KEYS
-    from trainest.scenario import SCENARIO_KEYS
-
     if value is None:
         return ()
     if not isinstance(value, list):
         raise SpecError(f"{where}: expected a list of scenario keys, got {type(value).__name__}")
-    allowed = (*SCENARIO_KEYS, *(f"parallel.{k}" for k in PARALLEL_KEYS),
-               *(f"finetune.{k.yaml_key}" for k in KNOBS if k.group == FINETUNE))
     for i, key in enumerate(value):
-        if key not in allowed:
-            raise SpecError(f"{where}[{i}]: {key!r} is not a scenario key; allowed: a top-level key (recompute, "
-                            f"micro_batch, ...), parallel.<key> or finetune.<key> (specs/README.md)")
+        check_setting_key(key, f"{where}[{i}]")
     return tuple(value)
+
+
+def setting_keys() -> tuple[str, ...]:
+    """The scenario keys a run record may name as one setting: a top-level key, parallel.<key>, finetune.<key>."""
+    from trainest.knobs import FINETUNE, KNOBS, PARALLEL_KEYS
+    from trainest.scenario import SCENARIO_KEYS
+
+    return (*SCENARIO_KEYS, *(f"parallel.{k}" for k in PARALLEL_KEYS),
+            *(f"finetune.{k.yaml_key}" for k in KNOBS if k.group == FINETUNE))
+
+
+def check_setting_key(key: Any, where: str) -> None:
+    """SpecError unless `key` is a scenario key (setting_keys)."""
+    if key not in setting_keys():
+        raise SpecError(f"{where}: {key!r} is not a scenario key; allowed: a top-level key (recompute, "
+                        f"micro_batch, ...), parallel.<key> or finetune.<key> (specs/README.md)")
+
+
+def conflicting_of(value: Any, where: str) -> tuple[tuple[str, Any], ...]:
+    """A record's `conflicting`: a mapping of scenario keys to the value another statement of the same run gives
+    (a number, a word or true/false); none: ()."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict) or not value:
+        raise SpecError(f"{where}: expected a mapping of scenario keys to values (parallel.pp: 4), got "
+                        f"{type(value).__name__ if not isinstance(value, dict) else 'an empty mapping'}")
+    for key, v in value.items():
+        check_setting_key(key, f"{where}.{key}")
+        if isinstance(v, (list, dict)) or v is None:
+            raise SpecError(f"{where}.{key}: expected one value (a number, a word or true/false), got "
+                            f"{'nothing' if v is None else type(v).__name__}")
+    return tuple(value.items())
+
+
+def with_record_setting(rec: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    """A copy of run record `rec` with setting `key` (setting_keys) at `value`."""
+    group, dot, name = key.partition(".")
+    if not dot:
+        return {**rec, key: value}
+    inner = rec.get(group)
+    return {**rec, group: {**(inner if isinstance(inner, dict) else {}), name: value}}
 
 
 def with_setting(scenario: Any, key: str, value: Any) -> Any:
@@ -232,7 +281,20 @@ def compare_memory(case: Any, hardware: Any = None) -> MemoryResult:
     s = as_it_ran(case.scenario if hardware is None else replace(case.scenario, hardware=hardware))
     memory = estimate(s).memory
     deciding = () if memory.fits else deciding_settings(s, case.assumed + unstated_settings(s))
-    return memory_result(case, memory, s.hardware.name, deciding)
+    return memory_result(case, memory, s.hardware.name, deciding,
+                         None if memory.fits else fits_otherwise(case.otherwise, hardware))
+
+
+def fits_otherwise(otherwise: Any, hardware: Any = None) -> bool | None:
+    """Whether a run fits as the other statement of its settings gives them (`otherwise`: the scenario with its
+    record's `conflicting` values; None: its record gives none), judged as it ran (on `hardware` if given)."""
+    from trainest.estimate import estimate
+    from trainest.record import replace
+
+    if otherwise is None:
+        return None
+    return bool(estimate(as_it_ran(otherwise if hardware is None else replace(otherwise, hardware=hardware)))
+                .memory.fits)
 
 
 def run_memory(r: Any) -> MemoryResult:
@@ -246,7 +308,8 @@ def run_memory(r: Any) -> MemoryResult:
                         unstated=unstated, assumed=r.assumed, deciding=r.deciding,
                         state_bytes=r.predicted_state_bytes,
                         contradicting=contradicting_settings(measured, r.predicted_state_bytes,
-                                                             r.assumed + unstated))
+                                                             r.assumed + unstated),
+                        conflicting=r.conflicting, fits_otherwise=r.fits_otherwise)
 
 
 # ------------------------------------------------------------------------ the measured peak's bounds

@@ -20,7 +20,7 @@ from trainest.validate import (
     Summary,
     ValidationReport,
 )
-from trainest.validate_memory import JOINT, LIGHTEST_SETTING, MemoryResult, by_kind, unstated_of
+from trainest.validate_memory import JOINT, LIGHTEST_SETTING, Conflict, MemoryResult, by_kind, unstated_of
 
 
 def summary_dict(s: Summary) -> dict[str, Any]:
@@ -204,7 +204,8 @@ def run_notes(result: ValidationReport) -> list[str]:
                    f"{MISSPECIFIED_MEMORY_FACTOR:g}x the device's memory) it is mis-specified, its error says little, "
                    f"and `trainest calibrate` leaves it out of its fit.")
         out += [f"  {r.id} does not fit; "
-                + nofit_reason(r.assumed, unstated_of(r.derived, r.precision), r.deciding, r.unmodelled) for r in nofit]
+                + nofit_reason(r.assumed, unstated_of(r.derived, r.precision), r.deciding, r.unmodelled,
+                               r.conflicting, r.fits_otherwise) for r in nofit]
     unseen = unseen_frameworks(r.framework for r in result.runs)
     if unseen:
         names = ", ".join(f"{k} ({plural(v, 'run')})" for k, v in unseen.items())
@@ -246,7 +247,8 @@ def memory_notes(rows: Iterable[MemoryResult]) -> list[str]:
     for r in rows:
         if not r.fits:
             out.append(f"  {r.id} ran with a measured peak of {r.measured_bytes / GiB:.4g} GiB, and trainest says it "
-                       f"does not fit: {nofit_reason(r.assumed, r.unstated, r.deciding)}")
+                       f"does not fit: "
+                       f"{nofit_reason(r.assumed, r.unstated, r.deciding, (), r.conflicting, r.fits_otherwise)}")
         if r.contradicting:
             out.append(f"  {r.id}: {contradiction_reason(r)}")
     return out
@@ -262,10 +264,12 @@ def contradiction_reason(r: MemoryResult) -> str:
 
 
 def nofit_reason(assumed: Iterable[str], unstated: Iterable[str], deciding: Iterable[str],
-                 unmodelled: Iterable[str] = ()) -> str:
-    """Why a run that ran is called "does not fit", in the terms of its record: the settings it does not state
-    (assumed by its importer, or defaults taken) whose lightest value alone makes it fit (`deciding`), else the
-    unstated ones; and the settings it states that trainest has no input for."""
+                 unmodelled: Iterable[str] = (), conflicting: Iterable[Conflict] = (),
+                 fits_otherwise: bool | None = None) -> str:
+    """Why a run that ran is called "does not fit", in the terms of its record: the settings it states one way and
+    its own configuration another (`conflicting`), and whether it fits with the other values; the settings it does
+    not state (assumed by its importer, or defaults taken) whose lightest value alone makes it fit (`deciding`),
+    else the unstated ones; and the settings it states that trainest has no input for."""
     assumed, unstated, deciding, unmodelled = list(assumed), list(unstated), list(deciding), list(unmodelled)
     given = [k for k in dict.fromkeys(assumed + unstated)]
     how = {k: "assumed by its importer" if k in assumed else "a default taken" for k in given}
@@ -273,6 +277,8 @@ def nofit_reason(assumed: Iterable[str], unstated: Iterable[str], deciding: Iter
     if unmodelled:
         parts.append("its record states settings trainest has no input for, which may be what makes it fit: "
                      + ", ".join(unmodelled) + " (JSON: runs[].unmodelled)")
+    if conflicting:
+        parts.append(conflict_reason(list(conflicting), fits_otherwise))
     if deciding:
         keys = [k for d in deciding for k in d.split(JOINT)]
         parts.append("it fits with " + " or ".join(" and ".join(f"{k} {LIGHTEST_SETTING[k]}" for k in d.split(JOINT))
@@ -283,6 +289,20 @@ def nofit_reason(assumed: Iterable[str], unstated: Iterable[str], deciding: Iter
         parts.append("its record does not state " + ", ".join(f"{k} ({how[k]})" for k in given)
                      + "; none of them at its lightest value, alone or together, makes it fit")
     return "; ".join(parts) if parts else "every memory setting is the record's"
+
+
+def conflict_reason(conflicting: list[Conflict], fits_otherwise: bool | None) -> str:
+    """The settings a run's record states one way and its own configuration another, and whether the run fits with
+    the other values (the record's are what trainest predicts)."""
+    values = ", ".join(f"{c.key} {_word(c.otherwise)} (the record: {_word(c.stated)})" for c in conflicting)
+    verdict = "with those it fits" if fits_otherwise else "it does not fit with those either"
+    return (f"its record states settings that another statement of the same run gives otherwise: {values}; "
+            f"{verdict} (JSON: conflicting, fits_otherwise)")
+
+
+def _word(value: object) -> str:
+    """A setting's value as a runs file writes it (true/false for a flag)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def memory_kind_notes(kind: str, pairs: list[tuple[str, float, float]]) -> list[str]:

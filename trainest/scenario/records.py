@@ -91,7 +91,7 @@ SCENARIO_KEYS = ("model", *(k.yaml_key for k in KNOBS if k.group == SCENARIO and
 # unmodelled: the settings a run states that trainest has no input for; assumed: the scenario keys its importer
 # assumed, the record not stating them (validate names both on a no-fit)
 RUN_ONLY_KEYS = ("id", "set", "source", "measured", "expressible", "reason", "confidence", "notes", "duplicate_of",
-                 "unmodelled", "assumed")
+                 "unmodelled", "assumed", "conflicting")
 
 
 # informational keys of the `inputs` echo in `estimate --json`, accepted so that it loads again:
