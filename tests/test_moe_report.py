@@ -16,7 +16,8 @@ from moe_report import HOST_SCALE_BOUNDS, as_stated, golden_minimum, release_mar
 def _run(release: str, ratio: float, unmodelled: tuple[str, ...] = ()) -> SimpleNamespace:
     """A result of step ratio predicted/measured `ratio` (error_pct in the tokens/s metric, as validate gives it)."""
     return SimpleNamespace(id=f"mbridge-{release}-Pre-Training-X-DGX-B200-FP8-8g-gbs8", predicted_step_s=ratio,
-                           measured_step_s=1.0, error_pct=(1.0 / ratio - 1.0) * 100.0, unmodelled=unmodelled)
+                           measured_step_s=1.0, step_ratio=ratio, error_pct=(1.0 / ratio - 1.0) * 100.0,
+                           unmodelled=unmodelled)
 
 
 def test_a_run_whose_record_says_it_ran_otherwise_is_not_counted_as_stated():

@@ -588,3 +588,26 @@ def test_a_profile_fitted_to_one_run_says_run(tmp_path):
     assert res.exit_code == 0, res.output
     head = " ".join((tmp_path / "p.yaml").read_text().split())
     assert "fitted to 1 measured run (tiny.yaml)" in head and "measured runs" not in head
+
+
+def test_the_mean_step_error_has_one_sign_whatever_each_runs_metric(tmp_path):
+    """Two runs of one scenario, each predicted 20 % too fast (the measured step 1.25x the predicted one), one
+    measured as a step time and one as tokens/s: their metric errors have opposite signs (a time too short, a
+    throughput too high) and their mean says little; the step-time error is -20 % for both, and so is its mean."""
+    from trainest.validate import step_error_pct
+    base = {"model": "llama3-8b", "hardware": "h100-sxm", "devices": 8, "seq_len": 8192, "global_batch": 64,
+            "precision": "bf16", "parallel": {"tp": 1, "pp": 1, "zero": 3}, "micro_batch": 1, "recompute": "none"}
+    step = estimate(scenario_from_mapping(base, "test")).step.time_s * 1.25
+    tokens = 64 * 8192 / step
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"source": "unit test", "runs": [
+        {"id": "timed", **base, "measured": {"step_time_s": step}},
+        {"id": "counted", **base, "measured": {"tokens_per_s": tokens}}]}, sort_keys=False))
+    report = validate_runs([path], user_files=True)
+    timed, counted = report.runs
+    assert timed.error_pct == pytest.approx(-20.0) and counted.error_pct == pytest.approx(25.0)
+    assert step_error_pct(timed) == pytest.approx(-20.0) and step_error_pct(counted) == pytest.approx(-20.0)
+    assert report.summary.mean_step_error_pct == pytest.approx(-20.0)
+    assert report.summary.mean_error_pct == pytest.approx(2.5)
+    doc = json.loads(CliRunner().invoke(app, ["validate", "--runs", str(path), "--json", "-q"]).stdout)
+    assert doc["summary"]["mean_step_error_pct"] == pytest.approx(-20.0)

@@ -20,12 +20,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trainest.validate import compare, load_runs  # noqa: E402
+from trainest.validate import compare, load_runs, step_error_pct  # noqa: E402
 
 SET = "finetune"
 DOC = ROOT / "docs" / "validation.md"
 HEADING = "## Fine-tuning runs (set finetune)"
 NEXT_HEADING = "## Per run"
+
+
+def _measure(value: float, unit: str) -> str:
+    """A measured or predicted metric with its unit: seconds to 3 significant digits, a rate whole."""
+    return f"{value:.3g} {unit}" if unit in ("s", "h", "fraction") else f"{value:,.0f} {unit}"
 
 
 def _layout(s) -> str:
@@ -38,17 +43,18 @@ def markdown_report(hardware_by_name: dict | None = None) -> str:
     """The section's body: the compared runs, their summary, the SFT twins, the ones not expressible
     (on `hardware_by_name` where given: tools/fit_defaults.py passes the efficiencies it just fitted)."""
     loaded = load_runs(run_set=SET)
-    rows = ["| run | hardware | method | layout | measured tokens/s | predicted | error % |",
+    rows = ["| run | hardware | method | layout | measured | predicted | error % (of the metric) |",
             "|---|---|---|---|---:|---:|---:|"]
-    errors = []
+    errors, steps = [], []
     for case in loaded.cases:
         r = _compare(case, hardware_by_name)
         ft = case.scenario.finetune
         errors.append(r.error_pct)
+        steps.append(step_error_pct(r))
         rows.append(f"| {case.id} | {r.hardware} | {ft.method} r{ft.rank} {ft.targets} | {_layout(case.scenario)} "
-                    f"| {r.measured:,.0f} | {r.predicted:,.0f} | {r.error_pct:+.1f} |")
-    summary = (f"{len(errors)} runs: MAPE {statistics.fmean(abs(e) for e in errors):.1f} %, mean error "
-               f"{statistics.fmean(errors):+.1f} % (negative: trainest predicts fewer tokens/s, a slower step)"
+                    f"| {_measure(r.measured, r.unit)} | {_measure(r.predicted, r.unit)} | {r.error_pct:+.1f} |")
+    summary = (f"{len(errors)} runs: MAPE {statistics.fmean(abs(e) for e in errors):.1f} %, mean step error "
+               f"{statistics.fmean(steps):+.1f} % (negative: the step predicted too fast)"
                if errors else "no runs")
     twins = ["| full fine-tune (SFT) run, same sources | hardware | error % |", "|---|---|---:|"]
     for case in load_runs(run_set="public").cases:

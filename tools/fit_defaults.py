@@ -49,10 +49,10 @@ sys.path.insert(0, str(ROOT / "tools"))
 from trainest import catalog  # noqa: E402
 from trainest.calibrate import (PRIOR_WEIGHT, efficiency_block, fit_efficiency,  # noqa: E402
                                 replace_efficiency_block)
-from trainest.report.validate import markdown, reasons_markdown, runs_markdown  # noqa: E402
+from trainest.report.validate import STEP_ERROR_TITLE, markdown, reasons_markdown, runs_markdown  # noqa: E402
 from trainest.units import GB, MICROSECOND, MILLISECOND  # noqa: E402
 from trainest.validate import (PUBLIC_SET, RunResult, build_report, compare, load_runs, mape_pct,  # noqa: E402
-                               overlap_bounds)
+                               overlap_bounds, step_error_pct)
 import finetune_report  # noqa: E402
 import moe_report  # noqa: E402
 import vtrain_report  # noqa: E402
@@ -123,11 +123,11 @@ def feature_groups(results: list[RunResult]) -> dict[str, dict[str, list[RunResu
 def features_markdown(results: list[RunResult]) -> str:
     parts = []
     for title, groups in feature_groups(results).items():
-        lines = [f"| {title} | runs | MAPE % | median APE % | mean error % |", "|---|---:|---:|---:|---:|"]
+        lines = [f"| {title} | runs | MAPE % | median APE % | {STEP_ERROR_TITLE} |", "|---|---:|---:|---:|---:|"]
         for k, rs in groups.items():
             ape = [abs(r.error_pct) for r in rs]
             lines.append(f"| {k} | {len(rs)} | {statistics.fmean(ape):.1f} | {statistics.median(ape):.1f} | "
-                         f"{statistics.fmean(r.error_pct for r in rs):+.1f} |")
+                         f"{statistics.fmean(step_error_pct(r) for r in rs):+.1f} |")
         parts.append("\n".join(lines))
     return "\n\n".join(parts)
 
@@ -755,8 +755,11 @@ the source measured, in the source's own metric and unit (`trainest/validate.py`
   masquerades as a speed difference;
 - else **device-hours** for the stated tokens.
 
-Error = (predicted − measured) / measured; MAPE is the mean of |error|, "mean error" the signed
-mean (positive: trainest predicts a larger value of that metric). Records marked
+Error = (predicted − measured) / measured of the run's metric; MAPE is the mean of |error|. The signed
+mean is of the step-time error, predicted / measured step − 1 (negative: the step predicted too fast),
+one sign whatever each run's metric: a throughput's error has the opposite sign of its step's, so a
+mean of metric errors over runs of several metrics would mean nothing (`trainest/validate.py:
+step_error_pct`; `validate --json` gives both, `mean_error_pct` and `mean_step_error_pct`). Records marked
 `expressible: false` (hybrid Mamba layers, missing shapes...) and records whose scenario
 does not validate are counted with their reason, never dropped silently. Mixture-of-experts runs
 (with or without multi-head latent attention) are expressible since issue 13; their fit and errors

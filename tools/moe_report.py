@@ -40,7 +40,8 @@ from pathlib import Path
 from trainest import catalog
 from trainest.calibrate import fit_efficiency, replace_efficiency_block
 from trainest.report.validate import runs_markdown
-from trainest.validate import Case, RunResult, compare, mape_pct
+from trainest.report.validate import STEP_ERROR_TITLE
+from trainest.validate import Case, RunResult, compare, mape_pct, step_error_pct
 
 WORST = 12
 
@@ -227,12 +228,12 @@ def _group_table(results: list[RunResult], split: dict[str, bool], key: Callable
     for r in results:
         groups.setdefault(key(r), []).append(r)
     lines = [f"| {title} | runs | fit runs | holdout runs | MAPE % (all) | fit MAPE % | holdout MAPE % | "
-             f"mean error % |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             f"{STEP_ERROR_TITLE} |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for k, rs in sorted(groups.items()) + [("**all**", results)]:
         fit = [r for r in rs if split[r.id]]
         hold = [r for r in rs if not split[r.id]]
         lines.append(f"| {k} | {len(rs)} | {len(fit)} | {len(hold)} | {_pct(mape_pct(rs))} | {_pct(mape_pct(fit))} | "
-                     f"{_pct(mape_pct(hold))} | {statistics.fmean(r.error_pct for r in rs):+.1f} |")
+                     f"{_pct(mape_pct(hold))} | {statistics.fmean(step_error_pct(r) for r in rs):+.1f} |")
     return "\n".join(lines)
 
 
@@ -336,8 +337,8 @@ def markdown(moe: MoeFit) -> str:
     results, split = moe.fitted_results, moe.split
     worst = sorted(results, key=lambda r: -abs(r.error_pct))[:WORST]
     over = sum(1 for r in results if not r.fits)
-    over_mean = statistics.fmean([r.error_pct for r in results if r.fits] or [0.0])
-    oom_mean = statistics.fmean([r.error_pct for r in results if not r.fits] or [0.0])
+    over_mean = statistics.fmean([step_error_pct(r) for r in results if r.fits] or [0.0])
+    oom_mean = statistics.fmean([step_error_pct(r) for r in results if not r.fits] or [0.0])
     n_mla, mla_fit, mla_fit_modules = cheap_modules_fit(moe)
     return f"""## Mixture-of-experts runs (issue 13)
 
@@ -402,9 +403,9 @@ so those recipes must have recomputed, offloaded or kept narrower gradients than
 (docs/model.md §15.6), at a cost trainest does not count. With Megatron-Core's cheap recompute modules
 (layernorm, mla_up_proj, moe_act: docs/model.md §2.6), which the tables do not state but DeepSeek-V3's
 own training recomputes (DeepSeek-AI 2024, §3.2.3), {mla_fit_modules} of the {n_mla} DeepSeek-V3 and Kimi K2
-runs fit ({mla_fit} as imported). The over-capacity runs' mean error is
-{oom_mean:+.1f} % against {over_mean:+.1f} % on the runs that fit (counting that cost would move
-them further the way they already err). GPT-OSS's BF16 rows run its attention
+runs fit ({mla_fit} as imported). The over-capacity runs' mean step error is
+{oom_mean:+.1f} % against {over_mean:+.1f} % on the runs that fit (negative: the step predicted too fast;
+counting that cost would slow their predicted step). GPT-OSS's BF16 rows run its attention
 with sinks through a slower path in the releases before 26.06 (the source's own footnote for 26.06.01
 names a cuDNN regression, and the 26.06.01 rows of GPT-OSS on GB200/GB300, 1.6× slower than the
 26.06 and 26.08 rows with the same inputs, are the ones that footnote marks). DeepEP and HybridEP send
@@ -493,8 +494,8 @@ MoE runs (recompute none, imbalance 1.0, etp 1); the multi-token prediction of L
 (depth 2 re-running one shared attention + MoE module, Megatron-Core mtp_use_repeated_layer) is modelled
 (docs/model.md §15.10).
 
-{len(results)} runs: MAPE {_pct(mape_pct(results))} %, mean error {statistics.fmean(r.error_pct for r in results):+.1f} %
-(positive: trainest's tokens/s too high, the step too fast); without LatentMoE (Nano, Lightning:
+{len(results)} runs: MAPE {_pct(mape_pct(results))} %, mean step error {statistics.fmean(step_error_pct(r) for r in results):+.1f} %
+(negative: the step predicted too fast); without LatentMoE (Nano, Lightning:
 {len(plain)} runs) MAPE {_pct(mape_pct(plain))} %, with it (Super, Ultra: {len(latent)} runs) {_pct(mape_pct(latent))} %.
 
 ### By model

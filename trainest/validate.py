@@ -635,17 +635,27 @@ class Summary:
     mape_pct: float | None          # mean |error|
     median_ape_pct: float | None
     max_ape_pct: float | None
-    mean_error_pct: float | None    # signed mean: > 0 means predictions are high on average
+    mean_error_pct: float | None    # signed mean of each run's metric error: > 0 means predictions of that metric
+                                    # are high on average (a throughput too high, or a time too long)
     not_expressible: int
+    mean_step_error_pct: float | None = None   # signed mean of the step-time error (step_error_pct): < 0 means
+                                               # steps predicted too fast on average, whatever each run's metric
+
+
+def step_error_pct(r: RunResult) -> float:
+    """A run's step-time error [%]: predicted / measured step time − 1 (< 0: the step predicted too fast). One sign
+    for every metric, where `error_pct` follows the metric's (a throughput's is > 0 when the step is too fast)."""
+    return (r.step_ratio - 1.0) * 100.0
 
 
 def summarize(results: Iterable[RunResult], not_expressible: int = 0) -> Summary:
-    errors = [r.error_pct for r in results]
+    rows = list(results)
+    errors = [r.error_pct for r in rows]
     if not errors:
         return Summary(0, None, None, None, None, not_expressible)
     ape = [abs(x) for x in errors]
     return Summary(len(errors), statistics.fmean(ape), statistics.median(ape), max(ape), statistics.fmean(errors),
-                   not_expressible)
+                   not_expressible, statistics.fmean(step_error_pct(r) for r in rows))
 
 
 def mape_pct(results: Iterable[RunResult]) -> float | None:

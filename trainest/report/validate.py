@@ -22,10 +22,14 @@ from trainest.validate import (
 )
 from trainest.validate_memory import JOINT, LIGHTEST_SETTING, Conflict, MemoryResult, by_kind, unstated_of
 
+# the signed mean's column: the step-time error, one sign whatever each run's metric (validate.step_error_pct)
+STEP_ERROR_TITLE = "mean step error % (− too fast)"
+
 
 def summary_dict(s: Summary) -> dict[str, Any]:
     return {"runs": s.runs, "mape_pct": s.mape_pct, "median_ape_pct": s.median_ape_pct, "max_ape_pct": s.max_ape_pct,
-            "mean_error_pct": s.mean_error_pct, "not_expressible": s.not_expressible}
+            "mean_error_pct": s.mean_error_pct, "mean_step_error_pct": s.mean_step_error_pct,
+            "not_expressible": s.not_expressible}
 
 
 def report_dict(report: ValidationReport) -> dict[str, Any]:
@@ -76,6 +80,10 @@ def _pct(x: float | None) -> str:
     return "–" if x is None else f"{x:.1f}"
 
 
+def _signed_pct(x: float | None) -> str:
+    return "–" if x is None else f"{x:+.1f}"
+
+
 def metric_label(r: RunResult) -> str:
     label = METRICS[r.metric][0]
     details = [x for x in (r.flops_formula, "bf16 peak" if r.mfu_peak == "bf16" else None) if x]
@@ -83,11 +91,11 @@ def metric_label(r: RunResult) -> str:
 
 
 def summary_markdown(groups: dict[str, Summary], title: str) -> str:
-    lines = [f"| {title} | runs | MAPE % | median APE % | max APE % | mean error % | not expressible |",
+    lines = [f"| {title} | runs | MAPE % | median APE % | max APE % | {STEP_ERROR_TITLE} | not expressible |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for k, s in groups.items():
         lines.append(f"| {k} | {s.runs} | {_pct(s.mape_pct)} | {_pct(s.median_ape_pct)} | {_pct(s.max_ape_pct)} | "
-                     f"{_pct(s.mean_error_pct)} | {s.not_expressible} |")
+                     f"{_signed_pct(s.mean_step_error_pct)} | {s.not_expressible} |")
     return "\n".join(lines)
 
 
@@ -175,11 +183,11 @@ def summary_table(title: str, groups: dict[str, Summary], key_title: str):
     pct = _pct
 
     t = Table(title=title, title_justify="left")
-    for col in (key_title, "runs", "MAPE %", "median %", "max %", "mean error %", "not expressible"):
+    for col in (key_title, "runs", "MAPE %", "median %", "max %", STEP_ERROR_TITLE, "not expressible"):
         t.add_column(col, justify="left" if col == key_title else "right")
     for k, s in groups.items():
         t.add_row(k, str(s.runs), pct(s.mape_pct), pct(s.median_ape_pct), pct(s.max_ape_pct),
-                  pct(s.mean_error_pct), str(s.not_expressible))
+                  _signed_pct(s.mean_step_error_pct), str(s.not_expressible))
     return t
 
 
