@@ -571,3 +571,14 @@ def test_maxtext_a3_records_run_on_the_a3_network():
     across = [all_reduce_s(gradients, 16, 1, tiers_of(hw, 8, 16)) for hw in (variant, base)]
     inside = [all_reduce_s(gradients, 8, 1, tiers_of(hw, 8, 8)) for hw in (variant, base)]
     assert across[0] > 2.0 * across[1] and math.isclose(inside[0], inside[1])
+
+
+def test_a_configuration_with_fp8_attention_trains_in_fp8():
+    """Transformer Engine applies FP8 dot-product attention (FP8_DPA=1) only under an FP8 recipe: a record whose
+    configuration sets it and that states no precision is imported as fp8 (with its FP8 attention), not as the
+    bf16 default, and says why; no record that sets it is bf16."""
+    dpa = [(name, run) for name, run in RUNS if "FP8_DPA=1" in str(run.get("notes") or "")]
+    assert dpa, "no bundled record sets FP8_DPA=1: the check below would say nothing"
+    assert [run["id"] for _, run in dpa if run["precision"] not in ("fp8", "fp4")] == []
+    assumed = [run for _, run in dpa if "precision not stated: fp8 assumed" in run["notes"]]
+    assert assumed and all(run.get("fp8_attention") is True for run in assumed)

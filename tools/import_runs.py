@@ -989,6 +989,12 @@ class Importer:
             precision, _ = map_precision(dup["precision"], dcfg["precision_default"] or "bf16")
             if precision:
                 notes.append(f"precision not stated in this transcription; {precision} from {dup['id']}")
+        if precision is None and fp8_dpa:
+            # Transformer Engine applies FP8 dot-product attention only inside an FP8 recipe (fp8_dpa is a field of
+            # the recipe fp8_autocast runs under): a configuration that turns it on trains with FP8 GEMMs
+            precision = "fp8"
+            notes.append("precision not stated: fp8 assumed, as the configuration sets FP8_DPA=1, which Transformer "
+                         "Engine applies only under an FP8 recipe")
         if precision is None:
             precision = cfg["precision_default"]
             if r["slug"] == "megatron-lm-readme" and "april2021" not in r["source"]:
