@@ -502,10 +502,15 @@ def conflicts_of(rec: dict[str, Any], scenario: Scenario,
     try:
         otherwise = scenario_from_mapping(other, f"{where}.conflicting")
     except SpecError as exc:
-        why = str(exc).removeprefix(f"{where}.conflicting: ")
-        raise SpecError(f"{where}.conflicting: with " + ", ".join(f"{k} {v}" for k, v in pairs)
+        why = str(exc).removeprefix(f"{where}.conflicting: ").removeprefix(f"{where}.conflicting.")
+        raise SpecError(f"{where}.conflicting: with " + ", ".join(f"{k} {_word(v)}" for k, v in pairs)
                         + f" the run does not validate: {why}") from None
     return tuple(Conflict(k, setting_of(scenario, k), v) for k, v in pairs), otherwise
+
+
+def _word(value: Any) -> str:
+    """A setting's value as a runs file writes it (true/false for a flag)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def unmodelled_of(value: Any, where: str) -> tuple[str, ...]:
