@@ -58,6 +58,7 @@ from trainest.validate_memory import (  # noqa: F401 - peak_memory_limit_bytes r
     peak_memory_limit_bytes,
     run_memory,
     setting_of,
+    setting_word,
     state_bytes_of,
     unstated_settings,
     with_record_setting,
@@ -503,14 +504,9 @@ def conflicts_of(rec: dict[str, Any], scenario: Scenario,
         otherwise = scenario_from_mapping(other, f"{where}.conflicting")
     except SpecError as exc:
         why = str(exc).removeprefix(f"{where}.conflicting: ").removeprefix(f"{where}.conflicting.")
-        raise SpecError(f"{where}.conflicting: with " + ", ".join(f"{k} {_word(v)}" for k, v in pairs)
+        raise SpecError(f"{where}.conflicting: with " + ", ".join(f"{k} {setting_word(v)}" for k, v in pairs)
                         + f" the run does not validate: {why}") from None
     return tuple(Conflict(k, setting_of(scenario, k), v) for k, v in pairs), otherwise
-
-
-def _word(value: Any) -> str:
-    """A setting's value as a runs file writes it (true/false for a flag)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def unmodelled_of(value: Any, where: str) -> tuple[str, ...]:

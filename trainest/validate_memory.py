@@ -195,6 +195,11 @@ def conflicting_of(value: Any, where: str) -> tuple[tuple[str, Any], ...]:
     return tuple(value.items())
 
 
+def setting_word(value: Any) -> str:
+    """A setting's value as a runs file writes it (true/false for a flag)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def with_record_setting(rec: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     """A copy of run record `rec` with setting `key` (setting_keys) at `value`."""
     group, dot, name = key.partition(".")

@@ -20,7 +20,15 @@ from trainest.validate import (
     Summary,
     ValidationReport,
 )
-from trainest.validate_memory import JOINT, LIGHTEST_SETTING, Conflict, MemoryResult, by_kind, unstated_of
+from trainest.validate_memory import (
+    JOINT,
+    LIGHTEST_SETTING,
+    Conflict,
+    MemoryResult,
+    by_kind,
+    setting_word,
+    unstated_of,
+)
 
 # the signed mean's column: the step-time error, one sign whatever each run's metric (validate.step_error_pct)
 STEP_ERROR_TITLE = "mean step error % (− too fast)"
@@ -302,15 +310,11 @@ def nofit_reason(assumed: Iterable[str], unstated: Iterable[str], deciding: Iter
 def conflict_reason(conflicting: list[Conflict], fits_otherwise: bool | None) -> str:
     """The settings a run's record states one way and its own configuration another, and whether the run fits with
     the other values (the record's are what trainest predicts)."""
-    values = ", ".join(f"{c.key} {_word(c.otherwise)} (the record: {_word(c.stated)})" for c in conflicting)
+    values = ", ".join(f"{c.key} {setting_word(c.otherwise)} (the record: {setting_word(c.stated)})"
+                       for c in conflicting)
     verdict = "with those it fits" if fits_otherwise else "it does not fit with those either"
     return (f"its record states settings that another statement of the same run gives otherwise: {values}; "
             f"{verdict} (JSON: conflicting, fits_otherwise)")
-
-
-def _word(value: object) -> str:
-    """A setting's value as a runs file writes it (true/false for a flag)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def memory_kind_notes(kind: str, pairs: list[tuple[str, float, float]]) -> list[str]:
