@@ -186,12 +186,21 @@ def _yaml(data: dict) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
+# keys a run's `conflicting` may name (one is no scenario key): a fifth of the runs files get one
+CONFLICTING_KEYS = ("parallel.tp", "parallel.pp", "parallel.zero", "micro_batch", "recompute", "seq_len", "layers")
+
+
 def runs_file(rng: random.Random, folder: Path, runs: list[dict]) -> str:
     picked = [json.loads(json.dumps(r)) for r in rng.sample(runs, min(len(runs), rng.randint(1, 3)))]
     for run in picked:
         for _ in range(rng.randint(0, 2)):
             key = rng.choice(sorted(run))
             run[key] = mutate(rng, run[key])
+        if rng.random() < 0.2:
+            key = rng.choice(CONFLICTING_KEYS)
+            par = run.get("parallel") if isinstance(run.get("parallel"), dict) else {}
+            stated = par.get(key.removeprefix("parallel.")) if key.startswith("parallel.") else run.get(key)
+            run["conflicting"] = rng.choice([{key: mutate(rng, stated)}, {key: stated}, mutate(rng, None)])
     path = folder / f"r{rng.randrange(10**9)}.yaml"
     path.write_text(_yaml({"runs": picked}))
     return str(path)
