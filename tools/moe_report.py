@@ -249,6 +249,20 @@ def as_stated(r: RunResult) -> bool:
     return not any(u.startswith(NOT_AS_STATED) for u in r.unmodelled)
 
 
+def as_stated_sentence(results: list[RunResult], split: dict[str, bool]) -> str:
+    """The MAPE of the runs that ran as their records state (`as_stated`) beside all of them: a report, the fit
+    and the target take every run."""
+    kept = [r for r in results if as_stated(r)]
+    if len(kept) == len(results):
+        return ""
+    fit = [r for r in kept if split[r.id]]
+    hold = [r for r in kept if not split[r.id]]
+    return (f"Of the {len(results)}, the {len(kept)} that ran as their records state (the others: a layout other than "
+            f"their release's recipe, or a performance regression their source names; `unmodelled` on each) are "
+            f"{_pct(mape_pct(kept))} % off ({_pct(mape_pct(fit))} % fit, {_pct(mape_pct(hold))} % holdout); "
+            f"every run is fitted and counted in the target.")
+
+
 def release_markdown(results: list[RunResult]) -> str:
     """Per Megatron-Bridge release (from the run's id; a report, nothing is fitted or keyed on it): runs, MAPE,
     the mean log error log(predicted/measured step) of all its runs and of those that ran as their record states
@@ -335,6 +349,8 @@ def markdown(moe: MoeFit) -> str:
     split_lines.append(f"| **all** | {len(fit)} | {len(hold)} | | | {_pct(mape_pct(prior_fit))} → "
                        f"{_pct(mape_pct(fit))} | {_pct(mape_pct(prior_hold))} → {_pct(mape_pct(hold))} |")
     results, split = moe.fitted_results, moe.split
+    met = "met" if (mape_pct(hold) or 0.0) <= 10.0 else "not met"
+    stated = as_stated_sentence(results, split)
     worst = sorted(results, key=lambda r: -abs(r.error_pct))[:WORST]
     over = sum(1 for r in results if not r.fits)
     over_mean = statistics.fmean([step_error_pct(r) for r in results if r.fits] or [0.0])
@@ -359,8 +375,9 @@ shapes from model-shapes.yaml, imbalance 1.0 (the source force-balances the expe
 `moe_overlap: none`, recompute none, DeepSeek-V3's multi-token-prediction module (depth 1, one MoE layer
 on the last stage) modelled (docs/model.md §15.10).
 
-Issue 13's target is ≤ 10 % MAPE on the holdout MoE runs: **not met** ({_pct(mape_pct(hold))} % over
-{len(hold)} holdout runs; {_pct(mape_pct(fit))} % over the {len(fit)} fit runs). What limits it is below.
+Issue 13's target is ≤ 10 % MAPE on the holdout MoE runs: **{met}** ({_pct(mape_pct(hold))} % over
+{len(hold)} holdout runs; {_pct(mape_pct(fit))} % over the {len(fit)} fit runs). {stated}
+What limits it is below.
 
 {chr(10).join(split_lines)}
 
@@ -481,7 +498,8 @@ def hybrid_markdown(results: list[RunResult], split: dict[str, bool], cases: lis
     for r in worst:
         p = by_id[r.id].scenario.parallel
         rows.append(f"| {r.id} | {r.hardware} | {r.tp}/{r.pp}/{r.dp}, ep {p.ep} | {r.precision} | "
-                    f"{r.measured_step_s:.3g} | {r.predicted_step_s:.3g} | {step_error_pct(r):+.1f} | {r.error_pct:+.1f} |")
+                    f"{r.measured_step_s:.3g} | {r.predicted_step_s:.3g} | {step_error_pct(r):+.1f} | "
+                    f"{r.error_pct:+.1f} |")
     latent = [r for r in results if (m := by_id[r.id].scenario.model).moe is not None and m.moe.latent_size]
     plain = [r for r in results if r not in latent]
     return f"""## Hybrid Mamba-2 / attention / MoE runs (Nemotron 3)
@@ -498,6 +516,7 @@ MoE runs (recompute none, imbalance 1.0, etp 1); the multi-token prediction of L
 {len(results)} runs: MAPE {_pct(mape_pct(results))} %, mean step error {statistics.fmean(step_error_pct(r) for r in results):+.1f} %
 (negative: the step predicted too fast); without LatentMoE (Nano, Lightning:
 {len(plain)} runs) MAPE {_pct(mape_pct(plain))} %, with it (Super, Ultra: {len(latent)} runs) {_pct(mape_pct(latent))} %.
+{as_stated_sentence(results, split)}
 
 ### By model
 
