@@ -10,7 +10,8 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
-from moe_report import HOST_SCALE_BOUNDS, as_stated, golden_minimum, release_markdown  # noqa: E402
+from moe_report import (HOST_SCALE_BOUNDS, as_stated, as_stated_sentence, golden_minimum,  # noqa: E402
+                        release_markdown)
 
 
 def _run(release: str, ratio: float, unmodelled: tuple[str, ...] = ()) -> SimpleNamespace:
@@ -36,6 +37,17 @@ def test_the_release_table_gives_each_releases_mean_log_error_of_all_runs_and_of
     assert (int(n), int(kept)) == (3, 2)
     assert float(mean_all) == round((math.log(0.5) + math.log(1.1) + math.log(0.9)) / 3, 3)
     assert float(mean_kept) == round((math.log(1.1) + math.log(0.9)) / 2, 3)
+
+
+def test_the_as_stated_sentence_counts_the_runs_as_stated_apart_and_is_empty_when_all_are():
+    regression = ("a performance regression its source names as a known issue",)
+    runs = [_run("26.06.01", 0.5, regression), _run("26.06.01", 1.1), _run("26.02", 0.9)]
+    split = {runs[1].id: True, runs[2].id: False}          # runs[0] shares runs[1]'s id (one release)
+    text = as_stated_sentence(runs, split)
+    assert "the 2 that ran as their records state" in text
+    kept_mape = (abs(1.0 / 1.1 - 1.0) + abs(1.0 / 0.9 - 1.0)) / 2 * 100.0
+    assert f"are {kept_mape:.1f} % off" in text
+    assert as_stated_sentence(runs[1:], split) == ""
 
 
 def test_the_golden_section_search_finds_an_interior_minimum_and_a_minimum_on_a_bound():
