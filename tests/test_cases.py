@@ -37,9 +37,10 @@ def test_case1_dgx_spark_is_memory_bound_at_few_tokens_per_gemm_and_compute_boun
     # kernels are short enough that the host's launches and the kernel floors bound them (docs/model.md §2.9)
     h100, b200 = docs[("h100-sxm", 256, 1)]["step"], docs[("b200", 256, 1)]["step"]
     # (3.99 after the eighth session's refit: the memory efficiency both take rose 3 %, which speeds the
-    # memory-bound Spark by that much and the H100, bound in part by launches and kernel floors here, by less)
-    assert 3.5 < spark["step"]["time_s"] / h100["time_s"] < 10
-    assert 4 < spark["step"]["time_s"] / b200["time_s"] < 20 and b200["time_s"] < h100["time_s"]
+    # memory-bound Spark by that much and the H100, bound in part by launches and kernel floors here, by less;
+    # 3.3 since stop 48: Megatron-Core's host time per kernel refitted 34 -> 42 µs, and the H100 is host-bound)
+    assert 3 < spark["step"]["time_s"] / h100["time_s"] < 10
+    assert 3 < spark["step"]["time_s"] / b200["time_s"] < 20 and b200["time_s"] < h100["time_s"]   # 3.4 (4.1)
     assert spark["roofline"]["ridge_peak"]["bf16"] == pytest.approx(458, abs=1)
 
 

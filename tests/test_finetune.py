@@ -45,9 +45,10 @@ def test_lora_on_llama3_8b_takes_0_6_to_0_8_of_the_full_fine_tune(hardware):
     lora, full = est(**layout, finetune="lora").step, est(**layout).step
     ratio = lora.time_s / full.time_s
     if lora.bound_by == "host":
-        # B200 since Megatron-Core's host time per kernel is fitted (issue 33: about 34 µs): the LoRA step waits
-        # for the host's launches, which the frozen base does not shorten, so the saving shrinks (0.84)
-        assert hardware == "b200" and 0.6 <= ratio <= 0.9 and lora.host_time_s > lora.compute_s, ratio
+        # B200 since Megatron-Core's host time per kernel is fitted (issue 33: about 34 µs, 0.84; 42 µs since
+        # stop 48's MoE routing count, 0.94): the LoRA step waits for the host's launches, which the frozen base
+        # does not shorten, so the saving shrinks toward none, never below it
+        assert hardware == "b200" and 0.6 <= ratio < 1.0 and lora.host_time_s > lora.compute_s, ratio
     else:
         assert 0.6 <= ratio <= 0.8, ratio
 

@@ -368,3 +368,35 @@ def test_the_trace_json_matches_its_schema(tmp_path, capsys):
     doc = json.loads(out)
     jsonschema.validate(doc, sch, cls=jsonschema.Draft202012Validator)
     assert not undocumented_keys(doc, sch)
+
+
+def launch_gaps_us(path: Path, wait_us: float = 1000.0) -> list[float]:
+    """The host's time between consecutive kernel launches (cudaLaunchKernel/-ExC) on each host thread of a
+    PyTorch profiler trace [µs], gaps of `wait_us` or more left out: there the host waited (on the device, on
+    another rank's token counts), it was not launching."""
+    events = json.loads(gzip.open(path).read())["traceEvents"]
+    by_thread: dict = {}
+    for e in events:
+        if e.get("cat") == "cuda_runtime" and "LaunchKernel" in e.get("name", ""):
+            by_thread.setdefault(e["tid"], []).append(float(e["ts"]))
+    gaps = []
+    for starts in by_thread.values():
+        starts.sort()
+        gaps += [b - a for a, b in zip(starts, starts[1:]) if b - a < wait_us]
+    return gaps
+
+
+def test_the_deepseek_trace_host_time_per_launch_is_near_megatron_cores_fitted_one():
+    """An anchor for the host time per kernel that the MoE runs fit for Megatron-Core (its host scale times plain
+    PyTorch's 20 µs, docs/model.md §2.9, §15.2): DeepSeek's H800 trace, a Python training framework with autograd
+    and MoE layers like Megatron-Core's, spends about 47 µs of host time per kernel launch (the mean gap between
+    launches on its two host threads, waits of 1 ms or more left out; 911 launches). Another framework and host
+    CPU: a sanity band (×1.5 either way), not a fit. Before the routing kernels were counted from the code (stop
+    48) the fit gave 34 µs per kernel; it gives about 42 µs now."""
+    from trainest.catalog import DEFAULT_HOST_US_PER_KERNEL
+    from trainest.frameworks import FRAMEWORKS
+    gaps = launch_gaps_us(DEEPSEEK)
+    measured_us = sum(gaps) / len(gaps)
+    assert len(gaps) > 900 and 40.0 < measured_us < 55.0
+    tau_us = DEFAULT_HOST_US_PER_KERNEL * FRAMEWORKS["megatron-core"].host_factor
+    assert measured_us / 1.5 < tau_us < measured_us * 1.5

@@ -17,9 +17,10 @@ Kernel counts are operator counts of the frameworks' layer code (not fitted):
   (its backward and, for norms, the parameter-gradient reduction).
 - a mixture-of-experts layer (Megatron-Core alltoall dispatcher, grouped GEMM, Transformer Engine fused
   permutation): the router GEMM, one grouped GEMM each for the experts' up and down projections, the
-  shared experts' two GEMMs, and MOE_ROUTING_KERNELS routing kernels (score activation, top-k,
-  permute, sort by local expert, unsort, unpermute); MLA: its 4 projections (5 with query compression)
-  instead of QKV and the output projection.
+  shared experts' two GEMMs, and MOE_ROUTING_KERNELS routing and dispatch kernels forward
+  (MOE_ROUTING_BACKWARD_KERNELS backward: the router, the load-balancing loss, the token counts and their
+  device-to-host copies, the fused permutation, the sort by local expert and back, the unpermutation);
+  MLA: its 4 projections (5 with query compression) instead of QKV and the output projection.
 Each tensor-parallel collective, and each expert-parallel all-to-all, is one more launch for the host
 (torch.distributed + NCCL enqueue).
 
@@ -57,7 +58,27 @@ CP_STEP_EXTRA_KERNELS = (3.0, 3.0)
 STANDARD_ATTENTION_KERNELS = (4.0, 7.0)
 GEMM_BACKWARD_KERNELS = 2.0         # data gradient and weight gradient
 ELEMENTWISE_BACKWARD_RATIO = 2.0    # element-wise backward kernels per forward kernel
-MOE_ROUTING_KERNELS = 6.0           # a MoE layer's routing kernels, forward (module docstring)
+# A MoE layer's routing and dispatch kernels besides its GEMMs and all-to-alls, per micro-batch, counted from
+# Megatron-Core 0.14 (transformer/moe/router.py TopKRouter with moe_router_fusion, moe_utils.py,
+# token_dispatcher.py MoEAlltoAllTokenDispatcher with moe_permute_fusion: Transformer Engine's fused
+# permutation; the settings of every bundled Megatron-Bridge recipe). Forward: after the router's GEMM, 7 (the
+# fused top-k with its score function, the fused scores of the load-balancing loss, the routing map's sum over
+# tokens, the fused loss, its division by the batch, the loss tracker's divide and add); the dispatch's
+# preprocessing, 8 (tokens per expert: sum and cast; the input splits' sum; the counts' all-gather over the
+# expert group; the local experts' slice copied; the output splits', the TP splits' and the local experts'
+# sums); 5 device-to-host copies of those split sizes and counts; the fused permutation, 4 (the row-id map's
+# three kernels, the permute with the routing probabilities); the probabilities' all-to-all, 1 (the tokens'
+# is counted with ALL_TO_ALLS_PER_MOE_LAYER); the sort of the received rows by local expert, 2 (its map, the
+# sort), and back, 2; the fused unpermutation, 1; the shared experts' output added, 1: 31. Backward, 13 (only
+# what has a gradient): the unpermutation's, the unsort's, the sort's, the probabilities' all-to-all, the
+# permutation's 2 (rows, probabilities), the loss scaler's 2, the division's, the fused loss's, the fused loss
+# scores', the fused top-k's, and the probabilities' two gradients summed. DeepEP and HybridEP
+# (MoEFlexTokenDispatcher) launch about as many (their layout and notify kernels, the received indices turned
+# into a routing map, the permutation, the token count read back; the same router): one count for every
+# dispatcher. The count was 6 (score activation, top-k, permute, sort, unsort, unpermute) before stop 48.
+MOE_ROUTING_KERNELS = 31.0          # forward, per MoE layer and micro-batch
+MOE_ROUTING_BACKWARD_KERNELS = 13.0  # backward
+MOE_ROUTING_BACKWARD_RATIO = MOE_ROUTING_BACKWARD_KERNELS / MOE_ROUTING_KERNELS
 ALL_TO_ALLS_PER_MOE_LAYER = 4.0     # dispatch and combine forward, their gradients backward
 
 
@@ -227,7 +248,8 @@ def hybrid_pass_kernels(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
         gemms = block_gemm_kernels(job, kind)
         core_f, core_b = attention_kernels(job, layout) if kind == "*" else MAMBA_CORE_KERNELS if kind == "M" \
             else (0.0, 0.0)
-        ew = block_elementwise_kernels(job, kind) + (MOE_ROUTING_KERNELS if kind == "E" else 0.0)
+        routing = MOE_ROUTING_KERNELS if kind == "E" else 0.0
+        ew = block_elementwise_kernels(job, kind) + routing
         fwd = gemms + core_f + ew
         selective: Num = job.recomputes("layernorm") * norm
         if kind == "*":
@@ -240,7 +262,8 @@ def hybrid_pass_kernels(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
                          + job.recomputes("moe") * (gemms + MOE_ROUTING_KERNELS + act)
                          + job.recomputes("shared_experts") * (shared + act))
         forward = forward + share * fwd
-        backward = backward + share * (gemms * GEMM_BACKWARD_KERNELS + core_b + ELEMENTWISE_BACKWARD_RATIO * ew)
+        backward = backward + share * (gemms * GEMM_BACKWARD_KERNELS + core_b + ELEMENTWISE_BACKWARD_RATIO
+                                       * (ew - routing) + MOE_ROUTING_BACKWARD_RATIO * routing)
         recompute = recompute + share * (layout.full * fwd + layout.selective * selective
                                          + layout.op * (0.5 * gemms + ew))
     return forward, backward, recompute
@@ -314,12 +337,14 @@ def pass_kernels(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
     if job.model.hybrid is not None:
         return hybrid_pass_kernels(job, layout)
     attn_fwd, attn_bwd = attention_kernels(job, layout)
-    elementwise = elementwise_kernels(job) + moe_layer_share(job) * MOE_ROUTING_KERNELS
+    routing = moe_layer_share(job) * MOE_ROUTING_KERNELS
+    elementwise = elementwise_kernels(job) + routing
     gemms = gemm_kernels(job)
     adapters_fwd, adapters_bwd = mean_adapter_kernels(job, layout)       # LoRA/QLoRA (step/finetune.py)
     forward = gemms + attn_fwd + elementwise + adapters_fwd
     frozen = 0.0 if xp.off(layout.finetune) else layout.frozen      # a frozen base: no weight-gradient GEMMs
-    backward = (gemms * (GEMM_BACKWARD_KERNELS - frozen) + attn_bwd + ELEMENTWISE_BACKWARD_RATIO * elementwise
+    backward = (gemms * (GEMM_BACKWARD_KERNELS - frozen) + attn_bwd
+                + ELEMENTWISE_BACKWARD_RATIO * (elementwise - routing) + MOE_ROUTING_BACKWARD_RATIO * routing
                 + adapters_bwd)
     recompute = layout.full * forward + layout.selective * selective_kernels(job, attn_fwd) \
         + layout.op * (3.0 + elementwise)
@@ -396,23 +421,29 @@ GRAPH_LAUNCHES_PER_PASS = 1.0      # full: one graph per layer and pass (forward
 # per pass; a MoE layer's routed experts, their permutation and dispatch have data-dependent shapes and
 # stay launched kernel by kernel (as do its shared experts and post-attention norm, outside those scopes)
 MOE_PARTIAL_GRAPHS = 3.0           # attn, moe_router, moe_preprocess: graph launches per MoE layer and pass
-MOE_ROUTER_KERNELS = 2.0           # of MOE_ROUTING_KERNELS, captured with the router: score activation, top-k
+# of MOE_ROUTING_KERNELS, captured in the moe_router and moe_preprocess scopes: the router's 7 and the dispatch
+# preprocessing's 8 forward; backward the router's 6 (the loss scaler's 2, the division's, the fused loss's,
+# its scores', the fused top-k's)
+MOE_ROUTER_KERNELS = 15.0
+MOE_ROUTER_BACKWARD_KERNELS = 6.0
 
 
 def moe_ungraphed_kernels(job: Job, layout: Layout) -> tuple[Num, Num]:
     """(forward, backward) launches one MoE layer keeps outside partial CUDA graphs per micro-batch: its
     grouped and shared expert GEMMs (not the router), the routing kernels after the top-k, its MLP-side
     element-wise kernels, its shared experts' TP collectives, its dispatch and combine, plus the
-    MOE_PARTIAL_GRAPHS graph launches; backward twice the kernels (data and weight gradients, element-wise
-    backward)."""
+    MOE_PARTIAL_GRAPHS graph launches; backward twice the GEMMs (data and weight gradients) and the
+    element-wise kernels, and the routing's backward kernels outside the router's graph."""
     m = job.model
     gemms = block_gemm_kernels(job, "E") - 1.0
-    elementwise = MOE_ROUTING_KERNELS - MOE_ROUTER_KERNELS + block_elementwise_kernels(job, "E")
+    elementwise = block_elementwise_kernels(job, "E")
+    routing_fwd = MOE_ROUTING_KERNELS - MOE_ROUTER_KERNELS
+    routing_bwd = MOE_ROUTING_BACKWARD_KERNELS - MOE_ROUTER_BACKWARD_KERNELS
     shared_tp = (1.0 if m.moe is not None and m.moe.shared_experts else 0.0) * xp.mask(layout.tp > 1)
     a2a = ALL_TO_ALLS_PER_MOE_LAYER / 2.0 * xp.mask(layout.ep > 1)
-    forward = gemms + elementwise + shared_tp + a2a + MOE_PARTIAL_GRAPHS
-    backward = GEMM_BACKWARD_KERNELS * gemms + ELEMENTWISE_BACKWARD_RATIO * elementwise + shared_tp + a2a \
-        + MOE_PARTIAL_GRAPHS
+    forward = gemms + elementwise + routing_fwd + shared_tp + a2a + MOE_PARTIAL_GRAPHS
+    backward = GEMM_BACKWARD_KERNELS * gemms + ELEMENTWISE_BACKWARD_RATIO * elementwise + routing_bwd + shared_tp \
+        + a2a + MOE_PARTIAL_GRAPHS
     return forward, backward
 
 

@@ -21,6 +21,7 @@ from trainest.step.finetune import finetune_layer_ops
 from trainest.step.flops import CAUSAL_FRACTION
 from trainest.step.kernels import (
     ELEMENTWISE_BACKWARD_RATIO,
+    MOE_ROUTING_BACKWARD_RATIO,
     attention_kernels,
     cross_entropy_bytes_per_logit,
     elementwise_kernels,
@@ -511,7 +512,8 @@ def layer_floor_parts(job: Job, layout: Layout, linear: list[Op], attention: tup
     recomputation [s]: each
     GEMM (1 kernel forward; `gemm_backward` = 2 backward at twice the time, 1 for frozen weights), the
     attention core and the element-wise kernels (kernels.py counts, plus `extra_kernels`: a MoE
-    layer's routing) take at least their kernel count times the floor; recomputed kernels again
+    layer's routing, backward MOE_ROUTING_BACKWARD_RATIO times as many) take at least their kernel count
+    times the floor; recomputed kernels again
     (full: the forward; selective: attention; op: the GEMMs it re-runs, `op_recomputed`, each its own
     kernel's floor, and the element-wise kernels). A hybrid model's block gives its own core and
     element-wise kernel counts (`LayerOps.core_kernels`)."""
@@ -525,7 +527,9 @@ def layer_floor_parts(job: Job, layout: Layout, linear: list[Op], attention: tup
     ew_fwd = floor_excess_s(elementwise.time_s, ew_k, floor)
     forward = gemm_fwd + attn_fwd + ew_fwd
     backward = (gemm_backward * gemm_fwd + floor_excess_s(ops_time_s(attention[1]), attn_bwd_k, floor)
-                + floor_excess_s(BACKWARD_TRAFFIC_RATIO * elementwise.time_s, ELEMENTWISE_BACKWARD_RATIO * ew_k, floor))
+                + floor_excess_s(BACKWARD_TRAFFIC_RATIO * elementwise.time_s,
+                                 ELEMENTWISE_BACKWARD_RATIO * (ew_k - extra_kernels)
+                                 + MOE_ROUTING_BACKWARD_RATIO * extra_kernels, floor))
     core = job.recomputes("core_attn") if core_is_attention else 0.0
     # op recompute: the floors of the very kernels it re-runs (their times are what the pass sums)
     op_floor: Num = 0.0

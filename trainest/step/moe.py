@@ -59,13 +59,15 @@ A2A_PER_LAYER_PASS = 2.0          # dispatch + combine in a forward (their gradi
 # cuBLAS GEMM per group, issued from the host in a loop; Megatron-Core TEGroupedMLP):
 EXPERT_GEMM_LAUNCHES = 2.0        # per local expert and forward: fc1 (up and gate), fc2 (down)
 # FP8/FP4 adds, per local expert and GEMM, the quantisation of its input (forward: the two GEMMs'
-# inputs; backward: the two output gradients) and Megatron-Core's Fp8Padding/Fp8Unpadding of the
-# expert's rows to the FP8 GEMM's alignment. NOT what the code that runs does: megatron-core 0.14/0.16 and
-# Transformer Engine 2.8/2.14 pad all the local experts in one multi-tensor call (3 launches per layer and
-# pass); kept per expert as a stand-in for per-expert host work the model lacks (correcting it alone moves
-# Megatron-Core's fitted host scale 1.71 -> 2.23 onto every estimate; docs/model.md §15.2)
+# inputs; backward: the two output gradients; Transformer Engine's split_quantize, one kernel per expert
+# under MXFP8 and block scaling), and per layer Megatron-Core's padding of every local expert's rows to the
+# FP8 GEMM's alignment: two Fp8Padding calls (hidden states, routing probabilities) and one Fp8Unpadding, each
+# ONE multi-tensor kernel over all the local experts (megatron-core 0.14/0.16 TEGroupedMLP.forward, Transformer
+# Engine 2.8/2.14 fused_multi_row_padding), as many backward. Until stop 48 the padding was counted 2 per
+# local expert and pass, a stand-in for per-layer host work the routing count lacked (MOE_ROUTING_KERNELS was
+# 6; docs/model.md §15.2).
 EXPERT_CAST_LAUNCHES = 2.0        # per local expert and pass (forward; as many backward)
-EXPERT_PAD_LAUNCHES = 2.0         # per local expert and pass (forward; as many backward): a stand-in, above
+MOE_PAD_LAUNCHES = 3.0            # per MoE layer and pass with FP8/FP4 (forward; as many backward)
 # A Python loop over the local experts (frameworks.py: expert_loop "python"; transformers'
 # MixtralSparseMoeBlock: torch.where over the routing mask, gather the rows, the MLP's GEMMs and
 # activation, the routing-weight product, index_add into the output) launches per expert and forward
@@ -359,16 +361,16 @@ def expert_pass_launches(job: Job, layout: Layout) -> tuple[Num, Num]:
     none beyond the grouped GEMMs for `grouped`; for `python` each expert's k_f GEMMs, activation and
     PYTHON_LOOP_EXTRA_LAUNCHES routing operators in place of the two GEMMs). Per local expert: forward
     EXPERT_GEMM_LAUNCHES GEMMs (+
-    EXPERT_CAST_LAUNCHES + EXPERT_PAD_LAUNCHES with FP8/FP4: each GEMM input's quantisation and the
-    rows' padding to the FP8 alignment); backward twice the GEMMs (dgrad, wgrad; a frozen base's experts
-    no wgrad) and as many casts and paddings; full recompute (and the `moe` recompute module) runs the
-    forward's again, op recompute the down projection."""
+    EXPERT_CAST_LAUNCHES with FP8/FP4: each GEMM input's quantisation); backward twice the GEMMs (dgrad,
+    wgrad; a frozen base's experts no wgrad) and as many casts; full recompute (and the `moe` recompute
+    module) runs the forward's again, op recompute the down projection. Per layer, not per expert, FP8/FP4
+    adds MOE_PAD_LAUNCHES each pass (the rows' padding to the FP8 alignment, one multi-tensor kernel each)."""
     moe = moe_of(job)
     loop = FRAMEWORKS[job.framework].expert_loop
     if loop == "grouped":                # one kernel per grouped GEMM: counted with the layer's GEMMs
         return 0.0, 0.0
     low = 1.0 if job.low_precision else 0.0
-    per_pass_casts = low * (EXPERT_CAST_LAUNCHES + EXPERT_PAD_LAUNCHES)
+    per_pass_casts = low * EXPERT_CAST_LAUNCHES
     gemms = weight_gemms = EXPERT_GEMM_LAUNCHES
     if loop == "python":                 # the expert's MLP operator by operator, in the Python loop
         act = EAGER_ACTIVATION_KERNELS[job.model.mlp]
@@ -380,13 +382,15 @@ def expert_pass_launches(job: Job, layout: Layout) -> tuple[Num, Num]:
     backward = (2.0 * gemms - frozen * weight_gemms + per_pass_casts + job.moe_rerun(layout) * forward
                 + layout.op * 0.5 * gemms + bias * EXPERT_BIAS_LAUNCHES[1])
     local_experts = moe.experts / layout.ep
-    return local_experts * forward, local_experts * backward
+    pads = low * MOE_PAD_LAUNCHES if loop == "gemm" else 0.0     # one multi-tensor padding kernel each
+    return (local_experts * forward + pads,
+            local_experts * backward + pads * (1.0 + job.moe_rerun(layout)))
 
 
 def expert_launches(job: Job, layout: Layout) -> Num:
     """Host launches of one MoE layer's grouped expert MLP, expert by expert, per micro-batch, all
-    passes: E/e × (EXPERT_GEMM_LAUNCHES·(3 − φ_f + [full] + [op]/2) + [FP8/FP4]·(EXPERT_CAST_LAUNCHES +
-    EXPERT_PAD_LAUNCHES)·(2 + [full])) (Transformer Engine GroupedLinear: one GEMM per local expert,
+    passes: E/e × (EXPERT_GEMM_LAUNCHES·(3 − φ_f + [full] + [op]/2) + [FP8/FP4]·EXPERT_CAST_LAUNCHES·(2 + [full]))
+    + [FP8/FP4]·MOE_PAD_LAUNCHES·(2 + [full]) (Transformer Engine GroupedLinear: one GEMM per local expert,
     launched from the host; `expert_pass_launches`). Every launch costs the host τ_host like any
     kernel (docs/model.md §2.9): with E/e = 16 and few rows per expert (micro-batch 1) the layer
     becomes host-bound."""
