@@ -186,6 +186,13 @@ def elementwise_kernels(job: Job) -> float:
     return 2.0 * EAGER_NORM_KERNELS + 2.0 + dropouts + EAGER_ACTIVATION_KERNELS[job.model.mlp] + rope
 
 
+def elementwise_backward_kernels(elementwise: Num, routing: Num) -> Num:
+    """Backward kernels of `elementwise` forward element-wise kernels of which `routing` are a MoE layer's
+    routing and dispatch: ELEMENTWISE_BACKWARD_RATIO per element-wise kernel, MOE_ROUTING_BACKWARD_RATIO per
+    routing kernel (only what has a gradient)."""
+    return ELEMENTWISE_BACKWARD_RATIO * (elementwise - routing) + MOE_ROUTING_BACKWARD_RATIO * routing
+
+
 # A hybrid model's blocks (step/hybrid.py), fused: each its pre-norm and its residual (bias-dropout-add),
 # an MLP block its activation, an attention block its RoPE; a Mamba-2 block (Megatron-Core MambaMixer with
 # mamba_ssm's fused path) its gated RMSNorm (one Triton kernel). Its core: the causal convolution and the
@@ -262,8 +269,8 @@ def hybrid_pass_kernels(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
                          + job.recomputes("moe") * (gemms + MOE_ROUTING_KERNELS + act)
                          + job.recomputes("shared_experts") * (shared + act))
         forward = forward + share * fwd
-        backward = backward + share * (gemms * GEMM_BACKWARD_KERNELS + core_b + ELEMENTWISE_BACKWARD_RATIO
-                                       * (ew - routing) + MOE_ROUTING_BACKWARD_RATIO * routing)
+        backward = backward + share * (gemms * GEMM_BACKWARD_KERNELS + core_b
+                                       + elementwise_backward_kernels(ew, routing))
         recompute = recompute + share * (layout.full * fwd + layout.selective * selective
                                          + layout.op * (0.5 * gemms + ew))
     return forward, backward, recompute
@@ -343,8 +350,7 @@ def pass_kernels(job: Job, layout: Layout) -> tuple[Num, Num, Num]:
     adapters_fwd, adapters_bwd = mean_adapter_kernels(job, layout)       # LoRA/QLoRA (step/finetune.py)
     forward = gemms + attn_fwd + elementwise + adapters_fwd
     frozen = 0.0 if xp.off(layout.finetune) else layout.frozen      # a frozen base: no weight-gradient GEMMs
-    backward = (gemms * (GEMM_BACKWARD_KERNELS - frozen) + attn_bwd
-                + ELEMENTWISE_BACKWARD_RATIO * (elementwise - routing) + MOE_ROUTING_BACKWARD_RATIO * routing
+    backward = (gemms * (GEMM_BACKWARD_KERNELS - frozen) + attn_bwd + elementwise_backward_kernels(elementwise, routing)
                 + adapters_bwd)
     recompute = layout.full * forward + layout.selective * selective_kernels(job, attn_fwd) \
         + layout.op * (3.0 + elementwise)

@@ -20,10 +20,9 @@ from trainest.step import mla
 from trainest.step.finetune import finetune_layer_ops
 from trainest.step.flops import CAUSAL_FRACTION
 from trainest.step.kernels import (
-    ELEMENTWISE_BACKWARD_RATIO,
-    MOE_ROUTING_BACKWARD_RATIO,
     attention_kernels,
     cross_entropy_bytes_per_logit,
+    elementwise_backward_kernels,
     elementwise_kernels,
     floor_excess_s,
     ops_time_s,
@@ -528,8 +527,7 @@ def layer_floor_parts(job: Job, layout: Layout, linear: list[Op], attention: tup
     forward = gemm_fwd + attn_fwd + ew_fwd
     backward = (gemm_backward * gemm_fwd + floor_excess_s(ops_time_s(attention[1]), attn_bwd_k, floor)
                 + floor_excess_s(BACKWARD_TRAFFIC_RATIO * elementwise.time_s,
-                                 ELEMENTWISE_BACKWARD_RATIO * (ew_k - extra_kernels)
-                                 + MOE_ROUTING_BACKWARD_RATIO * extra_kernels, floor))
+                                 elementwise_backward_kernels(ew_k, extra_kernels), floor))
     core = job.recomputes("core_attn") if core_is_attention else 0.0
     # op recompute: the floors of the very kernels it re-runs (their times are what the pass sums)
     op_floor: Num = 0.0
