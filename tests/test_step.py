@@ -35,8 +35,9 @@ def ideal(hw=A100, *, compute=False):
     if compute:
         hw = replace(hw, peak_flops_per_s={k: 1e30 for k in hw.peak_flops_per_s},
                                  memory_bytes_per_s=hw.memory_bytes_per_s)
-    # no host dispatch, no kernel floors, no wave quantization: the roofline alone
-    hw = replace(hw, compute=hw.compute._replace(units=None))
+    # no host dispatch, no kernel floors, no wave quantization: the roofline alone (infinitely fast compute
+    # includes the exponentials: no softmax ceiling on fused attention)
+    hw = replace(hw, compute=hw.compute._replace(units=None, exp_per_s=None if compute else hw.compute.exp_per_s))
     return with_efficiency(hw, gemm_half_dim=0.0, layer_overhead_s=0.0, attention=hw.efficiency.gemm,
                            host_per_kernel_s=0.0, kernel_floor_s=0.0)
 

@@ -133,7 +133,7 @@ FACT_SUBKEYS = {  # the keys each nested facts mapping may have (a typo is an er
              "memory_mt_per_s", "link"),
     "host.link": ("kind", "name", "gb_per_s", "shared_by", "pcie_gen", "pcie_lanes"),
     "compute": ("units", "unit_name", "gemm_tile", "gemm_tile_from", "on_chip_cache_mib", "flash2_relative",
-                "measured_matmul_tflops"),
+                "measured_matmul_tflops", "exp_per_clock", "tensor_flops_per_clock"),
 }
 MODELLED_EXECUTION_MODEL = "gpu-like"
 
@@ -368,6 +368,18 @@ def host_doc(spec: dict, unified: bool, derived: list[str]) -> dict:
     return out
 
 
+def exp_tera_per_s(spec: dict, rec: dict) -> float | None:
+    """The device's softmax exponentials per second [10^12/s] from its architecture's exponentials and dense 16-bit
+    tensor FLOPs per SM and clock (`exp_per_clock`, `tensor_flops_per_clock`) and its 16-bit peak: the special-function
+    units run on the tensor cores' SMs at their clock, so the peak's SMs x clock cancel (docs/model.md §2.4); None
+    where either count is not known."""
+    per_clock, flops_per_clock = spec.get("exp_per_clock"), spec.get("tensor_flops_per_clock")
+    peak = (rec.get("throughput_dense") or {}).get("bf16_tflops")
+    if per_clock is None or flops_per_clock is None or peak is None:
+        return None
+    return plain_number(peak * per_clock / flops_per_clock)      # exact: the counts are powers of two
+
+
 def compute_doc(spec: dict, rec: dict, derived: list[str], own_derived: list[str]) -> dict:
     cache = spec.get("on_chip_cache_mib", plain_number(rec.get("on_chip_cache_MB")))
     if "on_chip_cache_mib" not in spec and cache is not None:
@@ -381,6 +393,13 @@ def compute_doc(spec: dict, rec: dict, derived: list[str], own_derived: list[str
         out["flash2_relative"] = spec["flash2_relative"]
     if "measured_matmul_tflops" in spec:      # the best dense 16-bit GEMM rate measured (MAMF): the GEMM ceiling
         out["measured_matmul_tflops"] = spec["measured_matmul_tflops"]
+    if (exp_rate := exp_tera_per_s(spec, rec)) is not None:
+        out["exp_tera_per_s"] = exp_rate
+        peak = rec["throughput_dense"]["bf16_tflops"]
+        derived.append(f"compute.exp_tera_per_s = {exp_rate}: the 16-bit dense peak ({peak} TFLOP/s) "
+                       f"x {spec['exp_per_clock']} exponentials over {spec['tensor_flops_per_clock']} tensor "
+                       f"FLOPs per SM and clock (the special-function units and the tensor cores share the SMs "
+                       f"and their clock)")
     library_tile = spec.get("gemm_tile_from", "library") == "library"   # else the matrix unit's own size (read)
     if spec.get("gemm_tile") and library_tile and not any(d.startswith("compute.gemm_tile") for d in own_derived):
         derived.append(f"compute.gemm_tile = {spec['gemm_tile']}: the typical output tile of this hardware's GEMM "

@@ -268,6 +268,9 @@ class Compute(NamedTuple):
     # the best dense 16-bit GEMM rate measured on the device over a sweep of shapes (a micro-benchmark's maximum
     # achievable matmul FLOP/s, MAMF) [FLOP/s]; None: none read. It bounds the fitted GEMM efficiency (§10).
     measured_matmul_flops_per_s: float | None = None
+    # the softmax exponentials the special-function units compute per second [1/s]; None: not known (no ceiling).
+    # Fused attention's forward computes one per score and 4·d̄ FLOPs around it (docs/model.md §2.4).
+    exp_per_s: float | None = None
 
 
 class Hardware(NamedTuple):
@@ -465,7 +468,7 @@ HOST_KEYS = ("system", "cpu", "devices", "cpu_cores", "memory_kind", "memory_gb"
 HOST_LINK_KEYS = ("kind", "name", "gb_per_s", "shared_by", "pcie_gen", "pcie_lanes")
 PURCHASE_KEYS = ("usd", "source", "amortisation_years")
 COMPUTE_KEYS = ("units", "unit_name", "gemm_tile", "on_chip_cache_mib", "on_chip_cache_kind", "flash2_relative",
-                "measured_matmul_tflops")
+                "measured_matmul_tflops", "exp_tera_per_s")
 MAX_GEMM_TILE = 4096      # elements per tile side (the largest in use: 320 on Groq, 256 on TPU MXUs and Gaudi MMEs)
 
 
@@ -647,6 +650,7 @@ def _compute_from(data: object, where: str) -> Compute:
         flash2_relative=F.fraction(F.given(d, "flash2_relative", DEFAULT_FLASH2_ATTENTION), f"{where}.flash2_relative"),
         measured_matmul_flops_per_s=_tera(F.number(d.get("measured_matmul_tflops"), f"{where}.measured_matmul_tflops",
                                                    allow_none=True)),
+        exp_per_s=_tera(F.number(d.get("exp_tera_per_s"), f"{where}.exp_tera_per_s", allow_none=True)),
     )
 
 

@@ -33,6 +33,7 @@ from trainest.step.rates import (
     FORWARD,
     LocalShape,
     Rates,
+    attention_peak_flops_per_s,
     module_rates,
     packed_fraction,
     rates_of,
@@ -112,14 +113,35 @@ def flash_backward_flop_ratio(qk_head_dim: float, v_head_dim: float) -> float:
     return (3.0 * qk_head_dim + 2.0 * v_head_dim) / (qk_head_dim + v_head_dim)
 
 
+def exponential_slowdown(job: Job) -> tuple[float, float]:
+    """(forward, backward) factors ≥ 1 by which the softmax's exponentials slow fused attention down: each score
+    takes one exponential (the forward's softmax, the backward's recomputed P) and 2·(d_qk + d_v) FLOPs forward,
+    `flash_backward_flop_ratio` times that backward, so the products cannot outrun X·2·(d_qk + d_v) FLOP/s
+    forward with X the device's exponentials per second (`Compute.exp_per_s`): the factor is the peak the products
+    run at (rates.attention_peak_flops_per_s) over that ceiling, at least 1; the kernel's achieved fraction
+    (efficiency.attention and the length and width factors) applies to whichever bounds it. 1 where X is not
+    known. Binding on Blackwell (16 exponentials to 8,192 tensor FLOPs per SM and clock) at d_h = 64 and with FP8
+    products; not on Hopper or Blackwell Ultra at 16 bit (docs/model.md §2.4)."""
+    x = job.hardware.compute.exp_per_s
+    if x is None or job.attention == "standard":
+        return 1.0, 1.0
+    m = job.model
+    ceiling = x * 2.0 * (m.qk_head_dim + m.v_head_dim)
+    peak = attention_peak_flops_per_s(job)
+    backward = ceiling * flash_backward_flop_ratio(m.qk_head_dim, m.v_head_dim)
+    return max(1.0, peak / ceiling), max(1.0, peak / backward)
+
+
 def fused_attention_ops(name: str, flops: Num, bytes_moved: Num, flops_per_s: Num,
-                        r: Rates, backward_ratio: float = FLASH_BACKWARD_FLOP_RATIO) -> tuple[Op, Op]:
-    """(forward, backward) of one fused-attention kernel: `flops` at `flops_per_s`, reading Q, K, V and
-    writing O (`bytes_moved`); the backward `backward_ratio` × the FLOPs (flash_backward_flop_ratio: 2.5
-    where the query/key and value widths agree) at 0.85× the rate and twice the bytes."""
-    fwd = fused_time(flops, bytes_moved, flops_per_s, r.memory_bytes_per_s)
-    bwd = fused_time(backward_ratio * flops, 2.0 * bytes_moved, flops_per_s * FLASH_BACKWARD_EFFICIENCY,
-                     r.memory_bytes_per_s)
+                        r: Rates, backward_ratio: float = FLASH_BACKWARD_FLOP_RATIO,
+                        slowdown: tuple[float, float] = (1.0, 1.0)) -> tuple[Op, Op]:
+    """(forward, backward) of one fused-attention kernel: `flops` at `flops_per_s` (over the forward's
+    `slowdown`: exponential_slowdown), reading Q, K, V and writing O (`bytes_moved`); the backward
+    `backward_ratio` × the FLOPs (flash_backward_flop_ratio: 2.5 where the query/key and value widths agree)
+    at 0.85× the rate (over the backward's slowdown) and twice the bytes."""
+    fwd = fused_time(flops, bytes_moved, flops_per_s / slowdown[0], r.memory_bytes_per_s)
+    bwd = fused_time(backward_ratio * flops, 2.0 * bytes_moved,
+                     flops_per_s * FLASH_BACKWARD_EFFICIENCY / slowdown[1], r.memory_bytes_per_s)
     return (op_of(name, FORWARD, flops, bytes_moved, fwd),
             op_of(name, BACKWARD, backward_ratio * flops, 2.0 * bytes_moved, bwd))
 
@@ -165,16 +187,17 @@ def attention_ops(job: Job, layout: Layout, r: Rates, x: LocalShape) -> tuple[li
             else mla.attention_bytes(job, layout, x)
         window = m.attention_window
         merge = cp_merge_ops(job, layout, r, x)
-        ratio = flash_backward_flop_ratio(m.qk_head_dim, m.v_head_dim)
+        ratio, slowdown = flash_backward_flop_ratio(m.qk_head_dim, m.v_head_dim), exponential_slowdown(job)
         if window is None or r.window_attention_flops_per_s is None:
-            fwd, bwd = fused_attention_ops("attention", flops, bytes_moved, r.attention_flops_per_s, r, ratio)
+            fwd, bwd = fused_attention_ops("attention", flops, bytes_moved, r.attention_flops_per_s, r, ratio,
+                                           slowdown)
             return [fwd] + merge[:1], [bwd] + merge[1:]
         windowed = m.windowed_layers / m.attention_layers
         parts = [("attention", 1.0 - windowed, flops, r.attention_flops_per_s),
                  ("attention.window", windowed, causal_flops * windowed_layer_fraction(job),
                   r.window_attention_flops_per_s)]
-        kernels = [(fused_attention_ops(name, f, bytes_moved, rate, r, ratio), share) for name, share, f, rate in parts
-                   if share > 0.0]
+        kernels = [(fused_attention_ops(name, f, bytes_moved, rate, r, ratio, slowdown), share)
+                   for name, share, f, rate in parts if share > 0.0]
         return ([f.scaled(share) for (f, _), share in kernels] + merge[:1],
                 [b.scaled(share) for (_, b), share in kernels] + merge[1:])
     s_c = job.seq_len / layout.cp
