@@ -60,3 +60,37 @@ def test_the_golden_section_search_finds_an_interior_minimum_and_a_minimum_on_a_
     assert abs(golden_minimum(bowl, *HOST_SCALE_BOUNDS, 0.02) - 1.72) < 0.02
     assert len(calls) < 40
     assert golden_minimum(lambda x: x, 0.5, 1.0, 0.005) == 0.5       # falling all the way to the lower bound
+
+
+def test_the_all_to_all_fraction_is_one_per_system_b200_with_b300_gb200_with_gb300():
+    """Issue 31 ("share the constant across the generation"): the expert all-to-all's fraction of the link rate
+    is the fabric's and its software's, so the shipped fit gives the HGX 8-GPU B200 and B300 one value and the
+    NVL72 GB200 and GB300 another; fitted per device, B300 sat on the lower bound and GB300 on the upper."""
+    from moe_report import ALL_TO_ALL_SYSTEMS, all_to_all_system
+
+    from trainest import catalog
+    assert all_to_all_system("b300") == all_to_all_system("b200") == "b200"
+    assert all_to_all_system("gb300") == all_to_all_system("gb200") == "gb200"
+    assert all_to_all_system("h100-sxm") == "h100-sxm"
+    for member, system in ALL_TO_ALL_SYSTEMS.items():
+        assert catalog.load_hardware(member).efficiency.all_to_all == catalog.load_hardware(system).efficiency.all_to_all
+
+
+def test_the_shared_all_to_all_fits_every_members_runs_at_one_value():
+    """`_shared_all_to_all` on two members' runs picks one grid value inside the bounds for both, and a member's
+    MAPE is that of its own runs at that value."""
+    from moe_report import AllToAllFit, _shared_all_to_all
+
+    from helpers import bundled_cases
+    from trainest import catalog
+    from trainest.calibrate import BOUNDS
+    cases = [c for c in bundled_cases() if c.scenario.model.moe is not None and "Nemotron" not in c.id]
+    members = {}
+    for name in ("b200", "b300"):
+        hw = catalog.load_hardware(name)
+        members[name] = (hw, [c for c in cases if c.scenario.hardware.name == name][:3])
+    loss, fits = _shared_all_to_all(members)
+    assert math.isfinite(loss) and loss >= 0.0
+    values = {f.hardware.efficiency.all_to_all for f in fits.values()}
+    assert len(values) == 1 and BOUNDS["all_to_all"][0] <= values.pop() <= BOUNDS["all_to_all"][1]
+    assert all(isinstance(f, AllToAllFit) and f.mape_after_pct is not None for f in fits.values())

@@ -11,9 +11,10 @@ time, inside calibrate.BOUNDS:
     GroupedLinear on every bundled MoE run), not of a device: it is the value that minimises the
     calibrate objective (Huber loss of log step ratios plus the all_to_all prior pulls) summed over
     all MoE fit runs, found by golden-section search, each hardware's `all_to_all` refitted at every trial value;
-  * `all_to_all` (the fraction of the link rate the dispatch and combine reach): per hardware with at
-    least `min_fit_runs` MoE fit runs (`trainest.calibrate.fit_efficiency`): the links and their
-    topology are the system's.
+  * `all_to_all` (the fraction of the link rate the dispatch and combine reach): per system (ALL_TO_ALL_SYSTEMS:
+    B200 and B300 in the HGX 8-GPU system, GB200 and GB300 in the NVL72, each other hardware its own) with at
+    least `min_fit_runs` MoE fit runs, on a grid of its bounds (`_shared_all_to_all`): the links, their topology
+    and the software driving them are the system's, not the die's.
 
   * Megatron-Core's host scale (its host time per kernel over plain PyTorch's, `Framework.host_scale`, for
     MEGATRON_CORE_FRAMEWORKS): one value, from the prior 1, searched the same way at the shared grouped_gemm
@@ -38,7 +39,7 @@ from trainest.record import replace
 from pathlib import Path
 
 from trainest import catalog
-from trainest.calibrate import fit_efficiency, replace_efficiency_block
+from trainest.calibrate import replace_efficiency_block
 from trainest.report.validate import runs_markdown
 from trainest.report.validate import STEP_ERROR_TITLE
 from trainest.validate import Case, RunResult, compare, mape_pct, step_error_pct
@@ -78,26 +79,77 @@ GOLDEN = (5 ** 0.5 - 1) / 2          # golden-section ratio
 POOL_TOLERANCE = 0.005               # the shared grouped_gemm is located to within this
 
 
-def _all_to_all_fits(by_hw: dict[str, list[Case]], grouped: float, min_fit_runs: int,
-                     split: dict[str, bool]) -> tuple[float, dict]:
-    """(the calibrate objective summed over every hardware's MoE fit runs, {hardware: CalibrationResult
-    or None}) with `grouped` as every hardware's grouped_gemm and each hardware's all_to_all fitted."""
+# Systems whose expert all-to-all share one `all_to_all` fraction: the same system on the next die (Blackwell
+# Ultra after Blackwell). The fraction of the link rate a dispatch and combine reach is set by the fabric (NVLink 5
+# inside an HGX 8-GPU node, InfiniBand/RoCE NICs between nodes; one NVLink 5 switch domain in an NVL72 rack) and
+# the software driving it (NCCL, DeepEP), not by the GPU's arithmetic; fitted per device, B300 sat on the lower
+# bound (0.5) and GB300 on the upper (0.95): each absorbing its runs' other errors (issue 31: "share the constant
+# across the generation"). Each group is fitted on the MoE fit runs of all its members (`_shared_all_to_all`).
+ALL_TO_ALL_SYSTEMS = {"b300": "b200",      # HGX 8-GPU: NVLink 5 in the node, the NICs between nodes
+                      "gb300": "gb200"}    # NVL72: one NVLink 5 domain of 72 GPUs
+ALL_TO_ALL_GRID = 181                    # the shared fraction is located on this many points of its bounds
+
+
+@dataclass(frozen=True)
+class AllToAllFit:
+    """One hardware's MoE hardware after the all_to_all fit, and its MoE fit runs' MAPE with it."""
+
+    hardware: catalog.Hardware
+    mape_after_pct: float | None
+
+
+def all_to_all_system(name: str) -> str:
+    """The hardware whose all_to_all fraction `name` shares (ALL_TO_ALL_SYSTEMS; itself when none)."""
+    return ALL_TO_ALL_SYSTEMS.get(name, name)
+
+
+def _shared_all_to_all(members: dict[str, tuple[catalog.Hardware, list[Case]]]) -> tuple[float, dict]:
+    """(the calibrate objective over the members' MoE fit runs, {hardware: AllToAllFit}) with ONE all_to_all for
+    all `members` ({hardware: (its MoE hardware at the shared grouped_gemm, its fit runs)}): the value on
+    ALL_TO_ALL_GRID points of calibrate.BOUNDS['all_to_all'] that minimises the summed Huber loss of the runs' log
+    step ratios plus the prior pull of every run (as `_all_to_all_fits` sums one hardware's fit); each run with
+    its own hardware's peaks and links."""
     import numpy as np
 
-    from trainest.calibrate import PRIOR_WEIGHT, huber
+    from trainest.calibrate import BOUNDS, PRIOR_WEIGHT, huber, predicted_step_times_s
+    from trainest.validate_metrics import step_time_s_from_metric
 
-    loss, results = 0.0, {}
+    grid = np.linspace(*BOUNDS["all_to_all"], ALL_TO_ALL_GRID)
+    loss = np.zeros_like(grid)
+    runs = 0
+    for base, fit_cases in members.values():
+        for c in fit_cases:
+            case = replace(c, scenario=replace(c.scenario, hardware=base))
+            predicted = predicted_step_times_s(case, base, {"all_to_all": grid})
+            loss += huber(np.log(predicted / step_time_s_from_metric(c)))
+            runs += 1
+    loss += runs * PRIOR_WEIGHT * (grid / catalog.DEFAULT_ALL_TO_ALL - 1.0) ** 2
+    best = float(grid[int(np.argmin(loss))])
+    fits = {}
+    for name, (base, fit_cases) in members.items():
+        hw = catalog.with_efficiency(base, all_to_all=best)
+        fits[name] = AllToAllFit(hw, mape_pct(compare(c, hw) for c in fit_cases))
+    return float(loss.min()), fits
+
+
+def _all_to_all_fits(by_hw: dict[str, list[Case]], grouped: float, min_fit_runs: int,
+                     split: dict[str, bool]) -> tuple[float, dict]:
+    """(the calibrate objective summed over every hardware's MoE fit runs, {hardware: AllToAllFit or None})
+    with `grouped` as every hardware's grouped_gemm and each system's all_to_all fitted (ALL_TO_ALL_SYSTEMS:
+    one value for the hardware of one system) on the MoE fit runs of its hardware; a system with fewer than
+    `min_fit_runs` of them keeps the prior."""
+    systems: dict[str, dict[str, tuple[catalog.Hardware, list[Case]]]] = {}
     for name, hw_cases in by_hw.items():
-        fit_cases = [c for c in hw_cases if split[c.id]]
-        if len(fit_cases) < min_fit_runs:
-            results[name] = None
-            continue
         base = catalog.with_efficiency(moe_prior(hw_cases[0].scenario.hardware), grouped_gemm=grouped)
-        result = fit_efficiency(fit_cases, base, names=("all_to_all",))
-        results[name] = result
-        r = np.log([a.step_ratio for a in result.after])      # the fit's own predictions of its runs
-        x = result.hardware.efficiency.all_to_all / catalog.DEFAULT_ALL_TO_ALL
-        loss += float(np.sum(huber(r))) + len(fit_cases) * PRIOR_WEIGHT * (x - 1.0) ** 2
+        systems.setdefault(all_to_all_system(name), {})[name] = (base, [c for c in hw_cases if split[c.id]])
+    loss, results = 0.0, {}
+    for members in systems.values():
+        if sum(len(fit_cases) for _, fit_cases in members.values()) < min_fit_runs:
+            results.update(dict.fromkeys(members))
+            continue
+        system_loss, fits = _shared_all_to_all(members)
+        loss += system_loss
+        results.update(fits)
     return loss, results
 
 
@@ -367,8 +419,9 @@ kernel, below): `grouped_gemm`, the
 expert GEMMs against a dense GEMM of the same shape, is ONE value for every hardware
 ({moe.grouped_gemm:.3f}: a property of the software's grouped-GEMM path, Transformer Engine's GroupedLinear
 on all these runs, found by golden-section search of the summed objective), and `all_to_all`, the
-fraction of the link rate the dispatch and combine reach, one per hardware (the `trainest calibrate`
-method at the shared grouped_gemm); the HOLDOUT MoE runs are never fitted. (Fitted per hardware, the
+fraction of the link rate the dispatch and combine reach, one per system (B200 and B300 share the HGX
+8-GPU system's value, GB200 and GB300 the NVL72's, H100 has its own: `moe_report.ALL_TO_ALL_SYSTEMS`), at the
+shared grouped_gemm; the HOLDOUT MoE runs are never fitted. (Fitted per hardware, the
 grouped-GEMM efficiency took five values from 0.50 to 0.92, two on the lower bound, at a holdout MAPE of
 17.2 %: the same as with one value.) Every import assumption is in the run's notes (`specs/runs/megatron-bridge.yaml`): the
 shapes from model-shapes.yaml, imbalance 1.0 (the source force-balances the experts), etp = 1,
