@@ -342,12 +342,19 @@ def memory_only_markdown() -> str:
     per memory kind and one by one (trainest/report/validate.py: memory_kind_markdown), with the public runs' peaks."""
     from trainest.report.validate import memory_kind_markdown
     from trainest.validate import validate_runs
+    from trainest.validate_memory import oom_verdicts
     public = validate_runs(run_set=PUBLIC_SET).memory
     memory = validate_runs(run_set="memory")
+    oom = oom_verdicts(catalog.specs_dir() / "runs" / "memory-given.yaml")
+    called = sum(1 for _, fits in oom if not fits)
     return ("Every measured peak memory, per memory kind (the public runs' above and the memory-only runs of "
             "specs/runs/memory-given.yaml, `set: memory`: measured peaks with their configurations and no step "
             f"time; {len(memory.not_expressible)} of its records not expressible, `trainest validate --set memory "
-            "--json` lists why):\n\n" + memory_kind_markdown(public + memory.memory))
+            f"--json` lists why; of those, the {len(oom)} that ran out of memory are boundary points, and trainest "
+            f"calls {called} of them \"does not fit\" as stated: "
+            + ", ".join(f"{run_id} {'does not fit' if not fits else 'FITS (a memory-model error)'}"
+                        for run_id, fits in oom)
+            + "):\n\n" + memory_kind_markdown(public + memory.memory))
 
 
 def nofit_markdown() -> str:

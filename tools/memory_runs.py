@@ -270,7 +270,7 @@ def convert(rec: dict) -> OrderedDict:
     ran = str(rec.get("outcome")).lower() == "ran"
     reason = not_expressible(rec) or why_precision
     if not ran:
-        reason = reason or f"outcome {rec['outcome']}: a boundary point with no measured memory"
+        reason = reason or f"outcome {rec['outcome']}: a boundary point with no measured memory"   # OOM_REASON_PREFIX
     out["measured"] = measured
     out["expressible"] = reason is None
     out["reason"] = reason

@@ -43,6 +43,9 @@ FP8_ONLY_SETTINGS = ("fp8_params",)      # settings that exist only with FP8/FP4
 STATE_SETTINGS = ("optimizer", "master_weights", "parallel.tp", "parallel.pp", "parallel.zero", "parallel.dp_shard",
                   "offload", "fp8_params")
 JOINT = "+"      # deciding settings that make a run fit only together: one entry, their keys joined by it
+# the reason a record that ran out of memory is kept not expressible with (tools/memory_runs.py writes it): a boundary
+# point with no measured peak, whose stated configuration trainest must call "does not fit" (`oom_verdicts`)
+OOM_REASON_PREFIX = "outcome OOM"
 
 
 @dataclass(frozen=True)
@@ -337,3 +340,19 @@ def check_peak_memory(case: Any, where: str) -> None:
     raise SpecError(f"{where}.peak_memory_gib: {peak / GiB:g} is more than a {hw.name} holds "
                     f"({hw.memory_bytes / GB:g} GB; allowed: at most {peak_memory_limit_bytes(hw) / GiB:.1f} GiB per "
                     f"device); it may be the node's or the job's total (the file's value is one device's peak)")
+
+
+def oom_verdicts(path: Any) -> tuple[tuple[str, bool], ...]:
+    """(id, predicted fits) of every record of the runs file `path` that ran out of memory (its `reason` starts
+    with OOM_REASON_PREFIX): a measured "does not fit", against which a predicted fit is a memory-model error."""
+    from pathlib import Path
+
+    from trainest.estimate import estimate
+    from trainest.validate import run_scenario, runs_document
+    out = []
+    for rec in runs_document(Path(path)).get("runs") or []:
+        if str(rec.get("reason") or "").startswith(OOM_REASON_PREFIX):
+            scenario = run_scenario(rec, str(rec.get("id")), user_file=False)
+            if not isinstance(scenario, str):
+                out.append((str(rec["id"]), bool(estimate(scenario).memory.fits)))
+    return tuple(out)
