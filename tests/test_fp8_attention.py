@@ -34,12 +34,14 @@ def test_fp8_attention_runs_at_the_fp8_peak_times_the_kernels_relative_reach():
 
 
 def test_only_the_attention_core_gets_faster():
-    """The GEMMs, the memory-bound work and the communication do not change; the step gets shorter by what
-    the attention core saves."""
+    """The GEMMs, the memory-bound work and the traffic do not change; the step gets shorter by what the
+    attention core saves (the exposed traffic by no more than a hair: a faster core leaves a little more of
+    the windows waiting for the host, where hidden traffic contends with nothing, docs/model.md §4.7)."""
     on, off = (step_terms(*_job(flag)) for flag in (True, False))
     assert on.time_s < off.time_s
     assert float(on.memory_s) == pytest.approx(float(off.memory_s), rel=1e-12)
-    assert float(on.communication_s) == pytest.approx(float(off.communication_s), rel=1e-12)
+    assert float(on.communication_s) <= float(off.communication_s) * (1.0 + 1e-12)
+    assert float(on.communication_s) == pytest.approx(float(off.communication_s), rel=1e-4)
     attn_on = float(on.parts.layer.attn_fwd_s + on.parts.layer.attn_bwd_s)
     attn_off = float(off.parts.layer.attn_fwd_s + off.parts.layer.attn_bwd_s)
     assert attn_on < attn_off

@@ -359,11 +359,30 @@ def test_hidden_traffic_costs_its_contention_share():
     full = bucketed(all_reduce_s, p * MAIN_GRAD_BYTES, p, d, d, 1.0, tiers)
     kappa = A100.efficiency.overlap_contention
     assert kappa == pytest.approx(0.15)
-    t = terms(m, dp=d, micro_batch=4, global_batch=32.0 * 4)
+    no_host = with_efficiency(A100, host_per_kernel_s=0.0)      # no wait for the host: the window is all busy
+    t = terms(m, no_host, dp=d, micro_batch=4, global_batch=32.0 * 4)
+    assert t.host_wait_s == 0.0
     assert t.dp_comm_s == pytest.approx(max(full / m.layers, kappa * full), rel=1e-9)
+    # with the host's launches the device waits for it a little (the smooth maximum, §2.9): that part of the
+    # window runs nothing beside the traffic, so the contention share is smaller, and never larger
+    t = terms(m, dp=d, micro_batch=4, global_batch=32.0 * 4)
+    assert t.host_wait_s > 0.0 and max(full / m.layers, 0.0) < t.dp_comm_s < kappa * full
     more = terms(m, with_efficiency(A100, overlap_contention=0.3), dp=d, micro_batch=4, global_batch=32.0 * 4)
     assert more.time_s > t.time_s > terms(m, NO_CONTENTION, dp=d, micro_batch=4, global_batch=32.0 * 4).time_s
     assert load_hardware("tpu-v5p").efficiency.overlap_contention == 0.0
+
+
+def test_traffic_hidden_behind_a_wait_for_the_host_contends_with_nothing():
+    """§4.7: of a window W of which the device waits I for the host, hidden traffic slows only the computing
+    share: κ·min(t, W)·(W − I)/W; all idle, nothing; what exceeds the window and the last bucket unchanged."""
+    from trainest.step.overlap import overlapped_exposed_s
+    assert overlapped_exposed_s(1.0, 10.0, 0.0, 0.15) == pytest.approx(0.15)
+    assert overlapped_exposed_s(1.0, 10.0, 0.0, 0.15, 5.0) == pytest.approx(0.075)
+    assert overlapped_exposed_s(1.0, 10.0, 0.0, 0.15, 10.0) == 0.0
+    assert overlapped_exposed_s(1.0, 10.0, 0.0, 0.15, 20.0) == 0.0          # the idle part is at most the window
+    assert overlapped_exposed_s(1.0, 10.0, 0.3, 0.15, 10.0) == pytest.approx(0.3)
+    assert overlapped_exposed_s(12.0, 10.0, 0.0, 0.15, 5.0) == pytest.approx(2.0)
+    assert overlapped_exposed_s(1.0, 0.0, 0.0, 0.15, 0.0) == pytest.approx(1.0)
 
 
 def test_contention_never_slows_a_communication_bound_step():

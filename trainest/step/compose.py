@@ -20,7 +20,15 @@ from trainest.step.moe import dispatch_sync_segment_s, expert_host_layer_s, expe
 from trainest.step.mtp import MtpPass, mtp_pass
 from trainest.step.offload import Offload, offload_state, offload_terms
 from trainest.step.optimizer import job_adam_bytes, optimizer_s
-from trainest.step.overlap import DpExposed, dp_exposed_parts, dp_windows_s, overlapped_exposed_s, serial_dp_s
+from trainest.step.overlap import (
+    DpExposed,
+    backward_host_share,
+    dp_exposed_parts,
+    dp_window_idle_s,
+    dp_windows_s,
+    overlapped_exposed_s,
+    serial_dp_s,
+)
 from trainest.step.rates import LocalShape, Rates, local_shape, rates_of
 from trainest.step.roofline import Op, bound_sums
 from trainest.step.schedule import bubble_s, dualpipe_copies, slowest_stage, stage_dense_params, stage_expert_params
@@ -317,17 +325,20 @@ def stage_pp_s(job: Job, layout: Layout, shape: LocalShape, tiers: Tiers, work_s
     return overlapped_exposed_s(stage_pp, work_s, 0.0, job.hardware.efficiency.overlap_contention)
 
 
-def zero3_pass_exposed_s(z3: Zero3Traffic, forward_work_s: Num, stage_work_s: Num, contention: Num) -> Num:
+def zero3_pass_exposed_s(z3: Zero3Traffic, forward_work_s: Num, stage_work_s: Num, contention: Num,
+                         idle: tuple[Num, Num] = (0.0, 0.0)) -> Num:
     """ZeRO-3 traffic left exposed by one micro-batch's two passes [s] (docs/model.md §4.5): the forward's
     all-gathers hide behind the forward only, the backward's all-gathers and reduce-scatters behind the
     backward (with its recomputation) only; each pass at least its waited-for layer (the forward's
     first gather; the backward's gather and last reduce-scatter) and its contention share
-    (overlapped_exposed_s). A pass whose traffic outlasts it cannot borrow the other pass's slack."""
+    (overlapped_exposed_s). A pass whose traffic outlasts it cannot borrow the other pass's slack. `idle`:
+    the (forward, backward) time of that work spent waiting for the host, which hides without contention."""
     forward_work = xp.minimum(xp.maximum(forward_work_s, 0.0), xp.maximum(stage_work_s, 0.0))
     backward_work = xp.maximum(stage_work_s - forward_work, 0.0)
-    forward = overlapped_exposed_s(z3.forward_s, forward_work, z3.layer_gather_s, contention)
+    idle_fwd, idle_bwd = idle
+    forward = overlapped_exposed_s(z3.forward_s, forward_work, z3.layer_gather_s, contention, idle_fwd)
     backward = overlapped_exposed_s(z3.total_s - z3.forward_s, backward_work, z3.layer_s - z3.layer_gather_s,
-                                    contention)
+                                    contention, idle_bwd)
     return forward + backward
 
 
@@ -343,21 +354,43 @@ def forward_work_s(lp: LayerPass, cp: CpRing, layers: Num, host_wait_s: Num, hos
     device time with its kernels' floors and its share of the layer's wait for the host (`host_wait_s`, shared
     by the passes' host times `host_pass` as in overlap.dp_windows_s: a host-bound forward lasts its host
     time, and the gathers progress meanwhile), less the attention time that hides CP's forward ring."""
-    host_fwd, host_bwd = host_pass
-    total = host_fwd + host_bwd
-    share_fwd = xp.where(total > 0.0, host_fwd / xp.where(total > 0.0, total, 1.0), 0.5)
+    share_fwd = 1.0 - backward_host_share(host_pass)
     return layers * (lp.fwd_c + lp.fwd_m + lp.fwd_floor_s + host_wait_s * share_fwd - cp.hiding_fwd_s)
 
 
-def zero3_exposed_s(layout: Layout, z3: Zero3Traffic, forward_work: Num, stage_work: Num, head_o: Num,
-                    eff: Efficiency) -> tuple[Num, Num]:
+def zero3_exposed_s(layout: Layout, z3: Zero3Traffic, forward_work: Num, stage_work: Num, head_work: Num,
+                    eff: Efficiency, idle: tuple[Num, Num] = (0.0, 0.0)) -> tuple[Num, Num]:
     """(the stage's, a typical stage's) ZeRO-3 traffic left exposed per micro-batch [s]: each pass's
-    behind that pass's work (zero3_pass_exposed_s); a typical stage's micro-batch in the bubble has its
-    layers only, so the embedding's and the loss's work (`head_o`, counted in the backward) hide nothing there."""
+    behind that pass's work (zero3_pass_exposed_s; `idle`, its (forward, backward) wait for the host); a
+    typical stage's micro-batch in the bubble has its layers only, so the embedding's and the loss's work
+    (`head_work`, counted in the backward) hide nothing there."""
     contention = eff.overlap_contention
-    stage = zero3_pass_exposed_s(z3, forward_work, stage_work, contention) * layout.z3
-    typical = zero3_pass_exposed_s(z3, forward_work, stage_work - head_o, contention) * layout.z3
+    stage = zero3_pass_exposed_s(z3, forward_work, stage_work, contention, idle) * layout.z3
+    typical = zero3_pass_exposed_s(z3, forward_work, stage_work - head_work, contention, idle) * layout.z3
     return stage, typical
+
+
+def stage_zero3_exposed_s(job: Job, layout: Layout, lp: LayerPass, cp: CpRing, layers: Num, z3: Zero3Traffic,
+                          stage_work: Num, head_work: Num, host_wait_s: Num) -> tuple[Num, Num]:
+    """zero3_exposed_s for a stage of `layers` layers whose passes share the layer's wait for the host
+    (`host_wait_s`) by their host times (step_host_pass_s): the forward window (forward_work_s) and each
+    pass's wait, which hides the traffic without contention (docs/model.md §4.7)."""
+    host_pass = step_host_pass_s(job, layout)
+    share_bwd = backward_host_share(host_pass)
+    idle = (layers * host_wait_s * (1.0 - share_bwd), layers * host_wait_s * share_bwd)
+    return zero3_exposed_s(layout, z3, forward_work_s(lp, cp, layers, host_wait_s, host_pass), stage_work,
+                           head_work, job.hardware.efficiency, idle)
+
+
+def stage_dp_exposed(job: Job, layout: Layout, dp: DpTraffic, lp: LayerPass, cp: CpRing, layers: Num,
+                     z3_total_s: Num, stage_work: Num, host_wait_s: Num, micro_batches: Num) -> DpExposed:
+    """The stage's data-parallel traffic exposed per step (overlap.dp_exposed_parts) behind its windows
+    (overlap.dp_windows_s) and their wait for the host (overlap.dp_window_idle_s), the passes' share of it
+    by their host times (step_host_pass_s), under the framework's overlap of the weight gather."""
+    host_pass, gather = step_host_pass_s(job, layout), FRAMEWORKS[job.framework].dp_gather_overlap
+    windows = dp_windows_s(layout, lp, cp, layers, z3_total_s, stage_work, host_pass, host_wait_s, gather)
+    idle = dp_window_idle_s(layout, layers, host_pass, host_wait_s, gather)
+    return dp_exposed_parts(layout, dp, windows, job.hardware.efficiency.overlap_contention, micro_batches, idle)
 
 
 def step_flops(job: Job, layout: Layout) -> tuple[Num, Num]:
@@ -401,10 +434,11 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     stage_pp = stage_pp_s(job, layout, shape, tiers, n * (lp.compute_s + lp.memory_s))
     params_local, expert_local = _stage_local_params(job, layout)
     z3 = zero3_s(job, layout, dp_tiers, n, params_local)
-    stage_work = stage_c + stage_m + stage_o - n * (cp.hiding_fwd_s + cp.hiding_bwd_s)
-    host_pass = step_host_pass_s(job, layout)
-    fwd_work = forward_work_s(lp, cp, n, host_excess, host_pass)
-    z3_exposed, z3_typical = zero3_exposed_s(layout, z3, fwd_work, stage_work, head_o, eff)
+    # the head's work on the last stage, its device time with its wait for the host (the logits, the loss, the MTP
+    # modules: a faster head waits longer, so its wall time, not its wait alone, is what hides traffic)
+    head_work = head_o + stage.last_is_max * (logits_c + logits_m + mtp.compute_s + mtp.memory_s)
+    stage_work = stage_c + stage_m + stage_o - head_o + head_work - n * (cp.hiding_fwd_s + cp.hiding_bwd_s)
+    z3_exposed, z3_typical = stage_zero3_exposed_s(job, layout, lp, cp, n, z3, stage_work, head_work, host_excess)
     mb_comm = n * tp_layer + n * cp.exposed_s + n * ep_layer + stage_pp + z3_exposed + head_comm + mtp_ep
     mb_c = stage_c + stage.last_is_max * (logits_c + mtp.compute_s)
     mb_m = stage_m + stage.last_is_max * (logits_m + mtp.memory_s)
@@ -413,11 +447,8 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     trained_local = trainable_params_local(job, layout, params_local)    # LoRA: the adapters only
     trained_experts = trainable_expert_params_local(job, layout, expert_local)
     dp = dp if dp is not None else data_parallel_traffic(job, layout, dp_tiers, trained_local, trained_experts)
-    windows = dp_windows_s(layout, lp, cp, n, z3.total_s, stage_work, host_pass, host_excess,
-                           FRAMEWORKS[job.framework].dp_gather_overlap)
-    dp_parts = dp_exposed_parts(layout, dp, windows, eff.overlap_contention, m)
-    # tied input and output embeddings on different stages: their gradients all-reduced once per step
-    tied = tied_embedding_s(job, layout, tiers)
+    dp_parts = stage_dp_exposed(job, layout, dp, lp, cp, n, z3.total_s, stage_work, host_excess, m)
+    tied = tied_embedding_s(job, layout, tiers)     # tied embeddings on different stages: once per step
     dp_exposed = dp_parts.replica_s + dp_parts.reduce_s + dp_parts.gather_s + dp_parts.zero2_s + tied
     optimizer = optimizer_s(layout, trained_local, rates.memory_bytes_per_s, eff.kernel_floor_s, trained_experts,
                             job_adam_bytes(job))
