@@ -373,15 +373,16 @@ def test_hidden_traffic_costs_its_contention_share():
 
 
 def test_traffic_hidden_behind_a_wait_for_the_host_contends_with_nothing():
-    """§4.7: of a window W of which the device waits I for the host, hidden traffic slows only the computing
-    share: κ·min(t, W)·(W − I)/W; all idle, nothing; what exceeds the window and the last bucket unchanged."""
+    """§4.7: of a window W of which the device waits I for the host, hidden traffic slows the computation only
+    by what the idle time cannot carry: κ·max(min(t, W) − I, 0); what exceeds the window and the last bucket
+    unchanged."""
     from trainest.step.overlap import overlapped_exposed_s
     assert overlapped_exposed_s(1.0, 10.0, 0.0, 0.15) == pytest.approx(0.15)
-    assert overlapped_exposed_s(1.0, 10.0, 0.0, 0.15, 5.0) == pytest.approx(0.075)
-    assert overlapped_exposed_s(1.0, 10.0, 0.0, 0.15, 10.0) == 0.0
-    assert overlapped_exposed_s(1.0, 10.0, 0.0, 0.15, 20.0) == 0.0          # the idle part is at most the window
+    assert overlapped_exposed_s(1.0, 10.0, 0.0, 0.15, 0.5) == pytest.approx(0.075)
+    assert overlapped_exposed_s(1.0, 10.0, 0.0, 0.15, 5.0) == 0.0
     assert overlapped_exposed_s(1.0, 10.0, 0.3, 0.15, 10.0) == pytest.approx(0.3)
     assert overlapped_exposed_s(12.0, 10.0, 0.0, 0.15, 5.0) == pytest.approx(2.0)
+    assert overlapped_exposed_s(10.0, 10.0, 0.0, 0.15, 4.0) == pytest.approx(0.15 * 6.0)
     assert overlapped_exposed_s(1.0, 0.0, 0.0, 0.15, 0.0) == pytest.approx(1.0)
 
 

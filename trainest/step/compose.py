@@ -349,6 +349,18 @@ def step_host_pass_s(job: Job, layout: Layout) -> tuple[Num, Num]:
     return host_fwd + expert_fwd, host_bwd + expert_bwd
 
 
+def wait_shares(lp: LayerPass, host_pass: tuple[Num, Num]) -> tuple[Num, Num]:
+    """What shares a layer's wait for the host between its (forward, backward) passes: each pass's own wait,
+    kernels.host_wait_s of its host and device times (its kernels' floors included), so that a host-bound pass
+    lasts about its host time whatever its device does, as the layer does (layer_time_s); where neither pass
+    waits, their host times `host_pass`."""
+    host_fwd, host_bwd = host_pass
+    wait_fwd = host_wait_s(host_fwd, lp.fwd_c + lp.fwd_m + lp.fwd_floor_s)
+    wait_bwd = host_wait_s(host_bwd, lp.bwd_c + lp.bwd_m + lp.bwd_floor_s)
+    some = wait_fwd + wait_bwd > 0.0
+    return xp.where(some, wait_fwd, host_fwd), xp.where(some, wait_bwd, host_bwd)
+
+
 def forward_work_s(lp: LayerPass, cp: CpRing, layers: Num, host_wait_s: Num, host_pass: tuple[Num, Num]) -> Num:
     """The stage's forward per micro-batch [s] (the window of ZeRO-3's forward gathers): its layers' forward
     device time with its kernels' floors and its share of the layer's wait for the host (`host_wait_s`, shared
@@ -375,7 +387,7 @@ def stage_zero3_exposed_s(job: Job, layout: Layout, lp: LayerPass, cp: CpRing, l
     """zero3_exposed_s for a stage of `layers` layers whose passes share the layer's wait for the host
     (`host_wait_s`) by their host times (step_host_pass_s): the forward window (forward_work_s) and each
     pass's wait, which hides the traffic without contention (docs/model.md §4.7)."""
-    host_pass = step_host_pass_s(job, layout)
+    host_pass = wait_shares(lp, step_host_pass_s(job, layout))
     share_bwd = backward_host_share(host_pass)
     idle = (layers * host_wait_s * (1.0 - share_bwd), layers * host_wait_s * share_bwd)
     return zero3_exposed_s(layout, z3, forward_work_s(lp, cp, layers, host_wait_s, host_pass), stage_work,
@@ -387,7 +399,7 @@ def stage_dp_exposed(job: Job, layout: Layout, dp: DpTraffic, lp: LayerPass, cp:
     """The stage's data-parallel traffic exposed per step (overlap.dp_exposed_parts) behind its windows
     (overlap.dp_windows_s) and their wait for the host (overlap.dp_window_idle_s), the passes' share of it
     by their host times (step_host_pass_s), under the framework's overlap of the weight gather."""
-    host_pass, gather = step_host_pass_s(job, layout), FRAMEWORKS[job.framework].dp_gather_overlap
+    host_pass, gather = wait_shares(lp, step_host_pass_s(job, layout)), FRAMEWORKS[job.framework].dp_gather_overlap
     windows = dp_windows_s(layout, lp, cp, layers, z3_total_s, stage_work, host_pass, host_wait_s, gather)
     idle = dp_window_idle_s(layout, layers, host_pass, host_wait_s, gather)
     return dp_exposed_parts(layout, dp, windows, job.hardware.efficiency.overlap_contention, micro_batches, idle)

@@ -15,12 +15,11 @@ def overlapped_exposed_s(comm_s: Num, window_s: Num, last_bucket_s: Num, content
     window, at least the last bucket (nothing left to hide it), and at least κ × the hidden part that
     runs beside computation (its kernels share the SMs and HBM with it): of a window of which `idle_s`
     the device spends waiting for the host (a host-bound pass: nothing runs there to contend with),
-    the traffic spread over the window, the share (window − idle)/window:
-    max(comm − window, last bucket, κ·min(comm, window)·(window − idle)/window)."""
-    idle = xp.minimum(xp.maximum(idle_s, 0.0), xp.maximum(window_s, 0.0))
-    busy_share = xp.where(window_s > 0.0, (window_s - idle) / xp.where(window_s > 0.0, window_s, 1.0), 1.0)
+    what the idle time cannot carry, the traffic's kernels taking the SMs the computation leaves idle first:
+    max(comm − window, last bucket, κ·max(min(comm, window) − idle, 0))."""
+    idle = xp.maximum(idle_s, 0.0)
     return xp.maximum(xp.maximum(comm_s - window_s, last_bucket_s),
-                      contention * xp.minimum(comm_s, window_s) * busy_share)
+                      contention * xp.maximum(xp.minimum(comm_s, window_s) - idle, 0.0))
 
 
 def backward_host_share(host_pass: tuple[Num, Num]) -> Num:
