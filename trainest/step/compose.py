@@ -27,6 +27,7 @@ from trainest.step.overlap import (
     dp_window_idle_s,
     dp_windows_s,
     overlapped_exposed_s,
+    pass_waits_s,
     serial_dp_s,
 )
 from trainest.step.rates import LocalShape, Rates, local_shape, rates_of
@@ -364,8 +365,8 @@ def wait_shares(lp: LayerPass, host_pass: tuple[Num, Num]) -> tuple[Num, Num]:
 def forward_work_s(lp: LayerPass, cp: CpRing, layers: Num, host_wait_s: Num, host_pass: tuple[Num, Num]) -> Num:
     """The stage's forward per micro-batch [s] (the window of ZeRO-3's forward gathers): its layers' forward
     device time with its kernels' floors and its share of the layer's wait for the host (`host_wait_s`, shared
-    by the passes' host times `host_pass` as in overlap.dp_windows_s: a host-bound forward lasts its host
-    time, and the gathers progress meanwhile), less the attention time that hides CP's forward ring."""
+    by `host_pass`, wait_shares, as in overlap.dp_windows_s: a host-bound forward lasts its host time, and
+    the gathers progress meanwhile), less the attention time that hides CP's forward ring."""
     share_fwd = 1.0 - backward_host_share(host_pass)
     return layers * (lp.fwd_c + lp.fwd_m + lp.fwd_floor_s + host_wait_s * share_fwd - cp.hiding_fwd_s)
 
@@ -385,20 +386,18 @@ def zero3_exposed_s(layout: Layout, z3: Zero3Traffic, forward_work: Num, stage_w
 def stage_zero3_exposed_s(job: Job, layout: Layout, lp: LayerPass, cp: CpRing, layers: Num, z3: Zero3Traffic,
                           stage_work: Num, head_work: Num, host_wait_s: Num) -> tuple[Num, Num]:
     """zero3_exposed_s for a stage of `layers` layers whose passes share the layer's wait for the host
-    (`host_wait_s`) by their host times (step_host_pass_s): the forward window (forward_work_s) and each
-    pass's wait, which hides the traffic without contention (docs/model.md §4.7)."""
+    (`host_wait_s`) by their own waits (wait_shares): the forward window (forward_work_s) and each pass's wait
+    (overlap.pass_waits_s), which hides the traffic without contention (docs/model.md §4.7)."""
     host_pass = wait_shares(lp, step_host_pass_s(job, layout))
-    share_bwd = backward_host_share(host_pass)
-    idle = (layers * host_wait_s * (1.0 - share_bwd), layers * host_wait_s * share_bwd)
     return zero3_exposed_s(layout, z3, forward_work_s(lp, cp, layers, host_wait_s, host_pass), stage_work,
-                           head_work, job.hardware.efficiency, idle)
+                           head_work, job.hardware.efficiency, pass_waits_s(layers, host_wait_s, host_pass))
 
 
 def stage_dp_exposed(job: Job, layout: Layout, dp: DpTraffic, lp: LayerPass, cp: CpRing, layers: Num,
                      z3_total_s: Num, stage_work: Num, host_wait_s: Num, micro_batches: Num) -> DpExposed:
     """The stage's data-parallel traffic exposed per step (overlap.dp_exposed_parts) behind its windows
-    (overlap.dp_windows_s) and their wait for the host (overlap.dp_window_idle_s), the passes' share of it
-    by their host times (step_host_pass_s), under the framework's overlap of the weight gather."""
+    (overlap.dp_windows_s) and their wait for the host (overlap.dp_window_idle_s), the passes' shares of it
+    their own waits (wait_shares), under the framework's overlap of the weight gather."""
     host_pass, gather = wait_shares(lp, step_host_pass_s(job, layout)), FRAMEWORKS[job.framework].dp_gather_overlap
     windows = dp_windows_s(layout, lp, cp, layers, z3_total_s, stage_work, host_pass, host_wait_s, gather)
     idle = dp_window_idle_s(layout, layers, host_pass, host_wait_s, gather)
@@ -446,10 +445,11 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
     stage_pp = stage_pp_s(job, layout, shape, tiers, n * (lp.compute_s + lp.memory_s))
     params_local, expert_local = _stage_local_params(job, layout)
     z3 = zero3_s(job, layout, dp_tiers, n, params_local)
-    # the head's work on the last stage, its device time with its wait for the host (the logits, the loss, the MTP
-    # modules: a faster head waits longer, so its wall time, not its wait alone, is what hides traffic)
-    head_work = head_o + stage.last_is_max * (logits_c + logits_m + mtp.compute_s + mtp.memory_s)
-    stage_work = stage_c + stage_m + stage_o - head_o + head_work - n * (cp.hiding_fwd_s + cp.hiding_bwd_s)
+    # the head's work on the last stage: its device time with its wait for the host, head_o (the logits, the loss,
+    # the MTP modules: a faster head waits longer, so its wall time, not its wait alone, is what hides traffic)
+    head_device = stage.last_is_max * (logits_c + logits_m + mtp.compute_s + mtp.memory_s)
+    head_work = head_o + head_device
+    stage_work = stage_c + stage_m + stage_o + head_device - n * (cp.hiding_fwd_s + cp.hiding_bwd_s)
     z3_exposed, z3_typical = stage_zero3_exposed_s(job, layout, lp, cp, n, z3, stage_work, head_work, host_excess)
     mb_comm = n * tp_layer + n * cp.exposed_s + n * ep_layer + stage_pp + z3_exposed + head_comm + mtp_ep
     mb_c = stage_c + stage.last_is_max * (logits_c + mtp.compute_s)

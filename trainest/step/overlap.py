@@ -38,8 +38,8 @@ def dp_windows_s(layout: Layout, lp: LayerPass, cp: CpRing, stage_layers: Num, z
     already hiding ZeRO-3's traffic (2 of its 3 collectives per layer in the backward, 1 forward);
     both 0 when the framework does not overlap the data-parallel reduction (`Layout.dp_overlap`).
     A pass lasts its device time (with its kernels' floors) plus its share of the layer's wait for the
-    host (`host_wait_s`, the smooth maximum's excess of compose.layer_time_s; shared by the passes' host
-    times `host_pass`, kernels.py): a host-bound backward lasts longer, and hides more, by what it adds
+    host (`host_wait_s`, the smooth maximum's excess of compose.layer_time_s; shared by `host_pass`, each
+    pass's own wait, compose.wait_shares): a host-bound backward lasts longer, and hides more, by what it adds
     to the step; a pass whose kernels sit at their floors lasts that long. `gather_overlap` false (the
     framework gathers the updated weights at the end of its optimizer step: DeepSpeed ZeRO-1/2,
     `Framework.dp_gather_overlap`): no forward window."""
@@ -54,15 +54,20 @@ def dp_windows_s(layout: Layout, lp: LayerPass, cp: CpRing, stage_layers: Num, z
     return backward * layout.dp_overlap, forward * layout.dp_overlap * (1.0 if gather_overlap else 0.0)
 
 
+def pass_waits_s(stage_layers: Num, host_wait_s: Num, host_pass: tuple[Num, Num]) -> tuple[Num, Num]:
+    """(forward, backward) [s]: the stage's wait for the host in each pass, the layer's wait `host_wait_s`
+    over `stage_layers` layers shared by `host_pass` (backward_host_share)."""
+    share_bwd = backward_host_share(host_pass)
+    return stage_layers * host_wait_s * (1.0 - share_bwd), stage_layers * host_wait_s * share_bwd
+
+
 def dp_window_idle_s(layout: Layout, stage_layers: Num, host_pass: tuple[Num, Num] = (0.0, 0.0),
                      host_wait_s: Num = 0.0, gather_overlap: bool = True) -> tuple[Num, Num]:
     """(backward, forward) [s]: how much of `dp_windows_s`' windows the device spends waiting for the host
-    (each pass's share of the layer's wait, `host_wait_s`, over the stage's layers), where a hidden
-    collective contends with nothing (overlapped_exposed_s)."""
-    share_bwd = backward_host_share(host_pass)
+    (pass_waits_s), where a hidden collective contends with nothing (overlapped_exposed_s)."""
+    forward, backward = pass_waits_s(stage_layers, host_wait_s, host_pass)
     on = layout.dp_overlap
-    return (stage_layers * host_wait_s * share_bwd * on,
-            stage_layers * host_wait_s * (1.0 - share_bwd) * on * (1.0 if gather_overlap else 0.0))
+    return backward * on, forward * on * (1.0 if gather_overlap else 0.0)
 
 
 class DpExposed(NamedTuple):
