@@ -68,7 +68,7 @@ ESTIMATE_CASES = {
     "pipeline-interleaved": ("--model", "gpt3-13b", "--devices", "32", "--tp", "4", "--pp", "4", "--vpp", "5",
                              "--sequence-parallel", "--micro-batch", "1", "--global-batch", "64"),
     "fp8-full-recompute": ("--precision", "fp8", "--recompute", "full", "--zero", "2", "--global-batch", "32"),
-    "standard-attention-cp": ("--attention", "standard", "--cp", "2", "--seq-len", "4096"),
+    "standard-attention-cp": ("--attention", "standard", "--cp", "2", "--seq-len", "4096", "--framework", "deepspeed"),
     "tpu": ("--hardware", "tpu-v5p", "--model", "gpt3-1.3b", "--devices", "16"),
     "gate-broken": ("--max-days", "1e-9", "--require-fit", "--model", "gpt3-175b"),
     "qlora-ops": ("--finetune", "qlora", "--lora-rank", "8", "--lora-targets", "attention", "--zero", "3",

@@ -20,8 +20,9 @@ CASES = {
                        "finetune": "qlora", "seq_len": 2048},
     "offload": {"model": "llama3-8b", "hardware": "gh200", "devices": 1, "seq_len": 4096, "global_batch": 8,
                 "offload": "optimizer+weights", "recompute": "full"},
+    # standard attention with context parallelism: DeepSpeed's (Megatron-Core's runs fused kernels only: rules.py)
     "standard-cp-dp": {"model": "llama3-8b", "devices": 16, "parallel": {"cp": 2, "zero": 1}, "seq_len": 8192,
-                       "attention": "standard", "global_batch": 16},
+                       "attention": "standard", "global_batch": 16, "framework": "deepspeed"},
 }
 
 

@@ -108,6 +108,11 @@ def test_one_default_scenario_with_or_without_options():
      r"interleaved schedule \(vpp=2\) needs .* m = global_batch/\(dp·micro_batch\) = 2/\(2·1\) = 1, to be a "
      r"multiple of pp=4.*multiple of dp·micro_batch·pp = 8"),
     ({"devices": 9, "seq_len": 1000, "parallel": {"cp": 3}}, r"cp=3 does not divide seq_len=1000"),
+    ({"devices": 8, "attention": "standard", "parallel": {"cp": 2}},
+     r"cp=2 with attention standard: megatron-core's context parallelism runs fused attention kernels only.*"
+     r"use attention flash or flash2, or cp 1"),
+    ({"devices": 8, "attention": "standard", "framework": "torchtitan", "parallel": {"cp": 2}},
+     r"cp=2 with attention standard: torchtitan's context parallelism"),
     ({"devices": 8, "global_batch": 12, "micro_batch": 1}, r"global_batch=12 is not divisible by dp·micro_batch"),
     ({"devices": 8, "parallel": {"fsdp": True, "zero": 1}}, r"fsdp means zero=3"),
     ({"devices": 8, "parallel": {"zero": 4}}, r"zero"),
@@ -212,3 +217,13 @@ def test_fsdp_false_with_zero_3_is_a_contradiction():
         make(model="gpt3-1.3b", parallel={"fsdp": False, "zero": 3})
     with pytest.raises(SpecError, match="fsdp means zero=3, but zero=2"):
         make(model="gpt3-1.3b", parallel={"fsdp": True, "zero": 2})
+
+
+def test_standard_attention_keeps_context_parallelism_where_the_framework_is_not_known_to_refuse_it():
+    """rules.CP_FUSED_ATTENTION binds only the frameworks whose context parallelism is known to run fused kernels
+    alone (Framework.cp_fused_attention): Megatron-Core's local attention asserts a context-parallel size of 1,
+    torch's context_parallel replaces only the fused SDPA kernels. Elsewhere standard attention keeps cp > 1, and
+    flash attention keeps it everywhere."""
+    assert make(model="gpt3-1.3b", devices=8, attention="standard", framework="deepspeed",
+                parallel={"cp": 2}).parallel.cp == 2
+    assert make(model="gpt3-1.3b", devices=8, attention="flash", parallel={"cp": 2}).parallel.cp == 2

@@ -677,3 +677,15 @@ def test_a_job_choice_is_given_once_and_only_where_the_model_runs_it(capsys):
     assert r.runner_up_by_knob["fp8_params"] is not None
     assert {r.plans[0].scenario.knob("fp8_params"), r.runner_up_by_knob["fp8_params"].estimate.scenario.knob(
         "fp8_params")} == {False, True}
+
+
+def test_plans_with_standard_attention_keep_cp_1_under_megatron_core():
+    """Megatron-Core runs context parallelism through fused attention only (rules.CP_FUSED_ATTENTION): with
+    `attention: standard` no plan, winner or runner-up, splits the sequence; with flash attention the same
+    long-sequence job does search cp > 1."""
+    job = {"model": "llama3-8b", "hardware": "h100-sxm", "seq_len": 32768, "global_batch": 16, "tokens": "1B"}
+    standard = S.search(S.job_scenario({**job, "attention": "standard"}), 16, top=10)
+    chosen = list(standard.plans) + [ru.estimate for ru in standard.runner_up_by_knob.values() if ru is not None]
+    assert chosen and all(e.scenario.parallel.cp == 1 for e in chosen)
+    flash = S.search(S.job_scenario({**job, "attention": "flash"}), 16, top=50)
+    assert any(e.scenario.parallel.cp > 1 for e in flash.plans) or flash.runner_up_by_knob["cp"] is not None

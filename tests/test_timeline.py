@@ -31,8 +31,9 @@ CASES = {
     "lora-one-gpu": {"model": "llama3-8b", "devices": 1, "global_batch": 8, "finetune": "lora", "seq_len": 2048},
     "offload-gh200": {"model": "llama3-8b", "hardware": "gh200", "devices": 1, "seq_len": 4096, "global_batch": 8,
                       "offload": "optimizer+weights", "recompute": "full"},
+    # standard attention with context parallelism: DeepSpeed's (Megatron-Core's runs fused kernels only: rules.py)
     "cp-dp-standard": {"model": "llama3-8b", "devices": 16, "parallel": {"cp": 2, "zero": 1}, "seq_len": 8192,
-                       "attention": "standard", "global_batch": 16},
+                       "attention": "standard", "global_batch": 16, "framework": "deepspeed"},
     "small-host-bound": {"model": "llama3.2-3b", "hardware": "dgx-spark", "devices": 1, "seq_len": 256,
                          "global_batch": 8},
 }

@@ -126,6 +126,12 @@ A framework sets
   heads), and its backward (`_templated_ring_attention_backward`) gathers them again beside FP32 accumulators
   for dQ, dK, dV, the kernel's 16-bit gradients and the FP32 dK/dV it passes round (all-to-all, sent and
   received). docs/model.md §7.4, `memory.py: cp_exchange_bytes`.
+- `cp_fused_attention`: its context parallelism runs only with fused attention kernels, so `attention: standard`
+  (the materialised s×s softmax) takes cp = 1 (rules.CP_FUSED_ATTENTION). Megatron-Core, and so NeMo and
+  Megatron-Bridge: its local attention module refuses a context-parallel group (megatron-core 0.16
+  `transformer/dot_product_attention.py`: "Context parallelism is only supported by TEDotProductAttention!");
+  torchtitan: torch's `context_parallel` replaces the fused SDPA kernels (flash, memory-efficient, cuDNN) by its
+  ring, not the math path. docs/model.md §4.2.
 - `zero_stages`: the ZeRO stages (docs/model.md §4.4, §7.2) it has. All four where it has them or it was not
   examined. Megatron-Core and NeMo (Megatron-Bridge): 0 DDP, 1 the distributed optimizer
   (--use-distributed-optimizer), 2 and 3 Megatron-FSDP's `optim_grads` and `optim_grads_params` (megatron-core
@@ -329,6 +335,8 @@ class Framework(NamedTuple):
     stage_buffers_per_micro_batch: bool = False
     # its context parallelism all-gathers K and V of the whole sequence per attention (module docstring)
     cp_gathers_kv: bool = False
+    # its context parallelism needs fused attention kernels: standard attention takes cp 1 (module docstring)
+    cp_fused_attention: bool = False
 
     @property
     def default_recompute(self) -> str:
@@ -389,12 +397,14 @@ DECLARED: tuple[Framework, ...] = (
       "(Narayanan et al. 2021; megatron/core/pipeline_parallel/schedules.py); any layers per stage "
       "(--pipeline-model-parallel-layout); LoRA on linear_qkv and linear_fc1 (ParallelLinearAdapter)",
       megatron_softmax=True, loss_bytes_per_logit=6.0, moe_seen=True, stage_layout=True, lora_fused=True,
-      tp_overlap=True, dp_bucket_params=MEGATRON_BUCKET_PARAMS, dp_bucket_params_per_rank=MEGATRON_BUCKET_PER_RANK),
+      tp_overlap=True, dp_bucket_params=MEGATRON_BUCKET_PARAMS, dp_bucket_params_per_rank=MEGATRON_BUCKET_PER_RANK,
+      cp_fused_attention=True),
     F("nemo", "python", "fused", True, True, True,
       "NVIDIA NeMo 2 / Megatron-Bridge: Megatron-Core underneath (NeMo performance docs); its PEFT LoRA targets "
       "linear_qkv, linear_proj, linear_fc1, linear_fc2", megatron_softmax=True,
       loss_bytes_per_logit=6.0, moe_seen=True, stage_layout=True, lora_fused=True, tp_overlap=True,
-      dp_bucket_params=MEGATRON_BUCKET_PARAMS, dp_bucket_params_per_rank=MEGATRON_BUCKET_PER_RANK),
+      dp_bucket_params=MEGATRON_BUCKET_PARAMS, dp_bucket_params_per_rank=MEGATRON_BUCKET_PER_RANK,
+      cp_fused_attention=True),
     F("megatron-deepspeed", "python", "fused", True, False, True,
       "microsoft/Megatron-DeepSpeed: Megatron's fused kernels under the DeepSpeed engine; its 1F1B "
       "pipeline has no interleaved schedule (DeepSpeed PipelineEngine); gradient bucketing on by default; "
@@ -414,7 +424,8 @@ DECLARED: tuple[Framework, ...] = (
       "does not reshard after forward and gradients sync on the last micro-batch only (parallelize_llama.py); "
       "stage boundaries anywhere (pipeline_parallel_split_points)",
       pp_unsharded_zero3=True, loss_bytes_per_logit=12.0, loss_parallel_bytes_per_logit=16.0,
-      saves_gathered_inputs=True, stage_buffers_per_micro_batch=True, cp_gathers_kv=True, expert_loop="grouped",
+      saves_gathered_inputs=True, stage_buffers_per_micro_batch=True, cp_gathers_kv=True, cp_fused_attention=True,
+      expert_loop="grouped",
       stage_layout=True,
       zero_stages=(0, 2, 3), recompute_modes=("none", "op", "full"), tp_overlap=True),
     F("maxtext", "xla", "fused", True, True, True,

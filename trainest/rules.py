@@ -57,6 +57,10 @@ class Facts(NamedTuple):
     dp_shard: Num = 1             # the ZeRO shard group (dp when not hybrid sharding)
     uneven: Mask = False          # the layers are not split evenly (the balanced split or a pipeline layout)
     dualpipe: bool = False        # DeepSeek-V3's DualPipe schedule
+    # the job's attention is the materialised softmax (standard) under a framework whose context parallelism
+    # needs fused attention kernels (frameworks.Framework.cp_fused_attention); `framework` names it
+    unfused_cp: bool = False
+    framework: str = ""
 
     @property
     def micro_batches(self) -> Num:
@@ -142,8 +146,17 @@ HYBRID_CP = Rule(
     lambda f, w: f"{head(w)}cp={f.cp}: context parallelism over {f.name}'s Mamba-2 blocks is not modelled; allowed: "
                  f"cp 1")
 
+# context parallelism splits the sequence and passes K and V round a ring between fused-attention kernels, which
+# merge the partial softmax results; a framework that runs only that (Framework.cp_fused_attention) has no
+# context-parallel path for the materialised softmax of `attention: standard` (docs/model.md §4.2)
+CP_FUSED_ATTENTION = Rule(
+    "cp_needs_fused_attention", "parallel.cp", lambda f: (not f.unfused_cp) | (f.cp == 1),
+    lambda f, w: f"{head(w)}cp={f.cp} with attention standard: {f.framework}'s context parallelism runs fused "
+                 f"attention kernels only (they merge the ring's partial softmax results); use attention flash or "
+                 f"flash2, or cp 1")
+
 TP_RULES = (TP_HEADS, TP_MAMBA_HEADS, TP_MAMBA_GROUPS)      # what a tensor-parallel size must divide
-CP_RULES = (CP_SEQ, HYBRID_CP)
+CP_RULES = (CP_SEQ, HYBRID_CP, CP_FUSED_ATTENTION)
 LAYOUT = (TP_HEADS, VPP_NEEDS_PP, PP_LAYERS, VPP_STAGE_LAYERS, PIPELINE_CHUNKS, CP_SEQ, TP_MAMBA_HEADS,
           TP_MAMBA_GROUPS, HYBRID_CP)
 
@@ -249,7 +262,7 @@ EXPERT_GROUP = Rule(
 EXPERTS = (DENSE_EP, DENSE_ETP, EP_EXPERTS, ETP_WIDTH, ETP_TP, EXPERT_GROUP)
 
 RULES = (LAYOUT + (DEVICES, BATCH) + SHARDING + (INTERLEAVING,) + DUALPIPE + (DUALPIPE_NEEDS_PP,)  # every rule, once
-         + EXPERTS)
+         + EXPERTS + (CP_FUSED_ATTENTION,))
 
 
 def holds(rules: Iterable[Rule], f: Facts) -> Mask:

@@ -51,6 +51,7 @@ from trainest.scenario.framework import (
     default_zero,
     finetune_method_given,
     framework_args,
+    unfused_cp,
 )
 from trainest.scenario.records import (
     DEFAULT_DEVICES,
@@ -87,6 +88,6 @@ __all__ = [
     "default_framework", "default_global_batch", "default_precision", "default_tokens", "default_tokens_text",
     "default_zero", "finetune_defaults", "finetune_mapping", "finetune_method_given", "framework_args",
     "hybrid_support", "is_finite_positive", "job_of", "layout_of", "load_scenario_file", "lora_base_bits",
-    "memory_headroom_bytes", "recompute_modules_of", "relative_to_file",
+    "memory_headroom_bytes", "recompute_modules_of", "relative_to_file", "unfused_cp",
     "scenario_from_mapping", "scenario_mapping", "underive",
 ]

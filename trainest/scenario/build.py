@@ -63,6 +63,7 @@ from trainest.scenario.framework import (
     finetune_method_given,
     framework_given,
     framework_label,
+    unfused_cp,
 )
 from trainest.scenario.host import host_of
 from trainest.scenario.records import (
@@ -209,6 +210,13 @@ def _check_layout(model: Model, seq_len: int, sizes: dict[str, Any], split: str,
     Mamba-2 heads and groups by t, no cp): rules.LAYOUT."""
     rules.check(rules.LAYOUT, facts_of(model, seq_len=seq_len, tp=sizes["tp"], pp=sizes["pp"], vpp=sizes["vpp"],
                                        cp=sizes["cp"], uneven=split != "even"), where)
+
+
+def _check_cp_attention(attention: str, framework: str, label: str, cp: int, where: str) -> None:
+    """Standard attention takes cp 1 under a framework whose context parallelism runs fused kernels only
+    (rules.CP_FUSED_ATTENTION, docs/model.md §4.2)."""
+    rules.check((rules.CP_FUSED_ATTENTION,), Facts(cp=cp, unfused_cp=unfused_cp(attention, framework),
+                                                   framework=label or framework), where)
 
 
 def _check_experts(model: Model, sizes: dict[str, Any], dp: int, where: str) -> None:
@@ -461,6 +469,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     recompute = _recompute_of(r, framework, where, label)
     modules = recompute_modules_of(data.get("recompute_modules"), recompute, model, at(where, "recompute_modules"))
     attention = F.choice(r.default("attention", "flash"), at(where, "attention"), ATTENTIONS)
+    _check_cp_attention(attention, framework, label, sizes["cp"], where)
     packed_length = packed_length_of(data.get("packed_length"), seq_len, where)
     kernels = F.choice(r.default("kernels", fw.kernels), at(where, "kernels"), KERNELS)
     knobs = _knobs_of(r, model, precision, hardware, where)

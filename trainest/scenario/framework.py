@@ -99,6 +99,12 @@ def check_framework_zero(framework: str, pp: int, zero: int, derived: bool, wher
 FRAMEWORK_BY_KIND = {"apple": "mlx", "tpu": "maxtext"}
 
 
+def unfused_cp(attention: str, framework: str) -> bool:
+    """True where `attention` is the materialised softmax and `framework`'s context parallelism needs fused
+    attention kernels (`Framework.cp_fused_attention`; rules.CP_FUSED_ATTENTION)."""
+    return attention == "standard" and FRAMEWORKS[framework].cp_fused_attention
+
+
 def default_framework(hardware: Hardware, method: str = "full") -> str:
     """DEFAULT_FRAMEWORK, or the one the hardware's kind runs (FRAMEWORK_BY_KIND); for a QLoRA, QLORA_FRAMEWORK
     where the kind's own has no QLoRA and that one runs on it (bitsandbytes' 4-bit layers are a Hugging Face

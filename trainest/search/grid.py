@@ -21,6 +21,7 @@ from trainest.layout import Layout
 from trainest.rules import Facts, Rule, divisors, facts_of
 from trainest.scenario import (
     Scenario,
+    unfused_cp,
 )
 from trainest.search.space import SearchSpace, choose, tp_sizes
 from trainest.step.remat import REMAT_MODES
@@ -199,7 +200,8 @@ def _zero_above_the_least(combo: np.ndarray) -> np.ndarray:
 def job_facts(base: Scenario, devices: int) -> Facts:
     """The rules' Facts of the job `base` on `devices` devices (no layout yet)."""
     return facts_of(base.model, seq_len=base.seq_len, global_batch=base.global_batch, devices=devices,
-                    dualpipe=base.parallel.pipeline_schedule == "dualpipe")
+                    dualpipe=base.parallel.pipeline_schedule == "dualpipe",
+                    unfused_cp=unfused_cp(base.attention, base.framework), framework=base.framework)
 
 
 def keep(rule_list: tuple[Rule, ...], f: Facts, size: int, rejects: dict[str, int]) -> np.ndarray:
