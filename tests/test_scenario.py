@@ -113,6 +113,17 @@ def test_one_default_scenario_with_or_without_options():
      r"use attention flash or flash2, or cp 1"),
     ({"devices": 8, "attention": "standard", "framework": "torchtitan", "parallel": {"cp": 2}},
      r"cp=2 with attention standard: torchtitan's context parallelism"),
+    # the knobs that name a device kernel (checks.check_device_knobs)
+    ({"devices": 8, "hardware": "h100-sxm", "precision": "fp8", "attention": "flash2", "fp8_attention": True},
+     r"fp8_attention: true runs the fused attention kernel's FP8 path .* attention is flash2: FlashAttention-2 has "
+     r"16-bit kernels only; allowed with it: attention flash"),
+    ({"devices": 8, "hardware": "h100-sxm", "precision": "fp8", "attention": "standard", "fp8_attention": True},
+     r"attention is standard: the materialised softmax of standard attention has no FP8 path"),
+    ({"devices": 8, "hardware": "tpu-v5p", "cuda_graphs": "full"},
+     r"cuda_graphs: full replays captured CUDA kernels, and maxtext compiles the step into one XLA program; "
+     r"allowed here: none"),
+    ({"devices": 8, "hardware": "tpu-v5p", "framework": "hf-accelerate", "cuda_graphs": "partial"},
+     r"cuda_graphs: partial replays captured CUDA kernels, and tpu-v5p is a tpu, not a GPU"),
     ({"devices": 8, "global_batch": 12, "micro_batch": 1}, r"global_batch=12 is not divisible by dp·micro_batch"),
     ({"devices": 8, "parallel": {"fsdp": True, "zero": 1}}, r"fsdp means zero=3"),
     ({"devices": 8, "parallel": {"zero": 4}}, r"zero"),
@@ -227,3 +238,13 @@ def test_standard_attention_keeps_context_parallelism_where_the_framework_is_not
     assert make(model="gpt3-1.3b", devices=8, attention="standard", framework="deepspeed",
                 parallel={"cp": 2}).parallel.cp == 2
     assert make(model="gpt3-1.3b", devices=8, attention="flash", parallel={"cp": 2}).parallel.cp == 2
+
+
+def test_a_gpu_dispatcher_needs_a_gpu_and_cuda_graphs_run_on_any_gpu():
+    """DeepEP and HybridEP are GPU kernels: refused on a TPU with one line naming alltoall; CUDA graphs run on
+    every GPU (HIP graphs on AMD's) and a GPU superchip."""
+    with pytest.raises(SpecError, match=r"moe_dispatcher: deepep is a GPU dispatcher .* tpu-v5p is a tpu; allowed "
+                                        r"here: alltoall"):
+        make(model="qwen3-30b-a3b", hardware="tpu-v5p", devices=8, moe_dispatcher="deepep")
+    for hardware in ("mi300x", "gh200", "h100-sxm"):
+        assert make(model="gpt3-1.3b", hardware=hardware, devices=8, cuda_graphs="full").knob("cuda_graphs") == "full"

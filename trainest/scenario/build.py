@@ -33,6 +33,7 @@ from trainest.knobs import SIMPLE, Knob
 from trainest.rules import Facts, facts_of
 from trainest.scenario.checks import (
     check_bf16_layers,
+    check_device_knobs,
     check_finetune,
     check_memory_knobs,
     check_network,
@@ -212,11 +213,15 @@ def _check_layout(model: Model, seq_len: int, sizes: dict[str, Any], split: str,
                                        cp=sizes["cp"], uneven=split != "even"), where)
 
 
-def _check_cp_attention(attention: str, framework: str, label: str, cp: int, where: str) -> None:
+def _check_attention_and_kernels(attention: str, framework: str, label: str, cp: int, knobs: dict[str, Any],
+                                 hardware: Hardware, where: str) -> None:
     """Standard attention takes cp 1 under a framework whose context parallelism runs fused kernels only
-    (rules.CP_FUSED_ATTENTION, docs/model.md §4.2)."""
+    (rules.CP_FUSED_ATTENTION, docs/model.md §4.2); the knobs that name a device kernel exist with this attention,
+    framework and hardware (`check_device_knobs`)."""
     rules.check((rules.CP_FUSED_ATTENTION,), Facts(cp=cp, unfused_cp=unfused_cp(attention, framework),
                                                    framework=label or framework), where)
+    check_device_knobs(knobs, attention, FRAMEWORKS[framework].dispatch, label or framework, hardware.name,
+                       hardware.kind, where)
 
 
 def _check_experts(model: Model, sizes: dict[str, Any], dp: int, where: str) -> None:
@@ -469,10 +474,10 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     recompute = _recompute_of(r, framework, where, label)
     modules = recompute_modules_of(data.get("recompute_modules"), recompute, model, at(where, "recompute_modules"))
     attention = F.choice(r.default("attention", "flash"), at(where, "attention"), ATTENTIONS)
-    _check_cp_attention(attention, framework, label, sizes["cp"], where)
     packed_length = packed_length_of(data.get("packed_length"), seq_len, where)
     kernels = F.choice(r.default("kernels", fw.kernels), at(where, "kernels"), KERNELS)
     knobs = _knobs_of(r, model, precision, hardware, where)
+    _check_attention_and_kernels(attention, framework, label, sizes["cp"], dict(knobs), hardware, where)
     recompute, modules = remat_policy_recompute(dict(knobs)["remat_policy"], framework, model, recompute, modules,
                                                 data, where)
     moments = _moments_of(r, dict(knobs), precision, global_batch // (dp * micro_batch), where)

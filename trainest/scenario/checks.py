@@ -361,6 +361,38 @@ def check_memory_knobs(knobs: dict[str, Any], precision: str, micro_batches: int
                         f"optimizer_in_backward: false")
 
 
+# Device kernels some knobs name, and where they exist: CUDA graphs replay captured CUDA (or HIP) kernels and
+# collectives (torch.cuda.CUDAGraph, Transformer Engine's make_graphed_callables), which a compiled XLA step or an
+# accelerator other than a GPU has not; DeepEP and HybridEP are GPU kernels over NVLink/NVSHMEM and RDMA (their
+# repositories: deepseek-ai/DeepEP, Megatron-Core's fused_a2a); FP8 attention is the fused kernel's FP8 path
+# (Transformer Engine's cuDNN FusedAttention, FlashAttention-3): FlashAttention-2 has 16-bit kernels only and the
+# materialised softmax of standard attention none.
+GRAPH_KINDS = ("gpu", "cpu-gpu")
+
+
+def check_device_knobs(knobs: dict[str, Any], attention: str, dispatch: str, framework: str, hardware_name: str,
+                       hardware_kind: str, where: str) -> None:
+    """The knobs that name a device kernel against the attention, the framework's dispatch and the hardware's kind
+    (GRAPH_KINDS): FP8 attention needs the fused kernel; CUDA graphs and the DeepEP/HybridEP dispatchers a GPU,
+    and CUDA graphs a framework that launches kernels from Python (an XLA step is one compiled program)."""
+    if knobs["fp8_attention"] and attention != "flash":
+        kernel = "FlashAttention-2 has 16-bit kernels only" if attention == "flash2" else \
+            "the materialised softmax of standard attention has no FP8 path"
+        raise SpecError(f"{at(where, 'fp8_attention')}: true runs the fused attention kernel's FP8 path (Transformer "
+                        f"Engine's cuDNN attention, FlashAttention-3), and attention is {attention}: {kernel}; "
+                        f"allowed with it: attention flash (or fp8_attention false)")
+    graphs = knobs["cuda_graphs"]
+    if graphs != "none" and (hardware_kind not in GRAPH_KINDS or dispatch != "python"):
+        why = (f"{framework} compiles the step into one XLA program" if dispatch != "python"
+               else f"{hardware_name} is a {hardware_kind}, not a GPU")
+        raise SpecError(f"{at(where, 'cuda_graphs')}: {graphs} replays captured CUDA kernels, and {why}; allowed "
+                        f"here: none")
+    dispatcher = knobs["moe_dispatcher"]
+    if dispatcher != "alltoall" and hardware_kind not in GRAPH_KINDS:
+        raise SpecError(f"{at(where, 'moe_dispatcher')}: {dispatcher} is a GPU dispatcher (NVLink and RDMA kernels), "
+                        f"and {hardware_name} is a {hardware_kind}; allowed here: alltoall")
+
+
 def remat_policy_recompute(policy: str, framework: str, model: Model, recompute: str, modules: tuple[str, ...],
                            data: dict[str, Any], where: str) -> tuple[str, tuple[str, ...]]:
     """(recompute, recompute_modules) under MaxText's `remat_policy` (docs/model.md §7.11): auto leaves them as
