@@ -124,6 +124,11 @@ def test_one_default_scenario_with_or_without_options():
      r"allowed here: none"),
     ({"devices": 8, "hardware": "tpu-v5p", "framework": "hf-accelerate", "cuda_graphs": "partial"},
      r"cuda_graphs: partial replays captured CUDA kernels, and tpu-v5p is a tpu, not a GPU"),
+    ({"devices": 8, "hardware": "gaudi3", "attention": "flash2"},
+     r"attention: flash2 is FlashAttention-2, a GPU kernel, and gaudi3 is an asic; allowed here: flash"),
+    ({"devices": 8, "attention": "standard", "packed_length": 1024},
+     r"packed_length: 1024 with attention standard: megatron-core runs packed sequences through a fused kernel's "
+     r"variable-length path only"),
     ({"devices": 8, "global_batch": 12, "micro_batch": 1}, r"global_batch=12 is not divisible by dp·micro_batch"),
     ({"devices": 8, "parallel": {"fsdp": True, "zero": 1}}, r"fsdp means zero=3"),
     ({"devices": 8, "parallel": {"zero": 4}}, r"zero"),

@@ -411,7 +411,8 @@ def _layer_term_jobs():
                          "precision": "fp8"}), 256, moe),
         (S.job_scenario({"model": "qwen3-30b-a3b", "hardware": "b200", "global_batch": 128,
                          "parallel": {"moe_overlap": "deepep"}}), 64, S.SearchSpace()),
-        (job(attention="standard", kernels="eager", packed_length=512), 16, S.SearchSpace()),
+        # standard attention over packed sequences: DeepSpeed's (Megatron-Core runs packing through fused kernels only)
+        (job(attention="standard", kernels="eager", packed_length=512, framework="deepspeed"), 16, S.SearchSpace()),
         (S.job_scenario({"model": "llama3-8b", "hardware": "h100-sxm", "global_batch": 64,
                          "framework": "torchtitan"}), 16, S.SearchSpace(recompute=("none", "op", "full"))),
     ]

@@ -43,17 +43,34 @@ def estimate_warnings(scenario: Scenario, result: Estimate, advice: Any = None) 
         if hint:
             warnings.append(hint)
     warnings.extend(price_warnings(scenario))
-    if scenario.knob("recompute_layers") > 0 and scenario.recompute != "full":
-        warnings.append(f"recompute_layers {scenario.knob('recompute_layers')}: it sets how many layers full recompute "
-                        f"re-runs, and recompute is {scenario.recompute}: no effect (give recompute full)")
-    if scenario.knob("offload_layers") > 0 and scenario.offload != "activations":
-        warnings.append(f"offload_layers {scenario.knob('offload_layers')}: it sets how many layers' activations go to "
-                        f"the host, and offload is {scenario.offload}: no effect (give offload activations)")
+    warnings.extend(no_effect_warnings(scenario))
     warnings.extend(job_warnings(scenario))
     from trainest.adapter_cost import slower_than_full_warning
     if slower := slower_than_full_warning(result):
         warnings.append(slower)
     return warnings
+
+
+def no_effect_warnings(scenario: Scenario) -> list[str]:
+    """The knobs given a value that this scenario leaves without effect, each with what would give it one:
+    recompute_layers without full recompute, offload_layers without activation offload, double quantisation of
+    a base that is not a QLoRA's NF4, and no data-parallel overlap under ZeRO-3 (whose gathers and
+    reduce-scatters run per layer inside the passes, docs/model.md §4.5, not in the gradient buckets it turns off)."""
+    out = []
+    if scenario.knob("recompute_layers") > 0 and scenario.recompute != "full":
+        out.append(f"recompute_layers {scenario.knob('recompute_layers')}: it sets how many layers full recompute "
+                   f"re-runs, and recompute is {scenario.recompute}: no effect (give recompute full)")
+    if scenario.knob("offload_layers") > 0 and scenario.offload != "activations":
+        out.append(f"offload_layers {scenario.knob('offload_layers')}: it sets how many layers' activations go to "
+                   f"the host, and offload is {scenario.offload}: no effect (give offload activations)")
+    if not scenario.knob("double_quant") and scenario.finetune.method != "qlora":
+        out.append(f"double_quant off: it sets how a QLoRA's 4-bit base stores its block scales, and the method is "
+                   f"{scenario.finetune.method}: no effect (give finetune qlora)")
+    if not scenario.parallel.dp_overlap and scenario.parallel.zero == 3 and scenario.parallel.dp > 1:
+        out.append("dp_overlap off: it stops the gradient buckets' reduction hiding behind the backward (zero 0-2), "
+                   "and zero is 3, whose gathers and reduce-scatters run layer by layer inside the passes: no effect "
+                   "(docs/model.md §4.5)")
+    return out
 
 
 def price_warnings(scenario: Any) -> list[str]:

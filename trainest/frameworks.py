@@ -132,6 +132,10 @@ A framework sets
   `transformer/dot_product_attention.py`: "Context parallelism is only supported by TEDotProductAttention!");
   torchtitan: torch's `context_parallel` replaces the fused SDPA kernels (flash, memory-efficient, cuDNN) by its
   ring, not the math path. docs/model.md §4.2.
+- `packed_fused_attention`: its packed sequences (documents of `packed_length` tokens in one sequence) run only
+  through a fused kernel's variable-length path, so `attention: standard` takes no `packed_length`. Megatron-Core
+  (NeMo, Megatron-Bridge): packed sequences travel as Transformer Engine's THD format, and its local attention
+  module refuses them (megatron-core 0.16, DotProductAttention.forward: "Packed sequence is not supported").
 - `zero_stages`: the ZeRO stages (docs/model.md §4.4, §7.2) it has. All four where it has them or it was not
   examined. Megatron-Core and NeMo (Megatron-Bridge): 0 DDP, 1 the distributed optimizer
   (--use-distributed-optimizer), 2 and 3 Megatron-FSDP's `optim_grads` and `optim_grads_params` (megatron-core
@@ -337,6 +341,8 @@ class Framework(NamedTuple):
     cp_gathers_kv: bool = False
     # its context parallelism needs fused attention kernels: standard attention takes cp 1 (module docstring)
     cp_fused_attention: bool = False
+    # its packed sequences need a fused kernel's variable-length path: standard attention takes none (module docstring)
+    packed_fused_attention: bool = False
 
     @property
     def default_recompute(self) -> str:
@@ -398,13 +404,13 @@ DECLARED: tuple[Framework, ...] = (
       "(--pipeline-model-parallel-layout); LoRA on linear_qkv and linear_fc1 (ParallelLinearAdapter)",
       megatron_softmax=True, loss_bytes_per_logit=6.0, moe_seen=True, stage_layout=True, lora_fused=True,
       tp_overlap=True, dp_bucket_params=MEGATRON_BUCKET_PARAMS, dp_bucket_params_per_rank=MEGATRON_BUCKET_PER_RANK,
-      cp_fused_attention=True),
+      cp_fused_attention=True, packed_fused_attention=True),
     F("nemo", "python", "fused", True, True, True,
       "NVIDIA NeMo 2 / Megatron-Bridge: Megatron-Core underneath (NeMo performance docs); its PEFT LoRA targets "
       "linear_qkv, linear_proj, linear_fc1, linear_fc2", megatron_softmax=True,
       loss_bytes_per_logit=6.0, moe_seen=True, stage_layout=True, lora_fused=True, tp_overlap=True,
       dp_bucket_params=MEGATRON_BUCKET_PARAMS, dp_bucket_params_per_rank=MEGATRON_BUCKET_PER_RANK,
-      cp_fused_attention=True),
+      cp_fused_attention=True, packed_fused_attention=True),
     F("megatron-deepspeed", "python", "fused", True, False, True,
       "microsoft/Megatron-DeepSpeed: Megatron's fused kernels under the DeepSpeed engine; its 1F1B "
       "pipeline has no interleaved schedule (DeepSpeed PipelineEngine); gradient bucketing on by default; "

@@ -214,14 +214,19 @@ def _check_layout(model: Model, seq_len: int, sizes: dict[str, Any], split: str,
 
 
 def _check_attention_and_kernels(attention: str, framework: str, label: str, cp: int, knobs: dict[str, Any],
-                                 hardware: Hardware, where: str) -> None:
+                                 hardware: Hardware, packed_length: int | None, where: str) -> None:
     """Standard attention takes cp 1 under a framework whose context parallelism runs fused kernels only
-    (rules.CP_FUSED_ATTENTION, docs/model.md §4.2); the knobs that name a device kernel exist with this attention,
+    (rules.CP_FUSED_ATTENTION, docs/model.md §4.2), and no packed sequences where they need a fused kernel
+    (`Framework.packed_fused_attention`); the knobs that name a device kernel exist with this attention,
     framework and hardware (`check_device_knobs`)."""
     rules.check((rules.CP_FUSED_ATTENTION,), Facts(cp=cp, unfused_cp=unfused_cp(attention, framework),
                                                    framework=label or framework), where)
     check_device_knobs(knobs, attention, FRAMEWORKS[framework].dispatch, label or framework, hardware.name,
                        hardware.kind, where)
+    if (packed_length or 0) > 0 and attention == "standard" and FRAMEWORKS[framework].packed_fused_attention:
+        raise SpecError(f"{at(where, 'packed_length')}: {packed_length} with attention standard: {label or framework} "
+                        f"runs packed sequences through a fused kernel's variable-length path only (Transformer "
+                        f"Engine's THD format); use attention flash, or leave packed_length out")
 
 
 def _check_experts(model: Model, sizes: dict[str, Any], dp: int, where: str) -> None:
@@ -477,7 +482,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     packed_length = packed_length_of(data.get("packed_length"), seq_len, where)
     kernels = F.choice(r.default("kernels", fw.kernels), at(where, "kernels"), KERNELS)
     knobs = _knobs_of(r, model, precision, hardware, where)
-    _check_attention_and_kernels(attention, framework, label, sizes["cp"], dict(knobs), hardware, where)
+    _check_attention_and_kernels(attention, framework, label, sizes["cp"], dict(knobs), hardware, packed_length, where)
     recompute, modules = remat_policy_recompute(dict(knobs)["remat_policy"], framework, model, recompute, modules,
                                                 data, where)
     moments = _moments_of(r, dict(knobs), precision, global_batch // (dp * micro_batch), where)

@@ -370,11 +370,20 @@ def check_memory_knobs(knobs: dict[str, Any], precision: str, micro_batches: int
 GRAPH_KINDS = ("gpu", "cpu-gpu")
 
 
+def _a_kind(kind: str) -> str:
+    """'a tpu', 'an asic': the hardware kind with its article."""
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
+
+
 def check_device_knobs(knobs: dict[str, Any], attention: str, dispatch: str, framework: str, hardware_name: str,
                        hardware_kind: str, where: str) -> None:
     """The knobs that name a device kernel against the attention, the framework's dispatch and the hardware's kind
-    (GRAPH_KINDS): FP8 attention needs the fused kernel; CUDA graphs and the DeepEP/HybridEP dispatchers a GPU,
-    and CUDA graphs a framework that launches kernels from Python (an XLA step is one compiled program)."""
+    (GRAPH_KINDS): FlashAttention-2 is a GPU kernel; FP8 attention needs the fused kernel; CUDA graphs and the
+    DeepEP/HybridEP dispatchers a GPU, and CUDA graphs a framework that launches kernels from Python (an XLA step
+    is one compiled program)."""
+    if attention == "flash2" and hardware_kind not in GRAPH_KINDS:
+        raise SpecError(f"{at(where, 'attention')}: flash2 is FlashAttention-2, a GPU kernel, and {hardware_name} is "
+                        f"{_a_kind(hardware_kind)}; allowed here: flash (its own fused attention) or standard")
     if knobs["fp8_attention"] and attention != "flash":
         kernel = "FlashAttention-2 has 16-bit kernels only" if attention == "flash2" else \
             "the materialised softmax of standard attention has no FP8 path"
@@ -384,13 +393,13 @@ def check_device_knobs(knobs: dict[str, Any], attention: str, dispatch: str, fra
     graphs = knobs["cuda_graphs"]
     if graphs != "none" and (hardware_kind not in GRAPH_KINDS or dispatch != "python"):
         why = (f"{framework} compiles the step into one XLA program" if dispatch != "python"
-               else f"{hardware_name} is a {hardware_kind}, not a GPU")
+               else f"{hardware_name} is {_a_kind(hardware_kind)}, not a GPU")
         raise SpecError(f"{at(where, 'cuda_graphs')}: {graphs} replays captured CUDA kernels, and {why}; allowed "
                         f"here: none")
     dispatcher = knobs["moe_dispatcher"]
     if dispatcher != "alltoall" and hardware_kind not in GRAPH_KINDS:
         raise SpecError(f"{at(where, 'moe_dispatcher')}: {dispatcher} is a GPU dispatcher (NVLink and RDMA kernels), "
-                        f"and {hardware_name} is a {hardware_kind}; allowed here: alltoall")
+                        f"and {hardware_name} is {_a_kind(hardware_kind)}; allowed here: alltoall")
 
 
 def remat_policy_recompute(policy: str, framework: str, model: Model, recompute: str, modules: tuple[str, ...],

@@ -1,0 +1,35 @@
+"""Warnings for knobs that a scenario leaves without effect (caveats.no_effect_warnings): each names the knob,
+why it does nothing here, and what would give it an effect; the default scenario has none of them."""
+
+from __future__ import annotations
+
+from trainest.caveats import no_effect_warnings
+from trainest.estimate import estimate
+from trainest.scenario import scenario_from_mapping
+
+
+def _warnings(**data):
+    return no_effect_warnings(scenario_from_mapping({"model": "llama3-8b", "devices": 16, **data}, "t"))
+
+
+def test_the_default_scenario_has_no_knob_without_effect():
+    assert _warnings() == []
+
+
+def test_double_quantisation_outside_a_qlora_says_it_does_nothing():
+    (w,) = _warnings(double_quant=False)
+    assert w.startswith("double_quant off:") and "the method is full: no effect (give finetune qlora)" in w
+    assert _warnings(double_quant=False, finetune={"method": "qlora"}) == []
+
+
+def test_no_data_parallel_overlap_under_zero_3_says_it_does_nothing_and_changes_nothing():
+    """ZeRO-3's per-layer gathers and reduce-scatters hide inside the passes whatever dp_overlap says (§4.5): the
+    step does not move, and the warning says so; under ZeRO-1 the switch exposes the reduction and has no warning."""
+    base = {"model": "llama3-8b", "devices": 16, "parallel": {"tp": 2, "zero": 3}}
+    on = estimate(scenario_from_mapping(base, "t")).step.time_s
+    off_s = scenario_from_mapping({**base, "parallel": {**base["parallel"], "dp_overlap": False}}, "t")
+    assert estimate(off_s).step.time_s == on
+    (w,) = no_effect_warnings(off_s)
+    assert w.startswith("dp_overlap off:") and "zero is 3" in w
+    z1 = {"model": "llama3-8b", "devices": 16, "parallel": {"tp": 2, "zero": 1, "dp_overlap": False}}
+    assert no_effect_warnings(scenario_from_mapping(z1, "t")) == []
