@@ -33,3 +33,11 @@ def test_no_data_parallel_overlap_under_zero_3_says_it_does_nothing_and_changes_
     assert w.startswith("dp_overlap off:") and "zero is 3" in w
     z1 = {"model": "llama3-8b", "devices": 16, "parallel": {"tp": 2, "zero": 1, "dp_overlap": False}}
     assert no_effect_warnings(scenario_from_mapping(z1, "t")) == []
+
+
+def test_tensor_parallel_switches_without_tensor_parallelism_say_they_do_nothing():
+    (w,) = _warnings(parallel={"tp": 1, "tp_overlap": True})
+    assert w.startswith("tp_overlap on:") and "tp is 1: no effect (give tp > 1)" in w
+    (w,) = _warnings(parallel={"tp": 1, "sequence_parallel": True})
+    assert w.startswith("sequence_parallel on:")
+    assert _warnings(parallel={"tp": 2, "tp_overlap": True, "sequence_parallel": True}) == []

@@ -54,7 +54,8 @@ def estimate_warnings(scenario: Scenario, result: Estimate, advice: Any = None) 
 def no_effect_warnings(scenario: Scenario) -> list[str]:
     """The knobs given a value that this scenario leaves without effect, each with what would give it one:
     recompute_layers without full recompute, offload_layers without activation offload, double quantisation of
-    a base that is not a QLoRA's NF4, and no data-parallel overlap under ZeRO-3 (whose gathers and
+    a base that is not a QLoRA's NF4, TP overlap or sequence parallelism without tensor parallelism, and no
+    data-parallel overlap under ZeRO-3 (whose gathers and
     reduce-scatters run per layer inside the passes, docs/model.md §4.5, not in the gradient buckets it turns off)."""
     out = []
     if scenario.knob("recompute_layers") > 0 and scenario.recompute != "full":
@@ -66,6 +67,12 @@ def no_effect_warnings(scenario: Scenario) -> list[str]:
     if not scenario.knob("double_quant") and scenario.finetune.method != "qlora":
         out.append(f"double_quant off: it sets how a QLoRA's 4-bit base stores its block scales, and the method is "
                    f"{scenario.finetune.method}: no effect (give finetune qlora)")
+    par = scenario.parallel
+    if par.tp == 1 and (par.tp_overlap or par.sequence_parallel):
+        knob = "tp_overlap" if par.tp_overlap else "sequence_parallel"
+        what = ("pipelines the tensor-parallel collectives with their GEMMs" if par.tp_overlap else
+                "shards the norms' and residuals' activations over the tensor-parallel ranks")
+        out.append(f"{knob} on: it {what}, and tp is 1: no effect (give tp > 1)")
     if not scenario.parallel.dp_overlap and scenario.parallel.zero == 3 and scenario.parallel.dp > 1:
         out.append("dp_overlap off: it stops the gradient buckets' reduction hiding behind the backward (zero 0-2), "
                    "and zero is 3, whose gathers and reduce-scatters run layer by layer inside the passes: no effect "
