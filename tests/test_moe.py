@@ -743,3 +743,13 @@ def test_expert_bias_and_glu_clamp_are_checked_at_the_boundary(key, value, words
     assert f"moe.{key}" in str(e.value) and len(str(e.value).splitlines()) == 1
     m = moe_model(expert_bias=True, glu_clamp=7.0)
     assert model_from_mapping(model_mapping_of(m), "again").moe == m.moe
+
+
+def test_the_router_runs_at_16_bit_under_an_fp8_recipe():
+    """Megatron-Core multiplies the router's plain 16-bit parameter outside Transformer Engine's FP8 modules
+    (moe.router_rates): in an FP8 job its GEMM takes as long as in the BF16 job, while the expert GEMMs run
+    faster at the FP8 peak."""
+    bf16 = local(MOE, precision="bf16")
+    fp8 = local(MOE, precision="fp8")
+    assert M.router_gemm(*fp8).compute_s == pytest.approx(M.router_gemm(*bf16).compute_s)
+    assert sum(o.compute_s for o in M.expert_gemms(*fp8)) < sum(o.compute_s for o in M.expert_gemms(*bf16))

@@ -192,8 +192,24 @@ def latent_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
 
 
 def router_gemm(job: Job, layout: Layout, r: Rates, x: LocalShape) -> Op:
-    """The router (gate) of one rank: T_in × E × h [one GEMM; its scores then stream, router_bytes]."""
-    return r.gemm_op("router", moe_tokens_per_rank(layout, x), moe_of(job).experts, job.model.hidden)
+    """The router (gate) of one rank: T_in × E × h [one GEMM; its scores then stream, router_bytes], at 16 bit
+    under an FP8/FP4 recipe too (`router_rates`)."""
+    return router_rates(job, r).gemm_op("router", moe_tokens_per_rank(layout, x), moe_of(job).experts,
+                                        job.model.hidden)
+
+
+def router_rates(job: Job, r: Rates) -> Rates:
+    """The rates of the router's GEMMs: 16 bit whatever the recipe. Megatron-Core's router is a plain parameter in
+    the model's dtype multiplied outside Transformer Engine's FP8 modules (megatron-core 0.16
+    `RouterGatingLinearFunction`: a GEMM of the BF16 input and weight without quantisers, its output in the
+    router dtype), so an FP8/FP4 job runs it at the 16-bit peak and η_gemm with 2-byte inputs (its backward,
+    with moe_router_dtype fp32, takes FP32 inputs at the TF32 rate: not an input, counted at 16 bit); `r` itself
+    for a 16- or 32-bit job."""
+    if not job.low_precision:
+        return r
+    hw = job.hardware
+    return r._replace(peak_flops_per_s=hw.peak("bf16") if "bf16" in hw.peak_flops_per_s else hw.peak_16bit_flops_per_s,
+                      gemm_peak_fraction=hw.efficiency.gemm, gemm_input_bytes=2.0)
 
 
 def shared_expert_gemms(job: Job, layout: Layout, r: Rates, x: LocalShape) -> list[Op]:
