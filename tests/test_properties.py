@@ -468,3 +468,69 @@ def test_eager_kernels_never_faster_and_dropout_never_free(mapping):
     without = estimate(replace(s, model=replace(s.model, dropout=False)))
     assert without.step.time_s <= with_d.step.time_s * (1 + REL)
     assert without.memory.per_device_bytes <= with_d.memory.per_device_bytes * (1 + REL)
+
+
+# ------------------------------------------------------------------------------ 4. switches that only add or hide
+# work (issue 31's sweep of drawn scenarios, stop 52: each held on 1,500 draws; a change that breaks one says so)
+
+def _step_with(mapping: dict, **changes) -> float:
+    """The step of `mapping` with `changes` (a key `parallel` merges into its parallel block); a change the
+    scenario's framework refuses is not a case to test."""
+    m = {**mapping, **{k: v for k, v in changes.items() if k != "parallel"}}
+    if "parallel" in changes:
+        m["parallel"] = {**mapping["parallel"], **changes["parallel"]}
+    try:
+        s = _scenario(m)
+    except SpecError:
+        assume(False)
+        raise
+    return estimate(s).step.time_s
+
+
+@_settings("physics")
+@given(scenario_mappings())
+def test_selective_recompute_is_never_slower_than_full(mapping):
+    """Full recompute re-runs every layer's forward, selective a part of it: never less work."""
+    assert _step_with(mapping, recompute="selective") <= _step_with(mapping, recompute="full") * (1 + REL)
+
+
+@_settings("physics")
+@given(scenario_mappings())
+def test_overlap_switches_never_make_a_step_slower(mapping):
+    """Overlapping the data-parallel reduction with the backward, or the TP collectives with their GEMMs, hides
+    traffic: never slower than leaving it exposed."""
+    assert (_step_with(mapping, parallel={"dp_overlap": True})
+            <= _step_with(mapping, parallel={"dp_overlap": False}) * (1 + REL))
+    assume(mapping["parallel"]["tp"] > 1)
+    assert (_step_with(mapping, parallel={"tp_overlap": True})
+            <= _step_with(mapping, parallel={"tp_overlap": False}) * (1 + REL))
+
+
+@_settings("physics")
+@given(scenario_mappings())
+def test_twice_the_global_batch_is_never_faster(mapping):
+    """Twice the sequences per step at the same micro-batch: twice the micro-batches, never a shorter step."""
+    assert _step_with(mapping) <= _step_with(mapping, global_batch=2 * mapping["global_batch"]) * (1 + REL)
+
+
+@_settings("physics")
+@given(scenario_mappings())
+def test_activation_offload_and_a_wider_adapter_never_make_a_step_faster(mapping):
+    """Offloading activations adds host-link traffic to the same work, more offloaded layers more of it; a LoRA of
+    rank 64 does all a rank-8 one does with wider adapters."""
+    assert _step_with(mapping, offload="none") <= _step_with(mapping, offload="activations") * (1 + REL)
+    assert (_step_with(mapping, offload="activations", offload_layers=1)
+            <= _step_with(mapping, offload="activations", offload_layers=2) * (1 + REL))
+    assert (_step_with(mapping, finetune={"method": "lora", "rank": 8})
+            <= _step_with(mapping, finetune={"method": "lora", "rank": 64}) * (1 + REL))
+
+
+@_settings("physics")
+@given(scenario_mappings())
+def test_a_faster_host_never_makes_a_step_slower(mapping):
+    """Halving the host's time per kernel and per micro-batch only shortens what the device waits for."""
+    s = _scenario(mapping)
+    e = s.hardware.efficiency
+    fast = catalog.with_efficiency(s.hardware, host_per_kernel_s=e.host_per_kernel_s / 2,
+                                   host_per_micro_batch_s=e.host_per_micro_batch_s / 2)
+    assert _time(s, fast) <= _time(s) * (1 + REL)
