@@ -127,7 +127,8 @@ def _scenario(mapping: dict):
         raise
 
 
-FRAMEWORK_LIMITS = ("is not a recompute mode of", "does not run on", "has no ZeRO-", "does not run these ZeRO")
+FRAMEWORK_LIMITS = ("is not a recompute mode of", "does not run on", "has no ZeRO-", "does not run these ZeRO",
+                    "compiles the step into one XLA program")
 
 
 def _numbers(obj, path="e"):

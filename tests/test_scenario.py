@@ -124,6 +124,9 @@ def test_one_default_scenario_with_or_without_options():
      r"allowed here: none"),
     ({"devices": 8, "hardware": "tpu-v5p", "framework": "hf-accelerate", "cuda_graphs": "partial"},
      r"cuda_graphs: partial replays captured CUDA kernels, and tpu-v5p is a tpu, not a GPU"),
+    ({"devices": 8, "hardware": "tpu-v5p", "kernels": "eager"},
+     r"kernels: eager runs each element-wise operator as a kernel of its own, and maxtext compiles the step into "
+     r"one XLA program, which fuses them; allowed here: fused"),
     ({"devices": 8, "hardware": "gaudi3", "attention": "flash2"},
      r"attention: flash2 is FlashAttention-2, a GPU kernel, and gaudi3 is an asic; allowed here: flash"),
     ({"devices": 8, "attention": "standard", "packed_length": 1024},

@@ -213,16 +213,26 @@ def _check_layout(model: Model, seq_len: int, sizes: dict[str, Any], split: str,
                                        cp=sizes["cp"], uneven=split != "even"), where)
 
 
+def _framework_of(r: _Reader, hardware: Hardware, method: str, where: str) -> str:
+    """`framework` (FRAMEWORKS), by default the hardware's for the fine-tuning method (`default_framework`)."""
+    return F.choice(r.default("framework", default_framework(hardware, method)), at(where, "framework"),
+                    tuple(FRAMEWORKS))
+
+
 def _check_attention_and_kernels(attention: str, framework: str, label: str, cp: int, knobs: dict[str, Any],
-                                 hardware: Hardware, packed_length: int | None, where: str) -> None:
+                                 hardware: Hardware, packed_length: int | None, kernels: str, where: str) -> None:
     """Standard attention takes cp 1 under a framework whose context parallelism runs fused kernels only
     (rules.CP_FUSED_ATTENTION, docs/model.md §4.2), and no packed sequences where they need a fused kernel
     (`Framework.packed_fused_attention`); the knobs that name a device kernel exist with this attention,
-    framework and hardware (`check_device_knobs`)."""
+    framework and hardware (`check_device_knobs`); an XLA step's element-wise operators are fused."""
     rules.check((rules.CP_FUSED_ATTENTION,), Facts(cp=cp, unfused_cp=unfused_cp(attention, framework),
                                                    framework=label or framework), where)
     check_device_knobs(knobs, attention, FRAMEWORKS[framework].dispatch, label or framework, hardware.name,
                        hardware.kind, where)
+    if kernels == "eager" and FRAMEWORKS[framework].dispatch == "xla":
+        raise SpecError(f"{at(where, 'kernels')}: eager runs each element-wise operator as a kernel of its own, and "
+                        f"{label or framework} compiles the step into one XLA program, which fuses them; allowed here: "
+                        f"fused")
     if (packed_length or 0) > 0 and attention == "standard" and FRAMEWORKS[framework].packed_fused_attention:
         raise SpecError(f"{at(where, 'packed_length')}: {packed_length} with attention standard: {label or framework} "
                         f"runs packed sequences through a fused kernel's variable-length path only (Transformer "
@@ -472,8 +482,7 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     _derive_expert_sizes(model, par, r)
     schedule = _schedule_of(par, sizes, dp, micro_batch, global_batch, where)
     _check_schedule(sizes, dp, micro_batch, global_batch, where)
-    framework = F.choice(r.default("framework", default_framework(hardware, method)), at(where, "framework"),
-                         tuple(FRAMEWORKS))
+    framework = _framework_of(r, hardware, method, where)
     fw = FRAMEWORKS[framework]
     label = framework_label(framework, hardware, "framework" in derived)
     recompute = _recompute_of(r, framework, where, label)
@@ -482,7 +491,8 @@ def scenario_from_mapping(data: dict[str, Any], where: str = "scenario", *,
     packed_length = packed_length_of(data.get("packed_length"), seq_len, where)
     kernels = F.choice(r.default("kernels", fw.kernels), at(where, "kernels"), KERNELS)
     knobs = _knobs_of(r, model, precision, hardware, where)
-    _check_attention_and_kernels(attention, framework, label, sizes["cp"], dict(knobs), hardware, packed_length, where)
+    _check_attention_and_kernels(attention, framework, label, sizes["cp"], dict(knobs), hardware, packed_length,
+                                 kernels, where)
     recompute, modules = remat_policy_recompute(dict(knobs)["remat_policy"], framework, model, recompute, modules,
                                                 data, where)
     moments = _moments_of(r, dict(knobs), precision, global_batch // (dp * micro_batch), where)
