@@ -57,6 +57,7 @@ from trainest.scenario.framework import (
     check_framework,
     check_framework_finetune,
     check_framework_hardware,
+    check_framework_kernels,
     check_quantised_base,
     default_framework,
     default_sequence_parallel,
@@ -223,20 +224,13 @@ def _check_attention_and_kernels(attention: str, framework: str, label: str, cp:
                                  hardware: Hardware, packed_length: int | None, kernels: str, where: str) -> None:
     """Standard attention takes cp 1 under a framework whose context parallelism runs fused kernels only
     (rules.CP_FUSED_ATTENTION, docs/model.md §4.2), and no packed sequences where they need a fused kernel
-    (`Framework.packed_fused_attention`); the knobs that name a device kernel exist with this attention,
-    framework and hardware (`check_device_knobs`); an XLA step's element-wise operators are fused."""
+    (`check_framework_kernels`); the knobs that name a device kernel exist with this attention, framework and
+    hardware (`check_device_knobs`)."""
     rules.check((rules.CP_FUSED_ATTENTION,), Facts(cp=cp, unfused_cp=unfused_cp(attention, framework),
                                                    framework=label or framework), where)
     check_device_knobs(knobs, attention, FRAMEWORKS[framework].dispatch, label or framework, hardware.name,
                        hardware.kind, where)
-    if kernels == "eager" and FRAMEWORKS[framework].dispatch == "xla":
-        raise SpecError(f"{at(where, 'kernels')}: eager runs each element-wise operator as a kernel of its own, and "
-                        f"{label or framework} compiles the step into one XLA program, which fuses them; allowed here: "
-                        f"fused")
-    if (packed_length or 0) > 0 and attention == "standard" and FRAMEWORKS[framework].packed_fused_attention:
-        raise SpecError(f"{at(where, 'packed_length')}: {packed_length} with attention standard: {label or framework} "
-                        f"runs packed sequences through a fused kernel's variable-length path only (Transformer "
-                        f"Engine's THD format); use attention flash, or leave packed_length out")
+    check_framework_kernels(framework, label, attention, kernels, packed_length, where)
 
 
 def _check_experts(model: Model, sizes: dict[str, Any], dp: int, where: str) -> None:

@@ -105,6 +105,21 @@ def unfused_cp(attention: str, framework: str) -> bool:
     return attention == "standard" and FRAMEWORKS[framework].cp_fused_attention
 
 
+def check_framework_kernels(framework: str, label: str, attention: str, kernels: str, packed_length: int | None,
+                            where: str) -> None:
+    """The kernels the framework runs: an XLA step (MaxText) fuses its element-wise operators, so `kernels: eager`
+    is refused there; where packed sequences need a fused kernel's variable-length path
+    (`Framework.packed_fused_attention`), `attention: standard` takes no `packed_length`."""
+    fw, named = FRAMEWORKS[framework], label or framework
+    if kernels == "eager" and fw.dispatch == "xla":
+        raise SpecError(f"{at(where, 'kernels')}: eager runs each element-wise operator as a kernel of its own, and "
+                        f"{named} compiles the step into one XLA program, which fuses them; allowed here: fused")
+    if (packed_length or 0) > 0 and attention == "standard" and fw.packed_fused_attention:
+        raise SpecError(f"{at(where, 'packed_length')}: {packed_length} with attention standard: {named} runs packed "
+                        f"sequences through a fused kernel's variable-length path only (Transformer Engine's THD "
+                        f"format); use attention flash, or leave packed_length out")
+
+
 def default_framework(hardware: Hardware, method: str = "full") -> str:
     """DEFAULT_FRAMEWORK, or the one the hardware's kind runs (FRAMEWORK_BY_KIND); for a QLoRA, QLORA_FRAMEWORK
     where the kind's own has no QLoRA and that one runs on it (bitsandbytes' 4-bit layers are a Hugging Face
