@@ -41,3 +41,18 @@ def test_tensor_parallel_switches_without_tensor_parallelism_say_they_do_nothing
     (w,) = _warnings(parallel={"tp": 1, "sequence_parallel": True})
     assert w.startswith("sequence_parallel on:")
     assert _warnings(parallel={"tp": 2, "tp_overlap": True, "sequence_parallel": True}) == []
+
+
+def test_placement_switches_and_flash2_say_when_they_change_nothing():
+    """Flat data-parallel collectives on one node, no data-parallel overlap with dp 1, and FlashAttention-2 where the
+    hardware counts it as its best fused kernel (A100) each leave the estimate as it is, and say so."""
+    def warned(mapping, prefix):
+        return [w for w in no_effect_warnings(scenario_from_mapping(mapping, "t")) if w.startswith(prefix)]
+
+    assert warned({"model": "llama3-8b", "devices": 8, "parallel": {"dp_collectives": "flat"}}, "dp_collectives flat")
+    assert not warned({"model": "llama3-8b", "devices": 16, "parallel": {"dp_collectives": "flat"}}, "dp_collectives")
+    assert warned({"model": "llama3-8b", "devices": 1, "parallel": {"dp_overlap": False}}, "dp_overlap off")
+    assert warned({"model": "llama3-8b", "hardware": "a100-80gb-sxm", "devices": 8, "attention": "flash2"},
+                  "attention flash2")
+    assert not warned({"model": "llama3-8b", "hardware": "h100-sxm", "devices": 8, "attention": "flash2"},
+                      "attention flash2")

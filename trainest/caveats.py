@@ -73,10 +73,29 @@ def no_effect_warnings(scenario: Scenario) -> list[str]:
         what = ("pipelines the tensor-parallel collectives with their GEMMs" if par.tp_overlap else
                 "shards the norms' and residuals' activations over the tensor-parallel ranks")
         out.append(f"{knob} on: it {what}, and tp is 1: no effect (give tp > 1)")
+    out.extend(_placement_no_effect(scenario))
     if not scenario.parallel.dp_overlap and scenario.parallel.zero == 3 and scenario.parallel.dp > 1:
         out.append("dp_overlap off: it stops the gradient buckets' reduction hiding behind the backward (zero 0-2), "
                    "and zero is 3, whose gathers and reduce-scatters run layer by layer inside the passes: no effect "
                    "(docs/model.md §4.5)")
+    return out
+
+
+def _placement_no_effect(scenario: Scenario) -> list[str]:
+    """no_effect_warnings' part for the data-parallel switches and the attention kernel: no data-parallel overlap
+    with dp 1 (no data-parallel traffic), flat data-parallel collectives where every rank shares one node or
+    scale-up domain (no collective leaves it), FlashAttention-2 where the hardware counts it as fast as its best
+    fused kernel (efficiency.flash2_attention 1: Ampere, where FlashAttention-2 is that kernel)."""
+    par, hw, out = scenario.parallel, scenario.hardware, []
+    if not par.dp_overlap and par.dp == 1:
+        out.append("dp_overlap off: it stops the gradient reduction hiding behind the backward, and dp is 1 (no "
+                   "data-parallel traffic): no effect")
+    if par.dp_collectives == "flat" and scenario.devices <= max(scenario.devices_per_node, hw.scale_up_domain or 0):
+        out.append(f"dp_collectives flat: it sets how the data-parallel collectives leave a node (one NIC per rank), "
+                   f"and the job's {scenario.devices} devices share one node or scale-up domain: no effect")
+    if scenario.attention == "flash2" and hw.efficiency.flash2_attention >= 1.0:
+        out.append(f"attention flash2: FlashAttention-2 is {hw.name}'s best fused kernel (efficiency.flash2_attention "
+                   f"1), so the estimate is the same as with attention flash")
     return out
 
 
