@@ -56,3 +56,15 @@ def test_placement_switches_and_flash2_say_when_they_change_nothing():
                   "attention flash2")
     assert not warned({"model": "llama3-8b", "hardware": "h100-sxm", "devices": 8, "attention": "flash2"},
                       "attention flash2")
+
+
+def test_a_lighter_loss_that_does_not_move_the_peak_stage_says_so():
+    """The chunked loss shrinks the last pipeline stage's logits only: where another stage holds the memory
+    shown, the estimate is the same and a warning says so; without a pipeline the last stage is the only one."""
+    from trainest.caveats import assess
+    pp = {"model": "llama3-70b", "hardware": "h100-sxm", "devices": 64, "parallel": {"tp": 4, "pp": 4},
+          "global_batch": 64, "recompute": "full", "loss": "chunked"}
+    e = assess(scenario_from_mapping(pp, "t"))
+    assert any(w.startswith("loss chunked:") for w in e.warnings)
+    one = {"model": "llama3-8b", "hardware": "h100-sxm", "devices": 8, "loss": "chunked"}
+    assert not any(w.startswith("loss") for w in assess(scenario_from_mapping(one, "t")).warnings)

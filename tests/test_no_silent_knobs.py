@@ -31,6 +31,10 @@ BASES = {
            "global_batch": 16},
     "spark-qlora": {"model": "llama3-8b", "hardware": "dgx-spark", "devices": 1, "finetune": {"method": "qlora"},
                     "global_batch": 8, "seq_len": 2048},
+    "lora": {"model": "llama3-8b", "hardware": "h100-sxm", "devices": 8, "finetune": {"method": "lora"},
+             "global_batch": 16},
+    "dense-pp": {"model": "llama3-70b", "hardware": "h100-sxm", "devices": 64, "parallel": {"tp": 4, "pp": 4},
+                 "global_batch": 64, "recompute": "full"},
 }
 VALUES = [("precision", "fp8"), ("precision", "fp16"), ("parallel.moe_overlap", "deepep"),
           ("parallel.tp_overlap", True), ("parallel.dp_overlap", False), ("parallel.dp_collectives", "flat"),
@@ -42,7 +46,7 @@ VALUES = [("precision", "fp8"), ("precision", "fp16"), ("parallel.moe_overlap", 
           ("cuda_graphs", "partial"), ("cuda_graphs", "full"), ("moe_dispatcher", "deepep"),
           ("fused_grouped_mlp", True), ("finetune", {"method": "lora"}), ("offload", "optimizer"),
           ("offload", "activations"), ("recompute_layers", 2), ("offload_layers", 2), ("double_quant", False),
-          ("memory_headroom", "20%")]
+          ("memory_headroom", "20%"), ("parallel.zero", 1), ("parallel.zero", 2), ("parallel.pipeline_split", "balanced")]
 
 
 def _with(mapping: dict, path: str, value) -> dict:

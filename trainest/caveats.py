@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from trainest.record import replace
+
 if TYPE_CHECKING:
     from trainest.estimate import Estimate
     from trainest.scenario import Scenario
@@ -44,6 +46,8 @@ def estimate_warnings(scenario: Scenario, result: Estimate, advice: Any = None) 
             warnings.append(hint)
     warnings.extend(price_warnings(scenario))
     warnings.extend(no_effect_warnings(scenario))
+    if loss := loss_no_effect_warning(scenario, result):
+        warnings.append(loss)
     warnings.extend(job_warnings(scenario))
     from trainest.adapter_cost import slower_than_full_warning
     if slower := slower_than_full_warning(result):
@@ -81,11 +85,29 @@ def no_effect_warnings(scenario: Scenario) -> list[str]:
     return out
 
 
+def loss_no_effect_warning(scenario: Scenario, result: Estimate) -> str | None:
+    """A loss other than the standard one shrinks the logits' memory on the last pipeline stage only (docs/model.md
+    §7.4); where the memory shown (the busiest stage's) is the same with the standard loss, say that it has no
+    effect here. None otherwise."""
+    loss = scenario.knob("loss")
+    if loss == "standard" or scenario.parallel.pp == 1:
+        return None
+    from trainest.memory import memory_per_device
+    from trainest.scenario import job_of, layout_of
+    job, layout = job_of(scenario), layout_of(scenario)
+    standard = memory_per_device(replace(job, loss="standard"), layout).total_bytes
+    if standard != memory_per_device(job, layout).total_bytes:
+        return None
+    return (f"loss {loss}: it shrinks the logits' memory on the last pipeline stage, and the memory shown is another "
+            f"stage's peak: no effect here")
+
+
 def _placement_no_effect(scenario: Scenario) -> list[str]:
-    """no_effect_warnings' part for the data-parallel switches and the attention kernel: no data-parallel overlap
-    with dp 1 (no data-parallel traffic), flat data-parallel collectives where every rank shares one node or
-    scale-up domain (no collective leaves it), FlashAttention-2 where the hardware counts it as fast as its best
-    fused kernel (efficiency.flash2_attention 1: Ampere, where FlashAttention-2 is that kernel)."""
+    """no_effect_warnings' part for the layout's switches and the attention kernel: no data-parallel overlap with
+    dp 1 (no data-parallel traffic), flat data-parallel collectives where every rank shares one node or scale-up
+    domain (no collective leaves it), a ZeRO stage given with nothing to shard over (dp 1, cp 1), a pipeline split
+    without a pipeline, FlashAttention-2 where the hardware counts it as fast as its best fused kernel
+    (efficiency.flash2_attention 1: Ampere, where FlashAttention-2 is that kernel)."""
     par, hw, out = scenario.parallel, scenario.hardware, []
     if not par.dp_overlap and par.dp == 1:
         out.append("dp_overlap off: it stops the gradient reduction hiding behind the backward, and dp is 1 (no "
@@ -93,6 +115,12 @@ def _placement_no_effect(scenario: Scenario) -> list[str]:
     if par.dp_collectives == "flat" and scenario.devices <= max(scenario.devices_per_node, hw.scale_up_domain or 0):
         out.append(f"dp_collectives flat: it sets how the data-parallel collectives leave a node (one NIC per rank), "
                    f"and the job's {scenario.devices} devices share one node or scale-up domain: no effect")
+    if "parallel.zero" not in scenario.derived and par.zero > 0 and par.dp * par.cp == 1:
+        out.append(f"zero {par.zero}: it shards the optimizer state (and more) over the data-parallel ranks, and there "
+                   f"is one (dp 1, cp 1): no effect")
+    if par.pipeline_split != "even" and par.pp == 1:
+        out.append(f"pipeline_split {par.pipeline_split}: it sets how the layers split over the pipeline stages, and "
+                   f"pp is 1: no effect")
     if scenario.attention == "flash2" and hw.efficiency.flash2_attention >= 1.0:
         out.append(f"attention flash2: FlashAttention-2 is {hw.name}'s best fused kernel (efficiency.flash2_attention "
                    f"1), so the estimate is the same as with attention flash")
