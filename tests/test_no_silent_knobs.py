@@ -10,8 +10,8 @@ import copy
 
 import pytest
 
-from trainest.errors import SpecError
 from trainest.caveats import assess
+from trainest.errors import SpecError
 from trainest.record import replace
 from trainest.scenario import job_of, layout_of, scenario_from_mapping
 
@@ -35,6 +35,8 @@ BASES = {
              "global_batch": 16},
     "dense-pp": {"model": "llama3-70b", "hardware": "h100-sxm", "devices": 64, "parallel": {"tp": 4, "pp": 4},
                  "global_batch": 64, "recompute": "full"},
+    "moe-pp": {"model": "qwen3-30b-a3b", "hardware": "h100-sxm", "devices": 32, "parallel": {"ep": 8, "pp": 2, "tp": 2},
+               "global_batch": 64},
 }
 VALUES = [("precision", "fp8"), ("precision", "fp16"), ("parallel.moe_overlap", "deepep"),
           ("parallel.tp_overlap", True), ("parallel.dp_overlap", False), ("parallel.dp_collectives", "flat"),
@@ -46,7 +48,8 @@ VALUES = [("precision", "fp8"), ("precision", "fp16"), ("parallel.moe_overlap", 
           ("cuda_graphs", "partial"), ("cuda_graphs", "full"), ("moe_dispatcher", "deepep"),
           ("fused_grouped_mlp", True), ("finetune", {"method": "lora"}), ("offload", "optimizer"),
           ("offload", "activations"), ("recompute_layers", 2), ("offload_layers", 2), ("double_quant", False),
-          ("memory_headroom", "20%"), ("parallel.zero", 1), ("parallel.zero", 2), ("parallel.pipeline_split", "balanced")]
+          ("memory_headroom", "20%"), ("parallel.zero", 1), ("parallel.zero", 2),
+          ("parallel.pipeline_split", "balanced")]
 
 
 def _with(mapping: dict, path: str, value) -> dict:

@@ -85,6 +85,15 @@ def no_effect_warnings(scenario: Scenario) -> list[str]:
     return out
 
 
+def _balanced_is_even(scenario: Scenario) -> bool:
+    """Whether Megatron's balanced split puts as many layers on the heaviest and the last stage as the even one
+    (step.schedule.stage_layers: with pp 2, L + 2 units split in two halves of L/2 layers each)."""
+    from trainest.step.schedule import stage_layers
+    p = scenario.parallel
+    return bool(stage_layers(scenario.model, float(p.pp), float(p.vpp), "balanced")
+                == stage_layers(scenario.model, float(p.pp), float(p.vpp), "even"))
+
+
 def loss_no_effect_warning(scenario: Scenario, result: Estimate) -> str | None:
     """A loss other than the standard one shrinks the logits' memory on the last pipeline stage only (docs/model.md
     §7.4); where the memory shown (the busiest stage's) is the same with the standard loss, say that it has no
@@ -121,6 +130,9 @@ def _placement_no_effect(scenario: Scenario) -> list[str]:
     if par.pipeline_split != "even" and par.pp == 1:
         out.append(f"pipeline_split {par.pipeline_split}: it sets how the layers split over the pipeline stages, and "
                    f"pp is 1: no effect")
+    elif par.pipeline_split == "balanced" and _balanced_is_even(scenario):
+        out.append(f"pipeline_split balanced: it counts the embedding and the loss as layers, and with pp {par.pp} "
+                   f"the stages come out as the even split's: no effect")
     if scenario.attention == "flash2" and hw.efficiency.flash2_attention >= 1.0:
         out.append(f"attention flash2: FlashAttention-2 is {hw.name}'s best fused kernel (efficiency.flash2_attention "
                    f"1), so the estimate is the same as with attention flash")
