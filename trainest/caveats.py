@@ -58,9 +58,8 @@ def estimate_warnings(scenario: Scenario, result: Estimate, advice: Any = None) 
 def no_effect_warnings(scenario: Scenario) -> list[str]:
     """The knobs given a value that this scenario leaves without effect, each with what would give it one:
     recompute_layers without full recompute, offload_layers without activation offload, double quantisation of
-    a base that is not a QLoRA's NF4, TP overlap or sequence parallelism without tensor parallelism, and no
-    data-parallel overlap under ZeRO-3 (whose gathers and
-    reduce-scatters run per layer inside the passes, docs/model.md §4.5, not in the gradient buckets it turns off)."""
+    a base that is not a QLoRA's NF4, TP overlap or sequence parallelism without tensor parallelism, and the
+    layout's switches and attention kernel of `_placement_no_effect`."""
     out = []
     if scenario.knob("recompute_layers") > 0 and scenario.recompute != "full":
         out.append(f"recompute_layers {scenario.knob('recompute_layers')}: it sets how many layers full recompute "
@@ -78,10 +77,6 @@ def no_effect_warnings(scenario: Scenario) -> list[str]:
                 "shards the norms' and residuals' activations over the tensor-parallel ranks")
         out.append(f"{knob} on: it {what}, and tp is 1: no effect (give tp > 1)")
     out.extend(_placement_no_effect(scenario))
-    if not scenario.parallel.dp_overlap and scenario.parallel.zero == 3 and scenario.parallel.dp > 1:
-        out.append("dp_overlap off: it stops the gradient buckets' reduction hiding behind the backward (zero 0-2), "
-                   "and zero is 3, whose gathers and reduce-scatters run layer by layer inside the passes: no effect "
-                   "(docs/model.md §4.5)")
     return out
 
 
@@ -103,9 +98,8 @@ def loss_no_effect_warning(scenario: Scenario, result: Estimate) -> str | None:
         return None
     from trainest.memory import memory_per_device
     from trainest.scenario import job_of, layout_of
-    job, layout = job_of(scenario), layout_of(scenario)
-    standard = memory_per_device(replace(job, loss="standard"), layout).total_bytes
-    if standard != memory_per_device(job, layout).total_bytes:
+    standard = memory_per_device(replace(job_of(scenario), loss="standard"), layout_of(scenario)).total_bytes
+    if float(standard) != result.memory.per_device_bytes:
         return None
     return (f"loss {loss}: it shrinks the logits' memory on the last pipeline stage, and the memory shown is another "
             f"stage's peak: no effect here")
@@ -113,14 +107,20 @@ def loss_no_effect_warning(scenario: Scenario, result: Estimate) -> str | None:
 
 def _placement_no_effect(scenario: Scenario) -> list[str]:
     """no_effect_warnings' part for the layout's switches and the attention kernel: no data-parallel overlap with
-    dp 1 (no data-parallel traffic), flat data-parallel collectives where every rank shares one node or scale-up
-    domain (no collective leaves it), a ZeRO stage given with nothing to shard over (dp 1, cp 1), a pipeline split
-    without a pipeline, FlashAttention-2 where the hardware counts it as fast as its best fused kernel
+    dp 1 (no data-parallel traffic) or under ZeRO-3 (whose per-layer collectives hide inside the passes,
+    docs/model.md §4.5, not in the gradient buckets it turns off), flat data-parallel collectives where every rank
+    shares one node or scale-up domain (no collective leaves it), a ZeRO stage given with nothing to shard over
+    (dp 1, cp 1), a pipeline split without a pipeline or that comes out as the even one, FlashAttention-2 where the
+    hardware counts it as fast as its best fused kernel
     (efficiency.flash2_attention 1: Ampere, where FlashAttention-2 is that kernel)."""
     par, hw, out = scenario.parallel, scenario.hardware, []
     if not par.dp_overlap and par.dp == 1:
         out.append("dp_overlap off: it stops the gradient reduction hiding behind the backward, and dp is 1 (no "
                    "data-parallel traffic): no effect")
+    elif not par.dp_overlap and par.zero == 3:
+        out.append("dp_overlap off: it stops the gradient buckets' reduction hiding behind the backward (zero 0-2), "
+                   "and zero is 3, whose gathers and reduce-scatters run layer by layer inside the passes: no effect "
+                   "(docs/model.md §4.5)")
     if par.dp_collectives == "flat" and scenario.devices <= max(scenario.devices_per_node, hw.scale_up_domain or 0):
         out.append(f"dp_collectives flat: it sets how the data-parallel collectives leave a node (one NIC per rank), "
                    f"and the job's {scenario.devices} devices share one node or scale-up domain: no effect")
