@@ -18,13 +18,15 @@ def trace_dict(r: TraceCalibration, output: Path) -> dict[str, Any]:
              for m in r.ranks]
     rows = [{"class": c.name, "measured_s": c.measured_s, "predicted_s": c.predicted_s, "ratio": c.ratio,
              "bound": c.bound} for c in r.rows]
+    phases = [{"phase": c.phase, "class": c.name, "measured_s": c.measured_s, "predicted_s": c.predicted_s,
+               "ratio": c.ratio} for c in r.phases]
     params = [{"name": p.name, "start": p.start, "value": p.value, "constrained": p.constrained,
                "leverage": p.leverage, "at_bound": p.at_bound} for p in r.parameters]
     return clean({"schema_version": SCHEMA_VERSION, "hardware": r.hardware.name, "ranks": ranks,
                   "slowest": r.slowest.path, "step_spread": r.spread, "measured_step_s": r.slowest.step_s,
                   "predicted_step_s": r.predicted_step_s, "trace_layers": r.layers,
                   "comm_overlap": r.slowest.comm_overlap, "classified_share": r.slowest.classified_share,
-                  "classes": rows, "parameters": params, "jacobian_rank": r.rank,
+                  "classes": rows, "phases": phases, "parameters": params, "jacobian_rank": r.rank,
                   "condition_number": r.condition_number, "warnings": list(r.warnings), "output": str(output)})
 
 
@@ -46,6 +48,14 @@ def print_trace(r: TraceCalibration, output: Path) -> None:
         t.add_row(c.name, f"{c.measured_s * 1e3:.3f} ms", f"{c.predicted_s * 1e3:.3f} ms",
                   "-" if c.ratio is None else f"{c.ratio:.2f}", c.bound)
     print_table(con, t)
+    if r.phases:
+        t = Table(title=f"The compute classes by pass (the pass that launched each kernel), per {per}")
+        for col in ("pass", "class", "measured", "predicted", "measured/predicted"):
+            t.add_column(col, justify="left" if col in ("pass", "class") else "right")
+        for row in r.phases:
+            t.add_row(row.phase, row.name, f"{row.measured_s * 1e3:.3f} ms", f"{row.predicted_s * 1e3:.3f} ms",
+                      "-" if row.ratio is None else f"{row.ratio:.2f}")
+        print_table(con, t)
     f = Table(title=f"Fitted efficiencies of {r.hardware.name} (Jacobian rank {r.rank})")
     for col in ("parameter", "start", "fitted", "what the trace says"):
         f.add_column(col, justify="left" if col in ("parameter", "what the trace says") else "right")

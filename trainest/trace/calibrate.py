@@ -16,11 +16,14 @@ from trainest.scenario import Scenario, job_of, layout_of
 from trainest.trace.compare import (
     ClassRow,
     Measured,
+    PhaseRow,
     class_rows,
     fit_classes,
     measure,
     mismatch_warnings,
+    phase_rows,
     predicted_classes,
+    predicted_phases,
 )
 from trainest.trace.reader import read_trace
 
@@ -32,6 +35,7 @@ class TraceCalibration(NamedTuple):
     slowest: Measured               # the rank with the longest step: the one compared and fitted
     spread: float                   # (slowest − fastest step) / mean step over the ranks
     rows: tuple[ClassRow, ...]      # the slowest rank's classes against the prediction
+    phases: tuple[PhaseRow, ...]    # its compute classes pass by pass, where the trace says (else empty)
     predicted_step_s: float | None  # the model's step time (None for a profile of a few layers)
     layers: float | None            # --trace-layers: the trace holds that many layer passes, not whole steps
     hardware: Hardware              # the fitted hardware
@@ -55,11 +59,13 @@ def calibrate_trace(s: Scenario, paths: Sequence[str], layers: float | None = No
     job, layout = job_of(s), layout_of(s)
     predicted = predicted_classes(job, layout, layers)
     rows = tuple(class_rows(slowest, {k: float(v) for k, v in predicted.items()}, with_idle=layers is None))
+    phases = tuple(phase_rows(slowest, predicted_phases(job, layout, layers)))
     warnings = mismatch_warnings(list(rows), slowest, layers)
     hw, params, rank, cond = fit_classes(s, list(rows), layers)
     from trainest.step import step_terms
     step = None if layers is not None else float(step_terms(job, layout).time_s)
-    return TraceCalibration(ranks=ranks, slowest=slowest, spread=spread, rows=rows, predicted_step_s=step,
+    return TraceCalibration(ranks=ranks, slowest=slowest, spread=spread, rows=rows, phases=phases,
+                            predicted_step_s=step,
                             layers=layers, hardware=hw, parameters=params, rank=rank, condition_number=cond,
                             warnings=tuple(warnings))
 

@@ -30,11 +30,13 @@ from trainest.scenario import Scenario, job_of, layout_of
 from trainest.step import step_terms
 from trainest.step.roofline import Op
 from trainest.trace.classify import MODEL_CLASSES, UNCLASSIFIED, model_class
-from trainest.trace.reader import Kernel, Trace, Window, find_steps
+from trainest.trace.reader import Kernel, Trace, Window, find_steps, union_intervals
 
 IDLE = "idle"
 COMM_CLASSES = ("collective", "all_to_all", "send_recv")
 COMPUTE_CLASSES = ("gemm", "grouped_gemm", "attention", "memory_bound", "optimizer")
+PHASE_CLASSES = ("gemm", "grouped_gemm", "attention", "memory_bound")   # compared pass by pass where a trace says
+PHASES = ("forward", "backward")
 MIN_CLASSIFIED_SHARE = 0.95        # below this share of kernel time classified the report warns
 OFF_FACTOR = 2.0                   # a class measured more than this factor off the prediction: the scenario mismatches
 PRIOR_WEIGHT = 1e-6                # λ: a class measures its parameter directly; the pull only steadies the solver
@@ -60,16 +62,9 @@ class Measured(NamedTuple):
     unclassified: tuple[tuple[str, float], ...]     # the largest unclassified kernels (name, s per step)
     has_backward: bool
     rank: int | None
-
-
-def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
+    # phase (forward | backward) -> compute class -> seconds per step, where the trace says which pass launched
+    # each kernel (reader.kernel_phases); empty where it does not
+    phases: dict[str, dict[str, float]] = {}
 
 
 def _covered_s(a: float, b: float, merged: list[tuple[float, float]], lo: int) -> tuple[float, int]:
@@ -100,22 +95,39 @@ def _window_stats(w: Window) -> tuple[dict[str, float], float, float, float, dic
             comm.append(k)
         elif c in COMPUTE_CLASSES:
             compute.append((k.start_s, k.end_s))
-    busy = sum(b - a for a, b in _union([(k.start_s, k.end_s) for k in w.kernels if model_class(k.name) != IDLE]))
-    merged, lo, overlapped = _union(compute), 0, 0.0
+    busy = sum(b - a for a, b in union_intervals([(k.start_s, k.end_s) for k in w.kernels
+                                                  if model_class(k.name) != IDLE]))
+    merged, lo, overlapped = union_intervals(compute), 0, 0.0
     for k in sorted(comm, key=lambda k: k.start_s):
         part, lo = _covered_s(k.start_s, k.end_s, merged, lo)
         overlapped += part
     return classes, max(w.span_s - busy, 0.0), overlapped, sum(k.duration_s for k in comm), unclassified
 
 
+def _phase_sums(w: Window) -> dict[str, dict[str, float]]:
+    """phase -> class -> seconds of a step's compute kernels whose pass the trace says (PHASE_CLASSES)."""
+    out: dict[str, dict[str, float]] = {}
+    for k in w.kernels:
+        c = model_class(k.name)
+        if k.phase in PHASES and c in PHASE_CLASSES:
+            out.setdefault(k.phase, {})
+            out[k.phase][c] = out[k.phase].get(c, 0.0) + k.duration_s
+    return out
+
+
 def measure(trace: Trace) -> Measured:
-    """The per-step class sums of a trace (mean over its steps)."""
+    """The per-step class sums of a trace (mean over its steps), and by pass where the trace says."""
     how, windows = find_steps(trace)
     n = float(len(windows))
     classes: dict[str, float] = {}
     unclassified: dict[str, float] = {}
+    phases: dict[str, dict[str, float]] = {}
     idle = overlapped = comm = span = 0.0
     for w in windows:
+        for phase, sums in _phase_sums(w).items():
+            for k, v in sums.items():
+                phases.setdefault(phase, {})
+                phases[phase][k] = phases[phase].get(k, 0.0) + v / n
         c, i, o, t, u = _window_stats(w)
         for k, v in c.items():
             classes[k] = classes.get(k, 0.0) + v / n
@@ -127,7 +139,7 @@ def measure(trace: Trace) -> Measured:
     return Measured(path=trace.path, steps=len(windows), how=how, step_s=span, classes=classes, idle_s=idle,
                     comm_overlap=overlapped / comm if comm > 0 else 0.0,
                     classified_share=1.0 - classes.get(UNCLASSIFIED, 0.0) / total if total > 0 else 0.0,
-                    unclassified=top, has_backward=trace.has_backward, rank=trace.rank)
+                    unclassified=top, has_backward=trace.has_backward, rank=trace.rank, phases=phases)
 
 
 def _add(out: dict[str, Any], cls: str, value: Num) -> None:
@@ -182,6 +194,68 @@ def predicted_classes(job: Job, layout: Layout, layers: float | None = None) -> 
         _add(out, "host_copy", off.grads_down_s + off.fetch_s + off.activations_s + off.weights_up_s)
     _add(out, IDLE, terms.bubble_s + terms.overhead_s)
     return out
+
+
+def _pass_of(phase: str) -> str:
+    """The pass an op of `phase` runs in: recomputation happens in the backward."""
+    return "forward" if phase == "forward" else "backward"
+
+
+def predicted_phases(job: Job, layout: Layout, layers: float | None = None) -> dict[str, dict[str, float]]:
+    """phase -> class -> seconds per step of the compute classes PHASE_CLASSES, as `predicted_classes` counts them
+    (the layer passes and the logits; recomputed ops in the backward): what a trace's kernels are compared with pass
+    by pass."""
+    from trainest.step.compose import layer_terms
+    out: dict[str, dict[str, float]] = {p: {} for p in PHASES}
+
+    def add(ops: list[Op], count: Num, phase: str | None = None) -> None:
+        for op in ops:
+            c = model_class(op.name)
+            if c in PHASE_CLASSES:
+                bucket = out[phase or _pass_of(op.phase)]
+                bucket[c] = bucket.get(c, 0.0) + float(op.time_s * count)
+
+    def add_layer(lp: Any, count: Num) -> None:
+        if lp.ops is None:
+            return
+        add(list(lp.ops.forward) + list(lp.ops.backward), count)
+        for group in lp.ops.recomputed:         # re-run in the backward pass
+            add(list(group.ops), count * float(group.mask), "backward")
+
+    if layers is not None:
+        blocks = dict(layer_terms(job, layout).mean.parts)
+        block = blocks.get("moe") or next(iter(blocks.values()))
+        add_layer(block.lp, layers)
+        return out
+    p = step_terms(job, layout).parts
+    if p is None:
+        raise ValueError("step_terms returned no parts")
+    add_layer(p.layer, p.layers * p.micro_batches)
+    add(list(p.logits), p.micro_batches * p.last_is_max)
+    return out
+
+
+class PhaseRow(NamedTuple):
+    """One compute class in one pass: measured and predicted seconds per step."""
+
+    phase: str
+    name: str
+    measured_s: float
+    predicted_s: float
+
+    @property
+    def ratio(self) -> float | None:
+        """measured / predicted (None where nothing is predicted)."""
+        return self.measured_s / self.predicted_s if self.predicted_s > 0 else None
+
+
+def phase_rows(measured: Measured, predicted: dict[str, dict[str, float]]) -> list[PhaseRow]:
+    """The classes measured or predicted in each pass, where the trace says which pass launched its kernels."""
+    if not measured.phases:
+        return []
+    return [PhaseRow(ph, c, measured.phases.get(ph, {}).get(c, 0.0), predicted.get(ph, {}).get(c, 0.0))
+            for ph in PHASES for c in PHASE_CLASSES
+            if measured.phases.get(ph, {}).get(c, 0.0) > 0 or predicted.get(ph, {}).get(c, 0.0) > 0]
 
 
 class ClassRow(NamedTuple):

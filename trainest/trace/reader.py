@@ -27,6 +27,9 @@ ANNOTATION_CATEGORIES = ("user_annotation", "gpu_user_annotation")
 # names that only a backward pass has: autograd's engine, kernels' and annotations' backward markers
 BACKWARD = re.compile(r"backward|bwd|dgrad|wgrad|autograd::engine|\((B|W)\)", re.IGNORECASE)
 STEP_ANNOTATION = re.compile(r"^ProfilerStep#\d+$")
+# PyTorch's autograd engine runs each backward function inside a CPU op of this name (profiler traces since 1.10)
+AUTOGRAD_FUNCTION = "autograd::engine::evaluate_function"
+PHASES = ("forward", "backward")
 NVTX_STEP = re.compile(r"(?i)^(train[_ ]?)?(step|iteration|iter)\b[\s#_:=]*\d*")
 # CUPTI_ACTIVITY_MEMCPY_KIND: 1 HtoD, 2 DtoH, 8 DtoD, 10 PtoP (peer)
 MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH",
@@ -43,6 +46,7 @@ class Kernel(NamedTuple):
     device: int
     launch_s: float | None = None     # when the host launched it (its runtime call), if the trace says
     bytes: float = 0.0
+    phase: str | None = None          # forward | backward (kernel_phases), None where the trace does not say
 
     @property
     def end_s(self) -> float:
@@ -120,20 +124,25 @@ def _read_chrome(p: Path, doc: Any) -> Trace:
             corr = e["args"].get("correlation")
             if corr is not None and _num(e.get("ts")) is not None:
                 launches[corr] = float(e["ts"]) * MICROSECOND
-    kernels, ranges, backward = [], [], False
+    kernels, ranges, backward, autograd = [], [], False, []
     for e in events:
         if e.get("ph") != "X" or _num(e.get("ts")) is None or _num(e.get("dur")) is None:
             continue
         name, cat = str(e.get("name", "")), e.get("cat")
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
         if cat in KERNEL_CATEGORIES:
+            phase = args.get("phase")       # trainest's own timelines say each op's phase
             kernels.append(Kernel(name, float(e["ts"]) * MICROSECOND, float(e["dur"]) * MICROSECOND,
                                   str(args.get("stream", e.get("tid"))), _int(args.get("device", e.get("pid"))) or 0,
-                                  launches.get(args.get("correlation")), float(_num(args.get("bytes")) or 0.0)))
+                                  launches.get(args.get("correlation")), float(_num(args.get("bytes")) or 0.0),
+                                  "backward" if phase == "recompute" else phase if phase in PHASES else None))
         elif cat in ANNOTATION_CATEGORIES:
             ranges.append(Range(name, float(e["ts"]) * MICROSECOND, float(e["dur"]) * MICROSECOND))
+        elif cat == "cpu_op" and name.startswith(AUTOGRAD_FUNCTION):
+            autograd.append((float(e["ts"]) * MICROSECOND, float(e["ts"] + e["dur"]) * MICROSECOND))
         if not backward and (BACKWARD.search(name) or args.get("phase") == "backward"):
             backward = True
+    kernels = kernel_phases(kernels, [(r.start_s, r.end_s) for r in ranges if BACKWARD.search(r.name)] + autograd)
     backward = backward or any(e.get("cat") == "fwdbwd" for e in events)
     other = doc.get("otherData", {}) if isinstance(doc, dict) else {}
     dist = doc.get("distributedInfo", {}) if isinstance(doc, dict) else {}
@@ -145,6 +154,37 @@ def _read_chrome(p: Path, doc: Any) -> Trace:
                  world_size=_int(dist.get("world_size")) if isinstance(dist, dict) else None,
                  device_name=props[0].get("name") if isinstance(props, list) and props and isinstance(props[0], dict)
                  else None)
+
+
+def union_intervals(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of [a, b] intervals as sorted, disjoint intervals."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def kernel_phases(kernels: list[Kernel], backward_ranges: list[tuple[float, float]]) -> list[Kernel]:
+    """The kernels with their pass: backward where the host launched it inside a range that marks a backward
+    (an annotation or NVTX range named as one: `BACKWARD`; PyTorch's autograd functions, AUTOGRAD_FUNCTION),
+    forward where it launched outside them, as the trace says where it does (trainest's timelines); none where
+    the trace marks no backward range or does not say when the kernel was launched (docs/model.md §17.3)."""
+    import bisect
+
+    if not backward_ranges:
+        return kernels
+    merged = union_intervals(backward_ranges)
+    starts = [a for a, _ in merged]
+
+    def phase_at(t: float) -> str:
+        i = bisect.bisect_right(starts, t) - 1
+        return "backward" if i >= 0 and t <= merged[i][1] else "forward"
+
+    return [k if k.phase is not None or k.launch_s is None else k._replace(phase=phase_at(k.launch_s))
+            for k in kernels]
 
 
 def _num(x: Any) -> float | None:
@@ -207,6 +247,7 @@ def _nsys_trace(p: Path, con: sqlite3.Connection) -> Trace:
             name = text if text is not None else strings.get(text_id, "")
             ranges.append(Range(str(name), start * NANOSECOND, (end - start) * NANOSECOND))
     backward = any(BACKWARD.search(k.name) for k in kernels) or any(BACKWARD.search(r.name) for r in ranges)
+    kernels = kernel_phases(kernels, [(r.start_s, r.end_s) for r in ranges if BACKWARD.search(r.name)])
     return Trace(path=str(p), source="nsys", kernels=tuple(sorted(kernels, key=lambda k: k.start_s)),
                  ranges=tuple(ranges), has_backward=backward)
 
