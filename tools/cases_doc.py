@@ -271,7 +271,9 @@ the schedule. A profile of your own step differs from the prediction class by cl
 efficiency behind each class (gemm for the GEMMs, attention, memory for the memory-bound kernels, the
 network's for the collectives, host time per kernel for the idle time) and keeps what no class measures at
 its start value; a class more than 2x off is named in a warning and not fitted (the scenario given does
-not match what ran). Here the profile is the model's own step, so the fit returns the start values: the
+not match what ran). Where the trace says which pass launched each kernel (PyTorch's autograd functions, a
+backward annotation or NVTX range, a trainest timeline), a second table sets the compute classes beside the
+prediction forward and backward, so that a miss can be placed in its pass. Here the profile is the model's own step, so the fit returns the start values: the
 round trip that tests/test_trace.py checks with efficiencies the timeline was made with."""
 
 CASE5_TEXT = """Reading it. The what-ifs start from the calibrated profile (`--hardware gh200-mine.yaml`). Moving the
