@@ -240,6 +240,14 @@ def test_kernels_launched_inside_pytorchs_autograd_functions_are_the_backward_pa
                         "backward": {"gemm": pytest.approx(200e-6)}}
     path.write_text(json.dumps({"traceEvents": [e for e in events if e["cat"] != "cpu_op"]}))
     assert measure(read_trace(str(path))).phases == {}
+    # a range around the whole step named for both passes (Megatron's forward_backward_func) marks neither
+    step = event("forward_backward_step", "user_annotation", 5, 900)
+    path.write_text(json.dumps({"traceEvents": [e for e in events if e["cat"] != "cpu_op"] + [step]}))
+    assert measure(read_trace(str(path))).phases == {}
+    # a backward annotation (DeepSpeed's engine.backward, an NVTX range) marks the kernels launched inside it
+    bwd = event("DeepSpeedEngine.backward", "user_annotation", 150, 300)
+    path.write_text(json.dumps({"traceEvents": [e for e in events if e["cat"] != "cpu_op"] + [bwd]}))
+    assert [k.phase for k in read_trace(str(path)).kernels] == ["forward", "backward", "backward"]
 
 
 def test_the_deepseek_trace_pass_by_pass():

@@ -29,6 +29,8 @@ BACKWARD = re.compile(r"backward|bwd|dgrad|wgrad|autograd::engine|\((B|W)\)", re
 STEP_ANNOTATION = re.compile(r"^ProfilerStep#\d+$")
 # PyTorch's autograd engine runs each backward function inside a CPU op of this name (profiler traces since 1.10)
 AUTOGRAD_FUNCTION = "autograd::engine::evaluate_function"
+# a range whose name also says forward (a whole step's forward_backward_step) marks no pass
+FORWARD = re.compile(r"forward|\(F\)", re.IGNORECASE)
 PHASES = ("forward", "backward")
 NVTX_STEP = re.compile(r"(?i)^(train[_ ]?)?(step|iteration|iter)\b[\s#_:=]*\d*")
 # CUPTI_ACTIVITY_MEMCPY_KIND: 1 HtoD, 2 DtoH, 8 DtoD, 10 PtoP (peer)
@@ -142,7 +144,7 @@ def _read_chrome(p: Path, doc: Any) -> Trace:
             autograd.append((float(e["ts"]) * MICROSECOND, float(e["ts"] + e["dur"]) * MICROSECOND))
         if not backward and (BACKWARD.search(name) or args.get("phase") == "backward"):
             backward = True
-    kernels = kernel_phases(kernels, [(r.start_s, r.end_s) for r in ranges if BACKWARD.search(r.name)] + autograd)
+    kernels = kernel_phases(kernels, backward_ranges(ranges) + autograd)
     backward = backward or any(e.get("cat") == "fwdbwd" for e in events)
     other = doc.get("otherData", {}) if isinstance(doc, dict) else {}
     dist = doc.get("distributedInfo", {}) if isinstance(doc, dict) else {}
@@ -154,6 +156,12 @@ def _read_chrome(p: Path, doc: Any) -> Trace:
                  world_size=_int(dist.get("world_size")) if isinstance(dist, dict) else None,
                  device_name=props[0].get("name") if isinstance(props, list) and props and isinstance(props[0], dict)
                  else None)
+
+
+def backward_ranges(ranges: list[Range]) -> list[tuple[float, float]]:
+    """(start, end) of the annotation or NVTX ranges whose name marks a backward pass (`BACKWARD`) and not also a
+    forward (a whole step's `forward_backward` range marks neither) [s]."""
+    return [(r.start_s, r.end_s) for r in ranges if BACKWARD.search(r.name) and not FORWARD.search(r.name)]
 
 
 def union_intervals(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -247,7 +255,7 @@ def _nsys_trace(p: Path, con: sqlite3.Connection) -> Trace:
             name = text if text is not None else strings.get(text_id, "")
             ranges.append(Range(str(name), start * NANOSECOND, (end - start) * NANOSECOND))
     backward = any(BACKWARD.search(k.name) for k in kernels) or any(BACKWARD.search(r.name) for r in ranges)
-    kernels = kernel_phases(kernels, [(r.start_s, r.end_s) for r in ranges if BACKWARD.search(r.name)])
+    kernels = kernel_phases(kernels, backward_ranges(ranges))
     return Trace(path=str(p), source="nsys", kernels=tuple(sorted(kernels, key=lambda k: k.start_s)),
                  ranges=tuple(ranges), has_backward=backward)
 
