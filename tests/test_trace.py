@@ -65,6 +65,11 @@ DEEPSEEK_ARGS = ["--model", "deepseek-v3", "--hardware", "h800-sxm", "--devices"
     ("void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float>>", "optimizer"),
     ("Memcpy HtoD (Pinned -> Device)", "host_copy"),
     ("Memcpy DtoD (Device -> Device)", "device_copy"),
+    # Mamba-2: mamba_ssm's SSD Triton kernels (the scan, compared with the model's scan at the attention rate) and
+    # causal-conv1d's convolution
+    ("_chunk_scan_fwd_kernel", "scan"), ("_chunk_state_bwd_db_kernel", "scan"), ("_bmm_chunk_fwd_kernel", "scan"),
+    ("_state_passing_fwd_kernel", "scan"), ("void causal_conv1d_fwd_kernel<Causal_conv1d_fwd_kernel_traits<128>>",
+                                            "conv"),
     # trainest's own op names (its timelines read back)
     ("qkv.dgrad", "gemm"), ("mla.kv_up.wgrad", "gemm"), ("experts_up", "grouped_gemm"), ("attention", "attention"),
     ("elementwise", "elementwise"), ("tp.collectives", "all_reduce"), ("ep.all_to_all", "all_to_all"),
@@ -173,6 +178,8 @@ ROUND_TRIP = {
     "moe-ep": {"model": "qwen3-30b-a3b", "hardware": "h100-sxm", "devices": 64, "seq_len": 4096, "global_batch": 256,
                "parallel": {"pp": 4, "ep": 8, "zero": 1}},
     "one-gpu": {"model": "llama3.2-3b", "hardware": "h100-sxm", "devices": 1, "seq_len": 2048, "global_batch": 8},
+    "hybrid": {"model": "nemotron-3-nano", "hardware": "h100-sxm", "devices": 16, "seq_len": 8192, "global_batch": 64,
+               "parallel": {"ep": 8, "zero": 1}},
 }
 # the efficiencies the timelines are made with: the hardware's start values times these
 MADE_WITH = {"gemm": 0.9, "attention": 1.1, "memory": 0.93, "scale_up": 0.85, "grouped_gemm": 0.95,
@@ -274,6 +281,50 @@ def test_the_deepseek_trace_pass_by_pass():
     classes = {c.name: c.measured_s for c in r.rows}
     for c in ("gemm", "grouped_gemm", "attention", "memory_bound"):
         assert rows[("forward", c)].measured_s + rows[("backward", c)].measured_s == pytest.approx(classes[c])
+
+
+# scenarios whose layers hold every kind of op trainest names: dense, standard attention, context parallelism,
+# sliding windows, LoRA and QLoRA, MoE with MLA and shared experts, the hybrid Mamba-2/attention/LatentMoE blocks
+OP_KINDS = {
+    "dense": {"model": "llama3-8b"},
+    "standard-full-recompute": {"model": "gpt3-175b", "attention": "standard", "devices": 64, "framework":
+                                "megatron-deepspeed", "parallel": {"tp": 8, "pp": 8}, "recompute": "full"},
+    "cp-fp8": {"model": "llama3-8b", "precision": "fp8", "devices": 16, "seq_len": 65536, "parallel": {"tp": 2, "cp": 4}},
+    "window-moe": {"model": "gpt-oss-120b", "hardware": "b200", "devices": 64, "parallel": {"ep": 8}},
+    "mla-moe": {"model": "deepseek-v3", "hardware": "h800-sxm", "devices": 2048, "precision": "fp8",
+                "parallel": {"pp": 16, "ep": 64, "pipeline_split": "balanced"}},
+    "lora": {"model": "llama3-8b", "finetune": {"method": "lora"}},
+    "qlora": {"model": "llama3-8b", "devices": 1, "global_batch": 8, "seq_len": 2048, "finetune": {"method": "qlora"}},
+    "moe-lora": {"model": "qwen3-30b-a3b", "devices": 8, "parallel": {"ep": 8},
+                 "finetune": {"method": "lora", "targets": "all"}},
+    "hybrid-latent-moe": {"model": "nemotron-3-super", "hardware": "gb200", "devices": 64, "precision": "fp8",
+                          "parallel": {"tp": 2, "sequence_parallel": True, "ep": 64}},
+}
+
+
+@pytest.mark.parametrize("name", list(OP_KINDS))
+def test_every_op_trainest_predicts_is_compared_with_the_kernels_of_its_kind(name):
+    """The class table reads trainest's own op names (a prediction's classes, its timelines read back): every op of
+    a layer pass and of the logits has a class, an op that moves bytes and computes nothing is memory-bound, and a
+    weight or data gradient is a GEMM. The bug this catches: a hybrid model's ops are named inside their block
+    (`mamba.in_proj`, `moe.experts_up`, `attention.qkv`), and the table took the Mamba-2 projections for attention
+    and left the rest unclassified, as it did standard attention's score and context GEMMs, a context-parallel
+    ring's merges and a windowed layer's attention, so a trace of such a step was compared with a prediction
+    whose time sat mostly in `unclassified`."""
+    from trainest.scenario import job_of, layout_of
+    from trainest.step import step_terms
+    from trainest.trace.compare import _layer_ops
+    s = scenario_from_mapping(OP_KINDS[name], name)
+    parts = step_terms(job_of(s), layout_of(s)).parts
+    ops = _layer_ops(parts.layer) + list(parts.logits)
+    assert ops
+    for op in ops:
+        cls = model_class(op.name)
+        assert cls != "unclassified", op.name
+        if float(op.flops) == 0.0 and float(op.bytes) > 0.0:      # (a frozen base's weight gradients: zero ops)
+            assert cls == "memory_bound", (op.name, cls)
+        if op.name.endswith((".dgrad", ".wgrad")):
+            assert cls in ("gemm", "grouped_gemm"), (op.name, cls)
 
 
 def _nsys_db(path: Path, kernels: list[tuple[str, int, int, int]], nvtx: list[tuple[str, int, int]],

@@ -285,7 +285,6 @@ def moe_block_tp_collectives(job: Job, layout: Layout) -> Num:
 def mix_blocks(blocks: list[tuple[str, float, BlockPass]]) -> tuple[LayerPass, Num, Num, Num, Num]:
     """The mean block: (pass, TP all, TP exposed, EP all, EP exposed), each the shares' weighted sum; its
     ops (one estimate's ops table) every kind's, named kind.op and scaled by its share."""
-    first = blocks[0][2].lp
     fields: dict[str, Num] = {f: 0.0 for f in LayerPass._fields if f != "ops"}
     tp_total: Num = 0.0
     tp_exposed: Num = 0.0
@@ -298,7 +297,7 @@ def mix_blocks(blocks: list[tuple[str, float, BlockPass]]) -> tuple[LayerPass, N
         ep_total, ep_exposed = ep_total + w * bp.ep_total_s, ep_exposed + w * bp.ep_exposed_s
     ops = None
     named = [(name, w, bp.lp.ops) for name, w, bp in blocks if bp.lp.ops is not None]
-    if not xp.is_array(first.compute_s) and len(named) == len(blocks):
+    if len(named) == len(blocks):          # arrays too: a trace's fit (trace/compare.py) reads the ops' classes
         ops = _mix_ops(named)
     return LayerPass(**fields, ops=ops), tp_total, tp_exposed, ep_total, ep_exposed
 

@@ -49,37 +49,57 @@ RULES: tuple[Rule, ...] = (
     Rule("device_copy", "memory_bound", r"memcpy|memset|_copy_tensor_kernel|copy_kernel|direct_copy"),
     # the optimizer: fused/multi-tensor Adam, trainest's optimizer.adam
     Rule("optimizer", "optimizer", r"adam|multi_tensor_apply|optimizer\.|lamb_|sgd_"),
-    # attention: FlashAttention 2/3, cuDNN and xFormers fused attention, trainest's `attention`
-    Rule("attention", "attention", r"flash|fmha|attn|sdpa|cudnn.*(mha|attention)|^(dense\.)?attention$"
+    # Mamba-2's state-space scan: mamba_ssm's SSD Triton kernels (ops/triton/ssd_*.py: _chunk_cumsum, _chunk_state,
+    # _state_passing, _bmm_chunk, _chunk_scan and their backward kernels), trainest's `scan`; compared with the
+    # model's scan, which runs at the fused-attention rate (docs/model.md §16), hence the attention class
+    Rule("scan", "attention", r"_chunk_scan|_chunk_state|_state_passing|_bmm_chunk|_chunk_cumsum|selective_scan"
+                              r"|^scan$"),
+    # attention: FlashAttention 2/3, cuDNN and xFormers fused attention, trainest's `attention` (a windowed
+    # layer's `window`)
+    Rule("attention", "attention", r"flash|fmha|attn|sdpa|cudnn.*(mha|attention)|^(dense\.)?attention$|^window$"
                                    r"|^(dense\.)?mamba"),
     # MoE expert GEMMs: grouped GEMMs (DeepGEMM, CUTLASS grouped, Megatron's GroupedMLP), trainest's experts_*
     # (DeepGEMM's namespace is `grouped_gemm::` for its dense kernels too: the kernel's own name decides)
-    Rule("grouped_gemm", "grouped_gemm", r"[mk]_grouped|grouped_?gemm(?!::)|gemm_?grouped|moe_gemm|^experts_"),
+    Rule("grouped_gemm", "grouped_gemm", r"[mk]_grouped|grouped_?gemm(?!::)|gemm_?grouped|moe_gemm|^experts[_.]"),
     # dense GEMMs: cuBLAS(Lt) sm80/sm90/xmma/nvjet kernels, CUTLASS device kernels, Triton matmuls, trainest's
     # linear layers (qkv, proj, MLP, MLA projections, shared experts, router, logits, LoRA adapters)
     Rule("gemm", "gemm", r"gemm|xmma|nvjet|cutlass|cublas|matmul|\bsm\d\d_|s\d+gemm"
-                         r"|^(dense\.)?(qkv|proj|mlp_up|mlp_down|mla\.|shared_|router|logits|lora|adapter|mamba_in"
-                         r"|mamba_out)"),
+                         r"|^(dense\.)?(qkv|proj|mlp_up|mlp_down|mla\.|shared_|router|logits|lora(?!_merge)|adapter"
+                         r"|mamba_in|mamba_out|in_proj|out_proj|latent_|scores|context)|\.lora_[ab]$"),
     # FP8/FP4 casts and the transposes that go with them; after the GEMMs (a GEMM's name may say fp8),
     # before element-wise (their names hold "transpose")
     Rule("cast", "memory_bound", r"cast|quantize|to_fp8|to_fp4|amax|scale_inv|batched_transpose|utils::transpose"),
     # norms
     Rule("norm", "memory_bound", r"norm"),
+    # Mamba-2's short causal convolution (the causal-conv1d package's kernels, trainest's `conv`)
+    Rule("conv", "memory_bound", r"causal_conv1d|^conv$"),
     # everything element-wise or a reduction: ATen's elementwise/reduce kernels, activations, rotary, softmax,
     # top-k, gather/scatter, fills, the loss, dequantisation, trainest's elementwise and cross_entropy
     Rule("elementwise", "memory_bound", r"elementwise|reduce_kernel|vectorized|unrolled|rotary|rope|swiglu|gelu|silu"
                                         r"|softmax|topk|gather|scatter|fill|cross_entropy|dequant|dropout|add|mul|div"
                                         r"|arange|index|sum|mean|sigmoid|neg|expand|mapping|count|unique|aux|reduce|"
-                                        r"distribution|^elementwise$"),
+                                        r"distribution|^elementwise$|^cp_merge$|^lora_merge$"),
 )
 
 _COMPILED = tuple((r, re.compile(r.pattern, re.IGNORECASE)) for r in RULES)
 
 
+# trainest's own op names in a block of a hybrid model (`mamba.scan`, `moe.experts_up`) or of a MoE model's dense
+# layers (`dense.qkv`), and the attention block's parts (`attention.scores`, `attention.cp_merge`): the op's own name
+# follows the block's
+OWN_BLOCK = re.compile(r"(dense|attention|mamba|moe|mlp)\.([a-z0-9_]+(?:\.[a-z0-9_]+)*)")
+
+
 @lru_cache(maxsize=65536)
 def classify(name: str) -> Rule | None:
     """The first rule whose pattern the kernel name matches, None when none does (cached: a trace repeats its
-    kernels' names thousands of times)."""
+    kernels' names thousands of times); one of trainest's own op names inside a block (OWN_BLOCK) as the op's
+    own name."""
+    own = OWN_BLOCK.fullmatch(name)
+    if own is not None:
+        inner = classify(own.group(2))
+        if inner is not None:
+            return inner
     for rule, rx in _COMPILED:
         if rx.search(name):
             return rule
