@@ -27,6 +27,7 @@ from trainest.step import StepTerms, step_terms
 from trainest.step.compose import StepParts
 from trainest.step.kernels import host_layer_s
 from trainest.step.moe import expert_host_layer_s
+from trainest.step.mtp import mtp_ops
 from trainest.step.roofline import Op
 
 # tracks (streams), in the order a viewer shows them
@@ -216,8 +217,12 @@ def _micro_batch_rest(terms: StepTerms, p: StepParts, per: _PerLayer) -> dict[st
     logits_c = sum(float(o.compute_bound_s) for o in p.logits)
     logits_t = sum(float(o.time_s) for o in p.logits)
     last = float(p.last_is_max)
-    comp = float(terms.compute_s) / m - n * float(lp.compute_s) - last * logits_c
-    mem = (float(terms.memory_s) - float(terms.optimizer_s)) / m - n * float(lp.memory_s) - last * (logits_t - logits_c)
+    mtp = [] if p.mtp is None else mtp_ops(p.mtp, p.logits)
+    mtp_c = sum(float(o.compute_bound_s) for o in mtp)
+    mtp_t = sum(float(o.time_s) for o in mtp)
+    comp = float(terms.compute_s) / m - n * float(lp.compute_s) - last * (logits_c + mtp_c)
+    mem = ((float(terms.memory_s) - float(terms.optimizer_s)) / m - n * float(lp.memory_s)
+           - last * (logits_t - logits_c + mtp_t - mtp_c))
     over = float(terms.overhead_s) / m - n * sum(per.overhead)
     # rounding of the step's own sums (no MTP, no head host time) is no slice
     floor = ROUNDING * float(terms.time_s) / m
@@ -272,8 +277,10 @@ def _micro_batch(c: _Cursor, p: StepParts, per: _PerLayer, rest: dict[str, float
     if backward:
         for o in logits:
             _op_slice(c, o, 1.0, mb, None, phase)
-    c.put("mtp modules", COMPUTE, rest["compute"] * half, "compute", bound="compute", **kw)
-    c.put("mtp modules", COMPUTE, rest["memory"] * half, "memory", bound="memory", **kw)
+    if last and p.mtp is not None:          # the MTP modules, op by op (step/mtp.py: mtp_ops)
+        for o in mtp_ops(p.mtp, p.logits):
+            if (o.phase == "forward") != backward:
+                _op_slice(c, o, 1.0, mb, None, phase)
     if not backward:
         for o in logits:
             _op_slice(c, o, 1.0, mb, None, phase)

@@ -72,6 +72,7 @@ class StepParts(NamedTuple):
     #                              stage, one micro-batch
     mtp_ep_s: Num = 0.0          # the MTP modules' expert all-to-alls on the slowest stage, one micro-batch
     tied_s: Num = 0.0            # the tied-embedding gradient all-reduce of the step
+    mtp: MtpPass | None = None   # the MTP modules on the last stage (step/mtp.py: mtp_ops)
 
 
 class StepTerms(NamedTuple):
@@ -495,4 +496,5 @@ def step_terms(job: Job, layout: Layout, layer: LayerTerms | None = None, dp: Dp
                                      tp_total_s=tp_total, tp_exposed_s=tp_layer, ep_total_s=ep_total,
                                      ep_exposed_s=ep_layer, cp=cp, pp_s=stage_pp, z3_s=z3.total_s,
                                      z3_exposed_s=z3_exposed, dp=dp, dp_exposed=dp_parts, trained_params=trained_local,
-                                     offload=offload, head_tp_s=head_comm, mtp_ep_s=mtp_ep, tied_s=tied))
+                                     offload=offload, head_tp_s=head_comm, mtp_ep_s=mtp_ep, tied_s=tied,
+                                     mtp=layer.mtp))

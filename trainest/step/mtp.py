@@ -8,14 +8,16 @@ model's own: the blocks are the model's layer passes of those kinds, the head is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from trainest.layout import Job, Layout, Num
 from trainest.record import NamedTuple
 from trainest.step.collectives import Tiers
 from trainest.step.hybrid import BlockPass, block_passes, mix_blocks
 from trainest.step.layer import BACKWARD_TRAFFIC_RATIO, LayerPass, layer_pass
 from trainest.step.moe import moe_layer
-from trainest.step.rates import LocalShape, Rates, module_job, rates_of
-from trainest.step.roofline import bound_sums, op_of, streaming_time
+from trainest.step.rates import BACKWARD, LocalShape, Rates, module_job, rates_of
+from trainest.step.roofline import Op, bound_sums, op_of, streaming_time
 from trainest.step.traffic import tp_layer_s
 
 MTP_NORMS = 3.0      # the hidden state's and the embedding's norms before the projection, the final norm after
@@ -36,6 +38,7 @@ class MtpPass(NamedTuple):
     host_layers: float
     extra_c: Num
     extra_m: Num
+    extra_ops: tuple[Op, ...] = ()     # that own work as ops: the projection and its gradients, the norms
 
 
 def mtp_pass(job: Job, layout: Layout, r: Rates, x: LocalShape, tiers: Tiers,
@@ -79,5 +82,25 @@ def mtp_pass(job: Job, layout: Layout, r: Rates, x: LocalShape, tiers: Tiers,
     norms = MTP_NORMS * 2.0 * job.element_bytes * x.tokens * h / layout.sp_div * (1.0 + BACKWARD_TRAFFIC_RATIO)
     norm_op = op_of("mtp.norms", "forward", 0.0 * norms, norms, streaming_time(norms, r.memory_bytes_per_s))
     c, mm = bound_sums([proj, proj, proj, norm_op])
+    forward_share = 1.0 / (1.0 + BACKWARD_TRAFFIC_RATIO)
+    extra = (proj, proj._replace(name="mtp.proj.dgrad", phase=BACKWARD),
+             proj._replace(name="mtp.proj.wgrad", phase=BACKWARD), norm_op.scaled(forward_share),
+             norm_op.scaled(1.0 - forward_share, phase=BACKWARD))
     return MtpPass(depth=mtp.depth, lp=lp, tp_total_s=tp_total, tp_exposed_s=tp_exposed, ep_total_s=ep_total,
-                   ep_exposed_s=ep_exposed, host_layers=float(len(units)), extra_c=c, extra_m=mm)
+                   ep_exposed_s=ep_exposed, host_layers=float(len(units)), extra_c=c, extra_m=mm, extra_ops=extra)
+
+
+def mtp_ops(mtp: MtpPass, logits: Sequence[Op]) -> list[Op]:
+    """The `depth` MTP modules' ops of one micro-batch on the last stage, named `mtp.…`: their blocks' ops
+    (recomputed ones in the backward), the projection with its gradients and the norms, and the output head
+    and loss again (`logits`, the stage's logits ops), each × depth: what a trace's kernels of the modules are
+    compared with (trace/compare.py) and what the timeline draws (timeline.py). Their compute- and memory-bound
+    sums are compose.mtp_terms' per micro-batch."""
+    d = float(mtp.depth)
+    ops = mtp.lp.ops
+    blocks: list[Op] = [] if ops is None else list(ops.forward) + list(ops.backward)
+    if ops is not None:
+        for group in ops.recomputed:
+            blocks += [o.scaled(group.mask, phase=BACKWARD) for o in group.ops]
+    head = [o._replace(name=f"mtp.{o.name}") for o in logits]
+    return [o.scaled(d) for o in blocks + list(mtp.extra_ops) + head]

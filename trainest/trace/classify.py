@@ -84,10 +84,10 @@ RULES: tuple[Rule, ...] = (
 _COMPILED = tuple((r, re.compile(r.pattern, re.IGNORECASE)) for r in RULES)
 
 
-# trainest's own op names in a block of a hybrid model (`mamba.scan`, `moe.experts_up`) or of a MoE model's dense
-# layers (`dense.qkv`), and the attention block's parts (`attention.scores`, `attention.cp_merge`): the op's own name
-# follows the block's
-OWN_BLOCK = re.compile(r"(dense|attention|mamba|moe|mlp)\.([a-z0-9_]+(?:\.[a-z0-9_]+)*)")
+# trainest's own op names in a block of a hybrid model (`mamba.scan`, `moe.experts_up`), of a MoE model's dense
+# layers (`dense.qkv`) or of the MTP modules (`mtp.qkv`, `mtp.moe.experts_up`), and the attention block's parts
+# (`attention.scores`, `attention.cp_merge`): the op's own name follows the block's
+OWN_BLOCK = re.compile(r"(dense|attention|mamba|moe|mlp|mtp)\.([a-z0-9_]+(?:\.[a-z0-9_]+)*)")
 
 
 @lru_cache(maxsize=65536)

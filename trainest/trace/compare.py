@@ -28,6 +28,7 @@ from trainest.layout import Job, Layout, Num
 from trainest.record import NamedTuple
 from trainest.scenario import Scenario, job_of, layout_of
 from trainest.step import step_terms
+from trainest.step.mtp import mtp_ops
 from trainest.step.roofline import Op
 from trainest.trace.classify import MODEL_CLASSES, UNCLASSIFIED, model_class
 from trainest.trace.reader import Kernel, Trace, Window, find_steps, union_intervals
@@ -183,6 +184,8 @@ def predicted_classes(job: Job, layout: Layout, layers: float | None = None) -> 
     m, n, last = p.micro_batches, p.layers, p.last_is_max
     _ops_by_class(out, _layer_ops(p.layer), n * m)
     _ops_by_class(out, p.logits, m * last)
+    if p.mtp is not None:
+        _ops_by_class(out, mtp_ops(p.mtp, p.logits), m * last)
     _add(out, "optimizer", terms.optimizer_s)
     dp = p.dp
     _add(out, "collective", (p.tp_total_s * n + p.head_tp_s + p.z3_s) * m + dp.reduce_s + dp.gather_s + dp.replica_s
@@ -232,6 +235,8 @@ def predicted_phases(job: Job, layout: Layout, layers: float | None = None) -> d
         raise ValueError("step_terms returned no parts")
     add_layer(p.layer, p.layers * p.micro_batches)
     add(list(p.logits), p.micro_batches * p.last_is_max)
+    if p.mtp is not None:
+        add(mtp_ops(p.mtp, p.logits), p.micro_batches * p.last_is_max)
     return out
 
 
