@@ -327,6 +327,21 @@ def test_every_op_trainest_predicts_is_compared_with_the_kernels_of_its_kind(nam
             assert cls in ("gemm", "grouped_gemm"), (op.name, cls)
 
 
+@pytest.mark.parametrize("name", list(OP_KINDS))
+def test_a_timeline_of_every_op_kind_reads_back_fully_classified_and_as_predicted(name, tmp_path):
+    """trainest's own timeline of each kind of step read back: every kernel classified, and every class (the MTP
+    modules' ops included: DeepSeek-V3's and Nemotron 3 Super's) as the prediction has it. The bug this catches:
+    the MTP modules were one `mtp modules` slice, unclassified in the trace and absent from the predicted classes."""
+    s = scenario_from_mapping(OP_KINDS[name], name)
+    path = tmp_path / "step.json"
+    path.write_text(json.dumps(chrome_trace(step_timeline(s))))
+    r = calibrate_trace(s, [str(path)])
+    assert r.slowest.classified_share == pytest.approx(1.0)
+    for row in r.rows:
+        if row.name not in ("idle", "unclassified"):
+            assert row.measured_s == pytest.approx(row.predicted_s, rel=1e-6), (name, row)
+
+
 def _nsys_db(path: Path, kernels: list[tuple[str, int, int, int]], nvtx: list[tuple[str, int, int]],
              memcpy: list[tuple[int, int, int, int]] = ()) -> None:
     """A small Nsight Systems SQLite export with the documented schema (nsys export --type sqlite): StringIds,
