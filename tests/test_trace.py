@@ -313,10 +313,9 @@ def test_every_op_trainest_predicts_is_compared_with_the_kernels_of_its_kind(nam
     whose time sat mostly in `unclassified`."""
     from trainest.scenario import job_of, layout_of
     from trainest.step import step_terms
-    from trainest.trace.compare import _layer_ops
+    from trainest.trace.compare import _step_op_passes
     s = scenario_from_mapping(OP_KINDS[name], name)
-    parts = step_terms(job_of(s), layout_of(s)).parts
-    ops = _layer_ops(parts.layer) + list(parts.logits)
+    ops = [op for op, _, _ in _step_op_passes(step_terms(job_of(s), layout_of(s)).parts)]
     assert ops
     for op in ops:
         cls = model_class(op.name)

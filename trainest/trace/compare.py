@@ -147,20 +147,24 @@ def _add(out: dict[str, Any], cls: str, value: Num) -> None:
     out[cls] = out.get(cls, 0.0) + value
 
 
-def _ops_by_class(out: dict[str, Any], ops: list[Op], count: Num) -> None:
-    for op in ops:
-        _add(out, model_class(op.name), op.time_s * count)
-
-
-def _layer_ops(lp: Any) -> list[Op]:
+def _layer_op_passes(lp: Any, count: Num = 1.0) -> list[tuple[Op, Num, str]]:
+    """(op, times it runs, pass) of a layer pass's ops: its forward and backward ops, and each recomputed group's
+    (× its mask) in the backward, where recomputation runs; none where the pass keeps no ops."""
     ops = lp.ops
     if ops is None:
         return []
-    run = list(ops.forward) + list(ops.backward)
+    out = [(op, count, _pass_of(op.phase)) for op in list(ops.forward) + list(ops.backward)]
     for group in ops.recomputed:
-        if float(group.mask):
-            run += list(group.ops)
-    return run
+        out += [(op, count * group.mask, "backward") for op in group.ops]
+    return out
+
+
+def _step_op_passes(p: Any) -> list[tuple[Op, Num, str]]:
+    """(op, times it runs, pass) of a step's compute ops on its slowest stage: the layer passes × layers ×
+    micro-batches, and on the last stage the logits and the MTP modules × micro-batches."""
+    m, last = p.micro_batches, p.last_is_max
+    head = list(p.logits) + ([] if p.mtp is None else mtp_ops(p.mtp, p.logits))
+    return _layer_op_passes(p.layer, p.layers * m) + [(op, m * last, _pass_of(op.phase)) for op in head]
 
 
 def predicted_classes(job: Job, layout: Layout, layers: float | None = None) -> dict[str, Any]:
@@ -176,16 +180,15 @@ def predicted_classes(job: Job, layout: Layout, layers: float | None = None) -> 
     if layers is not None:
         blocks = dict(layer_terms(job, layout).mean.parts)
         block = blocks.get("moe") or next(iter(blocks.values()))
-        _ops_by_class(out, _layer_ops(block.lp), layers)
+        for op, count, _ in _layer_op_passes(block.lp, layers):
+            _add(out, model_class(op.name), op.time_s * count)
         _add(out, "collective", block.tp_total_s * layers)
         _add(out, "all_to_all", block.ep_total_s * layers)
         _add(out, "send_recv", p.cp.total_s * layers)
         return out
-    m, n, last = p.micro_batches, p.layers, p.last_is_max
-    _ops_by_class(out, _layer_ops(p.layer), n * m)
-    _ops_by_class(out, p.logits, m * last)
-    if p.mtp is not None:
-        _ops_by_class(out, mtp_ops(p.mtp, p.logits), m * last)
+    m, n = p.micro_batches, p.layers
+    for op, count, _ in _step_op_passes(p):
+        _add(out, model_class(op.name), op.time_s * count)
     _add(out, "optimizer", terms.optimizer_s)
     dp = p.dp
     _add(out, "collective", (p.tp_total_s * n + p.head_tp_s + p.z3_s) * m + dp.reduce_s + dp.gather_s + dp.replica_s
@@ -209,34 +212,19 @@ def predicted_phases(job: Job, layout: Layout, layers: float | None = None) -> d
     (the layer passes and the logits; recomputed ops in the backward): what a trace's kernels are compared with pass
     by pass."""
     from trainest.step.compose import layer_terms
-    out: dict[str, dict[str, float]] = {p: {} for p in PHASES}
-
-    def add(ops: list[Op], count: Num, phase: str | None = None) -> None:
-        for op in ops:
-            c = model_class(op.name)
-            if c in PHASE_CLASSES:
-                bucket = out[phase or _pass_of(op.phase)]
-                bucket[c] = bucket.get(c, 0.0) + float(op.time_s * count)
-
-    def add_layer(lp: Any, count: Num) -> None:
-        if lp.ops is None:
-            return
-        add(list(lp.ops.forward) + list(lp.ops.backward), count)
-        for group in lp.ops.recomputed:         # re-run in the backward pass
-            add(list(group.ops), count * float(group.mask), "backward")
-
     if layers is not None:
         blocks = dict(layer_terms(job, layout).mean.parts)
-        block = blocks.get("moe") or next(iter(blocks.values()))
-        add_layer(block.lp, layers)
-        return out
-    p = step_terms(job, layout).parts
-    if p is None:
-        raise ValueError("step_terms returned no parts")
-    add_layer(p.layer, p.layers * p.micro_batches)
-    add(list(p.logits), p.micro_batches * p.last_is_max)
-    if p.mtp is not None:
-        add(mtp_ops(p.mtp, p.logits), p.micro_batches * p.last_is_max)
+        passes = _layer_op_passes((blocks.get("moe") or next(iter(blocks.values()))).lp, layers)
+    else:
+        p = step_terms(job, layout).parts
+        if p is None:
+            raise ValueError("step_terms returned no parts")
+        passes = _step_op_passes(p)
+    out: dict[str, dict[str, float]] = {ph: {} for ph in PHASES}
+    for op, count, ph in passes:
+        c = model_class(op.name)
+        if c in PHASE_CLASSES:
+            out[ph][c] = out[ph].get(c, 0.0) + float(op.time_s * count)
     return out
 
 
