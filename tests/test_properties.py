@@ -35,7 +35,7 @@ from trainest.step.collectives import network_gap
 # "sane": 300 (600 before issue 30): every number finite and non-negative is also checked by
 # tests/test_invariants.py over 400 draws of a wider space (MoE layouts, frameworks, LoRA/QLoRA); 300 draws
 # still cover every hardware × precision × recompute × attention × kernels combination of this strategy
-EXAMPLES = {"sane": 300, "physics": 100}
+EXAMPLES = {"sane": 300, "physics": 100, "trace": 30}   # trace: a timeline written and read back per example
 REL = 1e-9     # floating-point slack for "never slower / never more"
 PHASES = [Phase.explicit, Phase.generate]   # no shrinking: keeps a failure (and a strict xfail) fast
 
@@ -535,3 +535,31 @@ def test_a_faster_host_never_makes_a_step_slower(mapping):
     fast = catalog.with_efficiency(s.hardware, host_per_kernel_s=e.host_per_kernel_s / 2,
                                    host_per_micro_batch_s=e.host_per_micro_batch_s / 2)
     assert _time(s, fast) <= _time(s) * (1 + REL)
+
+
+@_settings("trace")
+@given(scenario_mappings())
+def test_a_timeline_read_back_as_a_trace_measures_every_class_as_predicted(mapping):
+    """trainest's own timeline of any drawn scenario, read back by `calibrate --trace`'s reader and classifier:
+    every kernel classified, and every class (the idle time apart: gaps, not kernels) as the prediction has it.
+    The comparison of a real trace with the model rests on the two agreeing about the model's own ops (the bugs
+    this catches: ops named inside a hybrid block, a context-parallel ring's merges, the MTP modules drawn as
+    one slice; tests/test_trace.py has one case of each)."""
+    import json
+    import tempfile
+
+    from trainest.report.timeline import chrome_trace
+    from trainest.scenario import job_of, layout_of
+    from trainest.timeline import step_timeline
+    from trainest.trace.compare import measure, predicted_classes
+    from trainest.trace.reader import read_trace
+    s = _scenario(mapping)
+    with tempfile.TemporaryDirectory() as d:
+        path = f"{d}/step.json"
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(chrome_trace(step_timeline(s)), fh)
+        measured = measure(read_trace(path))
+    predicted = predicted_classes(job_of(s), layout_of(s))
+    assert "unclassified" not in measured.classes
+    for cls in set(measured.classes) | {c for c in predicted if c != "idle"}:
+        assert measured.classes.get(cls, 0.0) == pytest.approx(float(predicted.get(cls, 0.0)), rel=1e-6, abs=1e-9), cls
