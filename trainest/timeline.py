@@ -210,14 +210,13 @@ def _order(m: int, p: StepParts, layout: Layout) -> list[tuple[int, bool]]:
     return order
 
 
-def _micro_batch_rest(terms: StepTerms, p: StepParts, per: _PerLayer) -> dict[str, float]:
+def _micro_batch_rest(terms: StepTerms, p: StepParts, per: _PerLayer, mtp: list[Op]) -> dict[str, float]:
     """Per micro-batch, what lies outside the layers' ops [s]: the residuals of the step's own sums
     (the logits on the last stage, the MTP modules, the head's host time and collectives)."""
     lp, m, n = p.layer, float(p.micro_batches), float(p.layers)
     logits_c = sum(float(o.compute_bound_s) for o in p.logits)
     logits_t = sum(float(o.time_s) for o in p.logits)
     last = float(p.last_is_max)
-    mtp = [] if p.mtp is None else mtp_ops(p.mtp, p.logits)
     mtp_c = sum(float(o.compute_bound_s) for o in mtp)
     mtp_t = sum(float(o.time_s) for o in mtp)
     comp = float(terms.compute_s) / m - n * float(lp.compute_s) - last * (logits_c + mtp_c)
@@ -251,7 +250,7 @@ def _hidden_parts(p: StepParts, layout: Layout) -> _Hidden:
 
 
 def _micro_batch(c: _Cursor, p: StepParts, per: _PerLayer, rest: dict[str, float], mb: int, backward: bool,
-                 hid: _Hidden) -> None:
+                 hid: _Hidden, mtp: list[Op]) -> None:
     """One micro-batch's forward or its backward on the stage, with what comes with it."""
     phase = "backward" if backward else "forward"
     half = 0.5                  # the head's and the MTP modules' work, the sends: half with each pass
@@ -277,8 +276,8 @@ def _micro_batch(c: _Cursor, p: StepParts, per: _PerLayer, rest: dict[str, float
     if backward:
         for o in logits:
             _op_slice(c, o, 1.0, mb, None, phase)
-    if last and p.mtp is not None:          # the MTP modules, op by op (step/mtp.py: mtp_ops)
-        for o in mtp_ops(p.mtp, p.logits):
+    if last:                                # the MTP modules, op by op (step/mtp.py: mtp_ops)
+        for o in mtp:
             if (o.phase == "forward") != backward:
                 _op_slice(c, o, 1.0, mb, None, phase)
     if not backward:
@@ -341,13 +340,14 @@ def step_timeline(s: Scenario) -> Timeline:
         raise ValueError("step_terms returned no parts")
     m = int(round(float(p.micro_batches)))
     per = _per_layer(job, layout, terms, p)
-    rest = _micro_batch_rest(terms, p, per)
+    mtp = [] if p.mtp is None else mtp_ops(p.mtp, p.logits)
+    rest = _micro_batch_rest(terms, p, per, mtp)
     c = _Cursor()
     bubble = float(terms.bubble_s)
     hid = _hidden_parts(p, layout)
     c.put("pipeline fill", COMPUTE, bubble / 2.0, "bubble")
     for mb, backward in _order(m, p, layout):
-        _micro_batch(c, p, per, rest, mb, backward, hid)
+        _micro_batch(c, p, per, rest, mb, backward, hid, mtp)
     c.put("pipeline drain", COMPUTE, bubble / 2.0, "bubble")
     _step_tail(c, terms, p)
     breakdown = {k: float(getattr(terms, f"{k}_s")) for k in TERMS}

@@ -31,13 +31,12 @@ from trainest.step import step_terms
 from trainest.step.mtp import mtp_ops
 from trainest.step.roofline import Op
 from trainest.trace.classify import MODEL_CLASSES, UNCLASSIFIED, model_class
-from trainest.trace.reader import Kernel, Trace, Window, find_steps, union_intervals
+from trainest.trace.reader import PHASES, Kernel, Trace, Window, find_steps, union_intervals
 
 IDLE = "idle"
 COMM_CLASSES = ("collective", "all_to_all", "send_recv")
 COMPUTE_CLASSES = ("gemm", "grouped_gemm", "attention", "memory_bound", "optimizer")
 PHASE_CLASSES = ("gemm", "grouped_gemm", "attention", "memory_bound")   # compared pass by pass where a trace says
-PHASES = ("forward", "backward")
 MIN_CLASSIFIED_SHARE = 0.95        # below this share of kernel time classified the report warns
 OFF_FACTOR = 2.0                   # a class measured more than this factor off the prediction: the scenario mismatches
 PRIOR_WEIGHT = 1e-6                # λ: a class measures its parameter directly; the pull only steadies the solver

@@ -175,16 +175,17 @@ def union_intervals(intervals: list[tuple[float, float]]) -> list[tuple[float, f
     return out
 
 
-def kernel_phases(kernels: list[Kernel], backward_ranges: list[tuple[float, float]]) -> list[Kernel]:
-    """The kernels with their pass: backward where the host launched it inside a range that marks a backward
-    (an annotation or NVTX range named as one: `BACKWARD`; PyTorch's autograd functions, AUTOGRAD_FUNCTION),
-    forward where it launched outside them, as the trace says where it does (trainest's timelines); none where
-    the trace marks no backward range or does not say when the kernel was launched (docs/model.md §17.3)."""
+def kernel_phases(kernels: list[Kernel], intervals: list[tuple[float, float]]) -> list[Kernel]:
+    """The kernels with their pass: backward where the host launched it inside one of `intervals`, the ranges that
+    mark a backward (an annotation or NVTX range named as one: `backward_ranges`; PyTorch's autograd functions,
+    AUTOGRAD_FUNCTION), forward where it launched outside them, as the trace says where it does (trainest's
+    timelines); none where the trace marks no backward range or does not say when the kernel was launched
+    (docs/model.md §17.3)."""
     import bisect
 
-    if not backward_ranges:
+    if not intervals:
         return kernels
-    merged = union_intervals(backward_ranges)
+    merged = union_intervals(intervals)
     starts = [a for a, _ in merged]
 
     def phase_at(t: float) -> str:
